@@ -1,0 +1,83 @@
+// Package flows is the node-neutral model of what every node's data plane
+// must do: for each VIP, protocol and port, which backends take new
+// connections and how one is chosen. It is compiled from the LBaaS tree
+// (lbaas → flows) and consumed by the data planes (flows → kernel).
+package flows
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Protocol is an L4 protocol a flow matches.
+type Protocol string
+
+const (
+	TCP  Protocol = "TCP"
+	UDP  Protocol = "UDP"
+	SCTP Protocol = "SCTP"
+)
+
+// Algorithm selects a backend for a new connection.
+type Algorithm string
+
+const (
+	// RoundRobin is even random selection per new connection: with no
+	// shared counter across nodes a true rotation is impossible, and
+	// random selection gives the same long-run spread.
+	RoundRobin   Algorithm = "ROUND_ROBIN"
+	SourceIP     Algorithm = "SOURCE_IP"
+	SourceIPPort Algorithm = "SOURCE_IP_PORT"
+)
+
+// Key identifies a service: the packet fields a data plane matches on.
+type Key struct {
+	VIP      netip.Addr
+	Protocol Protocol
+	Port     uint16
+}
+
+// Backend is one member that may take new connections.
+type Backend struct {
+	MemberID string
+	Address  netip.Addr
+	Port     uint16
+	// Weight is 1..256; members of weight 0 never appear here.
+	Weight int
+	// Node is the name of the node the member runs on, when known; used
+	// by local-only services.
+	Node string
+}
+
+// Persistence pins a client to a backend for Timeout after its last packet.
+type Persistence struct {
+	// Type is SOURCE_IP, the only kind a flow data plane can keep.
+	Type    string
+	Timeout time.Duration
+}
+
+// Service is one VIP:port:protocol and the backends behind it.
+type Service struct {
+	Key            Key
+	LoadBalancerID string
+	ListenerID     string
+	PoolID         string
+	Algorithm      Algorithm
+	Persistence    *Persistence
+	// AllowedCIDRs, when not empty, are the only sources that may connect.
+	AllowedCIDRs []netip.Prefix
+	// ConnectionLimit is the listener's limit, -1 for none.
+	ConnectionLimit int
+	// Backends are the usable backends: primaries, or the backup members
+	// when no primary is usable. Empty means new connections are rejected.
+	Backends []Backend
+	// LocalOnly services send traffic that enters a node from outside only
+	// to that node's backends and keep the client's address.
+	LocalOnly bool
+}
+
+// Table is the whole desired state at one revision.
+type Table struct {
+	Revision int64
+	Services map[Key]Service
+}
