@@ -1,0 +1,53 @@
+// Package identity says who is calling: the project and roles of a request.
+// The auth mode (noauth now, Keystone later) is a middleware that puts a
+// Caller into the request context; handlers only read it.
+package identity
+
+import (
+	"context"
+	"net/http"
+	"slices"
+)
+
+// Caller is the authenticated principal of a request.
+type Caller struct {
+	UserID    string
+	ProjectID string
+	Roles     []string
+	// IsAdmin callers see and change every project's objects. In noauth
+	// mode every caller is admin, as in Octavia.
+	IsAdmin bool
+}
+
+// HasRole reports whether the caller holds role.
+func (c Caller) HasRole(role string) bool { return slices.Contains(c.Roles, role) }
+
+type ctxKey struct{}
+
+// WithCaller returns ctx carrying c.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, ctxKey{}, c)
+}
+
+// FromContext returns the caller stored in ctx, if any.
+func FromContext(ctx context.Context) (Caller, bool) {
+	c, ok := ctx.Value(ctxKey{}).(Caller)
+	return c, ok
+}
+
+// NoAuth is Octavia's auth_strategy=noauth: the project comes from the
+// X-Project-Id header (oslo.context), else from defaultProject, and every
+// caller is admin.
+func NoAuth(defaultProject string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := Caller{ProjectID: r.Header.Get("X-Project-Id"), IsAdmin: true, Roles: []string{"admin"}}
+		if c.ProjectID == "" {
+			c.ProjectID = r.Header.Get("X-Tenant-Id")
+		}
+		if c.ProjectID == "" {
+			c.ProjectID = defaultProject
+		}
+		c.UserID = r.Header.Get("X-User-Id")
+		next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))
+	})
+}
