@@ -1,0 +1,29 @@
+# flowlb: the two commands of the README are `make demo` and `make test`.
+GO ?= go
+STATICCHECK = $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: build test lint unit compat demo deps
+
+build:
+	$(GO) build -o bin/flowlb ./cmd/flowlb
+
+deps:
+	hack/install-deps.sh
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+# Unit, store (SQLite and PostgreSQL), API and root (namespace) tests.
+unit:
+	FLOWLB_REQUIRE_POSTGRES=1 $(GO) test -count=1 -timeout 40m ./...
+
+# The real openstack CLI against a real flowlb server.
+compat: build
+	test/compat/openstack-cli.sh bin/flowlb
+
+test: deps lint unit compat
+
+demo: deps build
+	hack/demo.sh bin/flowlb

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what flowlb's tests and demo need on a fresh Debian machine that
+# has only Go, gcc and git. Idempotent: does nothing when all is present.
+set -euo pipefail
+
+packages=(
+	postgresql            # PostgreSQL store tests start a throwaway cluster
+	iproute2 nftables conntrack   # lab, data plane and their debugging
+	python3-openstackclient python3-octaviaclient   # CLI compatibility test
+)
+
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "install-deps: need root to install: ${missing[*]}" >&2
+		exit 1
+	fi
+	echo "install-deps: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get -o DPkg::Lock::Timeout=600 update -qq
+	# policy-rc.d keeps Debian from starting PostgreSQL's default cluster:
+	# tests start their own.
+	apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Go tools pinned in go.mod's tool block are fetched by the module proxy.
+go mod download

@@ -1,0 +1,212 @@
+package lbaas
+
+import (
+	"context"
+	"errors"
+	"sort"
+
+	"github.com/flowlb/flowlb/internal/octavia/fault"
+	"github.com/flowlb/flowlb/internal/store"
+)
+
+// resourceName is the word Octavia uses for a kind in "X <id> not found.".
+var resourceName = map[store.Kind]string{
+	store.KindLoadBalancer:  "Load Balancer",
+	store.KindListener:      "Listener",
+	store.KindPool:          "Pool",
+	store.KindMember:        "Member",
+	store.KindHealthMonitor: "Health Monitor",
+	store.KindL7Policy:      "L7 Policy",
+	store.KindL7Rule:        "L7 Rule",
+}
+
+// notFound is Octavia's 404 for a kind and id.
+func notFound(kind store.Kind, id string) error { return fault.NotFound(resourceName[kind], id) }
+
+// findTree loads the tree holding object (kind, id) in tx.
+func findTree(tx store.ReadTx, kind store.Kind, id string) (*Tree, error) {
+	rec, err := tx.Get(kind, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound(kind, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	lbRec, err := tx.Get(store.KindLoadBalancer, rec.LoadBalancerID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound(kind, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return loadTree(tx, lbRec)
+}
+
+// Tree returns the tree holding object (kind, id), if the caller may see it.
+func (s *Service) Tree(ctx context.Context, kind store.Kind, id string) (*Tree, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var t *Tree
+	err = s.st.View(ctx, func(tx store.ReadTx) error {
+		t, err = findTree(tx, kind, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !visible(c, t.LB.ProjectID) {
+		return nil, notFound(kind, id)
+	}
+	return t, nil
+}
+
+// Trees returns every tree the caller may see (all projects for admins),
+// ordered by creation; list endpoints filter and page over them.
+func (s *Service) Trees(ctx context.Context) ([]*Tree, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f := store.Filter{}
+	if !c.IsAdmin {
+		f.ProjectID = c.ProjectID
+	}
+	var out []*Tree
+	err = s.st.View(ctx, func(tx store.ReadTx) error {
+		lbs, err := tx.List(store.KindLoadBalancer, f)
+		if err != nil {
+			return err
+		}
+		byLB := map[string]*Tree{}
+		for _, r := range lbs {
+			lb, err := decode[LoadBalancer](r)
+			if err != nil {
+				return err
+			}
+			t := &Tree{LB: lb}
+			byLB[lb.ID] = t
+			out = append(out, t)
+		}
+		// Children are listed per kind, not per tree: seven queries in all.
+		ls, err := listKind[Listener](tx, store.KindListener, f, nil)
+		if err != nil {
+			return err
+		}
+		for _, v := range ls {
+			if t := byLB[v.LoadBalancerID]; t != nil {
+				t.Listeners = append(t.Listeners, v)
+			}
+		}
+		ps, err := listKind[Pool](tx, store.KindPool, f, nil)
+		if err != nil {
+			return err
+		}
+		for _, v := range ps {
+			if t := byLB[v.LoadBalancerID]; t != nil {
+				t.Pools = append(t.Pools, v)
+			}
+		}
+		ms, err := listKind(tx, store.KindMember, f, func(m *Member, id string) { m.LoadBalancerID = id })
+		if err != nil {
+			return err
+		}
+		for _, v := range ms {
+			if t := byLB[v.LoadBalancerID]; t != nil {
+				t.Members = append(t.Members, v)
+			}
+		}
+		hs, err := listKind(tx, store.KindHealthMonitor, f, func(m *HealthMonitor, id string) { m.LoadBalancerID = id })
+		if err != nil {
+			return err
+		}
+		for _, v := range hs {
+			if t := byLB[v.LoadBalancerID]; t != nil {
+				t.Monitors = append(t.Monitors, v)
+			}
+		}
+		l7p, err := listKind(tx, store.KindL7Policy, f, func(m *L7Policy, id string) { m.LoadBalancerID = id })
+		if err != nil {
+			return err
+		}
+		for _, v := range l7p {
+			if t := byLB[v.LoadBalancerID]; t != nil {
+				t.L7Policies = append(t.L7Policies, v)
+			}
+		}
+		l7r, err := listKind(tx, store.KindL7Rule, f, func(m *L7Rule, id string) { m.LoadBalancerID = id })
+		if err != nil {
+			return err
+		}
+		for _, v := range l7r {
+			if t := byLB[v.LoadBalancerID]; t != nil {
+				t.L7Rules = append(t.L7Rules, v)
+			}
+		}
+		return nil
+	})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].LB.CreatedAt < out[j].LB.CreatedAt })
+	return out, err
+}
+
+// Member returns the member and whether it belongs to the pool.
+func (t *Tree) Member(id string) *Member {
+	for _, m := range t.Members {
+		if m.ID == id {
+			return m
+		}
+	}
+	return nil
+}
+
+// Monitor returns a health monitor by id.
+func (t *Tree) Monitor(id string) *HealthMonitor {
+	for _, h := range t.Monitors {
+		if h.ID == id {
+			return h
+		}
+	}
+	return nil
+}
+
+// Policy returns an L7 policy by id.
+func (t *Tree) Policy(id string) *L7Policy {
+	for _, p := range t.L7Policies {
+		if p.ID == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// Rule returns an L7 rule by id.
+func (t *Tree) Rule(id string) *L7Rule {
+	for _, r := range t.L7Rules {
+		if r.ID == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// Listener returns a listener by id.
+func (t *Tree) Listener(id string) *Listener { return t.listener(id) }
+
+// Pool returns a pool by id.
+func (t *Tree) Pool(id string) *Pool { return t.pool(id) }
+
+// PoolMembers returns a pool's members in creation order.
+func (t *Tree) PoolMembers(poolID string) []*Member { return t.poolMembers(poolID) }
+
+// PoolMonitor returns a pool's health monitor, or nil.
+func (t *Tree) PoolMonitor(poolID string) *HealthMonitor { return t.poolMonitor(poolID) }
+
+// ListenersOfPool returns the listeners that send traffic to the pool.
+func (t *Tree) ListenersOfPool(poolID string) []*Listener { return t.listenersOfPool(poolID) }
+
+// ListenerPolicies returns a listener's L7 policies by position.
+func (t *Tree) ListenerPolicies(listenerID string) []*L7Policy { return t.listenerPolicies(listenerID) }
+
+// PolicyRules returns an L7 policy's rules.
+func (t *Tree) PolicyRules(policyID string) []*L7Rule { return t.policyRules(policyID) }

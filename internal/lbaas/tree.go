@@ -1,0 +1,309 @@
+package lbaas
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/flowlb/flowlb/internal/octavia/fault"
+	"github.com/flowlb/flowlb/internal/store"
+)
+
+// Tree is one load balancer with every descendant, loaded in one
+// transaction. Mutations go through the tree so that save writes back
+// exactly what changed.
+type Tree struct {
+	LB         *LoadBalancer
+	Listeners  []*Listener
+	Pools      []*Pool
+	Members    []*Member
+	Monitors   []*HealthMonitor
+	L7Policies []*L7Policy
+	L7Rules    []*L7Rule
+
+	dirty   map[string]bool
+	created map[string]bool
+	removed []removal
+}
+
+type removal struct {
+	kind store.Kind
+	id   string
+}
+
+type object interface {
+	kind() store.Kind
+	base() *Base
+	parentID() string
+}
+
+func (o *LoadBalancer) kind() store.Kind  { return store.KindLoadBalancer }
+func (o *Listener) kind() store.Kind      { return store.KindListener }
+func (o *Pool) kind() store.Kind          { return store.KindPool }
+func (o *Member) kind() store.Kind        { return store.KindMember }
+func (o *HealthMonitor) kind() store.Kind { return store.KindHealthMonitor }
+func (o *L7Policy) kind() store.Kind      { return store.KindL7Policy }
+func (o *L7Rule) kind() store.Kind        { return store.KindL7Rule }
+
+func (b *Base) base() *Base { return b }
+
+func (o *LoadBalancer) parentID() string  { return "" }
+func (o *Listener) parentID() string      { return o.LoadBalancerID }
+func (o *Pool) parentID() string          { return o.LoadBalancerID }
+func (o *Member) parentID() string        { return o.PoolID }
+func (o *HealthMonitor) parentID() string { return o.PoolID }
+func (o *L7Policy) parentID() string      { return o.ListenerID }
+func (o *L7Rule) parentID() string        { return o.L7PolicyID }
+
+func decode[T any](rec store.Record) (*T, error) {
+	v := new(T)
+	if err := json.Unmarshal(rec.Data, v); err != nil {
+		return nil, fmt.Errorf("decode %s %s: %w", rec.Kind, rec.ID, err)
+	}
+	return v, nil
+}
+
+func listKind[T any](tx store.ReadTx, kind store.Kind, f store.Filter, lbID func(*T, string)) ([]*T, error) {
+	recs, err := tx.List(kind, f)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", kind, err)
+	}
+	out := make([]*T, 0, len(recs))
+	for _, r := range recs {
+		v, err := decode[T](r)
+		if err != nil {
+			return nil, err
+		}
+		if lbID != nil {
+			lbID(v, r.LoadBalancerID)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// loadTree reads a load balancer and all its descendants.
+func loadTree(tx store.ReadTx, lbRec store.Record) (*Tree, error) {
+	lb, err := decode[LoadBalancer](lbRec)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tree{LB: lb}
+	f := store.Filter{LoadBalancerID: lb.ID}
+	if t.Listeners, err = listKind[Listener](tx, store.KindListener, f, nil); err != nil {
+		return nil, err
+	}
+	if t.Pools, err = listKind[Pool](tx, store.KindPool, f, nil); err != nil {
+		return nil, err
+	}
+	if t.Members, err = listKind(tx, store.KindMember, f, func(m *Member, id string) { m.LoadBalancerID = id }); err != nil {
+		return nil, err
+	}
+	if t.Monitors, err = listKind(tx, store.KindHealthMonitor, f, func(m *HealthMonitor, id string) { m.LoadBalancerID = id }); err != nil {
+		return nil, err
+	}
+	if t.L7Policies, err = listKind(tx, store.KindL7Policy, f, func(m *L7Policy, id string) { m.LoadBalancerID = id }); err != nil {
+		return nil, err
+	}
+	if t.L7Rules, err = listKind(tx, store.KindL7Rule, f, func(m *L7Rule, id string) { m.LoadBalancerID = id }); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Objects returns every object of the tree, the LB first.
+func (t *Tree) objects() []object {
+	out := []object{t.LB}
+	for _, o := range t.Listeners {
+		out = append(out, o)
+	}
+	for _, o := range t.Pools {
+		out = append(out, o)
+	}
+	for _, o := range t.Members {
+		out = append(out, o)
+	}
+	for _, o := range t.Monitors {
+		out = append(out, o)
+	}
+	for _, o := range t.L7Policies {
+		out = append(out, o)
+	}
+	for _, o := range t.L7Rules {
+		out = append(out, o)
+	}
+	return out
+}
+
+func (t *Tree) markDirty(o object) {
+	if t.dirty == nil {
+		t.dirty = map[string]bool{}
+	}
+	t.dirty[o.base().ID] = true
+}
+
+func (t *Tree) add(o object) {
+	if t.created == nil {
+		t.created = map[string]bool{}
+	}
+	t.created[o.base().ID] = true
+	switch v := o.(type) {
+	case *Listener:
+		t.Listeners = append(t.Listeners, v)
+	case *Pool:
+		t.Pools = append(t.Pools, v)
+	case *Member:
+		t.Members = append(t.Members, v)
+	case *HealthMonitor:
+		t.Monitors = append(t.Monitors, v)
+	case *L7Policy:
+		t.L7Policies = append(t.L7Policies, v)
+	case *L7Rule:
+		t.L7Rules = append(t.L7Rules, v)
+	}
+}
+
+// remove drops o from the tree and the store at save.
+func (t *Tree) remove(o object) {
+	id := o.base().ID
+	t.removed = append(t.removed, removal{o.kind(), id})
+	drop := func(b *Base) bool { return b.ID == id }
+	t.Listeners = slices.DeleteFunc(t.Listeners, func(v *Listener) bool { return drop(&v.Base) })
+	t.Pools = slices.DeleteFunc(t.Pools, func(v *Pool) bool { return drop(&v.Base) })
+	t.Members = slices.DeleteFunc(t.Members, func(v *Member) bool { return drop(&v.Base) })
+	t.Monitors = slices.DeleteFunc(t.Monitors, func(v *HealthMonitor) bool { return drop(&v.Base) })
+	t.L7Policies = slices.DeleteFunc(t.L7Policies, func(v *L7Policy) bool { return drop(&v.Base) })
+	t.L7Rules = slices.DeleteFunc(t.L7Rules, func(v *L7Rule) bool { return drop(&v.Base) })
+	delete(t.dirty, id)
+	delete(t.created, id)
+}
+
+// save writes created, changed and removed objects and marks the tree as
+// touched so the fan-out sees the revision.
+func (t *Tree) save(tx store.Tx) error {
+	for _, o := range t.objects() {
+		id := o.base().ID
+		if !t.created[id] && !t.dirty[id] {
+			continue
+		}
+		data, err := json.Marshal(o)
+		if err != nil {
+			return fmt.Errorf("encode %s %s: %w", o.kind(), id, err)
+		}
+		rec := store.Record{Kind: o.kind(), ID: id, ProjectID: o.base().ProjectID, LoadBalancerID: t.LB.ID, ParentID: o.parentID(), Data: data}
+		if t.created[id] {
+			err = tx.Insert(rec)
+		} else {
+			err = tx.Update(rec)
+		}
+		if err != nil {
+			return fmt.Errorf("save %s %s: %w", o.kind(), id, err)
+		}
+	}
+	for _, r := range t.removed {
+		if err := tx.Delete(r.kind, r.id); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("delete %s %s: %w", r.kind, r.id, err)
+		}
+	}
+	tx.Touch(t.LB.ID)
+	t.dirty, t.created, t.removed = nil, nil, nil
+	return nil
+}
+
+// setStatus changes an object's provisioning status and marks it dirty.
+func (t *Tree) setStatus(o object, status string) {
+	if o.base().ProvisioningStatus != status {
+		o.base().ProvisioningStatus = status
+		t.markDirty(o)
+	}
+}
+
+func (t *Tree) listener(id string) *Listener {
+	for _, l := range t.Listeners {
+		if l.ID == id {
+			return l
+		}
+	}
+	return nil
+}
+
+func (t *Tree) pool(id string) *Pool {
+	for _, p := range t.Pools {
+		if p.ID == id {
+			return p
+		}
+	}
+	return nil
+}
+
+func (t *Tree) poolMembers(poolID string) []*Member {
+	var out []*Member
+	for _, m := range t.Members {
+		if m.PoolID == poolID {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (t *Tree) poolMonitor(poolID string) *HealthMonitor {
+	for _, h := range t.Monitors {
+		if h.PoolID == poolID {
+			return h
+		}
+	}
+	return nil
+}
+
+// listenersOfPool are the listeners using the pool as default pool or as
+// an L7 redirect target.
+func (t *Tree) listenersOfPool(poolID string) []*Listener {
+	var out []*Listener
+	for _, l := range t.Listeners {
+		if l.DefaultPoolID != nil && *l.DefaultPoolID == poolID {
+			out = append(out, l)
+			continue
+		}
+		for _, p := range t.L7Policies {
+			if p.ListenerID == l.ID && p.RedirectPoolID != nil && *p.RedirectPoolID == poolID {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (t *Tree) policyRules(policyID string) []*L7Rule {
+	var out []*L7Rule
+	for _, r := range t.L7Rules {
+		if r.L7PolicyID == policyID {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (t *Tree) listenerPolicies(listenerID string) []*L7Policy {
+	var out []*L7Policy
+	for _, p := range t.L7Policies {
+		if p.ListenerID == listenerID {
+			out = append(out, p)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *L7Policy) int { return a.Position - b.Position })
+	return out
+}
+
+// hasChildren reports whether the LB has any listener or pool.
+func (t *Tree) hasChildren() bool { return len(t.Listeners)+len(t.Pools) > 0 }
+
+// immutable is Octavia's 409 for a child change while the LB is busy.
+func immutable(lbID string) error {
+	return fault.Conflict("Load Balancer %s is immutable and cannot be updated.", lbID)
+}
+
+func invalidState(status, resource, id string) error {
+	return fault.Conflict("Invalid state %s of %s resource %s", status, resource, id)
+}

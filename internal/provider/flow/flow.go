@@ -1,0 +1,122 @@
+// Package flow is the "flow" provider: load balancers realized as kernel
+// flows on every node. It refuses, with Octavia's 501, everything a
+// connection-level (L4) flow data plane cannot do, so clients and
+// octavia-tempest-plugin see an honest "not supported" instead of a
+// silently ignored option.
+package flow
+
+import (
+	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/octavia/fault"
+)
+
+// Name is the provider's name in the API.
+const Name = "flow"
+
+// Realizer makes a committed revision real on the nodes and reports back.
+// Until agents exist, Immediate completes every change at once.
+type Realizer interface {
+	Realize(lbID string, rev int64, done func(error))
+}
+
+// Immediate completes every change as soon as it is committed.
+type Immediate struct{}
+
+// Realize reports success asynchronously, as a real provider would.
+func (Immediate) Realize(_ string, _ int64, done func(error)) { go done(nil) }
+
+// Provider is the flow provider.
+type Provider struct {
+	Realizer Realizer
+}
+
+// New returns the flow provider realizing changes through r.
+func New(r Realizer) *Provider { return &Provider{Realizer: r} }
+
+func (p *Provider) Name() string { return Name }
+
+func (p *Provider) Description() string {
+	return "flowlb distributed L4 load balancing as kernel flows on every node"
+}
+
+func (p *Provider) Realize(lbID string, rev int64, done func(error)) {
+	p.Realizer.Realize(lbID, rev, done)
+}
+
+// l4Protocols are the listener and pool protocols flows can carry.
+var l4Protocols = map[string]bool{"TCP": true, "UDP": true, "SCTP": true}
+
+// algorithms are the pool algorithms the data plane implements.
+var algorithms = map[string]bool{"ROUND_ROBIN": true, "SOURCE_IP": true, "SOURCE_IP_PORT": true}
+
+// monitorTypes are the health monitor types the agents can probe; SCTP has
+// no socket support in the kernels flowlb targets.
+var monitorTypes = map[string]bool{"TCP": true, "HTTP": true, "HTTPS": true, "TLS-HELLO": true, "UDP-CONNECT": true, "PING": true}
+
+func refuse(format string, args ...any) error {
+	return fault.NotImplemented(Name, format, args...)
+}
+
+// Check refuses what a flow data plane cannot serve.
+func (p *Provider) Check(t *lbaas.Tree) error {
+	if q := t.LB.VIPQoSPolicyID; q != nil && *q != "" {
+		return refuse("VIP QoS policies are not supported.")
+	}
+	if len(t.LB.VIPSGIDs) > 0 {
+		return refuse("VIP security groups are not supported.")
+	}
+	for _, l := range t.Listeners {
+		if !l4Protocols[l.Protocol] {
+			return refuse("%s protocol listeners are not supported; use TCP, UDP or SCTP.", l.Protocol)
+		}
+		if l.DefaultTLSContainerRef != nil || len(l.SNIContainerRefs) > 0 || l.ClientCATLSContainerRef != nil {
+			return refuse("TLS termination is not supported.")
+		}
+		if len(l.InsertHeaders) > 0 {
+			return refuse("insert_headers is not supported.")
+		}
+	}
+	if len(t.L7Policies) > 0 {
+		return refuse("L7 policies are not supported.")
+	}
+	for _, pool := range t.Pools {
+		if !l4Protocols[pool.Protocol] {
+			return refuse("%s protocol pools are not supported; use TCP, UDP or SCTP.", pool.Protocol)
+		}
+		if !algorithms[pool.LBAlgorithm] {
+			return refuse("%s algorithm is not supported.", pool.LBAlgorithm)
+		}
+		if sp := pool.SessionPersistence; sp != nil && sp.Type != "SOURCE_IP" {
+			return refuse("%s session persistence is not supported; only SOURCE_IP is.", sp.Type)
+		}
+		if pool.TLSEnabled || pool.TLSContainerRef != nil || pool.CATLSContainerRef != nil {
+			return refuse("TLS to members is not supported.")
+		}
+		if hm := t.PoolMonitor(pool.ID); hm != nil && !monitorTypes[hm.Type] {
+			return refuse("%s health monitors are not supported.", hm.Type)
+		}
+		for _, l := range t.ListenersOfPool(pool.ID) {
+			if l.Protocol != pool.Protocol {
+				return refuse("a %s listener with a %s pool is not supported; the protocols must match.", l.Protocol, pool.Protocol)
+			}
+		}
+	}
+	return nil
+}
+
+func (p *Provider) FlavorCapabilities() []lbaas.Capability { return nil }
+
+func (p *Provider) AZCapabilities() []lbaas.Capability { return nil }
+
+// CheckFlavor accepts only an empty flavor: the provider has no options yet.
+func (p *Provider) CheckFlavor(data map[string]any) error { return noOptions(data) }
+
+// CheckAZ accepts only empty AZ data.
+func (p *Provider) CheckAZ(data map[string]any) error { return noOptions(data) }
+
+func noOptions(data map[string]any) error {
+	for k := range data {
+		return refuse("%s is not a supported option.", k)
+	}
+	return nil
+}
