@@ -1,0 +1,9 @@
+package compat
+
+import "sync"
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
