@@ -1,0 +1,263 @@
+package octavia
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/identity"
+	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/provider/flow"
+	"github.com/flowlb/flowlb/internal/store"
+	"github.com/flowlb/flowlb/internal/store/memstore"
+)
+
+type fakeVIPs struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (f *fakeVIPs) Allocate(_ store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	return lbaas.VIP{Address: fmt.Sprintf("198.19.0.%d", f.n), PortID: fmt.Sprintf("00000000-0000-0000-0000-%012d", f.n), SubnetID: r.SubnetID, NetworkID: "net", Owned: true}, nil
+}
+
+func (f *fakeVIPs) Release(store.Tx, string) error { return nil }
+
+type api struct {
+	t   *testing.T
+	srv *httptest.Server
+}
+
+// heldRealizer completes changes only when release is called.
+type heldRealizer struct {
+	mu    sync.Mutex
+	queue []func(error)
+}
+
+func (h *heldRealizer) Realize(_ string, _ int64, done func(error)) {
+	h.mu.Lock()
+	h.queue = append(h.queue, done)
+	h.mu.Unlock()
+}
+
+func (h *heldRealizer) release() {
+	h.mu.Lock()
+	q := h.queue
+	h.queue = nil
+	h.mu.Unlock()
+	for _, d := range q {
+		d(nil)
+	}
+}
+
+func newAPI(t *testing.T) *api { return newAPIWith(t, flow.Immediate{}) }
+
+func newAPIWith(t *testing.T, r flow.Realizer) *api {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	svc, err := lbaas.New(memstore.New(), &fakeVIPs{}, []lbaas.Provider{flow.New(r)}, lbaas.Config{DefaultProvider: flow.Name}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(identity.NoAuth("p-default", New(svc, nil, log, Config{})))
+	t.Cleanup(srv.Close)
+	return &api{t: t, srv: srv}
+}
+
+// do sends a request and decodes a JSON answer (nil for empty bodies).
+func (a *api) do(method, path string, body any) (int, map[string]any) {
+	a.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, a.srv.URL+path, rd)
+	req.Header.Set("X-Project-Id", "p1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return resp.StatusCode, nil
+	}
+	out := map[string]any{}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		a.t.Fatalf("%s %s: %d non-JSON body %q", method, path, resp.StatusCode, raw)
+	}
+	return resp.StatusCode, out
+}
+
+func (a *api) waitActive(lbID string) map[string]any {
+	a.t.Helper()
+	for i := 0; i < 500; i++ {
+		code, body := a.do("GET", "/v2/lbaas/loadbalancers/"+lbID, nil)
+		if code == 200 && body["loadbalancer"].(map[string]any)["provisioning_status"] == "ACTIVE" {
+			return body["loadbalancer"].(map[string]any)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	a.t.Fatalf("LB %s not ACTIVE", lbID)
+	return nil
+}
+
+func TestVersionDiscovery(t *testing.T) {
+	a := newAPI(t)
+	for _, p := range []string{"/", "/v2", "/v2.0/"} {
+		code, body := a.do("GET", p, nil)
+		if code != 200 {
+			t.Fatalf("GET %s: %d", p, code)
+		}
+		vs := body["versions"].([]any)
+		last := vs[len(vs)-1].(map[string]any)
+		if last["status"] != "CURRENT" || last["id"] != APIVersion || vs[0].(map[string]any)["id"] != "v2.0" {
+			t.Errorf("GET %s: versions end with %v", p, last)
+		}
+	}
+}
+
+func TestRouteVariantsReachTheSameTree(t *testing.T) {
+	a := newAPI(t)
+	code, body := a.do("POST", "/v2.0/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{"name": "a", "vip_subnet_id": "s"}})
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, body)
+	}
+	id := body["loadbalancer"].(map[string]any)["id"].(string)
+	a.waitActive(id)
+	for _, p := range []string{"/v2/lbaas/loadbalancers/", "/v2.0/loadbalancers/", "/v2/loadbalancers/"} {
+		if code, _ := a.do("GET", p+id, nil); code != 200 {
+			t.Errorf("GET %s%s: %d", p, id, code)
+		}
+	}
+	code, body = a.do("GET", "/v2/lbaas/loadbalancers.json", nil)
+	if code != 200 || len(body["loadbalancers"].([]any)) != 1 {
+		t.Errorf("GET .json list: %d %v", code, body)
+	}
+}
+
+func TestCodesAndShapes(t *testing.T) {
+	a := newAPI(t)
+	code, body := a.do("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
+		"name": "full", "vip_subnet_id": "s",
+		"listeners": []any{map[string]any{"name": "l", "protocol": "TCP", "protocol_port": 80, "default_pool": map[string]any{"name": "p"}}},
+		"pools": []any{map[string]any{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN",
+			"members":       []any{map[string]any{"address": "198.18.17.2", "protocol_port": 80}},
+			"healthmonitor": map[string]any{"type": "TCP", "delay": 5, "timeout": 3, "max_retries": 3}}},
+	}})
+	if code != 201 {
+		t.Fatalf("full create: %d %v", code, body)
+	}
+	lb := body["loadbalancer"].(map[string]any)
+	id := lb["id"].(string)
+	pools := lb["pools"].([]any)
+	pool := pools[0].(map[string]any)
+	if lb["tenant_id"] != "p1" || lb["project_id"] != "p1" {
+		t.Errorf("project/tenant echo: %v %v", lb["project_id"], lb["tenant_id"])
+	}
+	if _, ok := pool["members"].([]any)[0].(map[string]any)["address"]; !ok {
+		t.Errorf("full create response does not inline members: %v", pool["members"])
+	}
+	if _, leaked := lb["x_owns_vip_port"]; leaked {
+		t.Error("internal key leaked into the response")
+	}
+	ts, _ := lb["created_at"].(string)
+	if _, err := time.Parse(lbaas.TimeFormat, ts); err != nil || strings.HasSuffix(ts, "Z") {
+		t.Errorf("created_at %q not in Octavia's format", ts)
+	}
+	if lb["updated_at"] != nil {
+		t.Errorf("updated_at %v before any update", lb["updated_at"])
+	}
+	a.waitActive(id)
+
+	code, body = a.do("GET", "/v2/lbaas/loadbalancers/"+id+"/status", nil)
+	st := body["statuses"].(map[string]any)["loadbalancer"].(map[string]any)
+	sp := st["listeners"].([]any)[0].(map[string]any)["pools"].([]any)[0].(map[string]any)
+	if code != 200 || sp["health_monitor"] == nil || sp["healthmonitor"] != nil {
+		t.Errorf("status tree: %d %v", code, sp)
+	}
+
+	for _, tc := range []struct {
+		method, path string
+		body         any
+		code         int
+		fault        string
+	}{
+		{"PUT", "/v2/lbaas/loadbalancers/" + id, map[string]any{"loadbalancer": map[string]any{"name": "renamed"}}, 200, ""},
+		{"GET", "/v2/lbaas/loadbalancers/" + id + "/stats", nil, 200, ""},
+		{"PUT", "/v2/lbaas/loadbalancers/" + id + "/failover", nil, 501, "does not support a requested action"},
+		{"GET", "/v2/lbaas/loadbalancers/00000000-0000-0000-0000-000000000000", nil, 404, "Load Balancer 00000000-0000-0000-0000-000000000000 not found."},
+		{"PATCH", "/v2/lbaas/loadbalancers/" + id, nil, 405, ""},
+		{"GET", "/v2/lbaas/nothing", nil, 404, ""},
+		{"GET", "/v2/lbaas/providers", nil, 200, ""},
+		{"GET", "/v2/lbaas/quotas/p1", nil, 200, ""},
+		{"GET", "/v2/octavia/amphorae", nil, 200, ""},
+	} {
+		code, body := a.do(tc.method, tc.path, tc.body)
+		if code != tc.code {
+			t.Errorf("%s %s: %d %v, want %d", tc.method, tc.path, code, body, tc.code)
+			continue
+		}
+		if tc.fault != "" && (body["faultcode"] == nil || !strings.Contains(fmt.Sprint(body["faultstring"]), tc.fault)) {
+			t.Errorf("%s %s: fault %v, want %q", tc.method, tc.path, body, tc.fault)
+		}
+	}
+	a.waitActive(id)
+	if code, _ := a.do("DELETE", "/v2/lbaas/loadbalancers/"+id, nil); code != 400 {
+		t.Errorf("delete with children without cascade: %d, want 400", code)
+	}
+	if code, _ := a.do("DELETE", "/v2/lbaas/loadbalancers/"+id+"?cascade=true", nil); code != 204 {
+		t.Errorf("cascade delete: %d, want 204", code)
+	}
+}
+
+func TestQuotaBothSpellings(t *testing.T) {
+	a := newAPI(t)
+	code, body := a.do("PUT", "/v2/lbaas/quotas/p9", map[string]any{"quota": map[string]any{"loadbalancer": 5, "health_monitor": 7}})
+	if code != 202 {
+		t.Fatalf("quota PUT: %d %v", code, body)
+	}
+	code, body = a.do("GET", "/v2.0/quotas/p9", nil)
+	q := body["quota"].(map[string]any)
+	if code != 200 || q["load_balancer"] != 5.0 || q["loadbalancer"] != 5.0 || q["healthmonitor"] != 7.0 || q["listener"] != -1.0 {
+		t.Errorf("quota GET: %d %v", code, q)
+	}
+	if code, _ := a.do("DELETE", "/v2/lbaas/quotas/p9", nil); code != 202 {
+		t.Errorf("quota DELETE: %d", code)
+	}
+}
+
+func TestPendingLoadBalancerRefusesChanges(t *testing.T) {
+	held := &heldRealizer{}
+	a := newAPIWith(t, held)
+	_, body := a.do("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{"vip_subnet_id": "s"}})
+	id := body["loadbalancer"].(map[string]any)["id"].(string)
+	for _, tc := range []struct {
+		method, path string
+		body         any
+		fault        string
+	}{
+		{"PUT", "/v2/lbaas/loadbalancers/" + id, map[string]any{"loadbalancer": map[string]any{"name": "x"}}, "Invalid state PENDING_CREATE of loadbalancer resource " + id},
+		{"POST", "/v2/lbaas/listeners", map[string]any{"listener": map[string]any{"loadbalancer_id": id, "protocol": "TCP", "protocol_port": 80}}, "Load Balancer " + id + " is immutable and cannot be updated."},
+		{"DELETE", "/v2/lbaas/loadbalancers/" + id, nil, "Invalid state PENDING_CREATE of loadbalancer resource " + id},
+	} {
+		code, body := a.do(tc.method, tc.path, tc.body)
+		if code != 409 || body["faultstring"] != tc.fault {
+			t.Errorf("%s %s: %d %v, want 409 %q", tc.method, tc.path, code, body, tc.fault)
+		}
+	}
+	held.release()
+	a.waitActive(id)
+}
