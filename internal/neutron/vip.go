@@ -1,0 +1,254 @@
+package neutron
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+
+	"github.com/flowlb/flowlb/internal/octavia/fault"
+	"github.com/flowlb/flowlb/internal/store"
+)
+
+// VIPRequest asks for a load balancer's address. One of PortID, SubnetID or
+// NetworkID must be set; Address optionally asks for a specific address.
+// ProjectID is the load balancer's project: it may use its own networks and
+// shared or external ones; empty skips that check.
+type VIPRequest struct{ ProjectID, LoadBalancerID, SubnetID, NetworkID, PortID, Address string }
+
+// VIP is an allocated load balancer address and the port that holds it.
+type VIP struct{ Address, PortID, SubnetID, NetworkID string }
+
+// AllocateVIP gives a load balancer its address inside the caller's
+// transaction:
+//   - PortID: the existing port's fixed IP (the one on SubnetID or equal to
+//     Address, if given, else the first); the port must not be bound to a
+//     device. The port is bound to the load balancer, not copied.
+//   - SubnetID: a new port with Address, or the next free pool address.
+//   - NetworkID only: a new port on the subnet containing Address, or on the
+//     first subnet of the network with a free address.
+//
+// Errors are *fault.Error in Octavia's wording.
+func AllocateVIP(tx store.Tx, r VIPRequest) (VIP, error) {
+	var addr netip.Addr
+	if r.Address != "" {
+		var err error
+		if addr, err = netip.ParseAddr(r.Address); err != nil {
+			return VIP{}, fault.BadRequest("The IP Address %s is invalid.", r.Address)
+		}
+		addr = addr.Unmap()
+	}
+	if r.PortID != "" {
+		return bindPort(tx, r, addr)
+	}
+
+	var net Network
+	var m *ipam
+	a := newAllocator(tx)
+	switch {
+	case r.SubnetID != "":
+		var err error
+		if m, err = a.subnet(r.SubnetID); err != nil {
+			return VIP{}, octaviaErr(err, "Subnet", r.SubnetID)
+		}
+		if net, err = getNetwork(tx, m.doc.NetworkID); err != nil {
+			return VIP{}, octaviaErr(err, "Subnet", r.SubnetID)
+		}
+		if !usable(net, m.doc.ProjectID, r.ProjectID) || (r.NetworkID != "" && r.NetworkID != net.ID) {
+			return VIP{}, fault.BadRequest("Subnet %s not found.", r.SubnetID)
+		}
+	default:
+		var err error
+		if net, err = getNetwork(tx, r.NetworkID); err != nil {
+			return VIP{}, octaviaErr(err, "Network", r.NetworkID)
+		}
+		if !usable(net, net.ProjectID, r.ProjectID) {
+			return VIP{}, fault.BadRequest("Network %s not found.", r.NetworkID)
+		}
+		if len(net.Subnets) == 0 {
+			return VIP{}, fault.Validation("Supplied network does not contain a subnet.")
+		}
+		if addr.IsValid() {
+			m, err = a.containing(net, addr)
+			var ae *apiError
+			if errors.As(err, &ae) && ae.Type == "InvalidIpForNetwork" {
+				return VIP{}, fault.Validation("Supplied network does not contain a subnet for VIP address specified.")
+			}
+		} else {
+			m, err = a.firstFree(net, 0)
+		}
+		if err != nil {
+			return VIP{}, octaviaErr(err, "Network", r.NetworkID)
+		}
+	}
+
+	fixed := []FixedIP{{SubnetID: m.doc.ID}}
+	if addr.IsValid() {
+		fixed[0].IPAddress = addr.String()
+	}
+	p, err := createPort(tx, a, net, Port{
+		Name:         "octavia-lb-" + r.LoadBalancerID,
+		DeviceOwner:  DeviceOwnerLB,
+		DeviceID:     r.LoadBalancerID,
+		ProjectID:    r.ProjectID,
+		AdminStateUp: true,
+	}, fixed, true, r.LoadBalancerID)
+	if err != nil {
+		return VIP{}, octaviaErr(err, "Subnet", m.doc.ID)
+	}
+	return VIP{Address: p.FixedIPs[0].IPAddress, PortID: p.ID, SubnetID: p.FixedIPs[0].SubnetID, NetworkID: net.ID}, nil
+}
+
+// bindPort lends a user's port to a load balancer.
+func bindPort(tx store.Tx, r VIPRequest, addr netip.Addr) (VIP, error) {
+	d, err := getPortDoc(tx, r.PortID)
+	if err != nil {
+		return VIP{}, octaviaErr(err, "Port", r.PortID)
+	}
+	if r.ProjectID != "" && d.ProjectID != r.ProjectID {
+		return VIP{}, fault.BadRequest("Port %s not found.", r.PortID)
+	}
+	if d.DeviceID != "" {
+		return VIP{}, fault.Validation("Port %s is already used by device %s", d.ID, d.DeviceID)
+	}
+	if r.NetworkID != "" && r.NetworkID != d.NetworkID {
+		return VIP{}, fault.Validation("Port %s is not on network %s.", d.ID, r.NetworkID)
+	}
+	var ip *FixedIP
+	for i, f := range d.FixedIPs {
+		if (r.SubnetID == "" || f.SubnetID == r.SubnetID) && (!addr.IsValid() || f.IPAddress == addr.String()) {
+			ip = &d.FixedIPs[i]
+			break
+		}
+	}
+	if ip == nil {
+		return VIP{}, fault.Validation("Port %s has no fixed IP matching the requested VIP subnet or address.", d.ID)
+	}
+	d.PrevDeviceOwner = d.DeviceOwner
+	d.DeviceOwner = DeviceOwnerLB
+	d.DeviceID = r.LoadBalancerID
+	d.RevisionNumber++
+	d.UpdatedAt = now()
+	if err := putPort(tx, d, false); err != nil {
+		return VIP{}, fmt.Errorf("bind port %s: %w", d.ID, err)
+	}
+	return VIP{Address: ip.IPAddress, PortID: d.ID, SubnetID: ip.SubnetID, NetworkID: d.NetworkID}, nil
+}
+
+// usable reports whether project may put a port on a network (or its
+// subnet, owned by owner). An empty project is the system and may.
+func usable(net Network, owner, project string) bool {
+	return project == "" || owner == project || net.ProjectID == project || net.Shared || net.RouterExternal
+}
+
+// octaviaErr turns a Neutron-level error into Octavia's wording: a missing
+// object is Octavia's InvalidSubresource (400), an address conflict its
+// VIPAddressConflict (409); other API errors keep their status and message.
+func octaviaErr(err error, resource, id string) error {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	switch ae.Type {
+	case "NetworkNotFound", "SubnetNotFound", "PortNotFound":
+		return fault.BadRequest("%s %s not found.", resource, id)
+	case "IpAddressAlreadyAllocated":
+		return fault.Conflict("The VIP IP address is already in use: %s", ae.Message)
+	case "InvalidIpForSubnet":
+		return fault.Validation("%s", ae.Message)
+	}
+	return fault.New(ae.Status, "%s", ae.Message)
+}
+
+// ReleaseVIP undoes AllocateVIP: a port created for the load balancer is
+// deleted and its address freed; a user's port is unbound and kept. A port
+// that no longer exists is not an error, so a release can be retried.
+func ReleaseVIP(tx store.Tx, portID string) error {
+	d, err := getPortDoc(tx, portID)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if d.CreatedFor != "" {
+		return deletePort(tx, d)
+	}
+	if d.DeviceOwner != DeviceOwnerLB {
+		return nil // not bound by us
+	}
+	d.DeviceOwner, d.PrevDeviceOwner = d.PrevDeviceOwner, ""
+	d.DeviceID = ""
+	d.RevisionNumber++
+	d.UpdatedAt = now()
+	return putPort(tx, d, false)
+}
+
+// GetSubnet returns a subnet, or Octavia's 400 "Subnet <id> not found.".
+func GetSubnet(tx store.ReadTx, id string) (Subnet, error) {
+	d, err := getSubnetDoc(tx, id, false)
+	if err != nil {
+		return Subnet{}, octaviaErr(err, "Subnet", id)
+	}
+	return d.Subnet, nil
+}
+
+// EnsureDefault makes sure an admin-owned shared network called name with
+// a subnet of cidr exists, creating what is missing, and returns both. It is
+// idempotent, so the server calls it at every start; calling it with another
+// name makes a second network (e.g. for external VIPs).
+func EnsureDefault(ctx context.Context, s store.Store, name, cidr string) (Network, Subnet, error) {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return Network{}, Subnet{}, fmt.Errorf("VIP CIDR %q: %w", cidr, err)
+	}
+	p = p.Masked()
+	var net Network
+	var sub Subnet
+	_, err = s.Update(ctx, func(tx store.Tx) error {
+		net, sub = Network{}, Subnet{}
+		recs, err := tx.List(store.KindNetwork, store.Filter{ProjectID: AdminProject})
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, rec := range recs {
+			n, err := getNetwork(tx, rec.ID)
+			if err != nil {
+				return err
+			}
+			if n.Name == name {
+				net, found = n, true
+				break
+			}
+		}
+		if !found {
+			if net, err = createNetwork(tx, Network{Name: name, ProjectID: AdminProject, AdminStateUp: true, Shared: true,
+				Description: "flowlb VIP network", PortSecurityEnabled: true}); err != nil {
+				return err
+			}
+		}
+		for _, sid := range net.Subnets {
+			d, err := getSubnetDoc(tx, sid, false)
+			if err != nil {
+				return err
+			}
+			if d.CIDR == p.String() {
+				sub = d.Subnet
+				return nil
+			}
+		}
+		sub, err = createSubnet(tx, subnetSpec{Subnet: Subnet{Name: name + "-subnet", NetworkID: net.ID, CIDR: p.String(), ProjectID: AdminProject}})
+		if err != nil {
+			return fmt.Errorf("network %s (%s): %w", name, net.ID, err)
+		}
+		net, err = getNetwork(tx, net.ID)
+		return err
+	})
+	if err != nil {
+		return Network{}, Subnet{}, fmt.Errorf("ensure VIP network %s %s: %w", name, cidr, err)
+	}
+	return net, sub, nil
+}
