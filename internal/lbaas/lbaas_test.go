@@ -15,6 +15,7 @@ import (
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 	"github.com/flowlb/flowlb/internal/store"
+	"github.com/flowlb/flowlb/internal/store/memstore"
 )
 
 // manualProvider completes changes only when the test says so, to observe
@@ -96,9 +97,8 @@ type env struct {
 	st   store.Store
 }
 
-func newEnv(t *testing.T, auto bool) *env {
+func newEnv(t *testing.T, auto bool, st store.Store) *env {
 	t.Helper()
-	st := newStore(t)
 	prov := &manualProvider{auto: auto}
 	vips := &fakeVIPs{}
 	svc, err := New(st, vips, []Provider{prov}, Config{DefaultProvider: "fake"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -164,8 +164,10 @@ func fullLB() map[string]any {
 	})
 }
 
-func TestLockingStateMachine(t *testing.T) {
-	e := newEnv(t, false)
+func TestLockingStateMachine(t *testing.T) { eachEngine(t, testLockingStateMachine) }
+
+func testLockingStateMachine(t *testing.T, st store.Store) {
+	e := newEnv(t, false, st)
 	tree, err := e.svc.CreateLoadBalancer(e.ctx, fullLB())
 	if err != nil {
 		t.Fatal(err)
@@ -252,8 +254,10 @@ func TestLockingStateMachine(t *testing.T) {
 	}
 }
 
-func TestProviderErrorMarksError(t *testing.T) {
-	e := newEnv(t, false)
+func TestProviderErrorMarksError(t *testing.T) { eachEngine(t, testProviderErrorMarksError) }
+
+func testProviderErrorMarksError(t *testing.T, st store.Store) {
+	e := newEnv(t, false, st)
 	tree, err := e.svc.CreateLoadBalancer(e.ctx, lbAttrs(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +301,7 @@ func TestValidationChangesNothing(t *testing.T) {
 		{"loopback member", lbAttrs(map[string]any{"pools": []any{map[string]any{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "members": []any{map[string]any{"address": "127.0.0.1", "protocol_port": int64(80)}}}}}), 400, "reserved"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, true)
+			e := newEnv(t, true, memstore.New())
 			_, err := e.svc.CreateLoadBalancer(e.ctx, tc.attrs)
 			wantFault(t, err, tc.status, tc.msg)
 			rev, err := e.st.Revision(e.ctx)
@@ -311,8 +315,10 @@ func TestValidationChangesNothing(t *testing.T) {
 	}
 }
 
-func TestBatchMembers(t *testing.T) {
-	e := newEnv(t, true)
+func TestBatchMembers(t *testing.T) { eachEngine(t, testBatchMembers) }
+
+func testBatchMembers(t *testing.T, st store.Store) {
+	e := newEnv(t, true, st)
 	tree, err := e.svc.CreateLoadBalancer(e.ctx, fullLB())
 	if err != nil {
 		t.Fatal(err)
@@ -377,8 +383,10 @@ func (e *env) waitActive(lbID string) {
 	e.t.Fatalf("LB %s not ACTIVE", lbID)
 }
 
-func TestQuota(t *testing.T) {
-	e := newEnv(t, true)
+func TestQuota(t *testing.T) { eachEngine(t, testQuota) }
+
+func testQuota(t *testing.T, st store.Store) {
+	e := newEnv(t, true, st)
 	one := 1
 	if _, err := e.svc.SetQuota(e.ctx, "p1", Quota{LoadBalancer: &one}); err != nil {
 		t.Fatal(err)
@@ -405,8 +413,10 @@ func TestQuota(t *testing.T) {
 	}
 }
 
-func TestProjectIsolation(t *testing.T) {
-	e := newEnv(t, true)
+func TestProjectIsolation(t *testing.T) { eachEngine(t, testProjectIsolation) }
+
+func testProjectIsolation(t *testing.T, st store.Store) {
+	e := newEnv(t, true, st)
 	p1 := identity.WithCaller(context.Background(), identity.Caller{ProjectID: "p1"})
 	p2 := identity.WithCaller(context.Background(), identity.Caller{ProjectID: "p2"})
 	tree, err := e.svc.CreateLoadBalancer(p1, lbAttrs(nil))
@@ -425,8 +435,10 @@ func TestProjectIsolation(t *testing.T) {
 	wantFault(t, err, 403, "Policy does not allow")
 }
 
-func TestRefusalByProviderStoresNothing(t *testing.T) {
-	e := newEnv(t, true)
+func TestRefusalByProviderStoresNothing(t *testing.T) { eachEngine(t, testRefusalByProviderStoresNothing) }
+
+func testRefusalByProviderStoresNothing(t *testing.T, st store.Store) {
+	e := newEnv(t, true, st)
 	e.prov.refuse = func(t *Tree) error {
 		for _, p := range t.Pools {
 			if p.LBAlgorithm == "LEAST_CONNECTIONS" {

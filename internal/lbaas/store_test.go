@@ -5,9 +5,15 @@ import (
 
 	"github.com/flowlb/flowlb/internal/store"
 	"github.com/flowlb/flowlb/internal/store/memstore"
+	"github.com/flowlb/flowlb/internal/store/storetest"
 )
 
-func newStore(t *testing.T) store.Store {
-	t.Helper()
-	return memstore.New()
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+// eachEngine runs fn on the in-memory store and on every SQL engine.
+func eachEngine(t *testing.T, fn func(t *testing.T, st store.Store)) {
+	t.Run("memory", func(t *testing.T) { fn(t, memstore.New()) })
+	for _, e := range storetest.Engines(t) {
+		t.Run(e.Name, func(t *testing.T) { fn(t, e.Store) })
+	}
 }

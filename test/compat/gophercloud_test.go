@@ -30,7 +30,7 @@ func client(endpoint, project string) *gophercloud.ServiceClient {
 
 func vipSubnet(t *testing.T, endpoint string) string {
 	t.Helper()
-	resp, err := http.Get(endpoint + "/v2.0/subnets?name=flowlb-vip")
+	resp, err := http.Get(endpoint + "/v2.0/subnets?name=flowlb-vip-subnet")
 	if err != nil {
 		t.Fatal(err)
 	}

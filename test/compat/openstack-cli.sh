@@ -14,7 +14,7 @@ start_server "$bin"
 os() { /usr/bin/openstack --os-auth-type none --os-endpoint "$FLOWLB_ENDPOINT" "$@"; }
 step() { printf '\n== %s\n' "$*"; }
 
-subnet=$(curl -sf "$FLOWLB_ENDPOINT/v2.0/subnets?name=flowlb-vip" | json_get 'd["subnets"][0]["id"]')
+subnet=$(curl -sf "$FLOWLB_ENDPOINT/v2.0/subnets?name=flowlb-vip-subnet" | json_get 'd["subnets"][0]["id"]')
 
 step "create a load balancer on subnet $subnet"
 os loadbalancer create --name cli-lb --vip-subnet-id "$subnet" --wait -f json | tee "$FLOWLB_TMP/lb.json"

@@ -1,0 +1,391 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/lab/echo"
+	"github.com/flowlb/flowlb/internal/lab/load"
+)
+
+// labFlags are shared by every lab subcommand.
+type labFlags struct {
+	name     string
+	stateDir string
+}
+
+func (f *labFlags) open() (*lab.Lab, error) { return lab.Open(f.name, f.stateDir) }
+
+func init() {
+	f := &labFlags{}
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "A multi-node cluster in network namespaces on this machine (root)",
+		Long: `lab builds nodes, pods, a fabric, a router and an external client out of
+network namespaces, all addressed in 198.18.0.0/15, with an echo server in
+every pod. See docs/lab.md for the topology and address plan.`,
+	}
+	def := os.Getenv("FLOWLB_LAB")
+	if def == "" {
+		def = "lab"
+	}
+	cmd.PersistentFlags().StringVar(&f.name, "name", def, "lab name, [a-z0-9]{1,8} (env FLOWLB_LAB)")
+	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", lab.DefaultStateRoot, "directory of lab state")
+	_ = cmd.PersistentFlags().MarkHidden("state-dir")
+	cmd.AddCommand(labUpCmd(f), labDownCmd(f), labStatusCmd(f), labExecCmd(f),
+		labAddPodCmd(f), labDelPodCmd(f), labPodCmd(f), labProcCmd(f), labECMPCmd(f),
+		labLoadCmd(f), labEchoCmd())
+	rootCmd.AddCommand(cmd)
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(x, "n"))
+		if err != nil {
+			return nil, fmt.Errorf("bad number %q", x)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func labUpCmd(f *labFlags) *cobra.Command {
+	var o lab.Options
+	var tcp, udp, httpPorts string
+	var verbose bool
+	c := &cobra.Command{
+		Use:   "up",
+		Short: "Bring a lab up: N nodes × M pods, fabric, router and client",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.Ports.TCP, err = echo.ParsePorts(tcp); err != nil {
+				return err
+			}
+			if o.Ports.UDP, err = echo.ParsePorts(udp); err != nil {
+				return err
+			}
+			if o.Ports.HTTP, err = echo.ParsePorts(httpPorts); err != nil {
+				return err
+			}
+			o.Name, o.StateRoot = f.name, f.stateDir
+			if verbose {
+				o.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			t0 := time.Now()
+			l, err := lab.Up(ctx, o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "lab %s up: %d nodes × %d pods in %s (state %s)\n",
+				l.Name(), o.Nodes, o.PodsPerNode, time.Since(t0).Round(time.Millisecond), l.Dir())
+			return nil
+		},
+	}
+	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of nodes")
+	c.Flags().IntVar(&o.PodsPerNode, "pods-per-node", 2, "pods on each node")
+	c.Flags().StringVar(&tcp, "tcp", "8080", "echo TCP ports, comma separated")
+	c.Flags().StringVar(&udp, "udp", "9090", "echo UDP ports, comma separated")
+	c.Flags().StringVar(&httpPorts, "http", "80", "echo HTTP ports, comma separated")
+	c.Flags().BoolVar(&o.NoEcho, "no-echo", false, "start no echo servers")
+	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "log progress")
+	return c
+}
+
+func labDownCmd(f *labFlags) *cobra.Command {
+	var all bool
+	c := &cobra.Command{
+		Use:   "down",
+		Short: "Remove a lab (processes, namespaces, cgroups, state), also after a crash",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			names := []string{f.name}
+			if all {
+				names = lab.Labs(f.stateDir)
+			}
+			var errs []error
+			for _, n := range names {
+				if err := lab.Down(n, f.stateDir); err != nil {
+					errs = append(errs, fmt.Errorf("lab %s: %w", n, err))
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "lab %s down\n", n)
+			}
+			return errors.Join(errs...)
+		},
+	}
+	c.Flags().BoolVar(&all, "all", false, "remove every lab on this machine (every flb-* namespace)")
+	return c
+}
+
+func labStatusCmd(f *labFlags) *cobra.Command {
+	var output string
+	c := &cobra.Command{
+		Use:   "status",
+		Short: "Show nodes, pods, addresses and processes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := f.open()
+			if err != nil {
+				return err
+			}
+			st := l.Status()
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			st.Format(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	c.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	return c
+}
+
+func labExecCmd(f *labFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "exec HOST -- CMD [ARGS...]",
+		Short: "Run a command in a host's namespace (HOST: nI, nI-pJ, client, router, fabric)",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := f.open()
+			if err != nil {
+				return err
+			}
+			h, err := l.Host(args[0])
+			if err != nil {
+				return err
+			}
+			err = h.Run(cmd.Context(), os.Stdin, os.Stdout, os.Stderr, args[1:]...)
+			if code, ok := lab.ExitCode(err); ok {
+				os.Exit(code)
+			}
+			return err
+		},
+	}
+}
+
+func labAddPodCmd(f *labFlags) *cobra.Command {
+	var node, index int
+	c := &cobra.Command{
+		Use:   "add-pod",
+		Short: "Add a pod (with its echo server) to a node",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := f.open()
+			if err != nil {
+				return err
+			}
+			h, err := l.AddPod(cmd.Context(), node, index)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", h.Name, h.Addr)
+			return nil
+		},
+	}
+	c.Flags().IntVar(&node, "node", 1, "node index")
+	c.Flags().IntVar(&index, "index", 0, "pod index on the node (default: lowest free)")
+	return c
+}
+
+func labDelPodCmd(f *labFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "del-pod POD...",
+		Short: "Delete pods (processes and namespace)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := f.open()
+			if err != nil {
+				return err
+			}
+			for _, p := range args {
+				if err := l.DelPod(p); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func labPodCmd(f *labFlags) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "pod",
+		Short: "Control pods' echo servers: stop, start, unhealthy (HTTP 500), healthy",
+	}
+	each := func(use, short string, fn func(*lab.Lab, context.Context, string) error) *cobra.Command {
+		return &cobra.Command{
+			Use:   use + " POD...",
+			Short: short,
+			Args:  cobra.MinimumNArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				l, err := f.open()
+				if err != nil {
+					return err
+				}
+				for _, p := range args {
+					if err := fn(l, cmd.Context(), p); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		}
+	}
+	c.AddCommand(
+		each("stop", "Stop the echo server (connections are refused)", func(l *lab.Lab, _ context.Context, p string) error { return l.StopEcho(p) }),
+		each("start", "Start the echo server", func(l *lab.Lab, ctx context.Context, p string) error { return l.StartEcho(ctx, p) }),
+		each("unhealthy", "Make HTTP answer 500", func(l *lab.Lab, _ context.Context, p string) error { return l.SetHealthy(p, false) }),
+		each("healthy", "Make HTTP answer 200 again", func(l *lab.Lab, _ context.Context, p string) error { return l.SetHealthy(p, true) }),
+	)
+	return c
+}
+
+func labProcCmd(f *labFlags) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "proc",
+		Short: "Start or stop tracked background processes in a host (e.g. an agent in a node)",
+	}
+	c.AddCommand(&cobra.Command{
+		Use:   "start HOST NAME -- CMD [ARGS...]",
+		Short: "Start CMD in HOST's namespace in the background, logged and tracked as NAME",
+		Args:  cobra.MinimumNArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := f.open()
+			if err != nil {
+				return err
+			}
+			h, err := l.Host(args[0])
+			if err != nil {
+				return err
+			}
+			p, err := h.Start(args[1], args[2:])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s/%s pid %d log %s\n", p.Host, p.Name, p.PID, p.Log)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "stop HOST NAME",
+		Short: "Stop the tracked process NAME in HOST",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := f.open()
+			if err != nil {
+				return err
+			}
+			h, err := l.Host(args[0])
+			if err != nil {
+				return err
+			}
+			return h.Stop(args[1])
+		},
+	})
+	return c
+}
+
+func labECMPCmd(f *labFlags) *cobra.Command {
+	var nodes string
+	c := &cobra.Command{
+		Use:   "ecmp",
+		Short: "Show or set the nodes the router sends external VIPs (198.19.128.0/17) to",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := f.open()
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("nodes") {
+				ns, err := parseInts(nodes)
+				if err != nil {
+					return err
+				}
+				if err := l.SetNextHops(ns...); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s via nodes %v\n", lab.ExternalVIPs, l.State().NextHops)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&nodes, "nodes", "", "comma-separated node indices (empty: no route)")
+	return c
+}
+
+func labLoadCmd(f *labFlags) *cobra.Command {
+	var cfg load.Config
+	var from, output string
+	c := &cobra.Command{
+		Use:   "load",
+		Short: "Generate connections or requests from a host and report rate, errors, latency and answering pods",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := f.open()
+			if err != nil {
+				return err
+			}
+			h, err := l.Host(from)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			r, err := h.Load(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(r)
+			}
+			r.Format(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	c.Flags().StringVar(&from, "from", lab.HostClient, "host to send from (nI, nI-pJ, client)")
+	c.Flags().StringVar(&cfg.Target, "to", "", "target address ip:port")
+	c.Flags().StringVar(&cfg.Proto, "proto", "tcp", "tcp, udp or http")
+	c.Flags().IntVarP(&cfg.Concurrency, "concurrency", "c", 4, "parallel workers")
+	c.Flags().Float64Var(&cfg.Rate, "rate", 0, "operations per second (0: unbounded)")
+	c.Flags().DurationVarP(&cfg.Duration, "duration", "d", 5*time.Second, "run time")
+	c.Flags().IntVarP(&cfg.Requests, "requests", "n", 0, "stop after this many operations (0: no limit)")
+	c.Flags().DurationVar(&cfg.Timeout, "timeout", time.Second, "timeout per operation")
+	c.Flags().StringVar(&cfg.Path, "path", "/", "HTTP path")
+	c.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	_ = c.MarkFlagRequired("to")
+	return c
+}
+
+func labEchoCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "echo [--name N] [--tcp P,..] [--udp P,..] [--http P,..] [--health-file F] [--ready-file F]",
+		Short:              "Run the pod echo server (started by lab up in every pod)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return echo.Main(args, cmd.ErrOrStderr())
+		},
+	}
+}

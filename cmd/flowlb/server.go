@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/flowlb/flowlb/internal/apimetrics"
+	"github.com/flowlb/flowlb/internal/identity"
+	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/neutron"
+	"github.com/flowlb/flowlb/internal/octavia"
+	"github.com/flowlb/flowlb/internal/provider/flow"
+	"github.com/flowlb/flowlb/internal/store"
+)
+
+type serverOptions struct {
+	listen          string
+	dataDir         string
+	database        string
+	auth            string
+	defaultProject  string
+	vipCIDR         string
+	externalVIPCIDR string
+	logLevel        string
+}
+
+func init() {
+	o := serverOptions{}
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the Octavia v2-compatible LBaaS API server",
+		Long: `Run the LBaaS API server. With no flags it listens on 127.0.0.1:9876, keeps an
+embedded SQLite database in the data directory and serves noauth requests.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServer(cmd.Context(), o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", "127.0.0.1:9876", "address to serve the API on")
+	f.StringVar(&o.dataDir, "data-dir", defaultDataDir(), "directory of the embedded SQLite database")
+	f.StringVar(&o.database, "database", "", "database DSN: a SQLite path or postgres://... (default: <data-dir>/flowlb.db)")
+	f.StringVar(&o.auth, "auth", "noauth", "authentication mode: noauth")
+	f.StringVar(&o.defaultProject, "default-project", "default", "project of noauth requests without X-Project-Id")
+	f.StringVar(&o.vipCIDR, "vip-cidr", "198.19.0.0/17", "CIDR of the default VIP subnet created at start (empty: none)")
+	f.StringVar(&o.externalVIPCIDR, "external-vip-cidr", "198.19.128.0/17", "CIDR of the default external VIP subnet created at start (empty: none)")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	rootCmd.AddCommand(cmd)
+}
+
+func defaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/flowlb"
+	}
+	if d, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(d, ".local", "share", "flowlb")
+	}
+	return "flowlb-data"
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("bad --log-level %q: %w", level, err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// vipAllocator adapts the Neutron subset to the domain's VIP interface.
+type vipAllocator struct{}
+
+func (vipAllocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) {
+	v, err := neutron.AllocateVIP(tx, neutron.VIPRequest{ProjectID: r.ProjectID, LoadBalancerID: r.LoadBalancerID, SubnetID: r.SubnetID, NetworkID: r.NetworkID, PortID: r.PortID, Address: r.Address})
+	if err != nil {
+		return lbaas.VIP{}, err
+	}
+	// Neutron keeps track of which ports it created for load balancers and
+	// releases only those, so the domain always asks.
+	return lbaas.VIP{Address: v.Address, PortID: v.PortID, SubnetID: v.SubnetID, NetworkID: v.NetworkID, Owned: true}, nil
+}
+
+func (vipAllocator) Release(tx store.Tx, portID string) error { return neutron.ReleaseVIP(tx, portID) }
+
+func runServer(ctx context.Context, o serverOptions) error {
+	log, err := newLogger(o.logLevel)
+	if err != nil {
+		return err
+	}
+	if o.auth != "noauth" {
+		return fmt.Errorf("--auth %q is not supported yet; use noauth", o.auth)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	dsn := o.database
+	if dsn == "" {
+		if err := os.MkdirAll(o.dataDir, 0o750); err != nil {
+			return fmt.Errorf("create data directory: %w", err)
+		}
+		dsn = filepath.Join(o.dataDir, "flowlb.db")
+	}
+	st, err := store.Open(ctx, dsn, log)
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer st.Close()
+
+	for _, d := range []struct{ name, cidr string }{{"flowlb-vip", o.vipCIDR}, {"flowlb-external", o.externalVIPCIDR}} {
+		if d.cidr == "" {
+			continue
+		}
+		net, sub, err := neutron.EnsureDefault(ctx, st, d.name, d.cidr)
+		if err != nil {
+			return fmt.Errorf("default VIP subnet %s: %w", d.name, err)
+		}
+		log.Info("VIP subnet ready", "network", d.name, "network_id", net.ID, "subnet_id", sub.ID, "cidr", d.cidr)
+	}
+
+	svc, err := lbaas.New(st, vipAllocator{}, []lbaas.Provider{flow.New(flow.Immediate{})}, lbaas.Config{DefaultProvider: flow.Name}, log)
+	if err != nil {
+		return err
+	}
+	if n, err := svc.Resume(ctx); err != nil {
+		return fmt.Errorf("resume pending changes: %w", err)
+	} else if n > 0 {
+		log.Info("resumed pending changes", "loadbalancers", n)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := apimetrics.New(reg)
+	apimetrics.RegisterObjects(reg, svc.CountByStatus)
+
+	api := octavia.New(svc, neutron.NewHandler(st, log), log, octavia.Config{})
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", identity.NoAuth(o.defaultProject, api))
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: metrics.Wrap(mux), ReadHeaderTimeout: 10 * time.Second}
+	log.Info("flowlb server listening", "address", ln.Addr().String(), "database", redact(dsn), "auth", o.auth)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	// Completions already handed to providers finish before the store closes.
+	svc.Drain(sctx)
+	return nil
+}
+
+// redact hides a DSN's password for logging.
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil {
+		return dsn
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}

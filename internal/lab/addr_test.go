@@ -1,0 +1,97 @@
+package lab
+
+import (
+	"net/netip"
+	"testing"
+)
+
+func TestAddressPlan(t *testing.T) {
+	cases := []struct {
+		name string
+		got  netip.Addr
+		want string
+	}{
+		{"node 1", NodeAddr(1), "198.18.0.1"},
+		{"node 200", NodeAddr(MaxNodes), "198.18.0.200"},
+		{"pod gateway n1", PodGateway(1), "198.18.17.1"},
+		{"pod n1-p1", PodAddr(1, 1), "198.18.17.2"},
+		{"pod n3-p10", PodAddr(3, 10), "198.18.19.11"},
+		{"last pod", PodAddr(MaxNodes, MaxPodsPerNode), "198.18.216.251"},
+	}
+	for _, c := range cases {
+		if c.got.String() != c.want {
+			t.Errorf("%s: %s, want %s", c.name, c.got, c.want)
+		}
+	}
+	if got := PodCIDR(2).String(); got != "198.18.18.0/24" {
+		t.Errorf("PodCIDR(2) = %s", got)
+	}
+	// Everything must stay in 198.18.0.0/15 and off the VIP ranges, and
+	// node addresses must stay below the fixed fabric hosts.
+	lab := netip.MustParsePrefix("198.18.0.0/15")
+	for _, a := range []netip.Addr{NodeAddr(MaxNodes), PodAddr(MaxNodes, MaxPodsPerNode), ControlAddr, RouterFabricAddr, RouterClientAddr, ClientAddr} {
+		if !lab.Contains(a) || ServiceVIPs.Contains(a) || ExternalVIPs.Contains(a) {
+			t.Errorf("%s outside the lab range or inside a VIP range", a)
+		}
+	}
+	if NodeAddr(MaxNodes).Compare(ControlAddr) >= 0 {
+		t.Errorf("node %d address %s collides with the fixed fabric hosts", MaxNodes, NodeAddr(MaxNodes))
+	}
+}
+
+func TestParseHost(t *testing.T) {
+	cases := []struct {
+		in   string
+		kind string
+		i, j int
+		err  bool
+	}{
+		{in: "client", kind: "client"},
+		{in: "router", kind: "router"},
+		{in: "fabric", kind: "fabric"},
+		{in: "n1", kind: "node", i: 1},
+		{in: "n12-p3", kind: "pod", i: 12, j: 3},
+		{in: "n0", err: true},
+		{in: "n1-p0", err: true},
+		{in: "n201", err: true},
+		{in: "n1-p251", err: true},
+		{in: "p1", err: true},
+		{in: "", err: true},
+	}
+	for _, c := range cases {
+		kind, i, j, err := ParseHost(c.in)
+		if (err != nil) != c.err {
+			t.Errorf("ParseHost(%q) error %v, want error %v", c.in, err, c.err)
+			continue
+		}
+		if !c.err && (kind != c.kind || i != c.i || j != c.j) {
+			t.Errorf("ParseHost(%q) = %s %d %d, want %s %d %d", c.in, kind, i, j, c.kind, c.i, c.j)
+		}
+	}
+}
+
+func TestNames(t *testing.T) {
+	valid := map[string]bool{"a": true, "demo": true, "t1x2y3": true, "abcdefgh": true,
+		"": false, "abcdefghi": false, "a-b": false, "Demo": false, "a_b": false}
+	for n, want := range valid {
+		if got := ValidName(n) == nil; got != want {
+			t.Errorf("ValidName(%q) = %v, want %v", n, got, want)
+		}
+	}
+	owners := map[string]string{
+		"flb-demo-n1-p3":  "demo",
+		"flb-t1-client":   "t1",
+		"flb-demo":        "",
+		"dpf-n1":          "",
+		"flb-BAD-n1":      "",
+		"flb-toolongnm-x": "",
+	}
+	for ns, want := range owners {
+		if got := labOfNS(ns); got != want {
+			t.Errorf("labOfNS(%q) = %q, want %q", ns, got, want)
+		}
+	}
+	if got := NSName("demo", PodName(2, 3)); got != "flb-demo-n2-p3" {
+		t.Errorf("NSName = %s", got)
+	}
+}

@@ -1,0 +1,264 @@
+// Package echo is the lab's pod server: it answers on TCP, UDP and HTTP
+// with its name, the local address the connection reached and the peer
+// address it saw, so tests can tell which backend answered and whether
+// the client's real address survived the path.
+package echo
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/ipv4"
+)
+
+// Config of an echo server.
+type Config struct {
+	Name string // answered in every reply
+	Bind string // listen address, default all (""), e.g. "127.0.0.1" in unit tests
+	TCP  []int  // line protocol: every line read gets one reply line
+	UDP  []int  // every datagram gets one reply datagram
+	HTTP []int  // every request gets the reply line as body
+	// HealthFile, if set and present, makes HTTP answer 500 (to fail
+	// health checks without stopping the server).
+	HealthFile string
+	// ReadyFile, if set, is created once every socket is bound.
+	ReadyFile string
+	Log       *slog.Logger
+}
+
+// Reply is one parsed answer.
+type Reply struct {
+	Pod  string
+	Addr string // local ip:port the server saw
+	Peer string // remote ip:port the server saw
+}
+
+// String is the wire form: "pod=NAME addr=IP:PORT peer=IP:PORT".
+func (r Reply) String() string {
+	return "pod=" + r.Pod + " addr=" + r.Addr + " peer=" + r.Peer
+}
+
+// Parse reads a reply line (with or without a trailing newline).
+func Parse(line string) (Reply, error) {
+	var r Reply
+	for _, f := range strings.Fields(line) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "pod":
+			r.Pod = v
+		case "addr":
+			r.Addr = v
+		case "peer":
+			r.Peer = v
+		}
+	}
+	if r.Pod == "" || r.Addr == "" || r.Peer == "" {
+		return Reply{}, fmt.Errorf("not an echo reply: %q", line)
+	}
+	return r, nil
+}
+
+// Bound listeners, so callers (tests) can learn ports chosen with 0.
+type Server struct {
+	cfg  Config
+	tcp  []net.Listener
+	http []net.Listener
+	udp  []net.PacketConn
+}
+
+// Listen binds every socket; Serve then answers on them.
+func Listen(cfg Config) (*Server, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	s := &Server{cfg: cfg}
+	hostport := func(p int) string { return net.JoinHostPort(cfg.Bind, strconv.Itoa(p)) }
+	for _, p := range cfg.TCP {
+		ln, err := net.Listen("tcp4", hostport(p))
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.tcp = append(s.tcp, ln)
+	}
+	for _, p := range cfg.HTTP {
+		ln, err := net.Listen("tcp4", hostport(p))
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.http = append(s.http, ln)
+	}
+	for _, p := range cfg.UDP {
+		pc, err := net.ListenPacket("udp4", hostport(p))
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.udp = append(s.udp, pc)
+	}
+	return s, nil
+}
+
+// TCPAddrs, UDPAddrs and HTTPAddrs are the bound addresses.
+func (s *Server) TCPAddrs() []string  { return addrs(s.tcp) }
+func (s *Server) HTTPAddrs() []string { return addrs(s.http) }
+func (s *Server) UDPAddrs() []string {
+	var out []string
+	for _, pc := range s.udp {
+		out = append(out, pc.LocalAddr().String())
+	}
+	return out
+}
+
+func addrs(ls []net.Listener) []string {
+	var out []string
+	for _, l := range ls {
+		out = append(out, l.Addr().String())
+	}
+	return out
+}
+
+// Close closes every socket.
+func (s *Server) Close() {
+	for _, l := range s.tcp {
+		l.Close()
+	}
+	for _, l := range s.http {
+		l.Close()
+	}
+	for _, pc := range s.udp {
+		pc.Close()
+	}
+}
+
+// Run binds and serves until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := Listen(cfg)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx)
+}
+
+// Serve answers until ctx ends, then closes the sockets.
+func (s *Server) Serve(ctx context.Context) error {
+	if s.cfg.ReadyFile != "" {
+		if err := os.WriteFile(s.cfg.ReadyFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+			s.Close()
+			return err
+		}
+	}
+	var wg sync.WaitGroup
+	for _, ln := range s.tcp {
+		wg.Go(func() { s.serveTCP(ln) })
+	}
+	var servers []*http.Server
+	for _, ln := range s.http {
+		hs := &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second}
+		servers = append(servers, hs)
+		wg.Go(func() { _ = hs.Serve(ln) })
+	}
+	for _, pc := range s.udp {
+		wg.Go(func() { s.serveUDP(pc) })
+	}
+	<-ctx.Done()
+	for _, hs := range servers {
+		hs.Close()
+	}
+	s.Close()
+	wg.Wait()
+	return nil
+}
+
+func (s *Server) reply(local, peer net.Addr) string {
+	return Reply{Pod: s.cfg.Name, Addr: local.String(), Peer: peer.String()}.String() + "\n"
+}
+
+func (s *Server) serveTCP(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of fds or similar: back off instead of spinning.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		go func() {
+			defer c.Close()
+			line := s.reply(c.LocalAddr(), c.RemoteAddr())
+			r := bufio.NewReader(c)
+			for {
+				// An idle client must not pin a goroutine forever.
+				_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+				if _, err := r.ReadString('\n'); err != nil {
+					return
+				}
+				if _, err := c.Write([]byte(line)); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	peer, err := net.ResolveTCPAddr("tcp", r.RemoteAddr)
+	if local == nil || err != nil {
+		http.Error(w, "cannot tell addresses", http.StatusInternalServerError)
+		return
+	}
+	line := s.reply(local, peer)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Flowlb-Pod", s.cfg.Name)
+	if s.cfg.HealthFile != "" {
+		if _, err := os.Stat(s.cfg.HealthFile); err == nil {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte("unhealthy " + line))
+			return
+		}
+	}
+	_, _ = w.Write([]byte(line))
+}
+
+// serveUDP reads the destination address of each datagram (IP_PKTINFO)
+// so a socket bound to the wildcard reports, and answers from, the
+// address the client actually sent to.
+func (s *Server) serveUDP(pc net.PacketConn) {
+	p := ipv4.NewPacketConn(pc)
+	cmOK := p.SetControlMessage(ipv4.FlagDst, true) == nil
+	port := pc.LocalAddr().(*net.UDPAddr).Port
+	buf := make([]byte, 64*1024)
+	for {
+		_, cm, src, err := p.ReadFrom(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		local := pc.LocalAddr()
+		var wcm *ipv4.ControlMessage
+		if cmOK && cm != nil && cm.Dst != nil {
+			local = &net.UDPAddr{IP: cm.Dst, Port: port}
+			wcm = &ipv4.ControlMessage{Src: cm.Dst}
+		}
+		_, _ = p.WriteTo([]byte(s.reply(local, src)), wcm, src)
+	}
+}

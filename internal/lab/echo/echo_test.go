@@ -1,0 +1,162 @@
+package echo
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	cases := []struct {
+		in   string
+		want Reply
+		err  bool
+	}{
+		{in: "pod=n1-p1 addr=198.18.17.2:8080 peer=198.18.18.2:4000\n", want: Reply{"n1-p1", "198.18.17.2:8080", "198.18.18.2:4000"}},
+		{in: "unhealthy pod=a addr=1.2.3.4:1 peer=5.6.7.8:2", want: Reply{"a", "1.2.3.4:1", "5.6.7.8:2"}},
+		{in: "pod=a addr=1.2.3.4:1", err: true},
+		{in: "HTTP/1.1 200 OK", err: true},
+	}
+	for _, c := range cases {
+		got, err := Parse(c.in)
+		if (err != nil) != c.err || got != c.want {
+			t.Errorf("Parse(%q) = %+v, %v; want %+v, error %v", c.in, got, err, c.want, c.err)
+		}
+	}
+	r := Reply{"p", "1.1.1.1:1", "2.2.2.2:2"}
+	if back, err := Parse(r.String()); err != nil || back != r {
+		t.Errorf("round trip %+v -> %+v, %v", r, back, err)
+	}
+}
+
+func TestParsePorts(t *testing.T) {
+	cases := map[string]string{"": "[]", "80": "[80]", "80, 8080": "[80 8080]", "x": "error", "70000": "error"}
+	for in, want := range cases {
+		p, err := ParsePorts(in)
+		got := fmt.Sprint(p)
+		if err != nil {
+			got = "error"
+		}
+		if got != want {
+			t.Errorf("ParsePorts(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// startServer runs an echo server on loopback with kernel-chosen ports.
+func startServer(t *testing.T) (*Server, Config) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := Config{Name: "unit", Bind: "127.0.0.1", TCP: []int{0}, UDP: []int{0}, HTTP: []int{0},
+		HealthFile: filepath.Join(dir, "sick"), ReadyFile: filepath.Join(dir, "ready")}
+	s, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Serve(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if _, err := os.Stat(cfg.ReadyFile); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("ready file never appeared")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return s, cfg
+}
+
+func TestServerProtocols(t *testing.T) {
+	s, cfg := startServer(t)
+	check := func(proto, line, local string, peer net.Addr) {
+		t.Helper()
+		r, err := Parse(line)
+		if err != nil {
+			t.Fatalf("%s: %v", proto, err)
+		}
+		if r.Pod != "unit" || r.Addr != local || r.Peer != peer.String() {
+			t.Errorf("%s: %+v, want pod unit addr %s peer %s", proto, r, local, peer)
+		}
+	}
+
+	c, err := net.Dial("tcp", s.TCPAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	for i := 0; i < 2; i++ { // one reply per line, on the same connection
+		if _, err := c.Write([]byte("x\n")); err != nil {
+			t.Fatal(err)
+		}
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("tcp", line, s.TCPAddrs()[0], c.LocalAddr())
+	}
+	c.Close()
+
+	u, err := net.Dial("udp", s.UDPAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	_ = u.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := u.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 512)
+	n, err := u.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The wildcard-free socket here makes PKTINFO's destination equal to
+	// the bound address; in the lab it is the pod address.
+	check("udp", string(buf[:n]), s.UDPAddrs()[0], u.LocalAddr())
+
+	get := func() (int, string) {
+		resp, err := http.Get("http://" + s.HTTPAddrs()[0] + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	steps := []struct {
+		name string
+		sick bool
+		code int
+	}{
+		{"healthy", false, 200},
+		{"unhealthy", true, 500},
+		{"healthy again", false, 200},
+	}
+	for _, st := range steps {
+		if st.sick {
+			if err := os.WriteFile(cfg.HealthFile, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			_ = os.Remove(cfg.HealthFile)
+		}
+		code, body := get()
+		if code != st.code {
+			t.Errorf("%s: HTTP %d, want %d", st.name, code, st.code)
+		}
+		if r, err := Parse(body); err != nil || r.Pod != "unit" || r.Addr != s.HTTPAddrs()[0] {
+			t.Errorf("%s: body %q: %+v %v", st.name, body, r, err)
+		}
+	}
+}

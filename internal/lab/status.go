@@ -1,0 +1,120 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/flowlb/flowlb/internal/lab/load"
+)
+
+// Load runs a load generator from inside the host's namespace (see
+// package load); cfg.Enter is set by this method.
+func (h Host) Load(ctx context.Context, cfg load.Config) (load.Result, error) {
+	ns := h.NS
+	cfg.Enter = func() (func() bool, error) { return EnterNS(ns) }
+	return load.Run(ctx, cfg)
+}
+
+// Status is a lab's state as `lab status` shows it.
+type Status struct {
+	Name     string       `json:"name"`
+	Dir      string       `json:"dir"`
+	Ready    bool         `json:"ready"`
+	Ports    Ports        `json:"ports"`
+	NextHops []int        `json:"next_hops"`
+	Hosts    []HostStatus `json:"hosts"`
+}
+
+// HostStatus is one namespace with its addresses and processes.
+type HostStatus struct {
+	Name    string       `json:"name"`
+	Kind    string       `json:"kind"`
+	NS      string       `json:"netns"`
+	Addr    string       `json:"addr"`
+	Present bool         `json:"present"` // namespace exists
+	Healthy *bool        `json:"healthy,omitempty"`
+	Procs   []ProcStatus `json:"procs,omitempty"`
+}
+
+// ProcStatus is one tracked process.
+type ProcStatus struct {
+	Name    string `json:"name"`
+	PID     int    `json:"pid"`
+	Running bool   `json:"running"`
+	Log     string `json:"log"`
+}
+
+// Status reports the lab's hosts, addresses and processes.
+func (l *Lab) Status() Status {
+	s := l.snapshot()
+	st := Status{Name: l.name, Dir: l.dir, Ready: s.Ready, Ports: s.Ports, NextHops: s.NextHops}
+	add := func(name, kind, addr string) {
+		hs := HostStatus{Name: name, Kind: kind, NS: NSName(l.name, name), Addr: addr, Present: nsExists(NSName(l.name, name))}
+		if kind == "pod" {
+			ok := l.Healthy(name)
+			hs.Healthy = &ok
+		}
+		for _, p := range s.Procs {
+			if p.Host == name {
+				hs.Procs = append(hs.Procs, ProcStatus{Name: p.Name, PID: p.PID, Running: p.alive(), Log: p.Log})
+			}
+		}
+		st.Hosts = append(st.Hosts, hs)
+	}
+	add(HostFabric, HostFabric, ControlAddr.String()+"/24 (control)")
+	add(HostRouter, HostRouter, RouterFabricAddr.String()+", "+RouterClientAddr.String())
+	add(HostClient, HostClient, ClientAddr.String())
+	for _, n := range s.Nodes {
+		add(NodeName(n.Index), "node", NodeAddr(n.Index).String()+" pods "+PodCIDR(n.Index).String())
+		for _, j := range n.Pods {
+			add(PodName(n.Index, j), "pod", PodAddr(n.Index, j).String())
+		}
+	}
+	return st
+}
+
+// Format writes the status as a table.
+func (st Status) Format(w io.Writer) {
+	ready := "ready"
+	if !st.Ready {
+		ready = "NOT READY (building, or lab up crashed: run lab down)"
+	}
+	fmt.Fprintf(w, "lab %s: %s; state %s\n", st.Name, ready, st.Dir)
+	fmt.Fprintf(w, "echo ports: tcp %v udp %v http %v; external VIPs %s via nodes %v\n", st.Ports.TCP, st.Ports.UDP, st.Ports.HTTP, ExternalVIPs, st.NextHops)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tNETNS\tADDRESS\tPROCESSES")
+	for _, h := range st.Hosts {
+		var procs []string
+		for _, p := range h.Procs {
+			state := "running"
+			if !p.Running {
+				state = "dead"
+			}
+			procs = append(procs, fmt.Sprintf("%s[%d %s]", p.Name, p.PID, state))
+		}
+		if h.Healthy != nil && !*h.Healthy {
+			procs = append(procs, "(unhealthy)")
+		}
+		ns := h.NS
+		if !h.Present {
+			ns += " (MISSING)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.Name, ns, h.Addr, strings.Join(procs, " "))
+	}
+	tw.Flush()
+}
+
+// Counts summarises a status: namespaces present and processes running.
+func (st Status) Counts() (present, running int) {
+	for _, h := range st.Hosts {
+		if h.Present {
+			present++
+		}
+		running += len(slices.DeleteFunc(slices.Clone(h.Procs), func(p ProcStatus) bool { return !p.Running }))
+	}
+	return present, running
+}

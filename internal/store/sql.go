@@ -1,0 +1,416 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// engine hides the few differences between SQLite and PostgreSQL.
+type engine interface {
+	name() string
+	rebind(q string) string
+	isRetryable(err error) bool
+}
+
+type sqliteEngine struct{}
+
+func (sqliteEngine) name() string           { return "sqlite" }
+func (sqliteEngine) rebind(q string) string { return q }
+func (sqliteEngine) isRetryable(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked"))
+}
+
+type pgEngine struct{}
+
+func (pgEngine) name() string { return "postgres" }
+
+// rebind turns ? placeholders into $1, $2, ... for PostgreSQL.
+func (pgEngine) rebind(q string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+func (pgEngine) isRetryable(err error) bool {
+	c := pgCode(err)
+	return c == "40001" || c == "40P01"
+}
+
+// SQL is a Store on database/sql.
+type SQL struct {
+	eng    engine
+	writer *sql.DB // SQLite: one connection, so one writer at a time
+	reader *sql.DB
+	log    *slog.Logger
+}
+
+// Open opens (and migrates) the database named by dsn: a SQLite file path
+// (optionally prefixed sqlite:// or file:) or a postgres:// URL.
+func Open(ctx context.Context, dsn string, log *slog.Logger) (*SQL, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	var s *SQL
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			return nil, fmt.Errorf("open postgres: %w", err)
+		}
+		db.SetMaxOpenConns(16)
+		s = &SQL{eng: pgEngine{}, writer: db, reader: db, log: log}
+	default:
+		path := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite://"), "file:")
+		params := "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(OFF)"
+		w, err := sql.Open("sqlite", "file:"+path+params+"&_txlock=immediate")
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite: %w", err)
+		}
+		w.SetMaxOpenConns(1)
+		r, err := sql.Open("sqlite", "file:"+path+params)
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("open sqlite: %w", err)
+		}
+		r.SetMaxOpenConns(4)
+		s = &SQL{eng: sqliteEngine{}, writer: w, reader: r, log: log}
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// migrate applies the embedded migrations in order, once each; on
+// PostgreSQL under an advisory lock so that replicas starting together do
+// not race.
+func (s *SQL) migrate(ctx context.Context) error {
+	conn, err := s.writer.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Close()
+	if s.eng.name() == "postgres" {
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(735301)"); err != nil {
+			return fmt.Errorf("migrate lock: %w", err)
+		}
+		defer conn.ExecContext(context.Background(), "SELECT pg_advisory_unlock(735301)") //nolint:errcheck
+	}
+	if _, err := conn.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)"); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	entries, err := migrations.ReadDir("migrations")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: bad name", e.Name())
+		}
+		var n int
+		if err := conn.QueryRowContext(ctx, s.eng.rebind("SELECT COUNT(*) FROM schema_migrations WHERE version = ?"), v).Scan(&n); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		if n > 0 {
+			continue
+		}
+		body, err := migrations.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return err
+		}
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		for _, stmt := range strings.Split(string(body), ";") {
+			if strings.TrimSpace(stmt) == "" {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				tx.Rollback()
+				return fmt.Errorf("migration %s: %w", e.Name(), err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, s.eng.rebind("INSERT INTO schema_migrations (version) VALUES (?)"), v); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %s: %w", e.Name(), err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migration %s: %w", e.Name(), err)
+		}
+		s.log.Info("applied database migration", "version", v, "engine", s.eng.name())
+	}
+	return nil
+}
+
+// Close closes the database handles.
+func (s *SQL) Close() error {
+	err := s.writer.Close()
+	if s.reader != s.writer {
+		if rerr := s.reader.Close(); err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+type sqlTx struct {
+	s       *SQL
+	tx      *sql.Tx
+	ctx     context.Context
+	touched map[string]bool
+	write   bool
+}
+
+const cols = "kind, id, project_id, loadbalancer_id, parent_id, data, created_at"
+
+func scan(row interface{ Scan(...any) error }) (Record, error) {
+	var r Record
+	var data string
+	var created int64
+	err := row.Scan(&r.Kind, &r.ID, &r.ProjectID, &r.LoadBalancerID, &r.ParentID, &data, &created)
+	r.Data = []byte(data)
+	r.CreatedAt = time.UnixMicro(created)
+	return r, err
+}
+
+func (t *sqlTx) q(query string) string { return t.s.eng.rebind(query) }
+
+func (t *sqlTx) get(kind Kind, id string, lock bool) (Record, error) {
+	q := "SELECT " + cols + " FROM objects WHERE kind = ? AND id = ?"
+	if lock && t.s.eng.name() == "postgres" {
+		q += " FOR UPDATE"
+	}
+	r, err := scan(t.tx.QueryRowContext(t.ctx, t.q(q), string(kind), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Record{}, ErrNotFound
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("get %s %s: %w", kind, id, err)
+	}
+	return r, nil
+}
+
+func (t *sqlTx) Get(kind Kind, id string) (Record, error) { return t.get(kind, id, false) }
+
+// GetForUpdate locks the row: SQLite's writer lock is already held by the
+// IMMEDIATE transaction; PostgreSQL takes a row lock.
+func (t *sqlTx) GetForUpdate(kind Kind, id string) (Record, error) { return t.get(kind, id, true) }
+
+func where(f Filter) (string, []any) {
+	var conds []string
+	var args []any
+	add := func(col, v string) {
+		if v != "" {
+			conds = append(conds, col+" = ?")
+			args = append(args, v)
+		}
+	}
+	add("project_id", f.ProjectID)
+	add("loadbalancer_id", f.LoadBalancerID)
+	add("parent_id", f.ParentID)
+	if len(conds) == 0 {
+		return "", nil
+	}
+	return " AND " + strings.Join(conds, " AND "), args
+}
+
+func (t *sqlTx) List(kind Kind, f Filter) ([]Record, error) {
+	w, args := where(f)
+	rows, err := t.tx.QueryContext(t.ctx, t.q("SELECT "+cols+" FROM objects WHERE kind = ?"+w+" ORDER BY created_at, id"), append([]any{string(kind)}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", kind, err)
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		r, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", kind, err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (t *sqlTx) Count(kind Kind, f Filter) (int, error) {
+	w, args := where(f)
+	var n int
+	err := t.tx.QueryRowContext(t.ctx, t.q("SELECT COUNT(*) FROM objects WHERE kind = ?"+w), append([]any{string(kind)}, args...)...).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count %s: %w", kind, err)
+	}
+	return n, nil
+}
+
+func (t *sqlTx) Insert(r Record) error {
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = time.Now()
+	}
+	// ON CONFLICT DO NOTHING instead of catching the unique violation:
+	// on PostgreSQL a failed statement aborts the whole transaction, and
+	// callers may go on after ErrConflict.
+	res, err := t.tx.ExecContext(t.ctx, t.q("INSERT INTO objects ("+cols+") VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
+		string(r.Kind), r.ID, r.ProjectID, r.LoadBalancerID, r.ParentID, string(r.Data), r.CreatedAt.UnixMicro())
+	if err != nil {
+		return fmt.Errorf("insert %s %s: %w", r.Kind, r.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrConflict
+	}
+	return nil
+}
+
+func (t *sqlTx) Update(r Record) error {
+	res, err := t.tx.ExecContext(t.ctx, t.q("UPDATE objects SET project_id = ?, loadbalancer_id = ?, parent_id = ?, data = ? WHERE kind = ? AND id = ?"),
+		r.ProjectID, r.LoadBalancerID, r.ParentID, string(r.Data), string(r.Kind), r.ID)
+	if err != nil {
+		return fmt.Errorf("update %s %s: %w", r.Kind, r.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+func (t *sqlTx) Delete(kind Kind, id string) error {
+	res, err := t.tx.ExecContext(t.ctx, t.q("DELETE FROM objects WHERE kind = ? AND id = ?"), string(kind), id)
+	if err != nil {
+		return fmt.Errorf("delete %s %s: %w", kind, id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+func (t *sqlTx) Touch(lbID string) {
+	if lbID != "" {
+		t.touched[lbID] = true
+	}
+}
+
+// Update runs fn in a write transaction and commits it with the next
+// revision. The revision row is bumped last, so its lock is held only
+// for the commit and revisions follow commit order.
+func (s *SQL) Update(ctx context.Context, fn func(tx Tx) error) (int64, error) {
+	const attempts = 5
+	var err error
+	for i := 0; i < attempts; i++ {
+		var rev int64
+		rev, err = s.update(ctx, fn)
+		if err == nil || !s.eng.isRetryable(err) {
+			return rev, err
+		}
+		time.Sleep(time.Duration(i+1) * 5 * time.Millisecond)
+	}
+	return 0, err
+}
+
+func (s *SQL) update(ctx context.Context, fn func(tx Tx) error) (int64, error) {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	t := &sqlTx{s: s, tx: tx, ctx: ctx, touched: map[string]bool{}, write: true}
+	if err := fn(t); err != nil {
+		tx.Rollback()
+		return 0, err
+	}
+	var rev int64
+	if err := tx.QueryRowContext(ctx, "UPDATE revision SET rev = rev + 1 WHERE id = 1 RETURNING rev").Scan(&rev); err != nil {
+		tx.Rollback()
+		return 0, fmt.Errorf("bump revision: %w", err)
+	}
+	for id := range t.touched {
+		if _, err := tx.ExecContext(ctx, t.q("INSERT INTO changes (revision, loadbalancer_id) VALUES (?, ?)"), rev, id); err != nil {
+			tx.Rollback()
+			return 0, fmt.Errorf("log change: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	return rev, nil
+}
+
+// View runs fn in a read-only transaction on a consistent snapshot.
+func (s *SQL) View(ctx context.Context, fn func(tx ReadTx) error) error {
+	opts := &sql.TxOptions{ReadOnly: true}
+	if s.eng.name() == "postgres" {
+		opts.Isolation = sql.LevelRepeatableRead
+	}
+	tx, err := s.reader.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("begin read: %w", err)
+	}
+	defer tx.Rollback()
+	return fn(&sqlTx{s: s, tx: tx, ctx: ctx})
+}
+
+// Revision is the latest committed revision.
+func (s *SQL) Revision(ctx context.Context) (int64, error) {
+	var rev int64
+	err := s.reader.QueryRowContext(ctx, "SELECT rev FROM revision WHERE id = 1").Scan(&rev)
+	return rev, err
+}
+
+// Changes returns, per load balancer, the latest revision after `after`
+// that touched it, ordered by revision.
+func (s *SQL) Changes(ctx context.Context, after int64) ([]Change, error) {
+	rows, err := s.reader.QueryContext(ctx, s.eng.rebind("SELECT MAX(revision) AS r, loadbalancer_id FROM changes WHERE revision > ? GROUP BY loadbalancer_id ORDER BY r, loadbalancer_id"), after)
+	if err != nil {
+		return nil, fmt.Errorf("changes: %w", err)
+	}
+	defer rows.Close()
+	var out []Change
+	for rows.Next() {
+		var c Change
+		if err := rows.Scan(&c.Revision, &c.LoadBalancerID); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// Compact drops change rows at or below rev; a fan-out client older than
+// that needs a full snapshot.
+func (s *SQL) Compact(ctx context.Context, rev int64) error {
+	_, err := s.writer.ExecContext(ctx, s.eng.rebind("DELETE FROM changes WHERE revision <= ?"), rev)
+	return err
+}
+
+var _ Store = (*SQL)(nil)

@@ -1,0 +1,266 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/flowlb/flowlb/internal/store"
+	"github.com/flowlb/flowlb/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+func rec(kind store.Kind, id, lb, data string) store.Record {
+	return store.Record{Kind: kind, ID: id, ProjectID: "p1", LoadBalancerID: lb, Data: []byte(data)}
+}
+
+func TestCRUDAndRevisions(t *testing.T) {
+	ctx := context.Background()
+	for _, e := range storetest.Engines(t) {
+		t.Run(e.Name, func(t *testing.T) {
+			s := e.Store
+			rev, err := s.Update(ctx, func(tx store.Tx) error {
+				for i, id := range []string{"b", "a", "c"} {
+					r := rec(store.KindListener, id, "lb1", fmt.Sprintf(`{"n":%d}`, i))
+					if id == "c" {
+						r.LoadBalancerID = "lb2"
+					}
+					if err := tx.Insert(r); err != nil {
+						return err
+					}
+				}
+				tx.Touch("lb1")
+				tx.Touch("lb1")
+				tx.Touch("lb2")
+				return nil
+			})
+			if err != nil || rev != 1 {
+				t.Fatalf("first update: rev %d, %v", rev, err)
+			}
+			// A failed transaction changes nothing and does not advance the revision.
+			boom := errors.New("boom")
+			_, err = s.Update(ctx, func(tx store.Tx) error {
+				if err := tx.Insert(rec(store.KindListener, "d", "lb1", "{}")); err != nil {
+					return err
+				}
+				return boom
+			})
+			if !errors.Is(err, boom) {
+				t.Fatalf("rollback error: %v", err)
+			}
+			_, err = s.Update(ctx, func(tx store.Tx) error {
+				for _, tc := range []struct {
+					err  error
+					want error
+				}{
+					{tx.Insert(rec(store.KindListener, "a", "lb1", "{}")), store.ErrConflict},
+					{tx.Update(rec(store.KindListener, "zz", "lb1", "{}")), store.ErrNotFound},
+					{tx.Delete(store.KindListener, "zz"), store.ErrNotFound},
+				} {
+					if !errors.Is(tc.err, tc.want) {
+						t.Errorf("got %v, want %v", tc.err, tc.want)
+					}
+				}
+				if _, err := tx.Get(store.KindPool, "a"); !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("kind is part of the key: %v", err)
+				}
+				r := rec(store.KindListener, "a", "lb1", `{"n":"updated"}`)
+				if err := tx.Update(r); err != nil {
+					return err
+				}
+				tx.Touch("lb1")
+				return tx.Delete(store.KindListener, "b")
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, _ := s.Revision(ctx); r != 2 {
+				t.Errorf("revision %d after a rollback and a commit, want 2", r)
+			}
+			err = s.View(ctx, func(tx store.ReadTx) error {
+				got, err := tx.List(store.KindListener, store.Filter{LoadBalancerID: "lb1"})
+				if err != nil {
+					return err
+				}
+				if len(got) != 1 || got[0].ID != "a" || string(got[0].Data) != `{"n":"updated"}` {
+					t.Errorf("lb1 listeners: %+v", got)
+				}
+				n, err := tx.Count(store.KindListener, store.Filter{ProjectID: "p1"})
+				if n != 2 || err != nil {
+					t.Errorf("count %d %v, want 2", n, err)
+				}
+				_, err = tx.Get(store.KindListener, "d")
+				if !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("rolled-back insert visible: %v", err)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch, err := s.Changes(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(ch) != "[{1 lb2} {2 lb1}]" {
+				t.Errorf("changes since 0: %v", ch)
+			}
+			if ch, _ := s.Changes(ctx, 1); fmt.Sprint(ch) != "[{2 lb1}]" {
+				t.Errorf("changes since 1: %v", ch)
+			}
+		})
+	}
+}
+
+func TestListOrderIsCreation(t *testing.T) {
+	ctx := context.Background()
+	for _, e := range storetest.Engines(t) {
+		t.Run(e.Name, func(t *testing.T) {
+			for i := 0; i < 20; i++ {
+				id := fmt.Sprintf("id-%02d", 19-i) // ids sort opposite to creation
+				if _, err := e.Store.Update(ctx, func(tx store.Tx) error { return tx.Insert(rec(store.KindPool, id, "lb", "{}")) }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := e.Store.View(ctx, func(tx store.ReadTx) error {
+				got, err := tx.List(store.KindPool, store.Filter{})
+				for i, r := range got {
+					if want := fmt.Sprintf("id-%02d", 19-i); r.ID != want {
+						t.Errorf("position %d: %s, want %s", i, r.ID, want)
+					}
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestTestAndSetSerialises is the LBaaS lock: many writers read a status,
+// and only one may move it from ACTIVE.
+func TestTestAndSetSerialises(t *testing.T) {
+	ctx := context.Background()
+	for _, e := range storetest.Engines(t) {
+		t.Run(e.Name, func(t *testing.T) {
+			if _, err := e.Store.Update(ctx, func(tx store.Tx) error {
+				return tx.Insert(rec(store.KindLoadBalancer, "lb", "lb", "ACTIVE"))
+			}); err != nil {
+				t.Fatal(err)
+			}
+			const writers = 16
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			wins, busy := 0, 0
+			for i := 0; i < writers; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := e.Store.Update(ctx, func(tx store.Tx) error {
+						r, err := tx.GetForUpdate(store.KindLoadBalancer, "lb")
+						if err != nil {
+							return err
+						}
+						if string(r.Data) != "ACTIVE" {
+							return errBusy
+						}
+						r.Data = []byte("PENDING_UPDATE")
+						return tx.Update(r)
+					})
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err == nil:
+						wins++
+					case errors.Is(err, errBusy):
+						busy++
+					default:
+						t.Errorf("writer: %v", err)
+					}
+				}()
+			}
+			wg.Wait()
+			if wins != 1 || busy != writers-1 {
+				t.Errorf("%d winners and %d refused, want 1 and %d", wins, busy, writers-1)
+			}
+		})
+	}
+}
+
+var errBusy = errors.New("busy")
+
+func TestConcurrentWritersGetDistinctRevisions(t *testing.T) {
+	ctx := context.Background()
+	for _, e := range storetest.Engines(t) {
+		t.Run(e.Name, func(t *testing.T) {
+			const n = 40
+			revs := make(chan int64, n)
+			var wg sync.WaitGroup
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					rev, err := e.Store.Update(ctx, func(tx store.Tx) error {
+						tx.Touch(fmt.Sprintf("lb%d", i))
+						return tx.Insert(rec(store.KindMember, fmt.Sprintf("m%d", i), fmt.Sprintf("lb%d", i), "{}"))
+					})
+					if err != nil {
+						t.Error(err)
+					}
+					revs <- rev
+				}(i)
+			}
+			wg.Wait()
+			close(revs)
+			seen := map[int64]bool{}
+			for r := range revs {
+				if seen[r] || r < 1 || r > n {
+					t.Errorf("revision %d duplicated or out of range", r)
+				}
+				seen[r] = true
+			}
+			if ch, _ := e.Store.Changes(ctx, 0); len(ch) != n {
+				t.Errorf("%d changes, want %d", len(ch), n)
+			}
+		})
+	}
+}
+
+func TestSQLiteSurvivesReopenAndMigratesOnce(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	path := filepath.Join(t.TempDir(), "flowlb.db")
+	s, err := store.Open(ctx, path, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, func(tx store.Tx) error { return tx.Insert(rec(store.KindFlavor, "f", "", `{"x":1}`)) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = store.Open(ctx, "sqlite://"+path, log)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	if rev, _ := s.Revision(ctx); rev != 1 {
+		t.Errorf("revision after reopen %d, want 1", rev)
+	}
+	err = s.View(ctx, func(tx store.ReadTx) error {
+		r, err := tx.Get(store.KindFlavor, "f")
+		if err == nil && string(r.Data) != `{"x":1}` {
+			t.Errorf("data after reopen: %s", r.Data)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,166 @@
+// Package storetest gives tests a fresh store on every engine flowlb
+// supports: SQLite in a temporary directory and, when Debian's PostgreSQL
+// is installed, a fresh database on a throwaway cluster that this process
+// starts once and stops when the test binary exits (call Main from
+// TestMain). Set FLOWLB_REQUIRE_POSTGRES=1 to fail instead of skip when
+// PostgreSQL is missing, as CI does.
+package storetest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/store"
+)
+
+// Cluster is a running throwaway PostgreSQL server.
+type Cluster struct {
+	DSNBase string // without database name
+	dir     string
+	bin     string
+	admin   *sql.DB
+}
+
+// StartCluster runs a PostgreSQL cluster from Debian's packages on a free
+// loopback port as the postgres system user (the server refuses root).
+func StartCluster() (*Cluster, error) {
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(bins) == 0 {
+		return nil, fmt.Errorf("PostgreSQL is not installed (apt-get install postgresql)")
+	}
+	c := &Cluster{bin: filepath.Dir(bins[len(bins)-1])}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("postgres system user: %w", err)
+	}
+	if c.dir, err = os.MkdirTemp("", "flowlb-pg-"); err != nil {
+		return nil, err
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(c.dir, uid, gid); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	data := filepath.Join(c.dir, "data")
+	if out, err := c.as("initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync").CombinedOutput(); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=200", port, c.dir)
+	if out, err := c.as("pg_ctl", "-D", data, "-o", opts, "-w", "-l", filepath.Join(c.dir, "log"), "start").CombinedOutput(); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("pg_ctl start: %v\n%s", err, out)
+	}
+	c.DSNBase = fmt.Sprintf("postgres://postgres@127.0.0.1:%d", port)
+	if c.admin, err = sql.Open("pgx", c.DSNBase+"/postgres?sslmode=disable"); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err = c.admin.Ping(); err == nil {
+			return c, nil
+		}
+		if time.Now().After(deadline) {
+			c.Stop()
+			return nil, fmt.Errorf("PostgreSQL did not answer: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) as(name string, args ...string) *exec.Cmd {
+	return exec.Command("runuser", append([]string{"-u", "postgres", "--", filepath.Join(c.bin, name)}, args...)...)
+}
+
+var dbSeq atomic.Int64
+
+// NewDatabase creates an empty database and returns its DSN.
+func (c *Cluster) NewDatabase() (string, error) {
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), dbSeq.Add(1))
+	if _, err := c.admin.Exec("CREATE DATABASE " + name); err != nil {
+		return "", err
+	}
+	return c.DSNBase + "/" + name + "?sslmode=disable", nil
+}
+
+// Stop stops the cluster and removes its files.
+func (c *Cluster) Stop() {
+	if c.admin != nil {
+		c.admin.Close()
+	}
+	_ = c.as("pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "stop").Run()
+	os.RemoveAll(c.dir)
+}
+
+var (
+	once    sync.Once
+	cluster *Cluster
+	pgErr   error
+)
+
+// Main runs the tests and stops the shared cluster afterwards.
+func Main(m *testing.M) {
+	code := m.Run()
+	if cluster != nil {
+		cluster.Stop()
+	}
+	os.Exit(code)
+}
+
+// Engine is one store under test.
+type Engine struct {
+	Name  string
+	Store store.Store
+}
+
+// Engines returns a fresh SQLite store and, if available, a fresh
+// PostgreSQL store; both are closed at the end of the test.
+func Engines(t testing.TB) []Engine {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sq, err := store.Open(ctx, filepath.Join(t.TempDir(), "flowlb.db"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sq.Close() })
+	out := []Engine{{"sqlite", sq}}
+	once.Do(func() { cluster, pgErr = StartCluster() })
+	if pgErr != nil {
+		if os.Getenv("FLOWLB_REQUIRE_POSTGRES") == "1" {
+			t.Fatalf("PostgreSQL required: %v", pgErr)
+		}
+		t.Logf("skipping PostgreSQL: %v", pgErr)
+		return out
+	}
+	dsn, err := cluster.NewDatabase()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := store.Open(ctx, dsn, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	return append(out, Engine{"postgres", pg})
+}
