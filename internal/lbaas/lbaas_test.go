@@ -435,7 +435,9 @@ func testProjectIsolation(t *testing.T, st store.Store) {
 	wantFault(t, err, 403, "Policy does not allow")
 }
 
-func TestRefusalByProviderStoresNothing(t *testing.T) { eachEngine(t, testRefusalByProviderStoresNothing) }
+func TestRefusalByProviderStoresNothing(t *testing.T) {
+	eachEngine(t, testRefusalByProviderStoresNothing)
+}
 
 func testRefusalByProviderStoresNothing(t *testing.T, st store.Store) {
 	e := newEnv(t, true, st)
