@@ -1,0 +1,235 @@
+// Command apicreate measures the LBaaS API: it creates N fully populated
+// load balancers (1 listener, 1 pool, M members, 1 health monitor each)
+// through the Octavia HTTP API of an in-process flowlb server and reports
+// creates/s and the time until all are ACTIVE, per database engine,
+// next to the figure of real Octavia measured on this kind of machine.
+//
+//	go run ./bench/apicreate -n 1000 -sqlite -postgres auto
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/identity"
+	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/neutron"
+	"github.com/flowlb/flowlb/internal/octavia"
+	"github.com/flowlb/flowlb/internal/provider/flow"
+	"github.com/flowlb/flowlb/internal/store"
+)
+
+// countingRealizer completes at once, like flow.Immediate, and counts
+// completions so the benchmark knows when every LB is ACTIVE without
+// polling the API it measures.
+type countingRealizer struct{ done atomic.Int64 }
+
+func (c *countingRealizer) Realize(_ string, _ int64, done func(error)) {
+	go func() {
+		done(nil)
+		c.done.Add(1)
+	}()
+}
+
+type vipAllocator struct{}
+
+func (vipAllocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) {
+	v, err := neutron.AllocateVIP(tx, neutron.VIPRequest{ProjectID: r.ProjectID, LoadBalancerID: r.LoadBalancerID, SubnetID: r.SubnetID, NetworkID: r.NetworkID, PortID: r.PortID, Address: r.Address})
+	return lbaas.VIP{Address: v.Address, PortID: v.PortID, SubnetID: v.SubnetID, NetworkID: v.NetworkID, Owned: true}, err
+}
+
+func (vipAllocator) Release(tx store.Tx, portID string) error { return neutron.ReleaseVIP(tx, portID) }
+
+type result struct {
+	engine       string
+	n            int
+	createWall   time.Duration
+	activeWall   time.Duration
+	p50, p99     time.Duration
+	errors       int
+	objectsPerLB int
+}
+
+func body(i, members int, subnet string) []byte {
+	ms := make([]any, members)
+	for j := range ms {
+		ms[j] = map[string]any{"address": fmt.Sprintf("198.18.%d.%d", 16+j%200, 2+i%250), "protocol_port": 8000 + i%1000}
+	}
+	b, _ := json.Marshal(map[string]any{"loadbalancer": map[string]any{
+		"name": fmt.Sprintf("bench-%d", i), "vip_subnet_id": subnet,
+		"listeners": []any{map[string]any{"name": "l", "protocol": "TCP", "protocol_port": 80, "default_pool": map[string]any{"name": "p"}}},
+		"pools": []any{map[string]any{"name": "p", "protocol": "TCP", "lb_algorithm": "SOURCE_IP_PORT", "members": ms,
+			"healthmonitor": map[string]any{"type": "TCP", "delay": 5, "timeout": 3, "max_retries": 3}}},
+	}})
+	return b
+}
+
+func run(ctx context.Context, engine, dsn string, n, members, conc int) (result, error) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(ctx, dsn, log)
+	if err != nil {
+		return result{}, err
+	}
+	defer st.Close()
+	// A /16 so that N VIPs always fit.
+	_, sub, err := neutron.EnsureDefault(ctx, st, "bench-vip", "198.19.0.0/16")
+	if err != nil {
+		return result{}, err
+	}
+	rz := &countingRealizer{}
+	svc, err := lbaas.New(st, vipAllocator{}, []lbaas.Provider{flow.New(rz)}, lbaas.Config{DefaultProvider: flow.Name}, log)
+	if err != nil {
+		return result{}, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return result{}, err
+	}
+	srv := &http.Server{Handler: identity.NoAuth("bench", octavia.New(svc, nil, log, octavia.Config{}))}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	url := "http://" + ln.Addr().String() + "/v2/lbaas/loadbalancers"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc}}
+
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		bodies[i] = body(i, members, sub.ID)
+	}
+	lat := make([]time.Duration, n)
+	var errs atomic.Int64
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				resp, err := client.Post(url, "application/json", bytes.NewReader(bodies[i]))
+				lat[i] = time.Since(t0)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				if resp.StatusCode != http.StatusCreated {
+					b, _ := io.ReadAll(resp.Body)
+					fmt.Fprintf(os.Stderr, "create %d: %d %s\n", i, resp.StatusCode, b)
+					errs.Add(1)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	createWall := time.Since(start)
+	want := int64(n) - errs.Load()
+	for rz.done.Load() < want {
+		if time.Since(start) > 10*time.Minute {
+			return result{}, fmt.Errorf("only %d of %d LBs completed", rz.done.Load(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	activeWall := time.Since(start)
+	// Check the claim through the API: every LB ACTIVE.
+	resp, err := client.Get(url + "?fields=provisioning_status")
+	if err != nil {
+		return result{}, err
+	}
+	var list struct {
+		LBs []struct {
+			ProvisioningStatus string `json:"provisioning_status"`
+		} `json:"loadbalancers"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if err != nil {
+		return result{}, err
+	}
+	active := 0
+	for _, lb := range list.LBs {
+		if lb.ProvisioningStatus == "ACTIVE" {
+			active++
+		}
+	}
+	if int64(active) != want {
+		return result{}, fmt.Errorf("%d of %d LBs ACTIVE after completion", active, want)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return result{engine: engine, n: n, createWall: createWall, activeWall: activeWall, p50: lat[n/2], p99: lat[n*99/100], errors: int(errs.Load()), objectsPerLB: 4 + members}, nil
+}
+
+func main() {
+	n := flag.Int("n", 1000, "load balancers to create")
+	members := flag.Int("members", 10, "members per pool")
+	conc := flag.Int("c", 8, "concurrent clients")
+	sqlite := flag.Bool("sqlite", true, "measure the embedded SQLite store")
+	pg := flag.String("postgres", "", `PostgreSQL DSN to measure, or "auto" to start a throwaway cluster`)
+	flag.Parse()
+	ctx := context.Background()
+
+	var results []result
+	if *sqlite {
+		dir, err := os.MkdirTemp("", "flowlb-bench-")
+		if err != nil {
+			fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		r, err := run(ctx, "sqlite", filepath.Join(dir, "flowlb.db"), *n, *members, *conc)
+		if err != nil {
+			fatal(err)
+		}
+		results = append(results, r)
+	}
+	if *pg != "" {
+		dsn := *pg
+		if dsn == "auto" {
+			d, stop, err := startPostgres()
+			if err != nil {
+				fatal(err)
+			}
+			defer stop()
+			dsn = d
+		}
+		r, err := run(ctx, "postgres", dsn, *n, *members, *conc)
+		if err != nil {
+			fatal(err)
+		}
+		results = append(results, r)
+	}
+	fmt.Printf("%d fully populated load balancers (1 listener, 1 pool, %d members, 1 health monitor), %d concurrent clients, %s\n",
+		*n, *members, *conc, time.Now().UTC().Format("2006-01-02"))
+	fmt.Println("| engine | creates/s | all created | all ACTIVE | create p50 | create p99 | errors |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		fmt.Printf("| flowlb %s | %.0f | %.2f s | %.2f s | %.1f ms | %.1f ms | %d |\n", r.engine, float64(r.n)/r.createWall.Seconds(),
+			r.createWall.Seconds(), r.activeWall.Seconds(), ms(r.p50), ms(r.p99), r.errors)
+	}
+	fmt.Println("| Octavia amphora+noop (anchor: 100 plain LBs) | ≈8 | 11–13 s | 71–73 s | | | |")
+	fmt.Println("target: 1,000 full LBs ACTIVE in under 5 s")
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "apicreate:", err)
+	os.Exit(1)
+}
