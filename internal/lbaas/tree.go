@@ -182,6 +182,7 @@ func (t *Tree) remove(o object) {
 // save writes created, changed and removed objects and marks the tree as
 // touched so the fan-out sees the revision.
 func (t *Tree) save(tx store.Tx) error {
+	var inserts []store.Record
 	for _, o := range t.objects() {
 		id := o.base().ID
 		if !t.created[id] && !t.dirty[id] {
@@ -193,12 +194,17 @@ func (t *Tree) save(tx store.Tx) error {
 		}
 		rec := store.Record{Kind: o.kind(), ID: id, ProjectID: o.base().ProjectID, LoadBalancerID: t.LB.ID, ParentID: o.parentID(), Data: data}
 		if t.created[id] {
-			err = tx.Insert(rec)
-		} else {
-			err = tx.Update(rec)
+			// New objects of one change go in one statement.
+			inserts = append(inserts, rec)
+			continue
 		}
-		if err != nil {
+		if err := tx.Update(rec); err != nil {
 			return fmt.Errorf("save %s %s: %w", o.kind(), id, err)
+		}
+	}
+	if len(inserts) > 0 {
+		if err := tx.InsertMany(inserts); err != nil {
+			return fmt.Errorf("save %d new objects: %w", len(inserts), err)
 		}
 	}
 	for _, r := range t.removed {

@@ -293,6 +293,44 @@ func (t *sqlTx) Insert(r Record) error {
 	return nil
 }
 
+// insertChunk bounds the rows of one INSERT (SQLite allows 32766 bound
+// parameters; 7 per row).
+const insertChunk = 500
+
+func (t *sqlTx) InsertMany(rs []Record) error {
+	for len(rs) > 0 {
+		n := min(len(rs), insertChunk)
+		chunk := rs[:n]
+		rs = rs[n:]
+		var b strings.Builder
+		b.WriteString("INSERT INTO objects (" + cols + ") VALUES ")
+		args := make([]any, 0, 7*len(chunk))
+		now := time.Now()
+		for i, r := range chunk {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+			if r.CreatedAt.IsZero() {
+				// A microsecond apart, so that listing keeps input order.
+				r.CreatedAt = now.Add(time.Duration(i) * time.Microsecond)
+			}
+			args = append(args, string(r.Kind), r.ID, r.ProjectID, r.LoadBalancerID, r.ParentID, string(r.Data), r.CreatedAt.UnixMicro())
+		}
+		b.WriteString(" ON CONFLICT DO NOTHING")
+		res, err := t.tx.ExecContext(t.ctx, t.q(b.String()), args...)
+		if err != nil {
+			return fmt.Errorf("insert %d records: %w", len(chunk), err)
+		}
+		if got, _ := res.RowsAffected(); got != int64(len(chunk)) {
+			// Callers abort the transaction on ErrConflict, which undoes the
+			// rows that did go in.
+			return ErrConflict
+		}
+	}
+	return nil
+}
+
 func (t *sqlTx) Update(r Record) error {
 	res, err := t.tx.ExecContext(t.ctx, t.q("UPDATE objects SET project_id = ?, loadbalancer_id = ?, parent_id = ?, data = ? WHERE kind = ? AND id = ?"),
 		r.ProjectID, r.LoadBalancerID, r.ParentID, string(r.Data), string(r.Kind), r.ID)

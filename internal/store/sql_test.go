@@ -264,3 +264,39 @@ func TestSQLiteSurvivesReopenAndMigratesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestInsertMany(t *testing.T) {
+	ctx := context.Background()
+	for _, e := range storetest.Engines(t) {
+		t.Run(e.Name, func(t *testing.T) {
+			var batch []store.Record
+			for i := 0; i < 1200; i++ { // more than one chunk
+				batch = append(batch, rec(store.KindMember, fmt.Sprintf("m%04d", i), "lb", "{}"))
+			}
+			if _, err := e.Store.Update(ctx, func(tx store.Tx) error { return tx.InsertMany(batch) }); err != nil {
+				t.Fatal(err)
+			}
+			_, err := e.Store.Update(ctx, func(tx store.Tx) error {
+				return tx.InsertMany([]store.Record{rec(store.KindMember, "new", "lb", "{}"), rec(store.KindMember, "m0001", "lb", "{}")})
+			})
+			if !errors.Is(err, store.ErrConflict) {
+				t.Fatalf("batch with an existing id: %v, want ErrConflict", err)
+			}
+			err = e.Store.View(ctx, func(tx store.ReadTx) error {
+				got, err := tx.List(store.KindMember, store.Filter{LoadBalancerID: "lb"})
+				if len(got) != 1200 {
+					t.Errorf("%d members, want 1200 (the failed batch must add none)", len(got))
+				}
+				for i, r := range got {
+					if want := fmt.Sprintf("m%04d", i); r.ID != want {
+						t.Fatalf("position %d: %s, want %s (input order)", i, r.ID, want)
+					}
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -102,6 +102,9 @@ type Tx interface {
 	// Insert adds a record; ErrConflict if the kind and id exist.
 	// A zero CreatedAt is set to the current time.
 	Insert(r Record) error
+	// InsertMany adds records in one statement; ErrConflict if any exists
+	// (then none is added).
+	InsertMany(rs []Record) error
 	// Update replaces Data (and ParentID, LoadBalancerID) of an existing
 	// record; ErrNotFound if it does not exist.
 	Update(r Record) error

@@ -104,6 +104,20 @@ func (t *tx) Insert(r store.Record) error {
 	return nil
 }
 
+func (t *tx) InsertMany(rs []store.Record) error {
+	for _, r := range rs {
+		if _, ok := t.lookup(key{r.Kind, r.ID}); ok {
+			return store.ErrConflict
+		}
+	}
+	for _, r := range rs {
+		if err := t.Insert(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (t *tx) Update(r store.Record) error {
 	k := key{r.Kind, r.ID}
 	old, ok := t.lookup(k)
