@@ -3,8 +3,6 @@ package octavia
 import (
 	"bytes"
 	"encoding/json"
-	"net/http"
-	"net/url"
 
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 )
@@ -67,12 +65,3 @@ func validateMembers(body []byte) ([]map[string]any, error) {
 	return out, nil
 }
 
-func (s *Server) page(r *http.Request, plural, linksKey string, items []map[string]any, idKey string) (map[string]any, error) {
-	out := make([]any, 0, len(items))
-	for _, it := range items {
-		out = append(out, strip(it))
-	}
-	return map[string]any{plural: out, linksKey: []any{}}, nil
-}
-
-func selectFields(m map[string]any, q url.Values) map[string]any { return m }

@@ -53,7 +53,6 @@ func (s *Server) dispatchCatalog(w http.ResponseWriter, r *http.Request, rt rout
 // in Octavia and kept so.
 type catalog struct {
 	path, root, plural, links, kind, resource, idKey string
-	storeKind                                        store.Kind
 	list                                             func(s *Server, r *http.Request) ([]map[string]any, error)
 	get                                              func(s *Server, r *http.Request, id string) (map[string]any, error)
 	create                                           func(s *Server, r *http.Request, attrs map[string]any) (map[string]any, error)

@@ -3,7 +3,6 @@ package octavia
 import (
 	"io"
 	"net/http"
-	"net/url"
 
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/lbaas"
@@ -128,16 +127,6 @@ func (s *Server) listResponse(w http.ResponseWriter, r *http.Request, plural, li
 // show writes one object, honouring fields=.
 func (s *Server) show(w http.ResponseWriter, r *http.Request, code int, root string, obj map[string]any) {
 	writeJSON(w, code, map[string]any{root: selectFields(strip(obj), r.URL.Query())})
-}
-
-func requestURL(r *http.Request) *url.URL {
-	u := *r.URL
-	u.Scheme = "http"
-	if r.TLS != nil {
-		u.Scheme = "https"
-	}
-	u.Host = r.Host
-	return &u
 }
 
 // ---- load balancers

@@ -1,0 +1,323 @@
+package octavia
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/flowlb/flowlb/internal/octavia/fault"
+)
+
+// Query parameters that are not attribute filters.
+var listParams = map[string]bool{
+	"limit": true, "marker": true, "page_reverse": true, "sort": true, "sort_key": true, "sort_dir": true,
+	"fields": true, "tags": true, "tags-any": true, "not-tags": true, "not-tags-any": true,
+}
+
+type sortKey struct {
+	key  string
+	desc bool
+}
+
+// page applies Octavia's list conventions (octavia/api/common/pagination.py)
+// to rendered objects: attribute filters with AND semantics, tag filters,
+// sort, limit/marker/page_reverse paging with <plural>_links, and fields.
+func (s *Server) page(r *http.Request, plural, linksKey string, items []map[string]any, idKey string) (map[string]any, error) {
+	q := r.URL.Query()
+	// Filters: any top-level scalar attribute; unknown keys are a 400.
+	known := map[string]bool{}
+	for _, it := range items {
+		for k := range it {
+			known[k] = true
+		}
+	}
+	for k := range q {
+		if listParams[k] {
+			continue
+		}
+		if len(items) > 0 && !known[k] {
+			return nil, fault.BadRequest("One or more arguments are either duplicate or invalid")
+		}
+	}
+	filtered := items[:0:0]
+	for _, it := range items {
+		if matches(it, q) {
+			filtered = append(filtered, it)
+		}
+	}
+
+	keys, err := sortKeys(q)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if len(filtered) > 0 && !known[k.key] {
+			return nil, fault.BadRequest("Supplied sort key '%s' is not valid.", k.key)
+		}
+	}
+	sort.SliceStable(filtered, func(i, j int) bool {
+		for _, k := range keys {
+			c := compare(filtered[i][k.key], filtered[j][k.key])
+			if c != 0 {
+				return (c < 0) != k.desc
+			}
+		}
+		return false
+	})
+
+	limit := s.cfg.PaginationMaxLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, fault.BadRequest("Supplied pagination limit '%s' is not valid.", v)
+		}
+		if n < 1 {
+			limit = len(filtered) // Octavia: a limit below 1 means no limit
+		} else {
+			limit = min(n, s.cfg.PaginationMaxLimit)
+		}
+	}
+	reverse := strings.EqualFold(q.Get("page_reverse"), "true")
+	marker := q.Get("marker")
+	start, end := 0, len(filtered)
+	if marker != "" {
+		pos := -1
+		for i, it := range filtered {
+			if fmt.Sprint(it[idKey]) == marker {
+				pos = i
+				break
+			}
+		}
+		if pos < 0 {
+			return nil, fault.BadRequest("Supplied pagination marker '%s' is not valid.", marker)
+		}
+		if reverse {
+			end = pos
+		} else {
+			start = pos + 1
+		}
+	}
+	var pageItems []map[string]any
+	if reverse {
+		lo := max(end-limit, 0)
+		pageItems = filtered[lo:end]
+	} else {
+		hi := min(start+limit, end)
+		pageItems = filtered[start:hi]
+	}
+
+	links := []any{}
+	if len(pageItems) > 0 {
+		if len(pageItems) == limit {
+			links = append(links, link(r, "next", fmt.Sprint(pageItems[len(pageItems)-1][idKey]), limit, false))
+		}
+		if marker != "" {
+			links = append(links, link(r, "previous", fmt.Sprint(pageItems[0][idKey]), limit, true))
+		}
+	}
+	fields := fieldList(q)
+	out := make([]any, 0, len(pageItems))
+	for _, it := range pageItems {
+		out = append(out, project(strip(it), fields))
+	}
+	return map[string]any{plural: out, linksKey: links}, nil
+}
+
+// matches applies attribute and tag filters.
+func matches(it map[string]any, q url.Values) bool {
+	for k, vs := range q {
+		if listParams[k] {
+			continue
+		}
+		got := scalar(it[k])
+		ok := false
+		for _, v := range vs {
+			if got == v || (isBool(it[k]) && strings.EqualFold(got, v)) {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	tags := map[string]bool{}
+	if ts, ok := it["tags"].([]any); ok {
+		for _, t := range ts {
+			tags[fmt.Sprint(t)] = true
+		}
+	}
+	list := func(k string) []string {
+		var out []string
+		for _, v := range q[k] {
+			for _, t := range strings.Split(v, ",") {
+				if t != "" {
+					out = append(out, t)
+				}
+			}
+		}
+		return out
+	}
+	all := func(ts []string) bool {
+		for _, t := range ts {
+			if !tags[t] {
+				return false
+			}
+		}
+		return true
+	}
+	anyOf := func(ts []string) bool {
+		for _, t := range ts {
+			if tags[t] {
+				return true
+			}
+		}
+		return false
+	}
+	if ts := list("tags"); len(ts) > 0 && !all(ts) {
+		return false
+	}
+	if ts := list("tags-any"); len(ts) > 0 && !anyOf(ts) {
+		return false
+	}
+	if ts := list("not-tags"); len(ts) > 0 && all(ts) {
+		return false
+	}
+	if ts := list("not-tags-any"); len(ts) > 0 && anyOf(ts) {
+		return false
+	}
+	return true
+}
+
+func isBool(v any) bool { _, ok := v.(bool); return ok }
+
+// scalar renders a JSON value as a query-string value.
+func scalar(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case bool:
+		return strconv.FormatBool(x)
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+// compare orders JSON values: null first, numbers numerically, the rest
+// as strings.
+func compare(a, b any) int {
+	switch {
+	case a == nil && b == nil:
+		return 0
+	case a == nil:
+		return -1
+	case b == nil:
+		return 1
+	}
+	if x, ok := a.(float64); ok {
+		if y, ok := b.(float64); ok {
+			switch {
+			case x < y:
+				return -1
+			case x > y:
+				return 1
+			}
+			return 0
+		}
+	}
+	return strings.Compare(scalar(a), scalar(b))
+}
+
+// sortKeys reads sort=k1:asc,k2:desc or sort_key/sort_dir pairs; the
+// default is created_at then id, ascending.
+func sortKeys(q url.Values) ([]sortKey, error) {
+	var keys []sortKey
+	dir := func(d string) (bool, error) {
+		switch strings.ToLower(d) {
+		case "", "asc":
+			return false, nil
+		case "desc":
+			return true, nil
+		}
+		return false, fault.BadRequest("Supplied sort direction '%s' is not valid.", d)
+	}
+	for _, v := range q["sort"] {
+		for _, part := range strings.Split(v, ",") {
+			k, d, _ := strings.Cut(strings.TrimSpace(part), ":")
+			desc, err := dir(d)
+			if err != nil {
+				return nil, err
+			}
+			keys = append(keys, sortKey{k, desc})
+		}
+	}
+	dirs := q["sort_dir"]
+	for i, k := range q["sort_key"] {
+		d := ""
+		if i < len(dirs) {
+			d = dirs[i]
+		}
+		desc, err := dir(d)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, sortKey{k, desc})
+	}
+	if len(keys) == 0 {
+		keys = []sortKey{{"created_at", false}, {"id", false}}
+	}
+	return keys, nil
+}
+
+func link(r *http.Request, rel, marker string, limit int, reverse bool) map[string]any {
+	u := *r.URL
+	u.Scheme = "http"
+	if r.TLS != nil {
+		u.Scheme = "https"
+	}
+	u.Host = r.Host
+	q := u.Query()
+	q.Set("limit", strconv.Itoa(limit))
+	q.Set("marker", marker)
+	q.Del("page_reverse")
+	if reverse {
+		q.Set("page_reverse", "True")
+	}
+	u.RawQuery = q.Encode()
+	return map[string]any{"rel": rel, "href": u.String()}
+}
+
+// fieldList reads fields=a&fields=b (or comma-separated).
+func fieldList(q url.Values) []string {
+	var out []string
+	for _, v := range q["fields"] {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// project keeps only the requested fields.
+func project(m map[string]any, fields []string) map[string]any {
+	if len(fields) == 0 {
+		return m
+	}
+	out := map[string]any{}
+	for _, f := range fields {
+		if v, ok := m[f]; ok {
+			out[f] = v
+		}
+	}
+	return out
+}
+
+func selectFields(m map[string]any, q url.Values) map[string]any { return project(m, fieldList(q)) }
