@@ -64,4 +64,3 @@ func validateMembers(body []byte) ([]map[string]any, error) {
 	}
 	return out, nil
 }
-
