@@ -1,11 +1,6 @@
 package octavia
 
-import (
-	"bytes"
-	"encoding/json"
-
-	"github.com/flowlb/flowlb/internal/octavia/fault"
-)
+import "github.com/flowlb/flowlb/internal/octavia/fault"
 
 // Op is the kind of request a body is validated for.
 type Op int
@@ -15,52 +10,45 @@ const (
 	OpPut
 )
 
-// TEMPORARY: pass-through decoding until the schema package lands.
+// validateBody decodes a request body and validates the object under its
+// root key as Octavia's wire type of kind for op.
 func validateBody(body []byte, root, kind string, op Op) (map[string]any, error) {
-	var m map[string]any
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	if err := d.Decode(&m); err != nil {
-		return nil, fault.BadRequest("Invalid JSON body: %v", err)
+	v, err := decodeRoot(body, root)
+	if err != nil {
+		return nil, err
 	}
-	obj, ok := m[root].(map[string]any)
+	obj, ok := v.(map[string]any)
 	if !ok {
-		return nil, fault.BadRequest("Missing argument: %s", root)
+		return nil, fault.BadRequest("Invalid input for field/attribute %s. Value: '%v'. Wrong type. Expected 'dict'", root, render(v))
 	}
-	return fixNumbers(obj).(map[string]any), nil
+	o := post
+	if op == OpPut {
+		o = put
+	}
+	return validate(kind, o, obj, root)
 }
 
-func fixNumbers(v any) any {
-	switch x := v.(type) {
-	case json.Number:
-		if i, err := x.Int64(); err == nil {
-			return i
-		}
-		f, _ := x.Float64()
-		return f
-	case map[string]any:
-		for k, e := range x {
-			x[k] = fixNumbers(e)
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = fixNumbers(e)
-		}
-	}
-	return v
-}
-
+// validateMembers reads a batch member update: {"members": [MemberPOST...]}.
 func validateMembers(body []byte) ([]map[string]any, error) {
-	var m map[string]any
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	if err := d.Decode(&m); err != nil {
-		return nil, fault.BadRequest("Invalid JSON body: %v", err)
+	v, err := decodeRoot(body, "members")
+	if err != nil {
+		return nil, err
 	}
-	ms, _ := fixNumbers(m["members"]).([]any)
-	out := []map[string]any{}
-	for _, x := range ms {
-		out = append(out, x.(map[string]any))
+	xs, ok := v.([]any)
+	if !ok {
+		return nil, fault.BadRequest("Invalid input for field/attribute members. Value: '%v'. Wrong type. Expected 'list'", render(v))
+	}
+	out := make([]map[string]any, 0, len(xs))
+	for _, x := range xs {
+		m, ok := x.(map[string]any)
+		if !ok {
+			return nil, fault.BadRequest("Invalid input for field/attribute members. Value: '%v'. Wrong type. Expected 'dict'", render(x))
+		}
+		got, err := validate("member", post, m, "members")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got)
 	}
 	return out, nil
 }

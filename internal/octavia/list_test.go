@@ -13,7 +13,7 @@ func TestListQueries(t *testing.T) {
 	var ids []string
 	for i, tags := range [][]string{{"red"}, {"red", "blue"}, {"blue"}, {}, {"green"}} {
 		code, body := a.do("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
-			"name": fmt.Sprintf("lb-%d", i%3), "vip_subnet_id": "s", "tags": tags, "admin_state_up": i != 4}})
+			"name": fmt.Sprintf("lb-%d", i%3), "vip_subnet_id": subnetID, "tags": tags, "admin_state_up": i != 4}})
 		if code != 201 {
 			t.Fatalf("create: %d %v", code, body)
 		}

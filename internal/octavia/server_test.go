@@ -131,7 +131,7 @@ func TestVersionDiscovery(t *testing.T) {
 
 func TestRouteVariantsReachTheSameTree(t *testing.T) {
 	a := newAPI(t)
-	code, body := a.do("POST", "/v2.0/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{"name": "a", "vip_subnet_id": "s"}})
+	code, body := a.do("POST", "/v2.0/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{"name": "a", "vip_subnet_id": subnetID}})
 	if code != 201 {
 		t.Fatalf("create: %d %v", code, body)
 	}
@@ -151,7 +151,7 @@ func TestRouteVariantsReachTheSameTree(t *testing.T) {
 func TestCodesAndShapes(t *testing.T) {
 	a := newAPI(t)
 	code, body := a.do("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
-		"name": "full", "vip_subnet_id": "s",
+		"name": "full", "vip_subnet_id": subnetID,
 		"listeners": []any{map[string]any{"name": "l", "protocol": "TCP", "protocol_port": 80, "default_pool": map[string]any{"name": "p"}}},
 		"pools": []any{map[string]any{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN",
 			"members":       []any{map[string]any{"address": "198.18.17.2", "protocol_port": 80}},
@@ -242,7 +242,7 @@ func TestQuotaBothSpellings(t *testing.T) {
 func TestPendingLoadBalancerRefusesChanges(t *testing.T) {
 	held := &heldRealizer{}
 	a := newAPIWith(t, held)
-	_, body := a.do("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{"vip_subnet_id": "s"}})
+	_, body := a.do("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{"vip_subnet_id": subnetID}})
 	id := body["loadbalancer"].(map[string]any)["id"].(string)
 	for _, tc := range []struct {
 		method, path string
@@ -261,3 +261,5 @@ func TestPendingLoadBalancerRefusesChanges(t *testing.T) {
 	held.release()
 	a.waitActive(id)
 }
+
+const subnetID = "4f0d2fdd-4933-4ee3-9b52-4bcd492139b8"

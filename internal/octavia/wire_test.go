@@ -1,0 +1,147 @@
+package octavia
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/flowlb/flowlb/internal/octavia/fault"
+)
+
+func TestValidateBody(t *testing.T) {
+	const uuid = "8a4e6b3e-7f3c-4a7e-9bc9-4d3b6c2d7e11"
+	for _, tc := range []struct {
+		name, root, kind string
+		op               Op
+		body             string
+		err              string // "" = accepted
+		check            func(t *testing.T, got map[string]any)
+	}{
+		{name: "plain LB", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": {"vip_subnet_id": "` + uuid + `", "name": "a"}}`,
+			check: func(t *testing.T, got map[string]any) {
+				if got["name"] != "a" || len(got) != 2 {
+					t.Errorf("accepted %v", got)
+				}
+			}},
+		{name: "unknown attribute", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": {"bogus": 1}}`,
+			err: "Unknown attribute for argument loadbalancer: bogus"},
+		{name: "bad UUID", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": {"vip_subnet_id": "nope"}}`,
+			err: "Invalid input for field/attribute vip_subnet_id. Value: 'nope'. Value should be UUID format"},
+		{name: "bad IP", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": {"vip_address": "300.1.1.1"}}`,
+			err: "Value should be IPv4 or IPv6 format"},
+		{name: "name too long", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": {"name": "` + strings.Repeat("x", 256) + `"}}`,
+			err: "maximum character requirement of 255"},
+		{name: "PUT refuses POST-only field", root: "loadbalancer", kind: "loadbalancer", op: OpPut, body: `{"loadbalancer": {"vip_address": "198.19.0.9"}}`,
+			err: "Unknown attribute for argument loadbalancer: vip_address"},
+		{name: "wrong root", root: "loadbalancer", kind: "loadbalancer", body: `{"listener": {}}`, err: `Missing argument: "loadbalancer"`},
+		{name: "not JSON", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": `, err: "Invalid JSON body"},
+		{name: "listener mandatory protocol", root: "listener", kind: "listener", body: `{"listener": {"loadbalancer_id": "` + uuid + `", "protocol_port": 80}}`,
+			err: "Invalid input for field/attribute protocol. Value: 'Unset'. Mandatory field missing."},
+		{name: "listener bad protocol", root: "listener", kind: "listener", body: `{"listener": {"loadbalancer_id": "` + uuid + `", "protocol": "FTP", "protocol_port": 80}}`,
+			err: "Value should be one of: HTTP, HTTPS, TCP"},
+		{name: "port range", root: "listener", kind: "listener", body: `{"listener": {"loadbalancer_id": "` + uuid + `", "protocol": "TCP", "protocol_port": 65536}}`,
+			err: "Value should be lower or equal to 65535"},
+		{name: "port wrong type", root: "listener", kind: "listener", body: `{"listener": {"loadbalancer_id": "` + uuid + `", "protocol": "TCP", "protocol_port": "80"}}`,
+			err: "Wrong type"},
+		{name: "bad CIDR", root: "listener", kind: "listener", body: `{"listener": {"loadbalancer_id": "` + uuid + `", "protocol": "TCP", "protocol_port": 80, "allowed_cidrs": ["10.0.0.0/33"]}}`,
+			err: "Value should be a valid CIDR."},
+		{name: "timeout range", root: "listener", kind: "listener", op: OpPut, body: `{"listener": {"timeout_client_data": -1}}`,
+			err: "Value should be greater or equal to 0"},
+		{name: "weight 257", root: "member", kind: "member", body: `{"member": {"address": "198.18.17.2", "protocol_port": 80, "weight": 257}}`,
+			err: "Value should be lower or equal to 256"},
+		{name: "weight 0 is fine", root: "member", kind: "member", body: `{"member": {"address": "198.18.17.2", "protocol_port": 80, "weight": 0}}`,
+			check: func(t *testing.T, got map[string]any) {
+				if got["weight"] != int64(0) {
+					t.Errorf("weight %v (%T)", got["weight"], got["weight"])
+				}
+			}},
+		{name: "expected codes pattern", root: "healthmonitor", kind: "healthmonitor", body: `{"healthmonitor": {"pool_id": "` + uuid + `", "type": "HTTP", "delay": 5, "timeout": 3, "max_retries": 3, "expected_codes": "200-"}}`,
+			err: "Value should match the pattern"},
+		{name: "expected codes list and range", root: "healthmonitor", kind: "healthmonitor", op: OpPut, body: `{"healthmonitor": {"expected_codes": "200, 202"}}`},
+		{name: "url path", root: "healthmonitor", kind: "healthmonitor", op: OpPut, body: `{"healthmonitor": {"url_path": "health"}}`,
+			err: "Not a valid URLPath: health"},
+		{name: "http version as string (gophercloud)", root: "healthmonitor", kind: "healthmonitor", op: OpPut, body: `{"healthmonitor": {"http_version": "1.1"}}`,
+			check: func(t *testing.T, got map[string]any) {
+				if got["http_version"] != 1.1 {
+					t.Errorf("http_version %v", got["http_version"])
+				}
+			}},
+		{name: "max retries", root: "healthmonitor", kind: "healthmonitor", op: OpPut, body: `{"healthmonitor": {"max_retries": 11}}`,
+			err: "Value should be lower or equal to 10"},
+		{name: "PUT null clears", root: "pool", kind: "pool", op: OpPut, body: `{"pool": {"session_persistence": null}}`,
+			check: func(t *testing.T, got map[string]any) {
+				if v, ok := got["session_persistence"]; !ok || v != nil {
+					t.Errorf("explicit null lost: %v", got)
+				}
+			}},
+		{name: "cookie name pattern", root: "pool", kind: "pool", op: OpPut, body: `{"pool": {"session_persistence": {"type": "APP_COOKIE", "cookie_name": "a b"}}}`,
+			err: "cookie_name"},
+		{name: "nested unknown attribute", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": {"vip_subnet_id": "` + uuid + `", "pools": [{"name": "p", "members": [{"address": "198.18.17.2", "protocol_port": 80, "pool_id": "x"}]}]}}`,
+			err: "Unknown attribute for argument loadbalancer.pools.members: pool_id"},
+		{name: "nested pool reference stays minimal", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": {"vip_subnet_id": "` + uuid + `", "listeners": [{"protocol": "TCP", "protocol_port": 80, "default_pool": {"name": "p"}}]}}`,
+			check: func(t *testing.T, got map[string]any) {
+				dp := got["listeners"].([]any)[0].(map[string]any)["default_pool"].(map[string]any)
+				if len(dp) != 1 {
+					t.Errorf("reference grew: %v", dp)
+				}
+			}},
+		{name: "l7 rule value CRLF", root: "rule", kind: "l7rule", body: `{"rule": {"type": "PATH", "compare_type": "EQUAL_TO", "value": "a\r\nb"}}`,
+			err: "Value should match the pattern"},
+		{name: "quota bounds", root: "quota", kind: "quota", op: OpPut, body: `{"quota": {"listener": -2}}`,
+			err: "Value should be greater or equal to -1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := validateBody([]byte(tc.body), tc.root, tc.kind, tc.op)
+			if tc.err == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if tc.check != nil {
+					tc.check(t, got)
+				}
+				return
+			}
+			var fe *fault.Error
+			if !errors.As(err, &fe) || fe.Status != 400 || !strings.Contains(fe.Message, tc.err) {
+				t.Fatalf("got %v, want 400 containing %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func TestBatchMembersValidation(t *testing.T) {
+	if _, err := validateMembers([]byte(`{"members": [{"address": "198.18.17.2", "protocol_port": 80}, {"address": "x", "protocol_port": 80}]}`)); err == nil ||
+		!strings.Contains(err.Error(), "IPv4 or IPv6") {
+		t.Errorf("bad address in a batch: %v", err)
+	}
+	got, err := validateMembers([]byte(`{"members": []}`))
+	if err != nil || len(got) != 0 {
+		t.Errorf("empty batch: %v %v", got, err)
+	}
+}
+
+func FuzzValidateBody(f *testing.F) {
+	f.Add(`{"loadbalancer": {"name": "x", "listeners": [{"protocol": "TCP", "protocol_port": 1}]}}`)
+	f.Add(`{"loadbalancer": {"pools": [{"members": [{}]}]}}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		got, err := validateBody([]byte(body), "loadbalancer", "loadbalancer", OpPost)
+		if err != nil {
+			var fe *fault.Error
+			if !errors.As(err, &fe) || fe.Status != 400 {
+				t.Fatalf("non-400 error %v", err)
+			}
+			return
+		}
+		allowed := map[string]bool{}
+		for _, f := range kinds["loadbalancer"] {
+			if f.where&post != 0 {
+				allowed[f.name] = true
+			}
+		}
+		for k := range got {
+			if !allowed[k] {
+				t.Fatalf("accepted unknown key %q", k)
+			}
+		}
+	})
+}
