@@ -262,8 +262,20 @@ func (s *Service) realize(lbID, provider string, rev int64) {
 	s.inflight.Add(1)
 	p.Realize(lbID, rev, func(err error) {
 		defer s.inflight.Done()
-		if cerr := s.complete(context.Background(), lbID, err); cerr != nil {
-			s.log.Error("complete provisioning", "loadbalancer", lbID, "revision", rev, "err", cerr)
+		// A completion that fails (database busy or gone for a moment) is
+		// retried; one that never lands is resumed at the next start.
+		backoff := 10 * time.Millisecond
+		for attempt := 1; ; attempt++ {
+			cerr := s.complete(context.Background(), lbID, err)
+			if cerr == nil {
+				return
+			}
+			if attempt == 5 {
+				s.log.Error("complete provisioning", "loadbalancer", lbID, "revision", rev, "err", cerr)
+				return
+			}
+			time.Sleep(backoff)
+			backoff *= 4
 		}
 	})
 }

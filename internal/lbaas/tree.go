@@ -182,7 +182,7 @@ func (t *Tree) remove(o object) {
 // save writes created, changed and removed objects and marks the tree as
 // touched so the fan-out sees the revision.
 func (t *Tree) save(tx store.Tx) error {
-	var inserts []store.Record
+	var inserts, updates []store.Record
 	for _, o := range t.objects() {
 		id := o.base().ID
 		if !t.created[id] && !t.dirty[id] {
@@ -198,8 +198,11 @@ func (t *Tree) save(tx store.Tx) error {
 			inserts = append(inserts, rec)
 			continue
 		}
-		if err := tx.Update(rec); err != nil {
-			return fmt.Errorf("save %s %s: %w", o.kind(), id, err)
+		updates = append(updates, rec)
+	}
+	if len(updates) > 0 {
+		if err := tx.UpdateMany(updates); err != nil {
+			return fmt.Errorf("save %d changed objects: %w", len(updates), err)
 		}
 	}
 	if len(inserts) > 0 {

@@ -343,6 +343,42 @@ func (t *sqlTx) Update(r Record) error {
 	return nil
 }
 
+// UpdateMany rewrites many rows with one UPDATE … FROM (VALUES …): one
+// round trip for all the objects a change touched.
+func (t *sqlTx) UpdateMany(rs []Record) error {
+	for len(rs) > 0 {
+		n := min(len(rs), insertChunk)
+		chunk := rs[:n]
+		rs = rs[n:]
+		// SQLite names VALUES columns column1…; PostgreSQL takes aliases.
+		c := []string{"column1", "column2", "column3", "column4", "column5", "column6"}
+		alias := "v"
+		if t.s.eng.name() == "postgres" {
+			c = []string{"k", "i", "p", "l", "pa", "d"}
+			alias = "v(k, i, p, l, pa, d)"
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "UPDATE objects SET project_id = v.%s, loadbalancer_id = v.%s, parent_id = v.%s, data = v.%s FROM (VALUES ", c[2], c[3], c[4], c[5])
+		args := make([]any, 0, 6*len(chunk))
+		for i, r := range chunk {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?, ?, ?, ?)")
+			args = append(args, string(r.Kind), r.ID, r.ProjectID, r.LoadBalancerID, r.ParentID, string(r.Data))
+		}
+		fmt.Fprintf(&b, ") AS %s WHERE objects.kind = v.%s AND objects.id = v.%s", alias, c[0], c[1])
+		res, err := t.tx.ExecContext(t.ctx, t.q(b.String()), args...)
+		if err != nil {
+			return fmt.Errorf("update %d records: %w", len(chunk), err)
+		}
+		if got, _ := res.RowsAffected(); got != int64(len(chunk)) {
+			return ErrNotFound
+		}
+	}
+	return nil
+}
+
 func (t *sqlTx) Delete(kind Kind, id string) error {
 	res, err := t.tx.ExecContext(t.ctx, t.q("DELETE FROM objects WHERE kind = ? AND id = ?"), string(kind), id)
 	if err != nil {

@@ -282,6 +282,18 @@ func TestInsertMany(t *testing.T) {
 			if !errors.Is(err, store.ErrConflict) {
 				t.Fatalf("batch with an existing id: %v, want ErrConflict", err)
 			}
+			for i := range batch {
+				batch[i].Data = []byte(fmt.Sprintf(`{"i":%d}`, i))
+			}
+			if _, err := e.Store.Update(ctx, func(tx store.Tx) error { return tx.UpdateMany(batch) }); err != nil {
+				t.Fatalf("update many: %v", err)
+			}
+			_, err = e.Store.Update(ctx, func(tx store.Tx) error {
+				return tx.UpdateMany([]store.Record{rec(store.KindMember, "m0001", "lb", "{}"), rec(store.KindMember, "missing", "lb", "{}")})
+			})
+			if !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("update of a missing record: %v, want ErrNotFound", err)
+			}
 			err = e.Store.View(ctx, func(tx store.ReadTx) error {
 				got, err := tx.List(store.KindMember, store.Filter{LoadBalancerID: "lb"})
 				if len(got) != 1200 {
@@ -290,6 +302,9 @@ func TestInsertMany(t *testing.T) {
 				for i, r := range got {
 					if want := fmt.Sprintf("m%04d", i); r.ID != want {
 						t.Fatalf("position %d: %s, want %s (input order)", i, r.ID, want)
+					}
+					if want := fmt.Sprintf(`{"i":%d}`, i); string(r.Data) != want {
+						t.Fatalf("%s: data %s, want %s", r.ID, r.Data, want)
 					}
 				}
 				return err

@@ -108,6 +108,9 @@ type Tx interface {
 	// Update replaces Data (and ParentID, LoadBalancerID) of an existing
 	// record; ErrNotFound if it does not exist.
 	Update(r Record) error
+	// UpdateMany replaces Data (and ParentID, LoadBalancerID, ProjectID)
+	// of existing records in one statement; ErrNotFound if any is missing.
+	UpdateMany(rs []Record) error
 	// Delete removes a record; ErrNotFound if it does not exist.
 	Delete(kind Kind, id string) error
 	// Touch records that this transaction changed a load balancer's tree.

@@ -130,6 +130,20 @@ func (t *tx) Update(r store.Record) error {
 	return nil
 }
 
+func (t *tx) UpdateMany(rs []store.Record) error {
+	for _, r := range rs {
+		if _, ok := t.lookup(key{r.Kind, r.ID}); !ok {
+			return store.ErrNotFound
+		}
+	}
+	for _, r := range rs {
+		if err := t.Update(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (t *tx) Delete(kind store.Kind, id string) error {
 	k := key{kind, id}
 	if _, ok := t.lookup(k); !ok {
