@@ -460,3 +460,35 @@ func testRefusalByProviderStoresNothing(t *testing.T, st store.Store) {
 		t.Errorf("LB after refused change: %s, want ACTIVE (unlocked)", got)
 	}
 }
+
+func TestResumeAfterRestart(t *testing.T) { eachEngine(t, testResumeAfterRestart) }
+
+// testResumeAfterRestart: a server that stops between a commit and the
+// provider's completion leaves the tree PENDING_*; the next server hands it
+// to the provider again, so nothing stays stuck.
+func testResumeAfterRestart(t *testing.T, st store.Store) {
+	e := newEnv(t, false, st)
+	tree, err := e.svc.CreateLoadBalancer(e.ctx, fullLB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first server "dies": its provider never reports.
+	restarted := newEnv(t, true, st)
+	n, err := restarted.svc.Resume(restarted.ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("resumed %d trees (%v), want 1", n, err)
+	}
+	restarted.waitActive(tree.LB.ID)
+	tr, err := restarted.svc.Tree(restarted.ctx, store.KindLoadBalancer, tree.LB.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range tr.objects() {
+		if o.base().ProvisioningStatus != Active {
+			t.Errorf("%s %s after resume", o.kind(), o.base().ProvisioningStatus)
+		}
+	}
+	if n, _ := restarted.svc.Resume(restarted.ctx); n != 0 {
+		t.Errorf("second resume found %d pending trees", n)
+	}
+}

@@ -55,13 +55,23 @@ func startServer(t *testing.T, args ...string) *server {
 	addr := ln.Addr().String()
 	ln.Close()
 	s := &server{Endpoint: "http://" + addr, log: &bytes.Buffer{}}
-	args = append([]string{"server", "--listen", addr, "--data-dir", t.TempDir()}, args...)
+	hasDir := false
+	for _, a := range args {
+		hasDir = hasDir || a == "--data-dir"
+	}
+	if !hasDir {
+		args = append(args, "--data-dir", t.TempDir())
+	}
+	args = append([]string{"server", "--listen", addr}, args...)
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if s.cmd.ProcessState != nil {
+			return // the test stopped it
+		}
 		_ = s.cmd.Process.Signal(os.Interrupt)
 		done := make(chan error, 1)
 		go func() { done <- s.cmd.Wait() }()
