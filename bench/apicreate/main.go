@@ -30,6 +30,7 @@ import (
 	"github.com/flowlb/flowlb/internal/octavia"
 	"github.com/flowlb/flowlb/internal/provider/flow"
 	"github.com/flowlb/flowlb/internal/store"
+	"github.com/flowlb/flowlb/internal/store/storetest"
 )
 
 // countingRealizer completes at once, like flow.Immediate, and counts
@@ -43,15 +44,6 @@ func (c *countingRealizer) Realize(_ string, _ int64, done func(error)) {
 		c.done.Add(1)
 	}()
 }
-
-type vipAllocator struct{}
-
-func (vipAllocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) {
-	v, err := neutron.AllocateVIP(tx, neutron.VIPRequest{ProjectID: r.ProjectID, LoadBalancerID: r.LoadBalancerID, SubnetID: r.SubnetID, NetworkID: r.NetworkID, PortID: r.PortID, Address: r.Address})
-	return lbaas.VIP{Address: v.Address, PortID: v.PortID, SubnetID: v.SubnetID, NetworkID: v.NetworkID, Owned: true}, err
-}
-
-func (vipAllocator) Release(tx store.Tx, portID string) error { return neutron.ReleaseVIP(tx, portID) }
 
 type result struct {
 	engine       string
@@ -90,7 +82,7 @@ func run(ctx context.Context, engine, dsn string, n, members, conc int) (result,
 		return result{}, err
 	}
 	rz := &countingRealizer{}
-	svc, err := lbaas.New(st, vipAllocator{}, []lbaas.Provider{flow.New(rz)}, lbaas.Config{DefaultProvider: flow.Name}, log)
+	svc, err := lbaas.New(st, neutron.Allocator{}, []lbaas.Provider{flow.New(rz)}, lbaas.Config{DefaultProvider: flow.Name}, log)
 	if err != nil {
 		return result{}, err
 	}
@@ -202,12 +194,14 @@ func main() {
 	if *pg != "" {
 		dsn := *pg
 		if dsn == "auto" {
-			d, stop, err := startPostgres()
+			c, err := storetest.StartCluster()
 			if err != nil {
 				fatal(err)
 			}
-			defer stop()
-			dsn = d
+			defer c.Stop()
+			if dsn, err = c.NewDatabase(); err != nil {
+				fatal(err)
+			}
 		}
 		r, err := run(ctx, "postgres", dsn, *n, *members, *conc)
 		if err != nil {

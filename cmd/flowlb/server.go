@@ -79,21 +79,6 @@ func newLogger(level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
-// vipAllocator adapts the Neutron subset to the domain's VIP interface.
-type vipAllocator struct{}
-
-func (vipAllocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) {
-	v, err := neutron.AllocateVIP(tx, neutron.VIPRequest{ProjectID: r.ProjectID, LoadBalancerID: r.LoadBalancerID, SubnetID: r.SubnetID, NetworkID: r.NetworkID, PortID: r.PortID, Address: r.Address})
-	if err != nil {
-		return lbaas.VIP{}, err
-	}
-	// Neutron keeps track of which ports it created for load balancers and
-	// releases only those, so the domain always asks.
-	return lbaas.VIP{Address: v.Address, PortID: v.PortID, SubnetID: v.SubnetID, NetworkID: v.NetworkID, Owned: true}, nil
-}
-
-func (vipAllocator) Release(tx store.Tx, portID string) error { return neutron.ReleaseVIP(tx, portID) }
-
 func runServer(ctx context.Context, o serverOptions) error {
 	log, err := newLogger(o.logLevel)
 	if err != nil {
@@ -129,7 +114,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 		log.Info("VIP subnet ready", "network", d.name, "network_id", net.ID, "subnet_id", sub.ID, "cidr", d.cidr)
 	}
 
-	svc, err := lbaas.New(st, vipAllocator{}, []lbaas.Provider{flow.New(flow.Immediate{})}, lbaas.Config{DefaultProvider: flow.Name}, log)
+	svc, err := lbaas.New(st, neutron.Allocator{}, []lbaas.Provider{flow.New(flow.Immediate{})}, lbaas.Config{DefaultProvider: flow.Name}, log)
 	if err != nil {
 		return err
 	}

@@ -29,17 +29,7 @@ func (s *Service) CreateLoadBalancer(ctx context.Context, attrs map[string]any) 
 		if err != nil {
 			return err
 		}
-		p, err := s.Provider(t.LB.Provider)
-		if err != nil {
-			return err
-		}
-		if err := p.Check(t); err != nil {
-			return err
-		}
-		if err := s.checkQuotas(tx, t); err != nil {
-			return err
-		}
-		if err := t.save(tx); err != nil {
+		if err := s.commitChange(tx, t); err != nil {
 			return err
 		}
 		tree = t
@@ -344,16 +334,7 @@ func (s *Service) lbChange(ctx context.Context, id, to string, fn func(t *Tree, 
 		if err := fn(t, c); err != nil {
 			return err
 		}
-		if to != PendingDelete {
-			p, err := s.Provider(t.LB.Provider)
-			if err != nil {
-				return err
-			}
-			if err := p.Check(t); err != nil {
-				return err
-			}
-		}
-		if err := t.save(tx); err != nil {
+		if err := s.commitChange(tx, t); err != nil {
 			return err
 		}
 		tree = t

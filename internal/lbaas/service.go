@@ -228,17 +228,7 @@ func (s *Service) lockedChange(ctx context.Context, lbID string, fn func(t *Tree
 		if err := fn(t, c); err != nil {
 			return err
 		}
-		p, err := s.Provider(t.LB.Provider)
-		if err != nil {
-			return err
-		}
-		if err := p.Check(t); err != nil {
-			return err
-		}
-		if err := s.checkQuotas(tx, t); err != nil {
-			return err
-		}
-		if err := t.save(tx); err != nil {
+		if err := s.commitChange(tx, t); err != nil {
 			return err
 		}
 		tree = t
@@ -249,6 +239,25 @@ func (s *Service) lockedChange(ctx context.Context, lbID string, fn func(t *Tree
 	}
 	s.realize(tree.LB.ID, tree.LB.Provider, rev)
 	return tree, nil
+}
+
+// commitChange is the end of every change: the provider refuses what it
+// cannot serve (a delete needs no check), quotas are enforced on what the
+// change creates, and the tree is written.
+func (s *Service) commitChange(tx store.Tx, t *Tree) error {
+	if t.LB.ProvisioningStatus != PendingDelete {
+		p, err := s.Provider(t.LB.Provider)
+		if err != nil {
+			return err
+		}
+		if err := p.Check(t); err != nil {
+			return err
+		}
+	}
+	if err := s.checkQuotas(tx, t); err != nil {
+		return err
+	}
+	return t.save(tx)
 }
 
 // realize hands a committed revision to the LB's provider and completes
