@@ -1,0 +1,133 @@
+package flows
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/lbaas"
+)
+
+func base(id string) lbaas.Base {
+	return lbaas.Base{ID: id, AdminStateUp: true, ProvisioningStatus: lbaas.Active}
+}
+
+func member(id, addr string, port, weight int) *lbaas.Member {
+	return &lbaas.Member{Base: base(id), PoolID: "pool", Address: addr, ProtocolPort: port, Weight: weight}
+}
+
+// sample is an LB with one TCP listener on 80 and a pool of two members.
+func sample() *lbaas.Tree {
+	pid := "pool"
+	return &lbaas.Tree{
+		LB:        &lbaas.LoadBalancer{Base: base("lb"), VIPAddress: "198.19.0.10"},
+		Listeners: []*lbaas.Listener{{Base: base("l"), Protocol: "TCP", ProtocolPort: 80, ConnectionLimit: -1, DefaultPoolID: &pid}},
+		Pools:     []*lbaas.Pool{{Base: base(pid), Protocol: "TCP", LBAlgorithm: "ROUND_ROBIN"}},
+		Members:   []*lbaas.Member{member("m2", "198.18.18.2", 8080, 1), member("m1", "198.18.17.2", 8080, 3)},
+	}
+}
+
+// brief renders services compactly: key → backends.
+func brief(ss []Service) string {
+	var parts []string
+	for _, s := range ss {
+		var bs []string
+		for _, b := range s.Backends {
+			bs = append(bs, fmt.Sprintf("%s:%d/%d", b.Address, b.Port, b.Weight))
+		}
+		parts = append(parts, fmt.Sprintf("%s %s:%d -> [%s]", s.Key.Protocol, s.Key.VIP, s.Key.Port, strings.Join(bs, " ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func TestCompile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(t *lbaas.Tree)
+		want string
+	}{
+		{"members sorted with weights", nil, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]"},
+		{"weight 0 takes no new connections", func(t *lbaas.Tree) { t.Members[1].Weight = 0 }, "TCP 198.19.0.10:80 -> [198.18.18.2:8080/1]"},
+		{"admin down member", func(t *lbaas.Tree) { t.Members[0].AdminStateUp = false }, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3]"},
+		{"member in ERROR by health", func(t *lbaas.Tree) { t.Members[0].OperatingStatus = lbaas.OpError }, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3]"},
+		{"member being deleted", func(t *lbaas.Tree) { t.Members[0].ProvisioningStatus = lbaas.PendingDelete }, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3]"},
+		{"backup unused while a primary is up", func(t *lbaas.Tree) { t.Members[0].Backup = true }, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3]"},
+		{"backup takes over when no primary is usable", func(t *lbaas.Tree) {
+			t.Members[0].Backup = true
+			t.Members[1].OperatingStatus = lbaas.OpError
+		}, "TCP 198.19.0.10:80 -> [198.18.18.2:8080/1]"},
+		{"no usable member rejects", func(t *lbaas.Tree) { t.Members = nil }, "TCP 198.19.0.10:80 -> []"},
+		{"no pool rejects", func(t *lbaas.Tree) { t.Listeners[0].DefaultPoolID = nil }, "TCP 198.19.0.10:80 -> []"},
+		{"admin down pool rejects", func(t *lbaas.Tree) { t.Pools[0].AdminStateUp = false }, "TCP 198.19.0.10:80 -> []"},
+		{"admin down listener does not listen", func(t *lbaas.Tree) { t.Listeners[0].AdminStateUp = false }, ""},
+		{"admin down LB does not listen", func(t *lbaas.Tree) { t.LB.AdminStateUp = false }, ""},
+		{"LB being deleted", func(t *lbaas.Tree) { t.LB.ProvisioningStatus = lbaas.PendingDelete }, ""},
+		{"non-L4 listener skipped", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "HTTP" }, ""},
+		{"UDP", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "UDP" }, "UDP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]"},
+		{"SCTP", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "SCTP" }, "SCTP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]"},
+		{"additional VIPs, backends of their family", func(t *lbaas.Tree) {
+			t.LB.AdditionalVIPs = []lbaas.AdditionalVIP{{IPAddress: "198.19.0.11"}, {IPAddress: "fd00::10"}}
+			t.Members = append(t.Members, member("m6", "fd00::2", 8080, 1))
+		}, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; TCP 198.19.0.11:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; TCP fd00::10:80 -> [fd00::2:8080/1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := sample()
+			if tc.edit != nil {
+				tc.edit(tr)
+			}
+			if got := brief(Compile(tr)); got != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCompileAttributes(t *testing.T) {
+	tr := sample()
+	timeout := 30
+	tr.Pools[0].LBAlgorithm = "SOURCE_IP"
+	tr.Pools[0].SessionPersistence = &lbaas.SessionPersistence{Type: "SOURCE_IP", PersistenceTimeout: &timeout}
+	tr.Listeners[0].AllowedCIDRs = []string{"198.18.17.5/16", "fd00::/8"}
+	tr.Listeners[0].ConnectionLimit = 100
+	tr.Listeners[0].Tags = []string{TagLocalOnly}
+	tr.Members[0].Tags = []string{"x", TagNodePrefix + "n2"}
+	ss := Compile(tr)
+	if len(ss) != 1 {
+		t.Fatalf("%d services", len(ss))
+	}
+	s := ss[0]
+	if s.Algorithm != SourceIP || s.Persistence == nil || s.Persistence.Timeout != 30*time.Second {
+		t.Errorf("algorithm %s, persistence %+v", s.Algorithm, s.Persistence)
+	}
+	if len(s.AllowedCIDRs) != 1 || s.AllowedCIDRs[0] != netip.MustParsePrefix("198.18.0.0/16") {
+		t.Errorf("allowed CIDRs %v: want the IPv4 one, masked", s.AllowedCIDRs)
+	}
+	if !s.LocalOnly || s.ConnectionLimit != 100 || s.LoadBalancerID != "lb" || s.ListenerID != "l" || s.PoolID != "pool" {
+		t.Errorf("service %+v", s)
+	}
+	if s.Backends[1].Node != "n2" || s.Backends[0].Node != "" {
+		t.Errorf("nodes %q %q", s.Backends[0].Node, s.Backends[1].Node)
+	}
+	// Persistence without a timeout takes Octavia's default.
+	tr.Pools[0].SessionPersistence.PersistenceTimeout = nil
+	if p := Compile(tr)[0].Persistence; p.Timeout != DefaultPersistenceTimeout {
+		t.Errorf("default timeout %s", p.Timeout)
+	}
+}
+
+func TestCompileAllFirstClaimWins(t *testing.T) {
+	a, b := sample(), sample()
+	b.LB.ID = "other"
+	b.Members = b.Members[:1]
+	tab := CompileAll([]*lbaas.Tree{a, b}, 7)
+	if tab.Revision != 7 || len(tab.Services) != 1 {
+		t.Fatalf("table %+v", tab)
+	}
+	for _, s := range tab.Services {
+		if s.LoadBalancerID != "lb" {
+			t.Errorf("key held by %s, want the older lb", s.LoadBalancerID)
+		}
+	}
+}
