@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,6 +53,16 @@ func (s *Server) page(r *http.Request, plural, linksKey string, items []map[stri
 	keys, err := sortKeys(q)
 	if err != nil {
 		return nil, err
+	}
+	if len(q["sort"])+len(q["sort_key"]) == 0 {
+		// The default order, created_at then id, for objects that have
+		// them; flavors, AZs and quotas order by their key.
+		keys = keys[:0]
+		for _, k := range []string{"created_at", "id", idKey} {
+			if known[k] && !slices.ContainsFunc(keys, func(x sortKey) bool { return x.key == k }) {
+				keys = append(keys, sortKey{key: k})
+			}
+		}
 	}
 	for _, k := range keys {
 		if len(filtered) > 0 && !known[k.key] {

@@ -358,6 +358,11 @@ func check(f field, op ops, v any, argument string) (any, error) {
 		return s, nil
 	case tInt:
 		n, ok := v.(json.Number)
+		if s, isStr := v.(string); isStr {
+			// wsme converts numeric strings, and the openstack CLI sends
+			// some integers (connection_limit, weight) as strings.
+			n, ok = json.Number(strings.TrimSpace(s)), true
+		}
 		if !ok {
 			return nil, wrong("<class 'int'>")
 		}

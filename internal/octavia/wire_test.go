@@ -41,7 +41,15 @@ func TestValidateBody(t *testing.T) {
 			err: "Value should be one of: HTTP, HTTPS, TCP"},
 		{name: "port range", root: "listener", kind: "listener", body: `{"listener": {"loadbalancer_id": "` + uuid + `", "protocol": "TCP", "protocol_port": 65536}}`,
 			err: "Value should be lower or equal to 65535"},
-		{name: "port wrong type", root: "listener", kind: "listener", body: `{"listener": {"loadbalancer_id": "` + uuid + `", "protocol": "TCP", "protocol_port": "80"}}`,
+		{name: "port wrong type", root: "listener", kind: "listener", body: `{"listener": {"loadbalancer_id": "` + uuid + `", "protocol": "TCP", "protocol_port": true}}`,
+			err: "Wrong type"},
+		{name: "numeric string as wsme converts it", root: "listener", kind: "listener", op: OpPut, body: `{"listener": {"connection_limit": "5"}}`,
+			check: func(t *testing.T, got map[string]any) {
+				if got["connection_limit"] != int64(5) {
+					t.Errorf("connection_limit %v (%T)", got["connection_limit"], got["connection_limit"])
+				}
+			}},
+		{name: "non-numeric string", root: "listener", kind: "listener", op: OpPut, body: `{"listener": {"connection_limit": "five"}}`,
 			err: "Wrong type"},
 		{name: "bad CIDR", root: "listener", kind: "listener", body: `{"listener": {"loadbalancer_id": "` + uuid + `", "protocol": "TCP", "protocol_port": 80, "allowed_cidrs": ["10.0.0.0/33"]}}`,
 			err: "Value should be a valid CIDR."},

@@ -53,6 +53,29 @@ if out=$(os loadbalancer pool create --name bad --loadbalancer cli-lb --protocol
 fi
 echo "$out" | grep -q "does not support a requested option" || { echo "unexpected refusal: $out" >&2; exit 1; }
 
+step "listener and pool updates (the CLI sends some integers as strings)"
+os loadbalancer listener set --connection-limit 5 --allowed-cidr 198.18.0.0/16 --wait cli-l
+[ "$(os loadbalancer listener show cli-l -f value -c connection_limit)" = 5 ]
+os loadbalancer pool set --lb-algorithm SOURCE_IP --session-persistence type=SOURCE_IP --wait cli-p
+[ "$(os loadbalancer pool show cli-p -f value -c lb_algorithm)" = SOURCE_IP ]
+
+step "UDP listener, backup member"
+os loadbalancer listener create --name cli-dns --protocol UDP --protocol-port 53 --wait cli-lb -f value -c provisioning_status | grep -x ACTIVE
+os loadbalancer pool create --name cli-dns-p --listener cli-dns --protocol UDP --lb-algorithm SOURCE_IP_PORT --wait -f value -c provisioning_status | grep -x ACTIVE
+os loadbalancer member create --address 198.18.19.10 --protocol-port 53 --enable-backup --wait cli-dns-p -f value -c backup | grep -x True
+os loadbalancer healthmonitor create --delay 3 --timeout 2 --max-retries 2 --type UDP-CONNECT --wait cli-dns-p -f value -c type | grep -x UDP-CONNECT
+
+step "flavor and availability zone"
+os loadbalancer flavorprofile create --name cli-fp --provider flow --flavor-data '{}' -f value -c provider_name | grep -x flow
+os loadbalancer flavor create --name cli-f --flavorprofile cli-fp --enable -f value -c name | grep -x cli-f
+os loadbalancer availabilityzoneprofile create --name cli-azp --provider flow --availability-zone-data '{}' -f value -c name | grep -x cli-azp
+os loadbalancer availabilityzone create --name cli-az --availabilityzoneprofile cli-azp -f value -c name | grep -x cli-az
+os loadbalancer create --name cli-lb2 --vip-subnet-id "$subnet" --flavor cli-f --availability-zone cli-az --wait -f value -c provider | grep -x flow
+if os loadbalancer flavor delete cli-f 2>/dev/null; then echo "a flavor in use was deleted" >&2; exit 1; fi
+os loadbalancer delete --wait cli-lb2
+os loadbalancer flavor delete cli-f
+os loadbalancer availabilityzone delete cli-az
+
 step "cascade delete"
 os loadbalancer delete --cascade --wait cli-lb
 [ -z "$(os loadbalancer list -f value -c id)" ]
