@@ -131,7 +131,7 @@ func FuzzMaglev(f *testing.F) {
 	f.Add(uint8(3), uint8(7), uint16(251))
 	f.Fuzz(func(t *testing.T, n, wseed uint8, msel uint16) {
 		m := tablePrimes[int(msel)%4]
-		bs := backendsN(int(n%64), func(i int) int { return int((uint(wseed)+uint(i)*37)%5) })
+		bs := backendsN(int(n%64), func(i int) int { return int((uint(wseed) + uint(i)*37) % 5) })
 		table := Maglev(bs, m)
 		if table == nil {
 			for _, b := range bs {
