@@ -8,7 +8,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
+	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 )
 
@@ -30,6 +32,9 @@ func (s *Server) page(r *http.Request, plural, linksKey string, items []map[stri
 	q := r.URL.Query()
 	// Filters: any top-level scalar attribute; unknown keys are a 400.
 	known := map[string]bool{}
+	for k := range attributes()[plural] {
+		known[k] = true
+	}
 	for _, it := range items {
 		for k := range it {
 			known[k] = true
@@ -39,7 +44,7 @@ func (s *Server) page(r *http.Request, plural, linksKey string, items []map[stri
 		if listParams[k] {
 			continue
 		}
-		if len(items) > 0 && !known[k] {
+		if !known[k] {
 			return nil, fault.BadRequest("One or more arguments are either duplicate or invalid")
 		}
 	}
@@ -65,7 +70,7 @@ func (s *Server) page(r *http.Request, plural, linksKey string, items []map[stri
 		}
 	}
 	for _, k := range keys {
-		if len(filtered) > 0 && !known[k.key] {
+		if !known[k.key] {
 			return nil, fault.BadRequest("Supplied sort key '%s' is not valid.", k.key)
 		}
 	}
@@ -332,3 +337,33 @@ func project(m map[string]any, fields []string) map[string]any {
 }
 
 func selectFields(m map[string]any, q url.Values) map[string]any { return project(m, fieldList(q)) }
+
+// attributes are the filterable and sortable keys of each collection: the
+// keys of an empty object's rendering, so that a filter is refused even
+// when the list is empty.
+var attributes = sync.OnceValue(func() map[string]map[string]bool {
+	keys := func(m map[string]any) map[string]bool {
+		out := map[string]bool{}
+		for k := range m {
+			out[k] = true
+		}
+		return out
+	}
+	t := &lbaas.Tree{LB: &lbaas.LoadBalancer{}}
+	quota := renderQuota(lbaas.Quota{})
+	quota["project_id"] = ""
+	return map[string]map[string]bool{
+		"loadbalancers":              keys(renderLB(t)),
+		"listeners":                  keys(renderListener(t, &lbaas.Listener{})),
+		"pools":                      keys(renderPool(t, &lbaas.Pool{})),
+		"members":                    keys(renderMember(t, &lbaas.Member{})),
+		"healthmonitors":             keys(renderMonitor(t, &lbaas.HealthMonitor{})),
+		"l7policies":                 keys(renderPolicy(t, &lbaas.L7Policy{})),
+		"rules":                      keys(renderRule(t, &lbaas.L7Rule{})),
+		"flavors":                    keys(toMap(&lbaas.Flavor{})),
+		"flavorprofiles":             keys(toMap(&lbaas.FlavorProfile{})),
+		"availability_zones":         keys(toMap(&lbaas.AvailabilityZone{})),
+		"availability_zone_profiles": keys(toMap(&lbaas.AZProfile{})),
+		"quotas":                     keys(quota),
+	}
+})

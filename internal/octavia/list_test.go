@@ -8,6 +8,25 @@ import (
 	"testing"
 )
 
+func TestUnknownFilterOnEmptyList(t *testing.T) {
+	a := newAPI(t)
+	for _, tc := range []struct {
+		path string
+		code int
+	}{
+		{"/v2/lbaas/loadbalancers?bogus=1", 400},
+		{"/v2/lbaas/loadbalancers?vip_address=198.19.0.1", 200},
+		{"/v2/lbaas/listeners?loadbalancer_id=x", 200},
+		{"/v2/lbaas/pools?sort=bogus", 400},
+		{"/v2/lbaas/flavors?enabled=true", 200},
+		{"/v2/lbaas/healthmonitors?nope=1", 400},
+	} {
+		if code, body := a.do("GET", tc.path, nil); code != tc.code {
+			t.Errorf("GET %s: %d %v, want %d", tc.path, code, body, tc.code)
+		}
+	}
+}
+
 func TestListQueries(t *testing.T) {
 	a := newAPI(t)
 	var ids []string
