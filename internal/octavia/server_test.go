@@ -263,3 +263,15 @@ func TestPendingLoadBalancerRefusesChanges(t *testing.T) {
 }
 
 const subnetID = "4f0d2fdd-4933-4ee3-9b52-4bcd492139b8"
+
+func TestOversizedBodyRefused(t *testing.T) {
+	a := newAPI(t)
+	big := map[string]any{"loadbalancer": map[string]any{"vip_subnet_id": subnetID, "description": strings.Repeat("x", 2<<20)}}
+	code, body := a.do("POST", "/v2/lbaas/loadbalancers", big)
+	if code != 413 || body["faultcode"] != "Client" {
+		t.Fatalf("2 MiB body: %d %v, want a 413 fault", code, body)
+	}
+	if _, list := a.do("GET", "/v2/lbaas/loadbalancers", nil); len(list["loadbalancers"].([]any)) != 0 {
+		t.Fatal("an oversized request created something")
+	}
+}
