@@ -1,0 +1,314 @@
+// Package nftables programs flows into one nftables table of its own
+// (ip flowlb), with a constant number of rules whatever the number of
+// services: the VIP, protocol and port of a packet, together with a slot
+// number picked per new connection, are looked up in one map that yields
+// the backend to DNAT to. A change to a service is a few map element
+// updates, never a rule change, so its cost does not grow with the number
+// of services (the "slots" layout measured in the project's data-plane
+// experiments).
+package nftables
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sort"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// Slots is the size of every service's lookup table: a prime, so that
+// Maglev's permutations visit every slot, and small because each slot is a
+// kernel map element per service (10,000 services × 61 slots ≈ 0.6 M
+// elements, about 50 MiB of kernel memory by the experiments).
+const Slots = 61
+
+const (
+	tableName = "flowlb"
+	slotsMap  = "slots"
+	// rrSet and hashSet say how a service picks its slot.
+	rrSet      = "pick_random"
+	srcSet     = "pick_src"
+	srcPortSet = "pick_srcport"
+)
+
+// Register numbers: the 32-bit registers (NFT_REG32_00 = 8) hold the
+// concatenated key daddr . l4proto . dport . slot; the 16-byte register 1
+// overlaps 8–11 and receives the map's address . port data.
+const (
+	regDaddr   = 8
+	regProto   = 9
+	regDport   = 10
+	regSlot    = 11
+	regHashIn  = 12 // saddr, then sport in 13, for jhash
+	regData    = 1
+	regDataPrt = 9
+)
+
+// Dataplane programs one network namespace's nftables.
+type Dataplane struct {
+	conn  *nftables.Conn
+	table *nftables.Table
+	slots *nftables.Set
+	picks map[flows.Algorithm]*nftables.Set
+	// programmed is what the kernel holds, per service: its slot table.
+	programmed map[flows.Key]service
+}
+
+type service struct {
+	alg   flows.Algorithm
+	table [Slots]backend
+}
+
+type backend struct {
+	addr netip.Addr
+	port uint16
+}
+
+// New opens the data plane of the network namespace netnsFd (-1: the
+// caller's) and creates its table if needed.
+func New(netnsFd int) (*Dataplane, error) {
+	var opts []nftables.ConnOption
+	if netnsFd >= 0 {
+		opts = append(opts, nftables.WithNetNSFd(netnsFd))
+	}
+	c, err := nftables.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	d := &Dataplane{conn: c, programmed: map[flows.Key]service{}, picks: map[flows.Algorithm]*nftables.Set{}}
+	if err := d.create(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+var keyType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
+
+// create (re)builds the table: flushed and recreated, so that it always
+// has exactly the expected shape.
+func (d *Dataplane) create() error {
+	d.table = &nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName}
+	d.conn.AddTable(d.table)
+	d.conn.DelTable(d.table)
+	d.conn.AddTable(d.table)
+	d.slots = &nftables.Set{
+		Table: d.table, Name: slotsMap, IsMap: true, Concatenation: true,
+		KeyType:  nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeMark),
+		DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService),
+	}
+	if err := d.conn.AddSet(d.slots, nil); err != nil {
+		return fmt.Errorf("add map: %w", err)
+	}
+	for alg, name := range map[flows.Algorithm]string{flows.RoundRobin: rrSet, flows.SourceIP: srcSet, flows.SourceIPPort: srcPortSet} {
+		s := &nftables.Set{Table: d.table, Name: name, Concatenation: true, KeyType: keyType}
+		if err := d.conn.AddSet(s, nil); err != nil {
+			return fmt.Errorf("add set: %w", err)
+		}
+		d.picks[alg] = s
+	}
+	lb := d.conn.AddChain(&nftables.Chain{Name: "lb", Table: d.table})
+	for _, hook := range []*nftables.ChainHook{nftables.ChainHookPrerouting, nftables.ChainHookOutput} {
+		name := "prerouting"
+		if hook == nftables.ChainHookOutput {
+			name = "output"
+		}
+		ch := d.conn.AddChain(&nftables.Chain{Name: name, Table: d.table, Type: nftables.ChainTypeNAT, Hooknum: hook, Priority: nftables.ChainPriorityNATDest})
+		d.conn.AddRule(&nftables.Rule{Table: d.table, Chain: ch, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: "lb"}}})
+	}
+	for alg, set := range d.picks {
+		d.conn.AddRule(&nftables.Rule{Table: d.table, Chain: lb, Exprs: d.rule(alg, set)})
+	}
+	if err := d.conn.Flush(); err != nil {
+		return fmt.Errorf("create table %s: %w", tableName, err)
+	}
+	return nil
+}
+
+// rule is: ip daddr . meta l4proto . th dport @<pick set> →
+// dnat to (daddr . l4proto . dport . <slot>) map @slots, where the slot is
+// random for ROUND_ROBIN and a jhash of the source (address, or address
+// and port) for the SOURCE_* algorithms.
+func (d *Dataplane) rule(alg flows.Algorithm, pick *nftables.Set) []expr.Any {
+	e := []expr.Any{
+		&expr.Payload{DestRegister: regDaddr, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regProto},
+		&expr.Payload{DestRegister: regDport, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: regDaddr, SetName: pick.Name, SetID: pick.ID},
+	}
+	switch alg {
+	case flows.RoundRobin:
+		e = append(e, &expr.Numgen{Register: regSlot, Modulus: Slots, Type: unix.NFT_NG_RANDOM})
+	case flows.SourceIP:
+		e = append(e,
+			&expr.Payload{DestRegister: regHashIn, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Hash{SourceRegister: regHashIn, DestRegister: regSlot, Length: 4, Modulus: Slots, Seed: 0x5eed, Type: expr.HashTypeJenkins})
+	case flows.SourceIPPort:
+		e = append(e,
+			&expr.Payload{DestRegister: regHashIn, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Payload{DestRegister: regHashIn + 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
+			&expr.Hash{SourceRegister: regHashIn, DestRegister: regSlot, Length: 6, Modulus: Slots, Seed: 0x5eed, Type: expr.HashTypeJenkins})
+	}
+	return append(e,
+		&expr.Lookup{SourceRegister: regDaddr, DestRegister: regData, IsDestRegSet: true, SetName: d.slots.Name, SetID: d.slots.ID},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: regData, RegProtoMin: regDataPrt, Specified: true},
+	)
+}
+
+var protoNum = map[flows.Protocol]byte{flows.TCP: unix.IPPROTO_TCP, flows.UDP: unix.IPPROTO_UDP, flows.SCTP: unix.IPPROTO_SCTP}
+
+// key encodes daddr . l4proto . dport, each field padded to 4 bytes as
+// nftables concatenations are.
+func key(k flows.Key) []byte {
+	b := make([]byte, 12)
+	a := k.VIP.As4()
+	copy(b[0:4], a[:])
+	b[4] = protoNum[k.Protocol]
+	binary.BigEndian.PutUint16(b[8:10], k.Port)
+	return b
+}
+
+func slotKey(k flows.Key, slot int) []byte {
+	// The slot register comes from numgen or jhash: host byte order.
+	return append(key(k), binaryutil.NativeEndian.PutUint32(uint32(slot))...)
+}
+
+func slotVal(b backend) []byte {
+	v := make([]byte, 8)
+	a := b.addr.As4()
+	copy(v[0:4], a[:])
+	binary.BigEndian.PutUint16(v[4:6], b.port)
+	return v
+}
+
+// plan fills a service's slot table with Maglev over its backends.
+func plan(s flows.Service) (service, bool) {
+	var bs []flows.Backend
+	for _, b := range s.Backends {
+		if b.Address.Is4() {
+			bs = append(bs, b)
+		}
+	}
+	out := service{alg: s.Algorithm}
+	table := flows.Maglev(bs, Slots)
+	if table == nil {
+		return out, false
+	}
+	for i, idx := range table {
+		out.table[i] = backend{bs[idx].Address, bs[idx].Port}
+	}
+	return out, true
+}
+
+// maxBatch bounds the elements of one netlink message (attributes are
+// limited to 64 KiB).
+const maxBatch = 512
+
+// Sync programs the differences between what the kernel holds and t.
+// Services without an IPv4 VIP or without backends are not programmed
+// (connections to them are not translated).
+func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
+	want := map[flows.Key]service{}
+	for k, s := range t.Services {
+		if !k.VIP.Is4() || protoNum[k.Protocol] == 0 {
+			continue
+		}
+		if p, ok := plan(s); ok {
+			want[k] = p
+		}
+	}
+	var addSlots, delSlots []nftables.SetElement
+	addPick := map[flows.Algorithm][]nftables.SetElement{}
+	delPick := map[flows.Algorithm][]nftables.SetElement{}
+	for k, old := range d.programmed {
+		nw, keep := want[k]
+		if !keep || nw.alg != old.alg {
+			delPick[old.alg] = append(delPick[old.alg], nftables.SetElement{Key: key(k)})
+		}
+		for i := range old.table {
+			if !keep || nw.table[i] != old.table[i] {
+				delSlots = append(delSlots, nftables.SetElement{Key: slotKey(k, i)})
+			}
+		}
+	}
+	for k, nw := range want {
+		old, had := d.programmed[k]
+		if !had || nw.alg != old.alg {
+			addPick[nw.alg] = append(addPick[nw.alg], nftables.SetElement{Key: key(k)})
+		}
+		for i := range nw.table {
+			if !had || nw.table[i] != old.table[i] {
+				addSlots = append(addSlots, nftables.SetElement{Key: slotKey(k, i), Val: slotVal(nw.table[i])})
+			}
+		}
+	}
+	// Slots first, then the pick sets that make a service reachable, so a
+	// new service never matches before its slots exist; removal the other
+	// way round.
+	for alg, els := range delPick {
+		if err := batched(els, func(b []nftables.SetElement) error { return d.conn.SetDeleteElements(d.picks[alg], b) }); err != nil {
+			return err
+		}
+	}
+	if err := batched(delSlots, func(b []nftables.SetElement) error { return d.conn.SetDeleteElements(d.slots, b) }); err != nil {
+		return err
+	}
+	if err := batched(addSlots, func(b []nftables.SetElement) error { return d.conn.SetAddElements(d.slots, b) }); err != nil {
+		return err
+	}
+	for alg, els := range addPick {
+		if err := batched(els, func(b []nftables.SetElement) error { return d.conn.SetAddElements(d.picks[alg], b) }); err != nil {
+			return err
+		}
+	}
+	if err := d.conn.Flush(); err != nil {
+		return fmt.Errorf("program %d services: %w", len(want), err)
+	}
+	d.programmed = want
+	return nil
+}
+
+func batched(els []nftables.SetElement, fn func([]nftables.SetElement) error) error {
+	for len(els) > 0 {
+		n := min(len(els), maxBatch)
+		if err := fn(els[:n]); err != nil {
+			return err
+		}
+		els = els[n:]
+	}
+	return nil
+}
+
+// Programmed lists the programmed services' keys, sorted, for dumps and tests.
+func (d *Dataplane) Programmed() []flows.Key {
+	out := make([]flows.Key, 0, len(d.programmed))
+	for k := range d.programmed {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if c := out[i].VIP.Compare(out[j].VIP); c != 0 {
+			return c < 0
+		}
+		if out[i].Protocol != out[j].Protocol {
+			return out[i].Protocol < out[j].Protocol
+		}
+		return out[i].Port < out[j].Port
+	})
+	return out
+}
+
+// Close releases the connection and leaves the flows in the kernel: an
+// agent that stops must not take traffic down with it (fail-static).
+func (d *Dataplane) Close() error { return nil }
+
+// Remove deletes the table and everything in it.
+func (d *Dataplane) Remove() error {
+	d.conn.DelTable(d.table)
+	return d.conn.Flush()
+}

@@ -1,0 +1,179 @@
+package nftables
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"github.com/vishvananda/netns"
+
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// inNetns runs fn on a thread inside a fresh network namespace with
+// loopback up, and removes the namespace afterwards.
+func inNetns(t *testing.T, fn func(ns netns.NsHandle)) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates a network namespace and programs nftables in it")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		// The thread ends with its goroutine, namespace and all: never
+		// unlock it back into the pool.
+		orig, err := netns.Get()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.New()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer ns.Close()
+		lo, err := netlink.LinkByName("lo")
+		if err == nil {
+			err = netlink.LinkSetUp(lo)
+		}
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		fn(ns)
+	}()
+	<-done
+}
+
+// backendAddrs go on lo; the VIP range is routed to lo so that a connect
+// finds a route before the output hook translates it.
+var backendAddrs = []string{"198.18.17.2", "198.18.17.3", "198.18.17.4"}
+
+func setup(t *testing.T) {
+	lo, _ := netlink.LinkByName("lo")
+	for _, a := range backendAddrs {
+		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(a), Mask: net.CIDRMask(32, 32)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, vips, _ := net.ParseCIDR("198.19.0.0/17")
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: lo.Attrs().Index, Dst: vips, Scope: netlink.SCOPE_HOST, Type: unix.RTN_LOCAL}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serve answers every TCP connection with the backend's address.
+func serve(t *testing.T, addr string) net.Listener {
+	ln, err := net.Listen("tcp", addr+":8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintln(c, addr)
+			c.Close()
+		}
+	}()
+	return ln
+}
+
+func ask(t *testing.T, vip string, from string) string {
+	d := net.Dialer{Timeout: 2 * time.Second}
+	if from != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+	}
+	c, err := d.Dial("tcp", vip)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line)
+}
+
+func svc(alg flows.Algorithm, addrs ...string) flows.Table {
+	k := flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}
+	s := flows.Service{Key: k, Algorithm: alg}
+	for _, a := range addrs {
+		s.Backends = append(s.Backends, flows.Backend{Address: netip.MustParseAddr(a), Port: 8080, Weight: 1})
+	}
+	return flows.Table{Services: map[flows.Key]flows.Service{k: s}}
+}
+
+func TestTrafficThroughVIP(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		for _, a := range backendAddrs {
+			defer serve(t, a).Close()
+		}
+		dp, err := New(int(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		ctx := context.Background()
+		spread := func(n int, from string) map[string]int {
+			got := map[string]int{}
+			for i := 0; i < n; i++ {
+				got[ask(t, "198.19.0.10:80", from)]++
+			}
+			return got
+		}
+
+		if err := dp.Sync(ctx, svc(flows.RoundRobin, backendAddrs...)); err != nil {
+			t.Fatal(err)
+		}
+		got := spread(300, "")
+		for _, a := range backendAddrs {
+			if got[a] < 60 { // 100 expected each
+				t.Errorf("round robin over 3: %v", got)
+			}
+		}
+
+		// Removing a backend stops new connections to it.
+		if err := dp.Sync(ctx, svc(flows.RoundRobin, backendAddrs[:2]...)); err != nil {
+			t.Fatal(err)
+		}
+		if got := spread(100, ""); got[backendAddrs[2]] != 0 || got[backendAddrs[0]]+got[backendAddrs[1]] != 100 {
+			t.Errorf("after removing %s: %v", backendAddrs[2], got)
+		}
+
+		// SOURCE_IP keeps one client on one backend.
+		if err := dp.Sync(ctx, svc(flows.SourceIP, backendAddrs...)); err != nil {
+			t.Fatal(err)
+		}
+		for _, from := range backendAddrs {
+			if got := spread(20, from); len(got) != 1 {
+				t.Errorf("SOURCE_IP from %s spread over %v", from, got)
+			}
+		}
+
+		// Deleting the service removes its flows.
+		if err := dp.Sync(ctx, flows.Table{}); err != nil {
+			t.Fatal(err)
+		}
+		if len(dp.Programmed()) != 0 {
+			t.Errorf("programmed after delete: %v", dp.Programmed())
+		}
+		if got := ask(t, "198.19.0.10:80", ""); !strings.HasPrefix(got, "error") {
+			t.Errorf("VIP still answers after delete: %q", got)
+		}
+	})
+}
