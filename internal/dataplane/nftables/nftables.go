@@ -13,9 +13,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -57,8 +59,14 @@ type Dataplane struct {
 	table *nftables.Table
 	slots *nftables.Set
 	picks map[flows.Algorithm]*nftables.Set
-	// programmed is what the kernel holds, per service: its slot table.
-	programmed map[flows.Key]service
+	// programmed is what the kernel holds, per service: the service it was
+	// made from and its slot table.
+	programmed map[flows.Key]entry
+}
+
+type entry struct {
+	src  flows.Service
+	plan service
 }
 
 type service struct {
@@ -74,7 +82,7 @@ type backend struct {
 // New opens the data plane of the network namespace netnsFd (-1: the
 // caller's) and creates its table if needed.
 func New(netnsFd int) (*Dataplane, error) {
-	var opts []nftables.ConnOption
+	opts := []nftables.ConnOption{nftables.WithSockOptions(bigBuffers)}
 	if netnsFd >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(netnsFd))
 	}
@@ -82,11 +90,38 @@ func New(netnsFd int) (*Dataplane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	d := &Dataplane{conn: c, programmed: map[flows.Key]service{}, picks: map[flows.Algorithm]*nftables.Set{}}
+	d := &Dataplane{conn: c, programmed: map[flows.Key]entry{}, picks: map[flows.Algorithm]*nftables.Set{}}
 	if err := d.create(); err != nil {
 		return nil, err
 	}
 	return d, nil
+}
+
+// socketBuffer sizes the netlink socket: one Sync of 30,000 services is
+// one transaction of about 1.8 M elements (≈ 130 MB of messages), and the
+// kernel acknowledges every message.
+const socketBuffer = 256 << 20
+
+// bigBuffers forces the socket buffers past the system maximum (root only),
+// so that a whole Sync goes in one transaction and the data plane is never
+// left half-applied.
+func bigBuffers(c *netlink.Conn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		for _, opt := range []int{unix.SO_SNDBUFFORCE, unix.SO_RCVBUFFORCE} {
+			if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, socketBuffer); e != nil {
+				serr = fmt.Errorf("netlink socket buffer: %w", e)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return serr
 }
 
 var keyType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
@@ -210,47 +245,72 @@ func plan(s flows.Service) (service, bool) {
 // limited to 64 KiB).
 const maxBatch = 512
 
-// Sync programs the differences between what the kernel holds and t.
-// Services without an IPv4 VIP or without backends are not programmed
-// (connections to them are not translated).
-func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
-	want := map[flows.Key]service{}
+// Sync makes the kernel hold exactly t: it compares t with what is
+// programmed (O(services), no Maglev for unchanged ones) and applies the
+// differences. Services without an IPv4 VIP, an L4 protocol or backends
+// are not programmed (connections to them are not translated).
+func (d *Dataplane) Sync(ctx context.Context, t flows.Table) error {
+	var upserts []flows.Service
+	var deletes []flows.Key
 	for k, s := range t.Services {
+		if e, ok := d.programmed[k]; !ok || !sameService(e.src, s) {
+			upserts = append(upserts, s)
+		}
+	}
+	for k := range d.programmed {
+		if _, ok := t.Services[k]; !ok {
+			deletes = append(deletes, k)
+		}
+	}
+	return d.Apply(ctx, upserts, deletes)
+}
+
+func sameService(a, b flows.Service) bool {
+	return a.Algorithm == b.Algorithm && slices.Equal(a.Backends, b.Backends)
+}
+
+// Apply programs changed services and removes deleted ones in one
+// transaction: O(changes), whatever the number of services.
+func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []flows.Key) error {
+	next := map[flows.Key]*entry{}
+	for _, s := range upserts {
+		k := s.Key
 		if !k.VIP.Is4() || protoNum[k.Protocol] == 0 {
 			continue
 		}
-		if p, ok := plan(s); ok {
-			want[k] = p
+		p, ok := plan(s)
+		if !ok {
+			next[k] = nil // no backends: not programmed
+			continue
 		}
+		next[k] = &entry{src: s, plan: p}
+	}
+	for _, k := range deletes {
+		next[k] = nil
 	}
 	var addSlots, delSlots []nftables.SetElement
 	addPick := map[flows.Algorithm][]nftables.SetElement{}
 	delPick := map[flows.Algorithm][]nftables.SetElement{}
-	for k, old := range d.programmed {
-		nw, keep := want[k]
-		if !keep || nw.alg != old.alg {
-			delPick[old.alg] = append(delPick[old.alg], nftables.SetElement{Key: key(k)})
+	for k, nw := range next {
+		old, had := d.programmed[k]
+		if had && (nw == nil || nw.plan.alg != old.plan.alg) {
+			delPick[old.plan.alg] = append(delPick[old.plan.alg], nftables.SetElement{Key: key(k)})
 		}
-		for i := range old.table {
-			if !keep || nw.table[i] != old.table[i] {
+		for i := 0; i < Slots; i++ {
+			changed := nw == nil || !had || nw.plan.table[i] != old.plan.table[i]
+			if had && changed {
 				delSlots = append(delSlots, nftables.SetElement{Key: slotKey(k, i)})
 			}
-		}
-	}
-	for k, nw := range want {
-		old, had := d.programmed[k]
-		if !had || nw.alg != old.alg {
-			addPick[nw.alg] = append(addPick[nw.alg], nftables.SetElement{Key: key(k)})
-		}
-		for i := range nw.table {
-			if !had || nw.table[i] != old.table[i] {
-				addSlots = append(addSlots, nftables.SetElement{Key: slotKey(k, i), Val: slotVal(nw.table[i])})
+			if nw != nil && changed {
+				addSlots = append(addSlots, nftables.SetElement{Key: slotKey(k, i), Val: slotVal(nw.plan.table[i])})
 			}
 		}
+		if nw != nil && (!had || nw.plan.alg != old.plan.alg) {
+			addPick[nw.plan.alg] = append(addPick[nw.plan.alg], nftables.SetElement{Key: key(k)})
+		}
 	}
-	// Slots first, then the pick sets that make a service reachable, so a
-	// new service never matches before its slots exist; removal the other
-	// way round.
+	// Unpublish before changing slots, publish after, so that no packet
+	// meets a service whose slots are half written.
 	for alg, els := range delPick {
 		if err := batched(els, func(b []nftables.SetElement) error { return d.conn.SetDeleteElements(d.picks[alg], b) }); err != nil {
 			return err
@@ -268,9 +328,15 @@ func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
 		}
 	}
 	if err := d.conn.Flush(); err != nil {
-		return fmt.Errorf("program %d services: %w", len(want), err)
+		return fmt.Errorf("program %d changes: %w", len(next), err)
 	}
-	d.programmed = want
+	for k, nw := range next {
+		if nw == nil {
+			delete(d.programmed, k)
+		} else {
+			d.programmed[k] = *nw
+		}
+	}
 	return nil
 }
 

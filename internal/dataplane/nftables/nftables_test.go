@@ -21,7 +21,9 @@ import (
 
 // inNetns runs fn on a thread inside a fresh network namespace with
 // loopback up, and removes the namespace afterwards.
-func inNetns(t *testing.T, fn func(ns netns.NsHandle)) {
+func inNetns(t *testing.T, fn func(ns netns.NsHandle)) { inNetnsB(t, fn) }
+
+func inNetnsB(t testing.TB, fn func(ns netns.NsHandle)) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates a network namespace and programs nftables in it")
