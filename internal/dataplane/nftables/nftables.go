@@ -17,9 +17,9 @@ import (
 	"sort"
 
 	"github.com/google/nftables"
-	"github.com/mdlayher/netlink"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/flowlb/flowlb/internal/flows"
