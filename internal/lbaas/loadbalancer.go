@@ -306,45 +306,12 @@ func (s *Service) DeleteLoadBalancer(ctx context.Context, id string, cascade boo
 // update only from ACTIVE and a delete from ACTIVE or ERROR, with a 409
 // "Invalid state" otherwise.
 func (s *Service) lbChange(ctx context.Context, id, to string, fn func(t *Tree, c identity.Caller) error) (*Tree, error) {
-	c, err := caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var tree *Tree
-	rev, err := s.st.Update(ctx, func(tx store.Tx) error {
-		rec, err := tx.GetForUpdate(store.KindLoadBalancer, id)
-		if errors.Is(err, store.ErrNotFound) {
-			return fault.NotFound("Load Balancer", id)
-		}
-		if err != nil {
-			return err
-		}
-		t, err := loadTree(tx, rec)
-		if err != nil {
-			return err
-		}
-		if !visible(c, t.LB.ProjectID) {
-			return fault.NotFound("Load Balancer", id)
-		}
-		st := t.LB.ProvisioningStatus
+	return s.withLock(ctx, id, to, func(st string) error {
 		if st != Active && !(to == PendingDelete && st == Error) {
 			return invalidState(st, "loadbalancer", id)
 		}
-		t.setStatus(t.LB, to)
-		if err := fn(t, c); err != nil {
-			return err
-		}
-		if err := s.commitChange(tx, t); err != nil {
-			return err
-		}
-		tree = t
 		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.realize(tree.LB.ID, tree.LB.Provider, rev)
-	return tree, nil
+	}, fn)
 }
 
 // Failover is refused: a flow provider has no amphora to replace.

@@ -197,10 +197,22 @@ func (s *Service) touchUpdated(b *Base) {
 }
 
 // lockedChange runs fn on the tree of lbID after the atomic test-and-set
-// of the LB from ACTIVE to PENDING_UPDATE, the lock every child change takes.
-// fn returns the object to report; the provider is asked to realize the
-// committed revision.
+// of the LB from ACTIVE to PENDING_UPDATE, the lock every child change
+// takes; anything but ACTIVE is Octavia's "immutable" 409.
 func (s *Service) lockedChange(ctx context.Context, lbID string, fn func(t *Tree, c identity.Caller) error) (*Tree, error) {
+	return s.withLock(ctx, lbID, PendingUpdate, func(st string) error {
+		if st != Active {
+			return immutable(lbID)
+		}
+		return nil
+	}, fn)
+}
+
+// withLock is every change's transaction: lock the LB row, load its tree,
+// check that the caller may see it and that its status allows the change,
+// move it to status `to`, apply fn, commit; then hand the committed
+// revision to the provider.
+func (s *Service) withLock(ctx context.Context, lbID, to string, allowed func(status string) error, fn func(t *Tree, c identity.Caller) error) (*Tree, error) {
 	c, err := caller(ctx)
 	if err != nil {
 		return nil, err
@@ -221,10 +233,10 @@ func (s *Service) lockedChange(ctx context.Context, lbID string, fn func(t *Tree
 		if !visible(c, t.LB.ProjectID) {
 			return fault.NotFound("Load Balancer", lbID)
 		}
-		if t.LB.ProvisioningStatus != Active {
-			return immutable(lbID)
+		if err := allowed(t.LB.ProvisioningStatus); err != nil {
+			return err
 		}
-		t.setStatus(t.LB, PendingUpdate)
+		t.setStatus(t.LB, to)
 		if err := fn(t, c); err != nil {
 			return err
 		}
