@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,8 +21,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	"github.com/flowlb/flowlb/internal/apimetrics"
+	"github.com/flowlb/flowlb/internal/fanout"
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/neutron"
@@ -37,6 +42,9 @@ type serverOptions struct {
 	vipCIDR         string
 	externalVIPCIDR string
 	logLevel        string
+	agentListen     string
+	agentTokenFile  string
+	ackTimeout      time.Duration
 }
 
 func init() {
@@ -58,6 +66,9 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 	f.StringVar(&o.vipCIDR, "vip-cidr", "198.19.0.0/17", "CIDR of the default VIP subnet created at start (empty: none)")
 	f.StringVar(&o.externalVIPCIDR, "external-vip-cidr", "198.19.128.0/17", "CIDR of the default external VIP subnet created at start (empty: none)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&o.agentListen, "agent-listen", "127.0.0.1:9877", "address of the agent stream (gRPC)")
+	f.StringVar(&o.agentTokenFile, "agent-token-file", "", "file holding the agents' bootstrap token, created if missing (default: <data-dir>/agent-token)")
+	f.DurationVar(&o.ackTimeout, "ack-timeout", 10*time.Second, "how long a change waits for every connected agent before it turns ACTIVE anyway")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -114,16 +125,35 @@ func runServer(ctx context.Context, o serverOptions) error {
 		log.Info("VIP subnet ready", "network", d.name, "network_id", net.ID, "subnet_id", sub.ID, "cidr", d.cidr)
 	}
 
-	svc, err := lbaas.New(st, neutron.Allocator{}, []lbaas.Provider{flow.New(flow.Immediate{})}, lbaas.Config{DefaultProvider: flow.Name}, log)
+	provider := flow.New(nil)
+	svc, err := lbaas.New(st, neutron.Allocator{}, []lbaas.Provider{provider}, lbaas.Config{DefaultProvider: flow.Name}, log)
 	if err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry()
+	token, err := agentToken(o)
+	if err != nil {
+		return err
+	}
+	hub, err := fanout.NewHub(ctx, fanout.ServiceSource{Svc: svc}, token, o.ackTimeout, reg, log)
+	if err != nil {
+		return err
+	}
+	provider.Realizer = hub
+	agentLn, err := net.Listen("tcp", o.agentListen)
+	if err != nil {
+		return fmt.Errorf("agent listener: %w", err)
+	}
+	grpcSrv := grpc.NewServer()
+	hub.Register(grpcSrv)
+	go func() { _ = grpcSrv.Serve(agentLn) }()
+	defer grpcSrv.Stop()
+	log.Info("agent stream listening", "address", agentLn.Addr().String())
 	if n, err := svc.Resume(ctx); err != nil {
 		return fmt.Errorf("resume pending changes: %w", err)
 	} else if n > 0 {
 		log.Info("resumed pending changes", "loadbalancers", n)
 	}
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := apimetrics.New(reg)
 	apimetrics.RegisterObjects(reg, svc.CountByStatus)
@@ -169,4 +199,30 @@ func redact(dsn string) string {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
 	return u.String()
+}
+
+// agentToken reads the agents' bootstrap token, creating a random one
+// (readable by root only) on first start.
+func agentToken(o serverOptions) (string, error) {
+	path := o.agentTokenFile
+	if path == "" {
+		path = filepath.Join(o.dataDir, "agent-token")
+	}
+	if b, err := os.ReadFile(path); err == nil {
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+	}
+	buf := make([]byte, 24)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	t := hex.EncodeToString(buf)
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write agent token: %w", err)
+	}
+	return t, nil
 }

@@ -10,7 +10,7 @@ start_server() {
 	local port
 	port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 	FLOWLB_ENDPOINT="http://127.0.0.1:$port"
-	"$bin" server --listen "127.0.0.1:$port" --data-dir "$FLOWLB_TMP/data" "$@" >"$FLOWLB_TMP/server.log" 2>&1 &
+	"$bin" server --listen "127.0.0.1:$port" --agent-listen 127.0.0.1:0 --data-dir "$FLOWLB_TMP/data" "$@" >"$FLOWLB_TMP/server.log" 2>&1 &
 	FLOWLB_PID=$!
 	trap stop_server EXIT
 	for _ in $(seq 1 100); do

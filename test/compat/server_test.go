@@ -62,7 +62,7 @@ func startServer(t *testing.T, args ...string) *server {
 	if !hasDir {
 		args = append(args, "--data-dir", t.TempDir())
 	}
-	args = append([]string{"server", "--listen", addr}, args...)
+	args = append([]string{"server", "--listen", addr, "--agent-listen", "127.0.0.1:0"}, args...)
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowlb/flowlb/internal/agent"
+	"github.com/flowlb/flowlb/internal/dataplane/nftables"
+)
+
+type agentOptions struct {
+	server    string
+	tokenFile string
+	node      string
+	logLevel  string
+}
+
+func init() {
+	o := agentOptions{}
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node agent: program the server's flows into this node's nftables",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runAgent(cmd.Context(), o) },
+	}
+	host, _ := os.Hostname()
+	f := cmd.Flags()
+	f.StringVar(&o.server, "server", "127.0.0.1:9877", "the server's agent stream address")
+	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bootstrap token (the server's <data-dir>/agent-token)")
+	f.StringVar(&o.node, "node", host, "this node's name")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	rootCmd.AddCommand(cmd)
+}
+
+func runAgent(ctx context.Context, o agentOptions) error {
+	log, err := newLogger(o.logLevel)
+	if err != nil {
+		return err
+	}
+	if o.tokenFile == "" {
+		return fmt.Errorf("--token-file is required")
+	}
+	b, err := os.ReadFile(o.tokenFile)
+	if err != nil {
+		return fmt.Errorf("read token: %w", err)
+	}
+	dp, err := nftables.New(-1)
+	if err != nil {
+		return err
+	}
+	defer dp.Close()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Info("flowlb agent starting", "node", o.node, "server", o.server)
+	a := agent.New(agent.Config{Server: o.server, Token: strings.TrimSpace(string(b)), Node: o.node}, dp, log)
+	if err := a.Run(ctx); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}

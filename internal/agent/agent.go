@@ -1,0 +1,168 @@
+// Package agent is the node side of the agent stream: it subscribes to the
+// server with its node name and last programmed revision, applies
+// snapshots and deltas to the data plane, acknowledges what it programmed,
+// and reconnects with backoff. It is fail-static: losing the server
+// changes nothing in the kernel.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/fanout"
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// Programmer is the data plane as the agent needs it.
+type Programmer interface {
+	Sync(ctx context.Context, t flows.Table) error
+	Apply(ctx context.Context, upserts []flows.Service, deletes []flows.Key) error
+}
+
+// Config of an agent.
+type Config struct {
+	Server string // host:port of the server's agent endpoint
+	Token  string
+	Node   string
+	// Dialer, if set, dials the server (the lab dials from a namespace).
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// Agent runs the loop.
+type Agent struct {
+	cfg Config
+	dp  Programmer
+	log *slog.Logger
+
+	mu    sync.Mutex
+	epoch string
+	rev   int64
+	table map[flows.Key]flows.Service
+}
+
+// New returns an agent programming dp.
+func New(cfg Config, dp Programmer, log *slog.Logger) *Agent {
+	return &Agent{cfg: cfg, dp: dp, log: log, table: map[flows.Key]flows.Service{}}
+}
+
+// Revision is the last programmed revision.
+func (a *Agent) Revision() (string, int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.epoch, a.rev
+}
+
+// Run subscribes until ctx ends, reconnecting with jittered exponential
+// backoff (50 ms to 5 s).
+func (a *Agent) Run(ctx context.Context) error {
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := a.session(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			backoff = 50 * time.Millisecond
+		}
+		a.log.Warn("agent stream ended; flows kept, reconnecting", "err", err, "in", backoff)
+		select {
+		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
+		case <-ctx.Done():
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+	return ctx.Err()
+}
+
+func (a *Agent) session(ctx context.Context) error {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if a.cfg.Dialer != nil {
+		opts = append(opts, grpc.WithContextDialer(a.cfg.Dialer))
+	}
+	conn, err := grpc.NewClient(a.cfg.Server, opts...)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+a.cfg.Token))
+	defer cancel()
+	stream, err := agentv1.NewAgentClient(conn).Subscribe(ctx)
+	if err != nil {
+		return err
+	}
+	epoch, rev := a.Revision()
+	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{Node: a.cfg.Node, LastRevision: rev, Epoch: epoch}}}); err != nil {
+		return err
+	}
+	for {
+		u, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if err := a.apply(ctx, u); err != nil {
+			return fmt.Errorf("program revision %d: %w", u.GetRevision(), err)
+		}
+		if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Ack{Ack: &agentv1.Ack{Revision: u.GetRevision()}}}); err != nil {
+			return err
+		}
+	}
+}
+
+// apply programs one update; the in-memory table changes only when the
+// kernel did.
+func (a *Agent) apply(ctx context.Context, u *agentv1.Update) error {
+	var ups []flows.Service
+	for _, p := range u.GetUpserts() {
+		ups = append(ups, fanout.ServiceFromProto(p))
+	}
+	var dels []flows.Key
+	for _, p := range u.GetDeletes() {
+		dels = append(dels, fanout.KeyFromProto(p))
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if u.GetSnapshot() {
+		t := flows.Table{Revision: u.GetRevision(), Services: map[flows.Key]flows.Service{}}
+		for _, s := range ups {
+			t.Services[s.Key] = s
+		}
+		if err := a.dp.Sync(ctx, t); err != nil {
+			return err
+		}
+		a.table = t.Services
+	} else {
+		if err := a.dp.Apply(ctx, ups, dels); err != nil {
+			return err
+		}
+		for _, s := range ups {
+			a.table[s.Key] = s
+		}
+		for _, k := range dels {
+			delete(a.table, k)
+		}
+	}
+	a.epoch, a.rev = u.GetEpoch(), u.GetRevision()
+	return nil
+}
+
+// Table returns a copy of the programmed table.
+func (a *Agent) Table() map[flows.Key]flows.Service {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[flows.Key]flows.Service, len(a.table))
+	for k, v := range a.table {
+		out[k] = v
+	}
+	return out
+}

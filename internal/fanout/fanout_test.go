@@ -1,0 +1,273 @@
+package fanout_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/agent"
+	"github.com/flowlb/flowlb/internal/fanout"
+	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/lbaas"
+)
+
+type fakeSource struct {
+	mu    sync.Mutex
+	trees map[string]*lbaas.Tree
+}
+
+func (f *fakeSource) Trees(context.Context) ([]*lbaas.Tree, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*lbaas.Tree
+	for _, t := range f.trees {
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func (f *fakeSource) LoadBalancer(_ context.Context, id string) (*lbaas.Tree, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.trees[id], nil
+}
+
+func (f *fakeSource) set(t *lbaas.Tree) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.trees[t.LB.ID] = t
+}
+
+func tree(id, vip string, members ...string) *lbaas.Tree {
+	b := lbaas.Base{ID: id, AdminStateUp: true, ProvisioningStatus: lbaas.Active}
+	pid := id + "-pool"
+	t := &lbaas.Tree{
+		LB:        &lbaas.LoadBalancer{Base: b, VIPAddress: vip},
+		Listeners: []*lbaas.Listener{{Base: b, Protocol: "TCP", ProtocolPort: 80, DefaultPoolID: &pid}},
+		Pools:     []*lbaas.Pool{{Base: lbaas.Base{ID: pid, AdminStateUp: true}, Protocol: "TCP", LBAlgorithm: "ROUND_ROBIN"}},
+	}
+	for _, m := range members {
+		t.Members = append(t.Members, &lbaas.Member{Base: lbaas.Base{ID: m, AdminStateUp: true}, PoolID: pid, Address: m, ProtocolPort: 8080, Weight: 1})
+	}
+	return t
+}
+
+// recorder is a data plane that remembers what it was told.
+type recorder struct {
+	mu     sync.Mutex
+	syncs  int
+	table  map[flows.Key]flows.Service
+	notify chan struct{}
+}
+
+func (r *recorder) Sync(_ context.Context, t flows.Table) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.syncs++
+	r.table = map[flows.Key]flows.Service{}
+	for k, v := range t.Services {
+		r.table[k] = v
+	}
+	r.poke()
+	return nil
+}
+
+func (r *recorder) Apply(_ context.Context, ups []flows.Service, dels []flows.Key) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range ups {
+		r.table[s.Key] = s
+	}
+	for _, k := range dels {
+		delete(r.table, k)
+	}
+	r.poke()
+	return nil
+}
+
+func (r *recorder) poke() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) backends() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for k, s := range r.table {
+		out[k.VIP.String()] = len(s.Backends)
+	}
+	return out
+}
+
+func (r *recorder) waitFor(t *testing.T, want func(map[string]int) bool) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for !want(r.backends()) {
+		select {
+		case <-r.notify:
+		case <-deadline:
+			t.Fatalf("data plane never reached the expected state; has %v", r.backends())
+		}
+	}
+}
+
+const token = "s3cret"
+
+func serve(t *testing.T, src fanout.TreeSource, timeout time.Duration) (*fanout.Hub, string, func()) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	hub, err := fanout.NewHub(context.Background(), src, token, timeout, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	hub.Register(s)
+	go func() { _ = s.Serve(ln) }()
+	return hub, ln.Addr().String(), s.Stop
+}
+
+func startAgent(t *testing.T, addr, node string, dp agent.Programmer) (*agent.Agent, context.CancelFunc) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a := agent.New(agent.Config{Server: addr, Token: token, Node: node}, dp, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = a.Run(ctx) }()
+	return a, cancel
+}
+
+func realize(t *testing.T, hub *fanout.Hub, lbID string) time.Duration {
+	t.Helper()
+	done := make(chan error, 1)
+	t0 := time.Now()
+	hub.Realize(lbID, 0, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("realize never completed")
+	}
+	return time.Since(t0)
+}
+
+func TestSnapshotDeltasAcksAndFailStatic(t *testing.T) {
+	src := &fakeSource{trees: map[string]*lbaas.Tree{}}
+	src.set(tree("a", "198.19.0.1", "198.18.17.2", "198.18.17.3"))
+	hub, addr, stop := serve(t, src, 5*time.Second)
+	defer stop()
+
+	// With no agent connected a change completes at once.
+	src.set(tree("b", "198.19.0.2", "198.18.18.2"))
+	if d := realize(t, hub, "b"); d > time.Second {
+		t.Errorf("realize without agents took %s", d)
+	}
+
+	r1 := &recorder{notify: make(chan struct{}, 1)}
+	r2 := &recorder{notify: make(chan struct{}, 1)}
+	_, cancel1 := startAgent(t, addr, "n1", r1)
+	defer cancel1()
+	a2, cancel2 := startAgent(t, addr, "n2", r2)
+	defer cancel2()
+	// Connecting agents get a snapshot of everything.
+	for _, r := range []*recorder{r1, r2} {
+		r.waitFor(t, func(m map[string]int) bool { return m["198.19.0.1"] == 2 && m["198.19.0.2"] == 1 })
+	}
+	for len(hub.Agents()) < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A change completes only when both agents have programmed it.
+	src.set(tree("a", "198.19.0.1", "198.18.17.2", "198.18.17.3", "198.18.17.4"))
+	realize(t, hub, "a")
+	for _, r := range []*recorder{r1, r2} {
+		if got := r.backends()["198.19.0.1"]; got != 3 {
+			t.Errorf("realize completed before an agent programmed it: %d backends", got)
+		}
+	}
+	// A deleted LB's flows are deleted everywhere.
+	src.mu.Lock()
+	delete(src.trees, "b")
+	src.mu.Unlock()
+	realize(t, hub, "b")
+	if _, ok := r1.backends()["198.19.0.2"]; ok {
+		t.Error("deleted LB still programmed")
+	}
+	r1.mu.Lock()
+	syncs := r1.syncs
+	r1.mu.Unlock()
+	if syncs != 1 {
+		t.Errorf("%d full syncs, want 1 (the snapshot), deltas for the rest", syncs)
+	}
+
+	// The server goes away: the agent keeps its flows.
+	stop()
+	time.Sleep(200 * time.Millisecond)
+	if got := r2.backends()["198.19.0.1"]; got != 3 {
+		t.Errorf("agent changed its flows when the server left: %v", r2.backends())
+	}
+	if _, rev := a2.Revision(); rev == 0 {
+		t.Error("agent has no revision")
+	}
+}
+
+func TestAckTimeoutCompletesAnyway(t *testing.T) {
+	src := &fakeSource{trees: map[string]*lbaas.Tree{"a": tree("a", "198.19.0.1", "198.18.17.2")}}
+	hub, addr, stop := serve(t, src, 300*time.Millisecond)
+	defer stop()
+	// A raw client that says hello and never acks.
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
+	stream, err := agentv1.NewAgentClient(conn).Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{Node: "mute"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	if d := realize(t, hub, "a"); d < 300*time.Millisecond || d > 3*time.Second {
+		t.Errorf("completion after %s, want the 300 ms timeout", d)
+	}
+}
+
+func TestBadTokenRefused(t *testing.T) {
+	_, addr, stop := serve(t, &fakeSource{trees: map[string]*lbaas.Tree{}}, time.Second)
+	defer stop()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer wrong")
+	stream, err := agentv1.NewAgentClient(conn).Subscribe(ctx)
+	if err == nil {
+		_ = stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{Node: "x"}}})
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("got %v, want Unauthenticated", err)
+	}
+}
