@@ -9,8 +9,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
