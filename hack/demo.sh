@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The demo: a flowlb server driven by the real openstack CLI, from an empty
-# database to a load balancer with listener, pool, members and monitor, its
-# status tree, and a cascade delete. (The multi-node lab demo with traffic
-# replaces this once the agents land.)
+# The demo (README's main job): a lab of network namespaces with a flowlb
+# server and an agent per node, a load balancer created through the Octavia
+# API, traffic from pods on two nodes through its VIP, the spread over the
+# member pods, and a full teardown. Needs root.
 set -euo pipefail
-exec "$(dirname "$0")/../test/compat/openstack-cli.sh" "${1:-bin/flowlb}"
+exec "${1:-bin/flowlb}" lab demo

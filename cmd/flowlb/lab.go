@@ -46,7 +46,7 @@ every pod. See docs/lab.md for the topology and address plan.`,
 	_ = cmd.PersistentFlags().MarkHidden("state-dir")
 	cmd.AddCommand(labUpCmd(f), labDownCmd(f), labStatusCmd(f), labExecCmd(f),
 		labAddPodCmd(f), labDelPodCmd(f), labPodCmd(f), labProcCmd(f), labECMPCmd(f),
-		labLoadCmd(f), labEchoCmd())
+		labLoadCmd(f), labEchoCmd(), labDemoCmd())
 	rootCmd.AddCommand(cmd)
 }
 
