@@ -59,6 +59,8 @@ type Dataplane struct {
 	table *nftables.Table
 	slots *nftables.Set
 	picks map[flows.Algorithm]*nftables.Set
+	// lastOps counts the element operations of the last Apply.
+	lastOps int
 	// programmed is what the kernel holds, per service: the service it was
 	// made from and its slot table.
 	programmed map[flows.Key]entry
@@ -91,10 +93,107 @@ func New(netnsFd int) (*Dataplane, error) {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	d := &Dataplane{conn: c, programmed: map[flows.Key]entry{}, picks: map[flows.Algorithm]*nftables.Set{}}
-	if err := d.create(); err != nil {
+	adopted, err := d.adopt()
+	if err != nil {
 		return nil, err
 	}
+	if !adopted {
+		if err := d.create(); err != nil {
+			return nil, err
+		}
+	}
 	return d, nil
+}
+
+// pickNames maps each algorithm to its pick set.
+var pickNames = map[flows.Algorithm]string{flows.RoundRobin: rrSet, flows.SourceIP: srcSet, flows.SourceIPPort: srcPortSet}
+
+// adopt takes over a table left by an earlier agent: it reads the services
+// and slots in the kernel, so that the first Sync changes only what
+// differs and no connection, established or new, notices the restart. A
+// table of another shape is not adopted (it is rebuilt).
+func (d *Dataplane) adopt() (bool, error) {
+	t, err := d.conn.ListTableOfFamily(tableName, nftables.TableFamilyIPv4)
+	if err != nil {
+		return false, nil // no table yet
+	}
+	sets, err := d.conn.GetSets(t)
+	if err != nil {
+		return false, fmt.Errorf("read sets: %w", err)
+	}
+	byName := map[string]*nftables.Set{}
+	for _, s := range sets {
+		byName[s.Name] = s
+	}
+	slots := byName[slotsMap]
+	if slots == nil || !slots.IsMap {
+		return false, nil
+	}
+	picks := map[flows.Algorithm]*nftables.Set{}
+	for alg, name := range pickNames {
+		if byName[name] == nil {
+			return false, nil
+		}
+		picks[alg] = byName[name]
+	}
+	programmed := map[flows.Key]entry{}
+	for alg, set := range picks {
+		els, err := d.conn.GetSetElements(set)
+		if err != nil {
+			return false, fmt.Errorf("read %s: %w", set.Name, err)
+		}
+		for _, e := range els {
+			k, ok := parseKey(e.Key)
+			if !ok {
+				return false, nil
+			}
+			programmed[k] = entry{plan: service{alg: alg}}
+		}
+	}
+	els, err := d.conn.GetSetElements(slots)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", slotsMap, err)
+	}
+	filled := map[flows.Key]int{}
+	for _, e := range els {
+		k, ok := parseKey(e.Key)
+		if !ok || len(e.Key) < 16 || len(e.Val) < 6 {
+			return false, nil
+		}
+		slot := int(binaryutil.NativeEndian.Uint32(e.Key[12:16]))
+		en, known := programmed[k]
+		if !known || slot >= Slots {
+			return false, nil // slots of an unpublished service: rebuild
+		}
+		a, _ := netip.AddrFromSlice(e.Val[0:4])
+		en.plan.table[slot] = backend{addr: a, port: binary.BigEndian.Uint16(e.Val[4:6])}
+		programmed[k] = en
+		filled[k]++
+	}
+	for k := range programmed {
+		if filled[k] != Slots {
+			return false, nil
+		}
+	}
+	d.table, d.slots, d.picks, d.programmed = t, slots, picks, programmed
+	return true, nil
+}
+
+func parseKey(b []byte) (flows.Key, bool) {
+	if len(b) < 12 {
+		return flows.Key{}, false
+	}
+	a, _ := netip.AddrFromSlice(b[0:4])
+	var proto flows.Protocol
+	for p, n := range protoNum {
+		if n == b[4] {
+			proto = p
+		}
+	}
+	if proto == "" {
+		return flows.Key{}, false
+	}
+	return flows.Key{VIP: a, Protocol: proto, Port: binary.BigEndian.Uint16(b[8:10])}, true
 }
 
 // socketBuffer sizes the netlink socket: one Sync of 30,000 services is
@@ -141,7 +240,7 @@ func (d *Dataplane) create() error {
 	if err := d.conn.AddSet(d.slots, nil); err != nil {
 		return fmt.Errorf("add map: %w", err)
 	}
-	for alg, name := range map[flows.Algorithm]string{flows.RoundRobin: rrSet, flows.SourceIP: srcSet, flows.SourceIPPort: srcPortSet} {
+	for alg, name := range pickNames {
 		s := &nftables.Set{Table: d.table, Name: name, Concatenation: true, KeyType: keyType}
 		if err := d.conn.AddSet(s, nil); err != nil {
 			return fmt.Errorf("add set: %w", err)
@@ -308,6 +407,13 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 		if nw != nil && (!had || nw.plan.alg != old.plan.alg) {
 			addPick[nw.plan.alg] = append(addPick[nw.plan.alg], nftables.SetElement{Key: key(k)})
 		}
+	}
+	d.lastOps = len(addSlots) + len(delSlots)
+	for _, els := range addPick {
+		d.lastOps += len(els)
+	}
+	for _, els := range delPick {
+		d.lastOps += len(els)
 	}
 	// Unpublish before changing slots, publish after, so that no packet
 	// meets a service whose slots are half written.

@@ -179,3 +179,52 @@ func TestTrafficThroughVIP(t *testing.T) {
 		}
 	})
 }
+
+// TestRestartAdoptsTable: a new data plane on an existing table (an agent
+// restart) reads what is there, changes nothing for the same flows, and
+// traffic flows throughout.
+func TestRestartAdoptsTable(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		for _, a := range backendAddrs {
+			defer serve(t, a).Close()
+		}
+		ctx := context.Background()
+		first, err := New(int(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := svc(flows.SourceIPPort, backendAddrs...)
+		if err := first.Sync(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		_ = first.Close() // the agent stops; its flows stay
+		if got := ask(t, "198.19.0.10:80", ""); strings.HasPrefix(got, "error") {
+			t.Fatalf("VIP down while no agent runs: %s", got)
+		}
+		second, err := New(int(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer second.Remove()
+		if got := second.Programmed(); len(got) != 1 {
+			t.Fatalf("adopted %v, want the one service", got)
+		}
+		if err := second.Sync(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		if second.lastOps != 0 {
+			t.Errorf("the same flows after a restart cost %d element operations, want 0", second.lastOps)
+		}
+		// A real change after adoption still applies only its difference.
+		if err := second.Sync(ctx, svc(flows.SourceIPPort, backendAddrs[:2]...)); err != nil {
+			t.Fatal(err)
+		}
+		if second.lastOps == 0 || second.lastOps >= Slots {
+			t.Errorf("removing 1 of 3 backends cost %d operations, want about a third of %d slots twice", second.lastOps, Slots)
+		}
+		if got := ask(t, "198.19.0.10:80", ""); got == backendAddrs[2] || strings.HasPrefix(got, "error") {
+			t.Errorf("after the change: %s", got)
+		}
+	})
+}
