@@ -183,7 +183,7 @@ func ask(from lab.Host, addr string) (echo.Reply, error) {
 
 func TestTrafficThroughVIPFromEveryNode(t *testing.T) {
 	// Pods 1 and 2 of each node are members; pod 3 of each node is a
-	// client. (Hairpin, a member reaching itself, is not handled yet.)
+	// client, and so is member n1-p1 (hairpin: it may reach itself).
 	c := newCluster(t, 2, 3)
 	subnetBody := map[string]any{}
 	{
@@ -212,7 +212,7 @@ func TestTrafficThroughVIPFromEveryNode(t *testing.T) {
 
 	// ACTIVE means every agent programmed it: clients on every node reach
 	// every pod through the VIP, and pods see the client's own address.
-	for _, from := range []lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3)} {
+	for _, from := range []lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3), c.lab.Pod(1, 1)} {
 		seen := map[string]int{}
 		for i := 0; i < 40; i++ {
 			r, err := ask(from, vip)
@@ -220,9 +220,15 @@ func TestTrafficThroughVIPFromEveryNode(t *testing.T) {
 				t.Fatalf("%s -> %s: %v", from.Name, vip, err)
 			}
 			seen[r.Pod]++
+			if r.Pod == from.Name {
+				continue // hairpin: masqueraded, the pod sees its node
+			}
 			if host, _, _ := net.SplitHostPort(r.Peer); host != from.Addr.String() {
 				t.Errorf("%s saw peer %s, want the client's own address %s", r.Pod, r.Peer, from.Addr)
 			}
+		}
+		if from.Name == "n1-p1" && seen["n1-p1"] == 0 {
+			t.Errorf("from n1-p1: never reached itself through the VIP in 40 tries: %v", seen)
 		}
 		if len(seen) < 3 {
 			t.Errorf("from %s: answers from %v, want the load spread over the 4 pods", from.Name, seen)

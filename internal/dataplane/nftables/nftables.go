@@ -38,7 +38,14 @@ const (
 	rrSet      = "pick_random"
 	srcSet     = "pick_src"
 	srcPortSet = "pick_srcport"
+	// hairpinSet holds "b . b" for every backend b: a connection whose
+	// source is its own backend (a pod reaching itself through a VIP) is
+	// masqueraded, or the pod would answer itself directly and drop it.
+	hairpinSet = "hairpin"
 )
+
+// ipsDstNAT is conntrack's IPS_DST_NAT status bit.
+const ipsDstNAT = 1 << 5
 
 // Register numbers: the 32-bit registers (NFT_REG32_00 = 8) hold the
 // concatenated key daddr . l4proto . dport . slot; the 16-byte register 1
@@ -55,10 +62,14 @@ const (
 
 // Dataplane programs one network namespace's nftables.
 type Dataplane struct {
-	conn  *nftables.Conn
-	table *nftables.Table
-	slots *nftables.Set
-	picks map[flows.Algorithm]*nftables.Set
+	conn    *nftables.Conn
+	table   *nftables.Table
+	slots   *nftables.Set
+	picks   map[flows.Algorithm]*nftables.Set
+	hairpin *nftables.Set
+	// refs counts the programmed services that use each backend address,
+	// so the hairpin set changes in O(changes).
+	refs map[netip.Addr]int
 	// lastOps counts the element operations of the last Apply.
 	lastOps int
 	// programmed is what the kernel holds, per service: the service it was
@@ -92,7 +103,7 @@ func New(netnsFd int) (*Dataplane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	d := &Dataplane{conn: c, programmed: map[flows.Key]entry{}, picks: map[flows.Algorithm]*nftables.Set{}}
+	d := &Dataplane{conn: c, programmed: map[flows.Key]entry{}, picks: map[flows.Algorithm]*nftables.Set{}, refs: map[netip.Addr]int{}}
 	adopted, err := d.adopt()
 	if err != nil {
 		return nil, err
@@ -127,6 +138,10 @@ func (d *Dataplane) adopt() (bool, error) {
 	}
 	slots := byName[slotsMap]
 	if slots == nil || !slots.IsMap {
+		return false, nil
+	}
+	hairpin := byName[hairpinSet]
+	if hairpin == nil {
 		return false, nil
 	}
 	picks := map[flows.Algorithm]*nftables.Set{}
@@ -175,7 +190,12 @@ func (d *Dataplane) adopt() (bool, error) {
 			return false, nil
 		}
 	}
-	d.table, d.slots, d.picks, d.programmed = t, slots, picks, programmed
+	d.table, d.slots, d.picks, d.hairpin, d.programmed = t, slots, picks, hairpin, programmed
+	for _, e := range programmed {
+		for _, a := range addrs(e.plan) {
+			d.refs[a]++
+		}
+	}
 	return true, nil
 }
 
@@ -247,6 +267,22 @@ func (d *Dataplane) create() error {
 		}
 		d.picks[alg] = s
 	}
+	d.hairpin = &nftables.Set{Table: d.table, Name: hairpinSet, Concatenation: true, KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr)}
+	if err := d.conn.AddSet(d.hairpin, nil); err != nil {
+		return fmt.Errorf("add set: %w", err)
+	}
+	post := d.conn.AddChain(&nftables.Chain{Name: "postrouting", Table: d.table, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	d.conn.AddRule(&nftables.Rule{Table: d.table, Chain: post, Exprs: []expr.Any{
+		// ct status dnat
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+		// ip saddr . ip daddr @hairpin
+		&expr.Payload{DestRegister: regDaddr, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Payload{DestRegister: regProto, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Lookup{SourceRegister: regDaddr, SetName: d.hairpin.Name, SetID: d.hairpin.ID},
+		&expr.Masq{},
+	}})
 	lb := d.conn.AddChain(&nftables.Chain{Name: "lb", Table: d.table})
 	for _, hook := range []*nftables.ChainHook{nftables.ChainHookPrerouting, nftables.ChainHookOutput} {
 		name := "prerouting"
@@ -408,7 +444,38 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 			addPick[nw.plan.alg] = append(addPick[nw.plan.alg], nftables.SetElement{Key: key(k)})
 		}
 	}
-	d.lastOps = len(addSlots) + len(delSlots)
+	// Hairpin pairs follow the backend addresses in use.
+	refs := map[netip.Addr]int{}
+	for k, nw := range next {
+		if old, had := d.programmed[k]; had {
+			for _, a := range addrs(old.plan) {
+				refs[a]--
+			}
+		}
+		if nw != nil {
+			for _, a := range addrs(nw.plan) {
+				refs[a]++
+			}
+		}
+	}
+	var addHair, delHair []nftables.SetElement
+	for a, delta := range refs {
+		before := d.refs[a]
+		after := before + delta
+		switch {
+		case before == 0 && after > 0:
+			addHair = append(addHair, nftables.SetElement{Key: pair(a)})
+		case before > 0 && after == 0:
+			delHair = append(delHair, nftables.SetElement{Key: pair(a)})
+		}
+	}
+	if err := batched(delHair, func(b []nftables.SetElement) error { return d.conn.SetDeleteElements(d.hairpin, b) }); err != nil {
+		return err
+	}
+	if err := batched(addHair, func(b []nftables.SetElement) error { return d.conn.SetAddElements(d.hairpin, b) }); err != nil {
+		return err
+	}
+	d.lastOps = len(addSlots) + len(delSlots) + len(addHair) + len(delHair)
 	for _, els := range addPick {
 		d.lastOps += len(els)
 	}
@@ -443,7 +510,30 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 			d.programmed[k] = *nw
 		}
 	}
+	for a, delta := range refs {
+		if d.refs[a] += delta; d.refs[a] <= 0 {
+			delete(d.refs, a)
+		}
+	}
 	return nil
+}
+
+// addrs lists the distinct backend addresses of a slot table.
+func addrs(p service) []netip.Addr {
+	seen := map[netip.Addr]bool{}
+	var out []netip.Addr
+	for _, b := range p.table {
+		if b.addr.IsValid() && !seen[b.addr] {
+			seen[b.addr] = true
+			out = append(out, b.addr)
+		}
+	}
+	return out
+}
+
+func pair(a netip.Addr) []byte {
+	b := a.As4()
+	return append(b[:], b[:]...)
 }
 
 func batched(els []nftables.SetElement, fn func([]nftables.SetElement) error) error {
