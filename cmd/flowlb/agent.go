@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -19,6 +20,7 @@ type agentOptions struct {
 	tokenFile string
 	node      string
 	logLevel  string
+	podCIDRs  []string
 }
 
 func init() {
@@ -35,6 +37,7 @@ func init() {
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bootstrap token (the server's <data-dir>/agent-token)")
 	f.StringVar(&o.node, "node", host, "this node's name")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -50,11 +53,24 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	if err != nil {
 		return fmt.Errorf("read token: %w", err)
 	}
+	var nets []netip.Prefix
+	for _, c := range o.podCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return fmt.Errorf("--pod-cidrs: %w", err)
+		}
+		nets = append(nets, p)
+	}
 	dp, err := nftables.New(-1)
 	if err != nil {
 		return err
 	}
 	defer dp.Close()
+	if len(nets) > 0 {
+		if err := dp.SetPodNetworks(nets); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info("flowlb agent starting", "node", o.node, "server", o.server)

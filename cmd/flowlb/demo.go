@@ -89,7 +89,7 @@ func runDemo(ctx context.Context, out io.Writer, nodes, requests int) error {
 	}
 	say("flowlb server in the fabric namespace at %s:9876", demoControl)
 	for _, n := range l.Nodes() {
-		if _, err := n.Start("agent", []string{bin, "agent", "--server", demoControl + ":9877", "--token-file", token, "--node", n.Name}); err != nil {
+		if _, err := n.Start("agent", []string{bin, "agent", "--server", demoControl + ":9877", "--token-file", token, "--node", n.Name, "--pod-cidrs", podCIDRs(l)}); err != nil {
 			return err
 		}
 	}
@@ -235,4 +235,13 @@ func demoAsk(from lab.Host, addr string) (echo.Reply, error) {
 		return echo.Reply{}, err
 	}
 	return echo.Parse(strings.TrimSpace(line))
+}
+
+// podCIDRs lists the lab's pod networks for the agents' --pod-cidrs.
+func podCIDRs(l *lab.Lab) string {
+	var out []string
+	for i := range l.Nodes() {
+		out = append(out, lab.PodCIDR(i+1).String())
+	}
+	return strings.Join(out, ",")
 }

@@ -96,7 +96,7 @@ func newCluster(t *testing.T, nodes, pods int) *cluster {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for i, n := range l.Nodes() {
-		if _, err := n.Start("agent", []string{bin, "agent", "--server", control + ":9877", "--token-file", token, "--node", n.Name}); err != nil {
+		if _, err := n.Start("agent", []string{bin, "agent", "--server", control + ":9877", "--token-file", token, "--node", n.Name, "--pod-cidrs", podCIDRs(l)}); err != nil {
 			t.Fatalf("agent on node %d: %v", i+1, err)
 		}
 	}
@@ -252,5 +252,62 @@ func TestTrafficThroughVIPFromEveryNode(t *testing.T) {
 	}
 	if r, err := ask(c.lab.Pod(1, 3), vip); err == nil {
 		t.Errorf("VIP still answers after delete: %v", r)
+	}
+}
+
+// podCIDRs lists the lab's pod networks for the agents' --pod-cidrs.
+func podCIDRs(l *lab.Lab) string {
+	var out []string
+	for i := range l.Nodes() {
+		out = append(out, lab.PodCIDR(i+1).String())
+	}
+	return strings.Join(out, ",")
+}
+
+// TestExternalClientThroughRouter: the client outside the cluster reaches
+// an external VIP through the router, which spreads it over the nodes
+// (ECMP); the receiving node translates and masquerades it, so replies
+// from pods on other nodes return through that node.
+func TestExternalClientThroughRouter(t *testing.T) {
+	c := newCluster(t, 2, 2)
+	resp, err := c.http.Get(c.api + "/v2.0/subnets?name=flowlb-external-subnet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subnets struct {
+		Subnets []struct{ ID string } `json:"subnets"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&subnets)
+	resp.Body.Close()
+	if len(subnets.Subnets) != 1 {
+		t.Fatalf("external subnet: %+v", subnets)
+	}
+	var members []any
+	for _, p := range c.lab.Pods() {
+		members = append(members, map[string]any{"address": p.Addr.String(), "protocol_port": 8080})
+	}
+	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
+		"name": "ext", "vip_subnet_id": subnets.Subnets[0].ID,
+		"listeners": []any{map[string]any{"protocol": "TCP", "protocol_port": 80, "default_pool": map[string]any{
+			"name": "p", "protocol": "TCP", "lb_algorithm": "SOURCE_IP_PORT", "members": members}}},
+	}})
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, body)
+	}
+	lb := c.waitActive(body["loadbalancer"].(map[string]any)["id"].(string))
+	vip := net.JoinHostPort(lb["vip_address"].(string), "80")
+	if !strings.HasPrefix(vip, "198.19.1") && !strings.HasPrefix(vip, "198.19.2") {
+		t.Fatalf("external VIP %s is not in 198.19.128.0/17", vip)
+	}
+	seen := map[string]int{}
+	for i := 0; i < 40; i++ {
+		r, err := ask(c.lab.Client(), vip)
+		if err != nil {
+			t.Fatalf("client -> %s: %v", vip, err)
+		}
+		seen[r.Pod]++
+	}
+	if len(seen) < 3 {
+		t.Errorf("external client's requests landed on %v, want them spread over the 4 pods", seen)
 	}
 }

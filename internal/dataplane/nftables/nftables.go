@@ -42,6 +42,11 @@ const (
 	// source is its own backend (a pod reaching itself through a VIP) is
 	// masqueraded, or the pod would answer itself directly and drop it.
 	hairpinSet = "hairpin"
+	// podNetsSet holds the pod networks; a translated connection from any
+	// other source (a client outside the cluster, reaching a node through
+	// the router) is masqueraded to the node, so that replies from a pod
+	// on another node come back through it to be un-NATed.
+	podNetsSet = "podnets"
 )
 
 // ipsDstNAT is conntrack's IPS_DST_NAT status bit.
@@ -67,6 +72,7 @@ type Dataplane struct {
 	slots   *nftables.Set
 	picks   map[flows.Algorithm]*nftables.Set
 	hairpin *nftables.Set
+	podNets *nftables.Set
 	// refs counts the programmed services that use each backend address,
 	// so the hairpin set changes in O(changes).
 	refs map[netip.Addr]int
@@ -116,6 +122,41 @@ func New(netnsFd int) (*Dataplane, error) {
 	return d, nil
 }
 
+// SetPodNetworks sets the networks whose clients keep their address:
+// connections translated for any other source are masqueraded to the node.
+func (d *Dataplane) SetPodNetworks(nets []netip.Prefix) error {
+	if len(nets) == 0 {
+		nets = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+	}
+	d.conn.FlushSet(d.podNets)
+	if err := d.conn.SetAddElements(d.podNets, intervals(nets)); err != nil {
+		return err
+	}
+	if err := d.conn.Flush(); err != nil {
+		return fmt.Errorf("set pod networks: %w", err)
+	}
+	return nil
+}
+
+// intervals encodes IPv4 prefixes as interval set elements: start, and
+// the first address after the end marked as an interval end.
+func intervals(nets []netip.Prefix) []nftables.SetElement {
+	var out []nftables.SetElement
+	for _, p := range nets {
+		p = p.Masked()
+		if !p.Addr().Is4() {
+			continue
+		}
+		start := p.Addr().As4()
+		end := binary.BigEndian.Uint32(start[:]) + uint32(1)<<(32-p.Bits())
+		out = append(out, nftables.SetElement{Key: start[:]})
+		if end != 0 { // a prefix ending at 255.255.255.255 has no end marker
+			out = append(out, nftables.SetElement{Key: binary.BigEndian.AppendUint32(nil, end), IntervalEnd: true})
+		}
+	}
+	return out
+}
+
 // pickNames maps each algorithm to its pick set.
 var pickNames = map[flows.Algorithm]string{flows.RoundRobin: rrSet, flows.SourceIP: srcSet, flows.SourceIPPort: srcPortSet}
 
@@ -140,8 +181,8 @@ func (d *Dataplane) adopt() (bool, error) {
 	if slots == nil || !slots.IsMap {
 		return false, nil
 	}
-	hairpin := byName[hairpinSet]
-	if hairpin == nil {
+	hairpin, podNets := byName[hairpinSet], byName[podNetsSet]
+	if hairpin == nil || podNets == nil {
 		return false, nil
 	}
 	picks := map[flows.Algorithm]*nftables.Set{}
@@ -190,7 +231,7 @@ func (d *Dataplane) adopt() (bool, error) {
 			return false, nil
 		}
 	}
-	d.table, d.slots, d.picks, d.hairpin, d.programmed = t, slots, picks, hairpin, programmed
+	d.table, d.slots, d.picks, d.hairpin, d.podNets, d.programmed = t, slots, picks, hairpin, podNets, programmed
 	for _, e := range programmed {
 		for _, a := range addrs(e.plan) {
 			d.refs[a]++
@@ -271,6 +312,11 @@ func (d *Dataplane) create() error {
 	if err := d.conn.AddSet(d.hairpin, nil); err != nil {
 		return fmt.Errorf("add set: %w", err)
 	}
+	d.podNets = &nftables.Set{Table: d.table, Name: podNetsSet, Interval: true, KeyType: nftables.TypeIPAddr}
+	// Until SetPodNetworks says otherwise every source is inside: no SNAT.
+	if err := d.conn.AddSet(d.podNets, intervals([]netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")})); err != nil {
+		return fmt.Errorf("add set: %w", err)
+	}
 	post := d.conn.AddChain(&nftables.Chain{Name: "postrouting", Table: d.table, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
 	d.conn.AddRule(&nftables.Rule{Table: d.table, Chain: post, Exprs: []expr.Any{
 		// ct status dnat
@@ -281,6 +327,15 @@ func (d *Dataplane) create() error {
 		&expr.Payload{DestRegister: regDaddr, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 		&expr.Payload{DestRegister: regProto, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
 		&expr.Lookup{SourceRegister: regDaddr, SetName: d.hairpin.Name, SetID: d.hairpin.ID},
+		&expr.Masq{},
+	}})
+	d.conn.AddRule(&nftables.Rule{Table: d.table, Chain: post, Exprs: []expr.Any{
+		// ct status dnat ip saddr != @podnets masquerade
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Lookup{SourceRegister: 1, SetName: d.podNets.Name, SetID: d.podNets.ID, Invert: true},
 		&expr.Masq{},
 	}})
 	lb := d.conn.AddChain(&nftables.Chain{Name: "lb", Table: d.table})
