@@ -47,6 +47,10 @@ const (
 	// the router) is masqueraded to the node, so that replies from a pod
 	// on another node come back through it to be un-NATed.
 	podNetsSet = "podnets"
+	// aclOnSet holds the services that have allowed_cidrs; aclAllowSet
+	// holds service . source-range pairs that may open connections.
+	aclOnSet    = "acl_on"
+	aclAllowSet = "acl_allow"
 )
 
 // ipsDstNAT is conntrack's IPS_DST_NAT status bit.
@@ -73,6 +77,8 @@ type Dataplane struct {
 	picks   map[flows.Algorithm]*nftables.Set
 	hairpin *nftables.Set
 	podNets *nftables.Set
+	aclOn   *nftables.Set
+	aclOK   *nftables.Set
 	// refs counts the programmed services that use each backend address,
 	// so the hairpin set changes in O(changes).
 	refs map[netip.Addr]int
@@ -91,6 +97,7 @@ type entry struct {
 type service struct {
 	alg   flows.Algorithm
 	table [Slots]backend
+	acl   []netip.Prefix // allowed sources; empty: everyone
 }
 
 type backend struct {
@@ -181,8 +188,8 @@ func (d *Dataplane) adopt() (bool, error) {
 	if slots == nil || !slots.IsMap {
 		return false, nil
 	}
-	hairpin, podNets := byName[hairpinSet], byName[podNetsSet]
-	if hairpin == nil || podNets == nil {
+	hairpin, podNets, aclOn, aclOK := byName[hairpinSet], byName[podNetsSet], byName[aclOnSet], byName[aclAllowSet]
+	if hairpin == nil || podNets == nil || aclOn == nil || aclOK == nil {
 		return false, nil
 	}
 	picks := map[flows.Algorithm]*nftables.Set{}
@@ -231,13 +238,43 @@ func (d *Dataplane) adopt() (bool, error) {
 			return false, nil
 		}
 	}
-	d.table, d.slots, d.picks, d.hairpin, d.podNets, d.programmed = t, slots, picks, hairpin, podNets, programmed
+	aclEls, err := d.conn.GetSetElements(aclOK)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", aclAllowSet, err)
+	}
+	for _, e := range aclEls {
+		k, ok := parseKey(e.Key)
+		en, known := programmed[k]
+		if !ok || !known || len(e.Key) < 16 || len(e.KeyEnd) < 16 {
+			return false, nil
+		}
+		first := binary.BigEndian.Uint32(e.Key[12:16])
+		last := binary.BigEndian.Uint32(e.KeyEnd[12:16])
+		bits := 32 - bitsLen(last-first)
+		en.plan.acl = append(en.plan.acl, netip.PrefixFrom(netip.AddrFrom4([4]byte(e.Key[12:16])), bits))
+		programmed[k] = en
+	}
+	for k, en := range programmed {
+		slices.SortFunc(en.plan.acl, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+		programmed[k] = en
+	}
+	d.table, d.slots, d.picks, d.hairpin, d.podNets, d.aclOn, d.aclOK, d.programmed = t, slots, picks, hairpin, podNets, aclOn, aclOK, programmed
 	for _, e := range programmed {
 		for _, a := range addrs(e.plan) {
 			d.refs[a]++
 		}
 	}
 	return true, nil
+}
+
+// bitsLen is the number of host bits of a range of size span+1.
+func bitsLen(span uint32) int {
+	n := 0
+	for span > 0 {
+		n++
+		span >>= 1
+	}
+	return n
 }
 
 func parseKey(b []byte) (flows.Key, bool) {
@@ -316,6 +353,29 @@ func (d *Dataplane) create() error {
 	// Until SetPodNetworks says otherwise every source is inside: no SNAT.
 	if err := d.conn.AddSet(d.podNets, intervals([]netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")})); err != nil {
 		return fmt.Errorf("add set: %w", err)
+	}
+	d.aclOn = &nftables.Set{Table: d.table, Name: aclOnSet, Concatenation: true, KeyType: keyType}
+	d.aclOK = &nftables.Set{Table: d.table, Name: aclAllowSet, Concatenation: true, Interval: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeIPAddr)}
+	for _, set := range []*nftables.Set{d.aclOn, d.aclOK} {
+		if err := d.conn.AddSet(set, nil); err != nil {
+			return fmt.Errorf("add set %s: %w", set.Name, err)
+		}
+	}
+	// allowed_cidrs: before DNAT, a new connection to a service with an
+	// ACL from a source outside it is dropped, as Octavia's listener does.
+	acl := d.conn.AddChain(&nftables.Chain{Name: "acl", Table: d.table, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle})
+	aclOut := d.conn.AddChain(&nftables.Chain{Name: "acl_out", Table: d.table, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityMangle})
+	for _, ch := range []*nftables.Chain{acl, aclOut} {
+		d.conn.AddRule(&nftables.Rule{Table: d.table, Chain: ch, Exprs: []expr.Any{
+			&expr.Payload{DestRegister: regDaddr, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regProto},
+			&expr.Payload{DestRegister: regDport, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Lookup{SourceRegister: regDaddr, SetName: d.aclOn.Name, SetID: d.aclOn.ID},
+			&expr.Payload{DestRegister: regSlot, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Lookup{SourceRegister: regDaddr, SetName: d.aclOK.Name, SetID: d.aclOK.ID, Invert: true},
+			&expr.Verdict{Kind: expr.VerdictDrop},
+		}})
 	}
 	post := d.conn.AddChain(&nftables.Chain{Name: "postrouting", Table: d.table, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
 	d.conn.AddRule(&nftables.Rule{Table: d.table, Chain: post, Exprs: []expr.Any{
@@ -421,6 +481,12 @@ func plan(s flows.Service) (service, bool) {
 		}
 	}
 	out := service{alg: s.Algorithm}
+	for _, p := range s.AllowedCIDRs {
+		if p.Addr().Is4() {
+			out.acl = append(out.acl, p.Masked())
+		}
+	}
+	slices.SortFunc(out.acl, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	table := flows.Maglev(bs, Slots)
 	if table == nil {
 		return out, false
@@ -456,7 +522,7 @@ func (d *Dataplane) Sync(ctx context.Context, t flows.Table) error {
 }
 
 func sameService(a, b flows.Service) bool {
-	return a.Algorithm == b.Algorithm && slices.Equal(a.Backends, b.Backends)
+	return a.Algorithm == b.Algorithm && slices.Equal(a.Backends, b.Backends) && slices.Equal(a.AllowedCIDRs, b.AllowedCIDRs)
 }
 
 // Apply programs changed services and removes deleted ones in one
@@ -499,6 +565,44 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 			addPick[nw.plan.alg] = append(addPick[nw.plan.alg], nftables.SetElement{Key: key(k)})
 		}
 	}
+	// ACLs: rewritten for a service whenever they differ.
+	var addACL, delACL, addOn, delOn []nftables.SetElement
+	for k, nw := range next {
+		old, had := d.programmed[k]
+		var oldACL, newACL []netip.Prefix
+		if had {
+			oldACL = old.plan.acl
+		}
+		if nw != nil {
+			newACL = nw.plan.acl
+		}
+		if slices.Equal(oldACL, newACL) {
+			continue
+		}
+		if len(oldACL) > 0 {
+			delOn = append(delOn, nftables.SetElement{Key: key(k)})
+			delACL = append(delACL, aclElements(k, oldACL)...)
+		}
+		if len(newACL) > 0 {
+			addOn = append(addOn, nftables.SetElement{Key: key(k)})
+			addACL = append(addACL, aclElements(k, newACL)...)
+		}
+	}
+	// Allow-list entries go in before the ACL is switched on, and out
+	// after it is switched off, so no allowed client is ever dropped.
+	for _, op := range []struct {
+		set *nftables.Set
+		els []nftables.SetElement
+		add bool
+	}{{d.aclOn, delOn, false}, {d.aclOK, delACL, false}, {d.aclOK, addACL, true}, {d.aclOn, addOn, true}} {
+		fn := d.conn.SetDeleteElements
+		if op.add {
+			fn = d.conn.SetAddElements
+		}
+		if err := batched(op.els, func(b []nftables.SetElement) error { return fn(op.set, b) }); err != nil {
+			return err
+		}
+	}
 	// Hairpin pairs follow the backend addresses in use.
 	refs := map[netip.Addr]int{}
 	for k, nw := range next {
@@ -530,7 +634,7 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 	if err := batched(addHair, func(b []nftables.SetElement) error { return d.conn.SetAddElements(d.hairpin, b) }); err != nil {
 		return err
 	}
-	d.lastOps = len(addSlots) + len(delSlots) + len(addHair) + len(delHair)
+	d.lastOps = len(addSlots) + len(delSlots) + len(addHair) + len(delHair) + len(addACL) + len(delACL) + len(addOn) + len(delOn)
 	for _, els := range addPick {
 		d.lastOps += len(els)
 	}
@@ -571,6 +675,24 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 		}
 	}
 	return nil
+}
+
+// aclElements encodes service . source-range elements; the range end is
+// inclusive, as concatenated ranges are.
+func aclElements(k flows.Key, nets []netip.Prefix) []nftables.SetElement {
+	var out []nftables.SetElement
+	for _, p := range nets {
+		start := p.Addr().As4()
+		last := binary.BigEndian.Uint32(start[:]) | (uint32(1)<<(32-p.Bits()) - 1)
+		if p.Bits() == 0 {
+			last = ^uint32(0)
+		}
+		out = append(out, nftables.SetElement{
+			Key:    append(key(k), start[:]...),
+			KeyEnd: binary.BigEndian.AppendUint32(key(k), last),
+		})
+	}
+	return out
 }
 
 // addrs lists the distinct backend addresses of a slot table.

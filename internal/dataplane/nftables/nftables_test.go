@@ -96,7 +96,7 @@ func serve(t *testing.T, addr string) net.Listener {
 }
 
 func ask(t *testing.T, vip string, from string) string {
-	d := net.Dialer{Timeout: 2 * time.Second}
+	d := net.Dialer{Timeout: 500 * time.Millisecond}
 	if from != "" {
 		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
 	}
@@ -225,6 +225,60 @@ func TestRestartAdoptsTable(t *testing.T) {
 		}
 		if got := ask(t, "198.19.0.10:80", ""); got == backendAddrs[2] || strings.HasPrefix(got, "error") {
 			t.Errorf("after the change: %s", got)
+		}
+	})
+}
+
+func TestAllowedCIDRs(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		for _, a := range backendAddrs {
+			defer serve(t, a).Close()
+		}
+		ctx := context.Background()
+		dp, err := New(int(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		tab := svc(flows.RoundRobin, backendAddrs[2])
+		for k, s := range tab.Services {
+			s.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("198.18.17.2/32"), netip.MustParsePrefix("198.18.17.0/31")}
+			tab.Services[k] = s
+		}
+		if err := dp.Sync(ctx, tab); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			from string
+			ok   bool
+		}{{"198.18.17.2", true}, {"198.18.17.3", false}, {"198.18.17.4", false}} {
+			got := ask(t, "198.19.0.10:80", tc.from)
+			if ok := got == backendAddrs[2]; ok != tc.ok {
+				t.Errorf("from %s: %q, allowed %v", tc.from, got, tc.ok)
+			}
+		}
+		// Adopting the table with its ACL costs nothing for the same flows.
+		again, err := New(int(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := again.Sync(ctx, tab); err != nil {
+			t.Fatal(err)
+		}
+		if again.lastOps != 0 {
+			t.Errorf("adopted ACL rewritten: %d operations", again.lastOps)
+		}
+		// Dropping the ACL lets everyone in.
+		for k, s := range tab.Services {
+			s.AllowedCIDRs = nil
+			tab.Services[k] = s
+		}
+		if err := again.Sync(ctx, tab); err != nil {
+			t.Fatal(err)
+		}
+		if got := ask(t, "198.19.0.10:80", "198.18.17.3"); got != backendAddrs[2] {
+			t.Errorf("after removing the ACL: %q", got)
 		}
 	})
 }
