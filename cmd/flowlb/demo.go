@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -19,7 +18,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowlb/flowlb/internal/lab"
-	"github.com/flowlb/flowlb/internal/lab/echo"
 )
 
 // labDemoCmd is the README's main job: a lab with a server and an agent
@@ -169,7 +167,7 @@ func runDemo(ctx context.Context, out io.Writer, nodes, requests int) error {
 		peers := map[string]bool{}
 		failed := 0
 		for i := 0; i < requests; i++ {
-			r, err := demoAsk(from, vip)
+			r, err := from.Ask(ctx, vip, 2*time.Second)
 			if err != nil {
 				failed++
 				continue
@@ -202,7 +200,7 @@ func runDemo(ctx context.Context, out io.Writer, nodes, requests int) error {
 	}); err != nil {
 		return fmt.Errorf("load balancer not deleted")
 	}
-	_, err = demoAsk(l.Pod(1, 3), vip)
+	_, err = l.Pod(1, 3).Ask(ctx, vip, 2*time.Second)
 	say("DELETE ?cascade=true → the VIP no longer answers (%v)", err != nil)
 	return nil
 }
@@ -216,25 +214,6 @@ func waitFor(d time.Duration, ok func() bool) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return nil
-}
-
-func demoAsk(from lab.Host, addr string) (echo.Reply, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	c, err := from.Dial(ctx, "tcp", addr)
-	if err != nil {
-		return echo.Reply{}, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write([]byte("hi\n")); err != nil {
-		return echo.Reply{}, err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return echo.Reply{}, err
-	}
-	return echo.Parse(strings.TrimSpace(line))
 }
 
 // podCIDRs lists the lab's pod networks for the agents' --pod-cidrs.

@@ -4,7 +4,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -163,22 +162,7 @@ func (c *cluster) waitActive(id string) map[string]any {
 
 // ask sends one request to addr from host and parses the echo's answer.
 func ask(from lab.Host, addr string) (echo.Reply, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	conn, err := from.Dial(ctx, "tcp", addr)
-	if err != nil {
-		return echo.Reply{}, err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
-	if _, err := conn.Write([]byte("hi\n")); err != nil {
-		return echo.Reply{}, err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return echo.Reply{}, err
-	}
-	return echo.Parse(strings.TrimSpace(line))
+	return from.Ask(context.Background(), addr, 3*time.Second)
 }
 
 func TestTrafficThroughVIPFromEveryNode(t *testing.T) {
