@@ -61,7 +61,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		}
 		nets = append(nets, p)
 	}
-	dp, err := nftables.New(-1)
+	dp, err := nftables.New(-1, o.node)
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func BenchmarkProgram(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				var load, add, del, syncAdd time.Duration
 				inNetnsB(b, func(ns netns.NsHandle) {
-					dp, err := New(int(ns))
+					dp, err := New(int(ns), "n1")
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -125,7 +125,7 @@ func TestTrafficThroughVIP(t *testing.T) {
 		for _, a := range backendAddrs {
 			defer serve(t, a).Close()
 		}
-		dp, err := New(int(ns))
+		dp, err := New(int(ns), "n1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestRestartAdoptsTable(t *testing.T) {
 			defer serve(t, a).Close()
 		}
 		ctx := context.Background()
-		first, err := New(int(ns))
+		first, err := New(int(ns), "n1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,7 +202,7 @@ func TestRestartAdoptsTable(t *testing.T) {
 		if got := ask(t, "198.19.0.10:80", ""); strings.HasPrefix(got, "error") {
 			t.Fatalf("VIP down while no agent runs: %s", got)
 		}
-		second, err := New(int(ns))
+		second, err := New(int(ns), "n1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +236,7 @@ func TestAllowedCIDRs(t *testing.T) {
 			defer serve(t, a).Close()
 		}
 		ctx := context.Background()
-		dp, err := New(int(ns))
+		dp, err := New(int(ns), "n1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +259,7 @@ func TestAllowedCIDRs(t *testing.T) {
 			}
 		}
 		// Adopting the table with its ACL costs nothing for the same flows.
-		again, err := New(int(ns))
+		again, err := New(int(ns), "n1")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,65 @@
+package nftables
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// lostBackend is a backend address that no longer takes a UDP service's
+// flows.
+type lostBackend struct {
+	key  flows.Key
+	addr netip.Addr
+}
+
+type conntrackCleaner interface {
+	forget([]lostBackend) error
+}
+
+// netlinkConntrack deletes conntrack entries in a network namespace.
+type netlinkConntrack struct{ netns int }
+
+// forget deletes the UDP conntrack entries from a service's VIP and port
+// to each lost backend: UDP has no end of connection, so without this a
+// client that keeps sending would go on reaching a backend that left.
+func (c netlinkConntrack) forget(lost []lostBackend) error {
+	h, err := c.handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	var filters []netlink.CustomConntrackFilter
+	for _, l := range lost {
+		f := &netlink.ConntrackFilter{}
+		if err := f.AddProtocol(unix.IPPROTO_UDP); err != nil {
+			return err
+		}
+		if err := f.AddIP(netlink.ConntrackOrigDstIP, l.key.VIP.AsSlice()); err != nil {
+			return err
+		}
+		if err := f.AddPort(netlink.ConntrackOrigDstPort, l.key.Port); err != nil {
+			return err
+		}
+		if err := f.AddIP(netlink.ConntrackReplySrcIP, l.addr.AsSlice()); err != nil {
+			return err
+		}
+		filters = append(filters, f)
+	}
+	if _, err := h.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, filters...); err != nil {
+		return fmt.Errorf("delete UDP conntrack entries: %w", err)
+	}
+	return nil
+}
+
+func (c netlinkConntrack) handle() (*netlink.Handle, error) {
+	if c.netns < 0 {
+		return netlink.NewHandle(unix.NETLINK_NETFILTER)
+	}
+	return netlink.NewHandleAt(netns.NsHandle(c.netns), unix.NETLINK_NETFILTER)
+}

@@ -1,0 +1,363 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+var vipKey = flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}
+
+func with(tab flows.Table, fn func(*flows.Service)) flows.Table {
+	out := flows.Table{Services: map[flows.Key]flows.Service{}}
+	for k, s := range tab.Services {
+		fn(&s)
+		out.Services[k] = s
+	}
+	return out
+}
+
+// TestNoBackendRejects: a VIP port whose service has no usable backend
+// refuses new connections at once (TCP reset, ICMP port unreachable for
+// UDP) instead of letting them time out.
+func TestNoBackendRejects(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		udpKey := flows.Key{VIP: vipKey.VIP, Protocol: flows.UDP, Port: 53}
+		tab := flows.Table{Services: map[flows.Key]flows.Service{
+			vipKey: {Key: vipKey, Algorithm: flows.RoundRobin},
+			udpKey: {Key: udpKey, Algorithm: flows.RoundRobin},
+		}}
+		if err := dp.Sync(context.Background(), tab); err != nil {
+			t.Fatal(err)
+		}
+		// Something listens on the VIP itself (it is local here), so only
+		// the reject rule can make these fail.
+		ln, err := net.Listen("tcp", "198.19.0.10:80")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		uc, err := net.ListenPacket("udp", "198.19.0.10:53")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer uc.Close()
+
+		start := time.Now()
+		_, err = net.DialTimeout("tcp", "198.19.0.10:80", 2*time.Second)
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("TCP to a VIP without backends: %v, want connection refused", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("refusal took %v", d)
+		}
+		c, err := net.Dial("udp", "198.19.0.10:53")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		_, _ = c.Write([]byte("x"))
+		_, err = c.Read(make([]byte, 16))
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("UDP to a VIP without backends: %v, want port unreachable", err)
+		}
+		// Once a backend appears, the same VIP answers.
+		defer serve(t, backendAddrs[0]).Close()
+		if err := dp.Sync(context.Background(), svc(flows.RoundRobin, backendAddrs[0])); err != nil {
+			t.Fatal(err)
+		}
+		if got := ask(t, "198.19.0.10:80", ""); got != backendAddrs[0] {
+			t.Errorf("after adding a backend: %q", got)
+		}
+	})
+}
+
+// TestPersistence: SOURCE_IP persistence keeps a client on its backend
+// across connections (even with SOURCE_IP_PORT, which would otherwise
+// spread its source ports), forgets a backend that leaves, and survives an
+// agent restart without element changes.
+func TestPersistence(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		for _, a := range backendAddrs {
+			defer serve(t, a).Close()
+		}
+		ctx := context.Background()
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		sticky := func(addrs ...string) flows.Table {
+			return with(svc(flows.SourceIPPort, addrs...), func(s *flows.Service) {
+				s.Persistence = &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Minute}
+			})
+		}
+		if err := dp.Sync(ctx, sticky(backendAddrs...)); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for i := 0; i < 30; i++ {
+			seen[ask(t, "198.19.0.10:80", backendAddrs[0])]++
+		}
+		if len(seen) != 1 {
+			t.Fatalf("one client over 30 connections reached %v, want one backend", seen)
+		}
+		var first string
+		for b := range seen {
+			first = b
+		}
+		// Without persistence the same client spreads over the backends.
+		if err := dp.Sync(ctx, svc(flows.SourceIPPort, backendAddrs...)); err != nil {
+			t.Fatal(err)
+		}
+		spread := map[string]int{}
+		for i := 0; i < 30; i++ {
+			spread[ask(t, "198.19.0.10:80", backendAddrs[0])]++
+		}
+		if len(spread) < 2 {
+			t.Errorf("SOURCE_IP_PORT without persistence kept one backend: %v", spread)
+		}
+		// With persistence again, the remembered backend (still in the
+		// affinity map) is used; when it leaves, the client moves.
+		if err := dp.Sync(ctx, sticky(backendAddrs...)); err != nil {
+			t.Fatal(err)
+		}
+		if got := ask(t, "198.19.0.10:80", backendAddrs[0]); got != first {
+			t.Errorf("remembered backend %s, got %s", first, got)
+		}
+		var rest []string
+		for _, a := range backendAddrs {
+			if a != first {
+				rest = append(rest, a)
+			}
+		}
+		if err := dp.Sync(ctx, sticky(rest...)); err != nil {
+			t.Fatal(err)
+		}
+		moved := map[string]int{}
+		for i := 0; i < 10; i++ {
+			moved[ask(t, "198.19.0.10:80", backendAddrs[0])]++
+		}
+		if len(moved) != 1 || moved[first] != 0 || strings.HasPrefix(firstKey(moved), "error") {
+			t.Errorf("after %s left: %v, want one other backend", first, moved)
+		}
+		again, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := again.Sync(ctx, sticky(rest...)); err != nil {
+			t.Fatal(err)
+		}
+		if again.lastOps != 0 {
+			t.Errorf("adopting a persistent service cost %d operations", again.lastOps)
+		}
+		// Dropping persistence removes its chain as well.
+		if err := again.Sync(ctx, svc(flows.SourceIPPort, rest...)); err != nil {
+			t.Fatal(err)
+		}
+		if len(again.chains) != 0 {
+			t.Errorf("class chains left: %v", again.chains)
+		}
+	})
+}
+
+func firstKey(m map[string]int) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
+
+// TestConnectionLimit: a listener's connection_limit caps concurrent
+// connections on the node; more are refused, and a closed one frees a
+// place.
+func TestConnectionLimit(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		ln, err := net.Listen("tcp", backendAddrs[0]+":8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { _, _ = c.Read(make([]byte, 1)); c.Close() }()
+			}
+		}()
+		ctx := context.Background()
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		limited := with(svc(flows.RoundRobin, backendAddrs[0]), func(s *flows.Service) { s.ConnectionLimit = 2 })
+		if err := dp.Sync(ctx, limited); err != nil {
+			t.Fatal(err)
+		}
+		var open []net.Conn
+		defer func() {
+			for _, c := range open {
+				c.Close()
+			}
+		}()
+		for i := 0; i < 2; i++ {
+			c, err := net.DialTimeout("tcp", "198.19.0.10:80", time.Second)
+			if err != nil {
+				t.Fatalf("connection %d under the limit: %v", i+1, err)
+			}
+			open = append(open, c)
+		}
+		if c, err := net.DialTimeout("tcp", "198.19.0.10:80", time.Second); err == nil {
+			c.Close()
+			t.Fatal("third connection accepted over a limit of 2")
+		} else if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("over the limit: %v, want refused", err)
+		}
+		open[0].Close()
+		open = open[1:]
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			c, err := net.DialTimeout("tcp", "198.19.0.10:80", time.Second)
+			if err == nil {
+				open = append(open, c)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a place freed by a closed connection was not reused: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// Lifting the limit removes its chain and set.
+		if err := dp.Sync(ctx, svc(flows.RoundRobin, backendAddrs[0])); err != nil {
+			t.Fatal(err)
+		}
+		if len(dp.chains) != 0 {
+			t.Errorf("class chains left: %v", dp.chains)
+		}
+	})
+}
+
+// TestUDPConntrackCleanup: when a UDP backend leaves, a client that keeps
+// sending from the same socket moves to another backend instead of being
+// black-holed by its conntrack entry.
+func TestUDPConntrackCleanup(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		for _, a := range backendAddrs[:2] {
+			pc, err := net.ListenPacket("udp", a+":9090")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pc.Close()
+			go func(pc net.PacketConn, a string) {
+				buf := make([]byte, 64)
+				for {
+					_, from, err := pc.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					_, _ = pc.WriteTo([]byte(a), from)
+				}
+			}(pc, a)
+		}
+		k := flows.Key{VIP: vipKey.VIP, Protocol: flows.UDP, Port: 9090}
+		tab := func(addrs ...string) flows.Table {
+			s := flows.Service{Key: k, Algorithm: flows.SourceIPPort}
+			for _, a := range addrs {
+				s.Backends = append(s.Backends, flows.Backend{Address: netip.MustParseAddr(a), Port: 9090, Weight: 1})
+			}
+			return flows.Table{Services: map[flows.Key]flows.Service{k: s}}
+		}
+		ctx := context.Background()
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		if err := dp.Sync(ctx, tab(backendAddrs[:2]...)); err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.Dial("udp", "198.19.0.10:9090")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		exchange := func() string {
+			_ = c.SetDeadline(time.Now().Add(time.Second))
+			if _, err := c.Write([]byte("?")); err != nil {
+				return "error: " + err.Error()
+			}
+			buf := make([]byte, 64)
+			n, err := c.Read(buf)
+			if err != nil {
+				return "error: " + err.Error()
+			}
+			return string(buf[:n])
+		}
+		first := exchange()
+		if first != backendAddrs[0] && first != backendAddrs[1] {
+			t.Fatalf("first exchange: %q", first)
+		}
+		other := backendAddrs[0]
+		if first == other {
+			other = backendAddrs[1]
+		}
+		if err := dp.Sync(ctx, tab(other)); err != nil {
+			t.Fatal(err)
+		}
+		if got := exchange(); got != other {
+			t.Errorf("after %s left, the same socket got %q, want %s", first, got, other)
+		}
+	})
+}
+
+// TestSCTPProgrammed: SCTP services are programmed like TCP and UDP ones
+// (this kernel has no SCTP sockets to send traffic with) and read back by
+// a restarted agent.
+func TestSCTPProgrammed(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		ctx := context.Background()
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		k := flows.Key{VIP: vipKey.VIP, Protocol: flows.SCTP, Port: 3868}
+		tab := flows.Table{Services: map[flows.Key]flows.Service{k: {Key: k, Algorithm: flows.SourceIP,
+			Backends: []flows.Backend{{Address: netip.MustParseAddr("198.18.17.2"), Port: 3868, Weight: 1}}}}}
+		if err := dp.Sync(ctx, tab); err != nil {
+			t.Fatal(err)
+		}
+		again, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := again.Programmed(); len(got) != 1 || got[0] != k {
+			t.Fatalf("read back %v, want %v", got, k)
+		}
+		if n := len(again.programmed[k].fp); n != Slots+1 {
+			t.Errorf("SCTP service has %d elements, want %d slots and its pick", n, Slots+1)
+		}
+	})
+}

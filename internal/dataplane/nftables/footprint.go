@@ -1,0 +1,155 @@
+package nftables
+
+import (
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// A service's footprint is every set element it owns in the kernel. Every
+// such element's key starts with the service's daddr . l4proto . dport, so
+// the footprints can be read back from the kernel as they are (adoption),
+// and a change is the difference of two footprints: O(changes), with no
+// knowledge of how the elements were made.
+type footprint map[string]elem
+
+type elem struct {
+	set    string
+	key    []byte
+	keyEnd []byte // interval sets: inclusive end
+	val    []byte // maps: data
+	jump   string // verdict maps: the chain jumped to
+}
+
+func (e elem) id() string { return e.set + "\x00" + string(e.key) + "\x00" + string(e.keyEnd) }
+
+func (e elem) same(o elem) bool { return string(e.val) == string(o.val) && e.jump == o.jump }
+
+func (f footprint) add(e elem) { f[e.id()] = e }
+
+// localSlot is where a service's local-only slot table starts in the slots
+// map: slots 0..Slots-1 spread over every backend, localSlot.. over the
+// node's own.
+const localSlot = 64
+
+type backend struct {
+	addr netip.Addr
+	port uint16
+}
+
+// Chains a service may jump to, one per distinct parameter, so that the
+// number of rules grows with the distinct persistence timeouts and
+// connection limits in use, not with the services.
+func persistChain(d time.Duration) string {
+	return persistPrefix + strconv.FormatInt(int64(d.Round(time.Second)/time.Second), 10)
+}
+
+func limitChain(n int) string { return limitPrefix + strconv.Itoa(n) }
+
+func chainParam(name, prefix string) (int64, bool) {
+	s, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n > 0
+}
+
+// programmable reports whether a data plane of this kind can carry s.
+func programmable(s flows.Service) bool {
+	return s.Key.VIP.Is4() && protoNum[s.Key.Protocol] != 0
+}
+
+// plan computes the footprint of s on the node named node.
+func plan(s flows.Service, node string) footprint {
+	f := footprint{}
+	k := s.Key
+	kb := key(k)
+	for _, p := range s.AllowedCIDRs {
+		if p.Addr().Is4() {
+			start, end := aclRange(k, p.Masked())
+			f.add(elem{set: aclAllowSet, key: start, keyEnd: end})
+		}
+	}
+	if len(s.AllowedCIDRs) > 0 {
+		f.add(elem{set: aclOnSet, key: kb})
+	}
+	var all, local []flows.Backend
+	for _, b := range s.Backends {
+		if !b.Address.Is4() {
+			continue
+		}
+		all = append(all, b)
+		if b.Node != "" && b.Node == node {
+			local = append(local, b)
+		}
+	}
+	table := flows.Maglev(all, Slots)
+	if table == nil {
+		// No usable backend: new connections are refused, not black-holed.
+		f.add(elem{set: emptySet, key: kb})
+		return f
+	}
+	f.add(elem{set: pickNames[algorithm(s.Algorithm)], key: kb})
+	members := map[backend]bool{}
+	for i, idx := range table {
+		b := backend{all[idx].Address, all[idx].Port}
+		members[b] = true
+		f.add(elem{set: slotsMap, key: slotKey(k, i), val: backendVal(b)})
+	}
+	if s.LocalOnly {
+		if lt := flows.Maglev(local, Slots); lt != nil {
+			f.add(elem{set: localOnSet, key: kb})
+			for i, idx := range lt {
+				b := backend{local[idx].Address, local[idx].Port}
+				members[b] = true
+				f.add(elem{set: slotsMap, key: slotKey(k, localSlot+i), val: backendVal(b)})
+			}
+		} else {
+			f.add(elem{set: localNoneSet, key: kb})
+		}
+	}
+	if s.Persistence != nil && s.Persistence.Timeout >= time.Second {
+		f.add(elem{set: persistMap, key: kb, jump: persistChain(s.Persistence.Timeout)})
+		for b := range members {
+			f.add(elem{set: membersSet, key: append(append([]byte{}, kb...), backendVal(b)...)})
+		}
+	}
+	if s.ConnectionLimit > 0 {
+		f.add(elem{set: limitsMap, key: kb, jump: limitChain(s.ConnectionLimit)})
+	}
+	return f
+}
+
+// algorithm maps an unknown algorithm to the default, as the compiler does.
+func algorithm(a flows.Algorithm) flows.Algorithm {
+	if _, ok := pickNames[a]; ok {
+		return a
+	}
+	return flows.SourceIPPort
+}
+
+// backends lists the distinct backend addresses a footprint sends to.
+func (f footprint) backends() map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	for _, e := range f {
+		if e.set == slotsMap {
+			out[parseBackend(e.val).addr] = true
+		}
+	}
+	return out
+}
+
+// chains lists the class chains a footprint jumps to.
+func (f footprint) chains() []string {
+	var out []string
+	for _, e := range f {
+		if e.jump != "" {
+			out = append(out, e.jump)
+		}
+	}
+	return out
+}
