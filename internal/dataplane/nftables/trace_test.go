@@ -38,7 +38,7 @@ func TestTraceMatchesKernel(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer dp.Remove()
-		for _, alg := range []flows.Algorithm{flows.SourceIP, flows.SourceIPPort} {
+		for ai, alg := range []flows.Algorithm{flows.SourceIP, flows.SourceIPPort} {
 			if err := dp.Sync(ctx, svc(alg, backendAddrs...)); err != nil {
 				t.Fatal(err)
 			}
@@ -48,7 +48,8 @@ func TestTraceMatchesKernel(t *testing.T) {
 			}
 			hits := map[string]int{}
 			for i, c := range clients {
-				port := uint16(20000 + i*7)
+				// A fresh 4-tuple each time: a reused one would be in TIME_WAIT.
+				port := uint16(20000 + ai*1000 + i*7)
 				v := reader.Trace(Packet{Src: netip.MustParseAddr(c), SrcPort: port, Dst: vipKey.VIP, Protocol: flows.TCP, DstPort: 80, Local: true}, nil)
 				got := askFrom(t, "198.19.0.10:80", c, port)
 				if v.Action != "dnat" || v.Backend.Addr().String() != got {
