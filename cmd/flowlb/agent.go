@@ -3,12 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/flowlb/flowlb/internal/agent"
@@ -21,6 +27,8 @@ type agentOptions struct {
 	node      string
 	logLevel  string
 	podCIDRs  []string
+	metrics   string
+	minSync   time.Duration
 }
 
 func init() {
@@ -38,6 +46,9 @@ func init() {
 	f.StringVar(&o.node, "node", host, "this node's name")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address)")
+	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics (empty: none)")
+	f.DurationVar(&o.minSync, "min-sync-interval", 0, "least time between two programming rounds; updates arriving meanwhile are merged")
+	cmd.AddCommand(agentDumpCmd(), agentTraceCmd())
 	rootCmd.AddCommand(cmd)
 }
 
@@ -73,8 +84,21 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log.Info("flowlb agent starting", "node", o.node, "server", o.server)
-	a := agent.New(agent.Config{Server: o.server, Token: strings.TrimSpace(string(b)), Node: o.node}, dp, log)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if o.metrics != "" {
+		ln, err := net.Listen("tcp", o.metrics)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+	}
+	log.Info("flowlb agent starting", "node", o.node, "server", o.server, "metrics", o.metrics)
+	a := agent.New(agent.Config{Server: o.server, Token: strings.TrimSpace(string(b)), Node: o.node, MinInterval: o.minSync, Metrics: reg}, dp, log)
 	if err := a.Run(ctx); err != nil && ctx.Err() == nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -36,6 +37,12 @@ type Config struct {
 	Node   string
 	// Dialer, if set, dials the server (the lab dials from a namespace).
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+	// MinInterval bounds how often the data plane is programmed: updates
+	// that arrive meanwhile are merged into one change. Updates queued
+	// behind a running change are always merged.
+	MinInterval time.Duration
+	// Metrics, if set, receives the agent's metrics.
+	Metrics prometheus.Registerer
 }
 
 // Agent runs the loop.
@@ -48,11 +55,14 @@ type Agent struct {
 	epoch string
 	rev   int64
 	table map[flows.Key]flows.Service
+
+	m        *metrics
+	lastSync time.Time
 }
 
 // New returns an agent programming dp.
 func New(cfg Config, dp Programmer, log *slog.Logger) *Agent {
-	return &Agent{cfg: cfg, dp: dp, log: log, table: map[flows.Key]flows.Service{}}
+	return &Agent{cfg: cfg, dp: dp, log: log, table: map[flows.Key]flows.Service{}, m: newMetrics(cfg.Metrics)}
 }
 
 // Revision is the last programmed revision.
@@ -105,18 +115,108 @@ func (a *Agent) session(ctx context.Context) error {
 	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{Node: a.cfg.Node, LastRevision: rev, Epoch: epoch}}}); err != nil {
 		return err
 	}
+	a.m.connected.Set(1)
+	defer a.m.connected.Set(0)
+	// The receiver never waits for the kernel: updates queue here and
+	// are merged while a change is being programmed.
+	updates := make(chan *agentv1.Update, 1024)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			u, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			a.m.received.Set(float64(u.GetRevision()))
+			select {
+			case updates <- u:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	for {
-		u, err := stream.Recv()
-		if err != nil {
+		var batch []*agentv1.Update
+		select {
+		case u := <-updates:
+			batch = append(batch, u)
+		case err := <-recvErr:
 			return err
 		}
+		if wait := a.cfg.MinInterval - time.Since(a.lastSync); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	drain:
+		for {
+			select {
+			case u := <-updates:
+				batch = append(batch, u)
+			default:
+				break drain
+			}
+		}
+		u := merge(batch)
 		if err := a.apply(ctx, u); err != nil {
+			a.m.errors.Inc()
 			return fmt.Errorf("program revision %d: %w", u.GetRevision(), err)
 		}
+		a.lastSync = time.Now()
 		if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Ack{Ack: &agentv1.Ack{Revision: u.GetRevision()}}}); err != nil {
 			return err
 		}
 	}
+}
+
+// merge folds queued updates into one: from the last snapshot on, later
+// upserts and deletes of a key replace earlier ones.
+func merge(batch []*agentv1.Update) *agentv1.Update {
+	if len(batch) == 1 {
+		return batch[0]
+	}
+	start := 0
+	for i, u := range batch {
+		if u.GetSnapshot() {
+			start = i
+		}
+	}
+	type change struct {
+		up  *agentv1.Service
+		del *agentv1.ServiceKey
+	}
+	order := []flows.Key{}
+	changes := map[flows.Key]change{}
+	note := func(k flows.Key, c change) {
+		if _, seen := changes[k]; !seen {
+			order = append(order, k)
+		}
+		changes[k] = c
+	}
+	for _, u := range batch[start:] {
+		for _, p := range u.GetUpserts() {
+			note(fanout.ServiceFromProto(p).Key, change{up: p})
+		}
+		for _, p := range u.GetDeletes() {
+			note(fanout.KeyFromProto(p), change{del: p})
+		}
+	}
+	last := batch[len(batch)-1]
+	out := &agentv1.Update{Epoch: last.GetEpoch(), Revision: last.GetRevision(), Snapshot: batch[start].GetSnapshot()}
+	for _, k := range order {
+		c := changes[k]
+		switch {
+		case c.up != nil:
+			out.Upserts = append(out.Upserts, c.up)
+		case !out.Snapshot:
+			// A snapshot lists what exists; deletes only matter in deltas.
+			out.Deletes = append(out.Deletes, c.del)
+		}
+	}
+	return out
 }
 
 // apply programs one update; the in-memory table changes only when the
@@ -132,6 +232,12 @@ func (a *Agent) apply(ctx context.Context, u *agentv1.Update) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	start := time.Now()
+	kind := "delta"
+	if u.GetSnapshot() {
+		kind = "snapshot"
+	}
+	defer func() { a.m.syncSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds()) }()
 	if u.GetSnapshot() {
 		t := flows.Table{Revision: u.GetRevision(), Services: map[flows.Key]flows.Service{}}
 		for _, s := range ups {
@@ -153,6 +259,8 @@ func (a *Agent) apply(ctx context.Context, u *agentv1.Update) error {
 		}
 	}
 	a.epoch, a.rev = u.GetEpoch(), u.GetRevision()
+	a.m.programmed.Set(float64(a.rev))
+	a.m.services.Set(float64(len(a.table)))
 	return nil
 }
 

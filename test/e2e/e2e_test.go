@@ -51,10 +51,34 @@ func flowlb(t *testing.T) string {
 
 // cluster is a lab with a flowlb server and agents running.
 type cluster struct {
-	t    *testing.T
-	lab  *lab.Lab
-	http *http.Client
-	api  string
+	t       *testing.T
+	lab     *lab.Lab
+	http    *http.Client
+	api     string
+	dataDir string
+}
+
+// startServer starts the server in the fabric namespace (again, after a
+// stop: same data directory and token) and waits for its API.
+func (c *cluster) startServer() {
+	c.t.Helper()
+	token := filepath.Join(filepath.Dir(c.dataDir), "agent-token")
+	if _, err := c.lab.Fabric().Start("server", []string{flowlb(c.t), "server", "--listen", control + ":9876", "--agent-listen", control + ":9877",
+		"--data-dir", c.dataDir, "--agent-token-file", token, "--ack-timeout", "5s"}); err != nil {
+		c.t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := c.http.Get(c.api + "/healthcheck")
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("server did not start: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 const control = "198.18.0.250"
@@ -64,13 +88,10 @@ func newCluster(t *testing.T, nodes, pods int) *cluster {
 	l := labtest.New(t, nodes, pods)
 	dir := t.TempDir()
 	token := filepath.Join(dir, "agent-token")
-	if _, err := l.Fabric().Start("server", []string{bin, "server", "--listen", control + ":9876", "--agent-listen", control + ":9877",
-		"--data-dir", filepath.Join(dir, "data"), "--agent-token-file", token, "--ack-timeout", "5s"}); err != nil {
-		t.Fatal(err)
-	}
 	// The test process reaches the API from inside node 1's namespace.
-	c := &cluster{t: t, lab: l, api: "http://" + control + ":9876",
+	c := &cluster{t: t, lab: l, api: "http://" + control + ":9876", dataDir: filepath.Join(dir, "data"),
 		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: l.Node(1).Dial}}}
+	c.startServer()
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range []string{l.LogPath(lab.HostFabric, "server"), l.LogPath("n1", "agent")} {
@@ -82,18 +103,6 @@ func newCluster(t *testing.T, nodes, pods int) *cluster {
 			t.Logf("--- n1 nft table flowlb\n%s", tail(b.String(), 40))
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := c.http.Get(c.api + "/healthcheck")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not start: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	for i, n := range l.Nodes() {
 		if _, err := n.Start("agent", []string{bin, "agent", "--server", control + ":9877", "--token-file", token, "--node", n.Name, "--pod-cidrs", podCIDRs(l)}); err != nil {
 			t.Fatalf("agent on node %d: %v", i+1, err)
@@ -101,7 +110,7 @@ func newCluster(t *testing.T, nodes, pods int) *cluster {
 	}
 	// Until an agent is connected, a change completes without it: wait for
 	// every node's agent to say hello.
-	deadline = time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		b, _ := os.ReadFile(l.LogPath(lab.HostFabric, "server"))
 		all := true

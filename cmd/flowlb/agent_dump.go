@@ -1,0 +1,150 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowlb/flowlb/internal/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+func agentDumpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "dump",
+		Short: "Print the flows programmed in this network namespace's kernel",
+		Long: `Reads the flowlb nftables table of the current network namespace (run it
+on the node, or with "ip netns exec" / "flowlb lab exec NODE --") and prints
+every service: VIP, protocol and port, algorithm, backends with their share
+of slots, and what else applies (local-only, persistence, limits, ACLs).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dp, err := nftables.Open(-1)
+			if err != nil {
+				return err
+			}
+			printDump(cmd.OutOrStdout(), dp.Dump())
+			return nil
+		},
+	}
+}
+
+func printDump(w io.Writer, services []nftables.ServiceDump) {
+	fmt.Fprintf(w, "%d services\n", len(services))
+	for _, s := range services {
+		var extra []string
+		if s.Persistence > 0 {
+			extra = append(extra, "persistence "+s.Persistence.String())
+		}
+		if s.Limit > 0 {
+			extra = append(extra, fmt.Sprintf("limit %d/node", s.Limit))
+		}
+		if len(s.AllowedCIDRs) > 0 {
+			var cidrs []string
+			for _, p := range s.AllowedCIDRs {
+				cidrs = append(cidrs, p.String())
+			}
+			extra = append(extra, "allowed "+strings.Join(cidrs, ","))
+		}
+		if s.NoLocal {
+			extra = append(extra, "local-only: no local backend, outside traffic dropped")
+		}
+		alg := string(s.Algorithm)
+		if s.Refused {
+			alg = "REFUSED (no usable backend)"
+		}
+		fmt.Fprintf(w, "%s %s:%d %s", s.Key.Protocol, s.Key.VIP, s.Key.Port, alg)
+		if len(extra) > 0 {
+			fmt.Fprintf(w, " [%s]", strings.Join(extra, "; "))
+		}
+		fmt.Fprintln(w)
+		printSlots(w, "  ", s.Slots)
+		printSlots(w, "  local ", s.Local)
+	}
+}
+
+func printSlots(w io.Writer, prefix string, slots map[string]int) {
+	for _, b := range slices.Sorted(maps.Keys(slots)) {
+		fmt.Fprintf(w, "%s-> %-22s %2d/%d slots\n", prefix, b, slots[b], nftables.Slots)
+	}
+}
+
+func agentTraceCmd() *cobra.Command {
+	var src, dst, proto, podCIDRs string
+	var sport int
+	var local bool
+	cmd := &cobra.Command{
+		Use:   "trace",
+		Short: "Show what this namespace's flows do with a new connection",
+		Long: `Evaluates flowlb's rules over the elements in this network namespace's
+kernel for the first packet of a connection, and prints the verdict: which
+backend it is sent to (or the candidates, for ROUND_ROBIN), whether it is
+masqueraded, dropped or refused, and why.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := netip.ParseAddrPort(src)
+			if err != nil {
+				if a, err2 := netip.ParseAddr(src); err2 == nil {
+					s = netip.AddrPortFrom(a, uint16(sport))
+				} else {
+					return fmt.Errorf("--src: %w", err)
+				}
+			}
+			d, err := netip.ParseAddrPort(dst)
+			if err != nil {
+				return fmt.Errorf("--dst: %w", err)
+			}
+			p := flows.Protocol(strings.ToUpper(proto))
+			dp, err := nftables.Open(-1)
+			if err != nil {
+				return err
+			}
+			var nets []netip.Prefix
+			if podCIDRs != "" {
+				for _, c := range strings.Split(podCIDRs, ",") {
+					n, err := netip.ParsePrefix(c)
+					if err != nil {
+						return fmt.Errorf("--pod-cidrs: %w", err)
+					}
+					nets = append(nets, n)
+				}
+			} else if nets, err = dp.PodNetworks(); err != nil {
+				return err
+			}
+			v := dp.Trace(nftables.Packet{Src: s.Addr(), SrcPort: s.Port(), Dst: d.Addr(), DstPort: d.Port(), Protocol: p, Local: local}, nets)
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%s: %s\n", v.Action, v.Reason)
+			if v.Backend.IsValid() {
+				fmt.Fprintf(out, "backend %s\n", v.Backend)
+			}
+			for _, b := range slices.SortedFunc(maps.Keys(v.Candidates), func(a, b netip.AddrPort) int { return a.Compare(b) }) {
+				fmt.Fprintf(out, "candidate %-22s %.1f%%\n", b, 100*v.Candidates[b])
+			}
+			if v.Masquerade {
+				fmt.Fprintln(out, "source masqueraded to the node")
+			}
+			if v.Persistence > 0 {
+				fmt.Fprintf(out, "SOURCE_IP persistence %s: a backend this client used in that time wins\n", v.Persistence)
+			}
+			if v.Limit > 0 {
+				fmt.Fprintf(out, "refused when this node has %d connections to the service\n", v.Limit)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&src, "src", "", "client address, or address:port")
+	f.IntVar(&sport, "sport", 40000, "client port, when --src has none")
+	f.StringVar(&dst, "dst", "", "VIP:port")
+	f.StringVar(&proto, "proto", "TCP", "TCP, UDP or SCTP")
+	f.StringVar(&podCIDRs, "pod-cidrs", "", "pod networks (default: those programmed)")
+	f.BoolVar(&local, "from-node", false, "the connection is opened by the node itself")
+	_ = cmd.MarkFlagRequired("src")
+	_ = cmd.MarkFlagRequired("dst")
+	return cmd
+}
