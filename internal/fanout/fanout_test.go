@@ -127,7 +127,7 @@ func (r *recorder) waitFor(t *testing.T, want func(map[string]int) bool) {
 
 const token = "s3cret"
 
-func serve(t *testing.T, src fanout.TreeSource, timeout time.Duration) (*fanout.Hub, string, func()) {
+func serve(t testing.TB, src fanout.TreeSource, timeout time.Duration) (*fanout.Hub, string, func()) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	hub, err := fanout.NewHub(context.Background(), src, token, timeout, nil, log)
@@ -144,7 +144,7 @@ func serve(t *testing.T, src fanout.TreeSource, timeout time.Duration) (*fanout.
 	return hub, ln.Addr().String(), s.Stop
 }
 
-func startAgent(t *testing.T, addr, node string, dp agent.Programmer) (*agent.Agent, context.CancelFunc) {
+func startAgent(t testing.TB, addr, node string, dp agent.Programmer) (*agent.Agent, context.CancelFunc) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	a := agent.New(agent.Config{Server: addr, Token: token, Node: node}, dp, log)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -152,7 +152,7 @@ func startAgent(t *testing.T, addr, node string, dp agent.Programmer) (*agent.Ag
 	return a, cancel
 }
 
-func realize(t *testing.T, hub *fanout.Hub, lbID string) time.Duration {
+func realize(t testing.TB, hub *fanout.Hub, lbID string) time.Duration {
 	t.Helper()
 	done := make(chan error, 1)
 	t0 := time.Now()

@@ -34,7 +34,7 @@ func services(n int) flows.Table {
 //
 //	go test -run '^$' -bench Program -benchtime 1x ./internal/dataplane/nftables/
 func BenchmarkProgram(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
+	for _, n := range []int{1000, 10000, 30000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				var load, add, del, syncAdd time.Duration
