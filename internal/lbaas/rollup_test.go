@@ -4,9 +4,11 @@ import "testing"
 
 func TestRollUp(t *testing.T) {
 	type mem struct {
-		admin bool
-		op    string
+		admin  bool
+		health string // the probes' verdict
+		weight int
 	}
+	up := func(h string) mem { return mem{true, h, 1} }
 	for _, tc := range []struct {
 		name       string
 		monitor    bool
@@ -16,12 +18,16 @@ func TestRollUp(t *testing.T) {
 		wantPool   string
 		wantLB     string
 	}{
-		{"no monitor", false, []mem{{true, Offline}, {true, Offline}}, true, []string{NoMonitor, NoMonitor}, Online, Online},
-		{"monitor, not yet probed", true, []mem{{true, NoMonitor}}, true, []string{Offline}, Online, Online},
-		{"one of two down", true, []mem{{true, Online}, {true, OpError}}, true, []string{Online, OpError}, Degraded, Degraded},
-		{"all down", true, []mem{{true, OpError}, {true, OpError}}, true, []string{OpError, OpError}, OpError, OpError},
-		{"admin down member ignored", true, []mem{{false, OpError}, {true, Online}}, true, []string{Offline, Online}, Online, Online},
-		{"admin down pool", true, []mem{{true, Online}}, false, []string{Online}, Offline, Online},
+		{"no monitor", false, []mem{up(""), up("")}, true, []string{NoMonitor, NoMonitor}, Online, Online},
+		{"monitor removed: verdicts forgotten", false, []mem{up(OpError)}, true, []string{NoMonitor}, Online, Online},
+		{"monitor, not yet probed", true, []mem{up("")}, true, []string{Offline}, Online, Online},
+		{"one of two down", true, []mem{up(Online), up(OpError)}, true, []string{Online, OpError}, Degraded, Degraded},
+		{"all down", true, []mem{up(OpError), up(OpError)}, true, []string{OpError, OpError}, OpError, OpError},
+		{"admin down member ignored", true, []mem{{false, OpError, 1}, up(Online)}, true, []string{Offline, Online}, Online, Online},
+		{"admin down pool", true, []mem{up(Online)}, false, []string{Online}, Offline, Online},
+		{"weight 0 drains", true, []mem{{true, Online, 0}, up(Online)}, true, []string{Draining, Online}, Online, Online},
+		{"weight 0 without monitor drains", false, []mem{{true, "", 0}}, true, []string{Draining}, Online, Online},
+		{"weight 0 and dead is ERROR", true, []mem{{true, OpError, 0}, up(Online)}, true, []string{OpError, Online}, Degraded, Degraded},
 		{"empty pool", true, nil, true, nil, Online, Online},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -34,12 +40,15 @@ func TestRollUp(t *testing.T) {
 				tr.Monitors = []*HealthMonitor{{Base: Base{ID: "hm", AdminStateUp: true}, PoolID: pid}}
 			}
 			for i, m := range tc.members {
-				tr.Members = append(tr.Members, &Member{Base: Base{ID: string(rune('a' + i)), AdminStateUp: m.admin, OperatingStatus: m.op}, PoolID: pid})
+				tr.Members = append(tr.Members, &Member{Base: Base{ID: string(rune('a' + i)), AdminStateUp: m.admin}, PoolID: pid, Health: m.health, Weight: m.weight})
 			}
 			s.rollUp(tr)
 			for i, m := range tr.Members {
 				if m.OperatingStatus != tc.wantMember[i] {
 					t.Errorf("member %d: %s, want %s", i, m.OperatingStatus, tc.wantMember[i])
+				}
+				if !tc.monitor && m.Health != "" {
+					t.Errorf("member %d keeps health %q without a monitor", i, m.Health)
 				}
 			}
 			if got := tr.Pools[0].OperatingStatus; got != tc.wantPool {

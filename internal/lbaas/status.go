@@ -1,10 +1,19 @@
 package lbaas
 
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/flowlb/flowlb/internal/store"
+)
+
 // rollUp recomputes operating statuses bottom-up as Octavia reports them:
 // members from admin state, weight and health; pools, listeners and the
 // load balancer ONLINE, DEGRADED (some members in ERROR) or ERROR (all).
-// Health results arrive later through SetMemberHealth; until then a member
-// under a monitor stays OFFLINE and one without a monitor is NO_MONITOR.
+// Health results arrive through SetMemberHealth; until the first one a
+// member under a monitor is OFFLINE, and one without a monitor is
+// NO_MONITOR. A member of weight 0 that is not in ERROR is DRAINING.
 func (s *Service) rollUp(t *Tree) {
 	set := func(o object, st string) {
 		if o.base().OperatingStatus != st {
@@ -22,16 +31,28 @@ func (s *Service) rollUp(t *Tree) {
 			}
 			set(hm, st)
 		}
+		monitored := hm != nil && hm.AdminStateUp
 		var total, failed int
 		for _, m := range t.poolMembers(p.ID) {
+			if !monitored && m.Health != "" {
+				// The monitor is gone: a new one starts from unknown.
+				m.Health = ""
+				t.markDirty(m)
+			}
 			switch {
 			case !m.AdminStateUp:
 				set(m, Offline)
 				continue
-			case hm == nil || !hm.AdminStateUp:
+			case monitored && m.Health == OpError:
+				set(m, OpError)
+			case m.Weight == 0:
+				set(m, Draining)
+			case !monitored:
 				set(m, NoMonitor)
-			case m.OperatingStatus == NoMonitor:
-				// A monitor was added: unknown until the first probe.
+			case m.Health == Online:
+				set(m, Online)
+			default:
+				// Under a monitor, unknown until the first verdict.
 				set(m, Offline)
 			}
 			total++
@@ -88,4 +109,55 @@ func (s *Service) rollUp(t *Tree) {
 		lbStatus = Offline
 	}
 	set(t.LB, lbStatus)
+}
+
+// SetMemberHealth records a health verdict (ONLINE or ERROR) for a member,
+// as Octavia's health manager does: operating statuses change, the
+// provisioning status does not. It reports the member's load balancer and
+// whether anything changed; a verdict for a member that is gone, not
+// monitored or already in that state changes nothing.
+func (s *Service) SetMemberHealth(ctx context.Context, memberID, health string) (lbID string, changed bool, err error) {
+	if health != Online && health != OpError {
+		return "", false, fmt.Errorf("member health %q: want ONLINE or ERROR", health)
+	}
+	_, err = s.st.Update(ctx, func(tx store.Tx) error {
+		rec, err := tx.Get(store.KindMember, memberID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		lb, err := tx.GetForUpdate(store.KindLoadBalancer, rec.LoadBalancerID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		t, err := loadTree(tx, lb)
+		if err != nil {
+			return err
+		}
+		lbID = t.LB.ID
+		member := t.Member(memberID)
+		if member == nil || member.Health == health {
+			return nil
+		}
+		if hm := t.poolMonitor(member.PoolID); hm == nil || !hm.AdminStateUp {
+			return nil
+		}
+		member.Health = health
+		t.markDirty(member)
+		s.rollUp(t)
+		changed = true
+		return t.save(tx)
+	})
+	if err != nil {
+		return "", false, err
+	}
+	if changed {
+		s.notify(lbID)
+	}
+	return lbID, changed, nil
 }

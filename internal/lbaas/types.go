@@ -145,6 +145,9 @@ type Member struct {
 	MonitorAddress *string `json:"monitor_address"`
 	MonitorPort    *int    `json:"monitor_port"`
 	VnicType       string  `json:"vnic_type"`
+	// Health is the last verdict of the member's probes (ONLINE, ERROR, or
+	// empty before the first one); operating_status is derived from it.
+	Health string `json:"x_health,omitempty"`
 }
 
 // HealthMonitor probes the members of one pool.

@@ -8,7 +8,7 @@ import (
 
 // internalKeys are document fields flowlb keeps for itself or for filters
 // (Octavia's data-model columns) that are not in Octavia's response types.
-var internalKeys = []string{"x_owns_vip_port", "loadbalancer_id", "listener_id", "pool_id", "l7policy_id"}
+var internalKeys = []string{"x_owns_vip_port", "x_health", "loadbalancer_id", "listener_id", "pool_id", "l7policy_id"}
 
 // toMap renders a domain object through its JSON form.
 func toMap(v any) map[string]any {

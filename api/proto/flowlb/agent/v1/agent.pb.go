@@ -30,6 +30,7 @@ type AgentMessage struct {
 	//
 	//	*AgentMessage_Hello
 	//	*AgentMessage_Ack
+	//	*AgentMessage_Health
 	Msg           isAgentMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -90,6 +91,15 @@ func (x *AgentMessage) GetAck() *Ack {
 	return nil
 }
 
+func (x *AgentMessage) GetHealth() *HealthReport {
+	if x != nil {
+		if x, ok := x.Msg.(*AgentMessage_Health); ok {
+			return x.Health
+		}
+	}
+	return nil
+}
+
 type isAgentMessage_Msg interface {
 	isAgentMessage_Msg()
 }
@@ -102,9 +112,132 @@ type AgentMessage_Ack struct {
 	Ack *Ack `protobuf:"bytes,2,opt,name=ack,proto3,oneof"`
 }
 
+type AgentMessage_Health struct {
+	Health *HealthReport `protobuf:"bytes,3,opt,name=health,proto3,oneof"`
+}
+
 func (*AgentMessage_Hello) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Ack) isAgentMessage_Msg() {}
+
+func (*AgentMessage_Health) isAgentMessage_Msg() {}
+
+// HealthReport carries member health transitions seen by the agent's
+// probes (never every probe).
+type HealthReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*MemberHealth        `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthReport) Reset() {
+	*x = HealthReport{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthReport) ProtoMessage() {}
+
+func (x *HealthReport) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthReport.ProtoReflect.Descriptor instead.
+func (*HealthReport) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HealthReport) GetResults() []*MemberHealth {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type MemberHealth struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	MemberId string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// ONLINE or ERROR.
+	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// Why, for ERROR: the last probe's error.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the agent decided, Unix milliseconds.
+	AtUnixMs      int64 `protobuf:"varint,4,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberHealth) Reset() {
+	*x = MemberHealth{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberHealth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberHealth) ProtoMessage() {}
+
+func (x *MemberHealth) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberHealth.ProtoReflect.Descriptor instead.
+func (*MemberHealth) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *MemberHealth) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *MemberHealth) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *MemberHealth) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *MemberHealth) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
 
 type Hello struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -120,7 +253,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -132,7 +265,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -145,7 +278,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Hello) GetNode() string {
@@ -178,7 +311,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -190,7 +323,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -203,7 +336,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Ack) GetRevision() int64 {
@@ -219,16 +352,19 @@ type Update struct {
 	Epoch    string                 `protobuf:"bytes,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// A snapshot replaces everything the agent has; otherwise apply upserts
 	// and deletes on top.
-	Snapshot      bool          `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	Upserts       []*Service    `protobuf:"bytes,4,rep,name=upserts,proto3" json:"upserts,omitempty"`
-	Deletes       []*ServiceKey `protobuf:"bytes,5,rep,name=deletes,proto3" json:"deletes,omitempty"`
+	Snapshot bool          `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Upserts  []*Service    `protobuf:"bytes,4,rep,name=upserts,proto3" json:"upserts,omitempty"`
+	Deletes  []*ServiceKey `protobuf:"bytes,5,rep,name=deletes,proto3" json:"deletes,omitempty"`
+	// When probes_set, probes replaces the members this agent probes.
+	ProbesSet     bool     `protobuf:"varint,6,opt,name=probes_set,json=probesSet,proto3" json:"probes_set,omitempty"`
+	Probes        []*Probe `protobuf:"bytes,7,rep,name=probes,proto3" json:"probes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -240,7 +376,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -253,7 +389,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Update) GetRevision() int64 {
@@ -291,6 +427,172 @@ func (x *Update) GetDeletes() []*ServiceKey {
 	return nil
 }
 
+func (x *Update) GetProbesSet() bool {
+	if x != nil {
+		return x.ProbesSet
+	}
+	return false
+}
+
+func (x *Update) GetProbes() []*Probe {
+	if x != nil {
+		return x.Probes
+	}
+	return nil
+}
+
+// Probe is one member to health-check, with its pool's monitor.
+type Probe struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	MemberId string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	Address  []byte                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Port     uint32                 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// TCP, HTTP, HTTPS, TLS-HELLO, UDP-CONNECT or PING.
+	Type           string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
+	DelayMs        int64  `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	TimeoutMs      int64  `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	MaxRetries     int32  `protobuf:"varint,7,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
+	MaxRetriesDown int32  `protobuf:"varint,8,opt,name=max_retries_down,json=maxRetriesDown,proto3" json:"max_retries_down,omitempty"`
+	HttpMethod     string `protobuf:"bytes,9,opt,name=http_method,json=httpMethod,proto3" json:"http_method,omitempty"`
+	UrlPath        string `protobuf:"bytes,10,opt,name=url_path,json=urlPath,proto3" json:"url_path,omitempty"`
+	ExpectedCodes  string `protobuf:"bytes,11,opt,name=expected_codes,json=expectedCodes,proto3" json:"expected_codes,omitempty"`
+	HttpVersion    string `protobuf:"bytes,12,opt,name=http_version,json=httpVersion,proto3" json:"http_version,omitempty"`
+	DomainName     string `protobuf:"bytes,13,opt,name=domain_name,json=domainName,proto3" json:"domain_name,omitempty"`
+	// The member's health as the server knows it (ONLINE, ERROR or empty),
+	// so that a member handed to another agent keeps its state.
+	InitialStatus string `protobuf:"bytes,14,opt,name=initial_status,json=initialStatus,proto3" json:"initial_status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Probe) Reset() {
+	*x = Probe{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Probe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Probe) ProtoMessage() {}
+
+func (x *Probe) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Probe.ProtoReflect.Descriptor instead.
+func (*Probe) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Probe) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *Probe) GetAddress() []byte {
+	if x != nil {
+		return x.Address
+	}
+	return nil
+}
+
+func (x *Probe) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *Probe) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Probe) GetDelayMs() int64 {
+	if x != nil {
+		return x.DelayMs
+	}
+	return 0
+}
+
+func (x *Probe) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *Probe) GetMaxRetries() int32 {
+	if x != nil {
+		return x.MaxRetries
+	}
+	return 0
+}
+
+func (x *Probe) GetMaxRetriesDown() int32 {
+	if x != nil {
+		return x.MaxRetriesDown
+	}
+	return 0
+}
+
+func (x *Probe) GetHttpMethod() string {
+	if x != nil {
+		return x.HttpMethod
+	}
+	return ""
+}
+
+func (x *Probe) GetUrlPath() string {
+	if x != nil {
+		return x.UrlPath
+	}
+	return ""
+}
+
+func (x *Probe) GetExpectedCodes() string {
+	if x != nil {
+		return x.ExpectedCodes
+	}
+	return ""
+}
+
+func (x *Probe) GetHttpVersion() string {
+	if x != nil {
+		return x.HttpVersion
+	}
+	return ""
+}
+
+func (x *Probe) GetDomainName() string {
+	if x != nil {
+		return x.DomainName
+	}
+	return ""
+}
+
+func (x *Probe) GetInitialStatus() string {
+	if x != nil {
+		return x.InitialStatus
+	}
+	return ""
+}
+
 type ServiceKey struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Vip           []byte                 `protobuf:"bytes,1,opt,name=vip,proto3" json:"vip,omitempty"`
@@ -302,7 +604,7 @@ type ServiceKey struct {
 
 func (x *ServiceKey) Reset() {
 	*x = ServiceKey{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -314,7 +616,7 @@ func (x *ServiceKey) String() string {
 func (*ServiceKey) ProtoMessage() {}
 
 func (x *ServiceKey) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -327,7 +629,7 @@ func (x *ServiceKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceKey.ProtoReflect.Descriptor instead.
 func (*ServiceKey) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ServiceKey) GetVip() []byte {
@@ -364,7 +666,7 @@ type Backend struct {
 
 func (x *Backend) Reset() {
 	*x = Backend{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -376,7 +678,7 @@ func (x *Backend) String() string {
 func (*Backend) ProtoMessage() {}
 
 func (x *Backend) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -389,7 +691,7 @@ func (x *Backend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backend.ProtoReflect.Descriptor instead.
 func (*Backend) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Backend) GetMemberId() string {
@@ -446,7 +748,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +760,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +773,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Service) GetKey() *ServiceKey {
@@ -548,23 +850,55 @@ var File_flowlb_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1bflowlb/agent/v1/agent.proto\x12\x0fflowlb.agent.v1\"o\n" +
+	"\x1bflowlb/agent/v1/agent.proto\x12\x0fflowlb.agent.v1\"\xa8\x01\n" +
 	"\fAgentMessage\x12.\n" +
 	"\x05hello\x18\x01 \x01(\v2\x16.flowlb.agent.v1.HelloH\x00R\x05hello\x12(\n" +
-	"\x03ack\x18\x02 \x01(\v2\x14.flowlb.agent.v1.AckH\x00R\x03ackB\x05\n" +
-	"\x03msg\"V\n" +
+	"\x03ack\x18\x02 \x01(\v2\x14.flowlb.agent.v1.AckH\x00R\x03ack\x127\n" +
+	"\x06health\x18\x03 \x01(\v2\x1d.flowlb.agent.v1.HealthReportH\x00R\x06healthB\x05\n" +
+	"\x03msg\"G\n" +
+	"\fHealthReport\x127\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.flowlb.agent.v1.MemberHealthR\aresults\"y\n" +
+	"\fMemberHealth\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\"V\n" +
 	"\x05Hello\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12#\n" +
 	"\rlast_revision\x18\x02 \x01(\x03R\flastRevision\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\tR\x05epoch\"!\n" +
 	"\x03Ack\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"\xc1\x01\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"\x90\x02\n" +
 	"\x06Update\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\tR\x05epoch\x12\x1a\n" +
 	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\x122\n" +
 	"\aupserts\x18\x04 \x03(\v2\x18.flowlb.agent.v1.ServiceR\aupserts\x125\n" +
-	"\adeletes\x18\x05 \x03(\v2\x1b.flowlb.agent.v1.ServiceKeyR\adeletes\"N\n" +
+	"\adeletes\x18\x05 \x03(\v2\x1b.flowlb.agent.v1.ServiceKeyR\adeletes\x12\x1d\n" +
+	"\n" +
+	"probes_set\x18\x06 \x01(\bR\tprobesSet\x12.\n" +
+	"\x06probes\x18\a \x03(\v2\x16.flowlb.agent.v1.ProbeR\x06probes\"\xb9\x03\n" +
+	"\x05Probe\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\fR\aaddress\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x12\x12\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type\x12\x19\n" +
+	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x06 \x01(\x03R\ttimeoutMs\x12\x1f\n" +
+	"\vmax_retries\x18\a \x01(\x05R\n" +
+	"maxRetries\x12(\n" +
+	"\x10max_retries_down\x18\b \x01(\x05R\x0emaxRetriesDown\x12\x1f\n" +
+	"\vhttp_method\x18\t \x01(\tR\n" +
+	"httpMethod\x12\x19\n" +
+	"\burl_path\x18\n" +
+	" \x01(\tR\aurlPath\x12%\n" +
+	"\x0eexpected_codes\x18\v \x01(\tR\rexpectedCodes\x12!\n" +
+	"\fhttp_version\x18\f \x01(\tR\vhttpVersion\x12\x1f\n" +
+	"\vdomain_name\x18\r \x01(\tR\n" +
+	"domainName\x12%\n" +
+	"\x0einitial_status\x18\x0e \x01(\tR\rinitialStatus\"N\n" +
 	"\n" +
 	"ServiceKey\x12\x10\n" +
 	"\x03vip\x18\x01 \x01(\fR\x03vip\x12\x1a\n" +
@@ -605,30 +939,36 @@ func file_flowlb_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_flowlb_agent_v1_agent_proto_rawDescData
 }
 
-var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_flowlb_agent_v1_agent_proto_goTypes = []any{
 	(*AgentMessage)(nil), // 0: flowlb.agent.v1.AgentMessage
-	(*Hello)(nil),        // 1: flowlb.agent.v1.Hello
-	(*Ack)(nil),          // 2: flowlb.agent.v1.Ack
-	(*Update)(nil),       // 3: flowlb.agent.v1.Update
-	(*ServiceKey)(nil),   // 4: flowlb.agent.v1.ServiceKey
-	(*Backend)(nil),      // 5: flowlb.agent.v1.Backend
-	(*Service)(nil),      // 6: flowlb.agent.v1.Service
+	(*HealthReport)(nil), // 1: flowlb.agent.v1.HealthReport
+	(*MemberHealth)(nil), // 2: flowlb.agent.v1.MemberHealth
+	(*Hello)(nil),        // 3: flowlb.agent.v1.Hello
+	(*Ack)(nil),          // 4: flowlb.agent.v1.Ack
+	(*Update)(nil),       // 5: flowlb.agent.v1.Update
+	(*Probe)(nil),        // 6: flowlb.agent.v1.Probe
+	(*ServiceKey)(nil),   // 7: flowlb.agent.v1.ServiceKey
+	(*Backend)(nil),      // 8: flowlb.agent.v1.Backend
+	(*Service)(nil),      // 9: flowlb.agent.v1.Service
 }
 var file_flowlb_agent_v1_agent_proto_depIdxs = []int32{
-	1, // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
-	2, // 1: flowlb.agent.v1.AgentMessage.ack:type_name -> flowlb.agent.v1.Ack
-	6, // 2: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
-	4, // 3: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
-	4, // 4: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
-	5, // 5: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
-	0, // 6: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
-	3, // 7: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	3,  // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
+	4,  // 1: flowlb.agent.v1.AgentMessage.ack:type_name -> flowlb.agent.v1.Ack
+	1,  // 2: flowlb.agent.v1.AgentMessage.health:type_name -> flowlb.agent.v1.HealthReport
+	2,  // 3: flowlb.agent.v1.HealthReport.results:type_name -> flowlb.agent.v1.MemberHealth
+	9,  // 4: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
+	7,  // 5: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
+	6,  // 6: flowlb.agent.v1.Update.probes:type_name -> flowlb.agent.v1.Probe
+	7,  // 7: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
+	8,  // 8: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
+	0,  // 9: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
+	5,  // 10: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
+	10, // [10:11] is the sub-list for method output_type
+	9,  // [9:10] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_flowlb_agent_v1_agent_proto_init() }
@@ -639,6 +979,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 	file_flowlb_agent_v1_agent_proto_msgTypes[0].OneofWrappers = []any{
 		(*AgentMessage_Hello)(nil),
 		(*AgentMessage_Ack)(nil),
+		(*AgentMessage_Health)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -646,7 +987,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flowlb_agent_v1_agent_proto_rawDesc), len(file_flowlb_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
