@@ -140,6 +140,9 @@ func runServer(ctx context.Context, o serverOptions) error {
 		return err
 	}
 	provider.Realizer = hub
+	// Agents' health verdicts become member operating statuses, and the
+	// flows follow them.
+	hub.SetHealthSink(svc.SetMemberHealth)
 	agentLn, err := net.Listen("tcp", o.agentListen)
 	if err != nil {
 		return fmt.Errorf("agent listener: %w", err)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/fanout"
 	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/health"
 )
 
 // Programmer is the data plane as the agent needs it.
@@ -43,6 +45,9 @@ type Config struct {
 	MinInterval time.Duration
 	// Metrics, if set, receives the agent's metrics.
 	Metrics prometheus.Registerer
+	// NoHealth disables health probing (the server then sees no verdicts
+	// from this agent; another agent should probe).
+	NoHealth bool
 }
 
 // Agent runs the loop.
@@ -58,11 +63,54 @@ type Agent struct {
 
 	m        *metrics
 	lastSync time.Time
+
+	// Health: the probes this agent runs and where their transitions go.
+	health      *health.Runner
+	transitions chan health.Transition
+	sendMu      sync.Mutex
+	stream      agentv1.Agent_SubscribeClient // the live session, or nil
 }
 
 // New returns an agent programming dp.
 func New(cfg Config, dp Programmer, log *slog.Logger) *Agent {
-	return &Agent{cfg: cfg, dp: dp, log: log, table: map[flows.Key]flows.Service{}, m: newMetrics(cfg.Metrics)}
+	a := &Agent{cfg: cfg, dp: dp, log: log, table: map[flows.Key]flows.Service{}, m: newMetrics(cfg.Metrics),
+		transitions: make(chan health.Transition, 1024)}
+	if !cfg.NoHealth {
+		a.health = health.NewRunner(a.transitions, health.NewMetrics(cfg.Metrics))
+	}
+	return a
+}
+
+// send serialises the session's messages (gRPC streams take one sender).
+func (a *Agent) send(stream agentv1.Agent_SubscribeClient, m *agentv1.AgentMessage) error {
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
+	return stream.Send(m)
+}
+
+// forwardHealth sends probe transitions on the live session. One that
+// finds no session is dropped: at the next session the server's view
+// comes with the probes, and the runner reports what differs.
+func (a *Agent) forwardHealth(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case tr := <-a.transitions:
+			a.sendMu.Lock()
+			s := a.stream
+			a.sendMu.Unlock()
+			if s == nil {
+				continue
+			}
+			msg := &agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Health{Health: &agentv1.HealthReport{Results: []*agentv1.MemberHealth{{
+				MemberId: tr.MemberID, Status: tr.Status, Reason: tr.Reason, AtUnixMs: tr.At.UnixMilli()}}}}}
+			if err := a.send(s, msg); err != nil {
+				a.log.Warn("health report not sent", "member", tr.MemberID, "status", tr.Status, "err", err)
+			}
+			a.log.Info("member health", "member", tr.MemberID, "status", tr.Status, "reason", tr.Reason)
+		}
+	}
 }
 
 // Revision is the last programmed revision.
@@ -75,6 +123,10 @@ func (a *Agent) Revision() (string, int64) {
 // Run subscribes until ctx ends, reconnecting with jittered exponential
 // backoff (50 ms to 5 s).
 func (a *Agent) Run(ctx context.Context) error {
+	if a.health != nil {
+		go a.forwardHealth(ctx)
+		defer a.health.Stop()
+	}
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()
@@ -116,7 +168,15 @@ func (a *Agent) session(ctx context.Context) error {
 		return err
 	}
 	a.m.connected.Set(1)
-	defer a.m.connected.Set(0)
+	a.sendMu.Lock()
+	a.stream = stream
+	a.sendMu.Unlock()
+	defer func() {
+		a.m.connected.Set(0)
+		a.sendMu.Lock()
+		a.stream = nil
+		a.sendMu.Unlock()
+	}()
 	// The receiver never waits for the kernel: updates queue here and
 	// are merged while a change is being programmed.
 	updates := make(chan *agentv1.Update, 1024)
@@ -166,7 +226,10 @@ func (a *Agent) session(ctx context.Context) error {
 			return fmt.Errorf("program revision %d: %w", u.GetRevision(), err)
 		}
 		a.lastSync = time.Now()
-		if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Ack{Ack: &agentv1.Ack{Revision: u.GetRevision()}}}); err != nil {
+		if u.GetProbesSet() && a.health != nil {
+			a.health.Set(context.WithoutCancel(ctx), checks(u.GetProbes()))
+		}
+		if err := a.send(stream, &agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Ack{Ack: &agentv1.Ack{Revision: u.GetRevision()}}}); err != nil {
 			return err
 		}
 	}
@@ -206,6 +269,12 @@ func merge(batch []*agentv1.Update) *agentv1.Update {
 	}
 	last := batch[len(batch)-1]
 	out := &agentv1.Update{Epoch: last.GetEpoch(), Revision: last.GetRevision(), Snapshot: batch[start].GetSnapshot()}
+	// Probe lists are whole: the last one wins, snapshot or not.
+	for _, u := range batch {
+		if u.GetProbesSet() {
+			out.ProbesSet, out.Probes = true, u.GetProbes()
+		}
+	}
 	for _, k := range order {
 		c := changes[k]
 		switch {
@@ -271,6 +340,28 @@ func (a *Agent) Table() map[flows.Key]flows.Service {
 	out := make(map[flows.Key]flows.Service, len(a.table))
 	for k, v := range a.table {
 		out[k] = v
+	}
+	return out
+}
+
+// checks turns the server's probe list into the runner's checks.
+func checks(ps []*agentv1.Probe) []health.Check {
+	out := make([]health.Check, 0, len(ps))
+	for _, p := range ps {
+		a, ok := netip.AddrFromSlice(p.GetAddress())
+		if !ok {
+			continue
+		}
+		out = append(out, health.Check{
+			MemberID: p.GetMemberId(),
+			Target: health.Target{Address: a.Unmap(), Port: uint16(p.GetPort()), Type: p.GetType(),
+				Timeout: time.Duration(p.GetTimeoutMs()) * time.Millisecond, Method: p.GetHttpMethod(), Path: p.GetUrlPath(),
+				ExpectedCodes: p.GetExpectedCodes(), HTTPVersion: p.GetHttpVersion(), DomainName: p.GetDomainName()},
+			Delay:          time.Duration(p.GetDelayMs()) * time.Millisecond,
+			MaxRetries:     int(p.GetMaxRetries()),
+			MaxRetriesDown: int(p.GetMaxRetriesDown()),
+			Initial:        p.GetInitialStatus(),
+		})
 	}
 	return out
 }

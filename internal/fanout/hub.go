@@ -70,6 +70,16 @@ type Hub struct {
 	agents   map[*agent]bool
 	ackCond  *sync.Cond
 	timeouts prometheus.Counter
+
+	// Health: every monitored member's probe, the node probing it, and
+	// each load balancer's probed members.
+	probes         map[string]*probeSpec
+	probeOwner     map[string]string
+	lbProbes       map[string][]string
+	sink           HealthSink
+	healthQ        chan healthEvent
+	healthResults  *prometheus.CounterVec
+	healthReaction prometheus.Histogram
 }
 
 // NewHub loads the current table from src. token authenticates agents;
@@ -77,16 +87,25 @@ type Hub struct {
 func NewHub(ctx context.Context, src TreeSource, token string, timeout time.Duration, reg prometheus.Registerer, log *slog.Logger) (*Hub, error) {
 	h := &Hub{src: src, token: token, timeout: timeout, log: log, epoch: uuid.NewString(),
 		byLB: map[string][]flows.Service{}, table: map[flows.Key]flows.Service{}, agents: map[*agent]bool{},
-		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_ack_timeouts_total", Help: "Changes completed without every agent's ack."})}
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_ack_timeouts_total", Help: "Changes completed without every agent's ack."}),
+		probes:   map[string]*probeSpec{}, probeOwner: map[string]string{}, lbProbes: map[string][]string{},
+		healthQ: make(chan healthEvent, 4096),
+		healthResults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_health_transitions_total",
+			Help: "Member health transitions reported by the agents, by new status."}, []string{"status"}),
+		healthReaction: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_health_reaction_seconds",
+			Help:    "From an agent's health verdict to every agent having programmed the resulting flow change.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+	}
 	h.ackCond = sync.NewCond(&h.mu)
 	if reg != nil {
-		reg.MustRegister(h.timeouts)
+		reg.MustRegister(h.timeouts, h.healthResults, h.healthReaction)
 	}
 	trees, err := src.Trees(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load flow table: %w", err)
 	}
 	for _, t := range trees {
+		h.setLBProbes(t.LB.ID, probesOf(t))
 		for _, s := range flows.Compile(t) {
 			if _, taken := h.table[s.Key]; !taken {
 				h.table[s.Key] = s
@@ -151,6 +170,7 @@ func (h *Hub) Update(ctx context.Context, lbID string) (int64, error) {
 			a.drop()
 		}
 	}
+	h.sendProbes(h.setLBProbes(lbID, probesOf(t)))
 	return h.rev, nil
 }
 
@@ -215,12 +235,19 @@ func (h *Hub) Subscribe(stream agentv1.Agent_SubscribeServer) error {
 		a.acked = hello.GetLastRevision()
 	}
 	h.agents[a] = true
+	// The newcomer takes over the members of its node (and its share of
+	// the rest); it always gets its list, empty or not.
+	touched := h.reassign()
+	touched[a.node] = true
+	h.sendProbes(touched)
 	h.mu.Unlock()
 	h.log.Info("agent connected", "node", a.node, "last_revision", hello.GetLastRevision())
 	defer func() {
 		h.mu.Lock()
 		delete(h.agents, a)
 		h.ackCond.Broadcast()
+		// Its members go to the others at once.
+		h.sendProbes(h.reassign())
 		h.mu.Unlock()
 		h.log.Info("agent disconnected", "node", a.node)
 	}()
@@ -237,6 +264,9 @@ func (h *Hub) Subscribe(stream agentv1.Agent_SubscribeServer) error {
 				a.acked = max(a.acked, ack.GetRevision())
 				h.ackCond.Broadcast()
 				h.mu.Unlock()
+			}
+			if hr := m.GetHealth(); hr != nil {
+				h.report(a.node, hr)
 			}
 		}
 	}()

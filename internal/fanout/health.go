@@ -1,0 +1,302 @@
+package fanout
+
+import (
+	"context"
+	"hash/fnv"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/lbaas"
+)
+
+// SetHealthSink makes the hub record agents' health verdicts with sink
+// and push the resulting flow changes. Without a sink, reports are
+// ignored.
+func (h *Hub) SetHealthSink(sink HealthSink) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sink == nil {
+		go h.healthLoop()
+	}
+	h.sink = sink
+}
+
+// HealthSink records a member's health verdict and reports its load
+// balancer and whether anything changed (lbaas.Service.SetMemberHealth).
+type HealthSink func(ctx context.Context, memberID, health string) (lbID string, changed bool, err error)
+
+// probesOf lists the members a load balancer's monitors probe: enabled
+// members of enabled pools under an enabled monitor.
+func probesOf(t *lbaas.Tree) []*probeSpec {
+	if t == nil || t.LB == nil {
+		return nil
+	}
+	var out []*probeSpec
+	for _, p := range t.Pools {
+		hm := t.PoolMonitor(p.ID)
+		if hm == nil || !hm.AdminStateUp || !p.AdminStateUp || p.ProvisioningStatus == lbaas.PendingDelete {
+			continue
+		}
+		for _, m := range t.PoolMembers(p.ID) {
+			if !m.AdminStateUp || m.ProvisioningStatus == lbaas.PendingDelete {
+				continue
+			}
+			addr, err := netip.ParseAddr(m.Address)
+			if m.MonitorAddress != nil {
+				addr, err = netip.ParseAddr(*m.MonitorAddress)
+			}
+			if err != nil {
+				continue
+			}
+			port := m.ProtocolPort
+			if m.MonitorPort != nil {
+				port = *m.MonitorPort
+			}
+			pr := &agentv1.Probe{
+				MemberId: m.ID, Address: addr.AsSlice(), Port: uint32(port), Type: hm.Type,
+				DelayMs: int64(hm.Delay) * 1000, TimeoutMs: int64(hm.Timeout) * 1000,
+				MaxRetries: int32(hm.MaxRetries), MaxRetriesDown: int32(hm.MaxRetriesDown),
+				InitialStatus: m.Health,
+			}
+			if hm.HTTPMethod != nil {
+				pr.HttpMethod = *hm.HTTPMethod
+			}
+			if hm.URLPath != nil {
+				pr.UrlPath = *hm.URLPath
+			}
+			if hm.ExpectedCodes != nil {
+				pr.ExpectedCodes = *hm.ExpectedCodes
+			}
+			if hm.HTTPVersion != nil {
+				pr.HttpVersion = strconv.FormatFloat(*hm.HTTPVersion, 'f', 1, 64)
+			}
+			if hm.DomainName != nil {
+				pr.DomainName = *hm.DomainName
+			}
+			out = append(out, &probeSpec{probe: pr, node: nodeOfTags(m.Tags), lbID: t.LB.ID})
+		}
+	}
+	return out
+}
+
+// probeSpec is a member's probe with what assignment needs: the node the
+// member runs on (from its flowlb:node= tag) and its load balancer.
+type probeSpec struct {
+	probe *agentv1.Probe
+	node  string
+	lbID  string
+}
+
+func nodeOfTags(tags []string) string {
+	for _, t := range tags {
+		if n, ok := strings.CutPrefix(t, flows.TagNodePrefix); ok {
+			return n
+		}
+	}
+	return ""
+}
+
+// owner picks the agent that probes a member: the agent of the member's
+// own node when it is connected, else the highest rendezvous hash of
+// member and node among the connected agents, so that an agent leaving
+// moves only its own members and every other assignment stays put.
+func owner(memberID, node string, nodes []string) string {
+	if node != "" && slices.Contains(nodes, node) {
+		return node
+	}
+	best, bestScore := "", uint64(0)
+	for _, n := range nodes {
+		h := fnv.New64a()
+		h.Write([]byte(memberID))
+		h.Write([]byte{0})
+		h.Write([]byte(n))
+		if s := mix64(h.Sum64()); best == "" || s > bestScore {
+			best, bestScore = n, s
+		}
+	}
+	return best
+}
+
+// mix64 is splitmix64's finaliser: FNV alone barely changes its high bits
+// with the last bytes (the node name), which skews the ranking.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// connectedNodes lists the nodes with a connected agent. Called with h.mu.
+func (h *Hub) connectedNodes() []string {
+	seen := map[string]bool{}
+	var out []string
+	for a := range h.agents {
+		if !seen[a.node] {
+			seen[a.node] = true
+			out = append(out, a.node)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// setLBProbes replaces one load balancer's probes and returns the nodes
+// whose assignment changed. Called with h.mu held.
+func (h *Hub) setLBProbes(lbID string, probes []*probeSpec) map[string]bool {
+	touched := map[string]bool{}
+	nodes := h.connectedNodes()
+	old := h.lbProbes[lbID]
+	keep := map[string]bool{}
+	for _, p := range probes {
+		keep[p.probe.GetMemberId()] = true
+	}
+	for _, id := range old {
+		if !keep[id] {
+			touched[h.probeOwner[id]] = true
+			delete(h.probes, id)
+			delete(h.probeOwner, id)
+		}
+	}
+	var ids []string
+	for _, spec := range probes {
+		id := spec.probe.GetMemberId()
+		prev := h.probes[id]
+		h.probes[id] = spec
+		ids = append(ids, id)
+		own := owner(id, spec.node, nodes)
+		if prev == nil || !sameProbe(prev.probe, spec.probe) || h.probeOwner[id] != own {
+			touched[h.probeOwner[id]] = true
+			touched[own] = true
+		}
+		h.probeOwner[id] = own
+	}
+	if len(ids) == 0 {
+		delete(h.lbProbes, lbID)
+	} else {
+		h.lbProbes[lbID] = ids
+	}
+	delete(touched, "")
+	return touched
+}
+
+// sameProbe compares what an agent needs to probe a member, leaving out
+// the server's current verdict (initial_status), which the agent owning
+// the member already knows better.
+func sameProbe(a, b *agentv1.Probe) bool {
+	x, y := proto.Clone(a).(*agentv1.Probe), proto.Clone(b).(*agentv1.Probe)
+	x.InitialStatus, y.InitialStatus = "", ""
+	return proto.Equal(x, y)
+}
+
+// reassign recomputes every owner after the set of agents changed and
+// returns the nodes whose assignment changed. Called with h.mu held.
+func (h *Hub) reassign() map[string]bool {
+	touched := map[string]bool{}
+	nodes := h.connectedNodes()
+	for id, s := range h.probes {
+		own := owner(id, s.node, nodes)
+		if own != h.probeOwner[id] {
+			touched[h.probeOwner[id]] = true
+			touched[own] = true
+			h.probeOwner[id] = own
+		}
+	}
+	delete(touched, "")
+	return touched
+}
+
+// sendProbes sends their full probe list to the agents of the given
+// nodes. Called with h.mu held.
+func (h *Hub) sendProbes(nodes map[string]bool) {
+	if len(nodes) == 0 {
+		return
+	}
+	lists := map[string][]*agentv1.Probe{}
+	for id, own := range h.probeOwner {
+		if nodes[own] {
+			lists[own] = append(lists[own], h.probes[id].probe)
+		}
+	}
+	for a := range h.agents {
+		if !nodes[a.node] {
+			continue
+		}
+		ps := lists[a.node]
+		slices.SortFunc(ps, func(x, y *agentv1.Probe) int { return strings.Compare(x.GetMemberId(), y.GetMemberId()) })
+		msg := &agentv1.Update{Revision: h.rev, Epoch: h.epoch, ProbesSet: true, Probes: ps}
+		select {
+		case a.send <- msg:
+		default:
+			a.drop()
+		}
+	}
+}
+
+// Probers returns, for each member probed, the node probing it.
+func (h *Hub) Probers() map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]string, len(h.probeOwner))
+	for id, n := range h.probeOwner {
+		out[id] = n
+	}
+	return out
+}
+
+// report handles an agent's health transitions: verdicts from the agent
+// that currently owns the member are recorded and, when they change the
+// member's state, the load balancer's flows are recompiled and pushed.
+func (h *Hub) report(node string, r *agentv1.HealthReport) {
+	for _, res := range r.GetResults() {
+		h.mu.Lock()
+		own, sink := h.probeOwner[res.GetMemberId()], h.sink
+		h.mu.Unlock()
+		if own != node || sink == nil {
+			continue // a report from an agent the member was taken from
+		}
+		h.healthQ <- healthEvent{member: res.GetMemberId(), status: res.GetStatus(), reason: res.GetReason(),
+			at: time.UnixMilli(res.GetAtUnixMs()), node: node}
+	}
+}
+
+type healthEvent struct {
+	member, status, reason, node string
+	at                           time.Time
+}
+
+// healthLoop records verdicts one at a time, in arrival order.
+func (h *Hub) healthLoop() {
+	for ev := range h.healthQ {
+		ctx := context.Background()
+		h.mu.Lock()
+		sink := h.sink
+		h.mu.Unlock()
+		lbID, changed, err := sink(ctx, ev.member, ev.status)
+		if err != nil {
+			h.log.Error("record member health", "member", ev.member, "status", ev.status, "err", err)
+			continue
+		}
+		h.healthResults.WithLabelValues(ev.status).Inc()
+		if !changed {
+			continue
+		}
+		h.log.Info("member health changed", "member", ev.member, "status", ev.status, "reason", ev.reason, "probed_from", ev.node, "loadbalancer", lbID)
+		rev, err := h.Update(ctx, lbID)
+		if err != nil {
+			h.log.Error("push health change", "loadbalancer", lbID, "err", err)
+			continue
+		}
+		go func() {
+			h.WaitAcked(ctx, rev)
+			h.healthReaction.Observe(time.Since(ev.at).Seconds())
+		}()
+	}
+}
