@@ -154,4 +154,3 @@ func TestHealthAssignmentAndFlows(t *testing.T) {
 		}
 	}
 }
-
