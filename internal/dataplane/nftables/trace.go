@@ -37,7 +37,7 @@ type ServiceDump struct {
 func (d *Dataplane) Dump() []ServiceDump {
 	var out []ServiceDump
 	for _, k := range d.Programmed() {
-		out = append(out, describe(k, d.programmed[k].fp))
+		out = append(out, describe(k, d.footprint(d.programmed[k])))
 	}
 	return out
 }
@@ -118,7 +118,8 @@ func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
 	if !ok {
 		return Verdict{Action: "accept", Reason: "not a service"}
 	}
-	s := describe(k, e.fp)
+	fp := d.footprint(e)
+	s := describe(k, fp)
 	outside := !slices.ContainsFunc(podNets, func(n netip.Prefix) bool { return n.Contains(p.Src) })
 	if len(podNets) == 0 {
 		outside = false
@@ -146,7 +147,7 @@ func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
 		v.Reason = "every backend"
 	}
 	table := map[int]backend{}
-	for _, el := range e.fp {
+	for _, el := range fp {
 		if el.set == slotsMap {
 			table[slotOf(el.key)] = parseBackend(el.val)
 		}
