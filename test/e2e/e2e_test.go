@@ -30,7 +30,7 @@ var (
 	binErr  error
 )
 
-func flowlb(t *testing.T) string {
+func flowlb(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "flowlb-e2e-bin-")
@@ -51,7 +51,7 @@ func flowlb(t *testing.T) string {
 
 // cluster is a lab with a flowlb server and agents running.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	lab     *lab.Lab
 	http    *http.Client
 	api     string
@@ -83,7 +83,7 @@ func (c *cluster) startServer() {
 
 const control = "198.18.0.250"
 
-func newCluster(t *testing.T, nodes, pods int) *cluster {
+func newCluster(t testing.TB, nodes, pods int) *cluster {
 	bin := flowlb(t)
 	l := labtest.New(t, nodes, pods)
 	dir := t.TempDir()
