@@ -423,10 +423,23 @@ func testProjectIsolation(t *testing.T, st store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Octavia fetches the object, then its policy check refuses it.
 	_, err = e.svc.Tree(p2, store.KindLoadBalancer, tree.LB.ID)
-	wantFault(t, err, 404, "not found")
+	wantFault(t, err, 403, "Policy does not allow")
 	_, err = e.svc.UpdateLoadBalancer(p2, tree.LB.ID, map[string]any{"name": "stolen"})
+	wantFault(t, err, 403, "Policy does not allow")
+	_, err = e.svc.Tree(p2, store.KindLoadBalancer, "00000000-0000-0000-0000-000000000000")
 	wantFault(t, err, 404, "not found")
+	// A global observer sees it and still cannot change it.
+	g := identity.WithCaller(context.Background(), identity.Caller{ProjectID: "p3", ReadAll: true})
+	if _, err := e.svc.Tree(g, store.KindLoadBalancer, tree.LB.ID); err != nil {
+		t.Errorf("global reader: %v", err)
+	}
+	if trees, _ := e.svc.Trees(g); len(trees) != 1 {
+		t.Errorf("global reader lists %d trees, want 1", len(trees))
+	}
+	_, err = e.svc.UpdateLoadBalancer(g, tree.LB.ID, map[string]any{"name": "stolen"})
+	wantFault(t, err, 403, "Policy does not allow")
 	trees, err := e.svc.Trees(p2)
 	if err != nil || len(trees) != 0 {
 		t.Fatalf("p2 sees %d trees (%v)", len(trees), err)

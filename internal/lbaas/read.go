@@ -57,7 +57,7 @@ func (s *Service) Tree(ctx context.Context, kind store.Kind, id string) (*Tree, 
 		return nil, err
 	}
 	if !visible(c, t.LB.ProjectID) {
-		return nil, notFound(kind, id)
+		return nil, fault.Forbidden()
 	}
 	return t, nil
 }
@@ -70,7 +70,7 @@ func (s *Service) Trees(ctx context.Context) ([]*Tree, error) {
 		return nil, err
 	}
 	f := store.Filter{}
-	if !c.IsAdmin {
+	if !c.IsAdmin && !c.ReadAll {
 		f.ProjectID = c.ProjectID
 	}
 	var out []*Tree

@@ -124,8 +124,12 @@ func projectFor(c identity.Caller, attrs map[string]any) (string, error) {
 	return p, nil
 }
 
-// visible reports whether the caller may see an object of project p.
-func visible(c identity.Caller, p string) bool { return c.IsAdmin || c.ProjectID == p }
+// visible reports whether the caller may see an object of project p;
+// writable whether it may change one. Another project's object is
+// forbidden (403), not hidden, as Octavia's policy checks answer.
+func visible(c identity.Caller, p string) bool { return c.IsAdmin || c.ReadAll || c.ProjectID == p }
+
+func writable(c identity.Caller, p string) bool { return c.IsAdmin || c.ProjectID == p }
 
 // apply sets attrs onto v through its JSON form: a present key replaces the
 // field, an explicit null clears it. Keys that are not fields are ignored,
@@ -230,8 +234,8 @@ func (s *Service) withLock(ctx context.Context, lbID, to string, allowed func(st
 		if err != nil {
 			return err
 		}
-		if !visible(c, t.LB.ProjectID) {
-			return fault.NotFound("Load Balancer", lbID)
+		if !writable(c, t.LB.ProjectID) {
+			return fault.Forbidden()
 		}
 		if err := allowed(t.LB.ProvisioningStatus); err != nil {
 			return err

@@ -3,6 +3,7 @@ package octavia
 import (
 	"net/http"
 
+	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 	"github.com/flowlb/flowlb/internal/store"
@@ -266,8 +267,13 @@ func (s *Server) listQuotas(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	// Without the global quota rule a caller lists its own project's only.
+	c, _ := identity.FromContext(r.Context())
 	items := []map[string]any{}
 	for _, q := range qs {
+		if q.ProjectID != c.ProjectID && !c.Allow(identity.RuleReadQuotaGlobal, "") {
+			continue
+		}
 		m := renderQuota(q.Quota)
 		m["project_id"] = q.ProjectID
 		items = append(items, m)
@@ -289,10 +295,6 @@ func (s *Server) showQuota(w http.ResponseWriter, r *http.Request, project strin
 }
 
 func (s *Server) updateQuota(w http.ResponseWriter, r *http.Request, project string) {
-	if err := requireAdmin(r); err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	attrs, err := s.decode(r, "quota", "quota", OpPut)
 	if err != nil {
 		s.fail(w, r, err)
@@ -320,10 +322,6 @@ func (s *Server) updateQuota(w http.ResponseWriter, r *http.Request, project str
 }
 
 func (s *Server) resetQuota(w http.ResponseWriter, r *http.Request, project string) {
-	if err := requireAdmin(r); err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	if err := s.svc.ResetQuota(r.Context(), project); err != nil {
 		s.fail(w, r, err)
 		return

@@ -64,6 +64,12 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rt route) {
 	default:
 		do = s.dispatchCatalog(w, r, rt)
 	}
+	if do != nil {
+		if err := authorize(r, rt); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	if do == nil {
 		if do == nil && r.Method != "" {
 			// Known path, wrong method, or unknown path.
