@@ -21,9 +21,13 @@ type Octavia struct {
 	// Poll is how often a change is checked for ACTIVE (default 50 ms);
 	// Timeout how long it may take (default 2 minutes).
 	Poll, Timeout time.Duration
-	// Calls counts the API calls that changed something, for tests and
-	// metrics.
-	Calls int
+}
+
+// session is one Apply or Delete: it counts the calls that change
+// something.
+type session struct {
+	*Octavia
+	calls int
 }
 
 // The parts of Octavia's objects the applier compares.
@@ -86,8 +90,8 @@ func (o *Octavia) get(ctx context.Context, u string, into any) error {
 	return err
 }
 
-func (o *Octavia) send(ctx context.Context, method, u string, body any, into any, ok ...int) error {
-	o.Calls++
+func (o *session) send(ctx context.Context, method, u string, body any, into any, ok ...int) error {
+	o.calls++
 	opts := &gophercloud.RequestOpts{OkCodes: ok}
 	var err error
 	switch method {
@@ -129,6 +133,10 @@ func (o *Octavia) Owned(ctx context.Context, tags ...string) ([]actualLB, error)
 
 // Delete removes a load balancer and everything under it.
 func (o *Octavia) Delete(ctx context.Context, id string) error {
+	return (&session{Octavia: o}).delete(ctx, id)
+}
+
+func (o *session) delete(ctx context.Context, id string) error {
 	err := o.send(ctx, http.MethodDelete, o.url("loadbalancers", id)+"?cascade=true", nil, nil, 204)
 	if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
 		return nil
@@ -140,15 +148,21 @@ func (o *Octavia) Delete(ctx context.Context, id string) error {
 }
 
 // Apply makes Octavia hold want and returns the load balancer's primary
-// VIP address.
-func (o *Octavia) Apply(ctx context.Context, want *LB) (string, error) {
+// VIP address and the number of calls that changed something.
+func (o *Octavia) Apply(ctx context.Context, want *LB) (vip string, calls int, err error) {
+	s := &session{Octavia: o}
+	vip, err = s.apply(ctx, want)
+	return vip, s.calls, err
+}
+
+func (o *session) apply(ctx context.Context, want *LB) (string, error) {
 	cur, err := o.Find(ctx, want.Name)
 	if err != nil {
 		return "", err
 	}
 	if cur != nil && !sameVIPs(cur, want) {
 		// A VIP cannot change in place: replace the load balancer.
-		if err := o.Delete(ctx, cur.ID); err != nil {
+		if err := o.delete(ctx, cur.ID); err != nil {
 			return "", err
 		}
 		cur = nil
@@ -224,7 +238,7 @@ func sameVIPs(cur *actualLB, want *LB) bool {
 
 // change sends one mutation and waits for the load balancer to settle:
 // Octavia refuses the next change while it is PENDING_UPDATE.
-func (o *Octavia) change(ctx context.Context, lbID, method, u string, body any) error {
+func (o *session) change(ctx context.Context, lbID, method, u string, body any) error {
 	ok := map[string][]int{http.MethodPost: {201}, http.MethodPut: {200, 202}, http.MethodDelete: {204}}[method]
 	if err := o.send(ctx, method, u, body, nil, ok...); err != nil {
 		return err
@@ -305,7 +319,7 @@ func nonNil(s []string) []string {
 }
 
 // addListener creates a listener, then its pool, members and monitor.
-func (o *Octavia) addListener(ctx context.Context, lbID string, l Listener) error {
+func (o *session) addListener(ctx context.Context, lbID string, l Listener) error {
 	body := listenerBody(l)
 	body["loadbalancer_id"], body["protocol"], body["protocol_port"] = lbID, l.Protocol, l.Port
 	var out struct {
@@ -320,7 +334,7 @@ func (o *Octavia) addListener(ctx context.Context, lbID string, l Listener) erro
 	return o.addPool(ctx, lbID, out.L.ID, l.Pool)
 }
 
-func (o *Octavia) addPool(ctx context.Context, lbID, listenerID string, p Pool) error {
+func (o *session) addPool(ctx context.Context, lbID, listenerID string, p Pool) error {
 	body := poolBody(p)
 	body["listener_id"], body["protocol"] = listenerID, p.Protocol
 	var out struct {
@@ -346,7 +360,7 @@ func (o *Octavia) addPool(ctx context.Context, lbID, listenerID string, p Pool) 
 }
 
 // syncListener brings an existing listener and its pool to l.
-func (o *Octavia) syncListener(ctx context.Context, lbID string, cl actualListener, l Listener) error {
+func (o *session) syncListener(ctx context.Context, lbID string, cl actualListener, l Listener) error {
 	if cl.Name != l.Name || !sameSet(cl.AllowedCIDRs, l.AllowedCIDRs) || !sameSet(cl.Tags, l.Tags) {
 		if err := o.change(ctx, lbID, http.MethodPut, o.url("listeners", cl.ID), map[string]any{"listener": listenerBody(l)}); err != nil {
 			return err
@@ -381,7 +395,7 @@ func (o *Octavia) syncListener(ctx context.Context, lbID string, cl actualListen
 	return o.syncMonitor(ctx, lbID, p, l.Pool.Monitor)
 }
 
-func (o *Octavia) syncMonitor(ctx context.Context, lbID string, p actualPool, want *Monitor) error {
+func (o *session) syncMonitor(ctx context.Context, lbID string, p actualPool, want *Monitor) error {
 	var cur *actualMonitor
 	if p.HealthMonitorID != "" {
 		var out struct {

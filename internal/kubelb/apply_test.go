@@ -1,61 +1,14 @@
 package kubelb
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
-	"github.com/gophercloud/gophercloud/v2"
-
-	"github.com/flowlb/flowlb/internal/identity"
-	"github.com/flowlb/flowlb/internal/lbaas"
-	"github.com/flowlb/flowlb/internal/neutron"
-	"github.com/flowlb/flowlb/internal/octavia"
-	"github.com/flowlb/flowlb/internal/provider/flow"
-	"github.com/flowlb/flowlb/internal/store/memstore"
+	"github.com/flowlb/flowlb/internal/kubelb/lbtest"
 )
 
-// flowlbAPI is a real flowlb API server (in-memory store, changes complete
-// at once) with one network holding a cluster-IP and an external subnet.
-func flowlbAPI(t *testing.T) (*Octavia, string, string) {
-	t.Helper()
-	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st := memstore.New()
-	net, clusterSub, err := neutron.EnsureDefault(ctx, st, "kube", "198.19.64.0/18")
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := lbaas.New(st, neutron.Allocator{}, []lbaas.Provider{flow.New(flow.Immediate{})}, lbaas.Config{DefaultProvider: flow.Name}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(identity.NoAuth("kube", octavia.New(svc, neutron.NewHandler(st, log), log, octavia.Config{})))
-	t.Cleanup(srv.Close)
-	body, _ := json.Marshal(map[string]any{"subnet": map[string]any{"network_id": net.ID, "cidr": "198.19.128.0/17", "ip_version": 4, "name": "ext"}})
-	resp, err := http.Post(srv.URL+"/v2.0/subnets", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out struct {
-		Subnet struct{ ID string } `json:"subnet"`
-	}
-	_ = json.NewDecoder(resp.Body).Decode(&out)
-	resp.Body.Close()
-	if resp.StatusCode != 201 {
-		t.Fatalf("external subnet: HTTP %d", resp.StatusCode)
-	}
-	c := &gophercloud.ServiceClient{ProviderClient: &gophercloud.ProviderClient{}, Endpoint: srv.URL + "/", ResourceBase: srv.URL + "/v2.0/"}
-	return &Octavia{Client: c}, clusterSub.ID, out.Subnet.ID
-}
-
 func TestApplyMinimalCalls(t *testing.T) {
-	o, clusterSub, extSub := flowlbAPI(t)
+	api := lbtest.New(t)
+	o, clusterSub, extSub := &Octavia{Client: api.Client}, api.ClusterSubnet, api.ExternalSubnet
 	ctx := t.Context()
 	base := func() *LB {
 		return &LB{Name: "kube_service_lab_default_web", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{clusterSub, "198.19.64.10"},
@@ -97,12 +50,11 @@ func TestApplyMinimalCalls(t *testing.T) {
 	want := base()
 	for _, s := range steps {
 		s.edit(want)
-		before := o.Calls
-		vip, err := o.Apply(ctx, want)
+		vip, n, err := o.Apply(ctx, want)
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		if n := o.Calls - before; n != s.calls {
+		if n != s.calls {
 			t.Errorf("%s: %d calls, want %d", s.name, n, s.calls)
 		}
 		if vip != want.VIP.Address {
@@ -110,12 +62,8 @@ func TestApplyMinimalCalls(t *testing.T) {
 		}
 		// What is there now is exactly what was asked: a second Apply
 		// changes nothing.
-		before = o.Calls
-		if _, err := o.Apply(ctx, want); err != nil {
-			t.Fatal(err)
-		}
-		if n := o.Calls - before; n != 0 {
-			t.Errorf("%s: re-apply made %d calls, want 0", s.name, n)
+		if _, n, err := o.Apply(ctx, want); err != nil || n != 0 {
+			t.Errorf("%s: re-apply made %d calls (%v), want 0", s.name, n, err)
 		}
 	}
 	cur, err := o.Find(ctx, want.Name)
