@@ -303,7 +303,9 @@ var KubeControllers = []string{
 func (l *Lab) waitHTTP(ctx context.Context, proc, url string, tc *tls.Config) error {
 	fabric := l.Fabric()
 	tr := &http.Transport{
-		DialContext:     func(ctx context.Context, network, addr string) (net.Conn, error) { return fabric.Dial(ctx, network, addr) },
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return fabric.Dial(ctx, network, addr)
+		},
 		TLSClientConfig: tc,
 	}
 	defer tr.CloseIdleConnections()

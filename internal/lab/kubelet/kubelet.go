@@ -73,11 +73,13 @@ func (r LabRuntime) AddPod(ctx context.Context, node int, kp lab.KubePod) (strin
 	return h.Name, h.Addr, err
 }
 
-func (r LabRuntime) Pods() (map[string]lab.KubePod, error)          { return r.Lab.KubePods() }
-func (r LabRuntime) Up(host string) bool                             { return r.Lab.EchoUp(host) }
-func (r LabRuntime) Restart(ctx context.Context, host string) error  { return r.Lab.StartEcho(ctx, host) }
-func (r LabRuntime) Stop(host string, grace time.Duration) error     { return r.Lab.TermEcho(host, grace) }
-func (r LabRuntime) Remove(host string) error                        { return r.Lab.DelPod(host) }
+func (r LabRuntime) Pods() (map[string]lab.KubePod, error) { return r.Lab.KubePods() }
+func (r LabRuntime) Up(host string) bool                   { return r.Lab.EchoUp(host) }
+func (r LabRuntime) Restart(ctx context.Context, host string) error {
+	return r.Lab.StartEcho(ctx, host)
+}
+func (r LabRuntime) Stop(host string, grace time.Duration) error { return r.Lab.TermEcho(host, grace) }
+func (r LabRuntime) Remove(host string) error                    { return r.Lab.DelPod(host) }
 func (r LabRuntime) Dial(ctx context.Context, node int, network, addr string) (net.Conn, error) {
 	return r.Lab.Node(node).Dial(ctx, network, addr)
 }
