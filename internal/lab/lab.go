@@ -698,7 +698,7 @@ func (l *Lab) LogPath(host, name string) string {
 	return filepath.Join(l.dir, "logs", host+"."+name+".log")
 }
 
-func (l *Lab) startProc(host, name string, argv, env []string) (ProcState, error) {
+func (l *Lab) startProc(host, name string, argv, env []string, extra ...*os.File) (ProcState, error) {
 	if _, err := l.Host(host); err != nil {
 		return ProcState{}, err
 	}
@@ -710,7 +710,7 @@ func (l *Lab) startProc(host, name string, argv, env []string) (ProcState, error
 			}
 		}
 		var err error
-		p, err = spawn(NSName(l.name, host), l.cgroup(host), l.LogPath(host, name), argv, env)
+		p, err = spawn(NSName(l.name, host), l.cgroup(host), l.LogPath(host, name), argv, env, extra...)
 		if err != nil {
 			return err
 		}

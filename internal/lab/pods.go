@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // EchoProc is the process name of a pod's echo server.
@@ -29,6 +32,15 @@ func joinInts(v []int) string {
 
 func (l *Lab) echoArgv(s *State, pod string) []string {
 	argv := slices.Clone(s.Echo)
+	if s.Kube != nil {
+		if kp, ok := s.Kube.Pods[pod]; ok {
+			// A Kubernetes pod listens on its container ports only; TCP
+			// ports answer HTTP and the line protocol alike.
+			return append(argv, "--name", kp.Namespace+"/"+kp.Name,
+				"--health-file", l.healthFile(pod), "--ready-file", l.readyFile(pod),
+				"--tcp=", "--http=", "--udp="+joinInts(kp.UDP), "--auto="+joinInts(kp.TCP))
+		}
+	}
 	argv = append(argv, "--name", pod,
 		"--health-file", l.healthFile(pod), "--ready-file", l.readyFile(pod))
 	if len(s.Ports.TCP) > 0 {
@@ -245,6 +257,9 @@ func (l *Lab) DelPod(pod string) error {
 		}
 		_ = os.Remove(l.healthFile(pod))
 		_ = os.Remove(l.readyFile(pod))
+		if s.Kube != nil {
+			delete(s.Kube.Pods, pod)
+		}
 		for k := range s.Nodes {
 			if s.Nodes[k].Index == i {
 				s.Nodes[k].Pods = slices.DeleteFunc(s.Nodes[k].Pods, func(x int) bool { return x == j })
@@ -252,4 +267,127 @@ func (l *Lab) DelPod(pod string) error {
 		}
 		return nil
 	})
+}
+
+// KubePod is a Kubernetes pod that the lab kubelet runs as a lab pod: a
+// namespace on its node with an echo server on the pod's ports.
+type KubePod struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	TCP       []int  `json:"tcp,omitempty"` // answer HTTP or the line protocol
+	UDP       []int  `json:"udp,omitempty"`
+}
+
+// AddKubePod adds a pod for a Kubernetes pod to node i and starts its echo
+// server on the pod's ports. Its index (and so its address in the node's
+// pod CIDR) is the next free one after the last one given to a
+// Kubernetes pod on the node, so addresses of pods that just went away are
+// not reused at once; static pods keep theirs.
+func (l *Lab) AddKubePod(ctx context.Context, i int, kp KubePod) (Host, error) {
+	if !l.hasNode(i) {
+		return Host{}, fmt.Errorf("no node %d", i)
+	}
+	var pod string
+	err := l.update(func(s *State) error {
+		if s.Kube == nil {
+			return ErrNoKube
+		}
+		for h, p := range s.Kube.Pods {
+			if p.UID == kp.UID {
+				return fmt.Errorf("pod %s/%s (%s) already runs as %s", kp.Namespace, kp.Name, kp.UID, h)
+			}
+		}
+		n := slices.IndexFunc(s.Nodes, func(n NodeState) bool { return n.Index == i })
+		j := nextFree(s.Nodes[n].Pods, s.Nodes[n].LastKube, MaxPodsPerNode)
+		if j == 0 {
+			return fmt.Errorf("node %d has no free pod address", i)
+		}
+		pod = PodName(i, j)
+		if err := l.newHostNS(pod); err != nil {
+			return err
+		}
+		if err := l.buildPod(i, j); err != nil {
+			_ = deleteNS(NSName(l.name, pod))
+			return err
+		}
+		s.Nodes[n].Pods = append(s.Nodes[n].Pods, j)
+		slices.Sort(s.Nodes[n].Pods)
+		s.Nodes[n].LastKube = j
+		if s.Kube.Pods == nil {
+			s.Kube.Pods = map[string]KubePod{}
+		}
+		s.Kube.Pods[pod] = kp
+		return nil
+	})
+	if err != nil {
+		return Host{}, err
+	}
+	if len(l.snapshot().Echo) > 0 {
+		if err := l.startEcho(ctx, []string{pod}, 10*time.Second); err != nil {
+			_ = l.DelPod(pod)
+			return Host{}, err
+		}
+	}
+	return l.Host(pod)
+}
+
+// nextFree returns the first index in 1..max after last (wrapping) that is
+// not in used, or 0 if all are.
+func nextFree(used []int, last, max int) int {
+	for k := 1; k <= max; k++ {
+		j := (last+k-1)%max + 1
+		if !slices.Contains(used, j) {
+			return j
+		}
+	}
+	return 0
+}
+
+// KubePods returns the lab pods that run Kubernetes pods, by host name,
+// as the state file has them now (another process may have changed it).
+func (l *Lab) KubePods() (map[string]KubePod, error) {
+	out := map[string]KubePod{}
+	err := l.update(func(s *State) error {
+		if s.Kube != nil {
+			maps.Copy(out, s.Kube.Pods)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// EchoUp reports whether pod's echo server runs and has bound its ports.
+func (l *Lab) EchoUp(pod string) bool {
+	s := l.snapshot()
+	for _, p := range s.Procs {
+		if p.Host == pod && p.Name == EchoProc {
+			if !p.alive() {
+				return false
+			}
+			_, err := os.Stat(l.readyFile(pod))
+			return err == nil
+		}
+	}
+	return false
+}
+
+// TermEcho stops pod's echo server the way a container runtime stops a
+// container: SIGTERM, then SIGKILL if it still runs after grace.
+func (l *Lab) TermEcho(pod string, grace time.Duration) error {
+	var p *ProcState
+	for _, q := range l.snapshot().Procs {
+		if q.Host == pod && q.Name == EchoProc && q.alive() {
+			p = &q
+		}
+	}
+	if p == nil {
+		return nil
+	}
+	_ = unix.Kill(p.PID, unix.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for p.alive() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return l.stopProc(pod, EchoProc)
 }

@@ -78,8 +78,9 @@ func (p ProcState) alive() bool {
 
 // spawn starts argv inside network namespace ns, detached (own session,
 // stdin from /dev/null, output appended to logPath) so that it outlives
-// the caller, and places it in cgroup cg if cg is not "".
-func spawn(ns, cg, logPath string, argv, env []string) (ProcState, error) {
+// the caller, and places it in cgroup cg if cg is not "". extra are
+// passed as file descriptors 3, 4, ...
+func spawn(ns, cg, logPath string, argv, env []string, extra ...*os.File) (ProcState, error) {
 	if len(argv) == 0 {
 		return ProcState{}, errors.New("empty command")
 	}
@@ -91,6 +92,7 @@ func spawn(ns, cg, logPath string, argv, env []string) (ProcState, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
+	cmd.ExtraFiles = extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	var cgfd = -1
 	if cg != "" {
@@ -112,6 +114,7 @@ func spawn(ns, cg, logPath string, argv, env []string) (ProcState, error) {
 		cmd = exec.Command(argv[0], argv[1:]...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.Env = append(os.Environ(), env...)
+		cmd.ExtraFiles = extra
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		if err = InNS(ns, start); err == nil {
 			_ = os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)

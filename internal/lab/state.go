@@ -33,6 +33,8 @@ type State struct {
 	// Owner, if set, is the process whose lifetime bounds the lab (a test
 	// binary); DownOrphans removes the lab once that process is gone.
 	Owner *ProcState `json:"owner,omitempty"`
+	// Kube is set once a Kubernetes control plane runs in the lab.
+	Kube *KubeState `json:"kube,omitempty"`
 }
 
 // Ports are the echo server ports every pod listens on.
@@ -46,6 +48,10 @@ type Ports struct {
 type NodeState struct {
 	Index int   `json:"index"`
 	Pods  []int `json:"pods"` // pod indices present on the node
+	// LastKube is the pod index last given to a Kubernetes pod; the next
+	// one takes the next free index after it, so a pod address is not
+	// reused right after its pod went away.
+	LastKube int `json:"last_kube,omitempty"`
 }
 
 // ProcState identifies a process the lab started. PID plus the kernel's

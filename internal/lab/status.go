@@ -26,7 +26,19 @@ type Status struct {
 	Ready    bool         `json:"ready"`
 	Ports    Ports        `json:"ports"`
 	NextHops []int        `json:"next_hops"`
+	Kube     *KubeStatus  `json:"kubernetes,omitempty"`
 	Hosts    []HostStatus `json:"hosts"`
+}
+
+// KubeStatus is the Kubernetes part of a lab's status.
+type KubeStatus struct {
+	Version       string `json:"version"`
+	Kubeconfig    string `json:"kubeconfig"`
+	Server        string `json:"server"`
+	LabKubeconfig string `json:"lab_kubeconfig"`
+	LabServer     string `json:"lab_server"`
+	ServiceCIDR   string `json:"service_cidr"`
+	Pods          int    `json:"pods"`
 }
 
 // HostStatus is one namespace with its addresses and processes.
@@ -37,6 +49,7 @@ type HostStatus struct {
 	Addr    string       `json:"addr"`
 	Present bool         `json:"present"` // namespace exists
 	Healthy *bool        `json:"healthy,omitempty"`
+	KubePod string       `json:"kube_pod,omitempty"` // namespace/name of the Kubernetes pod it runs
 	Procs   []ProcStatus `json:"procs,omitempty"`
 }
 
@@ -52,11 +65,20 @@ type ProcStatus struct {
 func (l *Lab) Status() Status {
 	s := l.snapshot()
 	st := Status{Name: l.name, Dir: l.dir, Ready: s.Ready, Ports: s.Ports, NextHops: s.NextHops}
+	if k := s.Kube; k != nil {
+		st.Kube = &KubeStatus{Version: k.Version, Kubeconfig: k.Kubeconfig, Server: k.Server,
+			LabKubeconfig: k.LabKubeconfig, LabServer: k.LabServer, ServiceCIDR: k.ServiceCIDR, Pods: len(k.Pods)}
+	}
 	add := func(name, kind, addr string) {
 		hs := HostStatus{Name: name, Kind: kind, NS: NSName(l.name, name), Addr: addr, Present: nsExists(NSName(l.name, name))}
 		if kind == "pod" {
 			ok := l.Healthy(name)
 			hs.Healthy = &ok
+			if s.Kube != nil {
+				if kp, found := s.Kube.Pods[name]; found {
+					hs.KubePod = kp.Namespace + "/" + kp.Name
+				}
+			}
 		}
 		for _, p := range s.Procs {
 			if p.Host == name {
@@ -85,6 +107,10 @@ func (st Status) Format(w io.Writer) {
 	}
 	fmt.Fprintf(w, "lab %s: %s; state %s\n", st.Name, ready, st.Dir)
 	fmt.Fprintf(w, "echo ports: tcp %v udp %v http %v; external VIPs %s via nodes %v\n", st.Ports.TCP, st.Ports.UDP, st.Ports.HTTP, ExternalVIPs, st.NextHops)
+	if k := st.Kube; k != nil {
+		fmt.Fprintf(w, "kubernetes %s: kubeconfig %s (server %s)\n", k.Version, k.Kubeconfig, k.Server)
+		fmt.Fprintf(w, "  from lab namespaces: kubeconfig %s (server %s); service CIDR %s; %d pods\n", k.LabKubeconfig, k.LabServer, k.ServiceCIDR, k.Pods)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tNETNS\tADDRESS\tPROCESSES")
 	for _, h := range st.Hosts {
@@ -98,6 +124,9 @@ func (st Status) Format(w io.Writer) {
 		}
 		if h.Healthy != nil && !*h.Healthy {
 			procs = append(procs, "(unhealthy)")
+		}
+		if h.KubePod != "" {
+			procs = append(procs, "pod "+h.KubePod)
 		}
 		ns := h.NS
 		if !h.Present {

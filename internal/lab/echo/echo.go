@@ -28,6 +28,12 @@ type Config struct {
 	TCP  []int  // line protocol: every line read gets one reply line
 	UDP  []int  // every datagram gets one reply datagram
 	HTTP []int  // every request gets the reply line as body
+	// Auto ports speak both TCP protocols: a connection whose first line
+	// is an HTTP request line is served as HTTP, any other as the line
+	// protocol. Kubernetes pods in the lab listen this way on their
+	// container ports, since a port number does not say which one a
+	// client (or a probe) will speak.
+	Auto []int
 	// HealthFile, if set and present, makes HTTP answer 500 (to fail
 	// health checks without stopping the server).
 	HealthFile string
@@ -76,6 +82,7 @@ type Server struct {
 	cfg  Config
 	tcp  []net.Listener
 	http []net.Listener
+	auto []net.Listener
 	udp  []net.PacketConn
 }
 
@@ -102,6 +109,14 @@ func Listen(cfg Config) (*Server, error) {
 		}
 		s.http = append(s.http, ln)
 	}
+	for _, p := range cfg.Auto {
+		ln, err := net.Listen("tcp4", hostport(p))
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.auto = append(s.auto, ln)
+	}
 	for _, p := range cfg.UDP {
 		pc, err := net.ListenPacket("udp4", hostport(p))
 		if err != nil {
@@ -116,6 +131,7 @@ func Listen(cfg Config) (*Server, error) {
 // TCPAddrs, UDPAddrs and HTTPAddrs are the bound addresses.
 func (s *Server) TCPAddrs() []string  { return addrs(s.tcp) }
 func (s *Server) HTTPAddrs() []string { return addrs(s.http) }
+func (s *Server) AutoAddrs() []string { return addrs(s.auto) }
 func (s *Server) UDPAddrs() []string {
 	var out []string
 	for _, pc := range s.udp {
@@ -138,6 +154,9 @@ func (s *Server) Close() {
 		l.Close()
 	}
 	for _, l := range s.http {
+		l.Close()
+	}
+	for _, l := range s.auto {
 		l.Close()
 	}
 	for _, pc := range s.udp {
@@ -172,6 +191,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		servers = append(servers, hs)
 		wg.Go(func() { _ = hs.Serve(ln) })
 	}
+	for _, ln := range s.auto {
+		hl := newConnListener(ln.Addr())
+		hs := &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second}
+		servers = append(servers, hs)
+		wg.Go(func() { _ = hs.Serve(hl) })
+		wg.Go(func() { s.serveAuto(ln, hl); hl.Close() })
+	}
 	for _, pc := range s.udp {
 		wg.Go(func() { s.serveUDP(pc) })
 	}
@@ -188,7 +214,9 @@ func (s *Server) reply(local, peer net.Addr) string {
 	return Reply{Pod: s.cfg.Name, Addr: local.String(), Peer: peer.String()}.String() + "\n"
 }
 
-func (s *Server) serveTCP(ln net.Listener) {
+// accept calls fn for every accepted connection, in its own goroutine,
+// until the listener is closed.
+func accept(ln net.Listener, fn func(net.Conn)) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -199,23 +227,144 @@ func (s *Server) serveTCP(ln net.Listener) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		go func() {
-			defer c.Close()
-			line := s.reply(c.LocalAddr(), c.RemoteAddr())
-			r := bufio.NewReader(c)
-			for {
-				// An idle client must not pin a goroutine forever.
-				_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
-				if _, err := r.ReadString('\n'); err != nil {
-					return
-				}
-				if _, err := c.Write([]byte(line)); err != nil {
-					return
-				}
-			}
-		}()
+		go fn(c)
 	}
 }
+
+func (s *Server) serveTCP(ln net.Listener) {
+	accept(ln, func(c net.Conn) {
+		defer c.Close()
+		s.lines(c, bufio.NewReader(c), false)
+	})
+}
+
+// lines answers one reply line per line read from r; if first, a line
+// was already read (by serveAuto) and is answered at once.
+func (s *Server) lines(c net.Conn, r *bufio.Reader, first bool) {
+	line := []byte(s.reply(c.LocalAddr(), c.RemoteAddr()))
+	if first {
+		if _, err := c.Write(line); err != nil {
+			return
+		}
+	}
+	for {
+		// An idle client must not pin a goroutine forever.
+		_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+		if _, err := r.ReadString('\n'); err != nil {
+			return
+		}
+		if _, err := c.Write(line); err != nil {
+			return
+		}
+	}
+}
+
+// serveAuto reads the first line of every connection and hands it to
+// the HTTP server (through hl) if it is an HTTP/1 request line, or
+// answers it with the line protocol otherwise.
+func (s *Server) serveAuto(ln net.Listener, hl *connListener) {
+	accept(ln, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+		// Wait for the first line (or a full buffer): peek what has
+		// arrived, and one byte more while it holds no newline.
+		first, err := r.Peek(1)
+		for err == nil {
+			first, _ = r.Peek(r.Buffered())
+			if bytesHasNewline(first) || len(first) >= r.Size() {
+				break
+			}
+			_, err = r.Peek(len(first) + 1)
+		}
+		if err != nil && len(first) == 0 {
+			c.Close()
+			return
+		}
+		_ = c.SetReadDeadline(time.Time{})
+		if IsHTTPRequestLine(string(first)) {
+			if !hl.put(&bufferedConn{Conn: c, r: r}) {
+				c.Close()
+			}
+			return
+		}
+		defer c.Close()
+		if _, err := r.ReadString('\n'); err != nil {
+			return
+		}
+		s.lines(c, r, true)
+	})
+}
+
+func bytesHasNewline(b []byte) bool {
+	for _, x := range b {
+		if x == '\n' {
+			return true
+		}
+	}
+	return false
+}
+
+// IsHTTPRequestLine reports whether s starts with an HTTP/1 request line:
+// "METHOD SP target SP HTTP/1.x".
+func IsHTTPRequestLine(s string) bool {
+	line, _, _ := strings.Cut(s, "\n")
+	line = strings.TrimSuffix(line, "\r")
+	f := strings.Split(line, " ")
+	if len(f) != 3 || f[0] == "" || f[1] == "" || !strings.HasPrefix(f[2], "HTTP/1.") {
+		return false
+	}
+	for _, r := range f[0] {
+		if r < 'A' || r > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// bufferedConn is a connection whose first bytes were already read into r.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// connListener is a net.Listener fed with connections by serveAuto.
+type connListener struct {
+	addr   net.Addr
+	ch     chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newConnListener(addr net.Addr) *connListener {
+	return &connListener{addr: addr, ch: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *connListener) put(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.closed:
+		return false
+	}
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *connListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *connListener) Addr() net.Addr { return l.addr }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)

@@ -160,3 +160,79 @@ func TestServerProtocols(t *testing.T) {
 		}
 	}
 }
+
+func TestIsHTTPRequestLine(t *testing.T) {
+	cases := []struct {
+		in   string
+		want bool
+	}{
+		{"GET / HTTP/1.1\r\n", true},
+		{"POST /a?b=c HTTP/1.0\n", true},
+		{"GET / HTTP/1.1\r\nHost: x\r\n", true},
+		{"hello\n", false},
+		{"x\n", false},
+		{"get / HTTP/1.1\n", false},
+		{"GET /\n", false},
+		{"GET / HTTP/2\n", false},
+		{"GET  / HTTP/1.1\n", false},
+		{"", false},
+	}
+	for _, c := range cases {
+		if got := IsHTTPRequestLine(c.in); got != c.want {
+			t.Errorf("IsHTTPRequestLine(%q) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// TestAutoPort: one port answers the line protocol and HTTP (with
+// keep-alive), whichever the client speaks first.
+func TestAutoPort(t *testing.T) {
+	cfg := Config{Name: "auto", Bind: "127.0.0.1", Auto: []int{0}}
+	s, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Serve(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	addr := s.AutoAddrs()[0]
+
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	for i := 0; i < 2; i++ {
+		if _, err := c.Write([]byte("ping\n")); err != nil {
+			t.Fatal(err)
+		}
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := Parse(line); err != nil || r.Pod != "auto" || r.Addr != addr || r.Peer != c.LocalAddr().String() {
+			t.Errorf("line %d: %q: %+v %v", i, line, r, err)
+		}
+	}
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	for i := 0; i < 2; i++ { // the second request reuses the connection
+		resp, err := hc.Get("http://" + addr + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("X-Flowlb-Pod") != "auto" {
+			t.Errorf("http %d: %d %v", i, resp.StatusCode, resp.Header)
+		}
+		if r, err := Parse(string(b)); err != nil || r.Addr != addr {
+			t.Errorf("http %d: body %q: %+v %v", i, b, r, err)
+		}
+	}
+}

@@ -20,12 +20,13 @@ func Main(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg Config
-	var tcp, udp, httpPorts string
+	var tcp, udp, httpPorts, auto string
 	fs.StringVar(&cfg.Name, "name", "", "name to answer with (the pod name)")
 	fs.StringVar(&cfg.Bind, "bind", "", "listen address (default all)")
 	fs.StringVar(&tcp, "tcp", "8080", "TCP line-protocol ports, comma separated")
 	fs.StringVar(&udp, "udp", "9090", "UDP ports, comma separated")
 	fs.StringVar(&httpPorts, "http", "80", "HTTP ports, comma separated")
+	fs.StringVar(&auto, "auto", "", "TCP ports serving HTTP or the line protocol, whichever the client speaks")
 	fs.StringVar(&cfg.HealthFile, "health-file", "", "answer HTTP 500 while this file exists")
 	fs.StringVar(&cfg.ReadyFile, "ready-file", "", "create this file once listening")
 	if err := fs.Parse(args); err != nil {
@@ -45,10 +46,13 @@ func Main(args []string, stderr io.Writer) error {
 	if cfg.HTTP, err = ParsePorts(httpPorts); err != nil {
 		return err
 	}
+	if cfg.Auto, err = ParsePorts(auto); err != nil {
+		return err
+	}
 	cfg.Log = slog.New(slog.NewTextHandler(stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	cfg.Log.Info("echo server starting", "name", cfg.Name, "tcp", cfg.TCP, "udp", cfg.UDP, "http", cfg.HTTP)
+	cfg.Log.Info("echo server starting", "name", cfg.Name, "tcp", cfg.TCP, "udp", cfg.UDP, "http", cfg.HTTP, "auto", cfg.Auto)
 	return Run(ctx, cfg)
 }
 

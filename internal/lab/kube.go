@@ -1,0 +1,363 @@
+package lab
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The Kubernetes control plane of a lab (docs/lab.md, "Kubernetes"):
+// etcd, kube-apiserver and kube-controller-manager run in the fabric
+// namespace, on its own loopback (so labs never clash on ports) and, for
+// the API, on the control address that every node and pod reaches. The
+// lab kubelet runs there too and forwards a loopback port of the caller's
+// namespace to the API, so that kubectl works from the machine's shell.
+
+// KubeVersion is the Kubernetes release the lab runs (hack/kube-bins.sh
+// builds it).
+const KubeVersion = "v1.34.4"
+
+// KubeServiceCIDR is the cluster-IP range of the lab's Kubernetes
+// services: a part of the service VIP range, which flowlb owns.
+var KubeServiceCIDR = netip.MustParsePrefix("198.19.64.0/18")
+
+// KubeAPIPort is the API server's port on the control address.
+const KubeAPIPort = 6443
+
+// Ports of etcd on the fabric namespace's loopback.
+const (
+	etcdClientPort = 2379
+	etcdPeerPort   = 2380
+)
+
+// Process names of the control plane (all in the fabric).
+const (
+	ProcEtcd       = "etcd"
+	ProcAPIServer  = "kube-apiserver"
+	ProcController = "kube-controller-manager"
+	ProcKubelet    = "kubelet"
+)
+
+// DefaultKubeCache is where hack/kube-bins.sh caches the binaries, one
+// directory per version ($FLOWLB_KUBE_CACHE overrides it).
+const DefaultKubeCache = "/var/cache/flowlb/kube"
+
+// KubeBinDir is the directory holding the cached control-plane binaries of
+// KubeVersion: $FLOWLB_KUBE_BIN if set, else
+// ${FLOWLB_KUBE_CACHE:-/var/cache/flowlb/kube}/KubeVersion.
+func KubeBinDir() string {
+	if d := os.Getenv("FLOWLB_KUBE_BIN"); d != "" {
+		return d
+	}
+	root := os.Getenv("FLOWLB_KUBE_CACHE")
+	if root == "" {
+		root = DefaultKubeCache
+	}
+	return filepath.Join(root, KubeVersion)
+}
+
+// KubeBinaries checks that dir holds the control-plane binaries and that
+// etcd is installed, and returns the etcd path.
+func KubeBinaries(dir string) (etcd string, err error) {
+	var missing []string
+	for _, b := range []string{ProcAPIServer, ProcController} {
+		if st, err := os.Stat(filepath.Join(dir, b)); err != nil || st.Mode()&0o111 == 0 {
+			missing = append(missing, filepath.Join(dir, b))
+		}
+	}
+	etcd, err = exec.LookPath("etcd")
+	if err != nil {
+		missing = append(missing, "etcd (Debian package etcd-server)")
+	}
+	if len(missing) > 0 {
+		return "", fmt.Errorf("missing %s: run hack/kube-bins.sh", strings.Join(missing, ", "))
+	}
+	return etcd, nil
+}
+
+// KubeState describes the lab's Kubernetes control plane.
+type KubeState struct {
+	Version string `json:"version"`
+	Dir     string `json:"dir"` // pki, kubeconfigs, etcd data
+	// Kubeconfig is the admin kubeconfig for the machine's shell (and
+	// tests): its server is the forwarded loopback port.
+	Kubeconfig string `json:"kubeconfig"`
+	Server     string `json:"server"`
+	// LabKubeconfig is the admin kubeconfig for processes in lab
+	// namespaces: its server is on the control address.
+	LabKubeconfig string `json:"lab_kubeconfig"`
+	LabServer     string `json:"lab_server"`
+	ServiceCIDR   string `json:"service_cidr"`
+	// UpSeconds is how long the control plane took to come up (processes
+	// started until the API answered ready).
+	UpSeconds float64 `json:"up_seconds"`
+	// Pods maps lab pods (nI-pJ) to the Kubernetes pods they run.
+	Pods map[string]KubePod `json:"pods,omitempty"`
+}
+
+// KubeOptions configure StartKube.
+type KubeOptions struct {
+	BinDir string // kube-apiserver and kube-controller-manager; default KubeBinDir()
+	// Kubelet is the argv prefix of the lab kubelet; StartKube appends
+	// --lab NAME --state-dir DIR --api-listen-fd 3. Default: this
+	// executable with "lab kubelet".
+	Kubelet    []string
+	KubeletEnv []string
+	// Timeout bounds the wait for the API server (default 3 minutes).
+	Timeout time.Duration
+}
+
+// KubeDir is where the lab keeps its Kubernetes files.
+func (l *Lab) KubeDir() string { return filepath.Join(l.dir, "kube") }
+
+// Kube returns the control plane's state, or nil if the lab has none.
+func (l *Lab) Kube() *KubeState { return l.snapshot().Kube }
+
+// KubeletArgs are the flags StartKube gives the lab kubelet.
+func (l *Lab) kubeletArgs() []string {
+	return []string{"--lab", l.name, "--state-dir", filepath.Dir(l.dir), "--api-listen-fd", "3"}
+}
+
+// StartKube starts etcd, kube-apiserver, kube-controller-manager and the
+// lab kubelet in the fabric namespace, writes the kubeconfigs and returns
+// once the API server is ready. The caller waits for the nodes (package
+// kubelet does). `lab down` stops it all with the rest of the lab.
+func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) {
+	if l.Kube() != nil {
+		return nil, fmt.Errorf("lab %s already runs Kubernetes", l.name)
+	}
+	if o.BinDir == "" {
+		o.BinDir = KubeBinDir()
+	}
+	etcd, err := KubeBinaries(o.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	if len(o.Kubelet) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		o.Kubelet = []string{exe, "lab", "kubelet"}
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 3 * time.Minute
+	}
+	t0 := time.Now()
+	dir := l.KubeDir()
+	if err := os.MkdirAll(filepath.Join(dir, "etcd"), 0o700); err != nil {
+		return nil, err
+	}
+	pki, err := newKubePKI(filepath.Join(dir, "pki"))
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes certificates: %w", err)
+	}
+
+	// The loopback port of the caller's namespace that the kubelet
+	// forwards to the API: bound here, so the kubeconfig is right before
+	// the kubelet even runs.
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	lnf, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		return nil, err
+	}
+	defer lnf.Close()
+
+	local := "https://" + ln.Addr().String()
+	inFabric := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(KubeAPIPort))
+	labServer := "https://" + net.JoinHostPort(ControlAddr.String(), strconv.Itoa(KubeAPIPort))
+	ks := &KubeState{
+		Version:       KubeVersion,
+		Dir:           dir,
+		Kubeconfig:    filepath.Join(dir, "admin.kubeconfig"),
+		Server:        local,
+		LabKubeconfig: filepath.Join(dir, "lab-admin.kubeconfig"),
+		LabServer:     labServer,
+		ServiceCIDR:   KubeServiceCIDR.String(),
+	}
+	cluster := "flowlb-" + l.name
+	kcs := []struct {
+		path, server string
+		cred         keyPair
+	}{
+		{ks.Kubeconfig, local, pki.admin},
+		{ks.LabKubeconfig, labServer, pki.admin},
+		{filepath.Join(dir, "controller-manager.kubeconfig"), inFabric, pki.controller},
+		{filepath.Join(dir, "kubelet.kubeconfig"), inFabric, pki.kubelet},
+	}
+	for _, kc := range kcs {
+		if err := writeKubeconfig(kc.path, cluster, kc.server, pki.ca.cert, kc.cred); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.update(func(s *State) error { s.Kube = ks; return nil }); err != nil {
+		return nil, err
+	}
+
+	fabric := l.Fabric()
+	etcdURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdClientPort))
+	peerURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdPeerPort))
+	etcdArgv := []string{etcd,
+		"--name", "lab", "--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "lab=" + peerURL, "--initial-cluster-state", "new",
+		"--logger", "zap", "--log-level", "warn",
+	}
+	if _, err := fabric.Start(ProcEtcd, etcdArgv); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	if err := l.waitHTTP(ctx, ProcEtcd, etcdURL+"/health", nil); err != nil {
+		return nil, err
+	}
+
+	apiArgv := []string{filepath.Join(o.BinDir, ProcAPIServer),
+		"--etcd-servers", etcdURL,
+		"--bind-address", "0.0.0.0",
+		"--secure-port", strconv.Itoa(KubeAPIPort),
+		"--advertise-address", ControlAddr.String(),
+		"--service-cluster-ip-range", KubeServiceCIDR.String(),
+		"--client-ca-file", pki.ca.certFile,
+		"--tls-cert-file", pki.serving.certFile,
+		"--tls-private-key-file", pki.serving.keyFile,
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", pki.sa.certFile,
+		"--service-account-signing-key-file", pki.sa.keyFile,
+		"--authorization-mode", "RBAC",
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--endpoint-reconciler-type", "lease",
+	}
+	if _, err := fabric.Start(ProcAPIServer, apiArgv); err != nil {
+		return nil, err
+	}
+	tc, err := pki.clientTLS(pki.admin)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.waitHTTP(ctx, ProcAPIServer, inFabric+"/readyz", tc); err != nil {
+		return nil, err
+	}
+	ks.UpSeconds = time.Since(t0).Seconds()
+
+	kcm := filepath.Join(dir, "controller-manager.kubeconfig")
+	kcmArgv := []string{filepath.Join(o.BinDir, ProcController),
+		"--kubeconfig", kcm,
+		"--authentication-kubeconfig", kcm,
+		"--authorization-kubeconfig", kcm,
+		"--bind-address", "127.0.0.1",
+		"--cluster-name", cluster,
+		"--controllers", strings.Join(KubeControllers, ","),
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file", pki.sa.keyFile,
+		"--root-ca-file", pki.ca.certFile,
+		"--leader-elect=false",
+		"--profiling=false",
+	}
+	if _, err := fabric.Start(ProcController, kcmArgv); err != nil {
+		return nil, err
+	}
+	kubeletArgv := append(append([]string{}, o.Kubelet...), l.kubeletArgs()...)
+	if _, err := l.startProc(HostFabric, ProcKubelet, kubeletArgv, o.KubeletEnv, lnf); err != nil {
+		return nil, err
+	}
+	if err := l.update(func(s *State) error { s.Kube = ks; return nil }); err != nil {
+		return nil, err
+	}
+	return ks, nil
+}
+
+// KubeControllers are the kube-controller-manager controllers the lab
+// runs: what Deployments, Services with EndpointSlices, namespaces,
+// service accounts and node health need.
+var KubeControllers = []string{
+	"endpointslice-controller",
+	"deployment-controller",
+	"replicaset-controller",
+	"namespace-controller",
+	"garbage-collector-controller",
+	"serviceaccount-controller",
+	"serviceaccount-token-controller",
+	"node-lifecycle-controller",
+}
+
+// waitHTTP polls url from inside the fabric until it answers 200, the
+// process named proc dies, or ctx ends.
+func (l *Lab) waitHTTP(ctx context.Context, proc, url string, tc *tls.Config) error {
+	fabric := l.Fabric()
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return fabric.Dial(ctx, network, addr)
+		},
+		TLSClientConfig: tc,
+	}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	var last error
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := hc.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+		}
+		last = err
+		if !l.procAlive(HostFabric, proc) {
+			return fmt.Errorf("%s exited (log %s): %v", proc, l.LogPath(HostFabric, proc), last)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready (log %s): %w (last: %v)", proc, l.LogPath(HostFabric, proc), ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (l *Lab) procAlive(host, name string) bool {
+	for _, p := range l.snapshot().Procs {
+		if p.Host == host && p.Name == name {
+			return p.alive()
+		}
+	}
+	return false
+}
+
+// ListenerFromFD turns the descriptor StartKube passes the kubelet back
+// into a listener.
+func ListenerFromFD(fd int) (net.Listener, error) {
+	f := os.NewFile(uintptr(fd), "api-listener")
+	if f == nil {
+		return nil, fmt.Errorf("no file descriptor %d", fd)
+	}
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("listener on fd %d: %w", fd, err)
+	}
+	return ln, nil
+}
+
+// ErrNoKube is returned by lab methods that need Kubernetes in a lab
+// without it.
+var ErrNoKube = errors.New("the lab runs no Kubernetes (lab up --kubernetes)")
