@@ -17,6 +17,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/echo"
+	"github.com/flowlb/flowlb/internal/lab/kubelet"
 	"github.com/flowlb/flowlb/internal/lab/load"
 )
 
@@ -46,7 +47,7 @@ every pod. See docs/lab.md for the topology and address plan.`,
 	_ = cmd.PersistentFlags().MarkHidden("state-dir")
 	cmd.AddCommand(labUpCmd(f), labDownCmd(f), labStatusCmd(f), labExecCmd(f),
 		labAddPodCmd(f), labDelPodCmd(f), labPodCmd(f), labProcCmd(f), labECMPCmd(f),
-		labLoadCmd(f), labEchoCmd(), labDemoCmd())
+		labLoadCmd(f), labEchoCmd(), labKubeletCmd(), labDemoCmd())
 	rootCmd.AddCommand(cmd)
 }
 
@@ -68,7 +69,7 @@ func parseInts(s string) ([]int, error) {
 func labUpCmd(f *labFlags) *cobra.Command {
 	var o lab.Options
 	var tcp, udp, httpPorts string
-	var verbose bool
+	var verbose, kube bool
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Bring a lab up: N nodes × M pods, fabric, router and client",
@@ -97,9 +98,19 @@ func labUpCmd(f *labFlags) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "lab %s up: %d nodes × %d pods in %s (state %s)\n",
 				l.Name(), o.Nodes, o.PodsPerNode, time.Since(t0).Round(time.Millisecond), l.Dir())
+			if !kube {
+				return nil
+			}
+			kc, err := kubelet.Up(ctx, l, lab.KubeOptions{})
+			if err != nil {
+				return fmt.Errorf("kubernetes: %w (the lab stays up; flowlb lab down removes it)", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "kubernetes %s: API ready in %s, %d nodes ready in %s\nkubeconfig: %s\n",
+				kc.State.Version, kc.APIReady.Round(time.Millisecond), o.Nodes, kc.NodesReady.Round(time.Millisecond), kc.State.Kubeconfig)
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&kube, "kubernetes", false, "also run a Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) and the lab kubelet; binaries from hack/kube-bins.sh")
 	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of nodes")
 	c.Flags().IntVar(&o.PodsPerNode, "pods-per-node", 2, "pods on each node")
 	c.Flags().StringVar(&tcp, "tcp", "8080", "echo TCP ports, comma separated")
@@ -386,6 +397,18 @@ func labEchoCmd() *cobra.Command {
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return echo.Main(args, cmd.ErrOrStderr())
+		},
+	}
+}
+
+func labKubeletCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "kubelet --lab NAME [--state-dir DIR] [--api-listen-fd N]",
+		Short:              "Run the lab kubelet (started by lab up --kubernetes in the fabric)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return kubelet.Main(args, cmd.ErrOrStderr())
 		},
 	}
 }
