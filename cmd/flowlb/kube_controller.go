@@ -56,6 +56,7 @@ ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
 	f.StringVar(&o.opts.ClusterIPSubnet, "cluster-ip-subnet", "", "ID of the VIP subnet holding the Services' cluster IPs (required)")
 	f.StringVar(&o.opts.ExternalSubnet, "external-subnet", "", "ID of the subnet LoadBalancer addresses come from, on the same network")
 	f.StringVar(&o.opts.Class, "load-balancer-class", kubelb.DefaultClass, "loadBalancerClass served besides none")
+	f.StringSliceVar(&o.opts.PodCIDRs, "pod-cidrs", nil, "the cluster's pod networks, let through when loadBalancerSourceRanges restrict a Service")
 	f.IntVar(&o.workers, "workers", 4, "Services reconciled at once")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "run only while holding the Lease, so that replicas stand by")
 	f.StringVar(&o.leaseNamespace, "leader-elect-namespace", "kube-system", "namespace of the Lease")

@@ -29,6 +29,11 @@ type Options struct {
 	ClusterIPSubnet, ExternalSubnet string
 	// Class is the loadBalancerClass served besides none.
 	Class string
+	// PodCIDRs are the cluster's pod networks. Source ranges restrict the
+	// external address, but Octavia's allowed_cidrs hold for every VIP of
+	// a listener, the cluster IP included: pods are let through so that
+	// in-cluster traffic to the cluster IP keeps working.
+	PodCIDRs []string
 }
 
 // DefaultClass is the loadBalancerClass flowlb answers to by default.
@@ -208,6 +213,15 @@ func Desired(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, o Options) (
 				return nil, fmt.Errorf("load balancer source range %q: %w", r, err)
 			}
 			ranges = append(ranges, p.Masked().String())
+		}
+		if len(ranges) > 0 {
+			for _, c := range o.PodCIDRs {
+				p, err := netip.ParsePrefix(c)
+				if err != nil {
+					return nil, fmt.Errorf("pod CIDR %q: %w", c, err)
+				}
+				ranges = append(ranges, p.Masked().String())
+			}
 		}
 		slices.Sort(ranges)
 		ranges = slices.Compact(ranges)

@@ -57,6 +57,7 @@ func TestDesired(t *testing.T) {
 		name   string
 		svc    *corev1.Service
 		slices []*discoveryv1.EndpointSlice
+		opts   *Options
 		check  func(t *testing.T, lb *LB)
 		err    string
 	}{
@@ -127,6 +128,16 @@ func TestDesired(t *testing.T) {
 					t.Errorf("listener %+v", l)
 				}
 			}},
+		{name: "source ranges let the pod networks through (allowed_cidrs also guard the cluster IP)",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.LoadBalancerSourceRanges = []string{"198.18.1.0/24"}
+			}), opts: &Options{Cluster: "lab", ClusterIPSubnet: "c", ExternalSubnet: "e", PodCIDRs: []string{"198.18.16.0/20"}},
+			check: func(t *testing.T, lb *LB) {
+				if got := lb.Listeners[0].AllowedCIDRs; !reflect.DeepEqual(got, []string{"198.18.1.0/24", "198.18.16.0/20"}) {
+					t.Errorf("allowed %v", got)
+				}
+			}},
 		{name: "source ranges from the annotation",
 			svc: service(func(s *corev1.Service) {
 				s.Spec.Type = corev1.ServiceTypeLoadBalancer
@@ -193,7 +204,11 @@ func TestDesired(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			lb, err := Desired(tc.svc, tc.slices, opts)
+			o := opts
+			if tc.opts != nil {
+				o = *tc.opts
+			}
+			lb, err := Desired(tc.svc, tc.slices, o)
 			switch {
 			case tc.err != "":
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
