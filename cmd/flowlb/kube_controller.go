@@ -35,6 +35,7 @@ type kubeControllerOptions struct {
 	leaseName      string
 	metrics        string
 	logLevel       string
+	qps            int
 }
 
 func init() {
@@ -57,7 +58,8 @@ ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
 	f.StringVar(&o.opts.ExternalSubnet, "external-subnet", "", "ID of the subnet LoadBalancer addresses come from, on the same network")
 	f.StringVar(&o.opts.Class, "load-balancer-class", kubelb.DefaultClass, "loadBalancerClass served besides none")
 	f.StringSliceVar(&o.opts.PodCIDRs, "pod-cidrs", nil, "the cluster's pod networks, let through when loadBalancerSourceRanges restrict a Service")
-	f.IntVar(&o.workers, "workers", 4, "Services reconciled at once")
+	f.IntVar(&o.workers, "workers", 8, "Services reconciled at once")
+	f.IntVar(&o.qps, "kube-api-qps", 100, "requests per second to the Kubernetes API (burst: twice that)")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "run only while holding the Lease, so that replicas stand by")
 	f.StringVar(&o.leaseNamespace, "leader-elect-namespace", "kube-system", "namespace of the Lease")
 	f.StringVar(&o.leaseName, "leader-elect-name", "flowlb-kube-controller", "name of the Lease")
@@ -84,6 +86,9 @@ func runKubeController(ctx context.Context, o kubeControllerOptions) error {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	rc.UserAgent = "flowlb-kube-controller"
+	// client-go's default of 5 requests/s would make finalizers, status
+	// updates and events of a burst of Services queue for seconds.
+	rc.QPS, rc.Burst = float32(o.qps), o.qps*2
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err

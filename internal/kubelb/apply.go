@@ -18,8 +18,9 @@ import (
 // and one batch call for all of a pool's members.
 type Octavia struct {
 	Client *gophercloud.ServiceClient
-	// Poll is how often a change is checked for ACTIVE (default 50 ms);
-	// Timeout how long it may take (default 2 minutes).
+	// Poll is the longest wait between two checks for ACTIVE (default
+	// 100 ms; the first checks come sooner, as flowlb's changes take
+	// milliseconds); Timeout how long it may take (default 2 minutes).
 	Poll, Timeout time.Duration
 }
 
@@ -480,10 +481,11 @@ func (o *Octavia) waitGone(ctx context.Context, id string) error {
 }
 
 func (o *Octavia) wait(ctx context.Context, id string, done func(status string, gone bool) (bool, error)) error {
-	poll, timeout := o.Poll, o.Timeout
-	if poll == 0 {
-		poll = 50 * time.Millisecond
+	maxPoll, timeout := o.Poll, o.Timeout
+	if maxPoll == 0 {
+		maxPoll = 100 * time.Millisecond
 	}
+	poll := min(2*time.Millisecond, maxPoll)
 	if timeout == 0 {
 		timeout = 2 * time.Minute
 	}
@@ -508,5 +510,6 @@ func (o *Octavia) wait(ctx context.Context, id string, done func(status string, 
 			return ctx.Err()
 		case <-time.After(poll):
 		}
+		poll = min(2*poll, maxPoll)
 	}
 }

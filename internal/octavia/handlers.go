@@ -138,7 +138,7 @@ func (s *Server) show(w http.ResponseWriter, r *http.Request, code int, root str
 // ---- load balancers
 
 func (s *Server) listLBs(w http.ResponseWriter, r *http.Request) {
-	trees, err := s.svc.Trees(r.Context())
+	trees, err := s.trees(r, "id", "name")
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -230,9 +230,40 @@ func (s *Server) failover(w http.ResponseWriter, r *http.Request, id string) {
 
 // ---- listeners
 
+// trees loads the trees a list needs: only the load balancers its query
+// names when it filters on one of keys (the list filter still applies
+// after), else all.
+func (s *Server) trees(r *http.Request, keys ...string) ([]*lbaas.Tree, error) {
+	q := r.URL.Query()
+	want := map[string]string{}
+	for _, k := range keys {
+		if v := q[k]; len(v) == 1 && v[0] != "" {
+			want[k] = v[0]
+		}
+	}
+	if len(want) == 0 {
+		return s.svc.Trees(r.Context())
+	}
+	return s.svc.TreesWhere(r.Context(), func(lb *lbaas.LoadBalancer) bool {
+		for k, v := range want {
+			switch k {
+			case "id", "loadbalancer_id":
+				if lb.ID != v {
+					return false
+				}
+			case "name":
+				if lb.Name != v {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
 // each collects rendered children of every visible tree.
 func (s *Server) each(r *http.Request, fn func(t *lbaas.Tree) []map[string]any) ([]map[string]any, error) {
-	trees, err := s.svc.Trees(r.Context())
+	trees, err := s.trees(r, "loadbalancer_id")
 	if err != nil {
 		return nil, err
 	}

@@ -49,7 +49,7 @@ type kubeEnv struct {
 
 // newKubeEnv: 2 nodes with one static pod each (clients that Kubernetes
 // does not manage) and `controllers` kube-controller replicas.
-func newKubeEnv(t *testing.T, controllers int) *kubeEnv {
+func newKubeEnv(t testing.TB, controllers int) *kubeEnv {
 	requireKube(t)
 	c := newClusterWith(t, 2, 1, "--vip-cidr", "198.19.0.0/18", "--external-vip-cidr", "")
 	bin := flowlb(t)
@@ -70,7 +70,9 @@ func newKubeEnv(t *testing.T, controllers int) *kubeEnv {
 		name, cidr string
 		id         *string
 	}{{"kube-services", lab.KubeServiceCIDR.String(), &e.clusterSub}, {"kube-external", lab.ExternalVIPs.String(), &e.extSub}} {
-		code, body := c.call("POST", "/v2.0/subnets", map[string]any{"subnet": map[string]any{"name": s.name, "network_id": netID, "cidr": s.cidr, "ip_version": 4}})
+		// No gateway: every address is a Service's to take (the API
+		// server's own Service has the first one).
+		code, body := c.call("POST", "/v2.0/subnets", map[string]any{"subnet": map[string]any{"name": s.name, "network_id": netID, "cidr": s.cidr, "ip_version": 4, "gateway_ip": nil}})
 		if code != 201 {
 			t.Fatalf("subnet %s: %d %v", s.name, code, body)
 		}
@@ -80,7 +82,7 @@ func newKubeEnv(t *testing.T, controllers int) *kubeEnv {
 		if _, err := c.lab.Fabric().Start(fmt.Sprintf("kube-controller-%d", i+1), []string{bin, "kube-controller",
 			"--kubeconfig", kc.State.LabKubeconfig, "--octavia-endpoint", "http://" + control + ":9876",
 			"--cluster-name", "lab", "--cluster-ip-subnet", e.clusterSub, "--external-subnet", e.extSub,
-			"--pod-cidrs", podCIDRs(c.lab), "--metrics-listen", "", "--workers", "4"}); err != nil {
+			"--pod-cidrs", podCIDRs(c.lab), "--metrics-listen", ""}); err != nil {
 			t.Fatal(err)
 		}
 	}
