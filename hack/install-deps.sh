@@ -28,3 +28,8 @@ fi
 
 # Go tools pinned in go.mod's tool block are fetched by the module proxy.
 go mod download
+
+# The lab's Kubernetes control plane: pinned binaries built once from the
+# Go module proxy and cached outside the repository (about 12 minutes the
+# first time), plus Debian's etcd and kubectl.
+"$(dirname "$0")/kube-bins.sh" >/dev/null

@@ -231,7 +231,7 @@ func Desired(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, o Options) (
 		ltags = []string{flows.TagLocalOnly}
 	}
 	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
-		return nil, fmt.Errorf("internalTrafficPolicy Local is not supported yet")
+		ltags = append(slices.Clone(ltags), flows.TagInternalLocal)
 	}
 	monitor, err := monitorOf(ann)
 	if err != nil {

@@ -182,9 +182,13 @@ func TestDesired(t *testing.T) {
 		{name: "monitor delay below its timeout", svc: service(func(s *corev1.Service) {
 			s.Annotations = map[string]string{AnnHealthMonitor: "true", AnnHMDelay: "1"}
 		}), err: "shorter than its timeout"},
-		{name: "internalTrafficPolicy Local is refused", svc: service(func(s *corev1.Service) {
+		{name: "internalTrafficPolicy Local is an internal-local listener", svc: service(func(s *corev1.Service) {
 			s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
-		}), err: "not supported"},
+		}), check: func(t *testing.T, lb *LB) {
+			if got := lb.Listeners[0].Tags; !reflect.DeepEqual(got, []string{flows.TagInternalLocal}) {
+				t.Errorf("tags %v", got)
+			}
+		}},
 		{name: "IPv6-only service is refused", svc: service(func(s *corev1.Service) {
 			s.Spec.ClusterIP, s.Spec.ClusterIPs = "fd00::10", []string{"fd00::10"}
 		}), err: "IPv4 only"},

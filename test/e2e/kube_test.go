@@ -244,7 +244,8 @@ func keys(m map[string]int) []string {
 // serves them: ClusterIP from pods of every node with the client address
 // kept, scaling, a rolling update under load, LoadBalancer with source
 // ranges and externalTrafficPolicy=Local from the external client,
-// session affinity, deletion, and controller failover with no duplicate.
+// internalTrafficPolicy=Local, session affinity, deletion, and controller
+// failover with no duplicate.
 func TestKubernetesServices(t *testing.T) {
 	e := newKubeEnv(t, 2)
 	clients := []lab.Host{e.lab.Pod(1, 1), e.lab.Pod(2, 1)} // static pods, one per node
@@ -406,6 +407,22 @@ func TestKubernetesServices(t *testing.T) {
 		}
 	})
 
+	t.Run("internalTrafficPolicy Local", func(t *testing.T) {
+		itp := e.service("itp", func(s *corev1.Service) {
+			s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+		})
+		e.waitFor("itp's members", 20*time.Second, func() bool { return len(e.members("itp")) == 5 })
+		time.Sleep(300 * time.Millisecond)
+		for i, c := range clients {
+			by := e.spreadFrom([]lab.Host{c}, net.JoinHostPort(itp.Spec.ClusterIP, "80"), 15)
+			for ip := range by {
+				if !strings.HasPrefix(ip, fmt.Sprintf("198.18.%d.", 17+i)) {
+					t.Errorf("ITP=Local from %s reached %s, a pod of another node", c.Name, ip)
+				}
+			}
+		}
+	})
+
 	t.Run("controller failover", func(t *testing.T) {
 		lease, err := e.k.CoordinationV1().Leases("kube-system").Get(e.ctx, "flowlb-kube-controller", metav1.GetOptions{})
 		if err != nil {
@@ -427,7 +444,7 @@ func TestKubernetesServices(t *testing.T) {
 		t.Logf("stopped the active controller %s", active)
 		e.service("after", nil)
 		e.waitFor("the standby serving a new Service", 30*time.Second, func() bool { return len(e.members("after")) == 5 })
-		for _, s := range []string{"web", "pub", "after"} {
+		for _, s := range []string{"web", "pub", "itp", "after"} {
 			if n := e.lbCount(s); n != 1 {
 				t.Errorf("%d load balancers for Service %s, want 1", n, s)
 			}

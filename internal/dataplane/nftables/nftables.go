@@ -161,7 +161,7 @@ func (d *Dataplane) Sync(ctx context.Context, t flows.Table) error {
 // sameService reports whether two services program the same flows (IDs
 // and names do not matter).
 func sameService(a, b flows.Service) bool {
-	return a.Key == b.Key && a.Algorithm == b.Algorithm && a.LocalOnly == b.LocalOnly && a.ConnectionLimit == b.ConnectionLimit &&
+	return a.Key == b.Key && a.Algorithm == b.Algorithm && a.LocalOnly == b.LocalOnly && a.InternalLocal == b.InternalLocal && a.ConnectionLimit == b.ConnectionLimit &&
 		((a.Persistence == nil) == (b.Persistence == nil)) && (a.Persistence == nil || *a.Persistence == *b.Persistence) &&
 		slices.Equal(a.Backends, b.Backends) && slices.Equal(a.AllowedCIDRs, b.AllowedCIDRs)
 }

@@ -26,7 +26,11 @@ type ServiceDump struct {
 	Local map[string]int
 	// NoLocal: local-only without a backend on this node: traffic from
 	// outside the pod networks is dropped.
-	NoLocal      bool
+	NoLocal bool
+	// LocalOnly: the local table serves traffic from outside the pod
+	// networks; InternalLocal: it serves the pod networks and the node
+	// (NoInternalLocal: there is none, such traffic is dropped).
+	LocalOnly, InternalLocal, NoInternalLocal bool
 	AllowedCIDRs []netip.Prefix
 	Persistence  time.Duration
 	Limit        int
@@ -56,8 +60,14 @@ func describe(k flows.Key, fp footprint) ServiceDump {
 			}
 		case emptySet:
 			s.Refused = true
+		case localOnSet:
+			s.LocalOnly = true
 		case localNoneSet:
-			s.NoLocal = true
+			s.LocalOnly, s.NoLocal = true, true
+		case iLocalOnSet:
+			s.InternalLocal = true
+		case iLocalNoneSet:
+			s.InternalLocal, s.NoInternalLocal = true, true
 		case aclAllowSet:
 			s.AllowedCIDRs = append(s.AllowedCIDRs, aclPrefix(e.key, e.keyEnd))
 		case persistMap:
@@ -128,8 +138,13 @@ func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
 		return Verdict{Action: "drop", Reason: "source outside allowed_cidrs"}
 	}
 	v := Verdict{Limit: s.Limit}
-	if s.NoLocal && outside && !p.Local {
+	external := outside && !p.Local
+	if s.NoLocal && external {
 		v.Action, v.Reason = "drop", "local-only service without a backend on this node"
+		return v
+	}
+	if s.NoInternalLocal && !external {
+		v.Action, v.Reason = "drop", "internal-local service without a backend on this node"
 		return v
 	}
 	if s.Refused {
@@ -138,10 +153,14 @@ func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
 	}
 	v.Action = "dnat"
 	offset := 0
-	if len(s.Local) > 0 && outside && !p.Local {
+	switch {
+	case s.LocalOnly && external:
 		offset = localSlot
 		v.Reason = "local-only: this node's backends, client address kept"
-	} else {
+	case s.InternalLocal && !external:
+		offset = localSlot
+		v.Reason = "internal-local: this node's backends"
+	default:
 		v.Persistence = s.Persistence
 		v.Masquerade = outside
 		v.Reason = "every backend"
