@@ -31,9 +31,9 @@ type ServiceDump struct {
 	// networks; InternalLocal: it serves the pod networks and the node
 	// (NoInternalLocal: there is none, such traffic is dropped).
 	LocalOnly, InternalLocal, NoInternalLocal bool
-	AllowedCIDRs []netip.Prefix
-	Persistence  time.Duration
-	Limit        int
+	AllowedCIDRs                              []netip.Prefix
+	Persistence                               time.Duration
+	Limit                                     int
 }
 
 // Dump describes every programmed service from its kernel elements,
