@@ -27,7 +27,7 @@ export PATH="/usr/bin:$PATH"
 # paths on the algorithms and protocols the flow provider serves.
 SUBSET='^octavia_tempest_plugin\.tests\.api\.v2\.(test_load_balancer|test_provider|test_availability_zone|test_availability_zone_profile|test_flavor|test_flavor_profile|test_flavor_capabilities|test_availability_zone_capabilities|test_amphora)\.|^octavia_tempest_plugin\.tests\.api\.v2\.test_listener\..*test_tcp_listener_|^octavia_tempest_plugin\.tests\.api\.v2\.(test_pool|test_member|test_healthmonitor)\..*TCP_RR_'
 
-packages=(keystone tempest octavia-tempest-plugin uwsgi uwsgi-plugin-python3 python3-openstackclient)
+packages=(keystone tempest octavia-tempest-plugin uwsgi uwsgi-plugin-python3 python3-openstackclient mariadb-server python3-pymysql)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -48,12 +48,14 @@ work=$(mktemp -d /tmp/flowlb-tempest.XXXXXX)
 pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	sleep 1
+	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
-	rm -rf "$work"
+	[ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 
-ks_port=35357 api_port=19876 agent_port=19877
+ks_port=35357 api_port=19876 agent_port=19877 db_port=13306
 ks="http://127.0.0.1:$ks_port"
 api="http://127.0.0.1:$api_port"
 mkdir -p "$work/log" "$work/fernet" "$work/cred"
@@ -61,7 +63,7 @@ cat >"$work/keystone.conf" <<CONF
 [DEFAULT]
 log_dir = $work/log
 [database]
-connection = sqlite:///$work/keystone.db
+connection = mysql+pymysql://root@127.0.0.1:$db_port/keystone
 [fernet_tokens]
 key_repository = $work/fernet
 [credential]
@@ -71,6 +73,18 @@ password_hash_rounds = 4
 [token]
 expiration = 14400
 CONF
+# Someone else on the port would be talked to instead: refuse.
+if curl -sf "$ks/v3" >/dev/null; then echo "something already listens on $ks"; exit 1; fi
+# Keystone's database: a private MariaDB on loopback. (SQLite fails
+# Keystone's writes with "database is locked", even from one thread.)
+echo "tempest: MariaDB on 127.0.0.1:$db_port"
+mariadb-install-db --no-defaults --datadir="$work/db" --user=root --auth-root-authentication-method=normal >"$work/log/db-install.log" 2>&1
+mariadbd --no-defaults --datadir="$work/db" --user=root --bind-address=127.0.0.1 --port=$db_port \
+	--socket="$work/db.sock" --pid-file="$work/db.pid" --skip-name-resolve --innodb-flush-log-at-trx-commit=2 \
+	--log-error="$work/log/mariadb.log" &
+pids+=($!)
+for _ in $(seq 100); do mariadb --no-defaults -h 127.0.0.1 -P $db_port -u root -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+mariadb --no-defaults -h 127.0.0.1 -P $db_port -u root -e 'CREATE DATABASE keystone'
 km() { keystone-manage --config-file "$work/keystone.conf" "$@" >>"$work/log/manage.log" 2>&1; }
 echo "tempest: bootstrapping Keystone on $ks"
 km db_sync
@@ -78,10 +92,8 @@ km fernet_setup --keystone-user root --keystone-group root
 km credential_setup --keystone-user root --keystone-group root
 km bootstrap --bootstrap-password adminpw --bootstrap-region-id RegionOne \
 	--bootstrap-admin-url "$ks/v3" --bootstrap-public-url "$ks/v3" --bootstrap-internal-url "$ks/v3"
-# One process: SQLite serialises writers, and several processes would see
-# "database is locked".
 uwsgi --http11-socket "127.0.0.1:$ks_port" --plugin python3 --wsgi-file /usr/bin/keystone-wsgi-public \
-	--master --processes 1 --threads 8 --env "OS_KEYSTONE_CONFIG_FILES=$work/keystone.conf" \
+	--master --die-on-term --lazy-apps --processes 2 --threads 4 --env "OS_KEYSTONE_CONFIG_FILES=$work/keystone.conf" \
 	--logto "$work/log/uwsgi.log" &
 pids+=($!)
 for _ in $(seq 100); do curl -sf "$ks/v3" >/dev/null && break; sleep 0.2; done
@@ -90,11 +102,11 @@ curl -sf "$ks/v3" >/dev/null || { echo "Keystone did not start"; tail -20 "$work
 export OS_AUTH_URL="$ks/v3" OS_USERNAME=admin OS_PASSWORD=adminpw OS_PROJECT_NAME=admin \
 	OS_USER_DOMAIN_NAME=Default OS_PROJECT_DOMAIN_NAME=Default OS_IDENTITY_API_VERSION=3 OS_REGION_NAME=RegionOne
 os() { /usr/bin/openstack "$@" >/dev/null; }
-os project create service
-os user create --password octaviapw octavia
+os project create --or-show service
+os user create --or-show --password octaviapw octavia
 os role add --project service --user octavia admin
 for r in load-balancer_observer load-balancer_global_observer load-balancer_member load-balancer_quota_admin load-balancer_admin; do
-	os role create "$r"
+	os role create --or-show "$r"
 done
 os service create --name octavia load-balancer
 for i in public internal admin; do os endpoint create --region RegionOne load-balancer "$i" "$api"; done
