@@ -76,7 +76,7 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 	f.DurationVar(&o.keystone.CacheTime, "token-cache-time", 5*time.Minute, "how long a validated token is trusted before Keystone is asked again (never past its expiry)")
 	f.StringVar(&o.rbac, "rbac", "advanced", "RBAC persona set with --auth keystone: advanced (load-balancer_* roles) or keystone_default_roles (reader/member/admin)")
 	f.StringVar(&o.defaultProject, "default-project", "default", "project of noauth requests without X-Project-Id")
-	f.StringVar(&o.network, "network", "neutron", "VIP addresses: neutron (the built-in Neutron subset) or noop (any subnet accepted, nothing allocated: API conformance runs only, never with agents)")
+	f.StringVar(&o.network, "network", "neutron", "VIP addresses: neutron (the built-in Neutron subset) or noop (any subnet accepted, nothing allocated, operating statuses not measured: API conformance runs only, never with agents)")
 	f.StringVar(&o.vipCIDR, "vip-cidr", "198.19.0.0/17", "CIDR of the default VIP subnet created at start (empty: none)")
 	f.StringVar(&o.externalVIPCIDR, "external-vip-cidr", "198.19.128.0/17", "CIDR of the default external VIP subnet created at start (empty: none)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -142,15 +142,18 @@ func runServer(ctx context.Context, o serverOptions) error {
 
 	provider := flow.New(nil)
 	var vips lbaas.VIPAllocator = neutron.Allocator{}
+	cfg := lbaas.Config{DefaultProvider: flow.Name}
 	switch o.network {
 	case "neutron":
 	case "noop":
 		vips = neutron.NoopAllocator{}
-		log.Warn("--network noop: VIPs are not allocated; for API conformance runs only")
+		// No VIP is on any network, so nothing is measured either.
+		cfg.Unmeasured = true
+		log.Warn("--network noop: VIPs are not allocated and operating statuses stay OFFLINE; for API conformance runs only")
 	default:
 		return fmt.Errorf("unknown --network %q: use neutron or noop", o.network)
 	}
-	svc, err := lbaas.New(st, vips, []lbaas.Provider{provider}, lbaas.Config{DefaultProvider: flow.Name}, log)
+	svc, err := lbaas.New(st, vips, []lbaas.Provider{provider}, cfg, log)
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,11 @@ type Config struct {
 	DefaultProvider string
 	// QuotaDefaults apply to projects without their own quota; -1 is unlimited.
 	QuotaDefaults Quota
+	// Unmeasured says that no data plane serves the VIPs (the noop network
+	// of conformance runs): operating statuses then stay as created,
+	// OFFLINE and members NO_MONITOR, as under Octavia's noop drivers,
+	// instead of claiming ONLINE for traffic nothing forwards.
+	Unmeasured bool
 }
 
 // Service implements the LBaaS operations.
@@ -338,7 +343,9 @@ func (s *Service) complete(ctx context.Context, lbID string, perr error) error {
 					t.setStatus(o, Error)
 				}
 			case PendingCreate, PendingUpdate:
+				// Octavia stamps updated_at when the driver reports.
 				t.setStatus(o, final)
+				s.touchUpdated(o.base())
 			}
 		}
 		s.rollUp(t)

@@ -35,9 +35,10 @@ func New(r Realizer) *Provider { return &Provider{Realizer: r} }
 
 func (p *Provider) Name() string { return Name }
 
-func (p *Provider) Description() string {
-	return "flowlb distributed L4 load balancing as kernel flows on every node"
-}
+// Description is what GET /providers says of the flow provider.
+const Description = "flowlb distributed L4 load balancing as kernel flows on every node"
+
+func (p *Provider) Description() string { return Description }
 
 func (p *Provider) Realize(lbID string, rev int64, done func(error)) {
 	p.Realizer.Realize(lbID, rev, done)
