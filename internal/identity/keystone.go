@@ -92,6 +92,7 @@ type tokenBody struct {
 		Project *struct {
 			ID string `json:"id"`
 		} `json:"project"`
+		System map[string]any `json:"system"`
 		Roles []struct {
 			Name string `json:"name"`
 		} `json:"roles"`
@@ -135,7 +136,7 @@ func (k *Keystone) Validate(ctx context.Context, token string) (Caller, error) {
 	if !tb.Token.ExpiresAt.IsZero() && !now.Before(tb.Token.ExpiresAt) {
 		return Caller{}, ErrInvalidToken
 	}
-	c := Caller{UserID: tb.Token.User.ID}
+	c := Caller{UserID: tb.Token.User.ID, SystemScope: tb.Token.System["all"] == true}
 	if tb.Token.Project != nil {
 		c.ProjectID = tb.Token.Project.ID
 	}
