@@ -93,7 +93,7 @@ type tokenBody struct {
 			ID string `json:"id"`
 		} `json:"project"`
 		System map[string]any `json:"system"`
-		Roles []struct {
+		Roles  []struct {
 			Name string `json:"name"`
 		} `json:"roles"`
 	} `json:"token"`
