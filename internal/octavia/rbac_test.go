@@ -183,6 +183,8 @@ func TestRBACKeystoneDefaultRoles(t *testing.T) {
 		{who{systemScope, "reader"}, "POST", "/v2/lbaas/flavorprofiles", map[string]any{"flavorprofile": map[string]any{"name": "fp", "provider_name": "flow", "flavor_data": "{}"}}, false},
 		{who{"b", "load-balancer_admin"}, "POST", "/v2/lbaas/flavorprofiles", map[string]any{"flavorprofile": map[string]any{"name": "fp", "provider_name": "flow", "flavor_data": "{}"}}, true},
 		{who{"b", "load-balancer_admin"}, "GET", "/v2/lbaas/providers/flow/flavor_capabilities", nil, true},
+		{who{"b", "load-balancer_admin"}, "PUT", "/v2/lbaas/loadbalancers/" + lb + "/failover", nil, true},
+		{who{"b", "admin member reader"}, "PUT", "/v2/lbaas/loadbalancers/" + lb + "/failover", nil, false},
 		{who{"b", "admin member reader"}, "GET", "/v2/lbaas/providers/flow/flavor_capabilities", nil, false},
 		{who{"a", "member reader"}, "PUT", "/v2/lbaas/quotas/a", map[string]any{"quota": map[string]any{"bogus": 1}}, false},
 	}
