@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/echo"
+	"github.com/flowlb/flowlb/internal/lab/kubelet"
 	"github.com/flowlb/flowlb/internal/lab/load"
 )
 
@@ -46,7 +48,7 @@ every pod. See docs/lab.md for the topology and address plan.`,
 	_ = cmd.PersistentFlags().MarkHidden("state-dir")
 	cmd.AddCommand(labUpCmd(f), labDownCmd(f), labStatusCmd(f), labExecCmd(f),
 		labAddPodCmd(f), labDelPodCmd(f), labPodCmd(f), labProcCmd(f), labECMPCmd(f),
-		labLoadCmd(f), labEchoCmd(), labDemoCmd())
+		labLoadCmd(f), labEchoCmd(), labKubeletCmd(), labDemoCmd())
 	rootCmd.AddCommand(cmd)
 }
 
@@ -68,7 +70,8 @@ func parseInts(s string) ([]int, error) {
 func labUpCmd(f *labFlags) *cobra.Command {
 	var o lab.Options
 	var tcp, udp, httpPorts string
-	var verbose bool
+	var verbose, kube bool
+	var kubeBin string
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Bring a lab up: N nodes × M pods, fabric, router and client",
@@ -97,9 +100,27 @@ func labUpCmd(f *labFlags) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "lab %s up: %d nodes × %d pods in %s (state %s)\n",
 				l.Name(), o.Nodes, o.PodsPerNode, time.Since(t0).Round(time.Millisecond), l.Dir())
+			if !kube {
+				return nil
+			}
+			c, err := kubelet.Up(ctx, l, lab.KubeOptions{BinDir: kubeBin})
+			if err != nil {
+				// Like lab up itself, a failed bring-up leaves nothing
+				// behind; show the control plane's last words first.
+				kubeLogTails(cmd.ErrOrStderr(), l)
+				if derr := l.Down(); derr != nil {
+					err = errors.Join(err, fmt.Errorf("lab down: %w", derr))
+				}
+				return fmt.Errorf("kubernetes: %w (lab %s removed)", err, l.Name())
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "kubernetes %s up: API ready in %s, %d nodes ready in %s\n",
+				c.State.Version, c.APIReady.Round(time.Millisecond), o.Nodes, c.NodesReady.Round(time.Millisecond))
+			fmt.Fprintf(cmd.OutOrStdout(), "kubectl --kubeconfig %s get nodes\n", c.State.Kubeconfig)
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&kube, "kubernetes", false, "also run a Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) and the lab kubelet; binaries from hack/kube-bins.sh")
+	c.Flags().StringVar(&kubeBin, "kube-bin", "", "directory of kube-apiserver and kube-controller-manager (default $FLOWLB_KUBE_BIN, else the hack/kube-bins.sh cache)")
 	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of nodes")
 	c.Flags().IntVar(&o.PodsPerNode, "pods-per-node", 2, "pods on each node")
 	c.Flags().StringVar(&tcp, "tcp", "8080", "echo TCP ports, comma separated")
@@ -387,5 +408,32 @@ func labEchoCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return echo.Main(args, cmd.ErrOrStderr())
 		},
+	}
+}
+
+func labKubeletCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "kubelet --lab NAME [--state-dir D] [--kubeconfig F] [--api-listen-fd N] [--zones Z]",
+		Short:              "Run the lab kubelet (started by lab up --kubernetes in the fabric)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return kubelet.Main(args, cmd.ErrOrStderr())
+		},
+	}
+}
+
+// kubeLogTails writes the last lines of the control plane's logs.
+func kubeLogTails(w io.Writer, l *lab.Lab) {
+	for _, p := range []string{lab.ProcEtcd, lab.ProcAPIServer, lab.ProcController, lab.ProcKubelet} {
+		b, err := os.ReadFile(l.LogPath(lab.HostFabric, p))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(lines) > 15 {
+			lines = lines[len(lines)-15:]
+		}
+		fmt.Fprintf(w, "--- %s\n%s\n", l.LogPath(lab.HostFabric, p), strings.Join(lines, "\n"))
 	}
 }

@@ -278,7 +278,14 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 	if _, err := l.startProc(HostFabric, ProcKubelet, kubeletArgv, o.KubeletEnv, lnf); err != nil {
 		return nil, err
 	}
-	if err := l.update(func(s *State) error { s.Kube = ks; return nil }); err != nil {
+	// Only the figure: the kubelet may already be recording pods.
+	if err := l.update(func(s *State) error {
+		if s.Kube == nil {
+			return ErrNoKube
+		}
+		s.Kube.UpSeconds = ks.UpSeconds
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	return ks, nil
