@@ -15,9 +15,12 @@ lint:
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 
-# Unit, store (SQLite and PostgreSQL), API and root (namespace) tests.
+# Unit, store (SQLite and PostgreSQL), API and root (namespace) tests,
+# including the lab's Kubernetes (binaries from hack/kube-bins.sh, run by
+# deps): with the REQUIRE variables, a missing PostgreSQL or Kubernetes
+# fails the run instead of skipping those tests.
 unit:
-	FLOWLB_REQUIRE_POSTGRES=1 $(GO) test -count=1 -timeout 40m ./...
+	FLOWLB_REQUIRE_POSTGRES=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 40m ./...
 
 # The real openstack CLI against a real flowlb server.
 compat: build

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what flowlb's tests and demo need on a fresh Debian machine that
-# has only Go, gcc and git. Idempotent: does nothing when all is present.
+# has only Go, gcc and git. Idempotent: does nothing when all is present
+# (the Kubernetes binaries are built once and cached, see kube-bins.sh).
 set -euo pipefail
 
 packages=(
@@ -28,3 +29,10 @@ fi
 
 # Go tools pinned in go.mod's tool block are fetched by the module proxy.
 go mod download
+
+# The lab's Kubernetes: etcd and kubectl from Debian, kube-apiserver,
+# kube-controller-manager and kube-proxy built once from the pinned
+# k8s.io/kubernetes module (about 12 minutes on 2 cores) and cached in
+# /var/cache/flowlb/kube/<version>/; later runs find them there at once.
+kube="$("$(dirname "$0")/kube-bins.sh" | tail -n 1)"
+echo "install-deps: Kubernetes binaries in $kube"
