@@ -163,6 +163,7 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes certificates: %w", err)
 	}
+	l.log.Info("kubernetes certificates made", "lab", l.name, "elapsed", time.Since(t0))
 
 	// The loopback port of the caller's namespace that the kubelet
 	// forwards to the API: bound here, so the kubeconfig is right before
@@ -227,6 +228,7 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 	if err := l.waitHTTP(ctx, ProcEtcd, etcdURL+"/health", nil); err != nil {
 		return nil, err
 	}
+	l.log.Info("etcd ready", "lab", l.name, "elapsed", time.Since(t0))
 
 	apiArgv := []string{filepath.Join(o.BinDir, ProcAPIServer),
 		"--etcd-servers", etcdURL,
@@ -256,6 +258,7 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 		return nil, err
 	}
 	ks.UpSeconds = time.Since(t0).Seconds()
+	l.log.Info("kube-apiserver ready", "lab", l.name, "elapsed", time.Since(t0))
 
 	kcm := filepath.Join(dir, "controller-manager.kubeconfig")
 	kcmArgv := []string{filepath.Join(o.BinDir, ProcController),
