@@ -88,6 +88,15 @@ func labUpCmd(f *labFlags) *cobra.Command {
 				return err
 			}
 			o.Name, o.StateRoot = f.name, f.stateDir
+			if kube {
+				if kubeBin == "" {
+					kubeBin = lab.KubeBinDir()
+				}
+				// Before building anything.
+				if _, err := lab.KubeBinaries(kubeBin); err != nil {
+					return fmt.Errorf("kubernetes: %w", err)
+				}
+			}
 			if verbose {
 				o.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			}

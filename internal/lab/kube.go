@@ -246,6 +246,9 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--endpoint-reconciler-type", "lease",
+		// Node names do not resolve (and the fabric has no DNS): reach
+		// nodes by address.
+		"--kubelet-preferred-address-types", "InternalIP",
 	}
 	if _, err := fabric.Start(ProcAPIServer, apiArgv); err != nil {
 		return nil, err
