@@ -21,10 +21,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,12 +37,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/echo"
 	"github.com/flowlb/flowlb/internal/lab/kubelet"
 	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
+	"github.com/flowlb/flowlb/internal/lab/labtest"
 )
 
 const (
@@ -775,4 +780,101 @@ func alive(p lab.ProcState) bool {
 		return false
 	}
 	return f[19] == strconv.FormatUint(p.Start, 10)
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// flowlb builds the flowlb binary once per test binary.
+func flowlb(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "flowlb-kube-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "flowlb")
+		if out, err := exec.Command("go", "build", "-o", binPath, "github.com/flowlb/flowlb/cmd/flowlb").CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// TestCLI: `flowlb lab up --kubernetes` (with the flowlb binary as the
+// kubelet) prints its figures, `lab status` the kubeconfig, which works,
+// and `lab down` removes it all.
+func TestCLI(t *testing.T) {
+	bin := kubetest.SkipUnlessKube(t)
+	exe := flowlb(t)
+	name := labtest.Name()
+	t.Cleanup(func() {
+		if t.Failed() {
+			if l, err := lab.Open(name, ""); err == nil {
+				kubetest.LogTails(t, l, 25)
+			}
+		}
+		if err := lab.Down(name, ""); err != nil {
+			t.Errorf("lab down %s: %v", name, err)
+		}
+	})
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(exe, append([]string{"lab", "--name", name}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("flowlb lab %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	out := run("up", "--nodes", "2", "--pods-per-node", "0", "--kubernetes", "--kube-bin", bin)
+	t.Logf("lab up --kubernetes:\n%s", out)
+	if !regexp.MustCompile(`kubernetes v1\.34\.\d+ up: API ready in [0-9.]+m?s, 2 nodes ready in [0-9.]+m?s`).MatchString(out) {
+		t.Errorf("lab up output lacks the figures:\n%s", out)
+	}
+	kubeconfig := filepath.Join(lab.DefaultStateRoot, name, "kube", "admin.kubeconfig")
+	status := run("status")
+	if !strings.Contains(status, "kubeconfig "+kubeconfig) {
+		t.Errorf("lab status does not name %s:\n%s", kubeconfig, status)
+	}
+	if !strings.Contains(status, "kubelet[") || !strings.Contains(status, "kube-apiserver[") {
+		t.Errorf("lab status lacks the control plane's processes:\n%s", status)
+	}
+	// The kubeconfig reaches the API from this namespace.
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := 0
+	for i := range nodes.Items {
+		if nodeReady(&nodes.Items[i]) {
+			ready++
+		}
+	}
+	if ready != 2 {
+		t.Errorf("%d of %d nodes ready, want 2", ready, len(nodes.Items))
+	}
+	if out := run("down"); !strings.Contains(out, "lab "+name+" down") {
+		t.Errorf("lab down: %s", out)
+	}
+	if _, err := os.Stat(filepath.Join(lab.DefaultStateRoot, name)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lab %s still has state after down (%v)", name, err)
+	}
+	if _, err := cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{}); err == nil {
+		t.Error("the API still answers after lab down")
+	}
 }
