@@ -878,3 +878,12 @@ func TestCLI(t *testing.T) {
 		t.Error("the API still answers after lab down")
 	}
 }
+
+// TestMain removes the flowlb binary built by TestCLI.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
