@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Installs what flowlb's tests and demo need on a fresh Debian machine that
-# has only Go, gcc and git. Idempotent: does nothing when all is present
-# (the Kubernetes binaries are built once and cached, see kube-bins.sh).
+# has only Go, gcc and git. Idempotent: does nothing when all is present.
 set -euo pipefail
 
 packages=(
@@ -30,9 +29,7 @@ fi
 # Go tools pinned in go.mod's tool block are fetched by the module proxy.
 go mod download
 
-# The lab's Kubernetes: etcd and kubectl from Debian, kube-apiserver,
-# kube-controller-manager and kube-proxy built once from the pinned
-# k8s.io/kubernetes module (about 12 minutes on 2 cores) and cached in
-# /var/cache/flowlb/kube/<version>/; later runs find them there at once.
-kube="$("$(dirname "$0")/kube-bins.sh" | tail -n 1)"
-echo "install-deps: Kubernetes binaries in $kube"
+# The lab's Kubernetes control plane: pinned binaries built once from the
+# Go module proxy and cached outside the repository (about 12 minutes the
+# first time), plus Debian's etcd and kubectl.
+"$(dirname "$0")/kube-bins.sh" >/dev/null

@@ -112,19 +112,15 @@ func labUpCmd(f *labFlags) *cobra.Command {
 			if !kube {
 				return nil
 			}
-			c, err := kubelet.Up(ctx, l, lab.KubeOptions{BinDir: kubeBin})
+			kc, err := kubelet.Up(ctx, l, lab.KubeOptions{BinDir: kubeBin})
 			if err != nil {
-				// Like lab up itself, a failed bring-up leaves nothing
-				// behind; show the control plane's last words first.
+				// The lab stays up for a look; show the control plane's
+				// last words.
 				kubeLogTails(cmd.ErrOrStderr(), l)
-				if derr := l.Down(); derr != nil {
-					err = errors.Join(err, fmt.Errorf("lab down: %w", derr))
-				}
-				return fmt.Errorf("kubernetes: %w (lab %s removed)", err, l.Name())
+				return fmt.Errorf("kubernetes: %w (the lab stays up; flowlb lab down removes it)", err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "kubernetes %s up: API ready in %s, %d nodes ready in %s\n",
-				c.State.Version, c.APIReady.Round(time.Millisecond), o.Nodes, c.NodesReady.Round(time.Millisecond))
-			fmt.Fprintf(cmd.OutOrStdout(), "kubectl --kubeconfig %s get nodes\n", c.State.Kubeconfig)
+			fmt.Fprintf(cmd.OutOrStdout(), "kubernetes %s: API ready in %s, %d nodes ready in %s\nkubeconfig: %s\n",
+				kc.State.Version, kc.APIReady.Round(time.Millisecond), o.Nodes, kc.NodesReady.Round(time.Millisecond), kc.State.Kubeconfig)
 			return nil
 		},
 	}

@@ -45,6 +45,10 @@ type serverOptions struct {
 	agentListen     string
 	agentTokenFile  string
 	ackTimeout      time.Duration
+	network         string
+	keystone        identity.KeystoneConfig
+	passwordFile    string
+	rbac            string
 }
 
 func init() {
@@ -61,8 +65,18 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 	f.StringVar(&o.listen, "listen", "127.0.0.1:9876", "address to serve the API on")
 	f.StringVar(&o.dataDir, "data-dir", defaultDataDir(), "directory of the embedded SQLite database")
 	f.StringVar(&o.database, "database", "", "database DSN: a SQLite path or postgres://... (default: <data-dir>/flowlb.db)")
-	f.StringVar(&o.auth, "auth", "noauth", "authentication mode: noauth")
+	f.StringVar(&o.auth, "auth", "noauth", "authentication mode: noauth (every caller is admin) or keystone (X-Auth-Token validated by Keystone v3, Octavia's RBAC)")
+	f.StringVar(&o.keystone.URL, "keystone-url", "", "Keystone v3 URL, e.g. http://127.0.0.1:5000 (--auth keystone)")
+	f.StringVar(&o.keystone.User, "keystone-user", "octavia", "the service user that validates tokens")
+	f.StringVar(&o.keystone.Password, "keystone-password", "", "its password (or --keystone-password-file, or $FLOWLB_KEYSTONE_PASSWORD)")
+	f.StringVar(&o.passwordFile, "keystone-password-file", "", "file holding the service user's password")
+	f.StringVar(&o.keystone.UserDomain, "keystone-user-domain", "Default", "the service user's domain name")
+	f.StringVar(&o.keystone.Project, "keystone-project", "service", "the service user's project name")
+	f.StringVar(&o.keystone.ProjectDomain, "keystone-project-domain", "Default", "the service project's domain name")
+	f.DurationVar(&o.keystone.CacheTime, "token-cache-time", 5*time.Minute, "how long a validated token is trusted before Keystone is asked again (never past its expiry)")
+	f.StringVar(&o.rbac, "rbac", "advanced", "RBAC persona set with --auth keystone: advanced (load-balancer_* roles) or keystone_default_roles (reader/member/admin)")
 	f.StringVar(&o.defaultProject, "default-project", "default", "project of noauth requests without X-Project-Id")
+	f.StringVar(&o.network, "network", "neutron", "VIP addresses: neutron (the built-in Neutron subset) or noop (any subnet accepted, nothing allocated, operating statuses not measured: API conformance runs only, never with agents)")
 	f.StringVar(&o.vipCIDR, "vip-cidr", "198.19.0.0/17", "CIDR of the default VIP subnet created at start (empty: none)")
 	f.StringVar(&o.externalVIPCIDR, "external-vip-cidr", "198.19.128.0/17", "CIDR of the default external VIP subnet created at start (empty: none)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -95,8 +109,9 @@ func runServer(ctx context.Context, o serverOptions) error {
 	if err != nil {
 		return err
 	}
-	if o.auth != "noauth" {
-		return fmt.Errorf("--auth %q is not supported yet; use noauth", o.auth)
+	authn, err := authMiddleware(o, log)
+	if err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -126,7 +141,19 @@ func runServer(ctx context.Context, o serverOptions) error {
 	}
 
 	provider := flow.New(nil)
-	svc, err := lbaas.New(st, neutron.Allocator{}, []lbaas.Provider{provider}, lbaas.Config{DefaultProvider: flow.Name}, log)
+	var vips lbaas.VIPAllocator = neutron.Allocator{}
+	cfg := lbaas.Config{DefaultProvider: flow.Name}
+	switch o.network {
+	case "neutron":
+	case "noop":
+		vips = neutron.NoopAllocator{}
+		// No VIP is on any network, so nothing is measured either.
+		cfg.Unmeasured = true
+		log.Warn("--network noop: VIPs are not allocated and operating statuses stay OFFLINE; for API conformance runs only")
+	default:
+		return fmt.Errorf("unknown --network %q: use neutron or noop", o.network)
+	}
+	svc, err := lbaas.New(st, vips, []lbaas.Provider{provider}, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -164,7 +191,7 @@ func runServer(ctx context.Context, o serverOptions) error {
 	api := octavia.New(svc, neutron.NewHandler(st, log), log, octavia.Config{})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/", identity.NoAuth(o.defaultProject, api))
+	mux.Handle("/", authn(api))
 
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
@@ -228,4 +255,43 @@ func agentToken(o serverOptions) (string, error) {
 		return "", fmt.Errorf("write agent token: %w", err)
 	}
 	return t, nil
+}
+
+// authMiddleware builds the --auth mode: every request gets a caller, or
+// is refused before it reaches the API.
+func authMiddleware(o serverOptions, log *slog.Logger) (func(http.Handler) http.Handler, error) {
+	switch o.auth {
+	case "noauth":
+		return func(h http.Handler) http.Handler { return identity.NoAuth(o.defaultProject, h) }, nil
+	case "keystone":
+	default:
+		return nil, fmt.Errorf("unknown --auth %q: use noauth or keystone", o.auth)
+	}
+	personas, err := identity.ParsePersonas(o.rbac)
+	if err != nil {
+		return nil, err
+	}
+	kc := o.keystone
+	if kc.Password == "" && o.passwordFile != "" {
+		b, err := os.ReadFile(o.passwordFile)
+		if err != nil {
+			return nil, fmt.Errorf("--keystone-password-file: %w", err)
+		}
+		kc.Password = strings.TrimSpace(string(b))
+	}
+	if kc.Password == "" {
+		kc.Password = os.Getenv("FLOWLB_KEYSTONE_PASSWORD")
+	}
+	k, err := identity.NewKeystone(kc)
+	if err != nil {
+		return nil, err
+	}
+	// Version discovery and the health check answer without a token, as
+	// Octavia's do.
+	public := func(r *http.Request) bool {
+		p := strings.Trim(r.URL.Path, "/")
+		return r.Method == http.MethodGet && (p == "" || p == "v2" || p == "v2.0" || p == "healthcheck")
+	}
+	policy := identity.Policy{Personas: personas}
+	return func(h http.Handler) http.Handler { return identity.KeystoneAuth(k, policy, public, log, h) }, nil
 }

@@ -24,7 +24,7 @@ func KeyFromProto(p *agentv1.ServiceKey) flows.Key {
 func ServiceToProto(s flows.Service) *agentv1.Service {
 	out := &agentv1.Service{
 		Key: KeyToProto(s.Key), LoadbalancerId: s.LoadBalancerID, ListenerId: s.ListenerID, PoolId: s.PoolID,
-		Algorithm: string(s.Algorithm), ConnectionLimit: int32(s.ConnectionLimit), LocalOnly: s.LocalOnly,
+		Algorithm: string(s.Algorithm), ConnectionLimit: int32(s.ConnectionLimit), LocalOnly: s.LocalOnly, InternalLocal: s.InternalLocal,
 	}
 	if s.Persistence != nil {
 		out.PersistenceTimeoutMs = s.Persistence.Timeout.Milliseconds()
@@ -42,7 +42,7 @@ func ServiceToProto(s flows.Service) *agentv1.Service {
 func ServiceFromProto(p *agentv1.Service) flows.Service {
 	s := flows.Service{
 		Key: KeyFromProto(p.GetKey()), LoadBalancerID: p.GetLoadbalancerId(), ListenerID: p.GetListenerId(), PoolID: p.GetPoolId(),
-		Algorithm: flows.Algorithm(p.GetAlgorithm()), ConnectionLimit: int(p.GetConnectionLimit()), LocalOnly: p.GetLocalOnly(),
+		Algorithm: flows.Algorithm(p.GetAlgorithm()), ConnectionLimit: int(p.GetConnectionLimit()), LocalOnly: p.GetLocalOnly(), InternalLocal: p.GetInternalLocal(),
 	}
 	if ms := p.GetPersistenceTimeoutMs(); ms > 0 {
 		s.Persistence = &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Duration(ms) * time.Millisecond}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
@@ -298,5 +299,30 @@ func (h *Hub) healthLoop() {
 			h.WaitAcked(ctx, rev)
 			h.healthReaction.Observe(time.Since(ev.at).Seconds())
 		}()
+	}
+}
+
+// memberCollector exports flowlb_health_members: monitored members by
+// their current verdict (UNKNOWN before the first).
+type memberCollector struct {
+	h    *Hub
+	desc *prometheus.Desc
+}
+
+func (c memberCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c memberCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[string]int{lbaas.Online: 0, lbaas.OpError: 0, "UNKNOWN": 0}
+	c.h.mu.Lock()
+	for _, p := range c.h.probes {
+		st := p.probe.GetInitialStatus()
+		if st == "" {
+			st = "UNKNOWN"
+		}
+		counts[st]++
+	}
+	c.h.mu.Unlock()
+	for st, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), st)
 	}
 }

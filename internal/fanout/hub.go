@@ -98,7 +98,8 @@ func NewHub(ctx context.Context, src TreeSource, token string, timeout time.Dura
 	}
 	h.ackCond = sync.NewCond(&h.mu)
 	if reg != nil {
-		reg.MustRegister(h.timeouts, h.healthResults, h.healthReaction)
+		reg.MustRegister(h.timeouts, h.healthResults, h.healthReaction, memberCollector{h: h, desc: prometheus.NewDesc(
+			"flowlb_health_members", "Monitored members by health verdict.", []string{"status"}, nil)})
 	}
 	trees, err := src.Trees(ctx)
 	if err != nil {

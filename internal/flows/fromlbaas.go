@@ -15,6 +15,10 @@ const (
 	// only to that node's members and keeps the client's address
 	// (Kubernetes externalTrafficPolicy=Local).
 	TagLocalOnly = "flowlb:local-only"
+	// TagInternalLocal on a listener: traffic from the pod networks and
+	// from the node itself goes only to that node's members (Kubernetes
+	// internalTrafficPolicy=Local); with none there, it is dropped.
+	TagInternalLocal = "flowlb:internal-local"
 	// TagNodePrefix on a member, "flowlb:node=<name>": the node it runs on.
 	TagNodePrefix = "flowlb:node="
 )
@@ -63,6 +67,7 @@ func Compile(t *lbaas.Tree) []Service {
 			Algorithm:       SourceIPPort,
 			ConnectionLimit: l.ConnectionLimit,
 			LocalOnly:       slices.Contains(l.Tags, TagLocalOnly),
+			InternalLocal:   slices.Contains(l.Tags, TagInternalLocal),
 		}
 		for _, c := range l.AllowedCIDRs {
 			if p, err := netip.ParsePrefix(c); err == nil {

@@ -91,7 +91,7 @@ func TestCompileAttributes(t *testing.T) {
 	tr.Pools[0].SessionPersistence = &lbaas.SessionPersistence{Type: "SOURCE_IP", PersistenceTimeout: &timeout}
 	tr.Listeners[0].AllowedCIDRs = []string{"198.18.17.5/16", "fd00::/8"}
 	tr.Listeners[0].ConnectionLimit = 100
-	tr.Listeners[0].Tags = []string{TagLocalOnly}
+	tr.Listeners[0].Tags = []string{TagLocalOnly, TagInternalLocal}
 	tr.Members[0].Tags = []string{"x", TagNodePrefix + "n2"}
 	ss := Compile(tr)
 	if len(ss) != 1 {
@@ -104,7 +104,7 @@ func TestCompileAttributes(t *testing.T) {
 	if len(s.AllowedCIDRs) != 1 || s.AllowedCIDRs[0] != netip.MustParsePrefix("198.18.0.0/16") {
 		t.Errorf("allowed CIDRs %v: want the IPv4 one, masked", s.AllowedCIDRs)
 	}
-	if !s.LocalOnly || s.ConnectionLimit != 100 || s.LoadBalancerID != "lb" || s.ListenerID != "l" || s.PoolID != "pool" {
+	if !s.LocalOnly || !s.InternalLocal || s.ConnectionLimit != 100 || s.LoadBalancerID != "lb" || s.ListenerID != "l" || s.PoolID != "pool" {
 		t.Errorf("service %+v", s)
 	}
 	if s.Backends[1].Node != "n2" || s.Backends[0].Node != "" {

@@ -74,6 +74,9 @@ type Service struct {
 	// LocalOnly services send traffic that enters a node from outside only
 	// to that node's backends and keep the client's address.
 	LocalOnly bool
+	// InternalLocal services send traffic from the pod networks and from
+	// the node itself only to that node's backends.
+	InternalLocal bool
 }
 
 // Table is the whole desired state at one revision.

@@ -1,6 +1,7 @@
 // Package identity says who is calling: the project and roles of a request.
-// The auth mode (noauth now, Keystone later) is a middleware that puts a
-// Caller into the request context; handlers only read it.
+// The auth mode (noauth, or Keystone tokens) is a middleware that puts a
+// Caller into the request context; the API checks it against the RBAC
+// policy and handlers only read it.
 package identity
 
 import (
@@ -14,9 +15,26 @@ type Caller struct {
 	UserID    string
 	ProjectID string
 	Roles     []string
+	// SystemScope is a token scoped to the whole deployment (Keystone's
+	// system scope "all") rather than to a project.
+	SystemScope bool
 	// IsAdmin callers see and change every project's objects. In noauth
 	// mode every caller is admin, as in Octavia.
 	IsAdmin bool
+	// ReadAll callers see every project's objects (global observers).
+	ReadAll bool
+	// Policy, when set, is the RBAC policy the caller is held to; nil
+	// means noauth, where everything is allowed.
+	Policy *Policy
+}
+
+// Allow reports whether the caller may act under rule on an object of
+// project target ("" for its own).
+func (c Caller) Allow(rule Rule, target string) bool {
+	if c.Policy == nil {
+		return true
+	}
+	return c.Policy.Allow(c, rule, target)
 }
 
 // HasRole reports whether the caller holds role.
@@ -40,7 +58,7 @@ func FromContext(ctx context.Context) (Caller, bool) {
 // caller is admin.
 func NoAuth(defaultProject string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := Caller{ProjectID: r.Header.Get("X-Project-Id"), IsAdmin: true, Roles: []string{"admin"}}
+		c := Caller{ProjectID: r.Header.Get("X-Project-Id"), IsAdmin: true, ReadAll: true, Roles: []string{"admin"}}
 		if c.ProjectID == "" {
 			c.ProjectID = r.Header.Get("X-Tenant-Id")
 		}

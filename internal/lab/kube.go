@@ -278,6 +278,9 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 		"--service-account-private-key-file", pki.sa.keyFile,
 		"--root-ca-file", pki.ca.certFile,
 		"--leader-elect=false",
+		// The default 20 requests/s makes a burst of 100 Services wait
+		// seconds for their EndpointSlices; the lab is small.
+		"--kube-api-qps", "200", "--kube-api-burst", "400",
 		"--profiling=false",
 	}
 	if _, err := fabric.Start(ProcController, kcmArgv); err != nil {

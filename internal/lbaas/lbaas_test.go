@@ -297,7 +297,6 @@ func TestValidationChangesNothing(t *testing.T) {
 			map[string]any{"address": "198.18.17.2", "protocol_port": int64(80)},
 		}}}}), 409, "Another member on this pool is already using ip 198.18.17.2"},
 		{"UDP pool on TCP listener", lbAttrs(map[string]any{"listeners": []any{map[string]any{"protocol": "TCP", "protocol_port": int64(80), "default_pool": map[string]any{"name": "u", "protocol": "UDP", "lb_algorithm": "ROUND_ROBIN"}}}}), 400, "The pool protocol 'UDP' is invalid while the listener protocol is 'TCP'."},
-		{"timeout above delay", lbAttrs(map[string]any{"pools": []any{map[string]any{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "healthmonitor": map[string]any{"type": "TCP", "delay": int64(1), "timeout": int64(5), "max_retries": int64(3)}}}}), 400, "should be larger than the request timeout"},
 		{"loopback member", lbAttrs(map[string]any{"pools": []any{map[string]any{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "members": []any{map[string]any{"address": "127.0.0.1", "protocol_port": int64(80)}}}}}), 400, "reserved"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -423,10 +422,23 @@ func testProjectIsolation(t *testing.T, st store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Octavia fetches the object, then its policy check refuses it.
 	_, err = e.svc.Tree(p2, store.KindLoadBalancer, tree.LB.ID)
-	wantFault(t, err, 404, "not found")
+	wantFault(t, err, 403, "Policy does not allow")
 	_, err = e.svc.UpdateLoadBalancer(p2, tree.LB.ID, map[string]any{"name": "stolen"})
+	wantFault(t, err, 403, "Policy does not allow")
+	_, err = e.svc.Tree(p2, store.KindLoadBalancer, "00000000-0000-0000-0000-000000000000")
 	wantFault(t, err, 404, "not found")
+	// A global observer sees it and still cannot change it.
+	g := identity.WithCaller(context.Background(), identity.Caller{ProjectID: "p3", ReadAll: true})
+	if _, err := e.svc.Tree(g, store.KindLoadBalancer, tree.LB.ID); err != nil {
+		t.Errorf("global reader: %v", err)
+	}
+	if trees, _ := e.svc.Trees(g); len(trees) != 1 {
+		t.Errorf("global reader lists %d trees, want 1", len(trees))
+	}
+	_, err = e.svc.UpdateLoadBalancer(g, tree.LB.ID, map[string]any{"name": "stolen"})
+	wantFault(t, err, 403, "Policy does not allow")
 	trees, err := e.svc.Trees(p2)
 	if err != nil || len(trees) != 0 {
 		t.Fatalf("p2 sees %d trees (%v)", len(trees), err)
@@ -490,5 +502,17 @@ func testResumeAfterRestart(t *testing.T, st store.Store) {
 	}
 	if n, _ := restarted.svc.Resume(restarted.ctx); n != 0 {
 		t.Errorf("second resume found %d pending trees", n)
+	}
+}
+
+func TestMonitorTimeoutAboveDelayAccepted(t *testing.T) {
+	e := newEnv(t, true, memstore.New())
+	tr, err := e.svc.CreateLoadBalancer(e.ctx, lbAttrs(map[string]any{"pools": []any{map[string]any{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN",
+		"healthmonitor": map[string]any{"type": "TCP", "delay": int64(2), "timeout": int64(3), "max_retries": int64(4)}}}}))
+	if err != nil {
+		t.Fatalf("delay 2, timeout 3: %v (Octavia accepts it)", err)
+	}
+	if len(tr.Monitors) != 1 || tr.Monitors[0].Delay != 2 || tr.Monitors[0].Timeout != 3 {
+		t.Errorf("monitors %+v", tr.Monitors)
 	}
 }

@@ -57,9 +57,47 @@ func (s *Service) Tree(ctx context.Context, kind store.Kind, id string) (*Tree, 
 		return nil, err
 	}
 	if !visible(c, t.LB.ProjectID) {
-		return nil, notFound(kind, id)
+		return nil, fault.Forbidden()
 	}
 	return t, nil
+}
+
+// TreesWhere returns the trees the caller may see whose load balancer
+// satisfies match, loading children only for those: a list narrowed to
+// one load balancer (by id, name or loadbalancer_id) costs one tree, not
+// every tree.
+func (s *Service) TreesWhere(ctx context.Context, match func(*LoadBalancer) bool) ([]*Tree, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f := store.Filter{}
+	if !c.IsAdmin && !c.ReadAll {
+		f.ProjectID = c.ProjectID
+	}
+	var out []*Tree
+	err = s.st.View(ctx, func(tx store.ReadTx) error {
+		lbs, err := tx.List(store.KindLoadBalancer, f)
+		if err != nil {
+			return err
+		}
+		for _, r := range lbs {
+			lb, err := decode[LoadBalancer](r)
+			if err != nil {
+				return err
+			}
+			if !match(lb) {
+				continue
+			}
+			t, err := loadTree(tx, r)
+			if err != nil {
+				return err
+			}
+			out = append(out, t)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // Trees returns every tree the caller may see (all projects for admins),
@@ -70,7 +108,7 @@ func (s *Service) Trees(ctx context.Context) ([]*Tree, error) {
 		return nil, err
 	}
 	f := store.Filter{}
-	if !c.IsAdmin {
+	if !c.IsAdmin && !c.ReadAll {
 		f.ProjectID = c.ProjectID
 	}
 	var out []*Tree

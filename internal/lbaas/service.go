@@ -44,6 +44,11 @@ type Config struct {
 	DefaultProvider string
 	// QuotaDefaults apply to projects without their own quota; -1 is unlimited.
 	QuotaDefaults Quota
+	// Unmeasured says that no data plane serves the VIPs (the noop network
+	// of conformance runs): operating statuses then stay as created,
+	// OFFLINE and members NO_MONITOR, as under Octavia's noop drivers,
+	// instead of claiming ONLINE for traffic nothing forwards.
+	Unmeasured bool
 }
 
 // Service implements the LBaaS operations.
@@ -124,8 +129,12 @@ func projectFor(c identity.Caller, attrs map[string]any) (string, error) {
 	return p, nil
 }
 
-// visible reports whether the caller may see an object of project p.
-func visible(c identity.Caller, p string) bool { return c.IsAdmin || c.ProjectID == p }
+// visible reports whether the caller may see an object of project p;
+// writable whether it may change one. Another project's object is
+// forbidden (403), not hidden, as Octavia's policy checks answer.
+func visible(c identity.Caller, p string) bool { return c.IsAdmin || c.ReadAll || c.ProjectID == p }
+
+func writable(c identity.Caller, p string) bool { return c.IsAdmin || c.ProjectID == p }
 
 // apply sets attrs onto v through its JSON form: a present key replaces the
 // field, an explicit null clears it. Keys that are not fields are ignored,
@@ -230,8 +239,8 @@ func (s *Service) withLock(ctx context.Context, lbID, to string, allowed func(st
 		if err != nil {
 			return err
 		}
-		if !visible(c, t.LB.ProjectID) {
-			return fault.NotFound("Load Balancer", lbID)
+		if !writable(c, t.LB.ProjectID) {
+			return fault.Forbidden()
 		}
 		if err := allowed(t.LB.ProvisioningStatus); err != nil {
 			return err
@@ -334,7 +343,9 @@ func (s *Service) complete(ctx context.Context, lbID string, perr error) error {
 					t.setStatus(o, Error)
 				}
 			case PendingCreate, PendingUpdate:
+				// Octavia stamps updated_at when the driver reports.
 				t.setStatus(o, final)
+				s.touchUpdated(o.base())
 			}
 		}
 		s.rollUp(t)

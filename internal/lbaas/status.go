@@ -13,7 +13,8 @@ import (
 // load balancer ONLINE, DEGRADED (some members in ERROR) or ERROR (all).
 // Health results arrive through SetMemberHealth; until the first one a
 // member under a monitor is OFFLINE, and one without a monitor is
-// NO_MONITOR. A member of weight 0 that is not in ERROR is DRAINING.
+// NO_MONITOR. A member of weight 0 that is not in ERROR is DRAINING. A
+// pool no listener uses carries no traffic and is OFFLINE.
 func (s *Service) rollUp(t *Tree) {
 	set := func(o object, st string) {
 		if o.base().OperatingStatus != st {
@@ -21,16 +22,40 @@ func (s *Service) rollUp(t *Tree) {
 			t.markDirty(o)
 		}
 	}
+	for _, hm := range t.Monitors {
+		// A monitor's status is its configuration, not a measurement.
+		st := Online
+		if !hm.AdminStateUp {
+			st = Offline
+		}
+		set(hm, st)
+	}
+	if s.cfg.Unmeasured {
+		for _, o := range t.objects() {
+			switch o.(type) {
+			case *Member:
+				set(o, NoMonitor)
+			case *HealthMonitor:
+			default:
+				set(o, Offline)
+			}
+		}
+		return
+	}
+	used := map[string]bool{}
+	for _, l := range t.Listeners {
+		if l.DefaultPoolID != nil {
+			used[*l.DefaultPoolID] = true
+		}
+	}
+	for _, pol := range t.L7Policies {
+		if pol.RedirectPoolID != nil {
+			used[*pol.RedirectPoolID] = true
+		}
+	}
 	poolStatus := map[string]string{}
 	for _, p := range t.Pools {
 		hm := t.poolMonitor(p.ID)
-		if hm != nil {
-			st := Online
-			if !hm.AdminStateUp {
-				st = Offline
-			}
-			set(hm, st)
-		}
 		monitored := hm != nil && hm.AdminStateUp
 		var total, failed int
 		for _, m := range t.poolMembers(p.ID) {
@@ -62,7 +87,7 @@ func (s *Service) rollUp(t *Tree) {
 		}
 		st := Online
 		switch {
-		case !p.AdminStateUp:
+		case !p.AdminStateUp, !used[p.ID]:
 			st = Offline
 		case total > 0 && failed == total:
 			st = OpError

@@ -1,8 +1,12 @@
 package octavia
 
 import (
+	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 
+	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 	"github.com/flowlb/flowlb/internal/store"
@@ -266,8 +270,13 @@ func (s *Server) listQuotas(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	// Without the global quota rule a caller lists its own project's only.
+	c, _ := identity.FromContext(r.Context())
 	items := []map[string]any{}
 	for _, q := range qs {
+		if q.ProjectID != c.ProjectID && !c.Allow(identity.RuleReadQuotaGlobal, "") {
+			continue
+		}
 		m := renderQuota(q.Quota)
 		m["project_id"] = q.ProjectID
 		items = append(items, m)
@@ -289,10 +298,6 @@ func (s *Server) showQuota(w http.ResponseWriter, r *http.Request, project strin
 }
 
 func (s *Server) updateQuota(w http.ResponseWriter, r *http.Request, project string) {
-	if err := requireAdmin(r); err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	attrs, err := s.decode(r, "quota", "quota", OpPut)
 	if err != nil {
 		s.fail(w, r, err)
@@ -320,10 +325,6 @@ func (s *Server) updateQuota(w http.ResponseWriter, r *http.Request, project str
 }
 
 func (s *Server) resetQuota(w http.ResponseWriter, r *http.Request, project string) {
-	if err := requireAdmin(r); err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	if err := s.svc.ResetQuota(r.Context(), project); err != nil {
 		s.fail(w, r, err)
 		return
@@ -350,7 +351,26 @@ func (s *Server) listProviders(w http.ResponseWriter, r *http.Request) {
 	for _, p := range s.svc.Providers() {
 		items = append(items, map[string]any{"name": p.Name(), "description": p.Description()})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"providers": items})
+	writeJSON(w, http.StatusOK, map[string]any{"providers": narrow(items, r.URL.Query())})
+}
+
+// narrow filters name/description lists (providers, capabilities) by
+// name= and description= and keeps only the requested fields=, as Octavia
+// does for these collections, which have no ids, paging or sorting.
+func narrow(items []map[string]any, q url.Values) []map[string]any {
+	out := []map[string]any{}
+	for _, it := range items {
+		keep := true
+		for _, k := range []string{"name", "description"} {
+			if vs, ok := q[k]; ok && !slices.Contains(vs, fmt.Sprint(it[k])) {
+				keep = false
+			}
+		}
+		if keep {
+			out = append(out, project(it, fieldList(q)))
+		}
+	}
+	return out
 }
 
 func (s *Server) capabilities(w http.ResponseWriter, r *http.Request, name string, az bool) {
@@ -367,10 +387,11 @@ func (s *Server) capabilities(w http.ResponseWriter, r *http.Request, name strin
 	if az {
 		key, caps = "availability_zone_capabilities", p.AZCapabilities()
 	}
-	if caps == nil {
-		caps = []lbaas.Capability{}
+	items := []map[string]any{}
+	for _, c := range caps {
+		items = append(items, map[string]any{"name": c.Name, "description": c.Description})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{key: caps})
+	writeJSON(w, http.StatusOK, map[string]any{key: narrow(items, r.URL.Query())})
 }
 
 // listAmphorae answers an empty list: the flow provider runs no amphorae.

@@ -64,6 +64,12 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rt route) {
 	default:
 		do = s.dispatchCatalog(w, r, rt)
 	}
+	if do != nil {
+		if err := authorize(r, rt); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	if do == nil {
 		if do == nil && r.Method != "" {
 			// Known path, wrong method, or unknown path.
@@ -109,7 +115,7 @@ func (s *Server) decode(r *http.Request, root, kind string, op Op) (map[string]a
 // requireAdmin refuses non-admin callers as Octavia's admin-only policies do.
 func requireAdmin(r *http.Request) error {
 	c, _ := identity.FromContext(r.Context())
-	if !c.IsAdmin {
+	if !c.Allow(identity.RuleAdmin, "") {
 		return fault.Forbidden()
 	}
 	return nil
@@ -132,7 +138,7 @@ func (s *Server) show(w http.ResponseWriter, r *http.Request, code int, root str
 // ---- load balancers
 
 func (s *Server) listLBs(w http.ResponseWriter, r *http.Request) {
-	trees, err := s.svc.Trees(r.Context())
+	trees, err := s.trees(r, "id", "name")
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -224,9 +230,40 @@ func (s *Server) failover(w http.ResponseWriter, r *http.Request, id string) {
 
 // ---- listeners
 
+// trees loads the trees a list needs: only the load balancers its query
+// names when it filters on one of keys (the list filter still applies
+// after), else all.
+func (s *Server) trees(r *http.Request, keys ...string) ([]*lbaas.Tree, error) {
+	q := r.URL.Query()
+	want := map[string]string{}
+	for _, k := range keys {
+		if v := q[k]; len(v) == 1 && v[0] != "" {
+			want[k] = v[0]
+		}
+	}
+	if len(want) == 0 {
+		return s.svc.Trees(r.Context())
+	}
+	return s.svc.TreesWhere(r.Context(), func(lb *lbaas.LoadBalancer) bool {
+		for k, v := range want {
+			switch k {
+			case "id", "loadbalancer_id":
+				if lb.ID != v {
+					return false
+				}
+			case "name":
+				if lb.Name != v {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
 // each collects rendered children of every visible tree.
 func (s *Server) each(r *http.Request, fn func(t *lbaas.Tree) []map[string]any) ([]map[string]any, error) {
-	trees, err := s.svc.Trees(r.Context())
+	trees, err := s.trees(r, "loadbalancer_id")
 	if err != nil {
 		return nil, err
 	}

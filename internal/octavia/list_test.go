@@ -132,3 +132,35 @@ func TestListQueries(t *testing.T) {
 		t.Errorf("fields on show: %v", m)
 	}
 }
+
+// TestNarrowedLists: lists filtered to one load balancer (by id, name or
+// loadbalancer_id) answer exactly its objects.
+func TestNarrowedLists(t *testing.T) {
+	a := newAPI(t)
+	ids := map[string]string{}
+	for _, name := range []string{"lb-a", "lb-b"} {
+		code, body := a.do("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
+			"name": name, "vip_subnet_id": subnetID, "listeners": []any{map[string]any{"name": name + "-l", "protocol": "TCP", "protocol_port": 80,
+				"default_pool": map[string]any{"name": name + "-p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN"}}}}})
+		if code != 201 {
+			t.Fatalf("create: %d %v", code, body)
+		}
+		ids[name] = body["loadbalancer"].(map[string]any)["id"].(string)
+		a.waitActive(ids[name])
+	}
+	for _, tc := range []struct{ path, key, wantName string }{
+		{"/v2/lbaas/loadbalancers?name=lb-b", "loadbalancers", "lb-b"},
+		{"/v2/lbaas/loadbalancers?id=" + ids["lb-a"], "loadbalancers", "lb-a"},
+		{"/v2/lbaas/listeners?loadbalancer_id=" + ids["lb-b"], "listeners", "lb-b-l"},
+		{"/v2/lbaas/pools?loadbalancer_id=" + ids["lb-a"], "pools", "lb-a-p"},
+	} {
+		code, body := a.do("GET", tc.path, nil)
+		items, _ := body[tc.key].([]any)
+		if code != 200 || len(items) != 1 || items[0].(map[string]any)["name"] != tc.wantName {
+			t.Errorf("GET %s: %d %v, want only %s", tc.path, code, body, tc.wantName)
+		}
+	}
+	if _, body := a.do("GET", "/v2/lbaas/loadbalancers?name=nope", nil); len(body["loadbalancers"].([]any)) != 0 {
+		t.Errorf("unknown name: %v", body)
+	}
+}

@@ -180,7 +180,9 @@ func TestCodesAndShapes(t *testing.T) {
 	if lb["updated_at"] != nil {
 		t.Errorf("updated_at %v before any update", lb["updated_at"])
 	}
-	a.waitActive(id)
+	if active := a.waitActive(id); active["updated_at"] == nil {
+		t.Errorf("updated_at null once ACTIVE (Octavia stamps it when the provider reports)")
+	}
 
 	code, body = a.do("GET", "/v2/lbaas/loadbalancers/"+id+"/status", nil)
 	st := body["statuses"].(map[string]any)["loadbalancer"].(map[string]any)
@@ -273,5 +275,25 @@ func TestOversizedBodyRefused(t *testing.T) {
 	}
 	if _, list := a.do("GET", "/v2/lbaas/loadbalancers", nil); len(list["loadbalancers"].([]any)) != 0 {
 		t.Fatal("an oversized request created something")
+	}
+}
+
+func TestProvidersNarrowed(t *testing.T) {
+	a := newAPI(t)
+	for _, tc := range []struct {
+		query string
+		want  []map[string]any
+	}{
+		{"", []map[string]any{{"name": "flow", "description": flow.Description}}},
+		{"?fields=name", []map[string]any{{"name": "flow"}}},
+		{"?fields=description&name=flow", []map[string]any{{"description": flow.Description}}},
+		{"?name=amphora", []map[string]any{}},
+	} {
+		code, body := a.do("GET", "/v2/lbaas/providers"+tc.query, nil)
+		got, _ := json.Marshal(body["providers"])
+		want, _ := json.Marshal(tc.want)
+		if code != 200 || string(got) != string(want) {
+			t.Errorf("providers%s: %d %s, want %s", tc.query, code, got, want)
+		}
 	}
 }

@@ -30,7 +30,7 @@ var (
 	binErr  error
 )
 
-func flowlb(t *testing.T) string {
+func flowlb(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "flowlb-e2e-bin-")
@@ -51,11 +51,13 @@ func flowlb(t *testing.T) string {
 
 // cluster is a lab with a flowlb server and agents running.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	lab     *lab.Lab
 	http    *http.Client
 	api     string
 	dataDir string
+	// serverArgs are added to the server's command line.
+	serverArgs []string
 }
 
 // startServer starts the server in the fabric namespace (again, after a
@@ -63,8 +65,8 @@ type cluster struct {
 func (c *cluster) startServer() {
 	c.t.Helper()
 	token := filepath.Join(filepath.Dir(c.dataDir), "agent-token")
-	if _, err := c.lab.Fabric().Start("server", []string{flowlb(c.t), "server", "--listen", control + ":9876", "--agent-listen", control + ":9877",
-		"--data-dir", c.dataDir, "--agent-token-file", token, "--ack-timeout", "5s"}); err != nil {
+	if _, err := c.lab.Fabric().Start("server", append([]string{flowlb(c.t), "server", "--listen", control + ":9876", "--agent-listen", control + ":9877",
+		"--data-dir", c.dataDir, "--agent-token-file", token, "--ack-timeout", "5s"}, c.serverArgs...)); err != nil {
 		c.t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -83,13 +85,16 @@ func (c *cluster) startServer() {
 
 const control = "198.18.0.250"
 
-func newCluster(t *testing.T, nodes, pods int) *cluster {
+func newCluster(t testing.TB, nodes, pods int) *cluster { return newClusterWith(t, nodes, pods) }
+
+// newClusterWith starts the server with serverArgs added.
+func newClusterWith(t testing.TB, nodes, pods int, serverArgs ...string) *cluster {
 	bin := flowlb(t)
 	l := labtest.New(t, nodes, pods)
 	dir := t.TempDir()
 	token := filepath.Join(dir, "agent-token")
 	// The test process reaches the API from inside node 1's namespace.
-	c := &cluster{t: t, lab: l, api: "http://" + control + ":9876", dataDir: filepath.Join(dir, "data"),
+	c := &cluster{t: t, lab: l, api: "http://" + control + ":9876", dataDir: filepath.Join(dir, "data"), serverArgs: serverArgs,
 		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: l.Node(1).Dial}}}
 	c.startServer()
 	t.Cleanup(func() {

@@ -64,6 +64,7 @@ func TestKubernetes(t *testing.T) {
 	t.Run("DeploymentService", func(t *testing.T) { testDeploymentService(t, c) })
 	t.Run("Readiness", func(t *testing.T) { testReadiness(t, c) })
 	t.Run("Termination", func(t *testing.T) { testTermination(t, c) })
+	t.Run("PreStopSleepAction", func(t *testing.T) { testPreStopSleepAction(t, c) })
 }
 
 func testNodes(t *testing.T, c *kubelet.Cluster) {
@@ -359,15 +360,64 @@ func testTermination(t *testing.T, c *kubelet.Cluster) {
 	checkSlices(t, c, ns, "term", waitPods(t, c, ns, "term", 2))
 }
 
+// testPreStopSleepAction: a preStop hook given as the sleep action (not
+// exec) also keeps a deleted pod Terminating and serving, not ready, for
+// its duration; then the pod leaves the slice and the ReplicaSet's
+// replacement is ready in it.
+func testPreStopSleepAction(t *testing.T, c *kubelet.Cluster) {
+	ctx := context.Background()
+	ns := namespace(t, c, "sleep")
+	const preStop = 2 * time.Second
+	d := deployment("sleepy", 3)
+	spec := &d.Spec.Template.Spec
+	spec.TerminationGracePeriodSeconds = ptr.To(int64(10))
+	spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+		Sleep: &corev1.SleepAction{Seconds: int64(preStop / time.Second)},
+	}}
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.CoreV1().Services(ns).Create(ctx, service("sleepy"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := waitPods(t, c, ns, "sleepy", 3)
+	checkSlices(t, c, ns, "sleepy", pods)
+	victim := pods[0]
+
+	t0 := time.Now()
+	if err := c.Client.CoreV1().Pods(ns).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "victim terminating and serving", func() (bool, string) {
+		e, ok := endpoints(t, c, ns, "sleepy")[victim.Status.PodIP]
+		return ok && isTrue(e.Conditions.Terminating) && isTrue(e.Conditions.Serving) && !isTrue(e.Conditions.Ready), fmtEP(e)
+	})
+	poll(t, wait, "victim out of the slice", func() (bool, string) {
+		e, ok := endpoints(t, c, ns, "sleepy")[victim.Status.PodIP]
+		return !ok, fmtEP(e)
+	})
+	if gone := time.Since(t0); gone < preStop-500*time.Millisecond {
+		t.Errorf("victim out of the slice after %s, before its preStop sleep of %s", gone, preStop)
+	}
+	checkSlices(t, c, ns, "sleepy", waitPods(t, c, ns, "sleepy", 3))
+}
+
 // TestLabDownRemovesKubernetes: `lab down` stops the control plane, the
 // kubelet and every pod, and removes their namespaces, cgroups and files.
 func TestLabDownRemovesKubernetes(t *testing.T) {
 	c := kubetest.New(t, 2)
 	ctx := context.Background()
-	if _, err := c.Client.AppsV1().Deployments(corev1.NamespaceDefault).Create(ctx, deployment("web", 2), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().Deployments(corev1.NamespaceDefault).Create(ctx, deployment("web", 3), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitPods(t, c, corev1.NamespaceDefault, "web", 2)
+	// 3 replicas on 2 nodes: both nodes get some.
+	onNode := map[string]int{}
+	for _, p := range waitPods(t, c, corev1.NamespaceDefault, "web", 3) {
+		onNode[p.Spec.NodeName]++
+	}
+	if len(onNode) != 2 {
+		t.Errorf("3 pods on nodes %v, want both nodes", onNode)
+	}
 	st := fresh(t, c).State()
 	names := map[string]bool{}
 	for _, p := range st.Procs {
@@ -378,8 +428,8 @@ func TestLabDownRemovesKubernetes(t *testing.T) {
 			t.Errorf("no %s process in the lab before down: %v", want, st.Procs)
 		}
 	}
-	if len(st.Kube.Pods) != 2 {
-		t.Errorf("lab records %d Kubernetes pods, want 2", len(st.Kube.Pods))
+	if len(st.Kube.Pods) != 3 {
+		t.Errorf("lab records %d Kubernetes pods, want 3", len(st.Kube.Pods))
 	}
 	server := strings.TrimPrefix(c.State.Server, "https://")
 
@@ -387,7 +437,7 @@ func TestLabDownRemovesKubernetes(t *testing.T) {
 	if err := c.Lab.Down(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("lab down with Kubernetes and 2 pods: %s", time.Since(t0).Round(time.Millisecond))
+	t.Logf("lab down with Kubernetes and 3 pods: %s", time.Since(t0).Round(time.Millisecond))
 
 	for _, p := range st.Procs {
 		if alive(p) {
@@ -399,6 +449,13 @@ func TestLabDownRemovesKubernetes(t *testing.T) {
 		if strings.HasPrefix(e.Name(), lab.Prefix(c.Lab.Name())) {
 			t.Errorf("namespace %s left", e.Name())
 		}
+	}
+	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), lab.Prefix(c.Lab.Name())) {
+		t.Errorf("ip netns list still shows the lab's namespaces:\n%s", out)
+	}
+	// Also processes the lab did not record (children of its processes).
+	if out, _ := exec.Command("pgrep", "-af", c.Lab.Dir()).Output(); len(out) > 0 {
+		t.Errorf("processes left after lab down:\n%s", out)
 	}
 	for _, pat := range []string{"/sys/fs/cgroup/*/flb-" + c.Lab.Name(), "/sys/fs/cgroup/flb-" + c.Lab.Name()} {
 		left, _ := filepath.Glob(pat)
@@ -673,6 +730,9 @@ func checkSlices(t *testing.T, c *kubelet.Cluster, ns, svc string, pods []*corev
 		t.Fatal(err)
 	}
 	for _, s := range list.Items {
+		if s.Labels[discoveryv1.LabelManagedBy] != "endpointslice-controller.k8s.io" {
+			t.Errorf("slice %s managed by %q", s.Name, s.Labels[discoveryv1.LabelManagedBy])
+		}
 		if len(s.Endpoints) == 0 {
 			continue
 		}
@@ -833,12 +893,25 @@ func TestCLI(t *testing.T) {
 		}
 		return string(out)
 	}
+	// Binaries missing: refused before any lab is built.
+	empty := t.TempDir()
+	if out, err := exec.Command(exe, "lab", "--name", name, "up", "--nodes", "2", "--kubernetes", "--kube-bin", empty).CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), filepath.Join(empty, lab.ProcAPIServer)) {
+		t.Errorf("lab up --kubernetes --kube-bin %s (empty): %v\n%s", empty, err, out)
+	}
+	if _, err := os.Stat(filepath.Join(lab.DefaultStateRoot, name)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("lab %s built although the Kubernetes binaries are missing (%v)", name, err)
+	}
+
 	out := run("up", "--nodes", "2", "--pods-per-node", "0", "--kubernetes", "--kube-bin", bin)
 	t.Logf("lab up --kubernetes:\n%s", out)
-	if !regexp.MustCompile(`kubernetes v1\.34\.\d+ up: API ready in [0-9.]+m?s, 2 nodes ready in [0-9.]+m?s`).MatchString(out) {
+	if !regexp.MustCompile(`kubernetes v1\.34\.\d+: API ready in [0-9.]+m?s, 2 nodes ready in [0-9.]+m?s`).MatchString(out) {
 		t.Errorf("lab up output lacks the figures:\n%s", out)
 	}
 	kubeconfig := filepath.Join(lab.DefaultStateRoot, name, "kube", "admin.kubeconfig")
+	if !strings.Contains(out, "kubeconfig: "+kubeconfig+"\n") {
+		t.Errorf("lab up output does not name the kubeconfig %s:\n%s", kubeconfig, out)
+	}
 	status := run("status")
 	if !strings.Contains(status, "kubeconfig "+kubeconfig) {
 		t.Errorf("lab status does not name %s:\n%s", kubeconfig, status)

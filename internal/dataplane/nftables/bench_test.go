@@ -1,9 +1,14 @@
 package nftables
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +43,7 @@ func BenchmarkProgram(b *testing.B) {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				var load, add, del, syncAdd time.Duration
+				var heap, kernel float64
 				inNetnsB(b, func(ns netns.NsHandle) {
 					dp, err := New(int(ns), "n1")
 					if err != nil {
@@ -46,11 +52,18 @@ func BenchmarkProgram(b *testing.B) {
 					defer dp.Remove()
 					ctx := context.Background()
 					tab := services(n)
+					heap0, slab0 := heapBytes(), unreclaimableSlab(b)
 					t0 := time.Now()
 					if err := dp.Sync(ctx, tab); err != nil {
 						b.Fatal(err)
 					}
 					load = time.Since(t0)
+					// What the agent keeps (its record of the kernel's
+					// elements; the table itself is the caller's) and what
+					// the kernel allocated for the elements.
+					heap = float64(heapBytes()-heap0) / (1 << 20)
+					kernel = float64(unreclaimableSlab(b)-slab0) / (1 << 20)
+					runtime.KeepAlive(tab)
 					extra := services(n + 1).Services
 					var one flows.Service
 					for k, s := range extra {
@@ -80,7 +93,38 @@ func BenchmarkProgram(b *testing.B) {
 				b.ReportMetric(float64(add.Microseconds())/1000, "ms/add1")
 				b.ReportMetric(float64(del.Microseconds())/1000, "ms/del1")
 				b.ReportMetric(float64(syncAdd.Microseconds())/1000, "ms/sync+1")
+				b.ReportMetric(heap, "MiB-agent")
+				b.ReportMetric(kernel, "MiB-kernel")
 			}
 		})
 	}
+}
+
+func heapBytes() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// unreclaimableSlab is the kernel's SUnreclaim (bytes), where nftables
+// set elements live. Machine-wide: other activity adds noise.
+func unreclaimableSlab(b *testing.B) int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "SUnreclaim:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no SUnreclaim in /proc/meminfo")
+	return 0
 }

@@ -361,3 +361,52 @@ func TestSCTPProgrammed(t *testing.T) {
 		}
 	})
 }
+
+// TestInternalLocal: an internal-local service (internalTrafficPolicy
+// Local) sends the node's own traffic only to the node's backends, and
+// drops it when the node has none; the tracer says the same.
+func TestInternalLocal(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		for _, a := range backendAddrs {
+			defer serve(t, a).Close()
+		}
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		nodes := []string{"n1", "n2", "n2"}
+		tab := with(svc(flows.RoundRobin, backendAddrs...), func(s *flows.Service) {
+			s.InternalLocal = true
+			for i := range s.Backends {
+				s.Backends[i].Node = nodes[i]
+			}
+		})
+		if err := dp.Sync(context.Background(), tab); err != nil {
+			t.Fatal(err)
+		}
+		for range 20 {
+			if got := ask(t, "198.19.0.10:80", ""); got != backendAddrs[0] {
+				t.Fatalf("internal-local from the node reached %q, want its own backend %s", got, backendAddrs[0])
+			}
+		}
+		v := dp.Trace(Packet{Src: netip.MustParseAddr(backendAddrs[1]), Dst: vipKey.VIP, Protocol: flows.TCP, DstPort: 80, Local: true}, nil)
+		if p := v.Candidates[netip.MustParseAddrPort(backendAddrs[0]+":8080")]; v.Action != "dnat" || len(v.Candidates) != 1 || p < 0.999 {
+			t.Errorf("trace: %+v", v)
+		}
+		// No backend on this node: dropped, not sent elsewhere.
+		tab = with(tab, func(s *flows.Service) { s.Backends = s.Backends[1:] })
+		if err := dp.Sync(context.Background(), tab); err != nil {
+			t.Fatal(err)
+		}
+		d := net.Dialer{Timeout: 300 * time.Millisecond}
+		if c, err := d.Dial("tcp", "198.19.0.10:80"); err == nil {
+			c.Close()
+			t.Error("internal-local without a local backend still connected")
+		}
+		if v := dp.Trace(Packet{Src: netip.MustParseAddr(backendAddrs[1]), Dst: vipKey.VIP, Protocol: flows.TCP, DstPort: 80, Local: true}, nil); v.Action != "drop" {
+			t.Errorf("trace without a local backend: %+v", v)
+		}
+	})
+}

@@ -100,16 +100,24 @@ func plan(s flows.Service, node string) footprint {
 		members[b] = true
 		f.add(elem{set: slotsMap, key: slotKey(k, i), val: backendVal(b)})
 	}
-	if s.LocalOnly {
-		if lt := flows.Maglev(local, Slots); lt != nil {
+	if s.LocalOnly || s.InternalLocal {
+		lt := flows.Maglev(local, Slots)
+		for i, idx := range lt {
+			b := backend{local[idx].Address, local[idx].Port}
+			members[b] = true
+			f.add(elem{set: slotsMap, key: slotKey(k, localSlot+i), val: backendVal(b)})
+		}
+		switch {
+		case s.LocalOnly && lt != nil:
 			f.add(elem{set: localOnSet, key: kb})
-			for i, idx := range lt {
-				b := backend{local[idx].Address, local[idx].Port}
-				members[b] = true
-				f.add(elem{set: slotsMap, key: slotKey(k, localSlot+i), val: backendVal(b)})
-			}
-		} else {
+		case s.LocalOnly:
 			f.add(elem{set: localNoneSet, key: kb})
+		}
+		switch {
+		case s.InternalLocal && lt != nil:
+			f.add(elem{set: iLocalOnSet, key: kb})
+		case s.InternalLocal:
+			f.add(elem{set: iLocalNoneSet, key: kb})
 		}
 	}
 	if s.Persistence != nil && s.Persistence.Timeout >= time.Second {

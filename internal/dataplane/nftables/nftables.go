@@ -52,15 +52,29 @@ type Dataplane struct {
 	conntrack conntrackCleaner
 }
 
+// entry is a programmed service: what it was made from or, for a service
+// adopted from the kernel and not yet restated, the elements read back.
+// Footprints are recomputed when needed rather than kept: they are about
+// 20 KB a service, the service itself a few hundred bytes.
 type entry struct {
 	src *flows.Service
-	fp  footprint
+	fp  footprint // adopted only
+}
+
+// footprint is what e owns in the kernel.
+func (d *Dataplane) footprint(e entry) footprint {
+	if e.fp != nil || e.src == nil {
+		return e.fp
+	}
+	return plan(*e.src, d.node)
 }
 
 // New opens the data plane of the network namespace netnsFd (-1: the
 // caller's) for the node named node, and creates its table if needed.
 func New(netnsFd int, node string) (*Dataplane, error) {
-	opts := []nftables.ConnOption{nftables.WithSockOptions(bigBuffers)}
+	// One netlink socket for the agent's life: a change is then one
+	// transaction on it, with no socket set-up.
+	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigBuffers)}
 	if netnsFd >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(netnsFd))
 	}
@@ -147,7 +161,7 @@ func (d *Dataplane) Sync(ctx context.Context, t flows.Table) error {
 // sameService reports whether two services program the same flows (IDs
 // and names do not matter).
 func sameService(a, b flows.Service) bool {
-	return a.Key == b.Key && a.Algorithm == b.Algorithm && a.LocalOnly == b.LocalOnly && a.ConnectionLimit == b.ConnectionLimit &&
+	return a.Key == b.Key && a.Algorithm == b.Algorithm && a.LocalOnly == b.LocalOnly && a.InternalLocal == b.InternalLocal && a.ConnectionLimit == b.ConnectionLimit &&
 		((a.Persistence == nil) == (b.Persistence == nil)) && (a.Persistence == nil || *a.Persistence == *b.Persistence) &&
 		slices.Equal(a.Backends, b.Backends) && slices.Equal(a.AllowedCIDRs, b.AllowedCIDRs)
 }
@@ -163,7 +177,7 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 			continue
 		}
 		s := s
-		next[s.Key] = &entry{src: &s, fp: plan(s, d.node)}
+		next[s.Key] = &entry{src: &s}
 	}
 	for _, k := range deletes {
 		next[k] = nil
@@ -176,10 +190,10 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 	for k, nw := range next {
 		var oldFP, newFP footprint
 		if old, had := d.programmed[k]; had {
-			oldFP = old.fp
+			oldFP = d.footprint(old)
 		}
 		if nw != nil {
-			newFP = nw.fp
+			newFP = d.footprint(*nw)
 		}
 		for id, o := range oldFP {
 			if n, ok := newFP[id]; !ok || !n.same(o) {
@@ -325,10 +339,14 @@ func sortKeys(out []flows.Key) {
 
 // Close releases the connection and leaves the flows in the kernel: an
 // agent that stops must not take traffic down with it (fail-static).
-func (d *Dataplane) Close() error { return nil }
+func (d *Dataplane) Close() error { return d.conn.CloseLasting() }
 
-// Remove deletes the table and everything in it.
+// Remove deletes the table and everything in it, and closes the data plane.
 func (d *Dataplane) Remove() error {
 	d.conn.DelTable(d.table)
-	return d.conn.Flush()
+	err := d.conn.Flush()
+	if cerr := d.conn.CloseLasting(); err == nil {
+		err = cerr
+	}
+	return err
 }

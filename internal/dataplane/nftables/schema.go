@@ -30,6 +30,12 @@ const (
 	// localNoneSet: local-only services with no backend on this node;
 	// traffic from outside the pod networks is dropped, as kube-proxy does.
 	localNoneSet = "local_none"
+	// iLocalOnSet: internal-local services with a backend on this node;
+	// traffic from the pod networks and from the node itself uses the
+	// local slot table. iLocalNoneSet: without one; such traffic is
+	// dropped, as kube-proxy does for internalTrafficPolicy=Local.
+	iLocalOnSet   = "ilocal_on"
+	iLocalNoneSet = "ilocal_none"
 	// emptySet: services without a usable backend: new connections are
 	// refused (TCP reset, ICMP port unreachable).
 	emptySet = "empty"
@@ -59,7 +65,7 @@ const (
 	// layoutMarker names the rule layout: a table without it (made by an
 	// agent with other rules) is rebuilt instead of adopted. Bump it with
 	// any change to create or addClassChain.
-	layoutMarker = "layout_3"
+	layoutMarker = "layout_4"
 
 	persistPrefix = "persist_"
 	limitPrefix   = "limit_"
@@ -104,6 +110,8 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 			DataType: backendType},
 		{Table: t, Name: localOnSet, Concatenation: true, KeyType: keyType},
 		{Table: t, Name: localNoneSet, Concatenation: true, KeyType: keyType},
+		{Table: t, Name: iLocalOnSet, Concatenation: true, KeyType: keyType},
+		{Table: t, Name: iLocalNoneSet, Concatenation: true, KeyType: keyType},
 		{Table: t, Name: emptySet, Concatenation: true, KeyType: keyType},
 		{Table: t, Name: aclOnSet, Concatenation: true, KeyType: keyType},
 		{Table: t, Name: aclAllowSet, Concatenation: true, Interval: true,
@@ -126,7 +134,7 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 }
 
 // serviceSets are the sets whose elements belong to one service each.
-var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, limitsMap}
+var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, limitsMap}
 
 // create (re)builds the table: flushed and recreated, so that it always
 // has exactly the expected shape.
@@ -169,6 +177,9 @@ func (d *Dataplane) create() error {
 		d.addRule(ch, ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), vmap(d.sets[limitsMap]))
 		if ch == acl {
 			d.addRule(ch, svcKey(), lookup(d.sets[localNoneSet], regDaddr), fromOutside(podnets), one(&expr.Verdict{Kind: expr.VerdictDrop}))
+			d.addRule(ch, svcKey(), lookup(d.sets[iLocalNoneSet], regDaddr), fromInside(podnets), one(&expr.Verdict{Kind: expr.VerdictDrop}))
+		} else {
+			d.addRule(ch, svcKey(), lookup(d.sets[iLocalNoneSet], regDaddr), one(&expr.Verdict{Kind: expr.VerdictDrop}))
 		}
 		d.addRule(ch, ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(d.sets[emptySet], regDaddr), goTo(refuse.Name))
 	}
@@ -195,6 +206,14 @@ func (d *Dataplane) create() error {
 	for _, alg := range algs {
 		d.addRule(pre, svcKey(), lookup(d.sets[localOnSet], regDaddr), lookup(d.sets[pickNames[alg]], regDaddr), fromOutside(podnets),
 			pickSlot(alg, localSlot), slotLookup(d.sets[slotsMap]), markLocal(), dnat(regData, regDataPrt))
+	}
+	// Internal-local: pods of this node, and the node itself, use this
+	// node's backends only.
+	for _, alg := range algs {
+		d.addRule(pre, svcKey(), lookup(d.sets[iLocalOnSet], regDaddr), lookup(d.sets[pickNames[alg]], regDaddr), fromInside(podnets),
+			pickSlot(alg, localSlot), slotLookup(d.sets[slotsMap]), dnat(regData, regDataPrt))
+		d.addRule(out, svcKey(), lookup(d.sets[iLocalOnSet], regDaddr), lookup(d.sets[pickNames[alg]], regDaddr),
+			pickSlot(alg, localSlot), slotLookup(d.sets[slotsMap]), dnat(regData, regDataPrt))
 	}
 	d.addRule(pre, one(&expr.Verdict{Kind: expr.VerdictJump, Chain: lb.Name}))
 	d.addRule(out, one(&expr.Verdict{Kind: expr.VerdictJump, Chain: lb.Name}))
@@ -359,6 +378,13 @@ func markLocal() []expr.Any {
 		&expr.Bitwise{SourceRegister: regMark, DestRegister: regMark, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(^uint32(localMark)), Xor: binaryutil.NativeEndian.PutUint32(localMark)},
 		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: regMark})
+}
+
+// fromInside matches a source inside the pod networks.
+func fromInside(podnets *nftables.Set) []expr.Any {
+	return one(
+		&expr.Payload{DestRegister: regMark + 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Lookup{SourceRegister: regMark + 1, SetName: podnets.Name, SetID: podnets.ID})
 }
 
 // fromOutside matches a source outside the pod networks.

@@ -26,10 +26,14 @@ type ServiceDump struct {
 	Local map[string]int
 	// NoLocal: local-only without a backend on this node: traffic from
 	// outside the pod networks is dropped.
-	NoLocal      bool
-	AllowedCIDRs []netip.Prefix
-	Persistence  time.Duration
-	Limit        int
+	NoLocal bool
+	// LocalOnly: the local table serves traffic from outside the pod
+	// networks; InternalLocal: it serves the pod networks and the node
+	// (NoInternalLocal: there is none, such traffic is dropped).
+	LocalOnly, InternalLocal, NoInternalLocal bool
+	AllowedCIDRs                              []netip.Prefix
+	Persistence                               time.Duration
+	Limit                                     int
 }
 
 // Dump describes every programmed service from its kernel elements,
@@ -37,7 +41,7 @@ type ServiceDump struct {
 func (d *Dataplane) Dump() []ServiceDump {
 	var out []ServiceDump
 	for _, k := range d.Programmed() {
-		out = append(out, describe(k, d.programmed[k].fp))
+		out = append(out, describe(k, d.footprint(d.programmed[k])))
 	}
 	return out
 }
@@ -56,8 +60,14 @@ func describe(k flows.Key, fp footprint) ServiceDump {
 			}
 		case emptySet:
 			s.Refused = true
+		case localOnSet:
+			s.LocalOnly = true
 		case localNoneSet:
-			s.NoLocal = true
+			s.LocalOnly, s.NoLocal = true, true
+		case iLocalOnSet:
+			s.InternalLocal = true
+		case iLocalNoneSet:
+			s.InternalLocal, s.NoInternalLocal = true, true
 		case aclAllowSet:
 			s.AllowedCIDRs = append(s.AllowedCIDRs, aclPrefix(e.key, e.keyEnd))
 		case persistMap:
@@ -118,7 +128,8 @@ func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
 	if !ok {
 		return Verdict{Action: "accept", Reason: "not a service"}
 	}
-	s := describe(k, e.fp)
+	fp := d.footprint(e)
+	s := describe(k, fp)
 	outside := !slices.ContainsFunc(podNets, func(n netip.Prefix) bool { return n.Contains(p.Src) })
 	if len(podNets) == 0 {
 		outside = false
@@ -127,8 +138,13 @@ func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
 		return Verdict{Action: "drop", Reason: "source outside allowed_cidrs"}
 	}
 	v := Verdict{Limit: s.Limit}
-	if s.NoLocal && outside && !p.Local {
+	external := outside && !p.Local
+	if s.NoLocal && external {
 		v.Action, v.Reason = "drop", "local-only service without a backend on this node"
+		return v
+	}
+	if s.NoInternalLocal && !external {
+		v.Action, v.Reason = "drop", "internal-local service without a backend on this node"
 		return v
 	}
 	if s.Refused {
@@ -137,16 +153,20 @@ func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
 	}
 	v.Action = "dnat"
 	offset := 0
-	if len(s.Local) > 0 && outside && !p.Local {
+	switch {
+	case s.LocalOnly && external:
 		offset = localSlot
 		v.Reason = "local-only: this node's backends, client address kept"
-	} else {
+	case s.InternalLocal && !external:
+		offset = localSlot
+		v.Reason = "internal-local: this node's backends"
+	default:
 		v.Persistence = s.Persistence
 		v.Masquerade = outside
 		v.Reason = "every backend"
 	}
 	table := map[int]backend{}
-	for _, el := range e.fp {
+	for _, el := range fp {
 		if el.set == slotsMap {
 			table[slotOf(el.key)] = parseBackend(el.val)
 		}

@@ -742,8 +742,11 @@ type Service struct {
 	ConnectionLimit      int32      `protobuf:"varint,8,opt,name=connection_limit,json=connectionLimit,proto3" json:"connection_limit,omitempty"`
 	Backends             []*Backend `protobuf:"bytes,9,rep,name=backends,proto3" json:"backends,omitempty"`
 	LocalOnly            bool       `protobuf:"varint,10,opt,name=local_only,json=localOnly,proto3" json:"local_only,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Traffic from the pod networks and the node itself goes only to this
+	// node's backends (Kubernetes internalTrafficPolicy=Local).
+	InternalLocal bool `protobuf:"varint,11,opt,name=internal_local,json=internalLocal,proto3" json:"internal_local,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
@@ -846,6 +849,13 @@ func (x *Service) GetLocalOnly() bool {
 	return false
 }
 
+func (x *Service) GetInternalLocal() bool {
+	if x != nil {
+		return x.InternalLocal
+	}
+	return false
+}
+
 var File_flowlb_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
@@ -909,7 +919,7 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\fR\aaddress\x12\x12\n" +
 	"\x04port\x18\x03 \x01(\rR\x04port\x12\x16\n" +
 	"\x06weight\x18\x04 \x01(\rR\x06weight\x12\x12\n" +
-	"\x04node\x18\x05 \x01(\tR\x04node\"\x94\x03\n" +
+	"\x04node\x18\x05 \x01(\tR\x04node\"\xbb\x03\n" +
 	"\aService\x12-\n" +
 	"\x03key\x18\x01 \x01(\v2\x1b.flowlb.agent.v1.ServiceKeyR\x03key\x12'\n" +
 	"\x0floadbalancer_id\x18\x02 \x01(\tR\x0eloadbalancerId\x12\x1f\n" +
@@ -923,7 +933,8 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\bbackends\x18\t \x03(\v2\x18.flowlb.agent.v1.BackendR\bbackends\x12\x1d\n" +
 	"\n" +
 	"local_only\x18\n" +
-	" \x01(\bR\tlocalOnly2P\n" +
+	" \x01(\bR\tlocalOnly\x12%\n" +
+	"\x0einternal_local\x18\v \x01(\bR\rinternalLocal2P\n" +
 	"\x05Agent\x12G\n" +
 	"\tSubscribe\x12\x1d.flowlb.agent.v1.AgentMessage\x1a\x17.flowlb.agent.v1.Update(\x010\x01B<Z:github.com/flowlb/flowlb/api/proto/flowlb/agent/v1;agentv1b\x06proto3"
 

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/flowlb/flowlb/internal/kubecontroller"
+	"github.com/flowlb/flowlb/internal/kubelb"
+)
+
+type kubeControllerOptions struct {
+	kubeconfig     string
+	endpoint       string
+	cloud          string
+	opts           kubelb.Options
+	workers        int
+	leaderElect    bool
+	leaseNamespace string
+	leaseName      string
+	metrics        string
+	logLevel       string
+	qps            int
+}
+
+func init() {
+	o := kubeControllerOptions{}
+	cmd := &cobra.Command{
+		Use:   "kube-controller",
+		Short: "Serve Kubernetes Services with load balancers whose members are the pods",
+		Long: `Watch Services and EndpointSlices and keep one Octavia load balancer per
+ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
+(--octavia-endpoint, noauth) or a cloud's (--os-cloud, clouds.yaml).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runKubeController(cmd.Context(), o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig (default: in-cluster)")
+	f.StringVar(&o.endpoint, "octavia-endpoint", "", "Octavia API URL needing no token, e.g. http://127.0.0.1:9876")
+	f.StringVar(&o.cloud, "os-cloud", os.Getenv("OS_CLOUD"), "cloud of clouds.yaml to authenticate with (when no --octavia-endpoint)")
+	f.StringVar(&o.opts.Cluster, "cluster-name", "kubernetes", "name of this cluster in load balancer names and tags")
+	f.StringVar(&o.opts.ClusterIPSubnet, "cluster-ip-subnet", "", "ID of the VIP subnet holding the Services' cluster IPs (required)")
+	f.StringVar(&o.opts.ExternalSubnet, "external-subnet", "", "ID of the subnet LoadBalancer addresses come from, on the same network")
+	f.StringVar(&o.opts.Class, "load-balancer-class", kubelb.DefaultClass, "loadBalancerClass served besides none")
+	f.StringSliceVar(&o.opts.PodCIDRs, "pod-cidrs", nil, "the cluster's pod networks, let through when loadBalancerSourceRanges restrict a Service")
+	f.IntVar(&o.workers, "workers", 8, "Services reconciled at once")
+	f.IntVar(&o.qps, "kube-api-qps", 100, "requests per second to the Kubernetes API (burst: twice that)")
+	f.BoolVar(&o.leaderElect, "leader-elect", true, "run only while holding the Lease, so that replicas stand by")
+	f.StringVar(&o.leaseNamespace, "leader-elect-namespace", "kube-system", "namespace of the Lease")
+	f.StringVar(&o.leaseName, "leader-elect-name", "flowlb-kube-controller", "name of the Lease")
+	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9879", "address of /metrics (empty: none)")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	rootCmd.AddCommand(cmd)
+}
+
+func runKubeController(ctx context.Context, o kubeControllerOptions) error {
+	log, err := newLogger(o.logLevel)
+	if err != nil {
+		return err
+	}
+	if o.opts.ClusterIPSubnet == "" {
+		return fmt.Errorf("--cluster-ip-subnet is required")
+	}
+	if o.endpoint == "" && o.cloud == "" {
+		return fmt.Errorf("give --octavia-endpoint or --os-cloud")
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rc, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	rc.UserAgent = "flowlb-kube-controller"
+	// client-go's default of 5 requests/s would make finalizers, status
+	// updates and events of a burst of Services queue for seconds.
+	rc.QPS, rc.Burst = float32(o.qps), o.qps*2
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	lbClient, err := kubelb.NewClient(ctx, o.endpoint, o.cloud)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if o.metrics != "" {
+		ln, err := net.Listen("tcp", o.metrics)
+		if err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+	}
+	c := kubecontroller.New(client, &kubelb.Octavia{Client: lbClient}, o.opts, reg, log)
+	if !o.leaderElect {
+		return c.Run(ctx, o.workers)
+	}
+	host, _ := os.Hostname()
+	id := fmt.Sprintf("%s_%d", host, os.Getpid())
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: o.leaseNamespace, Name: o.leaseName},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	}
+	runErr := make(chan error, 1)
+	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+		Lock: lock, ReleaseOnCancel: true,
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				log.Info("leading", "identity", id)
+				runErr <- c.Run(ctx, o.workers)
+			},
+			OnStoppedLeading: func() { log.Info("no longer leading", "identity", id) },
+			OnNewLeader:      func(l string) { log.Info("leader", "identity", l) },
+		},
+	})
+	select {
+	case err := <-runErr:
+		if err != nil {
+			return err
+		}
+	default:
+	}
+	if ctx.Err() != nil {
+		return nil // stopped by a signal
+	}
+	// Leadership lost: exit, so that a restarted process stands by again
+	// rather than working on a stale view.
+	return fmt.Errorf("lost the lease %s/%s", o.leaseNamespace, o.leaseName)
+}

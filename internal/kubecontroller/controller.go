@@ -1,0 +1,325 @@
+// Package kubecontroller is `flowlb kube-controller`: it watches Services
+// and EndpointSlices and keeps one Octavia load balancer per served
+// Service, with the pods as members (docs/kubernetes.md).
+package kubecontroller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/flowlb/flowlb/internal/kubelb"
+)
+
+// Finalizer keeps a served Service until its load balancer is deleted.
+const Finalizer = "flowlb.io/load-balancer"
+
+// Controller reconciles Services into load balancers.
+type Controller struct {
+	client  kubernetes.Interface
+	octavia *kubelb.Octavia
+	opts    kubelb.Options
+	log     *slog.Logger
+
+	factory  informers.SharedInformerFactory
+	services corelisters.ServiceLister
+	slices   discoverylisters.EndpointSliceLister
+	synced   []cache.InformerSynced
+	queue    workqueue.TypedRateLimitingInterface[string]
+	recorder record.EventRecorder
+
+	// seen is when each queued key's oldest unprocessed change arrived,
+	// for the change → ACTIVE latency.
+	mu   sync.Mutex
+	seen map[string]time.Time
+
+	m *metrics
+}
+
+type metrics struct {
+	reconciles *prometheus.CounterVec
+	latency    prometheus.Histogram
+}
+
+// New builds a controller; Run starts it.
+func New(client kubernetes.Interface, octavia *kubelb.Octavia, opts kubelb.Options, reg prometheus.Registerer, log *slog.Logger) *Controller {
+	f := informers.NewSharedInformerFactory(client, 10*time.Minute)
+	svcInf := f.Core().V1().Services()
+	sliceInf := f.Discovery().V1().EndpointSlices()
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	c := &Controller{
+		client: client, octavia: octavia, opts: opts, log: log, factory: f,
+		services: svcInf.Lister(), slices: sliceInf.Lister(),
+		synced:   []cache.InformerSynced{svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced},
+		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flowlb-kube-controller"}),
+		seen:     map[string]time.Time{},
+		m: &metrics{
+			reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_kube_reconciles_total",
+				Help: "Service reconciliations by result (ok, error, invalid)."}, []string{"result"}),
+			latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_kube_sync_latency_seconds",
+				Help:    "From a Service or EndpointSlice change to its load balancer ACTIVE.",
+				Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		},
+	}
+	if reg != nil {
+		reg.MustRegister(c.m.reconciles, c.m.latency)
+	}
+	_, _ = svcInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { c.enqueue(o) },
+		UpdateFunc: func(_, o any) { c.enqueue(o) },
+		DeleteFunc: func(o any) { c.enqueue(o) },
+	})
+	_, _ = sliceInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { c.enqueueSlice(o) },
+		UpdateFunc: func(_, o any) { c.enqueueSlice(o) },
+		DeleteFunc: func(o any) { c.enqueueSlice(o) },
+	})
+	return c
+}
+
+func (c *Controller) add(key string) {
+	c.mu.Lock()
+	if _, ok := c.seen[key]; !ok {
+		c.seen[key] = time.Now()
+	}
+	c.mu.Unlock()
+	c.queue.Add(key)
+}
+
+func (c *Controller) enqueue(o any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(o)
+	if err == nil {
+		c.add(key)
+	}
+}
+
+func (c *Controller) enqueueSlice(o any) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	s, ok := o.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	if name := s.Labels[discoveryv1.LabelServiceName]; name != "" {
+		c.add(s.Namespace + "/" + name)
+	}
+}
+
+// Run serves until ctx ends: informers, a garbage collection of load
+// balancers whose Service is gone, then workers.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer c.queue.ShutDown()
+	c.factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return errors.New("informer caches did not sync")
+	}
+	if err := c.collectGarbage(ctx); err != nil {
+		c.log.Error("garbage collection", "err", err)
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for c.next(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// collectGarbage deletes this cluster's load balancers whose Service no
+// longer exists (deleted while no controller ran).
+func (c *Controller) collectGarbage(ctx context.Context) error {
+	owned, err := c.octavia.Owned(ctx, kubelb.TagCluster+c.opts.Cluster)
+	if err != nil {
+		return err
+	}
+	for _, lb := range owned {
+		key := ""
+		for _, t := range lb.Tags {
+			if k, ok := strings.CutPrefix(t, kubelb.TagService); ok {
+				key = k
+			}
+		}
+		ns, name, _ := strings.Cut(key, "/")
+		if key == "" || lb.Name != kubelb.Name(c.opts.Cluster, ns, name) {
+			continue // not one of ours after all
+		}
+		if _, err := c.services.Services(ns).Get(name); apierrors.IsNotFound(err) {
+			c.log.Info("deleting the load balancer of a Service that is gone", "service", key, "loadbalancer", lb.ID)
+			if err := c.octavia.Delete(ctx, lb.ID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Controller) next(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	c.mu.Lock()
+	since := c.seen[key]
+	delete(c.seen, key)
+	c.mu.Unlock()
+	err := c.reconcile(ctx, key)
+	switch {
+	case err == nil:
+		c.queue.Forget(key)
+		c.m.reconciles.WithLabelValues("ok").Inc()
+		if !since.IsZero() {
+			c.m.latency.Observe(time.Since(since).Seconds())
+		}
+	case errors.Is(err, errInvalid):
+		c.queue.Forget(key) // retrying cannot help; a change to the Service will
+		c.m.reconciles.WithLabelValues("invalid").Inc()
+	default:
+		c.m.reconciles.WithLabelValues("error").Inc()
+		c.log.Error("reconcile", "service", key, "err", err)
+		c.mu.Lock()
+		if _, ok := c.seen[key]; !ok && !since.IsZero() {
+			c.seen[key] = since
+		}
+		c.mu.Unlock()
+		c.queue.AddRateLimited(key)
+	}
+	return true
+}
+
+var errInvalid = errors.New("invalid Service")
+
+func (c *Controller) reconcile(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	lbName := kubelb.Name(c.opts.Cluster, ns, name)
+	svc, err := c.services.Services(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return c.deleteLB(ctx, lbName)
+	}
+	if err != nil {
+		return err
+	}
+	served := kubelb.Serves(svc, c.opts)
+	if svc.DeletionTimestamp != nil || !served {
+		if !slices.Contains(svc.Finalizers, Finalizer) {
+			return nil
+		}
+		if err := c.deleteLB(ctx, lbName); err != nil {
+			c.recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteLoadBalancerFailed", "deleting load balancer %s: %v", lbName, err)
+			return err
+		}
+		c.recorder.Eventf(svc, corev1.EventTypeNormal, "DeletedLoadBalancer", "deleted load balancer %s", lbName)
+		if err := c.setFinalizer(ctx, svc, false); err != nil {
+			return err
+		}
+		if !served && svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			return nil
+		}
+		return c.setIngress(ctx, svc, "")
+	}
+	if err := c.setFinalizer(ctx, svc, true); err != nil {
+		return err
+	}
+	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name})
+	eps, err := c.slices.EndpointSlices(ns).List(sel)
+	if err != nil {
+		return err
+	}
+	want, err := kubelb.Desired(svc, eps, c.opts)
+	if err != nil {
+		c.recorder.Eventf(svc, corev1.EventTypeWarning, "InvalidService", "%v", err)
+		return fmt.Errorf("%w: %v", errInvalid, err)
+	}
+	vip, calls, err := c.octavia.Apply(ctx, want)
+	if err != nil {
+		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "load balancer %s: %v", lbName, err)
+		return err
+	}
+	if calls > 0 {
+		c.recorder.Eventf(svc, corev1.EventTypeNormal, "EnsuredLoadBalancer", "load balancer %s ACTIVE (%d API calls)", lbName, calls)
+	}
+	if want.External {
+		return c.setIngress(ctx, svc, vip)
+	}
+	return nil
+}
+
+func (c *Controller) deleteLB(ctx context.Context, name string) error {
+	cur, err := c.octavia.Find(ctx, name)
+	if err != nil || cur == nil {
+		return err
+	}
+	return c.octavia.Delete(ctx, cur.ID)
+}
+
+func (c *Controller) setFinalizer(ctx context.Context, svc *corev1.Service, on bool) error {
+	has := slices.Contains(svc.Finalizers, Finalizer)
+	if has == on {
+		return nil
+	}
+	cp := svc.DeepCopy()
+	if on {
+		cp.Finalizers = append(cp.Finalizers, Finalizer)
+	} else {
+		cp.Finalizers = slices.DeleteFunc(cp.Finalizers, func(f string) bool { return f == Finalizer })
+	}
+	_, err := c.client.CoreV1().Services(cp.Namespace).Update(ctx, cp, metav1UpdateOptions)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// setIngress writes the load balancer's address to the Service's status
+// ("" clears it).
+func (c *Controller) setIngress(ctx context.Context, svc *corev1.Service, vip string) error {
+	var want []corev1.LoadBalancerIngress
+	if vip != "" {
+		mode := corev1.LoadBalancerIPModeVIP
+		want = []corev1.LoadBalancerIngress{{IP: vip, IPMode: &mode}}
+	}
+	cur := svc.Status.LoadBalancer.Ingress
+	if len(cur) == len(want) && (len(want) == 0 || (cur[0].IP == vip && cur[0].IPMode != nil && *cur[0].IPMode == corev1.LoadBalancerIPModeVIP)) {
+		return nil
+	}
+	cp := svc.DeepCopy()
+	cp.Status.LoadBalancer.Ingress = want
+	_, err := c.client.CoreV1().Services(cp.Namespace).UpdateStatus(ctx, cp, metav1UpdateOptions)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+var metav1UpdateOptions = metav1.UpdateOptions{FieldManager: "flowlb-kube-controller"}

@@ -1,0 +1,182 @@
+package kubecontroller
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/flowlb/flowlb/internal/kubelb"
+	"github.com/flowlb/flowlb/internal/kubelb/lbtest"
+)
+
+func svc(name string, typ corev1.ServiceType, ip string) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+		Spec: corev1.ServiceSpec{Type: typ, ClusterIP: ip, ClusterIPs: []string{ip},
+			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
+}
+
+func epSlice(service string, addrs ...string) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: service + "-abc",
+		Labels: map[string]string{discoveryv1.LabelServiceName: service}}, AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}}}
+	for _, a := range addrs {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, NodeName: ptr.To("n1"),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	return s
+}
+
+type harness struct {
+	t      *testing.T
+	api    *lbtest.API
+	o      *kubelb.Octavia
+	client *fake.Clientset
+}
+
+// members returns the member addresses of the LB of Service name, or nil
+// if it has no LB.
+func (h *harness) members(name string) []string {
+	h.t.Helper()
+	lb, err := h.o.Find(context.Background(), kubelb.Name("lab", "default", name))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if lb == nil {
+		return nil
+	}
+	var st struct {
+		Statuses struct {
+			LB struct {
+				Listeners []struct {
+					Pools []struct {
+						Members []struct {
+							Address string `json:"address"`
+						} `json:"members"`
+					} `json:"pools"`
+				} `json:"listeners"`
+			} `json:"loadbalancer"`
+		} `json:"statuses"`
+	}
+	_, err = h.api.Client.Get(context.Background(), h.api.Client.ServiceURL("lbaas", "loadbalancers", lb.ID, "status"), &st, nil)
+	if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		return nil // deleted since
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := []string{}
+	for _, l := range st.Statuses.LB.Listeners {
+		for _, p := range l.Pools {
+			for _, m := range p.Members {
+				out = append(out, m.Address)
+			}
+		}
+	}
+	return out
+}
+
+func (h *harness) eventually(what string, ok func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestController(t *testing.T) {
+	api := lbtest.New(t)
+	o := &kubelb.Octavia{Client: api.Client, Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+
+	// A load balancer left behind by a Service deleted while no
+	// controller ran.
+	stale, err := kubelb.Desired(svc("gone", corev1.ServiceTypeClusterIP, "198.19.64.99"), nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := o.Apply(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset(svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10"), epSlice("web", "198.18.17.2", "198.18.18.2"),
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "ext"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}})
+	h := &harness{t: t, api: api, o: o, client: client}
+	c := New(client, o, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 2) }()
+
+	h.eventually("web's LB with its two pods", func() bool { return len(h.members("web")) == 2 })
+	h.eventually("the stale LB collected", func() bool { return h.members("gone") == nil })
+	if h.members("ext") != nil {
+		t.Error("an ExternalName Service got a load balancer")
+	}
+	got, _ := client.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
+	if len(got.Finalizers) != 1 || got.Finalizers[0] != Finalizer {
+		t.Errorf("finalizers %v", got.Finalizers)
+	}
+
+	// Scaling: the slice changes, the members follow.
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, epSlice("web", "198.18.17.2", "198.18.18.2", "198.18.19.2"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("three members", func() bool { return len(h.members("web")) == 3 })
+
+	// A LoadBalancer Service gets an external address in its status.
+	if _, err := client.CoreV1().Services("default").Create(ctx, svc("pub", corev1.ServiceTypeLoadBalancer, "198.19.64.11"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ingress []corev1.LoadBalancerIngress
+	h.eventually("pub's ingress", func() bool {
+		s, _ := client.CoreV1().Services("default").Get(ctx, "pub", metav1.GetOptions{})
+		ingress = s.Status.LoadBalancer.Ingress
+		return len(ingress) == 1
+	})
+	if !strings.HasPrefix(ingress[0].IP, "198.19.1") || ingress[0].IPMode == nil || *ingress[0].IPMode != corev1.LoadBalancerIPModeVIP {
+		t.Errorf("ingress %+v, want an address of the external subnet with ipMode VIP", ingress[0])
+	}
+
+	// An invalid Service gets a warning event and no LB.
+	bad := svc("bad", corev1.ServiceTypeClusterIP, "198.19.64.12")
+	bad.Annotations = map[string]string{kubelb.AnnLBMethod: "LEAST_CONNECTIONS"}
+	if _, err := client.CoreV1().Services("default").Create(ctx, bad, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("an InvalidService event", func() bool {
+		evs, _ := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		for _, e := range evs.Items {
+			if e.Reason == "InvalidService" && e.InvolvedObject.Name == "bad" && strings.Contains(e.Message, "LEAST_CONNECTIONS") {
+				return true
+			}
+		}
+		return false
+	})
+	if h.members("bad") != nil {
+		t.Error("an invalid Service got a load balancer")
+	}
+
+	// Deleting the Service deletes its LB.
+	if err := client.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("web's LB deleted", func() bool { return h.members("web") == nil })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,82 @@
+package kubelb
+
+import (
+	"testing"
+
+	"github.com/flowlb/flowlb/internal/kubelb/lbtest"
+)
+
+func TestApplyMinimalCalls(t *testing.T) {
+	api := lbtest.New(t)
+	o, clusterSub, extSub := &Octavia{Client: api.Client}, api.ClusterSubnet, api.ExternalSubnet
+	ctx := t.Context()
+	base := func() *LB {
+		return &LB{Name: "kube_service_lab_default_web", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{clusterSub, "198.19.64.10"},
+			Listeners: []Listener{{Name: "http", Protocol: "TCP", Port: 80, Pool: Pool{Name: "http", Protocol: "TCP", Algorithm: "ROUND_ROBIN",
+				Members: []Member{member("198.18.17.2", 8080, "web-1", "n1"), member("198.18.18.2", 8080, "web-2", "n2")}}}}}
+	}
+	steps := []struct {
+		name  string
+		edit  func(*LB)
+		calls int
+	}{
+		{"create in one call", func(*LB) {}, 1},
+		{"nothing changed", func(*LB) {}, 0},
+		{"endpoints change: one batch member update", func(lb *LB) {
+			lb.Listeners[0].Pool.Members = []Member{member("198.18.17.2", 8080, "web-1", "n1"), member("198.18.19.2", 8080, "web-3", "n3")}
+		}, 1},
+		{"session affinity: one pool update", func(lb *LB) {
+			lb.Listeners[0].Pool.Persistence = &Persistence{"SOURCE_IP", 600}
+		}, 1},
+		{"a new port: listener, pool, members", func(lb *LB) {
+			lb.Listeners = append(lb.Listeners, Listener{Name: "dns", Protocol: "UDP", Port: 53, Pool: Pool{Name: "dns", Protocol: "UDP", Algorithm: "ROUND_ROBIN",
+				Members: []Member{member("198.18.17.2", 5353, "web-1", "n1")}}})
+		}, 3},
+		{"health monitor on", func(lb *LB) {
+			lb.Listeners[0].Pool.Monitor = &Monitor{"TCP", 5, 3, 1, 3}
+		}, 1},
+		{"health monitor delay", func(lb *LB) {
+			lb.Listeners[0].Pool.Monitor = &Monitor{"TCP", 4, 3, 1, 3}
+		}, 1},
+		{"port removed: pool and listener deleted", func(lb *LB) {
+			lb.Listeners = lb.Listeners[:1]
+		}, 2},
+		{"type LoadBalancer: the VIP changes, replace", func(lb *LB) {
+			lb.VIP = VIP{extSub, "198.19.128.7"}
+			lb.AdditionalVIPs = []VIP{{clusterSub, "198.19.64.10"}}
+			lb.External = true
+		}, 2},
+	}
+	want := base()
+	for _, s := range steps {
+		s.edit(want)
+		vip, n, err := o.Apply(ctx, want)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if n != s.calls {
+			t.Errorf("%s: %d calls, want %d", s.name, n, s.calls)
+		}
+		if vip != want.VIP.Address {
+			t.Errorf("%s: VIP %s, want %s", s.name, vip, want.VIP.Address)
+		}
+		// What is there now is exactly what was asked: a second Apply
+		// changes nothing.
+		if _, n, err := o.Apply(ctx, want); err != nil || n != 0 {
+			t.Errorf("%s: re-apply made %d calls (%v), want 0", s.name, n, err)
+		}
+	}
+	cur, err := o.Find(ctx, want.Name)
+	if err != nil || cur == nil {
+		t.Fatalf("find: %v %v", cur, err)
+	}
+	if owned, err := o.Owned(ctx, "flowlb:kube-cluster=lab"); err != nil || len(owned) != 1 {
+		t.Errorf("owned: %v %v", owned, err)
+	}
+	if err := o.Delete(ctx, cur.ID); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _ := o.Find(ctx, want.Name); cur != nil {
+		t.Error("LB still there after delete")
+	}
+}

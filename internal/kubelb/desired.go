@@ -1,0 +1,377 @@
+// Package kubelb translates a Kubernetes Service and its EndpointSlices
+// into the load balancer that serves it, in Octavia's terms (docs/kubernetes.md).
+// It is pure: the controller (package kubecontroller) reads the objects
+// and applies the result through any Octavia-compatible API.
+package kubelb
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// Options are the cluster-wide settings of the translation.
+type Options struct {
+	// Cluster names the Kubernetes cluster in LB names and tags, so that
+	// several clusters can share one Octavia project.
+	Cluster string
+	// ClusterIPSubnet is the Octavia VIP subnet holding the Services'
+	// cluster IPs; ExternalSubnet the one LoadBalancer addresses come
+	// from. Both must be on one network (additional_vips).
+	ClusterIPSubnet, ExternalSubnet string
+	// Class is the loadBalancerClass served besides none.
+	Class string
+	// PodCIDRs are the cluster's pod networks. Source ranges restrict the
+	// external address, but Octavia's allowed_cidrs hold for every VIP of
+	// a listener, the cluster IP included: pods are let through so that
+	// in-cluster traffic to the cluster IP keeps working.
+	PodCIDRs []string
+}
+
+// DefaultClass is the loadBalancerClass flowlb answers to by default.
+const DefaultClass = "flowlb.io/flowlb"
+
+// Tags on the load balancers the controller owns.
+const (
+	TagCluster = "flowlb:kube-cluster="
+	TagService = "flowlb:kube-service=" // namespace/name
+	TagUID     = "flowlb:kube-uid="
+)
+
+// Annotations of cloud-provider-openstack that are read.
+const (
+	AnnLBMethod         = "loadbalancer.openstack.org/lb-method"
+	AnnHealthMonitor    = "loadbalancer.openstack.org/enable-health-monitor"
+	AnnHMDelay          = "loadbalancer.openstack.org/health-monitor-delay"
+	AnnHMTimeout        = "loadbalancer.openstack.org/health-monitor-timeout"
+	AnnHMMaxRetries     = "loadbalancer.openstack.org/health-monitor-max-retries"
+	AnnHMMaxRetriesDown = "loadbalancer.openstack.org/health-monitor-max-retries-down"
+	AnnSourceRanges     = "service.beta.kubernetes.io/load-balancer-source-ranges"
+)
+
+// LB is the desired load balancer of a Service.
+type LB struct {
+	Name        string
+	Description string
+	Tags        []string
+	VIP         VIP
+	// AdditionalVIPs: the cluster IP of a LoadBalancer Service.
+	AdditionalVIPs []VIP
+	Listeners      []Listener
+	// External: a LoadBalancer Service, whose primary VIP goes to
+	// status.loadBalancer.ingress.
+	External bool
+}
+
+// VIP is an address on a subnet ("" address: the subnet allocates one).
+type VIP struct {
+	SubnetID, Address string
+}
+
+// Listener is one Service port.
+type Listener struct {
+	Name         string
+	Protocol     string // TCP, UDP, SCTP
+	Port         int
+	AllowedCIDRs []string
+	Tags         []string // flows.TagLocalOnly for externalTrafficPolicy=Local
+	Pool         Pool
+}
+
+// Pool is a listener's backends.
+type Pool struct {
+	Name        string
+	Protocol    string
+	Algorithm   string
+	Persistence *Persistence
+	Members     []Member
+	Monitor     *Monitor
+}
+
+// Persistence is SOURCE_IP session persistence.
+type Persistence struct {
+	Type    string
+	Timeout int // seconds
+}
+
+// Member is one endpoint address and target port.
+type Member struct {
+	Name    string
+	Address string
+	Port    int
+	Tags    []string // flows.TagNodePrefix + node
+}
+
+// Key identifies a member within its pool.
+func (m Member) Key() string { return hostPort(m.Address, m.Port) }
+
+func hostPort(a string, p int) string {
+	return netip.AddrPortFrom(netip.MustParseAddr(a), uint16(p)).String()
+}
+
+// Monitor is a health monitor built from the Service's annotations.
+type Monitor struct {
+	Type                                       string
+	Delay, Timeout, MaxRetries, MaxRetriesDown int
+}
+
+// Name is the LB name of a Service, as Kuryr and cloud-provider-openstack
+// name theirs.
+func Name(cluster, namespace, name string) string {
+	return "kube_service_" + cluster + "_" + namespace + "_" + name
+}
+
+// Serves reports whether the controller answers for svc: ClusterIP and
+// LoadBalancer Services with a cluster IP, of no class or ours.
+func Serves(svc *corev1.Service, o Options) bool {
+	switch svc.Spec.Type {
+	case corev1.ServiceTypeClusterIP, "", corev1.ServiceTypeLoadBalancer, corev1.ServiceTypeNodePort:
+	default:
+		return false // ExternalName
+	}
+	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return false // headless
+	}
+	if c := svc.Spec.LoadBalancerClass; c != nil && *c != cmp.Or(o.Class, DefaultClass) {
+		return false
+	}
+	return true
+}
+
+// Desired is the load balancer svc should have, given its EndpointSlices.
+// It fails on what cannot be served (the caller reports it as an event).
+func Desired(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, o Options) (*LB, error) {
+	if !Serves(svc, o) {
+		return nil, nil
+	}
+	ann := svc.Annotations
+	lb := &LB{
+		Name:        Name(o.Cluster, svc.Namespace, svc.Name),
+		Description: "Kubernetes Service " + svc.Namespace + "/" + svc.Name,
+		Tags:        []string{TagCluster + o.Cluster, TagService + svc.Namespace + "/" + svc.Name, TagUID + string(svc.UID)},
+	}
+	var clusterIPs []string
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	for _, ip := range ips {
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			return nil, fmt.Errorf("cluster IP %q: %w", ip, err)
+		}
+		if a.Is4() {
+			clusterIPs = append(clusterIPs, ip)
+		}
+	}
+	if len(clusterIPs) == 0 {
+		return nil, fmt.Errorf("no IPv4 cluster IP (%v): flowlb's data plane is IPv4 only", svc.Spec.ClusterIPs)
+	}
+	clusterVIP := VIP{SubnetID: o.ClusterIPSubnet, Address: clusterIPs[0]}
+	lb.VIP = clusterVIP
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		if o.ExternalSubnet == "" {
+			return nil, fmt.Errorf("type LoadBalancer needs an external subnet (--external-subnet)")
+		}
+		lb.External = true
+		lb.VIP = VIP{SubnetID: o.ExternalSubnet, Address: svc.Spec.LoadBalancerIP}
+		lb.AdditionalVIPs = []VIP{clusterVIP}
+	}
+
+	alg := "ROUND_ROBIN"
+	if m := ann[AnnLBMethod]; m != "" {
+		alg = strings.ToUpper(m)
+		if !slices.Contains([]string{"ROUND_ROBIN", "SOURCE_IP", "SOURCE_IP_PORT"}, alg) {
+			return nil, fmt.Errorf("annotation %s=%q: use ROUND_ROBIN, SOURCE_IP or SOURCE_IP_PORT", AnnLBMethod, m)
+		}
+	}
+	var persist *Persistence
+	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		timeout := 10800
+		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			timeout = int(*c.ClientIP.TimeoutSeconds)
+		}
+		persist = &Persistence{Type: "SOURCE_IP", Timeout: timeout}
+	}
+	var ranges []string
+	if lb.External {
+		rs := svc.Spec.LoadBalancerSourceRanges
+		if len(rs) == 0 && ann[AnnSourceRanges] != "" {
+			rs = strings.Split(ann[AnnSourceRanges], ",")
+		}
+		for _, r := range rs {
+			p, err := netip.ParsePrefix(strings.TrimSpace(r))
+			if err != nil {
+				return nil, fmt.Errorf("load balancer source range %q: %w", r, err)
+			}
+			ranges = append(ranges, p.Masked().String())
+		}
+		if len(ranges) > 0 {
+			for _, c := range o.PodCIDRs {
+				p, err := netip.ParsePrefix(c)
+				if err != nil {
+					return nil, fmt.Errorf("pod CIDR %q: %w", c, err)
+				}
+				ranges = append(ranges, p.Masked().String())
+			}
+		}
+		slices.Sort(ranges)
+		ranges = slices.Compact(ranges)
+	}
+	var ltags []string
+	if lb.External && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+		ltags = []string{flows.TagLocalOnly}
+	}
+	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
+		ltags = append(slices.Clone(ltags), flows.TagInternalLocal)
+	}
+	monitor, err := monitorOf(ann)
+	if err != nil {
+		return nil, err
+	}
+	for _, sp := range svc.Spec.Ports {
+		proto := string(cmp.Or(sp.Protocol, corev1.ProtocolTCP))
+		name := cmp.Or(sp.Name, strings.ToLower(proto)+"-"+strconv.Itoa(int(sp.Port)))
+		l := Listener{Name: name, Protocol: proto, Port: int(sp.Port), AllowedCIDRs: ranges, Tags: ltags,
+			Pool: Pool{Name: name, Protocol: proto, Algorithm: alg, Persistence: persist, Members: members(sp, slicesOf(eps))}}
+		if monitor != nil {
+			m := *monitor
+			switch proto {
+			case "TCP":
+				m.Type = "TCP"
+			case "UDP":
+				m.Type = "UDP-CONNECT"
+			default:
+				return nil, fmt.Errorf("health monitors are not supported for %s ports", proto)
+			}
+			l.Pool.Monitor = &m
+		}
+		lb.Listeners = append(lb.Listeners, l)
+	}
+	return lb, nil
+}
+
+func slicesOf(s []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
+	out := slices.Clone(s)
+	slices.SortFunc(out, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// members are the endpoints serving Service port sp: the ready ones, or,
+// when none is ready, the serving ones that are terminating (so that a
+// rolling update or a scale-down to zero drains instead of failing).
+func members(sp corev1.ServicePort, es []*discoveryv1.EndpointSlice) []Member {
+	var ready, terminating []Member
+	seen := map[string]bool{}
+	for _, s := range es {
+		if s.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		port := -1
+		for _, p := range s.Ports {
+			if p.Port != nil && ptrStr(p.Name) == sp.Name && cmp.Or(ptrProto(p.Protocol), corev1.ProtocolTCP) == cmp.Or(sp.Protocol, corev1.ProtocolTCP) {
+				port = int(*p.Port)
+			}
+		}
+		if port < 0 {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			isReady := e.Conditions.Ready == nil || *e.Conditions.Ready
+			serving := e.Conditions.Serving == nil || *e.Conditions.Serving
+			isTerminating := e.Conditions.Terminating != nil && *e.Conditions.Terminating
+			for _, a := range e.Addresses {
+				addr, err := netip.ParseAddr(a)
+				if err != nil || !addr.Is4() {
+					continue
+				}
+				m := Member{Address: addr.String(), Port: port, Name: a}
+				if e.TargetRef != nil {
+					m.Name = e.TargetRef.Name
+				}
+				if e.NodeName != nil {
+					m.Tags = []string{flows.TagNodePrefix + *e.NodeName}
+				}
+				if seen[m.Key()] {
+					continue
+				}
+				switch {
+				case isReady:
+					seen[m.Key()] = true
+					ready = append(ready, m)
+				case serving && isTerminating:
+					terminating = append(terminating, m)
+				}
+			}
+		}
+	}
+	out := ready
+	if len(out) == 0 {
+		out = terminating
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Key(), b.Key()) })
+	return slices.CompactFunc(out, func(a, b Member) bool { return a.Key() == b.Key() })
+}
+
+func ptrStr(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func ptrProto(p *corev1.Protocol) corev1.Protocol {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// monitorOf reads cloud-provider-openstack's health monitor annotations
+// (its defaults: delay 5, timeout 3, max_retries 1, max_retries_down 3).
+func monitorOf(ann map[string]string) (*Monitor, error) {
+	on, err := annBool(ann, AnnHealthMonitor)
+	if err != nil || !on {
+		return nil, err
+	}
+	m := &Monitor{Delay: 5, Timeout: 3, MaxRetries: 1, MaxRetriesDown: 3}
+	for _, f := range []struct {
+		key string
+		dst *int
+	}{{AnnHMDelay, &m.Delay}, {AnnHMTimeout, &m.Timeout}, {AnnHMMaxRetries, &m.MaxRetries}, {AnnHMMaxRetriesDown, &m.MaxRetriesDown}} {
+		v, ok := ann[f.key]
+		if !ok {
+			continue
+		}
+		// CPO takes durations for delay and timeout ("5s") and integers.
+		n, err := strconv.Atoi(strings.TrimSuffix(v, "s"))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("annotation %s=%q: want a positive integer", f.key, v)
+		}
+		*f.dst = n
+	}
+	if m.Delay < m.Timeout {
+		return nil, fmt.Errorf("health monitor delay %d is shorter than its timeout %d", m.Delay, m.Timeout)
+	}
+	return m, nil
+}
+
+func annBool(ann map[string]string, key string) (bool, error) {
+	v, ok := ann[key]
+	if !ok {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("annotation %s=%q: want true or false", key, v)
+	}
+	return b, nil
+}

@@ -1,0 +1,235 @@
+package kubelb
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+var opts = Options{Cluster: "lab", ClusterIPSubnet: "sub-cluster", ExternalSubnet: "sub-ext"}
+
+func service(mut ...func(*corev1.Service)) *corev1.Service {
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "uid-1"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "198.19.64.10", ClusterIPs: []string{"198.19.64.10"},
+			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
+	}
+	for _, m := range mut {
+		m(s)
+	}
+	return s
+}
+
+type ep struct {
+	addr, node, pod          string
+	ready, serving, terminat bool
+}
+
+func slice(name string, port int32, portName string, eps ...ep) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To(portName), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}}}
+	for _, e := range eps {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{e.addr}, NodeName: ptr.To(e.node),
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: e.pod},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(e.ready), Serving: ptr.To(e.serving), Terminating: ptr.To(e.terminat)}})
+	}
+	return s
+}
+
+func member(addr string, port int, pod, node string) Member {
+	return Member{Name: pod, Address: addr, Port: port, Tags: []string{flows.TagNodePrefix + node}}
+}
+
+func TestDesired(t *testing.T) {
+	ready := func(addr, node, pod string) ep { return ep{addr, node, pod, true, true, false} }
+	twoPods := []*discoveryv1.EndpointSlice{
+		slice("web-b", 8080, "http", ready("198.18.18.2", "n2", "web-2")),
+		slice("web-a", 8080, "http", ready("198.18.17.2", "n1", "web-1"), ready("198.18.18.2", "n2", "web-2")),
+	}
+	tests := []struct {
+		name   string
+		svc    *corev1.Service
+		slices []*discoveryv1.EndpointSlice
+		opts   *Options
+		check  func(t *testing.T, lb *LB)
+		err    string
+	}{
+		{name: "ClusterIP: VIP is the cluster IP, members are ready pods, deduplicated and sorted",
+			svc: service(), slices: twoPods,
+			check: func(t *testing.T, lb *LB) {
+				if lb.Name != "kube_service_lab_default_web" || lb.VIP != (VIP{"sub-cluster", "198.19.64.10"}) || lb.External {
+					t.Errorf("lb %+v", lb)
+				}
+				want := []Member{member("198.18.17.2", 8080, "web-1", "n1"), member("198.18.18.2", 8080, "web-2", "n2")}
+				if got := lb.Listeners[0].Pool.Members; !reflect.DeepEqual(got, want) {
+					t.Errorf("members %+v, want %+v", got, want)
+				}
+				if l := lb.Listeners[0]; l.Protocol != "TCP" || l.Port != 80 || l.Pool.Algorithm != "ROUND_ROBIN" || l.Pool.Persistence != nil || l.Pool.Monitor != nil {
+					t.Errorf("listener %+v", l)
+				}
+				if !reflect.DeepEqual(lb.Tags, []string{"flowlb:kube-cluster=lab", "flowlb:kube-service=default/web", "flowlb:kube-uid=uid-1"}) {
+					t.Errorf("tags %v", lb.Tags)
+				}
+			}},
+		{name: "named target ports resolve per slice; other ports' endpoints are not members",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 80}, {Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53}}
+			}),
+			slices: []*discoveryv1.EndpointSlice{slice("a", 8080, "http", ready("198.18.17.2", "n1", "p1")), slice("b", 9090, "metrics", ready("198.18.17.3", "n1", "p2"))},
+			check: func(t *testing.T, lb *LB) {
+				if len(lb.Listeners) != 2 || lb.Listeners[1].Protocol != "UDP" || lb.Listeners[1].Port != 53 {
+					t.Fatalf("listeners %+v", lb.Listeners)
+				}
+				if ms := lb.Listeners[0].Pool.Members; len(ms) != 1 || ms[0].Port != 8080 {
+					t.Errorf("http members %+v", ms)
+				}
+				if ms := lb.Listeners[1].Pool.Members; len(ms) != 0 {
+					t.Errorf("dns members %+v, want none (no slice has a dns port)", ms)
+				}
+			}},
+		{name: "terminating serving endpoints only when none is ready",
+			svc: service(),
+			slices: []*discoveryv1.EndpointSlice{slice("a", 8080, "http",
+				ep{"198.18.17.2", "n1", "old", false, true, true}, ep{"198.18.17.3", "n1", "gone", false, false, true})},
+			check: func(t *testing.T, lb *LB) {
+				if ms := lb.Listeners[0].Pool.Members; len(ms) != 1 || ms[0].Name != "old" {
+					t.Errorf("members %+v, want the serving terminating one", ms)
+				}
+			}},
+		{name: "a ready endpoint wins over terminating ones",
+			svc: service(),
+			slices: []*discoveryv1.EndpointSlice{slice("a", 8080, "http",
+				ep{"198.18.17.2", "n1", "old", false, true, true}, ready("198.18.17.4", "n1", "new"))},
+			check: func(t *testing.T, lb *LB) {
+				if ms := lb.Listeners[0].Pool.Members; len(ms) != 1 || ms[0].Name != "new" {
+					t.Errorf("members %+v, want only the ready one", ms)
+				}
+			}},
+		{name: "LoadBalancer: external VIP (loadBalancerIP), cluster IP as additional VIP, source ranges, ETP Local",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.LoadBalancerIP = "198.19.128.7"
+				s.Spec.LoadBalancerSourceRanges = []string{"198.18.1.0/24", "198.18.1.2/24"}
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+			}), slices: twoPods,
+			check: func(t *testing.T, lb *LB) {
+				if !lb.External || lb.VIP != (VIP{"sub-ext", "198.19.128.7"}) || !reflect.DeepEqual(lb.AdditionalVIPs, []VIP{{"sub-cluster", "198.19.64.10"}}) {
+					t.Errorf("VIPs %+v %+v", lb.VIP, lb.AdditionalVIPs)
+				}
+				l := lb.Listeners[0]
+				if !reflect.DeepEqual(l.AllowedCIDRs, []string{"198.18.1.0/24"}) || !reflect.DeepEqual(l.Tags, []string{flows.TagLocalOnly}) {
+					t.Errorf("listener %+v", l)
+				}
+			}},
+		{name: "source ranges let the pod networks through (allowed_cidrs also guard the cluster IP)",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.LoadBalancerSourceRanges = []string{"198.18.1.0/24"}
+			}), opts: &Options{Cluster: "lab", ClusterIPSubnet: "c", ExternalSubnet: "e", PodCIDRs: []string{"198.18.16.0/20"}},
+			check: func(t *testing.T, lb *LB) {
+				if got := lb.Listeners[0].AllowedCIDRs; !reflect.DeepEqual(got, []string{"198.18.1.0/24", "198.18.16.0/20"}) {
+					t.Errorf("allowed %v", got)
+				}
+			}},
+		{name: "source ranges from the annotation",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Annotations = map[string]string{AnnSourceRanges: "198.18.1.2/32, 198.18.2.0/24"}
+			}),
+			check: func(t *testing.T, lb *LB) {
+				if got := lb.Listeners[0].AllowedCIDRs; !reflect.DeepEqual(got, []string{"198.18.1.2/32", "198.18.2.0/24"}) {
+					t.Errorf("allowed %v", got)
+				}
+			}},
+		{name: "ClientIP affinity is SOURCE_IP persistence with its timeout; lb-method annotation",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+				s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](600)}}
+				s.Annotations = map[string]string{AnnLBMethod: "source_ip_port"}
+			}),
+			check: func(t *testing.T, lb *LB) {
+				p := lb.Listeners[0].Pool
+				if p.Algorithm != "SOURCE_IP_PORT" || p.Persistence == nil || *p.Persistence != (Persistence{"SOURCE_IP", 600}) {
+					t.Errorf("pool %+v", p)
+				}
+			}},
+		{name: "health monitor annotations, TCP and UDP-CONNECT",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53})
+				s.Annotations = map[string]string{AnnHealthMonitor: "true", AnnHMDelay: "4s", AnnHMMaxRetriesDown: "2"}
+			}),
+			check: func(t *testing.T, lb *LB) {
+				want := Monitor{Type: "TCP", Delay: 4, Timeout: 3, MaxRetries: 1, MaxRetriesDown: 2}
+				if m := lb.Listeners[0].Pool.Monitor; m == nil || *m != want {
+					t.Errorf("monitor %+v, want %+v", m, want)
+				}
+				if m := lb.Listeners[1].Pool.Monitor; m == nil || m.Type != "UDP-CONNECT" {
+					t.Errorf("UDP monitor %+v", m)
+				}
+			}},
+		{name: "bad lb-method", svc: service(func(s *corev1.Service) { s.Annotations = map[string]string{AnnLBMethod: "LEAST_CONNECTIONS"} }),
+			err: "use ROUND_ROBIN"},
+		{name: "bad monitor annotation", svc: service(func(s *corev1.Service) {
+			s.Annotations = map[string]string{AnnHealthMonitor: "true", AnnHMTimeout: "soon"}
+		}), err: "positive integer"},
+		{name: "monitor delay below its timeout", svc: service(func(s *corev1.Service) {
+			s.Annotations = map[string]string{AnnHealthMonitor: "true", AnnHMDelay: "1"}
+		}), err: "shorter than its timeout"},
+		{name: "internalTrafficPolicy Local is an internal-local listener", svc: service(func(s *corev1.Service) {
+			s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+		}), check: func(t *testing.T, lb *LB) {
+			if got := lb.Listeners[0].Tags; !reflect.DeepEqual(got, []string{flows.TagInternalLocal}) {
+				t.Errorf("tags %v", got)
+			}
+		}},
+		{name: "IPv6-only service is refused", svc: service(func(s *corev1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = "fd00::10", []string{"fd00::10"}
+		}), err: "IPv4 only"},
+		{name: "dual-stack keeps the IPv4 cluster IP", svc: service(func(s *corev1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = "fd00::10", []string{"fd00::10", "198.19.64.11"}
+		}), check: func(t *testing.T, lb *LB) {
+			if lb.VIP.Address != "198.19.64.11" {
+				t.Errorf("VIP %+v", lb.VIP)
+			}
+		}},
+		{name: "headless is ignored", svc: service(func(s *corev1.Service) { s.Spec.ClusterIP = "None" })},
+		{name: "ExternalName is ignored", svc: service(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeExternalName })},
+		{name: "another loadBalancerClass is ignored", svc: service(func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Spec.LoadBalancerClass = ptr.To("example.com/other")
+		})},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := opts
+			if tc.opts != nil {
+				o = *tc.opts
+			}
+			lb, err := Desired(tc.svc, tc.slices, o)
+			switch {
+			case tc.err != "":
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case tc.check == nil:
+				if lb != nil {
+					t.Errorf("got an LB for a Service that is not served: %+v", lb)
+				}
+			default:
+				if lb == nil {
+					t.Fatal("no LB")
+				}
+				tc.check(t, lb)
+			}
+		})
+	}
+}

@@ -1,0 +1,467 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/lab/kubelet"
+	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
+)
+
+// kubeEnv is a lab with flowlb (server, agents), a real Kubernetes
+// control plane with the lab kubelet, and flowlb kube-controllers.
+type kubeEnv struct {
+	*cluster
+	kc                 *kubelet.Cluster
+	k                  kubernetes.Interface
+	clusterSub, extSub string
+	ctx                context.Context
+}
+
+// newKubeEnv: 2 nodes with one static pod each (clients that Kubernetes
+// does not manage) and `controllers` kube-controller replicas.
+func newKubeEnv(t testing.TB, controllers int) *kubeEnv {
+	// Skips when the Kubernetes binaries are missing, unless
+	// FLOWLB_REQUIRE_KUBE=1 (make unit), where that is a failure.
+	kubetest.SkipUnlessKube(t)
+	c := newClusterWith(t, 2, 1, "--vip-cidr", "198.19.0.0/18", "--external-vip-cidr", "")
+	bin := flowlb(t)
+	kc, err := kubelet.Up(t.Context(), c.lab, lab.KubeOptions{Kubelet: []string{bin, "lab", "kubelet"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Kubernetes up: API ready in %s, nodes ready in %s", kc.APIReady.Round(time.Millisecond), kc.NodesReady.Round(time.Millisecond))
+	e := &kubeEnv{cluster: c, kc: kc, k: kc.Client, ctx: t.Context()}
+	// One network for the cluster IPs and the external addresses (a
+	// LoadBalancer Service's cluster IP is an additional VIP).
+	code, body := c.call("POST", "/v2.0/networks", map[string]any{"network": map[string]any{"name": "kube", "shared": true}})
+	if code != 201 {
+		t.Fatalf("network: %d %v", code, body)
+	}
+	netID := body["network"].(map[string]any)["id"].(string)
+	for _, s := range []struct {
+		name, cidr string
+		id         *string
+	}{{"kube-services", lab.KubeServiceCIDR.String(), &e.clusterSub}, {"kube-external", lab.ExternalVIPs.String(), &e.extSub}} {
+		// No gateway: every address is a Service's to take (the API
+		// server's own Service has the first one).
+		code, body := c.call("POST", "/v2.0/subnets", map[string]any{"subnet": map[string]any{"name": s.name, "network_id": netID, "cidr": s.cidr, "ip_version": 4, "gateway_ip": nil}})
+		if code != 201 {
+			t.Fatalf("subnet %s: %d %v", s.name, code, body)
+		}
+		*s.id = body["subnet"].(map[string]any)["id"].(string)
+	}
+	for i := range controllers {
+		if _, err := c.lab.Fabric().Start(fmt.Sprintf("kube-controller-%d", i+1), []string{bin, "kube-controller",
+			"--kubeconfig", kc.State.LabKubeconfig, "--octavia-endpoint", "http://" + control + ":9876",
+			"--cluster-name", "lab", "--cluster-ip-subnet", e.clusterSub, "--external-subnet", e.extSub,
+			"--pod-cidrs", podCIDRs(c.lab), "--metrics-listen", ""}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i := range controllers {
+				b, _ := os.ReadFile(c.lab.LogPath(lab.HostFabric, fmt.Sprintf("kube-controller-%d", i+1)))
+				t.Logf("--- kube-controller-%d\n%s", i+1, tail(string(b), 30))
+			}
+		}
+	})
+	return e
+}
+
+func (e *kubeEnv) waitFor(what string, within time.Duration, ok func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out after %s: %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (e *kubeEnv) deploy(name string, replicas int32) {
+	e.t.Helper()
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxUnavailable: ptr.To(intstr.FromInt32(0)), MaxSurge: ptr.To(intstr.FromInt32(1))}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				TerminationGracePeriodSeconds: ptr.To[int64](10),
+				Containers: []corev1.Container{{Name: "echo", Image: "flowlb/echo",
+					Ports:          []corev1.ContainerPort{{Name: "tcp", ContainerPort: 8080}},
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("tcp")}}, PeriodSeconds: 1},
+					Lifecycle:      &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 2}}}}}}}}}
+	if _, err := e.k.AppsV1().Deployments("default").Create(e.ctx, d, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *kubeEnv) service(name string, mut func(*corev1.Service)) *corev1.Service {
+	e.t.Helper()
+	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+		Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("tcp")}}}}
+	if mut != nil {
+		mut(s)
+	}
+	s, err := e.k.CoreV1().Services("default").Create(e.ctx, s, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// members returns the member addresses of Service name's load balancer
+// once it is ACTIVE (nil if there is none).
+func (e *kubeEnv) members(name string) []string {
+	_, body := e.call("GET", "/v2/lbaas/loadbalancers?name=kube_service_lab_default_"+name, nil)
+	lbs, _ := body["loadbalancers"].([]any)
+	if len(lbs) == 0 {
+		return nil
+	}
+	lb := lbs[0].(map[string]any)
+	if lb["provisioning_status"] != "ACTIVE" {
+		return nil
+	}
+	var out []string
+	_, st := e.call("GET", "/v2/lbaas/loadbalancers/"+lb["id"].(string)+"/status", nil)
+	for _, l := range dig(st, "statuses", "loadbalancer", "listeners") {
+		for _, p := range dig(l.(map[string]any), "pools") {
+			for _, m := range dig(p.(map[string]any), "members") {
+				out = append(out, m.(map[string]any)["address"].(string))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func dig(m map[string]any, keys ...string) []any {
+	for i, k := range keys {
+		if i == len(keys)-1 {
+			v, _ := m[k].([]any)
+			return v
+		}
+		m, _ = m[k].(map[string]any)
+	}
+	return nil
+}
+
+// readyPods returns the addresses of the Ready pods of app=name.
+func (e *kubeEnv) readyPods(name string) []string {
+	pods, err := e.k.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || p.Status.PodIP == "" {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				out = append(out, p.Status.PodIP)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// lbCount counts the load balancers named for Service name.
+func (e *kubeEnv) lbCount(name string) int {
+	_, body := e.call("GET", "/v2/lbaas/loadbalancers?name=kube_service_lab_default_"+name, nil)
+	lbs, _ := body["loadbalancers"].([]any)
+	return len(lbs)
+}
+
+// spreadFrom asks addr n times from each host and returns the replies
+// by pod address, checking that each pod saw the client's own address.
+func (e *kubeEnv) spreadFrom(hosts []lab.Host, addr string, n int) map[string]int {
+	return e.spread(hosts, addr, n, true)
+}
+
+// spread is spreadFrom, the client address checked only if keep.
+func (e *kubeEnv) spread(hosts []lab.Host, addr string, n int, keep bool) map[string]int {
+	e.t.Helper()
+	by := map[string]int{}
+	for _, h := range hosts {
+		for range n {
+			r, err := ask(h, addr)
+			if err != nil {
+				e.t.Fatalf("%s -> %s: %v", h.Name, addr, err)
+			}
+			local, _, _ := net.SplitHostPort(r.Addr)
+			by[local]++
+			if peer, _, _ := net.SplitHostPort(r.Peer); keep && peer != h.Addr.String() {
+				e.t.Errorf("%s saw peer %s, want the client %s", r.Pod, peer, h.Addr)
+			}
+		}
+	}
+	return by
+}
+
+func keys(m map[string]int) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestKubernetesServices drives the real Kubernetes control plane and the
+// lab kubelet through Deployments and Services, and checks that flowlb
+// serves them: ClusterIP from pods of every node with the client address
+// kept, scaling, a rolling update under load, LoadBalancer with source
+// ranges and externalTrafficPolicy=Local from the external client,
+// internalTrafficPolicy=Local, session affinity, deletion, and controller
+// failover with no duplicate.
+func TestKubernetesServices(t *testing.T) {
+	e := newKubeEnv(t, 2)
+	clients := []lab.Host{e.lab.Pod(1, 1), e.lab.Pod(2, 1)} // static pods, one per node
+	e.deploy("web", 3)
+	web := e.service("web", nil)
+	vip := net.JoinHostPort(web.Spec.ClusterIP, "80")
+	e.waitFor("3 ready pods", 30*time.Second, func() bool { return len(e.readyPods("web")) == 3 })
+	e.waitFor("the LB with the 3 pods", 20*time.Second, func() bool { return slices.Equal(e.members("web"), e.readyPods("web")) })
+	if by := e.spreadFrom(clients, vip, 30); !slices.Equal(keys(by), e.readyPods("web")) {
+		t.Errorf("ClusterIP traffic reached %v, want the pods %v", by, e.readyPods("web"))
+	}
+	// Pods were spread over both nodes by the lab scheduler.
+	nodes := map[string]bool{}
+	for _, ip := range e.readyPods("web") {
+		nodes[ip[:10]] = true // 198.18.17. or 198.18.18.
+	}
+	if len(nodes) != 2 {
+		t.Errorf("pods on nodes %v, want both", nodes)
+	}
+
+	t.Run("scale", func(t *testing.T) {
+		if _, err := e.k.AppsV1().Deployments("default").UpdateScale(e.ctx, "web", &autoscalingv1.Scale{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}, Spec: autoscalingv1.ScaleSpec{Replicas: 5}}, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("5 members", 30*time.Second, func() bool { return len(e.readyPods("web")) == 5 && slices.Equal(e.members("web"), e.readyPods("web")) })
+		if by := e.spreadFrom(clients, vip, 40); len(by) != 5 {
+			t.Errorf("after scaling to 5, traffic reached %v", by)
+		}
+	})
+
+	t.Run("rolling update under load", func(t *testing.T) {
+		var ok, failed atomic.Int64
+		var lastErr atomic.Value
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := ask(clients[0], vip); err != nil {
+					failed.Add(1)
+					lastErr.Store(err)
+				} else {
+					ok.Add(1)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+		before := e.readyPods("web")
+		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"rollout":"%d"}}}}}`, time.Now().UnixNano())
+		if _, err := e.k.AppsV1().Deployments("default").Patch(e.ctx, "web", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("the rollout", 90*time.Second, func() bool {
+			now := e.readyPods("web")
+			pods, _ := e.k.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=web"})
+			return len(now) == 5 && len(pods.Items) == 5 && !slices.ContainsFunc(now, func(ip string) bool { return slices.Contains(before, ip) }) &&
+				slices.Equal(e.members("web"), now)
+		})
+		close(stop)
+		<-done
+		t.Logf("rolling update: %d requests succeeded, %d failed", ok.Load(), failed.Load())
+		if failed.Load() > 0 {
+			t.Errorf("%d requests failed during the rolling update (last: %v)", failed.Load(), lastErr.Load())
+		}
+	})
+
+	t.Run("session affinity", func(t *testing.T) {
+		s, err := e.k.CoreV1().Services("default").Get(e.ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		if _, err := e.k.CoreV1().Services("default").Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("SOURCE_IP persistence", 20*time.Second, func() bool {
+			_, body := e.call("GET", "/v2/lbaas/pools?name=http", nil)
+			for _, p := range dig(body, "pools") {
+				if sp, _ := p.(map[string]any)["session_persistence"].(map[string]any); sp["type"] == "SOURCE_IP" {
+					return true
+				}
+			}
+			return false
+		})
+		time.Sleep(300 * time.Millisecond) // the agents' flows
+		for _, c := range clients {
+			if by := e.spreadFrom([]lab.Host{c}, vip, 15); len(by) != 1 {
+				t.Errorf("with ClientIP affinity %s reached %v, want one pod", c.Name, by)
+			}
+		}
+	})
+
+	t.Run("LoadBalancer", func(t *testing.T) {
+		pub := e.service("pub", func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Spec.LoadBalancerSourceRanges = []string{lab.ClientAddr.String() + "/32"}
+		})
+		var ip string
+		e.waitFor("an ingress address", 20*time.Second, func() bool {
+			s, _ := e.k.CoreV1().Services("default").Get(e.ctx, "pub", metav1.GetOptions{})
+			if len(s.Status.LoadBalancer.Ingress) == 1 {
+				ip = s.Status.LoadBalancer.Ingress[0].IP
+			}
+			return ip != "" && len(e.members("pub")) == 5
+		})
+		if !lab.ExternalVIPs.Contains(mustAddr(t, ip)) {
+			t.Fatalf("ingress %s outside the external range %s", ip, lab.ExternalVIPs)
+		}
+		ext := net.JoinHostPort(ip, "80")
+		// externalTrafficPolicy Cluster: the receiving node masquerades.
+		if by := e.spread([]lab.Host{e.lab.Client()}, ext, 20, false); len(by) < 2 {
+			t.Errorf("the external client reached %v", by)
+		}
+		// Pods still reach the Service's cluster IP (the pod networks are
+		// let through the source ranges).
+		e.spreadFrom(clients, net.JoinHostPort(pub.Spec.ClusterIP, "80"), 5)
+
+		// A source range that excludes the client blocks it.
+		s, _ := e.k.CoreV1().Services("default").Get(e.ctx, "pub", metav1.GetOptions{})
+		s.Spec.LoadBalancerSourceRanges = []string{"198.18.200.0/24"}
+		if _, err := e.k.CoreV1().Services("default").Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("the client blocked", 20*time.Second, func() bool {
+			_, err := e.lab.Client().Ask(e.ctx, ext, 500*time.Millisecond)
+			return err != nil
+		})
+
+		// externalTrafficPolicy=Local: each node sends the client to its
+		// own pods only, with the client's address kept.
+		s, _ = e.k.CoreV1().Services("default").Get(e.ctx, "pub", metav1.GetOptions{})
+		s.Spec.LoadBalancerSourceRanges = nil
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		if _, err := e.k.CoreV1().Services("default").Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("local-only listener", 20*time.Second, func() bool {
+			_, body := e.call("GET", "/v2/lbaas/listeners?tags=flowlb:local-only", nil)
+			return len(dig(body, "listeners")) == 1
+		})
+		time.Sleep(300 * time.Millisecond)
+		defer func() { _ = e.lab.SetNextHops(1, 2) }()
+		for _, n := range []int{1, 2} {
+			if err := e.lab.SetNextHops(n); err != nil {
+				t.Fatal(err)
+			}
+			by := e.spreadFrom([]lab.Host{e.lab.Client()}, ext, 10)
+			for ip := range by {
+				if !strings.HasPrefix(ip, fmt.Sprintf("198.18.%d.", 16+n)) {
+					t.Errorf("ETP=Local via n%d reached %s, a pod of another node", n, ip)
+				}
+			}
+		}
+	})
+
+	t.Run("internalTrafficPolicy Local", func(t *testing.T) {
+		itp := e.service("itp", func(s *corev1.Service) {
+			s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+		})
+		e.waitFor("itp's members", 20*time.Second, func() bool { return len(e.members("itp")) == 5 })
+		time.Sleep(300 * time.Millisecond)
+		for i, c := range clients {
+			by := e.spreadFrom([]lab.Host{c}, net.JoinHostPort(itp.Spec.ClusterIP, "80"), 15)
+			for ip := range by {
+				if !strings.HasPrefix(ip, fmt.Sprintf("198.18.%d.", 17+i)) {
+					t.Errorf("ITP=Local from %s reached %s, a pod of another node", c.Name, ip)
+				}
+			}
+		}
+	})
+
+	t.Run("controller failover", func(t *testing.T) {
+		lease, err := e.k.CoordinationV1().Leases("kube-system").Get(e.ctx, "flowlb-kube-controller", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+		var active string
+		for _, p := range e.lab.State().Procs {
+			if strings.HasPrefix(p.Name, "kube-controller-") && strings.HasSuffix(holder, fmt.Sprintf("_%d", p.PID)) {
+				active = p.Name
+			}
+		}
+		if active == "" {
+			t.Fatalf("no controller holds the lease (holder %q)", holder)
+		}
+		if err := e.lab.Fabric().Stop(active); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("stopped the active controller %s", active)
+		e.service("after", nil)
+		e.waitFor("the standby serving a new Service", 30*time.Second, func() bool { return len(e.members("after")) == 5 })
+		for _, s := range []string{"web", "pub", "itp", "after"} {
+			if n := e.lbCount(s); n != 1 {
+				t.Errorf("%d load balancers for Service %s, want 1", n, s)
+			}
+		}
+	})
+
+	t.Run("delete", func(t *testing.T) {
+		if err := e.k.CoreV1().Services("default").Delete(e.ctx, "web", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("the LB gone", 20*time.Second, func() bool { return e.lbCount("web") == 0 })
+		e.waitFor("the Service gone (finalizer released)", 20*time.Second, func() bool {
+			_, err := e.k.CoreV1().Services("default").Get(e.ctx, "web", metav1.GetOptions{})
+			return err != nil
+		})
+		if _, err := clients[0].Ask(e.ctx, vip, 500*time.Millisecond); err == nil {
+			t.Error("the deleted Service's cluster IP still answers")
+		}
+	})
+}
+
+func mustAddr(t *testing.T, s string) netip.Addr {
+	t.Helper()
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
