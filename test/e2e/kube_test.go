@@ -23,19 +23,8 @@ import (
 
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/kubelet"
+	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
 )
-
-// requireKube skips a test when the Kubernetes binaries are missing,
-// unless FLOWLB_REQUIRE_KUBE is set (CI), where that is a failure.
-func requireKube(t testing.TB) {
-	t.Helper()
-	if _, err := lab.KubeBinaries(lab.KubeBinDir()); err != nil {
-		if os.Getenv("FLOWLB_REQUIRE_KUBE") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-}
 
 // kubeEnv is a lab with flowlb (server, agents), a real Kubernetes
 // control plane with the lab kubelet, and flowlb kube-controllers.
@@ -50,7 +39,9 @@ type kubeEnv struct {
 // newKubeEnv: 2 nodes with one static pod each (clients that Kubernetes
 // does not manage) and `controllers` kube-controller replicas.
 func newKubeEnv(t testing.TB, controllers int) *kubeEnv {
-	requireKube(t)
+	// Skips when the Kubernetes binaries are missing, unless
+	// FLOWLB_REQUIRE_KUBE=1 (make unit), where that is a failure.
+	kubetest.SkipUnlessKube(t)
 	c := newClusterWith(t, 2, 1, "--vip-cidr", "198.19.0.0/18", "--external-vip-cidr", "")
 	bin := flowlb(t)
 	kc, err := kubelet.Up(t.Context(), c.lab, lab.KubeOptions{Kubelet: []string{bin, "lab", "kubelet"}})
