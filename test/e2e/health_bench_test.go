@@ -81,30 +81,40 @@ func BenchmarkHealthReaction(b *testing.B) {
 // waitBackendGone polls node's flowlb table until backend holds no slot
 // of any service and returns the time since t0.
 func waitBackendGone(b *testing.B, n lab.Host, backend string, t0 time.Time, limit time.Duration) time.Duration {
-	f, err := os.Open(lab.NSPath(n.NS))
+	d, err := waitBackend(n, backend, false, t0, limit)
 	if err != nil {
 		b.Error(err)
-		return limit
+	}
+	return d
+}
+
+// waitBackend polls node's flowlb table until backend holds a slot of some
+// service (present) or of none (!present), and returns the time since t0.
+func waitBackend(n lab.Host, backend string, present bool, t0 time.Time, limit time.Duration) (time.Duration, error) {
+	f, err := os.Open(lab.NSPath(n.NS))
+	if err != nil {
+		return limit, err
 	}
 	defer f.Close()
 	for time.Since(t0) < limit {
 		dp, err := nftables.Open(int(f.Fd()))
 		if err != nil {
-			b.Error(err)
-			return limit
+			return limit, err
 		}
-		present := false
+		found := false
 		for _, s := range dp.Dump() {
-			present = present || s.Slots[backend] > 0
+			found = found || s.Slots[backend] > 0
 		}
 		dp.Close()
-		if !present {
-			return time.Since(t0)
+		if found == present {
+			return time.Since(t0), nil
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	b.Errorf("%s still in %s's flows after %s", backend, n.Name, limit)
-	return limit
+	if present {
+		return limit, fmt.Errorf("%s not in %s's flows after %s", backend, n.Name, limit)
+	}
+	return limit, fmt.Errorf("%s still in %s's flows after %s", backend, n.Name, limit)
 }
 
 func roundAll(ds []time.Duration) []time.Duration {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"regexp"
 	"strings"
@@ -30,6 +31,15 @@ func (c *cluster) memberStatus(pool, member string) string {
 	m, _ := body["member"].(map[string]any)
 	s, _ := m["operating_status"].(string)
 	return s
+}
+
+// waitFlows waits until the flows of node n hold backend (present) or do
+// not: the API reports a member's health before every agent has applied it.
+func (c *cluster) waitFlows(n lab.Host, backend lab.Host, present bool) {
+	c.t.Helper()
+	if _, err := waitBackend(n, netip.AddrPortFrom(backend.Addr, 8080).String(), present, time.Now(), 5*time.Second); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 func (c *cluster) waitMemberStatus(pool, member, want string, within time.Duration) time.Duration {
@@ -143,6 +153,9 @@ func TestHealthMonitorRemovesDeadMembers(t *testing.T) {
 			if st[victim] != "ERROR" || st["pool"] != "DEGRADED" || st["lb"] != "DEGRADED" {
 				t.Errorf("one member down: status tree %v, want member ERROR, pool and LB DEGRADED", st)
 			}
+			for _, n := range c.lab.Nodes() {
+				c.waitFlows(n, pods[0], false)
+			}
 			c.waitActive(lbID)
 			by, fails, err := spread(clients, vip, 20)
 			if fails > 0 {
@@ -159,6 +172,9 @@ func TestHealthMonitorRemovesDeadMembers(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.waitMemberStatus(pool, members[victim], "ONLINE", budget)
+			for _, n := range c.lab.Nodes() {
+				c.waitFlows(n, pods[0], true)
+			}
 			c.waitActive(lbID)
 			if by, _, _ := spread(clients, vip, 20); by[victim] == 0 {
 				t.Errorf("%s back ONLINE but got no traffic: %v", victim, by)
@@ -225,6 +241,7 @@ func TestBackupMemberTakesOver(t *testing.T) {
 	}
 	for _, p := range primaries {
 		c.waitMemberStatus(pool, members[p.Name], "ERROR", 4*time.Second)
+		c.waitFlows(c.lab.Node(2), p, false)
 	}
 	c.waitActive(lbID)
 	by, fails, err := spread(client, vip, 20)
@@ -253,6 +270,7 @@ func TestBackupMemberTakesOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitMemberStatus(pool, members[primaries[0].Name], "ONLINE", 4*time.Second)
+	c.waitFlows(c.lab.Node(2), primaries[0], true)
 	c.waitActive(lbID)
 	if by, fails, _ := spread(client, vip, 20); by[primaries[0].Name] != 20 || fails > 0 {
 		t.Errorf("a primary recovered: %v (%d failures), want everything on it", by, fails)
