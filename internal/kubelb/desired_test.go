@@ -174,6 +174,43 @@ func TestDesired(t *testing.T) {
 					t.Errorf("UDP monitor %+v", m)
 				}
 			}},
+		{name: "listener timeouts: Octavia's defaults without annotations",
+			svc: service(),
+			check: func(t *testing.T, lb *LB) {
+				if got := lb.Listeners[0].Timeouts; got != (Timeouts{50000, 5000, 50000, 0}) {
+					t.Errorf("timeouts %+v, want Octavia's defaults", got)
+				}
+			}},
+		{name: "timeout annotations set every listener's timeouts",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53})
+				s.Annotations = map[string]string{AnnTimeoutClientData: "180000", AnnTimeoutMemberConnect: "2000",
+					AnnTimeoutMemberData: " 90000", AnnTimeoutTCPInspect: "10"}
+			}),
+			check: func(t *testing.T, lb *LB) {
+				want := Timeouts{ClientData: 180000, MemberConnect: 2000, MemberData: 90000, TCPInspect: 10}
+				for _, l := range lb.Listeners {
+					if l.Timeouts != want {
+						t.Errorf("listener %s timeouts %+v, want %+v", l.Name, l.Timeouts, want)
+					}
+				}
+			}},
+		{name: "one timeout annotation leaves the others at their defaults",
+			svc: service(func(s *corev1.Service) { s.Annotations = map[string]string{AnnTimeoutMemberConnect: "0"} }),
+			check: func(t *testing.T, lb *LB) {
+				if got := lb.Listeners[0].Timeouts; got != (Timeouts{50000, 0, 50000, 0}) {
+					t.Errorf("timeouts %+v", got)
+				}
+			}},
+		{name: "a timeout that is not an integer", svc: service(func(s *corev1.Service) {
+			s.Annotations = map[string]string{AnnTimeoutClientData: "50s"}
+		}), err: "want milliseconds"},
+		{name: "a negative timeout", svc: service(func(s *corev1.Service) {
+			s.Annotations = map[string]string{AnnTimeoutMemberData: "-1"}
+		}), err: "want milliseconds"},
+		{name: "a timeout above Octavia's 24 hours", svc: service(func(s *corev1.Service) {
+			s.Annotations = map[string]string{AnnTimeoutTCPInspect: "86400001"}
+		}), err: "want milliseconds"},
 		{name: "bad lb-method", svc: service(func(s *corev1.Service) { s.Annotations = map[string]string{AnnLBMethod: "LEAST_CONNECTIONS"} }),
 			err: "use ROUND_ROBIN"},
 		{name: "bad monitor annotation", svc: service(func(s *corev1.Service) {
