@@ -25,6 +25,7 @@ type agentOptions struct {
 	server    string
 	tokenFile string
 	node      string
+	zone      string
 	logLevel  string
 	podCIDRs  []string
 	metrics   string
@@ -44,6 +45,7 @@ func init() {
 	f.StringVar(&o.server, "server", "127.0.0.1:9877", "the server's agent stream address")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bootstrap token (the server's <data-dir>/agent-token)")
 	f.StringVar(&o.node, "node", host, "this node's name")
+	f.StringVar(&o.zone, "zone", "", "this node's topology zone (Kubernetes: its topology.kubernetes.io/zone label); PreferClose services send its traffic to the backends for this zone while there are any")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address)")
 	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics (empty: none)")
@@ -72,7 +74,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		}
 		nets = append(nets, p)
 	}
-	dp, err := nftables.New(-1, o.node)
+	dp, err := nftables.New(-1, o.node, nftables.WithZone(o.zone))
 	if err != nil {
 		return err
 	}
@@ -97,7 +99,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 	}
-	log.Info("flowlb agent starting", "node", o.node, "server", o.server, "metrics", o.metrics)
+	log.Info("flowlb agent starting", "node", o.node, "zone", o.zone, "server", o.server, "metrics", o.metrics)
 	a := agent.New(agent.Config{Server: o.server, Token: strings.TrimSpace(string(b)), Node: o.node, MinInterval: o.minSync, Metrics: reg}, dp, log)
 	if err := a.Run(ctx); err != nil && ctx.Err() == nil {
 		return err
