@@ -254,6 +254,9 @@ func Desired(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, o Options) (
 	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
 		ltags = append(slices.Clone(ltags), flows.TagInternalLocal)
 	}
+	if prefersClose(svc) {
+		ltags = append(slices.Clone(ltags), flows.TagPreferClose)
+	}
 	monitor, err := monitorOf(ann)
 	if err != nil {
 		return nil, err
@@ -325,6 +328,7 @@ func members(sp corev1.ServicePort, es []*discoveryv1.EndpointSlice) []Member {
 				if e.NodeName != nil {
 					m.Tags = []string{flows.TagNodePrefix + *e.NodeName}
 				}
+				m.Tags = append(m.Tags, zoneTags(e.Hints)...)
 				if seen[m.Key()] {
 					continue
 				}
@@ -344,6 +348,40 @@ func members(sp corev1.ServicePort, es []*discoveryv1.EndpointSlice) []Member {
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Key(), b.Key()) })
 	return slices.CompactFunc(out, func(a, b Member) bool { return a.Key() == b.Key() })
+}
+
+// prefersClose reports whether svc asks that its traffic stay in the
+// client's zone: trafficDistribution PreferClose or its alias
+// PreferSameZone; PreferSameNode, whose same-node level is not
+// implemented, gets its same-zone level; or topology-aware routing
+// (service.kubernetes.io/topology-mode: Auto).
+func prefersClose(svc *corev1.Service) bool {
+	if td := svc.Spec.TrafficDistribution; td != nil {
+		switch *td {
+		case corev1.ServiceTrafficDistributionPreferClose, corev1.ServiceTrafficDistributionPreferSameZone, corev1.ServiceTrafficDistributionPreferSameNode:
+			return true
+		}
+	}
+	return strings.EqualFold(svc.Annotations[corev1.AnnotationTopologyMode], "auto")
+}
+
+// zoneTags are the member tags of an endpoint's zone hints, which the
+// EndpointSlice controller sets for PreferClose (the endpoint's own zone)
+// and topology-mode Auto (a zone it is allotted to), and which kube-proxy
+// follows. An endpoint without hints gets none: its pool then has no
+// zone preference (flows.Service.ForZone), as in kube-proxy.
+func zoneTags(h *discoveryv1.EndpointHints) []string {
+	if h == nil {
+		return nil
+	}
+	var out []string
+	for _, z := range h.ForZones {
+		if z.Name != "" {
+			out = append(out, flows.TagZonePrefix+z.Name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func ptrStr(s *string) string {
