@@ -113,6 +113,7 @@ func labUpCmd(f *labFlags) *cobra.Command {
 	c.Flags().BoolVar(&kube, "kubernetes", false, "also run a Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) and the lab kubelet; binaries from hack/kube-bins.sh")
 	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of nodes")
 	c.Flags().IntVar(&o.PodsPerNode, "pods-per-node", 2, "pods on each node")
+	c.Flags().IntVar(&o.Zones, "zones", lab.DefaultZones, "topology zones the nodes are dealt into, round-robin (zone-a, zone-b, ...): the Kubernetes nodes' zone labels and the agents' --zone")
 	c.Flags().StringVar(&tcp, "tcp", "8080", "echo TCP ports, comma separated")
 	c.Flags().StringVar(&udp, "udp", "9090", "echo UDP ports, comma separated")
 	c.Flags().StringVar(&httpPorts, "http", "80", "echo HTTP ports, comma separated")
