@@ -448,21 +448,13 @@ func (l *Lab) buildFabric(s *State) error {
 // setNextHops points the external VIP range at the given nodes (ECMP);
 // with no nodes the route is removed and the router answers unreachable.
 func setNextHops(h *netlink.Handle, nodes []int) error {
-	r := &netlink.Route{Dst: ipnet(ExternalVIPs)}
 	if len(nodes) == 0 {
-		if err := h.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+		if err := h.RouteDel(&netlink.Route{Dst: ipnet(ExternalVIPs)}); err != nil && !errors.Is(err, unix.ESRCH) {
 			return fmt.Errorf("delete external VIP route: %w", err)
 		}
 		return nil
 	}
-	if len(nodes) == 1 {
-		r.Gw = NodeAddr(nodes[0]).AsSlice()
-	} else {
-		for _, n := range nodes {
-			r.MultiPath = append(r.MultiPath, &netlink.NexthopInfo{Gw: NodeAddr(n).AsSlice()})
-		}
-	}
-	if err := h.RouteReplace(r); err != nil {
+	if err := h.RouteReplace(ecmpRoute(ExternalVIPs, nodes)); err != nil {
 		return fmt.Errorf("external VIP route via nodes %v: %w", nodes, err)
 	}
 	return nil

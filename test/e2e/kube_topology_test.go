@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -57,12 +58,21 @@ func (e *kubeEnv) memberTags(name string) map[string][]string {
 }
 
 // TestKubernetesTopology: a lab of 3 nodes in 2 zones (n1 and n3 in
-// zone-a, n2 in zone-b), each agent told its node's zone. A Service with
-// trafficDistribution PreferClose sends each client to the pods of its own
-// zone while there are any, and to the others once its zone has none,
-// with no failed request while the pods move.
+// zone-a, n2 in zone-b), each agent told its node's zone and announcing
+// the external VIPs it can serve, and the router following the
+// announcements. A Service with trafficDistribution PreferClose sends
+// each client to the pods of its own zone while there are any, and to the
+// others once its zone has none, with no failed request while the pods
+// move. A LoadBalancer Service with externalTrafficPolicy Local is routed
+// by the router only to the nodes with its pods: every request of the
+// external client succeeds, with its address kept.
 func TestKubernetesTopology(t *testing.T) {
-	e := newKubeEnvOpts(t, kubeEnvOptions{nodes: 3, zones: 2, controllers: 1})
+	e := newKubeEnvOpts(t, kubeEnvOptions{nodes: 3, zones: 2, controllers: 1,
+		agentArgs: []string{"--announce-cidrs", lab.ExternalVIPs.String(), "--announce-table", fmt.Sprint(lab.AnnounceTable)}})
+	// The router learns the nodes' announcements (what BGP would do).
+	if _, err := e.lab.Router().Start(lab.ProcRoutes, []string{flowlb(t), "lab", "--name", e.lab.Name(), "routes", "--reflect"}); err != nil {
+		t.Fatal(err)
+	}
 	clients := []lab.Host{e.lab.Pod(1, 1), e.lab.Pod(2, 1), e.lab.Pod(3, 1)} // static pods, one per node
 	zoneOf := func(ip string) string { return e.lab.Zone(nodeOfPod(t, ip)) }
 
@@ -170,5 +180,75 @@ func TestKubernetesTopology(t *testing.T) {
 				}
 			}
 		}
+	})
+	t.Run("externalTrafficPolicy Local next hops", func(t *testing.T) {
+		onN2 := func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "n2"}
+		}
+		e.deployWith("solo", 1, onN2)
+		e.service("solo", func(s *corev1.Service) {
+			s.Spec.Selector = map[string]string{"app": "solo"}
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		})
+		var ip string
+		e.waitFor("an ingress address and the pod on n2 as the member", 60*time.Second, func() bool {
+			s, _ := e.k.CoreV1().Services("default").Get(e.ctx, "solo", metav1.GetOptions{})
+			if len(s.Status.LoadBalancer.Ingress) == 1 {
+				ip = s.Status.LoadBalancer.Ingress[0].IP
+			}
+			pods := e.readyPods("solo")
+			return ip != "" && len(pods) == 1 && nodeOfPod(t, pods[0]) == 2 && slices.Equal(e.members("solo"), pods)
+		})
+		vip := netip.PrefixFrom(mustAddr(t, ip), 32)
+		ext := net.JoinHostPort(ip, "80")
+		routeVia := func(what string, nodes ...int) {
+			t.Helper()
+			var got map[netip.Prefix][]int
+			e.waitFor(what, 20*time.Second, func() bool {
+				got, _ = e.lab.Announcements(lab.AnnounceTable).Routes()
+				return slices.Equal(got[vip], nodes)
+			})
+		}
+		routeVia("the router's route to the VIP via n2 only", 2)
+		// Every request succeeds: none is sent to a node without the pod
+		// (the range route would spread them over the 3 nodes, two of
+		// which drop them).
+		by := e.spreadFrom([]lab.Host{e.lab.Client()}, ext, 30)
+		if pods := e.readyPods("solo"); !slices.Equal(keys(by), pods) {
+			t.Errorf("the external client reached %v, want the pod %v", by, pods)
+		}
+
+		// Pods on every node: every node announces the VIP.
+		patch := `{"spec":{"replicas":3,"template":{"spec":{"nodeSelector":null}}}}`
+		if _, err := e.k.AppsV1().Deployments("default").Patch(e.ctx, "solo", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("3 pods, one per node", 90*time.Second, func() bool {
+			pods, _ := e.k.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=solo"})
+			ready := e.readyPods("solo")
+			nodes := map[int]bool{}
+			for _, ip := range ready {
+				nodes[nodeOfPod(t, ip)] = true
+			}
+			return len(pods.Items) == 3 && len(ready) == 3 && len(nodes) == 3 && slices.Equal(e.members("solo"), ready)
+		})
+		routeVia("the route via the 3 nodes", 1, 2, 3)
+		if by := e.spreadFrom([]lab.Host{e.lab.Client()}, ext, 60); len(by) < 2 {
+			t.Errorf("over 3 next hops the external client reached only %v", by)
+		}
+
+		// Back to n2 only: n1 and n3 withdraw.
+		patch = fmt.Sprintf(`{"spec":{"replicas":1,"template":{"spec":{"nodeSelector":{%q:"n2"}}}}}`, corev1.LabelHostname)
+		if _, err := e.k.AppsV1().Deployments("default").Patch(e.ctx, "solo", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("one pod, on n2", 90*time.Second, func() bool {
+			pods, _ := e.k.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=solo"})
+			ready := e.readyPods("solo")
+			return len(pods.Items) == 1 && len(ready) == 1 && nodeOfPod(t, ready[0]) == 2 && slices.Equal(e.members("solo"), ready)
+		})
+		routeVia("the route via n2 only again", 2)
+		e.spreadFrom([]lab.Host{e.lab.Client()}, ext, 30)
 	})
 }
