@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -73,6 +74,7 @@ func labUpCmd(f *labFlags) *cobra.Command {
 	var o lab.Options
 	var tcp, udp, httpPorts string
 	var verbose, kube bool
+	var kubeBin string
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Bring a lab up: N nodes × M pods, fabric, router and client",
@@ -89,6 +91,15 @@ func labUpCmd(f *labFlags) *cobra.Command {
 				return err
 			}
 			o.Name, o.StateRoot = f.name, f.stateDir
+			if kube {
+				if kubeBin == "" {
+					kubeBin = lab.KubeBinDir()
+				}
+				// Before building anything.
+				if _, err := lab.KubeBinaries(kubeBin); err != nil {
+					return fmt.Errorf("kubernetes: %w", err)
+				}
+			}
 			if verbose {
 				o.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			}
@@ -104,8 +115,11 @@ func labUpCmd(f *labFlags) *cobra.Command {
 			if !kube {
 				return nil
 			}
-			kc, err := kubelet.Up(ctx, l, lab.KubeOptions{})
+			kc, err := kubelet.Up(ctx, l, lab.KubeOptions{BinDir: kubeBin})
 			if err != nil {
+				// The lab stays up for a look; show the control plane's
+				// last words.
+				kubeLogTails(cmd.ErrOrStderr(), l)
 				return fmt.Errorf("kubernetes: %w (the lab stays up; flowlb lab down removes it)", err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "kubernetes %s: API ready in %s, %d nodes ready in %s\nkubeconfig: %s\n",
@@ -114,6 +128,7 @@ func labUpCmd(f *labFlags) *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&kube, "kubernetes", false, "also run a Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) and the lab kubelet; binaries from hack/kube-bins.sh")
+	c.Flags().StringVar(&kubeBin, "kube-bin", "", "directory of kube-apiserver and kube-controller-manager (default $FLOWLB_KUBE_BIN, else the hack/kube-bins.sh cache)")
 	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of nodes")
 	c.Flags().IntVar(&o.PodsPerNode, "pods-per-node", 2, "pods on each node")
 	c.Flags().IntVar(&o.Zones, "zones", lab.DefaultZones, "topology zones the nodes are dealt into, round-robin (zone-a, zone-b, ...): the Kubernetes nodes' zone labels and the agents' --zone")
@@ -451,12 +466,27 @@ func labEchoCmd() *cobra.Command {
 
 func labKubeletCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:                "kubelet --lab NAME [--state-dir DIR] [--api-listen-fd N]",
+		Use:                "kubelet --lab NAME [--state-dir D] [--kubeconfig F] [--api-listen-fd N] [--zones Z]",
 		Short:              "Run the lab kubelet (started by lab up --kubernetes in the fabric)",
 		Hidden:             true,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return kubelet.Main(args, cmd.ErrOrStderr())
 		},
+	}
+}
+
+// kubeLogTails writes the last lines of the control plane's logs.
+func kubeLogTails(w io.Writer, l *lab.Lab) {
+	for _, p := range []string{lab.ProcEtcd, lab.ProcAPIServer, lab.ProcController, lab.ProcKubelet} {
+		b, err := os.ReadFile(l.LogPath(lab.HostFabric, p))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(lines) > 15 {
+			lines = lines[len(lines)-15:]
+		}
+		fmt.Fprintf(w, "--- %s\n%s\n", l.LogPath(lab.HostFabric, p), strings.Join(lines, "\n"))
 	}
 }

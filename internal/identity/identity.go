@@ -15,6 +15,9 @@ type Caller struct {
 	UserID    string
 	ProjectID string
 	Roles     []string
+	// SystemScope is a token scoped to the whole deployment (Keystone's
+	// system scope "all") rather than to a project.
+	SystemScope bool
 	// IsAdmin callers see and change every project's objects. In noauth
 	// mode every caller is admin, as in Octavia.
 	IsAdmin bool

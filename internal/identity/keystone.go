@@ -92,7 +92,8 @@ type tokenBody struct {
 		Project *struct {
 			ID string `json:"id"`
 		} `json:"project"`
-		Roles []struct {
+		System map[string]any `json:"system"`
+		Roles  []struct {
 			Name string `json:"name"`
 		} `json:"roles"`
 	} `json:"token"`
@@ -135,7 +136,7 @@ func (k *Keystone) Validate(ctx context.Context, token string) (Caller, error) {
 	if !tb.Token.ExpiresAt.IsZero() && !now.Before(tb.Token.ExpiresAt) {
 		return Caller{}, ErrInvalidToken
 	}
-	c := Caller{UserID: tb.Token.User.ID}
+	c := Caller{UserID: tb.Token.User.ID, SystemScope: tb.Token.System["all"] == true}
 	if tb.Token.Project != nil {
 		c.ProjectID = tb.Token.Project.ID
 	}

@@ -73,8 +73,12 @@ func (f *fakeKeystone) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for _, r := range tok.roles {
 			roles = append(roles, fmt.Sprintf(`{"name":%q}`, r))
 		}
-		fmt.Fprintf(w, `{"token":{"expires_at":%q,"user":{"id":"u-1"},"project":{"id":%q},"roles":[%s]}}`,
-			tok.expires.UTC().Format(time.RFC3339Nano), tok.project, strings.Join(roles, ","))
+		scope := fmt.Sprintf(`"project":{"id":%q}`, tok.project)
+		if tok.project == "" {
+			scope = `"system":{"all":true}`
+		}
+		fmt.Fprintf(w, `{"token":{"expires_at":%q,"user":{"id":"u-1"},%s,"roles":[%s]}}`,
+			tok.expires.UTC().Format(time.RFC3339Nano), scope, strings.Join(roles, ","))
 	}
 }
 
@@ -126,6 +130,7 @@ func TestKeystoneAuth(t *testing.T) {
 		"admin":    {project: "adm", roles: []string{"admin"}, expires: time.Now().Add(time.Hour)},
 		"global":   {project: "g", roles: []string{"load-balancer_global_observer"}, expires: time.Now().Add(time.Hour)},
 		"expired":  {project: "a", roles: []string{"load-balancer_member"}, expires: time.Now().Add(-time.Minute)},
+		"system":   {project: "", roles: []string{"reader"}, expires: time.Now().Add(time.Hour)},
 	}}
 	_, api, seen := newKeystoneAPI(t, f)
 	tests := []struct {
@@ -141,6 +146,7 @@ func TestKeystoneAuth(t *testing.T) {
 		{"admin", "/v2/lbaas/loadbalancers", "admin", 204, "adm", true, true},
 		{"global observer", "/v2/lbaas/loadbalancers", "global", 204, "g", false, true},
 		{"public path without a token", "/", "", 204, "", false, false},
+		{"system-scoped token", "/v2/lbaas/loadbalancers", "system", 204, "", false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -165,6 +171,9 @@ func TestKeystoneAuth(t *testing.T) {
 				return
 			}
 			c := (*seen)[len(*seen)-1]
+			if c.SystemScope != (tc.token == "system") {
+				t.Errorf("caller %+v: system scope %v", c, c.SystemScope)
+			}
 			if c.ProjectID != tc.project || c.IsAdmin != tc.admin || c.ReadAll != tc.readAll {
 				t.Errorf("caller %+v, want project %q admin %v readAll %v", c, tc.project, tc.admin, tc.readAll)
 			}

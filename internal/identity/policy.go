@@ -33,7 +33,8 @@ const (
 	// _quota_admin, _admin, and admin.
 	Advanced Personas = "advanced"
 	// KeystoneDefaultRoles: reader and member scoped to the project,
-	// and admin.
+	// admin and reader scoped to the system, and load-balancer_admin for
+	// the admin-only routes.
 	KeystoneDefaultRoles Personas = "keystone_default_roles"
 )
 
@@ -59,16 +60,26 @@ func (p Policy) Allow(c Caller, rule Rule, target string) bool {
 	}
 	owner := c.ProjectID != "" && target == c.ProjectID
 	if p.Personas == KeystoneDefaultRoles {
-		admin := c.HasRole("admin")
-		reader := owner && (c.HasRole("reader") || c.HasRole("member"))
-		member := owner && c.HasRole("member")
+		// Octavia's keystone_default_roles policy as Octavia runs it, with
+		// scope enforcement: deployment-wide rights need a system-scoped
+		// token; a project's admin is that project's member. Keystone
+		// implies member from admin and reader from member; a token may
+		// list only the assigned role, so the implication is applied here.
+		member := c.HasRole("member") || c.HasRole("admin")
+		reader := member || c.HasRole("reader")
+		sysAdmin := c.SystemScope && c.HasRole("admin")
+		sysReader := c.SystemScope && reader
 		switch rule {
 		case RuleRead, RuleReadQuota:
-			return reader || admin
+			return sysReader || (owner && reader)
+		case RuleReadGlobal, RuleReadQuotaGlobal:
+			return sysReader
 		case RuleWrite:
-			return member || admin
-		default: // global reads, quota changes, admin
-			return admin
+			return sysAdmin || (owner && member)
+		case RuleWriteQuota:
+			return sysAdmin
+		default:
+			return sysAdmin || c.HasRole("load-balancer_admin")
 		}
 	}
 	admin := c.HasRole("admin") || c.HasRole("load-balancer_admin")
@@ -95,9 +106,12 @@ func (p Policy) Allow(c Caller, rule Rule, target string) bool {
 }
 
 // Resolve fills the caller's derived rights: IsAdmin (sees and changes
-// every project) and ReadAll (sees every project).
+// every project's objects) and ReadAll (sees every project's). Admin-only
+// routes are a separate question (RuleAdmin): under keystone_default_roles
+// a load-balancer_admin manages flavors but not other projects' objects.
 func (p Policy) Resolve(c Caller) Caller {
-	c.IsAdmin = p.Allow(c, RuleAdmin, "")
+	const another = "\x00another project"
+	c.IsAdmin = p.Allow(c, RuleWrite, another)
 	c.ReadAll = c.IsAdmin || p.Allow(c, RuleReadGlobal, "")
 	c.Policy = &p
 	return c

@@ -163,6 +163,7 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes certificates: %w", err)
 	}
+	l.log.Info("kubernetes certificates made", "lab", l.name, "elapsed", time.Since(t0))
 
 	// The loopback port of the caller's namespace that the kubelet
 	// forwards to the API: bound here, so the kubeconfig is right before
@@ -227,6 +228,7 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 	if err := l.waitHTTP(ctx, ProcEtcd, etcdURL+"/health", nil); err != nil {
 		return nil, err
 	}
+	l.log.Info("etcd ready", "lab", l.name, "elapsed", time.Since(t0))
 
 	apiArgv := []string{filepath.Join(o.BinDir, ProcAPIServer),
 		"--etcd-servers", etcdURL,
@@ -244,6 +246,9 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--endpoint-reconciler-type", "lease",
+		// Node names do not resolve (and the fabric has no DNS): reach
+		// nodes by address.
+		"--kubelet-preferred-address-types", "InternalIP",
 	}
 	if _, err := fabric.Start(ProcAPIServer, apiArgv); err != nil {
 		return nil, err
@@ -256,12 +261,16 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 		return nil, err
 	}
 	ks.UpSeconds = time.Since(t0).Seconds()
+	l.log.Info("kube-apiserver ready", "lab", l.name, "elapsed", time.Since(t0))
 
 	kcm := filepath.Join(dir, "controller-manager.kubeconfig")
 	kcmArgv := []string{filepath.Join(o.BinDir, ProcController),
 		"--kubeconfig", kcm,
 		"--authentication-kubeconfig", kcm,
 		"--authorization-kubeconfig", kcm,
+		// The lab has no front proxy: do not look for its request-header CA
+		// in the cluster (it would complain about it every few seconds).
+		"--authentication-skip-lookup",
 		"--bind-address", "127.0.0.1",
 		"--cluster-name", cluster,
 		"--controllers", strings.Join(KubeControllers, ","),
@@ -281,7 +290,14 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 	if _, err := l.startProc(HostFabric, ProcKubelet, kubeletArgv, o.KubeletEnv, lnf); err != nil {
 		return nil, err
 	}
-	if err := l.update(func(s *State) error { s.Kube = ks; return nil }); err != nil {
+	// Only the figure: the kubelet may already be recording pods.
+	if err := l.update(func(s *State) error {
+		if s.Kube == nil {
+			return ErrNoKube
+		}
+		s.Kube.UpSeconds = ks.UpSeconds
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	return ks, nil

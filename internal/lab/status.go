@@ -63,7 +63,12 @@ type ProcStatus struct {
 
 // Status reports the lab's hosts, addresses and processes.
 func (l *Lab) Status() Status {
+	// The file, not the memory: other processes (the CLI, the lab
+	// kubelet) add pods and processes too.
 	s := l.snapshot()
+	if fs, err := readState(l.dir); err == nil {
+		s = fs
+	}
 	st := Status{Name: l.name, Dir: l.dir, Ready: s.Ready, Ports: s.Ports, NextHops: s.NextHops}
 	if k := s.Kube; k != nil {
 		st.Kube = &KubeStatus{Version: k.Version, Kubeconfig: k.Kubeconfig, Server: k.Server,

@@ -314,11 +314,21 @@ func (s *Service) lbChange(ctx context.Context, id, to string, fn func(t *Tree, 
 	}, fn)
 }
 
-// Failover is refused: a flow provider has no amphora to replace.
+// Failover is refused: a flow provider has no amphora to replace. It is
+// an admin action on any project's load balancer (Octavia checks the admin
+// rule against the LB's project, not the caller's visibility), so a
+// load-balancer_admin reaches the provider's refusal.
 func (s *Service) Failover(ctx context.Context, id string) error {
-	t, err := s.Tree(ctx, store.KindLoadBalancer, id)
+	c, err := caller(ctx)
 	if err != nil {
 		return err
+	}
+	t, err := s.Tree(identity.WithCaller(ctx, identity.Caller{IsAdmin: true}), store.KindLoadBalancer, id)
+	if err != nil {
+		return err
+	}
+	if !c.Allow(identity.RuleAdmin, t.LB.ProjectID) {
+		return fault.Forbidden()
 	}
 	return fault.New(http.StatusNotImplemented, "Provider '%s' does not support a requested action: loadbalancer failover", t.LB.Provider)
 }

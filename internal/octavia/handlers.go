@@ -115,7 +115,7 @@ func (s *Server) decode(r *http.Request, root, kind string, op Op) (map[string]a
 // requireAdmin refuses non-admin callers as Octavia's admin-only policies do.
 func requireAdmin(r *http.Request) error {
 	c, _ := identity.FromContext(r.Context())
-	if !c.IsAdmin {
+	if !c.Allow(identity.RuleAdmin, "") {
 		return fault.Forbidden()
 	}
 	return nil

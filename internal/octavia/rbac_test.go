@@ -30,13 +30,20 @@ func rbacAPI(t *testing.T, set identity.Personas) *httptest.Server {
 	api := New(svc, nil, log, Config{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := identity.Caller{ProjectID: r.Header.Get("X-Test-Project"), Roles: strings.Fields(r.Header.Get("X-Test-Roles"))}
+		if c.ProjectID == systemScope {
+			c.ProjectID, c.SystemScope = "", true
+		}
 		api.ServeHTTP(w, r.WithContext(identity.WithCaller(r.Context(), pol.Resolve(c))))
 	}))
 	t.Cleanup(srv.Close)
 	return srv
 }
 
+// who is a caller: a project (or systemScope for a system-scoped token)
+// and its roles.
 type who struct{ project, roles string }
+
+const systemScope = "(system)"
 
 func call(t *testing.T, srv *httptest.Server, as who, method, path string, body any) (int, map[string]any) {
 	t.Helper()
@@ -144,8 +151,9 @@ func TestRBACAdvanced(t *testing.T) {
 	}
 }
 
-// TestRBACKeystoneDefaultRoles: reader, member and admin scoped to a
-// project; the advanced roles mean nothing there.
+// TestRBACKeystoneDefaultRoles: reader and member scoped to a project (a
+// project's admin is its member), admin and reader scoped to the system,
+// load-balancer_admin for the admin-only routes only.
 func TestRBACKeystoneDefaultRoles(t *testing.T) {
 	srv := rbacAPI(t, identity.KeystoneDefaultRoles)
 	code, body := call(t, srv, who{"a", "member reader"}, "POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
@@ -165,13 +173,36 @@ func TestRBACKeystoneDefaultRoles(t *testing.T) {
 		{who{"a", "member reader"}, "PUT", "/v2/lbaas/loadbalancers/" + lb, map[string]any{"loadbalancer": map[string]any{"name": "x"}}, true},
 		{who{"b", "member reader"}, "GET", "/v2/lbaas/loadbalancers/" + lb, nil, false},
 		{who{"a", "load-balancer_admin"}, "GET", "/v2/lbaas/loadbalancers/" + lb, nil, false},
-		{who{"b", "admin member reader"}, "PUT", "/v2/lbaas/quotas/a", map[string]any{"quota": map[string]any{"bogus": 1}}, true},
+		{who{"b", "admin member reader"}, "GET", "/v2/lbaas/loadbalancers/" + lb, nil, false},
+		{who{"b", "admin member reader"}, "PUT", "/v2/lbaas/quotas/a", map[string]any{"quota": map[string]any{"bogus": 1}}, false},
+		{who{"a", "admin member reader"}, "PUT", "/v2/lbaas/loadbalancers/" + lb, map[string]any{"loadbalancer": map[string]any{"name": "y"}}, true},
+		{who{systemScope, "admin member reader"}, "PUT", "/v2/lbaas/quotas/a", map[string]any{"quota": map[string]any{"bogus": 1}}, true},
+		{who{systemScope, "admin member reader"}, "PUT", "/v2/lbaas/loadbalancers/" + lb, map[string]any{"loadbalancer": map[string]any{"name": "z"}}, true},
+		{who{systemScope, "reader"}, "GET", "/v2/lbaas/loadbalancers/" + lb, nil, true},
+		{who{systemScope, "reader"}, "PUT", "/v2/lbaas/loadbalancers/" + lb, map[string]any{"loadbalancer": map[string]any{"name": "w"}}, false},
+		{who{systemScope, "reader"}, "POST", "/v2/lbaas/flavorprofiles", map[string]any{"flavorprofile": map[string]any{"name": "fp", "provider_name": "flow", "flavor_data": "{}"}}, false},
+		{who{"b", "load-balancer_admin"}, "POST", "/v2/lbaas/flavorprofiles", map[string]any{"flavorprofile": map[string]any{"name": "fp", "provider_name": "flow", "flavor_data": "{}"}}, true},
+		{who{"b", "load-balancer_admin"}, "GET", "/v2/lbaas/providers/flow/flavor_capabilities", nil, true},
+		{who{"b", "load-balancer_admin"}, "PUT", "/v2/lbaas/loadbalancers/" + lb + "/failover", nil, true},
+		{who{"b", "admin member reader"}, "PUT", "/v2/lbaas/loadbalancers/" + lb + "/failover", nil, false},
+		{who{"b", "admin member reader"}, "GET", "/v2/lbaas/providers/flow/flavor_capabilities", nil, false},
 		{who{"a", "member reader"}, "PUT", "/v2/lbaas/quotas/a", map[string]any{"quota": map[string]any{"bogus": 1}}, false},
 	}
 	for _, tc := range tests {
 		code, body := call(t, srv, tc.as, tc.method, tc.path, tc.body)
 		if got := code != 403; got != tc.allowed {
 			t.Errorf("%s %s as %v: HTTP %d %v, allowed %v want %v", tc.method, tc.path, tc.as, code, body, got, tc.allowed)
+		}
+	}
+	// Lists: a project's admin sees its own project only; system readers
+	// see every project.
+	for _, tc := range []struct {
+		as   who
+		want int
+	}{{who{"a", "reader"}, 1}, {who{"b", "admin member reader"}, 0}, {who{systemScope, "reader"}, 1}, {who{systemScope, "admin"}, 1}} {
+		_, body := call(t, srv, tc.as, "GET", "/v2/lbaas/loadbalancers", nil)
+		if n := len(body["loadbalancers"].([]any)); n != tc.want {
+			t.Errorf("%v lists %d LBs, want %d", tc.as, n, tc.want)
 		}
 	}
 }

@@ -49,6 +49,15 @@ func flowlb(t testing.TB) string {
 	return binPath
 }
 
+// TestMain removes the flowlb binary built by flowlb.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // cluster is a lab with a flowlb server and agents running.
 type cluster struct {
 	t       testing.TB

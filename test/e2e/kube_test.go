@@ -23,19 +23,8 @@ import (
 
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/kubelet"
+	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
 )
-
-// requireKube skips a test when the Kubernetes binaries are missing,
-// unless FLOWLB_REQUIRE_KUBE is set (CI), where that is a failure.
-func requireKube(t testing.TB) {
-	t.Helper()
-	if _, err := lab.KubeBinaries(lab.KubeBinDir()); err != nil {
-		if os.Getenv("FLOWLB_REQUIRE_KUBE") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-}
 
 // kubeEnv is a lab with flowlb (server, agents), a real Kubernetes
 // control plane with the lab kubelet, and flowlb kube-controllers.
@@ -61,7 +50,9 @@ type kubeEnvOptions struct {
 }
 
 func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
-	requireKube(t)
+	// Skips when the Kubernetes binaries are missing, unless
+	// FLOWLB_REQUIRE_KUBE=1 (make unit), where that is a failure.
+	kubetest.SkipUnlessKube(t)
 	controllers := o.controllers
 	c := newClusterOpts(t, clusterOptions{nodes: o.nodes, pods: 1, zones: o.zones, agentArgs: o.agentArgs,
 		serverArgs: []string{"--vip-cidr", "198.19.0.0/18", "--external-vip-cidr", ""}})

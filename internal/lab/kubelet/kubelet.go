@@ -246,7 +246,9 @@ func (k *Kubelet) work(ctx context.Context, q workqueue.TypedRateLimitingInterfa
 			return
 		}
 		if err := fn(ctx, key); err != nil {
-			if ctx.Err() == nil {
+			// A conflict only means our cached copy was behind (the
+			// controllers write pods too): retry quietly.
+			if ctx.Err() == nil && !apierrors.IsConflict(err) {
 				k.log.Warn("sync", "key", key, "err", err)
 			}
 			q.AddRateLimited(key)

@@ -8,6 +8,7 @@ package flow
 import (
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/octavia/fault"
+	"net/netip"
 )
 
 // Name is the provider's name in the API.
@@ -54,6 +55,11 @@ var algorithms = map[string]bool{"ROUND_ROBIN": true, "SOURCE_IP": true, "SOURCE
 // no socket support in the kernels flowlb targets.
 var monitorTypes = map[string]bool{"TCP": true, "HTTP": true, "HTTPS": true, "TLS-HELLO": true, "UDP-CONNECT": true, "PING": true}
 
+func is6(s string) bool {
+	a, err := netip.ParseAddr(s)
+	return err == nil && !a.Unmap().Is4()
+}
+
 func refuse(format string, args ...any) error {
 	return fault.NotImplemented(Name, format, args...)
 }
@@ -65,6 +71,22 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 	}
 	if len(t.LB.VIPSGIDs) > 0 {
 		return refuse("VIP security groups are not supported.")
+	}
+	// The data plane is IPv4-only: an IPv6 address would be stored and
+	// never forwarded.
+	vips := []string{t.LB.VIPAddress}
+	for _, v := range t.LB.AdditionalVIPs {
+		vips = append(vips, v.IPAddress)
+	}
+	for _, a := range vips {
+		if is6(a) {
+			return refuse("IPv6 VIP address %s is not supported; the flow data plane is IPv4-only.", a)
+		}
+	}
+	for _, m := range t.Members {
+		if is6(m.Address) || (m.MonitorAddress != nil && is6(*m.MonitorAddress)) {
+			return refuse("IPv6 member address %s is not supported; the flow data plane is IPv4-only.", m.Address)
+		}
 	}
 	for _, l := range t.Listeners {
 		if !l4Protocols[l.Protocol] {

@@ -55,6 +55,18 @@ func TestCheck(t *testing.T) {
 		{"SCTP monitor", func(t *lbaas.Tree) { t.Monitors = []*lbaas.HealthMonitor{{PoolID: "pool", Type: "SCTP"}} }, "SCTP health monitors"},
 		{"QoS", func(t *lbaas.Tree) { t.LB.VIPQoSPolicyID = sp("q") }, "QoS"},
 		{"mixed protocols", func(t *lbaas.Tree) { t.Pools[0].Protocol = "HTTP" }, "HTTP protocol pools"},
+		{"IPv4 VIP and member", func(t *lbaas.Tree) {
+			t.LB.VIPAddress = "198.18.0.10"
+			t.Members = []*lbaas.Member{{PoolID: "pool", Address: "198.18.1.2"}}
+		}, ""},
+		{"IPv6 VIP", func(t *lbaas.Tree) { t.LB.VIPAddress = "2001:db8::10" }, "IPv6 VIP address 2001:db8::10"},
+		{"IPv6 additional VIP", func(t *lbaas.Tree) {
+			t.LB.AdditionalVIPs = []lbaas.AdditionalVIP{{IPAddress: "2001:db8::11"}}
+		}, "IPv6 VIP address 2001:db8::11"},
+		{"IPv6 member", func(t *lbaas.Tree) { t.Members = []*lbaas.Member{{PoolID: "pool", Address: "2001:db8::2"}} }, "IPv6 member address 2001:db8::2"},
+		{"IPv6 monitor address", func(t *lbaas.Tree) {
+			t.Members = []*lbaas.Member{{PoolID: "pool", Address: "198.18.1.2", MonitorAddress: sp("2001:db8::3")}}
+		}, "IPv6 member address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := New(Immediate{}).Check(tree(tc.edit))
