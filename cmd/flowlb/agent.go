@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowlb/flowlb/internal/agent"
+	"github.com/flowlb/flowlb/internal/announce"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 )
 
@@ -25,10 +26,14 @@ type agentOptions struct {
 	server    string
 	tokenFile string
 	node      string
+	zone      string
 	logLevel  string
 	podCIDRs  []string
 	metrics   string
 	minSync   time.Duration
+	// announce: VIP ranges to announce, in routing table announceTable.
+	announce      []string
+	announceTable int
 }
 
 func init() {
@@ -44,10 +49,13 @@ func init() {
 	f.StringVar(&o.server, "server", "127.0.0.1:9877", "the server's agent stream address")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bootstrap token (the server's <data-dir>/agent-token)")
 	f.StringVar(&o.node, "node", host, "this node's name")
+	f.StringVar(&o.zone, "zone", "", "this node's topology zone (Kubernetes: its topology.kubernetes.io/zone label); PreferClose services send its traffic to the backends for this zone while there are any")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address)")
 	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics (empty: none)")
 	f.DurationVar(&o.minSync, "min-sync-interval", 0, "least time between two programming rounds; updates arriving meanwhile are merged")
+	f.StringSliceVar(&o.announce, "announce-cidrs", nil, "VIP ranges to announce: every VIP within them that this node can serve (a local-only one only with a backend on this node) gets a host route in --announce-table, for a routing daemon to export (default: none)")
+	f.IntVar(&o.announceTable, "announce-table", 200, "routing table of the announcement routes (protocol 249)")
 	cmd.AddCommand(agentDumpCmd(), agentTraceCmd())
 	rootCmd.AddCommand(cmd)
 }
@@ -72,7 +80,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		}
 		nets = append(nets, p)
 	}
-	dp, err := nftables.New(-1, o.node)
+	dp, err := nftables.New(-1, o.node, nftables.WithZone(o.zone))
 	if err != nil {
 		return err
 	}
@@ -86,6 +94,25 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	defer stop()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var prog agent.Programmer = dp
+	if len(o.announce) > 0 {
+		var ranges []netip.Prefix
+		for _, c := range o.announce {
+			p, err := netip.ParsePrefix(c)
+			if err != nil {
+				return fmt.Errorf("--announce-cidrs: %w", err)
+			}
+			ranges = append(ranges, p.Masked())
+		}
+		rt, err := announce.OpenTable(o.announceTable)
+		if err != nil {
+			return err
+		}
+		defer rt.Close()
+		if prog, err = announce.New(dp, o.node, ranges, rt, reg, log); err != nil {
+			return err
+		}
+	}
 	if o.metrics != "" {
 		ln, err := net.Listen("tcp", o.metrics)
 		if err != nil {
@@ -97,8 +124,8 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 	}
-	log.Info("flowlb agent starting", "node", o.node, "server", o.server, "metrics", o.metrics)
-	a := agent.New(agent.Config{Server: o.server, Token: strings.TrimSpace(string(b)), Node: o.node, MinInterval: o.minSync, Metrics: reg}, dp, log)
+	log.Info("flowlb agent starting", "node", o.node, "zone", o.zone, "server", o.server, "metrics", o.metrics, "announce", o.announce)
+	a := agent.New(agent.Config{Server: o.server, Token: strings.TrimSpace(string(b)), Node: o.node, MinInterval: o.minSync, Metrics: reg}, prog, log)
 	if err := a.Run(ctx); err != nil && ctx.Err() == nil {
 		return err
 	}

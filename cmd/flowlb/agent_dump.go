@@ -51,6 +51,9 @@ func printDump(w io.Writer, services []nftables.ServiceDump) {
 			}
 			extra = append(extra, "allowed "+strings.Join(cidrs, ","))
 		}
+		if s.Zonal {
+			extra = append(extra, "prefer-close: this zone's backends")
+		}
 		if s.NoLocal {
 			extra = append(extra, "local-only: no local backend, outside traffic dropped")
 		}

@@ -86,8 +86,8 @@ func runDemo(ctx context.Context, out io.Writer, nodes, requests int) error {
 		return fmt.Errorf("server did not start (log: %s)", l.LogPath(lab.HostFabric, "server"))
 	}
 	say("flowlb server in the fabric namespace at %s:9876", demoControl)
-	for _, n := range l.Nodes() {
-		if _, err := n.Start("agent", []string{bin, "agent", "--server", demoControl + ":9877", "--token-file", token, "--node", n.Name, "--pod-cidrs", podCIDRs(l)}); err != nil {
+	for i, n := range l.Nodes() {
+		if _, err := n.Start("agent", []string{bin, "agent", "--server", demoControl + ":9877", "--token-file", token, "--node", n.Name, "--zone", l.Zone(i + 1), "--pod-cidrs", podCIDRs(l)}); err != nil {
 			return err
 		}
 	}

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,7 +50,7 @@ every pod. See docs/lab.md for the topology and address plan.`,
 	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", lab.DefaultStateRoot, "directory of lab state")
 	_ = cmd.PersistentFlags().MarkHidden("state-dir")
 	cmd.AddCommand(labUpCmd(f), labDownCmd(f), labStatusCmd(f), labExecCmd(f),
-		labAddPodCmd(f), labDelPodCmd(f), labPodCmd(f), labProcCmd(f), labECMPCmd(f),
+		labAddPodCmd(f), labDelPodCmd(f), labPodCmd(f), labProcCmd(f), labECMPCmd(f), labRoutesCmd(f),
 		labLoadCmd(f), labEchoCmd(), labKubeletCmd(), labDemoCmd())
 	rootCmd.AddCommand(cmd)
 }
@@ -128,6 +131,7 @@ func labUpCmd(f *labFlags) *cobra.Command {
 	c.Flags().StringVar(&kubeBin, "kube-bin", "", "directory of kube-apiserver and kube-controller-manager (default $FLOWLB_KUBE_BIN, else the hack/kube-bins.sh cache)")
 	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of nodes")
 	c.Flags().IntVar(&o.PodsPerNode, "pods-per-node", 2, "pods on each node")
+	c.Flags().IntVar(&o.Zones, "zones", lab.DefaultZones, "topology zones the nodes are dealt into, round-robin (zone-a, zone-b, ...): the Kubernetes nodes' zone labels and the agents' --zone")
 	c.Flags().StringVar(&tcp, "tcp", "8080", "echo TCP ports, comma separated")
 	c.Flags().StringVar(&udp, "udp", "9090", "echo UDP ports, comma separated")
 	c.Flags().StringVar(&httpPorts, "http", "80", "echo HTTP ports, comma separated")
@@ -356,6 +360,50 @@ func labECMPCmd(f *labFlags) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&nodes, "nodes", "", "comma-separated node indices (empty: no route)")
+	return c
+}
+
+func labRoutesCmd(f *labFlags) *cobra.Command {
+	var table int
+	var reflect bool
+	c := &cobra.Command{
+		Use:   "routes",
+		Short: "Show the router's routes to announced VIPs, or (--reflect) keep them in step with the nodes' announcements",
+		Long: `The flowlb agents, with --announce-cidrs, keep a host route in a routing
+table of their node (--announce-table, 200) for every VIP the node can
+serve; a routing daemon would export it. In the lab, "routes --reflect"
+plays that part: it routes every announced VIP from the router to the
+nodes announcing it (ECMP), until stopped. Run it as a lab process:
+  flowlb lab proc start router routes -- flowlb lab --name NAME routes --reflect
+Without --reflect it prints the router's announced routes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := f.open()
+			if err != nil {
+				return err
+			}
+			a := l.Announcements(table)
+			if reflect {
+				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return a.Run(ctx)
+			}
+			rs, err := a.Routes()
+			if err != nil {
+				return err
+			}
+			for _, p := range slices.SortedFunc(maps.Keys(rs), func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) }) {
+				var names []string
+				for _, n := range rs[p] {
+					names = append(names, lab.NodeName(n))
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s via %s\n", p, strings.Join(names, ","))
+			}
+			return nil
+		},
+	}
+	c.Flags().IntVar(&table, "table", lab.AnnounceTable, "the nodes' announcement table (agent --announce-table)")
+	c.Flags().BoolVar(&reflect, "reflect", false, "keep the router's routes in step with the nodes' announcements until stopped")
 	return c
 }
 

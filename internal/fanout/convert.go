@@ -25,6 +25,7 @@ func ServiceToProto(s flows.Service) *agentv1.Service {
 	out := &agentv1.Service{
 		Key: KeyToProto(s.Key), LoadbalancerId: s.LoadBalancerID, ListenerId: s.ListenerID, PoolId: s.PoolID,
 		Algorithm: string(s.Algorithm), ConnectionLimit: int32(s.ConnectionLimit), LocalOnly: s.LocalOnly, InternalLocal: s.InternalLocal,
+		PreferClose: s.PreferClose,
 	}
 	if s.Persistence != nil {
 		out.PersistenceTimeoutMs = s.Persistence.Timeout.Milliseconds()
@@ -33,7 +34,7 @@ func ServiceToProto(s flows.Service) *agentv1.Service {
 		out.AllowedCidrs = append(out.AllowedCidrs, c.String())
 	}
 	for _, b := range s.Backends {
-		out.Backends = append(out.Backends, &agentv1.Backend{MemberId: b.MemberID, Address: b.Address.AsSlice(), Port: uint32(b.Port), Weight: uint32(b.Weight), Node: b.Node})
+		out.Backends = append(out.Backends, &agentv1.Backend{MemberId: b.MemberID, Address: b.Address.AsSlice(), Port: uint32(b.Port), Weight: uint32(b.Weight), Node: b.Node, Zones: b.Zones})
 	}
 	return out
 }
@@ -43,6 +44,7 @@ func ServiceFromProto(p *agentv1.Service) flows.Service {
 	s := flows.Service{
 		Key: KeyFromProto(p.GetKey()), LoadBalancerID: p.GetLoadbalancerId(), ListenerID: p.GetListenerId(), PoolID: p.GetPoolId(),
 		Algorithm: flows.Algorithm(p.GetAlgorithm()), ConnectionLimit: int(p.GetConnectionLimit()), LocalOnly: p.GetLocalOnly(), InternalLocal: p.GetInternalLocal(),
+		PreferClose: p.GetPreferClose(),
 	}
 	if ms := p.GetPersistenceTimeoutMs(); ms > 0 {
 		s.Persistence = &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Duration(ms) * time.Millisecond}
@@ -54,7 +56,7 @@ func ServiceFromProto(p *agentv1.Service) flows.Service {
 	}
 	for _, b := range p.GetBackends() {
 		a, _ := netip.AddrFromSlice(b.GetAddress())
-		s.Backends = append(s.Backends, flows.Backend{MemberID: b.GetMemberId(), Address: a, Port: uint16(b.GetPort()), Weight: int(b.GetWeight()), Node: b.GetNode()})
+		s.Backends = append(s.Backends, flows.Backend{MemberID: b.GetMemberId(), Address: a, Port: uint16(b.GetPort()), Weight: int(b.GetWeight()), Node: b.GetNode(), Zones: b.GetZones()})
 	}
 	return s
 }

@@ -21,6 +21,13 @@ const (
 	TagInternalLocal = "flowlb:internal-local"
 	// TagNodePrefix on a member, "flowlb:node=<name>": the node it runs on.
 	TagNodePrefix = "flowlb:node="
+	// TagPreferClose on a listener: each node sends the traffic to the
+	// members for its own zone when there is one (Kubernetes
+	// trafficDistribution=PreferClose); see Service.ForZone.
+	TagPreferClose = "flowlb:prefer-close"
+	// TagZonePrefix on a member, "flowlb:zone=<zone>", once per zone: the
+	// zones whose nodes prefer it.
+	TagZonePrefix = "flowlb:zone="
 )
 
 // DefaultPersistenceTimeout applies to SOURCE_IP persistence without a
@@ -68,6 +75,7 @@ func Compile(t *lbaas.Tree) []Service {
 			ConnectionLimit: l.ConnectionLimit,
 			LocalOnly:       slices.Contains(l.Tags, TagLocalOnly),
 			InternalLocal:   slices.Contains(l.Tags, TagInternalLocal),
+			PreferClose:     slices.Contains(l.Tags, TagPreferClose),
 		}
 		for _, c := range l.AllowedCIDRs {
 			if p, err := netip.ParsePrefix(c); err == nil {
@@ -122,7 +130,7 @@ func backends(members []*lbaas.Member) []Backend {
 		if err != nil {
 			continue
 		}
-		b := Backend{MemberID: m.ID, Address: a, Port: uint16(m.ProtocolPort), Weight: m.Weight, Node: nodeOf(m.Tags)}
+		b := Backend{MemberID: m.ID, Address: a, Port: uint16(m.ProtocolPort), Weight: m.Weight, Node: nodeOf(m.Tags), Zones: zonesOf(m.Tags)}
 		if m.Backup {
 			backup = append(backup, b)
 		} else {
@@ -149,6 +157,18 @@ func nodeOf(tags []string) string {
 		}
 	}
 	return ""
+}
+
+// zonesOf lists a member's zone tags, sorted and without repeats.
+func zonesOf(tags []string) []string {
+	var out []string
+	for _, t := range tags {
+		if z, ok := strings.CutPrefix(t, TagZonePrefix); ok && z != "" {
+			out = append(out, z)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func anyFamily(ps []netip.Prefix, a netip.Addr) bool {

@@ -91,8 +91,8 @@ func TestCompileAttributes(t *testing.T) {
 	tr.Pools[0].SessionPersistence = &lbaas.SessionPersistence{Type: "SOURCE_IP", PersistenceTimeout: &timeout}
 	tr.Listeners[0].AllowedCIDRs = []string{"198.18.17.5/16", "fd00::/8"}
 	tr.Listeners[0].ConnectionLimit = 100
-	tr.Listeners[0].Tags = []string{TagLocalOnly, TagInternalLocal}
-	tr.Members[0].Tags = []string{"x", TagNodePrefix + "n2"}
+	tr.Listeners[0].Tags = []string{TagLocalOnly, TagInternalLocal, TagPreferClose}
+	tr.Members[0].Tags = []string{"x", TagNodePrefix + "n2", TagZonePrefix + "zone-b", TagZonePrefix + "zone-a", TagZonePrefix + "zone-b"}
 	ss := Compile(tr)
 	if len(ss) != 1 {
 		t.Fatalf("%d services", len(ss))
@@ -104,11 +104,14 @@ func TestCompileAttributes(t *testing.T) {
 	if len(s.AllowedCIDRs) != 1 || s.AllowedCIDRs[0] != netip.MustParsePrefix("198.18.0.0/16") {
 		t.Errorf("allowed CIDRs %v: want the IPv4 one, masked", s.AllowedCIDRs)
 	}
-	if !s.LocalOnly || !s.InternalLocal || s.ConnectionLimit != 100 || s.LoadBalancerID != "lb" || s.ListenerID != "l" || s.PoolID != "pool" {
+	if !s.LocalOnly || !s.InternalLocal || !s.PreferClose || s.ConnectionLimit != 100 || s.LoadBalancerID != "lb" || s.ListenerID != "l" || s.PoolID != "pool" {
 		t.Errorf("service %+v", s)
 	}
 	if s.Backends[1].Node != "n2" || s.Backends[0].Node != "" {
 		t.Errorf("nodes %q %q", s.Backends[0].Node, s.Backends[1].Node)
+	}
+	if z := s.Backends[1].Zones; len(z) != 2 || z[0] != "zone-a" || z[1] != "zone-b" || s.Backends[0].Zones != nil {
+		t.Errorf("zones %q %q, want the member's zone tags sorted without repeats", s.Backends[0].Zones, z)
 	}
 	// Persistence without a timeout takes Octavia's default.
 	tr.Pools[0].SessionPersistence.PersistenceTimeout = nil

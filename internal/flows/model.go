@@ -6,6 +6,7 @@ package flows
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -47,6 +48,15 @@ type Backend struct {
 	// Node is the name of the node the member runs on, when known; used
 	// by local-only services.
 	Node string
+	// Zones are the topology zones whose nodes this backend serves first
+	// (PreferClose services): its own zone, or the zones Kubernetes hints.
+	Zones []string
+}
+
+// SameBackend reports whether two backends are equal in every field.
+func SameBackend(a, b Backend) bool {
+	return a.MemberID == b.MemberID && a.Address == b.Address && a.Port == b.Port && a.Weight == b.Weight && a.Node == b.Node &&
+		slices.Equal(a.Zones, b.Zones)
 }
 
 // Persistence pins a client to a backend for Timeout after its last packet.
@@ -77,6 +87,34 @@ type Service struct {
 	// InternalLocal services send traffic from the pod networks and from
 	// the node itself only to that node's backends.
 	InternalLocal bool
+	// PreferClose services send a node's traffic to the backends for the
+	// node's zone when there are any (ForZone).
+	PreferClose bool
+}
+
+// ForZone returns the backends that a node in zone sends the service's
+// traffic to (apart from the node-local policies), and whether they are
+// limited to the zone: for a PreferClose service on a node that knows its
+// zone, the backends for that zone when every backend names its zones and
+// at least one is for this one, as kube-proxy uses topology hints only
+// when every endpoint has them; otherwise every backend.
+func (s Service) ForZone(zone string) ([]Backend, bool) {
+	if !s.PreferClose || zone == "" {
+		return s.Backends, false
+	}
+	var out []Backend
+	for _, b := range s.Backends {
+		if len(b.Zones) == 0 {
+			return s.Backends, false
+		}
+		if slices.Contains(b.Zones, zone) {
+			out = append(out, b)
+		}
+	}
+	if len(out) == 0 {
+		return s.Backends, false
+	}
+	return out, true
 }
 
 // Table is the whole desired state at one revision.

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/gophercloud/gophercloud/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -30,6 +32,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/flowlb/flowlb/internal/kubelb"
+	"github.com/flowlb/flowlb/internal/provider/flow"
 )
 
 // Finalizer keeps a served Service until its load balancer is deleted.
@@ -262,17 +265,40 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		return fmt.Errorf("%w: %v", errInvalid, err)
 	}
 	vip, calls, err := c.octavia.Apply(ctx, want)
+	if gophercloud.ResponseCodeIs(err, http.StatusNotImplemented) {
+		// The provider refuses an option (Octavia's 501): retrying cannot
+		// help, a change to the Service can.
+		c.recorder.Eventf(svc, corev1.EventTypeWarning, "InvalidService", "load balancer %s: the provider does not support what the Service asks: %v", lbName, err)
+		return fmt.Errorf("%w: %v", errInvalid, err)
+	}
 	if err != nil {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "load balancer %s: %v", lbName, err)
 		return err
 	}
 	if calls > 0 {
 		c.recorder.Eventf(svc, corev1.EventTypeNormal, "EnsuredLoadBalancer", "load balancer %s ACTIVE (%d API calls)", lbName, calls)
+		c.warnUnappliedTimeouts(ctx, svc, want)
 	}
 	if want.External {
 		return c.setIngress(ctx, svc, vip)
 	}
 	return nil
+}
+
+// warnUnappliedTimeouts says, on the Service, that the timeouts its
+// annotations set are stored but not applied when the load balancer is
+// flowlb's flow provider's: a NAT data plane has no client or member
+// connection of its own to time out.
+func (c *Controller) warnUnappliedTimeouts(ctx context.Context, svc *corev1.Service, want *kubelb.LB) {
+	if !slices.ContainsFunc(want.Listeners, func(l kubelb.Listener) bool { return l.Timeouts != kubelb.DefaultTimeouts }) {
+		return
+	}
+	cur, err := c.octavia.Find(ctx, want.Name)
+	if err != nil || cur == nil || cur.Provider != flow.Name {
+		return
+	}
+	c.recorder.Eventf(svc, corev1.EventTypeWarning, "TimeoutsNotApplied",
+		"load balancer %s: the timeout annotations are set on its listeners, but the %q provider forwards with NAT and applies none of them", want.Name, flow.Name)
 }
 
 func (c *Controller) deleteLB(ctx context.Context, name string) error {

@@ -1,15 +1,21 @@
 package kubecontroller
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -175,6 +181,86 @@ func TestController(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually("web's LB deleted", func() bool { return h.members("web") == nil })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestProviderRefusalAndTimeouts: a 501 from the Octavia API (a provider
+// that does not support what the Service asks) is an InvalidService event,
+// not an endless retry; timeout annotations reach the listeners, and a
+// Service whose load balancer is flowlb's flow provider's is told that
+// they are not applied.
+func TestProviderRefusalAndTimeouts(t *testing.T) {
+	api := lbtest.New(t)
+	target, _ := url.Parse(api.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var refusals atomic.Int64
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/loadbalancers") {
+			b, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			if bytes.Contains(b, []byte("kube_service_lab_default_refused")) {
+				refusals.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusNotImplemented)
+				_, _ = w.Write([]byte(`{"faultcode": "Server", "faultstring": "Provider 'other' does not support a requested option: SCTP.", "debuginfo": null}`))
+				return
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	o := &kubelb.Octavia{Client: lbtest.NoAuthClient(front.URL), Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	timed := svc("timed", corev1.ServiceTypeClusterIP, "198.19.64.20")
+	timed.Annotations = map[string]string{kubelb.AnnTimeoutClientData: "180000", kubelb.AnnTimeoutMemberConnect: "2000"}
+	client := fake.NewClientset(svc("refused", corev1.ServiceTypeClusterIP, "198.19.64.21"), timed)
+	h := &harness{t: t, api: api, o: o, client: client}
+	c := New(client, o, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 2) }()
+
+	event := func(name, reason, text string) func() bool {
+		return func() bool {
+			evs, _ := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+			for _, e := range evs.Items {
+				if e.Reason == reason && e.InvolvedObject.Name == name && strings.Contains(e.Message, text) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	h.eventually("an InvalidService event for the refused Service", event("refused", "InvalidService", "does not support a requested option"))
+	h.eventually("a TimeoutsNotApplied event", event("timed", "TimeoutsNotApplied", `"flow" provider forwards with NAT`))
+	lb, err := o.Find(ctx, kubelb.Name("lab", "default", "timed"))
+	if err != nil || lb == nil {
+		t.Fatalf("timed's LB: %v %v", lb, err)
+	}
+	var ls struct {
+		Listeners []struct {
+			ClientData    int `json:"timeout_client_data"`
+			MemberConnect int `json:"timeout_member_connect"`
+			MemberData    int `json:"timeout_member_data"`
+			TCPInspect    int `json:"timeout_tcp_inspect"`
+		} `json:"listeners"`
+	}
+	if _, err := api.Client.Get(ctx, api.Client.ServiceURL("lbaas", "listeners")+"?loadbalancer_id="+lb.ID, &ls, nil); err != nil || len(ls.Listeners) != 1 {
+		t.Fatalf("listeners %v %v", ls, err)
+	}
+	if got := ls.Listeners[0]; got.ClientData != 180000 || got.MemberConnect != 2000 || got.MemberData != 50000 || got.TCPInspect != 0 {
+		t.Errorf("listener timeouts %+v", got)
+	}
+	// A refusal counts as invalid (dropped until the Service changes),
+	// never as an error to retry.
+	h.eventually("the refusal counted as invalid", func() bool { return testutil.ToFloat64(c.m.reconciles.WithLabelValues("invalid")) >= 1 })
+	if n := testutil.ToFloat64(c.m.reconciles.WithLabelValues("error")); n != 0 || refusals.Load() == 0 {
+		t.Errorf("%v reconciles failed with an error, %d refusals", n, refusals.Load())
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

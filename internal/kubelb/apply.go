@@ -40,6 +40,7 @@ type (
 		VIPSubnetID        string    `json:"vip_subnet_id"`
 		AdditionalVIPs     []wireVIP `json:"additional_vips"`
 		ProvisioningStatus string    `json:"provisioning_status"`
+		Provider           string    `json:"provider"`
 		Tags               []string  `json:"tags"`
 	}
 	wireVIP struct {
@@ -54,6 +55,10 @@ type (
 		AllowedCIDRs  []string `json:"allowed_cidrs"`
 		Tags          []string `json:"tags"`
 		DefaultPoolID string   `json:"default_pool_id"`
+		ClientData    int      `json:"timeout_client_data"`
+		MemberConnect int      `json:"timeout_member_connect"`
+		MemberData    int      `json:"timeout_member_data"`
+		TCPInspect    int      `json:"timeout_tcp_inspect"`
 	}
 	actualPool struct {
 		ID                 string       `json:"id"`
@@ -281,7 +286,10 @@ func listenersBody(ls []Listener) []any {
 }
 
 func listenerBody(l Listener) map[string]any {
-	b := map[string]any{"name": l.Name, "tags": nonNil(l.Tags), "allowed_cidrs": nil}
+	t := l.Timeouts
+	b := map[string]any{"name": l.Name, "tags": nonNil(l.Tags), "allowed_cidrs": nil,
+		"timeout_client_data": t.ClientData, "timeout_member_connect": t.MemberConnect,
+		"timeout_member_data": t.MemberData, "timeout_tcp_inspect": t.TCPInspect}
 	if len(l.AllowedCIDRs) > 0 {
 		b["allowed_cidrs"] = l.AllowedCIDRs
 	}
@@ -362,7 +370,8 @@ func (o *session) addPool(ctx context.Context, lbID, listenerID string, p Pool) 
 
 // syncListener brings an existing listener and its pool to l.
 func (o *session) syncListener(ctx context.Context, lbID string, cl actualListener, l Listener) error {
-	if cl.Name != l.Name || !sameSet(cl.AllowedCIDRs, l.AllowedCIDRs) || !sameSet(cl.Tags, l.Tags) {
+	timeouts := Timeouts{ClientData: cl.ClientData, MemberConnect: cl.MemberConnect, MemberData: cl.MemberData, TCPInspect: cl.TCPInspect}
+	if cl.Name != l.Name || !sameSet(cl.AllowedCIDRs, l.AllowedCIDRs) || !sameSet(cl.Tags, l.Tags) || timeouts != l.Timeouts {
 		if err := o.change(ctx, lbID, http.MethodPut, o.url("listeners", cl.ID), map[string]any{"listener": listenerBody(l)}); err != nil {
 			return err
 		}

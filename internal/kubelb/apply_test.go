@@ -12,7 +12,7 @@ func TestApplyMinimalCalls(t *testing.T) {
 	ctx := t.Context()
 	base := func() *LB {
 		return &LB{Name: "kube_service_lab_default_web", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{clusterSub, "198.19.64.10"},
-			Listeners: []Listener{{Name: "http", Protocol: "TCP", Port: 80, Pool: Pool{Name: "http", Protocol: "TCP", Algorithm: "ROUND_ROBIN",
+			Listeners: []Listener{{Name: "http", Protocol: "TCP", Port: 80, Timeouts: DefaultTimeouts, Pool: Pool{Name: "http", Protocol: "TCP", Algorithm: "ROUND_ROBIN",
 				Members: []Member{member("198.18.17.2", 8080, "web-1", "n1"), member("198.18.18.2", 8080, "web-2", "n2")}}}}}
 	}
 	steps := []struct {
@@ -29,9 +29,12 @@ func TestApplyMinimalCalls(t *testing.T) {
 			lb.Listeners[0].Pool.Persistence = &Persistence{"SOURCE_IP", 600}
 		}, 1},
 		{"a new port: listener, pool, members", func(lb *LB) {
-			lb.Listeners = append(lb.Listeners, Listener{Name: "dns", Protocol: "UDP", Port: 53, Pool: Pool{Name: "dns", Protocol: "UDP", Algorithm: "ROUND_ROBIN",
+			lb.Listeners = append(lb.Listeners, Listener{Name: "dns", Protocol: "UDP", Port: 53, Timeouts: DefaultTimeouts, Pool: Pool{Name: "dns", Protocol: "UDP", Algorithm: "ROUND_ROBIN",
 				Members: []Member{member("198.18.17.2", 5353, "web-1", "n1")}}})
 		}, 3},
+		{"listener timeouts: one listener update", func(lb *LB) {
+			lb.Listeners[0].Timeouts = Timeouts{ClientData: 180000, MemberConnect: 2000, MemberData: 180000, TCPInspect: 0}
+		}, 1},
 		{"health monitor on", func(lb *LB) {
 			lb.Listeners[0].Pool.Monitor = &Monitor{"TCP", 5, 3, 1, 3}
 		}, 1},

@@ -55,6 +55,14 @@ const (
 	AnnHMMaxRetries     = "loadbalancer.openstack.org/health-monitor-max-retries"
 	AnnHMMaxRetriesDown = "loadbalancer.openstack.org/health-monitor-max-retries-down"
 	AnnSourceRanges     = "service.beta.kubernetes.io/load-balancer-source-ranges"
+	// Listener timeouts in milliseconds. They are set on the listeners for
+	// any Octavia provider to apply; flowlb's flow provider forwards with
+	// NAT, has no client or member connection of its own, and applies
+	// none of them (docs/kubernetes.md).
+	AnnTimeoutClientData    = "loadbalancer.openstack.org/timeout-client-data"
+	AnnTimeoutMemberConnect = "loadbalancer.openstack.org/timeout-member-connect"
+	AnnTimeoutMemberData    = "loadbalancer.openstack.org/timeout-member-data"
+	AnnTimeoutTCPInspect    = "loadbalancer.openstack.org/timeout-tcp-inspect"
 )
 
 // LB is the desired load balancer of a Service.
@@ -83,8 +91,21 @@ type Listener struct {
 	Port         int
 	AllowedCIDRs []string
 	Tags         []string // flows.TagLocalOnly for externalTrafficPolicy=Local
+	Timeouts     Timeouts
 	Pool         Pool
 }
+
+// Timeouts are a listener's timeouts in milliseconds, as Octavia has them.
+type Timeouts struct {
+	ClientData, MemberConnect, MemberData, TCPInspect int
+}
+
+// DefaultTimeouts are Octavia's defaults, which cloud-provider-openstack
+// also sets when an annotation is absent.
+var DefaultTimeouts = Timeouts{ClientData: 50000, MemberConnect: 5000, MemberData: 50000, TCPInspect: 0}
+
+// maxTimeout is the largest timeout Octavia accepts (24 hours, in ms).
+const maxTimeout = 86400000
 
 // Pool is a listener's backends.
 type Pool struct {
@@ -233,14 +254,21 @@ func Desired(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, o Options) (
 	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
 		ltags = append(slices.Clone(ltags), flows.TagInternalLocal)
 	}
+	if prefersClose(svc) {
+		ltags = append(slices.Clone(ltags), flows.TagPreferClose)
+	}
 	monitor, err := monitorOf(ann)
+	if err != nil {
+		return nil, err
+	}
+	timeouts, err := timeoutsOf(ann)
 	if err != nil {
 		return nil, err
 	}
 	for _, sp := range svc.Spec.Ports {
 		proto := string(cmp.Or(sp.Protocol, corev1.ProtocolTCP))
 		name := cmp.Or(sp.Name, strings.ToLower(proto)+"-"+strconv.Itoa(int(sp.Port)))
-		l := Listener{Name: name, Protocol: proto, Port: int(sp.Port), AllowedCIDRs: ranges, Tags: ltags,
+		l := Listener{Name: name, Protocol: proto, Port: int(sp.Port), AllowedCIDRs: ranges, Tags: ltags, Timeouts: timeouts,
 			Pool: Pool{Name: name, Protocol: proto, Algorithm: alg, Persistence: persist, Members: members(sp, slicesOf(eps))}}
 		if monitor != nil {
 			m := *monitor
@@ -300,6 +328,7 @@ func members(sp corev1.ServicePort, es []*discoveryv1.EndpointSlice) []Member {
 				if e.NodeName != nil {
 					m.Tags = []string{flows.TagNodePrefix + *e.NodeName}
 				}
+				m.Tags = append(m.Tags, zoneTags(e.Hints)...)
 				if seen[m.Key()] {
 					continue
 				}
@@ -319,6 +348,40 @@ func members(sp corev1.ServicePort, es []*discoveryv1.EndpointSlice) []Member {
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Key(), b.Key()) })
 	return slices.CompactFunc(out, func(a, b Member) bool { return a.Key() == b.Key() })
+}
+
+// prefersClose reports whether svc asks that its traffic stay in the
+// client's zone: trafficDistribution PreferClose or its alias
+// PreferSameZone; PreferSameNode, whose same-node level is not
+// implemented, gets its same-zone level; or topology-aware routing
+// (service.kubernetes.io/topology-mode: Auto).
+func prefersClose(svc *corev1.Service) bool {
+	if td := svc.Spec.TrafficDistribution; td != nil {
+		switch *td {
+		case corev1.ServiceTrafficDistributionPreferClose, corev1.ServiceTrafficDistributionPreferSameZone, corev1.ServiceTrafficDistributionPreferSameNode:
+			return true
+		}
+	}
+	return strings.EqualFold(svc.Annotations[corev1.AnnotationTopologyMode], "auto")
+}
+
+// zoneTags are the member tags of an endpoint's zone hints, which the
+// EndpointSlice controller sets for PreferClose (the endpoint's own zone)
+// and topology-mode Auto (a zone it is allotted to), and which kube-proxy
+// follows. An endpoint without hints gets none: its pool then has no
+// zone preference (flows.Service.ForZone), as in kube-proxy.
+func zoneTags(h *discoveryv1.EndpointHints) []string {
+	if h == nil {
+		return nil
+	}
+	var out []string
+	for _, z := range h.ForZones {
+		if z.Name != "" {
+			out = append(out, flows.TagZonePrefix+z.Name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func ptrStr(s *string) string {
@@ -362,6 +425,27 @@ func monitorOf(ann map[string]string) (*Monitor, error) {
 		return nil, fmt.Errorf("health monitor delay %d is shorter than its timeout %d", m.Delay, m.Timeout)
 	}
 	return m, nil
+}
+
+// timeoutsOf reads cloud-provider-openstack's listener timeout
+// annotations: integers in milliseconds, Octavia's defaults when absent.
+func timeoutsOf(ann map[string]string) (Timeouts, error) {
+	t := DefaultTimeouts
+	for _, f := range []struct {
+		key string
+		dst *int
+	}{{AnnTimeoutClientData, &t.ClientData}, {AnnTimeoutMemberConnect, &t.MemberConnect}, {AnnTimeoutMemberData, &t.MemberData}, {AnnTimeoutTCPInspect, &t.TCPInspect}} {
+		v, ok := ann[f.key]
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 || n > maxTimeout {
+			return Timeouts{}, fmt.Errorf("annotation %s=%q: want milliseconds, an integer from 0 to %d", f.key, v, maxTimeout)
+		}
+		*f.dst = n
+	}
+	return t, nil
 }
 
 func annBool(ann map[string]string, key string) (bool, error) {

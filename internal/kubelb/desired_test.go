@@ -43,6 +43,22 @@ func slice(name string, port int32, portName string, eps ...ep) *discoveryv1.End
 	return s
 }
 
+// hinted sets the zone hints of a slice's endpoints, in order (nil: none).
+func hinted(s *discoveryv1.EndpointSlice, zones ...[]string) *discoveryv1.EndpointSlice {
+	for i, zs := range zones {
+		if zs == nil {
+			continue
+		}
+		h := &discoveryv1.EndpointHints{}
+		for _, z := range zs {
+			h.ForZones = append(h.ForZones, discoveryv1.ForZone{Name: z})
+		}
+		s.Endpoints[i].Hints = h
+		s.Endpoints[i].Zone = ptr.To("own-" + zs[0])
+	}
+	return s
+}
+
 func member(addr string, port int, pod, node string) Member {
 	return Member{Name: pod, Address: addr, Port: port, Tags: []string{flows.TagNodePrefix + node}}
 }
@@ -174,6 +190,43 @@ func TestDesired(t *testing.T) {
 					t.Errorf("UDP monitor %+v", m)
 				}
 			}},
+		{name: "listener timeouts: Octavia's defaults without annotations",
+			svc: service(),
+			check: func(t *testing.T, lb *LB) {
+				if got := lb.Listeners[0].Timeouts; got != (Timeouts{50000, 5000, 50000, 0}) {
+					t.Errorf("timeouts %+v, want Octavia's defaults", got)
+				}
+			}},
+		{name: "timeout annotations set every listener's timeouts",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53})
+				s.Annotations = map[string]string{AnnTimeoutClientData: "180000", AnnTimeoutMemberConnect: "2000",
+					AnnTimeoutMemberData: " 90000", AnnTimeoutTCPInspect: "10"}
+			}),
+			check: func(t *testing.T, lb *LB) {
+				want := Timeouts{ClientData: 180000, MemberConnect: 2000, MemberData: 90000, TCPInspect: 10}
+				for _, l := range lb.Listeners {
+					if l.Timeouts != want {
+						t.Errorf("listener %s timeouts %+v, want %+v", l.Name, l.Timeouts, want)
+					}
+				}
+			}},
+		{name: "one timeout annotation leaves the others at their defaults",
+			svc: service(func(s *corev1.Service) { s.Annotations = map[string]string{AnnTimeoutMemberConnect: "0"} }),
+			check: func(t *testing.T, lb *LB) {
+				if got := lb.Listeners[0].Timeouts; got != (Timeouts{50000, 0, 50000, 0}) {
+					t.Errorf("timeouts %+v", got)
+				}
+			}},
+		{name: "a timeout that is not an integer", svc: service(func(s *corev1.Service) {
+			s.Annotations = map[string]string{AnnTimeoutClientData: "50s"}
+		}), err: "want milliseconds"},
+		{name: "a negative timeout", svc: service(func(s *corev1.Service) {
+			s.Annotations = map[string]string{AnnTimeoutMemberData: "-1"}
+		}), err: "want milliseconds"},
+		{name: "a timeout above Octavia's 24 hours", svc: service(func(s *corev1.Service) {
+			s.Annotations = map[string]string{AnnTimeoutTCPInspect: "86400001"}
+		}), err: "want milliseconds"},
 		{name: "bad lb-method", svc: service(func(s *corev1.Service) { s.Annotations = map[string]string{AnnLBMethod: "LEAST_CONNECTIONS"} }),
 			err: "use ROUND_ROBIN"},
 		{name: "bad monitor annotation", svc: service(func(s *corev1.Service) {
@@ -189,6 +242,68 @@ func TestDesired(t *testing.T) {
 				t.Errorf("tags %v", got)
 			}
 		}},
+		{name: "trafficDistribution PreferClose: a prefer-close listener, members tagged with their zone hints",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferClose)
+			}),
+			slices: []*discoveryv1.EndpointSlice{hinted(slice("a", 8080, "http", ready("198.18.17.2", "n1", "p1"), ready("198.18.18.2", "n2", "p2")),
+				[]string{"zone-a"}, []string{"zone-b"})},
+			check: func(t *testing.T, lb *LB) {
+				if got := lb.Listeners[0].Tags; !reflect.DeepEqual(got, []string{flows.TagPreferClose}) {
+					t.Errorf("tags %v", got)
+				}
+				want := []Member{member("198.18.17.2", 8080, "p1", "n1"), member("198.18.18.2", 8080, "p2", "n2")}
+				want[0].Tags = append(want[0].Tags, flows.TagZonePrefix+"zone-a")
+				want[1].Tags = append(want[1].Tags, flows.TagZonePrefix+"zone-b")
+				if got := lb.Listeners[0].Pool.Members; !reflect.DeepEqual(got, want) {
+					t.Errorf("members %+v, want %+v", got, want)
+				}
+			}},
+		{name: "PreferSameZone and PreferSameNode prefer the zone too; with ETP and ITP Local the tags add up",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+				s.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameZone)
+			}),
+			check: func(t *testing.T, lb *LB) {
+				if got := lb.Listeners[0].Tags; !reflect.DeepEqual(got, []string{flows.TagLocalOnly, flows.TagInternalLocal, flows.TagPreferClose}) {
+					t.Errorf("tags %v", got)
+				}
+				other := service(func(s *corev1.Service) {
+					s.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameNode)
+				})
+				if lb, err := Desired(other, nil, opts); err != nil || !reflect.DeepEqual(lb.Listeners[0].Tags, []string{flows.TagPreferClose}) {
+					t.Errorf("PreferSameNode: %v %v", lb, err)
+				}
+			}},
+		{name: "topology-mode Auto follows the hints, several zones per endpoint included",
+			svc:    service(func(s *corev1.Service) { s.Annotations = map[string]string{corev1.AnnotationTopologyMode: "auto"} }),
+			slices: []*discoveryv1.EndpointSlice{hinted(slice("a", 8080, "http", ready("198.18.17.2", "n1", "p1")), []string{"zone-c", "zone-a", "zone-c"})},
+			check: func(t *testing.T, lb *LB) {
+				if got := lb.Listeners[0].Tags; !reflect.DeepEqual(got, []string{flows.TagPreferClose}) {
+					t.Errorf("tags %v", got)
+				}
+				want := []string{flows.TagNodePrefix + "n1", flows.TagZonePrefix + "zone-a", flows.TagZonePrefix + "zone-c"}
+				if got := lb.Listeners[0].Pool.Members[0].Tags; !reflect.DeepEqual(got, want) {
+					t.Errorf("member tags %v, want %v", got, want)
+				}
+			}},
+		{name: "an endpoint without hints gets no zone tag, whatever its own zone; no trafficDistribution, no prefer-close",
+			svc: service(func(s *corev1.Service) { s.Annotations = map[string]string{corev1.AnnotationTopologyMode: "Disabled"} }),
+			slices: func() []*discoveryv1.EndpointSlice {
+				s := slice("a", 8080, "http", ready("198.18.17.2", "n1", "p1"))
+				s.Endpoints[0].Zone = ptr.To("zone-a")
+				return []*discoveryv1.EndpointSlice{s}
+			}(),
+			check: func(t *testing.T, lb *LB) {
+				if got := lb.Listeners[0].Tags; len(got) != 0 {
+					t.Errorf("tags %v", got)
+				}
+				if got := lb.Listeners[0].Pool.Members[0].Tags; !reflect.DeepEqual(got, []string{flows.TagNodePrefix + "n1"}) {
+					t.Errorf("member tags %v", got)
+				}
+			}},
 		{name: "IPv6-only service is refused", svc: service(func(s *corev1.Service) {
 			s.Spec.ClusterIP, s.Spec.ClusterIPs = "fd00::10", []string{"fd00::10"}
 		}), err: "IPv4 only"},

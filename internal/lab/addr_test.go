@@ -95,3 +95,19 @@ func TestNames(t *testing.T) {
 		t.Errorf("NSName = %s", got)
 	}
 }
+
+func TestZone(t *testing.T) {
+	for _, tc := range []struct {
+		node, zones int
+		want        string
+	}{{1, 3, "zone-a"}, {2, 3, "zone-b"}, {4, 3, "zone-a"}, {3, 2, "zone-a"}, {2, 2, "zone-b"}, {5, 1, "zone-a"}, {2, 0, "zone-a"}} {
+		if got := Zone(tc.node, tc.zones); got != tc.want {
+			t.Errorf("Zone(%d, %d) = %s, want %s", tc.node, tc.zones, got, tc.want)
+		}
+	}
+	// A lab whose state records no zones (made before they were) has the
+	// default.
+	if l := (&Lab{}); l.Zones() != DefaultZones || l.Zone(4) != "zone-a" {
+		t.Errorf("zones %d, node 4 in %s", l.Zones(), l.Zone(4))
+	}
+}

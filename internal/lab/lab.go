@@ -51,7 +51,11 @@ type Options struct {
 	Owned bool
 	// ReadyTimeout bounds the wait for echo servers to listen (default 30s).
 	ReadyTimeout time.Duration
-	Log          *slog.Logger
+	// Zones is how many topology zones the nodes are dealt into (Zone;
+	// default DefaultZones): the zone labels of the lab's Kubernetes nodes
+	// and the agents' --zone.
+	Zones int
+	Log   *slog.Logger
 }
 
 // DefaultPorts are the echo server ports when Options.Ports is empty.
@@ -131,8 +135,11 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 			return nil, err
 		}
 	}
+	if o.Zones < 1 {
+		o.Zones = DefaultZones
+	}
 	l = &Lab{name: o.Name, dir: dir, log: o.Log}
-	l.st = State{Name: o.Name, Created: time.Now().UTC(), Ports: o.Ports, Echo: o.Echo, EchoEnv: o.EchoEnv}
+	l.st = State{Name: o.Name, Created: time.Now().UTC(), Ports: o.Ports, Echo: o.Echo, EchoEnv: o.EchoEnv, Zones: o.Zones}
 	if o.Owned {
 		start, err := procStart(os.Getpid())
 		if err != nil {
@@ -441,21 +448,13 @@ func (l *Lab) buildFabric(s *State) error {
 // setNextHops points the external VIP range at the given nodes (ECMP);
 // with no nodes the route is removed and the router answers unreachable.
 func setNextHops(h *netlink.Handle, nodes []int) error {
-	r := &netlink.Route{Dst: ipnet(ExternalVIPs)}
 	if len(nodes) == 0 {
-		if err := h.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+		if err := h.RouteDel(&netlink.Route{Dst: ipnet(ExternalVIPs)}); err != nil && !errors.Is(err, unix.ESRCH) {
 			return fmt.Errorf("delete external VIP route: %w", err)
 		}
 		return nil
 	}
-	if len(nodes) == 1 {
-		r.Gw = NodeAddr(nodes[0]).AsSlice()
-	} else {
-		for _, n := range nodes {
-			r.MultiPath = append(r.MultiPath, &netlink.NexthopInfo{Gw: NodeAddr(n).AsSlice()})
-		}
-	}
-	if err := h.RouteReplace(r); err != nil {
+	if err := h.RouteReplace(ecmpRoute(ExternalVIPs, nodes)); err != nil {
 		return fmt.Errorf("external VIP route via nodes %v: %w", nodes, err)
 	}
 	return nil
@@ -540,6 +539,31 @@ func (l *Lab) SetNextHops(nodes ...int) error {
 		return nil
 	})
 }
+
+// DefaultZones is the number of zones of a lab that names none.
+const DefaultZones = 3
+
+// Zone is the topology zone of node i when nodes are dealt into zones
+// zones round-robin: zone-a, zone-b, ...
+func Zone(i, zones int) string {
+	if zones < 1 {
+		zones = 1
+	}
+	return "zone-" + string(rune('a'+(i-1)%zones))
+}
+
+// Zones is the number of zones the lab's nodes are dealt into.
+func (l *Lab) Zones() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.st.Zones < 1 {
+		return DefaultZones // a lab from before zones were recorded
+	}
+	return l.st.Zones
+}
+
+// Zone is the topology zone of node i.
+func (l *Lab) Zone(i int) string { return Zone(i, l.Zones()) }
 
 func (l *Lab) hasNode(i int) bool {
 	l.mu.Lock()

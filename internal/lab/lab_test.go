@@ -583,3 +583,91 @@ func BenchmarkUp10x10(b *testing.B) {
 	b.ReportMetric(up.Seconds()/float64(b.N), "s/up")
 	b.ReportMetric(20, "s/budget")
 }
+
+// TestAnnouncements: the router routes each VIP the nodes announce in
+// their announcement table to exactly those nodes, follows announcements
+// and withdrawals, and leaves the external range's route alone.
+func TestAnnouncements(t *testing.T) {
+	l := labtest.New(t, 3, 0)
+	vip := netip.MustParsePrefix("198.19.130.7/32")
+	announce := func(node int, on bool) {
+		t.Helper()
+		h, err := l.Node(node).Netlink()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		r := &netlink.Route{Dst: &net.IPNet{IP: vip.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}, Table: lab.AnnounceTable, Type: unix.RTN_BLACKHOLE, Protocol: 249}
+		if on {
+			err = h.RouteReplace(r)
+		} else {
+			err = h.RouteDel(r)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := l.Announcements(lab.AnnounceTable)
+	check := func(what string, want []int) {
+		t.Helper()
+		got, err := a.Routes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want == nil {
+			if len(got) != 0 {
+				t.Errorf("%s: router routes %v, want none", what, got)
+			}
+			return
+		}
+		if len(got) != 1 || !slices.Equal(got[vip], want) {
+			t.Errorf("%s: router routes %v, want %s via nodes %v", what, got, vip, want)
+		}
+	}
+	announce(2, true)
+	if err := a.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	check("n2 announces", []int{2})
+	announce(3, true)
+	if err := a.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	check("n2 and n3 announce", []int{2, 3})
+	announce(2, false)
+	announce(3, false)
+	if err := a.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	check("withdrawn", nil)
+	h, err := l.Router().Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, _ := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: &net.IPNet{IP: lab.ExternalVIPs.Addr().AsSlice(), Mask: net.CIDRMask(17, 32)}}, netlink.RT_FILTER_DST)
+	h.Close()
+	if len(rs) != 1 || len(rs[0].MultiPath) != 3 {
+		t.Errorf("external range route %v, want it via the 3 nodes", rs)
+	}
+
+	// Running, it follows the nodes by itself.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	announce(1, true)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, _ := a.Routes()
+		if slices.Equal(got[vip], []int{1}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the router did not follow n1's announcement: %v", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -28,7 +28,8 @@ type State struct {
 	Echo     []string    `json:"echo"`
 	EchoEnv  []string    `json:"echo_env,omitempty"`
 	Nodes    []NodeState `json:"nodes"`
-	NextHops []int       `json:"next_hops"` // nodes the router sends external VIPs to
+	NextHops []int       `json:"next_hops"`       // nodes the router sends external VIPs to
+	Zones    int         `json:"zones,omitempty"` // topology zones the nodes are dealt into
 	Procs    []ProcState `json:"procs"`
 	// Owner, if set, is the process whose lifetime bounds the lab (a test
 	// binary); DownOrphans removes the lab once that process is gone.

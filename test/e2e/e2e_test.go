@@ -65,8 +65,18 @@ type cluster struct {
 	http    *http.Client
 	api     string
 	dataDir string
-	// serverArgs are added to the server's command line.
-	serverArgs []string
+	// serverArgs are added to the server's command line, agentArgs to
+	// every agent's.
+	serverArgs, agentArgs []string
+}
+
+// agentArgv is the command line of the agent of node i (1-based): its
+// name, its zone (as the lab's Kubernetes labels the node) and the pod
+// networks.
+func (c *cluster) agentArgv(i int) []string {
+	token := filepath.Join(filepath.Dir(c.dataDir), "agent-token")
+	return append([]string{flowlb(c.t), "agent", "--server", control + ":9877", "--token-file", token, "--node", lab.NodeName(i),
+		"--zone", c.lab.Zone(i), "--pod-cidrs", podCIDRs(c.lab)}, c.agentArgs...)
 }
 
 // startServer starts the server in the fabric namespace (again, after a
@@ -98,12 +108,22 @@ func newCluster(t testing.TB, nodes, pods int) *cluster { return newClusterWith(
 
 // newClusterWith starts the server with serverArgs added.
 func newClusterWith(t testing.TB, nodes, pods int, serverArgs ...string) *cluster {
-	bin := flowlb(t)
-	l := labtest.New(t, nodes, pods)
+	return newClusterOpts(t, clusterOptions{nodes: nodes, pods: pods, serverArgs: serverArgs})
+}
+
+// clusterOptions shape a cluster: the lab's size and zones, and what is
+// added to the server's and the agents' command lines.
+type clusterOptions struct {
+	nodes, pods, zones    int
+	serverArgs, agentArgs []string
+}
+
+func newClusterOpts(t testing.TB, o clusterOptions) *cluster {
+	flowlb(t)
+	l := labtest.New(t, o.nodes, o.pods, func(lo *lab.Options) { lo.Zones = o.zones })
 	dir := t.TempDir()
-	token := filepath.Join(dir, "agent-token")
 	// The test process reaches the API from inside node 1's namespace.
-	c := &cluster{t: t, lab: l, api: "http://" + control + ":9876", dataDir: filepath.Join(dir, "data"), serverArgs: serverArgs,
+	c := &cluster{t: t, lab: l, api: "http://" + control + ":9876", dataDir: filepath.Join(dir, "data"), serverArgs: o.serverArgs, agentArgs: o.agentArgs,
 		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: l.Node(1).Dial}}}
 	c.startServer()
 	t.Cleanup(func() {
@@ -118,7 +138,7 @@ func newClusterWith(t testing.TB, nodes, pods int, serverArgs ...string) *cluste
 		}
 	})
 	for i, n := range l.Nodes() {
-		if _, err := n.Start("agent", []string{bin, "agent", "--server", control + ":9877", "--token-file", token, "--node", n.Name, "--pod-cidrs", podCIDRs(l)}); err != nil {
+		if _, err := n.Start("agent", c.agentArgv(i+1)); err != nil {
 			t.Fatalf("agent on node %d: %v", i+1, err)
 		}
 	}

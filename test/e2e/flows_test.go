@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -249,16 +248,14 @@ func TestEstablishedConnectionsSurvive(t *testing.T) {
 		t.Errorf("after delete: %d new connections reached %s", n, s.pod)
 	}
 
-	bin := flowlb(t)
-	token := filepath.Join(filepath.Dir(c.dataDir), "agent-token")
 	for _, n := range c.lab.Nodes() {
 		if err := n.Stop("agent"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	s.check(t, "agents stopped")
-	for _, n := range c.lab.Nodes() {
-		if _, err := n.Start("agent", []string{bin, "agent", "--server", control + ":9877", "--token-file", token, "--node", n.Name, "--pod-cidrs", podCIDRs(c.lab)}); err != nil {
+	for i, n := range c.lab.Nodes() {
+		if _, err := n.Start("agent", c.agentArgv(i+1)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -39,10 +39,23 @@ type kubeEnv struct {
 // newKubeEnv: 2 nodes with one static pod each (clients that Kubernetes
 // does not manage) and `controllers` kube-controller replicas.
 func newKubeEnv(t testing.TB, controllers int) *kubeEnv {
+	return newKubeEnvOpts(t, kubeEnvOptions{nodes: 2, controllers: controllers})
+}
+
+// kubeEnvOptions: the lab's nodes (one static pod each) and zones, the
+// kube-controller replicas, and what is added to the agents' command line.
+type kubeEnvOptions struct {
+	nodes, zones, controllers int
+	agentArgs                 []string
+}
+
+func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 	// Skips when the Kubernetes binaries are missing, unless
 	// FLOWLB_REQUIRE_KUBE=1 (make unit), where that is a failure.
 	kubetest.SkipUnlessKube(t)
-	c := newClusterWith(t, 2, 1, "--vip-cidr", "198.19.0.0/18", "--external-vip-cidr", "")
+	controllers := o.controllers
+	c := newClusterOpts(t, clusterOptions{nodes: o.nodes, pods: 1, zones: o.zones, agentArgs: o.agentArgs,
+		serverArgs: []string{"--vip-cidr", "198.19.0.0/18", "--external-vip-cidr", ""}})
 	bin := flowlb(t)
 	kc, err := kubelet.Up(t.Context(), c.lab, lab.KubeOptions{Kubelet: []string{bin, "lab", "kubelet"}})
 	if err != nil {
@@ -99,7 +112,10 @@ func (e *kubeEnv) waitFor(what string, within time.Duration, ok func() bool) {
 	}
 }
 
-func (e *kubeEnv) deploy(name string, replicas int32) {
+func (e *kubeEnv) deploy(name string, replicas int32) { e.deployWith(name, replicas, nil) }
+
+// deployWith creates the Deployment of deploy changed by mut.
+func (e *kubeEnv) deployWith(name string, replicas int32, mut func(*appsv1.Deployment)) {
 	e.t.Helper()
 	labels := map[string]string{"app": name}
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -112,6 +128,9 @@ func (e *kubeEnv) deploy(name string, replicas int32) {
 					Ports:          []corev1.ContainerPort{{Name: "tcp", ContainerPort: 8080}},
 					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("tcp")}}, PeriodSeconds: 1},
 					Lifecycle:      &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 2}}}}}}}}}
+	if mut != nil {
+		mut(d)
+	}
 	if _, err := e.k.AppsV1().Deployments("default").Create(e.ctx, d, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}

@@ -410,3 +410,58 @@ func TestInternalLocal(t *testing.T) {
 		}
 	})
 }
+
+// TestPreferClose: a PreferClose service sends this node's traffic (from
+// the node, a pod, or outside) to the backends for the node's zone while
+// there is one, and to every backend once there is none; the tracer says
+// the same.
+func TestPreferClose(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		for _, a := range backendAddrs {
+			defer serve(t, a).Close()
+		}
+		dp, err := New(int(ns), "n1", WithZone("zone-a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		zones := []string{"zone-a", "zone-b", "zone-a"}
+		tab := with(svc(flows.RoundRobin, backendAddrs...), func(s *flows.Service) {
+			s.PreferClose = true
+			for i := range s.Backends {
+				s.Backends[i].Zones = []string{zones[i]}
+			}
+		})
+		if err := dp.Sync(context.Background(), tab); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for range 40 {
+			seen[ask(t, "198.19.0.10:80", "")]++
+		}
+		if len(seen) != 2 || seen[backendAddrs[0]] == 0 || seen[backendAddrs[2]] == 0 {
+			t.Errorf("prefer-close from zone-a reached %v, want both zone-a backends %s and %s only", seen, backendAddrs[0], backendAddrs[2])
+		}
+		v := dp.Trace(Packet{Src: netip.MustParseAddr("198.18.1.9"), Dst: vipKey.VIP, Protocol: flows.TCP, DstPort: 80}, nil)
+		if len(v.Candidates) != 2 || v.Candidates[netip.MustParseAddrPort(backendAddrs[1]+":8080")] != 0 || !strings.Contains(v.Reason, "zone") {
+			t.Errorf("trace: %+v", v)
+		}
+		if d := dp.Dump(); len(d) != 1 || !d[0].Zonal {
+			t.Errorf("dump: %+v", d)
+		}
+		// No backend left in zone-a: every backend (here zone-b's).
+		tab = with(tab, func(s *flows.Service) { s.Backends = s.Backends[1:2] })
+		if err := dp.Sync(context.Background(), tab); err != nil {
+			t.Fatal(err)
+		}
+		for range 10 {
+			if got := ask(t, "198.19.0.10:80", ""); got != backendAddrs[1] {
+				t.Fatalf("prefer-close without a zone-a backend reached %q, want the zone-b one", got)
+			}
+		}
+		if d := dp.Dump(); len(d) != 1 || d[0].Zonal {
+			t.Errorf("dump after the fallback: %+v", d)
+		}
+	})
+}

@@ -63,8 +63,8 @@ func programmable(s flows.Service) bool {
 	return s.Key.VIP.Is4() && protoNum[s.Key.Protocol] != 0
 }
 
-// plan computes the footprint of s on the node named node.
-func plan(s flows.Service, node string) footprint {
+// plan computes the footprint of s on the node named node, in zone.
+func plan(s flows.Service, node, zone string) footprint {
 	f := footprint{}
 	k := s.Key
 	kb := key(k)
@@ -87,7 +87,10 @@ func plan(s flows.Service, node string) footprint {
 			local = append(local, b)
 		}
 	}
-	table := flows.Maglev(all, Slots)
+	// The main table: every backend, or those for this node's zone.
+	s.Backends = all
+	near, zonal := s.ForZone(zone)
+	table := flows.Maglev(near, Slots)
 	if table == nil {
 		// No usable backend: new connections are refused, not black-holed.
 		f.add(elem{set: emptySet, key: kb})
@@ -96,9 +99,12 @@ func plan(s flows.Service, node string) footprint {
 	f.add(elem{set: pickNames[algorithm(s.Algorithm)], key: kb})
 	members := map[backend]bool{}
 	for i, idx := range table {
-		b := backend{all[idx].Address, all[idx].Port}
+		b := backend{near[idx].Address, near[idx].Port}
 		members[b] = true
 		f.add(elem{set: slotsMap, key: slotKey(k, i), val: backendVal(b)})
+	}
+	if zonal {
+		f.add(elem{set: zoneOnSet, key: kb})
 	}
 	if s.LocalOnly || s.InternalLocal {
 		lt := flows.Maglev(local, Slots)

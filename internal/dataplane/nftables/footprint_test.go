@@ -15,6 +15,8 @@ func TestPlan(t *testing.T) {
 		return flows.Backend{Address: netip.MustParseAddr(a), Port: 8080, Weight: 1, Node: node}
 	}
 	two := []flows.Backend{b("198.18.17.2", "n1"), b("198.18.18.2", "n2")}
+	zoned := []flows.Backend{b("198.18.17.2", "n1"), b("198.18.18.2", "n2")}
+	zoned[0].Zones, zoned[1].Zones = []string{"zone-a"}, []string{"zone-b"}
 	cases := []struct {
 		name string
 		svc  flows.Service
@@ -34,12 +36,16 @@ func TestPlan(t *testing.T) {
 		{"allowed cidrs", flows.Service{Algorithm: flows.SourceIP, Backends: two, AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")}},
 			map[string]int{srcSet: 1, slotsMap: Slots, aclOnSet: 1, aclAllowSet: 1}},
 		{"IPv6 backends are left out", flows.Service{Algorithm: flows.SourceIP, Backends: []flows.Backend{b("2001:db8::1", "")}}, map[string]int{emptySet: 1}},
+		{"prefer-close with a backend for this zone", flows.Service{Algorithm: flows.SourceIP, Backends: zoned, PreferClose: true},
+			map[string]int{srcSet: 1, slotsMap: Slots, zoneOnSet: 1}},
+		{"prefer-close without one", flows.Service{Algorithm: flows.SourceIP, Backends: zoned[1:], PreferClose: true},
+			map[string]int{srcSet: 1, slotsMap: Slots}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.svc.Key = vipKey
 			got := map[string]int{}
-			for _, e := range plan(tc.svc, "n1") {
+			for _, e := range plan(tc.svc, "n1", "zone-a") {
 				got[e.set]++
 				if k, ok := parseKey(e.key); !ok || k != vipKey {
 					t.Errorf("%s element %x does not start with the service key", e.set, e.key)
@@ -54,6 +60,14 @@ func TestPlan(t *testing.T) {
 				}
 			}
 		})
+	}
+	// A prefer-close table in zone-a holds only zone-a's backend; in a
+	// zone with none, or on a node without a zone, every backend.
+	preferClose := flows.Service{Key: vipKey, Algorithm: flows.RoundRobin, Backends: zoned, PreferClose: true}
+	for zone, want := range map[string]int{"zone-a": 1, "zone-c": 2, "": 2} {
+		if got := len(plan(preferClose, "n1", zone).backends()); got != want {
+			t.Errorf("prefer-close in zone %q: %d backends in the table, want %d", zone, got, want)
+		}
 	}
 	if programmable(flows.Service{Key: flows.Key{VIP: netip.MustParseAddr("2001:db8::10"), Protocol: flows.TCP, Port: 80}}) {
 		t.Error("an IPv6 VIP is programmable in the ip table")

@@ -34,6 +34,7 @@ type Dataplane struct {
 	conn   *nftables.Conn
 	netns  int
 	node   string
+	zone   string
 	table  *nftables.Table
 	sets   map[string]*nftables.Set
 	chains map[string]*nftables.Chain // persistence and limit chains
@@ -66,12 +67,19 @@ func (d *Dataplane) footprint(e entry) footprint {
 	if e.fp != nil || e.src == nil {
 		return e.fp
 	}
-	return plan(*e.src, d.node)
+	return plan(*e.src, d.node, d.zone)
 }
+
+// Option configures a data plane.
+type Option func(*Dataplane)
+
+// WithZone places the node in a topology zone: PreferClose services then
+// send its traffic to the backends for that zone when there are any.
+func WithZone(zone string) Option { return func(d *Dataplane) { d.zone = zone } }
 
 // New opens the data plane of the network namespace netnsFd (-1: the
 // caller's) for the node named node, and creates its table if needed.
-func New(netnsFd int, node string) (*Dataplane, error) {
+func New(netnsFd int, node string, options ...Option) (*Dataplane, error) {
 	// One netlink socket for the agent's life: a change is then one
 	// transaction on it, with no socket set-up.
 	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigBuffers)}
@@ -84,6 +92,9 @@ func New(netnsFd int, node string) (*Dataplane, error) {
 	}
 	d := &Dataplane{conn: c, netns: netnsFd, node: node, programmed: map[flows.Key]entry{},
 		refs: map[netip.Addr]int{}, chainRefs: map[string]int{}, conntrack: netlinkConntrack{netns: netnsFd}}
+	for _, o := range options {
+		o(d)
+	}
 	adopted, err := d.adopt()
 	if err != nil {
 		return nil, err
@@ -161,9 +172,10 @@ func (d *Dataplane) Sync(ctx context.Context, t flows.Table) error {
 // sameService reports whether two services program the same flows (IDs
 // and names do not matter).
 func sameService(a, b flows.Service) bool {
-	return a.Key == b.Key && a.Algorithm == b.Algorithm && a.LocalOnly == b.LocalOnly && a.InternalLocal == b.InternalLocal && a.ConnectionLimit == b.ConnectionLimit &&
+	return a.Key == b.Key && a.Algorithm == b.Algorithm && a.LocalOnly == b.LocalOnly && a.InternalLocal == b.InternalLocal &&
+		a.PreferClose == b.PreferClose && a.ConnectionLimit == b.ConnectionLimit &&
 		((a.Persistence == nil) == (b.Persistence == nil)) && (a.Persistence == nil || *a.Persistence == *b.Persistence) &&
-		slices.Equal(a.Backends, b.Backends) && slices.Equal(a.AllowedCIDRs, b.AllowedCIDRs)
+		slices.EqualFunc(a.Backends, b.Backends, flows.SameBackend) && slices.Equal(a.AllowedCIDRs, b.AllowedCIDRs)
 }
 
 // Apply programs changed services and removes deleted ones in one

@@ -36,6 +36,10 @@ const (
 	// dropped, as kube-proxy does for internalTrafficPolicy=Local.
 	iLocalOnSet   = "ilocal_on"
 	iLocalNoneSet = "ilocal_none"
+	// zoneOnSet: PreferClose services whose main slot table holds only
+	// the backends for this node's zone. No rule reads it: the slots say
+	// where traffic goes; it tells dumps and traces why.
+	zoneOnSet = "zone_on"
 	// emptySet: services without a usable backend: new connections are
 	// refused (TCP reset, ICMP port unreachable).
 	emptySet = "empty"
@@ -65,7 +69,7 @@ const (
 	// layoutMarker names the rule layout: a table without it (made by an
 	// agent with other rules) is rebuilt instead of adopted. Bump it with
 	// any change to create or addClassChain.
-	layoutMarker = "layout_4"
+	layoutMarker = "layout_5"
 
 	persistPrefix = "persist_"
 	limitPrefix   = "limit_"
@@ -112,6 +116,7 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 		{Table: t, Name: localNoneSet, Concatenation: true, KeyType: keyType},
 		{Table: t, Name: iLocalOnSet, Concatenation: true, KeyType: keyType},
 		{Table: t, Name: iLocalNoneSet, Concatenation: true, KeyType: keyType},
+		{Table: t, Name: zoneOnSet, Concatenation: true, KeyType: keyType},
 		{Table: t, Name: emptySet, Concatenation: true, KeyType: keyType},
 		{Table: t, Name: aclOnSet, Concatenation: true, KeyType: keyType},
 		{Table: t, Name: aclAllowSet, Concatenation: true, Interval: true,
@@ -134,7 +139,7 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 }
 
 // serviceSets are the sets whose elements belong to one service each.
-var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, limitsMap}
+var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, zoneOnSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, limitsMap}
 
 // create (re)builds the table: flushed and recreated, so that it always
 // has exactly the expected shape.

@@ -31,9 +31,12 @@ type ServiceDump struct {
 	// networks; InternalLocal: it serves the pod networks and the node
 	// (NoInternalLocal: there is none, such traffic is dropped).
 	LocalOnly, InternalLocal, NoInternalLocal bool
-	AllowedCIDRs                              []netip.Prefix
-	Persistence                               time.Duration
-	Limit                                     int
+	// Zonal: a PreferClose service whose main table holds only the
+	// backends for this node's zone.
+	Zonal        bool
+	AllowedCIDRs []netip.Prefix
+	Persistence  time.Duration
+	Limit        int
 }
 
 // Dump describes every programmed service from its kernel elements,
@@ -68,6 +71,8 @@ func describe(k flows.Key, fp footprint) ServiceDump {
 			s.InternalLocal = true
 		case iLocalNoneSet:
 			s.InternalLocal, s.NoInternalLocal = true, true
+		case zoneOnSet:
+			s.Zonal = true
 		case aclAllowSet:
 			s.AllowedCIDRs = append(s.AllowedCIDRs, aclPrefix(e.key, e.keyEnd))
 		case persistMap:
@@ -164,6 +169,9 @@ func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
 		v.Persistence = s.Persistence
 		v.Masquerade = outside
 		v.Reason = "every backend"
+		if s.Zonal {
+			v.Reason = "prefer-close: the backends for this node's zone"
+		}
 	}
 	table := map[int]backend{}
 	for _, el := range fp {

@@ -89,7 +89,7 @@ type Config struct {
 	Lab     string // lab name (node labels)
 	Client  kubernetes.Interface
 	Runtime Runtime
-	Zones   int // topology zones the nodes are dealt into (default 3)
+	Zones   int // topology zones the nodes are dealt into (default lab.DefaultZones)
 	// APIListener, if set, is forwarded to APIAddr (kubectl on the
 	// machine's loopback reaches the API server in the fabric this way).
 	APIListener net.Listener
@@ -140,7 +140,7 @@ func New(cfg Config) (*Kubelet, error) {
 		return nil, errors.New("kubelet: client and runtime are required")
 	}
 	if cfg.Zones == 0 {
-		cfg.Zones = 3
+		cfg.Zones = lab.DefaultZones
 	}
 	if cfg.LeaseDuration == 0 {
 		cfg.LeaseDuration = 40 * time.Second

@@ -39,13 +39,16 @@ func Main(args []string, stderr io.Writer) error {
 	fs.StringVar(&root, "state-dir", lab.DefaultStateRoot, "directory of lab state")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig (default: the lab's kubelet.kubeconfig)")
 	fs.IntVar(&fd, "api-listen-fd", -1, "listening socket to forward to the API server")
-	fs.IntVar(&zones, "zones", 3, "topology zones the nodes are dealt into")
+	fs.IntVar(&zones, "zones", 0, "topology zones the nodes are dealt into (default: the lab's)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	l, err := lab.Open(name, root)
 	if err != nil {
 		return err
+	}
+	if zones == 0 {
+		zones = l.Zones()
 	}
 	if kubeconfig == "" {
 		kubeconfig = filepath.Join(l.KubeDir(), "kubelet.kubeconfig")

@@ -26,13 +26,8 @@ const (
 const NodeLeaseNamespace = corev1.NamespaceNodeLease
 
 // Zone is the topology zone of lab node i when the lab has zones zones:
-// nodes are dealt round-robin, zone-a, zone-b, ...
-func Zone(i, zones int) string {
-	if zones < 1 {
-		zones = 1
-	}
-	return "zone-" + string(rune('a'+(i-1)%zones))
-}
+// nodes are dealt round-robin, zone-a, zone-b, ... (lab.Zone).
+func Zone(i, zones int) string { return lab.Zone(i, zones) }
 
 // nodeObject is the Node that stands for lab node i: its pod CIDR, its
 // fabric address and its zone.

@@ -654,12 +654,14 @@ func (x *ServiceKey) GetPort() uint32 {
 }
 
 type Backend struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MemberId      string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	Address       []byte                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	Port          uint32                 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
-	Weight        uint32                 `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`
-	Node          string                 `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	MemberId string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	Address  []byte                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Port     uint32                 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	Weight   uint32                 `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`
+	Node     string                 `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
+	// The topology zones whose nodes prefer this backend (PreferClose).
+	Zones         []string `protobuf:"bytes,6,rep,name=zones,proto3" json:"zones,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -729,6 +731,13 @@ func (x *Backend) GetNode() string {
 	return ""
 }
 
+func (x *Backend) GetZones() []string {
+	if x != nil {
+		return x.Zones
+	}
+	return nil
+}
+
 type Service struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Key            *ServiceKey            `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -745,6 +754,9 @@ type Service struct {
 	// Traffic from the pod networks and the node itself goes only to this
 	// node's backends (Kubernetes internalTrafficPolicy=Local).
 	InternalLocal bool `protobuf:"varint,11,opt,name=internal_local,json=internalLocal,proto3" json:"internal_local,omitempty"`
+	// Each node sends the traffic to the backends for its own zone when
+	// there are any (Kubernetes trafficDistribution=PreferClose).
+	PreferClose   bool `protobuf:"varint,12,opt,name=prefer_close,json=preferClose,proto3" json:"prefer_close,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -856,6 +868,13 @@ func (x *Service) GetInternalLocal() bool {
 	return false
 }
 
+func (x *Service) GetPreferClose() bool {
+	if x != nil {
+		return x.PreferClose
+	}
+	return false
+}
+
 var File_flowlb_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
@@ -913,13 +932,14 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"ServiceKey\x12\x10\n" +
 	"\x03vip\x18\x01 \x01(\fR\x03vip\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
-	"\x04port\x18\x03 \x01(\rR\x04port\"\x80\x01\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\"\x96\x01\n" +
 	"\aBackend\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\fR\aaddress\x12\x12\n" +
 	"\x04port\x18\x03 \x01(\rR\x04port\x12\x16\n" +
 	"\x06weight\x18\x04 \x01(\rR\x06weight\x12\x12\n" +
-	"\x04node\x18\x05 \x01(\tR\x04node\"\xbb\x03\n" +
+	"\x04node\x18\x05 \x01(\tR\x04node\x12\x14\n" +
+	"\x05zones\x18\x06 \x03(\tR\x05zones\"\xde\x03\n" +
 	"\aService\x12-\n" +
 	"\x03key\x18\x01 \x01(\v2\x1b.flowlb.agent.v1.ServiceKeyR\x03key\x12'\n" +
 	"\x0floadbalancer_id\x18\x02 \x01(\tR\x0eloadbalancerId\x12\x1f\n" +
@@ -934,7 +954,8 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"local_only\x18\n" +
 	" \x01(\bR\tlocalOnly\x12%\n" +
-	"\x0einternal_local\x18\v \x01(\bR\rinternalLocal2P\n" +
+	"\x0einternal_local\x18\v \x01(\bR\rinternalLocal\x12!\n" +
+	"\fprefer_close\x18\f \x01(\bR\vpreferClose2P\n" +
 	"\x05Agent\x12G\n" +
 	"\tSubscribe\x12\x1d.flowlb.agent.v1.AgentMessage\x1a\x17.flowlb.agent.v1.Update(\x010\x01B<Z:github.com/flowlb/flowlb/api/proto/flowlb/agent/v1;agentv1b\x06proto3"
 

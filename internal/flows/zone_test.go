@@ -1,0 +1,48 @@
+package flows
+
+import (
+	"net/netip"
+	"testing"
+)
+
+// TestForZone: which backends a node of a zone uses for a PreferClose
+// service (kube-proxy's rule for topology hints: only when every
+// endpoint has them, and at least one is for the node's zone).
+func TestForZone(t *testing.T) {
+	b := func(last byte, zones ...string) Backend {
+		return Backend{Address: netip.AddrFrom4([4]byte{198, 18, 17, last}), Port: 8080, Weight: 1, Zones: zones}
+	}
+	a1, a2, b1, ab := b(1, "zone-a"), b(2, "zone-a"), b(3, "zone-b"), b(4, "zone-a", "zone-b")
+	none := b(5)
+	cases := []struct {
+		name        string
+		preferClose bool
+		backends    []Backend
+		zone        string
+		want        []Backend
+		zonal       bool
+	}{
+		{"not PreferClose: every backend", false, []Backend{a1, b1}, "zone-a", []Backend{a1, b1}, false},
+		{"the zone's backends", true, []Backend{a1, a2, b1}, "zone-a", []Backend{a1, a2}, true},
+		{"the other zone's", true, []Backend{a1, a2, b1}, "zone-b", []Backend{b1}, true},
+		{"a backend for two zones serves both", true, []Backend{a1, ab, b1}, "zone-b", []Backend{ab, b1}, true},
+		{"none for this zone: every backend", true, []Backend{a1, a2}, "zone-b", []Backend{a1, a2}, false},
+		{"a backend without a zone: every backend", true, []Backend{a1, none, b1}, "zone-a", []Backend{a1, none, b1}, false},
+		{"a node that does not know its zone: every backend", true, []Backend{a1, b1}, "", []Backend{a1, b1}, false},
+		{"no backends", true, nil, "zone-a", nil, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Service{PreferClose: tc.preferClose, Backends: tc.backends}
+			got, zonal := s.ForZone(tc.zone)
+			if zonal != tc.zonal || len(got) != len(tc.want) {
+				t.Fatalf("got %v (zonal %v), want %v (zonal %v)", got, zonal, tc.want, tc.zonal)
+			}
+			for i := range got {
+				if !SameBackend(got[i], tc.want[i]) {
+					t.Errorf("backend %d: %v, want %v", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/lab"
+)
+
+// nodeOfPod is the lab node index of a pod address (198.18.(16+i).x).
+func nodeOfPod(t testing.TB, ip string) int {
+	t.Helper()
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= lab.MaxNodes; i++ {
+		if lab.PodCIDR(i).Contains(a) {
+			return i
+		}
+	}
+	t.Fatalf("%s is in no node's pod network", ip)
+	return 0
+}
+
+// memberTags returns the tags of the members of Service name's load
+// balancer, by member address.
+func (e *kubeEnv) memberTags(name string) map[string][]string {
+	out := map[string][]string{}
+	_, body := e.call("GET", "/v2/lbaas/loadbalancers?name=kube_service_lab_default_"+name, nil)
+	for _, lb := range dig(body, "loadbalancers") {
+		_, pools := e.call("GET", "/v2/lbaas/pools?loadbalancer_id="+lb.(map[string]any)["id"].(string), nil)
+		for _, p := range dig(pools, "pools") {
+			_, ms := e.call("GET", "/v2/lbaas/pools/"+p.(map[string]any)["id"].(string)+"/members", nil)
+			for _, m := range dig(ms, "members") {
+				mm := m.(map[string]any)
+				var tags []string
+				for _, t := range mm["tags"].([]any) {
+					tags = append(tags, t.(string))
+				}
+				out[mm["address"].(string)] = tags
+			}
+		}
+	}
+	return out
+}
+
+// TestKubernetesTopology: a lab of 3 nodes in 2 zones (n1 and n3 in
+// zone-a, n2 in zone-b), each agent told its node's zone and announcing
+// the external VIPs it can serve, and the router following the
+// announcements. A Service with trafficDistribution PreferClose sends
+// each client to the pods of its own zone while there are any, and to the
+// others once its zone has none, with no failed request while the pods
+// move. A LoadBalancer Service with externalTrafficPolicy Local is routed
+// by the router only to the nodes with its pods: every request of the
+// external client succeeds, with its address kept.
+func TestKubernetesTopology(t *testing.T) {
+	e := newKubeEnvOpts(t, kubeEnvOptions{nodes: 3, zones: 2, controllers: 1,
+		agentArgs: []string{"--announce-cidrs", lab.ExternalVIPs.String(), "--announce-table", fmt.Sprint(lab.AnnounceTable)}})
+	// The router learns the nodes' announcements (what BGP would do).
+	if _, err := e.lab.Router().Start(lab.ProcRoutes, []string{flowlb(t), "lab", "--name", e.lab.Name(), "routes", "--reflect"}); err != nil {
+		t.Fatal(err)
+	}
+	clients := []lab.Host{e.lab.Pod(1, 1), e.lab.Pod(2, 1), e.lab.Pod(3, 1)} // static pods, one per node
+	zoneOf := func(ip string) string { return e.lab.Zone(nodeOfPod(t, ip)) }
+
+	t.Run("trafficDistribution PreferClose", func(t *testing.T) {
+		e.deployWith("zonal", 3, nil) // the lab scheduler spreads them: one per node
+		svc := e.service("zonal", func(s *corev1.Service) {
+			s.Spec.Selector = map[string]string{"app": "zonal"}
+			s.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferClose)
+		})
+		vip := net.JoinHostPort(svc.Spec.ClusterIP, "80")
+		e.waitFor("3 ready pods, one per node", 60*time.Second, func() bool {
+			pods := e.readyPods("zonal")
+			nodes := map[int]bool{}
+			for _, ip := range pods {
+				nodes[nodeOfPod(t, ip)] = true
+			}
+			return len(pods) == 3 && len(nodes) == 3
+		})
+		// The EndpointSlice controller hints each endpoint to its zone;
+		// the members carry the hints.
+		e.waitFor("members with their zone hints", 30*time.Second, func() bool {
+			tags := e.memberTags("zonal")
+			if !slices.Equal(e.members("zonal"), e.readyPods("zonal")) {
+				return false
+			}
+			for ip, ts := range tags {
+				if !slices.Contains(ts, flows.TagZonePrefix+zoneOf(ip)) {
+					return false
+				}
+			}
+			return len(tags) == 3
+		})
+		_, body := e.call("GET", "/v2/lbaas/listeners?tags="+flows.TagPreferClose, nil)
+		if n := len(dig(body, "listeners")); n != 1 {
+			t.Fatalf("%d prefer-close listeners, want 1", n)
+		}
+		time.Sleep(300 * time.Millisecond) // the agents' flows
+		for i, c := range clients {
+			by := e.spreadFrom([]lab.Host{c}, vip, 30)
+			zone := e.lab.Zone(i + 1)
+			for ip := range by {
+				if zoneOf(ip) != zone {
+					t.Errorf("PreferClose from %s (%s) reached %s in %s", c.Name, zone, ip, zoneOf(ip))
+				}
+			}
+			// zone-a has two pods (n1, n3): a zone-a client reaches both.
+			if want := map[string]int{"zone-a": 2, "zone-b": 1}[zone]; len(by) != want {
+				t.Errorf("from %s (%s): reached %v, want the %d pods of its zone", c.Name, zone, by, want)
+			}
+		}
+
+		// Move every pod to zone-a under load from the zone-b client: once
+		// zone-b has no pod, its traffic goes to zone-a's, and no request
+		// fails on the way.
+		var ok, failed atomic.Int64
+		var lastErr atomic.Value
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := ask(clients[1], vip); err != nil {
+					failed.Add(1)
+					lastErr.Store(err)
+				} else {
+					ok.Add(1)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+		patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"nodeSelector":{%q:"zone-a"}}}}}`, corev1.LabelTopologyZone)
+		if _, err := e.k.AppsV1().Deployments("default").Patch(e.ctx, "zonal", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("every pod in zone-a", 90*time.Second, func() bool {
+			pods, _ := e.k.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=zonal"})
+			ready := e.readyPods("zonal")
+			return len(pods.Items) == 3 && len(ready) == 3 && !slices.ContainsFunc(ready, func(ip string) bool { return zoneOf(ip) != "zone-a" }) &&
+				slices.Equal(e.members("zonal"), ready)
+		})
+		time.Sleep(300 * time.Millisecond)
+		close(stop)
+		<-done
+		t.Logf("zone-b client during the move: %d requests succeeded, %d failed", ok.Load(), failed.Load())
+		if failed.Load() > 0 {
+			t.Errorf("%d requests failed while the pods left zone-b (last: %v)", failed.Load(), lastErr.Load())
+		}
+		if by := e.spreadFrom(clients[1:2], vip, 20); len(by) == 0 {
+			t.Error("the zone-b client reached nothing")
+		} else {
+			for ip := range by {
+				if zoneOf(ip) != "zone-a" {
+					t.Errorf("zone-b client reached %s in %s", ip, zoneOf(ip))
+				}
+			}
+		}
+		for _, c := range []lab.Host{clients[0], clients[2]} {
+			for ip := range e.spreadFrom([]lab.Host{c}, vip, 10) {
+				if zoneOf(ip) != "zone-a" {
+					t.Errorf("zone-a client %s reached %s in %s", c.Name, ip, zoneOf(ip))
+				}
+			}
+		}
+	})
+	t.Run("externalTrafficPolicy Local next hops", func(t *testing.T) {
+		onN2 := func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "n2"}
+		}
+		e.deployWith("solo", 1, onN2)
+		e.service("solo", func(s *corev1.Service) {
+			s.Spec.Selector = map[string]string{"app": "solo"}
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		})
+		var ip string
+		e.waitFor("an ingress address and the pod on n2 as the member", 60*time.Second, func() bool {
+			s, _ := e.k.CoreV1().Services("default").Get(e.ctx, "solo", metav1.GetOptions{})
+			if len(s.Status.LoadBalancer.Ingress) == 1 {
+				ip = s.Status.LoadBalancer.Ingress[0].IP
+			}
+			pods := e.readyPods("solo")
+			return ip != "" && len(pods) == 1 && nodeOfPod(t, pods[0]) == 2 && slices.Equal(e.members("solo"), pods)
+		})
+		vip := netip.PrefixFrom(mustAddr(t, ip), 32)
+		ext := net.JoinHostPort(ip, "80")
+		routeVia := func(what string, nodes ...int) {
+			t.Helper()
+			var got map[netip.Prefix][]int
+			e.waitFor(what, 20*time.Second, func() bool {
+				got, _ = e.lab.Announcements(lab.AnnounceTable).Routes()
+				return slices.Equal(got[vip], nodes)
+			})
+		}
+		routeVia("the router's route to the VIP via n2 only", 2)
+		// Every request succeeds: none is sent to a node without the pod
+		// (the range route would spread them over the 3 nodes, two of
+		// which drop them).
+		by := e.spreadFrom([]lab.Host{e.lab.Client()}, ext, 30)
+		if pods := e.readyPods("solo"); !slices.Equal(keys(by), pods) {
+			t.Errorf("the external client reached %v, want the pod %v", by, pods)
+		}
+
+		// Pods on every node: every node announces the VIP.
+		patch := `{"spec":{"replicas":3,"template":{"spec":{"nodeSelector":null}}}}`
+		if _, err := e.k.AppsV1().Deployments("default").Patch(e.ctx, "solo", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("3 pods, one per node", 90*time.Second, func() bool {
+			pods, _ := e.k.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=solo"})
+			ready := e.readyPods("solo")
+			nodes := map[int]bool{}
+			for _, ip := range ready {
+				nodes[nodeOfPod(t, ip)] = true
+			}
+			return len(pods.Items) == 3 && len(ready) == 3 && len(nodes) == 3 && slices.Equal(e.members("solo"), ready)
+		})
+		routeVia("the route via the 3 nodes", 1, 2, 3)
+		if by := e.spreadFrom([]lab.Host{e.lab.Client()}, ext, 60); len(by) < 2 {
+			t.Errorf("over 3 next hops the external client reached only %v", by)
+		}
+
+		// Back to n2 only: n1 and n3 withdraw.
+		patch = fmt.Sprintf(`{"spec":{"replicas":1,"template":{"spec":{"nodeSelector":{%q:"n2"}}}}}`, corev1.LabelHostname)
+		if _, err := e.k.AppsV1().Deployments("default").Patch(e.ctx, "solo", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("one pod, on n2", 90*time.Second, func() bool {
+			pods, _ := e.k.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=solo"})
+			ready := e.readyPods("solo")
+			return len(pods.Items) == 1 && len(ready) == 1 && nodeOfPod(t, ready[0]) == 2 && slices.Equal(e.members("solo"), ready)
+		})
+		routeVia("the route via n2 only again", 2)
+		e.spreadFrom([]lab.Host{e.lab.Client()}, ext, 30)
+	})
+}
