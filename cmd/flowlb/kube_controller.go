@@ -43,7 +43,7 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "kube-controller",
 		Short: "Serve Kubernetes Services with load balancers whose members are the pods",
-		Long: `Watch Services and EndpointSlices and keep one Octavia load balancer per
+		Long: `Watch Services, EndpointSlices and Nodes and keep one Octavia load balancer per
 ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
 (--octavia-endpoint, noauth) or a cloud's (--os-cloud, clouds.yaml).`,
 		Args: cobra.NoArgs,
@@ -57,7 +57,7 @@ ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
 	f.StringVar(&o.opts.ClusterIPSubnet, "cluster-ip-subnet", "", "ID of the VIP subnet holding the Services' cluster IPs (required)")
 	f.StringVar(&o.opts.ExternalSubnet, "external-subnet", "", "ID of the subnet LoadBalancer addresses come from, on the same network")
 	f.StringVar(&o.opts.Class, "load-balancer-class", kubelb.DefaultClass, "loadBalancerClass served besides none")
-	f.StringSliceVar(&o.opts.PodCIDRs, "pod-cidrs", nil, "the cluster's pod networks, let through when loadBalancerSourceRanges restrict a Service")
+	f.StringSliceVar(&o.opts.PodCIDRs, "pod-cidrs", nil, "pod networks besides the Nodes' spec.podCIDRs, let through when loadBalancerSourceRanges restrict a Service")
 	f.IntVar(&o.workers, "workers", 8, "Services reconciled at once")
 	f.IntVar(&o.qps, "kube-api-qps", 100, "requests per second to the Kubernetes API (burst: twice that)")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "run only while holding the Lease, so that replicas stand by")

@@ -1,5 +1,5 @@
-// Package kubecontroller is `flowlb kube-controller`: it watches Services
-// and EndpointSlices and keeps one Octavia load balancer per served
+// Package kubecontroller is `flowlb kube-controller`: it watches Services,
+// EndpointSlices and Nodes and keeps one Octavia load balancer per served
 // Service, with the pods as members (docs/kubernetes.md).
 package kubecontroller
 
@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -48,6 +49,7 @@ type Controller struct {
 	factory  informers.SharedInformerFactory
 	services corelisters.ServiceLister
 	slices   discoverylisters.EndpointSliceLister
+	nodes    corelisters.NodeLister
 	synced   []cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[string]
 	recorder record.EventRecorder
@@ -70,12 +72,13 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, opts kubelb.Optio
 	f := informers.NewSharedInformerFactory(client, 10*time.Minute)
 	svcInf := f.Core().V1().Services()
 	sliceInf := f.Discovery().V1().EndpointSlices()
+	nodeInf := f.Core().V1().Nodes()
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	c := &Controller{
 		client: client, octavia: octavia, opts: opts, log: log, factory: f,
-		services: svcInf.Lister(), slices: sliceInf.Lister(),
-		synced:   []cache.InformerSynced{svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced},
+		services: svcInf.Lister(), slices: sliceInf.Lister(), nodes: nodeInf.Lister(),
+		synced:   []cache.InformerSynced{svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced, nodeInf.Informer().HasSynced},
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flowlb-kube-controller"}),
 		seen:     map[string]time.Time{},
@@ -100,7 +103,51 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, opts kubelb.Optio
 		UpdateFunc: func(_, o any) { c.enqueueSlice(o) },
 		DeleteFunc: func(o any) { c.enqueueSlice(o) },
 	})
+	_, _ = nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) { c.enqueueRestricted() },
+		UpdateFunc: func(old, o any) {
+			a, b := old.(*corev1.Node), o.(*corev1.Node)
+			if !slices.Equal(a.Spec.PodCIDRs, b.Spec.PodCIDRs) || a.Spec.PodCIDR != b.Spec.PodCIDR {
+				c.enqueueRestricted()
+			}
+		},
+		DeleteFunc: func(o any) { c.enqueueRestricted() },
+	})
 	return c
+}
+
+// enqueueRestricted queues the Services whose source ranges let the pod
+// networks through, after a Node came, went or changed its pod networks.
+func (c *Controller) enqueueRestricted() {
+	all, err := c.services.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, s := range all {
+		if kubelb.SourceRestricted(s) {
+			c.enqueue(s)
+		}
+	}
+}
+
+// podCIDRs are the pod networks: --pod-cidrs and every Node's
+// spec.podCIDRs, so that a node joining with a new one needs no restart.
+func (c *Controller) podCIDRs() []string {
+	out := slices.Clone(c.opts.PodCIDRs)
+	nodes, _ := c.nodes.List(labels.Everything())
+	for _, n := range nodes {
+		cidrs := n.Spec.PodCIDRs
+		if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+			cidrs = []string{n.Spec.PodCIDR}
+		}
+		for _, s := range cidrs {
+			if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() {
+				out = append(out, p.Masked().String())
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func (c *Controller) add(key string) {
@@ -259,7 +306,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	want, err := kubelb.Desired(svc, eps, c.opts)
+	opts := c.opts
+	opts.PodCIDRs = c.podCIDRs()
+	want, err := kubelb.Desired(svc, eps, opts)
 	if err != nil {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "InvalidService", "%v", err)
 		return fmt.Errorf("%w: %v", errInvalid, err)

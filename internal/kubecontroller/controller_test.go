@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -260,6 +261,79 @@ func TestProviderRefusalAndTimeouts(t *testing.T) {
 	h.eventually("the refusal counted as invalid", func() bool { return testutil.ToFloat64(c.m.reconciles.WithLabelValues("invalid")) >= 1 })
 	if n := testutil.ToFloat64(c.m.reconciles.WithLabelValues("error")); n != 0 || refusals.Load() == 0 {
 		t.Errorf("%v reconciles failed with an error, %d refusals", n, refusals.Load())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNodesPodNetworks: a LoadBalancer Service restricted by source ranges
+// lets the pod networks through; they are --pod-cidrs and every Node's
+// spec.podCIDRs, followed as Nodes come and go.
+func TestNodesPodNetworks(t *testing.T) {
+	api := lbtest.New(t)
+	o := &kubelb.Octavia{Client: api.Client, Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet,
+		PodCIDRs: []string{"198.18.30.0/24"}}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	node := func(name string, cidrs ...string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDRs: cidrs}}
+	}
+	restricted := svc("pub", corev1.ServiceTypeLoadBalancer, "198.19.64.30")
+	restricted.Spec.LoadBalancerSourceRanges = []string{"198.18.1.0/24"}
+	open := svc("open", corev1.ServiceTypeLoadBalancer, "198.19.64.31")
+	client := fake.NewClientset(restricted, open, node("n1", "198.18.17.0/24", "fd00:17::/64"))
+	h := &harness{t: t, api: api, o: o, client: client}
+	c := New(client, o, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 2) }()
+
+	allowed := func(name string) []string {
+		lb, err := o.Find(ctx, kubelb.Name("lab", "default", name))
+		if err != nil || lb == nil {
+			return nil
+		}
+		var ls struct {
+			Listeners []struct {
+				AllowedCIDRs []string `json:"allowed_cidrs"`
+			} `json:"listeners"`
+		}
+		if _, err := api.Client.Get(ctx, api.Client.ServiceURL("lbaas", "listeners")+"?loadbalancer_id="+lb.ID, &ls, nil); err != nil || len(ls.Listeners) != 1 {
+			return nil
+		}
+		got := slices.Clone(ls.Listeners[0].AllowedCIDRs)
+		slices.Sort(got)
+		return got
+	}
+	steps := []struct {
+		name   string
+		change func() error
+		want   []string
+	}{
+		{"n1's pod network and the configured one", func() error { return nil },
+			[]string{"198.18.1.0/24", "198.18.17.0/24", "198.18.30.0/24"}},
+		{"n2 joins", func() error {
+			_, err := client.CoreV1().Nodes().Create(ctx, node("n2", "198.18.18.0/24"), metav1.CreateOptions{})
+			return err
+		}, []string{"198.18.1.0/24", "198.18.17.0/24", "198.18.18.0/24", "198.18.30.0/24"}},
+		{"n2 gets another pod network", func() error {
+			_, err := client.CoreV1().Nodes().Update(ctx, node("n2", "198.18.19.0/24"), metav1.UpdateOptions{})
+			return err
+		}, []string{"198.18.1.0/24", "198.18.17.0/24", "198.18.19.0/24", "198.18.30.0/24"}},
+		{"n1 leaves", func() error { return client.CoreV1().Nodes().Delete(ctx, "n1", metav1.DeleteOptions{}) },
+			[]string{"198.18.1.0/24", "198.18.19.0/24", "198.18.30.0/24"}},
+	}
+	for _, s := range steps {
+		if err := s.change(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		h.eventually(s.name, func() bool { return slices.Equal(allowed("pub"), s.want) })
+	}
+	h.eventually("open's LB", func() bool { return h.members("open") != nil })
+	if got := allowed("open"); len(got) != 0 {
+		t.Errorf("a Service without source ranges has allowed_cidrs %v", got)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -29,7 +29,8 @@ type Options struct {
 	ClusterIPSubnet, ExternalSubnet string
 	// Class is the loadBalancerClass served besides none.
 	Class string
-	// PodCIDRs are the cluster's pod networks. Source ranges restrict the
+	// PodCIDRs are the cluster's pod networks (the controller adds the
+	// Nodes' spec.podCIDRs to those configured). Source ranges restrict the
 	// external address, but Octavia's allowed_cidrs hold for every VIP of
 	// a listener, the cluster IP included: pods are let through so that
 	// in-cluster traffic to the cluster IP keeps working.
@@ -224,11 +225,7 @@ func Desired(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, o Options) (
 	}
 	var ranges []string
 	if lb.External {
-		rs := svc.Spec.LoadBalancerSourceRanges
-		if len(rs) == 0 && ann[AnnSourceRanges] != "" {
-			rs = strings.Split(ann[AnnSourceRanges], ",")
-		}
-		for _, r := range rs {
+		for _, r := range sourceRanges(svc) {
 			p, err := netip.ParsePrefix(strings.TrimSpace(r))
 			if err != nil {
 				return nil, fmt.Errorf("load balancer source range %q: %w", r, err)
@@ -285,6 +282,24 @@ func Desired(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, o Options) (
 		lb.Listeners = append(lb.Listeners, l)
 	}
 	return lb, nil
+}
+
+// SourceRestricted reports whether svc is a LoadBalancer Service whose
+// source ranges restrict its listeners (and so list the pod networks).
+func SourceRestricted(svc *corev1.Service) bool {
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer && len(sourceRanges(svc)) > 0
+}
+
+// sourceRanges are spec.loadBalancerSourceRanges or, when empty, the
+// older annotation's.
+func sourceRanges(svc *corev1.Service) []string {
+	if rs := svc.Spec.LoadBalancerSourceRanges; len(rs) > 0 {
+		return rs
+	}
+	if a := svc.Annotations[AnnSourceRanges]; a != "" {
+		return strings.Split(a, ",")
+	}
+	return nil
 }
 
 func slicesOf(s []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {

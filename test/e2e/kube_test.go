@@ -86,7 +86,7 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 		if _, err := c.lab.Fabric().Start(fmt.Sprintf("kube-controller-%d", i+1), []string{bin, "kube-controller",
 			"--kubeconfig", kc.State.LabKubeconfig, "--octavia-endpoint", "http://" + control + ":9876",
 			"--cluster-name", "lab", "--cluster-ip-subnet", e.clusterSub, "--external-subnet", e.extSub,
-			"--pod-cidrs", podCIDRs(c.lab), "--metrics-listen", ""}); err != nil {
+			"--metrics-listen", ""}); err != nil { // pod networks: from the Nodes
 			t.Fatal(err)
 		}
 	}
@@ -375,8 +375,9 @@ func TestKubernetesServices(t *testing.T) {
 		if by := e.spread([]lab.Host{e.lab.Client()}, ext, 20, false); len(by) < 2 {
 			t.Errorf("the external client reached %v", by)
 		}
-		// Pods still reach the Service's cluster IP (the pod networks are
-		// let through the source ranges).
+		// Pods still reach the Service's cluster IP (the pod networks,
+		// which the controller reads from the Nodes, are let through the
+		// source ranges).
 		e.spreadFrom(clients, net.JoinHostPort(pub.Spec.ClusterIP, "80"), 5)
 
 		// A source range that excludes the client blocks it.
