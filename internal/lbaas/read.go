@@ -62,16 +62,17 @@ func (s *Service) Tree(ctx context.Context, kind store.Kind, id string) (*Tree, 
 	return t, nil
 }
 
-// TreesWhere returns the trees the caller may see whose load balancer
-// satisfies match, loading children only for those: a list narrowed to
-// one load balancer (by id, name or loadbalancer_id) costs one tree, not
-// every tree.
-func (s *Service) TreesWhere(ctx context.Context, match func(*LoadBalancer) bool) ([]*Tree, error) {
+// TreesOf returns the trees the caller may see of the load balancer with
+// id and/or name (an empty one does not filter), loading only those: a
+// list narrowed to one load balancer costs an index lookup and one tree,
+// whatever the number of load balancers.
+func (s *Service) TreesOf(ctx context.Context, id, name string) ([]*Tree, error) {
 	c, err := caller(ctx)
 	if err != nil {
 		return nil, err
 	}
-	f := store.Filter{}
+	// A load balancer's loadbalancer_id column is its own id.
+	f := store.Filter{LoadBalancerID: id, Name: name}
 	if !c.IsAdmin && !c.ReadAll {
 		f.ProjectID = c.ProjectID
 	}
@@ -82,13 +83,6 @@ func (s *Service) TreesWhere(ctx context.Context, match func(*LoadBalancer) bool
 			return err
 		}
 		for _, r := range lbs {
-			lb, err := decode[LoadBalancer](r)
-			if err != nil {
-				return err
-			}
-			if !match(lb) {
-				continue
-			}
 			t, err := loadTree(tx, r)
 			if err != nil {
 				return err

@@ -193,6 +193,9 @@ func (t *Tree) save(tx store.Tx) error {
 			return fmt.Errorf("encode %s %s: %w", o.kind(), id, err)
 		}
 		rec := store.Record{Kind: o.kind(), ID: id, ProjectID: o.base().ProjectID, LoadBalancerID: t.LB.ID, ParentID: o.parentID(), Data: data}
+		if lb, ok := o.(*LoadBalancer); ok {
+			rec.Name = lb.Name
+		}
 		if t.created[id] {
 			// New objects of one change go in one statement.
 			inserts = append(inserts, rec)

@@ -1,6 +1,7 @@
 package octavia
 
 import (
+	"cmp"
 	"io"
 	"net/http"
 
@@ -244,21 +245,11 @@ func (s *Server) trees(r *http.Request, keys ...string) ([]*lbaas.Tree, error) {
 	if len(want) == 0 {
 		return s.svc.Trees(r.Context())
 	}
-	return s.svc.TreesWhere(r.Context(), func(lb *lbaas.LoadBalancer) bool {
-		for k, v := range want {
-			switch k {
-			case "id", "loadbalancer_id":
-				if lb.ID != v {
-					return false
-				}
-			case "name":
-				if lb.Name != v {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	id := cmp.Or(want["id"], want["loadbalancer_id"])
+	if want["id"] != "" && want["loadbalancer_id"] != "" && want["id"] != want["loadbalancer_id"] {
+		return nil, nil // ids that disagree match nothing
+	}
+	return s.svc.TreesOf(r.Context(), id, want["name"])
 }
 
 // each collects rendered children of every visible tree.

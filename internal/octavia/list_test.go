@@ -64,6 +64,8 @@ func TestListQueries(t *testing.T) {
 		{"sort=name:desc,created_at:asc", "lb-2,lb-1,lb-1,lb-0,lb-0"},
 		{"sort_key=name&sort_dir=asc", "lb-0,lb-0,lb-1,lb-1,lb-2"},
 		{"id=" + ids[2], "lb-2"},
+		{"id=" + ids[2] + "&name=lb-2", "lb-2"},
+		{"id=" + ids[2] + "&name=lb-1", ""},
 		{"bogus=1", "400"},
 		{"sort=bogus", "400"},
 		{"sort=name:sideways", "400"},
@@ -81,6 +83,21 @@ func TestListQueries(t *testing.T) {
 			t.Errorf("?%s: %d %q, want %q", tc.query, code, names(body), tc.want)
 		}
 	}
+
+	// A renamed load balancer is found by its new name only.
+	if code, body := a.do("PUT", "/v2/lbaas/loadbalancers/"+ids[2], map[string]any{"loadbalancer": map[string]any{"name": "lb-9"}}); code != 200 {
+		t.Fatalf("rename: %d %v", code, body)
+	}
+	a.waitActive(ids[2])
+	for query, want := range map[string]string{"name=lb-2": "", "name=lb-9": "lb-9", "name=lb-9&id=" + ids[2]: "lb-9"} {
+		if _, body := a.do("GET", "/v2/lbaas/loadbalancers?"+query, nil); names(body) != want {
+			t.Errorf("after the rename, ?%s: %q, want %q", query, names(body), want)
+		}
+	}
+	if code, body := a.do("PUT", "/v2/lbaas/loadbalancers/"+ids[2], map[string]any{"loadbalancer": map[string]any{"name": "lb-2"}}); code != 200 {
+		t.Fatalf("rename back: %d %v", code, body)
+	}
+	a.waitActive(ids[2])
 
 	// Paging forward through next links visits every LB once, in order; a
 	// full last page still links to an empty one, as Octavia does.

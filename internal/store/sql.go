@@ -139,6 +139,11 @@ func (s *SQL) migrate(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("migration %s: bad name", e.Name())
 		}
+		// NNN_what.sql is for both engines, NNN_what.<engine>.sql (same
+		// version, one file per engine) for one.
+		if eng := strings.TrimSuffix(e.Name(), ".sql"); strings.Contains(eng, ".") && !strings.HasSuffix(eng, "."+s.eng.name()) {
+			continue
+		}
 		var n int
 		if err := conn.QueryRowContext(ctx, s.eng.rebind("SELECT COUNT(*) FROM schema_migrations WHERE version = ?"), v).Scan(&n); err != nil {
 			return fmt.Errorf("migrate: %w", err)
@@ -194,13 +199,13 @@ type sqlTx struct {
 	write   bool
 }
 
-const cols = "kind, id, project_id, loadbalancer_id, parent_id, data, created_at"
+const cols = "kind, id, project_id, loadbalancer_id, parent_id, name, data, created_at"
 
 func scan(row interface{ Scan(...any) error }) (Record, error) {
 	var r Record
 	var data string
 	var created int64
-	err := row.Scan(&r.Kind, &r.ID, &r.ProjectID, &r.LoadBalancerID, &r.ParentID, &data, &created)
+	err := row.Scan(&r.Kind, &r.ID, &r.ProjectID, &r.LoadBalancerID, &r.ParentID, &r.Name, &data, &created)
 	r.Data = []byte(data)
 	r.CreatedAt = time.UnixMicro(created)
 	return r, err
@@ -241,15 +246,29 @@ func where(f Filter) (string, []any) {
 	add("project_id", f.ProjectID)
 	add("loadbalancer_id", f.LoadBalancerID)
 	add("parent_id", f.ParentID)
+	add("name", f.Name)
 	if len(conds) == 0 {
 		return "", nil
 	}
 	return " AND " + strings.Join(conds, " AND "), args
 }
 
+// ofKind is the condition on kind with the kind as a literal, not a
+// parameter: the planners of both engines then use the partial index on
+// load balancers' names (objects_lb_name), which a parameter cannot
+// prove applies. Kinds are this package's constants, never input.
+func ofKind(kind Kind) string {
+	for _, c := range kind {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			panic(fmt.Sprintf("store: kind %q is not an identifier", kind))
+		}
+	}
+	return "kind = '" + string(kind) + "'"
+}
+
 func (t *sqlTx) List(kind Kind, f Filter) ([]Record, error) {
 	w, args := where(f)
-	rows, err := t.tx.QueryContext(t.ctx, t.q("SELECT "+cols+" FROM objects WHERE kind = ?"+w+" ORDER BY created_at, id"), append([]any{string(kind)}, args...)...)
+	rows, err := t.tx.QueryContext(t.ctx, t.q("SELECT "+cols+" FROM objects WHERE "+ofKind(kind)+w+" ORDER BY created_at, id"), args...)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", kind, err)
 	}
@@ -268,7 +287,7 @@ func (t *sqlTx) List(kind Kind, f Filter) ([]Record, error) {
 func (t *sqlTx) Count(kind Kind, f Filter) (int, error) {
 	w, args := where(f)
 	var n int
-	err := t.tx.QueryRowContext(t.ctx, t.q("SELECT COUNT(*) FROM objects WHERE kind = ?"+w), append([]any{string(kind)}, args...)...).Scan(&n)
+	err := t.tx.QueryRowContext(t.ctx, t.q("SELECT COUNT(*) FROM objects WHERE "+ofKind(kind)+w), args...).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count %s: %w", kind, err)
 	}
@@ -282,8 +301,8 @@ func (t *sqlTx) Insert(r Record) error {
 	// ON CONFLICT DO NOTHING instead of catching the unique violation:
 	// on PostgreSQL a failed statement aborts the whole transaction, and
 	// callers may go on after ErrConflict.
-	res, err := t.tx.ExecContext(t.ctx, t.q("INSERT INTO objects ("+cols+") VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
-		string(r.Kind), r.ID, r.ProjectID, r.LoadBalancerID, r.ParentID, string(r.Data), r.CreatedAt.UnixMicro())
+	res, err := t.tx.ExecContext(t.ctx, t.q("INSERT INTO objects ("+cols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"),
+		string(r.Kind), r.ID, r.ProjectID, r.LoadBalancerID, r.ParentID, r.Name, string(r.Data), r.CreatedAt.UnixMicro())
 	if err != nil {
 		return fmt.Errorf("insert %s %s: %w", r.Kind, r.ID, err)
 	}
@@ -294,7 +313,7 @@ func (t *sqlTx) Insert(r Record) error {
 }
 
 // insertChunk bounds the rows of one INSERT (SQLite allows 32766 bound
-// parameters; 7 per row).
+// parameters; 8 per row).
 const insertChunk = 500
 
 func (t *sqlTx) InsertMany(rs []Record) error {
@@ -304,18 +323,18 @@ func (t *sqlTx) InsertMany(rs []Record) error {
 		rs = rs[n:]
 		var b strings.Builder
 		b.WriteString("INSERT INTO objects (" + cols + ") VALUES ")
-		args := make([]any, 0, 7*len(chunk))
+		args := make([]any, 0, 8*len(chunk))
 		now := time.Now()
 		for i, r := range chunk {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
 			if r.CreatedAt.IsZero() {
 				// A microsecond apart, so that listing keeps input order.
 				r.CreatedAt = now.Add(time.Duration(i) * time.Microsecond)
 			}
-			args = append(args, string(r.Kind), r.ID, r.ProjectID, r.LoadBalancerID, r.ParentID, string(r.Data), r.CreatedAt.UnixMicro())
+			args = append(args, string(r.Kind), r.ID, r.ProjectID, r.LoadBalancerID, r.ParentID, r.Name, string(r.Data), r.CreatedAt.UnixMicro())
 		}
 		b.WriteString(" ON CONFLICT DO NOTHING")
 		res, err := t.tx.ExecContext(t.ctx, t.q(b.String()), args...)
@@ -332,8 +351,8 @@ func (t *sqlTx) InsertMany(rs []Record) error {
 }
 
 func (t *sqlTx) Update(r Record) error {
-	res, err := t.tx.ExecContext(t.ctx, t.q("UPDATE objects SET project_id = ?, loadbalancer_id = ?, parent_id = ?, data = ? WHERE kind = ? AND id = ?"),
-		r.ProjectID, r.LoadBalancerID, r.ParentID, string(r.Data), string(r.Kind), r.ID)
+	res, err := t.tx.ExecContext(t.ctx, t.q("UPDATE objects SET project_id = ?, loadbalancer_id = ?, parent_id = ?, name = ?, data = ? WHERE kind = ? AND id = ?"),
+		r.ProjectID, r.LoadBalancerID, r.ParentID, r.Name, string(r.Data), string(r.Kind), r.ID)
 	if err != nil {
 		return fmt.Errorf("update %s %s: %w", r.Kind, r.ID, err)
 	}
@@ -351,21 +370,21 @@ func (t *sqlTx) UpdateMany(rs []Record) error {
 		chunk := rs[:n]
 		rs = rs[n:]
 		// SQLite names VALUES columns column1…; PostgreSQL takes aliases.
-		c := []string{"column1", "column2", "column3", "column4", "column5", "column6"}
+		c := []string{"column1", "column2", "column3", "column4", "column5", "column6", "column7"}
 		alias := "v"
 		if t.s.eng.name() == "postgres" {
-			c = []string{"k", "i", "p", "l", "pa", "d"}
-			alias = "v(k, i, p, l, pa, d)"
+			c = []string{"k", "i", "p", "l", "pa", "n", "d"}
+			alias = "v(k, i, p, l, pa, n, d)"
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "UPDATE objects SET project_id = v.%s, loadbalancer_id = v.%s, parent_id = v.%s, data = v.%s FROM (VALUES ", c[2], c[3], c[4], c[5])
-		args := make([]any, 0, 6*len(chunk))
+		fmt.Fprintf(&b, "UPDATE objects SET project_id = v.%s, loadbalancer_id = v.%s, parent_id = v.%s, name = v.%s, data = v.%s FROM (VALUES ", c[2], c[3], c[4], c[5], c[6])
+		args := make([]any, 0, 7*len(chunk))
 		for i, r := range chunk {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?, ?, ?, ?)")
-			args = append(args, string(r.Kind), r.ID, r.ProjectID, r.LoadBalancerID, r.ParentID, string(r.Data))
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+			args = append(args, string(r.Kind), r.ID, r.ProjectID, r.LoadBalancerID, r.ParentID, r.Name, string(r.Data))
 		}
 		fmt.Fprintf(&b, ") AS %s WHERE objects.kind = v.%s AND objects.id = v.%s", alias, c[0], c[1])
 		res, err := t.tx.ExecContext(t.ctx, t.q(b.String()), args...)

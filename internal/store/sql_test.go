@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -311,6 +312,88 @@ func TestInsertMany(t *testing.T) {
 			})
 			if err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestNameFilter: a load balancer's name is a column, so that a lookup by
+// name is an index lookup; a database from before the column gets it
+// filled from the documents when it is opened.
+func TestNameFilter(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, e := range storetest.Engines(t) {
+		t.Run(e.Name, func(t *testing.T) {
+			lb := func(id, name string) store.Record {
+				r := rec(store.KindLoadBalancer, id, id, `{"name":"`+name+`"}`)
+				r.Name = name
+				return r
+			}
+			if _, err := e.Store.Update(ctx, func(tx store.Tx) error {
+				return tx.InsertMany([]store.Record{lb("lb1", "web"), lb("lb2", "db"), lb("lb3", "web")})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			renamed := lb("lb2", "web")
+			if _, err := e.Store.Update(ctx, func(tx store.Tx) error { return tx.UpdateMany([]store.Record{renamed}) }); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Store.Update(ctx, func(tx store.Tx) error { return tx.Update(lb("lb3", "cache")) }); err != nil {
+				t.Fatal(err)
+			}
+			names := func(s store.Store, f store.Filter) []string {
+				var ids []string
+				err := s.View(ctx, func(tx store.ReadTx) error {
+					rs, err := tx.List(store.KindLoadBalancer, f)
+					for _, r := range rs {
+						ids = append(ids, r.ID+"="+r.Name)
+					}
+					return err
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ids
+			}
+			for _, tc := range []struct {
+				f    store.Filter
+				want string
+			}{
+				{store.Filter{Name: "web"}, "[lb1=web lb2=web]"},
+				{store.Filter{Name: "cache"}, "[lb3=cache]"},
+				{store.Filter{Name: "db"}, "[]"},
+				{store.Filter{Name: "web", LoadBalancerID: "lb2"}, "[lb2=web]"},
+				{store.Filter{Name: "web", ProjectID: "p2"}, "[]"},
+			} {
+				if got := fmt.Sprint(names(e.Store, tc.f)); got != tc.want {
+					t.Errorf("filter %+v: %s, want %s", tc.f, got, tc.want)
+				}
+			}
+
+			// A database from before the name column: the column empty and
+			// the backfill migration not applied.
+			driver, dsn := "sqlite", "file:"+e.DSN
+			if e.Name == "postgres" {
+				driver, dsn = "pgx", e.DSN
+			}
+			db, err := sql.Open(driver, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range []string{"UPDATE objects SET name = ''", "DELETE FROM schema_migrations WHERE version = 3"} {
+				if _, err := db.Exec(q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			db.Close()
+			again, err := store.Open(ctx, e.DSN, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer again.Close()
+			if got := fmt.Sprint(names(again, store.Filter{Name: "web"})); got != "[lb1=web lb2=web]" {
+				t.Errorf("after the backfill: %s, want [lb1=web lb2=web]", got)
 			}
 		})
 	}

@@ -50,6 +50,10 @@ type Record struct {
 	// ParentID is the direct parent (listener of an l7policy, pool of a
 	// member, ...), empty when there is none.
 	ParentID string
+	// Name is a load balancer's name, kept beside its document so that a
+	// lookup by name (the kube-controller's, on every reconciliation) is
+	// an index lookup; empty for other kinds.
+	Name string
 	// Data is the object's JSON document, opaque to the store.
 	Data      []byte
 	CreatedAt time.Time
@@ -60,6 +64,7 @@ type Filter struct {
 	ProjectID      string
 	LoadBalancerID string
 	ParentID       string
+	Name           string
 }
 
 // Store opens transactions.

@@ -60,7 +60,8 @@ func (t *tx) GetForUpdate(kind store.Kind, id string) (store.Record, error) { re
 func match(r store.Record, f store.Filter) bool {
 	return (f.ProjectID == "" || r.ProjectID == f.ProjectID) &&
 		(f.LoadBalancerID == "" || r.LoadBalancerID == f.LoadBalancerID) &&
-		(f.ParentID == "" || r.ParentID == f.ParentID)
+		(f.ParentID == "" || r.ParentID == f.ParentID) &&
+		(f.Name == "" || r.Name == f.Name)
 }
 
 func (t *tx) List(kind store.Kind, f store.Filter) ([]store.Record, error) {

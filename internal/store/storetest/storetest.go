@@ -131,6 +131,8 @@ func Main(m *testing.M) {
 type Engine struct {
 	Name  string
 	Store store.Store
+	// DSN opens the same database again (for tests of reopening).
+	DSN string
 }
 
 // Engines returns a fresh SQLite store and, if available, a fresh
@@ -139,12 +141,13 @@ func Engines(t testing.TB) []Engine {
 	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sq, err := store.Open(ctx, filepath.Join(t.TempDir(), "flowlb.db"), log)
+	path := filepath.Join(t.TempDir(), "flowlb.db")
+	sq, err := store.Open(ctx, path, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sq.Close() })
-	out := []Engine{{"sqlite", sq}}
+	out := []Engine{{"sqlite", sq, path}}
 	once.Do(func() { cluster, pgErr = StartCluster() })
 	if pgErr != nil {
 		if os.Getenv("FLOWLB_REQUIRE_POSTGRES") == "1" {
@@ -162,5 +165,5 @@ func Engines(t testing.TB) []Engine {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pg.Close() })
-	return append(out, Engine{"postgres", pg})
+	return append(out, Engine{"postgres", pg, dsn})
 }

@@ -1,0 +1,1 @@
+UPDATE objects SET name = COALESCE(data::json->>'name', '') WHERE kind = 'loadbalancer'
