@@ -103,8 +103,14 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, opts kubelb.Optio
 		UpdateFunc: func(_, o any) { c.enqueueSlice(o) },
 		DeleteFunc: func(o any) { c.enqueueSlice(o) },
 	})
-	_, _ = nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(o any) { c.enqueueRestricted() },
+	_, _ = nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		// The Nodes of the initial list need no requeue: every Service is
+		// queued by its own initial add.
+		AddFunc: func(o any, initial bool) {
+			if !initial {
+				c.enqueueRestricted()
+			}
+		},
 		UpdateFunc: func(old, o any) {
 			a, b := old.(*corev1.Node), o.(*corev1.Node)
 			if !slices.Equal(a.Spec.PodCIDRs, b.Spec.PodCIDRs) || a.Spec.PodCIDR != b.Spec.PodCIDR {
@@ -307,7 +313,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		return err
 	}
 	opts := c.opts
-	opts.PodCIDRs = c.podCIDRs()
+	if kubelb.SourceRestricted(svc) {
+		opts.PodCIDRs = c.podCIDRs() // only source ranges list them
+	}
 	want, err := kubelb.Desired(svc, eps, opts)
 	if err != nil {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "InvalidService", "%v", err)
