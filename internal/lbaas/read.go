@@ -71,11 +71,9 @@ func (s *Service) TreesOf(ctx context.Context, id, name string) ([]*Tree, error)
 	if err != nil {
 		return nil, err
 	}
+	f := visibleFilter(c)
 	// A load balancer's loadbalancer_id column is its own id.
-	f := store.Filter{LoadBalancerID: id, Name: name}
-	if !c.IsAdmin && !c.ReadAll {
-		f.ProjectID = c.ProjectID
-	}
+	f.LoadBalancerID, f.Name = id, name
 	var out []*Tree
 	err = s.st.View(ctx, func(tx store.ReadTx) error {
 		lbs, err := tx.List(store.KindLoadBalancer, f)
@@ -101,10 +99,7 @@ func (s *Service) Trees(ctx context.Context) ([]*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := store.Filter{}
-	if !c.IsAdmin && !c.ReadAll {
-		f.ProjectID = c.ProjectID
-	}
+	f := visibleFilter(c)
 	var out []*Tree
 	err = s.st.View(ctx, func(tx store.ReadTx) error {
 		lbs, err := tx.List(store.KindLoadBalancer, f)

@@ -136,6 +136,15 @@ func visible(c identity.Caller, p string) bool { return c.IsAdmin || c.ReadAll |
 
 func writable(c identity.Caller, p string) bool { return c.IsAdmin || c.ProjectID == p }
 
+// visibleFilter narrows a list to what the caller may see: its own
+// project, or everything for those who read across projects (as visible).
+func visibleFilter(c identity.Caller) store.Filter {
+	if c.IsAdmin || c.ReadAll {
+		return store.Filter{}
+	}
+	return store.Filter{ProjectID: c.ProjectID}
+}
+
 // apply sets attrs onto v through its JSON form: a present key replaces the
 // field, an explicit null clears it. Keys that are not fields are ignored,
 // so callers strip nested objects first.

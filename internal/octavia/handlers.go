@@ -245,11 +245,9 @@ func (s *Server) trees(r *http.Request, keys ...string) ([]*lbaas.Tree, error) {
 	if len(want) == 0 {
 		return s.svc.Trees(r.Context())
 	}
-	id := cmp.Or(want["id"], want["loadbalancer_id"])
-	if want["id"] != "" && want["loadbalancer_id"] != "" && want["id"] != want["loadbalancer_id"] {
-		return nil, nil // ids that disagree match nothing
-	}
-	return s.svc.TreesOf(r.Context(), id, want["name"])
+	// A caller names the load balancer's id by one key: id for the load
+	// balancer list, loadbalancer_id for its children's.
+	return s.svc.TreesOf(r.Context(), cmp.Or(want["id"], want["loadbalancer_id"]), want["name"])
 }
 
 // each collects rendered children of every visible tree.
