@@ -207,6 +207,47 @@ func (e *kubeEnv) readyPods(name string) []string {
 	return out
 }
 
+// load asks an address from one host every 10 ms until checked.
+type load struct {
+	ok, failed  atomic.Int64
+	lastErr     atomic.Value
+	stop, ended chan struct{}
+}
+
+func startLoad(from lab.Host, addr string) *load {
+	l := &load{stop: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(l.ended)
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			if _, err := ask(from, addr); err != nil {
+				l.failed.Add(1)
+				l.lastErr.Store(err)
+			} else {
+				l.ok.Add(1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	return l
+}
+
+// check stops the load and fails t if any request failed (when: the
+// change it ran through).
+func (l *load) check(t *testing.T, when string) {
+	t.Helper()
+	close(l.stop)
+	<-l.ended
+	t.Logf("%s: %d requests succeeded, %d failed", when, l.ok.Load(), l.failed.Load())
+	if l.failed.Load() > 0 {
+		t.Errorf("%d requests failed %s (last: %v)", l.failed.Load(), when, l.lastErr.Load())
+	}
+}
+
 // lbCount counts the load balancers named for Service name.
 func (e *kubeEnv) lbCount(name string) int {
 	_, body := e.call("GET", "/v2/lbaas/loadbalancers?name=kube_service_lab_default_"+name, nil)
@@ -288,27 +329,7 @@ func TestKubernetesServices(t *testing.T) {
 	})
 
 	t.Run("rolling update under load", func(t *testing.T) {
-		var ok, failed atomic.Int64
-		var lastErr atomic.Value
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, err := ask(clients[0], vip); err != nil {
-					failed.Add(1)
-					lastErr.Store(err)
-				} else {
-					ok.Add(1)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
+		l := startLoad(clients[0], vip)
 		before := e.readyPods("web")
 		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"rollout":"%d"}}}}}`, time.Now().UnixNano())
 		if _, err := e.k.AppsV1().Deployments("default").Patch(e.ctx, "web", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
@@ -320,12 +341,7 @@ func TestKubernetesServices(t *testing.T) {
 			return len(now) == 5 && len(pods.Items) == 5 && !slices.ContainsFunc(now, func(ip string) bool { return slices.Contains(before, ip) }) &&
 				slices.Equal(e.members("web"), now)
 		})
-		close(stop)
-		<-done
-		t.Logf("rolling update: %d requests succeeded, %d failed", ok.Load(), failed.Load())
-		if failed.Load() > 0 {
-			t.Errorf("%d requests failed during the rolling update (last: %v)", failed.Load(), lastErr.Load())
-		}
+		l.check(t, "during the rolling update")
 	})
 
 	t.Run("session affinity", func(t *testing.T) {

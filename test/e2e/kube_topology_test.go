@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,26 +126,7 @@ func TestKubernetesTopology(t *testing.T) {
 		// Move every pod to zone-a under load from the zone-b client: once
 		// zone-b has no pod, its traffic goes to zone-a's, and no request
 		// fails on the way.
-		var ok, failed atomic.Int64
-		var lastErr atomic.Value
-		stop, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, err := ask(clients[1], vip); err != nil {
-					failed.Add(1)
-					lastErr.Store(err)
-				} else {
-					ok.Add(1)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
+		l := startLoad(clients[1], vip)
 		patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"nodeSelector":{%q:"zone-a"}}}}}`, corev1.LabelTopologyZone)
 		if _, err := e.k.AppsV1().Deployments("default").Patch(e.ctx, "zonal", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
@@ -158,12 +138,7 @@ func TestKubernetesTopology(t *testing.T) {
 				slices.Equal(e.members("zonal"), ready)
 		})
 		time.Sleep(300 * time.Millisecond)
-		close(stop)
-		<-done
-		t.Logf("zone-b client during the move: %d requests succeeded, %d failed", ok.Load(), failed.Load())
-		if failed.Load() > 0 {
-			t.Errorf("%d requests failed while the pods left zone-b (last: %v)", failed.Load(), lastErr.Load())
-		}
+		l.check(t, "while the pods left zone-b")
 		if by := e.spreadFrom(clients[1:2], vip, 20); len(by) == 0 {
 			t.Error("the zone-b client reached nothing")
 		} else {
