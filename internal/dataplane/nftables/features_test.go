@@ -95,9 +95,7 @@ func TestNoBackendRejects(t *testing.T) {
 func TestPersistence(t *testing.T) {
 	inNetns(t, func(ns netns.NsHandle) {
 		setup(t)
-		for _, a := range backendAddrs {
-			defer serve(t, a).Close()
-		}
+		defer serveAll(t)()
 		ctx := context.Background()
 		dp, err := New(int(ns), "n1")
 		if err != nil {
@@ -368,9 +366,7 @@ func TestSCTPProgrammed(t *testing.T) {
 func TestInternalLocal(t *testing.T) {
 	inNetns(t, func(ns netns.NsHandle) {
 		setup(t)
-		for _, a := range backendAddrs {
-			defer serve(t, a).Close()
-		}
+		defer serveAll(t)()
 		dp, err := New(int(ns), "n1")
 		if err != nil {
 			t.Fatal(err)
@@ -418,9 +414,7 @@ func TestInternalLocal(t *testing.T) {
 func TestPreferClose(t *testing.T) {
 	inNetns(t, func(ns netns.NsHandle) {
 		setup(t)
-		for _, a := range backendAddrs {
-			defer serve(t, a).Close()
-		}
+		defer serveAll(t)()
 		dp, err := New(int(ns), "n1", WithZone("zone-a"))
 		if err != nil {
 			t.Fatal(err)

@@ -77,6 +77,19 @@ func setup(t *testing.T) {
 }
 
 // serve answers every TCP connection with the backend's address.
+// serveAll serves every backend address; the returned func stops them.
+func serveAll(t *testing.T) (stop func()) {
+	var lns []net.Listener
+	for _, a := range backendAddrs {
+		lns = append(lns, serve(t, a))
+	}
+	return func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+}
+
 func serve(t *testing.T, addr string) net.Listener {
 	ln, err := net.Listen("tcp", addr+":8080")
 	if err != nil {
@@ -122,9 +135,7 @@ func svc(alg flows.Algorithm, addrs ...string) flows.Table {
 func TestTrafficThroughVIP(t *testing.T) {
 	inNetns(t, func(ns netns.NsHandle) {
 		setup(t)
-		for _, a := range backendAddrs {
-			defer serve(t, a).Close()
-		}
+		defer serveAll(t)()
 		dp, err := New(int(ns), "n1")
 		if err != nil {
 			t.Fatal(err)
@@ -186,9 +197,7 @@ func TestTrafficThroughVIP(t *testing.T) {
 func TestRestartAdoptsTable(t *testing.T) {
 	inNetns(t, func(ns netns.NsHandle) {
 		setup(t)
-		for _, a := range backendAddrs {
-			defer serve(t, a).Close()
-		}
+		defer serveAll(t)()
 		ctx := context.Background()
 		first, err := New(int(ns), "n1")
 		if err != nil {
@@ -232,9 +241,7 @@ func TestRestartAdoptsTable(t *testing.T) {
 func TestAllowedCIDRs(t *testing.T) {
 	inNetns(t, func(ns netns.NsHandle) {
 		setup(t)
-		for _, a := range backendAddrs {
-			defer serve(t, a).Close()
-		}
+		defer serveAll(t)()
 		ctx := context.Background()
 		dp, err := New(int(ns), "n1")
 		if err != nil {

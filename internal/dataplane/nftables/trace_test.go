@@ -20,9 +20,7 @@ import (
 func TestTraceMatchesKernel(t *testing.T) {
 	inNetns(t, func(ns netns.NsHandle) {
 		setup(t)
-		for _, a := range backendAddrs {
-			defer serve(t, a).Close()
-		}
+		defer serveAll(t)()
 		lo, _ := netlink.LinkByName("lo")
 		var clients []string
 		for i := 1; i <= 24; i++ {
