@@ -18,7 +18,7 @@ lint:
 # Unit, store (SQLite and PostgreSQL), API, root (namespace) and
 # Kubernetes-in-the-lab tests.
 unit:
-	FLOWLB_REQUIRE_POSTGRES=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 40m ./...
+	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_POSTGRES=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 40m ./...
 
 # The real openstack CLI against a real flowlb server, and
 # octavia-tempest-plugin's whole API suite behind a real Keystone with

@@ -3,7 +3,6 @@ package announce
 import (
 	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"slices"
 	"testing"
@@ -11,6 +10,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // TestKernelTable: announcements are blackhole host routes of protocol
@@ -18,9 +19,7 @@ import (
 // table and the main table are not announcements, and main, local and
 // default are refused as announcement tables.
 func TestKernelTable(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates a network namespace and routes in it")
-	}
+	testutil.RequireRoot(t)
 	for _, bad := range []int{0, unix.RT_TABLE_MAIN, unix.RT_TABLE_LOCAL, unix.RT_TABLE_DEFAULT} {
 		if _, err := OpenTable(bad); err == nil {
 			t.Errorf("table %d accepted", bad)

@@ -104,6 +104,32 @@ func (c *cluster) startServer() {
 
 const control = "198.18.0.250"
 
+// waitAgentsConnected waits until every node's agent reports its stream
+// to the server up (flowlb_agent_connected 1). A change turns ACTIVE with
+// the acks of the agents connected at the time: one still reconnecting
+// after a server restart gets it only when it is back.
+func (c *cluster) waitAgentsConnected(within time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for _, n := range c.lab.Nodes() {
+		hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: n.Dial}}
+		for {
+			resp, err := hc.Get("http://127.0.0.1:9878/metrics")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if strings.Contains(string(b), "\nflowlb_agent_connected 1\n") {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				c.t.Fatalf("the agent of %s is not connected after %s (%v)", n.Name, within, err)
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+	}
+}
+
 func newCluster(t testing.TB, nodes, pods int) *cluster { return newClusterWith(t, nodes, pods) }
 
 // newClusterWith starts the server with serverArgs added.

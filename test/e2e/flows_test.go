@@ -266,6 +266,7 @@ func TestEstablishedConnectionsSurvive(t *testing.T) {
 	s.check(t, "server stopped")
 	c.startServer()
 	s.check(t, "server restarted")
+	c.waitAgentsConnected(10 * time.Second)
 	// The restarted server still drives the agents (through a member
 	// other than the deleted one).
 	other := pods[0].Name

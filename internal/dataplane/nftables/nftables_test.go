@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // inNetns runs fn on a thread inside a fresh network namespace with
@@ -25,9 +25,7 @@ func inNetns(t *testing.T, fn func(ns netns.NsHandle)) { inNetnsB(t, fn) }
 
 func inNetnsB(t testing.TB, fn func(ns netns.NsHandle)) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates a network namespace and programs nftables in it")
-	}
+	testutil.RequireRoot(t)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/echo"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 var reapOnce sync.Once
@@ -42,9 +43,7 @@ func init() {
 // SkipUnlessRoot skips t when the process cannot create namespaces.
 func SkipUnlessRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces (run as root, as .ci/run does)")
-	}
+	testutil.RequireRoot(t)
 }
 
 // EchoCommand is the echo command for labs started from a test binary.
