@@ -224,24 +224,3 @@ func Handle(ns string) (*netlink.Handle, error) {
 	}
 	return nh, nil
 }
-
-// setSysctls writes sysctls of the calling thread's network namespace
-// (/proc/sys/net follows the namespace of the thread that opens it).
-// Keys are dotted; a missing key is an error unless optional.
-func setSysctls(kv []sysctl) error {
-	for _, s := range kv {
-		p := "/proc/sys/" + strings.ReplaceAll(s.key, ".", "/")
-		if err := os.WriteFile(p, []byte(s.val), 0o644); err != nil {
-			if s.optional && errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			return fmt.Errorf("sysctl %s=%s: %w", s.key, s.val, err)
-		}
-	}
-	return nil
-}
-
-type sysctl struct {
-	key, val string
-	optional bool
-}

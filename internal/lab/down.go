@@ -1,0 +1,138 @@
+package lab
+
+// Teardown: removing a lab, also one whose `lab up` crashed, and finding
+// the labs present on the machine.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Down removes the lab.
+func (l *Lab) Down() error {
+	root := filepath.Dir(l.dir)
+	return Down(l.name, root)
+}
+
+// Down removes lab name completely: its processes (from the state file,
+// its cgroup and a scan of every process's namespace), its namespaces
+// (and with them every link and route), its cgroups and its state
+// directory. It needs nothing but the name, so it also cleans up after a
+// lab (or a `lab up`) that crashed; it is idempotent.
+func Down(name, root string) error {
+	if err := ValidName(name); err != nil {
+		return err
+	}
+	dir := filepath.Join(stateRoot(root), name)
+	var errs []error
+	nss, err := listNS(Prefix(name))
+	if err != nil {
+		errs = append(errs, err)
+	}
+	// Kill first: a namespace only goes away once no process holds it.
+	if err := killCgroupProcs(cgroupDir(name)); err != nil {
+		errs = append(errs, err)
+	}
+	inodes := map[uint64]bool{}
+	for _, ns := range nss {
+		if ino, err := nsInode(ns); err == nil {
+			inodes[ino] = true
+		}
+	}
+	pids := pidsInNS(inodes)
+	if s, err := readState(dir); err == nil {
+		for _, p := range s.Procs {
+			if p.alive() {
+				pids = append(pids, p.PID)
+			}
+		}
+	}
+	if err := killAndWait(pids, 10*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	for _, ns := range nss {
+		if err := deleteNS(ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := killCgroup(cgroupDir(name)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// DownOrphans removes every lab whose owner process (Options.Owned) has
+// exited, and returns their names. Labs without an owner (made by the
+// CLI) and labs of live processes are left alone, so concurrent test
+// binaries can call it safely.
+func DownOrphans(root string) ([]string, error) {
+	var gone []string
+	var errs []error
+	for _, name := range Labs(root) {
+		s, err := readState(filepath.Join(stateRoot(root), name))
+		if err != nil || s.Owner == nil || s.Owner.alive() {
+			continue
+		}
+		if err := Down(name, root); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		gone = append(gone, name)
+	}
+	return gone, errors.Join(errs...)
+}
+
+// killCgroupProcs kills the lab's cgroup tree without waiting.
+func killCgroupProcs(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0o644)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("kill cgroup %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Labs lists the names of labs present on the machine, found by state
+// directory, namespace and cgroup prefix.
+func Labs(root string) []string {
+	seen := map[string]bool{}
+	if ents, err := os.ReadDir(stateRoot(root)); err == nil {
+		for _, e := range ents {
+			if ValidName(e.Name()) == nil {
+				seen[e.Name()] = true
+			}
+		}
+	}
+	if nss, err := listNS("flb-"); err == nil {
+		for _, ns := range nss {
+			if n := labOfNS(ns); n != "" {
+				seen[n] = true
+			}
+		}
+	}
+	if cg := cgroup2Root(); cg != "" {
+		if ents, err := os.ReadDir(cg); err == nil {
+			for _, e := range ents {
+				if rest, ok := strings.CutPrefix(e.Name(), "flb-"); ok && ValidName(rest) == nil {
+					seen[rest] = true
+				}
+			}
+		}
+	}
+	var out []string
+	for n := range seen {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
