@@ -124,10 +124,23 @@ func (l *Lab) KubeDir() string { return filepath.Join(l.dir, "kube") }
 // Kube returns the control plane's state, or nil if the lab has none.
 func (l *Lab) Kube() *KubeState { return l.snapshot().Kube }
 
-// KubeletArgs are the flags StartKube gives the lab kubelet.
+// kubeletArgs are the flags StartKube gives the lab kubelet.
 func (l *Lab) kubeletArgs() []string {
 	return []string{"--lab", l.name, "--state-dir", filepath.Dir(l.dir), "--api-listen-fd", "3"}
 }
+
+// kubeClusterName names the lab's cluster in kubeconfigs and to the
+// controller manager.
+func (l *Lab) kubeClusterName() string { return "flowlb-" + l.name }
+
+// URLs of the control plane: etcd and the API on the fabric's loopback,
+// and the API on the control address for processes in lab namespaces.
+var (
+	etcdClientURL  = "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdClientPort))
+	etcdPeerURL    = "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdPeerPort))
+	apiInFabricURL = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(KubeAPIPort))
+	apiLabURL      = "https://" + net.JoinHostPort(ControlAddr.String(), strconv.Itoa(KubeAPIPort))
+)
 
 // StartKube starts etcd, kube-apiserver, kube-controller-manager and the
 // lab kubelet in the fabric namespace, writes the kubeconfigs and returns
@@ -137,22 +150,9 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 	if l.Kube() != nil {
 		return nil, fmt.Errorf("lab %s already runs Kubernetes", l.name)
 	}
-	if o.BinDir == "" {
-		o.BinDir = KubeBinDir()
-	}
-	etcd, err := KubeBinaries(o.BinDir)
+	etcd, err := o.fillDefaults()
 	if err != nil {
 		return nil, err
-	}
-	if len(o.Kubelet) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		o.Kubelet = []string{exe, "lab", "kubelet"}
-	}
-	if o.Timeout == 0 {
-		o.Timeout = 3 * time.Minute
 	}
 	t0 := time.Now()
 	dir := l.KubeDir()
@@ -164,157 +164,142 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 		return nil, fmt.Errorf("kubernetes certificates: %w", err)
 	}
 	l.log.Info("kubernetes certificates made", "lab", l.name, "elapsed", time.Since(t0))
-
-	// The loopback port of the caller's namespace that the kubelet
-	// forwards to the API: bound here, so the kubeconfig is right before
-	// the kubelet even runs.
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	ln, lnf, err := apiForwardListener()
 	if err != nil {
 		return nil, err
 	}
 	defer ln.Close()
-	lnf, err := ln.(*net.TCPListener).File()
-	if err != nil {
-		return nil, err
-	}
 	defer lnf.Close()
-
-	local := "https://" + ln.Addr().String()
-	inFabric := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(KubeAPIPort))
-	labServer := "https://" + net.JoinHostPort(ControlAddr.String(), strconv.Itoa(KubeAPIPort))
-	ks := &KubeState{
-		Version:       KubeVersion,
-		Dir:           dir,
-		Kubeconfig:    filepath.Join(dir, "admin.kubeconfig"),
-		Server:        local,
-		LabKubeconfig: filepath.Join(dir, "lab-admin.kubeconfig"),
-		LabServer:     labServer,
-		ServiceCIDR:   KubeServiceCIDR.String(),
-	}
-	cluster := "flowlb-" + l.name
-	kcs := []struct {
-		path, server string
-		cred         keyPair
-	}{
-		{ks.Kubeconfig, local, pki.admin},
-		{ks.LabKubeconfig, labServer, pki.admin},
-		{filepath.Join(dir, "controller-manager.kubeconfig"), inFabric, pki.controller},
-		{filepath.Join(dir, "kubelet.kubeconfig"), inFabric, pki.kubelet},
-	}
-	for _, kc := range kcs {
-		if err := writeKubeconfig(kc.path, cluster, kc.server, pki.ca.cert, kc.cred); err != nil {
-			return nil, err
-		}
+	ks := newKubeState(dir, "https://"+ln.Addr().String())
+	if err := l.writeKubeconfigs(ks, pki); err != nil {
+		return nil, err
 	}
 	if err := l.update(func(s *State) error { s.Kube = ks; return nil }); err != nil {
 		return nil, err
 	}
 
-	fabric := l.Fabric()
-	etcdURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdClientPort))
-	peerURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdPeerPort))
-	etcdArgv := []string{etcd,
-		"--name", "lab", "--data-dir", filepath.Join(dir, "etcd"),
-		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
-		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "lab=" + peerURL, "--initial-cluster-state", "new",
-		"--logger", "zap", "--log-level", "warn",
-	}
-	if _, err := fabric.Start(ProcEtcd, etcdArgv); err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	if err := l.waitHTTP(ctx, ProcEtcd, etcdURL+"/health", nil); err != nil {
+	if err := l.startKubeProc(ctx, ProcEtcd, etcdArgv(etcd, dir), etcdClientURL+"/health", nil); err != nil {
 		return nil, err
 	}
 	l.log.Info("etcd ready", "lab", l.name, "elapsed", time.Since(t0))
-
-	apiArgv := []string{filepath.Join(o.BinDir, ProcAPIServer),
-		"--etcd-servers", etcdURL,
-		"--bind-address", "0.0.0.0",
-		"--secure-port", strconv.Itoa(KubeAPIPort),
-		"--advertise-address", ControlAddr.String(),
-		"--service-cluster-ip-range", KubeServiceCIDR.String(),
-		"--client-ca-file", pki.ca.certFile,
-		"--tls-cert-file", pki.serving.certFile,
-		"--tls-private-key-file", pki.serving.keyFile,
-		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file", pki.sa.certFile,
-		"--service-account-signing-key-file", pki.sa.keyFile,
-		"--authorization-mode", "RBAC",
-		"--allow-privileged=true",
-		"--profiling=false",
-		"--endpoint-reconciler-type", "lease",
-		// Node names do not resolve (and the fabric has no DNS): reach
-		// nodes by address.
-		"--kubelet-preferred-address-types", "InternalIP",
-	}
-	if _, err := fabric.Start(ProcAPIServer, apiArgv); err != nil {
-		return nil, err
-	}
 	tc, err := pki.clientTLS(pki.admin)
 	if err != nil {
 		return nil, err
 	}
-	if err := l.waitHTTP(ctx, ProcAPIServer, inFabric+"/readyz", tc); err != nil {
+	if err := l.startKubeProc(ctx, ProcAPIServer, apiServerArgv(o.BinDir, pki), apiInFabricURL+"/readyz", tc); err != nil {
 		return nil, err
 	}
 	ks.UpSeconds = time.Since(t0).Seconds()
 	l.log.Info("kube-apiserver ready", "lab", l.name, "elapsed", time.Since(t0))
 
-	kcm := filepath.Join(dir, "controller-manager.kubeconfig")
-	kcmArgv := []string{filepath.Join(o.BinDir, ProcController),
-		"--kubeconfig", kcm,
-		"--authentication-kubeconfig", kcm,
-		"--authorization-kubeconfig", kcm,
-		// The lab has no front proxy: do not look for its request-header CA
-		// in the cluster (it would complain about it every few seconds).
-		"--authentication-skip-lookup",
-		"--bind-address", "127.0.0.1",
-		"--cluster-name", cluster,
-		"--controllers", strings.Join(KubeControllers, ","),
-		"--use-service-account-credentials=true",
-		"--service-account-private-key-file", pki.sa.keyFile,
-		"--root-ca-file", pki.ca.certFile,
-		"--leader-elect=false",
-		// The default 20 requests/s makes a burst of 100 Services wait
-		// seconds for their EndpointSlices; the lab is small.
-		"--kube-api-qps", "200", "--kube-api-burst", "400",
-		"--profiling=false",
-	}
-	if _, err := fabric.Start(ProcController, kcmArgv); err != nil {
+	if _, err := l.Fabric().Start(ProcController, controllerManagerArgv(o.BinDir, dir, l.kubeClusterName(), pki)); err != nil {
 		return nil, err
 	}
 	kubeletArgv := append(append([]string{}, o.Kubelet...), l.kubeletArgs()...)
 	if _, err := l.startProc(HostFabric, ProcKubelet, kubeletArgv, o.KubeletEnv, lnf); err != nil {
 		return nil, err
 	}
-	// Only the figure: the kubelet may already be recording pods.
-	if err := l.update(func(s *State) error {
-		if s.Kube == nil {
-			return ErrNoKube
-		}
-		s.Kube.UpSeconds = ks.UpSeconds
-		return nil
-	}); err != nil {
+	if err := l.recordKubeUpSeconds(ks.UpSeconds); err != nil {
 		return nil, err
 	}
 	return ks, nil
 }
 
-// KubeControllers are the kube-controller-manager controllers the lab
-// runs: what Deployments, Services with EndpointSlices, namespaces,
-// service accounts and node health need.
-var KubeControllers = []string{
-	"endpointslice-controller",
-	"deployment-controller",
-	"replicaset-controller",
-	"namespace-controller",
-	"garbage-collector-controller",
-	"serviceaccount-controller",
-	"serviceaccount-token-controller",
-	"node-lifecycle-controller",
+// fillDefaults sets the defaults the field comments of KubeOptions name,
+// checks the binaries and returns the path of etcd.
+func (o *KubeOptions) fillDefaults() (etcd string, err error) {
+	if o.BinDir == "" {
+		o.BinDir = KubeBinDir()
+	}
+	etcd, err = KubeBinaries(o.BinDir)
+	if err != nil {
+		return "", err
+	}
+	if len(o.Kubelet) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		o.Kubelet = []string{exe, "lab", "kubelet"}
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 3 * time.Minute
+	}
+	return etcd, nil
+}
+
+// apiForwardListener binds the loopback port of the caller's namespace
+// that the kubelet forwards to the API: bound here, so the kubeconfig is
+// right before the kubelet even runs. The file is what the kubelet
+// inherits; the caller closes both.
+func apiForwardListener() (net.Listener, *os.File, error) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	lnf, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	return ln, lnf, nil
+}
+
+// newKubeState describes a control plane kept in dir whose API the
+// machine's shell reaches at local.
+func newKubeState(dir, local string) *KubeState {
+	return &KubeState{
+		Version:       KubeVersion,
+		Dir:           dir,
+		Kubeconfig:    filepath.Join(dir, "admin.kubeconfig"),
+		Server:        local,
+		LabKubeconfig: filepath.Join(dir, "lab-admin.kubeconfig"),
+		LabServer:     apiLabURL,
+		ServiceCIDR:   KubeServiceCIDR.String(),
+	}
+}
+
+// writeKubeconfigs writes the admin kubeconfigs of ks (the shell's and the
+// lab's) and those of the controller manager and the kubelet.
+func (l *Lab) writeKubeconfigs(ks *KubeState, pki *kubePKI) error {
+	kcs := []struct {
+		path, server string
+		cred         keyPair
+	}{
+		{ks.Kubeconfig, ks.Server, pki.admin},
+		{ks.LabKubeconfig, ks.LabServer, pki.admin},
+		{filepath.Join(ks.Dir, "controller-manager.kubeconfig"), apiInFabricURL, pki.controller},
+		{filepath.Join(ks.Dir, "kubelet.kubeconfig"), apiInFabricURL, pki.kubelet},
+	}
+	for _, kc := range kcs {
+		if err := writeKubeconfig(kc.path, l.kubeClusterName(), kc.server, pki.ca.cert, kc.cred); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startKubeProc starts the control-plane process name in the fabric and
+// waits until url answers 200 there.
+func (l *Lab) startKubeProc(ctx context.Context, name string, argv []string, url string, tc *tls.Config) error {
+	if _, err := l.Fabric().Start(name, argv); err != nil {
+		return err
+	}
+	return l.waitHTTP(ctx, name, url, tc)
+}
+
+// recordKubeUpSeconds saves how long the control plane took to come up;
+// only the figure, as the kubelet may already be recording pods.
+func (l *Lab) recordKubeUpSeconds(up float64) error {
+	return l.update(func(s *State) error {
+		if s.Kube == nil {
+			return ErrNoKube
+		}
+		s.Kube.UpSeconds = up
+		return nil
+	})
 }
 
 // waitHTTP polls url from inside the fabric until it answers 200, the

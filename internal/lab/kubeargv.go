@@ -1,0 +1,85 @@
+package lab
+
+// The command lines of the lab's Kubernetes control plane.
+
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// etcdArgv runs a one-member etcd on the fabric's loopback with its data
+// under dir.
+func etcdArgv(etcd, dir string) []string {
+	return []string{etcd,
+		"--name", "lab", "--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", etcdClientURL, "--advertise-client-urls", etcdClientURL,
+		"--listen-peer-urls", etcdPeerURL, "--initial-advertise-peer-urls", etcdPeerURL,
+		"--initial-cluster", "lab=" + etcdPeerURL, "--initial-cluster-state", "new",
+		"--logger", "zap", "--log-level", "warn",
+	}
+}
+
+// apiServerArgv serves the API on every address of the fabric (its
+// loopback and the control address) with the lab's certificates.
+func apiServerArgv(binDir string, pki *kubePKI) []string {
+	return []string{filepath.Join(binDir, ProcAPIServer),
+		"--etcd-servers", etcdClientURL,
+		"--bind-address", "0.0.0.0",
+		"--secure-port", strconv.Itoa(KubeAPIPort),
+		"--advertise-address", ControlAddr.String(),
+		"--service-cluster-ip-range", KubeServiceCIDR.String(),
+		"--client-ca-file", pki.ca.certFile,
+		"--tls-cert-file", pki.serving.certFile,
+		"--tls-private-key-file", pki.serving.keyFile,
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", pki.sa.certFile,
+		"--service-account-signing-key-file", pki.sa.keyFile,
+		"--authorization-mode", "RBAC",
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--endpoint-reconciler-type", "lease",
+		// Node names do not resolve (and the fabric has no DNS): reach
+		// nodes by address.
+		"--kubelet-preferred-address-types", "InternalIP",
+	}
+}
+
+// controllerManagerArgv runs the KubeControllers with the kubeconfig that
+// StartKube wrote under dir.
+func controllerManagerArgv(binDir, dir, cluster string, pki *kubePKI) []string {
+	kcm := filepath.Join(dir, "controller-manager.kubeconfig")
+	return []string{filepath.Join(binDir, ProcController),
+		"--kubeconfig", kcm,
+		"--authentication-kubeconfig", kcm,
+		"--authorization-kubeconfig", kcm,
+		// The lab has no front proxy: do not look for its request-header CA
+		// in the cluster (it would complain about it every few seconds).
+		"--authentication-skip-lookup",
+		"--bind-address", "127.0.0.1",
+		"--cluster-name", cluster,
+		"--controllers", strings.Join(KubeControllers, ","),
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file", pki.sa.keyFile,
+		"--root-ca-file", pki.ca.certFile,
+		"--leader-elect=false",
+		// The default 20 requests/s makes a burst of 100 Services wait
+		// seconds for their EndpointSlices; the lab is small.
+		"--kube-api-qps", "200", "--kube-api-burst", "400",
+		"--profiling=false",
+	}
+}
+
+// KubeControllers are the kube-controller-manager controllers the lab
+// runs: what Deployments, Services with EndpointSlices, namespaces,
+// service accounts and node health need.
+var KubeControllers = []string{
+	"endpointslice-controller",
+	"deployment-controller",
+	"replicaset-controller",
+	"namespace-controller",
+	"garbage-collector-controller",
+	"serviceaccount-controller",
+	"serviceaccount-token-controller",
+	"node-lifecycle-controller",
+}
