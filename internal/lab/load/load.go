@@ -74,16 +74,37 @@ type Result struct {
 
 // Run generates the load and blocks until the run ends or ctx is done.
 func Run(ctx context.Context, c Config) (Result, error) {
+	if err := c.fillDefaults(); err != nil {
+		return Result{}, err
+	}
+	// One clock for the whole run: the context's deadline and the
+	// workers' end check must agree, or operations started in between
+	// fail at once with "i/o timeout" and count as errors.
+	start := time.Now()
+	end := start.Add(c.Duration)
+	ctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	workers, err := runWorkers(ctx, &c, start, end)
+	elapsed := time.Since(start)
+	if err != nil {
+		return Result{}, err
+	}
+	return merge(&c, workers, elapsed), nil
+}
+
+// fillDefaults checks the protocol and target and sets the defaults the
+// field comments of Config name.
+func (c *Config) fillDefaults() error {
 	if c.Proto == "" {
 		c.Proto = "tcp"
 	}
 	switch c.Proto {
 	case "tcp", "udp", "http":
 	default:
-		return Result{}, fmt.Errorf("proto %q: want tcp, udp or http", c.Proto)
+		return fmt.Errorf("proto %q: want tcp, udp or http", c.Proto)
 	}
 	if _, _, err := net.SplitHostPort(c.Target); err != nil {
-		return Result{}, fmt.Errorf("target %q: %w", c.Target, err)
+		return fmt.Errorf("target %q: %w", c.Target, err)
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 1
@@ -97,14 +118,13 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if c.Path == "" {
 		c.Path = "/"
 	}
-	// One clock for the whole run: the context's deadline and the
-	// workers' end check must agree, or operations started in between
-	// fail at once with "i/o timeout" and count as errors.
-	start := time.Now()
-	end := start.Add(c.Duration)
-	ctx, cancel := context.WithDeadline(ctx, end)
-	defer cancel()
+	return nil
+}
 
+// runWorkers runs c.Concurrency workers, each on its own OS thread inside
+// whatever c.Enter enters, until the run ends; the error is one of
+// c.Enter's.
+func runWorkers(ctx context.Context, c *Config, start, end time.Time) ([]worker, error) {
 	var (
 		seq     atomic.Int64 // operations handed out
 		workers = make([]worker, c.Concurrency)
@@ -129,14 +149,15 @@ func Run(ctx context.Context, c Config) (Result, error) {
 					}
 				}()
 			}
-			workers[w].run(ctx, &c, &seq, start, end)
+			workers[w].run(ctx, c, &seq, start, end)
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	if enterE != nil {
-		return Result{}, enterE
-	}
+	return workers, enterE
+}
+
+// merge adds the workers' counts up into the run's result.
+func merge(c *Config, workers []worker, elapsed time.Duration) Result {
 	r := Result{Proto: c.Proto, Target: c.Target, ByPod: map[string]int{}, ByError: map[string]int{},
 		ErrorSample: map[string]string{}, Peers: map[string]int{}, Elapsed: elapsed}
 	var lat []time.Duration
@@ -162,7 +183,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		r.Rate = float64(r.Count) / elapsed.Seconds()
 	}
 	r.Latency = percentiles(lat)
-	return r, nil
+	return r
 }
 
 func percentiles(lat []time.Duration) Latency {

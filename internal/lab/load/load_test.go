@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"reflect"
 	"syscall"
 	"testing"
 	"time"
@@ -158,5 +159,58 @@ func TestPercentiles(t *testing.T) {
 	}
 	if (percentiles(nil) != Latency{}) {
 		t.Error("empty input should give zero latency")
+	}
+}
+
+func TestFillDefaults(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      Config
+		want    Config
+		wantErr bool
+	}{
+		{"zero gets every default", Config{Target: "198.18.0.1:80"},
+			Config{Proto: "tcp", Target: "198.18.0.1:80", Concurrency: 1, Duration: time.Second, Timeout: time.Second, Path: "/"}, false},
+		{"set values stay", Config{Proto: "http", Target: "198.18.0.1:80", Concurrency: 3, Duration: 2 * time.Second, Timeout: 3 * time.Second, Path: "/x"},
+			Config{Proto: "http", Target: "198.18.0.1:80", Concurrency: 3, Duration: 2 * time.Second, Timeout: 3 * time.Second, Path: "/x"}, false},
+		{"unknown protocol", Config{Proto: "sctp", Target: "198.18.0.1:80"}, Config{}, true},
+		{"target without port", Config{Target: "198.18.0.1"}, Config{}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.in
+			err := c.fillDefaults()
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("fillDefaults() = %v, want error %v", err, tc.wantErr)
+			}
+			if !tc.wantErr && !reflect.DeepEqual(c, tc.want) {
+				t.Errorf("fillDefaults() gave %+v, want %+v", c, tc.want)
+			}
+		})
+	}
+}
+
+func TestMerge(t *testing.T) {
+	workers := []worker{
+		{lat: []time.Duration{1 * time.Millisecond, 3 * time.Millisecond}, errs: 1,
+			byPod: map[string]int{"a": 2}, byErr: map[string]int{"timeout": 1}, sample: map[string]string{"timeout": "i/o timeout"}, peers: map[string]int{"198.18.17.2": 2}},
+		{lat: []time.Duration{2 * time.Millisecond}, errs: 0,
+			byPod: map[string]int{"a": 1}, byErr: map[string]int{}, sample: map[string]string{}, peers: map[string]int{"198.18.17.2": 1}},
+	}
+	r := merge(&Config{Proto: "tcp", Target: "198.19.0.1:80"}, workers, 2*time.Second)
+	if r.Count != 3 || r.Errors != 1 || r.Attempts != 4 {
+		t.Errorf("count %d errors %d attempts %d, want 3/1/4", r.Count, r.Errors, r.Attempts)
+	}
+	if r.ByPod["a"] != 3 || r.Peers["198.18.17.2"] != 3 || r.ByError["timeout"] != 1 || r.ErrorSample["timeout"] != "i/o timeout" {
+		t.Errorf("merged maps: by pod %v peers %v by error %v samples %v", r.ByPod, r.Peers, r.ByError, r.ErrorSample)
+	}
+	if r.Rate != 1.5 {
+		t.Errorf("rate %v, want 1.5 (3 successes in 2s)", r.Rate)
+	}
+	if r.Latency.P50 != 2*time.Millisecond || r.Latency.Max != 3*time.Millisecond || r.Latency.Mean != 2*time.Millisecond {
+		t.Errorf("latency %+v, want p50 2ms, max 3ms, mean 2ms", r.Latency)
+	}
+	if r.Proto != "tcp" || r.Target != "198.19.0.1:80" || r.Elapsed != 2*time.Second {
+		t.Errorf("header %s %s %s", r.Proto, r.Target, r.Elapsed)
 	}
 }
