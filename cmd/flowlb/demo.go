@@ -40,6 +40,25 @@ func labDemoCmd() *cobra.Command {
 
 const demoControl = "198.18.0.250"
 
+// demo is one run of `flowlb lab demo`: its lab, where the server keeps
+// its data and the agent token, and the client that reaches the API from
+// node 1's namespace.
+type demo struct {
+	ctx    context.Context
+	out    io.Writer
+	lab    *lab.Lab
+	bin    string
+	dir    string
+	api    string
+	client *http.Client
+}
+
+// demoLB is the load balancer the demo creates.
+type demoLB struct {
+	id, vip string   // vip is address:port
+	members []string // pod names, sorted
+}
+
 func runDemo(ctx context.Context, out io.Writer, nodes, requests int) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("the demo builds network namespaces: run it as root")
@@ -48,90 +67,128 @@ func runDemo(ctx context.Context, out io.Writer, nodes, requests int) error {
 	if err != nil {
 		return err
 	}
-	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	d := &demo{ctx: ctx, out: out, bin: bin, api: "http://" + demoControl + ":9876"}
 	name := fmt.Sprintf("demo%d", os.Getpid()%10000)
 	t0 := time.Now()
-	l, err := lab.Up(ctx, lab.Options{Name: name, Nodes: nodes, PodsPerNode: 3, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	d.lab, err = lab.Up(ctx, lab.Options{Name: name, Nodes: nodes, PodsPerNode: 3, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return fmt.Errorf("lab up: %w", err)
 	}
-	defer func() {
-		if err := l.Down(); err != nil {
-			say("lab down: %v", err)
-		} else {
-			say("\nlab %s removed: namespaces, processes and kernel state", name)
-		}
-	}()
-	say("lab %s: %d nodes × 3 pods in network namespaces, up in %s", name, nodes, time.Since(t0).Round(time.Millisecond))
-
-	dir, err := os.MkdirTemp("", "flowlb-demo-")
+	defer d.down()
+	d.say("lab %s: %d nodes × 3 pods in network namespaces, up in %s", name, nodes, time.Since(t0).Round(time.Millisecond))
+	if d.dir, err = os.MkdirTemp("", "flowlb-demo-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(d.dir)
+	d.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.lab.Node(1).Dial}}
+	if err := d.startServer(); err != nil {
+		return err
+	}
+	if err := d.startAgents(); err != nil {
+		return err
+	}
+	lb, err := d.createLB(nodes)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	token := filepath.Join(dir, "agent-token")
-	if _, err := l.Fabric().Start("server", []string{bin, "server", "--listen", demoControl + ":9876", "--agent-listen", demoControl + ":9877",
-		"--data-dir", filepath.Join(dir, "data"), "--agent-token-file", token}); err != nil {
+	for _, from := range []lab.Host{d.lab.Pod(1, 3), d.lab.Pod(nodes, 3)} {
+		d.showSpread(from, lb, requests)
+	}
+	return d.deleteLB(lb)
+}
+
+func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
+
+// down removes the lab and says so.
+func (d *demo) down() {
+	if err := d.lab.Down(); err != nil {
+		d.say("lab down: %v", err)
+	} else {
+		d.say("\nlab %s removed: namespaces, processes and kernel state", d.lab.Name())
+	}
+}
+
+func (d *demo) token() string { return filepath.Join(d.dir, "agent-token") }
+
+// startServer runs the flowlb server in the fabric namespace and waits
+// for its API.
+func (d *demo) startServer() error {
+	if _, err := d.lab.Fabric().Start("server", []string{d.bin, "server", "--listen", demoControl + ":9876", "--agent-listen", demoControl + ":9877",
+		"--data-dir", filepath.Join(d.dir, "data"), "--agent-token-file", d.token()}); err != nil {
 		return err
 	}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: l.Node(1).Dial}}
-	api := "http://" + demoControl + ":9876"
 	if err := waitFor(20*time.Second, func() bool {
-		resp, err := client.Get(api + "/healthcheck")
+		resp, err := d.client.Get(d.api + "/healthcheck")
 		if err == nil {
 			resp.Body.Close()
 		}
 		return err == nil
 	}); err != nil {
-		return fmt.Errorf("server did not start (log: %s)", l.LogPath(lab.HostFabric, "server"))
+		return fmt.Errorf("server did not start (log: %s)", d.lab.LogPath(lab.HostFabric, "server"))
 	}
-	say("flowlb server in the fabric namespace at %s:9876", demoControl)
-	for i, n := range l.Nodes() {
-		if _, err := n.Start("agent", []string{bin, "agent", "--server", demoControl + ":9877", "--token-file", token, "--node", n.Name, "--zone", l.Zone(i + 1), "--pod-cidrs", podCIDRs(l)}); err != nil {
+	d.say("flowlb server in the fabric namespace at %s:9876", demoControl)
+	return nil
+}
+
+// startAgents runs an agent on every node and waits until each has
+// connected to the server.
+func (d *demo) startAgents() error {
+	nodes := d.lab.Nodes()
+	for i, n := range nodes {
+		if _, err := n.Start("agent", []string{d.bin, "agent", "--server", demoControl + ":9877", "--token-file", d.token(), "--node", n.Name, "--zone", d.lab.Zone(i + 1), "--pod-cidrs", podCIDRs(d.lab)}); err != nil {
 			return err
 		}
 	}
 	if err := waitFor(20*time.Second, func() bool {
-		b, _ := os.ReadFile(l.LogPath(lab.HostFabric, "server"))
-		return strings.Count(string(b), `msg="agent connected"`) >= nodes
+		b, _ := os.ReadFile(d.lab.LogPath(lab.HostFabric, "server"))
+		return strings.Count(string(b), `msg="agent connected"`) >= len(nodes)
 	}); err != nil {
 		return fmt.Errorf("agents did not connect")
 	}
-	say("flowlb agent on each of the %d nodes, connected", nodes)
+	d.say("flowlb agent on each of the %d nodes, connected", len(nodes))
+	return nil
+}
 
-	call := func(method, path string, body any, into any) (int, error) {
-		var rd io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = bytes.NewReader(b)
-		}
-		req, _ := http.NewRequestWithContext(ctx, method, api+path, rd)
-		req.Header.Set("X-Project-Id", "demo")
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		if into != nil {
-			_ = json.NewDecoder(resp.Body).Decode(into)
-		}
-		return resp.StatusCode, nil
+// call sends an Octavia (or Neutron) request as project demo and decodes
+// the answer into into, if not nil.
+func (d *demo) call(method, path string, body any, into any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
 	}
+	req, _ := http.NewRequestWithContext(d.ctx, method, d.api+path, rd)
+	req.Header.Set("X-Project-Id", "demo")
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if into != nil {
+		_ = json.NewDecoder(resp.Body).Decode(into)
+	}
+	return resp.StatusCode, nil
+}
+
+// createLB creates a TCP load balancer on port 80 of the VIP subnet with
+// pods 1 and 2 of every node as members, and waits until it is ACTIVE.
+func (d *demo) createLB(nodes int) (demoLB, error) {
 	var subnets struct {
 		Subnets []struct{ ID string } `json:"subnets"`
 	}
-	if _, err := call("GET", "/v2.0/subnets?name=flowlb-vip-subnet", nil, &subnets); err != nil || len(subnets.Subnets) == 0 {
-		return fmt.Errorf("VIP subnet: %v", err)
+	if _, err := d.call("GET", "/v2.0/subnets?name=flowlb-vip-subnet", nil, &subnets); err != nil || len(subnets.Subnets) == 0 {
+		return demoLB{}, fmt.Errorf("VIP subnet: %v", err)
 	}
+	var lb demoLB
 	var members []any
-	var memberPods []lab.Host
 	for i := 1; i <= nodes; i++ {
 		for j := 1; j <= 2; j++ {
-			p := l.Pod(i, j)
-			memberPods = append(memberPods, p)
+			p := d.lab.Pod(i, j)
+			lb.members = append(lb.members, p.Name)
 			members = append(members, map[string]any{"name": p.Name, "address": p.Addr.String(), "protocol_port": 8080})
 		}
 	}
+	sort.Strings(lb.members)
 	var created struct {
 		LB struct {
 			ID         string `json:"id"`
@@ -139,72 +196,86 @@ func runDemo(ctx context.Context, out io.Writer, nodes, requests int) error {
 		} `json:"loadbalancer"`
 	}
 	start := time.Now()
-	code, err := call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
+	code, err := d.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
 		"name": "demo", "vip_subnet_id": subnets.Subnets[0].ID,
 		"listeners": []any{map[string]any{"name": "web", "protocol": "TCP", "protocol_port": 80,
 			"default_pool": map[string]any{"name": "pods", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "members": members}}},
 	}}, &created)
 	if err != nil || code != http.StatusCreated {
-		return fmt.Errorf("create load balancer: %d %v", code, err)
+		return demoLB{}, fmt.Errorf("create load balancer: %d %v", code, err)
 	}
+	lb.id, lb.vip = created.LB.ID, net.JoinHostPort(created.LB.VIPAddress, "80")
+	if err := d.waitActive(lb.id); err != nil {
+		return demoLB{}, err
+	}
+	d.say("\nPOST /v2/lbaas/loadbalancers (1 listener, 1 pool, %d pod members) → ACTIVE on every node in %s", len(members), time.Since(start).Round(time.Millisecond))
+	d.say("VIP %s\n", lb.vip)
+	return lb, nil
+}
+
+// waitActive waits until load balancer id is ACTIVE: programmed on every
+// node.
+func (d *demo) waitActive(id string) error {
 	var status struct {
 		LB struct {
 			ProvisioningStatus string `json:"provisioning_status"`
 		} `json:"loadbalancer"`
 	}
 	if err := waitFor(20*time.Second, func() bool {
-		_, err := call("GET", "/v2/lbaas/loadbalancers/"+created.LB.ID, nil, &status)
+		_, err := d.call("GET", "/v2/lbaas/loadbalancers/"+id, nil, &status)
 		return err == nil && status.LB.ProvisioningStatus == "ACTIVE"
 	}); err != nil {
 		return fmt.Errorf("load balancer not ACTIVE")
 	}
-	vip := net.JoinHostPort(created.LB.VIPAddress, "80")
-	say("\nPOST /v2/lbaas/loadbalancers (1 listener, 1 pool, %d pod members) → ACTIVE on every node in %s", len(members), time.Since(start).Round(time.Millisecond))
-	say("VIP %s\n", vip)
+	return nil
+}
 
-	for _, from := range []lab.Host{l.Pod(1, 3), l.Pod(nodes, 3)} {
-		spread := map[string]int{}
-		peers := map[string]bool{}
-		failed := 0
-		for i := 0; i < requests; i++ {
-			r, err := from.Ask(ctx, vip, 2*time.Second)
-			if err != nil {
-				failed++
-				continue
-			}
-			spread[r.Pod]++
-			host, _, _ := net.SplitHostPort(r.Peer)
-			peers[host] = true
+// showSpread sends requests through the VIP from one pod and prints how
+// many each member answered and which client address the members saw.
+func (d *demo) showSpread(from lab.Host, lb demoLB, requests int) {
+	spread := map[string]int{}
+	peers := map[string]bool{}
+	failed := 0
+	for i := 0; i < requests; i++ {
+		r, err := from.Ask(d.ctx, lb.vip, 2*time.Second)
+		if err != nil {
+			failed++
+			continue
 		}
-		say("%d requests from pod %s (%s) on node %s, %d failed:", requests, from.Name, from.Addr, strings.Split(from.Name, "-")[0], failed)
-		names := make([]string, 0, len(memberPods))
-		for _, p := range memberPods {
-			names = append(names, p.Name)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			say("  %-7s %3d  %s", n, spread[n], strings.Repeat("#", spread[n]))
-		}
-		var ps []string
-		for p := range peers {
-			ps = append(ps, p)
-		}
-		say("  the pods saw the client as %s (its own address: no SNAT, no extra hop)\n", strings.Join(ps, ", "))
+		spread[r.Pod]++
+		host, _, _ := net.SplitHostPort(r.Peer)
+		peers[host] = true
 	}
-	if code, err := call("DELETE", "/v2/lbaas/loadbalancers/"+created.LB.ID+"?cascade=true", nil, nil); err != nil || code != http.StatusNoContent {
+	d.say("%d requests from pod %s (%s) on node %s, %d failed:", requests, from.Name, from.Addr, strings.Split(from.Name, "-")[0], failed)
+	for _, n := range lb.members {
+		d.say("  %-7s %3d  %s", n, spread[n], strings.Repeat("#", spread[n]))
+	}
+	var ps []string
+	for p := range peers {
+		ps = append(ps, p)
+	}
+	d.say("  the pods saw the client as %s (its own address: no SNAT, no extra hop)\n", strings.Join(ps, ", "))
+}
+
+// deleteLB deletes the load balancer with its tree, waits until it is
+// gone and shows that the VIP no longer answers.
+func (d *demo) deleteLB(lb demoLB) error {
+	if code, err := d.call("DELETE", "/v2/lbaas/loadbalancers/"+lb.id+"?cascade=true", nil, nil); err != nil || code != http.StatusNoContent {
 		return fmt.Errorf("delete: %d %v", code, err)
 	}
 	if err := waitFor(10*time.Second, func() bool {
-		code, _ := call("GET", "/v2/lbaas/loadbalancers/"+created.LB.ID, nil, nil)
+		code, _ := d.call("GET", "/v2/lbaas/loadbalancers/"+lb.id, nil, nil)
 		return code == http.StatusNotFound
 	}); err != nil {
 		return fmt.Errorf("load balancer not deleted")
 	}
-	_, err = l.Pod(1, 3).Ask(ctx, vip, 2*time.Second)
-	say("DELETE ?cascade=true → the VIP no longer answers (%v)", err != nil)
+	_, err := d.lab.Pod(1, 3).Ask(d.ctx, lb.vip, 2*time.Second)
+	d.say("DELETE ?cascade=true → the VIP no longer answers (%v)", err != nil)
 	return nil
 }
 
+// waitFor calls ok every 50 ms until it holds, for at most d. (The demo
+// is no test: testutil.Wait is for tests.)
 func waitFor(d time.Duration, ok func() bool) error {
 	deadline := time.Now().Add(d)
 	for !ok() {
