@@ -24,6 +24,7 @@ import (
 	"github.com/flowlb/flowlb/internal/lab/echo"
 	"github.com/flowlb/flowlb/internal/lab/labtest"
 	"github.com/flowlb/flowlb/internal/lab/load"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // ask sends one line over TCP from host to addr and parses the echo reply.
@@ -54,20 +55,16 @@ func ask(t *testing.T, from lab.Host, addr string) echo.Reply {
 // waitTCP waits until addr accepts TCP connections from host.
 func waitTCP(t *testing.T, from lab.Host, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.Eventually(t, 5*time.Second, from.Name+" reaches "+addr, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		c, err := from.Dial(ctx, "tcp", addr)
-		cancel()
-		if err == nil {
-			c.Close()
-			return
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s cannot reach %s: %v", from.Name, addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return true, ""
+	})
 }
 
 func hostport(a interface{ String() string }, port string) string {
@@ -395,16 +392,12 @@ func TestDownAfterKilledUp(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(30 * time.Second)
-			for !c.killAt(name) {
-				if time.Now().After(deadline) {
-					_ = cmd.Process.Kill()
-					t.Fatal("lab up never reached the kill point")
-				}
-				time.Sleep(time.Millisecond)
-			}
+			err := testutil.Wait(30*time.Second, func() (bool, string) { return c.killAt(name), "" })
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
+			if err != nil {
+				t.Fatalf("lab up never reached the kill point: %v", err)
+			}
 			nss, _ := filepath.Glob(filepath.Join(lab.NetnsDir, lab.Prefix(name)+"*"))
 			if len(nss) == 0 {
 				t.Fatal("killed lab up left no namespace: the test proves nothing")
@@ -655,17 +648,10 @@ func TestAnnouncements(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	announce(1, true)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got, _ := a.Routes()
-		if slices.Equal(got[vip], []int{1}) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the router did not follow n1's announcement: %v", got)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 5*time.Second, "the router follows n1's announcement", func() (bool, string) {
+		got, err := a.Routes()
+		return err == nil && slices.Equal(got[vip], []int{1}), fmt.Sprintf("%v %v", got, err)
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

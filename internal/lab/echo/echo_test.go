@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 func TestParse(t *testing.T) {
@@ -64,16 +66,10 @@ func startServer(t *testing.T) (*Server, Config) {
 	done := make(chan struct{})
 	go func() { _ = s.Serve(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		if _, err := os.Stat(cfg.ReadyFile); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("ready file never appeared")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(t, 2*time.Second, "the ready file", func() (bool, string) {
+		_, err := os.Stat(cfg.ReadyFile)
+		return err == nil, fmt.Sprint(err)
+	})
 	return s, cfg
 }
 

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // fakeRuntime records what the kubelet asks of the lab.
@@ -163,20 +164,8 @@ func runKubelet(t *testing.T, cs *fake.Clientset, rt *fakeRuntime) {
 	})
 }
 
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after 15s; last: %s", what, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// settle bounds the waits for the kubelet to act on the fake API.
+const settle = 15 * time.Second
 
 func rsPod(name string) *corev1.Pod {
 	return &corev1.Pod{
@@ -209,7 +198,7 @@ func TestKubeletLifecycle(t *testing.T) {
 	rt := newFakeRuntime(1, 2)
 	runKubelet(t, cs, rt)
 
-	eventually(t, "nodes registered, ready, with leases", func() (bool, string) {
+	testutil.Eventually(t, settle, "nodes registered, ready, with leases", func() (bool, string) {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil || len(nodes.Items) != 2 {
 			return false, fmt.Sprint(len(nodes.Items), err)
@@ -231,7 +220,7 @@ func TestKubeletLifecycle(t *testing.T) {
 		}
 	}
 	var pods []corev1.Pod
-	eventually(t, "4 pods bound, running and ready", func() (bool, string) {
+	testutil.Eventually(t, settle, "4 pods bound, running and ready", func() (bool, string) {
 		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -280,7 +269,7 @@ func TestKubeletLifecycle(t *testing.T) {
 	// A dead server is restarted and counted.
 	victim := pods[0]
 	rt.setUp(hostOf[victim.Name], false)
-	eventually(t, "dead server restarted", func() (bool, string) {
+	testutil.Eventually(t, settle, "dead server restarted", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, victim.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -305,7 +294,7 @@ func TestKubeletLifecycle(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "terminating pod removed and deleted", func() (bool, string) {
+	testutil.Eventually(t, settle, "terminating pod removed and deleted", func() (bool, string) {
 		_, err := cs.CoreV1().Pods("default").Get(ctx, graceful.Name, metav1.GetOptions{})
 		_, removed, _, stops := rt.snapshot()
 		return apierrors.IsNotFound(err) && slices.Contains(removed, hostOf[graceful.Name]), fmt.Sprintf("get: %v, removed %v, stops %v", err, removed, stops)
@@ -323,7 +312,7 @@ func TestKubeletLifecycle(t *testing.T) {
 	if err := cs.CoreV1().Pods("default").Delete(ctx, gone.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deleted pod removed from the lab", func() (bool, string) {
+	testutil.Eventually(t, settle, "deleted pod removed from the lab", func() (bool, string) {
 		_, removed, _, _ := rt.snapshot()
 		return slices.Contains(removed, hostOf[gone.Name]), fmt.Sprint(removed)
 	})
@@ -347,7 +336,7 @@ func TestKubeletAdopts(t *testing.T) {
 	rt.up["n1-p3"], rt.up["n2-p1"], rt.up["n2-p2"] = true, true, true
 	runKubelet(t, cs, rt)
 
-	eventually(t, "orphans removed, kept pod ready", func() (bool, string) {
+	testutil.Eventually(t, settle, "orphans removed, kept pod ready", func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "kept", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
