@@ -3,6 +3,7 @@ package compat
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sort"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/monitors"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
 	"github.com/gophercloud/gophercloud/v2/pagination"
+
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // client is a gophercloud load-balancer client for a noauth server, built
@@ -46,22 +49,19 @@ func vipSubnet(t *testing.T, endpoint string) string {
 
 func waitActive(ctx context.Context, t *testing.T, c *gophercloud.ServiceClient, id string) *loadbalancers.LoadBalancer {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		lb, err := loadbalancers.Get(ctx, c, id).Extract()
+	var lb *loadbalancers.LoadBalancer
+	testutil.Eventually(t, 20*time.Second, "LB "+id+" ACTIVE", func() (bool, string) {
+		var err error
+		lb, err = loadbalancers.Get(ctx, c, id).Extract()
 		if err != nil {
 			t.Fatalf("get LB %s: %v", id, err)
 		}
-		switch lb.ProvisioningStatus {
-		case "ACTIVE":
-			return lb
-		case "ERROR":
+		if lb.ProvisioningStatus == "ERROR" {
 			t.Fatalf("LB %s went to ERROR", id)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("LB %s not ACTIVE in time", id)
-	return nil
+		return lb.ProvisioningStatus == "ACTIVE", lb.ProvisioningStatus
+	})
+	return lb
 }
 
 func intp(i int) *int { return &i }
@@ -193,17 +193,10 @@ func TestGophercloudLifecycle(t *testing.T) {
 	if err := loadbalancers.Delete(ctx, c, lb.ID, loadbalancers.DeleteOpts{Cascade: true}).ExtractErr(); err != nil {
 		t.Fatalf("cascade delete: %v", err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, 20*time.Second, "LB gone after cascade delete", func() (bool, string) {
 		_, err := loadbalancers.Get(ctx, c, lb.ID).Extract()
-		if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("LB still there after cascade delete: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return gophercloud.ResponseCodeIs(err, http.StatusNotFound), fmt.Sprint(err)
+	})
 	if _, err := pools.Get(ctx, c, poolID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
 		t.Fatalf("pool after cascade delete: %v", err)
 	}

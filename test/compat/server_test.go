@@ -4,7 +4,6 @@ package compat
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +12,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // flowlbBinary builds the flowlb command once per test binary.
@@ -85,18 +86,16 @@ func startServer(t *testing.T, args ...string) *server {
 			t.Logf("flowlb server log:\n%s", s.log.String())
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for ctx.Err() == nil {
+	err = testutil.Wait(20*time.Second, func() (bool, string) {
 		resp, err := http.Get(s.Endpoint + "/healthcheck")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
-			}
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(50 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	if err != nil {
+		t.Fatalf("server did not answer on %s: %v; log:\n%s", s.Endpoint, err, s.log.String())
 	}
-	t.Fatalf("server did not answer on %s; log:\n%s", s.Endpoint, s.log.String())
-	return nil
+	return s
 }
