@@ -46,6 +46,7 @@ import (
 	"github.com/flowlb/flowlb/internal/lab/kubelet"
 	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
 	"github.com/flowlb/flowlb/internal/lab/labtest"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 const (
@@ -206,7 +207,7 @@ func testDeploymentService(t *testing.T, c *kubelet.Cluster) {
 			t.Fatal(err)
 		}
 		var pods []*corev1.Pod
-		poll(t, wait, "rollout", func() (bool, string) {
+		testutil.Eventually(t, wait, "rollout", func() (bool, string) {
 			d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -253,7 +254,7 @@ func testReadiness(t *testing.T, c *kubelet.Cluster) {
 	if err := l.SetHealthy(host, false); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, wait, "pod not ready after its probe fails", func() (bool, string) {
+	testutil.Eventually(t, wait, "pod not ready after its probe fails", func() (bool, string) {
 		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -307,7 +308,7 @@ func testTermination(t *testing.T, c *kubelet.Cluster) {
 	}
 
 	// The slow pod: Terminating, serving but not ready, and answering.
-	poll(t, wait, "slow pod terminating in the slice", func() (bool, string) {
+	testutil.Eventually(t, wait, "slow pod terminating in the slice", func() (bool, string) {
 		e, ok := endpoints(t, c, ns, "term")[slow.Status.PodIP]
 		return ok && isTrue(e.Conditions.Serving) && !isTrue(e.Conditions.Ready) && isTrue(e.Conditions.Terminating), fmtEP(e)
 	})
@@ -330,7 +331,7 @@ func testTermination(t *testing.T, c *kubelet.Cluster) {
 				fmt.Sprintf("get: %v, in slice %v, netns: %v", err, inSlice, nsErr)
 		}
 	}
-	poll(t, wait, "quick pod gone", gone(quick, quickHost))
+	testutil.Eventually(t, wait, "quick pod gone", gone(quick, quickHost))
 	quickGone := time.Since(t0)
 	if quickGone >= preStop {
 		t.Errorf("pod deleted with grace 1s took %s, the preStop wait %s was not cut short", quickGone, preStop)
@@ -339,7 +340,7 @@ func testTermination(t *testing.T, c *kubelet.Cluster) {
 		t.Errorf("slow pod gone %s after delete, before its preStop wait of %s: %v", time.Since(t0), preStop, err)
 	}
 
-	poll(t, wait, "slow pod gone", gone(slow, slowHost))
+	testutil.Eventually(t, wait, "slow pod gone", gone(slow, slowHost))
 	slowGone := time.Since(t0)
 	t.Logf("pod with grace 1s gone in %s; pod with preStop %s gone in %s", quickGone.Round(time.Millisecond), preStop, slowGone.Round(time.Millisecond))
 	if slowGone < preStop-500*time.Millisecond {
@@ -388,11 +389,11 @@ func testPreStopSleepAction(t *testing.T, c *kubelet.Cluster) {
 	if err := c.Client.CoreV1().Pods(ns).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "victim terminating and serving", func() (bool, string) {
+	testutil.Eventually(t, 10*time.Second, "victim terminating and serving", func() (bool, string) {
 		e, ok := endpoints(t, c, ns, "sleepy")[victim.Status.PodIP]
 		return ok && isTrue(e.Conditions.Terminating) && isTrue(e.Conditions.Serving) && !isTrue(e.Conditions.Ready), fmtEP(e)
 	})
-	poll(t, wait, "victim out of the slice", func() (bool, string) {
+	testutil.Eventually(t, wait, "victim out of the slice", func() (bool, string) {
 		e, ok := endpoints(t, c, ns, "sleepy")[victim.Status.PodIP]
 		return !ok, fmtEP(e)
 	})
@@ -561,7 +562,7 @@ func namespace(t *testing.T, c *kubelet.Cluster, name string) string {
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, wait, "default service account in "+name, func() (bool, string) {
+	testutil.Eventually(t, wait, "default service account in "+name, func() (bool, string) {
 		_, err := c.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
@@ -633,7 +634,7 @@ func livePods(t *testing.T, c *kubelet.Cluster, ns, app string) []*corev1.Pod {
 func waitPods(t *testing.T, c *kubelet.Cluster, ns, app string, n int) []*corev1.Pod {
 	t.Helper()
 	var out []*corev1.Pod
-	poll(t, wait, fmt.Sprintf("%d pods of %s running and ready", n, app), func() (bool, string) {
+	testutil.Eventually(t, wait, fmt.Sprintf("%d pods of %s running and ready", n, app), func() (bool, string) {
 		list, err := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app})
 		if err != nil {
 			return false, err.Error()
@@ -706,7 +707,7 @@ func checkSlices(t *testing.T, c *kubelet.Cluster, ns, svc string, pods []*corev
 	for _, p := range pods {
 		byIP[p.Status.PodIP] = p
 	}
-	poll(t, wait, fmt.Sprintf("EndpointSlices of %s = %v, ready", svc, want), func() (bool, string) {
+	testutil.Eventually(t, wait, fmt.Sprintf("EndpointSlices of %s = %v, ready", svc, want), func() (bool, string) {
 		eps := endpoints(t, c, ns, svc)
 		got := slices.Sorted(maps.Keys(eps))
 		ok := slices.Equal(got, want)
@@ -804,23 +805,6 @@ func dialEcho(c *kubelet.Cluster, i int, ip string) error {
 	}
 	_, err = bufio.NewReader(conn).ReadString('\n')
 	return err
-}
-
-// poll calls cond every 100ms until it holds; after timeout it fails the
-// test with what it saw last.
-func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s; last: %s", what, timeout, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // alive reports whether the process p records still runs (same PID and
