@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/echo"
 	"github.com/flowlb/flowlb/internal/lab/labtest"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 var (
@@ -88,18 +90,14 @@ func (c *cluster) startServer() {
 		"--data-dir", c.dataDir, "--agent-token-file", token, "--ack-timeout", "5s"}, c.serverArgs...)); err != nil {
 		c.t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(c.t, 20*time.Second, "the server's API", func() (bool, string) {
 		resp, err := c.http.Get(c.api + "/healthcheck")
-		if err == nil {
-			resp.Body.Close()
-			return
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("server did not start: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return true, ""
+	})
 }
 
 const control = "198.18.0.250"
@@ -110,24 +108,39 @@ const control = "198.18.0.250"
 // after a server restart gets it only when it is back.
 func (c *cluster) waitAgentsConnected(within time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(within)
-	for _, n := range c.lab.Nodes() {
-		hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: n.Dial}}
-		for {
-			resp, err := hc.Get("http://127.0.0.1:9878/metrics")
-			if err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if strings.Contains(string(b), "\nflowlb_agent_connected 1\n") {
-					break
-				}
+	connected := map[string]bool{}
+	testutil.Eventually(c.t, within, "every agent connected", func() (bool, string) {
+		for _, n := range c.lab.Nodes() {
+			if connected[n.Name] {
+				continue
 			}
-			if time.Now().After(deadline) {
-				c.t.Fatalf("the agent of %s is not connected after %s (%v)", n.Name, within, err)
+			if err := agentConnected(n); err != nil {
+				return false, fmt.Sprintf("the agent of %s: %v", n.Name, err)
 			}
-			time.Sleep(25 * time.Millisecond)
+			connected[n.Name] = true
 		}
+		return true, ""
+	})
+}
+
+// agentConnected asks the agent of node n for its metrics: nil if it
+// reports its stream to the server up.
+func agentConnected(n lab.Host) error {
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: n.Dial}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("http://127.0.0.1:9878/metrics")
+	if err != nil {
+		return err
 	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(b), "\nflowlb_agent_connected 1\n") {
+		return errors.New("not connected")
+	}
+	return nil
 }
 
 func newCluster(t testing.TB, nodes, pods int) *cluster { return newClusterWith(t, nodes, pods) }
@@ -170,21 +183,15 @@ func newClusterOpts(t testing.TB, o clusterOptions) *cluster {
 	}
 	// Until an agent is connected, a change completes without it: wait for
 	// every node's agent to say hello.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, 20*time.Second, "every agent's hello in the server log", func() (bool, string) {
 		b, _ := os.ReadFile(l.LogPath(lab.HostFabric, "server"))
-		all := true
 		for _, n := range l.Nodes() {
-			all = all && strings.Contains(string(b), `msg="agent connected" node=`+n.Name+" ")
+			if !strings.Contains(string(b), `msg="agent connected" node=`+n.Name+" ") {
+				return false, n.Name + " not connected"
+			}
 		}
-		if all {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("agents did not connect")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return true, ""
+	})
 	return c
 }
 
@@ -215,18 +222,17 @@ func (c *cluster) call(method, path string, body any) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
+// waitActive waits until load balancer id is ACTIVE, which means every
+// connected agent has programmed it (docs/architecture.md), and returns it.
 func (c *cluster) waitActive(id string) map[string]any {
 	c.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	var lb map[string]any
+	testutil.Eventually(c.t, 20*time.Second, "LB "+id+" ACTIVE", func() (bool, string) {
 		_, body := c.call("GET", "/v2/lbaas/loadbalancers/"+id, nil)
-		if lb, ok := body["loadbalancer"].(map[string]any); ok && lb["provisioning_status"] == "ACTIVE" {
-			return lb
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	c.t.Fatalf("LB %s not ACTIVE", id)
-	return nil
+		lb, _ = body["loadbalancer"].(map[string]any)
+		return lb != nil && lb["provisioning_status"] == "ACTIVE", fmt.Sprint(lb["provisioning_status"])
+	})
+	return lb
 }
 
 // ask sends one request to addr from host and parses the echo's answer.
@@ -292,17 +298,10 @@ func TestTrafficThroughVIPFromEveryNode(t *testing.T) {
 	if code, _ := c.call("DELETE", "/v2/lbaas/loadbalancers/"+lb["id"].(string)+"?cascade=true", nil); code != 204 {
 		t.Fatalf("delete: %d", code)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, 10*time.Second, "LB deleted", func() (bool, string) {
 		code, _ := c.call("GET", "/v2/lbaas/loadbalancers/"+lb["id"].(string), nil)
-		if code == 404 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("LB not deleted")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return code == 404, fmt.Sprintf("GET answers %d", code)
+	})
 	if r, err := ask(c.lab.Pod(1, 3), vip); err == nil {
 		t.Errorf("VIP still answers after delete: %v", r)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/echo"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 func (c *cluster) subnet(name string) string {
@@ -107,6 +108,7 @@ func TestLocalOnlyExternalTraffic(t *testing.T) {
 // stream keeps one connection open and sends a line on it, and opens a
 // new connection, every 20 ms, counting failures of each.
 type stream struct {
+	rounds    atomic.Int64 // rounds (one line, one new connection) done
 	conn      net.Conn
 	rd        *bufio.Reader
 	pod       string
@@ -153,6 +155,7 @@ func startStream(t *testing.T, from lab.Host, vip string) *stream {
 				n, _ := s.newByPod.LoadOrStore(r.Pod, new(atomic.Int64))
 				n.(*atomic.Int64).Add(1)
 			}
+			s.rounds.Add(1)
 		}
 	}()
 	t.Cleanup(func() { s.close() })
@@ -194,9 +197,21 @@ func (s *stream) reset() {
 	s.newByPod.Range(func(k, _ any) bool { s.newByPod.Delete(k); return true })
 }
 
+// checkRounds is how many rounds check lets the stream run on the state
+// it checks: at 20 ms a round, about 300 ms of traffic.
+const checkRounds = 15
+
+// check lets the stream run checkRounds rounds on the current state (or
+// until one fails), then fails t if the established connection or a new
+// one failed since the last check.
 func (s *stream) check(t *testing.T, phase string) {
 	t.Helper()
-	time.Sleep(300 * time.Millisecond) // let the stream run on the new state
+	from := s.rounds.Load()
+	testutil.Eventually(t, 30*time.Second, phase+": the stream running on", func() (bool, string) {
+		n := s.rounds.Load() - from
+		failed := s.oldFails.Load()+s.newFails.Load() > 0
+		return n >= checkRounds || failed, fmt.Sprintf("%d of %d rounds", n, checkRounds)
+	})
 	if n := s.oldFails.Swap(0); n > 0 {
 		t.Errorf("%s: the established connection to %s failed %d times (%v)", phase, s.pod, n, s.lastError.Load())
 	}

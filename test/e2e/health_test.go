@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // createMonitor adds a health monitor to pool and waits for the LB.
@@ -37,20 +39,29 @@ func (c *cluster) memberStatus(pool, member string) string {
 // not: the API reports a member's health before every agent has applied it.
 func (c *cluster) waitFlows(n lab.Host, backend lab.Host, present bool) {
 	c.t.Helper()
-	if _, err := waitBackend(n, netip.AddrPortFrom(backend.Addr, 8080).String(), present, time.Now(), 5*time.Second); err != nil {
-		c.t.Fatal(err)
+	addr := netip.AddrPortFrom(backend.Addr, 8080).String()
+	what := fmt.Sprintf("%s out of %s's flows", addr, n.Name)
+	if present {
+		what = fmt.Sprintf("%s in %s's flows", addr, n.Name)
 	}
+	testutil.Eventually(c.t, 5*time.Second, what, func() (bool, string) {
+		found, err := backendInFlows(n, addr)
+		if err != nil {
+			return false, err.Error()
+		}
+		return found == present, fmt.Sprintf("in the flows: %v", found)
+	})
 }
 
+// waitMemberStatus waits until the member's operating_status is want and
+// returns how long that took.
 func (c *cluster) waitMemberStatus(pool, member, want string, within time.Duration) time.Duration {
 	c.t.Helper()
 	t0 := time.Now()
-	for c.memberStatus(pool, member) != want {
-		if time.Since(t0) > within {
-			c.t.Fatalf("member %s is %s after %s, want %s", member, c.memberStatus(pool, member), within, want)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	testutil.Eventually(c.t, within, fmt.Sprintf("member %s %s", member, want), func() (bool, string) {
+		got := c.memberStatus(pool, member)
+		return got == want, got
+	})
 	return time.Since(t0)
 }
 

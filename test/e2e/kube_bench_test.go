@@ -17,6 +17,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // BenchmarkServiceToForwarding measures, on the lab with the real
@@ -33,7 +34,10 @@ func BenchmarkServiceToForwarding(b *testing.B) {
 	for range b.N {
 		e := newKubeEnv(b, 1)
 		e.deploy("web", 3)
-		e.waitFor("3 ready pods", 30*time.Second, func() bool { return len(e.readyPods("web")) == 3 })
+		testutil.Eventually(b, 30*time.Second, "3 ready pods", func() (bool, string) {
+			ready := e.readyPods("web")
+			return len(ready) == 3, fmt.Sprint(ready)
+		})
 		w := newWatcher(b, e.lab)
 		defer w.stop()
 
@@ -158,42 +162,44 @@ func (w *watcher) stop() { close(w.done); w.wg.Wait() }
 // EndpointSlice change through the API later than the controller may)
 // counts as 0, and how many did is printed.
 func (w *watcher) waitAll(b *testing.B, since map[string]time.Time, n int, limit time.Duration) []time.Duration {
-	deadline := time.Now().Add(limit)
-	for {
-		var out []time.Duration
-		early := 0
-		w.mu.Lock()
-		for vip, t0 := range since {
-			last := time.Time{}
-			for i := range w.nodes {
-				at, ok := w.seen[i][vip][n]
-				if !ok {
-					last = time.Time{}
-					break
-				}
-				if at.After(last) {
-					last = at
-				}
-			}
-			if !last.IsZero() {
-				if last.Before(t0) {
-					early++
-				}
-				out = append(out, max(last.Sub(t0), 0))
-			}
-		}
-		w.mu.Unlock()
-		if len(out) == len(since) {
-			if early > 0 {
-				fmt.Printf("%d of %d Services forwarded to %d backends on every node before the test saw the change (counted as 0)\n", early, len(out), n)
-			}
-			return out
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d Services forwarded to %d backends on every node after %s", len(out), len(since), n, limit)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var out []time.Duration
+	early := 0
+	testutil.Eventually(b, limit, fmt.Sprintf("every Service forwarded to %d backends on every node", n), func() (bool, string) {
+		out, early = w.lastNodeTimes(since, n)
+		return len(out) == len(since), fmt.Sprintf("%d of %d Services", len(out), len(since))
+	})
+	if early > 0 {
+		fmt.Printf("%d of %d Services forwarded to %d backends on every node before the test saw the change (counted as 0)\n", early, len(out), n)
 	}
+	return out
+}
+
+// lastNodeTimes returns, for each VIP of since that every node forwards
+// to n backends, the time from since to the last node doing so (0 if
+// before), and how many VIPs were that early.
+func (w *watcher) lastNodeTimes(since map[string]time.Time, n int) (out []time.Duration, early int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for vip, t0 := range since {
+		last := time.Time{}
+		for i := range w.nodes {
+			at, ok := w.seen[i][vip][n]
+			if !ok {
+				last = time.Time{}
+				break
+			}
+			if at.After(last) {
+				last = at
+			}
+		}
+		if !last.IsZero() {
+			if last.Before(t0) {
+				early++
+			}
+			out = append(out, max(last.Sub(t0), 0))
+		}
+	}
+	return out, early
 }
 
 // sliceReadyTimes watches the EndpointSlices until every Service (by

@@ -24,6 +24,7 @@ import (
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/kubelet"
 	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // kubeEnv is a lab with flowlb (server, agents), a real Kubernetes
@@ -101,17 +102,6 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 	return e
 }
 
-func (e *kubeEnv) waitFor(what string, within time.Duration, ok func() bool) {
-	e.t.Helper()
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out after %s: %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func (e *kubeEnv) deploy(name string, replicas int32) { e.deployWith(name, replicas, nil) }
 
 // deployWith creates the Deployment of deploy changed by mut.
@@ -151,19 +141,15 @@ func (e *kubeEnv) service(name string, mut func(*corev1.Service)) *corev1.Servic
 }
 
 // members returns the member addresses of Service name's load balancer
-// once it is ACTIVE (nil if there is none).
+// once it is ACTIVE (nil if there is none). Members and status come from
+// one status tree, one snapshot of the store: members seen here are
+// programmed on every node.
 func (e *kubeEnv) members(name string) []string {
-	_, body := e.call("GET", "/v2/lbaas/loadbalancers?name=kube_service_lab_default_"+name, nil)
-	lbs, _ := body["loadbalancers"].([]any)
-	if len(lbs) == 0 {
-		return nil
-	}
-	lb := lbs[0].(map[string]any)
-	if lb["provisioning_status"] != "ACTIVE" {
+	st, ok := e.statusTree(name)
+	if !ok || dig1(st, "statuses", "loadbalancer")["provisioning_status"] != "ACTIVE" {
 		return nil
 	}
 	var out []string
-	_, st := e.call("GET", "/v2/lbaas/loadbalancers/"+lb["id"].(string)+"/status", nil)
 	for _, l := range dig(st, "statuses", "loadbalancer", "listeners") {
 		for _, p := range dig(l.(map[string]any), "pools") {
 			for _, m := range dig(p.(map[string]any), "members") {
@@ -175,6 +161,42 @@ func (e *kubeEnv) members(name string) []string {
 	return out
 }
 
+// statusTree returns the status tree of Service name's load balancer;
+// false if there is none.
+func (e *kubeEnv) statusTree(name string) (map[string]any, bool) {
+	_, body := e.call("GET", "/v2/lbaas/loadbalancers?name=kube_service_lab_default_"+name, nil)
+	lbs, _ := body["loadbalancers"].([]any)
+	if len(lbs) == 0 {
+		return nil, false
+	}
+	_, st := e.call("GET", "/v2/lbaas/loadbalancers/"+lbs[0].(map[string]any)["id"].(string)+"/status", nil)
+	return st, true
+}
+
+// waitProgrammed waits until Service name's load balancer is ACTIVE.
+// Called once the API shows a change, it returns when every agent has
+// programmed that change: the change and PENDING_UPDATE commit together,
+// and ACTIVE follows the agents' acks (docs/architecture.md).
+func (e *kubeEnv) waitProgrammed(t *testing.T, name string) {
+	t.Helper()
+	testutil.Eventually(t, 20*time.Second, "Service "+name+"'s LB ACTIVE", func() (bool, string) {
+		st, ok := e.statusTree(name)
+		if !ok {
+			return false, "no LB"
+		}
+		status := dig1(st, "statuses", "loadbalancer")["provisioning_status"]
+		return status == "ACTIVE", fmt.Sprint(status)
+	})
+}
+
+// dig1 follows keys through nested objects to an object (nil if absent).
+func dig1(m map[string]any, keys ...string) map[string]any {
+	for _, k := range keys {
+		m, _ = m[k].(map[string]any)
+	}
+	return m
+}
+
 func dig(m map[string]any, keys ...string) []any {
 	for i, k := range keys {
 		if i == len(keys)-1 {
@@ -184,6 +206,21 @@ func dig(m map[string]any, keys ...string) []any {
 		m, _ = m[k].(map[string]any)
 	}
 	return nil
+}
+
+// waitMembers waits until the Ready pods of app=name pass ok (nil: any)
+// and are the members of Service name's load balancer, ACTIVE: programmed
+// on every node.
+func (e *kubeEnv) waitMembers(t *testing.T, name string, within time.Duration, ok func(ready []string) bool) {
+	t.Helper()
+	testutil.Eventually(t, within, "Service "+name+"'s members = its ready pods", func() (bool, string) {
+		ready := e.readyPods(name)
+		if ok != nil && !ok(ready) {
+			return false, fmt.Sprintf("ready pods %v", ready)
+		}
+		members := e.members(name)
+		return slices.Equal(members, ready), fmt.Sprintf("members %v, ready pods %v", members, ready)
+	})
 }
 
 // readyPods returns the addresses of the Ready pods of app=name.
@@ -230,7 +267,7 @@ func startLoad(from lab.Host, addr string) *load {
 			} else {
 				l.ok.Add(1)
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // pacing: the load's rate, not a wait
 		}
 	}()
 	return l
@@ -303,8 +340,11 @@ func TestKubernetesServices(t *testing.T) {
 	e.deploy("web", 3)
 	web := e.service("web", nil)
 	vip := net.JoinHostPort(web.Spec.ClusterIP, "80")
-	e.waitFor("3 ready pods", 30*time.Second, func() bool { return len(e.readyPods("web")) == 3 })
-	e.waitFor("the LB with the 3 pods", 20*time.Second, func() bool { return slices.Equal(e.members("web"), e.readyPods("web")) })
+	testutil.Eventually(t, 30*time.Second, "3 ready pods", func() (bool, string) {
+		ready := e.readyPods("web")
+		return len(ready) == 3, fmt.Sprint(ready)
+	})
+	e.waitMembers(t, "web", 20*time.Second, nil)
 	if by := e.spreadFrom(clients, vip, 30); !slices.Equal(keys(by), e.readyPods("web")) {
 		t.Errorf("ClusterIP traffic reached %v, want the pods %v", by, e.readyPods("web"))
 	}
@@ -322,7 +362,7 @@ func TestKubernetesServices(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}, Spec: autoscalingv1.ScaleSpec{Replicas: 5}}, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.waitFor("5 members", 30*time.Second, func() bool { return len(e.readyPods("web")) == 5 && slices.Equal(e.members("web"), e.readyPods("web")) })
+		e.waitMembers(t, "web", 30*time.Second, func(ready []string) bool { return len(ready) == 5 })
 		if by := e.spreadFrom(clients, vip, 40); len(by) != 5 {
 			t.Errorf("after scaling to 5, traffic reached %v", by)
 		}
@@ -335,11 +375,9 @@ func TestKubernetesServices(t *testing.T) {
 		if _, err := e.k.AppsV1().Deployments("default").Patch(e.ctx, "web", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.waitFor("the rollout", 90*time.Second, func() bool {
-			now := e.readyPods("web")
+		e.waitMembers(t, "web", 90*time.Second, func(now []string) bool {
 			pods, _ := e.k.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=web"})
-			return len(now) == 5 && len(pods.Items) == 5 && !slices.ContainsFunc(now, func(ip string) bool { return slices.Contains(before, ip) }) &&
-				slices.Equal(e.members("web"), now)
+			return len(now) == 5 && len(pods.Items) == 5 && !slices.ContainsFunc(now, func(ip string) bool { return slices.Contains(before, ip) })
 		})
 		l.check(t, "during the rolling update")
 	})
@@ -353,16 +391,16 @@ func TestKubernetesServices(t *testing.T) {
 		if _, err := e.k.CoreV1().Services("default").Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.waitFor("SOURCE_IP persistence", 20*time.Second, func() bool {
+		testutil.Eventually(t, 20*time.Second, "SOURCE_IP persistence", func() (bool, string) {
 			_, body := e.call("GET", "/v2/lbaas/pools?name=http", nil)
 			for _, p := range dig(body, "pools") {
 				if sp, _ := p.(map[string]any)["session_persistence"].(map[string]any); sp["type"] == "SOURCE_IP" {
-					return true
+					return true, ""
 				}
 			}
-			return false
+			return false, fmt.Sprint(dig(body, "pools"))
 		})
-		time.Sleep(300 * time.Millisecond) // the agents' flows
+		e.waitProgrammed(t, "web")
 		for _, c := range clients {
 			if by := e.spreadFrom([]lab.Host{c}, vip, 15); len(by) != 1 {
 				t.Errorf("with ClientIP affinity %s reached %v, want one pod", c.Name, by)
@@ -376,12 +414,13 @@ func TestKubernetesServices(t *testing.T) {
 			s.Spec.LoadBalancerSourceRanges = []string{lab.ClientAddr.String() + "/32"}
 		})
 		var ip string
-		e.waitFor("an ingress address", 20*time.Second, func() bool {
+		testutil.Eventually(t, 20*time.Second, "an ingress address and 5 members", func() (bool, string) {
 			s, _ := e.k.CoreV1().Services("default").Get(e.ctx, "pub", metav1.GetOptions{})
 			if len(s.Status.LoadBalancer.Ingress) == 1 {
 				ip = s.Status.LoadBalancer.Ingress[0].IP
 			}
-			return ip != "" && len(e.members("pub")) == 5
+			members := e.members("pub")
+			return ip != "" && len(members) == 5, fmt.Sprintf("ingress %q, members %v", ip, members)
 		})
 		if !lab.ExternalVIPs.Contains(mustAddr(t, ip)) {
 			t.Fatalf("ingress %s outside the external range %s", ip, lab.ExternalVIPs)
@@ -402,9 +441,9 @@ func TestKubernetesServices(t *testing.T) {
 		if _, err := e.k.CoreV1().Services("default").Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.waitFor("the client blocked", 20*time.Second, func() bool {
-			_, err := e.lab.Client().Ask(e.ctx, ext, 500*time.Millisecond)
-			return err != nil
+		testutil.Eventually(t, 20*time.Second, "the client blocked", func() (bool, string) {
+			r, err := e.lab.Client().Ask(e.ctx, ext, 500*time.Millisecond)
+			return err != nil, "answered by " + r.Pod
 		})
 
 		// externalTrafficPolicy=Local: each node sends the client to its
@@ -415,11 +454,12 @@ func TestKubernetesServices(t *testing.T) {
 		if _, err := e.k.CoreV1().Services("default").Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.waitFor("local-only listener", 20*time.Second, func() bool {
+		testutil.Eventually(t, 20*time.Second, "local-only listener", func() (bool, string) {
 			_, body := e.call("GET", "/v2/lbaas/listeners?tags=flowlb:local-only", nil)
-			return len(dig(body, "listeners")) == 1
+			n := len(dig(body, "listeners"))
+			return n == 1, fmt.Sprintf("%d listeners", n)
 		})
-		time.Sleep(300 * time.Millisecond)
+		e.waitProgrammed(t, "pub")
 		defer func() { _ = e.lab.SetNextHops(1, 2) }()
 		for _, n := range []int{1, 2} {
 			if err := e.lab.SetNextHops(n); err != nil {
@@ -438,8 +478,11 @@ func TestKubernetesServices(t *testing.T) {
 		itp := e.service("itp", func(s *corev1.Service) {
 			s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
 		})
-		e.waitFor("itp's members", 20*time.Second, func() bool { return len(e.members("itp")) == 5 })
-		time.Sleep(300 * time.Millisecond)
+		// members reads ACTIVE with the members: the flows are programmed.
+		testutil.Eventually(t, 20*time.Second, "itp's members", func() (bool, string) {
+			members := e.members("itp")
+			return len(members) == 5, fmt.Sprint(members)
+		})
 		for i, c := range clients {
 			by := e.spreadFrom([]lab.Host{c}, net.JoinHostPort(itp.Spec.ClusterIP, "80"), 15)
 			for ip := range by {
@@ -470,7 +513,10 @@ func TestKubernetesServices(t *testing.T) {
 		}
 		t.Logf("stopped the active controller %s", active)
 		e.service("after", nil)
-		e.waitFor("the standby serving a new Service", 30*time.Second, func() bool { return len(e.members("after")) == 5 })
+		testutil.Eventually(t, 30*time.Second, "the standby serving a new Service", func() (bool, string) {
+			members := e.members("after")
+			return len(members) == 5, fmt.Sprint(members)
+		})
 		for _, s := range []string{"web", "pub", "itp", "after"} {
 			if n := e.lbCount(s); n != 1 {
 				t.Errorf("%d load balancers for Service %s, want 1", n, s)
@@ -482,10 +528,13 @@ func TestKubernetesServices(t *testing.T) {
 		if err := e.k.CoreV1().Services("default").Delete(e.ctx, "web", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.waitFor("the LB gone", 20*time.Second, func() bool { return e.lbCount("web") == 0 })
-		e.waitFor("the Service gone (finalizer released)", 20*time.Second, func() bool {
+		testutil.Eventually(t, 20*time.Second, "the LB gone", func() (bool, string) {
+			n := e.lbCount("web")
+			return n == 0, fmt.Sprintf("%d LBs", n)
+		})
+		testutil.Eventually(t, 20*time.Second, "the Service gone (finalizer released)", func() (bool, string) {
 			_, err := e.k.CoreV1().Services("default").Get(e.ctx, "web", metav1.GetOptions{})
-			return err != nil
+			return err != nil, "still there"
 		})
 		if _, err := clients[0].Ask(e.ctx, vip, 500*time.Millisecond); err == nil {
 			t.Error("the deleted Service's cluster IP still answers")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // nodeOfPod is the lab node index of a pod address (198.18.(16+i).x).
@@ -32,6 +33,16 @@ func nodeOfPod(t testing.TB, ip string) int {
 	}
 	t.Fatalf("%s is in no node's pod network", ip)
 	return 0
+}
+
+// nodesOf counts the lab nodes the pod addresses are on.
+func nodesOf(t testing.TB, pods []string) int {
+	t.Helper()
+	nodes := map[int]bool{}
+	for _, ip := range pods {
+		nodes[nodeOfPod(t, ip)] = true
+	}
+	return len(nodes)
 }
 
 // memberTags returns the tags of the members of Service name's load
@@ -82,33 +93,27 @@ func TestKubernetesTopology(t *testing.T) {
 			s.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferClose)
 		})
 		vip := net.JoinHostPort(svc.Spec.ClusterIP, "80")
-		e.waitFor("3 ready pods, one per node", 60*time.Second, func() bool {
+		testutil.Eventually(t, 60*time.Second, "3 ready pods, one per node", func() (bool, string) {
 			pods := e.readyPods("zonal")
-			nodes := map[int]bool{}
-			for _, ip := range pods {
-				nodes[nodeOfPod(t, ip)] = true
-			}
-			return len(pods) == 3 && len(nodes) == 3
+			return len(pods) == 3 && nodesOf(t, pods) == 3, fmt.Sprint(pods)
 		})
 		// The EndpointSlice controller hints each endpoint to its zone;
 		// the members carry the hints.
-		e.waitFor("members with their zone hints", 30*time.Second, func() bool {
+		testutil.Eventually(t, 30*time.Second, "members with their zone hints", func() (bool, string) {
 			tags := e.memberTags("zonal")
-			if !slices.Equal(e.members("zonal"), e.readyPods("zonal")) {
-				return false
-			}
 			for ip, ts := range tags {
 				if !slices.Contains(ts, flows.TagZonePrefix+zoneOf(ip)) {
-					return false
+					return false, fmt.Sprintf("member %s tagged %v", ip, ts)
 				}
 			}
-			return len(tags) == 3
+			return len(tags) == 3, fmt.Sprintf("member tags %v", tags)
 		})
 		_, body := e.call("GET", "/v2/lbaas/listeners?tags="+flows.TagPreferClose, nil)
 		if n := len(dig(body, "listeners")); n != 1 {
 			t.Fatalf("%d prefer-close listeners, want 1", n)
 		}
-		time.Sleep(300 * time.Millisecond) // the agents' flows
+		// After the tags and the listener were seen: their flows.
+		e.waitMembers(t, "zonal", 30*time.Second, nil)
 		for i, c := range clients {
 			by := e.spreadFrom([]lab.Host{c}, vip, 30)
 			zone := e.lab.Zone(i + 1)
@@ -131,13 +136,10 @@ func TestKubernetesTopology(t *testing.T) {
 		if _, err := e.k.AppsV1().Deployments("default").Patch(e.ctx, "zonal", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.waitFor("every pod in zone-a", 90*time.Second, func() bool {
+		e.waitMembers(t, "zonal", 90*time.Second, func(ready []string) bool {
 			pods, _ := e.k.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=zonal"})
-			ready := e.readyPods("zonal")
-			return len(pods.Items) == 3 && len(ready) == 3 && !slices.ContainsFunc(ready, func(ip string) bool { return zoneOf(ip) != "zone-a" }) &&
-				slices.Equal(e.members("zonal"), ready)
+			return len(pods.Items) == 3 && len(ready) == 3 && !slices.ContainsFunc(ready, func(ip string) bool { return zoneOf(ip) != "zone-a" })
 		})
-		time.Sleep(300 * time.Millisecond)
 		l.check(t, "while the pods left zone-b")
 		if by := e.spreadFrom(clients[1:2], vip, 20); len(by) == 0 {
 			t.Error("the zone-b client reached nothing")
@@ -167,22 +169,20 @@ func TestKubernetesTopology(t *testing.T) {
 			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 		})
 		var ip string
-		e.waitFor("an ingress address and the pod on n2 as the member", 60*time.Second, func() bool {
+		e.waitMembers(t, "solo", 60*time.Second, func(pods []string) bool {
 			s, _ := e.k.CoreV1().Services("default").Get(e.ctx, "solo", metav1.GetOptions{})
 			if len(s.Status.LoadBalancer.Ingress) == 1 {
 				ip = s.Status.LoadBalancer.Ingress[0].IP
 			}
-			pods := e.readyPods("solo")
-			return ip != "" && len(pods) == 1 && nodeOfPod(t, pods[0]) == 2 && slices.Equal(e.members("solo"), pods)
+			return ip != "" && len(pods) == 1 && nodeOfPod(t, pods[0]) == 2
 		})
 		vip := netip.PrefixFrom(mustAddr(t, ip), 32)
 		ext := net.JoinHostPort(ip, "80")
 		routeVia := func(what string, nodes ...int) {
 			t.Helper()
-			var got map[netip.Prefix][]int
-			e.waitFor(what, 20*time.Second, func() bool {
-				got, _ = e.lab.Announcements(lab.AnnounceTable).Routes()
-				return slices.Equal(got[vip], nodes)
+			testutil.Eventually(t, 20*time.Second, what, func() (bool, string) {
+				got, err := e.lab.Announcements(lab.AnnounceTable).Routes()
+				return err == nil && slices.Equal(got[vip], nodes), fmt.Sprintf("via %v (%v)", got[vip], err)
 			})
 		}
 		routeVia("the router's route to the VIP via n2 only", 2)
@@ -199,14 +199,9 @@ func TestKubernetesTopology(t *testing.T) {
 		if _, err := e.k.AppsV1().Deployments("default").Patch(e.ctx, "solo", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.waitFor("3 pods, one per node", 90*time.Second, func() bool {
+		e.waitMembers(t, "solo", 90*time.Second, func(ready []string) bool {
 			pods, _ := e.k.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=solo"})
-			ready := e.readyPods("solo")
-			nodes := map[int]bool{}
-			for _, ip := range ready {
-				nodes[nodeOfPod(t, ip)] = true
-			}
-			return len(pods.Items) == 3 && len(ready) == 3 && len(nodes) == 3 && slices.Equal(e.members("solo"), ready)
+			return len(pods.Items) == 3 && len(ready) == 3 && nodesOf(t, ready) == 3
 		})
 		routeVia("the route via the 3 nodes", 1, 2, 3)
 		if by := e.spreadFrom([]lab.Host{e.lab.Client()}, ext, 60); len(by) < 2 {
@@ -218,10 +213,9 @@ func TestKubernetesTopology(t *testing.T) {
 		if _, err := e.k.AppsV1().Deployments("default").Patch(e.ctx, "solo", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.waitFor("one pod, on n2", 90*time.Second, func() bool {
+		e.waitMembers(t, "solo", 90*time.Second, func(ready []string) bool {
 			pods, _ := e.k.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=solo"})
-			ready := e.readyPods("solo")
-			return len(pods.Items) == 1 && len(ready) == 1 && nodeOfPod(t, ready[0]) == 2 && slices.Equal(e.members("solo"), ready)
+			return len(pods.Items) == 1 && len(ready) == 1 && nodeOfPod(t, ready[0]) == 2
 		})
 		routeVia("the route via n2 only again", 2)
 		e.spreadFrom([]lab.Host{e.lab.Client()}, ext, 30)
