@@ -76,9 +76,9 @@ func TestTranscripts(t *testing.T) {
 // reach the rules the flow provider refuses first (L7, TLS, HTTP).
 type acceptAll struct{ held *heldRealizer }
 
-func (acceptAll) Name() string                         { return "accept" }
-func (acceptAll) Description() string                  { return "accepts every option (tests)" }
-func (acceptAll) Check(*lbaas.Tree) error              { return nil }
+func (acceptAll) Name() string            { return "accept" }
+func (acceptAll) Description() string     { return "accepts every option (tests)" }
+func (acceptAll) Check(*lbaas.Tree) error { return nil }
 func (p acceptAll) Realize(id string, rev int64, done func(error)) {
 	p.held.Realize(id, rev, done)
 }
