@@ -38,7 +38,7 @@ import (
 // polling the API it measures.
 type countingRealizer struct{ done atomic.Int64 }
 
-func (c *countingRealizer) Realize(_ string, _ int64, done func(error)) {
+func (c *countingRealizer) Realize(_ string, done func(error)) {
 	go func() {
 		done(nil)
 		c.done.Add(1)
@@ -69,41 +69,48 @@ func body(i, members int, subnet string) []byte {
 	return b
 }
 
-func run(ctx context.Context, engine, dsn string, n, members, conc int) (result, error) {
+// server is an in-process flowlb API on one database.
+type server struct {
+	url    string
+	rz     *countingRealizer
+	subnet string
+	close  func()
+}
+
+func startServer(ctx context.Context, dsn string) (*server, error) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := store.Open(ctx, dsn, log)
 	if err != nil {
-		return result{}, err
+		return nil, err
 	}
-	defer st.Close()
 	// A /16 so that N VIPs always fit.
 	_, sub, err := neutron.EnsureDefault(ctx, st, "bench-vip", "198.19.0.0/16")
 	if err != nil {
-		return result{}, err
+		st.Close()
+		return nil, err
 	}
 	rz := &countingRealizer{}
 	svc, err := lbaas.New(st, neutron.Allocator{}, []lbaas.Provider{flow.New(rz)}, lbaas.Config{DefaultProvider: flow.Name}, log)
 	if err != nil {
-		return result{}, err
+		st.Close()
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return result{}, err
+		st.Close()
+		return nil, err
 	}
 	srv := &http.Server{Handler: identity.NoAuth("bench", octavia.New(svc, nil, log, octavia.Config{}))}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	url := "http://" + ln.Addr().String() + "/v2/lbaas/loadbalancers"
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc}}
+	return &server{url: "http://" + ln.Addr().String() + "/v2/lbaas/loadbalancers", rz: rz, subnet: sub.ID,
+		close: func() { srv.Close(); st.Close() }}, nil
+}
 
-	bodies := make([][]byte, n)
-	for i := range bodies {
-		bodies[i] = body(i, members, sub.ID)
-	}
-	lat := make([]time.Duration, n)
-	var errs atomic.Int64
-	var next atomic.Int64
-	start := time.Now()
+// createAll posts every body from conc clients and returns each create's
+// latency and the number of failures.
+func createAll(client *http.Client, url string, bodies [][]byte, conc int) ([]time.Duration, int64) {
+	lat := make([]time.Duration, len(bodies))
+	var errs, next atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < conc; w++ {
 		wg.Add(1)
@@ -111,7 +118,7 @@ func run(ctx context.Context, engine, dsn string, n, members, conc int) (result,
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= n {
+				if i >= len(bodies) {
 					return
 				}
 				t0 := time.Now()
@@ -132,29 +139,23 @@ func run(ctx context.Context, engine, dsn string, n, members, conc int) (result,
 		}()
 	}
 	wg.Wait()
-	createWall := time.Since(start)
-	want := int64(n) - errs.Load()
-	for rz.done.Load() < want {
-		if time.Since(start) > 10*time.Minute {
-			return result{}, fmt.Errorf("only %d of %d LBs completed", rz.done.Load(), want)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	activeWall := time.Since(start)
-	// Check the claim through the API: every LB ACTIVE.
+	return lat, errs.Load()
+}
+
+// countActive counts the load balancers the API lists as ACTIVE.
+func countActive(client *http.Client, url string) (int, error) {
 	resp, err := client.Get(url + "?fields=provisioning_status")
 	if err != nil {
-		return result{}, err
+		return 0, err
 	}
+	defer resp.Body.Close()
 	var list struct {
 		LBs []struct {
 			ProvisioningStatus string `json:"provisioning_status"`
 		} `json:"loadbalancers"`
 	}
-	err = json.NewDecoder(resp.Body).Decode(&list)
-	resp.Body.Close()
-	if err != nil {
-		return result{}, err
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return 0, err
 	}
 	active := 0
 	for _, lb := range list.LBs {
@@ -162,11 +163,43 @@ func run(ctx context.Context, engine, dsn string, n, members, conc int) (result,
 			active++
 		}
 	}
+	return active, nil
+}
+
+func run(ctx context.Context, engine, dsn string, n, members, conc int) (result, error) {
+	srv, err := startServer(ctx, dsn)
+	if err != nil {
+		return result{}, err
+	}
+	defer srv.close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc}}
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		bodies[i] = body(i, members, srv.subnet)
+	}
+	start := time.Now()
+	lat, errs := createAll(client, srv.url, bodies, conc)
+	createWall := time.Since(start)
+	// The realizer counts completions: the wait does not poll the API it
+	// measures.
+	want := int64(n) - errs
+	for srv.rz.done.Load() < want {
+		if time.Since(start) > 10*time.Minute {
+			return result{}, fmt.Errorf("only %d of %d LBs completed", srv.rz.done.Load(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	activeWall := time.Since(start)
+	// Check the claim through the API: every LB ACTIVE.
+	active, err := countActive(client, srv.url)
+	if err != nil {
+		return result{}, err
+	}
 	if int64(active) != want {
 		return result{}, fmt.Errorf("%d of %d LBs ACTIVE after completion", active, want)
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	return result{engine: engine, n: n, createWall: createWall, activeWall: activeWall, p50: lat[n/2], p99: lat[n*99/100], errors: int(errs.Load()), objectsPerLB: 4 + members}, nil
+	return result{engine: engine, n: n, createWall: createWall, activeWall: activeWall, p50: lat[n/2], p99: lat[n*99/100], errors: int(errs), objectsPerLB: 4 + members}, nil
 }
 
 func main() {

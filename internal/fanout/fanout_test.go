@@ -156,7 +156,7 @@ func realize(t testing.TB, hub *fanout.Hub, lbID string) time.Duration {
 	t.Helper()
 	done := make(chan error, 1)
 	t0 := time.Now()
-	hub.Realize(lbID, 0, func(err error) { done <- err })
+	hub.Realize(lbID, func(err error) { done <- err })
 	select {
 	case err := <-done:
 		if err != nil {

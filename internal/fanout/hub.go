@@ -325,7 +325,7 @@ func (h *Hub) WaitAcked(ctx context.Context, rev int64) []string {
 // balancer is recompiled and broadcast, and done is called once every
 // connected agent has programmed it (at once with no agents; after the
 // timeout with the laggards counted).
-func (h *Hub) Realize(lbID string, _ int64, done func(error)) {
+func (h *Hub) Realize(lbID string, done func(error)) {
 	go func() {
 		ctx := context.Background()
 		rev, err := h.Update(ctx, lbID)

@@ -3,11 +3,9 @@ package fanout
 import (
 	"context"
 	"errors"
-	"net/http"
 
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/lbaas"
-	"github.com/flowlb/flowlb/internal/octavia/fault"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -27,8 +25,7 @@ func (s ServiceSource) Trees(ctx context.Context) ([]*lbaas.Tree, error) {
 // LoadBalancer returns one tree, or nil when it is gone.
 func (s ServiceSource) LoadBalancer(ctx context.Context, id string) (*lbaas.Tree, error) {
 	t, err := s.Svc.Tree(admin(ctx), store.KindLoadBalancer, id)
-	var fe *fault.Error
-	if errors.As(err, &fe) && fe.Status == http.StatusNotFound {
+	if errors.Is(err, lbaas.ErrNotFound) {
 		return nil, nil
 	}
 	return t, err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/flowlb/flowlb/internal/octavia/fault"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -46,7 +45,7 @@ type AZProfile struct {
 func getDoc[T any](tx store.ReadTx, kind store.Kind, id, resource string) (*T, error) {
 	rec, err := tx.Get(kind, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fault.NotFound(resource, id)
+		return nil, NotFound(resource, id)
 	}
 	if err != nil {
 		return nil, err
@@ -57,9 +56,8 @@ func getDoc[T any](tx store.ReadTx, kind store.Kind, id, resource string) (*T, e
 func readFlavor(tx store.ReadTx, id string) (*Flavor, *FlavorProfile, error) {
 	f, err := getDoc[Flavor](tx, store.KindFlavor, id, "Flavor")
 	if err != nil {
-		var fe *fault.Error
-		if errors.As(err, &fe) && fe.Status == 404 {
-			return nil, nil, fault.Validation("Invalid flavor_id.")
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil, Validation("Invalid flavor_id.")
 		}
 		return nil, nil, err
 	}
@@ -70,9 +68,8 @@ func readFlavor(tx store.ReadTx, id string) (*Flavor, *FlavorProfile, error) {
 func readAZ(tx store.ReadTx, name string) (*AvailabilityZone, *AZProfile, error) {
 	az, err := getDoc[AvailabilityZone](tx, store.KindAvailabilityZone, name, "Availability Zone")
 	if err != nil {
-		var fe *fault.Error
-		if errors.As(err, &fe) && fe.Status == 404 {
-			return nil, nil, fault.Validation("Invalid availability zone.")
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil, Validation("Invalid availability zone.")
 		}
 		return nil, nil, err
 	}
@@ -92,7 +89,7 @@ func List[T any](ctx context.Context, c Catalog, kind store.Kind) ([]*T, error) 
 	var out []*T
 	err := c.s.st.View(ctx, func(tx store.ReadTx) error {
 		var err error
-		out, err = listKind[T](tx, kind, store.Filter{}, nil)
+		out, err = listKind[T](tx, kind, store.Filter{})
 		return err
 	})
 	return out, err
@@ -118,7 +115,7 @@ func put(tx store.Tx, kind store.Kind, id string, v any, insert bool) error {
 	if insert {
 		err = tx.Insert(rec)
 		if errors.Is(err, store.ErrConflict) {
-			return fault.Conflict("A %s of %s already exists.", "name", id)
+			return Conflict("A %s of %s already exists.", "name", id)
 		}
 		return err
 	}
@@ -133,7 +130,7 @@ func (c Catalog) checkProviderData(provider, data string, az bool) error {
 	}
 	m := map[string]any{}
 	if err := json.Unmarshal([]byte(data), &m); err != nil {
-		return fault.Validation("the flavor_data/availability_zone_data is not a valid JSON object: %v", err)
+		return Validation("the flavor_data/availability_zone_data is not a valid JSON object: %v", err)
 	}
 	if az {
 		return p.CheckAZ(m)
@@ -142,11 +139,9 @@ func (c Catalog) checkProviderData(provider, data string, az bool) error {
 }
 
 // CreateFlavorProfile stores a new flavor profile.
-func (c Catalog) CreateFlavorProfile(ctx context.Context, attrs map[string]any) (*FlavorProfile, error) {
+func (c Catalog) CreateFlavorProfile(ctx context.Context, req FlavorProfileRequest) (*FlavorProfile, error) {
 	fp := &FlavorProfile{ID: newID()}
-	if err := apply(fp, attrs); err != nil {
-		return nil, err
-	}
+	req.apply(fp)
 	if err := c.checkProviderData(fp.ProviderName, fp.FlavorData, false); err != nil {
 		return nil, err
 	}
@@ -155,7 +150,7 @@ func (c Catalog) CreateFlavorProfile(ctx context.Context, attrs map[string]any) 
 }
 
 // UpdateFlavorProfile changes a flavor profile; one in use cannot change.
-func (c Catalog) UpdateFlavorProfile(ctx context.Context, id string, attrs map[string]any) (*FlavorProfile, error) {
+func (c Catalog) UpdateFlavorProfile(ctx context.Context, id string, req FlavorProfileRequest) (*FlavorProfile, error) {
 	var fp *FlavorProfile
 	_, err := c.s.st.Update(ctx, func(tx store.Tx) error {
 		var err error
@@ -165,9 +160,7 @@ func (c Catalog) UpdateFlavorProfile(ctx context.Context, id string, attrs map[s
 		if err := c.profileInUse(tx, store.KindFlavor, id, "Flavor profile"); err != nil {
 			return err
 		}
-		if err := apply(fp, without(attrs, "id")); err != nil {
-			return err
-		}
+		req.apply(fp)
 		if err := c.checkProviderData(fp.ProviderName, fp.FlavorData, false); err != nil {
 			return err
 		}
@@ -188,7 +181,7 @@ func (c Catalog) profileInUse(tx store.ReadTx, kind store.Kind, profileID, resou
 			return err
 		}
 		if m["flavor_profile_id"] == profileID || m["availability_zone_profile_id"] == profileID {
-			return fault.Conflict("%s %s is in use and cannot be modified.", resource, profileID)
+			return Conflict("%s %s is in use and cannot be modified.", resource, profileID)
 		}
 	}
 	return nil
@@ -209,16 +202,13 @@ func (c Catalog) DeleteFlavorProfile(ctx context.Context, id string) error {
 }
 
 // CreateFlavor stores a new flavor over an existing profile.
-func (c Catalog) CreateFlavor(ctx context.Context, attrs map[string]any) (*Flavor, error) {
-	f := &Flavor{ID: newID(), Enabled: true}
-	if err := apply(f, attrs); err != nil {
-		return nil, err
-	}
+func (c Catalog) CreateFlavor(ctx context.Context, req FlavorCreate) (*Flavor, error) {
+	f := &Flavor{ID: newID(), Enabled: true, FlavorProfileID: req.FlavorProfileID}
+	req.FlavorUpdate.apply(f)
 	_, err := c.s.st.Update(ctx, func(tx store.Tx) error {
 		if _, err := getDoc[FlavorProfile](tx, store.KindFlavorProfile, f.FlavorProfileID, "Flavor profile"); err != nil {
-			var fe *fault.Error
-			if errors.As(err, &fe) && fe.Status == 404 {
-				return fault.Validation("Flavor profile %s not found.", f.FlavorProfileID)
+			if errors.Is(err, ErrNotFound) {
+				return Validation("Flavor profile %s not found.", f.FlavorProfileID)
 			}
 			return err
 		}
@@ -231,29 +221,27 @@ func (c Catalog) CreateFlavor(ctx context.Context, attrs map[string]any) (*Flavo
 }
 
 func uniqueName[T any](tx store.ReadTx, kind store.Kind, name string, nameOf func(*T) string) error {
-	all, err := listKind[T](tx, kind, store.Filter{}, nil)
+	all, err := listKind[T](tx, kind, store.Filter{})
 	if err != nil {
 		return err
 	}
 	for _, o := range all {
 		if nameOf(o) == name {
-			return fault.Conflict("A %s of %s already exists.", "name", name)
+			return Conflict("A %s of %s already exists.", "name", name)
 		}
 	}
 	return nil
 }
 
 // UpdateFlavor changes name, description or enabled.
-func (c Catalog) UpdateFlavor(ctx context.Context, id string, attrs map[string]any) (*Flavor, error) {
+func (c Catalog) UpdateFlavor(ctx context.Context, id string, req FlavorUpdate) (*Flavor, error) {
 	var f *Flavor
 	_, err := c.s.st.Update(ctx, func(tx store.Tx) error {
 		var err error
 		if f, err = getDoc[Flavor](tx, store.KindFlavor, id, "Flavor"); err != nil {
 			return err
 		}
-		if err := apply(f, without(attrs, "id", "flavor_profile_id")); err != nil {
-			return err
-		}
+		req.apply(f)
 		return put(tx, store.KindFlavor, id, f, false)
 	})
 	return f, err
@@ -265,13 +253,13 @@ func (c Catalog) DeleteFlavor(ctx context.Context, id string) error {
 		if _, err := getDoc[Flavor](tx, store.KindFlavor, id, "Flavor"); err != nil {
 			return err
 		}
-		lbs, err := listKind[LoadBalancer](tx, store.KindLoadBalancer, store.Filter{}, nil)
+		lbs, err := listKind[LoadBalancer](tx, store.KindLoadBalancer, store.Filter{})
 		if err != nil {
 			return err
 		}
 		for _, lb := range lbs {
 			if lb.FlavorID != nil && *lb.FlavorID == id {
-				return fault.Conflict("Flavor %s is in use and cannot be modified.", id)
+				return Conflict("Flavor %s is in use and cannot be modified.", id)
 			}
 		}
 		return tx.Delete(store.KindFlavor, id)
@@ -280,11 +268,9 @@ func (c Catalog) DeleteFlavor(ctx context.Context, id string) error {
 }
 
 // CreateAZProfile stores a new availability zone profile.
-func (c Catalog) CreateAZProfile(ctx context.Context, attrs map[string]any) (*AZProfile, error) {
+func (c Catalog) CreateAZProfile(ctx context.Context, req AZProfileRequest) (*AZProfile, error) {
 	p := &AZProfile{ID: newID()}
-	if err := apply(p, attrs); err != nil {
-		return nil, err
-	}
+	req.apply(p)
 	if err := c.checkProviderData(p.ProviderName, p.AvailabilityZoneData, true); err != nil {
 		return nil, err
 	}
@@ -293,7 +279,7 @@ func (c Catalog) CreateAZProfile(ctx context.Context, attrs map[string]any) (*AZ
 }
 
 // UpdateAZProfile changes an unused availability zone profile.
-func (c Catalog) UpdateAZProfile(ctx context.Context, id string, attrs map[string]any) (*AZProfile, error) {
+func (c Catalog) UpdateAZProfile(ctx context.Context, id string, req AZProfileRequest) (*AZProfile, error) {
 	var p *AZProfile
 	_, err := c.s.st.Update(ctx, func(tx store.Tx) error {
 		var err error
@@ -303,9 +289,7 @@ func (c Catalog) UpdateAZProfile(ctx context.Context, id string, attrs map[strin
 		if err := c.profileInUse(tx, store.KindAvailabilityZone, id, "Availability Zone Profile"); err != nil {
 			return err
 		}
-		if err := apply(p, without(attrs, "id")); err != nil {
-			return err
-		}
+		req.apply(p)
 		if err := c.checkProviderData(p.ProviderName, p.AvailabilityZoneData, true); err != nil {
 			return err
 		}
@@ -329,16 +313,13 @@ func (c Catalog) DeleteAZProfile(ctx context.Context, id string) error {
 }
 
 // CreateAZ stores a new availability zone; its name is its key.
-func (c Catalog) CreateAZ(ctx context.Context, attrs map[string]any) (*AvailabilityZone, error) {
-	az := &AvailabilityZone{Enabled: true}
-	if err := apply(az, attrs); err != nil {
-		return nil, err
-	}
+func (c Catalog) CreateAZ(ctx context.Context, req AZCreate) (*AvailabilityZone, error) {
+	az := &AvailabilityZone{Name: req.Name, Enabled: true, AvailabilityZoneProfileID: req.AvailabilityZoneProfileID}
+	req.AZUpdate.apply(az)
 	_, err := c.s.st.Update(ctx, func(tx store.Tx) error {
 		if _, err := getDoc[AZProfile](tx, store.KindAZProfile, az.AvailabilityZoneProfileID, "Availability Zone Profile"); err != nil {
-			var fe *fault.Error
-			if errors.As(err, &fe) && fe.Status == 404 {
-				return fault.Validation("Availability Zone Profile %s not found.", az.AvailabilityZoneProfileID)
+			if errors.Is(err, ErrNotFound) {
+				return Validation("Availability Zone Profile %s not found.", az.AvailabilityZoneProfileID)
 			}
 			return err
 		}
@@ -348,16 +329,14 @@ func (c Catalog) CreateAZ(ctx context.Context, attrs map[string]any) (*Availabil
 }
 
 // UpdateAZ changes description or enabled.
-func (c Catalog) UpdateAZ(ctx context.Context, name string, attrs map[string]any) (*AvailabilityZone, error) {
+func (c Catalog) UpdateAZ(ctx context.Context, name string, req AZUpdate) (*AvailabilityZone, error) {
 	var az *AvailabilityZone
 	_, err := c.s.st.Update(ctx, func(tx store.Tx) error {
 		var err error
 		if az, err = getDoc[AvailabilityZone](tx, store.KindAvailabilityZone, name, "Availability Zone"); err != nil {
 			return err
 		}
-		if err := apply(az, without(attrs, "name", "availability_zone_profile_id")); err != nil {
-			return err
-		}
+		req.apply(az)
 		return put(tx, store.KindAvailabilityZone, name, az, false)
 	})
 	return az, err
@@ -369,13 +348,13 @@ func (c Catalog) DeleteAZ(ctx context.Context, name string) error {
 		if _, err := getDoc[AvailabilityZone](tx, store.KindAvailabilityZone, name, "Availability Zone"); err != nil {
 			return err
 		}
-		lbs, err := listKind[LoadBalancer](tx, store.KindLoadBalancer, store.Filter{}, nil)
+		lbs, err := listKind[LoadBalancer](tx, store.KindLoadBalancer, store.Filter{})
 		if err != nil {
 			return err
 		}
 		for _, lb := range lbs {
 			if lb.AvailabilityZone != nil && *lb.AvailabilityZone == name {
-				return fault.Conflict("Availability Zone %s is in use and cannot be modified.", name)
+				return Conflict("Availability Zone %s is in use and cannot be modified.", name)
 			}
 		}
 		return tx.Delete(store.KindAvailabilityZone, name)

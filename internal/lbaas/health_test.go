@@ -12,7 +12,7 @@ func TestSetMemberHealth(t *testing.T) { eachEngine(t, testSetMemberHealth) }
 // nothing else; repeated or irrelevant verdicts change nothing.
 func testSetMemberHealth(t *testing.T, st store.Store) {
 	e := newEnv(t, true, st)
-	tree, err := e.svc.CreateLoadBalancer(e.ctx, fullLB())
+	tree, err := e.svc.CreateLoadBalancer(e.ctx, fullLB(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,20 +2,20 @@ package lbaas
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/flowlb/flowlb/internal/identity"
-	"github.com/flowlb/flowlb/internal/octavia/fault"
 	"github.com/flowlb/flowlb/internal/store"
 	"github.com/flowlb/flowlb/internal/store/memstore"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // manualProvider completes changes only when the test says so, to observe
@@ -35,7 +35,7 @@ func (p *manualProvider) Check(t *Tree) error {
 	}
 	return nil
 }
-func (p *manualProvider) Realize(_ string, _ int64, done func(error)) {
+func (p *manualProvider) Realize(_ string, done func(error)) {
 	if p.auto {
 		done(nil)
 		return
@@ -71,7 +71,7 @@ func (f *fakeVIPs) Allocate(_ store.Tx, r VIPRequest) (VIP, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if r.SubnetID == "exhausted" {
-		return VIP{}, fault.Conflict("No more IP addresses available on subnet %s.", r.SubnetID)
+		return VIP{}, Conflict("No more IP addresses available on subnet %s.", r.SubnetID)
 	}
 	f.next++
 	addr := r.Address
@@ -114,8 +114,7 @@ func (e *env) status(kind store.Kind, id string) string {
 	e.t.Helper()
 	t, err := e.svc.Tree(e.ctx, kind, id)
 	if err != nil {
-		var fe *fault.Error
-		if errors.As(err, &fe) && fe.Status == http.StatusNotFound {
+		if errors.Is(err, ErrNotFound) {
 			return "GONE"
 		}
 		e.t.Fatal(err)
@@ -128,47 +127,52 @@ func (e *env) status(kind store.Kind, id string) string {
 	return "GONE"
 }
 
-func wantFault(t *testing.T, err error, status int, msg string) {
+// wantErr checks that err is a domain refusal of kind whose text
+// contains msg.
+func wantErr(t *testing.T, err error, kind *Error, msg string) {
 	t.Helper()
-	var fe *fault.Error
-	if !errors.As(err, &fe) {
-		t.Fatalf("got error %v, want fault %d %q", err, status, msg)
+	var de *Error
+	if !errors.As(err, &de) {
+		t.Fatalf("got error %v, want a refusal (kind %d) containing %q", err, kind.Kind, msg)
 	}
-	if fe.Status != status || !strings.Contains(fe.Message, msg) {
-		t.Fatalf("got fault %d %q, want %d containing %q", fe.Status, fe.Message, status, msg)
+	if !errors.Is(err, kind) || !strings.Contains(de.Error(), msg) {
+		t.Fatalf("got refusal %d %q, want kind %d containing %q", de.Kind, de.Error(), kind.Kind, msg)
 	}
 }
 
-func lbAttrs(extra map[string]any) map[string]any {
-	m := map[string]any{"name": "lb", "vip_subnet_id": "sub-1"}
-	for k, v := range extra {
-		m[k] = v
+// req decodes a request as the API layer hands it over.
+func req[T any](t testing.TB, body string) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("request %s: %v", body, err)
 	}
-	return m
+	return v
 }
 
-func fullLB() map[string]any {
-	return lbAttrs(map[string]any{
-		"listeners": []any{map[string]any{
-			"name": "l1", "protocol": "TCP", "protocol_port": int64(80),
-			"default_pool": map[string]any{"name": "web"},
-		}},
-		"pools": []any{map[string]any{
-			"name": "web", "protocol": "TCP", "lb_algorithm": "SOURCE_IP_PORT",
-			"members": []any{
-				map[string]any{"address": "198.18.17.2", "protocol_port": int64(8080)},
-				map[string]any{"address": "198.18.18.2", "protocol_port": int64(8080), "weight": int64(3)},
-			},
-			"healthmonitor": map[string]any{"type": "TCP", "delay": int64(5), "timeout": int64(3), "max_retries": int64(3)},
-		}},
-	})
+// lbReq is a create on sub-1 named lb, with the given attributes added.
+func lbReq(t testing.TB, extra string) LoadBalancerCreate {
+	if extra != "" {
+		extra = ", " + extra
+	}
+	return req[LoadBalancerCreate](t, `{"name": "lb", "vip_subnet_id": "sub-1"`+extra+`}`)
+}
+
+func fullLB(t testing.TB) LoadBalancerCreate {
+	return lbReq(t, `
+		"listeners": [{"name": "l1", "protocol": "TCP", "protocol_port": 80, "default_pool": {"name": "web"}}],
+		"pools": [{"name": "web", "protocol": "TCP", "lb_algorithm": "SOURCE_IP_PORT",
+			"members": [
+				{"address": "198.18.17.2", "protocol_port": 8080},
+				{"address": "198.18.18.2", "protocol_port": 8080, "weight": 3}],
+			"healthmonitor": {"type": "TCP", "delay": 5, "timeout": 3, "max_retries": 3}}]`)
 }
 
 func TestLockingStateMachine(t *testing.T) { eachEngine(t, testLockingStateMachine) }
 
 func testLockingStateMachine(t *testing.T, st store.Store) {
 	e := newEnv(t, false, st)
-	tree, err := e.svc.CreateLoadBalancer(e.ctx, fullLB())
+	tree, err := e.svc.CreateLoadBalancer(e.ctx, fullLB(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,10 +183,10 @@ func testLockingStateMachine(t *testing.T, st store.Store) {
 		}
 	}
 	// While PENDING_CREATE every mutation is refused with Octavia's messages.
-	_, _, err = e.svc.CreateListener(e.ctx, map[string]any{"loadbalancer_id": lbID, "protocol": "UDP", "protocol_port": int64(53)})
-	wantFault(t, err, 409, "Load Balancer "+lbID+" is immutable and cannot be updated.")
-	_, err = e.svc.UpdateLoadBalancer(e.ctx, lbID, map[string]any{"name": "x"})
-	wantFault(t, err, 409, "Invalid state PENDING_CREATE of loadbalancer resource "+lbID)
+	_, _, err = e.svc.CreateListener(e.ctx, ListenerCreate{LoadBalancerID: lbID, Protocol: "UDP", ProtocolPort: 53})
+	wantErr(t, err, ErrConflict, "Load Balancer "+lbID+" is immutable and cannot be updated.")
+	_, err = e.svc.UpdateLoadBalancer(e.ctx, lbID, LoadBalancerUpdate{Name: Some("x")})
+	wantErr(t, err, ErrConflict, "Invalid state PENDING_CREATE of loadbalancer resource "+lbID)
 
 	e.prov.finish(nil)
 	tree, err = e.svc.Tree(e.ctx, store.KindLoadBalancer, lbID)
@@ -205,7 +209,7 @@ func testLockingStateMachine(t *testing.T, st store.Store) {
 
 	// A member change locks LB, listener and pool and marks the member.
 	pool := tree.Pools[0]
-	_, m, err := e.svc.CreateMember(e.ctx, pool.ID, map[string]any{"address": "198.18.19.2", "protocol_port": int64(8080)})
+	_, m, err := e.svc.CreateMember(e.ctx, pool.ID, MemberCreate{Address: "198.18.19.2", ProtocolPort: 8080})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +227,7 @@ func testLockingStateMachine(t *testing.T, st store.Store) {
 	}
 
 	// Delete without cascade is a 400; cascade removes everything and the VIP.
-	wantFault(t, e.svc.DeleteLoadBalancer(e.ctx, lbID, false), 400, "it has children")
+	wantErr(t, e.svc.DeleteLoadBalancer(e.ctx, lbID, false), ErrInvalid, "it has children")
 	if err := e.svc.DeleteLoadBalancer(e.ctx, lbID, true); err != nil {
 		t.Fatal(err)
 	}
@@ -258,12 +262,12 @@ func TestProviderErrorMarksError(t *testing.T) { eachEngine(t, testProviderError
 
 func testProviderErrorMarksError(t *testing.T, st store.Store) {
 	e := newEnv(t, false, st)
-	tree, err := e.svc.CreateLoadBalancer(e.ctx, lbAttrs(nil))
+	tree, err := e.svc.CreateLoadBalancer(e.ctx, lbReq(t, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.prov.finish(errors.New("agents unreachable"))
-	if got := e.status(store.KindLoadBalancer, tree.LB.ID); got != Error {
+	if got := e.status(store.KindLoadBalancer, tree.LB.ID); got != ProvisioningError {
 		t.Fatalf("LB after provider failure: %s, want ERROR", got)
 	}
 	// An LB in ERROR can still be deleted.
@@ -278,31 +282,32 @@ func testProviderErrorMarksError(t *testing.T, st store.Store) {
 
 func TestValidationChangesNothing(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		attrs  map[string]any
-		status int
-		msg    string
+		name string
+		req  string
+		kind *Error
+		msg  string
 	}{
-		{"no VIP", map[string]any{"name": "x"}, 400, "VIP must contain one of"},
-		{"VIP exhausted", lbAttrs(map[string]any{"vip_subnet_id": "exhausted"}), 409, "No more IP addresses"},
-		{"unknown provider", lbAttrs(map[string]any{"provider": "amphora"}), 400, "Provider 'amphora' is not enabled."},
-		{"undefined pool reference", lbAttrs(map[string]any{"listeners": []any{map[string]any{"protocol": "TCP", "protocol_port": int64(80), "default_pool": map[string]any{"name": "nope"}}}}), 400, "Missing details for Pool object: nope"},
-		{"unnamed pool", lbAttrs(map[string]any{"pools": []any{map[string]any{"protocol": "TCP", "lb_algorithm": "ROUND_ROBIN"}}}), 400, "Pools must be named"},
-		{"duplicate listener", lbAttrs(map[string]any{"listeners": []any{
-			map[string]any{"protocol": "TCP", "protocol_port": int64(80)},
-			map[string]any{"protocol": "TCP", "protocol_port": int64(80)},
-		}}), 409, "already using protocol TCP and protocol_port 80"},
-		{"duplicate member", lbAttrs(map[string]any{"pools": []any{map[string]any{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "members": []any{
-			map[string]any{"address": "198.18.17.2", "protocol_port": int64(80)},
-			map[string]any{"address": "198.18.17.2", "protocol_port": int64(80)},
-		}}}}), 409, "Another member on this pool is already using ip 198.18.17.2"},
-		{"UDP pool on TCP listener", lbAttrs(map[string]any{"listeners": []any{map[string]any{"protocol": "TCP", "protocol_port": int64(80), "default_pool": map[string]any{"name": "u", "protocol": "UDP", "lb_algorithm": "ROUND_ROBIN"}}}}), 400, "The pool protocol 'UDP' is invalid while the listener protocol is 'TCP'."},
-		{"loopback member", lbAttrs(map[string]any{"pools": []any{map[string]any{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "members": []any{map[string]any{"address": "127.0.0.1", "protocol_port": int64(80)}}}}}), 400, "reserved"},
+		{"no VIP", `{"name": "x"}`, ErrInvalid, "VIP must contain one of"},
+		{"VIP exhausted", `{"vip_subnet_id": "exhausted"}`, ErrConflict, "No more IP addresses"},
+		{"unknown provider", `{"vip_subnet_id": "s", "provider": "amphora"}`, ErrInvalid, "Provider 'amphora' is not enabled."},
+		{"undefined pool reference", `{"vip_subnet_id": "s", "listeners": [{"protocol": "TCP", "protocol_port": 80, "default_pool": {"name": "nope"}}]}`, ErrInvalid, "Missing details for Pool object: nope"},
+		{"unnamed pool", `{"vip_subnet_id": "s", "pools": [{"protocol": "TCP", "lb_algorithm": "ROUND_ROBIN"}]}`, ErrInvalid, "Pools must be named"},
+		{"pool defined twice", `{"vip_subnet_id": "s", "pools": [{"name": "a", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN"}],
+			"listeners": [{"protocol": "TCP", "protocol_port": 80, "default_pool": {"name": "a", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN"}}]}`, ErrInvalid, "Pool a is defined more than once."},
+		{"duplicate listener", `{"vip_subnet_id": "s", "listeners": [{"protocol": "TCP", "protocol_port": 80}, {"protocol": "TCP", "protocol_port": 80}]}`,
+			ErrConflict, "already using protocol TCP and protocol_port 80"},
+		{"duplicate member", `{"vip_subnet_id": "s", "pools": [{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "members": [
+			{"address": "198.18.17.2", "protocol_port": 80}, {"address": "198.18.17.2", "protocol_port": 80}]}]}`,
+			ErrConflict, "Another member on this pool is already using ip 198.18.17.2"},
+		{"UDP pool on TCP listener", `{"vip_subnet_id": "s", "listeners": [{"protocol": "TCP", "protocol_port": 80, "default_pool": {"name": "u", "protocol": "UDP", "lb_algorithm": "ROUND_ROBIN"}}]}`,
+			ErrInvalid, "The pool protocol 'UDP' is invalid while the listener protocol is 'TCP'."},
+		{"loopback member", `{"vip_subnet_id": "s", "pools": [{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "members": [{"address": "127.0.0.1", "protocol_port": 80}]}]}`,
+			ErrInvalid, "reserved"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, true, memstore.New())
-			_, err := e.svc.CreateLoadBalancer(e.ctx, tc.attrs)
-			wantFault(t, err, tc.status, tc.msg)
+			_, err := e.svc.CreateLoadBalancer(e.ctx, req[LoadBalancerCreate](t, tc.req))
+			wantErr(t, err, tc.kind, tc.msg)
 			rev, err := e.st.Revision(e.ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -318,35 +323,35 @@ func TestBatchMembers(t *testing.T) { eachEngine(t, testBatchMembers) }
 
 func testBatchMembers(t *testing.T, st store.Store) {
 	e := newEnv(t, true, st)
-	tree, err := e.svc.CreateLoadBalancer(e.ctx, fullLB())
+	tree, err := e.svc.CreateLoadBalancer(e.ctx, fullLB(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.waitActive(tree.LB.ID)
 	pool := tree.Pools[0]
-	member := func(addr string, port, weight int64) map[string]any {
-		return map[string]any{"address": addr, "protocol_port": port, "weight": weight}
+	member := func(addr string, port, weight int) MemberCreate {
+		return MemberCreate{Address: addr, ProtocolPort: port, MemberUpdate: MemberUpdate{Weight: Some(weight)}}
 	}
 	type want map[string]int // address:port → weight
 	for _, tc := range []struct {
 		name     string
-		members  []map[string]any
+		members  []MemberCreate
 		additive bool
 		want     want
-		status   int
+		refused  *Error
 	}{
-		{"update one, add one, delete one", []map[string]any{member("198.18.18.2", 8080, 7), member("198.18.20.2", 8080, 1)}, false,
-			want{"198.18.18.2:8080": 7, "198.18.20.2:8080": 1}, 0},
-		{"additive keeps the rest", []map[string]any{member("198.18.21.2", 9090, 2)}, true,
-			want{"198.18.18.2:8080": 7, "198.18.20.2:8080": 1, "198.18.21.2:9090": 2}, 0},
-		{"duplicate entry refused", []map[string]any{member("198.18.21.2", 9090, 2), member("198.18.21.2", 9090, 3)}, false,
-			want{"198.18.18.2:8080": 7, "198.18.20.2:8080": 1, "198.18.21.2:9090": 2}, 400},
-		{"empty list deletes all", []map[string]any{}, false, want{}, 0},
+		{"update one, add one, delete one", []MemberCreate{member("198.18.18.2", 8080, 7), member("198.18.20.2", 8080, 1)}, false,
+			want{"198.18.18.2:8080": 7, "198.18.20.2:8080": 1}, nil},
+		{"additive keeps the rest", []MemberCreate{member("198.18.21.2", 9090, 2)}, true,
+			want{"198.18.18.2:8080": 7, "198.18.20.2:8080": 1, "198.18.21.2:9090": 2}, nil},
+		{"duplicate entry refused", []MemberCreate{member("198.18.21.2", 9090, 2), member("198.18.21.2", 9090, 3)}, false,
+			want{"198.18.18.2:8080": 7, "198.18.20.2:8080": 1, "198.18.21.2:9090": 2}, ErrInvalid},
+		{"empty list deletes all", []MemberCreate{}, false, want{}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := e.svc.BatchUpdateMembers(e.ctx, pool.ID, tc.members, tc.additive)
-			if tc.status != 0 {
-				wantFault(t, err, tc.status, "")
+			if tc.refused != nil {
+				wantErr(t, err, tc.refused, "")
 			} else if err != nil {
 				t.Fatal(err)
 			}
@@ -372,14 +377,10 @@ func testBatchMembers(t *testing.T, st store.Store) {
 // waitActive waits for the asynchronous completion of an auto provider.
 func (e *env) waitActive(lbID string) {
 	e.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if e.status(store.KindLoadBalancer, lbID) == Active {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	e.t.Fatalf("LB %s not ACTIVE", lbID)
+	testutil.Eventually(e.t, 5*time.Second, "LB "+lbID+" ACTIVE", func() (bool, string) {
+		st := e.status(store.KindLoadBalancer, lbID)
+		return st == Active, st
+	})
 }
 
 func TestQuota(t *testing.T) { eachEngine(t, testQuota) }
@@ -390,14 +391,14 @@ func testQuota(t *testing.T, st store.Store) {
 	if _, err := e.svc.SetQuota(e.ctx, "p1", Quota{LoadBalancer: &one}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.CreateLoadBalancer(e.ctx, lbAttrs(nil)); err != nil {
+	if _, err := e.svc.CreateLoadBalancer(e.ctx, lbReq(t, "")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.svc.CreateLoadBalancer(e.ctx, lbAttrs(nil))
-	wantFault(t, err, 403, "Quota has been met for resources: Load Balancer")
+	_, err := e.svc.CreateLoadBalancer(e.ctx, lbReq(t, ""))
+	wantErr(t, err, ErrQuota, "Load Balancer")
 	// Another project is not limited by p1's quota.
 	other := identity.WithCaller(context.Background(), identity.Caller{ProjectID: "p2"})
-	if _, err := e.svc.CreateLoadBalancer(other, lbAttrs(nil)); err != nil {
+	if _, err := e.svc.CreateLoadBalancer(other, lbReq(t, "")); err != nil {
 		t.Fatal(err)
 	}
 	q, err := e.svc.GetQuota(e.ctx, "p1")
@@ -407,7 +408,7 @@ func testQuota(t *testing.T, st store.Store) {
 	if err := e.svc.ResetQuota(e.ctx, "p1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.CreateLoadBalancer(e.ctx, lbAttrs(nil)); err != nil {
+	if _, err := e.svc.CreateLoadBalancer(e.ctx, lbReq(t, "")); err != nil {
 		t.Fatalf("after reset: %v", err)
 	}
 }
@@ -418,17 +419,17 @@ func testProjectIsolation(t *testing.T, st store.Store) {
 	e := newEnv(t, true, st)
 	p1 := identity.WithCaller(context.Background(), identity.Caller{ProjectID: "p1"})
 	p2 := identity.WithCaller(context.Background(), identity.Caller{ProjectID: "p2"})
-	tree, err := e.svc.CreateLoadBalancer(p1, lbAttrs(nil))
+	tree, err := e.svc.CreateLoadBalancer(p1, lbReq(t, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Octavia fetches the object, then its policy check refuses it.
 	_, err = e.svc.Tree(p2, store.KindLoadBalancer, tree.LB.ID)
-	wantFault(t, err, 403, "Policy does not allow")
-	_, err = e.svc.UpdateLoadBalancer(p2, tree.LB.ID, map[string]any{"name": "stolen"})
-	wantFault(t, err, 403, "Policy does not allow")
+	wantErr(t, err, ErrForbidden, "")
+	_, err = e.svc.UpdateLoadBalancer(p2, tree.LB.ID, LoadBalancerUpdate{Name: Some("stolen")})
+	wantErr(t, err, ErrForbidden, "")
 	_, err = e.svc.Tree(p2, store.KindLoadBalancer, "00000000-0000-0000-0000-000000000000")
-	wantFault(t, err, 404, "not found")
+	wantErr(t, err, ErrNotFound, "not found")
 	// A global observer sees it and still cannot change it.
 	g := identity.WithCaller(context.Background(), identity.Caller{ProjectID: "p3", ReadAll: true})
 	if _, err := e.svc.Tree(g, store.KindLoadBalancer, tree.LB.ID); err != nil {
@@ -437,14 +438,14 @@ func testProjectIsolation(t *testing.T, st store.Store) {
 	if trees, _ := e.svc.Trees(g); len(trees) != 1 {
 		t.Errorf("global reader lists %d trees, want 1", len(trees))
 	}
-	_, err = e.svc.UpdateLoadBalancer(g, tree.LB.ID, map[string]any{"name": "stolen"})
-	wantFault(t, err, 403, "Policy does not allow")
+	_, err = e.svc.UpdateLoadBalancer(g, tree.LB.ID, LoadBalancerUpdate{Name: Some("stolen")})
+	wantErr(t, err, ErrForbidden, "")
 	trees, err := e.svc.Trees(p2)
 	if err != nil || len(trees) != 0 {
 		t.Fatalf("p2 sees %d trees (%v)", len(trees), err)
 	}
-	_, err = e.svc.CreateLoadBalancer(p2, lbAttrs(map[string]any{"project_id": "p1"}))
-	wantFault(t, err, 403, "Policy does not allow")
+	_, err = e.svc.CreateLoadBalancer(p2, lbReq(t, `"project_id": "p1"`))
+	wantErr(t, err, ErrForbidden, "")
 }
 
 func TestRefusalByProviderStoresNothing(t *testing.T) {
@@ -456,18 +457,18 @@ func testRefusalByProviderStoresNothing(t *testing.T, st store.Store) {
 	e.prov.refuse = func(t *Tree) error {
 		for _, p := range t.Pools {
 			if p.LBAlgorithm == "LEAST_CONNECTIONS" {
-				return fault.NotImplemented("fake", "LEAST_CONNECTIONS algorithm is not supported.")
+				return Unsupported("fake", "LEAST_CONNECTIONS algorithm is not supported.")
 			}
 		}
 		return nil
 	}
-	tree, err := e.svc.CreateLoadBalancer(e.ctx, lbAttrs(nil))
+	tree, err := e.svc.CreateLoadBalancer(e.ctx, lbReq(t, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.waitActive(tree.LB.ID)
-	_, _, err = e.svc.CreatePool(e.ctx, map[string]any{"loadbalancer_id": tree.LB.ID, "protocol": "TCP", "lb_algorithm": "LEAST_CONNECTIONS"})
-	wantFault(t, err, 501, "does not support a requested option")
+	_, _, err = e.svc.CreatePool(e.ctx, PoolCreate{LoadBalancerID: tree.LB.ID, Protocol: "TCP", PoolUpdate: PoolUpdate{LBAlgorithm: Some("LEAST_CONNECTIONS")}})
+	wantErr(t, err, ErrUnsupported, "LEAST_CONNECTIONS algorithm is not supported.")
 	if got := e.status(store.KindLoadBalancer, tree.LB.ID); got != Active {
 		t.Errorf("LB after refused change: %s, want ACTIVE (unlocked)", got)
 	}
@@ -480,7 +481,7 @@ func TestResumeAfterRestart(t *testing.T) { eachEngine(t, testResumeAfterRestart
 // to the provider again, so nothing stays stuck.
 func testResumeAfterRestart(t *testing.T, st store.Store) {
 	e := newEnv(t, false, st)
-	tree, err := e.svc.CreateLoadBalancer(e.ctx, fullLB())
+	tree, err := e.svc.CreateLoadBalancer(e.ctx, fullLB(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,8 +508,8 @@ func testResumeAfterRestart(t *testing.T, st store.Store) {
 
 func TestMonitorTimeoutAboveDelayAccepted(t *testing.T) {
 	e := newEnv(t, true, memstore.New())
-	tr, err := e.svc.CreateLoadBalancer(e.ctx, lbAttrs(map[string]any{"pools": []any{map[string]any{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN",
-		"healthmonitor": map[string]any{"type": "TCP", "delay": int64(2), "timeout": int64(3), "max_retries": int64(4)}}}}))
+	tr, err := e.svc.CreateLoadBalancer(e.ctx, lbReq(t, `"pools": [{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN",
+		"healthmonitor": {"type": "TCP", "delay": 2, "timeout": 3, "max_retries": 4}}]`))
 	if err != nil {
 		t.Fatalf("delay 2, timeout 3: %v (Octavia accepts it)", err)
 	}

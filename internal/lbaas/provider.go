@@ -12,16 +12,17 @@ type Capability struct {
 type Provider interface {
 	Name() string
 	Description() string
-	// Check refuses, with a 501 fault.NotImplemented, a tree the provider
+	// Check refuses, with an Unsupported error, a tree the provider
 	// cannot serve. It sees the tree as it would be after the change.
 	Check(t *Tree) error
-	// Realize makes the committed revision rev of the load balancer's tree
-	// real and calls done once, when it is (err nil) or cannot be.
-	// It must not block.
-	Realize(lbID string, rev int64, done func(error))
+	// Realize makes the committed state of the load balancer's tree real
+	// and calls done once, when it is (err nil) or cannot be. It must not
+	// block.
+	Realize(lbID string, done func(error))
 	FlavorCapabilities() []Capability
 	AZCapabilities() []Capability
-	// CheckFlavor validates a flavor profile's flavor_data (a JSON object).
+	// CheckFlavor validates a flavor profile's flavor_data (a JSON object
+	// of provider-specific options).
 	CheckFlavor(data map[string]any) error
 	// CheckAZ validates an AZ profile's availability_zone_data.
 	CheckAZ(data map[string]any) error

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/flowlb/flowlb/internal/octavia/fault"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -99,7 +98,7 @@ func (s *Service) checkQuotas(tx store.ReadTx, t *Tree) error {
 		}
 		// The LB's own row is already counted when only children are new.
 		if have+n > limit {
-			return fault.New(403, "Quota has been met for resources: %s", r.name)
+			return QuotaMet(r.name)
 		}
 	}
 	return nil
@@ -180,7 +179,7 @@ func (s *Service) ResetQuota(ctx context.Context, project string) error {
 	_, err := s.st.Update(ctx, func(tx store.Tx) error {
 		err := tx.Delete(store.KindQuota, project)
 		if errors.Is(err, store.ErrNotFound) {
-			return fault.NotFound("Quota", project)
+			return NotFound("Quota", project)
 		}
 		return err
 	})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sort"
 
-	"github.com/flowlb/flowlb/internal/octavia/fault"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -20,8 +19,8 @@ var resourceName = map[store.Kind]string{
 	store.KindL7Rule:        "L7 Rule",
 }
 
-// notFound is Octavia's 404 for a kind and id.
-func notFound(kind store.Kind, id string) error { return fault.NotFound(resourceName[kind], id) }
+// notFound is the refusal for a missing object of kind.
+func notFound(kind store.Kind, id string) error { return NotFound(resourceName[kind], id) }
 
 // findTree loads the tree holding object (kind, id) in tx.
 func findTree(tx store.ReadTx, kind store.Kind, id string) (*Tree, error) {
@@ -57,7 +56,7 @@ func (s *Service) Tree(ctx context.Context, kind store.Kind, id string) (*Tree, 
 		return nil, err
 	}
 	if !visible(c, t.LB.ProjectID) {
-		return nil, fault.Forbidden()
+		return nil, Forbidden()
 	}
 	return t, nil
 }
@@ -117,61 +116,7 @@ func (s *Service) Trees(ctx context.Context) ([]*Tree, error) {
 			out = append(out, t)
 		}
 		// Children are listed per kind, not per tree: seven queries in all.
-		ls, err := listKind[Listener](tx, store.KindListener, f, nil)
-		if err != nil {
-			return err
-		}
-		for _, v := range ls {
-			if t := byLB[v.LoadBalancerID]; t != nil {
-				t.Listeners = append(t.Listeners, v)
-			}
-		}
-		ps, err := listKind[Pool](tx, store.KindPool, f, nil)
-		if err != nil {
-			return err
-		}
-		for _, v := range ps {
-			if t := byLB[v.LoadBalancerID]; t != nil {
-				t.Pools = append(t.Pools, v)
-			}
-		}
-		ms, err := listKind(tx, store.KindMember, f, func(m *Member, id string) { m.LoadBalancerID = id })
-		if err != nil {
-			return err
-		}
-		for _, v := range ms {
-			if t := byLB[v.LoadBalancerID]; t != nil {
-				t.Members = append(t.Members, v)
-			}
-		}
-		hs, err := listKind(tx, store.KindHealthMonitor, f, func(m *HealthMonitor, id string) { m.LoadBalancerID = id })
-		if err != nil {
-			return err
-		}
-		for _, v := range hs {
-			if t := byLB[v.LoadBalancerID]; t != nil {
-				t.Monitors = append(t.Monitors, v)
-			}
-		}
-		l7p, err := listKind(tx, store.KindL7Policy, f, func(m *L7Policy, id string) { m.LoadBalancerID = id })
-		if err != nil {
-			return err
-		}
-		for _, v := range l7p {
-			if t := byLB[v.LoadBalancerID]; t != nil {
-				t.L7Policies = append(t.L7Policies, v)
-			}
-		}
-		l7r, err := listKind(tx, store.KindL7Rule, f, func(m *L7Rule, id string) { m.LoadBalancerID = id })
-		if err != nil {
-			return err
-		}
-		for _, v := range l7r {
-			if t := byLB[v.LoadBalancerID]; t != nil {
-				t.L7Rules = append(t.L7Rules, v)
-			}
-		}
-		return nil
+		return loadChildren(tx, f, byLB)
 	})
 	sort.SliceStable(out, func(i, j int) bool { return out[i].LB.CreatedAt < out[j].LB.CreatedAt })
 	return out, err

@@ -16,32 +16,50 @@ import (
 // NO_MONITOR. A member of weight 0 that is not in ERROR is DRAINING. A
 // pool no listener uses carries no traffic and is OFFLINE.
 func (s *Service) rollUp(t *Tree) {
-	set := func(o object, st string) {
-		if o.base().OperatingStatus != st {
-			o.base().OperatingStatus = st
-			t.markDirty(o)
-		}
-	}
 	for _, hm := range t.Monitors {
 		// A monitor's status is its configuration, not a measurement.
 		st := Online
 		if !hm.AdminStateUp {
 			st = Offline
 		}
-		set(hm, st)
+		t.setOperating(hm, st)
 	}
 	if s.cfg.Unmeasured {
-		for _, o := range t.objects() {
-			switch o.(type) {
-			case *Member:
-				set(o, NoMonitor)
-			case *HealthMonitor:
-			default:
-				set(o, Offline)
-			}
-		}
+		t.unmeasured()
 		return
 	}
+	pools := t.poolStatuses()
+	lbStatus := t.listenerStatuses(pools)
+	if !t.LB.AdminStateUp {
+		lbStatus = Offline
+	}
+	t.setOperating(t.LB, lbStatus)
+}
+
+// setOperating changes an object's operating status and marks it dirty.
+func (t *Tree) setOperating(o object, st string) {
+	if o.base().OperatingStatus != st {
+		o.base().OperatingStatus = st
+		t.markDirty(o)
+	}
+}
+
+// unmeasured leaves every status as created, for a data plane that
+// measures nothing: members NO_MONITOR, the rest OFFLINE.
+func (t *Tree) unmeasured() {
+	for _, o := range t.objects() {
+		switch o.(type) {
+		case *Member:
+			t.setOperating(o, NoMonitor)
+		case *HealthMonitor:
+		default:
+			t.setOperating(o, Offline)
+		}
+	}
+}
+
+// usedPools are the pools a listener sends traffic to.
+func (t *Tree) usedPools() map[string]bool {
 	used := map[string]bool{}
 	for _, l := range t.Listeners {
 		if l.DefaultPoolID != nil {
@@ -53,7 +71,14 @@ func (s *Service) rollUp(t *Tree) {
 			used[*pol.RedirectPoolID] = true
 		}
 	}
-	poolStatus := map[string]string{}
+	return used
+}
+
+// poolStatuses sets the members' and pools' statuses and returns the
+// pools'.
+func (t *Tree) poolStatuses() map[string]string {
+	used := t.usedPools()
+	out := map[string]string{}
 	for _, p := range t.Pools {
 		hm := t.poolMonitor(p.ID)
 		monitored := hm != nil && hm.AdminStateUp
@@ -64,21 +89,9 @@ func (s *Service) rollUp(t *Tree) {
 				m.Health = ""
 				t.markDirty(m)
 			}
-			switch {
-			case !m.AdminStateUp:
-				set(m, Offline)
+			t.setOperating(m, memberStatus(m, monitored))
+			if !m.AdminStateUp {
 				continue
-			case monitored && m.Health == OpError:
-				set(m, OpError)
-			case m.Weight == 0:
-				set(m, Draining)
-			case !monitored:
-				set(m, NoMonitor)
-			case m.Health == Online:
-				set(m, Online)
-			default:
-				// Under a monitor, unknown until the first verdict.
-				set(m, Offline)
 			}
 			total++
 			if m.OperatingStatus == OpError {
@@ -94,30 +107,49 @@ func (s *Service) rollUp(t *Tree) {
 		case failed > 0:
 			st = Degraded
 		}
-		poolStatus[p.ID] = st
-		set(p, st)
+		out[p.ID] = st
+		t.setOperating(p, st)
 	}
-	worst := func(a, b string) string {
-		rank := map[string]int{Online: 0, Degraded: 1, OpError: 2}
-		if rank[b] > rank[a] {
-			return b
-		}
-		return a
+	return out
+}
+
+// memberStatus is a member's operating status.
+func memberStatus(m *Member, monitored bool) string {
+	switch {
+	case !m.AdminStateUp:
+		return Offline
+	case monitored && m.Health == OpError:
+		return OpError
+	case m.Weight == 0:
+		return Draining
+	case !monitored:
+		return NoMonitor
+	case m.Health == Online:
+		return Online
+	default:
+		// Under a monitor, unknown until the first verdict.
+		return Offline
 	}
+}
+
+// listenerStatuses sets the listeners' statuses from their default pools'
+// and returns the load balancer's.
+func (t *Tree) listenerStatuses(pools map[string]string) string {
+	rank := map[string]int{Online: 0, Degraded: 1, OpError: 2}
 	lbStatus := Online
 	for _, l := range t.Listeners {
 		st := Online
 		if l.DefaultPoolID != nil {
-			if ps, ok := poolStatus[*l.DefaultPoolID]; ok && ps != Offline {
+			if ps, ok := pools[*l.DefaultPoolID]; ok && ps != Offline {
 				st = ps
 			}
 		}
 		if !l.AdminStateUp {
 			st = Offline
 		}
-		set(l, st)
-		if st != Offline {
-			lbStatus = worst(lbStatus, st)
+		t.setOperating(l, st)
+		if st != Offline && rank[st] > rank[lbStatus] {
+			lbStatus = st
 		}
 	}
 	if lbStatus == OpError {
@@ -125,15 +157,11 @@ func (s *Service) rollUp(t *Tree) {
 		// with some failing listeners as DEGRADED.
 		for _, l := range t.Listeners {
 			if l.OperatingStatus == Online || l.OperatingStatus == Degraded {
-				lbStatus = Degraded
-				break
+				return Degraded
 			}
 		}
 	}
-	if !t.LB.AdminStateUp {
-		lbStatus = Offline
-	}
-	set(t.LB, lbStatus)
+	return lbStatus
 }
 
 // SetMemberHealth records a health verdict (ONLINE or ERROR) for a member,
@@ -180,9 +208,6 @@ func (s *Service) SetMemberHealth(ctx context.Context, memberID, health string) 
 	})
 	if err != nil {
 		return "", false, err
-	}
-	if changed {
-		s.notify(lbID)
 	}
 	return lbID, changed, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/flowlb/flowlb/internal/octavia/fault"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -64,7 +63,7 @@ func decode[T any](rec store.Record) (*T, error) {
 	return v, nil
 }
 
-func listKind[T any](tx store.ReadTx, kind store.Kind, f store.Filter, lbID func(*T, string)) ([]*T, error) {
+func listKind[T any](tx store.ReadTx, kind store.Kind, f store.Filter) ([]*T, error) {
 	recs, err := tx.List(kind, f)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", kind, err)
@@ -74,9 +73,6 @@ func listKind[T any](tx store.ReadTx, kind store.Kind, f store.Filter, lbID func
 		v, err := decode[T](r)
 		if err != nil {
 			return nil, err
-		}
-		if lbID != nil {
-			lbID(v, r.LoadBalancerID)
 		}
 		out = append(out, v)
 	}
@@ -90,26 +86,57 @@ func loadTree(tx store.ReadTx, lbRec store.Record) (*Tree, error) {
 		return nil, err
 	}
 	t := &Tree{LB: lb}
-	f := store.Filter{LoadBalancerID: lb.ID}
-	if t.Listeners, err = listKind[Listener](tx, store.KindListener, f, nil); err != nil {
-		return nil, err
+	return t, loadChildren(tx, store.Filter{LoadBalancerID: lb.ID}, map[string]*Tree{lb.ID: t})
+}
+
+// loadChildren reads the objects f selects, kind by kind, into the trees
+// of their load balancers (objects of other load balancers are skipped).
+func loadChildren(tx store.ReadTx, f store.Filter, trees map[string]*Tree) error {
+	loaders := []func() error{
+		func() error {
+			return attach(tx, store.KindListener, f, trees, func(t *Tree, v *Listener) { t.Listeners = append(t.Listeners, v) })
+		},
+		func() error {
+			return attach(tx, store.KindPool, f, trees, func(t *Tree, v *Pool) { t.Pools = append(t.Pools, v) })
+		},
+		func() error {
+			return attach(tx, store.KindMember, f, trees, func(t *Tree, v *Member) { v.LoadBalancerID = t.LB.ID; t.Members = append(t.Members, v) })
+		},
+		func() error {
+			return attach(tx, store.KindHealthMonitor, f, trees, func(t *Tree, v *HealthMonitor) { v.LoadBalancerID = t.LB.ID; t.Monitors = append(t.Monitors, v) })
+		},
+		func() error {
+			return attach(tx, store.KindL7Policy, f, trees, func(t *Tree, v *L7Policy) { v.LoadBalancerID = t.LB.ID; t.L7Policies = append(t.L7Policies, v) })
+		},
+		func() error {
+			return attach(tx, store.KindL7Rule, f, trees, func(t *Tree, v *L7Rule) { v.LoadBalancerID = t.LB.ID; t.L7Rules = append(t.L7Rules, v) })
+		},
 	}
-	if t.Pools, err = listKind[Pool](tx, store.KindPool, f, nil); err != nil {
-		return nil, err
+	for _, load := range loaders {
+		if err := load(); err != nil {
+			return err
+		}
 	}
-	if t.Members, err = listKind(tx, store.KindMember, f, func(m *Member, id string) { m.LoadBalancerID = id }); err != nil {
-		return nil, err
+	return nil
+}
+
+// attach decodes the objects of kind f selects and adds each to the tree
+// of its load balancer.
+func attach[T any](tx store.ReadTx, kind store.Kind, f store.Filter, trees map[string]*Tree, add func(t *Tree, v *T)) error {
+	recs, err := tx.List(kind, f)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", kind, err)
 	}
-	if t.Monitors, err = listKind(tx, store.KindHealthMonitor, f, func(m *HealthMonitor, id string) { m.LoadBalancerID = id }); err != nil {
-		return nil, err
+	for _, r := range recs {
+		v, err := decode[T](r)
+		if err != nil {
+			return err
+		}
+		if t := trees[r.LoadBalancerID]; t != nil {
+			add(t, v)
+		}
 	}
-	if t.L7Policies, err = listKind(tx, store.KindL7Policy, f, func(m *L7Policy, id string) { m.LoadBalancerID = id }); err != nil {
-		return nil, err
-	}
-	if t.L7Rules, err = listKind(tx, store.KindL7Rule, f, func(m *L7Rule, id string) { m.LoadBalancerID = id }); err != nil {
-		return nil, err
-	}
-	return t, nil
+	return nil
 }
 
 // Objects returns every object of the tree, the LB first.
@@ -311,11 +338,51 @@ func (t *Tree) listenerPolicies(listenerID string) []*L7Policy {
 // hasChildren reports whether the LB has any listener or pool.
 func (t *Tree) hasChildren() bool { return len(t.Listeners)+len(t.Pools) > 0 }
 
-// immutable is Octavia's 409 for a child change while the LB is busy.
-func immutable(lbID string) error {
-	return fault.Conflict("Load Balancer %s is immutable and cannot be updated.", lbID)
+// pendingUpdate marks an object as changing, unless it is new in this
+// change or already being deleted.
+func (t *Tree) pendingUpdate(o object) {
+	switch o.base().ProvisioningStatus {
+	case PendingCreate, PendingDelete:
+		return
+	}
+	t.setStatus(o, PendingUpdate)
 }
 
-func invalidState(status, resource, id string) error {
-	return fault.Conflict("Invalid state %s of %s resource %s", status, resource, id)
+// lockPoolParents marks the listeners of a pool as changing, as Octavia
+// does for pool, member and monitor operations.
+func (t *Tree) lockPoolParents(poolID string) {
+	for _, l := range t.listenersOfPool(poolID) {
+		t.pendingUpdate(l)
+	}
+}
+
+// lockPolicyParents marks an L7 policy and its listener as changing, as
+// Octavia does for rule operations.
+func (t *Tree) lockPolicyParents(p *L7Policy) {
+	t.pendingUpdate(p)
+	if l := t.listener(p.ListenerID); l != nil {
+		t.pendingUpdate(l)
+	}
+}
+
+// markDeleted sets o and everything under it PENDING_DELETE.
+func (t *Tree) markDeleted(o object) {
+	t.setStatus(o, PendingDelete)
+	switch v := o.(type) {
+	case *Listener:
+		for _, p := range t.listenerPolicies(v.ID) {
+			t.markDeleted(p)
+		}
+	case *Pool:
+		for _, m := range t.poolMembers(v.ID) {
+			t.setStatus(m, PendingDelete)
+		}
+		if h := t.poolMonitor(v.ID); h != nil {
+			t.setStatus(h, PendingDelete)
+		}
+	case *L7Policy:
+		for _, r := range t.policyRules(v.ID) {
+			t.setStatus(r, PendingDelete)
+		}
+	}
 }

@@ -8,12 +8,12 @@ package lbaas
 
 // Provisioning statuses.
 const (
-	Active        = "ACTIVE"
-	PendingCreate = "PENDING_CREATE"
-	PendingUpdate = "PENDING_UPDATE"
-	PendingDelete = "PENDING_DELETE"
-	Deleted       = "DELETED"
-	Error         = "ERROR"
+	Active            = "ACTIVE"
+	PendingCreate     = "PENDING_CREATE"
+	PendingUpdate     = "PENDING_UPDATE"
+	PendingDelete     = "PENDING_DELETE"
+	Deleted           = "DELETED"
+	ProvisioningError = "ERROR"
 )
 
 // Operating statuses.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"net/http"
 	"net/netip"
 	"sort"
 
@@ -154,21 +153,21 @@ func parsePools(p netip.Prefix, gw netip.Addr, pools []AllocationPool) ([]span, 
 		s, err1 := netip.ParseAddr(ap.Start)
 		e, err2 := netip.ParseAddr(ap.End)
 		if err1 != nil || err2 != nil || s.Is4() != p.Addr().Is4() || e.Is4() != p.Addr().Is4() || e.Less(s) {
-			return nil, newErr(http.StatusBadRequest, "InvalidAllocationPool", "The allocation pool %s-%s is not valid.", ap.Start, ap.End)
+			return nil, refuse(KindInvalid, "InvalidAllocationPool", "The allocation pool %s-%s is not valid.", ap.Start, ap.End)
 		}
 		sp := span{toU128(s), toU128(e)}
 		if !bounds.contains(sp.first) || !bounds.contains(sp.last) {
-			return nil, newErr(http.StatusBadRequest, "OutOfBoundsAllocationPool", "The allocation pool %s-%s spans beyond the subnet cidr %s.", ap.Start, ap.End, p)
+			return nil, refuse(KindInvalid, "OutOfBoundsAllocationPool", "The allocation pool %s-%s spans beyond the subnet cidr %s.", ap.Start, ap.End, p)
 		}
 		if gw.IsValid() && sp.contains(toU128(gw)) {
-			return nil, newErr(http.StatusConflict, "GatewayConflictWithAllocationPools", "Gateway ip %s conflicts with allocation pool %s-%s.", gw, ap.Start, ap.End)
+			return nil, refuse(KindConflict, "GatewayConflictWithAllocationPools", "Gateway ip %s conflicts with allocation pool %s-%s.", gw, ap.Start, ap.End)
 		}
 		out = append(out, sp)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].first.cmp(out[j].first) < 0 })
 	for i := 1; i < len(out); i++ {
 		if out[i].first.cmp(out[i-1].last) <= 0 {
-			return nil, newErr(http.StatusConflict, "OverlappingAllocationPools", "Found overlapping allocation pools: %s-%s %s-%s for subnet %s.",
+			return nil, refuse(KindConflict, "OverlappingAllocationPools", "Found overlapping allocation pools: %s-%s %s-%s for subnet %s.",
 				out[i-1].first.addr(p.Addr().Is4()), out[i-1].last.addr(p.Addr().Is4()), out[i].first.addr(p.Addr().Is4()), out[i].last.addr(p.Addr().Is4()), p)
 		}
 	}
@@ -297,8 +296,8 @@ func (m *ipam) inPool(v u128) bool {
 	return false
 }
 
-func (m *ipam) exhausted() *apiError {
-	return newErr(http.StatusConflict, "IpAddressGenerationFailure", "No more IP addresses available on network %s.", m.doc.NetworkID)
+func (m *ipam) exhausted() *Error {
+	return refuse(KindConflict, "IpAddressGenerationFailure", "No more IP addresses available on network %s.", m.doc.NetworkID)
 }
 
 // take marks v allocated; the caller checked it is free.
@@ -376,9 +375,9 @@ func (m *ipam) allocateAny() (netip.Addr, error) {
 func (m *ipam) allocateAddr(a netip.Addr) error {
 	a = a.Unmap()
 	if !m.prefix.Contains(a) || reserved(m.prefix, a) {
-		return newErr(http.StatusBadRequest, "InvalidIpForSubnet", "IP address %s is not a valid IP for the specified subnet.", a)
+		return refuse(KindInvalid, "InvalidIpForSubnet", "IP address %s is not a valid IP for the specified subnet.", a)
 	}
-	taken := newErr(http.StatusConflict, "IpAddressAlreadyAllocated", "IP address %s already allocated in subnet %s", a, m.doc.ID)
+	taken := refuse(KindConflict, "IpAddressAlreadyAllocated", "IP address %s already allocated in subnet %s", a, m.doc.ID)
 	if m.gw.IsValid() && a == m.gw {
 		return taken
 	}

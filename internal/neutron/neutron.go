@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/flowlb/flowlb/internal/store"
@@ -159,39 +158,6 @@ type portDoc struct {
 	// PrevDeviceOwner is a user port's device_owner before a load
 	// balancer took it, restored on release.
 	PrevDeviceOwner string `json:"flowlb:prev_device_owner,omitempty"`
-}
-
-// apiError is an error in Neutron's terms, written as a NeutronError body.
-type apiError struct {
-	Status  int
-	Type    string
-	Message string
-}
-
-func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Type, e.Message) }
-
-func newErr(status int, typ, format string, args ...any) *apiError {
-	return &apiError{Status: status, Type: typ, Message: fmt.Sprintf(format, args...)}
-}
-
-func networkNotFound(id string) *apiError {
-	return newErr(http.StatusNotFound, "NetworkNotFound", "Network %s could not be found.", id)
-}
-
-func subnetNotFound(id string) *apiError {
-	return newErr(http.StatusNotFound, "SubnetNotFound", "Subnet %s could not be found.", id)
-}
-
-func portNotFound(id string) *apiError {
-	return newErr(http.StatusNotFound, "PortNotFound", "Port %s could not be found.", id)
-}
-
-func invalidInput(format string, args ...any) *apiError {
-	return newErr(http.StatusBadRequest, "InvalidInput", "Invalid input for operation: "+format+".", args...)
-}
-
-func policyDenied(rule string) *apiError {
-	return newErr(http.StatusForbidden, "PolicyNotAuthorized", "(rule:%s) is disallowed by policy", rule)
 }
 
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

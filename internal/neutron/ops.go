@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"slices"
 
@@ -15,11 +14,7 @@ import (
 )
 
 // Domain operations shared by the HTTP handler, the VIP API and
-// EnsureDefault. They return *apiError for anything the caller did wrong.
-
-func badAttr(attr, format string, args ...any) *apiError {
-	return newErr(http.StatusBadRequest, "InvalidInput", "Invalid input for %s. Reason: %s.", attr, fmt.Sprintf(format, args...))
-}
+// EnsureDefault. They return *Error for anything the caller did wrong.
 
 func orEmpty(s []string) []string {
 	if s == nil {
@@ -141,7 +136,7 @@ func deleteSubnet(tx store.Tx, id string) error {
 		return err
 	}
 	if d.IPAM.Used > 0 {
-		return newErr(http.StatusConflict, "SubnetInUse", "Unable to complete operation on subnet %s: One or more ports have an IP allocation from this subnet.", id)
+		return refuse(KindConflict, "SubnetInUse", "Unable to complete operation on subnet %s: One or more ports have an IP allocation from this subnet.", id)
 	}
 	// Emptied chunks are deleted as they empty; this only catches leftovers.
 	chunks, err := tx.List(store.KindSubnet, store.Filter{ProjectID: ipamProject, ParentID: id})
@@ -176,10 +171,10 @@ func deleteNetwork(tx store.Tx, id string) error {
 		return err
 	}
 	if ports > 0 {
-		return newErr(http.StatusConflict, "NetworkInUse", "Unable to complete operation on network %s. There are one or more ports still in use on the network.", id)
+		return refuse(KindConflict, "NetworkInUse", "Unable to complete operation on network %s. There are one or more ports still in use on the network.", id)
 	}
 	if len(net.Subnets) > 0 {
-		return newErr(http.StatusConflict, "NetworkInUse", "Unable to complete operation on network %s. There are one or more subnets still on the network; delete them first.", id)
+		return refuse(KindConflict, "NetworkInUse", "Unable to complete operation on network %s. There are one or more subnets still on the network; delete them first.", id)
 	}
 	return tx.Delete(store.KindNetwork, id)
 }
@@ -223,7 +218,7 @@ func (a *allocator) save() error {
 // firstFree picks the first subnet of the network, in the network's order,
 // that has a free pool address and (if version is not 0) that IP version.
 func (a *allocator) firstFree(net Network, version int) (*ipam, error) {
-	var last *apiError
+	var last *Error
 	for _, sid := range net.Subnets {
 		m, err := a.subnet(sid)
 		if err != nil {
@@ -238,7 +233,7 @@ func (a *allocator) firstFree(net Network, version int) (*ipam, error) {
 		last = m.exhausted()
 	}
 	if last == nil {
-		last = newErr(http.StatusConflict, "IpAddressGenerationFailure", "No more IP addresses available on network %s.", net.ID)
+		last = refuse(KindConflict, "IpAddressGenerationFailure", "No more IP addresses available on network %s.", net.ID)
 	}
 	return nil, last
 }
@@ -254,7 +249,7 @@ func (a *allocator) containing(net Network, addr netip.Addr) (*ipam, error) {
 			return m, nil
 		}
 	}
-	return nil, newErr(http.StatusBadRequest, "InvalidIpForNetwork", "IP address %s is not a valid IP for any of the subnets on the specified network.", addr)
+	return nil, refuse(KindInvalid, "InvalidIpForNetwork", "IP address %s is not a valid IP for any of the subnets on the specified network.", addr)
 }
 
 // allocate fills in fixed IPs for a port on net. An empty request gets one
@@ -309,7 +304,7 @@ func (a *allocator) allocate(net Network, req []FixedIP, given bool) ([]FixedIP,
 func (a *allocator) releaseAll(ips []FixedIP) error {
 	for _, f := range ips {
 		m, err := a.subnet(f.SubnetID)
-		var ae *apiError
+		var ae *Error
 		if errors.As(err, &ae) {
 			continue
 		}

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/netip"
 
-	"github.com/flowlb/flowlb/internal/octavia/fault"
+	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -29,13 +28,14 @@ type VIP struct{ Address, PortID, SubnetID, NetworkID string }
 //   - NetworkID only: a new port on the subnet containing Address, or on the
 //     first subnet of the network with a free address.
 //
-// Errors are *fault.Error in Octavia's wording.
+// Refusals are the load balancer domain's (lbaas.Error), in Octavia's
+// wording.
 func AllocateVIP(tx store.Tx, r VIPRequest) (VIP, error) {
 	var addr netip.Addr
 	if r.Address != "" {
 		var err error
 		if addr, err = netip.ParseAddr(r.Address); err != nil {
-			return VIP{}, fault.BadRequest("The IP Address %s is invalid.", r.Address)
+			return VIP{}, lbaas.Invalid("The IP Address %s is invalid.", r.Address)
 		}
 		addr = addr.Unmap()
 	}
@@ -50,36 +50,36 @@ func AllocateVIP(tx store.Tx, r VIPRequest) (VIP, error) {
 	case r.SubnetID != "":
 		var err error
 		if m, err = a.subnet(r.SubnetID); err != nil {
-			return VIP{}, octaviaErr(err, "Subnet", r.SubnetID)
+			return VIP{}, domainErr(err, "Subnet", r.SubnetID)
 		}
 		if net, err = getNetwork(tx, m.doc.NetworkID); err != nil {
-			return VIP{}, octaviaErr(err, "Subnet", r.SubnetID)
+			return VIP{}, domainErr(err, "Subnet", r.SubnetID)
 		}
 		if !usable(net, m.doc.ProjectID, r.ProjectID) || (r.NetworkID != "" && r.NetworkID != net.ID) {
-			return VIP{}, fault.BadRequest("Subnet %s not found.", r.SubnetID)
+			return VIP{}, lbaas.Invalid("Subnet %s not found.", r.SubnetID)
 		}
 	default:
 		var err error
 		if net, err = getNetwork(tx, r.NetworkID); err != nil {
-			return VIP{}, octaviaErr(err, "Network", r.NetworkID)
+			return VIP{}, domainErr(err, "Network", r.NetworkID)
 		}
 		if !usable(net, net.ProjectID, r.ProjectID) {
-			return VIP{}, fault.BadRequest("Network %s not found.", r.NetworkID)
+			return VIP{}, lbaas.Invalid("Network %s not found.", r.NetworkID)
 		}
 		if len(net.Subnets) == 0 {
-			return VIP{}, fault.Validation("Supplied network does not contain a subnet.")
+			return VIP{}, lbaas.Validation("Supplied network does not contain a subnet.")
 		}
 		if addr.IsValid() {
 			m, err = a.containing(net, addr)
-			var ae *apiError
-			if errors.As(err, &ae) && ae.Type == "InvalidIpForNetwork" {
-				return VIP{}, fault.Validation("Supplied network does not contain a subnet for VIP address specified.")
+			var ne *Error
+			if errors.As(err, &ne) && ne.Type == "InvalidIpForNetwork" {
+				return VIP{}, lbaas.Validation("Supplied network does not contain a subnet for VIP address specified.")
 			}
 		} else {
 			m, err = a.firstFree(net, 0)
 		}
 		if err != nil {
-			return VIP{}, octaviaErr(err, "Network", r.NetworkID)
+			return VIP{}, domainErr(err, "Network", r.NetworkID)
 		}
 	}
 
@@ -95,7 +95,7 @@ func AllocateVIP(tx store.Tx, r VIPRequest) (VIP, error) {
 		AdminStateUp: true,
 	}, fixed, true, r.LoadBalancerID)
 	if err != nil {
-		return VIP{}, octaviaErr(err, "Subnet", m.doc.ID)
+		return VIP{}, domainErr(err, "Subnet", m.doc.ID)
 	}
 	return VIP{Address: p.FixedIPs[0].IPAddress, PortID: p.ID, SubnetID: p.FixedIPs[0].SubnetID, NetworkID: net.ID}, nil
 }
@@ -104,16 +104,16 @@ func AllocateVIP(tx store.Tx, r VIPRequest) (VIP, error) {
 func bindPort(tx store.Tx, r VIPRequest, addr netip.Addr) (VIP, error) {
 	d, err := getPortDoc(tx, r.PortID)
 	if err != nil {
-		return VIP{}, octaviaErr(err, "Port", r.PortID)
+		return VIP{}, domainErr(err, "Port", r.PortID)
 	}
 	if r.ProjectID != "" && d.ProjectID != r.ProjectID {
-		return VIP{}, fault.BadRequest("Port %s not found.", r.PortID)
+		return VIP{}, lbaas.Invalid("Port %s not found.", r.PortID)
 	}
 	if d.DeviceID != "" {
-		return VIP{}, fault.Validation("Port %s is already used by device %s", d.ID, d.DeviceID)
+		return VIP{}, lbaas.Validation("Port %s is already used by device %s", d.ID, d.DeviceID)
 	}
 	if r.NetworkID != "" && r.NetworkID != d.NetworkID {
-		return VIP{}, fault.Validation("Port %s is not on network %s.", d.ID, r.NetworkID)
+		return VIP{}, lbaas.Validation("Port %s is not on network %s.", d.ID, r.NetworkID)
 	}
 	var ip *FixedIP
 	for i, f := range d.FixedIPs {
@@ -123,7 +123,7 @@ func bindPort(tx store.Tx, r VIPRequest, addr netip.Addr) (VIP, error) {
 		}
 	}
 	if ip == nil {
-		return VIP{}, fault.Validation("Port %s has no fixed IP matching the requested VIP subnet or address.", d.ID)
+		return VIP{}, lbaas.Validation("Port %s has no fixed IP matching the requested VIP subnet or address.", d.ID)
 	}
 	d.PrevDeviceOwner = d.DeviceOwner
 	d.DeviceOwner = DeviceOwnerLB
@@ -142,23 +142,32 @@ func usable(net Network, owner, project string) bool {
 	return project == "" || owner == project || net.ProjectID == project || net.Shared || net.RouterExternal
 }
 
-// octaviaErr turns a Neutron-level error into Octavia's wording: a missing
-// object is Octavia's InvalidSubresource (400), an address conflict its
-// VIPAddressConflict (409); other API errors keep their status and message.
-func octaviaErr(err error, resource, id string) error {
-	var ae *apiError
-	if !errors.As(err, &ae) {
+// domainErr turns a refusal of the subset into the load balancer
+// domain's, as Octavia words what Neutron answered it: a missing object
+// is an invalid sub-resource, a taken address a VIP address conflict;
+// others keep their kind and message.
+func domainErr(err error, resource, id string) error {
+	var ne *Error
+	if !errors.As(err, &ne) {
 		return err
 	}
-	switch ae.Type {
+	switch ne.Type {
 	case "NetworkNotFound", "SubnetNotFound", "PortNotFound":
-		return fault.BadRequest("%s %s not found.", resource, id)
+		return lbaas.Invalid("%s %s not found.", resource, id)
 	case "IpAddressAlreadyAllocated":
-		return fault.Conflict("The VIP IP address is already in use: %s", ae.Message)
+		return lbaas.Conflict("The VIP IP address is already in use: %s", ne.Message)
 	case "InvalidIpForSubnet":
-		return fault.Validation("%s", ae.Message)
+		return lbaas.Validation("%s", ne.Message)
 	}
-	return fault.New(ae.Status, "%s", ae.Message)
+	switch ne.Kind {
+	case KindNotFound:
+		return lbaas.NotFound(resource, id)
+	case KindConflict:
+		return lbaas.Conflict("%s", ne.Message)
+	case KindForbidden:
+		return lbaas.Forbidden()
+	}
+	return lbaas.Invalid("%s", ne.Message)
 }
 
 // ReleaseVIP undoes AllocateVIP: a port created for the load balancer is
@@ -166,8 +175,8 @@ func octaviaErr(err error, resource, id string) error {
 // that no longer exists is not an error, so a release can be retried.
 func ReleaseVIP(tx store.Tx, portID string) error {
 	d, err := getPortDoc(tx, portID)
-	var ae *apiError
-	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+	var ne *Error
+	if errors.As(err, &ne) && ne.Kind == KindNotFound {
 		return nil
 	}
 	if err != nil {
@@ -186,11 +195,11 @@ func ReleaseVIP(tx store.Tx, portID string) error {
 	return putPort(tx, d, false)
 }
 
-// GetSubnet returns a subnet, or Octavia's 400 "Subnet <id> not found.".
+// GetSubnet returns a subnet, or the domain's invalid "Subnet <id> not found.".
 func GetSubnet(tx store.ReadTx, id string) (Subnet, error) {
 	d, err := getSubnetDoc(tx, id, false)
 	if err != nil {
-		return Subnet{}, octaviaErr(err, "Subnet", id)
+		return Subnet{}, domainErr(err, "Subnet", id)
 	}
 	return d.Subnet, nil
 }

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/flowlb/flowlb/internal/octavia/fault"
+	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/store"
 	"github.com/flowlb/flowlb/internal/store/memstore"
 )
@@ -78,8 +77,8 @@ type step struct {
 	req     VIPRequest
 	release int // >0: release the port of step release-1 instead
 	want    string
-	status  int    // expected fault status, 0 = success
-	msg     string // substring of the fault message
+	refused *lbaas.Error // the kind of refusal expected; nil: success
+	msg     string       // substring of the refusal's text
 }
 
 func TestAllocation(t *testing.T) {
@@ -99,7 +98,7 @@ func TestAllocation(t *testing.T) {
 				{req: VIPRequest{SubnetID: sub}, want: "10.0.0.4"},
 				{req: VIPRequest{SubnetID: sub}, want: "10.0.0.5"},
 				{req: VIPRequest{SubnetID: sub}, want: "10.0.0.6"},
-				{req: VIPRequest{SubnetID: sub}, status: 409, msg: "No more IP addresses available on network " + net + "."},
+				{req: VIPRequest{SubnetID: sub}, refused: lbaas.ErrConflict, msg: "No more IP addresses available on network " + net + "."},
 			}
 		}},
 		{"ipv6 skips anycast and gateway", setup{cidr: "fd00:1::/64"}, func(sub, _ string) []step {
@@ -107,19 +106,19 @@ func TestAllocation(t *testing.T) {
 				{req: VIPRequest{SubnetID: sub}, want: "fd00:1::2"},
 				{req: VIPRequest{SubnetID: sub}, want: "fd00:1::3"},
 				{req: VIPRequest{SubnetID: sub, Address: "fd00:1::ffff"}, want: "fd00:1::ffff"},
-				{req: VIPRequest{SubnetID: sub, Address: "fd00:1::ffff"}, status: 409, msg: "already in use"},
-				{req: VIPRequest{SubnetID: sub, Address: "fd00:2::1"}, status: 400, msg: "not a valid IP for the specified subnet"},
+				{req: VIPRequest{SubnetID: sub, Address: "fd00:1::ffff"}, refused: lbaas.ErrConflict, msg: "already in use"},
+				{req: VIPRequest{SubnetID: sub, Address: "fd00:2::1"}, refused: lbaas.ErrInvalid, msg: "not a valid IP for the specified subnet"},
 			}
 		}},
 		{"explicit addresses", setup{cidr: "10.1.0.0/24"}, func(sub, _ string) []step {
 			return []step{
 				{req: VIPRequest{SubnetID: sub, Address: "10.1.0.77"}, want: "10.1.0.77"},
-				{req: VIPRequest{SubnetID: sub, Address: "10.1.0.77"}, status: 409, msg: "The VIP IP address is already in use: IP address 10.1.0.77 already allocated"},
-				{req: VIPRequest{SubnetID: sub, Address: "10.1.0.1"}, status: 409, msg: "already allocated"}, // gateway
-				{req: VIPRequest{SubnetID: sub, Address: "10.1.0.0"}, status: 400, msg: "not a valid IP"},
-				{req: VIPRequest{SubnetID: sub, Address: "10.1.0.255"}, status: 400, msg: "not a valid IP"},
-				{req: VIPRequest{SubnetID: sub, Address: "10.2.0.5"}, status: 400, msg: "not a valid IP"},
-				{req: VIPRequest{SubnetID: sub, Address: "bogus"}, status: 400, msg: "The IP Address bogus is invalid."},
+				{req: VIPRequest{SubnetID: sub, Address: "10.1.0.77"}, refused: lbaas.ErrConflict, msg: "The VIP IP address is already in use: IP address 10.1.0.77 already allocated"},
+				{req: VIPRequest{SubnetID: sub, Address: "10.1.0.1"}, refused: lbaas.ErrConflict, msg: "already allocated"}, // gateway
+				{req: VIPRequest{SubnetID: sub, Address: "10.1.0.0"}, refused: lbaas.ErrInvalid, msg: "not a valid IP"},
+				{req: VIPRequest{SubnetID: sub, Address: "10.1.0.255"}, refused: lbaas.ErrInvalid, msg: "not a valid IP"},
+				{req: VIPRequest{SubnetID: sub, Address: "10.2.0.5"}, refused: lbaas.ErrInvalid, msg: "not a valid IP"},
+				{req: VIPRequest{SubnetID: sub, Address: "bogus"}, refused: lbaas.ErrInvalid, msg: "The IP Address bogus is invalid."},
 				{req: VIPRequest{SubnetID: sub}, want: "10.1.0.2"},
 			}
 		}},
@@ -128,7 +127,7 @@ func TestAllocation(t *testing.T) {
 				{req: VIPRequest{SubnetID: sub, Address: "10.3.0.200"}, want: "10.3.0.200"},
 				{req: VIPRequest{SubnetID: sub}, want: "10.3.0.10"},
 				{req: VIPRequest{SubnetID: sub}, want: "10.3.0.11"},
-				{req: VIPRequest{SubnetID: sub}, status: 409, msg: "No more IP addresses"},
+				{req: VIPRequest{SubnetID: sub}, refused: lbaas.ErrConflict, msg: "No more IP addresses"},
 			}
 		}},
 		{"release and reuse after wrap-around", setup{cidr: "10.4.0.0/29"}, func(sub, _ string) []step {
@@ -139,15 +138,15 @@ func TestAllocation(t *testing.T) {
 			return append(s,
 				step{release: 2, want: "10.4.0.3"},
 				step{req: VIPRequest{SubnetID: sub}, want: "10.4.0.3"},
-				step{req: VIPRequest{SubnetID: sub}, status: 409, msg: "No more IP addresses"},
+				step{req: VIPRequest{SubnetID: sub}, refused: lbaas.ErrConflict, msg: "No more IP addresses"},
 			)
 		}},
 		{"missing and mismatched objects in Octavia's words", setup{cidr: "10.5.0.0/24"}, func(sub, _ string) []step {
 			return []step{
-				{req: VIPRequest{SubnetID: "nope"}, status: 400, msg: "Subnet nope not found."},
-				{req: VIPRequest{NetworkID: "nope"}, status: 400, msg: "Network nope not found."},
-				{req: VIPRequest{PortID: "nope"}, status: 400, msg: "Port nope not found."},
-				{req: VIPRequest{SubnetID: sub, NetworkID: "other"}, status: 400, msg: "Subnet " + sub + " not found."},
+				{req: VIPRequest{SubnetID: "nope"}, refused: lbaas.ErrInvalid, msg: "Subnet nope not found."},
+				{req: VIPRequest{NetworkID: "nope"}, refused: lbaas.ErrInvalid, msg: "Network nope not found."},
+				{req: VIPRequest{PortID: "nope"}, refused: lbaas.ErrInvalid, msg: "Port nope not found."},
+				{req: VIPRequest{SubnetID: sub, NetworkID: "other"}, refused: lbaas.ErrInvalid, msg: "Subnet " + sub + " not found."},
 			}
 		}},
 	}
@@ -170,10 +169,9 @@ func TestAllocation(t *testing.T) {
 				st.req.ProjectID, st.req.LoadBalancerID = "p1", fmt.Sprintf("lb-%d", i)
 				v, err := e.allocate(st.req)
 				got = append(got, v)
-				if st.status != 0 {
-					var fe *fault.Error
-					if !errors.As(err, &fe) || fe.Status != st.status || !strings.Contains(fe.Message, st.msg) {
-						t.Fatalf("step %d %+v: got %v, want %d containing %q", i, st.req, err, st.status, st.msg)
+				if st.refused != nil {
+					if !refusedAs(err, st.refused, st.msg) {
+						t.Fatalf("step %d %+v: got %v, want a refusal of kind %d containing %q", i, st.req, err, st.refused.Kind, st.msg)
 					}
 					continue
 				}
@@ -230,14 +228,13 @@ func TestAllocateNetworkOnly(t *testing.T) {
 		t.Fatalf("by address: %+v %v, want fd00:7::42 on the v6 subnet", c, err)
 	}
 	_, err = e.allocate(VIPRequest{ProjectID: "p1", NetworkID: n.ID, LoadBalancerID: "d", Address: "192.0.2.1"})
-	var fe *fault.Error
-	if !errors.As(err, &fe) || fe.Message != "Validation failure: Supplied network does not contain a subnet for VIP address specified." {
+	if !validationRefusal(err, "Supplied network does not contain a subnet for VIP address specified.") {
 		t.Fatalf("address outside the network: %v", err)
 	}
 
 	empty := e.network("p1", false)
 	_, err = e.allocate(VIPRequest{ProjectID: "p1", NetworkID: empty.ID, LoadBalancerID: "e"})
-	if !errors.As(err, &fe) || fe.Message != "Validation failure: Supplied network does not contain a subnet." {
+	if !validationRefusal(err, "Supplied network does not contain a subnet.") {
 		t.Fatalf("network without subnets: %v", err)
 	}
 }
@@ -250,11 +247,10 @@ func TestAllocateProjectScope(t *testing.T) {
 	ss := e.subnet(shared.ID, "10.10.0.0/24")
 
 	_, err := e.allocate(VIPRequest{ProjectID: "p1", SubnetID: ps.ID, LoadBalancerID: "x"})
-	var fe *fault.Error
-	if !errors.As(err, &fe) || fe.Status != http.StatusBadRequest || fe.Message != "Subnet "+ps.ID+" not found." {
+	if !refusedAs(err, lbaas.ErrInvalid, "Subnet "+ps.ID+" not found.") {
 		t.Fatalf("other project's subnet: %v", err)
 	}
-	if _, err := e.allocate(VIPRequest{ProjectID: "p1", NetworkID: private.ID, LoadBalancerID: "x"}); !errors.As(err, &fe) || fe.Message != "Network "+private.ID+" not found." {
+	if _, err := e.allocate(VIPRequest{ProjectID: "p1", NetworkID: private.ID, LoadBalancerID: "x"}); !refusedAs(err, lbaas.ErrInvalid, "Network "+private.ID+" not found.") {
 		t.Fatalf("other project's network: %v", err)
 	}
 	if _, err := e.allocate(VIPRequest{ProjectID: "p1", SubnetID: ss.ID, LoadBalancerID: "x"}); err != nil {
@@ -329,11 +325,10 @@ func TestUserPortIsBorrowedNotDeleted(t *testing.T) {
 		t.Fatalf("bind user port: %+v %v", v, err)
 	}
 	_, err = e.allocate(VIPRequest{ProjectID: "p1", PortID: p.ID, LoadBalancerID: "lb2"})
-	var fe *fault.Error
-	if !errors.As(err, &fe) || fe.Message != "Validation failure: Port "+p.ID+" is already used by device lb1" {
+	if !validationRefusal(err, "Port "+p.ID+" is already used by device lb1") {
 		t.Fatalf("second LB on the same port: %v", err)
 	}
-	if _, err := e.allocate(VIPRequest{ProjectID: "p2", PortID: p.ID, LoadBalancerID: "lb3"}); !errors.As(err, &fe) || fe.Message != "Port "+p.ID+" not found." {
+	if _, err := e.allocate(VIPRequest{ProjectID: "p2", PortID: p.ID, LoadBalancerID: "lb3"}); !refusedAs(err, lbaas.ErrInvalid, "Port "+p.ID+" not found.") {
 		t.Fatalf("other project's port: %v", err)
 	}
 	e.release(p.ID)
@@ -456,8 +451,7 @@ func TestGetSubnet(t *testing.T) {
 			t.Errorf("GetSubnet: %+v %v", got, err)
 		}
 		_, err = GetSubnet(tx, "missing")
-		var fe *fault.Error
-		if !errors.As(err, &fe) || fe.Status != 400 || fe.Message != "Subnet missing not found." {
+		if !refusedAs(err, lbaas.ErrInvalid, "Subnet missing not found.") {
 			t.Errorf("missing subnet: %v", err)
 		}
 		return nil
@@ -520,10 +514,24 @@ func TestSubnetValidation(t *testing.T) {
 				tc.spec.NetworkID = n.ID
 			}
 			err := e.update(func(tx store.Tx) error { _, err := createSubnet(tx, tc.spec); return err })
-			var ae *apiError
-			if !errors.As(err, &ae) || ae.Type != tc.typ {
+			var ne *Error
+			if !errors.As(err, &ne) || ne.Type != tc.typ {
 				t.Fatalf("got %v, want %s", err, tc.typ)
 			}
 		})
 	}
+}
+
+// refusedAs reports whether err is the domain's refusal of kind whose text
+// contains msg.
+func refusedAs(err error, kind *lbaas.Error, msg string) bool {
+	var re *lbaas.Error
+	return errors.As(err, &re) && errors.Is(err, kind) && strings.Contains(re.Error(), msg)
+}
+
+// validationRefusal reports whether err is the domain's validation
+// failure saying exactly detail.
+func validationRefusal(err error, detail string) bool {
+	var re *lbaas.Error
+	return errors.As(err, &re) && re.Kind == lbaas.KindInvalid && re.Validation && re.Detail == detail
 }

@@ -30,7 +30,42 @@ type sortKey struct {
 // sort, limit/marker/page_reverse paging with <plural>_links, and fields.
 func (s *Server) page(r *http.Request, plural, linksKey string, items []map[string]any, idKey string) (map[string]any, error) {
 	q := r.URL.Query()
-	// Filters: any top-level scalar attribute; unknown keys are a 400.
+	known := knownKeys(plural, items)
+	filtered, err := filter(items, q, known)
+	if err != nil {
+		return nil, err
+	}
+	if err := sortItems(filtered, q, known, idKey); err != nil {
+		return nil, err
+	}
+	limit, err := s.pageLimit(q, len(filtered))
+	if err != nil {
+		return nil, err
+	}
+	pageItems, err := slicePage(filtered, q, idKey, limit)
+	if err != nil {
+		return nil, err
+	}
+	links := []any{}
+	if len(pageItems) > 0 {
+		if len(pageItems) == limit {
+			links = append(links, link(r, "next", fmt.Sprint(pageItems[len(pageItems)-1][idKey]), limit, false))
+		}
+		if q.Get("marker") != "" {
+			links = append(links, link(r, "previous", fmt.Sprint(pageItems[0][idKey]), limit, true))
+		}
+	}
+	fields := fieldList(q)
+	out := make([]any, 0, len(pageItems))
+	for _, it := range pageItems {
+		out = append(out, pickFields(strip(it), fields))
+	}
+	return map[string]any{plural: out, linksKey: links}, nil
+}
+
+// knownKeys are the attributes a list may filter and sort on: those of
+// the collection, and any its objects have.
+func knownKeys(plural string, items []map[string]any) map[string]bool {
 	known := map[string]bool{}
 	for k := range attributes()[plural] {
 		known[k] = true
@@ -40,28 +75,34 @@ func (s *Server) page(r *http.Request, plural, linksKey string, items []map[stri
 			known[k] = true
 		}
 	}
+	return known
+}
+
+// filter keeps the items that match every attribute and tag filter; an
+// unknown attribute is refused.
+func filter(items []map[string]any, q url.Values, known map[string]bool) ([]map[string]any, error) {
 	for k := range q {
-		if listParams[k] {
-			continue
-		}
-		if !known[k] {
+		if !listParams[k] && !known[k] {
 			return nil, fault.BadRequest("One or more arguments are either duplicate or invalid")
 		}
 	}
-	filtered := items[:0:0]
+	out := items[:0:0]
 	for _, it := range items {
 		if matches(it, q) {
-			filtered = append(filtered, it)
+			out = append(out, it)
 		}
 	}
+	return out, nil
+}
 
+// sortItems orders the items by the query's sort keys, or by created_at
+// then id (flavors, AZs and quotas by their key) when it names none.
+func sortItems(items []map[string]any, q url.Values, known map[string]bool, idKey string) error {
 	keys, err := sortKeys(q)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(q["sort"])+len(q["sort_key"]) == 0 {
-		// The default order, created_at then id, for objects that have
-		// them; flavors, AZs and quotas order by their key.
 		keys = keys[:0]
 		for _, k := range []string{"created_at", "id", idKey} {
 			if known[k] && !slices.ContainsFunc(keys, func(x sortKey) bool { return x.key == k }) {
@@ -71,42 +112,46 @@ func (s *Server) page(r *http.Request, plural, linksKey string, items []map[stri
 	}
 	for _, k := range keys {
 		if !known[k.key] {
-			return nil, fault.BadRequest("Supplied sort key '%s' is not valid.", k.key)
+			return fault.BadRequest("Supplied sort key '%s' is not valid.", k.key)
 		}
 	}
-	sort.SliceStable(filtered, func(i, j int) bool {
+	sort.SliceStable(items, func(i, j int) bool {
 		for _, k := range keys {
-			c := compare(filtered[i][k.key], filtered[j][k.key])
+			c := compare(items[i][k.key], items[j][k.key])
 			if c != 0 {
 				return (c < 0) != k.desc
 			}
 		}
 		return false
 	})
+	return nil
+}
 
-	limit := s.cfg.PaginationMaxLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return nil, fault.BadRequest("Supplied pagination limit '%s' is not valid.", v)
-		}
-		if n < 1 {
-			limit = len(filtered) // Octavia: a limit below 1 means no limit
-		} else {
-			limit = min(n, s.cfg.PaginationMaxLimit)
-		}
+// pageLimit is the page size: limit, at most pagination_max_limit; a
+// limit below 1 means no limit.
+func (s *Server) pageLimit(q url.Values, total int) (int, error) {
+	v := q.Get("limit")
+	if v == "" {
+		return s.cfg.PaginationMaxLimit, nil
 	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fault.BadRequest("Supplied pagination limit '%s' is not valid.", v)
+	}
+	if n < 1 {
+		return total, nil
+	}
+	return min(n, s.cfg.PaginationMaxLimit), nil
+}
+
+// slicePage cuts the page after (or, with page_reverse, before) the
+// marker.
+func slicePage(items []map[string]any, q url.Values, idKey string, limit int) ([]map[string]any, error) {
 	reverse := strings.EqualFold(q.Get("page_reverse"), "true")
 	marker := q.Get("marker")
-	start, end := 0, len(filtered)
+	start, end := 0, len(items)
 	if marker != "" {
-		pos := -1
-		for i, it := range filtered {
-			if fmt.Sprint(it[idKey]) == marker {
-				pos = i
-				break
-			}
-		}
+		pos := slices.IndexFunc(items, func(it map[string]any) bool { return fmt.Sprint(it[idKey]) == marker })
 		if pos < 0 {
 			return nil, fault.BadRequest("Supplied pagination marker '%s' is not valid.", marker)
 		}
@@ -116,30 +161,10 @@ func (s *Server) page(r *http.Request, plural, linksKey string, items []map[stri
 			start = pos + 1
 		}
 	}
-	var pageItems []map[string]any
 	if reverse {
-		lo := max(end-limit, 0)
-		pageItems = filtered[lo:end]
-	} else {
-		hi := min(start+limit, end)
-		pageItems = filtered[start:hi]
+		return items[max(end-limit, 0):end], nil
 	}
-
-	links := []any{}
-	if len(pageItems) > 0 {
-		if len(pageItems) == limit {
-			links = append(links, link(r, "next", fmt.Sprint(pageItems[len(pageItems)-1][idKey]), limit, false))
-		}
-		if marker != "" {
-			links = append(links, link(r, "previous", fmt.Sprint(pageItems[0][idKey]), limit, true))
-		}
-	}
-	fields := fieldList(q)
-	out := make([]any, 0, len(pageItems))
-	for _, it := range pageItems {
-		out = append(out, project(strip(it), fields))
-	}
-	return map[string]any{plural: out, linksKey: links}, nil
+	return items[start:min(start+limit, end)], nil
 }
 
 // matches applies attribute and tag filters.
@@ -292,7 +317,7 @@ func sortKeys(q url.Values) ([]sortKey, error) {
 }
 
 func link(r *http.Request, rel, marker string, limit int, reverse bool) map[string]any {
-	u := *r.URL
+	u := *requestURL(r)
 	u.Scheme = "http"
 	if r.TLS != nil {
 		u.Scheme = "https"
@@ -322,8 +347,8 @@ func fieldList(q url.Values) []string {
 	return out
 }
 
-// project keeps only the requested fields.
-func project(m map[string]any, fields []string) map[string]any {
+// pickFields keeps only the requested fields (all when none is named).
+func pickFields(m map[string]any, fields []string) map[string]any {
 	if len(fields) == 0 {
 		return m
 	}
@@ -335,8 +360,6 @@ func project(m map[string]any, fields []string) map[string]any {
 	}
 	return out
 }
-
-func selectFields(m map[string]any, q url.Values) map[string]any { return project(m, fieldList(q)) }
 
 // attributes are the filterable and sortable keys of each collection: the
 // keys of an empty object's rendering, so that a filter is refused even

@@ -7,6 +7,26 @@ import (
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 )
 
+// route is a request's path relative to the API root, as segments.
+type route struct {
+	segs []string
+}
+
+// is matches the path against segments, where "*" matches any one.
+func (r route) is(pattern ...string) bool {
+	if len(pattern) != len(r.segs) {
+		return false
+	}
+	for i, p := range pattern {
+		if p != "*" && p != r.segs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (r route) at(i int) string { return r.segs[i] }
+
 // rule is the policy rule Octavia's default policies put on a route, and
 // the project it is checked against ("" for the caller's own). Objects of
 // other projects are checked again where they are read (package lbaas).

@@ -1,17 +1,19 @@
 // Package octavia is the OpenStack Octavia v2 HTTP surface: routes, wire
-// rendering, request decoding and error bodies. It knows HTTP and JSON;
-// the rules live in package lbaas.
+// validation, typed request decoding, rendering and Octavia's error
+// bodies. It knows HTTP and JSON; the rules live in package lbaas, whose
+// refusals one function (faultOf) turns into Octavia's answers.
 package octavia
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/flowlb/flowlb/internal/lbaas"
-	"github.com/flowlb/flowlb/internal/octavia/fault"
 )
 
 // APIVersion is the highest Octavia API microversion flowlb implements.
@@ -41,6 +43,7 @@ type Server struct {
 	neutron http.Handler
 	log     *slog.Logger
 	cfg     Config
+	mux     *http.ServeMux
 }
 
 // New returns the API. neutron, if not nil, serves the Neutron subset
@@ -52,38 +55,21 @@ func New(svc *lbaas.Service, neutron http.Handler, log *slog.Logger, cfg Config)
 	if cfg.PaginationMaxLimit == 0 {
 		cfg.PaginationMaxLimit = 1000
 	}
-	return &Server{svc: svc, neutron: neutron, log: log, cfg: cfg}
+	s := &Server{svc: svc, neutron: neutron, log: log, cfg: cfg, mux: http.NewServeMux()}
+	s.routes()
+	return s
 }
 
-// route is a parsed API path: the collection chain after /v2[/lbaas].
-type route struct {
-	segs []string
-}
-
-func (r route) is(pattern ...string) bool {
-	if len(pattern) != len(r.segs) {
-		return false
-	}
-	for i, p := range pattern {
-		if p != "*" && p != r.segs[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func (r route) at(i int) string { return r.segs[i] }
-
-// ServeHTTP dispatches by path. Routing is by hand because Octavia mounts
-// one tree at /v2 and /v2.0, with and without "lbaas/", with an optional
-// ".json" suffix, which a pattern mux would need four copies of.
+// ServeHTTP takes the prefix off once: Octavia mounts one tree at /v2
+// and /v2.0, with and without "lbaas/", and takes an optional ".json"
+// suffix. The rest is routed by method and path on a ServeMux.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := strings.Trim(r.URL.Path, "/")
-	if p == "" {
+	switch p {
+	case "":
 		s.versions(w, r)
 		return
-	}
-	if p == "healthcheck" {
+	case "healthcheck":
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("OK"))
 		return
@@ -98,9 +84,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.versions(w, r)
 		return
 	}
-	if last := len(segs) - 1; strings.HasSuffix(segs[last], ".json") {
-		segs[last] = strings.TrimSuffix(segs[last], ".json")
-	}
+	last := len(segs) - 1
+	segs[last] = strings.TrimSuffix(segs[last], ".json")
 	switch segs[0] {
 	case "networks", "subnets", "ports", "qos":
 		if s.neutron != nil {
@@ -119,7 +104,54 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	}
-	s.dispatch(w, r, route{segs})
+	s.route(w, r, segs)
+}
+
+// route hands the request, its path now relative to the API root, to the
+// mux. Paths the mux would clean (empty, "." or ".." segments) and HEAD
+// requests, which no route serves, are answered here.
+func (s *Server) route(w http.ResponseWriter, r *http.Request, segs []string) {
+	for _, seg := range segs {
+		if seg == "" || seg == "." || seg == ".." {
+			noRoute(w, segs)
+			return
+		}
+	}
+	if r.Method == http.MethodHead {
+		noRoute(w, segs)
+		return
+	}
+	rel := *r
+	u := *r.URL
+	u.Path, u.RawPath = "/"+strings.Join(segs, "/"), ""
+	rel.URL = &u
+	rel = *rel.WithContext(context.WithValue(r.Context(), requestURLKey{}, r.URL))
+	s.mux.ServeHTTP(w, &rel)
+}
+
+// requestURLKey holds the URL the client sent, for links.
+type requestURLKey struct{}
+
+// requestURL is the URL as the client sent it (the mux sees the path
+// relative to the API root).
+func requestURL(r *http.Request) *url.URL {
+	if u, ok := r.Context().Value(requestURLKey{}).(*url.URL); ok {
+		return u
+	}
+	return r.URL
+}
+
+// noRoute answers a path no route serves: Octavia's 405 under a known
+// collection (up to four segments deep), its 404 elsewhere.
+func noRoute(w http.ResponseWriter, segs []string) {
+	switch segs[0] {
+	case "loadbalancers", "listeners", "pools", "healthmonitors", "l7policies", "quotas", "providers", "flavors", "flavorprofiles", "availabilityzones", "availabilityzoneprofiles", "octavia":
+		if len(segs) <= 4 {
+			methodNotAllowed(w)
+			return
+		}
+	}
+	notFoundRoute(w)
 }
 
 func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
@@ -151,21 +183,4 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	if v != nil {
 		_ = json.NewEncoder(w).Encode(v)
 	}
-}
-
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var fe *fault.Error
-	if !asFault(err, &fe) {
-		var mbe *http.MaxBytesError
-		if asMaxBytes(err, &mbe) {
-			err = fault.New(http.StatusRequestEntityTooLarge, "Request body too large.")
-		} else {
-			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		}
-	}
-	fault.Write(w, err)
-}
-
-func methodNotAllowed(w http.ResponseWriter) {
-	fault.Write(w, fault.New(http.StatusMethodNotAllowed, "The method is not allowed for the requested URL."))
 }

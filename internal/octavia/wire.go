@@ -36,22 +36,22 @@ const (
 	tURLPath
 )
 
-// ops is where a field may appear.
-type ops uint8
+// where says in which requests a field may appear.
+type where uint8
 
 const (
-	post ops = 1 << iota
-	put
-	single // inside a fully populated create
-	pps    = post | put | single
-	ps     = post | single
+	create          where = 1 << iota // POST of the object itself
+	update                            // PUT
+	nested                            // inside another object's create
+	anywhere        = create | update | nested
+	createdOrNested = create | nested
 )
 
 type field struct {
 	name      string
 	t         ftype
-	where     ops
-	mandatory ops // mandatory in these ops
+	where     where
+	mandatory where // mandatory in these requests
 	maxLen    int
 	min, max  *int64
 	enum      []string
@@ -78,16 +78,16 @@ var (
 
 func common(name bool, desc bool) []field {
 	f := []field{
-		{name: "admin_state_up", t: tBool, where: pps},
-		{name: "tags", t: tStringList, where: pps, maxLen: 255},
-		{name: "project_id", t: tString, where: post, maxLen: 36},
-		{name: "tenant_id", t: tString, where: post, maxLen: 36},
+		{name: "admin_state_up", t: tBool, where: anywhere},
+		{name: "tags", t: tStringList, where: anywhere, maxLen: 255},
+		{name: "project_id", t: tString, where: create, maxLen: 36},
+		{name: "tenant_id", t: tString, where: create, maxLen: 36},
 	}
 	if name {
-		f = append(f, field{name: "name", t: tString, where: pps, maxLen: 255})
+		f = append(f, field{name: "name", t: tString, where: anywhere, maxLen: 255})
 	}
 	if desc {
-		f = append(f, field{name: "description", t: tString, where: pps, maxLen: 255})
+		f = append(f, field{name: "description", t: tString, where: anywhere, maxLen: 255})
 	}
 	return f
 }
@@ -96,142 +96,142 @@ func with(base []field, more ...field) []field { return append(append([]field{},
 
 var kinds = map[string][]field{
 	"loadbalancer": with(common(true, true),
-		field{name: "vip_address", t: tIP, where: post},
-		field{name: "vip_port_id", t: tUUID, where: post},
-		field{name: "vip_subnet_id", t: tUUID, where: post},
-		field{name: "vip_network_id", t: tUUID, where: post},
-		field{name: "vip_qos_policy_id", t: tUUID, where: post | put},
-		field{name: "vip_sg_ids", t: tUUIDList, where: post | put},
-		field{name: "additional_vips", t: tObjectList, where: post, nested: "additional_vip"},
-		field{name: "listeners", t: tObjectList, where: post, nested: "listener"},
-		field{name: "pools", t: tObjectList, where: post, nested: "pool"},
-		field{name: "provider", t: tString, where: post, maxLen: 64},
-		field{name: "flavor_id", t: tUUID, where: post},
-		field{name: "availability_zone", t: tString, where: post, maxLen: 255},
+		field{name: "vip_address", t: tIP, where: create},
+		field{name: "vip_port_id", t: tUUID, where: create},
+		field{name: "vip_subnet_id", t: tUUID, where: create},
+		field{name: "vip_network_id", t: tUUID, where: create},
+		field{name: "vip_qos_policy_id", t: tUUID, where: create | update},
+		field{name: "vip_sg_ids", t: tUUIDList, where: create | update},
+		field{name: "additional_vips", t: tObjectList, where: create, nested: "additional_vip"},
+		field{name: "listeners", t: tObjectList, where: create, nested: "listener"},
+		field{name: "pools", t: tObjectList, where: create, nested: "pool"},
+		field{name: "provider", t: tString, where: create, maxLen: 64},
+		field{name: "flavor_id", t: tUUID, where: create},
+		field{name: "availability_zone", t: tString, where: create, maxLen: 255},
 	),
 	"additional_vip": {
-		{name: "subnet_id", t: tUUID, where: pps, mandatory: pps},
-		{name: "ip_address", t: tIP, where: pps},
-		{name: "port_id", t: tUUID, where: pps},
+		{name: "subnet_id", t: tUUID, where: anywhere, mandatory: anywhere},
+		{name: "ip_address", t: tIP, where: anywhere},
+		{name: "port_id", t: tUUID, where: anywhere},
 	},
 	"listener": with(common(true, true),
-		field{name: "protocol", t: tString, where: ps, mandatory: ps, enum: listenerProtocols},
-		field{name: "protocol_port", t: tInt, where: ps, mandatory: ps, min: portMin, max: portMax},
-		field{name: "loadbalancer_id", t: tUUID, where: post, mandatory: post},
-		field{name: "connection_limit", t: tInt, where: pps, min: i64(-1)},
-		field{name: "default_tls_container_ref", t: tString, where: pps, maxLen: 255},
-		field{name: "sni_container_refs", t: tStringList, where: pps, maxLen: 255},
-		field{name: "client_ca_tls_container_ref", t: tString, where: pps, maxLen: 255},
-		field{name: "client_crl_container_ref", t: tString, where: pps, maxLen: 255},
-		field{name: "client_authentication", t: tString, where: pps, enum: []string{"NONE", "OPTIONAL", "MANDATORY"}},
-		field{name: "default_pool_id", t: tUUID, where: pps},
-		field{name: "default_pool", t: tObject, where: ps, nested: "pool"},
-		field{name: "l7policies", t: tObjectList, where: ps, nested: "l7policy"},
-		field{name: "insert_headers", t: tDict, where: pps, maxLen: 255},
-		field{name: "timeout_client_data", t: tInt, where: pps, min: timeoutMin, max: timeoutMax},
-		field{name: "timeout_member_connect", t: tInt, where: pps, min: timeoutMin, max: timeoutMax},
-		field{name: "timeout_member_data", t: tInt, where: pps, min: timeoutMin, max: timeoutMax},
-		field{name: "timeout_tcp_inspect", t: tInt, where: pps, min: timeoutMin, max: timeoutMax},
-		field{name: "allowed_cidrs", t: tCIDRList, where: pps},
-		field{name: "tls_ciphers", t: tString, where: pps, maxLen: 2048},
-		field{name: "tls_versions", t: tStringList, where: pps, maxLen: 32},
-		field{name: "alpn_protocols", t: tStringList, where: pps, maxLen: 32},
-		field{name: "hsts_max_age", t: tInt, where: pps, min: i64(0)},
-		field{name: "hsts_include_subdomains", t: tBool, where: pps},
-		field{name: "hsts_preload", t: tBool, where: pps},
+		field{name: "protocol", t: tString, where: createdOrNested, mandatory: createdOrNested, enum: listenerProtocols},
+		field{name: "protocol_port", t: tInt, where: createdOrNested, mandatory: createdOrNested, min: portMin, max: portMax},
+		field{name: "loadbalancer_id", t: tUUID, where: create, mandatory: create},
+		field{name: "connection_limit", t: tInt, where: anywhere, min: i64(-1)},
+		field{name: "default_tls_container_ref", t: tString, where: anywhere, maxLen: 255},
+		field{name: "sni_container_refs", t: tStringList, where: anywhere, maxLen: 255},
+		field{name: "client_ca_tls_container_ref", t: tString, where: anywhere, maxLen: 255},
+		field{name: "client_crl_container_ref", t: tString, where: anywhere, maxLen: 255},
+		field{name: "client_authentication", t: tString, where: anywhere, enum: []string{"NONE", "OPTIONAL", "MANDATORY"}},
+		field{name: "default_pool_id", t: tUUID, where: anywhere},
+		field{name: "default_pool", t: tObject, where: createdOrNested, nested: "pool"},
+		field{name: "l7policies", t: tObjectList, where: createdOrNested, nested: "l7policy"},
+		field{name: "insert_headers", t: tDict, where: anywhere, maxLen: 255},
+		field{name: "timeout_client_data", t: tInt, where: anywhere, min: timeoutMin, max: timeoutMax},
+		field{name: "timeout_member_connect", t: tInt, where: anywhere, min: timeoutMin, max: timeoutMax},
+		field{name: "timeout_member_data", t: tInt, where: anywhere, min: timeoutMin, max: timeoutMax},
+		field{name: "timeout_tcp_inspect", t: tInt, where: anywhere, min: timeoutMin, max: timeoutMax},
+		field{name: "allowed_cidrs", t: tCIDRList, where: anywhere},
+		field{name: "tls_ciphers", t: tString, where: anywhere, maxLen: 2048},
+		field{name: "tls_versions", t: tStringList, where: anywhere, maxLen: 32},
+		field{name: "alpn_protocols", t: tStringList, where: anywhere, maxLen: 32},
+		field{name: "hsts_max_age", t: tInt, where: anywhere, min: i64(0)},
+		field{name: "hsts_include_subdomains", t: tBool, where: anywhere},
+		field{name: "hsts_preload", t: tBool, where: anywhere},
 	),
 	"pool": with(common(true, true),
-		field{name: "listener_id", t: tUUID, where: post},
-		field{name: "loadbalancer_id", t: tUUID, where: post},
-		field{name: "protocol", t: tString, where: ps, mandatory: post, enum: poolProtocols},
-		field{name: "lb_algorithm", t: tString, where: pps, mandatory: post, enum: algorithms},
-		field{name: "session_persistence", t: tObject, where: pps, nested: "session_persistence"},
-		field{name: "healthmonitor", t: tObject, where: ps, nested: "healthmonitor"},
-		field{name: "members", t: tObjectList, where: ps, nested: "member"},
-		field{name: "tls_enabled", t: tBool, where: pps},
-		field{name: "tls_container_ref", t: tString, where: pps, maxLen: 255},
-		field{name: "ca_tls_container_ref", t: tString, where: pps, maxLen: 255},
-		field{name: "crl_container_ref", t: tString, where: pps, maxLen: 255},
-		field{name: "tls_ciphers", t: tString, where: pps, maxLen: 2048},
-		field{name: "tls_versions", t: tStringList, where: pps, maxLen: 32},
-		field{name: "alpn_protocols", t: tStringList, where: pps, maxLen: 32},
+		field{name: "listener_id", t: tUUID, where: create},
+		field{name: "loadbalancer_id", t: tUUID, where: create},
+		field{name: "protocol", t: tString, where: createdOrNested, mandatory: create, enum: poolProtocols},
+		field{name: "lb_algorithm", t: tString, where: anywhere, mandatory: create, enum: algorithms},
+		field{name: "session_persistence", t: tObject, where: anywhere, nested: "session_persistence"},
+		field{name: "healthmonitor", t: tObject, where: createdOrNested, nested: "healthmonitor"},
+		field{name: "members", t: tObjectList, where: createdOrNested, nested: "member"},
+		field{name: "tls_enabled", t: tBool, where: anywhere},
+		field{name: "tls_container_ref", t: tString, where: anywhere, maxLen: 255},
+		field{name: "ca_tls_container_ref", t: tString, where: anywhere, maxLen: 255},
+		field{name: "crl_container_ref", t: tString, where: anywhere, maxLen: 255},
+		field{name: "tls_ciphers", t: tString, where: anywhere, maxLen: 2048},
+		field{name: "tls_versions", t: tStringList, where: anywhere, maxLen: 32},
+		field{name: "alpn_protocols", t: tStringList, where: anywhere, maxLen: 32},
 	),
 	"session_persistence": {
-		{name: "type", t: tString, where: pps, mandatory: ps, enum: []string{"SOURCE_IP", "HTTP_COOKIE", "APP_COOKIE"}},
-		{name: "cookie_name", t: tString, where: pps, maxLen: 255, pattern: reCookie},
-		{name: "persistence_timeout", t: tInt, where: pps},
-		{name: "persistence_granularity", t: tIP, where: pps},
+		{name: "type", t: tString, where: anywhere, mandatory: createdOrNested, enum: []string{"SOURCE_IP", "HTTP_COOKIE", "APP_COOKIE"}},
+		{name: "cookie_name", t: tString, where: anywhere, maxLen: 255, pattern: reCookie},
+		{name: "persistence_timeout", t: tInt, where: anywhere},
+		{name: "persistence_granularity", t: tIP, where: anywhere},
 	},
 	"member": with(common(true, false),
-		field{name: "address", t: tIP, where: ps, mandatory: ps},
-		field{name: "protocol_port", t: tInt, where: ps, mandatory: ps, min: portMin, max: portMax},
-		field{name: "weight", t: tInt, where: pps, min: i64(0), max: i64(256)},
-		field{name: "backup", t: tBool, where: pps},
-		field{name: "subnet_id", t: tUUID, where: ps},
-		field{name: "monitor_port", t: tInt, where: pps, min: portMin, max: portMax},
-		field{name: "monitor_address", t: tIP, where: pps},
-		field{name: "request_sriov", t: tBool, where: ps},
+		field{name: "address", t: tIP, where: createdOrNested, mandatory: createdOrNested},
+		field{name: "protocol_port", t: tInt, where: createdOrNested, mandatory: createdOrNested, min: portMin, max: portMax},
+		field{name: "weight", t: tInt, where: anywhere, min: i64(0), max: i64(256)},
+		field{name: "backup", t: tBool, where: anywhere},
+		field{name: "subnet_id", t: tUUID, where: createdOrNested},
+		field{name: "monitor_port", t: tInt, where: anywhere, min: portMin, max: portMax},
+		field{name: "monitor_address", t: tIP, where: anywhere},
+		field{name: "request_sriov", t: tBool, where: createdOrNested},
 	),
 	"healthmonitor": with(common(true, false),
-		field{name: "pool_id", t: tUUID, where: post, mandatory: post},
-		field{name: "type", t: tString, where: ps, mandatory: ps, enum: monitorTypes},
-		field{name: "delay", t: tInt, where: pps, mandatory: ps, min: i64(0)},
-		field{name: "timeout", t: tInt, where: pps, mandatory: ps, min: i64(0)},
-		field{name: "max_retries", t: tInt, where: pps, mandatory: ps, min: i64(1), max: i64(10)},
-		field{name: "max_retries_down", t: tInt, where: pps, min: i64(1), max: i64(10)},
-		field{name: "http_method", t: tString, where: pps, enum: httpMethods},
-		field{name: "url_path", t: tURLPath, where: pps},
-		field{name: "expected_codes", t: tString, where: pps, pattern: reExpectedCodes},
-		field{name: "http_version", t: tFloatEnum, where: pps, floats: []float64{1.0, 1.1}},
-		field{name: "domain_name", t: tString, where: pps, maxLen: 255, pattern: reDomain},
+		field{name: "pool_id", t: tUUID, where: create, mandatory: create},
+		field{name: "type", t: tString, where: createdOrNested, mandatory: createdOrNested, enum: monitorTypes},
+		field{name: "delay", t: tInt, where: anywhere, mandatory: createdOrNested, min: i64(0)},
+		field{name: "timeout", t: tInt, where: anywhere, mandatory: createdOrNested, min: i64(0)},
+		field{name: "max_retries", t: tInt, where: anywhere, mandatory: createdOrNested, min: i64(1), max: i64(10)},
+		field{name: "max_retries_down", t: tInt, where: anywhere, min: i64(1), max: i64(10)},
+		field{name: "http_method", t: tString, where: anywhere, enum: httpMethods},
+		field{name: "url_path", t: tURLPath, where: anywhere},
+		field{name: "expected_codes", t: tString, where: anywhere, pattern: reExpectedCodes},
+		field{name: "http_version", t: tFloatEnum, where: anywhere, floats: []float64{1.0, 1.1}},
+		field{name: "domain_name", t: tString, where: anywhere, maxLen: 255, pattern: reDomain},
 	),
 	"l7policy": with(common(true, true),
-		field{name: "listener_id", t: tUUID, where: post, mandatory: post},
-		field{name: "action", t: tString, where: pps, mandatory: ps, enum: []string{"REJECT", "REDIRECT_TO_URL", "REDIRECT_TO_POOL", "REDIRECT_PREFIX"}},
-		field{name: "position", t: tInt, where: pps, min: i64(1), max: i64(2147483647)},
-		field{name: "redirect_pool_id", t: tUUID, where: post | put},
-		field{name: "redirect_pool", t: tObject, where: single, nested: "pool"},
-		field{name: "redirect_url", t: tURL, where: pps},
-		field{name: "redirect_prefix", t: tURL, where: pps},
-		field{name: "redirect_http_code", t: tInt, where: pps, enum: []string{"301", "302", "303", "307", "308"}},
-		field{name: "rules", t: tObjectList, where: ps, nested: "l7rule"},
+		field{name: "listener_id", t: tUUID, where: create, mandatory: create},
+		field{name: "action", t: tString, where: anywhere, mandatory: createdOrNested, enum: []string{"REJECT", "REDIRECT_TO_URL", "REDIRECT_TO_POOL", "REDIRECT_PREFIX"}},
+		field{name: "position", t: tInt, where: anywhere, min: i64(1), max: i64(2147483647)},
+		field{name: "redirect_pool_id", t: tUUID, where: create | update},
+		field{name: "redirect_pool", t: tObject, where: nested, nested: "pool"},
+		field{name: "redirect_url", t: tURL, where: anywhere},
+		field{name: "redirect_prefix", t: tURL, where: anywhere},
+		field{name: "redirect_http_code", t: tInt, where: anywhere, enum: []string{"301", "302", "303", "307", "308"}},
+		field{name: "rules", t: tObjectList, where: createdOrNested, nested: "l7rule"},
 	),
 	"l7rule": with(common(false, false),
-		field{name: "type", t: tString, where: pps, mandatory: ps, enum: []string{"HOST_NAME", "PATH", "FILE_TYPE", "HEADER", "COOKIE", "SSL_CONN_HAS_CERT", "SSL_VERIFY_RESULT", "SSL_DN_FIELD"}},
-		field{name: "compare_type", t: tString, where: pps, mandatory: ps, enum: []string{"REGEX", "STARTS_WITH", "ENDS_WITH", "CONTAINS", "EQUAL_TO"}},
-		field{name: "key", t: tString, where: pps, maxLen: 255, pattern: reNoCRLF},
-		field{name: "value", t: tString, where: pps, mandatory: ps, maxLen: 255, pattern: reNoCRLF},
-		field{name: "invert", t: tBool, where: pps},
+		field{name: "type", t: tString, where: anywhere, mandatory: createdOrNested, enum: []string{"HOST_NAME", "PATH", "FILE_TYPE", "HEADER", "COOKIE", "SSL_CONN_HAS_CERT", "SSL_VERIFY_RESULT", "SSL_DN_FIELD"}},
+		field{name: "compare_type", t: tString, where: anywhere, mandatory: createdOrNested, enum: []string{"REGEX", "STARTS_WITH", "ENDS_WITH", "CONTAINS", "EQUAL_TO"}},
+		field{name: "key", t: tString, where: anywhere, maxLen: 255, pattern: reNoCRLF},
+		field{name: "value", t: tString, where: anywhere, mandatory: createdOrNested, maxLen: 255, pattern: reNoCRLF},
+		field{name: "invert", t: tBool, where: anywhere},
 	),
 	"quota": quotaFields(),
 	"flavor": {
-		{name: "name", t: tString, where: pps, mandatory: post, maxLen: 255},
-		{name: "description", t: tString, where: pps, maxLen: 255},
-		{name: "enabled", t: tBool, where: pps},
-		{name: "flavor_profile_id", t: tUUID, where: post, mandatory: post},
+		{name: "name", t: tString, where: anywhere, mandatory: create, maxLen: 255},
+		{name: "description", t: tString, where: anywhere, maxLen: 255},
+		{name: "enabled", t: tBool, where: anywhere},
+		{name: "flavor_profile_id", t: tUUID, where: create, mandatory: create},
 	},
 	"flavorprofile": {
-		{name: "name", t: tString, where: pps, mandatory: post, maxLen: 255},
-		{name: "provider_name", t: tString, where: pps, mandatory: post, maxLen: 255},
-		{name: "flavor_data", t: tString, where: pps, mandatory: post, maxLen: 4096},
+		{name: "name", t: tString, where: anywhere, mandatory: create, maxLen: 255},
+		{name: "provider_name", t: tString, where: anywhere, mandatory: create, maxLen: 255},
+		{name: "flavor_data", t: tString, where: anywhere, mandatory: create, maxLen: 4096},
 	},
 	"availability_zone": {
-		{name: "name", t: tString, where: post, mandatory: post, maxLen: 255},
-		{name: "description", t: tString, where: pps, maxLen: 255},
-		{name: "enabled", t: tBool, where: pps},
-		{name: "availability_zone_profile_id", t: tUUID, where: post, mandatory: post},
+		{name: "name", t: tString, where: create, mandatory: create, maxLen: 255},
+		{name: "description", t: tString, where: anywhere, maxLen: 255},
+		{name: "enabled", t: tBool, where: anywhere},
+		{name: "availability_zone_profile_id", t: tUUID, where: create, mandatory: create},
 	},
 	"availability_zone_profile": {
-		{name: "name", t: tString, where: pps, mandatory: post, maxLen: 255},
-		{name: "provider_name", t: tString, where: pps, mandatory: post, maxLen: 255},
-		{name: "availability_zone_data", t: tString, where: pps, mandatory: post, maxLen: 4096},
+		{name: "name", t: tString, where: anywhere, mandatory: create, maxLen: 255},
+		{name: "provider_name", t: tString, where: anywhere, mandatory: create, maxLen: 255},
+		{name: "availability_zone_data", t: tString, where: anywhere, mandatory: create, maxLen: 4096},
 	},
 }
 
 func quotaFields() []field {
 	var out []field
 	for _, n := range []string{"loadbalancer", "load_balancer", "listener", "member", "pool", "healthmonitor", "health_monitor", "l7policy", "l7rule"} {
-		out = append(out, field{name: n, t: tInt, where: pps, min: i64(-1), max: i64(2000000000)})
+		out = append(out, field{name: n, t: tInt, where: anywhere, min: i64(-1), max: i64(2000000000)})
 	}
 	return out
 }
@@ -271,9 +271,9 @@ func isUUID(s string) bool {
 	return true
 }
 
-// validate checks obj against kind's fields for op and returns the accepted
-// attributes, with integers as int64.
-func validate(kind string, op ops, obj map[string]any, argument string) (map[string]any, error) {
+// validate checks obj against kind's fields for a request of the given
+// place and returns the accepted attributes, with integers as int64.
+func validate(kind string, at where, obj map[string]any, argument string) (map[string]any, error) {
 	fields := kinds[kind]
 	byName := map[string]field{}
 	for _, f := range fields {
@@ -281,7 +281,7 @@ func validate(kind string, op ops, obj map[string]any, argument string) (map[str
 	}
 	var unknown []string
 	for k := range obj {
-		if f, ok := byName[k]; !ok || f.where&op == 0 {
+		if f, ok := byName[k]; !ok || f.where&at == 0 {
 			unknown = append(unknown, k)
 		}
 	}
@@ -291,12 +291,12 @@ func validate(kind string, op ops, obj map[string]any, argument string) (map[str
 	}
 	out := map[string]any{}
 	for _, f := range fields {
-		if f.where&op == 0 {
+		if f.where&at == 0 {
 			continue
 		}
 		v, present := obj[f.name]
 		if !present {
-			if f.mandatory&op != 0 {
+			if f.mandatory&at != 0 {
 				return nil, fault.BadRequest("Invalid input for field/attribute %s. Value: 'Unset'. Mandatory field missing.", f.name)
 			}
 			// Defaults are the domain's: filling them here would make a
@@ -304,13 +304,13 @@ func validate(kind string, op ops, obj map[string]any, argument string) (map[str
 			continue
 		}
 		if v == nil {
-			if f.mandatory&op != 0 {
+			if f.mandatory&at != 0 {
 				return nil, fault.BadRequest("Invalid input for field/attribute %s. Value: 'None'. Mandatory field missing.", f.name)
 			}
 			out[f.name] = nil
 			continue
 		}
-		got, err := check(f, op, v, argument)
+		got, err := check(f, at, v, argument)
 		if err != nil {
 			return nil, err
 		}
@@ -319,71 +319,17 @@ func validate(kind string, op ops, obj map[string]any, argument string) (map[str
 	return out, nil
 }
 
-func check(f field, op ops, v any, argument string) (any, error) {
-	wrong := func(want string) error {
-		return invalid(f.name, v, fmt.Sprintf("Wrong type. Expected '%s', got '%s'", want, typeName(v)))
-	}
-	str := func() (string, error) {
-		s, ok := v.(string)
-		if !ok {
-			return "", wrong("<class 'str'>")
-		}
-		if f.maxLen > 0 && len([]rune(s)) > f.maxLen {
-			return "", invalid(f.name, v, fmt.Sprintf("Value should have a maximum character requirement of %d", f.maxLen))
-		}
-		if f.pattern != nil && !f.pattern.MatchString(s) {
-			return "", invalid(f.name, v, fmt.Sprintf("Value should match the pattern %s", f.pattern))
-		}
-		return s, nil
-	}
+// check validates one present, non-null value of field f.
+func check(f field, at where, v any, argument string) (any, error) {
 	switch f.t {
 	case tString, tURL, tURLPath:
-		s, err := str()
-		if err != nil {
-			return nil, err
-		}
-		if len(f.enum) > 0 && !contains(f.enum, s) {
-			return nil, invalid(f.name, v, "Value should be one of: "+strings.Join(f.enum, ", "))
-		}
-		switch f.t {
-		case tURL:
-			if u, err := url.Parse(s); err != nil || u.Scheme == "" || u.Host == "" {
-				return nil, invalid(f.name, v, "Value must be a valid URL.")
-			}
-		case tURLPath:
-			if u, err := url.Parse(s); err != nil || !strings.HasPrefix(s, "/") || u.Scheme != "" || u.Host != "" {
-				return nil, fault.BadRequest("Not a valid URLPath: %s", s)
-			}
-		}
-		return s, nil
+		return checkString(f, v)
 	case tInt:
-		n, ok := v.(json.Number)
-		if s, isStr := v.(string); isStr {
-			// wsme converts numeric strings, and the openstack CLI sends
-			// some integers (connection_limit, weight) as strings.
-			n, ok = json.Number(strings.TrimSpace(s)), true
-		}
-		if !ok {
-			return nil, wrong("<class 'int'>")
-		}
-		i, err := n.Int64()
-		if err != nil {
-			return nil, wrong("<class 'int'>")
-		}
-		if f.min != nil && i < *f.min {
-			return nil, invalid(f.name, v, fmt.Sprintf("Value should be greater or equal to %d", *f.min))
-		}
-		if f.max != nil && i > *f.max {
-			return nil, invalid(f.name, v, fmt.Sprintf("Value should be lower or equal to %d", *f.max))
-		}
-		if len(f.enum) > 0 && !contains(f.enum, n.String()) {
-			return nil, invalid(f.name, v, "Value should be one of: "+strings.Join(f.enum, ", "))
-		}
-		return i, nil
+		return checkInt(f, v)
 	case tBool:
 		b, ok := v.(bool)
 		if !ok {
-			return nil, wrong("<class 'bool'>")
+			return nil, wrongType(f, v, "<class 'bool'>")
 		}
 		return b, nil
 	case tUUID:
@@ -399,93 +345,176 @@ func check(f field, op ops, v any, argument string) (any, error) {
 		}
 		return s, nil
 	case tFloatEnum:
-		var x float64
-		switch n := v.(type) {
-		case json.Number:
-			x, _ = n.Float64()
-		case string: // gophercloud sends http_version as a string
-			if _, err := fmt.Sscanf(n, "%g", &x); err != nil {
-				return nil, wrong("<class 'float'>")
-			}
-		default:
-			return nil, wrong("<class 'float'>")
-		}
-		for _, ok := range f.floats {
-			if ok == x {
-				return x, nil
-			}
-		}
-		return nil, invalid(f.name, v, "Value should be one of: 1.0, 1.1")
+		return checkFloatEnum(f, v)
 	case tStringList, tCIDRList, tUUIDList:
-		xs, ok := v.([]any)
-		if !ok {
-			return nil, wrong("list")
-		}
-		out := make([]any, 0, len(xs))
-		for _, x := range xs {
-			s, ok := x.(string)
-			if !ok {
-				return nil, invalid(f.name, v, "Value should be a list of strings")
-			}
-			switch f.t {
-			case tCIDRList:
-				if _, err := netip.ParsePrefix(s); err != nil {
-					return nil, invalid(f.name, s, "Value should be a valid CIDR.")
-				}
-			case tUUIDList:
-				if !isUUID(s) {
-					return nil, invalid(f.name, s, "Value should be UUID format")
-				}
-			default:
-				if f.maxLen > 0 && len([]rune(s)) > f.maxLen {
-					return nil, invalid(f.name, s, fmt.Sprintf("Value should have a maximum character requirement of %d", f.maxLen))
-				}
-			}
-			out = append(out, s)
-		}
-		return out, nil
+		return checkStringList(f, v)
 	case tDict:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil, wrong("dict")
-		}
-		for k, x := range m {
-			s, ok := x.(string)
-			if !ok || len(s) > f.maxLen {
-				return nil, invalid(f.name+"."+k, x, "Value should be a string of at most 255 characters")
-			}
-		}
-		return m, nil
+		return checkDict(f, v)
 	case tObject:
 		m, ok := v.(map[string]any)
 		if !ok {
-			return nil, wrong("dict")
+			return nil, wrongType(f, v, "dict")
 		}
-		nestedOp := single
+		// Session persistence is validated as its pool is; every other
+		// nested object as part of a create.
+		nestedAt := nested
 		if f.nested == "session_persistence" {
-			nestedOp = op
+			nestedAt = at
 		}
-		return validate(f.nested, nestedOp, m, argument+"."+f.name)
+		return validate(f.nested, nestedAt, m, argument+"."+f.name)
 	case tObjectList:
-		xs, ok := v.([]any)
-		if !ok {
-			return nil, wrong("list")
-		}
-		out := make([]any, 0, len(xs))
-		for _, x := range xs {
-			m, ok := x.(map[string]any)
-			if !ok {
-				return nil, wrong("list of dict")
-			}
-			got, err := validate(f.nested, single, m, argument+"."+f.name)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, got)
-		}
-		return out, nil
+		return checkObjectList(f, v, argument)
 	}
 	return nil, fmt.Errorf("field %s: unhandled type", f.name)
+}
+
+func wrongType(f field, v any, want string) error {
+	return invalid(f.name, v, fmt.Sprintf("Wrong type. Expected '%s', got '%s'", want, typeName(v)))
+}
+
+// checkString validates a string, an enumeration, a URL or a URL path.
+func checkString(f field, v any) (any, error) {
+	s, ok := v.(string)
+	if !ok {
+		return nil, wrongType(f, v, "<class 'str'>")
+	}
+	if f.maxLen > 0 && len([]rune(s)) > f.maxLen {
+		return nil, invalid(f.name, v, fmt.Sprintf("Value should have a maximum character requirement of %d", f.maxLen))
+	}
+	if f.pattern != nil && !f.pattern.MatchString(s) {
+		return nil, invalid(f.name, v, fmt.Sprintf("Value should match the pattern %s", f.pattern))
+	}
+	if len(f.enum) > 0 && !contains(f.enum, s) {
+		return nil, invalid(f.name, v, "Value should be one of: "+strings.Join(f.enum, ", "))
+	}
+	switch f.t {
+	case tURL:
+		if u, err := url.Parse(s); err != nil || u.Scheme == "" || u.Host == "" {
+			return nil, invalid(f.name, v, "Value must be a valid URL.")
+		}
+	case tURLPath:
+		if u, err := url.Parse(s); err != nil || !strings.HasPrefix(s, "/") || u.Scheme != "" || u.Host != "" {
+			return nil, fault.BadRequest("Not a valid URLPath: %s", s)
+		}
+	}
+	return s, nil
+}
+
+// checkInt validates an integer within the field's bounds and values.
+func checkInt(f field, v any) (any, error) {
+	n, ok := v.(json.Number)
+	if s, isStr := v.(string); isStr {
+		// wsme converts numeric strings, and the openstack CLI sends
+		// some integers (connection_limit, weight) as strings.
+		n, ok = json.Number(strings.TrimSpace(s)), true
+	}
+	if !ok {
+		return nil, wrongType(f, v, "<class 'int'>")
+	}
+	i, err := n.Int64()
+	if err != nil {
+		return nil, wrongType(f, v, "<class 'int'>")
+	}
+	if f.min != nil && i < *f.min {
+		return nil, invalid(f.name, v, fmt.Sprintf("Value should be greater or equal to %d", *f.min))
+	}
+	if f.max != nil && i > *f.max {
+		return nil, invalid(f.name, v, fmt.Sprintf("Value should be lower or equal to %d", *f.max))
+	}
+	if len(f.enum) > 0 && !contains(f.enum, n.String()) {
+		return nil, invalid(f.name, v, "Value should be one of: "+strings.Join(f.enum, ", "))
+	}
+	return i, nil
+}
+
+// checkFloatEnum validates a number (or, as gophercloud sends
+// http_version, a numeric string) that must be one of the field's values.
+func checkFloatEnum(f field, v any) (any, error) {
+	var x float64
+	switch n := v.(type) {
+	case json.Number:
+		x, _ = n.Float64()
+	case string:
+		if _, err := fmt.Sscanf(n, "%g", &x); err != nil {
+			return nil, wrongType(f, v, "<class 'float'>")
+		}
+	default:
+		return nil, wrongType(f, v, "<class 'float'>")
+	}
+	for _, ok := range f.floats {
+		if ok == x {
+			return x, nil
+		}
+	}
+	return nil, invalid(f.name, v, "Value should be one of: 1.0, 1.1")
+}
+
+// checkStringList validates a list of strings, CIDRs or UUIDs.
+func checkStringList(f field, v any) (any, error) {
+	xs, ok := v.([]any)
+	if !ok {
+		return nil, wrongType(f, v, "list")
+	}
+	out := make([]any, 0, len(xs))
+	for _, x := range xs {
+		s, ok := x.(string)
+		if !ok {
+			return nil, invalid(f.name, v, "Value should be a list of strings")
+		}
+		switch f.t {
+		case tCIDRList:
+			if _, err := netip.ParsePrefix(s); err != nil {
+				return nil, invalid(f.name, s, "Value should be a valid CIDR.")
+			}
+		case tUUIDList:
+			if !isUUID(s) {
+				return nil, invalid(f.name, s, "Value should be UUID format")
+			}
+		default:
+			if f.maxLen > 0 && len([]rune(s)) > f.maxLen {
+				return nil, invalid(f.name, s, fmt.Sprintf("Value should have a maximum character requirement of %d", f.maxLen))
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// checkDict validates a string-to-string map.
+func checkDict(f field, v any) (any, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, wrongType(f, v, "dict")
+	}
+	for k, x := range m {
+		s, ok := x.(string)
+		if !ok || len(s) > f.maxLen {
+			return nil, invalid(f.name+"."+k, x, "Value should be a string of at most 255 characters")
+		}
+	}
+	return m, nil
+}
+
+// checkObjectList validates a list of nested objects, each as part of a
+// create.
+func checkObjectList(f field, v any, argument string) (any, error) {
+	xs, ok := v.([]any)
+	if !ok {
+		return nil, wrongType(f, v, "list")
+	}
+	out := make([]any, 0, len(xs))
+	for _, x := range xs {
+		m, ok := x.(map[string]any)
+		if !ok {
+			return nil, wrongType(f, v, "list of dict")
+		}
+		got, err := validate(f.nested, nested, m, argument+"."+f.name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got)
+	}
+	return out, nil
 }
 
 func contains(xs []string, s string) bool {

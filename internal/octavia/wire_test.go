@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 )
 
@@ -12,7 +13,7 @@ func TestValidateBody(t *testing.T) {
 	const uuid = "8a4e6b3e-7f3c-4a7e-9bc9-4d3b6c2d7e11"
 	for _, tc := range []struct {
 		name, root, kind string
-		op               Op
+		at               where
 		body             string
 		err              string // "" = accepted
 		check            func(t *testing.T, got map[string]any)
@@ -31,7 +32,7 @@ func TestValidateBody(t *testing.T) {
 			err: "Value should be IPv4 or IPv6 format"},
 		{name: "name too long", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": {"name": "` + strings.Repeat("x", 256) + `"}}`,
 			err: "maximum character requirement of 255"},
-		{name: "PUT refuses POST-only field", root: "loadbalancer", kind: "loadbalancer", op: OpPut, body: `{"loadbalancer": {"vip_address": "198.19.0.9"}}`,
+		{name: "PUT refuses POST-only field", root: "loadbalancer", kind: "loadbalancer", at: update, body: `{"loadbalancer": {"vip_address": "198.19.0.9"}}`,
 			err: "Unknown attribute for argument loadbalancer: vip_address"},
 		{name: "wrong root", root: "loadbalancer", kind: "loadbalancer", body: `{"listener": {}}`, err: `Missing argument: "loadbalancer"`},
 		{name: "not JSON", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": `, err: "Invalid JSON body"},
@@ -43,17 +44,17 @@ func TestValidateBody(t *testing.T) {
 			err: "Value should be lower or equal to 65535"},
 		{name: "port wrong type", root: "listener", kind: "listener", body: `{"listener": {"loadbalancer_id": "` + uuid + `", "protocol": "TCP", "protocol_port": true}}`,
 			err: "Wrong type"},
-		{name: "numeric string as wsme converts it", root: "listener", kind: "listener", op: OpPut, body: `{"listener": {"connection_limit": "5"}}`,
+		{name: "numeric string as wsme converts it", root: "listener", kind: "listener", at: update, body: `{"listener": {"connection_limit": "5"}}`,
 			check: func(t *testing.T, got map[string]any) {
 				if got["connection_limit"] != int64(5) {
 					t.Errorf("connection_limit %v (%T)", got["connection_limit"], got["connection_limit"])
 				}
 			}},
-		{name: "non-numeric string", root: "listener", kind: "listener", op: OpPut, body: `{"listener": {"connection_limit": "five"}}`,
+		{name: "non-numeric string", root: "listener", kind: "listener", at: update, body: `{"listener": {"connection_limit": "five"}}`,
 			err: "Wrong type"},
 		{name: "bad CIDR", root: "listener", kind: "listener", body: `{"listener": {"loadbalancer_id": "` + uuid + `", "protocol": "TCP", "protocol_port": 80, "allowed_cidrs": ["10.0.0.0/33"]}}`,
 			err: "Value should be a valid CIDR."},
-		{name: "timeout range", root: "listener", kind: "listener", op: OpPut, body: `{"listener": {"timeout_client_data": -1}}`,
+		{name: "timeout range", root: "listener", kind: "listener", at: update, body: `{"listener": {"timeout_client_data": -1}}`,
 			err: "Value should be greater or equal to 0"},
 		{name: "weight 257", root: "member", kind: "member", body: `{"member": {"address": "198.18.17.2", "protocol_port": 80, "weight": 257}}`,
 			err: "Value should be lower or equal to 256"},
@@ -65,24 +66,24 @@ func TestValidateBody(t *testing.T) {
 			}},
 		{name: "expected codes pattern", root: "healthmonitor", kind: "healthmonitor", body: `{"healthmonitor": {"pool_id": "` + uuid + `", "type": "HTTP", "delay": 5, "timeout": 3, "max_retries": 3, "expected_codes": "200-"}}`,
 			err: "Value should match the pattern"},
-		{name: "expected codes list and range", root: "healthmonitor", kind: "healthmonitor", op: OpPut, body: `{"healthmonitor": {"expected_codes": "200, 202"}}`},
-		{name: "url path", root: "healthmonitor", kind: "healthmonitor", op: OpPut, body: `{"healthmonitor": {"url_path": "health"}}`,
+		{name: "expected codes list and range", root: "healthmonitor", kind: "healthmonitor", at: update, body: `{"healthmonitor": {"expected_codes": "200, 202"}}`},
+		{name: "url path", root: "healthmonitor", kind: "healthmonitor", at: update, body: `{"healthmonitor": {"url_path": "health"}}`,
 			err: "Not a valid URLPath: health"},
-		{name: "http version as string (gophercloud)", root: "healthmonitor", kind: "healthmonitor", op: OpPut, body: `{"healthmonitor": {"http_version": "1.1"}}`,
+		{name: "http version as string (gophercloud)", root: "healthmonitor", kind: "healthmonitor", at: update, body: `{"healthmonitor": {"http_version": "1.1"}}`,
 			check: func(t *testing.T, got map[string]any) {
 				if got["http_version"] != 1.1 {
 					t.Errorf("http_version %v", got["http_version"])
 				}
 			}},
-		{name: "max retries", root: "healthmonitor", kind: "healthmonitor", op: OpPut, body: `{"healthmonitor": {"max_retries": 11}}`,
+		{name: "max retries", root: "healthmonitor", kind: "healthmonitor", at: update, body: `{"healthmonitor": {"max_retries": 11}}`,
 			err: "Value should be lower or equal to 10"},
-		{name: "PUT null clears", root: "pool", kind: "pool", op: OpPut, body: `{"pool": {"session_persistence": null}}`,
+		{name: "PUT null clears", root: "pool", kind: "pool", at: update, body: `{"pool": {"session_persistence": null}}`,
 			check: func(t *testing.T, got map[string]any) {
 				if v, ok := got["session_persistence"]; !ok || v != nil {
 					t.Errorf("explicit null lost: %v", got)
 				}
 			}},
-		{name: "cookie name pattern", root: "pool", kind: "pool", op: OpPut, body: `{"pool": {"session_persistence": {"type": "APP_COOKIE", "cookie_name": "a b"}}}`,
+		{name: "cookie name pattern", root: "pool", kind: "pool", at: update, body: `{"pool": {"session_persistence": {"type": "APP_COOKIE", "cookie_name": "a b"}}}`,
 			err: "cookie_name"},
 		{name: "nested unknown attribute", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": {"vip_subnet_id": "` + uuid + `", "pools": [{"name": "p", "members": [{"address": "198.18.17.2", "protocol_port": 80, "pool_id": "x"}]}]}}`,
 			err: "Unknown attribute for argument loadbalancer.pools.members: pool_id"},
@@ -95,11 +96,15 @@ func TestValidateBody(t *testing.T) {
 			}},
 		{name: "l7 rule value CRLF", root: "rule", kind: "l7rule", body: `{"rule": {"type": "PATH", "compare_type": "EQUAL_TO", "value": "a\r\nb"}}`,
 			err: "Value should match the pattern"},
-		{name: "quota bounds", root: "quota", kind: "quota", op: OpPut, body: `{"quota": {"listener": -2}}`,
+		{name: "quota bounds", root: "quota", kind: "quota", at: update, body: `{"quota": {"listener": -2}}`,
 			err: "Value should be greater or equal to -1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := validateBody([]byte(tc.body), tc.root, tc.kind, tc.op)
+			at := tc.at
+			if at == 0 {
+				at = create
+			}
+			got, err := validateBody([]byte(tc.body), tc.root, tc.kind, at)
 			if tc.err == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -118,11 +123,11 @@ func TestValidateBody(t *testing.T) {
 }
 
 func TestBatchMembersValidation(t *testing.T) {
-	if _, err := validateMembers([]byte(`{"members": [{"address": "198.18.17.2", "protocol_port": 80}, {"address": "x", "protocol_port": 80}]}`)); err == nil ||
+	if _, err := decodeMembers[lbaas.MemberCreate]([]byte(`{"members": [{"address": "198.18.17.2", "protocol_port": 80}, {"address": "x", "protocol_port": 80}]}`)); err == nil ||
 		!strings.Contains(err.Error(), "IPv4 or IPv6") {
 		t.Errorf("bad address in a batch: %v", err)
 	}
-	got, err := validateMembers([]byte(`{"members": []}`))
+	got, err := decodeMembers[lbaas.MemberCreate]([]byte(`{"members": []}`))
 	if err != nil || len(got) != 0 {
 		t.Errorf("empty batch: %v %v", got, err)
 	}
@@ -132,7 +137,7 @@ func FuzzValidateBody(f *testing.F) {
 	f.Add(`{"loadbalancer": {"name": "x", "listeners": [{"protocol": "TCP", "protocol_port": 1}]}}`)
 	f.Add(`{"loadbalancer": {"pools": [{"members": [{}]}]}}`)
 	f.Fuzz(func(t *testing.T, body string) {
-		got, err := validateBody([]byte(body), "loadbalancer", "loadbalancer", OpPost)
+		got, err := validateBody([]byte(body), "loadbalancer", "loadbalancer", create)
 		if err != nil {
 			var fe *fault.Error
 			if !errors.As(err, &fe) || fe.Status != 400 {
@@ -142,7 +147,7 @@ func FuzzValidateBody(f *testing.F) {
 		}
 		allowed := map[string]bool{}
 		for _, f := range kinds["loadbalancer"] {
-			if f.where&post != 0 {
+			if f.where&create != 0 {
 				allowed[f.name] = true
 			}
 		}

@@ -499,11 +499,4 @@ func (s *SQL) Changes(ctx context.Context, after int64) ([]Change, error) {
 	return out, rows.Err()
 }
 
-// Compact drops change rows at or below rev; a fan-out client older than
-// that needs a full snapshot.
-func (s *SQL) Compact(ctx context.Context, rev int64) error {
-	_, err := s.writer.ExecContext(ctx, s.eng.rebind("DELETE FROM changes WHERE revision <= ?"), rev)
-	return err
-}
-
 var _ Store = (*SQL)(nil)

@@ -6,25 +6,26 @@
 package flow
 
 import (
-	"github.com/flowlb/flowlb/internal/lbaas"
-	"github.com/flowlb/flowlb/internal/octavia/fault"
 	"net/netip"
+
+	"github.com/flowlb/flowlb/internal/lbaas"
 )
 
 // Name is the provider's name in the API.
 const Name = "flow"
 
-// Realizer makes a committed revision real on the nodes and reports back.
-// Until agents exist, Immediate completes every change at once.
+// Realizer makes a committed change real on the nodes and reports back
+// (the fan-out hub: once every agent has programmed it).
 type Realizer interface {
-	Realize(lbID string, rev int64, done func(error))
+	Realize(lbID string, done func(error))
 }
 
-// Immediate completes every change as soon as it is committed.
+// Immediate completes every change as soon as it is committed: for tests,
+// and for servers whose data plane measures nothing (--network noop).
 type Immediate struct{}
 
 // Realize reports success asynchronously, as a real provider would.
-func (Immediate) Realize(_ string, _ int64, done func(error)) { go done(nil) }
+func (Immediate) Realize(_ string, done func(error)) { go done(nil) }
 
 // Provider is the flow provider.
 type Provider struct {
@@ -41,8 +42,8 @@ const Description = "flowlb distributed L4 load balancing as kernel flows on eve
 
 func (p *Provider) Description() string { return Description }
 
-func (p *Provider) Realize(lbID string, rev int64, done func(error)) {
-	p.Realizer.Realize(lbID, rev, done)
+func (p *Provider) Realize(lbID string, done func(error)) {
+	p.Realizer.Realize(lbID, done)
 }
 
 // l4Protocols are the listener and pool protocols flows can carry.
@@ -61,7 +62,7 @@ func is6(s string) bool {
 }
 
 func refuse(format string, args ...any) error {
-	return fault.NotImplemented(Name, format, args...)
+	return lbaas.Unsupported(Name, format, args...)
 }
 
 // Check refuses what a flow data plane cannot serve.

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/flowlb/flowlb/internal/lbaas"
-	"github.com/flowlb/flowlb/internal/octavia/fault"
 )
 
 func sp(s string) *string { return &s }
@@ -76,12 +75,12 @@ func TestCheck(t *testing.T) {
 				}
 				return
 			}
-			var fe *fault.Error
-			if !errors.As(err, &fe) || fe.Status != 501 {
-				t.Fatalf("got %v, want a 501", err)
+			var refused *lbaas.Error
+			if !errors.As(err, &refused) || !errors.Is(err, lbaas.ErrUnsupported) {
+				t.Fatalf("got %v, want the provider's refusal", err)
 			}
-			if !strings.HasPrefix(fe.Message, "Provider 'flow' does not support a requested option: ") || !strings.Contains(fe.Message, tc.refuse) {
-				t.Fatalf("message %q, want Octavia's prefix and %q", fe.Message, tc.refuse)
+			if refused.Provider != Name || refused.Action || !strings.Contains(refused.Detail, tc.refuse) {
+				t.Fatalf("refusal %+v, want an option refused by %s saying %q", refused, Name, tc.refuse)
 			}
 		})
 	}

@@ -1,0 +1,292 @@
+package lbaas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/identity"
+	"github.com/flowlb/flowlb/internal/store"
+)
+
+// A change's life: one transaction locks the load balancer (moving it out
+// of ACTIVE, Octavia's only lock), applies the change to its tree, has the
+// provider check it, enforces quotas and commits; the provider then
+// realizes it and reports, and a second transaction completes the tree
+// (PENDING_* to ACTIVE, or removed).
+
+// change edits a locked tree; c is the caller.
+type change func(t *Tree, c identity.Caller) error
+
+// lockedChange runs fn on the tree of lbID after the atomic test-and-set
+// of the LB from ACTIVE to PENDING_UPDATE, the lock every child change
+// takes; anything but ACTIVE is Octavia's "immutable" conflict.
+func (s *Service) lockedChange(ctx context.Context, lbID string, fn change) (*Tree, error) {
+	return s.withLock(ctx, lbID, PendingUpdate, func(st string) error {
+		if st != Active {
+			return immutable(lbID)
+		}
+		return nil
+	}, fn)
+}
+
+// childChange locks the LB of (kind, id) and runs fn; a vanished object
+// is not found.
+func (s *Service) childChange(ctx context.Context, kind store.Kind, id string, fn change) (*Tree, error) {
+	lbID, err := s.lbOf(ctx, kind, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.lockedChange(ctx, lbID, fn)
+}
+
+// lbChange is the lock for operations on the LB itself: Octavia allows an
+// update only from ACTIVE and a delete from ACTIVE or ERROR, with an
+// "Invalid state" conflict otherwise.
+func (s *Service) lbChange(ctx context.Context, id, to string, fn change) (*Tree, error) {
+	return s.withLock(ctx, id, to, func(st string) error {
+		if st != Active && !(to == PendingDelete && st == ProvisioningError) {
+			return invalidState(st, "loadbalancer", id)
+		}
+		return nil
+	}, fn)
+}
+
+// withLock is every change's transaction: lock the LB row, load its tree,
+// check that the caller may change it and that its status allows the
+// change, move it to status `to`, apply fn, commit; then hand the change
+// to the provider.
+func (s *Service) withLock(ctx context.Context, lbID, to string, allowed func(status string) error, fn change) (*Tree, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var tree *Tree
+	_, err = s.st.Update(ctx, func(tx store.Tx) error {
+		rec, err := tx.GetForUpdate(store.KindLoadBalancer, lbID)
+		if errors.Is(err, store.ErrNotFound) {
+			return NotFound(resourceName[store.KindLoadBalancer], lbID)
+		}
+		if err != nil {
+			return err
+		}
+		t, err := loadTree(tx, rec)
+		if err != nil {
+			return err
+		}
+		if !writable(c, t.LB.ProjectID) {
+			return Forbidden()
+		}
+		if err := allowed(t.LB.ProvisioningStatus); err != nil {
+			return err
+		}
+		t.setStatus(t.LB, to)
+		if err := fn(t, c); err != nil {
+			return err
+		}
+		if err := s.commitChange(tx, t); err != nil {
+			return err
+		}
+		tree = t
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.realize(tree.LB.ID, tree.LB.Provider)
+	return tree, nil
+}
+
+// commitChange is the end of every change: the provider refuses what it
+// cannot serve (a delete needs no check), quotas are enforced on what the
+// change creates, and the tree is written.
+func (s *Service) commitChange(tx store.Tx, t *Tree) error {
+	if t.LB.ProvisioningStatus != PendingDelete {
+		p, err := s.Provider(t.LB.Provider)
+		if err != nil {
+			return err
+		}
+		if err := p.Check(t); err != nil {
+			return err
+		}
+	}
+	if err := s.checkQuotas(tx, t); err != nil {
+		return err
+	}
+	return t.save(tx)
+}
+
+// realize hands a committed change to the LB's provider and completes
+// the tree when the provider reports back.
+func (s *Service) realize(lbID, provider string) {
+	p := s.providers[provider]
+	if p == nil {
+		s.log.Error("load balancer names a provider that is not enabled", "loadbalancer", lbID, "provider", provider)
+		return
+	}
+	s.inflight.Add(1)
+	p.Realize(lbID, func(err error) {
+		defer s.inflight.Done()
+		// A completion that fails (database busy or gone for a moment) is
+		// retried; one that never lands is resumed at the next start.
+		backoff := 10 * time.Millisecond
+		for attempt := 1; ; attempt++ {
+			cerr := s.complete(context.Background(), lbID, err)
+			if cerr == nil {
+				return
+			}
+			if attempt == 5 {
+				s.log.Error("complete provisioning", "loadbalancer", lbID, "err", cerr)
+				return
+			}
+			time.Sleep(backoff)
+			backoff *= 4
+		}
+	})
+}
+
+// complete moves a tree out of PENDING_*: created and updated objects become
+// ACTIVE (ERROR if the provider failed), deleted ones are removed, and
+// operating statuses are recomputed.
+func (s *Service) complete(ctx context.Context, lbID string, perr error) error {
+	_, err := s.st.Update(ctx, func(tx store.Tx) error {
+		rec, err := tx.GetForUpdate(store.KindLoadBalancer, lbID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		t, err := loadTree(tx, rec)
+		if err != nil {
+			return err
+		}
+		if perr != nil {
+			s.log.Warn("provider failed", "loadbalancer", lbID, "err", perr)
+		}
+		if t.LB.ProvisioningStatus == PendingDelete && perr == nil {
+			return s.purge(tx, t)
+		}
+		s.settle(t, perr)
+		s.rollUp(t)
+		return t.save(tx)
+	})
+	return err
+}
+
+// settle ends the pending states of a tree whose change the provider
+// realized (perr nil) or failed.
+func (s *Service) settle(t *Tree, perr error) {
+	final := Active
+	if perr != nil {
+		final = ProvisioningError
+	}
+	for _, o := range t.objects() {
+		switch o.base().ProvisioningStatus {
+		case PendingDelete:
+			if perr == nil {
+				t.remove(o)
+			} else {
+				t.setStatus(o, ProvisioningError)
+			}
+		case PendingCreate, PendingUpdate:
+			// Octavia stamps updated_at when the driver reports.
+			t.setStatus(o, final)
+			s.touchUpdated(o.base())
+		}
+	}
+}
+
+// purge removes a deleted LB's whole tree and releases its VIP ports.
+func (s *Service) purge(tx store.Tx, t *Tree) error {
+	for _, o := range t.objects()[1:] {
+		t.remove(o)
+	}
+	if err := t.save(tx); err != nil {
+		return err
+	}
+	if t.LB.OwnsVIPPort && s.vips != nil {
+		if err := s.vips.Release(tx, t.LB.VIPPortID); err != nil {
+			return fmt.Errorf("release VIP port of %s: %w", t.LB.ID, err)
+		}
+	}
+	for _, av := range t.LB.AdditionalVIPs {
+		if av.PortID != "" && s.vips != nil {
+			if err := s.vips.Release(tx, av.PortID); err != nil {
+				return fmt.Errorf("release additional VIP port of %s: %w", t.LB.ID, err)
+			}
+		}
+	}
+	return tx.Delete(store.KindLoadBalancer, t.LB.ID)
+}
+
+// Drain waits until every change handed to a provider has completed, or
+// ctx ends; a server calls it before closing the store on shutdown. A
+// change still pending then stays PENDING_* in the store and is completed
+// by Resume at the next start.
+func (s *Service) Drain(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// Resume hands every tree left in a PENDING_* state (a server stopped
+// between commit and completion) back to its provider, so no change is
+// stuck after a restart.
+func (s *Service) Resume(ctx context.Context) (int, error) {
+	var pending []*LoadBalancer
+	err := s.st.View(ctx, func(tx store.ReadTx) error {
+		recs, err := tx.List(store.KindLoadBalancer, store.Filter{})
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			lb, err := decode[LoadBalancer](r)
+			if err != nil {
+				return err
+			}
+			switch lb.ProvisioningStatus {
+			case PendingCreate, PendingUpdate, PendingDelete:
+				pending = append(pending, lb)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, lb := range pending {
+		s.realize(lb.ID, lb.Provider)
+	}
+	return len(pending), nil
+}
+
+// lbOf returns the load balancer id of an object, for the lock.
+func (s *Service) lbOf(ctx context.Context, kind store.Kind, id string) (string, error) {
+	var lbID string
+	err := s.st.View(ctx, func(tx store.ReadTx) error {
+		rec, err := tx.Get(kind, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return notFound(kind, id)
+		}
+		if err != nil {
+			return fmt.Errorf("get %s %s: %w", kind, id, err)
+		}
+		lbID = rec.LoadBalancerID
+		return nil
+	})
+	return lbID, err
+}
+
+// immutable is Octavia's conflict for a child change while the LB is busy.
+func immutable(lbID string) error {
+	return Conflict("Load Balancer %s is immutable and cannot be updated.", lbID)
+}
+
+func invalidState(status, resource, id string) error {
+	return Conflict("Invalid state %s of %s resource %s", status, resource, id)
+}

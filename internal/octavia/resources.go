@@ -1,0 +1,341 @@
+package octavia
+
+import (
+	"cmp"
+	"net/http"
+
+	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/store"
+)
+
+// The load balancer tree's routes: each is its domain call and its
+// rendering, in one of the handler shapes of routes.go.
+
+func (s *Server) loadBalancerRoutes() {
+	s.handle("GET /loadbalancers", listed(s, "loadbalancers", "loadbalancers_links", "id", func(r *http.Request) ([]map[string]any, error) {
+		trees, err := s.trees(r, "id", "name")
+		items := make([]map[string]any, 0, len(trees))
+		for _, t := range trees {
+			items = append(items, renderLB(t))
+		}
+		return items, err
+	}))
+	s.handle("POST /loadbalancers", s.createLB)
+	s.handle("GET /loadbalancers/{id}", shown(s, "loadbalancer", func(r *http.Request) (map[string]any, error) {
+		t, err := s.svc.Tree(r.Context(), store.KindLoadBalancer, r.PathValue("id"))
+		if err != nil {
+			return nil, err
+		}
+		return renderLB(t), nil
+	}))
+	s.handle("PUT /loadbalancers/{id}", updated(s, "loadbalancer", "loadbalancer", func(r *http.Request, req lbaas.LoadBalancerUpdate) (map[string]any, error) {
+		t, err := s.svc.UpdateLoadBalancer(r.Context(), r.PathValue("id"), req)
+		if err != nil {
+			return nil, err
+		}
+		return renderLB(t), nil
+	}))
+	s.handle("DELETE /loadbalancers/{id}", removed(s, func(r *http.Request) error {
+		return s.svc.DeleteLoadBalancer(r.Context(), r.PathValue("id"), queryFlag(r, "cascade"))
+	}))
+	s.handle("GET /loadbalancers/{id}/status", func(w http.ResponseWriter, r *http.Request) {
+		t, err := s.svc.Tree(r.Context(), store.KindLoadBalancer, r.PathValue("id"))
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, statusTree(t))
+	})
+	s.handle("GET /loadbalancers/{id}/stats", s.stats(store.KindLoadBalancer))
+	s.handle("PUT /loadbalancers/{id}/failover", s.adminOnly(func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, s.svc.Failover(r.Context(), r.PathValue("id")))
+	}))
+}
+
+// createLB answers a fully populated create with the whole tree.
+func (s *Server) createLB(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeRequest[lbaas.LoadBalancerCreate](r, "loadbalancer", "loadbalancer", create)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	t, err := s.svc.CreateLoadBalancer(r.Context(), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.FullyPopulated() {
+		writeJSON(w, http.StatusCreated, map[string]any{"loadbalancer": renderFull(t)})
+		return
+	}
+	s.show(w, r, http.StatusCreated, "loadbalancer", renderLB(t))
+}
+
+// stats answers zeros until agents report counters: Octavia does the same
+// for objects without data.
+func (s *Server) stats(kind store.Kind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.svc.Tree(r.Context(), kind, r.PathValue("id")); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"stats": map[string]any{"bytes_in": 0, "bytes_out": 0, "active_connections": 0, "total_connections": 0, "request_errors": 0}})
+	}
+}
+
+// trees loads the trees a list needs: only the load balancers its query
+// names when it filters on one of keys (the list filter still applies
+// after), else all.
+func (s *Server) trees(r *http.Request, keys ...string) ([]*lbaas.Tree, error) {
+	q := r.URL.Query()
+	want := map[string]string{}
+	for _, k := range keys {
+		if v := q[k]; len(v) == 1 && v[0] != "" {
+			want[k] = v[0]
+		}
+	}
+	if len(want) == 0 {
+		return s.svc.Trees(r.Context())
+	}
+	// A caller names the load balancer's id by one key: id for the load
+	// balancer list, loadbalancer_id for its children's.
+	return s.svc.TreesOf(r.Context(), cmp.Or(want["id"], want["loadbalancer_id"]), want["name"])
+}
+
+// children lists rendered children of the trees a list needs.
+func (s *Server) children(fn func(t *lbaas.Tree) []map[string]any) func(r *http.Request) ([]map[string]any, error) {
+	return func(r *http.Request) ([]map[string]any, error) {
+		trees, err := s.trees(r, "loadbalancer_id")
+		if err != nil {
+			return nil, err
+		}
+		var out []map[string]any
+		for _, t := range trees {
+			out = append(out, fn(t)...)
+		}
+		return out, nil
+	}
+}
+
+// inTree shows one object of the tree holding (kind, id).
+func (s *Server) inTree(kind store.Kind, render func(t *lbaas.Tree, id string) map[string]any) func(r *http.Request) (map[string]any, error) {
+	return func(r *http.Request) (map[string]any, error) {
+		id := r.PathValue("id")
+		t, err := s.svc.Tree(r.Context(), kind, id)
+		if err != nil {
+			return nil, err
+		}
+		return render(t, id), nil
+	}
+}
+
+func (s *Server) listenerRoutes() {
+	s.handle("GET /listeners", listed(s, "listeners", "listeners_links", "id", s.children(func(t *lbaas.Tree) (out []map[string]any) {
+		for _, l := range t.Listeners {
+			out = append(out, renderListener(t, l))
+		}
+		return out
+	})))
+	s.handle("POST /listeners", created(s, "listener", "listener", func(r *http.Request, req lbaas.ListenerCreate) (map[string]any, error) {
+		t, l, err := s.svc.CreateListener(r.Context(), req)
+		if err != nil {
+			return nil, err
+		}
+		return renderListener(t, l), nil
+	}))
+	s.handle("GET /listeners/{id}", shown(s, "listener", s.inTree(store.KindListener, func(t *lbaas.Tree, id string) map[string]any {
+		return renderListener(t, t.Listener(id))
+	})))
+	s.handle("PUT /listeners/{id}", updated(s, "listener", "listener", func(r *http.Request, req lbaas.ListenerUpdate) (map[string]any, error) {
+		t, l, err := s.svc.UpdateListener(r.Context(), r.PathValue("id"), req)
+		if err != nil {
+			return nil, err
+		}
+		return renderListener(t, l), nil
+	}))
+	s.handle("DELETE /listeners/{id}", removed(s, func(r *http.Request) error { return s.svc.DeleteListener(r.Context(), r.PathValue("id")) }))
+	s.handle("GET /listeners/{id}/stats", s.stats(store.KindListener))
+}
+
+func (s *Server) poolRoutes() {
+	s.handle("GET /pools", listed(s, "pools", "pools_links", "id", s.children(func(t *lbaas.Tree) (out []map[string]any) {
+		for _, p := range t.Pools {
+			out = append(out, renderPool(t, p))
+		}
+		return out
+	})))
+	s.handle("POST /pools", created(s, "pool", "pool", func(r *http.Request, req lbaas.PoolCreate) (map[string]any, error) {
+		t, p, err := s.svc.CreatePool(r.Context(), req)
+		if err != nil {
+			return nil, err
+		}
+		return renderPool(t, p), nil
+	}))
+	s.handle("GET /pools/{id}", shown(s, "pool", s.inTree(store.KindPool, func(t *lbaas.Tree, id string) map[string]any {
+		return renderPool(t, t.Pool(id))
+	})))
+	s.handle("PUT /pools/{id}", updated(s, "pool", "pool", func(r *http.Request, req lbaas.PoolUpdate) (map[string]any, error) {
+		t, p, err := s.svc.UpdatePool(r.Context(), r.PathValue("id"), req)
+		if err != nil {
+			return nil, err
+		}
+		return renderPool(t, p), nil
+	}))
+	s.handle("DELETE /pools/{id}", removed(s, func(r *http.Request) error { return s.svc.DeletePool(r.Context(), r.PathValue("id")) }))
+}
+
+func (s *Server) memberRoutes() {
+	s.handle("GET /pools/{pool}/members", listed(s, "members", "members_links", "id", func(r *http.Request) ([]map[string]any, error) {
+		pool := r.PathValue("pool")
+		t, err := s.svc.Tree(r.Context(), store.KindPool, pool)
+		if err != nil {
+			return nil, err
+		}
+		var items []map[string]any
+		for _, m := range t.PoolMembers(pool) {
+			items = append(items, renderMember(t, m))
+		}
+		return items, nil
+	}))
+	s.handle("POST /pools/{pool}/members", created(s, "member", "member", func(r *http.Request, req lbaas.MemberCreate) (map[string]any, error) {
+		t, m, err := s.svc.CreateMember(r.Context(), r.PathValue("pool"), req)
+		if err != nil {
+			return nil, err
+		}
+		return renderMember(t, m), nil
+	}))
+	s.handle("PUT /pools/{pool}/members", func(w http.ResponseWriter, r *http.Request) {
+		body, err := readBody(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		members, err := decodeMembers[lbaas.MemberCreate](body)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if err := s.svc.BatchUpdateMembers(r.Context(), r.PathValue("pool"), members, queryFlag(r, "additive_only")); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	s.handle("GET /pools/{pool}/members/{id}", shown(s, "member", func(r *http.Request) (map[string]any, error) {
+		pool, id := r.PathValue("pool"), r.PathValue("id")
+		t, err := s.svc.Tree(r.Context(), store.KindPool, pool)
+		if err != nil {
+			return nil, err
+		}
+		m := t.Member(id)
+		if m == nil || m.PoolID != pool {
+			return nil, lbaas.NotFound("Member", id)
+		}
+		return renderMember(t, m), nil
+	}))
+	s.handle("PUT /pools/{pool}/members/{id}", updated(s, "member", "member", func(r *http.Request, req lbaas.MemberUpdate) (map[string]any, error) {
+		t, m, err := s.svc.UpdateMember(r.Context(), r.PathValue("pool"), r.PathValue("id"), req)
+		if err != nil {
+			return nil, err
+		}
+		return renderMember(t, m), nil
+	}))
+	s.handle("DELETE /pools/{pool}/members/{id}", removed(s, func(r *http.Request) error {
+		return s.svc.DeleteMember(r.Context(), r.PathValue("pool"), r.PathValue("id"))
+	}))
+}
+
+func (s *Server) monitorRoutes() {
+	s.handle("GET /healthmonitors", listed(s, "healthmonitors", "healthmonitors_links", "id", s.children(func(t *lbaas.Tree) (out []map[string]any) {
+		for _, h := range t.Monitors {
+			out = append(out, renderMonitor(t, h))
+		}
+		return out
+	})))
+	s.handle("POST /healthmonitors", created(s, "healthmonitor", "healthmonitor", func(r *http.Request, req lbaas.MonitorCreate) (map[string]any, error) {
+		t, h, err := s.svc.CreateMonitor(r.Context(), req)
+		if err != nil {
+			return nil, err
+		}
+		return renderMonitor(t, h), nil
+	}))
+	s.handle("GET /healthmonitors/{id}", shown(s, "healthmonitor", s.inTree(store.KindHealthMonitor, func(t *lbaas.Tree, id string) map[string]any {
+		return renderMonitor(t, t.Monitor(id))
+	})))
+	s.handle("PUT /healthmonitors/{id}", updated(s, "healthmonitor", "healthmonitor", func(r *http.Request, req lbaas.MonitorUpdate) (map[string]any, error) {
+		t, h, err := s.svc.UpdateMonitor(r.Context(), r.PathValue("id"), req)
+		if err != nil {
+			return nil, err
+		}
+		return renderMonitor(t, h), nil
+	}))
+	s.handle("DELETE /healthmonitors/{id}", removed(s, func(r *http.Request) error { return s.svc.DeleteMonitor(r.Context(), r.PathValue("id")) }))
+}
+
+func (s *Server) l7Routes() {
+	s.handle("GET /l7policies", listed(s, "l7policies", "l7policies_links", "id", s.children(func(t *lbaas.Tree) (out []map[string]any) {
+		for _, p := range t.L7Policies {
+			out = append(out, renderPolicy(t, p))
+		}
+		return out
+	})))
+	s.handle("POST /l7policies", created(s, "l7policy", "l7policy", func(r *http.Request, req lbaas.L7PolicyCreate) (map[string]any, error) {
+		t, p, err := s.svc.CreatePolicy(r.Context(), req)
+		if err != nil {
+			return nil, err
+		}
+		return renderPolicy(t, p), nil
+	}))
+	s.handle("GET /l7policies/{id}", shown(s, "l7policy", s.inTree(store.KindL7Policy, func(t *lbaas.Tree, id string) map[string]any {
+		return renderPolicy(t, t.Policy(id))
+	})))
+	s.handle("PUT /l7policies/{id}", updated(s, "l7policy", "l7policy", func(r *http.Request, req lbaas.L7PolicyUpdate) (map[string]any, error) {
+		t, p, err := s.svc.UpdatePolicy(r.Context(), r.PathValue("id"), req)
+		if err != nil {
+			return nil, err
+		}
+		return renderPolicy(t, p), nil
+	}))
+	s.handle("DELETE /l7policies/{id}", removed(s, func(r *http.Request) error { return s.svc.DeletePolicy(r.Context(), r.PathValue("id")) }))
+	s.handle("GET /l7policies/{policy}/rules", listed(s, "rules", "rules_links", "id", func(r *http.Request) ([]map[string]any, error) {
+		policy := r.PathValue("policy")
+		t, err := s.svc.Tree(r.Context(), store.KindL7Policy, policy)
+		if err != nil {
+			return nil, err
+		}
+		var items []map[string]any
+		for _, x := range t.PolicyRules(policy) {
+			items = append(items, renderRule(t, x))
+		}
+		return items, nil
+	}))
+	s.handle("POST /l7policies/{policy}/rules", created(s, "rule", "l7rule", func(r *http.Request, req lbaas.L7RuleCreate) (map[string]any, error) {
+		t, x, err := s.svc.CreateRule(r.Context(), r.PathValue("policy"), req)
+		if err != nil {
+			return nil, err
+		}
+		return renderRule(t, x), nil
+	}))
+	s.handle("GET /l7policies/{policy}/rules/{id}", shown(s, "rule", func(r *http.Request) (map[string]any, error) {
+		policy, id := r.PathValue("policy"), r.PathValue("id")
+		t, err := s.svc.Tree(r.Context(), store.KindL7Policy, policy)
+		if err != nil {
+			return nil, err
+		}
+		x := t.Rule(id)
+		if x == nil || x.L7PolicyID != policy {
+			return nil, lbaas.NotFound("L7 Rule", id)
+		}
+		return renderRule(t, x), nil
+	}))
+	s.handle("PUT /l7policies/{policy}/rules/{id}", updated(s, "rule", "l7rule", func(r *http.Request, req lbaas.L7RuleUpdate) (map[string]any, error) {
+		t, x, err := s.svc.UpdateRule(r.Context(), r.PathValue("policy"), r.PathValue("id"), req)
+		if err != nil {
+			return nil, err
+		}
+		return renderRule(t, x), nil
+	}))
+	s.handle("DELETE /l7policies/{policy}/rules/{id}", removed(s, func(r *http.Request) error {
+		return s.svc.DeleteRule(r.Context(), r.PathValue("policy"), r.PathValue("id"))
+	}))
+}

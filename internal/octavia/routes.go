@@ -1,0 +1,150 @@
+package octavia
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/flowlb/flowlb/internal/identity"
+	"github.com/flowlb/flowlb/internal/octavia/fault"
+)
+
+// routes registers every route with its policy check. A path the mux has
+// no pattern for (or not for that method) falls to noRoute.
+func (s *Server) routes() {
+	s.loadBalancerRoutes()
+	s.listenerRoutes()
+	s.poolRoutes()
+	s.memberRoutes()
+	s.monitorRoutes()
+	s.l7Routes()
+	s.catalogRoutes()
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		noRoute(w, strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/"))
+	})
+}
+
+// handle registers a route; every request is held to the route's policy
+// rule first.
+func (s *Server) handle(pattern string, h http.HandlerFunc) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if err := authorize(r, route{strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")}); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		h(w, r)
+	})
+}
+
+// The handler shapes. Each route supplies only its call into the domain
+// and its rendering; decoding, errors, status codes and fields= are here.
+
+// created decodes a POST body into the typed request Req, makes the
+// object and answers 201 with it.
+func created[Req any](s *Server, root, kind string, build func(r *http.Request, req Req) (map[string]any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req, err := decodeRequest[Req](r, root, kind, create)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		obj, err := build(r, req)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		s.show(w, r, http.StatusCreated, root, obj)
+	}
+}
+
+// updated decodes a PUT body into Req, changes the object and answers 200
+// with it.
+func updated[Req any](s *Server, root, kind string, change func(r *http.Request, req Req) (map[string]any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req, err := decodeRequest[Req](r, root, kind, update)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		obj, err := change(r, req)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		s.show(w, r, http.StatusOK, root, obj)
+	}
+}
+
+// shown answers 200 with one object.
+func shown(s *Server, root string, get func(r *http.Request) (map[string]any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		obj, err := get(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		s.show(w, r, http.StatusOK, root, obj)
+	}
+}
+
+// removed deletes and answers 204.
+func removed(s *Server, remove func(r *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := remove(r); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// listed answers a collection with Octavia's filters, sorting, paging and
+// fields=.
+func listed(s *Server, plural, linksKey, idKey string, items func(r *http.Request) ([]map[string]any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		all, err := items(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		body, err := s.page(r, plural, linksKey, all, idKey)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, body)
+	}
+}
+
+// show writes one object, honouring fields=.
+func (s *Server) show(w http.ResponseWriter, r *http.Request, code int, root string, obj map[string]any) {
+	writeJSON(w, code, map[string]any{root: pickFields(strip(obj), fieldList(r.URL.Query()))})
+}
+
+// requireAdmin refuses non-admin callers as Octavia's admin-only policies do.
+func requireAdmin(r *http.Request) error {
+	c, _ := identity.FromContext(r.Context())
+	if !c.Allow(identity.RuleAdmin, "") {
+		return fault.Forbidden()
+	}
+	return nil
+}
+
+// adminOnly holds a handler to the admin rule.
+func (s *Server) adminOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := requireAdmin(r); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// queryFlag reads a boolean query parameter as Octavia's clients spell it.
+func queryFlag(r *http.Request, name string) bool {
+	switch r.URL.Query().Get(name) {
+	case "true", "True", "1":
+		return true
+	}
+	return false
+}
