@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -24,68 +25,19 @@ func (d *Dataplane) adopt() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read sets: %w", err)
 	}
-	byName := map[string]*nftables.Set{}
-	for _, s := range sets {
-		byName[s.Name] = s
+	if !sameLayout(t, sets) {
+		return false, nil
 	}
-	for _, want := range setSpecs(t) {
-		got := byName[want.Name]
-		// The library does not decode a verdict map's key type.
-		sameKey := got != nil && (got.KeyType.Bytes == want.KeyType.Bytes || want.DataType == nftables.TypeVerdict)
-		if !sameKey || got.IsMap != want.IsMap || got.Interval != want.Interval {
-			return false, nil
-		}
+	programmed, ok, err := d.readFootprints(t)
+	if err != nil || !ok {
+		return false, err
 	}
-	specs := map[string]*nftables.Set{}
-	for _, s := range setSpecs(t) {
-		specs[s.Name] = s
-	}
-	programmed := map[flows.Key]entry{}
-	for _, name := range serviceSets {
-		// Read with the declared types: the library does not decode a
-		// verdict map's data type, and so its verdicts, from the kernel.
-		els, err := d.conn.GetSetElements(specs[name])
-		if err != nil {
-			return false, fmt.Errorf("read %s: %w", name, err)
-		}
-		for _, el := range els {
-			k, ok := parseKey(el.Key)
-			if !ok {
-				return false, nil
-			}
-			e := elem{set: name, key: el.Key, val: el.Val}
-			if len(el.KeyEnd) > 0 {
-				e.keyEnd = el.KeyEnd
-			}
-			if specs[name].DataType == nftables.TypeVerdict {
-				if e.jump = verdictChain(el.Val); e.jump == "" {
-					return false, nil
-				}
-			}
-			if name != slotsMap {
-				e.val = nil
-			} else if len(e.val) < 8 {
-				return false, nil
-			}
-			en := programmed[k]
-			if en.fp == nil {
-				en.fp = footprint{}
-			}
-			en.fp.add(e)
-			programmed[k] = en
-		}
-	}
-	chains, err := d.conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	chains, err := d.readClassChains()
 	if err != nil {
-		return false, fmt.Errorf("read chains: %w", err)
+		return false, err
 	}
-	d.chains = map[string]*nftables.Chain{}
-	for _, c := range chains {
-		if c.Table.Name == tableName && (strings.HasPrefix(c.Name, persistPrefix) || strings.HasPrefix(c.Name, limitPrefix)) {
-			d.chains[c.Name] = &nftables.Chain{Name: c.Name, Table: t}
-		}
-	}
-	d.table, d.sets, d.programmed = t, byName, programmed
+	d.table, d.sets = t, setsByName(sets)
+	d.programmed, d.chains = programmed, chains
 	for _, e := range programmed {
 		for a := range e.fp.backends() {
 			d.refs[a]++
@@ -97,17 +49,107 @@ func (d *Dataplane) adopt() (bool, error) {
 	return true, nil
 }
 
-// verdictChain decodes the chain of a jump verdict (NFTA_VERDICT_CHAIN),
-// which the library leaves as raw attributes in a verdict map element.
-func verdictChain(b []byte) string {
-	ad, err := netlink.NewAttributeDecoder(b)
-	if err != nil {
-		return ""
-	}
-	for ad.Next() {
-		if ad.Type() == unix.NFTA_VERDICT_CHAIN {
-			return ad.String()
+// sameLayout reports whether the kernel's sets are the ones this code
+// declares (the layout marker among them).
+func sameLayout(t *nftables.Table, sets []*nftables.Set) bool {
+	byName := setsByName(sets)
+	for _, want := range setSpecs(t) {
+		got := byName[want.Name]
+		// The library does not decode a verdict map's key type.
+		sameKey := got != nil && (got.KeyType.Bytes == want.KeyType.Bytes || want.DataType == nftables.TypeVerdict)
+		if !sameKey || got.IsMap != want.IsMap || got.Interval != want.Interval {
+			return false
 		}
 	}
-	return ""
+	return true
+}
+
+// readFootprints reads every service's elements back; false when one is
+// not of this layout.
+func (d *Dataplane) readFootprints(t *nftables.Table) (map[flows.Key]entry, bool, error) {
+	specs := setsByName(setSpecs(t))
+	programmed := map[flows.Key]entry{}
+	for _, name := range serviceSets {
+		// Read with the declared types: the library does not decode a
+		// verdict map's data type, and so its verdicts, from the kernel.
+		els, err := d.conn.GetSetElements(specs[name])
+		if err != nil {
+			return nil, false, fmt.Errorf("read %s: %w", name, err)
+		}
+		for _, el := range els {
+			k, e, ok := readElement(specs[name], el)
+			if !ok {
+				return nil, false, nil
+			}
+			en := programmed[k]
+			if en.fp == nil {
+				en.fp = footprint{}
+			}
+			en.fp.add(e)
+			programmed[k] = en
+		}
+	}
+	return programmed, true, nil
+}
+
+// readElement decodes an element of a per-service set read back from the
+// kernel.
+func readElement(spec *nftables.Set, el nftables.SetElement) (flows.Key, elem, bool) {
+	k, ok := parseKey(el.Key)
+	if !ok {
+		return k, elem{}, false
+	}
+	e := elem{set: spec.Name, key: el.Key, val: el.Val}
+	if len(el.KeyEnd) > 0 {
+		e.keyEnd = el.KeyEnd
+	}
+	if spec.DataType == nftables.TypeVerdict {
+		if _, e.jump = decodeVerdict(el.Val); e.jump == "" {
+			return k, elem{}, false
+		}
+	}
+	if spec.Name != slotsMap {
+		e.val = nil
+	} else if len(e.val) < 8 {
+		return k, elem{}, false
+	}
+	return k, e, true
+}
+
+// readClassChains lists the persistence and limit chains of the table.
+func (d *Dataplane) readClassChains() (map[string]bool, error) {
+	chains, err := d.conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		return nil, fmt.Errorf("read chains: %w", err)
+	}
+	out := map[string]bool{}
+	for _, c := range chains {
+		if c.Table.Name == tableName && (strings.HasPrefix(c.Name, persistPrefix) || strings.HasPrefix(c.Name, limitPrefix)) {
+			out[c.Name] = true
+		}
+	}
+	return out, nil
+}
+
+// decodeVerdict decodes a verdict map element's data as the kernel
+// returns it (NFTA_VERDICT_CODE, NFTA_VERDICT_CHAIN), which the library
+// leaves as raw attributes.
+func decodeVerdict(b []byte) (kind int32, chain string) {
+	ad, err := netlink.NewAttributeDecoder(b)
+	if err != nil {
+		return 0, ""
+	}
+	ad.ByteOrder = binary.BigEndian
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.NFTA_VERDICT_CODE:
+			kind = int32(ad.Uint32())
+		case unix.NFTA_VERDICT_CHAIN:
+			chain = ad.String()
+		}
+	}
+	if ad.Err() != nil {
+		return 0, ""
+	}
+	return kind, chain
 }

@@ -121,6 +121,11 @@ func TestPersistence(t *testing.T) {
 		for b := range seen {
 			first = b
 		}
+		// The tracer reads the affinity the kernel wrote, from any port.
+		v := dp.Trace(Packet{Src: netip.MustParseAddr(backendAddrs[0]), SrcPort: 41000, Dst: vipKey.VIP, Protocol: flows.TCP, DstPort: 80, Local: true}, nil)
+		if v.Backend != netip.MustParseAddrPort(first+":8080") || !strings.HasPrefix(v.Reason, reasonRemembered) || v.Persistence != time.Minute {
+			t.Errorf("trace of a remembered client: %+v, want %s remembered", v, first)
+		}
 		// Without persistence the same client spreads over the backends.
 		if err := dp.Sync(ctx, svc(flows.SourceIPPort, backendAddrs...)); err != nil {
 			t.Fatal(err)

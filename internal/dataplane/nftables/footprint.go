@@ -6,6 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+
 	"github.com/flowlb/flowlb/internal/flows"
 )
 
@@ -29,6 +32,15 @@ func (e elem) id() string { return e.set + "\x00" + string(e.key) + "\x00" + str
 func (e elem) same(o elem) bool { return string(e.val) == string(o.val) && e.jump == o.jump }
 
 func (f footprint) add(e elem) { f[e.id()] = e }
+
+// element is e as the library sends it.
+func (e elem) element() nftables.SetElement {
+	el := nftables.SetElement{Key: e.key, KeyEnd: e.keyEnd, Val: e.val}
+	if e.jump != "" {
+		el.VerdictData = &expr.Verdict{Kind: expr.VerdictJump, Chain: e.jump}
+	}
+	return el
+}
 
 // localSlot is where a service's local-only slot table starts in the slots
 // map: slots 0..Slots-1 spread over every backend, localSlot.. over the
@@ -63,8 +75,8 @@ func programmable(s flows.Service) bool {
 	return s.Key.VIP.Is4() && protoNum[s.Key.Protocol] != 0
 }
 
-// plan computes the footprint of s on the node named node, in zone.
-func plan(s flows.Service, node, zone string) footprint {
+// footprintOf computes the footprint of s on the node named node, in zone.
+func footprintOf(s flows.Service, node, zone string) footprint {
 	f := footprint{}
 	k := s.Key
 	kb := key(k)

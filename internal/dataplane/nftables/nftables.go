@@ -13,10 +13,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sort"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
@@ -31,43 +29,15 @@ const Slots = 61
 
 // Dataplane programs one network namespace's nftables.
 type Dataplane struct {
-	conn   *nftables.Conn
-	netns  int
-	node   string
-	zone   string
-	table  *nftables.Table
-	sets   map[string]*nftables.Set
-	chains map[string]*nftables.Chain // persistence and limit chains
-	// refs counts the programmed services that send to each backend
-	// address, so the hairpin set changes in O(changes); chainRefs counts
-	// the services that jump to each class chain.
-	refs      map[netip.Addr]int
-	chainRefs map[string]int
+	conn  Conn
+	netns int
+	schema
+	state
 	// lastOps counts the element operations of the last Apply.
 	lastOps int
-	// programmed is what the kernel holds, per service: the service it was
-	// made from (nil when adopted from the kernel) and its footprint.
-	programmed map[flows.Key]entry
 	// conntrack forgets, after each Apply, the UDP flows to backends that
 	// left their service.
 	conntrack conntrackCleaner
-}
-
-// entry is a programmed service: what it was made from or, for a service
-// adopted from the kernel and not yet restated, the elements read back.
-// Footprints are recomputed when needed rather than kept: they are about
-// 20 KB a service, the service itself a few hundred bytes.
-type entry struct {
-	src *flows.Service
-	fp  footprint // adopted only
-}
-
-// footprint is what e owns in the kernel.
-func (d *Dataplane) footprint(e entry) footprint {
-	if e.fp != nil || e.src == nil {
-		return e.fp
-	}
-	return plan(*e.src, d.node, d.zone)
 }
 
 // Option configures a data plane.
@@ -90,8 +60,22 @@ func New(netnsFd int, node string, options ...Option) (*Dataplane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	d := &Dataplane{conn: c, netns: netnsFd, node: node, programmed: map[flows.Key]entry{},
-		refs: map[netip.Addr]int{}, chainRefs: map[string]int{}, conntrack: netlinkConntrack{netns: netnsFd}}
+	d, err := newDataplane(c, node, options)
+	if err != nil {
+		return nil, err
+	}
+	d.netns, d.conntrack = netnsFd, netlinkConntrack{netns: netnsFd}
+	return d, nil
+}
+
+// NewWithConn is New on a connection of the caller's, such as an
+// nftfake.Conn in tests. It forgets no conntrack entries.
+func NewWithConn(conn Conn, node string, options ...Option) (*Dataplane, error) {
+	return newDataplane(conn, node, options)
+}
+
+func newDataplane(conn Conn, node string, options []Option) (*Dataplane, error) {
+	d := &Dataplane{conn: conn, netns: -1, state: newState(node)}
 	for _, o := range options {
 		o(d)
 	}
@@ -115,7 +99,7 @@ func (d *Dataplane) SetPodNetworks(nets []netip.Prefix) error {
 	}
 	d.conn.FlushSet(d.sets[podNetsSet])
 	if err := d.conn.SetAddElements(d.sets[podNetsSet], intervals(nets)); err != nil {
-		return err
+		return fmt.Errorf("set pod networks: %w", err)
 	}
 	if err := d.conn.Flush(); err != nil {
 		return fmt.Errorf("set pod networks: %w", err)
@@ -181,150 +165,56 @@ func sameService(a, b flows.Service) bool {
 // Apply programs changed services and removes deleted ones in one
 // transaction: O(changes), whatever the number of services. Services the
 // table cannot carry (IPv6, or not TCP, UDP or SCTP) are not programmed.
+// If the kernel refuses the transaction, neither it nor the data plane's
+// record of it changes.
 func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []flows.Key) error {
-	next := map[flows.Key]*entry{}
-	for _, s := range upserts {
-		if !programmable(s) {
-			next[s.Key] = nil
-			continue
-		}
-		s := s
-		next[s.Key] = &entry{src: &s}
+	p, err := d.Plan(upserts, deletes)
+	if err != nil {
+		return err
 	}
-	for _, k := range deletes {
-		next[k] = nil
+	if err := d.execute(p); err != nil {
+		return fmt.Errorf("program %d changes: %w", len(p.services), err)
 	}
-
-	adds, dels := map[string][]nftables.SetElement{}, map[string][]nftables.SetElement{}
-	refs := map[netip.Addr]int{}
-	chainRefs := map[string]int{}
-	var lost []lostBackend
-	for k, nw := range next {
-		var oldFP, newFP footprint
-		if old, had := d.programmed[k]; had {
-			oldFP = d.footprint(old)
-		}
-		if nw != nil {
-			newFP = d.footprint(*nw)
-		}
-		for id, o := range oldFP {
-			if n, ok := newFP[id]; !ok || !n.same(o) {
-				dels[o.set] = append(dels[o.set], o.element())
-			}
-		}
-		for id, n := range newFP {
-			if o, ok := oldFP[id]; !ok || !n.same(o) {
-				adds[n.set] = append(adds[n.set], n.element())
-			}
-		}
-		oldB, newB := oldFP.backends(), newFP.backends()
-		for a := range oldB {
-			refs[a]--
-			if !newB[a] && k.Protocol == flows.UDP {
-				lost = append(lost, lostBackend{key: k, addr: a})
-			}
-		}
-		for a := range newB {
-			refs[a]++
-		}
-		for _, c := range oldFP.chains() {
-			chainRefs[c]--
-		}
-		for _, c := range newFP.chains() {
-			chainRefs[c]++
-		}
-	}
-	for a, delta := range refs {
-		before := d.refs[a]
-		switch after := before + delta; {
-		case before == 0 && after > 0:
-			adds[hairpinSet] = append(adds[hairpinSet], nftables.SetElement{Key: pair(a)})
-		case before > 0 && after <= 0:
-			dels[hairpinSet] = append(dels[hairpinSet], nftables.SetElement{Key: pair(a)})
-		}
-	}
-	// Chains a new element jumps to go in first; chains nothing jumps to
-	// any more go last, after the elements that referred to them.
-	var newChains, goneChains []string
-	for c, delta := range chainRefs {
-		before := d.chainRefs[c]
-		switch after := before + delta; {
-		case before == 0 && after > 0 && d.chains[c] == nil:
-			newChains = append(newChains, c)
-		case before > 0 && after <= 0:
-			goneChains = append(goneChains, c)
-		}
-	}
-	sort.Strings(newChains)
-	for _, c := range newChains {
-		if err := d.addClassChain(c); err != nil {
-			return err
-		}
-	}
-	d.lastOps = 0
-	for _, name := range d.setOrder() {
-		set := d.sets[name]
-		if err := batched(dels[name], func(b []nftables.SetElement) error { return d.conn.SetDeleteElements(set, b) }); err != nil {
-			return err
-		}
-		d.lastOps += len(dels[name])
-	}
-	for _, name := range d.setOrder() {
-		set := d.sets[name]
-		if err := batched(adds[name], func(b []nftables.SetElement) error { return d.conn.SetAddElements(set, b) }); err != nil {
-			return err
-		}
-		d.lastOps += len(adds[name])
-	}
-	for _, c := range goneChains {
-		d.delClassChain(c)
-	}
-	if err := d.conn.Flush(); err != nil {
-		// The transaction was refused as a whole: the kernel is as before.
-		for _, c := range newChains {
-			delete(d.chains, c)
-		}
-		return fmt.Errorf("program %d changes: %w", len(next), err)
-	}
-	for k, nw := range next {
-		if nw == nil {
-			delete(d.programmed, k)
-		} else {
-			d.programmed[k] = *nw
-		}
-	}
-	for a, delta := range refs {
-		if d.refs[a] += delta; d.refs[a] <= 0 {
-			delete(d.refs, a)
-		}
-	}
-	for c, delta := range chainRefs {
-		if d.chainRefs[c] += delta; d.chainRefs[c] <= 0 {
-			delete(d.chainRefs, c)
-		}
-	}
-	if len(lost) > 0 && d.conntrack != nil {
+	d.lastOps = p.elementOps()
+	d.commit(p)
+	if len(p.lost) > 0 && d.conntrack != nil {
 		// Flows are already gone; stale UDP entries would keep sending a
 		// client's datagrams to a backend that left.
-		if err := d.conntrack.forget(lost); err != nil {
+		if err := d.conntrack.forget(p.lost); err != nil {
 			return fmt.Errorf("conntrack cleanup: %w", err)
 		}
 	}
 	return nil
 }
 
-// setOrder is the order element changes are sent in: the kernel checks
-// each message against what comes before it in the transaction.
-func (d *Dataplane) setOrder() []string {
-	return append(append([]string{}, serviceSets...), hairpinSet)
+// Plan is what Apply would send for the same arguments, without sending it.
+func (d *Dataplane) Plan(upserts []flows.Service, deletes []flows.Key) (Plan, error) {
+	return d.state.plan(d.schema, upserts, deletes)
 }
 
-func (e elem) element() nftables.SetElement {
-	el := nftables.SetElement{Key: e.key, KeyEnd: e.keyEnd, Val: e.val}
-	if e.jump != "" {
-		el.VerdictData = &expr.Verdict{Kind: expr.VerdictJump, Chain: e.jump}
+// execute sends a plan as one transaction.
+func (d *Dataplane) execute(p Plan) error {
+	for _, c := range p.newChains {
+		if err := d.queueClassChain(c); err != nil {
+			return err
+		}
 	}
-	return el
+	for _, c := range p.deletes {
+		set := d.sets[c.set]
+		if err := batched(c.elements, func(b []nftables.SetElement) error { return d.conn.SetDeleteElements(set, b) }); err != nil {
+			return fmt.Errorf("delete elements of %s: %w", c.set, err)
+		}
+	}
+	for _, c := range p.adds {
+		set := d.sets[c.set]
+		if err := batched(c.elements, func(b []nftables.SetElement) error { return d.conn.SetAddElements(set, b) }); err != nil {
+			return fmt.Errorf("add elements to %s: %w", c.set, err)
+		}
+	}
+	for _, c := range p.goneChains {
+		d.queueRemoveClassChain(c)
+	}
+	return d.conn.Flush()
 }
 
 // Programmed lists the programmed services' keys, sorted, for dumps and tests.
@@ -337,17 +227,7 @@ func (d *Dataplane) Programmed() []flows.Key {
 	return out
 }
 
-func sortKeys(out []flows.Key) {
-	sort.Slice(out, func(i, j int) bool {
-		if c := out[i].VIP.Compare(out[j].VIP); c != 0 {
-			return c < 0
-		}
-		if out[i].Protocol != out[j].Protocol {
-			return out[i].Protocol < out[j].Protocol
-		}
-		return out[i].Port < out[j].Port
-	})
-}
+func sortKeys(out []flows.Key) { slices.SortFunc(out, compareKeys) }
 
 // Close releases the connection and leaves the flows in the kernel: an
 // agent that stops must not take traffic down with it (fail-static).

@@ -1,97 +1,17 @@
 package nftables
 
 import (
-	"encoding/binary"
+	"cmp"
 	"fmt"
-	"math/bits"
 	"net/netip"
 	"slices"
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 
 	"github.com/flowlb/flowlb/internal/flows"
 )
-
-// ServiceDump is a programmed service as the kernel holds it.
-type ServiceDump struct {
-	Key       flows.Key
-	Algorithm flows.Algorithm // empty when Refused
-	// Refused: no usable backend, new connections get a reset or an
-	// ICMP port unreachable.
-	Refused bool
-	// Slots counts the slots of each backend ("address:port"); Local the
-	// local-only table's (for clients from outside the pod networks).
-	Slots map[string]int
-	Local map[string]int
-	// NoLocal: local-only without a backend on this node: traffic from
-	// outside the pod networks is dropped.
-	NoLocal bool
-	// LocalOnly: the local table serves traffic from outside the pod
-	// networks; InternalLocal: it serves the pod networks and the node
-	// (NoInternalLocal: there is none, such traffic is dropped).
-	LocalOnly, InternalLocal, NoInternalLocal bool
-	// Zonal: a PreferClose service whose main table holds only the
-	// backends for this node's zone.
-	Zonal        bool
-	AllowedCIDRs []netip.Prefix
-	Persistence  time.Duration
-	Limit        int
-}
-
-// Dump describes every programmed service from its kernel elements,
-// sorted by key.
-func (d *Dataplane) Dump() []ServiceDump {
-	var out []ServiceDump
-	for _, k := range d.Programmed() {
-		out = append(out, describe(k, d.footprint(d.programmed[k])))
-	}
-	return out
-}
-
-func describe(k flows.Key, fp footprint) ServiceDump {
-	s := ServiceDump{Key: k, Slots: map[string]int{}, Local: map[string]int{}}
-	for _, e := range fp {
-		switch e.set {
-		case slotsMap:
-			b := parseBackend(e.val)
-			name := netip.AddrPortFrom(b.addr, b.port).String()
-			if slotOf(e.key) >= localSlot {
-				s.Local[name]++
-			} else {
-				s.Slots[name]++
-			}
-		case emptySet:
-			s.Refused = true
-		case localOnSet:
-			s.LocalOnly = true
-		case localNoneSet:
-			s.LocalOnly, s.NoLocal = true, true
-		case iLocalOnSet:
-			s.InternalLocal = true
-		case iLocalNoneSet:
-			s.InternalLocal, s.NoInternalLocal = true, true
-		case zoneOnSet:
-			s.Zonal = true
-		case aclAllowSet:
-			s.AllowedCIDRs = append(s.AllowedCIDRs, aclPrefix(e.key, e.keyEnd))
-		case persistMap:
-			n, _ := chainParam(e.jump, persistPrefix)
-			s.Persistence = time.Duration(n) * time.Second
-		case limitsMap:
-			n, _ := chainParam(e.jump, limitPrefix)
-			s.Limit = int(n)
-		default:
-			for alg, set := range pickNames {
-				if e.set == set {
-					s.Algorithm = alg
-				}
-			}
-		}
-	}
-	slices.SortFunc(s.AllowedCIDRs, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-	return s
-}
 
 // Packet is the first packet of a connection, for Trace.
 type Packet struct {
@@ -107,7 +27,7 @@ type Packet struct {
 // Verdict is what the table does with a packet.
 type Verdict struct {
 	// Action: "accept" (not a service: untouched), "dnat", "drop" or
-	// "refuse".
+	// "refuse"; "error" when the table could not be read (Reason says why).
 	Action string
 	Reason string
 	// Backend is the DNAT target, when it is determined by the packet
@@ -123,207 +43,163 @@ type Verdict struct {
 	Limit       int
 }
 
-// Trace follows a new connection's first packet through the table's
-// rules, evaluated in Go over the elements the kernel holds (jhash as the
-// kernel computes it), so that an operator, or a test, can tell which
-// backend a client reaches and why.
+// Trace follows a new connection's first packet through the rules the
+// table is made of (the same rule values the data plane programs),
+// evaluated in Go over the elements the kernel holds, read back for the
+// trace (jhash as the kernel computes it), so that an operator, or a test,
+// can tell which backend a client reaches and why. The chains run in hook
+// order: acl or acl_out, then prerouting or output, then postrouting.
+// podNets stands for the podnets set (none: every source is inside). A
+// table that cannot be read gives the action "error".
 func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
-	k := flows.Key{VIP: p.Dst, Protocol: p.Protocol, Port: p.DstPort}
-	e, ok := d.programmed[k]
-	if !ok {
-		return Verdict{Action: "accept", Reason: "not a service"}
+	chains, err := d.traceChains()
+	if err != nil {
+		return Verdict{Action: "error", Reason: err.Error()}
 	}
-	fp := d.footprint(e)
-	s := describe(k, fp)
-	outside := !slices.ContainsFunc(podNets, func(n netip.Prefix) bool { return n.Contains(p.Src) })
-	if len(podNets) == 0 {
-		outside = false
-	}
-	if len(s.AllowedCIDRs) > 0 && !slices.ContainsFunc(s.AllowedCIDRs, func(n netip.Prefix) bool { return n.Contains(p.Src) }) {
-		return Verdict{Action: "drop", Reason: "source outside allowed_cidrs"}
-	}
-	v := Verdict{Limit: s.Limit}
-	external := outside && !p.Local
-	if s.NoLocal && external {
-		v.Action, v.Reason = "drop", "local-only service without a backend on this node"
-		return v
-	}
-	if s.NoInternalLocal && !external {
-		v.Action, v.Reason = "drop", "internal-local service without a backend on this node"
-		return v
-	}
-	if s.Refused {
-		v.Action, v.Reason = "refuse", "no usable backend"
-		return v
-	}
-	v.Action = "dnat"
-	offset := 0
-	switch {
-	case s.LocalOnly && external:
-		offset = localSlot
-		v.Reason = "local-only: this node's backends, client address kept"
-	case s.InternalLocal && !external:
-		offset = localSlot
-		v.Reason = "internal-local: this node's backends"
-	default:
-		v.Persistence = s.Persistence
-		v.Masquerade = outside
-		v.Reason = "every backend"
-		if s.Zonal {
-			v.Reason = "prefer-close: the backends for this node's zone"
-		}
-	}
-	table := map[int]backend{}
-	for _, el := range fp {
-		if el.set == slotsMap {
-			table[slotOf(el.key)] = parseBackend(el.val)
-		}
-	}
-	switch s.Algorithm {
-	case flows.RoundRobin:
-		v.Candidates = map[netip.AddrPort]float64{}
-		for i := 0; i < Slots; i++ {
-			b := table[offset+i]
-			v.Candidates[netip.AddrPortFrom(b.addr, b.port)] += 1.0 / Slots
-		}
-		return v
-	case flows.SourceIP:
-		a := p.Src.As4()
-		b := table[offset+slot(jhash(a[:], hashSeed))]
-		v.Backend = netip.AddrPortFrom(b.addr, b.port)
-	default:
-		a := p.Src.As4()
-		b := table[offset+slot(jhash(binary.BigEndian.AppendUint16(a[:], p.SrcPort), hashSeed))]
-		v.Backend = netip.AddrPortFrom(b.addr, b.port)
-	}
-	if v.Backend.Addr() == p.Src {
-		v.Masquerade, v.Reason = true, v.Reason+"; hairpin"
+	t := &tracer{chains: chains, sets: newSetReader(d.conn, d.table, podNets)}
+	v, err := t.trace(p)
+	if err != nil {
+		return Verdict{Action: "error", Reason: err.Error()}
 	}
 	return v
 }
 
-// slot scales a hash to [0, Slots) as the kernel's reciprocal_scale does.
-func slot(h uint32) int { return int(uint64(h) * Slots >> 32) }
-
-// jhash is the kernel's jhash() (include/linux/jhash.h), which nft's
-// "jhash" expression runs over the key's bytes.
-func jhash(k []byte, initval uint32) uint32 {
-	n := uint32(len(k))
-	a := 0xdeadbeef + n + initval
-	b, c := a, a
-	for len(k) > 12 {
-		a += binary.NativeEndian.Uint32(k[0:])
-		b += binary.NativeEndian.Uint32(k[4:])
-		c += binary.NativeEndian.Uint32(k[8:])
-		a, b, c = mix(a, b, c)
-		k = k[12:]
+// traceChains are the generated chains: the constant ones, and the class
+// chains the table holds.
+func (d *Dataplane) traceChains() (map[string]chainSpec, error) {
+	sets := setsByName(setSpecs(d.table))
+	chains := map[string]chainSpec{}
+	for _, c := range baseChains(sets) {
+		chains[c.chain.Name] = c
 	}
-	if len(k) == 0 {
-		return c
-	}
-	var tail [12]byte
-	copy(tail[:], k)
-	// Bytes are added in little-endian significance, whatever the CPU.
-	a += binary.LittleEndian.Uint32(tail[0:])
-	b += binary.LittleEndian.Uint32(tail[4:])
-	c += binary.LittleEndian.Uint32(tail[8:])
-	return final(a, b, c)
-}
-
-func mix(a, b, c uint32) (uint32, uint32, uint32) {
-	a -= c
-	a ^= bits.RotateLeft32(c, 4)
-	c += b
-	b -= a
-	b ^= bits.RotateLeft32(a, 6)
-	a += c
-	c -= b
-	c ^= bits.RotateLeft32(b, 8)
-	b += a
-	a -= c
-	a ^= bits.RotateLeft32(c, 16)
-	c += b
-	b -= a
-	b ^= bits.RotateLeft32(a, 19)
-	a += c
-	c -= b
-	c ^= bits.RotateLeft32(b, 4)
-	b += a
-	return a, b, c
-}
-
-func final(a, b, c uint32) uint32 {
-	c ^= b
-	c -= bits.RotateLeft32(b, 14)
-	a ^= c
-	a -= bits.RotateLeft32(c, 11)
-	b ^= a
-	b -= bits.RotateLeft32(a, 25)
-	c ^= b
-	c -= bits.RotateLeft32(b, 16)
-	a ^= c
-	a -= bits.RotateLeft32(c, 4)
-	b ^= a
-	b -= bits.RotateLeft32(a, 14)
-	c ^= b
-	c -= bits.RotateLeft32(b, 24)
-	return c
-}
-
-// PodNetworks reads the pod networks the table holds.
-func (d *Dataplane) PodNetworks() ([]netip.Prefix, error) {
-	els, err := d.conn.GetSetElements(d.sets[podNetsSet])
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", podNetsSet, err)
-	}
-	// Interval elements come back as starts and end markers, in any order.
-	var starts, ends []uint32
-	for _, e := range els {
-		if len(e.Key) != 4 {
-			continue
-		}
-		v := binary.BigEndian.Uint32(e.Key)
-		if e.IntervalEnd {
-			ends = append(ends, v)
-		} else {
-			starts = append(starts, v)
-		}
-	}
-	slices.Sort(starts)
-	slices.Sort(ends)
-	var out []netip.Prefix
-	for _, s := range starts {
-		end := uint64(1) << 32
-		for _, e := range ends {
-			if e > s {
-				end = uint64(e)
-				break
-			}
-		}
-		size := end - uint64(s)
-		out = append(out, netip.PrefixFrom(netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, s))), 32-bits.Len64(size-1)))
-	}
-	return out, nil
-}
-
-// Open reads the table of a network namespace without changing it, for
-// dumps and traces; it fails if there is no table.
-func Open(netnsFd int) (*Dataplane, error) {
-	opts := []nftables.ConnOption{}
-	if netnsFd >= 0 {
-		opts = append(opts, nftables.WithNetNSFd(netnsFd))
-	}
-	c, err := nftables.New(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
-	}
-	d := &Dataplane{conn: c, netns: netnsFd, programmed: map[flows.Key]entry{}, refs: map[netip.Addr]int{}, chainRefs: map[string]int{}}
-	ok, err := d.adopt()
+	names, err := d.readClassChains()
 	if err != nil {
 		return nil, err
 	}
-	if !ok {
-		return nil, fmt.Errorf("no flowlb table of this version in the namespace")
+	for name := range names {
+		c, err := classChain(name, sets)
+		if err != nil {
+			return nil, err
+		}
+		chains[name] = c
 	}
-	return d, nil
+	return chains, nil
+}
+
+// tracer runs packets through chains over the sets' elements.
+type tracer struct {
+	chains map[string]chainSpec
+	sets   *setReader
+}
+
+// outcome is what one run of a packet through the hooks comes to.
+type outcome struct {
+	action, reason string
+	backend        netip.AddrPort
+	masq, hairpin  bool
+	limit          int
+	persistence    time.Duration
+	// modulus is the range of the random number a run drew, 0 if none.
+	modulus uint32
+}
+
+// trace runs the packet once; when the rules draw a random number, once
+// for each of its values, each an equally likely outcome.
+func (t *tracer) trace(p Packet) (Verdict, error) {
+	first, err := t.run(p, func(uint32) uint32 { return 0 })
+	if err != nil || first.modulus == 0 {
+		return first.verdict(), err
+	}
+	v := first.verdict()
+	v.Backend, v.Candidates = netip.AddrPort{}, map[netip.AddrPort]float64{}
+	masq, hairpin := true, true
+	for n := range first.modulus {
+		o, err := t.run(p, func(m uint32) uint32 { return n % m })
+		if err != nil {
+			return Verdict{}, err
+		}
+		if o.action == "dnat" {
+			v.Candidates[o.backend] += 1 / float64(first.modulus)
+		}
+		masq, hairpin = masq && o.masq, hairpin && o.hairpin
+	}
+	first.masq, first.hairpin = masq, hairpin
+	v.Masquerade, v.Reason = masq, first.verdict().Reason
+	return v, nil
+}
+
+// run takes the packet through the base chains of its hooks, in priority
+// order: prerouting (or output, for the node's own packets), then
+// postrouting.
+func (t *tracer) run(p Packet, numgen func(uint32) uint32) (outcome, error) {
+	r := &run{chains: t.chains, sets: t.sets, numgen: numgen, pkt: packetState{
+		saddr: p.Src, daddr: p.Dst, sport: p.SrcPort, dport: p.DstPort, proto: protoNum[p.Protocol], ctState: expr.CtStateBitNEW}}
+	k := flows.Key{VIP: p.Dst, Protocol: p.Protocol, Port: p.DstPort}
+	o := outcome{action: "accept", reason: reasonNotAService}
+	first := nftables.ChainHookPrerouting
+	if p.Local {
+		first = nftables.ChainHookOutput
+	}
+	for _, hook := range []*nftables.ChainHook{first, nftables.ChainHookPostrouting} {
+		for _, name := range t.baseChains(hook) {
+			res, err := r.evalChain(name)
+			if err != nil {
+				return outcome{}, fmt.Errorf("trace %s: %w", name, err)
+			}
+			o.limit, o.persistence, o.modulus = r.limit, r.persistence, r.modulus
+			switch res.kind {
+			case verdictDrop, verdictRefuse:
+				o.action, o.reason = map[verdictKind]string{verdictDrop: "drop", verdictRefuse: "refuse"}[res.kind], res.reason
+				return o, nil
+			case verdictDNAT:
+				o.action, o.reason = "dnat", res.reason
+				o.backend = netip.AddrPortFrom(r.pkt.daddr, r.pkt.dport)
+				if o.reason == reasonEveryBackend && t.zonal(k) {
+					o.reason = reasonPreferClose
+				}
+			case verdictMasq:
+				o.masq, o.hairpin = true, res.reason == reasonHairpin
+			}
+		}
+	}
+	return o, nil
+}
+
+// baseChains are the base chains of a hook, in priority order.
+func (t *tracer) baseChains(hook *nftables.ChainHook) []string {
+	var specs []chainSpec
+	for _, c := range t.chains {
+		if c.chain.Hooknum != nil && *c.chain.Hooknum == *hook {
+			specs = append(specs, c)
+		}
+	}
+	slices.SortFunc(specs, func(a, b chainSpec) int { return cmp.Compare(*a.chain.Priority, *b.chain.Priority) })
+	names := make([]string, len(specs))
+	for i, c := range specs {
+		names[i] = c.chain.Name
+	}
+	return names
+}
+
+// zonal reports whether the service's main slots hold only the backends
+// for this node's zone (zone_on, which no rule reads).
+func (t *tracer) zonal(k flows.Key) bool {
+	idx, err := t.sets.index(zoneOnSet)
+	if err != nil {
+		return false
+	}
+	_, ok := idx.find(key(k))
+	return ok
+}
+
+func (o outcome) verdict() Verdict {
+	v := Verdict{Action: o.action, Reason: o.reason, Limit: o.limit}
+	if o.action != "dnat" {
+		return v
+	}
+	v.Backend, v.Masquerade, v.Persistence = o.backend, o.masq, o.persistence
+	if o.hairpin {
+		v.Reason += "; " + reasonHairpin
+	}
+	return v
 }

@@ -5,7 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"regexp"
+	"strconv"
 	"testing"
+	"time"
+
+	"github.com/google/nftables"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -129,4 +134,76 @@ func TestJhashKnownValues(t *testing.T) {
 			t.Errorf("jhash(%q, %d) = %#x, want %#x", tc.in, tc.seed, got, tc.want)
 		}
 	}
+}
+
+// TestRulesMatchKernel: the rules the kernel holds, read back, are the
+// generated ones the tracer evaluates: the same chains, and in each the
+// same rules, expression by expression as far as the library decodes them
+// (the kernel names a 32-bit register that starts a 16-byte one by the
+// latter: r8 reads back as r1, r12 as r2, r16 as r3, r20 as r4).
+func TestRulesMatchKernel(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		tab := svc(flows.SourceIP, backendAddrs...)
+		k2 := flows.Key{VIP: vipKey.VIP, Protocol: flows.UDP, Port: 53}
+		tab.Services[vipKey] = with(tab, persistent(time.Minute)).Services[vipKey]
+		tab.Services[k2] = edit(service("198.19.0.10", flows.UDP, 53, flows.RoundRobin, b1), limited(5))
+		if err := dp.Sync(context.Background(), tab); err != nil {
+			t.Fatal(err)
+		}
+		want, err := dp.traceChains()
+		if err != nil {
+			t.Fatal(err)
+		}
+		chains, err := dp.conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, c := range chains {
+			if c.Table.Name != tableName {
+				continue
+			}
+			seen[c.Name] = true
+			spec, ok := want[c.Name]
+			if !ok {
+				t.Errorf("the kernel has chain %s, which the code does not generate", c.Name)
+				continue
+			}
+			rules, err := dp.conn.GetRules(dp.table, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rules) != len(spec.rules) {
+				t.Errorf("chain %s: %d rules in the kernel, %d generated", c.Name, len(rules), len(spec.rules))
+				continue
+			}
+			for i, r := range rules {
+				if got, gen := ruleString(r.Exprs), wideRegisters(ruleString(spec.rules[i].exprs)); got != gen {
+					t.Errorf("chain %s rule %d:\nkernel    %s\ngenerated %s", c.Name, i, got, gen)
+				}
+			}
+		}
+		for name := range want {
+			if !seen[name] {
+				t.Errorf("chain %s is generated but not in the kernel", name)
+			}
+		}
+		if len(seen) != 7+2 {
+			t.Errorf("%d chains, want the 7 constant ones, persist_60 and limit_5", len(seen))
+		}
+	})
+}
+
+// wideRegisters renames the 32-bit registers that start a 16-byte one
+// as the kernel reports them.
+func wideRegisters(s string) string {
+	return regexp.MustCompile(`\br(8|12|16|20)\b`).ReplaceAllStringFunc(s, func(r string) string {
+		n, _ := strconv.Atoi(r[1:])
+		return "r" + strconv.Itoa((n-8)/4+1)
+	})
 }

@@ -1,0 +1,157 @@
+package nftables
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/google/nftables"
+
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// ServiceDump is a programmed service as the kernel holds it.
+type ServiceDump struct {
+	Key       flows.Key
+	Algorithm flows.Algorithm // empty when Refused
+	// Refused: no usable backend, new connections get a reset or an
+	// ICMP port unreachable.
+	Refused bool
+	// Slots counts the slots of each backend ("address:port"); Local the
+	// local-only table's (for clients from outside the pod networks).
+	Slots map[string]int
+	Local map[string]int
+	// NoLocal: local-only without a backend on this node: traffic from
+	// outside the pod networks is dropped.
+	NoLocal bool
+	// LocalOnly: the local table serves traffic from outside the pod
+	// networks; InternalLocal: it serves the pod networks and the node
+	// (NoInternalLocal: there is none, such traffic is dropped).
+	LocalOnly, InternalLocal, NoInternalLocal bool
+	// Zonal: a PreferClose service whose main table holds only the
+	// backends for this node's zone.
+	Zonal        bool
+	AllowedCIDRs []netip.Prefix
+	Persistence  time.Duration
+	Limit        int
+}
+
+// Dump describes every programmed service from its kernel elements,
+// sorted by key.
+func (d *Dataplane) Dump() []ServiceDump {
+	var out []ServiceDump
+	for _, k := range d.Programmed() {
+		out = append(out, describe(k, d.footprint(d.programmed[k])))
+	}
+	return out
+}
+
+func describe(k flows.Key, fp footprint) ServiceDump {
+	s := ServiceDump{Key: k, Slots: map[string]int{}, Local: map[string]int{}}
+	for _, e := range fp {
+		switch e.set {
+		case slotsMap:
+			b := parseBackend(e.val)
+			name := netip.AddrPortFrom(b.addr, b.port).String()
+			if slotOf(e.key) >= localSlot {
+				s.Local[name]++
+			} else {
+				s.Slots[name]++
+			}
+		case emptySet:
+			s.Refused = true
+		case localOnSet:
+			s.LocalOnly = true
+		case localNoneSet:
+			s.LocalOnly, s.NoLocal = true, true
+		case iLocalOnSet:
+			s.InternalLocal = true
+		case iLocalNoneSet:
+			s.InternalLocal, s.NoInternalLocal = true, true
+		case zoneOnSet:
+			s.Zonal = true
+		case aclAllowSet:
+			s.AllowedCIDRs = append(s.AllowedCIDRs, aclPrefix(e.key, e.keyEnd))
+		case persistMap:
+			n, _ := chainParam(e.jump, persistPrefix)
+			s.Persistence = time.Duration(n) * time.Second
+		case limitsMap:
+			n, _ := chainParam(e.jump, limitPrefix)
+			s.Limit = int(n)
+		default:
+			for alg, set := range pickNames {
+				if e.set == set {
+					s.Algorithm = alg
+				}
+			}
+		}
+	}
+	slices.SortFunc(s.AllowedCIDRs, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return s
+}
+
+// PodNetworks reads the pod networks the table holds.
+func (d *Dataplane) PodNetworks() ([]netip.Prefix, error) {
+	els, err := d.conn.GetSetElements(d.sets[podNetsSet])
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", podNetsSet, err)
+	}
+	// Interval elements come back as starts and end markers, in any order.
+	var starts, ends []uint32
+	for _, e := range els {
+		if len(e.Key) != 4 {
+			continue
+		}
+		v := binary.BigEndian.Uint32(e.Key)
+		if e.IntervalEnd {
+			ends = append(ends, v)
+		} else {
+			starts = append(starts, v)
+		}
+	}
+	slices.Sort(starts)
+	slices.Sort(ends)
+	var out []netip.Prefix
+	for _, s := range starts {
+		end := uint64(1) << 32
+		for _, e := range ends {
+			if e > s {
+				end = uint64(e)
+				break
+			}
+		}
+		size := end - uint64(s)
+		out = append(out, netip.PrefixFrom(netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, s))), 32-bits.Len64(size-1)))
+	}
+	return out, nil
+}
+
+// Open reads the table of a network namespace without changing it, for
+// dumps and traces; it fails if there is no table.
+func Open(netnsFd int) (*Dataplane, error) {
+	opts := []nftables.ConnOption{}
+	if netnsFd >= 0 {
+		opts = append(opts, nftables.WithNetNSFd(netnsFd))
+	}
+	c, err := nftables.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	return OpenWithConn(c)
+}
+
+// OpenWithConn is Open on a connection of the caller's.
+func OpenWithConn(conn Conn) (*Dataplane, error) {
+	d := &Dataplane{conn: conn, netns: -1, state: newState("")}
+	ok, err := d.adopt()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("no flowlb table of this version in the namespace")
+	}
+	return d, nil
+}

@@ -1,0 +1,210 @@
+package nftables
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// The table's rules as data: create and the class chains send them to the
+// kernel, and Trace evaluates the same values, so that what an operator
+// is told is what the code programs.
+
+// chainSpec is one chain and its rules, in order.
+type chainSpec struct {
+	// chain names the chain and, for a base chain, its type, hook and
+	// priority; the table is set when it is sent.
+	chain nftables.Chain
+	rules []ruleSpec
+}
+
+// ruleSpec is one rule: its expressions, and what it decides for a
+// packet it matches, as a trace tells it.
+type ruleSpec struct {
+	exprs  []expr.Any
+	reason string
+}
+
+// The reasons traces give.
+const (
+	reasonACL             = "source outside allowed_cidrs"
+	reasonLimit           = "over the connection limit"
+	reasonNoLocal         = "local-only service without a backend on this node"
+	reasonNoInternalLocal = "internal-local service without a backend on this node"
+	reasonNoBackend       = "no usable backend"
+	reasonLocalOnly       = "local-only: this node's backends, client address kept"
+	reasonInternalLocal   = "internal-local: this node's backends"
+	reasonEveryBackend    = "every backend"
+	reasonRemembered      = "every backend; the backend this client used before (persistence)"
+	reasonPreferClose     = "prefer-close: the backends for this node's zone"
+	reasonHairpin         = "hairpin"
+	reasonOutsidePodNets  = "client outside the pod networks"
+	reasonNotAService     = "not a service"
+	refuseChain, lbChain  = "refuse", "lb"
+	aclChain, aclOutChain = "acl", "acl_out"
+	preChain, outChain    = "prerouting", "output"
+	postChain             = "postrouting"
+)
+
+// rule joins expression lists into a rule.
+func rule(reason string, parts ...[]expr.Any) ruleSpec {
+	var e []expr.Any
+	for _, p := range parts {
+		e = append(e, p...)
+	}
+	return ruleSpec{exprs: e, reason: reason}
+}
+
+// baseChains are the table's constant chains, in the order they are
+// created; sets are the table's sets by name (their IDs let rules refer to
+// sets created in the same transaction).
+func baseChains(sets map[string]*nftables.Set) []chainSpec {
+	return []chainSpec{
+		rejectChain(),
+		filterChain(aclChain, nftables.ChainHookPrerouting, sets),
+		filterChain(aclOutChain, nftables.ChainHookOutput, sets),
+		postroutingChain(sets),
+		balanceChain(sets),
+		dstNATChain(preChain, nftables.ChainHookPrerouting, sets),
+		dstNATChain(outChain, nftables.ChainHookOutput, sets),
+	}
+}
+
+// rejectChain answers a new connection with a TCP reset or an ICMP port
+// unreachable, so that clients fail at once instead of timing out.
+func rejectChain() chainSpec {
+	return chainSpec{chain: nftables.Chain{Name: refuseChain}, rules: []ruleSpec{
+		rule("", tcpOnly(), rejectTCP()),
+		rule("", rejectICMP()),
+	}}
+}
+
+// filterChain filters before DNAT: allowed_cidrs, connection limits,
+// local-only and internal-local services without a local backend, services
+// without any backend. acl sees what enters the node, acl_out what the
+// node sends itself.
+func filterChain(name string, hook *nftables.ChainHook, sets map[string]*nftables.Set) chainSpec {
+	podnets := sets[podNetsSet]
+	rules := []ruleSpec{
+		rule(reasonACL, svcKey(), lookup(sets[aclOnSet], regDaddr),
+			load(regSlot, expr.PayloadBaseNetworkHeader, 12, 4),
+			one(&expr.Lookup{SourceRegister: regDaddr, SetName: aclAllowSet, SetID: sets[aclAllowSet].ID, Invert: true}),
+			one(&expr.Verdict{Kind: expr.VerdictDrop})),
+		rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), vmap(sets[limitsMap])),
+	}
+	if name == aclChain {
+		rules = append(rules,
+			rule(reasonNoLocal, svcKey(), lookup(sets[localNoneSet], regDaddr), fromOutside(podnets), one(&expr.Verdict{Kind: expr.VerdictDrop})),
+			rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), fromInside(podnets), one(&expr.Verdict{Kind: expr.VerdictDrop})))
+	} else {
+		rules = append(rules, rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), one(&expr.Verdict{Kind: expr.VerdictDrop})))
+	}
+	rules = append(rules, rule(reasonNoBackend, ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[emptySet], regDaddr), goTo(refuseChain)))
+	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityMangle}, rules: rules}
+}
+
+// postroutingChain masquerades hairpin connections, and connections from
+// outside the pod networks that are not local-only ones.
+func postroutingChain(sets map[string]*nftables.Set) chainSpec {
+	return chainSpec{
+		chain: nftables.Chain{Name: postChain, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource},
+		rules: []ruleSpec{
+			// ct status dnat ip saddr . ip daddr @hairpin masquerade
+			rule(reasonHairpin, ctBit(expr.CtKeySTATUS, ipsDstNAT),
+				load(regDaddr, expr.PayloadBaseNetworkHeader, 12, 4),
+				load(regProto, expr.PayloadBaseNetworkHeader, 16, 4),
+				lookup(sets[hairpinSet], regDaddr), one(&expr.Masq{})),
+			// ct status dnat meta mark & local == 0 ip saddr != @podnets masquerade
+			rule(reasonOutsidePodNets, ctBit(expr.CtKeySTATUS, ipsDstNAT), localMarkClear(), fromOutside(sets[podNetsSet]), one(&expr.Masq{})),
+		},
+	}
+}
+
+// balanceChain (lb) picks a backend among all of a service's: through the
+// persistence chain of its timeout, or by its algorithm.
+func balanceChain(sets map[string]*nftables.Set) chainSpec {
+	rules := []ruleSpec{rule("", svcKey(), vmap(sets[persistMap]))}
+	for _, alg := range algs {
+		rules = append(rules, rule(reasonEveryBackend, svcKey(), lookup(sets[pickNames[alg]], regDaddr), pickSlot(alg, 0), slotLookup(sets[slotsMap]), dnat(regData, regDataPrt)))
+	}
+	return chainSpec{chain: nftables.Chain{Name: lbChain}, rules: rules}
+}
+
+// dstNATChain is prerouting or output: the node-local tables first, then
+// lb. Local-only: traffic from outside the pod networks entering this
+// node goes to this node's backends and keeps the client's address (what
+// the node sends itself uses every backend). Internal-local: pods of this
+// node, and the node itself, use this node's backends only.
+func dstNATChain(name string, hook *nftables.ChainHook, sets map[string]*nftables.Set) chainSpec {
+	podnets := sets[podNetsSet]
+	var rules []ruleSpec
+	if name == preChain {
+		for _, alg := range algs {
+			rules = append(rules, rule(reasonLocalOnly, svcKey(), lookup(sets[localOnSet], regDaddr), lookup(sets[pickNames[alg]], regDaddr), fromOutside(podnets),
+				pickSlot(alg, localSlot), slotLookup(sets[slotsMap]), markLocal(), dnat(regData, regDataPrt)))
+		}
+	}
+	for _, alg := range algs {
+		var source []expr.Any
+		if name == preChain {
+			source = fromInside(podnets)
+		}
+		rules = append(rules, rule(reasonInternalLocal, svcKey(), lookup(sets[iLocalOnSet], regDaddr), lookup(sets[pickNames[alg]], regDaddr), source,
+			pickSlot(alg, localSlot), slotLookup(sets[slotsMap]), dnat(regData, regDataPrt)))
+	}
+	rules = append(rules, rule("", one(&expr.Verdict{Kind: expr.VerdictJump, Chain: lbChain})))
+	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeNAT, Hooknum: hook, Priority: nftables.ChainPriorityNATDest}, rules: rules}
+}
+
+// classChainSets are the sets a class chain owns: a limit chain's
+// connection set, created with it and deleted after it.
+func classChainSets(t *nftables.Table, name string) []*nftables.Set {
+	if n, ok := chainParam(name, limitPrefix); ok {
+		return []*nftables.Set{{Table: t, Name: connsSet(n), Concatenation: true, Dynamic: true, KeyType: keyType}}
+	}
+	return nil
+}
+
+func connsSet(limit int64) string { return connsPrefix + strconv.FormatInt(limit, 10) }
+
+// classChain is the persistence or connection-limit chain a name stands
+// for; sets are the table's sets by name.
+func classChain(name string, sets map[string]*nftables.Set) (chainSpec, error) {
+	if secs, ok := chainParam(name, persistPrefix); ok {
+		return persistenceChain(name, time.Duration(secs)*time.Second, sets), nil
+	}
+	if n, ok := chainParam(name, limitPrefix); ok {
+		// add @conns_N { daddr . l4proto . dport ct count over N } reject;
+		// one rule, as conncount must see each connection once. The set
+		// is new in the same transaction: the kernel finds it by name.
+		over := one(&expr.Dynset{SrcRegKey: regDaddr, SetName: connsSet(n), Operation: unix.NFT_DYNSET_OP_ADD,
+			Exprs: []expr.Any{&expr.Connlimit{Count: uint32(n), Flags: connlimitOver}}})
+		return chainSpec{chain: nftables.Chain{Name: name}, rules: []ruleSpec{rule(reasonLimit, svcKey(), over, goTo(refuseChain))}}, nil
+	}
+	return chainSpec{}, fmt.Errorf("unknown class chain %q", name)
+}
+
+// persistenceChain keeps a client on the backend it used within timeout.
+func persistenceChain(name string, timeout time.Duration, sets map[string]*nftables.Set) chainSpec {
+	aff := sets[affinityMap]
+	update := func(data uint32) []expr.Any {
+		return one(&expr.Dynset{SrcRegKey: regAffKey, SrcRegData: data, SetName: aff.Name, SetID: aff.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: timeout})
+	}
+	// A remembered backend still in the service: refresh and use it.
+	rules := []ruleSpec{rule(reasonRemembered, svcKey(), affKey(),
+		one(&expr.Lookup{SourceRegister: regAffKey, SetName: aff.Name, SetID: aff.ID, DestRegister: regAffData, IsDestRegSet: true}),
+		lookup(sets[membersSet], regDaddr),
+		update(regAffData), dnat(regAffData, regAffData+1))}
+	// Otherwise pick as usual and remember the choice, replacing an
+	// affinity to a backend that has left.
+	forget := one(&expr.Dynset{SrcRegKey: regAffKey, SrcRegData: regAffKey, SetName: aff.Name, SetID: aff.ID, Operation: dynsetOpDelete})
+	for _, alg := range algs {
+		rules = append(rules, rule(reasonEveryBackend, svcKey(), lookup(sets[pickNames[alg]], regDaddr), affKey(), forget,
+			pickSlot(alg, 0), slotLookup(sets[slotsMap]), update(regDaddr), dnat(regData, regDataPrt)))
+	}
+	return chainSpec{chain: nftables.Chain{Name: name}, rules: rules}
+}

@@ -1,0 +1,70 @@
+package nftables
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables"
+)
+
+// create (re)builds the table: flushed and recreated, so that it always
+// has exactly the expected shape.
+func (d *Dataplane) create() error {
+	d.table = &nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName}
+	d.conn.AddTable(d.table)
+	d.conn.DelTable(d.table)
+	d.conn.AddTable(d.table)
+	specs := setSpecs(d.table)
+	for _, s := range specs {
+		var els []nftables.SetElement
+		if s.Name == podNetsSet {
+			// Until SetPodNetworks says otherwise every source is inside.
+			els = intervals([]netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")})
+		}
+		if err := d.conn.AddSet(s, els); err != nil {
+			return fmt.Errorf("add set %s: %w", s.Name, err)
+		}
+	}
+	// The sets have their transaction IDs now, for the rules to refer to.
+	d.sets = setsByName(specs)
+	for _, c := range baseChains(d.sets) {
+		d.queueChain(c)
+	}
+	if err := d.conn.Flush(); err != nil {
+		return fmt.Errorf("create table %s: %w", tableName, err)
+	}
+	return nil
+}
+
+// queueChain adds a chain and its rules.
+func (d *Dataplane) queueChain(spec chainSpec) {
+	ch := spec.chain
+	ch.Table = d.table
+	d.conn.AddChain(&ch)
+	for _, r := range spec.rules {
+		d.conn.AddRule(&nftables.Rule{Table: d.table, Chain: &ch, Exprs: r.exprs})
+	}
+}
+
+// queueClassChain adds a persistence or connection-limit chain, and the
+// set it owns.
+func (d *Dataplane) queueClassChain(spec chainSpec) error {
+	for _, s := range classChainSets(d.table, spec.chain.Name) {
+		if err := d.conn.AddSet(s, nil); err != nil {
+			return fmt.Errorf("add set %s: %w", s.Name, err)
+		}
+	}
+	d.queueChain(spec)
+	return nil
+}
+
+// queueRemoveClassChain removes a class chain, and the set it owns, once
+// no element jumps to it.
+func (d *Dataplane) queueRemoveClassChain(name string) {
+	ch := &nftables.Chain{Name: name, Table: d.table}
+	d.conn.FlushChain(ch)
+	d.conn.DelChain(ch)
+	for _, s := range classChainSets(d.table, name) {
+		d.conn.DelSet(s)
+	}
+}
