@@ -3,6 +3,7 @@ package kubecontroller
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,7 +17,7 @@ import (
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/kubelb"
 	"github.com/flowlb/flowlb/internal/kubelb/lbtest"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 func svc(name string, typ corev1.ServiceType, ip string) *corev1.Service {
@@ -43,6 +45,28 @@ func epSlice(service string, addrs ...string) *discoveryv1.EndpointSlice {
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
 	}
 	return s
+}
+
+// event is the condition that Service name has an event of reason whose
+// message contains text.
+func event(ctx context.Context, client *fake.Clientset, name, reason, text string) func() (bool, string) {
+	return func() (bool, string) {
+		evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name != name {
+				continue
+			}
+			if e.Reason == reason && strings.Contains(e.Message, text) {
+				return true, ""
+			}
+			seen = append(seen, e.Reason+": "+e.Message)
+		}
+		return false, fmt.Sprintf("events of %s: %q", name, seen)
+	}
 }
 
 type harness struct {
@@ -94,14 +118,23 @@ func (h *harness) members(name string) []string {
 	return out
 }
 
-func (h *harness) eventually(what string, ok func() bool) {
-	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
+// within is how long the controller may take to reach what a test waits
+// for.
+const within = 10 * time.Second
+
+// memberCount is a condition on the number of members of name's LB.
+func (h *harness) memberCount(name string, want int) func() (bool, string) {
+	return func() (bool, string) {
+		got := h.members(name)
+		return len(got) == want, fmt.Sprintf("members %v", got)
+	}
+}
+
+// lbGone is the condition that name has no LB.
+func (h *harness) lbGone(name string) func() (bool, string) {
+	return func() (bool, string) {
+		got := h.members(name)
+		return got == nil, fmt.Sprintf("members %v", got)
 	}
 }
 
@@ -128,8 +161,8 @@ func TestController(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, 2) }()
 
-	h.eventually("web's LB with its two pods", func() bool { return len(h.members("web")) == 2 })
-	h.eventually("the stale LB collected", func() bool { return h.members("gone") == nil })
+	testutil.Eventually(t, within, "web's LB with its two pods", h.memberCount("web", 2))
+	testutil.Eventually(t, within, "the stale LB collected", h.lbGone("gone"))
 	if h.members("ext") != nil {
 		t.Error("an ExternalName Service got a load balancer")
 	}
@@ -142,17 +175,20 @@ func TestController(t *testing.T) {
 	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, epSlice("web", "198.18.17.2", "198.18.18.2", "198.18.19.2"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("three members", func() bool { return len(h.members("web")) == 3 })
+	testutil.Eventually(t, within, "three members", h.memberCount("web", 3))
 
 	// A LoadBalancer Service gets an external address in its status.
 	if _, err := client.CoreV1().Services("default").Create(ctx, svc("pub", corev1.ServiceTypeLoadBalancer, "198.19.64.11"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var ingress []corev1.LoadBalancerIngress
-	h.eventually("pub's ingress", func() bool {
-		s, _ := client.CoreV1().Services("default").Get(ctx, "pub", metav1.GetOptions{})
+	testutil.Eventually(t, within, "pub's ingress", func() (bool, string) {
+		s, err := client.CoreV1().Services("default").Get(ctx, "pub", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
 		ingress = s.Status.LoadBalancer.Ingress
-		return len(ingress) == 1
+		return len(ingress) == 1, fmt.Sprintf("ingress %+v", ingress)
 	})
 	if !strings.HasPrefix(ingress[0].IP, "198.19.1") || ingress[0].IPMode == nil || *ingress[0].IPMode != corev1.LoadBalancerIPModeVIP {
 		t.Errorf("ingress %+v, want an address of the external subnet with ipMode VIP", ingress[0])
@@ -164,15 +200,7 @@ func TestController(t *testing.T) {
 	if _, err := client.CoreV1().Services("default").Create(ctx, bad, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("an InvalidService event", func() bool {
-		evs, _ := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
-		for _, e := range evs.Items {
-			if e.Reason == "InvalidService" && e.InvolvedObject.Name == "bad" && strings.Contains(e.Message, "LEAST_CONNECTIONS") {
-				return true
-			}
-		}
-		return false
-	})
+	testutil.Eventually(t, within, "an InvalidService event", event(ctx, client, "bad", "InvalidService", "LEAST_CONNECTIONS"))
 	if h.members("bad") != nil {
 		t.Error("an invalid Service got a load balancer")
 	}
@@ -181,7 +209,7 @@ func TestController(t *testing.T) {
 	if err := client.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("web's LB deleted", func() bool { return h.members("web") == nil })
+	testutil.Eventually(t, within, "web's LB deleted", h.lbGone("web"))
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -220,24 +248,12 @@ func TestProviderRefusalAndTimeouts(t *testing.T) {
 	timed := svc("timed", corev1.ServiceTypeClusterIP, "198.19.64.20")
 	timed.Annotations = map[string]string{kubelb.AnnTimeoutClientData: "180000", kubelb.AnnTimeoutMemberConnect: "2000"}
 	client := fake.NewClientset(svc("refused", corev1.ServiceTypeClusterIP, "198.19.64.21"), timed)
-	h := &harness{t: t, api: api, o: o, client: client}
 	c := New(client, o, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, 2) }()
 
-	event := func(name, reason, text string) func() bool {
-		return func() bool {
-			evs, _ := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
-			for _, e := range evs.Items {
-				if e.Reason == reason && e.InvolvedObject.Name == name && strings.Contains(e.Message, text) {
-					return true
-				}
-			}
-			return false
-		}
-	}
-	h.eventually("an InvalidService event for the refused Service", event("refused", "InvalidService", "does not support a requested option"))
-	h.eventually("a TimeoutsNotApplied event", event("timed", "TimeoutsNotApplied", `"flow" provider forwards with NAT`))
+	testutil.Eventually(t, within, "an InvalidService event for the refused Service", event(ctx, client, "refused", "InvalidService", "does not support a requested option"))
+	testutil.Eventually(t, within, "a TimeoutsNotApplied event", event(ctx, client, "timed", "TimeoutsNotApplied", `"flow" provider forwards with NAT`))
 	lb, err := o.Find(ctx, kubelb.Name("lab", "default", "timed"))
 	if err != nil || lb == nil {
 		t.Fatalf("timed's LB: %v %v", lb, err)
@@ -258,8 +274,11 @@ func TestProviderRefusalAndTimeouts(t *testing.T) {
 	}
 	// A refusal counts as invalid (dropped until the Service changes),
 	// never as an error to retry.
-	h.eventually("the refusal counted as invalid", func() bool { return testutil.ToFloat64(c.m.reconciles.WithLabelValues("invalid")) >= 1 })
-	if n := testutil.ToFloat64(c.m.reconciles.WithLabelValues("error")); n != 0 || refusals.Load() == 0 {
+	testutil.Eventually(t, within, "the refusal counted as invalid", func() (bool, string) {
+		n := promtest.ToFloat64(c.m.reconciles.WithLabelValues("invalid"))
+		return n >= 1, fmt.Sprintf("%v invalid", n)
+	})
+	if n := promtest.ToFloat64(c.m.reconciles.WithLabelValues("error")); n != 0 || refusals.Load() == 0 {
 		t.Errorf("%v reconciles failed with an error, %d refusals", n, refusals.Load())
 	}
 	cancel()
@@ -329,9 +348,12 @@ func TestNodesPodNetworks(t *testing.T) {
 		if err := s.change(); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		h.eventually(s.name, func() bool { return slices.Equal(allowed("pub"), s.want) })
+		testutil.Eventually(t, within, s.name, func() (bool, string) {
+			got := allowed("pub")
+			return slices.Equal(got, s.want), fmt.Sprintf("allowed_cidrs %v", got)
+		})
 	}
-	h.eventually("open's LB", func() bool { return h.members("open") != nil })
+	testutil.Eventually(t, within, "open's LB", func() (bool, string) { return h.members("open") != nil, "no LB" })
 	if got := allowed("open"); len(got) != 0 {
 		t.Errorf("a Service without source ranges has allowed_cidrs %v", got)
 	}

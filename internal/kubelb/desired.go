@@ -174,114 +174,182 @@ func Desired(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, o Options) (
 	if !Serves(svc, o) {
 		return nil, nil
 	}
-	ann := svc.Annotations
 	lb := &LB{
 		Name:        Name(o.Cluster, svc.Namespace, svc.Name),
 		Description: "Kubernetes Service " + svc.Namespace + "/" + svc.Name,
 		Tags:        []string{TagCluster + o.Cluster, TagService + svc.Namespace + "/" + svc.Name, TagUID + string(svc.UID)},
 	}
-	var clusterIPs []string
+	if err := setVIPs(lb, svc, o); err != nil {
+		return nil, err
+	}
+	ls, err := listenerTemplate(svc, lb.External, o)
+	if err != nil {
+		return nil, err
+	}
+	for _, sp := range svc.Spec.Ports {
+		l, err := ls.forPort(sp, eps)
+		if err != nil {
+			return nil, err
+		}
+		lb.Listeners = append(lb.Listeners, l)
+	}
+	return lb, nil
+}
+
+// setVIPs sets lb's VIPs: the IPv4 cluster IP, or for a LoadBalancer
+// Service an external address with the cluster IP as additional VIP.
+func setVIPs(lb *LB, svc *corev1.Service, o Options) error {
 	ips := svc.Spec.ClusterIPs
 	if len(ips) == 0 {
 		ips = []string{svc.Spec.ClusterIP}
 	}
+	var clusterIPs []string
 	for _, ip := range ips {
 		a, err := netip.ParseAddr(ip)
 		if err != nil {
-			return nil, fmt.Errorf("cluster IP %q: %w", ip, err)
+			return fmt.Errorf("cluster IP %q: %w", ip, err)
 		}
 		if a.Is4() {
 			clusterIPs = append(clusterIPs, ip)
 		}
 	}
 	if len(clusterIPs) == 0 {
-		return nil, fmt.Errorf("no IPv4 cluster IP (%v): flowlb's data plane is IPv4 only", svc.Spec.ClusterIPs)
+		return fmt.Errorf("no IPv4 cluster IP (%v): flowlb's data plane is IPv4 only", svc.Spec.ClusterIPs)
 	}
 	clusterVIP := VIP{SubnetID: o.ClusterIPSubnet, Address: clusterIPs[0]}
 	lb.VIP = clusterVIP
 	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 		if o.ExternalSubnet == "" {
-			return nil, fmt.Errorf("type LoadBalancer needs an external subnet (--external-subnet)")
+			return fmt.Errorf("type LoadBalancer needs an external subnet (--external-subnet)")
 		}
 		lb.External = true
 		lb.VIP = VIP{SubnetID: o.ExternalSubnet, Address: svc.Spec.LoadBalancerIP}
 		lb.AdditionalVIPs = []VIP{clusterVIP}
 	}
+	return nil
+}
 
-	alg := "ROUND_ROBIN"
-	if m := ann[AnnLBMethod]; m != "" {
-		alg = strings.ToUpper(m)
-		if !slices.Contains([]string{"ROUND_ROBIN", "SOURCE_IP", "SOURCE_IP_PORT"}, alg) {
-			return nil, fmt.Errorf("annotation %s=%q: use ROUND_ROBIN, SOURCE_IP or SOURCE_IP_PORT", AnnLBMethod, m)
-		}
-	}
-	var persist *Persistence
-	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
-		timeout := 10800
-		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
-			timeout = int(*c.ClientIP.TimeoutSeconds)
-		}
-		persist = &Persistence{Type: "SOURCE_IP", Timeout: timeout}
+// listenerSettings are what every listener of a Service shares; forPort
+// makes one listener of them.
+type listenerSettings struct {
+	algorithm    string
+	persistence  *Persistence
+	allowedCIDRs []string
+	tags         []string
+	monitor      *Monitor
+	timeouts     Timeouts
+}
+
+// listenerTemplate reads the settings every listener of svc shares from
+// its spec and annotations.
+func listenerTemplate(svc *corev1.Service, external bool, o Options) (*listenerSettings, error) {
+	alg, err := algorithmOf(svc.Annotations)
+	if err != nil {
+		return nil, err
 	}
 	var ranges []string
-	if lb.External {
-		for _, r := range sourceRanges(svc) {
-			p, err := netip.ParsePrefix(strings.TrimSpace(r))
+	if external {
+		if ranges, err = allowedCIDRs(svc, o.PodCIDRs); err != nil {
+			return nil, err
+		}
+	}
+	monitor, err := monitorOf(svc.Annotations)
+	if err != nil {
+		return nil, err
+	}
+	timeouts, err := timeoutsOf(svc.Annotations)
+	if err != nil {
+		return nil, err
+	}
+	return &listenerSettings{algorithm: alg, persistence: persistenceOf(svc), allowedCIDRs: ranges,
+		tags: listenerTags(svc, external), monitor: monitor, timeouts: timeouts}, nil
+}
+
+// forPort is the listener of Service port sp, with its pool of endpoints.
+func (s *listenerSettings) forPort(sp corev1.ServicePort, eps []*discoveryv1.EndpointSlice) (Listener, error) {
+	proto := string(cmp.Or(sp.Protocol, corev1.ProtocolTCP))
+	name := cmp.Or(sp.Name, strings.ToLower(proto)+"-"+strconv.Itoa(int(sp.Port)))
+	l := Listener{Name: name, Protocol: proto, Port: int(sp.Port), AllowedCIDRs: s.allowedCIDRs, Tags: s.tags, Timeouts: s.timeouts,
+		Pool: Pool{Name: name, Protocol: proto, Algorithm: s.algorithm, Persistence: s.persistence, Members: members(sp, slicesOf(eps))}}
+	if s.monitor != nil {
+		m := *s.monitor
+		switch proto {
+		case "TCP":
+			m.Type = "TCP"
+		case "UDP":
+			m.Type = "UDP-CONNECT"
+		default:
+			return Listener{}, fmt.Errorf("health monitors are not supported for %s ports", proto)
+		}
+		l.Pool.Monitor = &m
+	}
+	return l, nil
+}
+
+// algorithmOf is the pool algorithm the lb-method annotation asks for
+// (ROUND_ROBIN when absent).
+func algorithmOf(ann map[string]string) (string, error) {
+	m := ann[AnnLBMethod]
+	if m == "" {
+		return "ROUND_ROBIN", nil
+	}
+	alg := strings.ToUpper(m)
+	if !slices.Contains([]string{"ROUND_ROBIN", "SOURCE_IP", "SOURCE_IP_PORT"}, alg) {
+		return "", fmt.Errorf("annotation %s=%q: use ROUND_ROBIN, SOURCE_IP or SOURCE_IP_PORT", AnnLBMethod, m)
+	}
+	return alg, nil
+}
+
+// persistenceOf is ClientIP session affinity as SOURCE_IP persistence.
+func persistenceOf(svc *corev1.Service) *Persistence {
+	if svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		return nil
+	}
+	timeout := 10800
+	if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+		timeout = int(*c.ClientIP.TimeoutSeconds)
+	}
+	return &Persistence{Type: "SOURCE_IP", Timeout: timeout}
+}
+
+// allowedCIDRs are the source ranges of a LoadBalancer Service and, when
+// there are any, the pod networks (allowed_cidrs guard the cluster IP
+// too), masked, sorted and without duplicates.
+func allowedCIDRs(svc *corev1.Service, podCIDRs []string) ([]string, error) {
+	var ranges []string
+	for _, r := range sourceRanges(svc) {
+		p, err := netip.ParsePrefix(strings.TrimSpace(r))
+		if err != nil {
+			return nil, fmt.Errorf("load balancer source range %q: %w", r, err)
+		}
+		ranges = append(ranges, p.Masked().String())
+	}
+	if len(ranges) > 0 {
+		for _, c := range podCIDRs {
+			p, err := netip.ParsePrefix(c)
 			if err != nil {
-				return nil, fmt.Errorf("load balancer source range %q: %w", r, err)
+				return nil, fmt.Errorf("pod CIDR %q: %w", c, err)
 			}
 			ranges = append(ranges, p.Masked().String())
 		}
-		if len(ranges) > 0 {
-			for _, c := range o.PodCIDRs {
-				p, err := netip.ParsePrefix(c)
-				if err != nil {
-					return nil, fmt.Errorf("pod CIDR %q: %w", c, err)
-				}
-				ranges = append(ranges, p.Masked().String())
-			}
-		}
-		slices.Sort(ranges)
-		ranges = slices.Compact(ranges)
 	}
-	var ltags []string
-	if lb.External && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
-		ltags = []string{flows.TagLocalOnly}
+	slices.Sort(ranges)
+	return slices.Compact(ranges), nil
+}
+
+// listenerTags carry the traffic policies and the topology preference.
+func listenerTags(svc *corev1.Service, external bool) []string {
+	var tags []string
+	if external && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+		tags = []string{flows.TagLocalOnly}
 	}
 	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
-		ltags = append(slices.Clone(ltags), flows.TagInternalLocal)
+		tags = append(tags, flows.TagInternalLocal)
 	}
 	if prefersClose(svc) {
-		ltags = append(slices.Clone(ltags), flows.TagPreferClose)
+		tags = append(tags, flows.TagPreferClose)
 	}
-	monitor, err := monitorOf(ann)
-	if err != nil {
-		return nil, err
-	}
-	timeouts, err := timeoutsOf(ann)
-	if err != nil {
-		return nil, err
-	}
-	for _, sp := range svc.Spec.Ports {
-		proto := string(cmp.Or(sp.Protocol, corev1.ProtocolTCP))
-		name := cmp.Or(sp.Name, strings.ToLower(proto)+"-"+strconv.Itoa(int(sp.Port)))
-		l := Listener{Name: name, Protocol: proto, Port: int(sp.Port), AllowedCIDRs: ranges, Tags: ltags, Timeouts: timeouts,
-			Pool: Pool{Name: name, Protocol: proto, Algorithm: alg, Persistence: persist, Members: members(sp, slicesOf(eps))}}
-		if monitor != nil {
-			m := *monitor
-			switch proto {
-			case "TCP":
-				m.Type = "TCP"
-			case "UDP":
-				m.Type = "UDP-CONNECT"
-			default:
-				return nil, fmt.Errorf("health monitors are not supported for %s ports", proto)
-			}
-			l.Pool.Monitor = &m
-		}
-		lb.Listeners = append(lb.Listeners, l)
-	}
-	return lb, nil
+	return tags
 }
 
 // SourceRestricted reports whether svc is a LoadBalancer Service whose

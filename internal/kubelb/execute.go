@@ -1,0 +1,186 @@
+package kubelb
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"regexp"
+
+	"github.com/gophercloud/gophercloud/v2"
+)
+
+// execution sends the calls of a plan in order: it resolves their
+// references to the ids earlier calls returned, and waits after each as
+// the plan says. It stops at the first failure.
+type execution struct {
+	*Octavia
+	ids   map[Ref]string
+	vip   string // the address of the load balancer the plan created
+	calls int    // calls sent, the failed one included
+}
+
+func (o *Octavia) execution() *execution {
+	return &execution{Octavia: o, ids: map[Ref]string{}}
+}
+
+func (e *execution) run(ctx context.Context, plan []Call) error {
+	for _, c := range plan {
+		if err := e.call(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// created is the part of a create's answer ({"listener": {...}}) an
+// execution keeps.
+type created struct {
+	ID         string `json:"id"`
+	VIPAddress string `json:"vip_address"`
+}
+
+func (e *execution) call(ctx context.Context, c Call) error {
+	path, err := e.resolvePath(c.Path)
+	if err != nil {
+		return err
+	}
+	body, err := e.resolveBody(c.Body)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", c.Method, path, err)
+	}
+	var out map[string]created
+	var into any
+	if c.Creates != "" {
+		into = &out
+	}
+	e.calls++
+	err = e.send(ctx, c.Method, e.Client.ServiceURL(path), body, into)
+	if c.Method == http.MethodDelete && c.Await == AwaitGone && gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		return nil // already gone
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", c.Method, path, err)
+	}
+	if c.Creates != "" {
+		if err := e.record(c.Creates, out); err != nil {
+			return fmt.Errorf("%s %s: %w", c.Method, path, err)
+		}
+	}
+	return e.await(ctx, c)
+}
+
+// send makes one request, expecting Octavia's success codes for method.
+func (e *execution) send(ctx context.Context, method, u string, body, into any) error {
+	var err error
+	switch method {
+	case http.MethodPost:
+		_, err = e.Client.Post(ctx, u, body, into, &gophercloud.RequestOpts{OkCodes: []int{201}})
+	case http.MethodPut:
+		_, err = e.Client.Put(ctx, u, body, into, &gophercloud.RequestOpts{OkCodes: []int{200, 202}})
+	case http.MethodDelete:
+		_, err = e.Client.Delete(ctx, u, &gophercloud.RequestOpts{OkCodes: []int{204}})
+	default:
+		err = fmt.Errorf("method %s is not one a plan uses", method)
+	}
+	return err
+}
+
+// record keeps the id a create returned under ref.
+func (e *execution) record(ref Ref, out map[string]created) error {
+	if len(out) != 1 {
+		return fmt.Errorf("want one object in the answer, got %d", len(out))
+	}
+	for _, obj := range out {
+		if obj.ID == "" {
+			return fmt.Errorf("the answer has no id for %s", ref)
+		}
+		e.ids[ref] = obj.ID
+		if ref == RefLoadBalancer {
+			e.vip = obj.VIPAddress
+		}
+	}
+	return nil
+}
+
+func (e *execution) await(ctx context.Context, c Call) error {
+	if c.Await == AwaitNothing {
+		return nil
+	}
+	lb, err := e.resolvePath(c.LB)
+	if err != nil {
+		return err
+	}
+	if c.Await == AwaitGone {
+		return e.waitGone(ctx, lb)
+	}
+	return e.waitActive(ctx, lb)
+}
+
+var refPattern = regexp.MustCompile(`\{[^{}]*\}`)
+
+// resolvePath replaces each "{name}" in p with the id recorded for it.
+func (e *execution) resolvePath(p string) (string, error) {
+	var missing error
+	out := refPattern.ReplaceAllStringFunc(p, func(m string) string {
+		id, err := e.id(Ref(m[1 : len(m)-1]))
+		if err != nil && missing == nil {
+			missing = err
+		}
+		return id
+	})
+	return out, missing
+}
+
+// resolveBody is body with its Ref values replaced by ids. Objects
+// without a reference are shared, not copied (a members list can be
+// long), and the plan itself is left as it is.
+func (e *execution) resolveBody(body map[string]any) (any, error) {
+	if body == nil {
+		return nil, nil
+	}
+	out, _, err := e.resolveObject(body)
+	return out, err
+}
+
+func (e *execution) resolveObject(obj map[string]any) (map[string]any, bool, error) {
+	var out map[string]any // a copy, made at the first reference
+	for k, v := range obj {
+		var resolved any
+		switch v := v.(type) {
+		case Ref:
+			id, err := e.id(v)
+			if err != nil {
+				return nil, false, err
+			}
+			resolved = id
+		case map[string]any:
+			r, changed, err := e.resolveObject(v)
+			if err != nil {
+				return nil, false, err
+			}
+			if !changed {
+				continue
+			}
+			resolved = r
+		default:
+			continue
+		}
+		if out == nil {
+			out = maps.Clone(obj)
+		}
+		out[k] = resolved
+	}
+	if out == nil {
+		return obj, false, nil
+	}
+	return out, true, nil
+}
+
+func (e *execution) id(r Ref) (string, error) {
+	id, ok := e.ids[r]
+	if !ok {
+		return "", fmt.Errorf("reference %s to no earlier call's object", r)
+	}
+	return id, nil
+}
