@@ -81,7 +81,7 @@ func probesOf(t *lbaas.Tree) []*probeSpec {
 			if hm.DomainName != nil {
 				pr.DomainName = *hm.DomainName
 			}
-			out = append(out, &probeSpec{probe: pr, node: nodeOfTags(m.Tags), lbID: t.LB.ID})
+			out = append(out, &probeSpec{probe: pr, node: flows.NodeOf(m.Tags), lbID: t.LB.ID})
 		}
 	}
 	return out
@@ -93,15 +93,6 @@ type probeSpec struct {
 	probe *agentv1.Probe
 	node  string
 	lbID  string
-}
-
-func nodeOfTags(tags []string) string {
-	for _, t := range tags {
-		if n, ok := strings.CutPrefix(t, flows.TagNodePrefix); ok {
-			return n
-		}
-	}
-	return ""
 }
 
 // owner picks the agent that probes a member: the agent of the member's

@@ -141,7 +141,7 @@ func (h *Hub) Update(ctx context.Context, lbID string) (int64, error) {
 			continue // another LB holds this VIP, protocol and port
 		}
 		kept = append(kept, s)
-		if o, ok := old[s.Key]; !ok || !equal(o, s) {
+		if o, ok := old[s.Key]; !ok || !o.Equal(s) {
 			d.upserts = append(d.upserts, s)
 		}
 		delete(old, s.Key)
@@ -173,10 +173,6 @@ func (h *Hub) Update(ctx context.Context, lbID string) (int64, error) {
 	}
 	h.sendProbes(h.setLBProbes(lbID, probesOf(t)))
 	return h.rev, nil
-}
-
-func equal(a, b flows.Service) bool {
-	return fmt.Sprint(ServiceToProto(a)) == fmt.Sprint(ServiceToProto(b))
 }
 
 func (h *Hub) deltaMsg(d delta) *agentv1.Update {

@@ -3,39 +3,14 @@ package flows
 import (
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/flowlb/flowlb/internal/lbaas"
 )
 
-// Tags by which the Octavia model carries what it has no field for.
-const (
-	// TagLocalOnly on a listener: traffic entering a node from outside goes
-	// only to that node's members and keeps the client's address
-	// (Kubernetes externalTrafficPolicy=Local).
-	TagLocalOnly = "flowlb:local-only"
-	// TagInternalLocal on a listener: traffic from the pod networks and
-	// from the node itself goes only to that node's members (Kubernetes
-	// internalTrafficPolicy=Local); with none there, it is dropped.
-	TagInternalLocal = "flowlb:internal-local"
-	// TagNodePrefix on a member, "flowlb:node=<name>": the node it runs on.
-	TagNodePrefix = "flowlb:node="
-	// TagPreferClose on a listener: each node sends the traffic to the
-	// members for its own zone when there is one (Kubernetes
-	// trafficDistribution=PreferClose); see Service.ForZone.
-	TagPreferClose = "flowlb:prefer-close"
-	// TagZonePrefix on a member, "flowlb:zone=<zone>", once per zone: the
-	// zones whose nodes prefer it.
-	TagZonePrefix = "flowlb:zone="
-)
-
 // DefaultPersistenceTimeout applies to SOURCE_IP persistence without a
 // persistence_timeout, as Octavia's default for UDP pools.
 const DefaultPersistenceTimeout = 360 * time.Second
-
-// l4 are the protocols a flow can match.
-var l4 = map[string]Protocol{"TCP": TCP, "UDP": UDP, "SCTP": SCTP}
 
 // live reports whether an object takes part in the data plane: enabled and
 // not being deleted.
@@ -64,7 +39,7 @@ func Compile(t *lbaas.Tree) []Service {
 	}
 	var out []Service
 	for _, l := range t.Listeners {
-		proto, ok := l4[l.Protocol]
+		proto, ok := ParseProtocol(l.Protocol)
 		if !ok || !live(l.Base) {
 			continue
 		}
@@ -130,7 +105,7 @@ func backends(members []*lbaas.Member) []Backend {
 		if err != nil {
 			continue
 		}
-		b := Backend{MemberID: m.ID, Address: a, Port: uint16(m.ProtocolPort), Weight: m.Weight, Node: nodeOf(m.Tags), Zones: zonesOf(m.Tags)}
+		b := Backend{MemberID: m.ID, Address: a, Port: uint16(m.ProtocolPort), Weight: m.Weight, Node: NodeOf(m.Tags), Zones: ZonesOf(m.Tags)}
 		if m.Backup {
 			backup = append(backup, b)
 		} else {
@@ -148,27 +123,6 @@ func backends(members []*lbaas.Member) []Backend {
 		return int(x.Port) - int(y.Port)
 	})
 	return use
-}
-
-func nodeOf(tags []string) string {
-	for _, t := range tags {
-		if n, ok := strings.CutPrefix(t, TagNodePrefix); ok {
-			return n
-		}
-	}
-	return ""
-}
-
-// zonesOf lists a member's zone tags, sorted and without repeats.
-func zonesOf(tags []string) []string {
-	var out []string
-	for _, t := range tags {
-		if z, ok := strings.CutPrefix(t, TagZonePrefix); ok && z != "" {
-			out = append(out, z)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 func anyFamily(ps []netip.Prefix, a netip.Addr) bool {
