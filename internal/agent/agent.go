@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -21,7 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/fanout"
+	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/health"
 )
@@ -261,10 +260,10 @@ func merge(batch []*agentv1.Update) *agentv1.Update {
 	}
 	for _, u := range batch[start:] {
 		for _, p := range u.GetUpserts() {
-			note(fanout.ServiceFromProto(p).Key, change{up: p})
+			note(flowpb.ServiceFromProto(p).Key, change{up: p})
 		}
 		for _, p := range u.GetDeletes() {
-			note(fanout.KeyFromProto(p), change{del: p})
+			note(flowpb.KeyFromProto(p), change{del: p})
 		}
 	}
 	last := batch[len(batch)-1]
@@ -293,11 +292,11 @@ func merge(batch []*agentv1.Update) *agentv1.Update {
 func (a *Agent) apply(ctx context.Context, u *agentv1.Update) error {
 	var ups []flows.Service
 	for _, p := range u.GetUpserts() {
-		ups = append(ups, fanout.ServiceFromProto(p))
+		ups = append(ups, flowpb.ServiceFromProto(p))
 	}
 	var dels []flows.Key
 	for _, p := range u.GetDeletes() {
-		dels = append(dels, fanout.KeyFromProto(p))
+		dels = append(dels, flowpb.KeyFromProto(p))
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -344,24 +343,28 @@ func (a *Agent) Table() map[flows.Key]flows.Service {
 	return out
 }
 
-// checks turns the server's probe list into the runner's checks.
+// checks turns the server's probe list into the runner's checks; a probe
+// without a usable address is left out.
 func checks(ps []*agentv1.Probe) []health.Check {
 	out := make([]health.Check, 0, len(ps))
-	for _, p := range ps {
-		a, ok := netip.AddrFromSlice(p.GetAddress())
-		if !ok {
-			continue
+	for _, pb := range ps {
+		if p := flowpb.ProbeFromProto(pb); p.Address.IsValid() {
+			out = append(out, check(p))
 		}
-		out = append(out, health.Check{
-			MemberID: p.GetMemberId(),
-			Target: health.Target{Address: a.Unmap(), Port: uint16(p.GetPort()), Type: p.GetType(),
-				Timeout: time.Duration(p.GetTimeoutMs()) * time.Millisecond, Method: p.GetHttpMethod(), Path: p.GetUrlPath(),
-				ExpectedCodes: p.GetExpectedCodes(), HTTPVersion: p.GetHttpVersion(), DomainName: p.GetDomainName()},
-			Delay:          time.Duration(p.GetDelayMs()) * time.Millisecond,
-			MaxRetries:     int(p.GetMaxRetries()),
-			MaxRetriesDown: int(p.GetMaxRetriesDown()),
-			Initial:        p.GetInitialStatus(),
-		})
 	}
 	return out
+}
+
+// check is one probe as the runner takes it. An IPv4-mapped address is
+// probed as IPv4.
+func check(p flows.Probe) health.Check {
+	return health.Check{
+		MemberID: p.MemberID,
+		Target: health.Target{Address: p.Address.Unmap(), Port: p.Port, Type: string(p.Type), Timeout: p.Timeout,
+			Method: p.HTTPMethod, Path: p.URLPath, ExpectedCodes: p.ExpectedCodes, HTTPVersion: p.HTTPVersion, DomainName: p.DomainName},
+		Delay:          p.Delay,
+		MaxRetries:     p.MaxRetries,
+		MaxRetriesDown: p.MaxRetriesDown,
+		Initial:        p.InitialStatus,
+	}
 }

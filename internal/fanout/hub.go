@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
 )
@@ -178,10 +179,10 @@ func (h *Hub) Update(ctx context.Context, lbID string) (int64, error) {
 func (h *Hub) deltaMsg(d delta) *agentv1.Update {
 	m := &agentv1.Update{Revision: d.rev, Epoch: h.epoch}
 	for _, s := range d.upserts {
-		m.Upserts = append(m.Upserts, ServiceToProto(s))
+		m.Upserts = append(m.Upserts, flowpb.ServiceToProto(s))
 	}
 	for _, k := range d.deletes {
-		m.Deletes = append(m.Deletes, KeyToProto(k))
+		m.Deletes = append(m.Deletes, flowpb.KeyToProto(k))
 	}
 	return m
 }
@@ -203,7 +204,7 @@ func (h *Hub) catchUp(epoch string, rev int64) []*agentv1.Update {
 	}
 	snap := &agentv1.Update{Revision: h.rev, Epoch: h.epoch, Snapshot: true}
 	for _, s := range h.table {
-		snap.Upserts = append(snap.Upserts, ServiceToProto(s))
+		snap.Upserts = append(snap.Upserts, flowpb.ServiceToProto(s))
 	}
 	return []*agentv1.Update{snap}
 }
