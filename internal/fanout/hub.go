@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/compiler"
 	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
@@ -74,7 +75,7 @@ type Hub struct {
 
 	// Health: every monitored member's probe, the node probing it, and
 	// each load balancer's probed members.
-	probes         map[string]*probeSpec
+	probes         map[string]flows.Probe
 	probeOwner     map[string]string
 	lbProbes       map[string][]string
 	sink           HealthSink
@@ -89,7 +90,7 @@ func NewHub(ctx context.Context, src TreeSource, token string, timeout time.Dura
 	h := &Hub{src: src, token: token, timeout: timeout, log: log, epoch: uuid.NewString(),
 		byLB: map[string][]flows.Service{}, table: map[flows.Key]flows.Service{}, agents: map[*agent]bool{},
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_ack_timeouts_total", Help: "Changes completed without every agent's ack."}),
-		probes:   map[string]*probeSpec{}, probeOwner: map[string]string{}, lbProbes: map[string][]string{},
+		probes:   map[string]flows.Probe{}, probeOwner: map[string]string{}, lbProbes: map[string][]string{},
 		healthQ: make(chan healthEvent, 4096),
 		healthResults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_health_transitions_total",
 			Help: "Member health transitions reported by the agents, by new status."}, []string{"status"}),
@@ -107,8 +108,8 @@ func NewHub(ctx context.Context, src TreeSource, token string, timeout time.Dura
 		return nil, fmt.Errorf("load flow table: %w", err)
 	}
 	for _, t := range trees {
-		h.setLBProbes(t.LB.ID, probesOf(t))
-		for _, s := range flows.Compile(t) {
+		h.setLBProbes(t.LB.ID, compiler.Probes(t))
+		for _, s := range compiler.Compile(t) {
 			if _, taken := h.table[s.Key]; !taken {
 				h.table[s.Key] = s
 				h.byLB[t.LB.ID] = append(h.byLB[t.LB.ID], s)
@@ -127,7 +128,7 @@ func (h *Hub) Update(ctx context.Context, lbID string) (int64, error) {
 	}
 	var now []flows.Service
 	if t != nil {
-		now = flows.Compile(t)
+		now = compiler.Compile(t)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -172,7 +173,7 @@ func (h *Hub) Update(ctx context.Context, lbID string) (int64, error) {
 			a.drop()
 		}
 	}
-	h.sendProbes(h.setLBProbes(lbID, probesOf(t)))
+	h.sendProbes(h.setLBProbes(lbID, compiler.Probes(t)))
 	return h.rev, nil
 }
 

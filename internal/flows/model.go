@@ -1,7 +1,9 @@
 // Package flows is the node-neutral model of what every node's data plane
 // must do: for each VIP, protocol and port, which backends take new
-// connections and how one is chosen. It is compiled from the LBaaS tree
-// (lbaas → flows) and consumed by the data planes (flows → kernel).
+// connections and how one is chosen, and which members to probe. The
+// server compiles it from the LBaaS tree (internal/compiler); the agents
+// and data planes consume it. It imports nothing else of flowlb, so that
+// the kernel side never depends on the server's.
 package flows
 
 import (

@@ -1,10 +1,15 @@
-package flows
+// Package compiler is the one translation from the LBaaS domain to the
+// data plane: a load balancer tree becomes node-neutral flows (services)
+// and the probes of its monitored members. It runs on the server; the
+// agents see only its output.
+package compiler
 
 import (
 	"net/netip"
 	"slices"
 	"time"
 
+	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
 )
 
@@ -24,7 +29,7 @@ func live(b lbaas.Base) bool {
 // plane rejects its connections instead of letting them through to
 // nothing. A disabled load balancer or listener yields no service: it does
 // not listen at all, as in Octavia.
-func Compile(t *lbaas.Tree) []Service {
+func Compile(t *lbaas.Tree) []flows.Service {
 	if t == nil || t.LB == nil || !live(t.LB.Base) {
 		return nil
 	}
@@ -37,20 +42,20 @@ func Compile(t *lbaas.Tree) []Service {
 			vips = append(vips, a)
 		}
 	}
-	var out []Service
+	var out []flows.Service
 	for _, l := range t.Listeners {
-		proto, ok := ParseProtocol(l.Protocol)
+		proto, ok := flows.ParseProtocol(l.Protocol)
 		if !ok || !live(l.Base) {
 			continue
 		}
-		base := Service{
+		base := flows.Service{
 			LoadBalancerID:  t.LB.ID,
 			ListenerID:      l.ID,
-			Algorithm:       SourceIPPort,
+			Algorithm:       flows.SourceIPPort,
 			ConnectionLimit: l.ConnectionLimit,
-			LocalOnly:       slices.Contains(l.Tags, TagLocalOnly),
-			InternalLocal:   slices.Contains(l.Tags, TagInternalLocal),
-			PreferClose:     slices.Contains(l.Tags, TagPreferClose),
+			LocalOnly:       slices.Contains(l.Tags, flows.TagLocalOnly),
+			InternalLocal:   slices.Contains(l.Tags, flows.TagInternalLocal),
+			PreferClose:     slices.Contains(l.Tags, flows.TagPreferClose),
 		}
 		for _, c := range l.AllowedCIDRs {
 			if p, err := netip.ParsePrefix(c); err == nil {
@@ -60,7 +65,9 @@ func Compile(t *lbaas.Tree) []Service {
 		if l.DefaultPoolID != nil {
 			if p := t.Pool(*l.DefaultPoolID); p != nil && live(p.Base) {
 				base.PoolID = p.ID
-				base.Algorithm = Algorithm(p.LBAlgorithm)
+				// Passed through as stored: the flow provider admits only
+				// flows.Algorithms.
+				base.Algorithm = flows.Algorithm(p.LBAlgorithm)
 				base.Persistence = persistence(p)
 				base.Backends = backends(t.PoolMembers(p.ID))
 			}
@@ -71,7 +78,7 @@ func Compile(t *lbaas.Tree) []Service {
 				continue
 			}
 			s := base
-			s.Key = Key{VIP: vip, Protocol: proto, Port: uint16(l.ProtocolPort)}
+			s.Key = flows.Key{VIP: vip, Protocol: proto, Port: uint16(l.ProtocolPort)}
 			s.AllowedCIDRs = sameFamily(base.AllowedCIDRs, vip)
 			s.Backends = sameFamilyBackends(base.Backends, vip)
 			out = append(out, s)
@@ -80,7 +87,7 @@ func Compile(t *lbaas.Tree) []Service {
 	return out
 }
 
-func persistence(p *lbaas.Pool) *Persistence {
+func persistence(p *lbaas.Pool) *flows.Persistence {
 	sp := p.SessionPersistence
 	if sp == nil || sp.Type != "SOURCE_IP" {
 		return nil
@@ -89,14 +96,14 @@ func persistence(p *lbaas.Pool) *Persistence {
 	if sp.PersistenceTimeout != nil && *sp.PersistenceTimeout > 0 {
 		timeout = time.Duration(*sp.PersistenceTimeout) * time.Second
 	}
-	return &Persistence{Type: "SOURCE_IP", Timeout: timeout}
+	return &flows.Persistence{Type: "SOURCE_IP", Timeout: timeout}
 }
 
 // backends picks the members that take new connections: enabled, weight
 // above 0, not in ERROR by health, not being deleted; backups only when no
 // primary is usable. Sorted for a stable result.
-func backends(members []*lbaas.Member) []Backend {
-	var primary, backup []Backend
+func backends(members []*lbaas.Member) []flows.Backend {
+	var primary, backup []flows.Backend
 	for _, m := range members {
 		if !live(m.Base) || m.Weight == 0 || m.OperatingStatus == lbaas.OpError {
 			continue
@@ -105,7 +112,7 @@ func backends(members []*lbaas.Member) []Backend {
 		if err != nil {
 			continue
 		}
-		b := Backend{MemberID: m.ID, Address: a, Port: uint16(m.ProtocolPort), Weight: m.Weight, Node: NodeOf(m.Tags), Zones: ZonesOf(m.Tags)}
+		b := flows.Backend{MemberID: m.ID, Address: a, Port: uint16(m.ProtocolPort), Weight: m.Weight, Node: flows.NodeOf(m.Tags), Zones: flows.ZonesOf(m.Tags)}
 		if m.Backup {
 			backup = append(backup, b)
 		} else {
@@ -116,7 +123,7 @@ func backends(members []*lbaas.Member) []Backend {
 	if len(use) == 0 {
 		use = backup
 	}
-	slices.SortFunc(use, func(x, y Backend) int {
+	slices.SortFunc(use, func(x, y flows.Backend) int {
 		if c := x.Address.Compare(y.Address); c != 0 {
 			return c
 		}
@@ -146,8 +153,8 @@ func sameFamily(ps []netip.Prefix, a netip.Addr) []netip.Prefix {
 
 // sameFamilyBackends keeps the backends a VIP can DNAT to: flows do not
 // translate between IPv4 and IPv6.
-func sameFamilyBackends(bs []Backend, a netip.Addr) []Backend {
-	var out []Backend
+func sameFamilyBackends(bs []flows.Backend, a netip.Addr) []flows.Backend {
+	var out []flows.Backend
 	for _, b := range bs {
 		if b.Address.Is4() == a.Is4() {
 			out = append(out, b)
@@ -159,8 +166,8 @@ func sameFamilyBackends(bs []Backend, a netip.Addr) []Backend {
 // CompileAll is the whole desired state at revision rev. Two load
 // balancers claiming one VIP, protocol and port is prevented by VIP
 // allocation; if it happens anyway the older one keeps the key.
-func CompileAll(trees []*lbaas.Tree, rev int64) Table {
-	t := Table{Revision: rev, Services: map[Key]Service{}}
+func CompileAll(trees []*lbaas.Tree, rev int64) flows.Table {
+	t := flows.Table{Revision: rev, Services: map[flows.Key]flows.Service{}}
 	for _, tr := range trees {
 		for _, s := range Compile(tr) {
 			if _, taken := t.Services[s.Key]; !taken {
