@@ -132,40 +132,44 @@ func (h *Hub) Update(ctx context.Context, lbID string) (int64, error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	old := map[flows.Key]flows.Service{}
-	for _, s := range h.byLB[lbID] {
-		old[s.Key] = s
-	}
-	d := delta{}
-	kept := now[:0:0]
-	for _, s := range now {
-		if owner, taken := h.table[s.Key]; taken && owner.LoadBalancerID != lbID {
-			continue // another LB holds this VIP, protocol and port
-		}
-		kept = append(kept, s)
-		if o, ok := old[s.Key]; !ok || !o.Equal(s) {
-			d.upserts = append(d.upserts, s)
-		}
-		delete(old, s.Key)
-	}
-	for k := range old {
-		d.deletes = append(d.deletes, k)
+	c := diffLB(lbID, h.byLB[lbID], now, h.table)
+	h.setLB(lbID, c)
+	h.broadcast(h.deltaMsg(h.record(c)))
+	h.sendProbes(h.setLBProbes(lbID, compiler.Probes(t)))
+	return h.rev, nil
+}
+
+// setLB puts one load balancer's change into the table. Called with h.mu
+// held.
+func (h *Hub) setLB(lbID string, c lbChange) {
+	for _, k := range c.deletes {
 		delete(h.table, k)
 	}
-	for _, s := range kept {
+	for _, s := range c.kept {
 		h.table[s.Key] = s
 	}
-	h.byLB[lbID] = kept
-	if len(kept) == 0 {
+	if len(c.kept) == 0 {
 		delete(h.byLB, lbID)
+	} else {
+		h.byLB[lbID] = c.kept
 	}
+}
+
+// record gives a change the next revision and keeps it for catch-up.
+// Called with h.mu held.
+func (h *Hub) record(c lbChange) delta {
 	h.rev++
-	d.rev = h.rev
+	d := delta{rev: h.rev, upserts: c.upserts, deletes: c.deletes}
 	h.history = append(h.history, d)
 	if len(h.history) > historyLen {
 		h.history = h.history[len(h.history)-historyLen:]
 	}
-	msg := h.deltaMsg(d)
+	return d
+}
+
+// broadcast queues msg for every agent, cutting off those whose queue is
+// full. Called with h.mu held.
+func (h *Hub) broadcast(msg *agentv1.Update) {
 	for a := range h.agents {
 		select {
 		case a.send <- msg:
@@ -173,8 +177,6 @@ func (h *Hub) Update(ctx context.Context, lbID string) (int64, error) {
 			a.drop()
 		}
 	}
-	h.sendProbes(h.setLBProbes(lbID, compiler.Probes(t)))
-	return h.rev, nil
 }
 
 func (h *Hub) deltaMsg(d delta) *agentv1.Update {
