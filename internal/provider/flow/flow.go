@@ -16,13 +16,14 @@ import (
 // Name is the provider's name in the API.
 const Name = "flow"
 
-// Realizer makes a committed revision real on the nodes and reports back.
-// Until agents exist, Immediate completes every change at once.
+// Realizer makes a committed revision real on the nodes and reports back:
+// the server's fan-out hub (internal/fanout), or Immediate.
 type Realizer interface {
 	Realize(lbID string, rev int64, done func(error))
 }
 
-// Immediate completes every change as soon as it is committed.
+// Immediate completes every change as soon as it is committed: for the
+// tests, benchmarks and test harnesses that run the API without agents.
 type Immediate struct{}
 
 // Realize reports success asynchronously, as a real provider would.
