@@ -7,21 +7,16 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/fanout"
+	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/health"
 )
@@ -88,31 +83,6 @@ func (a *Agent) send(stream agentv1.Agent_SubscribeClient, m *agentv1.AgentMessa
 	return stream.Send(m)
 }
 
-// forwardHealth sends probe transitions on the live session. One that
-// finds no session is dropped: at the next session the server's view
-// comes with the probes, and the runner reports what differs.
-func (a *Agent) forwardHealth(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case tr := <-a.transitions:
-			a.sendMu.Lock()
-			s := a.stream
-			a.sendMu.Unlock()
-			if s == nil {
-				continue
-			}
-			msg := &agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Health{Health: &agentv1.HealthReport{Results: []*agentv1.MemberHealth{{
-				MemberId: tr.MemberID, Status: tr.Status, Reason: tr.Reason, AtUnixMs: tr.At.UnixMilli()}}}}}
-			if err := a.send(s, msg); err != nil {
-				a.log.Warn("health report not sent", "member", tr.MemberID, "status", tr.Status, "err", err)
-			}
-			a.log.Info("member health", "member", tr.MemberID, "status", tr.Status, "reason", tr.Reason)
-		}
-	}
-}
-
 // Revision is the last programmed revision.
 func (a *Agent) Revision() (string, int64) {
 	a.mu.Lock()
@@ -147,94 +117,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (a *Agent) session(ctx context.Context) error {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if a.cfg.Dialer != nil {
-		opts = append(opts, grpc.WithContextDialer(a.cfg.Dialer))
-	}
-	conn, err := grpc.NewClient(a.cfg.Server, opts...)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+a.cfg.Token))
-	defer cancel()
-	stream, err := agentv1.NewAgentClient(conn).Subscribe(ctx)
-	if err != nil {
-		return err
-	}
-	epoch, rev := a.Revision()
-	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{Node: a.cfg.Node, LastRevision: rev, Epoch: epoch}}}); err != nil {
-		return err
-	}
-	a.m.connected.Set(1)
-	a.sendMu.Lock()
-	a.stream = stream
-	a.sendMu.Unlock()
-	defer func() {
-		a.m.connected.Set(0)
-		a.sendMu.Lock()
-		a.stream = nil
-		a.sendMu.Unlock()
-	}()
-	// The receiver never waits for the kernel: updates queue here and
-	// are merged while a change is being programmed.
-	updates := make(chan *agentv1.Update, 1024)
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			u, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			a.m.received.Set(float64(u.GetRevision()))
-			select {
-			case updates <- u:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	for {
-		var batch []*agentv1.Update
-		select {
-		case u := <-updates:
-			batch = append(batch, u)
-		case err := <-recvErr:
-			return err
-		}
-		if wait := a.cfg.MinInterval - time.Since(a.lastSync); wait > 0 {
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-	drain:
-		for {
-			select {
-			case u := <-updates:
-				batch = append(batch, u)
-			default:
-				break drain
-			}
-		}
-		u := merge(batch)
-		if err := a.apply(ctx, u); err != nil {
-			a.m.errors.Inc()
-			return fmt.Errorf("program revision %d: %w", u.GetRevision(), err)
-		}
-		a.lastSync = time.Now()
-		if u.GetProbesSet() && a.health != nil {
-			a.health.Set(context.WithoutCancel(ctx), checks(u.GetProbes()))
-		}
-		if err := a.send(stream, &agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Ack{Ack: &agentv1.Ack{Revision: u.GetRevision()}}}); err != nil {
-			return err
-		}
-	}
-}
-
 // merge folds queued updates into one: from the last snapshot on, later
 // upserts and deletes of a key replace earlier ones.
 func merge(batch []*agentv1.Update) *agentv1.Update {
@@ -261,10 +143,10 @@ func merge(batch []*agentv1.Update) *agentv1.Update {
 	}
 	for _, u := range batch[start:] {
 		for _, p := range u.GetUpserts() {
-			note(fanout.ServiceFromProto(p).Key, change{up: p})
+			note(flowpb.ServiceFromProto(p).Key, change{up: p})
 		}
 		for _, p := range u.GetDeletes() {
-			note(fanout.KeyFromProto(p), change{del: p})
+			note(flowpb.KeyFromProto(p), change{del: p})
 		}
 	}
 	last := batch[len(batch)-1]
@@ -293,11 +175,11 @@ func merge(batch []*agentv1.Update) *agentv1.Update {
 func (a *Agent) apply(ctx context.Context, u *agentv1.Update) error {
 	var ups []flows.Service
 	for _, p := range u.GetUpserts() {
-		ups = append(ups, fanout.ServiceFromProto(p))
+		ups = append(ups, flowpb.ServiceFromProto(p))
 	}
 	var dels []flows.Key
 	for _, p := range u.GetDeletes() {
-		dels = append(dels, fanout.KeyFromProto(p))
+		dels = append(dels, flowpb.KeyFromProto(p))
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -340,28 +222,6 @@ func (a *Agent) Table() map[flows.Key]flows.Service {
 	out := make(map[flows.Key]flows.Service, len(a.table))
 	for k, v := range a.table {
 		out[k] = v
-	}
-	return out
-}
-
-// checks turns the server's probe list into the runner's checks.
-func checks(ps []*agentv1.Probe) []health.Check {
-	out := make([]health.Check, 0, len(ps))
-	for _, p := range ps {
-		a, ok := netip.AddrFromSlice(p.GetAddress())
-		if !ok {
-			continue
-		}
-		out = append(out, health.Check{
-			MemberID: p.GetMemberId(),
-			Target: health.Target{Address: a.Unmap(), Port: uint16(p.GetPort()), Type: p.GetType(),
-				Timeout: time.Duration(p.GetTimeoutMs()) * time.Millisecond, Method: p.GetHttpMethod(), Path: p.GetUrlPath(),
-				ExpectedCodes: p.GetExpectedCodes(), HTTPVersion: p.GetHttpVersion(), DomainName: p.GetDomainName()},
-			Delay:          time.Duration(p.GetDelayMs()) * time.Millisecond,
-			MaxRetries:     int(p.GetMaxRetries()),
-			MaxRetriesDown: int(p.GetMaxRetriesDown()),
-			Initial:        p.GetInitialStatus(),
-		})
 	}
 	return out
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/fanout"
+	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 )
 
@@ -14,11 +14,11 @@ func svc(vip string, backends ...string) *agentv1.Service {
 	for _, b := range backends {
 		s.Backends = append(s.Backends, flows.Backend{Address: netip.MustParseAddr(b), Port: 8080, Weight: 1})
 	}
-	return fanout.ServiceToProto(s)
+	return flowpb.ServiceToProto(s)
 }
 
 func key(vip string) *agentv1.ServiceKey {
-	return fanout.KeyToProto(flows.Key{VIP: netip.MustParseAddr(vip), Protocol: flows.TCP, Port: 80})
+	return flowpb.KeyToProto(flows.Key{VIP: netip.MustParseAddr(vip), Protocol: flows.TCP, Port: 80})
 }
 
 // TestMerge: queued updates fold into one whose effect equals applying
@@ -65,7 +65,7 @@ func TestMerge(t *testing.T) {
 			}
 			got := map[string]int{}
 			for _, p := range u.GetUpserts() {
-				s := fanout.ServiceFromProto(p)
+				s := flowpb.ServiceFromProto(p)
 				got[s.Key.VIP.String()] = len(s.Backends)
 			}
 			if len(got) != len(tc.ups) {
@@ -78,7 +78,7 @@ func TestMerge(t *testing.T) {
 			}
 			var dels []string
 			for _, p := range u.GetDeletes() {
-				dels = append(dels, fanout.KeyFromProto(p).VIP.String())
+				dels = append(dels, flowpb.KeyFromProto(p).VIP.String())
 			}
 			if len(dels) != len(tc.dels) || (len(dels) > 0 && dels[0] != tc.dels[0]) {
 				t.Errorf("deletes %v, want %v", dels, tc.dels)

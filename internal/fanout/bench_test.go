@@ -27,16 +27,10 @@ func BenchmarkAckLatency(b *testing.B) {
 			hub, addr, stop := serve(b, src, 10*time.Second)
 			defer stop()
 			for i := 0; i < agents; i++ {
-				_, cancel := startAgent(b, addr, fmt.Sprint("n", i), &recorder{notify: make(chan struct{}, 1)})
+				_, cancel := startAgent(b, addr, fmt.Sprint("n", i), &recorder{}, nil)
 				defer cancel()
 			}
-			deadline := time.Now().Add(30 * time.Second)
-			for len(hub.Agents()) < agents {
-				if time.Now().After(deadline) {
-					b.Fatalf("%d of %d agents connected", len(hub.Agents()), agents)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitAgents(b, hub, agents, 30*time.Second)
 			var lat []time.Duration
 			for i := 0; i < b.N*200; i++ {
 				members := []string{"198.18.17.2", "198.18.17.3"}

@@ -2,9 +2,11 @@ package fanout_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/flowlb/flowlb/internal/fanout"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 type fakeSource struct {
@@ -65,10 +68,9 @@ func tree(id, vip string, members ...string) *lbaas.Tree {
 
 // recorder is a data plane that remembers what it was told.
 type recorder struct {
-	mu     sync.Mutex
-	syncs  int
-	table  map[flows.Key]flows.Service
-	notify chan struct{}
+	mu    sync.Mutex
+	syncs int
+	table map[flows.Key]flows.Service
 }
 
 func (r *recorder) Sync(_ context.Context, t flows.Table) error {
@@ -79,7 +81,6 @@ func (r *recorder) Sync(_ context.Context, t flows.Table) error {
 	for k, v := range t.Services {
 		r.table[k] = v
 	}
-	r.poke()
 	return nil
 }
 
@@ -92,15 +93,7 @@ func (r *recorder) Apply(_ context.Context, ups []flows.Service, dels []flows.Ke
 	for _, k := range dels {
 		delete(r.table, k)
 	}
-	r.poke()
 	return nil
-}
-
-func (r *recorder) poke() {
-	select {
-	case r.notify <- struct{}{}:
-	default:
-	}
 }
 
 func (r *recorder) backends() map[string]int {
@@ -113,16 +106,40 @@ func (r *recorder) backends() map[string]int {
 	return out
 }
 
+// waitFor waits until the recorded backends per VIP satisfy want.
 func (r *recorder) waitFor(t *testing.T, want func(map[string]int) bool) {
 	t.Helper()
-	deadline := time.After(5 * time.Second)
-	for !want(r.backends()) {
-		select {
-		case <-r.notify:
-		case <-deadline:
-			t.Fatalf("data plane never reached the expected state; has %v", r.backends())
-		}
-	}
+	testutil.Eventually(t, 5*time.Second, "data plane in the expected state", func() (bool, string) {
+		got := r.backends()
+		return want(got), fmt.Sprint(got)
+	})
+}
+
+// waitAgents waits until n agents are connected to hub.
+func waitAgents(t testing.TB, hub *fanout.Hub, n int, within time.Duration) {
+	t.Helper()
+	testutil.Eventually(t, within, fmt.Sprintf("%d agents connected", n), func() (bool, string) {
+		got := hub.Agents()
+		return len(got) == n, fmt.Sprint(got)
+	})
+}
+
+// logLines is an agent's log, to wait for what it reports.
+type logLines struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logLines) has(s string) (bool, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.buf.String(), s), l.buf.String()
 }
 
 const token = "s3cret"
@@ -144,8 +161,13 @@ func serve(t testing.TB, src fanout.TreeSource, timeout time.Duration) (*fanout.
 	return hub, ln.Addr().String(), s.Stop
 }
 
-func startAgent(t testing.TB, addr, node string, dp agent.Programmer) (*agent.Agent, context.CancelFunc) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+// startAgent runs an agent for node programming dp, logging to out (nil:
+// nowhere).
+func startAgent(t testing.TB, addr, node string, dp agent.Programmer, out io.Writer) (*agent.Agent, context.CancelFunc) {
+	if out == nil {
+		out = io.Discard
+	}
+	log := slog.New(slog.NewTextHandler(out, nil))
 	a := agent.New(agent.Config{Server: addr, Token: token, Node: node}, dp, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _ = a.Run(ctx) }()
@@ -180,19 +202,17 @@ func TestSnapshotDeltasAcksAndFailStatic(t *testing.T) {
 		t.Errorf("realize without agents took %s", d)
 	}
 
-	r1 := &recorder{notify: make(chan struct{}, 1)}
-	r2 := &recorder{notify: make(chan struct{}, 1)}
-	_, cancel1 := startAgent(t, addr, "n1", r1)
+	r1, r2 := &recorder{}, &recorder{}
+	_, cancel1 := startAgent(t, addr, "n1", r1, nil)
 	defer cancel1()
-	a2, cancel2 := startAgent(t, addr, "n2", r2)
+	log2 := &logLines{}
+	a2, cancel2 := startAgent(t, addr, "n2", r2, log2)
 	defer cancel2()
 	// Connecting agents get a snapshot of everything.
 	for _, r := range []*recorder{r1, r2} {
 		r.waitFor(t, func(m map[string]int) bool { return m["198.19.0.1"] == 2 && m["198.19.0.2"] == 1 })
 	}
-	for len(hub.Agents()) < 2 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitAgents(t, hub, 2, 5*time.Second)
 	// A change completes only when both agents have programmed it.
 	src.set(tree("a", "198.19.0.1", "198.18.17.2", "198.18.17.3", "198.18.17.4"))
 	realize(t, hub, "a")
@@ -216,9 +236,12 @@ func TestSnapshotDeltasAcksAndFailStatic(t *testing.T) {
 		t.Errorf("%d full syncs, want 1 (the snapshot), deltas for the rest", syncs)
 	}
 
-	// The server goes away: the agent keeps its flows.
+	// The server goes away: the agent sees its stream end and keeps its
+	// flows.
 	stop()
-	time.Sleep(200 * time.Millisecond)
+	testutil.Eventually(t, 5*time.Second, "agent n2 sees the stream end", func() (bool, string) {
+		return log2.has("agent stream ended")
+	})
 	if got := r2.backends()["198.19.0.1"]; got != 3 {
 		t.Errorf("agent changed its flows when the server left: %v", r2.backends())
 	}

@@ -3,16 +3,14 @@ package fanout
 import (
 	"context"
 	"hash/fnv"
-	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
 )
@@ -32,77 +30,6 @@ func (h *Hub) SetHealthSink(sink HealthSink) {
 // HealthSink records a member's health verdict and reports its load
 // balancer and whether anything changed (lbaas.Service.SetMemberHealth).
 type HealthSink func(ctx context.Context, memberID, health string) (lbID string, changed bool, err error)
-
-// probesOf lists the members a load balancer's monitors probe: enabled
-// members of enabled pools under an enabled monitor.
-func probesOf(t *lbaas.Tree) []*probeSpec {
-	if t == nil || t.LB == nil {
-		return nil
-	}
-	var out []*probeSpec
-	for _, p := range t.Pools {
-		hm := t.PoolMonitor(p.ID)
-		if hm == nil || !hm.AdminStateUp || !p.AdminStateUp || p.ProvisioningStatus == lbaas.PendingDelete {
-			continue
-		}
-		for _, m := range t.PoolMembers(p.ID) {
-			if !m.AdminStateUp || m.ProvisioningStatus == lbaas.PendingDelete {
-				continue
-			}
-			addr, err := netip.ParseAddr(m.Address)
-			if m.MonitorAddress != nil {
-				addr, err = netip.ParseAddr(*m.MonitorAddress)
-			}
-			if err != nil {
-				continue
-			}
-			port := m.ProtocolPort
-			if m.MonitorPort != nil {
-				port = *m.MonitorPort
-			}
-			pr := &agentv1.Probe{
-				MemberId: m.ID, Address: addr.AsSlice(), Port: uint32(port), Type: hm.Type,
-				DelayMs: int64(hm.Delay) * 1000, TimeoutMs: int64(hm.Timeout) * 1000,
-				MaxRetries: int32(hm.MaxRetries), MaxRetriesDown: int32(hm.MaxRetriesDown),
-				InitialStatus: m.Health,
-			}
-			if hm.HTTPMethod != nil {
-				pr.HttpMethod = *hm.HTTPMethod
-			}
-			if hm.URLPath != nil {
-				pr.UrlPath = *hm.URLPath
-			}
-			if hm.ExpectedCodes != nil {
-				pr.ExpectedCodes = *hm.ExpectedCodes
-			}
-			if hm.HTTPVersion != nil {
-				pr.HttpVersion = strconv.FormatFloat(*hm.HTTPVersion, 'f', 1, 64)
-			}
-			if hm.DomainName != nil {
-				pr.DomainName = *hm.DomainName
-			}
-			out = append(out, &probeSpec{probe: pr, node: nodeOfTags(m.Tags), lbID: t.LB.ID})
-		}
-	}
-	return out
-}
-
-// probeSpec is a member's probe with what assignment needs: the node the
-// member runs on (from its flowlb:node= tag) and its load balancer.
-type probeSpec struct {
-	probe *agentv1.Probe
-	node  string
-	lbID  string
-}
-
-func nodeOfTags(tags []string) string {
-	for _, t := range tags {
-		if n, ok := strings.CutPrefix(t, flows.TagNodePrefix); ok {
-			return n
-		}
-	}
-	return ""
-}
 
 // owner picks the agent that probes a member: the agent of the member's
 // own node when it is connected, else the highest rendezvous hash of
@@ -151,13 +78,13 @@ func (h *Hub) connectedNodes() []string {
 
 // setLBProbes replaces one load balancer's probes and returns the nodes
 // whose assignment changed. Called with h.mu held.
-func (h *Hub) setLBProbes(lbID string, probes []*probeSpec) map[string]bool {
+func (h *Hub) setLBProbes(lbID string, probes []flows.Probe) map[string]bool {
 	touched := map[string]bool{}
 	nodes := h.connectedNodes()
 	old := h.lbProbes[lbID]
 	keep := map[string]bool{}
 	for _, p := range probes {
-		keep[p.probe.GetMemberId()] = true
+		keep[p.MemberID] = true
 	}
 	for _, id := range old {
 		if !keep[id] {
@@ -167,13 +94,13 @@ func (h *Hub) setLBProbes(lbID string, probes []*probeSpec) map[string]bool {
 		}
 	}
 	var ids []string
-	for _, spec := range probes {
-		id := spec.probe.GetMemberId()
-		prev := h.probes[id]
-		h.probes[id] = spec
+	for _, p := range probes {
+		id := p.MemberID
+		prev, had := h.probes[id]
+		h.probes[id] = p
 		ids = append(ids, id)
-		own := owner(id, spec.node, nodes)
-		if prev == nil || !sameProbe(prev.probe, spec.probe) || h.probeOwner[id] != own {
+		own := owner(id, p.Node, nodes)
+		if !had || !sameProbe(prev, p) || h.probeOwner[id] != own {
 			touched[h.probeOwner[id]] = true
 			touched[own] = true
 		}
@@ -188,13 +115,14 @@ func (h *Hub) setLBProbes(lbID string, probes []*probeSpec) map[string]bool {
 	return touched
 }
 
-// sameProbe compares what an agent needs to probe a member, leaving out
-// the server's current verdict (initial_status), which the agent owning
-// the member already knows better.
-func sameProbe(a, b *agentv1.Probe) bool {
-	x, y := proto.Clone(a).(*agentv1.Probe), proto.Clone(b).(*agentv1.Probe)
-	x.InitialStatus, y.InitialStatus = "", ""
-	return proto.Equal(x, y)
+// sameProbe compares what an agent is told to probe a member, leaving out
+// the server's current verdict (InitialStatus), which the agent owning
+// the member already knows better, and the member's node, which agents
+// are not told.
+func sameProbe(a, b flows.Probe) bool {
+	a.InitialStatus, b.InitialStatus = "", ""
+	a.Node, b.Node = "", ""
+	return a == b
 }
 
 // reassign recomputes every owner after the set of agents changed and
@@ -202,8 +130,8 @@ func sameProbe(a, b *agentv1.Probe) bool {
 func (h *Hub) reassign() map[string]bool {
 	touched := map[string]bool{}
 	nodes := h.connectedNodes()
-	for id, s := range h.probes {
-		own := owner(id, s.node, nodes)
+	for id, p := range h.probes {
+		own := owner(id, p.Node, nodes)
 		if own != h.probeOwner[id] {
 			touched[h.probeOwner[id]] = true
 			touched[own] = true
@@ -223,7 +151,7 @@ func (h *Hub) sendProbes(nodes map[string]bool) {
 	lists := map[string][]*agentv1.Probe{}
 	for id, own := range h.probeOwner {
 		if nodes[own] {
-			lists[own] = append(lists[own], h.probes[id].probe)
+			lists[own] = append(lists[own], flowpb.ProbeToProto(h.probes[id]))
 		}
 	}
 	for a := range h.agents {
@@ -315,7 +243,7 @@ func (c memberCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[string]int{lbaas.Online: 0, lbaas.OpError: 0, "UNKNOWN": 0}
 	c.h.mu.Lock()
 	for _, p := range c.h.probes {
-		st := p.probe.GetInitialStatus()
+		st := p.InitialStatus
 		if st == "" {
 			st = "UNKNOWN"
 		}

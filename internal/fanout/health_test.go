@@ -3,13 +3,18 @@ package fanout_test
 import (
 	"context"
 	"net"
-	"strconv"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // healthSource is a fake store whose members take the verdicts the hub
@@ -42,25 +47,85 @@ func (h *healthSource) sink(_ context.Context, member, status string) (string, b
 	return "", false, nil
 }
 
-func (h *healthSource) saw(want string) bool {
+// saw reports whether the verdict member=status was recorded, and every
+// verdict so far.
+func (h *healthSource) saw(want string) (bool, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, v := range h.verdicts {
-		if v == want {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(h.verdicts, want), strings.Join(h.verdicts, " ")
 }
 
-func waitUntil(t *testing.T, what string, ok func() bool) {
+func (h *healthSource) waitSaw(t *testing.T, want string) {
 	t.Helper()
-	deadline := time.Now().Add(8 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	testutil.Eventually(t, 8*time.Second, "verdict "+want, func() (bool, string) { return h.saw(want) })
+}
+
+// backend is a TCP member that is down until the test starts it, on a
+// port the test never lets go: the socket stays bound while the backend
+// is down, so nothing else can take the port, and connections to it are
+// refused because it is not listening.
+type backend struct {
+	t    *testing.T
+	fd   int // the bound socket while down, -1 while up
+	port int
+	ln   net.Listener // while up
+}
+
+// newBackend binds a loopback port and leaves it down.
+func newBackend(t *testing.T) *backend {
+	t.Helper()
+	// No SO_REUSEADDR: with it, another socket that sets it (as Go's
+	// listeners do) could bind the port while this one is not listening.
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("backend socket: %v", err)
+	}
+	b := &backend{t: t, fd: fd}
+	t.Cleanup(b.close)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatalf("backend bind: %v", err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatalf("backend address: %v", err)
+	}
+	b.port = sa.(*unix.SockaddrInet4).Port
+	return b
+}
+
+// start listens on the bound socket and accepts (and closes) connections.
+func (b *backend) start() {
+	b.t.Helper()
+	if err := unix.Listen(b.fd, 64); err != nil {
+		b.t.Fatalf("backend listen: %v", err)
+	}
+	f := os.NewFile(uintptr(b.fd), "backend")
+	ln, err := net.FileListener(f) // a duplicate of the socket
+	f.Close()
+	b.fd = -1
+	if err != nil {
+		b.t.Fatalf("backend listener: %v", err)
+	}
+	b.ln = ln
+	go acceptAndClose(ln)
+}
+
+func (b *backend) close() {
+	if b.ln != nil {
+		b.ln.Close()
+	}
+	if b.fd >= 0 {
+		unix.Close(b.fd)
+	}
+}
+
+func acceptAndClose(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		c.Close()
 	}
 }
 
@@ -69,28 +134,10 @@ func waitUntil(t *testing.T, what string, ok func() bool) {
 // and comes back when it recovers, and a departed agent's members move to
 // another agent.
 func TestHealthAssignmentAndFlows(t *testing.T) {
-	up, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close()
-	go func() {
-		for {
-			c, err := up.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	port := up.Addr().(*net.TCPAddr).Port
-	// A port nobody listens on, to be brought up later.
-	deadLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadPort := deadLn.Addr().(*net.TCPAddr).Port
-	deadLn.Close()
+	up := newBackend(t)
+	up.start()
+	// Down until the test brings it up.
+	dead := newBackend(t)
 
 	tr := tree("a", "198.19.0.1")
 	pid := "a-pool"
@@ -101,7 +148,7 @@ func TestHealthAssignmentAndFlows(t *testing.T) {
 		}
 		return m
 	}
-	tr.Members = []*lbaas.Member{member("live-n1", "n1", port), member("dead-n2", "n2", deadPort), member("live-any", "", port)}
+	tr.Members = []*lbaas.Member{member("live-n1", "n1", up.port), member("dead-n2", "n2", dead.port), member("live-any", "", up.port)}
 	tr.Monitors = []*lbaas.HealthMonitor{{Base: lbaas.Base{ID: "hm", AdminStateUp: true}, PoolID: pid, Type: "TCP",
 		Delay: 1, Timeout: 1, MaxRetries: 1, MaxRetriesDown: 2}}
 	src := &healthSource{fakeSource: &fakeSource{trees: map[string]*lbaas.Tree{"a": tr}}}
@@ -109,13 +156,12 @@ func TestHealthAssignmentAndFlows(t *testing.T) {
 	defer stop()
 	hub.SetHealthSink(src.sink)
 
-	r1 := &recorder{notify: make(chan struct{}, 1)}
-	r2 := &recorder{notify: make(chan struct{}, 1)}
-	_, cancel1 := startAgent(t, addr, "n1", r1)
+	r1, r2 := &recorder{}, &recorder{}
+	_, cancel1 := startAgent(t, addr, "n1", r1, nil)
 	defer cancel1()
-	_, cancel2 := startAgent(t, addr, "n2", r2)
+	_, cancel2 := startAgent(t, addr, "n2", r2, nil)
 	defer cancel2()
-	waitUntil(t, "two agents", func() bool { return len(hub.Agents()) == 2 })
+	waitAgents(t, hub, 2, 8*time.Second)
 
 	probers := hub.Probers()
 	if probers["live-n1"] != "n1" || probers["dead-n2"] != "n2" {
@@ -126,28 +172,27 @@ func TestHealthAssignmentAndFlows(t *testing.T) {
 	}
 
 	// The dead member is found and leaves both agents' flows.
-	waitUntil(t, "dead-n2 in ERROR", func() bool { return src.saw("dead-n2=ERROR") })
+	src.waitSaw(t, "dead-n2=ERROR")
 	for _, r := range []*recorder{r1, r2} {
 		r.waitFor(t, func(m map[string]int) bool { return m["198.19.0.1"] == 2 })
 	}
-	if !src.saw("live-n1=ONLINE") || !src.saw("live-any=ONLINE") {
-		t.Errorf("live members not reported ONLINE: %v", src.verdicts)
+	if ok, seen := src.saw("live-n1=ONLINE"); !ok {
+		t.Errorf("live-n1 not reported ONLINE: %s", seen)
+	}
+	if ok, seen := src.saw("live-any=ONLINE"); !ok {
+		t.Errorf("live-any not reported ONLINE: %s", seen)
 	}
 
 	// It recovers and comes back everywhere.
-	back, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(deadPort)))
-	if err != nil {
-		t.Skipf("could not reopen the dead port: %v", err)
-	}
-	defer back.Close()
-	waitUntil(t, "dead-n2 ONLINE", func() bool { return src.saw("dead-n2=ONLINE") })
+	dead.start()
+	src.waitSaw(t, "dead-n2=ONLINE")
 	for _, r := range []*recorder{r1, r2} {
 		r.waitFor(t, func(m map[string]int) bool { return m["198.19.0.1"] == 3 })
 	}
 
 	// n2's agent leaves: its members move to n1 at once.
 	cancel2()
-	waitUntil(t, "n2 gone", func() bool { return len(hub.Agents()) == 1 })
+	waitAgents(t, hub, 1, 8*time.Second)
 	for id, n := range hub.Probers() {
 		if n != "n1" {
 			t.Errorf("%s still probed by %s after it left", id, n)

@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/compiler"
+	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
 )
@@ -73,7 +75,7 @@ type Hub struct {
 
 	// Health: every monitored member's probe, the node probing it, and
 	// each load balancer's probed members.
-	probes         map[string]*probeSpec
+	probes         map[string]flows.Probe
 	probeOwner     map[string]string
 	lbProbes       map[string][]string
 	sink           HealthSink
@@ -88,7 +90,7 @@ func NewHub(ctx context.Context, src TreeSource, token string, timeout time.Dura
 	h := &Hub{src: src, token: token, timeout: timeout, log: log, epoch: uuid.NewString(),
 		byLB: map[string][]flows.Service{}, table: map[flows.Key]flows.Service{}, agents: map[*agent]bool{},
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_ack_timeouts_total", Help: "Changes completed without every agent's ack."}),
-		probes:   map[string]*probeSpec{}, probeOwner: map[string]string{}, lbProbes: map[string][]string{},
+		probes:   map[string]flows.Probe{}, probeOwner: map[string]string{}, lbProbes: map[string][]string{},
 		healthQ: make(chan healthEvent, 4096),
 		healthResults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_health_transitions_total",
 			Help: "Member health transitions reported by the agents, by new status."}, []string{"status"}),
@@ -106,8 +108,8 @@ func NewHub(ctx context.Context, src TreeSource, token string, timeout time.Dura
 		return nil, fmt.Errorf("load flow table: %w", err)
 	}
 	for _, t := range trees {
-		h.setLBProbes(t.LB.ID, probesOf(t))
-		for _, s := range flows.Compile(t) {
+		h.setLBProbes(t.LB.ID, compiler.Probes(t))
+		for _, s := range compiler.Compile(t) {
 			if _, taken := h.table[s.Key]; !taken {
 				h.table[s.Key] = s
 				h.byLB[t.LB.ID] = append(h.byLB[t.LB.ID], s)
@@ -126,44 +128,48 @@ func (h *Hub) Update(ctx context.Context, lbID string) (int64, error) {
 	}
 	var now []flows.Service
 	if t != nil {
-		now = flows.Compile(t)
+		now = compiler.Compile(t)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	old := map[flows.Key]flows.Service{}
-	for _, s := range h.byLB[lbID] {
-		old[s.Key] = s
-	}
-	d := delta{}
-	kept := now[:0:0]
-	for _, s := range now {
-		if owner, taken := h.table[s.Key]; taken && owner.LoadBalancerID != lbID {
-			continue // another LB holds this VIP, protocol and port
-		}
-		kept = append(kept, s)
-		if o, ok := old[s.Key]; !ok || !equal(o, s) {
-			d.upserts = append(d.upserts, s)
-		}
-		delete(old, s.Key)
-	}
-	for k := range old {
-		d.deletes = append(d.deletes, k)
+	c := diffLB(lbID, h.byLB[lbID], now, h.table)
+	h.setLB(lbID, c)
+	h.broadcast(h.deltaMsg(h.record(c)))
+	h.sendProbes(h.setLBProbes(lbID, compiler.Probes(t)))
+	return h.rev, nil
+}
+
+// setLB puts one load balancer's change into the table. Called with h.mu
+// held.
+func (h *Hub) setLB(lbID string, c lbChange) {
+	for _, k := range c.deletes {
 		delete(h.table, k)
 	}
-	for _, s := range kept {
+	for _, s := range c.kept {
 		h.table[s.Key] = s
 	}
-	h.byLB[lbID] = kept
-	if len(kept) == 0 {
+	if len(c.kept) == 0 {
 		delete(h.byLB, lbID)
+	} else {
+		h.byLB[lbID] = c.kept
 	}
+}
+
+// record gives a change the next revision and keeps it for catch-up.
+// Called with h.mu held.
+func (h *Hub) record(c lbChange) delta {
 	h.rev++
-	d.rev = h.rev
+	d := delta{rev: h.rev, upserts: c.upserts, deletes: c.deletes}
 	h.history = append(h.history, d)
 	if len(h.history) > historyLen {
 		h.history = h.history[len(h.history)-historyLen:]
 	}
-	msg := h.deltaMsg(d)
+	return d
+}
+
+// broadcast queues msg for every agent, cutting off those whose queue is
+// full. Called with h.mu held.
+func (h *Hub) broadcast(msg *agentv1.Update) {
 	for a := range h.agents {
 		select {
 		case a.send <- msg:
@@ -171,21 +177,15 @@ func (h *Hub) Update(ctx context.Context, lbID string) (int64, error) {
 			a.drop()
 		}
 	}
-	h.sendProbes(h.setLBProbes(lbID, probesOf(t)))
-	return h.rev, nil
-}
-
-func equal(a, b flows.Service) bool {
-	return fmt.Sprint(ServiceToProto(a)) == fmt.Sprint(ServiceToProto(b))
 }
 
 func (h *Hub) deltaMsg(d delta) *agentv1.Update {
 	m := &agentv1.Update{Revision: d.rev, Epoch: h.epoch}
 	for _, s := range d.upserts {
-		m.Upserts = append(m.Upserts, ServiceToProto(s))
+		m.Upserts = append(m.Upserts, flowpb.ServiceToProto(s))
 	}
 	for _, k := range d.deletes {
-		m.Deletes = append(m.Deletes, KeyToProto(k))
+		m.Deletes = append(m.Deletes, flowpb.KeyToProto(k))
 	}
 	return m
 }
@@ -207,7 +207,7 @@ func (h *Hub) catchUp(epoch string, rev int64) []*agentv1.Update {
 	}
 	snap := &agentv1.Update{Revision: h.rev, Epoch: h.epoch, Snapshot: true}
 	for _, s := range h.table {
-		snap.Upserts = append(snap.Upserts, ServiceToProto(s))
+		snap.Upserts = append(snap.Upserts, flowpb.ServiceToProto(s))
 	}
 	return []*agentv1.Update{snap}
 }

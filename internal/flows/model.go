@@ -1,7 +1,9 @@
 // Package flows is the node-neutral model of what every node's data plane
 // must do: for each VIP, protocol and port, which backends take new
-// connections and how one is chosen. It is compiled from the LBaaS tree
-// (lbaas → flows) and consumed by the data planes (flows → kernel).
+// connections and how one is chosen, and which members to probe. The
+// server compiles it from the LBaaS tree (internal/compiler); the agents
+// and data planes consume it. It imports nothing else of flowlb, so that
+// the kernel side never depends on the server's.
 package flows
 
 import (
@@ -53,7 +55,8 @@ type Backend struct {
 	Zones []string
 }
 
-// SameBackend reports whether two backends are equal in every field.
+// SameBackend reports whether two backends are equal in every field (a
+// nil and an empty Zones are equal).
 func SameBackend(a, b Backend) bool {
 	return a.MemberID == b.MemberID && a.Address == b.Address && a.Port == b.Port && a.Weight == b.Weight && a.Node == b.Node &&
 		slices.Equal(a.Zones, b.Zones)
@@ -90,6 +93,23 @@ type Service struct {
 	// PreferClose services send a node's traffic to the backends for the
 	// node's zone when there are any (ForZone).
 	PreferClose bool
+}
+
+// Equal reports whether two services are equal in every field (nil and
+// empty lists are equal): the one definition of an unchanged service.
+func (s Service) Equal(o Service) bool {
+	return s.Key == o.Key && s.LoadBalancerID == o.LoadBalancerID && s.ListenerID == o.ListenerID && s.PoolID == o.PoolID &&
+		s.Algorithm == o.Algorithm && samePersistence(s.Persistence, o.Persistence) &&
+		slices.Equal(s.AllowedCIDRs, o.AllowedCIDRs) && s.ConnectionLimit == o.ConnectionLimit &&
+		slices.EqualFunc(s.Backends, o.Backends, SameBackend) &&
+		s.LocalOnly == o.LocalOnly && s.InternalLocal == o.InternalLocal && s.PreferClose == o.PreferClose
+}
+
+func samePersistence(a, b *Persistence) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // ForZone returns the backends that a node in zone sends the service's

@@ -8,20 +8,22 @@ package flow
 import (
 	"net/netip"
 
+	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
 )
 
 // Name is the provider's name in the API.
 const Name = "flow"
 
-// Realizer makes a committed change real on the nodes and reports back
-// (the fan-out hub: once every agent has programmed it).
+// Realizer makes a committed change real on the nodes and reports back:
+// the server's fan-out hub (internal/fanout, once every agent has
+// programmed it), or Immediate.
 type Realizer interface {
 	Realize(lbID string, done func(error))
 }
 
-// Immediate completes every change as soon as it is committed: for tests,
-// and for servers whose data plane measures nothing (--network noop).
+// Immediate completes every change as soon as it is committed: for the
+// tests, benchmarks and test harnesses that run the API without agents.
 type Immediate struct{}
 
 // Realize reports success asynchronously, as a real provider would.
@@ -46,15 +48,13 @@ func (p *Provider) Realize(lbID string, done func(error)) {
 	p.Realizer.Realize(lbID, done)
 }
 
-// l4Protocols are the listener and pool protocols flows can carry.
-var l4Protocols = map[string]bool{"TCP": true, "UDP": true, "SCTP": true}
+// What flows can carry, the data plane implement and the agents probe is
+// listed in internal/flows (flows.Protocols, Algorithms, MonitorTypes).
 
-// algorithms are the pool algorithms the data plane implements.
-var algorithms = map[string]bool{"ROUND_ROBIN": true, "SOURCE_IP": true, "SOURCE_IP_PORT": true}
-
-// monitorTypes are the health monitor types the agents can probe; SCTP has
-// no socket support in the kernels flowlb targets.
-var monitorTypes = map[string]bool{"TCP": true, "HTTP": true, "HTTPS": true, "TLS-HELLO": true, "UDP-CONNECT": true, "PING": true}
+func l4(protocol string) bool {
+	_, ok := flows.ParseProtocol(protocol)
+	return ok
+}
 
 func is6(s string) bool {
 	a, err := netip.ParseAddr(s)
@@ -90,7 +90,7 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 		}
 	}
 	for _, l := range t.Listeners {
-		if !l4Protocols[l.Protocol] {
+		if !l4(l.Protocol) {
 			return refuse("%s protocol listeners are not supported; use TCP, UDP or SCTP.", l.Protocol)
 		}
 		if l.DefaultTLSContainerRef != nil || len(l.SNIContainerRefs) > 0 || l.ClientCATLSContainerRef != nil {
@@ -104,10 +104,10 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 		return refuse("L7 policies are not supported.")
 	}
 	for _, pool := range t.Pools {
-		if !l4Protocols[pool.Protocol] {
+		if !l4(pool.Protocol) {
 			return refuse("%s protocol pools are not supported; use TCP, UDP or SCTP.", pool.Protocol)
 		}
-		if !algorithms[pool.LBAlgorithm] {
+		if _, ok := flows.ParseAlgorithm(pool.LBAlgorithm); !ok {
 			return refuse("%s algorithm is not supported.", pool.LBAlgorithm)
 		}
 		if sp := pool.SessionPersistence; sp != nil && sp.Type != "SOURCE_IP" {
@@ -116,8 +116,10 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 		if pool.TLSEnabled || pool.TLSContainerRef != nil || pool.CATLSContainerRef != nil {
 			return refuse("TLS to members is not supported.")
 		}
-		if hm := t.PoolMonitor(pool.ID); hm != nil && !monitorTypes[hm.Type] {
-			return refuse("%s health monitors are not supported.", hm.Type)
+		if hm := t.PoolMonitor(pool.ID); hm != nil {
+			if _, ok := flows.ParseMonitorType(hm.Type); !ok {
+				return refuse("%s health monitors are not supported.", hm.Type)
+			}
 		}
 		for _, l := range t.ListenersOfPool(pool.ID) {
 			if l.Protocol != pool.Protocol {

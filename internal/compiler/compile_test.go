@@ -1,4 +1,4 @@
-package flows
+package compiler
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
 )
 
@@ -30,7 +31,7 @@ func sample() *lbaas.Tree {
 }
 
 // brief renders services compactly: key → backends.
-func brief(ss []Service) string {
+func brief(ss []flows.Service) string {
 	var parts []string
 	for _, s := range ss {
 		var bs []string
@@ -91,14 +92,14 @@ func TestCompileAttributes(t *testing.T) {
 	tr.Pools[0].SessionPersistence = &lbaas.SessionPersistence{Type: "SOURCE_IP", PersistenceTimeout: &timeout}
 	tr.Listeners[0].AllowedCIDRs = []string{"198.18.17.5/16", "fd00::/8"}
 	tr.Listeners[0].ConnectionLimit = 100
-	tr.Listeners[0].Tags = []string{TagLocalOnly, TagInternalLocal, TagPreferClose}
-	tr.Members[0].Tags = []string{"x", TagNodePrefix + "n2", TagZonePrefix + "zone-b", TagZonePrefix + "zone-a", TagZonePrefix + "zone-b"}
+	tr.Listeners[0].Tags = []string{flows.TagLocalOnly, flows.TagInternalLocal, flows.TagPreferClose}
+	tr.Members[0].Tags = []string{"x", flows.TagNodePrefix + "n2", flows.TagZonePrefix + "zone-b", flows.TagZonePrefix + "zone-a", flows.TagZonePrefix + "zone-b"}
 	ss := Compile(tr)
 	if len(ss) != 1 {
 		t.Fatalf("%d services", len(ss))
 	}
 	s := ss[0]
-	if s.Algorithm != SourceIP || s.Persistence == nil || s.Persistence.Timeout != 30*time.Second {
+	if s.Algorithm != flows.SourceIP || s.Persistence == nil || s.Persistence.Timeout != 30*time.Second {
 		t.Errorf("algorithm %s, persistence %+v", s.Algorithm, s.Persistence)
 	}
 	if len(s.AllowedCIDRs) != 1 || s.AllowedCIDRs[0] != netip.MustParsePrefix("198.18.0.0/16") {

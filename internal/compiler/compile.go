@@ -1,41 +1,21 @@
-package flows
+// Package compiler is the one translation from the LBaaS domain to the
+// data plane: a load balancer tree becomes node-neutral flows (services)
+// and the probes of its monitored members. It runs on the server; the
+// agents see only its output.
+package compiler
 
 import (
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
+	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
-)
-
-// Tags by which the Octavia model carries what it has no field for.
-const (
-	// TagLocalOnly on a listener: traffic entering a node from outside goes
-	// only to that node's members and keeps the client's address
-	// (Kubernetes externalTrafficPolicy=Local).
-	TagLocalOnly = "flowlb:local-only"
-	// TagInternalLocal on a listener: traffic from the pod networks and
-	// from the node itself goes only to that node's members (Kubernetes
-	// internalTrafficPolicy=Local); with none there, it is dropped.
-	TagInternalLocal = "flowlb:internal-local"
-	// TagNodePrefix on a member, "flowlb:node=<name>": the node it runs on.
-	TagNodePrefix = "flowlb:node="
-	// TagPreferClose on a listener: each node sends the traffic to the
-	// members for its own zone when there is one (Kubernetes
-	// trafficDistribution=PreferClose); see Service.ForZone.
-	TagPreferClose = "flowlb:prefer-close"
-	// TagZonePrefix on a member, "flowlb:zone=<zone>", once per zone: the
-	// zones whose nodes prefer it.
-	TagZonePrefix = "flowlb:zone="
 )
 
 // DefaultPersistenceTimeout applies to SOURCE_IP persistence without a
 // persistence_timeout, as Octavia's default for UDP pools.
 const DefaultPersistenceTimeout = 360 * time.Second
-
-// l4 are the protocols a flow can match.
-var l4 = map[string]Protocol{"TCP": TCP, "UDP": UDP, "SCTP": SCTP}
 
 // live reports whether an object takes part in the data plane: enabled and
 // not being deleted.
@@ -49,7 +29,7 @@ func live(b lbaas.Base) bool {
 // plane rejects its connections instead of letting them through to
 // nothing. A disabled load balancer or listener yields no service: it does
 // not listen at all, as in Octavia.
-func Compile(t *lbaas.Tree) []Service {
+func Compile(t *lbaas.Tree) []flows.Service {
 	if t == nil || t.LB == nil || !live(t.LB.Base) {
 		return nil
 	}
@@ -62,20 +42,20 @@ func Compile(t *lbaas.Tree) []Service {
 			vips = append(vips, a)
 		}
 	}
-	var out []Service
+	var out []flows.Service
 	for _, l := range t.Listeners {
-		proto, ok := l4[l.Protocol]
+		proto, ok := flows.ParseProtocol(l.Protocol)
 		if !ok || !live(l.Base) {
 			continue
 		}
-		base := Service{
+		base := flows.Service{
 			LoadBalancerID:  t.LB.ID,
 			ListenerID:      l.ID,
-			Algorithm:       SourceIPPort,
+			Algorithm:       flows.SourceIPPort,
 			ConnectionLimit: l.ConnectionLimit,
-			LocalOnly:       slices.Contains(l.Tags, TagLocalOnly),
-			InternalLocal:   slices.Contains(l.Tags, TagInternalLocal),
-			PreferClose:     slices.Contains(l.Tags, TagPreferClose),
+			LocalOnly:       slices.Contains(l.Tags, flows.TagLocalOnly),
+			InternalLocal:   slices.Contains(l.Tags, flows.TagInternalLocal),
+			PreferClose:     slices.Contains(l.Tags, flows.TagPreferClose),
 		}
 		for _, c := range l.AllowedCIDRs {
 			if p, err := netip.ParsePrefix(c); err == nil {
@@ -85,7 +65,9 @@ func Compile(t *lbaas.Tree) []Service {
 		if l.DefaultPoolID != nil {
 			if p := t.Pool(*l.DefaultPoolID); p != nil && live(p.Base) {
 				base.PoolID = p.ID
-				base.Algorithm = Algorithm(p.LBAlgorithm)
+				// Passed through as stored: the flow provider admits only
+				// flows.Algorithms.
+				base.Algorithm = flows.Algorithm(p.LBAlgorithm)
 				base.Persistence = persistence(p)
 				base.Backends = backends(t.PoolMembers(p.ID))
 			}
@@ -96,7 +78,7 @@ func Compile(t *lbaas.Tree) []Service {
 				continue
 			}
 			s := base
-			s.Key = Key{VIP: vip, Protocol: proto, Port: uint16(l.ProtocolPort)}
+			s.Key = flows.Key{VIP: vip, Protocol: proto, Port: uint16(l.ProtocolPort)}
 			s.AllowedCIDRs = sameFamily(base.AllowedCIDRs, vip)
 			s.Backends = sameFamilyBackends(base.Backends, vip)
 			out = append(out, s)
@@ -105,7 +87,7 @@ func Compile(t *lbaas.Tree) []Service {
 	return out
 }
 
-func persistence(p *lbaas.Pool) *Persistence {
+func persistence(p *lbaas.Pool) *flows.Persistence {
 	sp := p.SessionPersistence
 	if sp == nil || sp.Type != "SOURCE_IP" {
 		return nil
@@ -114,14 +96,14 @@ func persistence(p *lbaas.Pool) *Persistence {
 	if sp.PersistenceTimeout != nil && *sp.PersistenceTimeout > 0 {
 		timeout = time.Duration(*sp.PersistenceTimeout) * time.Second
 	}
-	return &Persistence{Type: "SOURCE_IP", Timeout: timeout}
+	return &flows.Persistence{Type: "SOURCE_IP", Timeout: timeout}
 }
 
 // backends picks the members that take new connections: enabled, weight
 // above 0, not in ERROR by health, not being deleted; backups only when no
 // primary is usable. Sorted for a stable result.
-func backends(members []*lbaas.Member) []Backend {
-	var primary, backup []Backend
+func backends(members []*lbaas.Member) []flows.Backend {
+	var primary, backup []flows.Backend
 	for _, m := range members {
 		if !live(m.Base) || m.Weight == 0 || m.OperatingStatus == lbaas.OpError {
 			continue
@@ -130,7 +112,7 @@ func backends(members []*lbaas.Member) []Backend {
 		if err != nil {
 			continue
 		}
-		b := Backend{MemberID: m.ID, Address: a, Port: uint16(m.ProtocolPort), Weight: m.Weight, Node: nodeOf(m.Tags), Zones: zonesOf(m.Tags)}
+		b := flows.Backend{MemberID: m.ID, Address: a, Port: uint16(m.ProtocolPort), Weight: m.Weight, Node: flows.NodeOf(m.Tags), Zones: flows.ZonesOf(m.Tags)}
 		if m.Backup {
 			backup = append(backup, b)
 		} else {
@@ -141,34 +123,13 @@ func backends(members []*lbaas.Member) []Backend {
 	if len(use) == 0 {
 		use = backup
 	}
-	slices.SortFunc(use, func(x, y Backend) int {
+	slices.SortFunc(use, func(x, y flows.Backend) int {
 		if c := x.Address.Compare(y.Address); c != 0 {
 			return c
 		}
 		return int(x.Port) - int(y.Port)
 	})
 	return use
-}
-
-func nodeOf(tags []string) string {
-	for _, t := range tags {
-		if n, ok := strings.CutPrefix(t, TagNodePrefix); ok {
-			return n
-		}
-	}
-	return ""
-}
-
-// zonesOf lists a member's zone tags, sorted and without repeats.
-func zonesOf(tags []string) []string {
-	var out []string
-	for _, t := range tags {
-		if z, ok := strings.CutPrefix(t, TagZonePrefix); ok && z != "" {
-			out = append(out, z)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 func anyFamily(ps []netip.Prefix, a netip.Addr) bool {
@@ -192,8 +153,8 @@ func sameFamily(ps []netip.Prefix, a netip.Addr) []netip.Prefix {
 
 // sameFamilyBackends keeps the backends a VIP can DNAT to: flows do not
 // translate between IPv4 and IPv6.
-func sameFamilyBackends(bs []Backend, a netip.Addr) []Backend {
-	var out []Backend
+func sameFamilyBackends(bs []flows.Backend, a netip.Addr) []flows.Backend {
+	var out []flows.Backend
 	for _, b := range bs {
 		if b.Address.Is4() == a.Is4() {
 			out = append(out, b)
@@ -205,8 +166,8 @@ func sameFamilyBackends(bs []Backend, a netip.Addr) []Backend {
 // CompileAll is the whole desired state at revision rev. Two load
 // balancers claiming one VIP, protocol and port is prevented by VIP
 // allocation; if it happens anyway the older one keeps the key.
-func CompileAll(trees []*lbaas.Tree, rev int64) Table {
-	t := Table{Revision: rev, Services: map[Key]Service{}}
+func CompileAll(trees []*lbaas.Tree, rev int64) flows.Table {
+	t := flows.Table{Revision: rev, Services: map[flows.Key]flows.Service{}}
 	for _, tr := range trees {
 		for _, s := range Compile(tr) {
 			if _, taken := t.Services[s.Key]; !taken {

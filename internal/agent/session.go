@@ -1,0 +1,154 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+)
+
+// session runs one subscription: connect and say hello, then receive in
+// the background while the updates are programmed and acknowledged in
+// batches, until the stream or the data plane fails.
+func (a *Agent) session(ctx context.Context) error {
+	conn, err := a.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+a.cfg.Token))
+	defer cancel()
+	stream, err := a.hello(ctx, conn)
+	if err != nil {
+		return err
+	}
+	a.attach(stream)
+	defer a.detach()
+	updates, recvErr := a.receive(ctx, stream)
+	return a.programLoop(ctx, stream, updates, recvErr)
+}
+
+// dial prepares the connection to the server (gRPC connects lazily, on
+// the first call).
+func (a *Agent) dial() (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if a.cfg.Dialer != nil {
+		opts = append(opts, grpc.WithContextDialer(a.cfg.Dialer))
+	}
+	return grpc.NewClient(a.cfg.Server, opts...)
+}
+
+// hello opens the stream and names this node and the revision it has
+// programmed, so that the server sends only what it lacks.
+func (a *Agent) hello(ctx context.Context, conn *grpc.ClientConn) (agentv1.Agent_SubscribeClient, error) {
+	stream, err := agentv1.NewAgentClient(conn).Subscribe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	epoch, rev := a.Revision()
+	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{Node: a.cfg.Node, LastRevision: rev, Epoch: epoch}}}); err != nil {
+		return nil, err
+	}
+	return stream, nil
+}
+
+// attach makes stream the live session, on which health reports go.
+func (a *Agent) attach(stream agentv1.Agent_SubscribeClient) {
+	a.m.connected.Set(1)
+	a.sendMu.Lock()
+	a.stream = stream
+	a.sendMu.Unlock()
+}
+
+// detach ends the live session.
+func (a *Agent) detach() {
+	a.m.connected.Set(0)
+	a.sendMu.Lock()
+	a.stream = nil
+	a.sendMu.Unlock()
+}
+
+// receive reads the stream in the background, so that the receiver never
+// waits for the kernel: updates queue on the first channel and are merged
+// while a change is being programmed. The second gets the error that ends
+// the stream.
+func (a *Agent) receive(ctx context.Context, stream agentv1.Agent_SubscribeClient) (<-chan *agentv1.Update, <-chan error) {
+	updates := make(chan *agentv1.Update, 1024)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			u, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			a.m.received.Set(float64(u.GetRevision()))
+			select {
+			case updates <- u:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return updates, recvErr
+}
+
+// programLoop programs the queued updates in merged batches and
+// acknowledges each batch's revision.
+func (a *Agent) programLoop(ctx context.Context, stream agentv1.Agent_SubscribeClient, updates <-chan *agentv1.Update, recvErr <-chan error) error {
+	for {
+		batch, err := a.nextBatch(ctx, updates, recvErr)
+		if err != nil {
+			return err
+		}
+		if err := a.programAndAck(ctx, stream, merge(batch)); err != nil {
+			return err
+		}
+	}
+}
+
+// nextBatch waits for an update, then for MinInterval since the last
+// change, and returns it with every update queued meanwhile.
+func (a *Agent) nextBatch(ctx context.Context, updates <-chan *agentv1.Update, recvErr <-chan error) ([]*agentv1.Update, error) {
+	var batch []*agentv1.Update
+	select {
+	case u := <-updates:
+		batch = append(batch, u)
+	case err := <-recvErr:
+		return nil, err
+	}
+	if wait := a.cfg.MinInterval - time.Since(a.lastSync); wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	for {
+		select {
+		case u := <-updates:
+			batch = append(batch, u)
+		default:
+			return batch, nil
+		}
+	}
+}
+
+// programAndAck programs one merged update, hands its probes to the
+// health runner, and acknowledges its revision.
+func (a *Agent) programAndAck(ctx context.Context, stream agentv1.Agent_SubscribeClient, u *agentv1.Update) error {
+	if err := a.apply(ctx, u); err != nil {
+		a.m.errors.Inc()
+		return fmt.Errorf("program revision %d: %w", u.GetRevision(), err)
+	}
+	a.lastSync = time.Now()
+	if u.GetProbesSet() && a.health != nil {
+		a.health.Set(context.WithoutCancel(ctx), checks(u.GetProbes()))
+	}
+	return a.send(stream, &agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Ack{Ack: &agentv1.Ack{Revision: u.GetRevision()}}})
+}

@@ -1,0 +1,54 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+)
+
+// TestNextBatch: a batch is the first update and every one queued behind
+// it; the stream's end ends the loop.
+func TestNextBatch(t *testing.T) {
+	a := New(Config{NoHealth: true}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx := context.Background()
+	updates := make(chan *agentv1.Update, 8)
+	recvErr := make(chan error, 1)
+	for rev := range int64(3) {
+		updates <- &agentv1.Update{Revision: rev + 1}
+	}
+	batch, err := a.nextBatch(ctx, updates, recvErr)
+	if err != nil || len(batch) != 3 || batch[0].GetRevision() != 1 || batch[2].GetRevision() != 3 {
+		t.Fatalf("batch %v, %v: want revisions 1 to 3", batch, err)
+	}
+	end := errors.New("stream ended")
+	recvErr <- end
+	if batch, err := a.nextBatch(ctx, updates, recvErr); !errors.Is(err, end) || batch != nil {
+		t.Fatalf("after the stream ended: %v, %v", batch, err)
+	}
+}
+
+// TestNextBatchMinInterval: within MinInterval of the last change, the
+// batch waits; a cancelled context ends the wait.
+func TestNextBatchMinInterval(t *testing.T) {
+	a := New(Config{NoHealth: true, MinInterval: 200 * time.Millisecond}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a.lastSync = time.Now()
+	updates := make(chan *agentv1.Update, 8)
+	updates <- &agentv1.Update{Revision: 1}
+	start := time.Now()
+	batch, err := a.nextBatch(context.Background(), updates, nil)
+	if err != nil || len(batch) != 1 || time.Since(start) < 150*time.Millisecond {
+		t.Fatalf("batch %v, %v after %s: want the update after a wait of the interval", batch, err, time.Since(start))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	a.lastSync = time.Now()
+	updates <- &agentv1.Update{Revision: 3}
+	if _, err := a.nextBatch(ctx, updates, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled wait: %v", err)
+	}
+}

@@ -1,0 +1,102 @@
+// Package flowpb is the one translation between the flow model
+// (internal/flows) and the agent protocol (api/proto/flowlb/agent/v1).
+// The server and the agents both use it; it imports nothing else of
+// flowlb.
+package flowpb
+
+import (
+	"net/netip"
+	"time"
+
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// KeyToProto encodes a service key.
+func KeyToProto(k flows.Key) *agentv1.ServiceKey {
+	return &agentv1.ServiceKey{Vip: k.VIP.AsSlice(), Protocol: string(k.Protocol), Port: uint32(k.Port)}
+}
+
+// KeyFromProto is the inverse of KeyToProto.
+func KeyFromProto(p *agentv1.ServiceKey) flows.Key {
+	a, _ := netip.AddrFromSlice(p.GetVip())
+	return flows.Key{VIP: a, Protocol: flows.Protocol(p.GetProtocol()), Port: uint16(p.GetPort())}
+}
+
+// ServiceToProto encodes a service. Persistence travels as its timeout
+// alone: SOURCE_IP is the only kind.
+func ServiceToProto(s flows.Service) *agentv1.Service {
+	out := &agentv1.Service{
+		Key: KeyToProto(s.Key), LoadbalancerId: s.LoadBalancerID, ListenerId: s.ListenerID, PoolId: s.PoolID,
+		Algorithm: string(s.Algorithm), ConnectionLimit: int32(s.ConnectionLimit), LocalOnly: s.LocalOnly, InternalLocal: s.InternalLocal,
+		PreferClose: s.PreferClose,
+	}
+	if s.Persistence != nil {
+		out.PersistenceTimeoutMs = s.Persistence.Timeout.Milliseconds()
+	}
+	for _, c := range s.AllowedCIDRs {
+		out.AllowedCidrs = append(out.AllowedCidrs, c.String())
+	}
+	for _, b := range s.Backends {
+		out.Backends = append(out.Backends, BackendToProto(b))
+	}
+	return out
+}
+
+// ServiceFromProto is the inverse of ServiceToProto; an allowed CIDR that
+// does not parse is left out.
+func ServiceFromProto(p *agentv1.Service) flows.Service {
+	s := flows.Service{
+		Key: KeyFromProto(p.GetKey()), LoadBalancerID: p.GetLoadbalancerId(), ListenerID: p.GetListenerId(), PoolID: p.GetPoolId(),
+		Algorithm: flows.Algorithm(p.GetAlgorithm()), ConnectionLimit: int(p.GetConnectionLimit()), LocalOnly: p.GetLocalOnly(), InternalLocal: p.GetInternalLocal(),
+		PreferClose: p.GetPreferClose(),
+	}
+	if ms := p.GetPersistenceTimeoutMs(); ms > 0 {
+		s.Persistence = &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Duration(ms) * time.Millisecond}
+	}
+	for _, c := range p.GetAllowedCidrs() {
+		if pf, err := netip.ParsePrefix(c); err == nil {
+			s.AllowedCIDRs = append(s.AllowedCIDRs, pf)
+		}
+	}
+	for _, b := range p.GetBackends() {
+		s.Backends = append(s.Backends, BackendFromProto(b))
+	}
+	return s
+}
+
+// BackendToProto encodes a backend.
+func BackendToProto(b flows.Backend) *agentv1.Backend {
+	return &agentv1.Backend{MemberId: b.MemberID, Address: b.Address.AsSlice(), Port: uint32(b.Port), Weight: uint32(b.Weight), Node: b.Node, Zones: b.Zones}
+}
+
+// BackendFromProto is the inverse of BackendToProto.
+func BackendFromProto(p *agentv1.Backend) flows.Backend {
+	a, _ := netip.AddrFromSlice(p.GetAddress())
+	return flows.Backend{MemberID: p.GetMemberId(), Address: a, Port: uint16(p.GetPort()), Weight: int(p.GetWeight()), Node: p.GetNode(), Zones: p.GetZones()}
+}
+
+// ProbeToProto encodes a probe for the agent that runs it. The member's
+// node is the server's business and is not sent.
+func ProbeToProto(p flows.Probe) *agentv1.Probe {
+	return &agentv1.Probe{
+		MemberId: p.MemberID, Address: p.Address.AsSlice(), Port: uint32(p.Port), Type: string(p.Type),
+		DelayMs: p.Delay.Milliseconds(), TimeoutMs: p.Timeout.Milliseconds(),
+		MaxRetries: int32(p.MaxRetries), MaxRetriesDown: int32(p.MaxRetriesDown),
+		HttpMethod: p.HTTPMethod, UrlPath: p.URLPath, ExpectedCodes: p.ExpectedCodes, HttpVersion: p.HTTPVersion, DomainName: p.DomainName,
+		InitialStatus: p.InitialStatus,
+	}
+}
+
+// ProbeFromProto is the inverse of ProbeToProto (Node stays empty). An
+// address that does not decode gives an invalid Address.
+func ProbeFromProto(p *agentv1.Probe) flows.Probe {
+	a, _ := netip.AddrFromSlice(p.GetAddress())
+	return flows.Probe{
+		MemberID: p.GetMemberId(), Address: a, Port: uint16(p.GetPort()), Type: flows.MonitorType(p.GetType()),
+		Delay: time.Duration(p.GetDelayMs()) * time.Millisecond, Timeout: time.Duration(p.GetTimeoutMs()) * time.Millisecond,
+		MaxRetries: int(p.GetMaxRetries()), MaxRetriesDown: int(p.GetMaxRetriesDown()),
+		HTTPMethod: p.GetHttpMethod(), URLPath: p.GetUrlPath(), ExpectedCodes: p.GetExpectedCodes(), HTTPVersion: p.GetHttpVersion(),
+		DomainName: p.GetDomainName(), InitialStatus: p.GetInitialStatus(),
+	}
+}

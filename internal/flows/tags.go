@@ -1,0 +1,51 @@
+package flows
+
+import (
+	"slices"
+	"strings"
+)
+
+// Tags by which the Octavia model carries what it has no field for.
+const (
+	// TagLocalOnly on a listener: traffic entering a node from outside goes
+	// only to that node's members and keeps the client's address
+	// (Kubernetes externalTrafficPolicy=Local).
+	TagLocalOnly = "flowlb:local-only"
+	// TagInternalLocal on a listener: traffic from the pod networks and
+	// from the node itself goes only to that node's members (Kubernetes
+	// internalTrafficPolicy=Local); with none there, it is dropped.
+	TagInternalLocal = "flowlb:internal-local"
+	// TagNodePrefix on a member, "flowlb:node=<name>": the node it runs on.
+	TagNodePrefix = "flowlb:node="
+	// TagPreferClose on a listener: each node sends the traffic to the
+	// members for its own zone when there is one (Kubernetes
+	// trafficDistribution=PreferClose); see Service.ForZone.
+	TagPreferClose = "flowlb:prefer-close"
+	// TagZonePrefix on a member, "flowlb:zone=<zone>", once per zone: the
+	// zones whose nodes prefer it.
+	TagZonePrefix = "flowlb:zone="
+)
+
+// NodeOf returns the node a member's tags name (the first
+// flowlb:node= tag), or "" when none does.
+func NodeOf(tags []string) string {
+	for _, t := range tags {
+		if n, ok := strings.CutPrefix(t, TagNodePrefix); ok {
+			return n
+		}
+	}
+	return ""
+}
+
+// ZonesOf lists the zones a member's flowlb:zone= tags name, sorted,
+// without repeats or empty names; nil when there are none.
+func ZonesOf(tags []string) []string {
+	var out []string
+	for _, t := range tags {
+		if z, ok := strings.CutPrefix(t, TagZonePrefix); ok && z != "" {
+			out = append(out, z)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

@@ -1,0 +1,46 @@
+package flows
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestNodeOf(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tags []string
+		want string
+	}{
+		{"no tags", nil, ""},
+		{"other tags only", []string{"x", "flowlb:zone=a"}, ""},
+		{"the node tag", []string{"x", TagNodePrefix + "n2"}, "n2"},
+		{"the first of two", []string{TagNodePrefix + "n1", TagNodePrefix + "n2"}, "n1"},
+		{"an empty name", []string{TagNodePrefix}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := NodeOf(tc.tags); got != tc.want {
+				t.Errorf("NodeOf(%q) = %q, want %q", tc.tags, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestZonesOf(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tags []string
+		want []string
+	}{
+		{"no tags", nil, nil},
+		{"other tags only", []string{"x", TagNodePrefix + "n1"}, nil},
+		{"sorted without repeats", []string{TagZonePrefix + "zone-b", "x", TagZonePrefix + "zone-a", TagZonePrefix + "zone-b"}, []string{"zone-a", "zone-b"}},
+		{"empty zone names dropped", []string{TagZonePrefix, TagZonePrefix + "zone-a"}, []string{"zone-a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ZonesOf(tc.tags)
+			if !slices.Equal(got, tc.want) || (got == nil) != (tc.want == nil) {
+				t.Errorf("ZonesOf(%q) = %q, want %q", tc.tags, got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,4 @@
+// Package layering holds no code: its test checks that the kernel side
+// (agent, data planes, health probes, the flow model and its wire
+// translation) stays a leaf that never depends on the server's packages.
+package layering
