@@ -23,6 +23,8 @@ import (
 
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
+
+	"github.com/flowlb/flowlb/internal/flows"
 )
 
 // Target is what one probe checks.
@@ -41,10 +43,10 @@ type Target struct {
 
 // Supported reports whether a monitor type can be probed here.
 func Supported(typ string) error {
-	switch typ {
-	case "TCP", "HTTP", "HTTPS", "TLS-HELLO", "UDP-CONNECT", "PING":
+	if _, ok := flows.ParseMonitorType(typ); ok {
 		return nil
-	case "SCTP":
+	}
+	if typ == "SCTP" {
 		return errors.New("SCTP health monitors cannot be probed: this kernel has no SCTP sockets")
 	}
 	return fmt.Errorf("unknown health monitor type %q", typ)

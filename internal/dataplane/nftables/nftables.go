@@ -141,7 +141,7 @@ func (d *Dataplane) Sync(ctx context.Context, t flows.Table) error {
 	var upserts []flows.Service
 	var deletes []flows.Key
 	for k, s := range t.Services {
-		if e, ok := d.programmed[k]; !ok || e.src == nil || !sameService(*e.src, s) {
+		if e, ok := d.programmed[k]; !ok || e.src == nil || !e.src.Equal(s) {
 			upserts = append(upserts, s)
 		}
 	}
@@ -151,15 +151,6 @@ func (d *Dataplane) Sync(ctx context.Context, t flows.Table) error {
 		}
 	}
 	return d.Apply(ctx, upserts, deletes)
-}
-
-// sameService reports whether two services program the same flows (IDs
-// and names do not matter).
-func sameService(a, b flows.Service) bool {
-	return a.Key == b.Key && a.Algorithm == b.Algorithm && a.LocalOnly == b.LocalOnly && a.InternalLocal == b.InternalLocal &&
-		a.PreferClose == b.PreferClose && a.ConnectionLimit == b.ConnectionLimit &&
-		((a.Persistence == nil) == (b.Persistence == nil)) && (a.Persistence == nil || *a.Persistence == *b.Persistence) &&
-		slices.EqualFunc(a.Backends, b.Backends, flows.SameBackend) && slices.Equal(a.AllowedCIDRs, b.AllowedCIDRs)
 }
 
 // Apply programs changed services and removes deleted ones in one

@@ -133,8 +133,9 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 // serviceSets are the sets whose elements belong to one service each.
 var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, zoneOnSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, limitsMap}
 
-// algs in a fixed order, so that rules are laid out the same every time.
-var algs = []flows.Algorithm{flows.RoundRobin, flows.SourceIP, flows.SourceIPPort}
+// algs are the algorithms in the flow model's fixed order, so that rules
+// are laid out the same every time.
+var algs = flows.Algorithms()
 
 // setsByName indexes sets by name.
 func setsByName(sets []*nftables.Set) map[string]*nftables.Set {
