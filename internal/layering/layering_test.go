@@ -132,3 +132,28 @@ func deps(t *testing.T, pattern string) map[string][]string {
 	}
 	return imports
 }
+
+// TestDomainKnowsNoHTTP: the LBaaS domain imports neither net/http nor
+// the Octavia API's packages (its refusals are its own; the API maps
+// them), and the Neutron subset does not speak Octavia's wire format.
+func TestDomainKnowsNoHTTP(t *testing.T) {
+	for _, tc := range []struct {
+		pattern   string
+		forbidden []string
+	}{
+		{"internal/lbaas/...", []string{"net/http", module + "internal/octavia/...", module + "internal/neutron/..."}},
+		{"internal/neutron/...", []string{module + "internal/octavia/..."}},
+	} {
+		imports := deps(t, module+tc.pattern)
+		for pkg, imps := range imports {
+			if !matches(pkg, module+tc.pattern) {
+				continue
+			}
+			for _, imp := range imps {
+				if slices.ContainsFunc(tc.forbidden, func(f string) bool { return matches(imp, f) }) {
+					t.Errorf("%s imports %s", pkg, imp)
+				}
+			}
+		}
+	}
+}
