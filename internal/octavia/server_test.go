@@ -18,6 +18,7 @@ import (
 	"github.com/flowlb/flowlb/internal/provider/flow"
 	"github.com/flowlb/flowlb/internal/store"
 	"github.com/flowlb/flowlb/internal/store/memstore"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 type fakeVIPs struct {
@@ -103,15 +104,13 @@ func (a *api) do(method, path string, body any) (int, map[string]any) {
 
 func (a *api) waitActive(lbID string) map[string]any {
 	a.t.Helper()
-	for i := 0; i < 500; i++ {
+	var lb map[string]any
+	testutil.Eventually(a.t, 3*time.Second, "LB "+lbID+" ACTIVE", func() (bool, string) {
 		code, body := a.do("GET", "/v2/lbaas/loadbalancers/"+lbID, nil)
-		if code == 200 && body["loadbalancer"].(map[string]any)["provisioning_status"] == "ACTIVE" {
-			return body["loadbalancer"].(map[string]any)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	a.t.Fatalf("LB %s not ACTIVE", lbID)
-	return nil
+		lb, _ = body["loadbalancer"].(map[string]any)
+		return code == 200 && lb["provisioning_status"] == "ACTIVE", fmt.Sprintf("%d %v", code, lb["provisioning_status"])
+	})
+	return lb
 }
 
 func TestVersionDiscovery(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 var vipKey = flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}
@@ -239,18 +240,14 @@ func TestConnectionLimit(t *testing.T) {
 		}
 		open[0].Close()
 		open = open[1:]
-		deadline := time.Now().Add(3 * time.Second)
-		for {
+		testutil.Eventually(t, 3*time.Second, "a place freed by a closed connection reused", func() (bool, string) {
 			c, err := net.DialTimeout("tcp", "198.19.0.10:80", time.Second)
-			if err == nil {
-				open = append(open, c)
-				break
+			if err != nil {
+				return false, err.Error()
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("a place freed by a closed connection was not reused: %v", err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			open = append(open, c)
+			return true, ""
+		})
 		// Lifting the limit removes its chain and set.
 		if err := dp.Sync(ctx, svc(flows.RoundRobin, backendAddrs[0])); err != nil {
 			t.Fatal(err)
