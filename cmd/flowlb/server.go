@@ -116,19 +116,57 @@ func runServer(ctx context.Context, o serverOptions) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	st, dsn, err := openStore(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := ensureVIPSubnets(ctx, st, o, log); err != nil {
+		return err
+	}
+	provider := flow.New(nil)
+	svc, err := newService(st, provider, o, log)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	stopAgents, err := serveAgents(ctx, svc, provider, reg, o, log)
+	if err != nil {
+		return err
+	}
+	defer stopAgents()
+	if n, err := svc.Resume(ctx); err != nil {
+		return fmt.Errorf("resume pending changes: %w", err)
+	} else if n > 0 {
+		log.Info("resumed pending changes", "loadbalancers", n)
+	}
+	srv, ln, err := apiServer(st, svc, reg, authn, o, log)
+	if err != nil {
+		return err
+	}
+	log.Info("flowlb server listening", "address", ln.Addr().String(), "database", redact(dsn), "auth", o.auth)
+	return serveUntilDone(ctx, srv, ln, svc, log)
+}
+
+// openStore opens the database: --database, or SQLite in the data
+// directory.
+func openStore(ctx context.Context, o serverOptions, log *slog.Logger) (store.Store, string, error) {
 	dsn := o.database
 	if dsn == "" {
 		if err := os.MkdirAll(o.dataDir, 0o750); err != nil {
-			return fmt.Errorf("create data directory: %w", err)
+			return nil, "", fmt.Errorf("create data directory: %w", err)
 		}
 		dsn = filepath.Join(o.dataDir, "flowlb.db")
 	}
 	st, err := store.Open(ctx, dsn, log)
 	if err != nil {
-		return fmt.Errorf("open database: %w", err)
+		return nil, "", fmt.Errorf("open database: %w", err)
 	}
-	defer st.Close()
+	return st, dsn, nil
+}
 
+// ensureVIPSubnets creates the default VIP subnets that are missing.
+func ensureVIPSubnets(ctx context.Context, st store.Store, o serverOptions, log *slog.Logger) error {
 	for _, d := range []struct{ name, cidr string }{{"flowlb-vip", o.vipCIDR}, {"flowlb-external", o.externalVIPCIDR}} {
 		if d.cidr == "" {
 			continue
@@ -139,8 +177,12 @@ func runServer(ctx context.Context, o serverOptions) error {
 		}
 		log.Info("VIP subnet ready", "network", d.name, "network_id", net.ID, "subnet_id", sub.ID, "cidr", d.cidr)
 	}
+	return nil
+}
 
-	provider := flow.New(nil)
+// newService is the LBaaS domain with the flow provider and the --network
+// VIP allocation.
+func newService(st store.Store, provider *flow.Provider, o serverOptions, log *slog.Logger) (*lbaas.Service, error) {
 	var vips lbaas.VIPAllocator = neutron.Allocator{}
 	cfg := lbaas.Config{DefaultProvider: flow.Name}
 	switch o.network {
@@ -151,20 +193,21 @@ func runServer(ctx context.Context, o serverOptions) error {
 		cfg.Unmeasured = true
 		log.Warn("--network noop: VIPs are not allocated and operating statuses stay OFFLINE; for API conformance runs only")
 	default:
-		return fmt.Errorf("unknown --network %q: use neutron or noop", o.network)
+		return nil, fmt.Errorf("unknown --network %q: use neutron or noop", o.network)
 	}
-	svc, err := lbaas.New(st, vips, []lbaas.Provider{provider}, cfg, log)
-	if err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
+	return lbaas.New(st, vips, []lbaas.Provider{provider}, cfg, log)
+}
+
+// serveAgents starts the fan-out hub and the agent stream; the flow
+// provider realizes changes through the hub. It returns the stream's stop.
+func serveAgents(ctx context.Context, svc *lbaas.Service, provider *flow.Provider, reg *prometheus.Registry, o serverOptions, log *slog.Logger) (func(), error) {
 	token, err := agentToken(o)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hub, err := fanout.NewHub(ctx, fanout.ServiceSource{Svc: svc}, token, o.ackTimeout, reg, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	provider.Realizer = hub
 	// Agents' health verdicts become member operating statuses, and the
@@ -172,33 +215,36 @@ func runServer(ctx context.Context, o serverOptions) error {
 	hub.SetHealthSink(svc.SetMemberHealth)
 	agentLn, err := net.Listen("tcp", o.agentListen)
 	if err != nil {
-		return fmt.Errorf("agent listener: %w", err)
+		return nil, fmt.Errorf("agent listener: %w", err)
 	}
 	grpcSrv := grpc.NewServer()
 	hub.Register(grpcSrv)
 	go func() { _ = grpcSrv.Serve(agentLn) }()
-	defer grpcSrv.Stop()
 	log.Info("agent stream listening", "address", agentLn.Addr().String())
-	if n, err := svc.Resume(ctx); err != nil {
-		return fmt.Errorf("resume pending changes: %w", err)
-	} else if n > 0 {
-		log.Info("resumed pending changes", "loadbalancers", n)
-	}
+	return grpcSrv.Stop, nil
+}
+
+// apiServer builds the HTTP server of the API (with the Neutron subset)
+// and /metrics, and its listener.
+func apiServer(st store.Store, svc *lbaas.Service, reg *prometheus.Registry, authn func(http.Handler) http.Handler, o serverOptions, log *slog.Logger) (*http.Server, net.Listener, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := apimetrics.New(reg)
 	apimetrics.RegisterObjects(reg, svc.CountByStatus)
-
 	api := octavia.New(svc, neutron.NewHandler(st, log), log, octavia.Config{})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", authn(api))
-
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return nil, nil, fmt.Errorf("listen: %w", err)
 	}
-	srv := &http.Server{Handler: metrics.Wrap(mux), ReadHeaderTimeout: 10 * time.Second}
-	log.Info("flowlb server listening", "address", ln.Addr().String(), "database", redact(dsn), "auth", o.auth)
+	return &http.Server{Handler: metrics.Wrap(mux), ReadHeaderTimeout: 10 * time.Second}, ln, nil
+}
+
+// serveUntilDone serves until ctx ends, then shuts down: requests in
+// flight finish, and completions already handed to the provider land
+// before the store closes.
+func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener, svc *lbaas.Service, log *slog.Logger) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -214,7 +260,6 @@ func runServer(ctx context.Context, o serverOptions) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
-	// Completions already handed to providers finish before the store closes.
 	svc.Drain(sctx)
 	return nil
 }
