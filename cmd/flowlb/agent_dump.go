@@ -2,10 +2,7 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"maps"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -28,52 +25,9 @@ of slots, and what else applies (local-only, persistence, limits, ACLs).`,
 			if err != nil {
 				return err
 			}
-			printDump(cmd.OutOrStdout(), dp.Dump())
+			nftables.WriteDump(cmd.OutOrStdout(), dp.Dump())
 			return nil
 		},
-	}
-}
-
-func printDump(w io.Writer, services []nftables.ServiceDump) {
-	fmt.Fprintf(w, "%d services\n", len(services))
-	for _, s := range services {
-		var extra []string
-		if s.Persistence > 0 {
-			extra = append(extra, "persistence "+s.Persistence.String())
-		}
-		if s.Limit > 0 {
-			extra = append(extra, fmt.Sprintf("limit %d/node", s.Limit))
-		}
-		if len(s.AllowedCIDRs) > 0 {
-			var cidrs []string
-			for _, p := range s.AllowedCIDRs {
-				cidrs = append(cidrs, p.String())
-			}
-			extra = append(extra, "allowed "+strings.Join(cidrs, ","))
-		}
-		if s.Zonal {
-			extra = append(extra, "prefer-close: this zone's backends")
-		}
-		if s.NoLocal {
-			extra = append(extra, "local-only: no local backend, outside traffic dropped")
-		}
-		alg := string(s.Algorithm)
-		if s.Refused {
-			alg = "REFUSED (no usable backend)"
-		}
-		fmt.Fprintf(w, "%s %s:%d %s", s.Key.Protocol, s.Key.VIP, s.Key.Port, alg)
-		if len(extra) > 0 {
-			fmt.Fprintf(w, " [%s]", strings.Join(extra, "; "))
-		}
-		fmt.Fprintln(w)
-		printSlots(w, "  ", s.Slots)
-		printSlots(w, "  local ", s.Local)
-	}
-}
-
-func printSlots(w io.Writer, prefix string, slots map[string]int) {
-	for _, b := range slices.Sorted(maps.Keys(slots)) {
-		fmt.Fprintf(w, "%s-> %-22s %2d/%d slots\n", prefix, b, slots[b], nftables.Slots)
 	}
 }
 
@@ -120,23 +74,7 @@ masqueraded, dropped or refused, and why.`,
 				return err
 			}
 			v := dp.Trace(nftables.Packet{Src: s.Addr(), SrcPort: s.Port(), Dst: d.Addr(), DstPort: d.Port(), Protocol: p, Local: local}, nets)
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%s: %s\n", v.Action, v.Reason)
-			if v.Backend.IsValid() {
-				fmt.Fprintf(out, "backend %s\n", v.Backend)
-			}
-			for _, b := range slices.SortedFunc(maps.Keys(v.Candidates), func(a, b netip.AddrPort) int { return a.Compare(b) }) {
-				fmt.Fprintf(out, "candidate %-22s %.1f%%\n", b, 100*v.Candidates[b])
-			}
-			if v.Masquerade {
-				fmt.Fprintln(out, "source masqueraded to the node")
-			}
-			if v.Persistence > 0 {
-				fmt.Fprintf(out, "SOURCE_IP persistence %s: a backend this client used in that time wins\n", v.Persistence)
-			}
-			if v.Limit > 0 {
-				fmt.Fprintf(out, "refused when this node has %d connections to the service\n", v.Limit)
-			}
+			v.Write(cmd.OutOrStdout())
 			return nil
 		},
 	}

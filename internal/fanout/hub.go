@@ -10,6 +10,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -353,4 +354,11 @@ func (h *Hub) Agents() map[string]int64 {
 		out[a.node] = a.acked
 	}
 	return out
+}
+
+// Table returns the flow table the hub serves, at its revision.
+func (h *Hub) Table() flows.Table {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return flows.Table{Revision: h.rev, Services: maps.Clone(h.table)}
 }

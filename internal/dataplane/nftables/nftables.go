@@ -38,10 +38,18 @@ type Dataplane struct {
 	// conntrack forgets, after each Apply, the UDP flows to backends that
 	// left their service.
 	conntrack conntrackCleaner
+	// observe, if set, sees every plan sent and its outcome.
+	observe func(Plan, error)
 }
 
 // Option configures a data plane.
 type Option func(*Dataplane)
+
+// WithPlanObserver has every plan Apply sends reported to observe, with
+// the kernel's answer (nil: applied), for logs and scenario tests.
+func WithPlanObserver(observe func(p Plan, err error)) Option {
+	return func(d *Dataplane) { d.observe = observe }
+}
 
 // WithZone places the node in a topology zone: PreferClose services then
 // send its traffic to the backends for that zone when there are any.
@@ -163,7 +171,11 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 	if err != nil {
 		return err
 	}
-	if err := d.execute(p); err != nil {
+	err = d.execute(p)
+	if d.observe != nil {
+		d.observe(p, err)
+	}
+	if err != nil {
 		return fmt.Errorf("program %d changes: %w", len(p.services), err)
 	}
 	d.lastOps = p.elementOps()
