@@ -62,27 +62,37 @@ func (s *Service) withLock(ctx context.Context, lbID, to string, allowed func(st
 	if err != nil {
 		return nil, err
 	}
-	var tree *Tree
-	_, err = s.st.Update(ctx, func(tx store.Tx) error {
+	return s.commit(ctx, func(tx store.Tx) (*Tree, error) {
 		rec, err := tx.GetForUpdate(store.KindLoadBalancer, lbID)
 		if errors.Is(err, store.ErrNotFound) {
-			return NotFound(resourceName[store.KindLoadBalancer], lbID)
+			return nil, NotFound(resourceName[store.KindLoadBalancer], lbID)
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		t, err := loadTree(tx, rec)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !writable(c, t.LB.ProjectID) {
-			return Forbidden()
+			return nil, Forbidden()
 		}
 		if err := allowed(t.LB.ProvisioningStatus); err != nil {
-			return err
+			return nil, err
 		}
 		t.setStatus(t.LB, to)
-		if err := fn(t, c); err != nil {
+		return t, fn(t, c)
+	})
+}
+
+// commit is one change's transaction: build yields the changed tree, which
+// the provider checks, quotas bound and the store keeps; once committed,
+// the provider realizes it.
+func (s *Service) commit(ctx context.Context, build func(tx store.Tx) (*Tree, error)) (*Tree, error) {
+	var tree *Tree
+	_, err := s.st.Update(ctx, func(tx store.Tx) error {
+		t, err := build(tx)
+		if err != nil {
 			return err
 		}
 		if err := s.commitChange(tx, t); err != nil {

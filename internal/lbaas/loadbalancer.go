@@ -20,23 +20,7 @@ func (s *Service) CreateLoadBalancer(ctx context.Context, req LoadBalancerCreate
 	if err != nil {
 		return nil, err
 	}
-	var tree *Tree
-	_, err = s.st.Update(ctx, func(tx store.Tx) error {
-		t, err := s.buildTree(tx, project, req)
-		if err != nil {
-			return err
-		}
-		if err := s.commitChange(tx, t); err != nil {
-			return err
-		}
-		tree = t
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.realize(tree.LB.ID, tree.LB.Provider)
-	return tree, nil
+	return s.commit(ctx, func(tx store.Tx) (*Tree, error) { return s.buildTree(tx, project, req) })
 }
 
 func (s *Service) buildTree(tx store.Tx, project string, req LoadBalancerCreate) (*Tree, error) {

@@ -38,16 +38,7 @@ func (h *handler) create(r *resource) http.HandlerFunc {
 			}
 			return err
 		})
-		if err != nil {
-			writeErr(w, h.log, err)
-			return
-		}
-		m, err := toMap(obj)
-		if err != nil {
-			writeErr(w, h.log, err)
-			return
-		}
-		writeJSON(w, http.StatusCreated, map[string]any{r.singular: m})
+		h.writeObject(w, http.StatusCreated, r.singular, obj, err)
 	}
 }
 
@@ -130,17 +121,23 @@ func (h *handler) update(r *resource) http.HandlerFunc {
 			obj, err = upd.save(tx, r.kind, id)
 			return err
 		})
-		if err != nil {
-			writeErr(w, h.log, err)
-			return
-		}
-		m, err := toMap(obj)
-		if err != nil {
-			writeErr(w, h.log, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{r.singular: m})
+		h.writeObject(w, http.StatusOK, r.singular, obj, err)
 	}
+}
+
+// writeObject answers with one object under its singular key, or with
+// the error that kept it from being made.
+func (h *handler) writeObject(w http.ResponseWriter, status int, singular string, obj any, err error) {
+	if err != nil {
+		writeErr(w, h.log, err)
+		return
+	}
+	m, err := toMap(obj)
+	if err != nil {
+		writeErr(w, h.log, err)
+		return
+	}
+	writeJSON(w, status, map[string]any{singular: m})
 }
 
 // rename is an update: name and description are the only mutable
