@@ -213,10 +213,12 @@ func scan(row interface{ Scan(...any) error }) (Record, error) {
 
 func (t *sqlTx) q(query string) string { return t.s.eng.rebind(query) }
 
-func (t *sqlTx) get(kind Kind, id string, lock bool) (Record, error) {
+// get reads a record; lock is a PostgreSQL row-locking clause or empty
+// (SQLite's IMMEDIATE transaction already holds the writer lock).
+func (t *sqlTx) get(kind Kind, id string, lock string) (Record, error) {
 	q := "SELECT " + cols + " FROM objects WHERE kind = ? AND id = ?"
-	if lock && t.s.eng.name() == "postgres" {
-		q += " FOR UPDATE"
+	if lock != "" && t.s.eng.name() == "postgres" {
+		q += " " + lock
 	}
 	r, err := scan(t.tx.QueryRowContext(t.ctx, t.q(q), string(kind), id))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -228,11 +230,20 @@ func (t *sqlTx) get(kind Kind, id string, lock bool) (Record, error) {
 	return r, nil
 }
 
-func (t *sqlTx) Get(kind Kind, id string) (Record, error) { return t.get(kind, id, false) }
+func (t *sqlTx) Get(kind Kind, id string) (Record, error) { return t.get(kind, id, "") }
 
 // GetForUpdate locks the row: SQLite's writer lock is already held by the
 // IMMEDIATE transaction; PostgreSQL takes a row lock.
-func (t *sqlTx) GetForUpdate(kind Kind, id string) (Record, error) { return t.get(kind, id, true) }
+func (t *sqlTx) GetForUpdate(kind Kind, id string) (Record, error) {
+	return t.get(kind, id, "FOR UPDATE")
+}
+
+// GetForShare takes PostgreSQL's weakest shared row lock: it conflicts
+// with DELETE and FOR UPDATE but not with other sharers or with an UPDATE
+// that changes no key column (all of ours).
+func (t *sqlTx) GetForShare(kind Kind, id string) (Record, error) {
+	return t.get(kind, id, "FOR KEY SHARE")
+}
 
 func where(f Filter) (string, []any) {
 	var conds []string

@@ -96,6 +96,9 @@ type ReadTx interface {
 	// List returns matching records ordered by (created_at, id).
 	List(kind Kind, f Filter) ([]Record, error)
 	Count(kind Kind, f Filter) (int, error)
+	// Claimed returns the keys held in a claim space from `from` on, in
+	// bytewise order, at most limit of them.
+	Claimed(space, from string, limit int) ([]string, error)
 }
 
 // Tx reads and writes documents.
@@ -104,6 +107,19 @@ type Tx interface {
 	// GetForUpdate reads a record and locks it until the transaction ends,
 	// the basis of the test-and-set on a load balancer's status.
 	GetForUpdate(kind Kind, id string) (Record, error)
+	// GetForShare reads a record and keeps it from being deleted or
+	// locked for update until the transaction ends, while other
+	// transactions may share it (PostgreSQL: FOR KEY SHARE). Plain
+	// updates of the record do not wait for it.
+	GetForShare(kind Kind, id string) (Record, error)
+	// Claim takes a key in a claim space (an address in a subnet). The
+	// database holds each (space, key) at most once, across transactions
+	// and server replicas: ErrConflict if it is held, and the transaction
+	// may go on (on PostgreSQL after waiting for a concurrent, not yet
+	// committed claim of the same key to commit or roll back).
+	Claim(space, key string) error
+	// Unclaim gives a key back; ErrNotFound if it was not held.
+	Unclaim(space, key string) error
 	// Insert adds a record; ErrConflict if the kind and id exist.
 	// A zero CreatedAt is set to the current time.
 	Insert(r Record) error

@@ -22,17 +22,23 @@ type key struct {
 type Store struct {
 	mu      sync.RWMutex
 	objs    map[key]store.Record
+	claims  map[string][]string // space → held keys, sorted
 	rev     int64
 	changes []store.Change
 }
 
 // New returns an empty store.
-func New() *Store { return &Store{objs: map[key]store.Record{}} }
+func New() *Store { return &Store{objs: map[key]store.Record{}, claims: map[string][]string{}} }
 
 type tx struct {
 	s       *Store
 	writes  map[key]*store.Record // nil value: deleted
+	claims  map[claim]bool        // false: unclaimed
 	touched map[string]bool
+}
+
+func newTx(s *Store) *tx {
+	return &tx{s: s, writes: map[key]*store.Record{}, claims: map[claim]bool{}, touched: map[string]bool{}}
 }
 
 func (t *tx) lookup(k key) (store.Record, bool) {
@@ -56,6 +62,8 @@ func (t *tx) Get(kind store.Kind, id string) (store.Record, error) {
 }
 
 func (t *tx) GetForUpdate(kind store.Kind, id string) (store.Record, error) { return t.Get(kind, id) }
+
+func (t *tx) GetForShare(kind store.Kind, id string) (store.Record, error) { return t.Get(kind, id) }
 
 func match(r store.Record, f store.Filter) bool {
 	return (f.ProjectID == "" || r.ProjectID == f.ProjectID) &&
@@ -163,7 +171,7 @@ func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) (int64, 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := &tx{s: s, writes: map[key]*store.Record{}, touched: map[string]bool{}}
+	t := newTx(s)
 	if err := fn(t); err != nil {
 		return 0, err
 	}
@@ -175,6 +183,7 @@ func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) (int64, 
 			s.objs[k] = *w
 		}
 	}
+	s.applyClaims(t.claims)
 	ids := make([]string, 0, len(t.touched))
 	for id := range t.touched {
 		ids = append(ids, id)
@@ -193,7 +202,7 @@ func (s *Store) View(ctx context.Context, fn func(tx store.ReadTx) error) error 
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return fn(&tx{s: s, writes: map[key]*store.Record{}, touched: map[string]bool{}})
+	return fn(newTx(s))
 }
 
 // Revision returns the last committed revision.
