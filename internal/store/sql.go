@@ -197,6 +197,8 @@ type sqlTx struct {
 	ctx     context.Context
 	touched map[string]bool
 	write   bool
+	// onRollback is called if the transaction does not commit.
+	onRollback []func()
 }
 
 const cols = "kind, id, project_id, loadbalancer_id, parent_id, name, data, created_at"
@@ -426,6 +428,14 @@ func (t *sqlTx) Touch(lbID string) {
 	}
 }
 
+func (t *sqlTx) OnRollback(fn func()) { t.onRollback = append(t.onRollback, fn) }
+
+func (t *sqlTx) rolledBack() {
+	for _, fn := range t.onRollback {
+		fn()
+	}
+}
+
 // Update runs fn in a write transaction and commits it with the next
 // revision. The revision row is bumped last, so its lock is held only
 // for the commit and revisions follow commit order.
@@ -449,6 +459,12 @@ func (s *SQL) update(ctx context.Context, fn func(tx Tx) error) (int64, error) {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	t := &sqlTx{s: s, tx: tx, ctx: ctx, touched: map[string]bool{}, write: true}
+	committed := false
+	defer func() {
+		if !committed {
+			t.rolledBack()
+		}
+	}()
 	if err := fn(t); err != nil {
 		tx.Rollback()
 		return 0, err
@@ -467,6 +483,7 @@ func (s *SQL) update(ctx context.Context, fn func(tx Tx) error) (int64, error) {
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("commit: %w", err)
 	}
+	committed = true
 	return rev, nil
 }
 

@@ -136,4 +136,8 @@ type Tx interface {
 	Delete(kind Kind, id string) error
 	// Touch records that this transaction changed a load balancer's tree.
 	Touch(loadBalancerID string)
+	// OnRollback has fn called if this transaction does not commit (fn
+	// of Update failed, or the commit did), for state outside the store
+	// that the transaction moved, such as an allocation hint.
+	OnRollback(fn func())
 }

@@ -35,6 +35,8 @@ type tx struct {
 	writes  map[key]*store.Record // nil value: deleted
 	claims  map[claim]bool        // false: unclaimed
 	touched map[string]bool
+	// onRollback is called if fn of Update fails.
+	onRollback []func()
 }
 
 func newTx(s *Store) *tx {
@@ -164,6 +166,8 @@ func (t *tx) Delete(kind store.Kind, id string) error {
 
 func (t *tx) Touch(lbID string) { t.touched[lbID] = true }
 
+func (t *tx) OnRollback(fn func()) { t.onRollback = append(t.onRollback, fn) }
+
 // Update runs fn with the store locked and applies its writes on success.
 func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) (int64, error) {
 	if err := ctx.Err(); err != nil {
@@ -173,6 +177,9 @@ func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) (int64, 
 	defer s.mu.Unlock()
 	t := newTx(s)
 	if err := fn(t); err != nil {
+		for _, undo := range t.onRollback {
+			undo()
+		}
 		return 0, err
 	}
 	s.rev++
