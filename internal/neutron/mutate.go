@@ -171,7 +171,7 @@ func (u rename) save(tx store.Tx, kind store.Kind, id string) (any, error) {
 		u.apply(&n.Name, &n.Description, &n.RevisionNumber, &n.UpdatedAt)
 		return n, putNetwork(tx, n, false)
 	case store.KindSubnet:
-		d, err := getSubnetDoc(tx, id, true)
+		d, err := getSubnetDoc(tx, id, updateLock)
 		if err != nil {
 			return nil, err
 		}

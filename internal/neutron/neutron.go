@@ -24,8 +24,9 @@ const DeviceOwnerLB = "Octavia"
 // AdminProject owns the networks EnsureDefault creates.
 const AdminProject = "admin"
 
-// ipamProject marks the IPAM bitmap records, which share the subnet kind
-// (the store has no kind of their own) and are never shown by the API.
+// ipamProject marks the bitmap records of the IPAM scheme before claims
+// (ipam_legacy.go), which share the subnet kind and are never shown by the
+// API; a subnet's are deleted when it is converted.
 const ipamProject = "flowlb:ipam"
 
 // timeFormat is Neutron's timestamp format: seconds, with a Z.
@@ -130,23 +131,12 @@ type Port struct {
 	UpdatedAt           string        `json:"updated_at"`
 }
 
-// subnetDoc is the stored subnet: the API object plus its IPAM counters.
-// The counters live in the subnet record because every allocation in the
-// subnet has to lock it anyway (they serialise on it), and that keeps the
-// bookkeeping to one small document instead of a set that grows with n.
+// subnetDoc is the stored subnet: the API object, plus the bitmap scheme's
+// bookkeeping while a subnet from before claims is not yet converted
+// (ipam_legacy.go). Subnets made since have no "flowlb:ipam".
 type subnetDoc struct {
 	Subnet
-	IPAM ipamState `json:"flowlb:ipam"`
-}
-
-type ipamState struct {
-	// Cursor is where the next automatic allocation starts looking
-	// (next-fit), so a bulk load never rescans what it just filled.
-	Cursor string `json:"cursor,omitempty"`
-	// InPool counts allocated addresses inside the allocation pools, to
-	// detect exhaustion without a scan; Used counts all allocated ones.
-	InPool uint64 `json:"in_pool"`
-	Used   uint64 `json:"used"`
+	Legacy *legacyIPAM `json:"flowlb:ipam,omitempty"`
 }
 
 // portDoc is the stored port: the API object plus who bound it.
@@ -200,14 +190,29 @@ func decodeSubnet(rec store.Record) (subnetDoc, error) {
 	return d, nil
 }
 
-// getSubnetDoc reads a subnet; lock takes the row lock that serialises
-// allocations in that subnet.
-func getSubnetDoc(tx store.ReadTx, id string, lock bool) (subnetDoc, error) {
+// rowLock is how a read in a write transaction locks the record.
+type rowLock int
+
+const (
+	noLock rowLock = iota
+	// shareLock: allocations, which may run side by side but keep the
+	// subnet from being deleted under them.
+	shareLock
+	// updateLock: deleting the subnet, renaming it, converting its IPAM.
+	updateLock
+)
+
+// getSubnetDoc reads a subnet, locked as lock says if tx can write.
+func getSubnetDoc(tx store.ReadTx, id string, lock rowLock) (subnetDoc, error) {
 	var rec store.Record
 	var err error
-	if wtx, ok := tx.(store.Tx); ok && lock {
+	wtx, canWrite := tx.(store.Tx)
+	switch {
+	case canWrite && lock == updateLock:
 		rec, err = wtx.GetForUpdate(store.KindSubnet, id)
-	} else {
+	case canWrite && lock == shareLock:
+		rec, err = wtx.GetForShare(store.KindSubnet, id)
+	default:
 		rec, err = tx.Get(store.KindSubnet, id)
 	}
 	if isNotFound(err) || (err == nil && rec.ProjectID == ipamProject) {

@@ -2,7 +2,6 @@ package neutron
 
 import (
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -72,7 +71,7 @@ func createSubnet(tx store.Tx, spec subnetSpec) (Subnet, error) {
 		return Subnet{}, invalidInput("Cidr %s does not match ip_version %d", p, spec.IPVersion)
 	}
 	for _, sid := range net.Subnets {
-		other, err := getSubnetDoc(tx, sid, false)
+		other, err := getSubnetDoc(tx, sid, noLock)
 		if err != nil {
 			return Subnet{}, err
 		}
@@ -131,26 +130,24 @@ func createSubnet(tx store.Tx, spec subnetSpec) (Subnet, error) {
 }
 
 func deleteSubnet(tx store.Tx, id string) error {
-	d, err := getSubnetDoc(tx, id, true)
+	// convertLegacy reads the subnet under its exclusive lock, which waits
+	// for allocations in flight (they share it), so that the check below
+	// sees their claims; it also drops bitmap records, if any.
+	d, err := convertLegacy(tx, id)
 	if err != nil {
 		return err
 	}
-	if d.IPAM.Used > 0 {
+	used, err := inUse(tx, id)
+	if err != nil {
+		return err
+	}
+	if used {
 		return refuse(KindConflict, "SubnetInUse", "Unable to complete operation on subnet %s: One or more ports have an IP allocation from this subnet.", id)
-	}
-	// Emptied chunks are deleted as they empty; this only catches leftovers.
-	chunks, err := tx.List(store.KindSubnet, store.Filter{ProjectID: ipamProject, ParentID: id})
-	if err != nil {
-		return err
-	}
-	for _, c := range chunks {
-		if err := tx.Delete(store.KindSubnet, c.ID); err != nil {
-			return err
-		}
 	}
 	if err := tx.Delete(store.KindSubnet, id); err != nil {
 		return fmt.Errorf("delete subnet %s: %w", id, err)
 	}
+	forgetHint(id)
 	net, err := getNetwork(tx, d.NetworkID)
 	if err != nil {
 		return err
@@ -179,149 +176,6 @@ func deleteNetwork(tx store.Tx, id string) error {
 	return tx.Delete(store.KindNetwork, id)
 }
 
-// allocator hands out addresses from several subnets in one transaction,
-// one ipam per subnet, each subnet locked on first use.
-type allocator struct {
-	tx    store.Tx
-	ipams map[string]*ipam
-	order []string
-}
-
-func newAllocator(tx store.Tx) *allocator { return &allocator{tx: tx, ipams: map[string]*ipam{}} }
-
-func (a *allocator) subnet(id string) (*ipam, error) {
-	if m, ok := a.ipams[id]; ok {
-		return m, nil
-	}
-	d, err := getSubnetDoc(a.tx, id, true)
-	if err != nil {
-		return nil, err
-	}
-	m, err := newIPAM(a.tx, &d)
-	if err != nil {
-		return nil, err
-	}
-	a.ipams[id] = m
-	a.order = append(a.order, id)
-	return m, nil
-}
-
-func (a *allocator) save() error {
-	for _, id := range a.order {
-		if err := a.ipams[id].save(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// firstFree picks the first subnet of the network, in the network's order,
-// that has a free pool address and (if version is not 0) that IP version.
-func (a *allocator) firstFree(net Network, version int) (*ipam, error) {
-	var last *Error
-	for _, sid := range net.Subnets {
-		m, err := a.subnet(sid)
-		if err != nil {
-			return nil, err
-		}
-		if version != 0 && m.doc.IPVersion != version {
-			continue
-		}
-		if m.doc.IPAM.InPool < m.capacity() {
-			return m, nil
-		}
-		last = m.exhausted()
-	}
-	if last == nil {
-		last = refuse(KindConflict, "IpAddressGenerationFailure", "No more IP addresses available on network %s.", net.ID)
-	}
-	return nil, last
-}
-
-// containing finds the subnet of the network that contains addr.
-func (a *allocator) containing(net Network, addr netip.Addr) (*ipam, error) {
-	for _, sid := range net.Subnets {
-		m, err := a.subnet(sid)
-		if err != nil {
-			return nil, err
-		}
-		if m.prefix.Contains(addr.Unmap()) {
-			return m, nil
-		}
-	}
-	return nil, refuse(KindInvalid, "InvalidIpForNetwork", "IP address %s is not a valid IP for any of the subnets on the specified network.", addr)
-}
-
-// allocate fills in fixed IPs for a port on net. An empty request gets one
-// address from the first subnet with room (none if the network has no
-// subnets, as in Neutron). Each entry may name a subnet, an address or both.
-func (a *allocator) allocate(net Network, req []FixedIP, given bool) ([]FixedIP, error) {
-	if !given {
-		if len(net.Subnets) == 0 {
-			return []FixedIP{}, nil
-		}
-		req = []FixedIP{{}}
-	}
-	out := make([]FixedIP, 0, len(req))
-	for _, f := range req {
-		var addr netip.Addr
-		if f.IPAddress != "" {
-			var err error
-			if addr, err = netip.ParseAddr(f.IPAddress); err != nil {
-				return nil, badAttr("fixed_ips", "'%s' is not a valid IP address", f.IPAddress)
-			}
-		}
-		var m *ipam
-		var err error
-		switch {
-		case f.SubnetID != "":
-			if !slices.Contains(net.Subnets, f.SubnetID) {
-				return nil, invalidInput("Failed to create port on network %s, because fixed_ips included invalid subnet %s", net.ID, f.SubnetID)
-			}
-			m, err = a.subnet(f.SubnetID)
-		case addr.IsValid():
-			m, err = a.containing(net, addr)
-		default:
-			m, err = a.firstFree(net, 0)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if addr.IsValid() {
-			err = m.allocateAddr(addr)
-		} else {
-			addr, err = m.allocateAny()
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, FixedIP{SubnetID: m.doc.ID, IPAddress: addr.Unmap().String()})
-	}
-	return out, nil
-}
-
-// releaseAll frees a port's addresses; subnets already gone are skipped.
-func (a *allocator) releaseAll(ips []FixedIP) error {
-	for _, f := range ips {
-		m, err := a.subnet(f.SubnetID)
-		var ae *Error
-		if errors.As(err, &ae) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		addr, err := netip.ParseAddr(f.IPAddress)
-		if err != nil {
-			continue
-		}
-		if err := m.release(addr); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // newMAC returns a random unicast, locally administered MAC address. With
 // 46 random bits a collision among even millions of ports is negligible, so
 // uniqueness is not checked (which would need an index or a scan).
@@ -338,9 +192,6 @@ func createPort(tx store.Tx, a *allocator, net Network, p Port, fixed []FixedIP,
 	p.NetworkID = net.ID
 	ips, err := a.allocate(net, fixed, fixedGiven)
 	if err != nil {
-		return Port{}, err
-	}
-	if err := a.save(); err != nil {
 		return Port{}, err
 	}
 	p.ID = uuid.NewString()
@@ -373,9 +224,6 @@ func createPort(tx store.Tx, a *allocator, net Network, p Port, fixed []FixedIP,
 func deletePort(tx store.Tx, d portDoc) error {
 	a := newAllocator(tx)
 	if err := a.releaseAll(d.FixedIPs); err != nil {
-		return err
-	}
-	if err := a.save(); err != nil {
 		return err
 	}
 	if err := tx.Delete(store.KindPort, d.ID); err != nil {

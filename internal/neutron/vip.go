@@ -43,49 +43,21 @@ func AllocateVIP(tx store.Tx, r VIPRequest) (VIP, error) {
 		return bindPort(tx, r, addr)
 	}
 
-	var net Network
-	var m *ipam
 	a := newAllocator(tx)
-	switch {
-	case r.SubnetID != "":
-		var err error
-		if m, err = a.subnet(r.SubnetID); err != nil {
-			return VIP{}, domainErr(err, "Subnet", r.SubnetID)
-		}
-		if net, err = getNetwork(tx, m.doc.NetworkID); err != nil {
-			return VIP{}, domainErr(err, "Subnet", r.SubnetID)
-		}
-		if !usable(net, m.doc.ProjectID, r.ProjectID) || (r.NetworkID != "" && r.NetworkID != net.ID) {
-			return VIP{}, lbaas.Invalid("Subnet %s not found.", r.SubnetID)
-		}
-	default:
-		var err error
-		if net, err = getNetwork(tx, r.NetworkID); err != nil {
-			return VIP{}, domainErr(err, "Network", r.NetworkID)
-		}
-		if !usable(net, net.ProjectID, r.ProjectID) {
-			return VIP{}, lbaas.Invalid("Network %s not found.", r.NetworkID)
-		}
-		if len(net.Subnets) == 0 {
-			return VIP{}, lbaas.Validation("Supplied network does not contain a subnet.")
-		}
-		if addr.IsValid() {
-			m, err = a.containing(net, addr)
-			var ne *Error
-			if errors.As(err, &ne) && ne.Type == "InvalidIpForNetwork" {
-				return VIP{}, lbaas.Validation("Supplied network does not contain a subnet for VIP address specified.")
-			}
-		} else {
-			m, err = a.firstFree(net, 0)
-		}
-		if err != nil {
-			return VIP{}, domainErr(err, "Network", r.NetworkID)
-		}
+	net, m, err := vipSubnet(tx, a, r, addr)
+	if err != nil {
+		return VIP{}, err
 	}
-
-	fixed := []FixedIP{{SubnetID: m.doc.ID}}
+	// Without a subnet (a network and no address), allocate picks the
+	// first subnet with room.
+	fixed := FixedIP{}
+	resource, id := "Network", r.NetworkID
+	if m != nil {
+		fixed.SubnetID = m.doc.ID
+		resource, id = "Subnet", m.doc.ID
+	}
 	if addr.IsValid() {
-		fixed[0].IPAddress = addr.String()
+		fixed.IPAddress = addr.String()
 	}
 	p, err := createPort(tx, a, net, Port{
 		Name:         "octavia-lb-" + r.LoadBalancerID,
@@ -93,11 +65,52 @@ func AllocateVIP(tx store.Tx, r VIPRequest) (VIP, error) {
 		DeviceID:     r.LoadBalancerID,
 		ProjectID:    r.ProjectID,
 		AdminStateUp: true,
-	}, fixed, true, r.LoadBalancerID)
+	}, []FixedIP{fixed}, true, r.LoadBalancerID)
 	if err != nil {
-		return VIP{}, domainErr(err, "Subnet", m.doc.ID)
+		return VIP{}, domainErr(err, resource, id)
 	}
 	return VIP{Address: p.FixedIPs[0].IPAddress, PortID: p.ID, SubnetID: p.FixedIPs[0].SubnetID, NetworkID: net.ID}, nil
+}
+
+// vipSubnet finds the network of a new VIP port and, if the request names
+// a subnet or an address, the subnet; refusals are the domain's.
+func vipSubnet(tx store.Tx, a *allocator, r VIPRequest, addr netip.Addr) (Network, *ipam, error) {
+	if r.SubnetID != "" {
+		m, err := a.subnet(r.SubnetID)
+		if err != nil {
+			return Network{}, nil, domainErr(err, "Subnet", r.SubnetID)
+		}
+		net, err := getNetwork(tx, m.doc.NetworkID)
+		if err != nil {
+			return Network{}, nil, domainErr(err, "Subnet", r.SubnetID)
+		}
+		if !usable(net, m.doc.ProjectID, r.ProjectID) || (r.NetworkID != "" && r.NetworkID != net.ID) {
+			return Network{}, nil, lbaas.Invalid("Subnet %s not found.", r.SubnetID)
+		}
+		return net, m, nil
+	}
+	net, err := getNetwork(tx, r.NetworkID)
+	if err != nil {
+		return Network{}, nil, domainErr(err, "Network", r.NetworkID)
+	}
+	if !usable(net, net.ProjectID, r.ProjectID) {
+		return Network{}, nil, lbaas.Invalid("Network %s not found.", r.NetworkID)
+	}
+	if len(net.Subnets) == 0 {
+		return Network{}, nil, lbaas.Validation("Supplied network does not contain a subnet.")
+	}
+	if !addr.IsValid() {
+		return net, nil, nil
+	}
+	m, err := a.containing(net, addr)
+	var ne *Error
+	if errors.As(err, &ne) && ne.Type == "InvalidIpForNetwork" {
+		return Network{}, nil, lbaas.Validation("Supplied network does not contain a subnet for VIP address specified.")
+	}
+	if err != nil {
+		return Network{}, nil, domainErr(err, "Network", r.NetworkID)
+	}
+	return net, m, nil
 }
 
 // bindPort lends a user's port to a load balancer.
@@ -197,7 +210,7 @@ func ReleaseVIP(tx store.Tx, portID string) error {
 
 // GetSubnet returns a subnet, or the domain's invalid "Subnet <id> not found.".
 func GetSubnet(tx store.ReadTx, id string) (Subnet, error) {
-	d, err := getSubnetDoc(tx, id, false)
+	d, err := getSubnetDoc(tx, id, noLock)
 	if err != nil {
 		return Subnet{}, domainErr(err, "Subnet", id)
 	}
@@ -240,7 +253,7 @@ func EnsureDefault(ctx context.Context, s store.Store, name, cidr string) (Netwo
 			}
 		}
 		for _, sid := range net.Subnets {
-			d, err := getSubnetDoc(tx, sid, false)
+			d, err := getSubnetDoc(tx, sid, noLock)
 			if err != nil {
 				return err
 			}

@@ -189,10 +189,10 @@ func TestAllocation(t *testing.T) {
 func TestAllocateCrossesChunks(t *testing.T) {
 	e := newEnv(t)
 	n := e.network("p1", true)
-	s := e.subnet(n.ID, "10.8.0.0/20") // 4093 pool addresses, 4 chunks
+	s := e.subnet(n.ID, "10.8.0.0/20") // 4093 pool addresses: pages of claims, old chunk edges
 	seen := map[string]bool{}
 	var prev netip.Addr
-	for i := 0; i < 3*chunkBits; i++ {
+	for i := 0; i < 3*legacyChunkBits; i++ {
 		v, err := e.allocate(VIPRequest{SubnetID: s.ID, LoadBalancerID: "lb"})
 		if err != nil {
 			t.Fatalf("allocation %d: %v", i, err)
@@ -288,12 +288,8 @@ func TestVIPPortLifecycle(t *testing.T) {
 		if _, err := tx.Get(store.KindPort, v.PortID); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("VIP port still there after release: %v", err)
 		}
-		d, err := getSubnetDoc(tx, s.ID, false)
-		if err != nil {
-			return err
-		}
-		if d.IPAM.Used != 0 || d.IPAM.InPool != 0 {
-			t.Errorf("counters after release: %+v", d.IPAM)
+		if used, err := inUse(tx, s.ID); used || err != nil {
+			t.Errorf("addresses still claimed after release: %v %v", used, err)
 		}
 		if n, _ := tx.Count(store.KindSubnet, store.Filter{ProjectID: ipamProject}); n != 0 {
 			t.Errorf("%d IPAM chunks left for an empty subnet", n)
@@ -400,9 +396,9 @@ func TestConcurrentAllocationsAreDistinct(t *testing.T) {
 		seen[a] = i
 	}
 	err := e.st.View(context.Background(), func(tx store.ReadTx) error {
-		d, err := getSubnetDoc(tx, s.ID, false)
-		if err == nil && (d.IPAM.Used != workers || d.IPAM.InPool != workers) {
-			t.Errorf("counters %+v, want %d", d.IPAM, workers)
+		held, err := tx.Claimed(claimSpace(s.ID), "", 2*workers)
+		if err == nil && len(held) != workers {
+			t.Errorf("%d addresses claimed, want %d", len(held), workers)
 		}
 		return err
 	})
