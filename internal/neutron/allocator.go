@@ -6,14 +6,27 @@ import (
 )
 
 // Allocator gives load balancers their VIPs from this Neutron subset; it
-// implements lbaas.VIPAllocator.
-type Allocator struct{}
+// implements lbaas.VIPAllocator. The zero Allocator shares this process's
+// allocation hints with the Neutron API.
+type Allocator struct{ hints *hintTable }
 
 var _ lbaas.VIPAllocator = Allocator{}
 
+// NewAllocator returns an Allocator with hints of its own, as a separate
+// server process has: for benchmarks and tests that run several servers
+// sharing one database in one process.
+func NewAllocator() Allocator { return Allocator{hints: &hintTable{}} }
+
+func (a Allocator) table() *hintTable {
+	if a.hints == nil {
+		return processHints
+	}
+	return a.hints
+}
+
 // Allocate allocates in the caller's transaction.
-func (Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) {
-	v, err := AllocateVIP(tx, VIPRequest{ProjectID: r.ProjectID, LoadBalancerID: r.LoadBalancerID, SubnetID: r.SubnetID, NetworkID: r.NetworkID, PortID: r.PortID, Address: r.Address})
+func (a Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) {
+	v, err := allocateVIP(tx, a.table(), VIPRequest{ProjectID: r.ProjectID, LoadBalancerID: r.LoadBalancerID, SubnetID: r.SubnetID, NetworkID: r.NetworkID, PortID: r.PortID, Address: r.Address})
 	if err != nil {
 		return lbaas.VIP{}, err
 	}
@@ -23,4 +36,6 @@ func (Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) {
 }
 
 // Release frees a VIP port in the caller's transaction.
-func (Allocator) Release(tx store.Tx, portID string) error { return ReleaseVIP(tx, portID) }
+func (a Allocator) Release(tx store.Tx, portID string) error {
+	return releaseVIP(tx, a.table(), portID)
+}

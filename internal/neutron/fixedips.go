@@ -12,20 +12,24 @@ import (
 // within one transaction, loading each subnet once.
 type allocator struct {
 	tx    store.Tx
+	hints *hintTable
 	ipams map[string]*ipam
 }
 
-func newAllocator(tx store.Tx) *allocator { return &allocator{tx: tx, ipams: map[string]*ipam{}} }
+func newAllocator(tx store.Tx, hints *hintTable) *allocator {
+	return &allocator{tx: tx, hints: hints, ipams: map[string]*ipam{}}
+}
 
 func (a *allocator) subnet(id string) (*ipam, error) {
 	if m, ok := a.ipams[id]; ok {
 		return m, nil
 	}
-	d, err := loadForIPAM(a.tx, id)
+	h := a.hints.of(id)
+	d, err := loadForIPAM(a.tx, h, id)
 	if err != nil {
 		return nil, err
 	}
-	m, err := newIPAM(a.tx, d)
+	m, err := newIPAM(a.tx, h, d)
 	if err != nil {
 		return nil, err
 	}

@@ -26,18 +26,22 @@ type hint struct {
 	converted bool
 }
 
-// hints maps a subnet id to its *hint.
-var hints sync.Map
+// hintTable maps subnet ids to their hints. processHints serves the
+// package's functions and the zero Allocator; NewAllocator makes a table
+// of its own, as a separate server process has.
+type hintTable struct{ m sync.Map }
 
-func hintFor(subnetID string) *hint {
-	if h, ok := hints.Load(subnetID); ok {
+var processHints = &hintTable{}
+
+func (t *hintTable) of(subnetID string) *hint {
+	if h, ok := t.m.Load(subnetID); ok {
 		return h.(*hint)
 	}
-	h, _ := hints.LoadOrStore(subnetID, &hint{})
+	h, _ := t.m.LoadOrStore(subnetID, &hint{})
 	return h.(*hint)
 }
 
-func forgetHint(subnetID string) { hints.Delete(subnetID) }
+func (t *hintTable) forget(subnetID string) { t.m.Delete(subnetID) }
 
 func (h *hint) isConverted() bool {
 	h.mu.Lock()

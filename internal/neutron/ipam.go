@@ -35,13 +35,14 @@ const exhaustedType = "IpAddressGenerationFailure"
 // ipam is one subnet's allocator within a transaction.
 type ipam struct {
 	tx     store.Tx
+	hint   *hint
 	doc    subnetDoc
 	prefix netip.Prefix
 	gw     netip.Addr
 	pools  []span
 }
 
-func newIPAM(tx store.Tx, doc subnetDoc) (*ipam, error) {
+func newIPAM(tx store.Tx, h *hint, doc subnetDoc) (*ipam, error) {
 	p, err := netip.ParsePrefix(doc.CIDR)
 	if err != nil {
 		return nil, fmt.Errorf("subnet %s: bad cidr %q: %w", doc.ID, doc.CIDR, err)
@@ -54,7 +55,7 @@ func newIPAM(tx store.Tx, doc subnetDoc) (*ipam, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subnet %s: stored pools: %w", doc.ID, err)
 	}
-	return &ipam{tx: tx, doc: doc, prefix: p, gw: gw, pools: pools}, nil
+	return &ipam{tx: tx, hint: h, doc: doc, prefix: p, gw: gw, pools: pools}, nil
 }
 
 // claimSpace is where a subnet's addresses are claimed.
@@ -89,7 +90,7 @@ func (m *ipam) allocateAny() (netip.Addr, error) {
 	if len(m.pools) == 0 {
 		return netip.Addr{}, m.exhausted()
 	}
-	h := hintFor(m.doc.ID)
+	h := m.hint
 	start := h.take(m.pools)
 	for _, seg := range cyclicFrom(m.pools, start) {
 		v, ok, err := m.claimFirstFree(seg, h)

@@ -43,27 +43,27 @@ type legacyChunk struct {
 // first time this process uses the subnet: converting under the exclusive
 // lock while holding the shared one would deadlock with a concurrent
 // transaction doing the same. Once converted, a subnet stays so.
-func loadForIPAM(tx store.Tx, id string) (subnetDoc, error) {
-	h := hintFor(id)
+func loadForIPAM(tx store.Tx, h *hint, id string) (subnetDoc, error) {
 	if !h.isConverted() {
 		d, err := getSubnetDoc(tx, id, noLock)
 		if err != nil {
 			return subnetDoc{}, err
 		}
 		if d.Legacy != nil {
-			return convertLegacy(tx, id)
+			return convertLegacy(tx, h, id)
 		}
 		h.markConverted()
 	}
 	d, err := getSubnetDoc(tx, id, shareLock)
 	if err == nil && d.Legacy != nil { // a conversion this process saw rolled back
-		return convertLegacy(tx, id)
+		return convertLegacy(tx, h, id)
 	}
 	return d, err
 }
 
-// convertLegacy turns a subnet's bitmap records into claims.
-func convertLegacy(tx store.Tx, id string) (subnetDoc, error) {
+// convertLegacy turns a subnet's bitmap records into claims; the old
+// cursor seeds h.
+func convertLegacy(tx store.Tx, h *hint, id string) (subnetDoc, error) {
 	d, err := getSubnetDoc(tx, id, updateLock)
 	if err != nil || d.Legacy == nil { // converted meanwhile
 		return d, err
@@ -81,7 +81,7 @@ func convertLegacy(tx store.Tx, id string) (subnetDoc, error) {
 		}
 	}
 	if c, err := netip.ParseAddr(d.Legacy.Cursor); err == nil {
-		hintFor(id).seed(toU128(c))
+		h.seed(toU128(c))
 	}
 	d.Legacy = nil
 	if err := putSubnet(tx, d, false); err != nil {

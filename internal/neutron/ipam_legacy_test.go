@@ -67,8 +67,8 @@ func loadLegacyFixture(t *testing.T, e *env) legacyFixture {
 		t.Fatalf("load fixture: %v (subnets %q %q, %d ports)", err, f.v4, f.v6, len(f.ports))
 	}
 	// The fixture's ids are fixed: start each engine's run afresh.
-	forgetHint(f.v4)
-	forgetHint(f.v6)
+	processHints.forget(f.v4)
+	processHints.forget(f.v6)
 	return f
 }
 

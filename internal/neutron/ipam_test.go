@@ -83,7 +83,7 @@ func TestConcurrentAllocationUntilExhausted(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			_, err = createPort(tx, newAllocator(tx), net, Port{ProjectID: "p1"}, nil, false, "")
+			_, err = createPort(tx, newAllocator(tx, processHints), net, Port{ProjectID: "p1"}, nil, false, "")
 			return err
 		})
 		var ne *Error

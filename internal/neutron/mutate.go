@@ -90,7 +90,7 @@ func (h *handler) createPort(tx store.Tx, c identity.Caller, attrs map[string]js
 	p.FixedIPs = nil
 	p.ProjectID = project
 	p.Status = ""
-	return createPort(tx, newAllocator(tx), net, p, fixed, given, "")
+	return createPort(tx, newAllocator(tx, processHints), net, p, fixed, given, "")
 }
 
 // update changes name and description, the only mutable attributes here.
@@ -214,7 +214,7 @@ func (h *handler) delete(r *resource) http.HandlerFunc {
 				if d.DeviceOwner == DeviceOwnerLB && d.DeviceID != "" {
 					return refuse(KindConflict, "PortInUse", "Unable to complete operation on port %s for network %s. Port already has an attached device %s.", d.ID, d.NetworkID, d.DeviceID)
 				}
-				return deletePort(tx, d)
+				return deletePort(tx, processHints, d)
 			}
 		})
 		if err != nil {

@@ -133,7 +133,7 @@ func deleteSubnet(tx store.Tx, id string) error {
 	// convertLegacy reads the subnet under its exclusive lock, which waits
 	// for allocations in flight (they share it), so that the check below
 	// sees their claims; it also drops bitmap records, if any.
-	d, err := convertLegacy(tx, id)
+	d, err := convertLegacy(tx, processHints.of(id), id)
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func deleteSubnet(tx store.Tx, id string) error {
 	if err := tx.Delete(store.KindSubnet, id); err != nil {
 		return fmt.Errorf("delete subnet %s: %w", id, err)
 	}
-	forgetHint(id)
+	processHints.forget(id)
 	net, err := getNetwork(tx, d.NetworkID)
 	if err != nil {
 		return err
@@ -221,8 +221,8 @@ func createPort(tx store.Tx, a *allocator, net Network, p Port, fixed []FixedIP,
 }
 
 // deletePort frees the port's addresses and removes it.
-func deletePort(tx store.Tx, d portDoc) error {
-	a := newAllocator(tx)
+func deletePort(tx store.Tx, hints *hintTable, d portDoc) error {
+	a := newAllocator(tx, hints)
 	if err := a.releaseAll(d.FixedIPs); err != nil {
 		return err
 	}

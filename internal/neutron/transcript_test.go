@@ -18,6 +18,9 @@ import (
 func TestTranscripts(t *testing.T) {
 	transcript.Run(t, "testdata/transcripts/*.txtar", func(t *testing.T) transcript.Server {
 		st := memstore.New()
+		// A fresh server process: the transcripts' ids repeat from run to
+		// run (seeded), and so would the allocation hints of their subnets.
+		processHints.m.Clear()
 		if _, _, err := EnsureDefault(t.Context(), st, "flowlb-vip", "198.19.0.0/17"); err != nil {
 			t.Fatal(err)
 		}

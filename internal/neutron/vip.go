@@ -30,7 +30,9 @@ type VIP struct{ Address, PortID, SubnetID, NetworkID string }
 //
 // Refusals are the load balancer domain's (lbaas.Error), in Octavia's
 // wording.
-func AllocateVIP(tx store.Tx, r VIPRequest) (VIP, error) {
+func AllocateVIP(tx store.Tx, r VIPRequest) (VIP, error) { return allocateVIP(tx, processHints, r) }
+
+func allocateVIP(tx store.Tx, hints *hintTable, r VIPRequest) (VIP, error) {
 	var addr netip.Addr
 	if r.Address != "" {
 		var err error
@@ -43,7 +45,7 @@ func AllocateVIP(tx store.Tx, r VIPRequest) (VIP, error) {
 		return bindPort(tx, r, addr)
 	}
 
-	a := newAllocator(tx)
+	a := newAllocator(tx, hints)
 	net, m, err := vipSubnet(tx, a, r, addr)
 	if err != nil {
 		return VIP{}, err
@@ -186,7 +188,9 @@ func domainErr(err error, resource, id string) error {
 // ReleaseVIP undoes AllocateVIP: a port created for the load balancer is
 // deleted and its address freed; a user's port is unbound and kept. A port
 // that no longer exists is not an error, so a release can be retried.
-func ReleaseVIP(tx store.Tx, portID string) error {
+func ReleaseVIP(tx store.Tx, portID string) error { return releaseVIP(tx, processHints, portID) }
+
+func releaseVIP(tx store.Tx, hints *hintTable, portID string) error {
 	d, err := getPortDoc(tx, portID)
 	var ne *Error
 	if errors.As(err, &ne) && ne.Kind == KindNotFound {
@@ -196,7 +200,7 @@ func ReleaseVIP(tx store.Tx, portID string) error {
 		return err
 	}
 	if d.CreatedFor != "" {
-		return deletePort(tx, d)
+		return deletePort(tx, hints, d)
 	}
 	if d.DeviceOwner != DeviceOwnerLB {
 		return nil // not bound by us

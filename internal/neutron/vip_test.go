@@ -311,7 +311,7 @@ func TestUserPortIsBorrowedNotDeleted(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		p, err = createPort(tx, newAllocator(tx), net, Port{ProjectID: "p1", DeviceOwner: "compute:nova"}, []FixedIP{{SubnetID: s.ID, IPAddress: "10.12.0.50"}}, true, "")
+		p, err = createPort(tx, newAllocator(tx, processHints), net, Port{ProjectID: "p1", DeviceOwner: "compute:nova"}, []FixedIP{{SubnetID: s.ID, IPAddress: "10.12.0.50"}}, true, "")
 		return err
 	}); err != nil {
 		t.Fatal(err)
