@@ -90,7 +90,8 @@ func startServer(ctx context.Context, dsn string) (*server, error) {
 		return nil, err
 	}
 	rz := &countingRealizer{}
-	svc, err := lbaas.New(st, neutron.Allocator{}, []lbaas.Provider{flow.New(rz)}, lbaas.Config{DefaultProvider: flow.Name}, log)
+	// Allocation hints of its own, as a server process of its own has.
+	svc, err := lbaas.New(st, neutron.NewAllocator(), []lbaas.Provider{flow.New(rz)}, lbaas.Config{DefaultProvider: flow.Name}, log)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -106,13 +107,40 @@ func startServer(ctx context.Context, dsn string) (*server, error) {
 		close: func() { srv.Close(); st.Close() }}, nil
 }
 
-// createAll posts every body from conc clients and returns each create's
-// latency and the number of failures.
-func createAll(client *http.Client, url string, bodies [][]byte, conc int) ([]time.Duration, int64) {
+// startReplicas starts n servers on one database, one after the other,
+// as replicas of one deployment.
+func startReplicas(ctx context.Context, dsn string, n int) ([]*server, error) {
+	var srvs []*server
+	for range n {
+		srv, err := startServer(ctx, dsn)
+		if err != nil {
+			for _, s := range srvs {
+				s.close()
+			}
+			return nil, err
+		}
+		srvs = append(srvs, srv)
+	}
+	return srvs, nil
+}
+
+// completed is the number of load balancers the replicas have completed.
+func completed(srvs []*server) int64 {
+	var n int64
+	for _, s := range srvs {
+		n += s.rz.done.Load()
+	}
+	return n
+}
+
+// createAll posts every body from conc clients, client w to urls[w mod
+// len(urls)], and returns each create's latency and the number of failures.
+func createAll(client *http.Client, urls []string, bodies [][]byte, conc int) ([]time.Duration, int64) {
 	lat := make([]time.Duration, len(bodies))
 	var errs, next atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < conc; w++ {
+		url := urls[w%len(urls)]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -166,32 +194,40 @@ func countActive(client *http.Client, url string) (int, error) {
 	return active, nil
 }
 
-func run(ctx context.Context, engine, dsn string, n, members, conc int) (result, error) {
-	srv, err := startServer(ctx, dsn)
+func run(ctx context.Context, engine, dsn string, n, members, conc, replicas int) (result, error) {
+	srvs, err := startReplicas(ctx, dsn, replicas)
 	if err != nil {
 		return result{}, err
 	}
-	defer srv.close()
+	defer func() {
+		for _, s := range srvs {
+			s.close()
+		}
+	}()
+	urls := make([]string, len(srvs))
+	for i, s := range srvs {
+		urls[i] = s.url
+	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc}}
 	bodies := make([][]byte, n)
 	for i := range bodies {
-		bodies[i] = body(i, members, srv.subnet)
+		bodies[i] = body(i, members, srvs[0].subnet)
 	}
 	start := time.Now()
-	lat, errs := createAll(client, srv.url, bodies, conc)
+	lat, errs := createAll(client, urls, bodies, conc)
 	createWall := time.Since(start)
-	// The realizer counts completions: the wait does not poll the API it
+	// The realizers count completions: the wait does not poll the API it
 	// measures.
 	want := int64(n) - errs
-	for srv.rz.done.Load() < want {
+	for completed(srvs) < want {
 		if time.Since(start) > 10*time.Minute {
-			return result{}, fmt.Errorf("only %d of %d LBs completed", srv.rz.done.Load(), want)
+			return result{}, fmt.Errorf("only %d of %d LBs completed", completed(srvs), want)
 		}
 		time.Sleep(time.Millisecond)
 	}
 	activeWall := time.Since(start)
 	// Check the claim through the API: every LB ACTIVE.
-	active, err := countActive(client, srv.url)
+	active, err := countActive(client, srvs[0].url)
 	if err != nil {
 		return result{}, err
 	}
@@ -206,6 +242,7 @@ func main() {
 	n := flag.Int("n", 1000, "load balancers to create")
 	members := flag.Int("members", 10, "members per pool")
 	conc := flag.Int("c", 8, "concurrent clients")
+	replicas := flag.Int("replicas", 1, "servers sharing the database (meant for PostgreSQL); the clients are spread over them")
 	sqlite := flag.Bool("sqlite", true, "measure the embedded SQLite store")
 	pg := flag.String("postgres", "", `PostgreSQL DSN to measure, or "auto" to start a throwaway cluster`)
 	flag.Parse()
@@ -218,7 +255,7 @@ func main() {
 			fatal(err)
 		}
 		defer os.RemoveAll(dir)
-		r, err := run(ctx, "sqlite", filepath.Join(dir, "flowlb.db"), *n, *members, *conc)
+		r, err := run(ctx, "sqlite", filepath.Join(dir, "flowlb.db"), *n, *members, *conc, *replicas)
 		if err != nil {
 			fatal(err)
 		}
@@ -236,14 +273,14 @@ func main() {
 				fatal(err)
 			}
 		}
-		r, err := run(ctx, "postgres", dsn, *n, *members, *conc)
+		r, err := run(ctx, "postgres", dsn, *n, *members, *conc, *replicas)
 		if err != nil {
 			fatal(err)
 		}
 		results = append(results, r)
 	}
-	fmt.Printf("%d fully populated load balancers (1 listener, 1 pool, %d members, 1 health monitor), %d concurrent clients, %s\n",
-		*n, *members, *conc, time.Now().UTC().Format("2006-01-02"))
+	fmt.Printf("%d fully populated load balancers (1 listener, 1 pool, %d members, 1 health monitor), %d concurrent clients, %d server(s), %s\n",
+		*n, *members, *conc, *replicas, time.Now().UTC().Format("2006-01-02"))
 	fmt.Println("| engine | creates/s | all created | all ACTIVE | create p50 | create p99 | errors |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, r := range results {
