@@ -47,3 +47,12 @@ func (t *sqlTx) Claimed(space, from string, limit int) ([]string, error) {
 	}
 	return out, rows.Err()
 }
+
+func (t *sqlTx) CountClaimed(space, from, to string) (int, error) {
+	var n int
+	err := t.tx.QueryRowContext(t.ctx, t.q("SELECT COUNT(*) FROM claims WHERE space = ? AND item >= ? AND item <= ?"), space, from, to).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count claims of %s: %w", space, err)
+	}
+	return n, nil
+}

@@ -93,6 +93,9 @@ func TestClaims(t *testing.T) {
 				if err == nil && !slices.Equal(got, []string{"0", "_", "a", "c"}) {
 					err = fmt.Errorf("claimed inside the transaction: %q", got)
 				}
+				if n, cerr := tx.CountClaimed("s1", "", "z"); err == nil && (n != 4 || cerr != nil) {
+					err = fmt.Errorf("count inside the transaction: %d %v", n, cerr)
+				}
 				return err
 			})
 			if err != nil {
@@ -103,6 +106,21 @@ func TestClaims(t *testing.T) {
 			}
 			if got := claimed(t, s, "s2", "", 10); !slices.Equal(got, []string{"a"}) {
 				t.Fatalf("s2: %q", got)
+			}
+			for _, tc := range []struct {
+				space, from, to string
+				want            int
+			}{
+				{"s1", "", "z", 4}, {"s1", "0", "a", 3}, {"s1", "1", "b", 2}, {"s1", "b", "a", 0}, {"s2", "a", "a", 1}, {"s3", "", "z", 0},
+			} {
+				var n int
+				err := s.View(ctx, func(tx store.ReadTx) (err error) {
+					n, err = tx.CountClaimed(tc.space, tc.from, tc.to)
+					return err
+				})
+				if err != nil || n != tc.want {
+					t.Errorf("count %s [%s, %s]: %d %v, want %d", tc.space, tc.from, tc.to, n, err, tc.want)
+				}
 			}
 		})
 	}

@@ -99,6 +99,9 @@ type ReadTx interface {
 	// Claimed returns the keys held in a claim space from `from` on, in
 	// bytewise order, at most limit of them.
 	Claimed(space, from string, limit int) ([]string, error)
+	// CountClaimed counts the keys held in a claim space from `from` to
+	// `to`, both included.
+	CountClaimed(space, from, to string) (int, error)
 }
 
 // Tx reads and writes documents.

@@ -57,6 +57,31 @@ func (t *tx) Claimed(space, from string, limit int) ([]string, error) {
 	return out[:min(limit, len(out))], nil
 }
 
+// CountClaimed counts the committed keys in range, corrected by this
+// transaction's changes.
+func (t *tx) CountClaimed(space, from, to string) (int, error) {
+	committed := t.s.claims[space]
+	i, _ := slices.BinarySearch(committed, from)
+	j, found := slices.BinarySearch(committed, to)
+	if found {
+		j++
+	}
+	n := max(j-i, 0)
+	for c, held := range t.claims {
+		if c.space != space || c.key < from || c.key > to {
+			continue
+		}
+		_, was := slices.BinarySearch(committed, c.key)
+		switch {
+		case held && !was:
+			n++
+		case !held && was:
+			n--
+		}
+	}
+	return n, nil
+}
+
 // applyClaims commits a transaction's claims, keeping each space sorted.
 func (s *Store) applyClaims(changes map[claim]bool) {
 	for c, held := range changes {
