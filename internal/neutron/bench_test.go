@@ -47,6 +47,12 @@ func (c *countingTx) Claimed(space, from string, limit int) ([]string, error) {
 	return c.Tx.Claimed(space, from, limit)
 }
 
+// CountClaimed counts an index range: a scan, like List.
+func (c *countingTx) CountClaimed(space, from, to string) (int, error) {
+	c.lists++
+	return c.Tx.CountClaimed(space, from, to)
+}
+
 func (c *countingTx) Claim(space, key string) error   { c.ops++; return c.Tx.Claim(space, key) }
 func (c *countingTx) Unclaim(space, key string) error { c.ops++; return c.Tx.Unclaim(space, key) }
 
@@ -91,6 +97,34 @@ func TestAllocationCostIsConstant(t *testing.T) {
 	t.Logf("store operations per allocate+release: %d empty, %d with 10000 allocated", first, after)
 	if after > first+1 { // +1: a second page of claims when the hint meets a run of taken addresses
 		t.Fatalf("cost grew from %d to %d operations", first, after)
+	}
+}
+
+// A full subnet is found full by counting its claims, not by reading
+// every one of them.
+func TestFullSubnetIsFoundByCounting(t *testing.T) {
+	e := newEnv(t)
+	n := e.network(AdminProject, true)
+	s := e.subnet(n.ID, "10.65.0.0/20") // 4093 pool addresses
+	for i := range 4093 {
+		if _, err := e.allocate(VIPRequest{SubnetID: s.ID, LoadBalancerID: "lb"}); err != nil {
+			t.Fatalf("allocation %d: %v", i, err)
+		}
+	}
+	processHints.forget(s.ID) // as after a restart: the search starts at the pool's first address
+	err := e.update(func(tx store.Tx) error {
+		ct := &countingTx{Tx: tx}
+		_, err := AllocateVIP(ct, VIPRequest{SubnetID: s.ID, LoadBalancerID: "lb"})
+		if !exhaustedRefusal(err, n.ID) {
+			t.Errorf("allocation from a full subnet: %v", err)
+		}
+		if ct.ops > 8 || ct.lists != 1 {
+			t.Errorf("found full with %d store operations and %d counts, want at most 8 and 1", ct.ops, ct.lists)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -40,6 +40,8 @@ type ipam struct {
 	prefix netip.Prefix
 	gw     netip.Addr
 	pools  []span
+	// counted: this search has counted the pools' claims (see full).
+	counted bool
 }
 
 func newIPAM(tx store.Tx, h *hint, doc subnetDoc) (*ipam, error) {
@@ -91,6 +93,7 @@ func (m *ipam) allocateAny() (netip.Addr, error) {
 		return netip.Addr{}, m.exhausted()
 	}
 	h := m.hint
+	m.counted = false
 	start := h.take(m.pools)
 	for _, seg := range cyclicFrom(m.pools, start) {
 		v, ok, err := m.claimFirstFree(seg, h)
@@ -156,8 +159,34 @@ func (m *ipam) firstUnclaimed(from, last u128) (u128, bool, error) {
 		if len(keys) < limit {
 			return from, true, nil
 		}
+		if !m.counted {
+			m.counted = true
+			full, err := m.full()
+			if err != nil {
+				return u128{}, false, err
+			}
+			if full {
+				return u128{}, false, m.exhausted()
+			}
+		}
 		limit = min(2*limit, maxPage)
 	}
+}
+
+// full reports whether every pool address is claimed. A search that meets
+// a page of taken addresses asks once: counting is much cheaper than
+// reading every claim of a full subnet.
+func (m *ipam) full() (bool, error) {
+	for _, p := range m.pools {
+		n, err := m.tx.CountClaimed(m.space(), m.key(p.first), m.key(p.last))
+		if err != nil {
+			return false, fmt.Errorf("subnet %s: %w", m.doc.ID, err)
+		}
+		if uint64(n) < size(p.first, p.last) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // allocateAddr takes a requested address; it may lie outside the pools but
