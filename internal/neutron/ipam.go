@@ -86,49 +86,80 @@ func (m *ipam) exhausted() *Error {
 	return refuse(KindConflict, exhaustedType, "No more IP addresses available on network %s.", m.doc.NetworkID)
 }
 
+// maxJumps bounds the fresh starts after lost races; after that a search
+// walks on from where it lost, so that it ends, and finds exhaustion, for
+// sure.
+const maxJumps = 4
+
+// outcome is how a search of (part of) the pools ended.
+type outcome int
+
+const (
+	noneFree outcome = iota // every address searched is claimed
+	claimed                 // the address returned is now this transaction's
+	lostRace                // a concurrent transaction claimed it first
+)
+
 // allocateAny gives out a free pool address: the first at or after this
-// process's hint, wrapping around the pools.
+// process's hint, wrapping around the pools. After a lost race (most
+// likely to another replica walking the same addresses) the search starts
+// again at the hint, which the loss moved to a random pool address.
 func (m *ipam) allocateAny() (netip.Addr, error) {
 	if len(m.pools) == 0 {
 		return netip.Addr{}, m.exhausted()
 	}
-	h := m.hint
 	m.counted = false
-	start := h.take(m.pools)
-	for _, seg := range cyclicFrom(m.pools, start) {
-		v, ok, err := m.claimFirstFree(seg, h)
+	for jumps := 0; ; jumps++ {
+		start := m.hint.take(m.pools)
+		v, out, err := m.search(start, jumps < maxJumps)
 		if err != nil {
 			return netip.Addr{}, err
 		}
-		if ok {
-			h.settle(m.pools, start, v)
-			m.tx.OnRollback(func() { h.rewind(v) })
+		switch out {
+		case claimed:
+			m.hint.settle(m.pools, start, v)
+			m.tx.OnRollback(func() { m.hint.rewind(v) })
 			return v.addr(m.is4()), nil
+		case noneFree:
+			return netip.Addr{}, m.exhausted()
 		}
 	}
-	return netip.Addr{}, m.exhausted()
 }
 
-// claimFirstFree claims the first address of seg that nobody holds.
-func (m *ipam) claimFirstFree(seg span, h *hint) (u128, bool, error) {
+// search walks the pools once from start and claims the first free
+// address; with jump, it stops at the first lost race.
+func (m *ipam) search(start u128, jump bool) (u128, outcome, error) {
+	for _, seg := range cyclicFrom(m.pools, start) {
+		v, out, err := m.claimFirstFree(seg, jump)
+		if err != nil || out != noneFree {
+			return v, out, err
+		}
+	}
+	return u128{}, noneFree, nil
+}
+
+// claimFirstFree claims the first address of seg that nobody holds. A lost
+// race scatters the hint, and ends the search if jump is set.
+func (m *ipam) claimFirstFree(seg span, jump bool) (u128, outcome, error) {
 	from := seg.first
 	for {
 		v, ok, err := m.firstUnclaimed(from, seg.last)
 		if err != nil || !ok {
-			return u128{}, false, err
+			return u128{}, noneFree, err
 		}
 		err = m.tx.Claim(m.space(), m.key(v))
 		if err == nil {
-			return v, true, nil
+			return v, claimed, nil
 		}
 		if !errors.Is(err, store.ErrConflict) {
-			return u128{}, false, fmt.Errorf("subnet %s: %w", m.doc.ID, err)
+			return u128{}, noneFree, fmt.Errorf("subnet %s: %w", m.doc.ID, err)
 		}
-		// A concurrent transaction took v first: most likely another
-		// replica walking the same addresses, so this process jumps away.
-		h.scatter(m.pools)
+		m.hint.scatter(m.pools)
+		if jump {
+			return u128{}, lostRace, nil
+		}
 		if v == seg.last {
-			return u128{}, false, nil
+			return u128{}, noneFree, nil
 		}
 		from = v.inc()
 	}
