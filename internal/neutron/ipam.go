@@ -19,8 +19,9 @@ import (
 // process's hint for the subnet (hints.go) and takes the first address
 // there or after that no committed claim holds, reading the claims in
 // ordered pages; if a concurrent transaction claimed it first, its claim
-// conflicts and the search moves on. The subnet row is only share-locked,
-// so that it is not deleted under an allocation.
+// conflicts and the search starts again at a random pool address. The
+// subnet row is only share-locked, so that it is not deleted under an
+// allocation.
 
 // Claims are read a page at a time, starting small: usually the first
 // address looked at is free.
