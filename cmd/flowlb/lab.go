@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/echo"
@@ -50,7 +51,7 @@ every pod. See docs/lab.md for the topology and address plan.`,
 	cmd.PersistentFlags().StringVar(&f.stateDir, "state-dir", lab.DefaultStateRoot, "directory of lab state")
 	_ = cmd.PersistentFlags().MarkHidden("state-dir")
 	cmd.AddCommand(labUpCmd(f), labDownCmd(f), labStatusCmd(f), labExecCmd(f),
-		labAddPodCmd(f), labDelPodCmd(f), labPodCmd(f), labProcCmd(f), labECMPCmd(f), labRoutesCmd(f),
+		labAddPodCmd(f), labDelPodCmd(f), labPodCmd(f), labProcCmd(f), labPostgresCmd(f), labECMPCmd(f), labRoutesCmd(f),
 		labLoadCmd(f), labEchoCmd(), labKubeletCmd(), labDemoCmd())
 	rootCmd.AddCommand(cmd)
 }
@@ -112,6 +113,7 @@ func labUpCmd(f *labFlags) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "lab %s up: %d nodes × %d pods in %s (state %s)\n",
 				l.Name(), o.Nodes, o.PodsPerNode, time.Since(t0).Round(time.Millisecond), l.Dir())
+			printControlPlaneHosts(cmd.OutOrStdout(), l)
 			if !kube {
 				return nil
 			}
@@ -129,6 +131,8 @@ func labUpCmd(f *labFlags) *cobra.Command {
 	}
 	c.Flags().BoolVar(&kube, "kubernetes", false, "also run a Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) and the lab kubelet; binaries from hack/kube-bins.sh")
 	c.Flags().StringVar(&kubeBin, "kube-bin", "", "directory of kube-apiserver and kube-controller-manager (default $FLOWLB_KUBE_BIN, else the hack/kube-bins.sh cache)")
+	c.Flags().IntVar(&o.Servers, "servers", 0, fmt.Sprintf("server hosts s1…sN on the fabric (198.18.0.241…), for flowlb server replicas; at most %d", lab.MaxServers))
+	c.Flags().BoolVar(&o.Postgres, "postgres", false, "also run a PostgreSQL database (Debian's postgresql package) in host db, "+lab.PostgresDSN)
 	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of nodes")
 	c.Flags().IntVar(&o.PodsPerNode, "pods-per-node", 2, "pods on each node")
 	c.Flags().IntVar(&o.Zones, "zones", lab.DefaultZones, "topology zones the nodes are dealt into, round-robin (zone-a, zone-b, ...): the Kubernetes nodes' zone labels and the agents' --zone")
@@ -138,6 +142,20 @@ func labUpCmd(f *labFlags) *cobra.Command {
 	c.Flags().BoolVar(&o.NoEcho, "no-echo", false, "start no echo servers")
 	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "log progress")
 	return c
+}
+
+// printControlPlaneHosts names the lab's server hosts and its database.
+func printControlPlaneHosts(w io.Writer, l *lab.Lab) {
+	if servers := l.Servers(); len(servers) > 0 {
+		var names []string
+		for _, h := range servers {
+			names = append(names, h.Name+" "+h.Addr.String())
+		}
+		fmt.Fprintf(w, "server hosts: %s\n", strings.Join(names, ", "))
+	}
+	if db := l.Postgres(); db != nil {
+		fmt.Fprintf(w, "postgres %s: %s\n", db.Version, db.DSN)
+	}
 }
 
 func labDownCmd(f *labFlags) *cobra.Command {
@@ -194,7 +212,7 @@ func labStatusCmd(f *labFlags) *cobra.Command {
 func labExecCmd(f *labFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "exec HOST -- CMD [ARGS...]",
-		Short: "Run a command in a host's namespace (HOST: nI, nI-pJ, client, router, fabric)",
+		Short: "Run a command in a host's namespace (HOST: nI, nI-pJ, sI, db, client, router, fabric)",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l, err := f.open()
@@ -331,7 +349,96 @@ func labProcCmd(f *labFlags) *cobra.Command {
 			}
 			return h.Stop(args[1])
 		},
+	}, labProcKillCmd(f), &cobra.Command{
+		Use:   "restart HOST NAME",
+		Short: "Start the tracked process NAME in HOST again, as it was started last (after kill)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := f.open()
+			if err != nil {
+				return err
+			}
+			h, err := l.Host(args[0])
+			if err != nil {
+				return err
+			}
+			p, err := h.Restart(args[1])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s/%s pid %d log %s\n", p.Host, p.Name, p.PID, p.Log)
+			return nil
+		},
 	})
+	return c
+}
+
+func labProcKillCmd(f *labFlags) *cobra.Command {
+	var signal string
+	c := &cobra.Command{
+		Use:   "kill HOST NAME",
+		Short: "Send a signal (default KILL) to the tracked process NAME in HOST and wait until it exits; proc restart starts it again",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sig := unix.SignalNum("SIG" + strings.TrimPrefix(strings.ToUpper(signal), "SIG"))
+			if n, err := strconv.Atoi(signal); err == nil {
+				sig = syscall.Signal(n)
+			}
+			if sig == 0 {
+				return fmt.Errorf("unknown signal %q", signal)
+			}
+			l, err := f.open()
+			if err != nil {
+				return err
+			}
+			h, err := l.Host(args[0])
+			if err != nil {
+				return err
+			}
+			return h.Kill(args[1], sig)
+		},
+	}
+	c.Flags().StringVarP(&signal, "signal", "s", "KILL", "signal name or number (KILL, TERM, INT, 9, ...)")
+	return c
+}
+
+func labPostgresCmd(f *labFlags) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "postgres",
+		Short: "Start or stop the lab's database (lab up --postgres) on the same data",
+	}
+	var mode string
+	stop := &cobra.Command{
+		Use:   "stop",
+		Short: "Shut the database down (--mode fast or immediate) and wait until it has exited",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := f.open()
+			if err != nil {
+				return err
+			}
+			return l.StopPostgres(lab.PostgresStop(mode))
+		},
+	}
+	stop.Flags().StringVar(&mode, "mode", string(lab.PostgresFast), "fast (end sessions, checkpoint) or immediate (like a crash: recovery at the next start)")
+	start := &cobra.Command{
+		Use:   "start",
+		Short: "Start the database (adding it to the lab if it has none) and wait until it accepts connections",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := f.open()
+			if err != nil {
+				return err
+			}
+			db, err := l.StartPostgres(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "postgres %s: %s\n", db.Version, db.DSN)
+			return nil
+		},
+	}
+	c.AddCommand(stop, start)
 	return c
 }
 

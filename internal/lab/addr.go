@@ -22,6 +22,9 @@ var (
 	// RouterFabricAddr is the router's leg on the fabric; nodes route the
 	// client network through it.
 	RouterFabricAddr = netip.MustParseAddr("198.18.0.254")
+	// DBAddr is the lab database host's address on the fabric
+	// (Lab.StartPostgres): PostgreSQL listens there on PostgresPort.
+	DBAddr = netip.MustParseAddr("198.18.0.239")
 	// ClientCIDR is the point-to-point link between router and client.
 	ClientCIDR = netip.MustParsePrefix("198.18.1.0/24")
 	// RouterClientAddr is the router's leg on the client link and the
@@ -43,6 +46,19 @@ const (
 	MaxPodsPerNode = 250
 	MaxNameLen     = 8
 )
+
+// MaxServers is how many server hosts (s1…s9, ServerAddr) a lab can have:
+// their addresses fill the gap between DBAddr and ControlAddr.
+const MaxServers = 9
+
+// ServerAddr is server host k's address on the fabric (k is 1-based):
+// 198.18.0.(240+k).
+func ServerAddr(k int) netip.Addr {
+	return netip.AddrFrom4([4]byte{198, 18, 0, byte(240 + k)})
+}
+
+// ServerName is the host name of server host k: sK.
+func ServerName(k int) string { return "s" + strconv.Itoa(k) }
 
 // NodeAddr is node i's address on the fabric (i is 1-based).
 func NodeAddr(i int) netip.Addr {
@@ -75,12 +91,22 @@ const (
 	HostFabric = "fabric"
 	HostRouter = "router"
 	HostClient = "client"
+	// HostDB runs the lab's PostgreSQL (Lab.StartPostgres).
+	HostDB = "db"
+)
+
+// Kinds of hosts with an index, as ParseHost returns them.
+const (
+	KindNode   = "node"
+	KindPod    = "pod"
+	KindServer = "server"
 )
 
 var (
 	nameRE = regexp.MustCompile(`^[a-z0-9]{1,8}$`)
 	podRE  = regexp.MustCompile(`^n([0-9]+)-p([0-9]+)$`)
 	nodeRE = regexp.MustCompile(`^n([0-9]+)$`)
+	srvRE  = regexp.MustCompile(`^s([0-9]+)$`)
 )
 
 // ValidName reports whether a lab name is acceptable: short, so that
@@ -100,26 +126,32 @@ func Prefix(name string) string { return "flb-" + name + "-" }
 func NSName(name, host string) string { return Prefix(name) + host }
 
 // ParseHost splits a host name into its kind and indices: node i, pod (i,
-// j), or one of the fixed hosts (i = j = 0).
+// j), server i, or one of the fixed hosts (i = j = 0).
 func ParseHost(host string) (kind string, i, j int, err error) {
 	switch host {
-	case HostFabric, HostRouter, HostClient:
+	case HostFabric, HostRouter, HostClient, HostDB:
 		return host, 0, 0, nil
 	}
 	if m := podRE.FindStringSubmatch(host); m != nil {
 		i, _ = strconv.Atoi(m[1])
 		j, _ = strconv.Atoi(m[2])
 		if i >= 1 && i <= MaxNodes && j >= 1 && j <= MaxPodsPerNode {
-			return "pod", i, j, nil
+			return KindPod, i, j, nil
 		}
 	}
 	if m := nodeRE.FindStringSubmatch(host); m != nil {
 		i, _ = strconv.Atoi(m[1])
 		if i >= 1 && i <= MaxNodes {
-			return "node", i, 0, nil
+			return KindNode, i, 0, nil
 		}
 	}
-	return "", 0, 0, fmt.Errorf("unknown host %q: want nI, nI-pJ, %s, %s or %s", host, HostClient, HostRouter, HostFabric)
+	if m := srvRE.FindStringSubmatch(host); m != nil {
+		i, _ = strconv.Atoi(m[1])
+		if i >= 1 && i <= MaxServers {
+			return KindServer, i, 0, nil
+		}
+	}
+	return "", 0, 0, fmt.Errorf("unknown host %q: want nI, nI-pJ, sI, %s, %s, %s or %s", host, HostClient, HostRouter, HostFabric, HostDB)
 }
 
 // labOfNS returns the lab name encoded in a namespace or cgroup name made

@@ -17,6 +17,9 @@ func TestAddressPlan(t *testing.T) {
 		{"pod n1-p1", PodAddr(1, 1), "198.18.17.2"},
 		{"pod n3-p10", PodAddr(3, 10), "198.18.19.11"},
 		{"last pod", PodAddr(MaxNodes, MaxPodsPerNode), "198.18.216.251"},
+		{"server 1", ServerAddr(1), "198.18.0.241"},
+		{"server 9", ServerAddr(MaxServers), "198.18.0.249"},
+		{"database", DBAddr, "198.18.0.239"},
 	}
 	for _, c := range cases {
 		if c.got.String() != c.want {
@@ -29,13 +32,23 @@ func TestAddressPlan(t *testing.T) {
 	// Everything must stay in 198.18.0.0/15 and off the VIP ranges, and
 	// node addresses must stay below the fixed fabric hosts.
 	lab := netip.MustParsePrefix("198.18.0.0/15")
-	for _, a := range []netip.Addr{NodeAddr(MaxNodes), PodAddr(MaxNodes, MaxPodsPerNode), ControlAddr, RouterFabricAddr, RouterClientAddr, ClientAddr} {
+	for _, a := range []netip.Addr{NodeAddr(MaxNodes), PodAddr(MaxNodes, MaxPodsPerNode), ControlAddr, RouterFabricAddr, RouterClientAddr, ClientAddr, DBAddr, ServerAddr(1), ServerAddr(MaxServers)} {
 		if !lab.Contains(a) || ServiceVIPs.Contains(a) || ExternalVIPs.Contains(a) {
 			t.Errorf("%s outside the lab range or inside a VIP range", a)
 		}
 	}
-	if NodeAddr(MaxNodes).Compare(ControlAddr) >= 0 {
-		t.Errorf("node %d address %s collides with the fixed fabric hosts", MaxNodes, NodeAddr(MaxNodes))
+	// On the fabric: nodes, then the database, the servers, the control
+	// address and the router, in that order and without overlap.
+	fabric := []netip.Addr{NodeAddr(MaxNodes), DBAddr, ServerAddr(1), ServerAddr(MaxServers), ControlAddr, RouterFabricAddr}
+	for k := 1; k < len(fabric); k++ {
+		if fabric[k-1].Compare(fabric[k]) >= 0 {
+			t.Errorf("fabric address %s not below %s", fabric[k-1], fabric[k])
+		}
+	}
+	for _, a := range fabric {
+		if !FabricCIDR.Contains(a) {
+			t.Errorf("%s is not on the fabric %s", a, FabricCIDR)
+		}
 	}
 }
 
@@ -51,6 +64,11 @@ func TestParseHost(t *testing.T) {
 		{in: "fabric", kind: "fabric"},
 		{in: "n1", kind: "node", i: 1},
 		{in: "n12-p3", kind: "pod", i: 12, j: 3},
+		{in: "s1", kind: "server", i: 1},
+		{in: "s9", kind: "server", i: 9},
+		{in: "db", kind: "db"},
+		{in: "s0", err: true},
+		{in: "s10", err: true},
 		{in: "n0", err: true},
 		{in: "n1-p0", err: true},
 		{in: "n201", err: true},
@@ -81,6 +99,8 @@ func TestNames(t *testing.T) {
 	owners := map[string]string{
 		"flb-demo-n1-p3":  "demo",
 		"flb-t1-client":   "t1",
+		"flb-t1-s3":       "t1",
+		"flb-t1-db":       "t1",
 		"flb-demo":        "",
 		"dpf-n1":          "",
 		"flb-BAD-n1":      "",

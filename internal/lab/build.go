@@ -1,7 +1,7 @@
 package lab
 
 // Building the lab's network: one namespace per host, then the fabric,
-// the nodes and their routed pods.
+// the server hosts, the nodes and their routed pods.
 
 import (
 	"context"
@@ -43,6 +43,9 @@ const parallelism = 16
 func (l *Lab) build(ctx context.Context) error {
 	s := l.snapshot()
 	hosts := []string{HostFabric, HostRouter, HostClient}
+	for _, k := range s.Servers {
+		hosts = append(hosts, ServerName(k))
+	}
 	for _, n := range s.Nodes {
 		hosts = append(hosts, NodeName(n.Index))
 		for _, j := range n.Pods {
@@ -63,6 +66,9 @@ func (l *Lab) build(ctx context.Context) error {
 		return err
 	}
 	if err := l.buildFabric(s); err != nil {
+		return err
+	}
+	if err := l.buildServers(s); err != nil {
 		return err
 	}
 	g, gctx = errgroup.WithContext(ctx)

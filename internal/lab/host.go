@@ -23,11 +23,11 @@ func (l *Lab) hasNode(i int) bool {
 	return slices.ContainsFunc(l.st.Nodes, func(n NodeState) bool { return n.Index == i })
 }
 
-// Host is one namespace of the lab: a node, a pod, the client, the router
-// or the fabric.
+// Host is one namespace of the lab: a node, a pod, a server host, the
+// database host, the client, the router or the fabric.
 type Host struct {
 	lab  *Lab
-	Name string     // n1, n1-p3, client, router, fabric
+	Name string     // n1, n1-p3, s1, db, client, router, fabric
 	NS   string     // network namespace name
 	Addr netip.Addr // main address
 }
@@ -55,12 +55,22 @@ func (l *Lab) Host(name string) (Host, error) {
 		h.Addr = RouterFabricAddr
 	case HostClient:
 		h.Addr = ClientAddr
-	case "node":
+	case KindNode:
 		if node() == nil {
 			return Host{}, fmt.Errorf("lab %s has no node %s", l.name, name)
 		}
 		h.Addr = NodeAddr(i)
-	case "pod":
+	case KindServer:
+		if !slices.Contains(s.Servers, i) {
+			return Host{}, fmt.Errorf("lab %s has no server host %s (lab up --servers)", l.name, name)
+		}
+		h.Addr = ServerAddr(i)
+	case HostDB:
+		if s.Postgres == nil {
+			return Host{}, fmt.Errorf("lab %s has no database host (lab up --postgres)", l.name)
+		}
+		h.Addr = DBAddr
+	case KindPod:
 		n := node()
 		if n == nil || !slices.Contains(n.Pods, j) {
 			return Host{}, fmt.Errorf("lab %s has no pod %s", l.name, name)
@@ -149,7 +159,7 @@ func (h Host) Listen(network, addr string) (net.Listener, error) {
 // name (unique per host), logging to a file under the lab directory. The
 // lab tracks it: Stop, status and down find it.
 func (h Host) Start(name string, argv []string, env ...string) (ProcState, error) {
-	return h.lab.startProc(h.Name, name, argv, env)
+	return h.lab.startProc(h.Name, name, ProcState{Argv: argv, Env: env})
 }
 
 // Stop kills the host's process named name.

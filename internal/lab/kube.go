@@ -198,7 +198,7 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 		return nil, err
 	}
 	kubeletArgv := append(append([]string{}, o.Kubelet...), l.kubeletArgs()...)
-	if _, err := l.startProc(HostFabric, ProcKubelet, kubeletArgv, o.KubeletEnv, lnf); err != nil {
+	if _, err := l.startProc(HostFabric, ProcKubelet, ProcState{Argv: kubeletArgv, Env: o.KubeletEnv}, lnf); err != nil {
 		return nil, err
 	}
 	if err := l.recordKubeUpSeconds(ks.UpSeconds); err != nil {

@@ -18,6 +18,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/flowlb/flowlb/internal/pgserver"
 )
 
 // Options describe a lab to bring up.
@@ -44,7 +46,13 @@ type Options struct {
 	// default DefaultZones): the zone labels of the lab's Kubernetes nodes
 	// and the agents' --zone.
 	Zones int
-	Log   *slog.Logger
+	// Servers adds server hosts s1…sN (N ≤ MaxServers) on the fabric, for
+	// flowlb server replicas.
+	Servers int
+	// Postgres adds the database host and starts the lab's PostgreSQL
+	// (StartPostgres) once the rest is up.
+	Postgres bool
+	Log      *slog.Logger
 }
 
 // DefaultPorts are the echo server ports when Options.Ports is empty.
@@ -122,6 +130,15 @@ func (o *Options) validate() error {
 	if o.PodsPerNode < 0 || o.PodsPerNode > MaxPodsPerNode {
 		return fmt.Errorf("pods per node %d: want 0-%d", o.PodsPerNode, MaxPodsPerNode)
 	}
+	if o.Servers < 0 || o.Servers > MaxServers {
+		return fmt.Errorf("servers %d: want 0-%d", o.Servers, MaxServers)
+	}
+	if o.Postgres {
+		// Before building anything.
+		if _, err := pgserver.Find(); err != nil {
+			return fmt.Errorf("lab database: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -168,6 +185,9 @@ func initialState(o Options) (State, error) {
 		st.Nodes = append(st.Nodes, n)
 		st.NextHops = append(st.NextHops, i)
 	}
+	for k := 1; k <= o.Servers; k++ {
+		st.Servers = append(st.Servers, k)
+	}
 	return st, nil
 }
 
@@ -198,7 +218,8 @@ func claimStateDir(name, root string) (string, error) {
 }
 
 // bringUp builds the network of a freshly claimed lab, starts the pods'
-// echo servers unless o.NoEcho, and marks the lab ready.
+// echo servers unless o.NoEcho and the database if o.Postgres, and marks
+// the lab ready.
 func (l *Lab) bringUp(ctx context.Context, o Options) error {
 	t0 := time.Now()
 	if err := l.build(ctx); err != nil {
@@ -209,6 +230,13 @@ func (l *Lab) bringUp(ctx context.Context, o Options) error {
 		if err := l.startAllEcho(ctx, o.ReadyTimeout); err != nil {
 			return err
 		}
+	}
+	if o.Postgres {
+		t1 := time.Now()
+		if _, err := l.StartPostgres(ctx); err != nil {
+			return err
+		}
+		o.Log.Info("lab database up", "lab", o.Name, "dsn", PostgresDSN, "elapsed", time.Since(t1))
 	}
 	if err := l.update(func(s *State) error { s.Ready = true; return nil }); err != nil {
 		return err

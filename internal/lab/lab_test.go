@@ -472,14 +472,15 @@ func rootSnapshot(t *testing.T) string {
 	return b.String()
 }
 
-// TestRootNamespaceUntouched runs a whole up/use/down cycle and compares
-// the namespace the lab is run from (the root namespace under .ci/run)
-// before, during and after.
+// TestRootNamespaceUntouched runs a whole up/use/down cycle, with server
+// hosts and the database added at run time, and compares the namespace
+// the lab is run from (the root namespace under .ci/run) before, during
+// and after.
 func TestRootNamespaceUntouched(t *testing.T) {
 	labtest.SkipUnlessRoot(t)
 	before := rootSnapshot(t)
 	t.Run("cycle", func(t *testing.T) {
-		l := labtest.New(t, 2, 2)
+		l := labtest.New(t, 2, 2, labtest.WithServers(2))
 		if _, err := l.AddPod(context.Background(), 1, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -489,6 +490,18 @@ func TestRootNamespaceUntouched(t *testing.T) {
 		if r := ask(t, l.Pod(1, 3), hostport(l.Pod(2, 2).Addr, "8080")); r.Pod != "n2-p2" {
 			t.Errorf("answered by %s", r.Pod)
 		}
+		if r := ask(t, l.Server(2), hostport(l.Pod(1, 1).Addr, "8080")); r.Pod != "n1-p1" {
+			t.Errorf("answered by %s", r.Pod)
+		}
+		t.Run("database", func(t *testing.T) {
+			labtest.RequirePostgres(t)
+			if _, err := l.StartPostgres(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := openDB(t, l.Pod(2, 1)).Ping(); err != nil {
+				t.Fatal(err)
+			}
+		})
 		if during := rootSnapshot(t); during != before {
 			t.Errorf("root namespace changed while the lab is up:\nbefore:\n%s\nduring:\n%s", before, during)
 		}

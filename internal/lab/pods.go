@@ -77,7 +77,7 @@ func (l *Lab) startEcho(ctx context.Context, pods []string, timeout time.Duratio
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				p, err := spawn(NSName(l.name, pod), l.cgroup(pod), l.LogPath(pod, EchoProc), l.echoArgv(s, pod), s.EchoEnv)
+				p, err := spawn(NSName(l.name, pod), l.cgroup(pod), ProcState{Argv: l.echoArgv(s, pod), Env: s.EchoEnv, Log: l.LogPath(pod, EchoProc)})
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -138,7 +138,7 @@ func (l *Lab) checkPod(pod string) error {
 	if err != nil {
 		return err
 	}
-	if kind != "pod" {
+	if kind != KindPod {
 		return fmt.Errorf("%s is not a pod", pod)
 	}
 	_, err = l.Host(pod)

@@ -76,24 +76,34 @@ func (p ProcState) alive() bool {
 	return err == nil && st == p.Start
 }
 
-// spawn starts argv inside network namespace ns, detached (own session,
-// stdin from /dev/null, output appended to logPath) so that it outlives
-// the caller, and places it in cgroup cg if cg is not "". extra are
-// passed as file descriptors 3, 4, ...
-func spawn(ns, cg, logPath string, argv, env []string, extra ...*os.File) (ProcState, error) {
-	if len(argv) == 0 {
+// exited reports whether process pid is gone or a zombie whose threads
+// have all exited. The main thread of a killed multi-threaded process
+// turns zombie before the others have closed its files (a listening
+// socket, say), so a zombie alone is not enough.
+func exited(pid int) bool {
+	if _, err := procStart(pid); err == nil {
+		return false
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return err != nil || len(tasks) <= 1
+}
+
+// spawn starts spec.Argv inside network namespace ns, detached (own
+// session, stdin from /dev/null, output appended to spec.Log) so that it
+// outlives the caller, as spec says (environment, user, IPC namespace,
+// working directory), and places it in cgroup cg if cg is not "". extra
+// are passed as file descriptors 3, 4, ... It returns spec with the
+// process's PID and start time.
+func spawn(ns, cg string, spec ProcState, extra ...*os.File) (ProcState, error) {
+	if len(spec.Argv) == 0 {
 		return ProcState{}, errors.New("empty command")
 	}
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(spec.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return ProcState{}, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), env...)
-	cmd.ExtraFiles = extra
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd := spawnCmd(spec, logf, extra)
 	var cgfd = -1
 	if cg != "" {
 		if err := os.MkdirAll(cg, 0o755); err == nil {
@@ -107,44 +117,63 @@ func spawn(ns, cg, logPath string, argv, env []string, extra ...*os.File) (ProcS
 			}
 		}
 	}
-	start := func() error { return cmd.Start() }
-	err = InNS(ns, start)
+	err = InNS(ns, cmd.Start)
 	if err != nil && cgfd >= 0 {
 		// Older kernels without clone3 into cgroup: start, then move.
-		cmd = exec.Command(argv[0], argv[1:]...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.Env = append(os.Environ(), env...)
-		cmd.ExtraFiles = extra
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if err = InNS(ns, start); err == nil {
+		cmd = spawnCmd(spec, logf, extra)
+		if err = InNS(ns, cmd.Start); err == nil {
 			_ = os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
 		}
 	}
 	if err != nil {
-		return ProcState{}, fmt.Errorf("start %s in %s: %w", argv[0], ns, err)
+		return ProcState{}, fmt.Errorf("start %s in %s: %w", spec.Argv[0], ns, err)
 	}
-	pid := cmd.Process.Pid
-	st, _ := procStart(pid)
+	spec.PID = cmd.Process.Pid
+	spec.Start, _ = procStart(spec.PID)
+	spec.Fds = len(extra)
 	// Reap the child if it exits while we live; if we exit first, init
 	// adopts it.
 	go func() { _ = cmd.Wait() }()
-	return ProcState{PID: pid, Start: st, Argv: argv, Log: logPath}, nil
+	return spec, nil
+}
+
+// spawnCmd is the command spawn starts for spec, logging to logf.
+func spawnCmd(spec ProcState, logf *os.File, extra []*os.File) *exec.Cmd {
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), spec.Env...)
+	cmd.ExtraFiles = extra
+	cmd.Dir = spec.Dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if spec.User != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: spec.User.UID, Gid: spec.User.GID}
+	}
+	if spec.OwnIPC {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWIPC
+	}
+	return cmd
 }
 
 // killAndWait sends SIGKILL to every pid and waits (bounded) until each
 // is gone or a zombie, which no longer holds any namespace.
 func killAndWait(pids []int, timeout time.Duration) error {
+	return signalAndWait(pids, unix.SIGKILL, timeout)
+}
+
+// signalAndWait sends sig to every pid and waits (bounded) until each has
+// exited.
+func signalAndWait(pids []int, sig unix.Signal, timeout time.Duration) error {
 	for _, pid := range pids {
-		_ = unix.Kill(pid, unix.SIGKILL)
+		_ = unix.Kill(pid, sig)
 	}
 	deadline := time.Now().Add(timeout)
 	for _, pid := range pids {
 		for {
-			if _, err := procStart(pid); err != nil {
+			if exited(pid) {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("process %d survived SIGKILL", pid)
+				return fmt.Errorf("process %d survived %s for %s", pid, unix.SignalName(sig), timeout)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}

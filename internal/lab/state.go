@@ -30,7 +30,11 @@ type State struct {
 	Nodes    []NodeState `json:"nodes"`
 	NextHops []int       `json:"next_hops"`       // nodes the router sends external VIPs to
 	Zones    int         `json:"zones,omitempty"` // topology zones the nodes are dealt into
-	Procs    []ProcState `json:"procs"`
+	// Servers are the indices of the server hosts (s1, s2, ...).
+	Servers []int `json:"servers,omitempty"`
+	// Postgres is set once the database host exists (Lab.StartPostgres).
+	Postgres *PostgresState `json:"postgres,omitempty"`
+	Procs    []ProcState    `json:"procs"`
 	// Owner, if set, is the process whose lifetime bounds the lab (a test
 	// binary); DownOrphans removes the lab once that process is gone.
 	Owner *ProcState `json:"owner,omitempty"`
@@ -58,6 +62,9 @@ type NodeState struct {
 // ProcState identifies a process the lab started. PID plus the kernel's
 // start time guards against killing an unrelated process that reused the
 // PID after a reboot-free crash.
+//
+// The fields after Log say how it was started, so that Restart starts it
+// the same way.
 type ProcState struct {
 	Host  string   `json:"host"`
 	Name  string   `json:"name"`
@@ -65,6 +72,23 @@ type ProcState struct {
 	Start uint64   `json:"start"`
 	Argv  []string `json:"argv"`
 	Log   string   `json:"log"`
+	Env   []string `json:"env,omitempty"` // added to the starter's environment
+	// User, if set, is who it runs as instead of root (the lab's
+	// PostgreSQL runs as the postgres system user).
+	User *ProcUser `json:"user,omitempty"`
+	// OwnIPC puts it in a new IPC namespace: the System V shared memory
+	// it makes goes away with it, however it ends.
+	OwnIPC bool   `json:"own_ipc,omitempty"`
+	Dir    string `json:"dir,omitempty"` // working directory
+	// Fds is how many descriptors it inherited (3, 4, ...); such a process
+	// cannot be restarted from the state.
+	Fds int `json:"fds,omitempty"`
+}
+
+// ProcUser is the user and group a process runs as.
+type ProcUser struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
 }
 
 func stateFile(dir string) string { return filepath.Join(dir, "state.json") }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -21,13 +22,23 @@ func (h Host) Load(ctx context.Context, cfg load.Config) (load.Result, error) {
 
 // Status is a lab's state as `lab status` shows it.
 type Status struct {
-	Name     string       `json:"name"`
-	Dir      string       `json:"dir"`
-	Ready    bool         `json:"ready"`
-	Ports    Ports        `json:"ports"`
-	NextHops []int        `json:"next_hops"`
-	Kube     *KubeStatus  `json:"kubernetes,omitempty"`
-	Hosts    []HostStatus `json:"hosts"`
+	Name     string          `json:"name"`
+	Dir      string          `json:"dir"`
+	Ready    bool            `json:"ready"`
+	Ports    Ports           `json:"ports"`
+	NextHops []int           `json:"next_hops"`
+	Kube     *KubeStatus     `json:"kubernetes,omitempty"`
+	Postgres *PostgresStatus `json:"postgres,omitempty"`
+	Hosts    []HostStatus    `json:"hosts"`
+}
+
+// PostgresStatus is the lab database's part of a lab's status.
+type PostgresStatus struct {
+	Version string `json:"version"`
+	DSN     string `json:"dsn"`
+	Data    string `json:"data"`
+	Socket  string `json:"socket"`
+	Running bool   `json:"running"`
 }
 
 // KubeStatus is the Kubernetes part of a lab's status.
@@ -74,9 +85,12 @@ func (l *Lab) Status() Status {
 		st.Kube = &KubeStatus{Version: k.Version, Kubeconfig: k.Kubeconfig, Server: k.Server,
 			LabKubeconfig: k.LabKubeconfig, LabServer: k.LabServer, ServiceCIDR: k.ServiceCIDR, Pods: len(k.Pods)}
 	}
+	if p := s.Postgres; p != nil {
+		st.Postgres = &PostgresStatus{Version: p.Version, DSN: p.DSN, Data: p.Data, Socket: p.Socket, Running: l.PostgresRunning()}
+	}
 	add := func(name, kind, addr string) {
 		hs := HostStatus{Name: name, Kind: kind, NS: NSName(l.name, name), Addr: addr, Present: nsExists(NSName(l.name, name))}
-		if kind == "pod" {
+		if kind == KindPod {
 			ok := l.Healthy(name)
 			hs.Healthy = &ok
 			if s.Kube != nil {
@@ -95,10 +109,16 @@ func (l *Lab) Status() Status {
 	add(HostFabric, HostFabric, ControlAddr.String()+"/24 (control)")
 	add(HostRouter, HostRouter, RouterFabricAddr.String()+", "+RouterClientAddr.String())
 	add(HostClient, HostClient, ClientAddr.String())
+	for _, k := range s.Servers {
+		add(ServerName(k), KindServer, ServerAddr(k).String())
+	}
+	if s.Postgres != nil {
+		add(HostDB, HostDB, DBAddr.String()+":"+strconv.Itoa(PostgresPort))
+	}
 	for _, n := range s.Nodes {
-		add(NodeName(n.Index), "node", NodeAddr(n.Index).String()+" pods "+PodCIDR(n.Index).String())
+		add(NodeName(n.Index), KindNode, NodeAddr(n.Index).String()+" pods "+PodCIDR(n.Index).String())
 		for _, j := range n.Pods {
-			add(PodName(n.Index, j), "pod", PodAddr(n.Index, j).String())
+			add(PodName(n.Index, j), KindPod, PodAddr(n.Index, j).String())
 		}
 	}
 	return st
@@ -115,6 +135,13 @@ func (st Status) Format(w io.Writer) {
 	if k := st.Kube; k != nil {
 		fmt.Fprintf(w, "kubernetes %s: kubeconfig %s (server %s)\n", k.Version, k.Kubeconfig, k.Server)
 		fmt.Fprintf(w, "  from lab namespaces: kubeconfig %s (server %s); service CIDR %s; %d pods\n", k.LabKubeconfig, k.LabServer, k.ServiceCIDR, k.Pods)
+	}
+	if p := st.Postgres; p != nil {
+		state := "running"
+		if !p.Running {
+			state = "STOPPED"
+		}
+		fmt.Fprintf(w, "postgres %s (%s): dsn %s\n  data %s, socket %s\n", p.Version, state, p.DSN, p.Data, p.Socket)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tNETNS\tADDRESS\tPROCESSES")

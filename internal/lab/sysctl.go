@@ -40,7 +40,8 @@ var (
 	sysctlRouter = []sysctl{
 		{key: "net.ipv4.fib_multipath_hash_policy", val: "1"},
 	}
-	// Endpoints (pods and client): many short connections.
+	// Endpoints (pods, client, server and database hosts): many short
+	// connections.
 	sysctlEndpoint = []sysctl{
 		{key: "net.ipv4.ip_local_port_range", val: "1024 65535"},
 		{key: "net.ipv4.tcp_tw_reuse", val: "1"},
@@ -56,11 +57,11 @@ var (
 func sysctlsFor(kind string) []sysctl {
 	out := slices.Clone(sysctlAll)
 	switch kind {
-	case "node":
+	case KindNode:
 		out = append(append(out, sysctlForward...), sysctlNode...)
 	case HostRouter:
 		out = append(append(out, sysctlForward...), sysctlRouter...)
-	case "pod", HostClient:
+	case KindPod, HostClient, KindServer, HostDB:
 		out = append(out, sysctlEndpoint...)
 	case HostFabric:
 		out = append(out, sysctlFabric...)

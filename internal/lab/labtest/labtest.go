@@ -4,6 +4,11 @@
 //	l := labtest.New(t, 3, 2)
 //	c, err := l.Pod(1, 1).Dial(ctx, "tcp", l.Pod(2, 1).Addr.String()+":8080")
 //
+// With server hosts and the database for server replicas:
+//
+//	l := labtest.New(t, 3, 0, labtest.WithServers(3), labtest.WithPostgres)
+//	l.Server(1).Start("server", argv) // and lab.PostgresDSN
+//
 // The pods' echo servers are the test binary itself, re-executed: importing
 // this package installs an init hook that turns the binary into an echo
 // server when it runs with FLOWLB_LABTEST_CHILD=echo, so tests need no
@@ -22,6 +27,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/echo"
+	"github.com/flowlb/flowlb/internal/pgserver"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
 
@@ -45,6 +51,29 @@ func SkipUnlessRoot(t testing.TB) {
 	t.Helper()
 	testutil.RequireRoot(t)
 }
+
+// RequirePostgres skips t when Debian's PostgreSQL is not installed, or
+// fails it when FLOWLB_REQUIRE_POSTGRES=1 (as the store tests do).
+func RequirePostgres(t testing.TB) {
+	t.Helper()
+	_, err := pgserver.Find()
+	if err == nil {
+		return
+	}
+	if pgserver.Required() {
+		t.Fatalf("PostgreSQL required (%s=1): %v", pgserver.RequireEnv, err)
+	}
+	t.Skipf("needs PostgreSQL: %v", err)
+}
+
+// WithServers gives the lab n server hosts (s1…sN), for New.
+func WithServers(n int) func(*lab.Options) {
+	return func(o *lab.Options) { o.Servers = n }
+}
+
+// WithPostgres runs the lab's database, for New; the test skips when
+// PostgreSQL is not installed (see RequirePostgres).
+func WithPostgres(o *lab.Options) { o.Postgres = true }
 
 // EchoCommand is the echo command for labs started from a test binary.
 func EchoCommand() (argv, env []string, err error) {
@@ -86,6 +115,9 @@ func New(t testing.TB, nodes, podsPerNode int, opts ...func(*lab.Options)) *lab.
 	o := lab.Options{Name: Name(), Nodes: nodes, PodsPerNode: podsPerNode, Echo: argv, EchoEnv: env, Owned: true}
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.Postgres {
+		RequirePostgres(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

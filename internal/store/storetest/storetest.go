@@ -15,14 +15,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/flowlb/flowlb/internal/pgserver"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -30,28 +29,22 @@ import (
 type Cluster struct {
 	DSNBase string // without database name
 	dir     string
-	bin     string
+	pg      *pgserver.Install
 	admin   *sql.DB
 }
 
 // StartCluster runs a PostgreSQL cluster from Debian's packages on a free
 // loopback port as the postgres system user (the server refuses root).
 func StartCluster() (*Cluster, error) {
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if len(bins) == 0 {
-		return nil, fmt.Errorf("PostgreSQL is not installed (apt-get install postgresql)")
-	}
-	c := &Cluster{bin: filepath.Dir(bins[len(bins)-1])}
-	u, err := user.Lookup("postgres")
+	pg, err := pgserver.Find()
 	if err != nil {
-		return nil, fmt.Errorf("postgres system user: %w", err)
+		return nil, err
 	}
+	c := &Cluster{pg: pg}
 	if c.dir, err = os.MkdirTemp("", "flowlb-pg-"); err != nil {
 		return nil, err
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.Chown(c.dir, uid, gid); err != nil {
+	if err := pg.MkdirOwned(c.dir); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -61,9 +54,9 @@ func StartCluster() (*Cluster, error) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	data := filepath.Join(c.dir, "data")
-	if out, err := c.as("initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync").CombinedOutput(); err != nil {
+	if err := pg.InitDB(data); err != nil {
 		c.Stop()
-		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+		return nil, err
 	}
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=200", port, c.dir)
 	if out, err := c.as("pg_ctl", "-D", data, "-o", opts, "-w", "-l", filepath.Join(c.dir, "log"), "start").CombinedOutput(); err != nil {
@@ -88,9 +81,7 @@ func StartCluster() (*Cluster, error) {
 	}
 }
 
-func (c *Cluster) as(name string, args ...string) *exec.Cmd {
-	return exec.Command("runuser", append([]string{"-u", "postgres", "--", filepath.Join(c.bin, name)}, args...)...)
-}
+func (c *Cluster) as(name string, args ...string) *exec.Cmd { return c.pg.Command(name, args...) }
 
 var dbSeq atomic.Int64
 
@@ -150,7 +141,7 @@ func Engines(t testing.TB) []Engine {
 	out := []Engine{{"sqlite", sq, path}}
 	once.Do(func() { cluster, pgErr = StartCluster() })
 	if pgErr != nil {
-		if os.Getenv("FLOWLB_REQUIRE_POSTGRES") == "1" {
+		if pgserver.Required() {
 			t.Fatalf("PostgreSQL required: %v", pgErr)
 		}
 		t.Logf("skipping PostgreSQL: %v", pgErr)
