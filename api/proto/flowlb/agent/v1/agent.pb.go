@@ -361,10 +361,11 @@ type Update struct {
 	Probes    []*Probe `protobuf:"bytes,7,rep,name=probes,proto3" json:"probes,omitempty"`
 	// Each entry says what services one load balancer has now, whatever the
 	// agent holds for it: its keys not listed (and claimed by no other entry
-	// of this update) go, the listed services are upserted. They apply
-	// before deletes and upserts; within the list a later entry's claim on
-	// a key wins. A delta so described does not depend on which server's
-	// view the agent's table came from.
+	// of this update) go, the listed services are upserted. Entries apply
+	// in order (a load balancer listed twice ends as the later entry says,
+	// a key two entries list is the later one's), all before deletes and
+	// upserts. A delta so described does not depend on which server's view
+	// the agent's table came from.
 	Loadbalancers []*LoadBalancerServices `protobuf:"bytes,8,rep,name=loadbalancers,proto3" json:"loadbalancers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
