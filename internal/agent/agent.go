@@ -1,8 +1,8 @@
-// Package agent is the node side of the agent stream: it subscribes to the
-// server with its node name and last programmed revision, applies
-// snapshots and deltas to the data plane, acknowledges what it programmed,
-// and reconnects with backoff. It is fail-static: losing the server
-// changes nothing in the kernel.
+// Package agent is the node side of the agent stream: it subscribes to
+// one of the server replicas with its node name and last programmed
+// revision, applies snapshots and deltas to the data plane, acknowledges
+// what it programmed, and moves to another replica when it loses one. It
+// is fail-static: losing the servers changes nothing in the kernel.
 package agent
 
 import (
@@ -28,9 +28,17 @@ type Programmer interface {
 
 // Config of an agent.
 type Config struct {
-	Server string // host:port of the server's agent endpoint
+	// Servers are the agent endpoints of the server replicas, host:port
+	// each; a host may be a name resolving to several addresses, looked
+	// up again at every connection round.
+	Servers []string
+	// Server is one more endpoint, for callers that have one.
+	Server string
 	Token  string
 	Node   string
+	// LookupHost, if set, resolves names (default:
+	// net.DefaultResolver.LookupHost).
+	LookupHost func(ctx context.Context, host string) ([]string, error)
 	// Dialer, if set, dials the server (the lab dials from a namespace).
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 	// MinInterval bounds how often the data plane is programmed: updates
@@ -63,11 +71,17 @@ type Agent struct {
 	transitions chan health.Transition
 	sendMu      sync.Mutex
 	stream      agentv1.Agent_SubscribeClient // the live session, or nil
+	server      string                        // its address
+
+	// Owned by Run: the last session's server, and each entry's last
+	// resolution (kept when a lookup fails).
+	lastServer string
+	resolved   map[string][]string
 }
 
 // New returns an agent programming dp.
 func New(cfg Config, dp Programmer, log *slog.Logger) *Agent {
-	a := &Agent{cfg: cfg, dp: dp, log: log, table: newTable(), m: newMetrics(cfg.Metrics),
+	a := &Agent{cfg: cfg, dp: dp, log: log, table: newTable(), m: newMetrics(cfg.Metrics), resolved: map[string][]string{},
 		transitions: make(chan health.Transition, 1024)}
 	if !cfg.NoHealth {
 		a.health = health.NewRunner(a.transitions, health.NewMetrics(cfg.Metrics))
@@ -89,29 +103,32 @@ func (a *Agent) Revision() (string, int64) {
 	return a.epoch, a.rev
 }
 
-// Run subscribes until ctx ends, reconnecting with jittered exponential
-// backoff (50 ms to 5 s).
+// Run subscribes until ctx ends: to the servers in turn, at once to the
+// next when one fails, with jittered exponential backoff (50 ms to 5 s)
+// after a round in which none answered (round.go).
 func (a *Agent) Run(ctx context.Context) error {
 	if a.health != nil {
 		go a.forwardHealth(ctx)
 		defer a.health.Stop()
 	}
-	backoff := 50 * time.Millisecond
+	backoff := minBackoff
+	lost := ""
 	for ctx.Err() == nil {
-		start := time.Now()
-		err := a.session(ctx)
+		useful, last, err := a.round(ctx, lost)
+		lost = last
 		if ctx.Err() != nil {
 			break
 		}
-		if time.Since(start) > 10*time.Second {
-			backoff = 50 * time.Millisecond
+		if useful {
+			backoff = minBackoff
+			continue
 		}
-		a.log.Warn("agent stream ended; flows kept, reconnecting", "err", err, "in", backoff)
+		a.log.Warn("no server answered; flows kept, retrying", "err", err, "in", backoff)
 		select {
 		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
 		case <-ctx.Done():
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		backoff = min(backoff*2, maxBackoff)
 	}
 	return ctx.Err()
 }
