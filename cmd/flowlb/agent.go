@@ -23,7 +23,7 @@ import (
 )
 
 type agentOptions struct {
-	server    string
+	servers   []string
 	tokenFile string
 	node      string
 	zone      string
@@ -46,7 +46,7 @@ func init() {
 	}
 	host, _ := os.Hostname()
 	f := cmd.Flags()
-	f.StringVar(&o.server, "server", "127.0.0.1:9877", "the server's agent stream address")
+	f.StringSliceVar(&o.servers, "server", []string{"127.0.0.1:9877"}, "the server replicas' agent stream addresses, host:port, comma-separated or the flag repeated; a name may resolve to several (looked up at every connection round)")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bootstrap token (the server's <data-dir>/agent-token)")
 	f.StringVar(&o.node, "node", host, "this node's name")
 	f.StringVar(&o.zone, "zone", "", "this node's topology zone (Kubernetes: its topology.kubernetes.io/zone label); PreferClose services send its traffic to the backends for this zone while there are any")
@@ -64,6 +64,10 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	log, err := newLogger(o.logLevel)
 	if err != nil {
 		return err
+	}
+	servers, err := agent.ParseServers(o.servers)
+	if err != nil {
+		return fmt.Errorf("--server: %w", err)
 	}
 	if o.tokenFile == "" {
 		return fmt.Errorf("--token-file is required")
@@ -124,8 +128,8 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 	}
-	log.Info("flowlb agent starting", "node", o.node, "zone", o.zone, "server", o.server, "metrics", o.metrics, "announce", o.announce)
-	a := agent.New(agent.Config{Server: o.server, Token: strings.TrimSpace(string(b)), Node: o.node, MinInterval: o.minSync, Metrics: reg}, prog, log)
+	log.Info("flowlb agent starting", "node", o.node, "zone", o.zone, "servers", servers, "metrics", o.metrics, "announce", o.announce)
+	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Node: o.node, MinInterval: o.minSync, Metrics: reg}, prog, log)
 	if err := a.Run(ctx); err != nil && ctx.Err() == nil {
 		return err
 	}

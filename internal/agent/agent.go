@@ -1,8 +1,8 @@
-// Package agent is the node side of the agent stream: it subscribes to the
-// server with its node name and last programmed revision, applies
-// snapshots and deltas to the data plane, acknowledges what it programmed,
-// and reconnects with backoff. It is fail-static: losing the server
-// changes nothing in the kernel.
+// Package agent is the node side of the agent stream: it subscribes to
+// one of the server replicas with its node name and last programmed
+// revision, applies snapshots and deltas to the data plane, acknowledges
+// what it programmed, and moves to another replica when it loses one. It
+// is fail-static: losing the servers changes nothing in the kernel.
 package agent
 
 import (
@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/health"
 )
@@ -29,9 +28,17 @@ type Programmer interface {
 
 // Config of an agent.
 type Config struct {
-	Server string // host:port of the server's agent endpoint
+	// Servers are the agent endpoints of the server replicas, host:port
+	// each; a host may be a name resolving to several addresses, looked
+	// up again at every connection round.
+	Servers []string
+	// Server is one more endpoint, for callers that have one.
+	Server string
 	Token  string
 	Node   string
+	// LookupHost, if set, resolves names (default:
+	// net.DefaultResolver.LookupHost).
+	LookupHost func(ctx context.Context, host string) ([]string, error)
 	// Dialer, if set, dials the server (the lab dials from a namespace).
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 	// MinInterval bounds how often the data plane is programmed: updates
@@ -54,7 +61,7 @@ type Agent struct {
 	mu    sync.Mutex
 	epoch string
 	rev   int64
-	table map[flows.Key]flows.Service
+	table *table
 
 	m        *metrics
 	lastSync time.Time
@@ -64,11 +71,17 @@ type Agent struct {
 	transitions chan health.Transition
 	sendMu      sync.Mutex
 	stream      agentv1.Agent_SubscribeClient // the live session, or nil
+	server      string                        // its address
+
+	// Owned by Run: the last session's server, and each entry's last
+	// resolution (kept when a lookup fails).
+	lastServer string
+	resolved   map[string][]string
 }
 
 // New returns an agent programming dp.
 func New(cfg Config, dp Programmer, log *slog.Logger) *Agent {
-	a := &Agent{cfg: cfg, dp: dp, log: log, table: map[flows.Key]flows.Service{}, m: newMetrics(cfg.Metrics),
+	a := &Agent{cfg: cfg, dp: dp, log: log, table: newTable(), m: newMetrics(cfg.Metrics), resolved: map[string][]string{},
 		transitions: make(chan health.Transition, 1024)}
 	if !cfg.NoHealth {
 		a.health = health.NewRunner(a.transitions, health.NewMetrics(cfg.Metrics))
@@ -90,97 +103,40 @@ func (a *Agent) Revision() (string, int64) {
 	return a.epoch, a.rev
 }
 
-// Run subscribes until ctx ends, reconnecting with jittered exponential
-// backoff (50 ms to 5 s).
+// Run subscribes until ctx ends: to the servers in turn, at once to the
+// next when one fails, with jittered exponential backoff (50 ms to 5 s)
+// after a round in which none answered (round.go).
 func (a *Agent) Run(ctx context.Context) error {
 	if a.health != nil {
 		go a.forwardHealth(ctx)
 		defer a.health.Stop()
 	}
-	backoff := 50 * time.Millisecond
+	backoff := minBackoff
+	lost := ""
 	for ctx.Err() == nil {
-		start := time.Now()
-		err := a.session(ctx)
+		useful, last, err := a.round(ctx, lost)
+		lost = last
 		if ctx.Err() != nil {
 			break
 		}
-		if time.Since(start) > 10*time.Second {
-			backoff = 50 * time.Millisecond
+		if useful {
+			backoff = minBackoff
+			continue
 		}
-		a.log.Warn("agent stream ended; flows kept, reconnecting", "err", err, "in", backoff)
+		a.log.Warn("no server answered; flows kept, retrying", "err", err, "in", backoff)
 		select {
 		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
 		case <-ctx.Done():
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		backoff = min(backoff*2, maxBackoff)
 	}
 	return ctx.Err()
 }
 
-// merge folds queued updates into one: from the last snapshot on, later
-// upserts and deletes of a key replace earlier ones.
-func merge(batch []*agentv1.Update) *agentv1.Update {
-	if len(batch) == 1 {
-		return batch[0]
-	}
-	start := 0
-	for i, u := range batch {
-		if u.GetSnapshot() {
-			start = i
-		}
-	}
-	type change struct {
-		up  *agentv1.Service
-		del *agentv1.ServiceKey
-	}
-	order := []flows.Key{}
-	changes := map[flows.Key]change{}
-	note := func(k flows.Key, c change) {
-		if _, seen := changes[k]; !seen {
-			order = append(order, k)
-		}
-		changes[k] = c
-	}
-	for _, u := range batch[start:] {
-		for _, p := range u.GetUpserts() {
-			note(flowpb.ServiceFromProto(p).Key, change{up: p})
-		}
-		for _, p := range u.GetDeletes() {
-			note(flowpb.KeyFromProto(p), change{del: p})
-		}
-	}
-	last := batch[len(batch)-1]
-	out := &agentv1.Update{Epoch: last.GetEpoch(), Revision: last.GetRevision(), Snapshot: batch[start].GetSnapshot()}
-	// Probe lists are whole: the last one wins, snapshot or not.
-	for _, u := range batch {
-		if u.GetProbesSet() {
-			out.ProbesSet, out.Probes = true, u.GetProbes()
-		}
-	}
-	for _, k := range order {
-		c := changes[k]
-		switch {
-		case c.up != nil:
-			out.Upserts = append(out.Upserts, c.up)
-		case !out.Snapshot:
-			// A snapshot lists what exists; deletes only matter in deltas.
-			out.Deletes = append(out.Deletes, c.del)
-		}
-	}
-	return out
-}
-
 // apply programs one update; the in-memory table changes only when the
-// kernel did.
+// kernel did. A snapshot syncs the whole table, a delta applies only
+// what differs from the table.
 func (a *Agent) apply(ctx context.Context, u *agentv1.Update) error {
-	var ups []flows.Service
-	for _, p := range u.GetUpserts() {
-		ups = append(ups, flowpb.ServiceFromProto(p))
-	}
-	var dels []flows.Key
-	for _, p := range u.GetDeletes() {
-		dels = append(dels, flowpb.KeyFromProto(p))
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	start := time.Now()
@@ -190,28 +146,22 @@ func (a *Agent) apply(ctx context.Context, u *agentv1.Update) error {
 	}
 	defer func() { a.m.syncSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds()) }()
 	if u.GetSnapshot() {
-		t := flows.Table{Revision: u.GetRevision(), Services: map[flows.Key]flows.Service{}}
-		for _, s := range ups {
-			t.Services[s.Key] = s
-		}
-		if err := a.dp.Sync(ctx, t); err != nil {
+		next := newTable()
+		next.apply(plan(next, u))
+		if err := a.dp.Sync(ctx, flows.Table{Revision: u.GetRevision(), Services: next.services}); err != nil {
 			return err
 		}
-		a.table = t.Services
+		a.table = next
 	} else {
-		if err := a.dp.Apply(ctx, ups, dels); err != nil {
+		c := plan(a.table, u)
+		if err := a.dp.Apply(ctx, c.upserts, c.deletes); err != nil {
 			return err
 		}
-		for _, s := range ups {
-			a.table[s.Key] = s
-		}
-		for _, k := range dels {
-			delete(a.table, k)
-		}
+		a.table.apply(c)
 	}
 	a.epoch, a.rev = u.GetEpoch(), u.GetRevision()
 	a.m.programmed.Set(float64(a.rev))
-	a.m.services.Set(float64(len(a.table)))
+	a.m.services.Set(float64(len(a.table.services)))
 	return nil
 }
 
@@ -219,9 +169,5 @@ func (a *Agent) apply(ctx context.Context, u *agentv1.Update) error {
 func (a *Agent) Table() map[flows.Key]flows.Service {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make(map[flows.Key]flows.Service, len(a.table))
-	for k, v := range a.table {
-		out[k] = v
-	}
-	return out
+	return a.table.clone()
 }

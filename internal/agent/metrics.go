@@ -4,6 +4,8 @@ import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
 	connected   prometheus.Gauge
+	server      *prometheus.GaugeVec
+	switches    prometheus.Counter
 	received    prometheus.Gauge
 	programmed  prometheus.Gauge
 	services    prometheus.Gauge
@@ -17,7 +19,11 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_agent_connected", Help: "1 while the agent stream to the server is up."}),
-		received:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_agent_received_revision", Help: "Newest revision received from the server."}),
+		server: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flowlb_agent_server_info",
+			Help: "1 for the server (address) of the live stream; no series between streams."}, []string{"server"}),
+		switches: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_agent_server_switches_total",
+			Help: "Streams opened to another server than the previous stream's."}),
+		received: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_agent_received_revision", Help: "Newest revision received from the server."}),
 		programmed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_agent_programmed_revision",
 			Help: "Newest revision programmed into the kernel and acknowledged."}),
 		services: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_agent_services", Help: "Services (VIP, protocol, port) programmed."}),
@@ -26,7 +32,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_agent_program_errors_total", Help: "Updates the kernel refused."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connected, m.received, m.programmed, m.services, m.syncSeconds, m.errors)
+		reg.MustRegister(m.connected, m.server, m.switches, m.received, m.programmed, m.services, m.syncSeconds, m.errors)
 	}
 	return m
 }

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -12,35 +14,58 @@ import (
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 )
 
-// session runs one subscription: connect and say hello, then receive in
-// the background while the updates are programmed and acknowledged in
-// batches, until the stream or the data plane fails.
-func (a *Agent) session(ctx context.Context) error {
-	conn, err := a.dial()
+// session runs one subscription to addr: connect and say hello within
+// handshakeTimeout, then receive in the background while the updates are
+// programmed and acknowledged in batches, until the stream or the data
+// plane fails. It was useful if the server took the hello and sent an
+// update or kept the stream for usefulAfter, and the data plane took
+// what it was given.
+func (a *Agent) session(ctx context.Context, addr string) (bool, error) {
+	conn, err := a.dial(addr)
 	if err != nil {
-		return err
+		return false, fmt.Errorf("server %s: %w", addr, err)
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+a.cfg.Token))
 	defer cancel()
-	stream, err := a.hello(ctx, conn)
+	stream, err := a.handshake(ctx, cancel, conn)
 	if err != nil {
-		return err
+		return false, fmt.Errorf("server %s: %w", addr, err)
 	}
-	a.attach(stream)
+	start := time.Now()
+	a.attach(stream, addr)
 	defer a.detach()
-	updates, recvErr := a.receive(ctx, stream)
-	return a.programLoop(ctx, stream, updates, recvErr)
+	var received atomic.Bool
+	updates, recvErr := a.receive(ctx, stream, &received)
+	err = a.programLoop(ctx, stream, updates, recvErr)
+	useful := (received.Load() || time.Since(start) >= usefulAfter) && !errors.Is(err, errProgram)
+	return useful, fmt.Errorf("server %s: %w", addr, err)
 }
 
-// dial prepares the connection to the server (gRPC connects lazily, on
-// the first call).
-func (a *Agent) dial() (*grpc.ClientConn, error) {
+// errProgram marks a session ended by the data plane, not the server: it
+// was not useful, so that a kernel refusing a change leads to backoff
+// rather than to reconnecting at once for the same change.
+var errProgram = errors.New("program the data plane")
+
+// dial prepares the connection to one server address (gRPC connects
+// lazily, on the first call; the address is resolved already).
+func (a *Agent) dial(addr string) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if a.cfg.Dialer != nil {
 		opts = append(opts, grpc.WithContextDialer(a.cfg.Dialer))
 	}
-	return grpc.NewClient(a.cfg.Server, opts...)
+	return grpc.NewClient("passthrough:///"+addr, opts...)
+}
+
+// handshake opens the stream and says hello, or gives up after
+// handshakeTimeout (cancel ends the stream's context).
+func (a *Agent) handshake(ctx context.Context, cancel context.CancelFunc, conn *grpc.ClientConn) (agentv1.Agent_SubscribeClient, error) {
+	timer := time.AfterFunc(handshakeTimeout, cancel)
+	stream, err := a.hello(ctx, conn)
+	if !timer.Stop() {
+		return nil, fmt.Errorf("no answer within %s", handshakeTimeout)
+	}
+	return stream, err
 }
 
 // hello opens the stream and names this node and the revision it has
@@ -57,27 +82,43 @@ func (a *Agent) hello(ctx context.Context, conn *grpc.ClientConn) (agentv1.Agent
 	return stream, nil
 }
 
-// attach makes stream the live session, on which health reports go.
-func (a *Agent) attach(stream agentv1.Agent_SubscribeClient) {
+// attach makes stream, to the server at addr, the live session, on
+// which health reports go.
+func (a *Agent) attach(stream agentv1.Agent_SubscribeClient, addr string) {
 	a.m.connected.Set(1)
+	a.m.server.Reset()
+	a.m.server.WithLabelValues(addr).Set(1)
+	if a.lastServer != "" && a.lastServer != addr {
+		a.m.switches.Inc()
+	}
+	a.lastServer = addr
 	a.sendMu.Lock()
-	a.stream = stream
+	a.stream, a.server = stream, addr
 	a.sendMu.Unlock()
 }
 
 // detach ends the live session.
 func (a *Agent) detach() {
 	a.m.connected.Set(0)
+	a.m.server.Reset()
 	a.sendMu.Lock()
-	a.stream = nil
+	a.stream, a.server = nil, ""
 	a.sendMu.Unlock()
+}
+
+// Server is the address of the live session's server ("" between
+// sessions).
+func (a *Agent) Server() string {
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
+	return a.server
 }
 
 // receive reads the stream in the background, so that the receiver never
 // waits for the kernel: updates queue on the first channel and are merged
 // while a change is being programmed. The second gets the error that ends
-// the stream.
-func (a *Agent) receive(ctx context.Context, stream agentv1.Agent_SubscribeClient) (<-chan *agentv1.Update, <-chan error) {
+// the stream. received turns true with the first update.
+func (a *Agent) receive(ctx context.Context, stream agentv1.Agent_SubscribeClient, received *atomic.Bool) (<-chan *agentv1.Update, <-chan error) {
 	updates := make(chan *agentv1.Update, 1024)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -88,6 +129,7 @@ func (a *Agent) receive(ctx context.Context, stream agentv1.Agent_SubscribeClien
 				return
 			}
 			a.m.received.Set(float64(u.GetRevision()))
+			received.Store(true)
 			select {
 			case updates <- u:
 			case <-ctx.Done():
@@ -144,7 +186,7 @@ func (a *Agent) nextBatch(ctx context.Context, updates <-chan *agentv1.Update, r
 func (a *Agent) programAndAck(ctx context.Context, stream agentv1.Agent_SubscribeClient, u *agentv1.Update) error {
 	if err := a.apply(ctx, u); err != nil {
 		a.m.errors.Inc()
-		return fmt.Errorf("program revision %d: %w", u.GetRevision(), err)
+		return fmt.Errorf("%w: revision %d: %w", errProgram, u.GetRevision(), err)
 	}
 	a.lastSync = time.Now()
 	if u.GetProbesSet() && a.health != nil {

@@ -65,6 +65,30 @@ func ServiceFromProto(p *agentv1.Service) flows.Service {
 	return s
 }
 
+// LoadBalancerServicesToProto encodes the whole set of services of one
+// load balancer (none: an empty set).
+func LoadBalancerServicesToProto(lbID string, services []flows.Service) *agentv1.LoadBalancerServices {
+	out := &agentv1.LoadBalancerServices{LoadbalancerId: lbID}
+	for _, s := range services {
+		out.Services = append(out.Services, ServiceToProto(s))
+	}
+	return out
+}
+
+// LoadBalancerServicesFromProto is the inverse of
+// LoadBalancerServicesToProto. Every service belongs to the entry's load
+// balancer, whatever its own field says: the entry is the claim.
+func LoadBalancerServicesFromProto(p *agentv1.LoadBalancerServices) (string, []flows.Service) {
+	id := p.GetLoadbalancerId()
+	out := make([]flows.Service, 0, len(p.GetServices()))
+	for _, sp := range p.GetServices() {
+		s := ServiceFromProto(sp)
+		s.LoadBalancerID = id
+		out = append(out, s)
+	}
+	return id, out
+}
+
 // BackendToProto encodes a backend.
 func BackendToProto(b flows.Backend) *agentv1.Backend {
 	return &agentv1.Backend{MemberId: b.MemberID, Address: b.Address.AsSlice(), Port: uint32(b.Port), Weight: uint32(b.Weight), Node: b.Node, Zones: b.Zones}

@@ -62,6 +62,12 @@ func TestRoundTrip(t *testing.T) {
 	if got := BackendFromProto(wire(t, BackendToProto(s.Backends[0]))); !reflect.DeepEqual(got, s.Backends[0]) {
 		t.Errorf("backend %+v, want %+v", got, s.Backends[0])
 	}
+	other := s
+	other.Key.Port = 54
+	id, got := LoadBalancerServicesFromProto(wire(t, LoadBalancerServicesToProto("lb", []flows.Service{s, other})))
+	if id != "lb" || len(got) != 2 || !reflect.DeepEqual(got[0], s) || !reflect.DeepEqual(got[1], other) {
+		t.Errorf("load balancer services: %s %+v", id, got)
+	}
 	p := fullProbe()
 	want := p
 	want.Node = ""
@@ -77,6 +83,7 @@ func TestEveryProtoFieldSet(t *testing.T) {
 	s := fullService()
 	for name, m := range map[string]proto.Message{
 		"Service": ServiceToProto(s), "ServiceKey": KeyToProto(s.Key), "Backend": BackendToProto(s.Backends[0]), "Probe": ProbeToProto(fullProbe()),
+		"LoadBalancerServices": LoadBalancerServicesToProto(s.LoadBalancerID, []flows.Service{s}),
 	} {
 		r := m.ProtoReflect()
 		fields := r.Descriptor().Fields()
@@ -110,6 +117,16 @@ func TestEdges(t *testing.T) {
 		}},
 		{"a probe address that does not decode is invalid", func() bool {
 			return !ProbeFromProto(&agentv1.Probe{MemberId: "m", Address: []byte{1, 2, 3}}).Address.IsValid()
+		}},
+		{"a load balancer's services belong to it", func() bool {
+			p := LoadBalancerServicesToProto("lb-a", []flows.Service{fullService()})
+			p.Services[0].LoadbalancerId = "lb-b"
+			_, got := LoadBalancerServicesFromProto(p)
+			return got[0].LoadBalancerID == "lb-a"
+		}},
+		{"a load balancer without services", func() bool {
+			id, got := LoadBalancerServicesFromProto(wire(t, LoadBalancerServicesToProto("lb-a", nil)))
+			return id == "lb-a" && len(got) == 0
 		}},
 		{"durations travel in milliseconds", func() bool {
 			p := ProbeToProto(fullProbe())

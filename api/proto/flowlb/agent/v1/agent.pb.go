@@ -350,14 +350,23 @@ type Update struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Revision int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
 	Epoch    string                 `protobuf:"bytes,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	// A snapshot replaces everything the agent has; otherwise apply upserts
-	// and deletes on top.
+	// A snapshot replaces everything the agent has (with its upserts and
+	// the services of its loadbalancers); otherwise apply loadbalancers,
+	// deletes and upserts on top, in this order.
 	Snapshot bool          `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	Upserts  []*Service    `protobuf:"bytes,4,rep,name=upserts,proto3" json:"upserts,omitempty"`
 	Deletes  []*ServiceKey `protobuf:"bytes,5,rep,name=deletes,proto3" json:"deletes,omitempty"`
 	// When probes_set, probes replaces the members this agent probes.
-	ProbesSet     bool     `protobuf:"varint,6,opt,name=probes_set,json=probesSet,proto3" json:"probes_set,omitempty"`
-	Probes        []*Probe `protobuf:"bytes,7,rep,name=probes,proto3" json:"probes,omitempty"`
+	ProbesSet bool     `protobuf:"varint,6,opt,name=probes_set,json=probesSet,proto3" json:"probes_set,omitempty"`
+	Probes    []*Probe `protobuf:"bytes,7,rep,name=probes,proto3" json:"probes,omitempty"`
+	// Each entry says what services one load balancer has now, whatever the
+	// agent holds for it: its keys not listed (and claimed by no other entry
+	// of this update) go, the listed services are upserted. Entries apply
+	// in order (a load balancer listed twice ends as the later entry says,
+	// a key two entries list is the later one's), all before deletes and
+	// upserts. A delta so described does not depend on which server's view
+	// the agent's table came from.
+	Loadbalancers []*LoadBalancerServices `protobuf:"bytes,8,rep,name=loadbalancers,proto3" json:"loadbalancers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -441,6 +450,67 @@ func (x *Update) GetProbes() []*Probe {
 	return nil
 }
 
+func (x *Update) GetLoadbalancers() []*LoadBalancerServices {
+	if x != nil {
+		return x.Loadbalancers
+	}
+	return nil
+}
+
+// LoadBalancerServices: the services of load balancer loadbalancer_id are
+// exactly these (none: it has no services, or is gone).
+type LoadBalancerServices struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	LoadbalancerId string                 `protobuf:"bytes,1,opt,name=loadbalancer_id,json=loadbalancerId,proto3" json:"loadbalancer_id,omitempty"`
+	Services       []*Service             `protobuf:"bytes,2,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *LoadBalancerServices) Reset() {
+	*x = LoadBalancerServices{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadBalancerServices) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadBalancerServices) ProtoMessage() {}
+
+func (x *LoadBalancerServices) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadBalancerServices.ProtoReflect.Descriptor instead.
+func (*LoadBalancerServices) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *LoadBalancerServices) GetLoadbalancerId() string {
+	if x != nil {
+		return x.LoadbalancerId
+	}
+	return ""
+}
+
+func (x *LoadBalancerServices) GetServices() []*Service {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
 // Probe is one member to health-check, with its pool's monitor.
 type Probe struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -467,7 +537,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +549,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +562,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Probe) GetMemberId() string {
@@ -604,7 +674,7 @@ type ServiceKey struct {
 
 func (x *ServiceKey) Reset() {
 	*x = ServiceKey{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +686,7 @@ func (x *ServiceKey) String() string {
 func (*ServiceKey) ProtoMessage() {}
 
 func (x *ServiceKey) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +699,7 @@ func (x *ServiceKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceKey.ProtoReflect.Descriptor instead.
 func (*ServiceKey) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ServiceKey) GetVip() []byte {
@@ -668,7 +738,7 @@ type Backend struct {
 
 func (x *Backend) Reset() {
 	*x = Backend{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +750,7 @@ func (x *Backend) String() string {
 func (*Backend) ProtoMessage() {}
 
 func (x *Backend) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +763,7 @@ func (x *Backend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backend.ProtoReflect.Descriptor instead.
 func (*Backend) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Backend) GetMemberId() string {
@@ -763,7 +833,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +845,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +858,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Service) GetKey() *ServiceKey {
@@ -898,7 +968,7 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\rlast_revision\x18\x02 \x01(\x03R\flastRevision\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\tR\x05epoch\"!\n" +
 	"\x03Ack\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"\x90\x02\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"\xdd\x02\n" +
 	"\x06Update\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\tR\x05epoch\x12\x1a\n" +
@@ -907,7 +977,11 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\adeletes\x18\x05 \x03(\v2\x1b.flowlb.agent.v1.ServiceKeyR\adeletes\x12\x1d\n" +
 	"\n" +
 	"probes_set\x18\x06 \x01(\bR\tprobesSet\x12.\n" +
-	"\x06probes\x18\a \x03(\v2\x16.flowlb.agent.v1.ProbeR\x06probes\"\xb9\x03\n" +
+	"\x06probes\x18\a \x03(\v2\x16.flowlb.agent.v1.ProbeR\x06probes\x12K\n" +
+	"\rloadbalancers\x18\b \x03(\v2%.flowlb.agent.v1.LoadBalancerServicesR\rloadbalancers\"u\n" +
+	"\x14LoadBalancerServices\x12'\n" +
+	"\x0floadbalancer_id\x18\x01 \x01(\tR\x0eloadbalancerId\x124\n" +
+	"\bservices\x18\x02 \x03(\v2\x18.flowlb.agent.v1.ServiceR\bservices\"\xb9\x03\n" +
 	"\x05Probe\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\fR\aaddress\x12\x12\n" +
@@ -971,36 +1045,39 @@ func file_flowlb_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_flowlb_agent_v1_agent_proto_rawDescData
 }
 
-var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_flowlb_agent_v1_agent_proto_goTypes = []any{
-	(*AgentMessage)(nil), // 0: flowlb.agent.v1.AgentMessage
-	(*HealthReport)(nil), // 1: flowlb.agent.v1.HealthReport
-	(*MemberHealth)(nil), // 2: flowlb.agent.v1.MemberHealth
-	(*Hello)(nil),        // 3: flowlb.agent.v1.Hello
-	(*Ack)(nil),          // 4: flowlb.agent.v1.Ack
-	(*Update)(nil),       // 5: flowlb.agent.v1.Update
-	(*Probe)(nil),        // 6: flowlb.agent.v1.Probe
-	(*ServiceKey)(nil),   // 7: flowlb.agent.v1.ServiceKey
-	(*Backend)(nil),      // 8: flowlb.agent.v1.Backend
-	(*Service)(nil),      // 9: flowlb.agent.v1.Service
+	(*AgentMessage)(nil),         // 0: flowlb.agent.v1.AgentMessage
+	(*HealthReport)(nil),         // 1: flowlb.agent.v1.HealthReport
+	(*MemberHealth)(nil),         // 2: flowlb.agent.v1.MemberHealth
+	(*Hello)(nil),                // 3: flowlb.agent.v1.Hello
+	(*Ack)(nil),                  // 4: flowlb.agent.v1.Ack
+	(*Update)(nil),               // 5: flowlb.agent.v1.Update
+	(*LoadBalancerServices)(nil), // 6: flowlb.agent.v1.LoadBalancerServices
+	(*Probe)(nil),                // 7: flowlb.agent.v1.Probe
+	(*ServiceKey)(nil),           // 8: flowlb.agent.v1.ServiceKey
+	(*Backend)(nil),              // 9: flowlb.agent.v1.Backend
+	(*Service)(nil),              // 10: flowlb.agent.v1.Service
 }
 var file_flowlb_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
 	4,  // 1: flowlb.agent.v1.AgentMessage.ack:type_name -> flowlb.agent.v1.Ack
 	1,  // 2: flowlb.agent.v1.AgentMessage.health:type_name -> flowlb.agent.v1.HealthReport
 	2,  // 3: flowlb.agent.v1.HealthReport.results:type_name -> flowlb.agent.v1.MemberHealth
-	9,  // 4: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
-	7,  // 5: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
-	6,  // 6: flowlb.agent.v1.Update.probes:type_name -> flowlb.agent.v1.Probe
-	7,  // 7: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
-	8,  // 8: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
-	0,  // 9: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
-	5,  // 10: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	10, // 4: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
+	8,  // 5: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
+	7,  // 6: flowlb.agent.v1.Update.probes:type_name -> flowlb.agent.v1.Probe
+	6,  // 7: flowlb.agent.v1.Update.loadbalancers:type_name -> flowlb.agent.v1.LoadBalancerServices
+	10, // 8: flowlb.agent.v1.LoadBalancerServices.services:type_name -> flowlb.agent.v1.Service
+	8,  // 9: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
+	9,  // 10: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
+	0,  // 11: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
+	5,  // 12: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
+	12, // [12:13] is the sub-list for method output_type
+	11, // [11:12] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_flowlb_agent_v1_agent_proto_init() }
@@ -1019,7 +1096,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flowlb_agent_v1_agent_proto_rawDesc), len(file_flowlb_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,162 @@
+package agent
+
+import (
+	"maps"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/flowpb"
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// merge folds queued updates into one whose plan, on any table, equals
+// applying them in order: from the last snapshot on, the last
+// replacement of a load balancer wins, a later key upsert or delete
+// replaces an earlier one, and the last probe list wins.
+func merge(batch []*agentv1.Update) *agentv1.Update {
+	if len(batch) == 1 {
+		return batch[0]
+	}
+	f := newFolder(false)
+	for _, u := range batch {
+		f.add(u)
+	}
+	last := batch[len(batch)-1]
+	out := f.update()
+	out.Epoch, out.Revision = last.GetEpoch(), last.GetRevision()
+	// Probe lists are whole: the last one wins, snapshot or not.
+	for _, u := range batch {
+		if u.GetProbesSet() {
+			out.ProbesSet, out.Probes = true, u.GetProbes()
+		}
+	}
+	return out
+}
+
+// fold rewrites one update so that each load balancer is listed once and
+// no key is claimed twice (revision, epoch and probes are left out: plan
+// needs none of them).
+func fold(u *agentv1.Update) *agentv1.Update {
+	f := newFolder(false)
+	f.add(u)
+	return f.update()
+}
+
+// folder holds updates folded so far in the form of one update: the
+// load balancers replaced, then key operations. No key is claimed twice
+// or both claimed and operated on.
+type folder struct {
+	snapshot bool
+	lbs      map[string]map[flows.Key]*agentv1.Service
+	claim    map[flows.Key]string           // key → the replaced load balancer listing it
+	ops      map[flows.Key]*agentv1.Service // nil: delete
+}
+
+func newFolder(snapshot bool) *folder {
+	return &folder{snapshot: snapshot, lbs: map[string]map[flows.Key]*agentv1.Service{},
+		claim: map[flows.Key]string{}, ops: map[flows.Key]*agentv1.Service{}}
+}
+
+// add folds one more update in; a snapshot starts over.
+func (f *folder) add(u *agentv1.Update) {
+	if u.GetSnapshot() {
+		*f = *newFolder(true)
+	}
+	for _, lb := range u.GetLoadbalancers() {
+		f.replace(lb)
+	}
+	for _, p := range u.GetDeletes() {
+		f.operate(flowpb.KeyFromProto(p), nil)
+	}
+	for _, p := range u.GetUpserts() {
+		f.operate(flowpb.KeyFromProto(p.GetKey()), p)
+	}
+}
+
+// operate folds a key upsert (s) or delete (nil); it overrides any
+// replacement's claim on the key, so that claims and operations never
+// share a key.
+func (f *folder) operate(k flows.Key, s *agentv1.Service) {
+	if id, ok := f.claim[k]; ok {
+		delete(f.lbs[id], k)
+		delete(f.claim, k)
+	}
+	f.ops[k] = s
+}
+
+// replace folds one load balancer's replacement. Keys it lists lose
+// their earlier operations and other claims; keys it had from earlier
+// updates (a replacement or an upsert) and no longer lists are deleted
+// explicitly, as the table may hold them under another load balancer.
+func (f *folder) replace(lb *agentv1.LoadBalancerServices) {
+	id := lb.GetLoadbalancerId()
+	set := map[flows.Key]*agentv1.Service{}
+	for _, s := range lb.GetServices() {
+		set[flowpb.KeyFromProto(s.GetKey())] = ownedBy(s, id)
+	}
+	for k := range f.lbs[id] {
+		if set[k] == nil {
+			delete(f.claim, k)
+			f.ops[k] = nil
+		}
+	}
+	for k, s := range f.ops {
+		if s != nil && s.GetLoadbalancerId() == id && set[k] == nil {
+			f.ops[k] = nil
+		}
+	}
+	for k := range set {
+		if other, ok := f.claim[k]; ok && other != id {
+			delete(f.lbs[other], k)
+		}
+		f.claim[k] = id
+		delete(f.ops, k)
+	}
+	f.lbs[id] = set
+}
+
+// ownedBy returns s as a service of load balancer id (the entry is the
+// claim, whatever the service's own field says).
+func ownedBy(s *agentv1.Service, id string) *agentv1.Service {
+	if s.GetLoadbalancerId() == id {
+		return s
+	}
+	c := proto.CloneOf(s)
+	c.LoadbalancerId = id
+	return c
+}
+
+// update writes the folded state as one update, in a stable order. A
+// snapshot lists what exists; deletes only matter in deltas.
+func (f *folder) update() *agentv1.Update {
+	out := &agentv1.Update{Snapshot: f.snapshot}
+	for _, id := range slices.SortedFunc(maps.Keys(f.lbs), strings.Compare) {
+		services := sortedServices(f.lbs[id])
+		if f.snapshot {
+			out.Upserts = append(out.Upserts, services...)
+		} else {
+			out.Loadbalancers = append(out.Loadbalancers, &agentv1.LoadBalancerServices{LoadbalancerId: id, Services: services})
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(f.ops), flows.CompareKeys) {
+		switch s := f.ops[k]; {
+		case s != nil:
+			out.Upserts = append(out.Upserts, s)
+		case !f.snapshot:
+			out.Deletes = append(out.Deletes, flowpb.KeyToProto(k))
+		}
+	}
+	return out
+}
+
+// sortedServices lists a set's services in key order.
+func sortedServices(set map[flows.Key]*agentv1.Service) []*agentv1.Service {
+	out := make([]*agentv1.Service, 0, len(set))
+	for _, k := range slices.SortedFunc(maps.Keys(set), flows.CompareKeys) {
+		out = append(out, set[k])
+	}
+	return out
+}

@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"maps"
+	"slices"
+
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/flowpb"
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// change is what an update does to a table: each key at most once,
+// either upserted (new or different) or deleted (held and now gone).
+type change struct {
+	upserts []flows.Service
+	deletes []flows.Key
+}
+
+// plan returns the change of applying u on top of t (a snapshot applies
+// on top of an empty table: pass one). In order: the per-load-balancer
+// replacements (a key held by a replaced load balancer goes unless an
+// entry claims it; a later entry's claim wins), then the key deletes,
+// then the key upserts. Entries apply in order, so a load balancer listed
+// twice ends as its later entry says. Only keys the update names or the replaced load
+// balancers hold are looked at.
+func plan(t *table, u *agentv1.Update) change {
+	if listsALoadBalancerTwice(u) {
+		u = fold(u)
+	}
+	next := map[flows.Key]*flows.Service{} // nil: the key goes
+	var claimed []flows.Service
+	for _, lb := range u.GetLoadbalancers() {
+		_, services := flowpb.LoadBalancerServicesFromProto(lb)
+		claimed = append(claimed, services...)
+		for k := range t.byLB[lb.GetLoadbalancerId()] {
+			next[k] = nil
+		}
+	}
+	for _, s := range claimed {
+		next[s.Key] = &s
+	}
+	for _, p := range u.GetDeletes() {
+		next[flowpb.KeyFromProto(p)] = nil
+	}
+	for _, p := range u.GetUpserts() {
+		s := flowpb.ServiceFromProto(p)
+		next[s.Key] = &s
+	}
+	return diff(t, next)
+}
+
+// diff compares the touched keys' next services (nil: gone) with what t
+// holds, in key order.
+func diff(t *table, next map[flows.Key]*flows.Service) change {
+	keys := slices.SortedFunc(maps.Keys(next), flows.CompareKeys)
+	var c change
+	for _, k := range keys {
+		old, held := t.services[k]
+		switch s := next[k]; {
+		case s == nil && held:
+			c.deletes = append(c.deletes, k)
+		case s != nil && (!held || !old.Equal(*s)):
+			c.upserts = append(c.upserts, *s)
+		}
+	}
+	return c
+}
+
+// listsALoadBalancerTwice reports whether two entries of u replace the
+// same load balancer.
+func listsALoadBalancerTwice(u *agentv1.Update) bool {
+	seen := map[string]bool{}
+	for _, lb := range u.GetLoadbalancers() {
+		if seen[lb.GetLoadbalancerId()] {
+			return true
+		}
+		seen[lb.GetLoadbalancerId()] = true
+	}
+	return false
+}
