@@ -38,7 +38,7 @@ import (
 // polling the API it measures.
 type countingRealizer struct{ done atomic.Int64 }
 
-func (c *countingRealizer) Realize(_ string, done func(error)) {
+func (c *countingRealizer) Realize(_ string, _ int64, done func(error)) {
 	go func() {
 		done(nil)
 		c.done.Add(1)

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/flowlb/flowlb/internal/neutron"
 	"github.com/flowlb/flowlb/internal/octavia"
 	"github.com/flowlb/flowlb/internal/provider/flow"
+	"github.com/flowlb/flowlb/internal/replica"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -45,6 +47,7 @@ type serverOptions struct {
 	agentListen     string
 	agentTokenFile  string
 	ackTimeout      time.Duration
+	replicaID       string
 	network         string
 	keystone        identity.KeystoneConfig
 	passwordFile    string
@@ -82,7 +85,8 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.agentListen, "agent-listen", "127.0.0.1:9877", "address of the agent stream (gRPC)")
 	f.StringVar(&o.agentTokenFile, "agent-token-file", "", "file holding the agents' bootstrap token, created if missing (default: <data-dir>/agent-token)")
-	f.DurationVar(&o.ackTimeout, "ack-timeout", 10*time.Second, "how long a change waits for every connected agent before it turns ACTIVE anyway")
+	f.DurationVar(&o.ackTimeout, "ack-timeout", 10*time.Second, "how long a change waits for every live agent of the cluster before it turns ACTIVE anyway")
+	f.StringVar(&o.replicaID, "replica-id", "", "this server's name among the replicas sharing the database (default: host name and a random suffix, new at every start)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -124,28 +128,50 @@ func runServer(ctx context.Context, o serverOptions) error {
 	if err := ensureVIPSubnets(ctx, st, o, log); err != nil {
 		return err
 	}
+	if o.replicaID == "" {
+		o.replicaID = replica.NewID()
+	}
 	provider := flow.New(nil)
 	svc, err := newService(st, provider, o, log)
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	stopAgents, err := serveAgents(ctx, svc, provider, reg, o, log)
+	hub, stopAgents, err := serveAgents(ctx, st, svc, provider, reg, o, log)
 	if err != nil {
 		return err
 	}
 	defer stopAgents()
-	if n, err := svc.Resume(ctx); err != nil {
-		return fmt.Errorf("resume pending changes: %w", err)
-	} else if n > 0 {
-		log.Info("resumed pending changes", "loadbalancers", n)
+	rep := replica.New(st, svc, hub.Revision, replica.Options{ID: o.replicaID, Address: o.listen, Log: log}, reg)
+	if err := rep.Register(ctx); err != nil {
+		return fmt.Errorf("register replica %s: %w", o.replicaID, err)
 	}
+	defer runBackground(hub, rep)()
 	srv, ln, err := apiServer(st, svc, reg, authn, o, log)
 	if err != nil {
 		return err
 	}
-	log.Info("flowlb server listening", "address", ln.Addr().String(), "database", redact(dsn), "auth", o.auth)
-	return serveUntilDone(ctx, srv, ln, svc, log)
+	log.Info("flowlb server listening", "address", ln.Addr().String(), "database", redact(dsn), "auth", o.auth, "replica", o.replicaID)
+	err = serveUntilDone(ctx, srv, ln, svc, log)
+	// Gone from the cluster at once: its agents and any change still
+	// pending are the other replicas' now.
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if rerr := rep.Retire(rctx); rerr != nil {
+		log.Warn("leaving the cluster", "err", rerr)
+	}
+	return err
+}
+
+// runBackground runs the fan-out's and the replica's loops until the
+// returned stop is called.
+func runBackground(hub *fanout.Hub, rep *replica.Replica) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = hub.Run(ctx) }()
+	go func() { defer wg.Done(); rep.Run(ctx) }()
+	return func() { cancel(); wg.Wait() }
 }
 
 // openStore opens the database: --database, or SQLite in the data
@@ -184,7 +210,7 @@ func ensureVIPSubnets(ctx context.Context, st store.Store, o serverOptions, log 
 // VIP allocation.
 func newService(st store.Store, provider *flow.Provider, o serverOptions, log *slog.Logger) (*lbaas.Service, error) {
 	var vips lbaas.VIPAllocator = neutron.Allocator{}
-	cfg := lbaas.Config{DefaultProvider: flow.Name}
+	cfg := lbaas.Config{DefaultProvider: flow.Name, Replica: o.replicaID}
 	switch o.network {
 	case "neutron":
 	case "noop":
@@ -200,14 +226,15 @@ func newService(st store.Store, provider *flow.Provider, o serverOptions, log *s
 
 // serveAgents starts the fan-out hub and the agent stream; the flow
 // provider realizes changes through the hub. It returns the stream's stop.
-func serveAgents(ctx context.Context, svc *lbaas.Service, provider *flow.Provider, reg *prometheus.Registry, o serverOptions, log *slog.Logger) (func(), error) {
+func serveAgents(ctx context.Context, st store.Store, svc *lbaas.Service, provider *flow.Provider, reg *prometheus.Registry, o serverOptions, log *slog.Logger) (*fanout.Hub, func(), error) {
 	token, err := agentToken(o)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	hub, err := fanout.NewHub(ctx, fanout.ServiceSource{Svc: svc}, token, o.ackTimeout, reg, log)
+	hub, err := fanout.NewHub(ctx, st, fanout.ServiceSource{Svc: svc}, fanout.Options{Replica: o.replicaID, Token: token,
+		AckTimeout: o.ackTimeout, Registerer: reg, Log: log})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	provider.Realizer = hub
 	// Agents' health verdicts become member operating statuses, and the
@@ -215,13 +242,13 @@ func serveAgents(ctx context.Context, svc *lbaas.Service, provider *flow.Provide
 	hub.SetHealthSink(svc.SetMemberHealth)
 	agentLn, err := net.Listen("tcp", o.agentListen)
 	if err != nil {
-		return nil, fmt.Errorf("agent listener: %w", err)
+		return nil, nil, fmt.Errorf("agent listener: %w", err)
 	}
 	grpcSrv := grpc.NewServer()
 	hub.Register(grpcSrv)
 	go func() { _ = grpcSrv.Serve(agentLn) }()
 	log.Info("agent stream listening", "address", agentLn.Addr().String())
-	return grpcSrv.Stop, nil
+	return hub, grpcSrv.Stop, nil
 }
 
 // apiServer builds the HTTP server of the API (with the Neutron subset)

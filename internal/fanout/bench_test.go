@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/store/memstore"
 )
 
 // BenchmarkAckLatency measures the fan-out path of a change: from the
@@ -20,12 +20,11 @@ import (
 func BenchmarkAckLatency(b *testing.B) {
 	for _, agents := range []int{1, 50} {
 		b.Run(fmt.Sprintf("agents=%d", agents), func(b *testing.B) {
-			src := &fakeSource{trees: map[string]*lbaas.Tree{}}
+			w := newWorld(memstore.New())
 			for i := 0; i < 1000; i++ {
-				src.set(tree(fmt.Sprint("lb", i), fmt.Sprintf("198.19.%d.%d", i/250, 1+i%250), "198.18.17.2", "198.18.17.3"))
+				w.src.trees[fmt.Sprint("lb", i)] = tree(fmt.Sprint("lb", i), fmt.Sprintf("198.19.%d.%d", i/250, 1+i%250), "198.18.17.2", "198.18.17.3")
 			}
-			hub, addr, stop := serve(b, src, 10*time.Second)
-			defer stop()
+			hub, addr, _ := serve(b, w, "r1", 10*time.Second)
 			for i := 0; i < agents; i++ {
 				_, cancel := startAgent(b, addr, fmt.Sprint("n", i), &recorder{}, nil)
 				defer cancel()
@@ -37,8 +36,7 @@ func BenchmarkAckLatency(b *testing.B) {
 				if i%2 == 0 {
 					members = append(members, "198.18.17.4")
 				}
-				src.set(tree("lb7", "198.19.0.8", members...))
-				lat = append(lat, realize(b, hub, "lb7"))
+				lat = append(lat, realize(b, hub, "lb7", w.set(b, "lb7", tree("lb7", "198.19.0.8", members...))))
 			}
 			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 			p := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000 }

@@ -22,9 +22,12 @@ import (
 	"github.com/flowlb/flowlb/internal/fanout"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/store"
+	"github.com/flowlb/flowlb/internal/store/memstore"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
 
+// fakeSource holds the trees; the log of a store says which changed.
 type fakeSource struct {
 	mu    sync.Mutex
 	trees map[string]*lbaas.Tree
@@ -40,16 +43,53 @@ func (f *fakeSource) Trees(context.Context) ([]*lbaas.Tree, error) {
 	return out, nil
 }
 
-func (f *fakeSource) LoadBalancer(_ context.Context, id string) (*lbaas.Tree, error) {
+func (f *fakeSource) TreesByID(_ context.Context, ids []string) (map[string]*lbaas.Tree, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.trees[id], nil
+	out := map[string]*lbaas.Tree{}
+	for _, id := range ids {
+		if t := f.trees[id]; t != nil {
+			out[id] = t
+		}
+	}
+	return out, nil
 }
 
-func (f *fakeSource) set(t *lbaas.Tree) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.trees[t.LB.ID] = t
+// world is the trees and the change log the hubs of a test follow.
+type world struct {
+	st  store.Store
+	src *fakeSource
+}
+
+func newWorld(st store.Store, trees ...*lbaas.Tree) *world {
+	w := &world{st: st, src: &fakeSource{trees: map[string]*lbaas.Tree{}}}
+	for _, t := range trees {
+		w.src.trees[t.LB.ID] = t
+	}
+	return w
+}
+
+// set changes (or, nil, removes) a tree and logs the change; it returns
+// the change's log entry.
+func (w *world) set(t testing.TB, id string, tr *lbaas.Tree) int64 {
+	t.Helper()
+	w.src.mu.Lock()
+	if tr == nil {
+		delete(w.src.trees, id)
+	} else {
+		w.src.trees[id] = tr
+	}
+	w.src.mu.Unlock()
+	c, err := w.st.Update(context.Background(), func(tx store.Tx) error { tx.Touch(id); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if n, err := w.st.Sequence(context.Background()); err != nil || n == 0 {
+			break
+		}
+	}
+	return c.Changes[id]
 }
 
 func tree(id, vip string, members ...string) *lbaas.Tree {
@@ -144,13 +184,21 @@ func (l *logLines) has(s string) (bool, string) {
 
 const token = "s3cret"
 
-func serve(t testing.TB, src fanout.TreeSource, timeout time.Duration) (*fanout.Hub, string, func()) {
+// serve runs a hub of replica id over the world on loopback gRPC; stop
+// ends it.
+func serve(t testing.TB, w *world, id string, timeout time.Duration) (hub *fanout.Hub, addr string, stop func()) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	hub, err := fanout.NewHub(context.Background(), src, token, timeout, nil, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := w.st.Renew(ctx, store.Replica{ID: id}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	hub, err := fanout.NewHub(ctx, w.st, w.src, fanout.Options{Replica: id, Token: token, AckTimeout: timeout, Poll: 50 * time.Millisecond, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = hub.Run(ctx) }()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +206,10 @@ func serve(t testing.TB, src fanout.TreeSource, timeout time.Duration) (*fanout.
 	s := grpc.NewServer()
 	hub.Register(s)
 	go func() { _ = s.Serve(ln) }()
-	return hub, ln.Addr().String(), s.Stop
+	var once sync.Once
+	stop = func() { once.Do(func() { s.Stop(); cancel(); <-done }) }
+	t.Cleanup(stop)
+	return hub, ln.Addr().String(), stop
 }
 
 // startAgent runs an agent for node programming dp, logging to out (nil:
@@ -174,11 +225,11 @@ func startAgent(t testing.TB, addr, node string, dp agent.Programmer, out io.Wri
 	return a, cancel
 }
 
-func realize(t testing.TB, hub *fanout.Hub, lbID string) time.Duration {
+func realize(t testing.TB, hub *fanout.Hub, lbID string, change int64) time.Duration {
 	t.Helper()
 	done := make(chan error, 1)
 	t0 := time.Now()
-	hub.Realize(lbID, func(err error) { done <- err })
+	hub.Realize(lbID, change, func(err error) { done <- err })
 	select {
 	case err := <-done:
 		if err != nil {
@@ -191,14 +242,11 @@ func realize(t testing.TB, hub *fanout.Hub, lbID string) time.Duration {
 }
 
 func TestSnapshotDeltasAcksAndFailStatic(t *testing.T) {
-	src := &fakeSource{trees: map[string]*lbaas.Tree{}}
-	src.set(tree("a", "198.19.0.1", "198.18.17.2", "198.18.17.3"))
-	hub, addr, stop := serve(t, src, 5*time.Second)
-	defer stop()
+	w := newWorld(memstore.New(), tree("a", "198.19.0.1", "198.18.17.2", "198.18.17.3"))
+	hub, addr, stop := serve(t, w, "r1", 5*time.Second)
 
 	// With no agent connected a change completes at once.
-	src.set(tree("b", "198.19.0.2", "198.18.18.2"))
-	if d := realize(t, hub, "b"); d > time.Second {
+	if d := realize(t, hub, "b", w.set(t, "b", tree("b", "198.19.0.2", "198.18.18.2"))); d > time.Second {
 		t.Errorf("realize without agents took %s", d)
 	}
 
@@ -214,18 +262,14 @@ func TestSnapshotDeltasAcksAndFailStatic(t *testing.T) {
 	}
 	waitAgents(t, hub, 2, 5*time.Second)
 	// A change completes only when both agents have programmed it.
-	src.set(tree("a", "198.19.0.1", "198.18.17.2", "198.18.17.3", "198.18.17.4"))
-	realize(t, hub, "a")
+	realize(t, hub, "a", w.set(t, "a", tree("a", "198.19.0.1", "198.18.17.2", "198.18.17.3", "198.18.17.4")))
 	for _, r := range []*recorder{r1, r2} {
 		if got := r.backends()["198.19.0.1"]; got != 3 {
 			t.Errorf("realize completed before an agent programmed it: %d backends", got)
 		}
 	}
 	// A deleted LB's flows are deleted everywhere.
-	src.mu.Lock()
-	delete(src.trees, "b")
-	src.mu.Unlock()
-	realize(t, hub, "b")
+	realize(t, hub, "b", w.set(t, "b", nil))
 	if _, ok := r1.backends()["198.19.0.2"]; ok {
 		t.Error("deleted LB still programmed")
 	}
@@ -251,9 +295,8 @@ func TestSnapshotDeltasAcksAndFailStatic(t *testing.T) {
 }
 
 func TestAckTimeoutCompletesAnyway(t *testing.T) {
-	src := &fakeSource{trees: map[string]*lbaas.Tree{"a": tree("a", "198.19.0.1", "198.18.17.2")}}
-	hub, addr, stop := serve(t, src, 300*time.Millisecond)
-	defer stop()
+	w := newWorld(memstore.New(), tree("a", "198.19.0.1", "198.18.17.2"))
+	hub, addr, _ := serve(t, w, "r1", 300*time.Millisecond)
 	// A raw client that says hello and never acks.
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -271,14 +314,13 @@ func TestAckTimeoutCompletesAnyway(t *testing.T) {
 	if _, err := stream.Recv(); err != nil { // the snapshot
 		t.Fatal(err)
 	}
-	if d := realize(t, hub, "a"); d < 300*time.Millisecond || d > 3*time.Second {
+	if d := realize(t, hub, "a", w.set(t, "a", tree("a", "198.19.0.1", "198.18.17.3"))); d < 300*time.Millisecond || d > 3*time.Second {
 		t.Errorf("completion after %s, want the 300 ms timeout", d)
 	}
 }
 
 func TestBadTokenRefused(t *testing.T) {
-	_, addr, stop := serve(t, &fakeSource{trees: map[string]*lbaas.Tree{}}, time.Second)
-	defer stop()
+	_, addr, _ := serve(t, newWorld(memstore.New()), "r1", time.Second)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

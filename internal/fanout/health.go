@@ -28,8 +28,10 @@ func (h *Hub) SetHealthSink(sink HealthSink) {
 }
 
 // HealthSink records a member's health verdict and reports its load
-// balancer and whether anything changed (lbaas.Service.SetMemberHealth).
-type HealthSink func(ctx context.Context, memberID, health string) (lbID string, changed bool, err error)
+// balancer and the change's log entry, 0 when nothing changed
+// (lbaas.Service.SetMemberHealth). The tail then carries the change to
+// every replica's agents.
+type HealthSink func(ctx context.Context, memberID, health string) (lbID string, change int64, err error)
 
 // owner picks the agent that probes a member: the agent of the member's
 // own node when it is connected, else the highest rendezvous hash of
@@ -62,19 +64,10 @@ func mix64(x uint64) uint64 {
 	return x ^ x>>31
 }
 
-// connectedNodes lists the nodes with a connected agent. Called with h.mu.
-func (h *Hub) connectedNodes() []string {
-	seen := map[string]bool{}
-	var out []string
-	for a := range h.agents {
-		if !seen[a.node] {
-			seen[a.node] = true
-			out = append(out, a.node)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
+// connectedNodes lists the nodes with an agent connected to any replica:
+// members are assigned among all of them, and each replica tells its own
+// agents theirs. Called with h.mu held.
+func (h *Hub) connectedNodes() []string { return h.acks.nodes(h.o.Replica) }
 
 // setLBProbes replaces one load balancer's probes and returns the nodes
 // whose assignment changed. Called with h.mu held.
@@ -154,7 +147,7 @@ func (h *Hub) sendProbes(nodes map[string]bool) {
 			lists[own] = append(lists[own], flowpb.ProbeToProto(h.probes[id]))
 		}
 	}
-	for a := range h.agents {
+	for a := range h.acks.local {
 		if !nodes[a.node] {
 			continue
 		}
@@ -181,8 +174,8 @@ func (h *Hub) Probers() map[string]string {
 }
 
 // report handles an agent's health transitions: verdicts from the agent
-// that currently owns the member are recorded and, when they change the
-// member's state, the load balancer's flows are recompiled and pushed.
+// that currently owns the member are recorded; a change of the member's
+// state reaches the flows through the log.
 func (h *Hub) report(node string, r *agentv1.HealthReport) {
 	for _, res := range r.GetResults() {
 		h.mu.Lock()
@@ -208,25 +201,18 @@ func (h *Hub) healthLoop() {
 		h.mu.Lock()
 		sink := h.sink
 		h.mu.Unlock()
-		lbID, changed, err := sink(ctx, ev.member, ev.status)
+		lbID, change, err := sink(ctx, ev.member, ev.status)
 		if err != nil {
 			h.log.Error("record member health", "member", ev.member, "status", ev.status, "err", err)
 			continue
 		}
-		h.healthResults.WithLabelValues(ev.status).Inc()
-		if !changed {
+		h.m.healthResults.WithLabelValues(ev.status).Inc()
+		if change == 0 {
 			continue
 		}
 		h.log.Info("member health changed", "member", ev.member, "status", ev.status, "reason", ev.reason, "probed_from", ev.node, "loadbalancer", lbID)
-		rev, err := h.Update(ctx, lbID)
-		if err != nil {
-			h.log.Error("push health change", "loadbalancer", lbID, "err", err)
-			continue
-		}
-		go func() {
-			h.WaitAcked(ctx, rev)
-			h.healthReaction.Observe(time.Since(ev.at).Seconds())
-		}()
+		at := ev.at
+		h.wait(lbID, change, func([]string) { h.m.healthReaction.Observe(time.Since(at).Seconds()) })
 	}
 }
 

@@ -14,21 +14,34 @@ import (
 
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/store"
+	"github.com/flowlb/flowlb/internal/store/memstore"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
 
-// healthSource is a fake store whose members take the verdicts the hub
-// records, as lbaas.Service.SetMemberHealth does.
+// healthSource is a world whose members take the verdicts the hub
+// records, as lbaas.Service.SetMemberHealth does, logging the change.
 type healthSource struct {
-	*fakeSource
+	*world
 	mu       sync.Mutex
 	verdicts []string // member=status, in order
 }
 
-func (h *healthSource) sink(_ context.Context, member, status string) (string, bool, error) {
-	h.fakeSource.mu.Lock()
-	defer h.fakeSource.mu.Unlock()
-	for _, t := range h.trees {
+func (h *healthSource) sink(ctx context.Context, member, status string) (string, int64, error) {
+	lb, changed := h.record(member, status)
+	if !changed {
+		return lb, 0, nil
+	}
+	c, err := h.st.Update(ctx, func(tx store.Tx) error { tx.Touch(lb); return nil })
+	return lb, c.Changes[lb], err
+}
+
+// record sets a member's health and reports its load balancer and
+// whether that changed anything.
+func (h *healthSource) record(member, status string) (string, bool) {
+	h.src.mu.Lock()
+	defer h.src.mu.Unlock()
+	for _, t := range h.src.trees {
 		for _, m := range t.Members {
 			if m.ID != member {
 				continue
@@ -37,14 +50,14 @@ func (h *healthSource) sink(_ context.Context, member, status string) (string, b
 			h.verdicts = append(h.verdicts, member+"="+status)
 			h.mu.Unlock()
 			if m.Health == status {
-				return t.LB.ID, false, nil
+				return t.LB.ID, false
 			}
 			m.Health = status
 			m.OperatingStatus = status
-			return t.LB.ID, true, nil
+			return t.LB.ID, true
 		}
 	}
-	return "", false, nil
+	return "", false
 }
 
 // saw reports whether the verdict member=status was recorded, and every
@@ -151,9 +164,8 @@ func TestHealthAssignmentAndFlows(t *testing.T) {
 	tr.Members = []*lbaas.Member{member("live-n1", "n1", up.port), member("dead-n2", "n2", dead.port), member("live-any", "", up.port)}
 	tr.Monitors = []*lbaas.HealthMonitor{{Base: lbaas.Base{ID: "hm", AdminStateUp: true}, PoolID: pid, Type: "TCP",
 		Delay: 1, Timeout: 1, MaxRetries: 1, MaxRetriesDown: 2}}
-	src := &healthSource{fakeSource: &fakeSource{trees: map[string]*lbaas.Tree{"a": tr}}}
-	hub, addr, stop := serve(t, src, 5*time.Second)
-	defer stop()
+	src := &healthSource{world: newWorld(memstore.New(), tr)}
+	hub, addr, _ := serve(t, src.world, "r1", 5*time.Second)
 	hub.SetHealthSink(src.sink)
 
 	r1, r2 := &recorder{}, &recorder{}

@@ -2,12 +2,18 @@ package fanout
 
 import (
 	"context"
-	"errors"
 
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/lbaas"
-	"github.com/flowlb/flowlb/internal/store"
 )
+
+// TreeSource reads load balancer trees for the fan-out.
+type TreeSource interface {
+	// Trees returns every load balancer tree.
+	Trees(ctx context.Context) ([]*lbaas.Tree, error)
+	// TreesByID returns the trees of those of ids that exist.
+	TreesByID(ctx context.Context, ids []string) (map[string]*lbaas.Tree, error)
+}
 
 // ServiceSource reads trees from the LBaaS service with an admin identity:
 // the fan-out serves every project.
@@ -22,11 +28,7 @@ func (s ServiceSource) Trees(ctx context.Context) ([]*lbaas.Tree, error) {
 	return s.Svc.Trees(admin(ctx))
 }
 
-// LoadBalancer returns one tree, or nil when it is gone.
-func (s ServiceSource) LoadBalancer(ctx context.Context, id string) (*lbaas.Tree, error) {
-	t, err := s.Svc.Tree(admin(ctx), store.KindLoadBalancer, id)
-	if errors.Is(err, lbaas.ErrNotFound) {
-		return nil, nil
-	}
-	return t, err
+// TreesByID returns the trees of the load balancers that exist.
+func (s ServiceSource) TreesByID(ctx context.Context, ids []string) (map[string]*lbaas.Tree, error) {
+	return s.Svc.TreesByID(admin(ctx), ids)
 }

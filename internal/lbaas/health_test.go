@@ -42,11 +42,11 @@ func testSetMemberHealth(t *testing.T, st store.Store) {
 		{m0, Online, true, Online, OpError, Degraded, Degraded},
 		{"no-such-member", OpError, false, Online, OpError, Degraded, Degraded},
 	} {
-		lbID, changed, err := e.svc.SetMemberHealth(e.ctx, step.member, step.health)
+		lbID, change, err := e.svc.SetMemberHealth(e.ctx, step.member, step.health)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if changed != step.changed || (changed && lbID != tree.LB.ID) {
+		if changed := change != 0; changed != step.changed || (changed && lbID != tree.LB.ID) {
 			t.Errorf("%s %s: changed %v lb %q, want %v", step.member, step.health, changed, lbID, step.changed)
 		}
 		tr := read()

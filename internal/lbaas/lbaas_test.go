@@ -35,7 +35,7 @@ func (p *manualProvider) Check(t *Tree) error {
 	}
 	return nil
 }
-func (p *manualProvider) Realize(_ string, done func(error)) {
+func (p *manualProvider) Realize(_ string, _ int64, done func(error)) {
 	if p.auto {
 		done(nil)
 		return
@@ -308,12 +308,12 @@ func TestValidationChangesNothing(t *testing.T) {
 			e := newEnv(t, true, memstore.New())
 			_, err := e.svc.CreateLoadBalancer(e.ctx, req[LoadBalancerCreate](t, tc.req))
 			wantErr(t, err, tc.kind, tc.msg)
-			rev, err := e.st.Revision(e.ctx)
+			_, head, err := e.st.LogBounds(e.ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rev != 0 {
-				t.Errorf("a refused create committed revision %d", rev)
+			if head != 0 {
+				t.Errorf("a refused create logged a change (log head %d)", head)
 			}
 		})
 	}
@@ -516,4 +516,64 @@ func TestMonitorTimeoutAboveDelayAccepted(t *testing.T) {
 	if len(tr.Monitors) != 1 || tr.Monitors[0].Delay != 2 || tr.Monitors[0].Timeout != 3 {
 		t.Errorf("monitors %+v", tr.Monitors)
 	}
+}
+
+func TestTakeOverCompletesOnce(t *testing.T) { eachEngine(t, testTakeOverCompletesOnce) }
+
+// testTakeOverCompletesOnce: replica a commits a change and dies before
+// its provider reports; replica b takes the change over and completes it.
+// When a's provider reports after all, nothing happens, even to the next
+// change b has pending meanwhile: each change is completed once, by its
+// owner.
+func testTakeOverCompletesOnce(t *testing.T, st store.Store) {
+	a, b := newReplica(t, st, "a"), newReplica(t, st, "b")
+	for _, r := range []*env{a, b} {
+		if err := st.Renew(r.ctx, store.Replica{ID: r.svc.cfg.Replica}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tree, err := a.svc.CreateLoadBalancer(a.ctx, fullLB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lbID := tree.LB.ID
+	if n, _ := b.svc.Resume(b.ctx); n != 0 {
+		t.Fatalf("b took %d changes from a live replica", n)
+	}
+	if err := st.Retire(a.ctx, "a"); err != nil { // a is gone
+		t.Fatal(err)
+	}
+	if n, err := b.svc.Resume(b.ctx); n != 1 || err != nil {
+		t.Fatalf("b took over %d changes (%v), want 1", n, err)
+	}
+	b.prov.finish(nil)
+	if got := b.status(store.KindLoadBalancer, lbID); got != Active {
+		t.Fatalf("after b completed: %s", got)
+	}
+	// b's next change is pending when a's provider reports at last.
+	if _, err := b.svc.UpdateLoadBalancer(b.ctx, lbID, LoadBalancerUpdate{Name: Some("b's")}); err != nil {
+		t.Fatal(err)
+	}
+	a.prov.finish(nil)
+	if got := b.status(store.KindLoadBalancer, lbID); got != PendingUpdate {
+		t.Fatalf("a's late report completed b's change: %s, want PENDING_UPDATE", got)
+	}
+	b.prov.finish(nil)
+	if got := b.status(store.KindLoadBalancer, lbID); got != Active {
+		t.Fatalf("b's change: %s, want ACTIVE", got)
+	}
+}
+
+// newReplica is an env whose service is replica id of a cluster on st,
+// its provider completing only when told.
+func newReplica(t *testing.T, st store.Store, id string) *env {
+	t.Helper()
+	prov := &manualProvider{}
+	vips := &fakeVIPs{}
+	svc, err := New(st, vips, []Provider{prov}, Config{DefaultProvider: "fake", Replica: id}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := identity.WithCaller(context.Background(), identity.Caller{ProjectID: "p1", IsAdmin: true})
+	return &env{t: t, svc: svc, prov: prov, vips: vips, ctx: ctx, st: st}
 }

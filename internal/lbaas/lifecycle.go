@@ -12,9 +12,11 @@ import (
 
 // A change's life: one transaction locks the load balancer (moving it out
 // of ACTIVE, Octavia's only lock), applies the change to its tree, has the
-// provider check it, enforces quotas and commits; the provider then
-// realizes it and reports, and a second transaction completes the tree
-// (PENDING_* to ACTIVE, or removed).
+// provider check it, enforces quotas and commits, recording the change as
+// pending with this replica as its owner; the provider then realizes it
+// and reports, and a second transaction completes the tree (PENDING_* to
+// ACTIVE, or removed) if the change is still this replica's. A replica
+// that dies leaves its pending changes to the others (Resume).
 
 // change edits a locked tree; c is the caller.
 type change func(t *Tree, c identity.Caller) error
@@ -86,11 +88,11 @@ func (s *Service) withLock(ctx context.Context, lbID, to string, allowed func(st
 }
 
 // commit is one change's transaction: build yields the changed tree, which
-// the provider checks, quotas bound and the store keeps; once committed,
-// the provider realizes it.
+// the provider checks, quotas bound and the store keeps, pending with this
+// replica as owner; once committed, the provider realizes it.
 func (s *Service) commit(ctx context.Context, build func(tx store.Tx) (*Tree, error)) (*Tree, error) {
 	var tree *Tree
-	_, err := s.st.Update(ctx, func(tx store.Tx) error {
+	c, err := s.st.Update(ctx, func(tx store.Tx) error {
 		t, err := build(tx)
 		if err != nil {
 			return err
@@ -98,13 +100,14 @@ func (s *Service) commit(ctx context.Context, build func(tx store.Tx) (*Tree, er
 		if err := s.commitChange(tx, t); err != nil {
 			return err
 		}
+		tx.Pend(t.LB.ID, s.cfg.Replica)
 		tree = t
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.realize(tree.LB.ID, tree.LB.Provider)
+	s.realize(store.Pending{LoadBalancerID: tree.LB.ID, Owner: s.cfg.Replica, Change: c.Changes[tree.LB.ID]}, tree.LB.Provider)
 	return tree, nil
 }
 
@@ -127,27 +130,28 @@ func (s *Service) commitChange(tx store.Tx, t *Tree) error {
 	return t.save(tx)
 }
 
-// realize hands a committed change to the LB's provider and completes
-// the tree when the provider reports back.
-func (s *Service) realize(lbID, provider string) {
-	p := s.providers[provider]
-	if p == nil {
-		s.log.Error("load balancer names a provider that is not enabled", "loadbalancer", lbID, "provider", provider)
+// realize hands a pending change to the LB's provider and completes the
+// tree when the provider reports back.
+func (s *Service) realize(p store.Pending, provider string) {
+	prov := s.providers[provider]
+	if prov == nil {
+		s.log.Error("load balancer names a provider that is not enabled", "loadbalancer", p.LoadBalancerID, "provider", provider)
 		return
 	}
 	s.inflight.Add(1)
-	p.Realize(lbID, func(err error) {
+	prov.Realize(p.LoadBalancerID, p.Change, func(err error) {
 		defer s.inflight.Done()
 		// A completion that fails (database busy or gone for a moment) is
-		// retried; one that never lands is resumed at the next start.
+		// retried; one that never lands stays pending, with this replica
+		// as owner, until a replica takes it over (Resume).
 		backoff := 10 * time.Millisecond
 		for attempt := 1; ; attempt++ {
-			cerr := s.complete(context.Background(), lbID, err)
+			cerr := s.complete(context.Background(), p, err)
 			if cerr == nil {
 				return
 			}
 			if attempt == 5 {
-				s.log.Error("complete provisioning", "loadbalancer", lbID, "err", cerr)
+				s.log.Error("complete provisioning", "loadbalancer", p.LoadBalancerID, "err", cerr)
 				return
 			}
 			time.Sleep(backoff)
@@ -156,16 +160,26 @@ func (s *Service) realize(lbID, provider string) {
 	})
 }
 
-// complete moves a tree out of PENDING_*: created and updated objects become
-// ACTIVE (ERROR if the provider failed), deleted ones are removed, and
-// operating statuses are recomputed.
-func (s *Service) complete(ctx context.Context, lbID string, perr error) error {
+// complete moves a tree out of PENDING_*, if its pending change is still
+// p: created and updated objects become ACTIVE (ERROR if the provider
+// failed), deleted ones are removed, and operating statuses are
+// recomputed. A change another replica has taken over is its to complete.
+func (s *Service) complete(ctx context.Context, p store.Pending, perr error) error {
 	_, err := s.st.Update(ctx, func(tx store.Tx) error {
-		rec, err := tx.GetForUpdate(store.KindLoadBalancer, lbID)
-		if errors.Is(err, store.ErrNotFound) {
+		rec, err := tx.GetForUpdate(store.KindLoadBalancer, p.LoadBalancerID)
+		gone := errors.Is(err, store.ErrNotFound)
+		if err != nil && !gone {
+			return err
+		}
+		cur, ok, err := tx.Pending(p.LoadBalancerID)
+		if err != nil {
+			return err
+		}
+		if !ok || cur != p {
+			s.log.Info("pending change no longer ours; not completing", "loadbalancer", p.LoadBalancerID, "change", p.Change, "now", cur)
 			return nil
 		}
-		if err != nil {
+		if err := tx.Settle(p); err != nil || gone {
 			return err
 		}
 		t, err := loadTree(tx, rec)
@@ -173,7 +187,7 @@ func (s *Service) complete(ctx context.Context, lbID string, perr error) error {
 			return err
 		}
 		if perr != nil {
-			s.log.Warn("provider failed", "loadbalancer", lbID, "err", perr)
+			s.log.Warn("provider failed", "loadbalancer", p.LoadBalancerID, "err", perr)
 		}
 		if t.LB.ProvisioningStatus == PendingDelete && perr == nil {
 			return s.purge(tx, t)
@@ -244,35 +258,50 @@ func (s *Service) Drain(ctx context.Context) {
 	}
 }
 
-// Resume hands every tree left in a PENDING_* state (a server stopped
-// between commit and completion) back to its provider, so no change is
-// stuck after a restart.
+// Resume takes over the pending changes of replicas that are gone (or,
+// at a restart, of this process's earlier life) and hands them to their
+// providers, so that no change stays pending because its owner died. It
+// returns how many it took.
 func (s *Service) Resume(ctx context.Context) (int, error) {
-	var pending []*LoadBalancer
-	err := s.st.View(ctx, func(tx store.ReadTx) error {
-		recs, err := tx.List(store.KindLoadBalancer, store.Filter{})
-		if err != nil {
-			return err
-		}
-		for _, r := range recs {
-			lb, err := decode[LoadBalancer](r)
+	taken, err := s.st.TakeOver(ctx, s.cfg.Replica)
+	if err != nil || len(taken) == 0 {
+		return 0, err
+	}
+	providers := map[string]string{}
+	err = s.st.View(ctx, func(tx store.ReadTx) error {
+		for _, p := range taken {
+			rec, err := tx.Get(store.KindLoadBalancer, p.LoadBalancerID)
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
 			if err != nil {
 				return err
 			}
-			switch lb.ProvisioningStatus {
-			case PendingCreate, PendingUpdate, PendingDelete:
-				pending = append(pending, lb)
+			lb, err := decode[LoadBalancer](rec)
+			if err != nil {
+				return err
 			}
+			providers[p.LoadBalancerID] = lb.Provider
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	for _, lb := range pending {
-		s.realize(lb.ID, lb.Provider)
+	for _, p := range taken {
+		prov, ok := providers[p.LoadBalancerID]
+		if !ok {
+			// The load balancer is gone: nothing to realize, only the
+			// pending record to close.
+			if err := s.complete(ctx, p, nil); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		s.log.Info("resuming a pending change", "loadbalancer", p.LoadBalancerID, "change", p.Change)
+		s.realize(p, prov)
 	}
-	return len(pending), nil
+	return len(taken), nil
 }
 
 // lbOf returns the load balancer id of an object, for the lock.

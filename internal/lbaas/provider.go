@@ -15,10 +15,11 @@ type Provider interface {
 	// Check refuses, with an Unsupported error, a tree the provider
 	// cannot serve. It sees the tree as it would be after the change.
 	Check(t *Tree) error
-	// Realize makes the committed state of the load balancer's tree real
-	// and calls done once, when it is (err nil) or cannot be. It must not
-	// block.
-	Realize(lbID string, done func(error))
+	// Realize makes the load balancer's committed change real and calls
+	// done once, when it is (err nil) or cannot be. change is the change's
+	// log entry (0: a change from before the log, realized with whatever
+	// is committed now). It must not block.
+	Realize(lbID string, change int64, done func(error))
 	FlavorCapabilities() []Capability
 	AZCapabilities() []Capability
 	// CheckFlavor validates a flavor profile's flavor_data (a JSON object

@@ -41,6 +41,9 @@ type Config struct {
 	DefaultProvider string
 	// QuotaDefaults apply to projects without their own quota; -1 is unlimited.
 	QuotaDefaults Quota
+	// Replica names this server among the replicas sharing the database:
+	// it owns the changes it commits until it completes them.
+	Replica string
 	// Unmeasured says that no data plane serves the VIPs (the noop network
 	// of conformance runs): operating statuses then stay as created,
 	// OFFLINE and members NO_MONITOR, as under Octavia's noop drivers,
@@ -68,6 +71,9 @@ func New(st store.Store, vips VIPAllocator, providers []Provider, cfg Config, lo
 	}
 	if _, ok := s.providers[cfg.DefaultProvider]; !ok {
 		return nil, fmt.Errorf("default provider %q is not configured", cfg.DefaultProvider)
+	}
+	if s.cfg.Replica == "" {
+		s.cfg.Replica = "local"
 	}
 	return s, nil
 }

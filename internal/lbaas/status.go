@@ -167,13 +167,14 @@ func (t *Tree) listenerStatuses(pools map[string]string) string {
 // SetMemberHealth records a health verdict (ONLINE or ERROR) for a member,
 // as Octavia's health manager does: operating statuses change, the
 // provisioning status does not. It reports the member's load balancer and
-// whether anything changed; a verdict for a member that is gone, not
-// monitored or already in that state changes nothing.
-func (s *Service) SetMemberHealth(ctx context.Context, memberID, health string) (lbID string, changed bool, err error) {
+// the change-log entry of the change (0 when nothing changed: a verdict
+// for a member that is gone, not monitored or already in that state).
+func (s *Service) SetMemberHealth(ctx context.Context, memberID, health string) (lbID string, change int64, err error) {
 	if health != Online && health != OpError {
-		return "", false, fmt.Errorf("member health %q: want ONLINE or ERROR", health)
+		return "", 0, fmt.Errorf("member health %q: want ONLINE or ERROR", health)
 	}
-	_, err = s.st.Update(ctx, func(tx store.Tx) error {
+	changed := false
+	c, err := s.st.Update(ctx, func(tx store.Tx) error {
 		rec, err := tx.Get(store.KindMember, memberID)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
@@ -206,8 +207,8 @@ func (s *Service) SetMemberHealth(ctx context.Context, memberID, health string) 
 		changed = true
 		return t.save(tx)
 	})
-	if err != nil {
-		return "", false, err
+	if err != nil || !changed {
+		return "", 0, err
 	}
-	return lbID, changed, nil
+	return lbID, c.Changes[lbID], nil
 }

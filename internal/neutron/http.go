@@ -129,6 +129,8 @@ func writeErr(w http.ResponseWriter, log *slog.Logger, err error) {
 		status, typ, msg = statusOf(ne.Kind), ne.Type, ne.Message
 	case errors.As(err, &mbe):
 		status, typ, msg = http.StatusRequestEntityTooLarge, "HTTPRequestEntityTooLarge", "Request body too large."
+	case errors.Is(err, store.ErrUnavailable):
+		status, typ, msg = http.StatusServiceUnavailable, "ServiceUnavailable", "The database is unavailable; try again."
 	case log != nil:
 		log.Error("neutron API request failed", "err", err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/octavia/fault"
+	"github.com/flowlb/flowlb/internal/store"
 )
 
 // faultOf is the one translation of an error into Octavia's answer: the
@@ -25,6 +26,10 @@ func faultOf(err error, log *slog.Logger, r *http.Request) *fault.Error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return fault.New(http.StatusRequestEntityTooLarge, "Request body too large.")
+	}
+	if errors.Is(err, store.ErrUnavailable) {
+		log.Warn("database unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		return fault.New(http.StatusServiceUnavailable, "The database is unavailable; try again.")
 	}
 	log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	return fault.New(http.StatusInternalServerError, "Internal Server Error")

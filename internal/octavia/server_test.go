@@ -46,7 +46,7 @@ type heldRealizer struct {
 	queue []func(error)
 }
 
-func (h *heldRealizer) Realize(_ string, done func(error)) {
+func (h *heldRealizer) Realize(_ string, _ int64, done func(error)) {
 	h.mu.Lock()
 	h.queue = append(h.queue, done)
 	h.mu.Unlock()

@@ -43,13 +43,15 @@ func TestTranscripts(t *testing.T) {
 // reach the rules the flow provider refuses first (L7, TLS, HTTP).
 type acceptAll struct{ held *heldRealizer }
 
-func (acceptAll) Name() string                          { return "accept" }
-func (acceptAll) Description() string                   { return "accepts every option (tests)" }
-func (acceptAll) Check(*lbaas.Tree) error               { return nil }
-func (p acceptAll) Realize(id string, done func(error)) { p.held.Realize(id, done) }
-func (acceptAll) AZCapabilities() []lbaas.Capability    { return nil }
-func (acceptAll) CheckFlavor(map[string]any) error      { return nil }
-func (acceptAll) CheckAZ(map[string]any) error          { return nil }
+func (acceptAll) Name() string            { return "accept" }
+func (acceptAll) Description() string     { return "accepts every option (tests)" }
+func (acceptAll) Check(*lbaas.Tree) error { return nil }
+func (p acceptAll) Realize(id string, change int64, done func(error)) {
+	p.held.Realize(id, change, done)
+}
+func (acceptAll) AZCapabilities() []lbaas.Capability { return nil }
+func (acceptAll) CheckFlavor(map[string]any) error   { return nil }
+func (acceptAll) CheckAZ(map[string]any) error       { return nil }
 func (acceptAll) FlavorCapabilities() []lbaas.Capability {
 	return []lbaas.Capability{{Name: "size", Description: "a test capability"}}
 }

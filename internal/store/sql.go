@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,9 @@ type engine interface {
 	name() string
 	rebind(q string) string
 	isRetryable(err error) bool
+	// now is the SQL expression of the database's clock in Unix
+	// microseconds: leases compare against one clock, the database's.
+	now() string
 }
 
 type sqliteEngine struct{}
@@ -34,9 +38,15 @@ func (sqliteEngine) isRetryable(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked"))
 }
 
+func (sqliteEngine) now() string {
+	return "CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)"
+}
+
 type pgEngine struct{}
 
 func (pgEngine) name() string { return "postgres" }
+
+func (pgEngine) now() string { return "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT" }
 
 // rebind turns ? placeholders into $1, $2, ... for PostgreSQL.
 func (pgEngine) rebind(q string) string {
@@ -69,9 +79,13 @@ func (pgEngine) isRetryable(err error) bool {
 // SQL is a Store on database/sql.
 type SQL struct {
 	eng    engine
+	dsn    string
 	writer *sql.DB // SQLite: one connection, so one writer at a time
 	reader *sql.DB
 	log    *slog.Logger
+
+	signals *signals
+	epoch   string
 }
 
 // Open opens (and migrates) the database named by dsn: a SQLite file path
@@ -88,7 +102,7 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (*SQL, error) {
 			return nil, fmt.Errorf("open postgres: %w", err)
 		}
 		db.SetMaxOpenConns(16)
-		s = &SQL{eng: pgEngine{}, writer: db, reader: db, log: log}
+		s = &SQL{eng: pgEngine{}, dsn: dsn, writer: db, reader: db, log: log}
 	default:
 		path := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite://"), "file:")
 		params := "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(OFF)"
@@ -103,11 +117,16 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (*SQL, error) {
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
 		r.SetMaxOpenConns(4)
-		s = &SQL{eng: sqliteEngine{}, writer: w, reader: r, log: log}
+		s = &SQL{eng: sqliteEngine{}, dsn: dsn, writer: w, reader: r, log: log}
 	}
+	s.signals = newSignals(s)
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
-		return nil, err
+		return nil, unavailable(err)
+	}
+	if err := s.readEpoch(ctx); err != nil {
+		s.Close()
+		return nil, unavailable(err)
 	}
 	return s, nil
 }
@@ -182,6 +201,7 @@ func (s *SQL) migrate(ctx context.Context) error {
 
 // Close closes the database handles.
 func (s *SQL) Close() error {
+	s.signals.close()
 	err := s.writer.Close()
 	if s.reader != s.writer {
 		if rerr := s.reader.Close(); err == nil {
@@ -196,6 +216,7 @@ type sqlTx struct {
 	tx      *sql.Tx
 	ctx     context.Context
 	touched map[string]bool
+	pend    map[string]string // load balancer → owner of its pending change
 	write   bool
 	// onRollback is called if the transaction does not commit.
 	onRollback []func()
@@ -260,6 +281,12 @@ func where(f Filter) (string, []any) {
 	add("loadbalancer_id", f.LoadBalancerID)
 	add("parent_id", f.ParentID)
 	add("name", f.Name)
+	if len(f.LoadBalancerIDs) > 0 {
+		conds = append(conds, "loadbalancer_id IN (?"+strings.Repeat(", ?", len(f.LoadBalancerIDs)-1)+")")
+		for _, id := range f.LoadBalancerIDs {
+			args = append(args, id)
+		}
+	}
 	if len(conds) == 0 {
 		return "", nil
 	}
@@ -428,6 +455,34 @@ func (t *sqlTx) Touch(lbID string) {
 	}
 }
 
+func (t *sqlTx) Pend(lbID, owner string) {
+	t.Touch(lbID)
+	t.pend[lbID] = owner
+}
+
+func (t *sqlTx) Pending(lbID string) (Pending, bool, error) {
+	p := Pending{LoadBalancerID: lbID}
+	err := t.tx.QueryRowContext(t.ctx, t.q("SELECT owner, change FROM pending_changes WHERE loadbalancer_id = ?"), lbID).Scan(&p.Owner, &p.Change)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Pending{}, false, nil
+	}
+	if err != nil {
+		return Pending{}, false, fmt.Errorf("pending change of %s: %w", lbID, err)
+	}
+	return p, true, nil
+}
+
+func (t *sqlTx) Settle(p Pending) error {
+	res, err := t.tx.ExecContext(t.ctx, t.q("DELETE FROM pending_changes WHERE loadbalancer_id = ? AND owner = ? AND change = ?"), p.LoadBalancerID, p.Owner, p.Change)
+	if err != nil {
+		return fmt.Errorf("settle pending change of %s: %w", p.LoadBalancerID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrConflict
+	}
+	return nil
+}
+
 func (t *sqlTx) OnRollback(fn func()) { t.onRollback = append(t.onRollback, fn) }
 
 func (t *sqlTx) rolledBack() {
@@ -436,29 +491,31 @@ func (t *sqlTx) rolledBack() {
 	}
 }
 
-// Update runs fn in a write transaction and commits it with the next
-// revision. The revision row is bumped last, so its lock is held only
-// for the commit and revisions follow commit order.
-func (s *SQL) Update(ctx context.Context, fn func(tx Tx) error) (int64, error) {
+// Update runs fn in a write transaction and commits it with its change-log
+// entries; it retries serialization failures.
+func (s *SQL) Update(ctx context.Context, fn func(tx Tx) error) (Commit, error) {
 	const attempts = 5
 	var err error
 	for i := 0; i < attempts; i++ {
-		var rev int64
-		rev, err = s.update(ctx, fn)
+		var c Commit
+		c, err = s.update(ctx, fn)
 		if err == nil || !s.eng.isRetryable(err) {
-			return rev, err
+			if err == nil && len(c.Changes) > 0 {
+				s.Notify(ctx, TopicPending)
+			}
+			return c, unavailable(err)
 		}
 		time.Sleep(time.Duration(i+1) * 5 * time.Millisecond)
 	}
-	return 0, err
+	return Commit{}, unavailable(err)
 }
 
-func (s *SQL) update(ctx context.Context, fn func(tx Tx) error) (int64, error) {
+func (s *SQL) update(ctx context.Context, fn func(tx Tx) error) (Commit, error) {
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
+		return Commit{}, fmt.Errorf("begin: %w", err)
 	}
-	t := &sqlTx{s: s, tx: tx, ctx: ctx, touched: map[string]bool{}, write: true}
+	t := &sqlTx{s: s, tx: tx, ctx: ctx, touched: map[string]bool{}, pend: map[string]string{}, write: true}
 	committed := false
 	defer func() {
 		if !committed {
@@ -467,24 +524,68 @@ func (s *SQL) update(ctx context.Context, fn func(tx Tx) error) (int64, error) {
 	}()
 	if err := fn(t); err != nil {
 		tx.Rollback()
-		return 0, err
+		return Commit{}, err
 	}
-	var rev int64
-	if err := tx.QueryRowContext(ctx, "UPDATE revision SET rev = rev + 1 WHERE id = 1 RETURNING rev").Scan(&rev); err != nil {
+	c, err := t.logChanges()
+	if err != nil {
 		tx.Rollback()
-		return 0, fmt.Errorf("bump revision: %w", err)
-	}
-	for id := range t.touched {
-		if _, err := tx.ExecContext(ctx, t.q("INSERT INTO changes (revision, loadbalancer_id) VALUES (?, ?)"), rev, id); err != nil {
-			tx.Rollback()
-			return 0, fmt.Errorf("log change: %w", err)
-		}
+		return Commit{}, err
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
+		return Commit{}, fmt.Errorf("commit: %w", err)
 	}
 	committed = true
-	return rev, nil
+	return c, nil
+}
+
+// logChanges writes the transaction's change-log entries, without
+// revisions (the sequencer gives them after commit, in commit order), and
+// the pending changes it leaves.
+func (t *sqlTx) logChanges() (Commit, error) {
+	c := Commit{Changes: map[string]int64{}}
+	if len(t.touched) == 0 {
+		return c, nil
+	}
+	ids := make([]string, 0, len(t.touched))
+	for id := range t.touched {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var b strings.Builder
+	b.WriteString("INSERT INTO change_log (loadbalancer_id, at) VALUES ")
+	args := make([]any, 0, 2*len(ids))
+	at := time.Now().UnixMicro()
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?)")
+		args = append(args, id, at)
+	}
+	b.WriteString(" RETURNING id, loadbalancer_id")
+	rows, err := t.tx.QueryContext(t.ctx, t.q(b.String()), args...)
+	if err != nil {
+		return c, fmt.Errorf("log changes: %w", err)
+	}
+	for rows.Next() {
+		var entry int64
+		var lb string
+		if err := rows.Scan(&entry, &lb); err != nil {
+			rows.Close()
+			return c, fmt.Errorf("log changes: %w", err)
+		}
+		c.Changes[lb] = entry
+	}
+	if err := rows.Close(); err != nil {
+		return c, fmt.Errorf("log changes: %w", err)
+	}
+	for lb, owner := range t.pend {
+		if _, err := t.tx.ExecContext(t.ctx, t.q("INSERT INTO pending_changes (loadbalancer_id, owner, change) VALUES (?, ?, ?) "+
+			"ON CONFLICT (loadbalancer_id) DO UPDATE SET owner = excluded.owner, change = excluded.change"), lb, owner, c.Changes[lb]); err != nil {
+			return c, fmt.Errorf("record pending change of %s: %w", lb, err)
+		}
+	}
+	return c, nil
 }
 
 // View runs fn in a read-only transaction on a consistent snapshot.
@@ -495,36 +596,10 @@ func (s *SQL) View(ctx context.Context, fn func(tx ReadTx) error) error {
 	}
 	tx, err := s.reader.BeginTx(ctx, opts)
 	if err != nil {
-		return fmt.Errorf("begin read: %w", err)
+		return unavailable(fmt.Errorf("begin read: %w", err))
 	}
 	defer tx.Rollback()
-	return fn(&sqlTx{s: s, tx: tx, ctx: ctx})
-}
-
-// Revision is the latest committed revision.
-func (s *SQL) Revision(ctx context.Context) (int64, error) {
-	var rev int64
-	err := s.reader.QueryRowContext(ctx, "SELECT rev FROM revision WHERE id = 1").Scan(&rev)
-	return rev, err
-}
-
-// Changes returns, per load balancer, the latest revision after `after`
-// that touched it, ordered by revision.
-func (s *SQL) Changes(ctx context.Context, after int64) ([]Change, error) {
-	rows, err := s.reader.QueryContext(ctx, s.eng.rebind("SELECT MAX(revision) AS r, loadbalancer_id FROM changes WHERE revision > ? GROUP BY loadbalancer_id ORDER BY r, loadbalancer_id"), after)
-	if err != nil {
-		return nil, fmt.Errorf("changes: %w", err)
-	}
-	defer rows.Close()
-	var out []Change
-	for rows.Next() {
-		var c Change
-		if err := rows.Scan(&c.Revision, &c.LoadBalancerID); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return unavailable(fn(&sqlTx{s: s, tx: tx, ctx: ctx}))
 }
 
 var _ Store = (*SQL)(nil)

@@ -21,12 +21,12 @@ func rec(kind store.Kind, id, lb, data string) store.Record {
 	return store.Record{Kind: kind, ID: id, ProjectID: "p1", LoadBalancerID: lb, Data: []byte(data)}
 }
 
-func TestCRUDAndRevisions(t *testing.T) {
+func TestCRUDAndLog(t *testing.T) {
 	ctx := context.Background()
 	for _, e := range storetest.Engines(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			s := e.Store
-			rev, err := s.Update(ctx, func(tx store.Tx) error {
+			first, err := s.Update(ctx, func(tx store.Tx) error {
 				for i, id := range []string{"b", "a", "c"} {
 					r := rec(store.KindListener, id, "lb1", fmt.Sprintf(`{"n":%d}`, i))
 					if id == "c" {
@@ -41,10 +41,10 @@ func TestCRUDAndRevisions(t *testing.T) {
 				tx.Touch("lb2")
 				return nil
 			})
-			if err != nil || rev != 1 {
-				t.Fatalf("first update: rev %d, %v", rev, err)
+			if err != nil || len(first.Changes) != 2 {
+				t.Fatalf("first update: %+v, %v; want an entry for lb1 and one for lb2", first, err)
 			}
-			// A failed transaction changes nothing and does not advance the revision.
+			// A failed transaction changes nothing and logs nothing.
 			boom := errors.New("boom")
 			_, err = s.Update(ctx, func(tx store.Tx) error {
 				if err := tx.Insert(rec(store.KindListener, "d", "lb1", "{}")); err != nil {
@@ -81,9 +81,6 @@ func TestCRUDAndRevisions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r, _ := s.Revision(ctx); r != 2 {
-				t.Errorf("revision %d after a rollback and a commit, want 2", r)
-			}
 			err = s.View(ctx, func(tx store.ReadTx) error {
 				got, err := tx.List(store.KindListener, store.Filter{LoadBalancerID: "lb1"})
 				if err != nil {
@@ -105,15 +102,11 @@ func TestCRUDAndRevisions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ch, err := s.Changes(ctx, 0)
-			if err != nil {
-				t.Fatal(err)
+			if got := fmt.Sprint(logged(t, s, 0)); got != "[1:lb1 2:lb2 3:lb1]" {
+				t.Errorf("log: %s, want [1:lb1 2:lb2 3:lb1]", got)
 			}
-			if fmt.Sprint(ch) != "[{1 lb2} {2 lb1}]" {
-				t.Errorf("changes since 0: %v", ch)
-			}
-			if ch, _ := s.Changes(ctx, 1); fmt.Sprint(ch) != "[{2 lb1}]" {
-				t.Errorf("changes since 1: %v", ch)
+			if got := fmt.Sprint(logged(t, s, 2)); got != "[3:lb1]" {
+				t.Errorf("log after 2: %s, want [3:lb1]", got)
 			}
 		})
 	}
@@ -197,38 +190,45 @@ func TestTestAndSetSerialises(t *testing.T) {
 
 var errBusy = errors.New("busy")
 
-func TestConcurrentWritersGetDistinctRevisions(t *testing.T) {
+func TestConcurrentWritersAllLogged(t *testing.T) {
 	ctx := context.Background()
 	for _, e := range storetest.Engines(t) {
 		t.Run(e.Name, func(t *testing.T) {
 			const n = 40
-			revs := make(chan int64, n)
+			ids := make(chan int64, n)
 			var wg sync.WaitGroup
 			for i := 0; i < n; i++ {
 				wg.Add(1)
 				go func(i int) {
 					defer wg.Done()
-					rev, err := e.Store.Update(ctx, func(tx store.Tx) error {
-						tx.Touch(fmt.Sprintf("lb%d", i))
-						return tx.Insert(rec(store.KindMember, fmt.Sprintf("m%d", i), fmt.Sprintf("lb%d", i), "{}"))
+					lb := fmt.Sprintf("lb%d", i)
+					c, err := e.Store.Update(ctx, func(tx store.Tx) error {
+						tx.Touch(lb)
+						return tx.Insert(rec(store.KindMember, fmt.Sprintf("m%d", i), lb, "{}"))
 					})
 					if err != nil {
 						t.Error(err)
 					}
-					revs <- rev
+					ids <- c.Changes[lb]
 				}(i)
 			}
 			wg.Wait()
-			close(revs)
-			seen := map[int64]bool{}
-			for r := range revs {
-				if seen[r] || r < 1 || r > n {
-					t.Errorf("revision %d duplicated or out of range", r)
+			close(ids)
+			entries := logged(t, e.Store, 0)
+			byID := map[int64]int64{}
+			for i, en := range entries {
+				if en.Revision != int64(i+1) {
+					t.Errorf("entry %d has revision %d: revisions must be dense from 1", i, en.Revision)
 				}
-				seen[r] = true
+				byID[en.ID] = en.Revision
 			}
-			if ch, _ := e.Store.Changes(ctx, 0); len(ch) != n {
-				t.Errorf("%d changes, want %d", len(ch), n)
+			for id := range ids {
+				if byID[id] == 0 {
+					t.Errorf("committed entry %d missing from the log", id)
+				}
+			}
+			if len(entries) != n {
+				t.Errorf("%d entries, want %d", len(entries), n)
 			}
 		})
 	}
@@ -251,8 +251,11 @@ func TestSQLiteSurvivesReopenAndMigratesOnce(t *testing.T) {
 		t.Fatalf("reopen: %v", err)
 	}
 	defer s.Close()
-	if rev, _ := s.Revision(ctx); rev != 1 {
-		t.Errorf("revision after reopen %d, want 1", rev)
+	if _, err := s.Sequence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, head, err := s.LogBounds(ctx); err != nil || head != 0 {
+		t.Errorf("log head after reopen %d (%v), want 0: the flavor touched no load balancer", head, err)
 	}
 	err = s.View(ctx, func(tx store.ReadTx) error {
 		r, err := tx.Get(store.KindFlavor, "f")

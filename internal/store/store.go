@@ -1,8 +1,16 @@
 // Package store persists flowlb's objects in SQL: SQLite (embedded, the
 // default) or PostgreSQL (for several server replicas). It is a small
 // document store: each object is a JSON document plus the few columns that
-// queries and locking need. Every write transaction bumps a global revision
-// and logs which load balancers it touched, which the agent fan-out uses.
+// queries and locking need.
+//
+// Every write transaction appends to a change log one entry per load
+// balancer it touched. The entries get their revisions after commit, from
+// a sequencer that numbers committed entries in the order it finds them
+// (log.go): revisions follow commit order, every replica reads the same
+// sequence, and no write locks a row every other write locks too. The
+// fan-out of every replica follows the log. The store also keeps what the
+// replicas of a cluster share: their leases, their agents' acknowledged
+// revisions, and which replica drives each pending change (cluster.go).
 package store
 
 import (
@@ -63,31 +71,37 @@ type Record struct {
 type Filter struct {
 	ProjectID      string
 	LoadBalancerID string
-	ParentID       string
-	Name           string
+	// LoadBalancerIDs selects the records of any of these load balancers.
+	LoadBalancerIDs []string
+	ParentID        string
+	Name            string
 }
 
-// Store opens transactions.
+// ErrUnavailable wraps the errors of a database that cannot be reached
+// (connection refused or lost, shutting down): the request may succeed
+// later, and nothing of it was committed unless the commit itself is what
+// failed.
+var ErrUnavailable = errors.New("database unavailable")
+
+// Store opens transactions and keeps the change log.
 type Store interface {
 	// Update runs fn in a read-write transaction. If fn returns nil the
-	// transaction commits and the global revision advances by one; the
-	// new revision is returned. Serialization failures are retried, so fn
-	// must have no side effects outside tx.
-	Update(ctx context.Context, fn func(tx Tx) error) (revision int64, err error)
+	// transaction commits with a change-log entry for each load balancer
+	// it touched. Serialization failures are retried, so fn must have no
+	// side effects outside tx.
+	Update(ctx context.Context, fn func(tx Tx) error) (Commit, error)
 	// View runs fn in a read-only transaction with a consistent snapshot.
 	View(ctx context.Context, fn func(tx ReadTx) error) error
-	// Revision is the latest committed revision.
-	Revision(ctx context.Context) (int64, error)
-	// Changes returns the load balancer ids touched by revisions in
-	// (after, upTo], oldest first, with the revision that last touched each.
-	Changes(ctx context.Context, after int64) ([]Change, error)
+	Log
+	Cluster
 	Close() error
 }
 
-// Change says that a revision touched a load balancer's tree.
-type Change struct {
-	Revision       int64
-	LoadBalancerID string
+// Commit is what a committed transaction logged.
+type Commit struct {
+	// Changes maps each load balancer the transaction touched to the id of
+	// its change-log entry; the entry's revision comes later (Log).
+	Changes map[string]int64
 }
 
 // ReadTx reads documents.
@@ -137,10 +151,120 @@ type Tx interface {
 	UpdateMany(rs []Record) error
 	// Delete removes a record; ErrNotFound if it does not exist.
 	Delete(kind Kind, id string) error
-	// Touch records that this transaction changed a load balancer's tree.
+	// Touch records that this transaction changed a load balancer's tree:
+	// it gets a change-log entry.
 	Touch(loadBalancerID string)
+	// Pend records that the transaction leaves the load balancer's change
+	// pending, to be completed by replica owner once realized: the pending
+	// change is the load balancer's entry of this transaction (Pend
+	// touches it).
+	Pend(loadBalancerID, owner string)
+	// Pending returns the load balancer's pending change, if any.
+	Pending(loadBalancerID string) (Pending, bool, error)
+	// Settle ends the load balancer's pending change p; ErrConflict when
+	// it is no longer p (another replica took it over).
+	Settle(p Pending) error
 	// OnRollback has fn called if this transaction does not commit (fn
 	// of Update failed, or the commit did), for state outside the store
 	// that the transaction moved, such as an allocation hint.
 	OnRollback(fn func())
+}
+
+// LogEntry is one change-log entry: a committed transaction touched a
+// load balancer's tree.
+type LogEntry struct {
+	// ID is given at insert, in no particular order of commit.
+	ID int64
+	// Revision is given by the sequencer after commit: revisions are
+	// dense and follow the order in which entries became visible.
+	Revision       int64
+	LoadBalancerID string
+	// At is when the entry was written.
+	At time.Time
+}
+
+// Log is the change log every replica's fan-out follows.
+type Log interface {
+	// Log returns up to limit sequenced entries with revisions above
+	// after, in revision order.
+	Log(ctx context.Context, after int64, limit int) ([]LogEntry, error)
+	// LogBounds returns the log's oldest held revision (entries up to it
+	// are compacted away) and its head, the newest revision given.
+	LogBounds(ctx context.Context) (oldest, head int64, err error)
+	// EntryRevision returns the revision of entry id; 0 if it is not
+	// sequenced yet.
+	EntryRevision(ctx context.Context, id int64) (int64, error)
+	// Sequence gives revisions to the committed entries that have none,
+	// unless another replica is doing so at that moment, and returns how
+	// many it numbered.
+	Sequence(ctx context.Context) (int, error)
+	// Compact drops the entries at or below revision upTo.
+	Compact(ctx context.Context, upTo int64) error
+	// Epoch names the database: revisions are comparable only within one.
+	Epoch(ctx context.Context) (string, error)
+	// Watch returns a channel that is signalled (without blocking, so
+	// signals coalesce) when topic may have news, from this process or,
+	// on PostgreSQL, from another replica; Notify spreads the news.
+	Watch(topic Topic) <-chan struct{}
+	Notify(ctx context.Context, topic Topic)
+}
+
+// Topic is a kind of news replicas tell each other.
+type Topic string
+
+const (
+	// TopicPending: committed entries wait for a revision.
+	TopicPending Topic = "flowlb_pending"
+	// TopicLog: the log has new revisions.
+	TopicLog Topic = "flowlb_log"
+	// TopicAgents: agents' acknowledged revisions or connections changed.
+	TopicAgents Topic = "flowlb_agents"
+)
+
+// Cluster is what the replicas share besides the objects and the log.
+type Cluster interface {
+	// Renew records that replica is alive for ttl more, at log position
+	// tail (its fan-out's revision), registering it if new.
+	Renew(ctx context.Context, r Replica, ttl time.Duration) error
+	// Retire removes a replica that stops: its agents' rows and its
+	// pending changes' ownership go at once.
+	Retire(ctx context.Context, replica string) error
+	// Replicas lists the replicas whose lease has not expired.
+	Replicas(ctx context.Context) ([]Replica, error)
+	// RecordAgents stores, for replica, the acknowledged revisions of its
+	// connected agents and forgets those that left it.
+	RecordAgents(ctx context.Context, replica string, acks []AgentAck, gone []string) error
+	// Agents lists the agents connected to live replicas.
+	Agents(ctx context.Context) ([]AgentAck, error)
+	// TakeOver gives replica the pending changes whose owners are not
+	// live replicas and returns them.
+	TakeOver(ctx context.Context, replica string) ([]Pending, error)
+	// Owned counts the pending changes replica drives.
+	Owned(ctx context.Context, replica string) (int, error)
+}
+
+// Replica is one server process of a cluster.
+type Replica struct {
+	ID      string
+	Address string
+	// Tail is the revision its fan-out has reached.
+	Tail int64
+}
+
+// AgentAck is an agent's acknowledged revision, as the replica it is
+// connected to last recorded it.
+type AgentAck struct {
+	Node     string
+	Replica  string
+	Revision int64
+}
+
+// Pending is a load balancer's change waiting to be realized, and the
+// replica that completes it.
+type Pending struct {
+	LoadBalancerID string
+	Owner          string
+	// Change is the change-log entry of the pending change (0 for a change
+	// from before the log).
+	Change int64
 }

@@ -216,10 +216,7 @@ func (w *world) cmdHealth(_ *script.State, args ...string) (script.WaitFunc, err
 	if len(args) != 2 {
 		return nil, script.ErrUsage
 	}
-	lbID, changed, err := w.svc.SetMemberHealth(w.ctx, args[0], args[1])
-	if err != nil || !changed {
-		return nil, err
-	}
-	_, err = w.hub.Update(w.ctx, lbID)
+	// The change reaches the hub through the log, as any other.
+	_, _, err := w.svc.SetMemberHealth(w.ctx, args[0], args[1])
 	return nil, err
 }

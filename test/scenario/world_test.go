@@ -42,6 +42,7 @@ type world struct {
 	ctx       context.Context
 	svc       *lbaas.Service
 	hub       *fanout.Hub
+	st        *memstore.Store
 	api       *httptest.Server
 	agentAddr string
 	token     string
@@ -75,6 +76,7 @@ func newWorld(t *testing.T) *world {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w := &world{t: t, ctx: ctx, log: log, token: token, nodes: map[string]*node{}}
 	st := memstore.New()
+	w.st = st
 	network, cluster, err := neutron.EnsureDefault(ctx, st, "flowlb-vip", "198.19.0.0/17")
 	if err != nil {
 		t.Fatal(err)
@@ -84,9 +86,10 @@ func newWorld(t *testing.T) *world {
 	if w.svc, err = lbaas.New(st, neutron.Allocator{}, []lbaas.Provider{provider}, lbaas.Config{DefaultProvider: flow.Name}, log); err != nil {
 		t.Fatal(err)
 	}
-	if w.hub, err = fanout.NewHub(ctx, fanout.ServiceSource{Svc: w.svc}, token, 5*time.Second, nil, log); err != nil {
+	if w.hub, err = fanout.NewHub(ctx, st, fanout.ServiceSource{Svc: w.svc}, fanout.Options{Replica: "local", Token: token, AckTimeout: 5 * time.Second, Log: log}); err != nil {
 		t.Fatal(err)
 	}
+	go func() { _ = w.hub.Run(ctx) }()
 	provider.Realizer = w.hub
 	w.hub.SetHealthSink(w.svc.SetMemberHealth)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -236,8 +239,8 @@ func (n *node) kernel() (string, error) {
 	return b.String(), nil
 }
 
-// settle waits until no load balancer is pending and every agent has
-// programmed the hub's revision.
+// settle waits until no load balancer is pending, the hub has followed the
+// log to its head and every agent has programmed the hub's revision.
 func (w *world) settle(within time.Duration) error {
 	var failed error
 	err := testutil.Wait(within, func() (bool, string) {
@@ -268,7 +271,14 @@ func (w *world) unsettled() (pending, behind []string, err error) {
 			pending = append(pending, t.LB.Name+" "+t.LB.ProvisioningStatus)
 		}
 	}
-	rev := w.hub.Table().Revision
+	_, head, err := w.st.LogBounds(w.ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	rev := w.hub.Revision()
+	if rev != head {
+		behind = append(behind, fmt.Sprintf("hub at %d of %d", rev, head))
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for name, n := range w.nodes {

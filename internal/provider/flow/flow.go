@@ -19,7 +19,7 @@ const Name = "flow"
 // the server's fan-out hub (internal/fanout, once every agent has
 // programmed it), or Immediate.
 type Realizer interface {
-	Realize(lbID string, done func(error))
+	Realize(lbID string, change int64, done func(error))
 }
 
 // Immediate completes every change as soon as it is committed: for the
@@ -27,7 +27,7 @@ type Realizer interface {
 type Immediate struct{}
 
 // Realize reports success asynchronously, as a real provider would.
-func (Immediate) Realize(_ string, done func(error)) { go done(nil) }
+func (Immediate) Realize(_ string, _ int64, done func(error)) { go done(nil) }
 
 // Provider is the flow provider.
 type Provider struct {
@@ -44,8 +44,8 @@ const Description = "flowlb distributed L4 load balancing as kernel flows on eve
 
 func (p *Provider) Description() string { return Description }
 
-func (p *Provider) Realize(lbID string, done func(error)) {
-	p.Realizer.Realize(lbID, done)
+func (p *Provider) Realize(lbID string, change int64, done func(error)) {
+	p.Realizer.Realize(lbID, change, done)
 }
 
 // What flows can carry, the data plane implement and the agents probe is

@@ -1,10 +1,13 @@
 // Package memstore is an in-memory store.Store for unit tests of the
-// layers above the store: same semantics (one writer at a time, revisions,
-// change log, rollback on error), no durability.
+// layers above the store: same semantics (one writer at a time, the change
+// log, pending changes, replicas and agents, rollback on error), no
+// durability. Entries get their revisions at commit: with one writer,
+// commit order is the order of the transactions.
 package memstore
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -23,24 +26,35 @@ type Store struct {
 	mu      sync.RWMutex
 	objs    map[key]store.Record
 	claims  map[string][]string // space → held keys, sorted
-	rev     int64
-	changes []store.Change
+	log     []store.LogEntry
+	nextID  int64
+	head    int64
+	oldest  int64
+	pending map[string]store.Pending
+	cluster
+	watchers
 }
 
 // New returns an empty store.
-func New() *Store { return &Store{objs: map[key]store.Record{}, claims: map[string][]string{}} }
+func New() *Store {
+	return &Store{objs: map[key]store.Record{}, claims: map[string][]string{}, pending: map[string]store.Pending{},
+		cluster: newCluster(), watchers: watchers{subs: map[store.Topic][]chan struct{}{}}}
+}
 
 type tx struct {
 	s       *Store
 	writes  map[key]*store.Record // nil value: deleted
 	claims  map[claim]bool        // false: unclaimed
 	touched map[string]bool
+	pend    map[string]string
+	settled map[string]bool
 	// onRollback is called if fn of Update fails.
 	onRollback []func()
 }
 
 func newTx(s *Store) *tx {
-	return &tx{s: s, writes: map[key]*store.Record{}, claims: map[claim]bool{}, touched: map[string]bool{}}
+	return &tx{s: s, writes: map[key]*store.Record{}, claims: map[claim]bool{}, touched: map[string]bool{},
+		pend: map[string]string{}, settled: map[string]bool{}}
 }
 
 func (t *tx) lookup(k key) (store.Record, bool) {
@@ -71,7 +85,8 @@ func match(r store.Record, f store.Filter) bool {
 	return (f.ProjectID == "" || r.ProjectID == f.ProjectID) &&
 		(f.LoadBalancerID == "" || r.LoadBalancerID == f.LoadBalancerID) &&
 		(f.ParentID == "" || r.ParentID == f.ParentID) &&
-		(f.Name == "" || r.Name == f.Name)
+		(f.Name == "" || r.Name == f.Name) &&
+		(len(f.LoadBalancerIDs) == 0 || slices.Contains(f.LoadBalancerIDs, r.LoadBalancerID))
 }
 
 func (t *tx) List(kind store.Kind, f store.Filter) ([]store.Record, error) {
@@ -164,15 +179,49 @@ func (t *tx) Delete(kind store.Kind, id string) error {
 	return nil
 }
 
-func (t *tx) Touch(lbID string) { t.touched[lbID] = true }
+func (t *tx) Touch(lbID string) {
+	if lbID != "" {
+		t.touched[lbID] = true
+	}
+}
 
 func (t *tx) OnRollback(fn func()) { t.onRollback = append(t.onRollback, fn) }
 
-// Update runs fn with the store locked and applies its writes on success.
-func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) (int64, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
+func (t *tx) Pend(lbID, owner string) {
+	t.Touch(lbID)
+	t.pend[lbID] = owner
+}
+
+func (t *tx) Pending(lbID string) (store.Pending, bool, error) {
+	if t.settled[lbID] {
+		return store.Pending{}, false, nil
 	}
+	p, ok := t.s.pending[lbID]
+	return p, ok, nil
+}
+
+func (t *tx) Settle(p store.Pending) error {
+	if cur, ok, _ := t.Pending(p.LoadBalancerID); !ok || cur != p {
+		return store.ErrConflict
+	}
+	t.settled[p.LoadBalancerID] = true
+	return nil
+}
+
+// Update runs fn with the store locked and applies its writes on success,
+// with a change-log entry, already sequenced, per load balancer touched.
+func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) (store.Commit, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Commit{}, err
+	}
+	c, err := s.update(fn)
+	if err == nil && len(c.Changes) > 0 {
+		s.Notify(ctx, store.TopicLog)
+	}
+	return c, err
+}
+
+func (s *Store) update(fn func(tx store.Tx) error) (store.Commit, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := newTx(s)
@@ -180,9 +229,8 @@ func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) (int64, 
 		for _, undo := range t.onRollback {
 			undo()
 		}
-		return 0, err
+		return store.Commit{}, err
 	}
-	s.rev++
 	for k, w := range t.writes {
 		if w == nil {
 			delete(s.objs, k)
@@ -191,15 +239,26 @@ func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) (int64, 
 		}
 	}
 	s.applyClaims(t.claims)
+	for lb := range t.settled {
+		delete(s.pending, lb)
+	}
+	c := store.Commit{Changes: map[string]int64{}}
 	ids := make([]string, 0, len(t.touched))
 	for id := range t.touched {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	now := time.Now()
 	for _, id := range ids {
-		s.changes = append(s.changes, store.Change{Revision: s.rev, LoadBalancerID: id})
+		s.nextID++
+		s.head++
+		s.log = append(s.log, store.LogEntry{ID: s.nextID, Revision: s.head, LoadBalancerID: id, At: now})
+		c.Changes[id] = s.nextID
 	}
-	return s.rev, nil
+	for lb, owner := range t.pend {
+		s.pending[lb] = store.Pending{LoadBalancerID: lb, Owner: owner, Change: c.Changes[lb]}
+	}
+	return c, nil
 }
 
 // View runs fn under the read lock.
@@ -212,36 +271,48 @@ func (s *Store) View(ctx context.Context, fn func(tx store.ReadTx) error) error 
 	return fn(newTx(s))
 }
 
-// Revision returns the last committed revision.
-func (s *Store) Revision(context.Context) (int64, error) {
+// Log returns entries after a revision.
+func (s *Store) Log(_ context.Context, after int64, limit int) ([]store.LogEntry, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.rev, nil
+	i := sort.Search(len(s.log), func(i int) bool { return s.log[i].Revision > after })
+	return append([]store.LogEntry(nil), s.log[i:min(len(s.log), i+limit)]...), nil
 }
 
-// Changes returns, per load balancer, the latest revision after `after`
-// that touched it, ordered by revision.
-func (s *Store) Changes(_ context.Context, after int64) ([]store.Change, error) {
+// LogBounds returns the oldest held and the newest revision.
+func (s *Store) LogBounds(context.Context) (oldest, head int64, err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	latest := map[string]int64{}
-	for _, c := range s.changes {
-		if c.Revision > after {
-			latest[c.LoadBalancerID] = c.Revision
-		}
-	}
-	out := make([]store.Change, 0, len(latest))
-	for id, rev := range latest {
-		out = append(out, store.Change{Revision: rev, LoadBalancerID: id})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Revision != out[j].Revision {
-			return out[i].Revision < out[j].Revision
-		}
-		return out[i].LoadBalancerID < out[j].LoadBalancerID
-	})
-	return out, nil
+	return s.oldest, s.head, nil
 }
+
+// EntryRevision returns an entry's revision.
+func (s *Store) EntryRevision(_ context.Context, id int64) (int64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, e := range s.log {
+		if e.ID == id {
+			return e.Revision, nil
+		}
+	}
+	return 0, store.ErrNotFound
+}
+
+// Sequence has nothing to do: entries are numbered at commit.
+func (s *Store) Sequence(context.Context) (int, error) { return 0, nil }
+
+// Compact drops entries at or below upTo.
+func (s *Store) Compact(_ context.Context, upTo int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := sort.Search(len(s.log), func(i int) bool { return s.log[i].Revision > upTo })
+	s.log = append([]store.LogEntry(nil), s.log[i:]...)
+	s.oldest = max(s.oldest, upTo)
+	return nil
+}
+
+// Epoch is fixed: a memstore is one database for its life.
+func (s *Store) Epoch(context.Context) (string, error) { return "memstore", nil }
 
 // Close does nothing.
 func (s *Store) Close() error { return nil }

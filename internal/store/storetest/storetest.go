@@ -158,3 +158,15 @@ func Engines(t testing.TB) []Engine {
 	t.Cleanup(func() { pg.Close() })
 	return append(out, Engine{"postgres", pg, dsn})
 }
+
+// Reopen opens the engine's database a second time, as another replica
+// would, closed at the end of the test.
+func Reopen(t testing.TB, e Engine) store.Store {
+	t.Helper()
+	s, err := store.Open(context.Background(), e.DSN, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}

@@ -1,0 +1,71 @@
+package fanout
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flowlb/flowlb/internal/store"
+)
+
+// metrics are the hub's, on the server's /metrics.
+type metrics struct {
+	timeouts       prometheus.Counter
+	agents         prometheus.Gauge
+	lagRevisions   prometheus.Gauge
+	lagSeconds     prometheus.Gauge
+	realized       prometheus.Histogram
+	healthResults  *prometheus.CounterVec
+	healthReaction prometheus.Histogram
+	h              *Hub
+}
+
+func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
+	m := &metrics{h: h,
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_ack_timeouts_total", Help: "Changes completed without every agent's ack."}),
+		agents:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_fanout_agents", Help: "Agents connected to this replica."}),
+		lagRevisions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_fanout_log_lag_revisions",
+			Help: "Revisions of the change log this replica's fan-out has not applied yet (at the last poll)."}),
+		lagSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_fanout_log_lag_seconds",
+			Help: "From the writing of the newest entry applied to its application."}),
+		realized: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_fanout_realize_seconds",
+			Help:    "From a change handed to the fan-out to every live agent of the cluster having programmed it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
+		healthResults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_health_transitions_total",
+			Help: "Member health transitions reported by the agents, by new status."}, []string{"status"}),
+		healthReaction: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_health_reaction_seconds",
+			Help:    "From an agent's health verdict to every agent having programmed the resulting flow change.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.timeouts, m.agents, m.lagRevisions, m.lagSeconds, m.realized, m.healthResults, m.healthReaction,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_acks_pending", Help: "Changes waiting for the agents' acks."}, func() float64 {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				return float64(len(h.waiting))
+			}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_cluster_agents", Help: "Agents connected to any live replica."}, func() float64 {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				return float64(len(h.acks.revisions(h.o.Replica)))
+			}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_revision", Help: "The log revision this replica's flow table holds."}, func() float64 {
+				return float64(h.Revision())
+			}),
+			memberCollector{h: h, desc: prometheus.NewDesc("flowlb_health_members", "Monitored members by health verdict.", []string{"status"}, nil)})
+	}
+	return m
+}
+
+// tailed records the application of a batch ending with entry e.
+func (m *metrics) tailed(e store.LogEntry) {
+	m.lagSeconds.Set(max(0, time.Since(e.At).Seconds()))
+}
+
+// observeHead measures how far the log's head is ahead of the table.
+func (m *metrics) observeHead(ctx context.Context) {
+	if _, head, err := m.h.st.LogBounds(ctx); err == nil {
+		m.lagRevisions.Set(float64(max(0, head-m.h.Revision())))
+	}
+}

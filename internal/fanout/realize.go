@@ -1,0 +1,149 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/store"
+)
+
+// waiter is a change waiting until every live agent has programmed it.
+type waiter struct {
+	lb     string
+	change int64 // its log entry
+	rev    int64 // the entry's revision; 0 until known
+	start  time.Time
+	done   func(behind []string)
+}
+
+// Realize makes the flow provider wait for the agents: done is called once
+// every live agent of the cluster, on any replica, has programmed the
+// revision of the change's log entry (at once with no agent; after the
+// ack timeout, with the laggards counted and logged, otherwise).
+func (h *Hub) Realize(lbID string, change int64, done func(error)) {
+	h.wait(lbID, change, func(behind []string) {
+		if len(behind) > 0 {
+			h.m.timeouts.Inc()
+			h.log.Warn("agents did not acknowledge in time", "loadbalancer", lbID, "change", change, "nodes", behind)
+		}
+		done(nil)
+	})
+}
+
+// wait registers a waiter for change (0: whatever the table holds now).
+func (h *Hub) wait(lbID string, change int64, done func(behind []string)) {
+	w := &waiter{lb: lbID, change: change, start: time.Now(), done: done}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch rev, ok := h.ring.revOf[change]; {
+	case change == 0:
+		w.rev = max(h.rev, 1)
+	case ok:
+		w.rev = rev
+	default:
+		go h.lookUp(w)
+	}
+	h.waiting[w] = true
+	h.settleReady()
+}
+
+// lookUp finds the revision of a waiter's entry that the tail has not
+// passed yet, or that it passed before the waiter came: from the store,
+// until the tail or the store has it.
+func (h *Hub) lookUp(w *waiter) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.o.AckTimeout)
+	defer cancel()
+	for ctx.Err() == nil {
+		h.mu.Lock()
+		known := w.rev != 0 || !h.waiting[w]
+		h.mu.Unlock()
+		if known {
+			return
+		}
+		rev, err := h.st.EntryRevision(ctx, w.change)
+		if errors.Is(err, store.ErrNotFound) {
+			rev = 1 // compacted away: every agent is past it
+		} else if err != nil {
+			h.log.Warn("revision of a change", "change", w.change, "err", err)
+		}
+		if rev > 0 {
+			h.mu.Lock()
+			if w.rev == 0 {
+				w.rev = rev
+			}
+			h.settleReady()
+			h.mu.Unlock()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// resolve gives the waiters of a batch's entries their revisions. Called
+// with h.mu held.
+func (h *Hub) resolve(es []store.LogEntry) {
+	for w := range h.waiting {
+		if w.rev != 0 {
+			continue
+		}
+		for _, e := range es {
+			if e.ID == w.change {
+				w.rev = e.Revision
+			}
+		}
+	}
+}
+
+// settleReady calls the waiters whose revision every live agent has
+// programmed (and this replica's table holds), or whose time is up.
+// Called with h.mu held; the callbacks run outside it.
+func (h *Hub) settleReady() {
+	if len(h.waiting) == 0 {
+		return
+	}
+	revs := h.acks.revisions(h.o.Replica)
+	low := int64(-1)
+	for _, r := range revs {
+		if low < 0 || r < low {
+			low = r
+		}
+	}
+	now := time.Now()
+	for w := range h.waiting {
+		expired := now.Sub(w.start) >= h.o.AckTimeout
+		ready := w.rev != 0 && h.rev >= w.rev && (low < 0 || low >= w.rev)
+		if !ready && !expired {
+			continue
+		}
+		delete(h.waiting, w)
+		var behind []string
+		if !ready {
+			for n, r := range revs {
+				if w.rev == 0 || r < w.rev {
+					behind = append(behind, n)
+				}
+			}
+			slices.Sort(behind)
+		}
+		h.m.realized.Observe(now.Sub(w.start).Seconds())
+		go w.done(behind)
+	}
+}
+
+// expire ends the waits whose time is up.
+func (h *Hub) expire(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			h.mu.Lock()
+			h.settleReady()
+			h.mu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package fanout
+
+import (
+	"context"
+	"crypto/subtle"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+)
+
+// sendQueue bounds the updates queued for one agent; one that falls
+// further behind is cut off and catches up when it reconnects.
+const sendQueue = 4096
+
+// Subscribe serves one agent: what it missed since the revision it last
+// programmed, then every batch of the log as the tail applies it.
+func (h *Hub) Subscribe(stream agentv1.Agent_SubscribeServer) error {
+	if err := h.authenticate(stream.Context()); err != nil {
+		return err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if hello == nil || hello.GetNode() == "" {
+		return status.Error(codes.InvalidArgument, "the first message must be a Hello with a node name")
+	}
+	a := h.attach(hello)
+	defer h.detach(a)
+	errc := make(chan error, 1)
+	go h.receive(stream, a, errc)
+	for {
+		select {
+		case u := <-a.send:
+			if err := stream.Send(u); err != nil {
+				return err
+			}
+		case err := <-errc:
+			return err
+		case <-a.gone:
+			return status.Error(codes.ResourceExhausted, "agent fell behind; reconnect to catch up")
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+}
+
+// attach registers a new agent with what it needs to catch up.
+func (h *Hub) attach(hello *agentv1.Hello) *agent {
+	a := &agent{node: hello.GetNode(), send: make(chan *agentv1.Update, sendQueue), gone: make(chan struct{})}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if u := h.catchUp(hello.GetEpoch(), hello.GetLastRevision()); u != nil {
+		a.send <- u
+	}
+	if hello.GetEpoch() == h.epoch {
+		// What it programmed holds at least up to the revision it
+		// names, or up to this replica's, if this one lags behind.
+		a.acked = min(hello.GetLastRevision(), h.rev)
+	}
+	h.acks.local[a] = true
+	h.acks.note(a.node, a.acked)
+	// The newcomer takes over the members of its node (and its share of
+	// the rest); it always gets its list, empty or not.
+	touched := h.reassign()
+	touched[a.node] = true
+	h.sendProbes(touched)
+	h.m.agents.Set(float64(len(h.acks.local)))
+	h.log.Info("agent connected", "node", a.node, "last_revision", hello.GetLastRevision(), "revision", h.rev)
+	return a
+}
+
+// detach forgets an agent that left; its members go to the others at
+// once.
+func (h *Hub) detach(a *agent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.acks.local, a)
+	if !h.connected(a.node) {
+		h.acks.leave(a.node)
+	}
+	h.sendProbes(h.reassign())
+	h.settleReady()
+	h.m.agents.Set(float64(len(h.acks.local)))
+	h.log.Info("agent disconnected", "node", a.node)
+}
+
+// connected reports whether a node still has a stream to this replica (a
+// reconnection may come before the old stream is torn down). Called with
+// h.mu held.
+func (h *Hub) connected(node string) bool {
+	for a := range h.acks.local {
+		if a.node == node {
+			return true
+		}
+	}
+	return false
+}
+
+// receive reads an agent's acks and health reports until its stream ends.
+func (h *Hub) receive(stream agentv1.Agent_SubscribeServer, a *agent, errc chan<- error) {
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			errc <- err
+			return
+		}
+		if ack := m.GetAck(); ack != nil {
+			h.mu.Lock()
+			a.acked = max(a.acked, ack.GetRevision())
+			h.acks.note(a.node, a.acked)
+			h.settleReady()
+			h.mu.Unlock()
+		}
+		if hr := m.GetHealth(); hr != nil {
+			h.report(a.node, hr)
+		}
+	}
+}
+
+func (h *Hub) authenticate(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	got := ""
+	if v := md.Get("authorization"); len(v) > 0 {
+		got = strings.TrimPrefix(v[0], "Bearer ")
+	}
+	if h.o.Token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(h.o.Token)) != 1 {
+		return status.Error(codes.Unauthenticated, "bad or missing agent token")
+	}
+	return nil
+}
