@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
@@ -47,10 +48,19 @@ func (a *Agent) session(ctx context.Context, addr string) (bool, error) {
 // rather than to reconnecting at once for the same change.
 var errProgram = errors.New("program the data plane")
 
+const (
+	serverPing        = 10 * time.Second
+	serverPingTimeout = 3 * time.Second
+)
+
 // dial prepares the connection to one server address (gRPC connects
 // lazily, on the first call; the address is resolved already).
 func (a *Agent) dial(addr string) (*grpc.ClientConn, error) {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// A replica that vanished without closing the stream (cut off,
+		// frozen) is noticed within serverPing+serverPingTimeout; gRPC
+		// allows no faster pings, and the server permits these.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: serverPing, Timeout: serverPingTimeout, PermitWithoutStream: true})}
 	if a.cfg.Dialer != nil {
 		opts = append(opts, grpc.WithContextDialer(a.cfg.Dialer))
 	}

@@ -170,3 +170,21 @@ func Reopen(t testing.TB, e Engine) store.Store {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// PostgresDSN returns a fresh PostgreSQL database, skipping the test if
+// PostgreSQL is not installed (failing it where it is required).
+func PostgresDSN(t testing.TB) string {
+	t.Helper()
+	once.Do(func() { cluster, pgErr = StartCluster() })
+	if pgErr != nil {
+		if pgserver.Required() {
+			t.Fatalf("PostgreSQL required: %v", pgErr)
+		}
+		t.Skipf("PostgreSQL: %v", pgErr)
+	}
+	dsn, err := cluster.NewDatabase()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dsn
+}

@@ -1,0 +1,368 @@
+// Package server assembles one flowlb server process: the store, the
+// LBaaS domain, the API with its Neutron subset, the agents' stream and
+// the replica's background work. cmd/flowlb turns flags into Options; tests
+// start several servers on one database in-process.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/flowlb/flowlb/internal/apimetrics"
+	"github.com/flowlb/flowlb/internal/fanout"
+	"github.com/flowlb/flowlb/internal/identity"
+	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/neutron"
+	"github.com/flowlb/flowlb/internal/octavia"
+	"github.com/flowlb/flowlb/internal/provider/flow"
+	"github.com/flowlb/flowlb/internal/replica"
+	"github.com/flowlb/flowlb/internal/store"
+)
+
+// Options configure a server; cmd/flowlb's flags document each.
+type Options struct {
+	Listen          string
+	DataDir         string
+	Database        string
+	Auth            string
+	DefaultProject  string
+	VIPCIDR         string
+	ExternalVIPCIDR string
+	AgentListen     string
+	AgentTokenFile  string
+	AckTimeout      time.Duration
+	ReplicaID       string
+	Network         string
+	Keystone        identity.KeystoneConfig
+	PasswordFile    string
+	RBAC            string
+	// LeaseTTL is the replica's lease (default 3 s): how soon the others
+	// take over its pending changes if it dies.
+	LeaseTTL time.Duration
+}
+
+// Server is a running server.
+type Server struct {
+	// APIAddr and AgentAddr are where it listens (useful with port 0).
+	APIAddr, AgentAddr net.Addr
+	// Replica names it among the replicas of the database.
+	Replica string
+	// Hub is its fan-out, for tests that look at what it sends.
+	Hub *fanout.Hub
+
+	log        *slog.Logger
+	st         store.Store
+	svc        *lbaas.Service
+	rep        *replica.Replica
+	http       *http.Server
+	grpc       *grpc.Server
+	stopLoops  func()
+	served     chan error
+	shutdownMu sync.Mutex
+	down       bool
+}
+
+// Start opens the database, joins the cluster of replicas sharing it and
+// serves the API and the agents' stream.
+func Start(ctx context.Context, o Options, log *slog.Logger) (s *Server, err error) {
+	authn, err := authMiddleware(o, log)
+	if err != nil {
+		return nil, err
+	}
+	st, dsn, err := openStore(ctx, o, log)
+	if err != nil {
+		return nil, err
+	}
+	s = &Server{log: log, st: st, served: make(chan error, 1), stopLoops: func() {}}
+	defer func() {
+		if err != nil {
+			s.abort()
+		}
+	}()
+	if err := ensureVIPSubnets(ctx, st, o, log); err != nil {
+		return nil, err
+	}
+	if o.ReplicaID == "" {
+		o.ReplicaID = replica.NewID()
+	}
+	s.Replica = o.ReplicaID
+	provider := flow.New(nil)
+	if s.svc, err = newService(st, provider, o, log); err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	if err := s.serveAgents(ctx, provider, reg, o); err != nil {
+		return nil, err
+	}
+	s.rep = replica.New(st, s.svc, s.Hub.Revision, replica.Options{ID: o.ReplicaID, Address: o.Listen, LeaseTTL: o.LeaseTTL, Log: log}, reg)
+	if err := s.rep.Register(ctx); err != nil {
+		return nil, fmt.Errorf("register replica %s: %w", o.ReplicaID, err)
+	}
+	s.stopLoops = runBackground(s.Hub, s.rep)
+	ln, err := s.apiServer(reg, authn, o)
+	if err != nil {
+		return nil, err
+	}
+	s.APIAddr = ln.Addr()
+	go func() { s.served <- s.http.Serve(ln) }()
+	log.Info("flowlb server listening", "address", s.APIAddr.String(), "database", redact(dsn), "auth", o.Auth, "replica", o.ReplicaID)
+	return s, nil
+}
+
+// Wait returns when the API server fails.
+func (s *Server) Wait() <-chan error { return s.served }
+
+// Shutdown stops cleanly: requests in flight finish, completions already
+// handed to the provider land, and the replica leaves the cluster at once,
+// so that its agents and any change still pending are the others' now.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutdownMu.Lock()
+	defer s.shutdownMu.Unlock()
+	if s.down {
+		return nil
+	}
+	s.down = true
+	s.log.Info("shutting down")
+	err := s.http.Shutdown(ctx)
+	s.svc.Drain(ctx)
+	s.grpc.Stop()
+	s.stopLoops()
+	if rerr := s.rep.Retire(ctx); rerr != nil {
+		s.log.Warn("leaving the cluster", "err", rerr)
+	}
+	s.st.Close()
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// Crash stops at once, as a killed process would: connections are cut,
+// nothing is drained or retired, and what it left pending waits for its
+// lease to run out.
+func (s *Server) Crash() {
+	s.shutdownMu.Lock()
+	defer s.shutdownMu.Unlock()
+	if s.down {
+		return
+	}
+	s.down = true
+	s.abort()
+}
+
+func (s *Server) abort() {
+	if s.http != nil {
+		s.http.Close()
+	}
+	if s.grpc != nil {
+		s.grpc.Stop()
+	}
+	s.stopLoops()
+	s.st.Close()
+}
+
+// runBackground runs the fan-out's and the replica's loops until the
+// returned stop is called.
+func runBackground(hub *fanout.Hub, rep *replica.Replica) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = hub.Run(ctx) }()
+	go func() { defer wg.Done(); rep.Run(ctx) }()
+	return func() { cancel(); wg.Wait() }
+}
+
+// openStore opens the database: Database, or SQLite in the data
+// directory.
+func openStore(ctx context.Context, o Options, log *slog.Logger) (store.Store, string, error) {
+	dsn := o.Database
+	if dsn == "" {
+		if err := os.MkdirAll(o.DataDir, 0o750); err != nil {
+			return nil, "", fmt.Errorf("create data directory: %w", err)
+		}
+		dsn = filepath.Join(o.DataDir, "flowlb.db")
+	}
+	st, err := store.Open(ctx, dsn, log)
+	if err != nil {
+		return nil, "", fmt.Errorf("open database: %w", err)
+	}
+	return st, dsn, nil
+}
+
+// ensureVIPSubnets creates the default VIP subnets that are missing.
+func ensureVIPSubnets(ctx context.Context, st store.Store, o Options, log *slog.Logger) error {
+	for _, d := range []struct{ name, cidr string }{{"flowlb-vip", o.VIPCIDR}, {"flowlb-external", o.ExternalVIPCIDR}} {
+		if d.cidr == "" {
+			continue
+		}
+		net, sub, err := neutron.EnsureDefault(ctx, st, d.name, d.cidr)
+		if err != nil {
+			return fmt.Errorf("default VIP subnet %s: %w", d.name, err)
+		}
+		log.Info("VIP subnet ready", "network", d.name, "network_id", net.ID, "subnet_id", sub.ID, "cidr", d.cidr)
+	}
+	return nil
+}
+
+// newService is the LBaaS domain with the flow provider and the Network
+// VIP allocation.
+func newService(st store.Store, provider *flow.Provider, o Options, log *slog.Logger) (*lbaas.Service, error) {
+	var vips lbaas.VIPAllocator = neutron.NewAllocator()
+	cfg := lbaas.Config{DefaultProvider: flow.Name, Replica: o.ReplicaID}
+	switch o.Network {
+	case "neutron", "":
+	case "noop":
+		vips = neutron.NoopAllocator{}
+		// No VIP is on any network, so nothing is measured either.
+		cfg.Unmeasured = true
+		log.Warn("--network noop: VIPs are not allocated and operating statuses stay OFFLINE; for API conformance runs only")
+	default:
+		return nil, fmt.Errorf("unknown --network %q: use neutron or noop", o.Network)
+	}
+	return lbaas.New(st, vips, []lbaas.Provider{provider}, cfg, log)
+}
+
+// Agents ping at most this often to notice a replica that vanished
+// without closing their streams; the server allows it.
+const agentPingMin = 10 * time.Second
+
+// serveAgents starts the fan-out hub and the agent stream; the flow
+// provider realizes changes through the hub.
+func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, reg *prometheus.Registry, o Options) error {
+	token, err := agentToken(o)
+	if err != nil {
+		return err
+	}
+	hub, err := fanout.NewHub(ctx, s.st, fanout.ServiceSource{Svc: s.svc}, fanout.Options{Replica: o.ReplicaID, Token: token,
+		AckTimeout: o.AckTimeout, Registerer: reg, Log: s.log})
+	if err != nil {
+		return err
+	}
+	s.Hub = hub
+	provider.Realizer = hub
+	// Agents' health verdicts become member operating statuses, and the
+	// flows follow them.
+	hub.SetHealthSink(s.svc.SetMemberHealth)
+	ln, err := net.Listen("tcp", o.AgentListen)
+	if err != nil {
+		return fmt.Errorf("agent listener: %w", err)
+	}
+	s.AgentAddr = ln.Addr()
+	s.grpc = grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: agentPingMin, PermitWithoutStream: true}))
+	hub.Register(s.grpc)
+	go func() { _ = s.grpc.Serve(ln) }()
+	s.log.Info("agent stream listening", "address", s.AgentAddr.String())
+	return nil
+}
+
+// apiServer builds the HTTP server of the API (with the Neutron subset)
+// and /metrics, and its listener.
+func (s *Server) apiServer(reg *prometheus.Registry, authn func(http.Handler) http.Handler, o Options) (net.Listener, error) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := apimetrics.New(reg)
+	apimetrics.RegisterObjects(reg, s.svc.CountByStatus)
+	api := octavia.New(s.svc, neutron.NewHandler(s.st, s.log), s.log, octavia.Config{})
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", authn(api))
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	s.http = &http.Server{Handler: metrics.Wrap(mux), ReadHeaderTimeout: 10 * time.Second}
+	return ln, nil
+}
+
+// redact hides a DSN's password for logging.
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil {
+		return dsn
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// agentToken reads the agents' bootstrap token, creating a random one
+// (readable by root only) on first start.
+func agentToken(o Options) (string, error) {
+	path := o.AgentTokenFile
+	if path == "" {
+		path = filepath.Join(o.DataDir, "agent-token")
+	}
+	if b, err := os.ReadFile(path); err == nil {
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+	}
+	buf := make([]byte, 24)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	t := hex.EncodeToString(buf)
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write agent token: %w", err)
+	}
+	return t, nil
+}
+
+// authMiddleware builds the Auth mode: every request gets a caller, or
+// is refused before it reaches the API.
+func authMiddleware(o Options, log *slog.Logger) (func(http.Handler) http.Handler, error) {
+	switch o.Auth {
+	case "noauth", "":
+		return func(h http.Handler) http.Handler { return identity.NoAuth(o.DefaultProject, h) }, nil
+	case "keystone":
+	default:
+		return nil, fmt.Errorf("unknown --auth %q: use noauth or keystone", o.Auth)
+	}
+	personas, err := identity.ParsePersonas(o.RBAC)
+	if err != nil {
+		return nil, err
+	}
+	kc := o.Keystone
+	if kc.Password == "" && o.PasswordFile != "" {
+		b, err := os.ReadFile(o.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("--keystone-password-file: %w", err)
+		}
+		kc.Password = strings.TrimSpace(string(b))
+	}
+	if kc.Password == "" {
+		kc.Password = os.Getenv("FLOWLB_KEYSTONE_PASSWORD")
+	}
+	k, err := identity.NewKeystone(kc)
+	if err != nil {
+		return nil, err
+	}
+	// Version discovery and the health check answer without a token, as
+	// Octavia's do.
+	public := func(r *http.Request) bool {
+		p := strings.Trim(r.URL.Path, "/")
+		return r.Method == http.MethodGet && (p == "" || p == "v2" || p == "v2.0" || p == "healthcheck")
+	}
+	policy := identity.Policy{Personas: personas}
+	return func(h http.Handler) http.Handler { return identity.KeystoneAuth(k, policy, public, log, h) }, nil
+}
