@@ -101,7 +101,13 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (*SQL, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", err)
 		}
+		// Idle connections are kept (database/sql keeps 2 by default):
+		// PostgreSQL forks a backend per connection, and a pool that
+		// closes and reopens them under load spends more on that than
+		// on the queries.
 		db.SetMaxOpenConns(16)
+		db.SetMaxIdleConns(16)
+		db.SetConnMaxIdleTime(5 * time.Minute)
 		s = &SQL{eng: pgEngine{}, dsn: dsn, writer: db, reader: db, log: log}
 	default:
 		path := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite://"), "file:")
