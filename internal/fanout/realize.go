@@ -49,36 +49,29 @@ func (h *Hub) wait(lbID string, change int64, done func(behind []string)) {
 	h.settleReady()
 }
 
-// lookUp finds the revision of a waiter's entry that the tail has not
-// passed yet, or that it passed before the waiter came: from the store,
-// until the tail or the store has it.
+// lookUp asks the store once for the revision of an entry that is not
+// among the recent ones the tail passed: one the tail has not reached
+// yet (it is resolved as the tail passes it, so a 0 answer changes
+// nothing) or an old one, resumed from a replica that died.
 func (h *Hub) lookUp(w *waiter) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.o.AckTimeout)
 	defer cancel()
-	for ctx.Err() == nil {
-		h.mu.Lock()
-		known := w.rev != 0 || !h.waiting[w]
-		h.mu.Unlock()
-		if known {
-			return
-		}
-		rev, err := h.st.EntryRevision(ctx, w.change)
-		if errors.Is(err, store.ErrNotFound) {
-			rev = 1 // compacted away: every agent is past it
-		} else if err != nil {
-			h.log.Warn("revision of a change", "change", w.change, "err", err)
-		}
-		if rev > 0 {
-			h.mu.Lock()
-			if w.rev == 0 {
-				w.rev = rev
-			}
-			h.settleReady()
-			h.mu.Unlock()
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	rev, err := h.st.EntryRevision(ctx, w.change)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		rev = 1 // compacted away: every agent is past it
+	case err != nil:
+		h.log.Warn("revision of a change", "change", w.change, "err", err)
 	}
+	if rev == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w.rev == 0 {
+		w.rev = rev
+	}
+	h.settleReady()
 }
 
 // resolve gives the waiters of a batch's entries their revisions. Called
