@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -576,4 +577,43 @@ func newReplica(t *testing.T, st store.Store, id string) *env {
 	}
 	ctx := identity.WithCaller(context.Background(), identity.Caller{ProjectID: "p1", IsAdmin: true})
 	return &env{t: t, svc: svc, prov: prov, vips: vips, ctx: ctx, st: st}
+}
+
+// outage is a store whose writes fail as if the database were
+// unreachable while down is set.
+type outage struct {
+	store.Store
+	down     atomic.Bool
+	refusals atomic.Int64
+}
+
+func (o *outage) Update(ctx context.Context, fn func(store.Tx) error) (store.Commit, error) {
+	if o.down.Load() {
+		o.refusals.Add(1)
+		return store.Commit{}, fmt.Errorf("%w: connection refused", store.ErrUnavailable)
+	}
+	return o.Store.Update(ctx, fn)
+}
+
+// A completion that meets an unreachable database lands when it is back,
+// however long that takes: the change does not stay pending.
+func TestCompletionWaitsOutAnOutage(t *testing.T) {
+	st := &outage{Store: memstore.New()}
+	e := newEnv(t, false, st)
+	lb, err := e.svc.CreateLoadBalancer(e.ctx, lbReq(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.down.Store(true)
+	go e.prov.finish(nil)
+	// Past the few quick attempts a failure of another kind gets.
+	testutil.Eventually(t, 10*time.Second, "completion retried past 5 attempts", func() (bool, string) {
+		n := st.refusals.Load()
+		return n > 5, fmt.Sprint(n, " attempts")
+	})
+	if got := e.status(store.KindLoadBalancer, lb.LB.ID); got != PendingCreate {
+		t.Fatalf("during the outage: %s", got)
+	}
+	st.down.Store(false)
+	e.waitActive(lb.LB.ID)
 }

@@ -141,8 +141,9 @@ func (s *Service) realize(p store.Pending, provider string) {
 	s.inflight.Add(1)
 	prov.Realize(p.LoadBalancerID, p.Change, func(err error) {
 		defer s.inflight.Done()
-		// A completion that fails (database busy or gone for a moment) is
-		// retried; one that never lands stays pending, with this replica
+		// A completion that fails is retried: for as long as the database
+		// is unreachable (it lands when the database is back), a few times
+		// otherwise. One that never lands stays pending, with this replica
 		// as owner, until a replica takes it over (Resume).
 		backoff := 10 * time.Millisecond
 		for attempt := 1; ; attempt++ {
@@ -150,12 +151,15 @@ func (s *Service) realize(p store.Pending, provider string) {
 			if cerr == nil {
 				return
 			}
-			if attempt == 5 {
+			if attempt >= 5 && !errors.Is(cerr, store.ErrUnavailable) {
 				s.log.Error("complete provisioning", "loadbalancer", p.LoadBalancerID, "err", cerr)
 				return
 			}
+			if attempt == 5 {
+				s.log.Warn("complete provisioning: database unavailable, retrying until it is back", "loadbalancer", p.LoadBalancerID, "err", cerr)
+			}
 			time.Sleep(backoff)
-			backoff *= 4
+			backoff = min(4*backoff, 2*time.Second)
 		}
 	})
 }
