@@ -26,7 +26,7 @@ import (
 
 type kubeControllerOptions struct {
 	kubeconfig     string
-	endpoint       string
+	endpoints      []string
 	cloud          string
 	opts           kubelb.Options
 	workers        int
@@ -45,14 +45,17 @@ func init() {
 		Short: "Serve Kubernetes Services with load balancers whose members are the pods",
 		Long: `Watch Services, EndpointSlices and Nodes and keep one Octavia load balancer per
 ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
-(--octavia-endpoint, noauth) or a cloud's (--os-cloud, clouds.yaml).`,
+(--octavia-endpoint, noauth, one URL per server replica) or a cloud's
+(--os-cloud, clouds.yaml, the endpoint of Keystone's catalog).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runKubeController(cmd.Context(), o) },
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig (default: in-cluster)")
-	f.StringVar(&o.endpoint, "octavia-endpoint", "", "Octavia API URL needing no token, e.g. http://127.0.0.1:9876")
-	f.StringVar(&o.cloud, "os-cloud", os.Getenv("OS_CLOUD"), "cloud of clouds.yaml to authenticate with (when no --octavia-endpoint)")
+	f.StringSliceVar(&o.endpoints, "octavia-endpoint", nil, "Octavia API URLs needing no token, one per server replica, comma-separated or repeated, "+
+		"e.g. http://198.18.0.1:9876,http://198.18.0.2:9876 (same path on all); a request goes to the next when one is unreachable or answers 503")
+	f.StringVar(&o.cloud, "os-cloud", os.Getenv("OS_CLOUD"), "cloud of clouds.yaml to authenticate with (when no --octavia-endpoint); "+
+		"the API is the one load-balancer endpoint of Keystone's catalog, so server replicas must sit behind one load-balanced address (a DNS name with several addresses, or a VIP in front)")
 	f.StringVar(&o.opts.Cluster, "cluster-name", "kubernetes", "name of this cluster in load balancer names and tags")
 	f.StringVar(&o.opts.ClusterIPSubnet, "cluster-ip-subnet", "", "ID of the VIP subnet holding the Services' cluster IPs (required)")
 	f.StringVar(&o.opts.ExternalSubnet, "external-subnet", "", "ID of the subnet LoadBalancer addresses come from, on the same network")
@@ -76,7 +79,7 @@ func runKubeController(ctx context.Context, o kubeControllerOptions) error {
 	if o.opts.ClusterIPSubnet == "" {
 		return fmt.Errorf("--cluster-ip-subnet is required")
 	}
-	if o.endpoint == "" && o.cloud == "" {
+	if len(o.endpoints) == 0 && o.cloud == "" {
 		return fmt.Errorf("give --octavia-endpoint or --os-cloud")
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -93,12 +96,12 @@ func runKubeController(ctx context.Context, o kubeControllerOptions) error {
 	if err != nil {
 		return err
 	}
-	lbClient, err := kubelb.NewClient(ctx, o.endpoint, o.cloud)
-	if err != nil {
-		return err
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	lbClient, err := kubelb.NewClient(ctx, o.endpoints, o.cloud, reg)
+	if err != nil {
+		return fmt.Errorf("load-balancer API client: %w", err)
+	}
 	if o.metrics != "" {
 		ln, err := net.Listen("tcp", o.metrics)
 		if err != nil {

@@ -3,25 +3,33 @@ package kubelb
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
-	"strings"
+	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack"
 	"github.com/gophercloud/gophercloud/v2/openstack/config"
 	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flowlb/flowlb/internal/failover"
 )
 
-// NewClient returns a load-balancer API client: for endpoint, an Octavia
-// API that needs no token (flowlb with --auth noauth); else for the named
-// cloud of clouds.yaml (OS_CLIENT_CONFIG_FILE, ./clouds.yaml,
-// ~/.config/openstack, /etc/openstack), with its Keystone credentials and
-// catalog.
-func NewClient(ctx context.Context, endpoint, cloud string) (*gophercloud.ServiceClient, error) {
-	if endpoint != "" {
-		endpoint = strings.TrimSuffix(endpoint, "/")
-		pc := &gophercloud.ProviderClient{HTTPClient: *http.DefaultClient}
-		return &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: endpoint + "/", ResourceBase: endpoint + "/v2.0/"}, nil
+// dialTimeout bounds connecting to one API replica, so that an unreachable
+// one passes the request to the next within seconds.
+const dialTimeout = 3 * time.Second
+
+// NewClient returns a load-balancer API client: for endpoints, the
+// replicas of an Octavia API that needs no token (flowlb with --auth
+// noauth), behind a failover.Transport whose metrics go to reg as
+// flowlb_kube_controller_api_endpoint_*; else for the named cloud of
+// clouds.yaml (OS_CLIENT_CONFIG_FILE, ./clouds.yaml, ~/.config/openstack,
+// /etc/openstack), with its Keystone credentials and the one endpoint of
+// its catalog.
+func NewClient(ctx context.Context, endpoints []string, cloud string, reg prometheus.Registerer) (*gophercloud.ServiceClient, error) {
+	if len(endpoints) > 0 {
+		return noAuthClient(endpoints, reg)
 	}
 	ao, eo, tlsConfig, err := clouds.Parse(clouds.WithCloudName(cloud))
 	if err != nil {
@@ -32,4 +40,19 @@ func NewClient(ctx context.Context, endpoint, cloud string) (*gophercloud.Servic
 		return nil, fmt.Errorf("authenticate to cloud %q: %w", cloud, err)
 	}
 	return openstack.NewLoadBalancerV2(pc, eo)
+}
+
+func noAuthClient(endpoints []string, reg prometheus.Registerer) (*gophercloud.ServiceClient, error) {
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	if reg != nil {
+		reg = prometheus.WrapRegistererWithPrefix("flowlb_kube_controller_", reg)
+	}
+	transport, err := failover.New(endpoints, base, reg)
+	if err != nil {
+		return nil, err // says which endpoint is wrong and why
+	}
+	endpoint := transport.URL()
+	pc := &gophercloud.ProviderClient{HTTPClient: http.Client{Transport: transport}}
+	return &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: endpoint + "/", ResourceBase: endpoint + "/v2.0/"}, nil
 }

@@ -2,6 +2,7 @@ package kubelb
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -12,6 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flowlb/flowlb/internal/kubelb/lbtest"
 )
@@ -116,14 +120,14 @@ func TestNewClientFromCloudsYAML(t *testing.T) {
 		os.Unsetenv(k)
 	}
 
-	if _, err := NewClient(t.Context(), "", "wrong"); err == nil || !strings.Contains(err.Error(), `authenticate to cloud "wrong"`) {
+	if _, err := NewClient(t.Context(), nil, "wrong", nil); err == nil || !strings.Contains(err.Error(), `authenticate to cloud "wrong"`) {
 		t.Errorf("bad password: %v, want an authentication error", err)
 	}
-	if _, err := NewClient(t.Context(), "", "absent"); err == nil {
+	if _, err := NewClient(t.Context(), nil, "absent", nil); err == nil {
 		t.Error("a cloud missing from clouds.yaml: no error")
 	}
 
-	client, err := NewClient(t.Context(), "", "lab")
+	client, err := NewClient(t.Context(), nil, "lab", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,5 +143,47 @@ func TestNewClientFromCloudsYAML(t *testing.T) {
 	}
 	if logins.Load() != 1 || withToken.Load() == 0 || without.Load() != 0 {
 		t.Errorf("%d logins, %d calls with the token, %d without; want 1 login and every call with it", logins.Load(), withToken.Load(), without.Load())
+	}
+}
+
+// TestNewClientFailsOver: with several --octavia-endpoint replicas the
+// client passes over one that refuses connections and stays on the one
+// that answers; the metrics say which.
+func TestNewClientFailsOver(t *testing.T) {
+	api := lbtest.New(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+
+	if _, err := NewClient(t.Context(), []string{closed + "/lb", api.URL}, "", nil); err == nil || !strings.Contains(err.Error(), "differ in path") {
+		t.Errorf("endpoints with different paths: %v, want refused", err)
+	}
+	reg := prometheus.NewRegistry()
+	client, err := NewClient(t.Context(), []string{closed, api.URL}, "", reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &Octavia{Client: client}
+	want := &LB{Name: "kube_service_lab_default_web", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{api.ClusterSubnet, "198.19.64.10"},
+		Listeners: []Listener{{Name: "http", Protocol: "TCP", Port: 80, Timeouts: DefaultTimeouts, Pool: Pool{Name: "http", Protocol: "TCP", Algorithm: "ROUND_ROBIN",
+			Members: []Member{member("198.18.17.2", 8080, "web-1", "n1")}}}}}
+	if _, n, err := o.Apply(t.Context(), want); err != nil || n != 1 {
+		t.Fatalf("apply with the first replica down: %d calls, %v", n, err)
+	}
+	if cur, err := (&Octavia{Client: api.Client}).Find(t.Context(), want.Name); err != nil || cur == nil {
+		t.Fatalf("the load balancer is not in the API: %v %v", cur, err)
+	}
+	expected := `# HELP flowlb_kube_controller_api_endpoint_info 1 for the API endpoint (replica) in use.
+# TYPE flowlb_kube_controller_api_endpoint_info gauge
+flowlb_kube_controller_api_endpoint_info{endpoint="` + api.URL + `"} 1
+# HELP flowlb_kube_controller_api_endpoint_switches_total Moves to another API endpoint after the one in use failed.
+# TYPE flowlb_kube_controller_api_endpoint_switches_total counter
+flowlb_kube_controller_api_endpoint_switches_total 1
+`
+	if err := promtestutil.GatherAndCompare(reg, strings.NewReader(expected)); err != nil {
+		t.Error(err)
 	}
 }
