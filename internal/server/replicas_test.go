@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -156,7 +157,12 @@ func (k *kernel) syncCount() int {
 // startAgent runs an agent for node on k, connected to the given agent
 // endpoints.
 func (c *cluster) startAgent(node string, k *kernel, servers ...string) *agent.Agent {
-	a := agent.New(agent.Config{Servers: servers, Token: c.token, Node: node, NoHealth: true}, k,
+	return c.startAgentWith(agent.Config{Servers: servers, Node: node, NoHealth: true}, k)
+}
+
+func (c *cluster) startAgentWith(cfg agent.Config, k *kernel) *agent.Agent {
+	cfg.Token = c.token
+	a := agent.New(cfg, k,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -364,4 +370,85 @@ func TestAgentMovesToAnotherReplica(t *testing.T) {
 	if n := k.syncCount(); n != 1 {
 		t.Errorf("the kernel was synced %d times, want 1 (the first connection; deltas after the move)", n)
 	}
+}
+
+// operating reads a member's operating status.
+func operating(t *testing.T, s *server.Server, poolID, memberID string) string {
+	t.Helper()
+	var out struct {
+		Member struct {
+			OperatingStatus string `json:"operating_status"`
+		} `json:"member"`
+	}
+	call(t, s, "GET", "/v2/lbaas/pools/"+poolID+"/members/"+memberID, nil, &out)
+	return out.Member.OperatingStatus
+}
+
+// Probing is shared over the cluster's agents: every replica assigns a
+// member to the same agent, whichever replica that agent is on, and when
+// the agent moves to another replica the verdicts keep coming.
+func TestHealthAcrossReplicas(t *testing.T) {
+	c := newCluster(t)
+	a := c.start("a", 5*time.Second)
+	b := c.start("b", 5*time.Second)
+	member, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.Close()
+	go func() {
+		for {
+			conn, err := member.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	port := member.Addr().(*net.TCPAddr).Port
+	// n1 may go to either replica; n2 stays on b.
+	n1 := c.startAgentWith(agent.Config{Servers: []string{a.AgentAddr.String(), b.AgentAddr.String()}, Node: "n1"}, newKernel())
+	c.startAgentWith(agent.Config{Servers: []string{b.AgentAddr.String()}, Node: "n2"}, newKernel())
+	testutil.Eventually(t, 5*time.Second, "two agents in the cluster", func() (bool, string) {
+		n := len(a.Hub.Agents()) + len(b.Hub.Agents())
+		return n == 2, fmt.Sprint(n)
+	})
+
+	lb := createLB(t, a, "web")
+	waitStatus(t, a, lb.LoadBalancer.ID, "ACTIVE", 5*time.Second)
+	pool := lb.LoadBalancer.Pools[0].ID
+	var m struct {
+		Member struct {
+			ID string `json:"id"`
+		} `json:"member"`
+	}
+	call(t, a, "POST", "/v2/lbaas/pools/"+pool+"/members", map[string]any{"member": map[string]any{"address": "198.18.1.1", "protocol_port": 8080,
+		// Probed on loopback: the test's listener stands for the member.
+		"monitor_address": "127.0.0.1", "monitor_port": port}}, &m)
+	waitStatus(t, a, lb.LoadBalancer.ID, "ACTIVE", 5*time.Second)
+	call(t, b, "POST", "/v2/lbaas/healthmonitors", map[string]any{"healthmonitor": map[string]any{"pool_id": pool, "type": "TCP", "delay": 1, "timeout": 1, "max_retries": 1}}, nil)
+	waitStatus(t, b, lb.LoadBalancer.ID, "ACTIVE", 5*time.Second)
+	testutil.Eventually(t, 10*time.Second, "member ONLINE", func() (bool, string) {
+		got := operating(t, a, pool, m.Member.ID)
+		return got == "ONLINE", got
+	})
+	testutil.Eventually(t, 5*time.Second, "both replicas assign the member to one agent", func() (bool, string) {
+		pa, pb := a.Hub.Probers()[m.Member.ID], b.Hub.Probers()[m.Member.ID]
+		return pa != "" && pa == pb, pa + " / " + pb
+	})
+
+	// n1's replica dies: n1 moves, and the probing goes on.
+	on, other := a, b
+	if n1.Server() == b.AgentAddr.String() {
+		on, other = b, a
+	}
+	on.Crash()
+	testutil.Eventually(t, 2*time.Second, "n1 on the survivor", func() (bool, string) {
+		return n1.Server() == other.AgentAddr.String(), n1.Server()
+	})
+	member.Close()
+	testutil.Eventually(t, 10*time.Second, "member ERROR", func() (bool, string) {
+		got := operating(t, other, pool, m.Member.ID)
+		return got == "ERROR", got
+	})
 }
