@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,8 @@ import (
 type agentOptions struct {
 	servers   []string
 	tokenFile string
+	caFile    string
+	idDir     string
 	node      string
 	zone      string
 	logLevel  string
@@ -47,7 +50,9 @@ func init() {
 	host, _ := os.Hostname()
 	f := cmd.Flags()
 	f.StringSliceVar(&o.servers, "server", []string{"127.0.0.1:9877"}, "the server replicas' agent stream addresses, host:port, comma-separated or the flag repeated; a name may resolve to several (looked up at every connection round)")
-	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bootstrap token (the server's <data-dir>/agent-token)")
+	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bootstrap token (the server's <data-dir>/agent-token), sent once to get this node's identity")
+	f.StringVar(&o.caFile, "ca-file", "", "the CA of the server replicas' and nodes' identities (the server's <data-dir>/agent-ca.crt)")
+	f.StringVar(&o.idDir, "identity-dir", defaultIdentityDir(), "directory of this node's identity (key and certificate, mode 0600), made at the first connection and renewed before it expires")
 	f.StringVar(&o.node, "node", host, "this node's name")
 	f.StringVar(&o.zone, "zone", "", "this node's topology zone (Kubernetes: its topology.kubernetes.io/zone label); PreferClose services send its traffic to the backends for this zone while there are any")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -58,6 +63,16 @@ func init() {
 	f.IntVar(&o.announceTable, "announce-table", 200, "routing table of the announcement routes (protocol 249)")
 	cmd.AddCommand(agentDumpCmd(), agentTraceCmd())
 	rootCmd.AddCommand(cmd)
+}
+
+func defaultIdentityDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/flowlb/agent"
+	}
+	if d, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(d, ".local", "share", "flowlb", "agent")
+	}
+	return "flowlb-agent"
 }
 
 func runAgent(ctx context.Context, o agentOptions) error {
@@ -75,6 +90,20 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	b, err := os.ReadFile(o.tokenFile)
 	if err != nil {
 		return fmt.Errorf("read token: %w", err)
+	}
+	if o.caFile == "" {
+		return fmt.Errorf("--ca-file is required: the agent stream is TLS, and the replicas prove who they are with identities from that CA")
+	}
+	caPEM, err := os.ReadFile(o.caFile)
+	if err != nil {
+		return fmt.Errorf("--ca-file: %w", err)
+	}
+	id, unusable, err := agent.LoadIdentity(o.idDir, caPEM)
+	if err != nil {
+		return err
+	}
+	if unusable != nil {
+		log.Warn("the node's identity does not load; enrolling again with the bootstrap token", "err", unusable)
 	}
 	var nets []netip.Prefix
 	for _, c := range o.podCIDRs {
@@ -129,7 +158,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		defer srv.Close()
 	}
 	log.Info("flowlb agent starting", "node", o.node, "zone", o.zone, "servers", servers, "metrics", o.metrics, "announce", o.announce)
-	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Node: o.node, MinInterval: o.minSync, Metrics: reg}, prog, log)
+	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, MinInterval: o.minSync, Metrics: reg}, prog, log)
 	if err := a.Run(ctx); err != nil && ctx.Err() == nil {
 		return err
 	}

@@ -135,7 +135,8 @@ func (d *demo) startServer() error {
 func (d *demo) startAgents() error {
 	nodes := d.lab.Nodes()
 	for i, n := range nodes {
-		if _, err := n.Start("agent", []string{d.bin, "agent", "--server", demoControl + ":9877", "--token-file", d.token(), "--node", n.Name, "--zone", d.lab.Zone(i + 1), "--pod-cidrs", podCIDRs(d.lab)}); err != nil {
+		if _, err := n.Start("agent", []string{d.bin, "agent", "--server", demoControl + ":9877", "--token-file", d.token(),
+			"--ca-file", filepath.Join(d.dir, "data", "agent-ca.crt"), "--identity-dir", filepath.Join(d.dir, "identity", n.Name), "--node", n.Name, "--zone", d.lab.Zone(i + 1), "--pod-cidrs", podCIDRs(d.lab)}); err != nil {
 			return err
 		}
 	}

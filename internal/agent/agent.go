@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,8 +35,17 @@ type Config struct {
 	Servers []string
 	// Server is one more endpoint, for callers that have one.
 	Server string
-	Token  string
-	Node   string
+	// Token is the bootstrap token: with Identity, it is sent once, to
+	// enroll; without (tests), it authenticates every stream, in clear.
+	Token string
+	Node  string
+	// Identity, if set, is the node's TLS identity: every connection is
+	// TLS, the replicas must prove they are servers of the CA, and the
+	// node proves it is itself.
+	Identity *Identity
+	// RenewCheck is how often a session looks whether the identity is
+	// due for renewal (default 1 min).
+	RenewCheck time.Duration
 	// LookupHost, if set, resolves names (default:
 	// net.DefaultResolver.LookupHost).
 	LookupHost func(ctx context.Context, host string) ([]string, error)
@@ -76,12 +86,13 @@ type Agent struct {
 	// Owned by Run: the last session's server, and each entry's last
 	// resolution (kept when a lookup fails).
 	lastServer string
+	sessions   atomic.Int64
 	resolved   map[string][]string
 }
 
 // New returns an agent programming dp.
 func New(cfg Config, dp Programmer, log *slog.Logger) *Agent {
-	a := &Agent{cfg: cfg, dp: dp, log: log, table: newTable(), m: newMetrics(cfg.Metrics), resolved: map[string][]string{},
+	a := &Agent{cfg: cfg, dp: dp, log: log, table: newTable(), m: newMetrics(cfg.Metrics, cfg.Identity), resolved: map[string][]string{},
 		transitions: make(chan health.Transition, 1024)}
 	if !cfg.NoHealth {
 		a.health = health.NewRunner(a.transitions, health.NewMetrics(cfg.Metrics))
@@ -94,6 +105,17 @@ func (a *Agent) send(stream agentv1.Agent_SubscribeClient, m *agentv1.AgentMessa
 	a.sendMu.Lock()
 	defer a.sendMu.Unlock()
 	return stream.Send(m)
+}
+
+// IdentityExpiry is when the node's identity expires (zero without one).
+func (a *Agent) IdentityExpiry() time.Time {
+	if a.cfg.Identity == nil {
+		return time.Time{}
+	}
+	if c := a.cfg.Identity.current(); c != nil && c.Leaf != nil {
+		return c.Leaf.NotAfter
+	}
+	return time.Time{}
 }
 
 // Revision is the last programmed revision.

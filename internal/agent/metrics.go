@@ -11,12 +11,14 @@ type metrics struct {
 	services    prometheus.Gauge
 	syncSeconds *prometheus.HistogramVec
 	errors      prometheus.Counter
+	renewals    prometheus.Counter
+	renewErrors prometheus.Counter
 }
 
 // newMetrics registers the agent's metrics on reg (nil: unregistered).
 // Revision lag is flowlb_agent_received_revision minus
 // flowlb_agent_programmed_revision.
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, id *Identity) *metrics {
 	m := &metrics{
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_agent_connected", Help: "1 while the agent stream to the server is up."}),
 		server: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flowlb_agent_server_info",
@@ -30,9 +32,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		syncSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flowlb_agent_sync_duration_seconds",
 			Help: "Time to program one (merged) update, by kind.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"kind"}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_agent_program_errors_total", Help: "Updates the kernel refused."}),
+		renewals: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_agent_identity_renewals_total",
+			Help: "Times the node's TLS identity was renewed."}),
+		renewErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_agent_identity_renewal_errors_total",
+			Help: "Renewals of the node's TLS identity that failed (retried)."}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.connected, m.server, m.switches, m.received, m.programmed, m.services, m.syncSeconds, m.errors)
+	if reg == nil {
+		return m
+	}
+	reg.MustRegister(m.connected, m.server, m.switches, m.received, m.programmed, m.services, m.syncSeconds, m.errors)
+	if id != nil {
+		reg.MustRegister(m.renewals, m.renewErrors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_agent_identity_expiry_timestamp_seconds",
+			Help: "When the node's TLS identity expires (0 before enrollment)."}, func() float64 {
+			if c := id.current(); c != nil && c.Leaf != nil {
+				return float64(c.Leaf.NotAfter.Unix())
+			}
+			return 0
+		}))
 	}
 	return m
 }

@@ -22,12 +22,23 @@ import (
 // update or kept the stream for usefulAfter, and the data plane took
 // what it was given.
 func (a *Agent) session(ctx context.Context, addr string) (bool, error) {
+	if id := a.cfg.Identity; id != nil && !id.usable(a.cfg.Node, time.Now()) {
+		// On a connection of its own: the stream's must present the
+		// identity from its handshake on.
+		if err := a.renew(ctx, addr); err != nil {
+			return false, fmt.Errorf("server %s: %w", addr, err)
+		}
+		a.log.Info("enrolled: the node has its identity", "server", addr, "expires", id.current().Leaf.NotAfter)
+	}
 	conn, err := a.dial(addr)
 	if err != nil {
 		return false, fmt.Errorf("server %s: %w", addr, err)
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+a.cfg.Token))
+	if a.cfg.Identity == nil {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+a.cfg.Token)
+	}
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := a.handshake(ctx, cancel, conn)
 	if err != nil {
@@ -36,6 +47,9 @@ func (a *Agent) session(ctx context.Context, addr string) (bool, error) {
 	start := time.Now()
 	a.attach(stream, addr)
 	defer a.detach()
+	if a.cfg.Identity != nil {
+		go a.renewLoop(ctx, addr)
+	}
 	var received atomic.Bool
 	updates, recvErr := a.receive(ctx, stream, &received)
 	err = a.programLoop(ctx, stream, updates, recvErr)
@@ -56,7 +70,11 @@ const (
 // dial prepares the connection to one server address (gRPC connects
 // lazily, on the first call; the address is resolved already).
 func (a *Agent) dial(addr string) (*grpc.ClientConn, error) {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if a.cfg.Identity != nil {
+		creds = a.cfg.Identity.credentials()
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		// A replica that vanished without closing the stream (cut off,
 		// frozen) is noticed within serverPing+serverPingTimeout; gRPC
 		// allows no faster pings, and the server permits these.
@@ -65,6 +83,51 @@ func (a *Agent) dial(addr string) (*grpc.ClientConn, error) {
 		opts = append(opts, grpc.WithContextDialer(a.cfg.Dialer))
 	}
 	return grpc.NewClient("passthrough:///"+addr, opts...)
+}
+
+// renewLoop renews the node's identity through the session's replica when
+// it is due, until the session ends. The stream goes on on the old
+// certificate; each renewal opens a connection of its own, which presents
+// the current identity (the stream's connection was authenticated with an
+// older one, which may have expired since).
+func (a *Agent) renewLoop(ctx context.Context, addr string) {
+	every := a.cfg.RenewCheck
+	if every == 0 {
+		every = time.Minute
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		id := a.cfg.Identity
+		if !id.due(time.Now()) {
+			continue
+		}
+		err := a.renew(ctx, addr)
+		if err != nil {
+			a.m.renewErrors.Inc()
+			a.log.Warn("renewing the node's identity", "server", addr, "err", err)
+			continue
+		}
+		a.m.renewals.Inc()
+		a.log.Info("renewed the node's identity", "server", addr, "expires", id.current().Leaf.NotAfter)
+	}
+}
+
+// renew enrolls, or enrolls again, through a new connection to addr.
+func (a *Agent) renew(ctx context.Context, addr string) error {
+	conn, err := a.dial(addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	return a.cfg.Identity.enroll(ctx, conn, a.cfg.Node, a.cfg.Token)
 }
 
 // handshake opens the stream and says hello, or gives up after
@@ -102,6 +165,7 @@ func (a *Agent) attach(stream agentv1.Agent_SubscribeClient, addr string) {
 		a.m.switches.Inc()
 	}
 	a.lastServer = addr
+	a.sessions.Add(1)
 	a.sendMu.Lock()
 	a.stream, a.server = stream, addr
 	a.sendMu.Unlock()
@@ -115,6 +179,9 @@ func (a *Agent) detach() {
 	a.stream, a.server = nil, ""
 	a.sendMu.Unlock()
 }
+
+// Sessions counts the streams opened so far.
+func (a *Agent) Sessions() int64 { return a.sessions.Load() }
 
 // Server is the address of the live session's server ("" between
 // sessions).

@@ -26,6 +26,7 @@ import (
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/compiler"
 	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/pki"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -33,8 +34,17 @@ import (
 type Options struct {
 	// Replica names this server among those sharing the database.
 	Replica string
-	// Token authenticates agents.
+	// Token is the agents' bootstrap token: with Identities, it lets a
+	// node enroll once; without (tests), it authenticates every stream.
 	Token string
+	// Identities, if set, is the CA of the agents' identities: Subscribe
+	// takes only a node's own identity (its TLS client certificate, which
+	// the gRPC server's TLS verified) and Enroll issues them. The gRPC
+	// server must then use TLS (pki.ServerTLS).
+	Identities *pki.CA
+	// IdentityTTL is the lifetime of the identities Enroll issues
+	// (default 24 h; agents renew past two thirds of it).
+	IdentityTTL time.Duration
 	// AckTimeout bounds how long a change waits for every agent's ack.
 	AckTimeout time.Duration
 	// Poll is how often the log and the agents are read when no
@@ -81,6 +91,9 @@ type Hub struct {
 func NewHub(ctx context.Context, st store.Store, src TreeSource, o Options) (*Hub, error) {
 	if o.Poll == 0 {
 		o.Poll = 500 * time.Millisecond
+	}
+	if o.IdentityTTL == 0 {
+		o.IdentityTTL = 24 * time.Hour
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()

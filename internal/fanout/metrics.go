@@ -18,6 +18,8 @@ type metrics struct {
 	realized       prometheus.Histogram
 	healthResults  *prometheus.CounterVec
 	healthReaction prometheus.Histogram
+	authFailures   prometheus.Counter
+	identities     *prometheus.CounterVec
 	h              *Hub
 }
 
@@ -37,9 +39,13 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 		healthReaction: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_health_reaction_seconds",
 			Help:    "From an agent's health verdict to every agent having programmed the resulting flow change.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		authFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_agent_auth_failures_total",
+			Help: "Agent calls refused: no or another node's identity, bad bootstrap token."}),
+		identities: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_fanout_identities_issued_total",
+			Help: "Node identities issued, by kind (enrollment with the bootstrap token, renewal)."}, []string{"kind"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.timeouts, m.agents, m.lagRevisions, m.lagSeconds, m.realized, m.healthResults, m.healthReaction,
+		reg.MustRegister(m.timeouts, m.agents, m.lagRevisions, m.lagSeconds, m.realized, m.healthResults, m.healthReaction, m.authFailures, m.identities,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_acks_pending", Help: "Changes waiting for the agents' acks."}, func() float64 {
 				h.mu.Lock()
 				defer h.mu.Unlock()

@@ -1,12 +1,7 @@
 package fanout
 
 import (
-	"context"
-	"crypto/subtle"
-	"strings"
-
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
@@ -19,7 +14,9 @@ const sendQueue = 4096
 // Subscribe serves one agent: what it missed since the revision it last
 // programmed, then every batch of the log as the tail applies it.
 func (h *Hub) Subscribe(stream agentv1.Agent_SubscribeServer) error {
-	if err := h.authenticate(stream.Context()); err != nil {
+	who, err := h.authenticate(stream.Context())
+	if err != nil {
+		h.m.authFailures.Inc()
 		return err
 	}
 	first, err := stream.Recv()
@@ -29,6 +26,10 @@ func (h *Hub) Subscribe(stream agentv1.Agent_SubscribeServer) error {
 	hello := first.GetHello()
 	if hello == nil || hello.GetNode() == "" {
 		return status.Error(codes.InvalidArgument, "the first message must be a Hello with a node name")
+	}
+	if who != "" && hello.GetNode() != who {
+		h.m.authFailures.Inc()
+		return status.Errorf(codes.PermissionDenied, "node %q may not subscribe as %q", who, hello.GetNode())
 	}
 	a := h.attach(hello)
 	defer h.detach(a)
@@ -121,16 +122,4 @@ func (h *Hub) receive(stream agentv1.Agent_SubscribeServer, a *agent, errc chan<
 			h.report(a.node, hr)
 		}
 	}
-}
-
-func (h *Hub) authenticate(ctx context.Context) error {
-	md, _ := metadata.FromIncomingContext(ctx)
-	got := ""
-	if v := md.Get("authorization"); len(v) > 0 {
-		got = strings.TrimPrefix(v[0], "Bearer ")
-	}
-	if h.o.Token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(h.o.Token)) != 1 {
-		return status.Error(codes.Unauthenticated, "bad or missing agent token")
-	}
-	return nil
 }

@@ -27,10 +27,12 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 
 // cluster is replicas of a server on one PostgreSQL database, in-process.
 type cluster struct {
-	t     *testing.T
-	dsn   string
-	dir   string
-	token string
+	// identityTTL, if set, is the replicas' node identity lifetime.
+	identityTTL time.Duration
+	t           *testing.T
+	dsn         string
+	dir         string
+	token       string
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -47,7 +49,7 @@ func (c *cluster) start(name string, ackTimeout time.Duration) *server.Server {
 	s, err := server.Start(context.Background(), server.Options{
 		Listen: "127.0.0.1:0", AgentListen: "127.0.0.1:0", Database: c.dsn, DataDir: c.dir,
 		DefaultProject: "p1", AgentTokenFile: filepath.Join(c.dir, "agent-token"), VIPCIDR: "198.19.0.0/24",
-		AckTimeout: ackTimeout, ReplicaID: name, LeaseTTL: time.Second,
+		AckTimeout: ackTimeout, ReplicaID: name, LeaseTTL: time.Second, IdentityTTL: c.identityTTL,
 	}, log)
 	if err != nil {
 		c.t.Fatal(err)
@@ -162,6 +164,13 @@ func (c *cluster) startAgent(node string, k *kernel, servers ...string) *agent.A
 
 func (c *cluster) startAgentWith(cfg agent.Config, k *kernel) *agent.Agent {
 	cfg.Token = c.token
+	caPEM, err := os.ReadFile(filepath.Join(c.dir, "agent-ca.crt"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if cfg.Identity, _, err = agent.LoadIdentity(c.t.TempDir(), caPEM); err != nil {
+		c.t.Fatal(err)
+	}
 	a := agent.New(cfg, k,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -239,7 +248,7 @@ func createLB(t *testing.T, s *server.Server, name string, members ...string) lb
 	return out
 }
 
-func status(t *testing.T, s *server.Server, lbID string) string {
+func lbStatus(t *testing.T, s *server.Server, lbID string) string {
 	t.Helper()
 	var out lbAnswer
 	call(t, s, "GET", "/v2/lbaas/loadbalancers/"+lbID, nil, &out)
@@ -250,7 +259,7 @@ func waitStatus(t *testing.T, s *server.Server, lbID, want string, within time.D
 	t.Helper()
 	start := time.Now()
 	testutil.Eventually(t, within, "load balancer "+want, func() (bool, string) {
-		got := status(t, s, lbID)
+		got := lbStatus(t, s, lbID)
 		return got == want, got
 	})
 	return time.Since(start)
@@ -277,7 +286,7 @@ func TestChangeOnOneReplicaReachesAgentOnAnother(t *testing.T) {
 	if got := k.backends(lb.LoadBalancer.VIPAddress); len(got) != 2 {
 		t.Fatalf("kernel behind b holds %v for %s, want 2 backends", got, lb.LoadBalancer.VIPAddress)
 	}
-	if got := status(t, b, lb.LoadBalancer.ID); got != "ACTIVE" {
+	if got := lbStatus(t, b, lb.LoadBalancer.ID); got != "ACTIVE" {
 		t.Fatalf("b reads %s", got)
 	}
 
@@ -287,7 +296,7 @@ func TestChangeOnOneReplicaReachesAgentOnAnother(t *testing.T) {
 	pool := lb.LoadBalancer.Pools[0].ID
 	call(t, a, "POST", "/v2/lbaas/pools/"+pool+"/members", map[string]any{"member": map[string]any{"address": "198.18.1.3", "protocol_port": 8080}}, nil)
 	time.Sleep(1500 * time.Millisecond)
-	if got := status(t, a, lb.LoadBalancer.ID); got != "PENDING_UPDATE" {
+	if got := lbStatus(t, a, lb.LoadBalancer.ID); got != "PENDING_UPDATE" {
 		t.Fatalf("with the only agent held back, the load balancer is %s, want PENDING_UPDATE", got)
 	}
 	k.release()
@@ -310,7 +319,7 @@ func TestPendingChangeOfDeadReplicaResumed(t *testing.T) {
 
 	k.hold()
 	lb := createLB(t, a, "web", "198.18.1.1")
-	if got := status(t, a, lb.LoadBalancer.ID); got != "PENDING_CREATE" {
+	if got := lbStatus(t, a, lb.LoadBalancer.ID); got != "PENDING_CREATE" {
 		t.Fatalf("status %s, want PENDING_CREATE", got)
 	}
 	a.Crash()

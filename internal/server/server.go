@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flowlb/flowlb/internal/apimetrics"
@@ -31,6 +33,7 @@ import (
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/neutron"
 	"github.com/flowlb/flowlb/internal/octavia"
+	"github.com/flowlb/flowlb/internal/pki"
 	"github.com/flowlb/flowlb/internal/provider/flow"
 	"github.com/flowlb/flowlb/internal/replica"
 	"github.com/flowlb/flowlb/internal/store"
@@ -53,6 +56,15 @@ type Options struct {
 	Keystone        identity.KeystoneConfig
 	PasswordFile    string
 	RBAC            string
+	// TLSCert and TLSKey, if set, serve the API over TLS; the files are
+	// read again when they change.
+	TLSCert, TLSKey string
+	// AgentCACert and AgentCAKey are the CA of the agents' identities,
+	// shared by the replicas (default <data-dir>/agent-ca.crt and .key,
+	// created if both are missing).
+	AgentCACert, AgentCAKey string
+	// IdentityTTL is the lifetime of a node identity (default 24 h).
+	IdentityTTL time.Duration
 	// LeaseTTL is the replica's lease (default 3 s): how soon the others
 	// take over its pending changes if it dies.
 	LeaseTTL time.Duration
@@ -121,7 +133,15 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (s *Server, err err
 		return nil, err
 	}
 	s.APIAddr = ln.Addr()
-	go func() { s.served <- s.http.Serve(ln) }()
+	if o.TLSCert != "" || o.TLSKey != "" {
+		if err := s.serveTLS(o); err != nil {
+			ln.Close()
+			return nil, err
+		}
+		go func() { s.served <- s.http.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { s.served <- s.http.Serve(ln) }()
+	}
 	log.Info("flowlb server listening", "address", s.APIAddr.String(), "database", redact(dsn), "auth", o.Auth, "replica", o.ReplicaID)
 	return s, nil
 }
@@ -176,6 +196,20 @@ func (s *Server) abort() {
 	}
 	s.stopLoops()
 	s.st.Close()
+}
+
+// serveTLS sets the API server up for TLS from the certificate files.
+func (s *Server) serveTLS(o Options) error {
+	if o.TLSCert == "" || o.TLSKey == "" {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	cert, err := pki.LoadFileCertificate(o.TLSCert, o.TLSKey)
+	if err != nil {
+		return err
+	}
+	cert.OnError = func(err error) { s.log.Error("reloading the API certificate; serving the previous one", "err", err) }
+	s.http.TLSConfig = cert.ServeTLS()
+	return nil
 }
 
 // runBackground runs the fan-out's and the replica's loops until the
@@ -239,6 +273,17 @@ func newService(st store.Store, provider *flow.Provider, o Options, log *slog.Lo
 	return lbaas.New(st, vips, []lbaas.Provider{provider}, cfg, log)
 }
 
+const (
+	// servingCertTTL is the lifetime of a replica's own serving identity,
+	// issued in memory from the CA and replaced past two thirds of it.
+	servingCertTTL = 7 * 24 * time.Hour
+	// agentMaxMessage bounds what an agent may send in one message.
+	agentMaxMessage = 1 << 20
+	// agentMaxStreams bounds the calls one agent connection may have open
+	// (a subscription and an enrollment).
+	agentMaxStreams = 4
+)
+
 // Agents ping at most this often to notice a replica that vanished
 // without closing their streams; the server allows it.
 const agentPingMin = 10 * time.Second
@@ -250,8 +295,16 @@ func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, reg *
 	if err != nil {
 		return err
 	}
+	ca, err := agentCA(o)
+	if err != nil {
+		return err
+	}
+	serverTLS, err := pki.ServerTLS(ca, o.ReplicaID, servingCertTTL)
+	if err != nil {
+		return fmt.Errorf("agent stream TLS: %w", err)
+	}
 	hub, err := fanout.NewHub(ctx, s.st, fanout.ServiceSource{Svc: s.svc}, fanout.Options{Replica: o.ReplicaID, Token: token,
-		AckTimeout: o.AckTimeout, Registerer: reg, Log: s.log})
+		Identities: ca, IdentityTTL: o.IdentityTTL, AckTimeout: o.AckTimeout, Registerer: reg, Log: s.log})
 	if err != nil {
 		return err
 	}
@@ -265,7 +318,12 @@ func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, reg *
 		return fmt.Errorf("agent listener: %w", err)
 	}
 	s.AgentAddr = ln.Addr()
-	s.grpc = grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: agentPingMin, PermitWithoutStream: true}))
+	s.grpc = grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: agentPingMin, PermitWithoutStream: true}),
+		// An agent that vanished without closing its connection is let go.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// Agents send acks, health reports and certificate requests: small.
+		grpc.MaxRecvMsgSize(agentMaxMessage), grpc.MaxConcurrentStreams(agentMaxStreams))
 	hub.Register(s.grpc)
 	go func() { _ = s.grpc.Serve(ln) }()
 	s.log.Info("agent stream listening", "address", s.AgentAddr.String())
@@ -288,6 +346,22 @@ func (s *Server) apiServer(reg *prometheus.Registry, authn func(http.Handler) ht
 	}
 	s.http = &http.Server{Handler: metrics.Wrap(mux), ReadHeaderTimeout: 10 * time.Second}
 	return ln, nil
+}
+
+// agentCA loads the agents' CA, creating it on first start.
+func agentCA(o Options) (*pki.CA, error) {
+	cert, key := o.AgentCACert, o.AgentCAKey
+	if cert == "" {
+		cert = filepath.Join(o.DataDir, "agent-ca.crt")
+	}
+	if key == "" {
+		key = filepath.Join(o.DataDir, "agent-ca.key")
+	}
+	ca, err := pki.LoadOrCreateCA(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("agents' CA: %w", err)
+	}
+	return ca, nil
 }
 
 // redact hides a DSN's password for logging.

@@ -77,7 +77,8 @@ type cluster struct {
 // networks.
 func (c *cluster) agentArgv(i int) []string {
 	token := filepath.Join(filepath.Dir(c.dataDir), "agent-token")
-	return append([]string{flowlb(c.t), "agent", "--server", control + ":9877", "--token-file", token, "--node", lab.NodeName(i),
+	return append([]string{flowlb(c.t), "agent", "--server", control + ":9877", "--token-file", token,
+		"--ca-file", filepath.Join(c.dataDir, "agent-ca.crt"), "--identity-dir", filepath.Join(filepath.Dir(c.dataDir), "identity", lab.NodeName(i)), "--node", lab.NodeName(i),
 		"--zone", c.lab.Zone(i), "--pod-cidrs", podCIDRs(c.lab)}, c.agentArgs...)
 }
 

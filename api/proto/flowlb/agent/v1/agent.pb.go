@@ -24,6 +24,104 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type EnrollRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// A PKCS #10 request (DER) whose subject's common name is the node.
+	CertificateRequest []byte `protobuf:"bytes,2,opt,name=certificate_request,json=certificateRequest,proto3" json:"certificate_request,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *EnrollRequest) Reset() {
+	*x = EnrollRequest{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnrollRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnrollRequest) ProtoMessage() {}
+
+func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
+func (*EnrollRequest) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *EnrollRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *EnrollRequest) GetCertificateRequest() []byte {
+	if x != nil {
+		return x.CertificateRequest
+	}
+	return nil
+}
+
+type EnrollResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node's certificate (DER), issued by the agents' CA.
+	Certificate   []byte `protobuf:"bytes,1,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnrollResponse) Reset() {
+	*x = EnrollResponse{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnrollResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnrollResponse) ProtoMessage() {}
+
+func (x *EnrollResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnrollResponse.ProtoReflect.Descriptor instead.
+func (*EnrollResponse) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EnrollResponse) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
 type AgentMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -38,7 +136,7 @@ type AgentMessage struct {
 
 func (x *AgentMessage) Reset() {
 	*x = AgentMessage{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +148,7 @@ func (x *AgentMessage) String() string {
 func (*AgentMessage) ProtoMessage() {}
 
 func (x *AgentMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +161,7 @@ func (x *AgentMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentMessage.ProtoReflect.Descriptor instead.
 func (*AgentMessage) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AgentMessage) GetMsg() isAgentMessage_Msg {
@@ -133,7 +231,7 @@ type HealthReport struct {
 
 func (x *HealthReport) Reset() {
 	*x = HealthReport{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -145,7 +243,7 @@ func (x *HealthReport) String() string {
 func (*HealthReport) ProtoMessage() {}
 
 func (x *HealthReport) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -158,7 +256,7 @@ func (x *HealthReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthReport.ProtoReflect.Descriptor instead.
 func (*HealthReport) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *HealthReport) GetResults() []*MemberHealth {
@@ -183,7 +281,7 @@ type MemberHealth struct {
 
 func (x *MemberHealth) Reset() {
 	*x = MemberHealth{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -195,7 +293,7 @@ func (x *MemberHealth) String() string {
 func (*MemberHealth) ProtoMessage() {}
 
 func (x *MemberHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -208,7 +306,7 @@ func (x *MemberHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberHealth.ProtoReflect.Descriptor instead.
 func (*MemberHealth) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MemberHealth) GetMemberId() string {
@@ -253,7 +351,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -265,7 +363,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -278,7 +376,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Hello) GetNode() string {
@@ -311,7 +409,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -323,7 +421,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -336,7 +434,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Ack) GetRevision() int64 {
@@ -373,7 +471,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +483,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,7 +496,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Update) GetRevision() int64 {
@@ -469,7 +567,7 @@ type LoadBalancerServices struct {
 
 func (x *LoadBalancerServices) Reset() {
 	*x = LoadBalancerServices{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +579,7 @@ func (x *LoadBalancerServices) String() string {
 func (*LoadBalancerServices) ProtoMessage() {}
 
 func (x *LoadBalancerServices) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +592,7 @@ func (x *LoadBalancerServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerServices.ProtoReflect.Descriptor instead.
 func (*LoadBalancerServices) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LoadBalancerServices) GetLoadbalancerId() string {
@@ -537,7 +635,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +647,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +660,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Probe) GetMemberId() string {
@@ -674,7 +772,7 @@ type ServiceKey struct {
 
 func (x *ServiceKey) Reset() {
 	*x = ServiceKey{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +784,7 @@ func (x *ServiceKey) String() string {
 func (*ServiceKey) ProtoMessage() {}
 
 func (x *ServiceKey) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +797,7 @@ func (x *ServiceKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceKey.ProtoReflect.Descriptor instead.
 func (*ServiceKey) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ServiceKey) GetVip() []byte {
@@ -738,7 +836,7 @@ type Backend struct {
 
 func (x *Backend) Reset() {
 	*x = Backend{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +848,7 @@ func (x *Backend) String() string {
 func (*Backend) ProtoMessage() {}
 
 func (x *Backend) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +861,7 @@ func (x *Backend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backend.ProtoReflect.Descriptor instead.
 func (*Backend) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Backend) GetMemberId() string {
@@ -833,7 +931,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +943,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +956,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Service) GetKey() *ServiceKey {
@@ -949,7 +1047,12 @@ var File_flowlb_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1bflowlb/agent/v1/agent.proto\x12\x0fflowlb.agent.v1\"\xa8\x01\n" +
+	"\x1bflowlb/agent/v1/agent.proto\x12\x0fflowlb.agent.v1\"T\n" +
+	"\rEnrollRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12/\n" +
+	"\x13certificate_request\x18\x02 \x01(\fR\x12certificateRequest\"2\n" +
+	"\x0eEnrollResponse\x12 \n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\"\xa8\x01\n" +
 	"\fAgentMessage\x12.\n" +
 	"\x05hello\x18\x01 \x01(\v2\x16.flowlb.agent.v1.HelloH\x00R\x05hello\x12(\n" +
 	"\x03ack\x18\x02 \x01(\v2\x14.flowlb.agent.v1.AckH\x00R\x03ack\x127\n" +
@@ -1029,9 +1132,10 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"local_only\x18\n" +
 	" \x01(\bR\tlocalOnly\x12%\n" +
 	"\x0einternal_local\x18\v \x01(\bR\rinternalLocal\x12!\n" +
-	"\fprefer_close\x18\f \x01(\bR\vpreferClose2P\n" +
+	"\fprefer_close\x18\f \x01(\bR\vpreferClose2\x9b\x01\n" +
 	"\x05Agent\x12G\n" +
-	"\tSubscribe\x12\x1d.flowlb.agent.v1.AgentMessage\x1a\x17.flowlb.agent.v1.Update(\x010\x01B<Z:github.com/flowlb/flowlb/api/proto/flowlb/agent/v1;agentv1b\x06proto3"
+	"\tSubscribe\x12\x1d.flowlb.agent.v1.AgentMessage\x1a\x17.flowlb.agent.v1.Update(\x010\x01\x12I\n" +
+	"\x06Enroll\x12\x1e.flowlb.agent.v1.EnrollRequest\x1a\x1f.flowlb.agent.v1.EnrollResponseB<Z:github.com/flowlb/flowlb/api/proto/flowlb/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_flowlb_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -1045,36 +1149,40 @@ func file_flowlb_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_flowlb_agent_v1_agent_proto_rawDescData
 }
 
-var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_flowlb_agent_v1_agent_proto_goTypes = []any{
-	(*AgentMessage)(nil),         // 0: flowlb.agent.v1.AgentMessage
-	(*HealthReport)(nil),         // 1: flowlb.agent.v1.HealthReport
-	(*MemberHealth)(nil),         // 2: flowlb.agent.v1.MemberHealth
-	(*Hello)(nil),                // 3: flowlb.agent.v1.Hello
-	(*Ack)(nil),                  // 4: flowlb.agent.v1.Ack
-	(*Update)(nil),               // 5: flowlb.agent.v1.Update
-	(*LoadBalancerServices)(nil), // 6: flowlb.agent.v1.LoadBalancerServices
-	(*Probe)(nil),                // 7: flowlb.agent.v1.Probe
-	(*ServiceKey)(nil),           // 8: flowlb.agent.v1.ServiceKey
-	(*Backend)(nil),              // 9: flowlb.agent.v1.Backend
-	(*Service)(nil),              // 10: flowlb.agent.v1.Service
+	(*EnrollRequest)(nil),        // 0: flowlb.agent.v1.EnrollRequest
+	(*EnrollResponse)(nil),       // 1: flowlb.agent.v1.EnrollResponse
+	(*AgentMessage)(nil),         // 2: flowlb.agent.v1.AgentMessage
+	(*HealthReport)(nil),         // 3: flowlb.agent.v1.HealthReport
+	(*MemberHealth)(nil),         // 4: flowlb.agent.v1.MemberHealth
+	(*Hello)(nil),                // 5: flowlb.agent.v1.Hello
+	(*Ack)(nil),                  // 6: flowlb.agent.v1.Ack
+	(*Update)(nil),               // 7: flowlb.agent.v1.Update
+	(*LoadBalancerServices)(nil), // 8: flowlb.agent.v1.LoadBalancerServices
+	(*Probe)(nil),                // 9: flowlb.agent.v1.Probe
+	(*ServiceKey)(nil),           // 10: flowlb.agent.v1.ServiceKey
+	(*Backend)(nil),              // 11: flowlb.agent.v1.Backend
+	(*Service)(nil),              // 12: flowlb.agent.v1.Service
 }
 var file_flowlb_agent_v1_agent_proto_depIdxs = []int32{
-	3,  // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
-	4,  // 1: flowlb.agent.v1.AgentMessage.ack:type_name -> flowlb.agent.v1.Ack
-	1,  // 2: flowlb.agent.v1.AgentMessage.health:type_name -> flowlb.agent.v1.HealthReport
-	2,  // 3: flowlb.agent.v1.HealthReport.results:type_name -> flowlb.agent.v1.MemberHealth
-	10, // 4: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
-	8,  // 5: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
-	7,  // 6: flowlb.agent.v1.Update.probes:type_name -> flowlb.agent.v1.Probe
-	6,  // 7: flowlb.agent.v1.Update.loadbalancers:type_name -> flowlb.agent.v1.LoadBalancerServices
-	10, // 8: flowlb.agent.v1.LoadBalancerServices.services:type_name -> flowlb.agent.v1.Service
-	8,  // 9: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
-	9,  // 10: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
-	0,  // 11: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
-	5,  // 12: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
-	12, // [12:13] is the sub-list for method output_type
-	11, // [11:12] is the sub-list for method input_type
+	5,  // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
+	6,  // 1: flowlb.agent.v1.AgentMessage.ack:type_name -> flowlb.agent.v1.Ack
+	3,  // 2: flowlb.agent.v1.AgentMessage.health:type_name -> flowlb.agent.v1.HealthReport
+	4,  // 3: flowlb.agent.v1.HealthReport.results:type_name -> flowlb.agent.v1.MemberHealth
+	12, // 4: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
+	10, // 5: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
+	9,  // 6: flowlb.agent.v1.Update.probes:type_name -> flowlb.agent.v1.Probe
+	8,  // 7: flowlb.agent.v1.Update.loadbalancers:type_name -> flowlb.agent.v1.LoadBalancerServices
+	12, // 8: flowlb.agent.v1.LoadBalancerServices.services:type_name -> flowlb.agent.v1.Service
+	10, // 9: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
+	11, // 10: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
+	2,  // 11: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
+	0,  // 12: flowlb.agent.v1.Agent.Enroll:input_type -> flowlb.agent.v1.EnrollRequest
+	7,  // 13: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
+	1,  // 14: flowlb.agent.v1.Agent.Enroll:output_type -> flowlb.agent.v1.EnrollResponse
+	13, // [13:15] is the sub-list for method output_type
+	11, // [11:13] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -1085,7 +1193,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 	if File_flowlb_agent_v1_agent_proto != nil {
 		return
 	}
-	file_flowlb_agent_v1_agent_proto_msgTypes[0].OneofWrappers = []any{
+	file_flowlb_agent_v1_agent_proto_msgTypes[2].OneofWrappers = []any{
 		(*AgentMessage_Hello)(nil),
 		(*AgentMessage_Ack)(nil),
 		(*AgentMessage_Health)(nil),
@@ -1096,7 +1204,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flowlb_agent_v1_agent_proto_rawDesc), len(file_flowlb_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Agent_Subscribe_FullMethodName = "/flowlb.agent.v1.Agent/Subscribe"
+	Agent_Enroll_FullMethodName    = "/flowlb.agent.v1.Agent/Enroll"
 )
 
 // AgentClient is the client API for Agent service.
@@ -33,6 +34,11 @@ type AgentClient interface {
 	// programmed; the server sends a snapshot or the deltas since the
 	// agent's last revision, then every later delta.
 	Subscribe(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AgentMessage, Update], error)
+	// Enroll issues a node's identity, the TLS client certificate Subscribe
+	// requires: the first time with the bootstrap token (metadata
+	// "authorization: Bearer <token>"), later with the node's current
+	// identity, to renew it before it expires.
+	Enroll(ctx context.Context, in *EnrollRequest, opts ...grpc.CallOption) (*EnrollResponse, error)
 }
 
 type agentClient struct {
@@ -56,6 +62,16 @@ func (c *agentClient) Subscribe(ctx context.Context, opts ...grpc.CallOption) (g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Agent_SubscribeClient = grpc.BidiStreamingClient[AgentMessage, Update]
 
+func (c *agentClient) Enroll(ctx context.Context, in *EnrollRequest, opts ...grpc.CallOption) (*EnrollResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EnrollResponse)
+	err := c.cc.Invoke(ctx, Agent_Enroll_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -64,6 +80,11 @@ type AgentServer interface {
 	// programmed; the server sends a snapshot or the deltas since the
 	// agent's last revision, then every later delta.
 	Subscribe(grpc.BidiStreamingServer[AgentMessage, Update]) error
+	// Enroll issues a node's identity, the TLS client certificate Subscribe
+	// requires: the first time with the bootstrap token (metadata
+	// "authorization: Bearer <token>"), later with the node's current
+	// identity, to renew it before it expires.
+	Enroll(context.Context, *EnrollRequest) (*EnrollResponse, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -76,6 +97,9 @@ type UnimplementedAgentServer struct{}
 
 func (UnimplementedAgentServer) Subscribe(grpc.BidiStreamingServer[AgentMessage, Update]) error {
 	return status.Error(codes.Unimplemented, "method Subscribe not implemented")
+}
+func (UnimplementedAgentServer) Enroll(context.Context, *EnrollRequest) (*EnrollResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Enroll not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -105,13 +129,36 @@ func _Agent_Subscribe_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Agent_SubscribeServer = grpc.BidiStreamingServer[AgentMessage, Update]
 
+func _Agent_Enroll_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EnrollRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).Enroll(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_Enroll_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).Enroll(ctx, req.(*EnrollRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Agent_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "flowlb.agent.v1.Agent",
 	HandlerType: (*AgentServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Enroll",
+			Handler:    _Agent_Enroll_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Subscribe",

@@ -1,0 +1,144 @@
+package pki
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// renewAt is the share of a certificate's lifetime after which it is
+// replaced: early enough that a renewal failing for a while does not let
+// it expire.
+const renewAt = 2.0 / 3
+
+// NeedsRenewal reports whether a certificate this package issued has less
+// than a third of its lifetime left (or is not yet valid, or expired).
+// The lifetime is what was asked for: issuance backdates NotBefore by
+// clockSkew, which does not count.
+func NeedsRenewal(cert *x509.Certificate, now time.Time) bool {
+	life := cert.NotAfter.Sub(cert.NotBefore) - clockSkew
+	return now.Before(cert.NotBefore) || now.After(cert.NotAfter.Add(-time.Duration(float64(life)*(1-renewAt))))
+}
+
+// ServerTLS is a replica's TLS for the agent stream: a serving identity it
+// issues itself from the CA, kept in memory and replaced before it
+// expires, and nodes' identities verified when they present one (the
+// enrollment call comes without).
+func ServerTLS(ca *CA, replica string, ttl time.Duration) (*tls.Config, error) {
+	if err := checkName(replica); err != nil {
+		return nil, err
+	}
+	s := &servingCert{ca: ca, replica: replica, ttl: ttl}
+	if _, err := s.get(time.Now()); err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.get(time.Now()) },
+		ClientAuth:     tls.VerifyClientCertIfGiven,
+		ClientCAs:      ca.Pool(),
+	}, nil
+}
+
+type servingCert struct {
+	ca      *CA
+	replica string
+	ttl     time.Duration
+	mu      sync.Mutex
+	cur     *tls.Certificate
+}
+
+func (s *servingCert) get(now time.Time) (*tls.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur != nil && !NeedsRenewal(s.cur.Leaf, now) {
+		return s.cur, nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	der, err := s.ca.issue(key.Public(), RoleServer, s.replica, s.ttl)
+	if err != nil {
+		return nil, fmt.Errorf("issue the serving certificate: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	s.cur = &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+	return s.cur, nil
+}
+
+// ClientTLS is a node's TLS to the replicas: the server must hold a
+// server identity from the CA (whatever address it is reached at), and
+// the node presents its own identity, if it has one yet.
+func ClientTLS(roots *x509.CertPool, identity func() *tls.Certificate) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		// The chain and the role are checked in VerifyConnection; host
+		// names are not what identifies a replica.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			_, err := VerifyPeer(cs, roots, RoleServer)
+			return err
+		},
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			if c := identity(); c != nil {
+				return c, nil
+			}
+			return &tls.Certificate{}, nil // none yet: enrollment
+		},
+	}
+}
+
+// VerifyPeer checks that the peer of a TLS connection holds an identity
+// of role from the CA in roots, valid now, and returns its name.
+func VerifyPeer(cs tls.ConnectionState, roots *x509.CertPool, role Role) (string, error) {
+	if len(cs.PeerCertificates) == 0 {
+		return "", errors.New("the peer presented no certificate")
+	}
+	leaf := cs.PeerCertificates[0]
+	usage := x509.ExtKeyUsageClientAuth
+	if role == RoleServer {
+		usage = x509.ExtKeyUsageServerAuth
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+		return "", fmt.Errorf("peer certificate: %w", err)
+	}
+	got, name, err := Identity(leaf)
+	if err != nil {
+		return "", err
+	}
+	if got != role {
+		return "", fmt.Errorf("the peer is a %s (%s), not a %s", got, name, role)
+	}
+	return name, nil
+}
+
+// NewNodeRequest makes a node's key and its certificate request.
+func NewNodeRequest(node string) (*ecdsa.PrivateKey, []byte, error) {
+	if err := checkName(node); err != nil {
+		return nil, nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: node}}, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return key, csr, nil
+}

@@ -1,0 +1,162 @@
+package server_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/agent"
+	"github.com/flowlb/flowlb/internal/pki"
+	"github.com/flowlb/flowlb/internal/server"
+	"github.com/flowlb/flowlb/internal/testutil"
+)
+
+// rawClient connects to a replica's agent stream over TLS, presenting
+// cert (nil: none).
+func rawClient(t *testing.T, c *cluster, s *server.Server, cert *tls.Certificate) agentv1.AgentClient {
+	t.Helper()
+	caPEM, err := os.ReadFile(filepath.Join(c.dir, "agent-ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.ParseCertPEM(caPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	conn, err := grpc.NewClient("passthrough:///"+s.AgentAddr.String(),
+		grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(roots, func() *tls.Certificate { return cert }))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return agentv1.NewAgentClient(conn)
+}
+
+// enroll gets an identity for node with the bootstrap token.
+func enroll(t *testing.T, client agentv1.AgentClient, token, node string) (*tls.Certificate, error) {
+	t.Helper()
+	key, csr, err := pki.NewNodeRequest(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	resp, err := client.Enroll(ctx, &agentv1.EnrollRequest{Node: node, CertificateRequest: csr})
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Certificate{Certificate: [][]byte{resp.GetCertificate()}, PrivateKey: key}, nil
+}
+
+// subscribe says hello as node and returns the first answer's error.
+func subscribe(t *testing.T, client agentv1.AgentClient, node string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := client.Subscribe(ctx)
+	if err != nil {
+		return err
+	}
+	// A refused stream may end before the hello is sent: its status
+	// comes with the receive.
+	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{Node: node}}}); err != nil && err != io.EOF {
+		return err
+	}
+	_, err = stream.Recv()
+	return err
+}
+
+func wantCode(t *testing.T, what string, err error, want codes.Code) {
+	t.Helper()
+	if status.Code(err) != want {
+		t.Errorf("%s: %v, want %s", what, err, want)
+	}
+}
+
+// A node acts only as itself: the stream needs an identity from the
+// replicas' CA, issued once against the bootstrap token, and the identity
+// names the only node it may subscribe as.
+func TestAgentIdentities(t *testing.T) {
+	c := newCluster(t)
+	s := c.start("a", 5*time.Second)
+	anonymous := rawClient(t, c, s, nil)
+
+	wantCode(t, "subscribe without an identity", subscribe(t, anonymous, "n1"), codes.Unauthenticated)
+	_, err := enroll(t, anonymous, "wrong-token", "n1")
+	wantCode(t, "enroll with a bad token", err, codes.Unauthenticated)
+	_, err = enroll(t, anonymous, "", "n1")
+	wantCode(t, "enroll without a token", err, codes.Unauthenticated)
+
+	n1, err := enroll(t, anonymous, c.token, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asN1 := rawClient(t, c, s, n1)
+	wantCode(t, "n1 subscribing as n2", subscribe(t, asN1, "n2"), codes.PermissionDenied)
+	_, err = enroll(t, asN1, "", "n2")
+	wantCode(t, "n1 renewing n2's identity", err, codes.PermissionDenied)
+	if _, err := enroll(t, asN1, "", "n1"); err != nil {
+		t.Errorf("n1 renewing its own identity: %v", err)
+	}
+
+	// n1 subscribes as itself: the stream opens and a snapshot comes.
+	if err := subscribe(t, asN1, "n1"); err != nil {
+		t.Errorf("n1 subscribing as itself: %v", err)
+	}
+
+	// An identity from another CA is refused at the handshake.
+	other, otherKey, _ := pki.NewCA("other")
+	_ = otherKey
+	key, csr, _ := pki.NewNodeRequest("n1")
+	der, _ := other.SignNode(csr, "n1", time.Hour)
+	stranger := rawClient(t, c, s, &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key})
+	if err := subscribe(t, stranger, "n1"); err == nil {
+		t.Error("an identity of another CA was accepted")
+	}
+}
+
+// Identities are renewed under a live stream, which goes on: the agent
+// stays on its replica and keeps programming changes.
+func TestIdentityRenewedUnderTraffic(t *testing.T) {
+	c := newCluster(t)
+	c.identityTTL = 3 * time.Second
+	s := c.start("a", 5*time.Second)
+	k := newKernel()
+	ag := c.startAgentWith(agent.Config{Servers: []string{s.AgentAddr.String()}, Node: "n1", NoHealth: true, RenewCheck: 100 * time.Millisecond}, k)
+	testutil.Eventually(t, 5*time.Second, "agent connected", func() (bool, string) { return len(s.Hub.Agents()) == 1, "" })
+	first := ag.IdentityExpiry()
+	t.Logf("first identity expires in %v", time.Until(first))
+
+	// Renewed past two thirds of 3 s, twice (the expiry moves by 2 s
+	// each time), on the same stream, whose connection's certificate
+	// has expired meanwhile.
+	testutil.Eventually(t, 10*time.Second, "identity renewed twice", func() (bool, string) {
+		moved := ag.IdentityExpiry().Sub(first)
+		return moved >= 3500*time.Millisecond, moved.String()
+	})
+	if ag.Server() != s.AgentAddr.String() || ag.Sessions() != 1 {
+		t.Fatalf("the stream did not survive the renewals: on %q, %d streams opened", ag.Server(), ag.Sessions())
+	}
+	lb := createLB(t, s, "web", "198.18.1.1")
+	waitStatus(t, s, lb.LoadBalancer.ID, "ACTIVE", 5*time.Second)
+	if got := k.backends(lb.LoadBalancer.VIPAddress); len(got) != 1 {
+		t.Fatalf("kernel holds %v", got)
+	}
+}
