@@ -164,11 +164,13 @@ func sameFamilyBackends(bs []flows.Backend, a netip.Addr) []flows.Backend {
 }
 
 // CompileAll is the whole desired state at revision rev. Two load
-// balancers claiming one VIP, protocol and port is prevented by VIP
-// allocation; if it happens anyway the older one keeps the key.
+// balancers never claim one VIP, protocol and port when the domain made
+// them (addresses are unique, and a listener may not take another load
+// balancer's port on a shared one); if it happens anyway the senior one
+// keeps the key, whatever the order of trees, as the fan-out does.
 func CompileAll(trees []*lbaas.Tree, rev int64) flows.Table {
 	t := flows.Table{Revision: rev, Services: map[flows.Key]flows.Service{}}
-	for _, tr := range trees {
+	for _, tr := range BySeniority(trees) {
 		for _, s := range Compile(tr) {
 			if _, taken := t.Services[s.Key]; !taken {
 				t.Services[s.Key] = s

@@ -121,17 +121,37 @@ func TestCompileAttributes(t *testing.T) {
 	}
 }
 
-func TestCompileAllFirstClaimWins(t *testing.T) {
+func TestCompileAllSeniorClaimWins(t *testing.T) {
 	a, b := sample(), sample()
-	b.LB.ID = "other"
+	a.LB.CreatedAt = "2026-11-22T08:25:28.000002"
+	b.LB.ID, b.LB.CreatedAt = "a-younger", "2026-11-22T08:25:28.000003"
 	b.Members = b.Members[:1]
-	tab := CompileAll([]*lbaas.Tree{a, b}, 7)
-	if tab.Revision != 7 || len(tab.Services) != 1 {
-		t.Fatalf("table %+v", tab)
+	for _, order := range [][]*lbaas.Tree{{a, b}, {b, a}, {nil, b, a}} {
+		tab := CompileAll(order, 7)
+		if tab.Revision != 7 || len(tab.Services) != 1 {
+			t.Fatalf("table %+v", tab)
+		}
+		for _, s := range tab.Services {
+			if s.LoadBalancerID != "lb" {
+				t.Errorf("key held by %s, want the older lb", s.LoadBalancerID)
+			}
+		}
 	}
-	for _, s := range tab.Services {
-		if s.LoadBalancerID != "lb" {
-			t.Errorf("key held by %s, want the older lb", s.LoadBalancerID)
+}
+
+func TestSeniority(t *testing.T) {
+	for _, tc := range []struct {
+		a, b Seniority
+		want bool
+	}{
+		{Seniority{"2026-11-22T08:25:28.000001", "z"}, Seniority{"2026-11-22T08:25:28.000002", "a"}, true},
+		{Seniority{"2026-11-22T08:25:29.000000", "a"}, Seniority{"2026-11-22T08:25:28.999999", "z"}, false},
+		{Seniority{"2026-11-22T08:25:28.000001", "a"}, Seniority{"2026-11-22T08:25:28.000001", "b"}, true},
+		{Seniority{"2026-11-22T08:25:28.000001", "b"}, Seniority{"2026-11-22T08:25:28.000001", "a"}, false},
+		{Seniority{"2026-11-22T08:25:28.000001", "a"}, Seniority{"2026-11-22T08:25:28.000001", "a"}, false},
+	} {
+		if got := tc.a.Before(tc.b); got != tc.want {
+			t.Errorf("%v before %v = %v, want %v", tc.a, tc.b, got, tc.want)
 		}
 	}
 }

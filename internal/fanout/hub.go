@@ -69,12 +69,11 @@ type Hub struct {
 	epoch string
 	m     *metrics
 
-	mu    sync.Mutex
-	rev   int64 // the table holds every entry up to rev
-	byLB  map[string][]flows.Service
-	table map[flows.Key]flows.Service
-	ring  ring
-	acks  acks
+	mu       sync.Mutex
+	rev      int64 // the table holds every entry up to rev
+	services *serviceTable
+	ring     ring
+	acks     acks
 	// waiting are the changes waiting for the agents (realize.go).
 	waiting map[*waiter]bool
 
@@ -99,7 +98,7 @@ func NewHub(ctx context.Context, st store.Store, src TreeSource, o Options) (*Hu
 		o.Log = slog.Default()
 	}
 	h := &Hub{st: st, src: src, o: o, log: o.Log,
-		byLB: map[string][]flows.Service{}, table: map[flows.Key]flows.Service{}, waiting: map[*waiter]bool{},
+		services: newServiceTable(), waiting: map[*waiter]bool{},
 		acks:   newAcks(),
 		probes: map[string]flows.Probe{}, probeOwner: map[string]string{}, lbProbes: map[string][]string{},
 		healthQ: make(chan healthEvent, 4096),
@@ -145,17 +144,28 @@ func (h *Hub) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, t := range trees {
+	// Senior first: a contested key goes to its holder at once, and
+	// only the claims that lose are reported.
+	for _, t := range compiler.BySeniority(trees) {
 		h.setLBProbes(t.LB.ID, compiler.Probes(t))
-		for _, s := range compiler.Compile(t) {
-			if _, taken := h.table[s.Key]; !taken {
-				h.table[s.Key] = s
-				h.byLB[t.LB.ID] = append(h.byLB[t.LB.ID], s)
-			}
-		}
+		h.reportContested(h.services.set(t.LB.ID, compiler.SeniorityOf(t.LB), compiler.Compile(t)))
 	}
 	h.rev = head
 	return nil
+}
+
+// reportContested logs and counts what a replacement did to contested keys.
+// Called with h.mu held.
+func (h *Hub) reportContested(r replaced) {
+	for _, c := range r.conflicts {
+		h.m.keyConflicts.Inc()
+		h.log.Warn("two load balancers claim one VIP, protocol and port; the senior keeps it, the other's service is not programmed",
+			"key", c.key, "holder", c.holder, "refused", c.claimant)
+	}
+	for _, m := range r.moves {
+		h.m.keyMoves.Inc()
+		h.log.Warn("a contested VIP, protocol and port changed hands", "key", m.key, "from", m.from, "to", m.to)
+	}
 }
 
 // Run follows the log, shares this replica's acks and reads the others',
@@ -196,21 +206,5 @@ func (h *Hub) Agents() map[string]int64 {
 func (h *Hub) Table() flows.Table {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return flows.Table{Revision: h.rev, Services: maps.Clone(h.table)}
-}
-
-// setLB puts one load balancer's change into the table. Called with h.mu
-// held.
-func (h *Hub) setLB(lbID string, c lbChange) {
-	for _, k := range c.deletes {
-		delete(h.table, k)
-	}
-	for _, s := range c.kept {
-		h.table[s.Key] = s
-	}
-	if len(c.kept) == 0 {
-		delete(h.byLB, lbID)
-	} else {
-		h.byLB[lbID] = c.kept
-	}
+	return flows.Table{Revision: h.rev, Services: maps.Clone(h.services.byKey)}
 }

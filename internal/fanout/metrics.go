@@ -20,6 +20,8 @@ type metrics struct {
 	healthReaction prometheus.Histogram
 	authFailures   prometheus.Counter
 	identities     *prometheus.CounterVec
+	keyConflicts   prometheus.Counter
+	keyMoves       prometheus.Counter
 	h              *Hub
 }
 
@@ -43,9 +45,14 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 			Help: "Agent calls refused: no or another node's identity, bad bootstrap token."}),
 		identities: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_fanout_identities_issued_total",
 			Help: "Node identities issued, by kind (enrollment with the bootstrap token, renewal)."}, []string{"kind"}),
+		keyConflicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_key_conflicts_total",
+			Help: "Claims of a VIP, protocol and port that a senior load balancer holds: the claimant's service is not programmed (each counted when it starts to lose)."}),
+		keyMoves: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_key_owner_changes_total",
+			Help: "Contested VIPs, protocols and ports that changed hands: taken by a senior claimant, or handed to a waiting one when the holder let go."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.timeouts, m.agents, m.lagRevisions, m.lagSeconds, m.realized, m.healthResults, m.healthReaction, m.authFailures, m.identities,
+		reg.MustRegister(m.timeouts, m.agents, m.lagRevisions, m.lagSeconds, m.realized, m.healthResults, m.healthReaction,
+			m.authFailures, m.identities, m.keyConflicts, m.keyMoves,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_acks_pending", Help: "Changes waiting for the agents' acks."}, func() float64 {
 				h.mu.Lock()
 				defer h.mu.Unlock()
@@ -55,6 +62,12 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 				h.mu.Lock()
 				defer h.mu.Unlock()
 				return float64(len(h.acks.revisions(h.o.Replica)))
+			}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_key_conflicts",
+				Help: "Services not programmed now because a senior load balancer holds their VIP, protocol and port."}, func() float64 {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				return float64(h.services.waitingClaims())
 			}),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_revision", Help: "The log revision this replica's flow table holds."}, func() float64 {
 				return float64(h.Revision())

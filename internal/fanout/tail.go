@@ -2,12 +2,14 @@ package fanout
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/compiler"
 	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -70,23 +72,19 @@ func (h *Hub) applyEntries(ctx context.Context, es []store.LogEntry) error {
 	if last.Revision <= h.rev {
 		return nil // another step got there first
 	}
+	changed, probes := h.recompile(ids, trees)
+	// Every load balancer whose services changed, also by a key taken
+	// from it or handed to it, is replaced as it ends up.
 	u := &agentv1.Update{Revision: last.Revision, Epoch: h.epoch}
-	probes := map[string]bool{}
-	for _, id := range ids {
-		var now []flows.Service
-		var probed []flows.Probe
-		if t := trees[id]; t != nil {
-			now, probed = compiler.Compile(t), compiler.Probes(t)
-		}
-		c := diffLB(id, h.byLB[id], now, h.table)
-		h.setLB(id, c)
-		u.Loadbalancers = append(u.Loadbalancers, flowpb.LoadBalancerServicesToProto(id, c.kept))
-		for n := range h.setLBProbes(id, probed) {
-			probes[n] = true
-		}
+	for _, id := range changed {
+		u.Loadbalancers = append(u.Loadbalancers, flowpb.LoadBalancerServicesToProto(id, h.services.byLB[id]))
 	}
 	for _, e := range es {
 		h.ring.add(e)
+	}
+	for _, id := range changed[len(ids):] {
+		// So that an agent catching up gets their replacement too.
+		h.ring.add(store.LogEntry{Revision: last.Revision, LoadBalancerID: id})
 	}
 	h.rev = last.Revision
 	h.m.tailed(last)
@@ -95,6 +93,36 @@ func (h *Hub) applyEntries(ctx context.Context, es []store.LogEntry) error {
 	h.resolve(es)
 	h.settleReady()
 	return nil
+}
+
+// recompile puts the trees of ids (nil: gone) into the table and their
+// probes into the assignment. It returns ids, followed by the other load
+// balancers whose services changed (contested keys taken from them or
+// handed to them), and the nodes whose probes changed. Called with h.mu
+// held.
+func (h *Hub) recompile(ids []string, trees map[string]*lbaas.Tree) ([]string, map[string]bool) {
+	probes := map[string]bool{}
+	changed := slices.Clone(ids)
+	for _, id := range ids {
+		var r replaced
+		var probed []flows.Probe
+		if t := trees[id]; t != nil {
+			r = h.services.set(id, compiler.SeniorityOf(t.LB), compiler.Compile(t))
+			probed = compiler.Probes(t)
+		} else {
+			r = h.services.drop(id)
+		}
+		h.reportContested(r)
+		for _, other := range r.others {
+			if !slices.Contains(changed, other) {
+				changed = append(changed, other)
+			}
+		}
+		for n := range h.setLBProbes(id, probed) {
+			probes[n] = true
+		}
+	}
+	return changed, probes
 }
 
 // broadcast queues msg for every agent of this replica, cutting off those
@@ -120,12 +148,12 @@ func (h *Hub) catchUp(epoch string, rev int64) *agentv1.Update {
 	if epoch == h.epoch && rev >= h.ring.start {
 		u := &agentv1.Update{Revision: h.rev, Epoch: h.epoch}
 		for _, id := range h.ring.since(rev) {
-			u.Loadbalancers = append(u.Loadbalancers, flowpb.LoadBalancerServicesToProto(id, h.byLB[id]))
+			u.Loadbalancers = append(u.Loadbalancers, flowpb.LoadBalancerServicesToProto(id, h.services.byLB[id]))
 		}
 		return u
 	}
 	snap := &agentv1.Update{Revision: h.rev, Epoch: h.epoch, Snapshot: true}
-	for _, s := range h.table {
+	for _, s := range h.services.byKey {
 		snap.Upserts = append(snap.Upserts, flowpb.ServiceToProto(s))
 	}
 	return snap
@@ -139,12 +167,16 @@ type ring struct {
 	revOf map[int64]int64
 }
 
+// add appends an entry; one without an id (0: the log's ids start at 1)
+// only names a load balancer whose services changed at that revision.
 func (r *ring) add(e store.LogEntry) {
 	if r.revOf == nil {
 		r.revOf = map[int64]int64{}
 	}
 	r.entries = append(r.entries, e)
-	r.revOf[e.ID] = e.Revision
+	if e.ID != 0 {
+		r.revOf[e.ID] = e.Revision
+	}
 	if len(r.entries) > ringSize {
 		drop := len(r.entries) - ringSize
 		for _, old := range r.entries[:drop] {

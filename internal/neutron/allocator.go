@@ -10,7 +10,10 @@ import (
 // allocation hints with the Neutron API.
 type Allocator struct{ hints *hintTable }
 
-var _ lbaas.VIPAllocator = Allocator{}
+var (
+	_ lbaas.VIPAllocator = Allocator{}
+	_ lbaas.VIPSharing   = Allocator{}
+)
 
 // NewAllocator returns an Allocator with hints of its own, as a separate
 // server process has: for benchmarks and tests that run several servers
@@ -38,4 +41,12 @@ func (a Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) 
 // Release frees a VIP port in the caller's transaction.
 func (a Allocator) Release(tx store.Tx, portID string) error {
 	return releaseVIP(tx, a.table(), portID)
+}
+
+// MayBeShared reports whether another load balancer may hold address as
+// its VIP too: only if the address lies in subnets that overlap, which
+// flowlb no longer lets anyone make (overlap.go), since each subnet
+// claims an address once.
+func (a Allocator) MayBeShared(tx store.ReadTx, address string) (bool, error) {
+	return mayBeShared(tx, address)
 }

@@ -24,9 +24,10 @@ const DeviceOwnerLB = "Octavia"
 // AdminProject owns the networks EnsureDefault creates.
 const AdminProject = "admin"
 
-// ipamProject marks the bitmap records of the IPAM scheme before claims
-// (ipam_legacy.go), which share the subnet kind and are never shown by the
-// API; a subnet's are deleted when it is converted.
+// ipamProject marks the subnet-kind records that are not subnets and are
+// never shown by the API: the bitmap records of the IPAM scheme before
+// claims (ipam_legacy.go; a subnet's are deleted when it is converted),
+// and the lock of the set of subnets (overlap.go).
 const ipamProject = "flowlb:ipam"
 
 // timeFormat is Neutron's timestamp format: seconds, with a Z.

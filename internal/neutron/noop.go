@@ -18,7 +18,10 @@ import (
 // use it with agents.
 type NoopAllocator struct{}
 
-var _ lbaas.VIPAllocator = NoopAllocator{}
+var (
+	_ lbaas.VIPAllocator = NoopAllocator{}
+	_ lbaas.VIPSharing   = NoopAllocator{}
+)
 
 // Allocate answers the request as it is.
 func (NoopAllocator) Allocate(_ store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) {
@@ -38,3 +41,9 @@ func (NoopAllocator) Allocate(_ store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error)
 
 // Release has nothing to free.
 func (NoopAllocator) Release(store.Tx, string) error { return nil }
+
+// MayBeShared says no: as under Octavia's noop network driver, nothing
+// about addresses is checked, so the domain does not look for other load
+// balancers' listeners on a VIP either (conformance suites reuse
+// addresses, and no data plane serves them).
+func (NoopAllocator) MayBeShared(store.ReadTx, string) (bool, error) { return false, nil }

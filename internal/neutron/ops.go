@@ -51,7 +51,13 @@ type subnetSpec struct {
 	NoGateway bool
 }
 
+// createSubnet checks and stores a new subnet under the subnet set's
+// lock (overlap.go), which it takes before it reads the network, so that
+// the network's list of subnets it rewrites is current.
 func createSubnet(tx store.Tx, spec subnetSpec) (Subnet, error) {
+	if err := lockSubnetSet(tx); err != nil {
+		return Subnet{}, err
+	}
 	net, err := getNetwork(tx, spec.NetworkID)
 	if err != nil {
 		return Subnet{}, err
@@ -70,14 +76,8 @@ func createSubnet(tx store.Tx, spec subnetSpec) (Subnet, error) {
 	if spec.IPVersion != 0 && spec.IPVersion != version {
 		return Subnet{}, invalidInput("Cidr %s does not match ip_version %d", p, spec.IPVersion)
 	}
-	for _, sid := range net.Subnets {
-		other, err := getSubnetDoc(tx, sid, noLock)
-		if err != nil {
-			return Subnet{}, err
-		}
-		if op, err := netip.ParsePrefix(other.CIDR); err == nil && op.Overlaps(p) {
-			return Subnet{}, invalidInput("Requested subnet with cidr: %s for network: %s overlaps with another subnet", p, net.ID)
-		}
+	if err := checkOverlap(tx, net.ID, p); err != nil {
+		return Subnet{}, err
 	}
 	var gw netip.Addr
 	switch {
@@ -130,6 +130,11 @@ func createSubnet(tx store.Tx, spec subnetSpec) (Subnet, error) {
 }
 
 func deleteSubnet(tx store.Tx, id string) error {
+	// The network's list of subnets is rewritten below: no concurrent
+	// create or delete may do so meanwhile.
+	if err := lockSubnetSet(tx); err != nil {
+		return err
+	}
 	// convertLegacy reads the subnet under its exclusive lock, which waits
 	// for allocations in flight (they share it), so that the check below
 	// sees their claims; it also drops bitmap records, if any.
@@ -159,6 +164,10 @@ func deleteSubnet(tx store.Tx, id string) error {
 }
 
 func deleteNetwork(tx store.Tx, id string) error {
+	// A subnet being created on the network would be left without one.
+	if err := lockSubnetSet(tx); err != nil {
+		return err
+	}
 	net, err := getNetwork(tx, id)
 	if err != nil {
 		return err

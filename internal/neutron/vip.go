@@ -235,6 +235,11 @@ func EnsureDefault(ctx context.Context, s store.Store, name, cidr string) (Netwo
 	var sub Subnet
 	_, err = s.Update(ctx, func(tx store.Tx) error {
 		net, sub = Network{}, Subnet{}
+		// Replicas starting together on a new database: the first makes
+		// the network and subnet, the others wait and find them.
+		if err := lockSubnetSet(tx); err != nil {
+			return err
+		}
 		recs, err := tx.List(store.KindNetwork, store.Filter{ProjectID: AdminProject})
 		if err != nil {
 			return err

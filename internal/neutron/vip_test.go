@@ -291,7 +291,7 @@ func TestVIPPortLifecycle(t *testing.T) {
 		if used, err := inUse(tx, s.ID); used || err != nil {
 			t.Errorf("addresses still claimed after release: %v %v", used, err)
 		}
-		if n, _ := tx.Count(store.KindSubnet, store.Filter{ProjectID: ipamProject}); n != 0 {
+		if n, _ := tx.Count(store.KindSubnet, store.Filter{ProjectID: ipamProject, ParentID: s.ID}); n != 0 {
 			t.Errorf("%d IPAM chunks left for an empty subnet", n)
 		}
 		return nil
