@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 type kubeControllerOptions struct {
 	kubeconfig     string
 	endpoints      []string
+	caFile         string
 	cloud          string
 	opts           kubelb.Options
 	workers        int
@@ -54,6 +56,7 @@ ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
 	f.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig (default: in-cluster)")
 	f.StringSliceVar(&o.endpoints, "octavia-endpoint", nil, "Octavia API URLs needing no token, one per server replica, comma-separated or repeated, "+
 		"e.g. http://198.18.0.1:9876,http://198.18.0.2:9876 (same path on all); a request goes to the next when one is unreachable or answers 503")
+	f.StringVar(&o.caFile, "octavia-ca-file", "", "CA certificates (PEM) an https --octavia-endpoint's certificate must come from (default: the system's)")
 	f.StringVar(&o.cloud, "os-cloud", os.Getenv("OS_CLOUD"), "cloud of clouds.yaml to authenticate with (when no --octavia-endpoint); "+
 		"the API is the one load-balancer endpoint of Keystone's catalog, so server replicas must sit behind one load-balanced address (a DNS name with several addresses, or a VIP in front)")
 	f.StringVar(&o.opts.Cluster, "cluster-name", "kubernetes", "name of this cluster in load balancer names and tags")
@@ -98,7 +101,18 @@ func runKubeController(ctx context.Context, o kubeControllerOptions) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	lbClient, err := kubelb.NewClient(ctx, o.endpoints, o.cloud, reg)
+	var roots *x509.CertPool
+	if o.caFile != "" {
+		b, err := os.ReadFile(o.caFile)
+		if err != nil {
+			return fmt.Errorf("--octavia-ca-file: %w", err)
+		}
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(b) {
+			return fmt.Errorf("--octavia-ca-file %s: no certificate in it", o.caFile)
+		}
+	}
+	lbClient, err := kubelb.NewClient(ctx, o.endpoints, roots, o.cloud, reg)
 	if err != nil {
 		return fmt.Errorf("load-balancer API client: %w", err)
 	}

@@ -2,6 +2,8 @@ package kubelb
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,9 +29,12 @@ const dialTimeout = 3 * time.Second
 // clouds.yaml (OS_CLIENT_CONFIG_FILE, ./clouds.yaml, ~/.config/openstack,
 // /etc/openstack), with its Keystone credentials and the one endpoint of
 // its catalog.
-func NewClient(ctx context.Context, endpoints []string, cloud string, reg prometheus.Registerer) (*gophercloud.ServiceClient, error) {
+//
+// roots, if set, are the CAs an https endpoint's certificate must come
+// from (default: the system's); clouds.yaml names its own (cacert).
+func NewClient(ctx context.Context, endpoints []string, roots *x509.CertPool, cloud string, reg prometheus.Registerer) (*gophercloud.ServiceClient, error) {
 	if len(endpoints) > 0 {
-		return noAuthClient(endpoints, reg)
+		return noAuthClient(endpoints, roots, reg)
 	}
 	ao, eo, tlsConfig, err := clouds.Parse(clouds.WithCloudName(cloud))
 	if err != nil {
@@ -42,9 +47,12 @@ func NewClient(ctx context.Context, endpoints []string, cloud string, reg promet
 	return openstack.NewLoadBalancerV2(pc, eo)
 }
 
-func noAuthClient(endpoints []string, reg prometheus.Registerer) (*gophercloud.ServiceClient, error) {
+func noAuthClient(endpoints []string, roots *x509.CertPool, reg prometheus.Registerer) (*gophercloud.ServiceClient, error) {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	if roots != nil {
+		base.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
 	if reg != nil {
 		reg = prometheus.WrapRegistererWithPrefix("flowlb_kube_controller_", reg)
 	}

@@ -1,6 +1,7 @@
 package kubelb
 
 import (
+	"crypto/x509"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -120,14 +121,14 @@ func TestNewClientFromCloudsYAML(t *testing.T) {
 		os.Unsetenv(k)
 	}
 
-	if _, err := NewClient(t.Context(), nil, "wrong", nil); err == nil || !strings.Contains(err.Error(), `authenticate to cloud "wrong"`) {
+	if _, err := NewClient(t.Context(), nil, nil, "wrong", nil); err == nil || !strings.Contains(err.Error(), `authenticate to cloud "wrong"`) {
 		t.Errorf("bad password: %v, want an authentication error", err)
 	}
-	if _, err := NewClient(t.Context(), nil, "absent", nil); err == nil {
+	if _, err := NewClient(t.Context(), nil, nil, "absent", nil); err == nil {
 		t.Error("a cloud missing from clouds.yaml: no error")
 	}
 
-	client, err := NewClient(t.Context(), nil, "lab", nil)
+	client, err := NewClient(t.Context(), nil, nil, "lab", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,11 +159,11 @@ func TestNewClientFailsOver(t *testing.T) {
 	closed := "http://" + ln.Addr().String()
 	ln.Close()
 
-	if _, err := NewClient(t.Context(), []string{closed + "/lb", api.URL}, "", nil); err == nil || !strings.Contains(err.Error(), "differ in path") {
+	if _, err := NewClient(t.Context(), []string{closed + "/lb", api.URL}, nil, "", nil); err == nil || !strings.Contains(err.Error(), "differ in path") {
 		t.Errorf("endpoints with different paths: %v, want refused", err)
 	}
 	reg := prometheus.NewRegistry()
-	client, err := NewClient(t.Context(), []string{closed, api.URL}, "", reg)
+	client, err := NewClient(t.Context(), []string{closed, api.URL}, nil, "", reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,5 +186,33 @@ flowlb_kube_controller_api_endpoint_switches_total 1
 `
 	if err := promtestutil.GatherAndCompare(reg, strings.NewReader(expected)); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestNewClientHTTPS: an https endpoint is trusted only with the CA given.
+func TestNewClientHTTPS(t *testing.T) {
+	api := lbtest.New(t)
+	target, _ := url.Parse(api.URL)
+	front := httptest.NewTLSServer(httputil.NewSingleHostReverseProxy(target))
+	defer front.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(front.Certificate())
+	want := &LB{Name: "kube_service_lab_default_tls", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{api.ClusterSubnet, "198.19.64.11"},
+		Listeners: []Listener{{Name: "http", Protocol: "TCP", Port: 80, Timeouts: DefaultTimeouts, Pool: Pool{Name: "http", Protocol: "TCP", Algorithm: "ROUND_ROBIN",
+			Members: []Member{member("198.18.17.2", 8080, "web-1", "n1")}}}}}
+
+	untrusting, err := NewClient(t.Context(), []string{front.URL}, nil, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := (&Octavia{Client: untrusting}).Apply(t.Context(), want); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without the CA: %v, want a certificate error", err)
+	}
+	trusting, err := NewClient(t.Context(), []string{front.URL}, roots, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, n, err := (&Octavia{Client: trusting}).Apply(t.Context(), want); err != nil || n != 1 {
+		t.Fatalf("with the CA: %d calls, %v", n, err)
 	}
 }

@@ -93,7 +93,10 @@ type Server struct {
 
 // Start opens the database, joins the cluster of replicas sharing it and
 // serves the API and the agents' stream.
-func Start(ctx context.Context, o Options, log *slog.Logger) (s *Server, err error) {
+func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err error) {
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
 	authn, err := authMiddleware(o, log)
 	if err != nil {
 		return nil, err
@@ -102,7 +105,8 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (s *Server, err err
 	if err != nil {
 		return nil, err
 	}
-	s = &Server{log: log, st: st, served: make(chan error, 1), stopLoops: func() {}}
+	s := &Server{log: log, st: st, served: make(chan error, 1), stopLoops: func() {}}
+	// What is started by then is stopped if the rest fails.
 	defer func() {
 		if err != nil {
 			s.abort()
@@ -200,9 +204,6 @@ func (s *Server) abort() {
 
 // serveTLS sets the API server up for TLS from the certificate files.
 func (s *Server) serveTLS(o Options) error {
-	if o.TLSCert == "" || o.TLSKey == "" {
-		return errors.New("--tls-cert and --tls-key go together")
-	}
 	cert, err := pki.LoadFileCertificate(o.TLSCert, o.TLSKey)
 	if err != nil {
 		return err
