@@ -21,6 +21,7 @@ import (
 	"github.com/flowlb/flowlb/internal/agent"
 	"github.com/flowlb/flowlb/internal/announce"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/httpserve"
 )
 
 type agentOptions struct {
@@ -64,6 +65,10 @@ func init() {
 	cmd.AddCommand(agentDumpCmd(), agentTraceCmd())
 	rootCmd.AddCommand(cmd)
 }
+
+// metricsLimits bound the clients of a daemon's /metrics: scrapers, a
+// handful at a time.
+var metricsLimits = httpserve.Limits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 2 * time.Minute, MaxConns: 64}
 
 func defaultIdentityDir() string {
 	if os.Geteuid() == 0 {
@@ -153,7 +158,8 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: mux}
+		ln = httpserve.Serve(srv, ln, metricsLimits, log)
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/flowlb/flowlb/internal/httpserve"
 	"github.com/flowlb/flowlb/internal/kubecontroller"
 	"github.com/flowlb/flowlb/internal/kubelb"
 )
@@ -121,7 +122,8 @@ func runKubeController(ctx context.Context, o kubeControllerOptions) error {
 		if err != nil {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
-		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+		ln = httpserve.Serve(srv, ln, metricsLimits, log)
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 	}

@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/apimetrics"
 	"github.com/flowlb/flowlb/internal/fanout"
+	"github.com/flowlb/flowlb/internal/httpserve"
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/neutron"
@@ -65,6 +67,8 @@ type Options struct {
 	AgentCACert, AgentCAKey string
 	// IdentityTTL is the lifetime of a node identity (default 24 h).
 	IdentityTTL time.Duration
+	// HTTP bounds the API's clients (httpserve's defaults where zero).
+	HTTP httpserve.Limits
 	// LeaseTTL is the replica's lease (default 3 s): how soon the others
 	// take over its pending changes if it dies.
 	LeaseTTL time.Duration
@@ -137,15 +141,15 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 		return nil, err
 	}
 	s.APIAddr = ln.Addr()
-	if o.TLSCert != "" || o.TLSKey != "" {
+	ln = httpserve.Serve(s.http, ln, o.HTTP, log)
+	if o.TLSCert != "" {
 		if err := s.serveTLS(o); err != nil {
 			ln.Close()
 			return nil, err
 		}
-		go func() { s.served <- s.http.ServeTLS(ln, "", "") }()
-	} else {
-		go func() { s.served <- s.http.Serve(ln) }()
+		ln = tls.NewListener(ln, s.http.TLSConfig)
 	}
+	go func() { s.served <- s.http.Serve(ln) }()
 	log.Info("flowlb server listening", "address", s.APIAddr.String(), "database", redact(dsn), "auth", o.Auth, "replica", o.ReplicaID)
 	return s, nil
 }
@@ -345,7 +349,7 @@ func (s *Server) apiServer(reg *prometheus.Registry, authn func(http.Handler) ht
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	s.http = &http.Server{Handler: metrics.Wrap(mux), ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: metrics.Wrap(mux)}
 	return ln, nil
 }
 
