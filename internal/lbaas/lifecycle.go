@@ -130,6 +130,13 @@ func (s *Service) commitChange(tx store.Tx, t *Tree) error {
 	return t.save(tx)
 }
 
+// A completion is tried completeAttempts times, and more while the
+// database is unavailable, at most completeBackoff apart.
+const (
+	completeAttempts = 5
+	completeBackoff  = 500 * time.Millisecond
+)
+
 // realize hands a pending change to the LB's provider and completes the
 // tree when the provider reports back.
 func (s *Service) realize(p store.Pending, provider string) {
@@ -141,21 +148,24 @@ func (s *Service) realize(p store.Pending, provider string) {
 	s.inflight.Add(1)
 	prov.Realize(p.LoadBalancerID, p.Change, func(err error) {
 		defer s.inflight.Done()
-		// A completion that fails (database busy or gone for a moment) is
-		// retried; one that never lands stays pending, with this replica
-		// as owner, until a replica takes it over (Resume).
+		// A completion that fails (database busy) is retried, and retried
+		// for as long as the database is unreachable: nobody else would
+		// complete it, since Resume takes over only the changes of
+		// replicas that died, and this one lives on. One that fails
+		// otherwise stays pending, with this replica as owner, until a
+		// replica takes it over.
 		backoff := 10 * time.Millisecond
 		for attempt := 1; ; attempt++ {
 			cerr := s.complete(context.Background(), p, err)
 			if cerr == nil {
 				return
 			}
-			if attempt == 5 {
+			if attempt >= completeAttempts && !errors.Is(cerr, store.ErrUnavailable) {
 				s.log.Error("complete provisioning", "loadbalancer", p.LoadBalancerID, "err", cerr)
 				return
 			}
 			time.Sleep(backoff)
-			backoff *= 4
+			backoff = min(4*backoff, completeBackoff)
 		}
 	})
 }
