@@ -20,21 +20,23 @@ import (
 	"github.com/flowlb/flowlb/internal/lab"
 )
 
-// labDemoCmd is the README's main job: a lab with a server and an agent
-// per node, a load balancer created through the Octavia API, traffic from
-// pods on other nodes, and the spread over the member pods.
+// labDemoCmd is the README's main job: a lab with a server (or replicas
+// on PostgreSQL) and an agent per node, a load balancer created through
+// the Octavia API, traffic from pods on other nodes, and the spread over
+// the member pods.
 func labDemoCmd() *cobra.Command {
-	var nodes, requests int
+	var nodes, requests, servers int
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Bring up a lab, balance traffic through a flowlb VIP, print the spread, tear down",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDemo(cmd.Context(), cmd.OutOrStdout(), nodes, requests)
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), nodes, requests, servers)
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "lab nodes")
 	cmd.Flags().IntVar(&requests, "requests", 60, "requests from each client pod")
+	cmd.Flags().IntVar(&servers, "servers", 0, fmt.Sprintf("run this many flowlb server replicas, one per server host s1…sN, on the lab's PostgreSQL, instead of one server in the fabric (at most %d)", lab.MaxServers))
 	return cmd
 }
 
@@ -42,15 +44,20 @@ const demoControl = "198.18.0.250"
 
 // demo is one run of `flowlb lab demo`: its lab, where the server keeps
 // its data and the agent token, and the client that reaches the API from
-// node 1's namespace.
+// node 1's namespace. With replicas, the API is the first replica's, the
+// token the lab's, and agents get every replica's stream.
 type demo struct {
-	ctx    context.Context
-	out    io.Writer
-	lab    *lab.Lab
-	bin    string
-	dir    string
-	api    string
-	client *http.Client
+	ctx      context.Context
+	out      io.Writer
+	lab      *lab.Lab
+	bin      string
+	dir      string
+	api      string
+	client   *http.Client
+	replicas bool
+	token    string
+	caFile   string // the CA the agents trust
+	servers  string // the agents' --server
 }
 
 // demoLB is the load balancer the demo creates.
@@ -59,7 +66,7 @@ type demoLB struct {
 	members []string // pod names, sorted
 }
 
-func runDemo(ctx context.Context, out io.Writer, nodes, requests int) error {
+func runDemo(ctx context.Context, out io.Writer, nodes, requests, servers int) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("the demo builds network namespaces: run it as root")
 	}
@@ -67,10 +74,11 @@ func runDemo(ctx context.Context, out io.Writer, nodes, requests int) error {
 	if err != nil {
 		return err
 	}
-	d := &demo{ctx: ctx, out: out, bin: bin, api: "http://" + demoControl + ":9876"}
+	d := &demo{ctx: ctx, out: out, bin: bin, api: "http://" + demoControl + ":9876", replicas: servers > 0, servers: demoControl + ":9877"}
 	name := fmt.Sprintf("demo%d", os.Getpid()%10000)
 	t0 := time.Now()
-	d.lab, err = lab.Up(ctx, lab.Options{Name: name, Nodes: nodes, PodsPerNode: 3, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	d.lab, err = lab.Up(ctx, lab.Options{Name: name, Nodes: nodes, PodsPerNode: 3, Servers: servers, Postgres: servers > 0,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return fmt.Errorf("lab up: %w", err)
 	}
@@ -80,8 +88,13 @@ func runDemo(ctx context.Context, out io.Writer, nodes, requests int) error {
 		return err
 	}
 	defer os.RemoveAll(d.dir)
+	d.token, d.caFile = filepath.Join(d.dir, "agent-token"), filepath.Join(d.dir, "data", "agent-ca.crt")
 	d.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.lab.Node(1).Dial}}
-	if err := d.startServer(); err != nil {
+	start := d.startServer
+	if d.replicas {
+		start = d.startReplicas
+	}
+	if err := start(); err != nil {
 		return err
 	}
 	if err := d.startAgents(); err != nil {
@@ -108,13 +121,11 @@ func (d *demo) down() {
 	}
 }
 
-func (d *demo) token() string { return filepath.Join(d.dir, "agent-token") }
-
 // startServer runs the flowlb server in the fabric namespace and waits
 // for its API.
 func (d *demo) startServer() error {
 	if _, err := d.lab.Fabric().Start("server", []string{d.bin, "server", "--listen", demoControl + ":9876", "--agent-listen", demoControl + ":9877",
-		"--data-dir", filepath.Join(d.dir, "data"), "--agent-token-file", d.token()}); err != nil {
+		"--data-dir", filepath.Join(d.dir, "data"), "--agent-token-file", d.token}); err != nil {
 		return err
 	}
 	if err := waitFor(20*time.Second, func() bool {
@@ -130,19 +141,56 @@ func (d *demo) startServer() error {
 	return nil
 }
 
+// startReplicas runs a replica in every server host, on the lab's
+// database and token, and points the API client and the agents at them.
+func (d *demo) startReplicas() error {
+	if err := d.lab.StartReplicas(d.ctx, []string{d.bin}); err != nil {
+		return err
+	}
+	secrets, err := d.lab.ReplicaSecrets()
+	if err != nil {
+		return err
+	}
+	d.token, d.caFile = secrets.Token, secrets.CACert
+	ks := d.lab.ServerHosts()
+	d.api, d.servers = "http://"+lab.ReplicaAPI(ks[0]).String(), lab.AgentServers(ks)
+	var where []string
+	for _, k := range ks {
+		where = append(where, lab.ServerName(k)+" "+lab.ReplicaAPI(k).String())
+	}
+	d.say("%d flowlb server replicas on PostgreSQL (%s): %s", len(ks), lab.PostgresDSN, strings.Join(where, ", "))
+	return nil
+}
+
+// serverLogs are the log files of the server or of every replica.
+func (d *demo) serverLogs() []string {
+	if !d.replicas {
+		return []string{d.lab.LogPath(lab.HostFabric, "server")}
+	}
+	var out []string
+	for _, k := range d.lab.ServerHosts() {
+		out = append(out, d.lab.LogPath(lab.ServerName(k), lab.ProcServer))
+	}
+	return out
+}
+
 // startAgents runs an agent on every node and waits until each has
-// connected to the server.
+// connected to a server.
 func (d *demo) startAgents() error {
 	nodes := d.lab.Nodes()
 	for i, n := range nodes {
-		if _, err := n.Start("agent", []string{d.bin, "agent", "--server", demoControl + ":9877", "--token-file", d.token(),
-			"--ca-file", filepath.Join(d.dir, "data", "agent-ca.crt"), "--identity-dir", filepath.Join(d.dir, "identity", n.Name), "--node", n.Name, "--zone", d.lab.Zone(i + 1), "--pod-cidrs", podCIDRs(d.lab)}); err != nil {
+		if _, err := n.Start("agent", []string{d.bin, "agent", "--server", d.servers, "--token-file", d.token,
+			"--ca-file", d.caFile, "--identity-dir", d.lab.IdentityDir(n.Name), "--node", n.Name, "--zone", d.lab.Zone(i + 1), "--pod-cidrs", podCIDRs(d.lab)}); err != nil {
 			return err
 		}
 	}
 	if err := waitFor(20*time.Second, func() bool {
-		b, _ := os.ReadFile(d.lab.LogPath(lab.HostFabric, "server"))
-		return strings.Count(string(b), `msg="agent connected"`) >= len(nodes)
+		connected := 0
+		for _, p := range d.serverLogs() {
+			b, _ := os.ReadFile(p)
+			connected += strings.Count(string(b), `msg="agent connected"`)
+		}
+		return connected >= len(nodes)
 	}); err != nil {
 		return fmt.Errorf("agents did not connect")
 	}

@@ -113,8 +113,7 @@ func (s *Service) commit(ctx context.Context, build func(tx store.Tx) (*Tree, er
 
 // commitChange is the end of every change: the provider refuses what it
 // cannot serve (a delete needs no check), quotas are enforced on what the
-// change creates, new listeners may not take another load balancer's VIP
-// port (vipports.go), and the tree is written.
+// change creates, and the tree is written.
 func (s *Service) commitChange(tx store.Tx, t *Tree) error {
 	if t.LB.ProvisioningStatus != PendingDelete {
 		p, err := s.Provider(t.LB.Provider)
@@ -128,11 +127,15 @@ func (s *Service) commitChange(tx store.Tx, t *Tree) error {
 	if err := s.checkQuotas(tx, t); err != nil {
 		return err
 	}
-	if err := s.checkVIPPorts(tx, t); err != nil {
-		return err
-	}
 	return t.save(tx)
 }
+
+// A completion is tried completeAttempts times, and more while the
+// database is unavailable, at most completeBackoff apart.
+const (
+	completeAttempts = 5
+	completeBackoff  = 500 * time.Millisecond
+)
 
 // realize hands a pending change to the LB's provider and completes the
 // tree when the provider reports back.
@@ -145,25 +148,27 @@ func (s *Service) realize(p store.Pending, provider string) {
 	s.inflight.Add(1)
 	prov.Realize(p.LoadBalancerID, p.Change, func(err error) {
 		defer s.inflight.Done()
-		// A completion that fails is retried: for as long as the database
-		// is unreachable (it lands when the database is back), a few times
-		// otherwise. One that never lands stays pending, with this replica
-		// as owner, until a replica takes it over (Resume).
+		// A completion that fails (database busy) is retried, and retried
+		// for as long as the database is unreachable: nobody else would
+		// complete it, since Resume takes over only the changes of
+		// replicas that died, and this one lives on. One that fails
+		// otherwise stays pending, with this replica as owner, until a
+		// replica takes it over.
 		backoff := 10 * time.Millisecond
 		for attempt := 1; ; attempt++ {
 			cerr := s.complete(context.Background(), p, err)
 			if cerr == nil {
 				return
 			}
-			if attempt >= 5 && !errors.Is(cerr, store.ErrUnavailable) {
+			if attempt >= completeAttempts && !errors.Is(cerr, store.ErrUnavailable) {
 				s.log.Error("complete provisioning", "loadbalancer", p.LoadBalancerID, "err", cerr)
 				return
 			}
-			if attempt == 5 {
+			if attempt == completeAttempts {
 				s.log.Warn("complete provisioning: database unavailable, retrying until it is back", "loadbalancer", p.LoadBalancerID, "err", cerr)
 			}
 			time.Sleep(backoff)
-			backoff = min(4*backoff, 2*time.Second)
+			backoff = min(4*backoff, completeBackoff)
 		}
 	})
 }

@@ -93,8 +93,18 @@ func NewID() string {
 // ID is the replica's name.
 func (r *Replica) ID() string { return r.o.ID }
 
-// Register records the replica alive before it serves anything.
-func (r *Replica) Register(ctx context.Context) error { return r.renew(ctx) }
+// Register records the replica alive before it serves anything. A
+// process that starts under the id of an earlier one (a fixed
+// --replica-id) is a new life of it: it first retires the earlier life,
+// whose streams died with it and whose pending changes nobody would
+// otherwise take over, since the id's lease goes on being renewed. Resume
+// then takes them like any dead replica's.
+func (r *Replica) Register(ctx context.Context) error {
+	if err := r.st.Retire(ctx, r.o.ID); err != nil {
+		return err
+	}
+	return r.renew(ctx)
+}
 
 func (r *Replica) renew(ctx context.Context) error {
 	err := r.st.Renew(ctx, store.Replica{ID: r.o.ID, Address: r.o.Address, Tail: r.tail()}, r.o.LeaseTTL)

@@ -461,3 +461,27 @@ func TestHealthAcrossReplicas(t *testing.T) {
 		return got == "ERROR", got
 	})
 }
+
+// A replica restarted under the same id (a fixed --replica-id) within its
+// lease is a new life: what the earlier life left pending is taken over
+// and completed, though the id's lease never ran out. (Before Register
+// retired the earlier life, such a change stayed PENDING_CREATE for good.)
+func TestRestartUnderSameIDResumesPending(t *testing.T) {
+	c := newCluster(t)
+	a := c.start("a", time.Minute)
+	b := c.start("b", time.Minute)
+	k := newKernel()
+	c.startAgent("node-1", k, b.AgentAddr.String())
+	testutil.Eventually(t, 5*time.Second, "agent on b", func() (bool, string) { return len(b.Hub.Agents()) == 1, "" })
+
+	k.hold()
+	lb := createLB(t, a, "web", "198.18.1.1")
+	a.Crash()
+	again := c.start("a", time.Minute)
+	k.release()
+	took := waitStatus(t, again, lb.LoadBalancer.ID, "ACTIVE", 5*time.Second)
+	t.Logf("ACTIVE %v after the restart under the same id", took)
+	if got := k.backends(lb.LoadBalancer.VIPAddress); len(got) != 1 {
+		t.Fatalf("kernel holds %v", got)
+	}
+}

@@ -1,6 +1,7 @@
 // Package e2e runs flowlb end to end on the lab: a server in the fabric
-// namespace, an agent in every node namespace, pods as members, and real
-// traffic through the VIPs. Root only.
+// namespace (or replicas in the server hosts, on the lab's PostgreSQL), an
+// agent in every node namespace, pods as members, and real traffic
+// through the VIPs. Root only.
 package e2e
 
 import (
@@ -60,13 +61,20 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// cluster is a lab with a flowlb server and agents running.
+// cluster is a lab with a flowlb server (or replicas) and agents running.
 type cluster struct {
 	t       testing.TB
 	lab     *lab.Lab
 	http    *http.Client
 	api     string
 	dataDir string
+	// token is the agents' token file, caFile the CA they trust;
+	// agentServers their --server: the single server's stream, or every
+	// replica's.
+	token, caFile, agentServers string
+	// replicas are the server hosts running replicas (none: the single
+	// server in the fabric).
+	replicas []int
 	// serverArgs are added to the server's command line, agentArgs to
 	// every agent's.
 	serverArgs, agentArgs []string
@@ -76,9 +84,8 @@ type cluster struct {
 // name, its zone (as the lab's Kubernetes labels the node) and the pod
 // networks.
 func (c *cluster) agentArgv(i int) []string {
-	token := filepath.Join(filepath.Dir(c.dataDir), "agent-token")
-	return append([]string{flowlb(c.t), "agent", "--server", control + ":9877", "--token-file", token,
-		"--ca-file", filepath.Join(c.dataDir, "agent-ca.crt"), "--identity-dir", filepath.Join(filepath.Dir(c.dataDir), "identity", lab.NodeName(i)), "--node", lab.NodeName(i),
+	return append([]string{flowlb(c.t), "agent", "--server", c.agentServers, "--token-file", c.token,
+		"--ca-file", c.caFile, "--identity-dir", c.lab.IdentityDir(lab.NodeName(i)), "--node", lab.NodeName(i),
 		"--zone", c.lab.Zone(i), "--pod-cidrs", podCIDRs(c.lab)}, c.agentArgs...)
 }
 
@@ -86,9 +93,8 @@ func (c *cluster) agentArgv(i int) []string {
 // stop: same data directory and token) and waits for its API.
 func (c *cluster) startServer() {
 	c.t.Helper()
-	token := filepath.Join(filepath.Dir(c.dataDir), "agent-token")
 	if _, err := c.lab.Fabric().Start("server", append([]string{flowlb(c.t), "server", "--listen", control + ":9876", "--agent-listen", control + ":9877",
-		"--data-dir", c.dataDir, "--agent-token-file", token, "--ack-timeout", "5s"}, c.serverArgs...)); err != nil {
+		"--data-dir", c.dataDir, "--agent-token-file", c.token, "--ack-timeout", "5s"}, c.serverArgs...)); err != nil {
 		c.t.Fatal(err)
 	}
 	testutil.Eventually(c.t, 20*time.Second, "the server's API", func() (bool, string) {
@@ -152,31 +158,38 @@ func newClusterWith(t testing.TB, nodes, pods int, serverArgs ...string) *cluste
 }
 
 // clusterOptions shape a cluster: the lab's size and zones, and what is
-// added to the server's and the agents' command lines.
+// added to the server's and the agents' command lines. replicas > 0 runs
+// that many server replicas, one in each server host s1…, on the lab's
+// PostgreSQL, instead of the single server in the fabric; c.api is then
+// the first replica's.
 type clusterOptions struct {
 	nodes, pods, zones    int
+	replicas              int
 	serverArgs, agentArgs []string
 }
 
 func newClusterOpts(t testing.TB, o clusterOptions) *cluster {
 	flowlb(t)
-	l := labtest.New(t, o.nodes, o.pods, func(lo *lab.Options) { lo.Zones = o.zones })
+	opts := []func(*lab.Options){func(lo *lab.Options) { lo.Zones = o.zones }}
+	if o.replicas > 0 {
+		opts = append(opts, labtest.WithServers(o.replicas), labtest.WithPostgres)
+	}
+	l := labtest.New(t, o.nodes, o.pods, opts...)
 	dir := t.TempDir()
 	// The test process reaches the API from inside node 1's namespace.
 	c := &cluster{t: t, lab: l, api: "http://" + control + ":9876", dataDir: filepath.Join(dir, "data"), serverArgs: o.serverArgs, agentArgs: o.agentArgs,
+		token: filepath.Join(dir, "agent-token"), caFile: filepath.Join(dir, "data", "agent-ca.crt"), agentServers: control + ":9877",
 		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: l.Node(1).Dial}}}
-	c.startServer()
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, p := range []string{l.LogPath(lab.HostFabric, "server"), l.LogPath("n1", "agent")} {
-				b, _ := os.ReadFile(p)
-				t.Logf("--- %s\n%s", p, tail(string(b), 30))
-			}
-			var b bytes.Buffer
-			_ = l.Node(1).Run(context.Background(), nil, &b, &b, "nft", "list", "table", "ip", "flowlb")
-			t.Logf("--- n1 nft table flowlb\n%s", tail(b.String(), 40))
+			c.logTails()
 		}
 	})
+	if o.replicas > 0 {
+		c.startReplicas()
+	} else {
+		c.startServer()
+	}
 	for i, n := range l.Nodes() {
 		if _, err := n.Start("agent", c.agentArgv(i+1)); err != nil {
 			t.Fatalf("agent on node %d: %v", i+1, err)
@@ -184,16 +197,73 @@ func newClusterOpts(t testing.TB, o clusterOptions) *cluster {
 	}
 	// Until an agent is connected, a change completes without it: wait for
 	// every node's agent to say hello.
-	testutil.Eventually(t, 20*time.Second, "every agent's hello in the server log", func() (bool, string) {
-		b, _ := os.ReadFile(l.LogPath(lab.HostFabric, "server"))
+	testutil.Eventually(t, 20*time.Second, "every agent's hello in a server log", func() (bool, string) {
+		var logs strings.Builder
+		for _, p := range c.serverLogs() {
+			b, _ := os.ReadFile(p)
+			logs.Write(b)
+		}
 		for _, n := range l.Nodes() {
-			if !strings.Contains(string(b), `msg="agent connected" node=`+n.Name+" ") {
+			if !strings.Contains(logs.String(), `msg="agent connected" node=`+n.Name+" ") {
 				return false, n.Name + " not connected"
 			}
 		}
 		return true, ""
 	})
 	return c
+}
+
+// serverLogs are the log files of the server, or of every replica.
+func (c *cluster) serverLogs() []string {
+	if len(c.replicas) == 0 {
+		return []string{c.lab.LogPath(lab.HostFabric, "server")}
+	}
+	var out []string
+	for _, k := range c.replicas {
+		out = append(out, c.lab.LogPath(lab.ServerName(k), lab.ProcServer))
+	}
+	return out
+}
+
+// startReplicas starts a replica in every server host, on the lab's
+// database and token, and points the agents at all of them.
+func (c *cluster) startReplicas() {
+	c.t.Helper()
+	if err := c.lab.StartReplicas(context.Background(), []string{flowlb(c.t)}, c.serverArgs...); err != nil {
+		c.t.Fatal(err)
+	}
+	secrets, err := c.lab.ReplicaSecrets()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.token, c.caFile = secrets.Token, secrets.CACert
+	c.replicas = c.lab.ServerHosts()
+	c.agentServers = lab.AgentServers(c.replicas)
+	c.api = "http://" + lab.ReplicaAPI(c.replicas[0]).String()
+}
+
+// logTails logs the end of the servers' and node 1's agent's logs and
+// node 1's flowlb table, for a failed test.
+func (c *cluster) logTails() {
+	for _, p := range append(c.serverLogs(), c.lab.LogPath("n1", "agent")) {
+		b, _ := os.ReadFile(p)
+		c.t.Logf("--- %s\n%s", p, tail(withoutRequestErrors(string(b)), 30))
+	}
+	var b bytes.Buffer
+	_ = c.lab.Node(1).Run(context.Background(), nil, &b, &b, "nft", "list", "table", "ip", "flowlb")
+	c.t.Logf("--- n1 nft table flowlb\n%s", tail(b.String(), 40))
+}
+
+// withoutRequestErrors drops the lines a server logs for each request
+// refused while its database is down, which would hide the rest.
+func withoutRequestErrors(log string) string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `msg="database unavailable" method=`) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func tail(s string, n int) string {
