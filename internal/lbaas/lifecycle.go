@@ -113,7 +113,8 @@ func (s *Service) commit(ctx context.Context, build func(tx store.Tx) (*Tree, er
 
 // commitChange is the end of every change: the provider refuses what it
 // cannot serve (a delete needs no check), quotas are enforced on what the
-// change creates, and the tree is written.
+// change creates, new listeners may not take another load balancer's VIP
+// port (vipports.go), and the tree is written.
 func (s *Service) commitChange(tx store.Tx, t *Tree) error {
 	if t.LB.ProvisioningStatus != PendingDelete {
 		p, err := s.Provider(t.LB.Provider)
@@ -125,6 +126,9 @@ func (s *Service) commitChange(tx store.Tx, t *Tree) error {
 		}
 	}
 	if err := s.checkQuotas(tx, t); err != nil {
+		return err
+	}
+	if err := s.checkVIPPorts(tx, t); err != nil {
 		return err
 	}
 	return t.save(tx)
