@@ -57,6 +57,7 @@ type demo struct {
 	replicas bool
 	token    string
 	caFile   string // the CA the agents trust
+	tls      lab.APITLS
 	servers  string // the agents' --server
 }
 
@@ -74,7 +75,7 @@ func runDemo(ctx context.Context, out io.Writer, nodes, requests, servers int) e
 	if err != nil {
 		return err
 	}
-	d := &demo{ctx: ctx, out: out, bin: bin, api: "http://" + demoControl + ":9876", replicas: servers > 0, servers: demoControl + ":9877"}
+	d := &demo{ctx: ctx, out: out, bin: bin, api: "https://" + demoControl + ":9876", replicas: servers > 0, servers: demoControl + ":9877"}
 	name := fmt.Sprintf("demo%d", os.Getpid()%10000)
 	t0 := time.Now()
 	d.lab, err = lab.Up(ctx, lab.Options{Name: name, Nodes: nodes, PodsPerNode: 3, Servers: servers, Postgres: servers > 0,
@@ -89,7 +90,12 @@ func runDemo(ctx context.Context, out io.Writer, nodes, requests, servers int) e
 	}
 	defer os.RemoveAll(d.dir)
 	d.token, d.caFile = filepath.Join(d.dir, "agent-token"), filepath.Join(d.dir, "data", "agent-ca.crt")
-	d.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.lab.Node(1).Dial}}
+	if d.tls, err = d.lab.APITLS(); err != nil {
+		return err
+	}
+	if d.client, err = d.lab.APIClient(d.lab.Node(1).Dial, 10*time.Second); err != nil {
+		return err
+	}
 	start := d.startServer
 	if d.replicas {
 		start = d.startReplicas
@@ -125,7 +131,7 @@ func (d *demo) down() {
 // for its API.
 func (d *demo) startServer() error {
 	if _, err := d.lab.Fabric().Start("server", []string{d.bin, "server", "--listen", demoControl + ":9876", "--agent-listen", demoControl + ":9877",
-		"--data-dir", filepath.Join(d.dir, "data"), "--agent-token-file", d.token}); err != nil {
+		"--data-dir", filepath.Join(d.dir, "data"), "--agent-token-file", d.token, "--tls-cert", d.tls.Cert, "--tls-key", d.tls.Key}); err != nil {
 		return err
 	}
 	if err := waitFor(20*time.Second, func() bool {
@@ -137,7 +143,7 @@ func (d *demo) startServer() error {
 	}); err != nil {
 		return fmt.Errorf("server did not start (log: %s)", d.lab.LogPath(lab.HostFabric, "server"))
 	}
-	d.say("flowlb server in the fabric namespace at %s:9876", demoControl)
+	d.say("flowlb server in the fabric namespace, API at https://%s:9876", demoControl)
 	return nil
 }
 
@@ -153,7 +159,7 @@ func (d *demo) startReplicas() error {
 	}
 	d.token, d.caFile = secrets.Token, secrets.CACert
 	ks := d.lab.ServerHosts()
-	d.api, d.servers = "http://"+lab.ReplicaAPI(ks[0]).String(), lab.AgentServers(ks)
+	d.api, d.servers = lab.APIURL(lab.ReplicaAPI(ks[0])), lab.AgentServers(ks)
 	var where []string
 	for _, k := range ks {
 		where = append(where, lab.ServerName(k)+" "+lab.ReplicaAPI(k).String())
@@ -194,7 +200,7 @@ func (d *demo) startAgents() error {
 	}); err != nil {
 		return fmt.Errorf("agents did not connect")
 	}
-	d.say("flowlb agent on each of the %d nodes, connected", len(nodes))
+	d.say("flowlb agent on each of the %d nodes, connected over mutual TLS, each with an identity of its own", len(nodes))
 	return nil
 }
 

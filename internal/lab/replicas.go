@@ -48,10 +48,11 @@ func AgentServers(ks []int) string {
 }
 
 // ReplicaSecrets are the files the lab's replicas share: the agents'
-// bootstrap token and the CA of the agent stream's identities, which the
-// agents trust (--ca-file).
+// bootstrap token, the CA of the agent stream's identities, which the
+// agents trust (--ca-file), and the API's certificate.
 type ReplicaSecrets struct {
 	Token, CACert, CAKey string
+	API                  APITLS
 }
 
 // ReplicaArgv is the command line of the replica on server host k: bin
@@ -62,7 +63,8 @@ func ReplicaArgv(bin []string, k int, s ReplicaSecrets, dataDir string, extra ..
 	argv := append([]string{}, bin...)
 	argv = append(argv, "server", "--listen", ReplicaAPI(k).String(), "--agent-listen", ReplicaAgent(k).String(),
 		"--database", PostgresDSN, "--data-dir", dataDir, "--agent-token-file", s.Token,
-		"--agent-ca-cert", s.CACert, "--agent-ca-key", s.CAKey, "--replica-id", ServerName(k))
+		"--agent-ca-cert", s.CACert, "--agent-ca-key", s.CAKey, "--tls-cert", s.API.Cert, "--tls-key", s.API.Key,
+		"--replica-id", ServerName(k))
 	return append(argv, extra...)
 }
 
@@ -88,7 +90,9 @@ func (l *Lab) ReplicaSecrets() (ReplicaSecrets, error) {
 	if _, err := pki.LoadOrCreateCA(s.CACert, s.CAKey); err != nil {
 		return s, fmt.Errorf("agents' CA: %w", err)
 	}
-	return s, nil
+	var err error
+	s.API, err = l.APITLS()
+	return s, err
 }
 
 // IdentityDir is where node n's agent keeps its identity, in the lab's
@@ -136,9 +140,12 @@ func (l *Lab) StartReplicas(ctx context.Context, bin []string, extra ...string) 
 func (l *Lab) WaitReplica(ctx context.Context, k int, within time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: l.Fabric().Dial}}
+	hc, err := l.APIClient(l.Fabric().Dial, time.Second)
+	if err != nil {
+		return err
+	}
 	defer hc.CloseIdleConnections()
-	url := "http://" + ReplicaAPI(k).String() + "/healthcheck"
+	url := APIURL(ReplicaAPI(k)) + "/healthcheck"
 	var last error
 	for {
 		resp, err := hc.Get(url)

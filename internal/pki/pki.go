@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -311,3 +312,39 @@ func ParseKeyPEM(data []byte) (crypto.Signer, error) {
 		return s, nil
 	}
 }
+
+// IssueServerCert issues a plain TLS server certificate, for addresses
+// and names a client dials (the API's, in the lab and in tests), with its
+// key, both in PEM.
+func (ca *CA) IssueServerCert(name string, ips []net.IP, dnsNames []string, ttl time.Duration) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: name},
+		IPAddresses:  ips,
+		DNSNames:     dnsNames,
+		NotBefore:    now.Add(-clockSkew),
+		NotAfter:     now.Add(ttl),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if tmpl.NotAfter.After(ca.Cert.NotAfter) {
+		tmpl.NotAfter = ca.Cert.NotAfter
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if keyPEM, err = KeyPEM(key); err != nil {
+		return nil, nil, err
+	}
+	return CertPEM(der), keyPEM, nil
+}
+
+// WriteFiles writes PEM files readable by their owner only, each whole
+// (through a temporary file and a rename).
+func WriteFiles(files map[string][]byte) error { return writeFiles(files) }

@@ -271,3 +271,24 @@ func TestFileCertificateReloads(t *testing.T) {
 		t.Fatalf("with a broken key: %s, error %v", got, loadErr)
 	}
 }
+
+func TestIssueServerCert(t *testing.T) {
+	ca := newCA(t)
+	certPEM, keyPEM, err := ca.IssueServerCert("api", []net.IP{net.IPv4(198, 18, 0, 250)}, []string{"api.lab"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(pair.Certificate[0])
+	for _, host := range []string{"198.18.0.250", "api.lab"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.Pool(), DNSName: host}); err != nil {
+			t.Errorf("%s: %v", host, err)
+		}
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.Pool(), DNSName: "198.18.0.251"}); err == nil {
+		t.Error("an address not in the certificate verified")
+	}
+}

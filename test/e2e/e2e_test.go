@@ -72,6 +72,8 @@ type cluster struct {
 	// agentServers their --server: the single server's stream, or every
 	// replica's.
 	token, caFile, agentServers string
+	// tls is the API's certificate and the CA its clients trust.
+	tls lab.APITLS
 	// replicas are the server hosts running replicas (none: the single
 	// server in the fabric).
 	replicas []int
@@ -94,7 +96,7 @@ func (c *cluster) agentArgv(i int) []string {
 func (c *cluster) startServer() {
 	c.t.Helper()
 	if _, err := c.lab.Fabric().Start("server", append([]string{flowlb(c.t), "server", "--listen", control + ":9876", "--agent-listen", control + ":9877",
-		"--data-dir", c.dataDir, "--agent-token-file", c.token, "--ack-timeout", "5s"}, c.serverArgs...)); err != nil {
+		"--data-dir", c.dataDir, "--agent-token-file", c.token, "--tls-cert", c.tls.Cert, "--tls-key", c.tls.Key, "--ack-timeout", "5s"}, c.serverArgs...)); err != nil {
 		c.t.Fatal(err)
 	}
 	testutil.Eventually(c.t, 20*time.Second, "the server's API", func() (bool, string) {
@@ -177,9 +179,16 @@ func newClusterOpts(t testing.TB, o clusterOptions) *cluster {
 	l := labtest.New(t, o.nodes, o.pods, opts...)
 	dir := t.TempDir()
 	// The test process reaches the API from inside node 1's namespace.
-	c := &cluster{t: t, lab: l, api: "http://" + control + ":9876", dataDir: filepath.Join(dir, "data"), serverArgs: o.serverArgs, agentArgs: o.agentArgs,
+	c := &cluster{t: t, lab: l, api: "https://" + control + ":9876", dataDir: filepath.Join(dir, "data"), serverArgs: o.serverArgs, agentArgs: o.agentArgs,
 		token: filepath.Join(dir, "agent-token"), caFile: filepath.Join(dir, "data", "agent-ca.crt"), agentServers: control + ":9877",
-		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: l.Node(1).Dial}}}
+	}
+	var err error
+	if c.tls, err = l.APITLS(); err != nil {
+		t.Fatal(err)
+	}
+	if c.http, err = l.APIClient(l.Node(1).Dial, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			c.logTails()
@@ -239,7 +248,7 @@ func (c *cluster) startReplicas() {
 	c.token, c.caFile = secrets.Token, secrets.CACert
 	c.replicas = c.lab.ServerHosts()
 	c.agentServers = lab.AgentServers(c.replicas)
-	c.api = "http://" + lab.ReplicaAPI(c.replicas[0]).String()
+	c.api = lab.APIURL(lab.ReplicaAPI(c.replicas[0]))
 }
 
 // logTails logs the end of the servers' and node 1's agent's logs and

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/flowlb/flowlb/internal/lab"
@@ -39,7 +41,7 @@ type replicaAPI struct {
 // errRefused: no replica got the request, it can be sent again as is.
 var errRefused = errors.New("connection refused")
 
-func newReplicaAPI(l *lab.Lab, ks []int) *replicaAPI {
+func newReplicaAPI(t testing.TB, l *lab.Lab, ks []int) *replicaAPI {
 	a := &replicaAPI{}
 	for _, k := range ks {
 		a.addrs = append(a.addrs, lab.ReplicaAPI(k))
@@ -47,7 +49,12 @@ func newReplicaAPI(l *lab.Lab, ks []int) *replicaAPI {
 	// A fresh connection per request: a request never goes out on a kept
 	// connection to a replica that died meanwhile, so a refused
 	// connection means the request was not sent.
-	a.http = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: l.Fabric().Dial, DisableKeepAlives: true}}
+	roots, err := l.APIRoots()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.http = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: l.Fabric().Dial, DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{RootCAs: roots}}}
 	return a
 }
 
@@ -64,7 +71,7 @@ func (a *replicaAPI) sendTo(addr netip.AddrPort, method, path string, body any) 
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, _ := http.NewRequest(method, "http://"+addr.String()+path, rd)
+	req, _ := http.NewRequest(method, lab.APIURL(addr)+path, rd)
 	req.Header.Set("X-Project-Id", "e2e")
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := a.http.Do(req)
@@ -118,7 +125,7 @@ func (a *replicaAPI) read(path string, within time.Duration) (int, map[string]an
 
 // metrics reads a replica's /metrics.
 func (a *replicaAPI) metrics(k int) (string, error) {
-	resp, err := a.http.Get("http://" + lab.ReplicaAPI(k).String() + "/metrics")
+	resp, err := a.http.Get(lab.APIURL(lab.ReplicaAPI(k)) + "/metrics")
 	if err != nil {
 		return "", err
 	}

@@ -94,7 +94,7 @@ type haRun struct {
 func newHARun(t *testing.T, c *cluster) *haRun {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	return &haRun{t: t, c: c, api: newReplicaAPI(c.lab, c.replicas), rng: rand.New(rand.NewPCG(seed, 1)), start: time.Now(),
+	return &haRun{t: t, c: c, api: newReplicaAPI(t, c.lab, c.replicas), rng: rand.New(rand.NewPCG(seed, 1)), start: time.Now(),
 		clock: &pendingClock{bound: haLease + haResume + haAckTimeout + haSlack}, stop: make(chan struct{}), killed: map[int]int{}}
 }
 

@@ -85,7 +85,7 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 	}
 	for i := range controllers {
 		if _, err := c.lab.Fabric().Start(fmt.Sprintf("kube-controller-%d", i+1), []string{bin, "kube-controller",
-			"--kubeconfig", kc.State.LabKubeconfig, "--octavia-endpoint", "http://" + control + ":9876",
+			"--kubeconfig", kc.State.LabKubeconfig, "--octavia-endpoint", c.api, "--octavia-ca-file", c.tls.CACert,
 			"--cluster-name", "lab", "--cluster-ip-subnet", e.clusterSub, "--external-subnet", e.extSub,
 			"--metrics-listen", ""}); err != nil { // pod networks: from the Nodes
 			t.Fatal(err)
