@@ -116,6 +116,11 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 	if err := l.bringUp(ctx, o); err != nil {
 		return nil, err
 	}
+	// The flowlb servers' secrets, for what is started on the lab by hand
+	// as much as by the demo and the tests.
+	if _, err := l.ReplicaSecrets(); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 
