@@ -2,6 +2,7 @@ package fanout_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"slices"
@@ -11,7 +12,11 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/store"
@@ -209,5 +214,73 @@ func TestHealthAssignmentAndFlows(t *testing.T) {
 		if n != "n1" {
 			t.Errorf("%s still probed by %s after it left", id, n)
 		}
+	}
+}
+
+// rawSubscribe opens a stream as node and reads the first update.
+func rawSubscribe(t *testing.T, addr, node string) agentv1.Agent_SubscribeClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token))
+	t.Cleanup(cancel)
+	stream, err := agentv1.NewAgentClient(conn).Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{Node: node}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	// Drain whatever else comes, so that the stream stays up.
+	go func() {
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return
+			}
+		}
+	}()
+	return stream
+}
+
+// A node's verdicts count only for the members assigned to it: one that
+// reports on another node's member is not heard.
+func TestHealthReportsOnlyForAssignedMembers(t *testing.T) {
+	tr := tree("a", "198.19.0.1")
+	member := func(id, node string) *lbaas.Member {
+		m := &lbaas.Member{Base: lbaas.Base{ID: id, AdminStateUp: true}, PoolID: "a-pool", Address: "198.18.17.9", ProtocolPort: 80, Weight: 1}
+		m.Tags = []string{flows.TagNodePrefix + node}
+		return m
+	}
+	tr.Members = []*lbaas.Member{member("of-n1", "n1"), member("of-n2", "n2")}
+	tr.Monitors = []*lbaas.HealthMonitor{{Base: lbaas.Base{ID: "hm", AdminStateUp: true}, PoolID: "a-pool", Type: "TCP",
+		Delay: 1, Timeout: 1, MaxRetries: 1, MaxRetriesDown: 2}}
+	src := &healthSource{world: newWorld(memstore.New(), tr)}
+	hub, addr, _ := serve(t, src.world, "r1", 5*time.Second)
+	hub.SetHealthSink(src.sink)
+	rawSubscribe(t, addr, "n1")
+	n2 := rawSubscribe(t, addr, "n2")
+	testutil.Eventually(t, 5*time.Second, "members assigned to their nodes", func() (bool, string) {
+		p := hub.Probers()
+		return p["of-n1"] == "n1" && p["of-n2"] == "n2", fmt.Sprint(p)
+	})
+	report := func(member string) {
+		t.Helper()
+		err := n2.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Health{Health: &agentv1.HealthReport{Results: []*agentv1.MemberHealth{
+			{MemberId: member, Status: "ERROR", Reason: "forged", AtUnixMs: time.Now().UnixMilli()}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	report("of-n1") // not n2's to judge
+	report("of-n2") // its own: heard, after the other in order
+	src.waitSaw(t, "of-n2=ERROR")
+	if ok, seen := src.saw("of-n1=ERROR"); ok {
+		t.Fatalf("n2's verdict on n1's member was recorded: %s", seen)
 	}
 }
