@@ -70,7 +70,19 @@ func (id *Identity) current() *tls.Certificate {
 
 // credentials are the TLS of a connection to a replica.
 func (id *Identity) credentials() credentials.TransportCredentials {
-	return credentials.NewTLS(pki.ClientTLS(id.roots, id.current))
+	return credentials.NewTLS(pki.ClientTLS(id.roots, id.presentable))
+}
+
+// presentable is the certificate to show a replica: none once expired (or
+// not yet valid), since a replica refuses the handshake of an expired one
+// and the node must be able to enroll again with its token.
+func (id *Identity) presentable() *tls.Certificate {
+	c := id.current()
+	now := time.Now()
+	if c == nil || c.Leaf == nil || now.After(c.Leaf.NotAfter) || now.Before(c.Leaf.NotBefore) {
+		return nil
+	}
+	return c
 }
 
 // usable reports whether the identity can authenticate node now.

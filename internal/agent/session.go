@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/pki"
 )
 
 // session runs one subscription to addr: connect and say hello within
@@ -91,17 +92,11 @@ func (a *Agent) dial(addr string) (*grpc.ClientConn, error) {
 // the current identity (the stream's connection was authenticated with an
 // older one, which may have expired since).
 func (a *Agent) renewLoop(ctx context.Context, addr string) {
-	every := a.cfg.RenewCheck
-	if every == 0 {
-		every = time.Minute
-	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-time.After(a.renewCheck()):
 		}
 		id := a.cfg.Identity
 		if !id.due(time.Now()) {
@@ -116,6 +111,21 @@ func (a *Agent) renewLoop(ctx context.Context, addr string) {
 		a.m.renewals.Inc()
 		a.log.Info("renewed the node's identity", "server", addr, "expires", id.current().Leaf.NotAfter)
 	}
+}
+
+// renewCheck is how long to wait before looking again whether the
+// identity is due: RenewCheck (a minute by default), and a tenth of the
+// identity's lifetime if that is shorter, so that short-lived identities
+// are renewed in time.
+func (a *Agent) renewCheck() time.Duration {
+	every := a.cfg.RenewCheck
+	if every == 0 {
+		every = time.Minute
+	}
+	if c := a.cfg.Identity.current(); c != nil && c.Leaf != nil {
+		every = min(every, max(pki.Lifetime(c.Leaf)/10, 100*time.Millisecond))
+	}
+	return every
 }
 
 // renew enrolls, or enrolls again, through a new connection to addr.

@@ -23,8 +23,14 @@ const renewAt = 2.0 / 3
 // The lifetime is what was asked for: issuance backdates NotBefore by
 // clockSkew, which does not count.
 func NeedsRenewal(cert *x509.Certificate, now time.Time) bool {
-	life := cert.NotAfter.Sub(cert.NotBefore) - clockSkew
+	life := Lifetime(cert)
 	return now.Before(cert.NotBefore) || now.After(cert.NotAfter.Add(-time.Duration(float64(life)*(1-renewAt))))
+}
+
+// Lifetime is the lifetime a certificate this package issued was asked
+// for (issuance backdates NotBefore by clockSkew).
+func Lifetime(cert *x509.Certificate) time.Duration {
+	return max(cert.NotAfter.Sub(cert.NotBefore)-clockSkew, 0)
 }
 
 // ServerTLS is a replica's TLS for the agent stream: a serving identity it

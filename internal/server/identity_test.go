@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -159,4 +160,24 @@ func TestIdentityRenewedUnderTraffic(t *testing.T) {
 	if got := k.backends(lb.LoadBalancer.VIPAddress); len(got) != 1 {
 		t.Fatalf("kernel holds %v", got)
 	}
+}
+
+// A node whose identity expired while its agent was away enrolls again
+// with the token: it does not present the expired certificate, which a
+// replica would refuse at the handshake.
+func TestExpiredIdentityEnrollsAgain(t *testing.T) {
+	c := newCluster(t)
+	c.identityTTL = time.Second
+	c.identityDirs = map[string]string{"n1": t.TempDir()}
+	s := c.start("a", 5*time.Second)
+	first := c.startAgentWith(agent.Config{Servers: []string{s.AgentAddr.String()}, Node: "n1", NoHealth: true}, newKernel())
+	testutil.Eventually(t, 5*time.Second, "agent connected", func() (bool, string) { return len(s.Hub.Agents()) == 1, "" })
+	expiry := first.IdentityExpiry()
+	c.stopAgents()
+	testutil.Eventually(t, 5*time.Second, "the identity expired", func() (bool, string) { return time.Now().After(expiry), "" })
+
+	again := c.startAgentWith(agent.Config{Servers: []string{s.AgentAddr.String()}, Node: "n1", NoHealth: true}, newKernel())
+	testutil.Eventually(t, 5*time.Second, "the agent back with a new identity", func() (bool, string) {
+		return len(s.Hub.Agents()) == 1 && again.IdentityExpiry().After(expiry), fmt.Sprint(again.IdentityExpiry())
+	})
 }

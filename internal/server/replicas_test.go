@@ -29,10 +29,14 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 type cluster struct {
 	// identityTTL, if set, is the replicas' node identity lifetime.
 	identityTTL time.Duration
-	t           *testing.T
-	dsn         string
-	dir         string
-	token       string
+	// identityDirs, if set, keep the identities of the named nodes'
+	// agents from one agent to the next.
+	identityDirs map[string]string
+	stops        []func()
+	t            *testing.T
+	dsn          string
+	dir          string
+	token        string
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -168,16 +172,32 @@ func (c *cluster) startAgentWith(cfg agent.Config, k *kernel) *agent.Agent {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if cfg.Identity, _, err = agent.LoadIdentity(c.t.TempDir(), caPEM); err != nil {
-		c.t.Fatal(err)
+	if cfg.Identity == nil && cfg.Node != "" && c.identityDirs != nil {
+		if cfg.Identity, _, err = agent.LoadIdentity(c.identityDirs[cfg.Node], caPEM); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	if cfg.Identity == nil {
+		if cfg.Identity, _, err = agent.LoadIdentity(c.t.TempDir(), caPEM); err != nil {
+			c.t.Fatal(err)
+		}
 	}
 	a := agent.New(cfg, k,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = a.Run(ctx) }()
-	c.t.Cleanup(func() { cancel(); <-done })
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	c.stops = append(c.stops, stop)
+	c.t.Cleanup(stop)
 	return a
+}
+
+// stopAgents stops every agent started so far.
+func (c *cluster) stopAgents() {
+	for _, stop := range c.stops {
+		stop()
+	}
 }
 
 // call makes an API request to a replica and decodes the answer into out.
