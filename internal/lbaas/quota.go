@@ -68,9 +68,17 @@ func readQuota(tx store.ReadTx, project string) (Quota, bool, error) {
 	return q, true, nil
 }
 
+// quotaLock is the key that serialises a project's creates: counting and
+// inserting under it, concurrent creates (on any replica) are checked one
+// after the other and a quota holds exactly.
+func quotaLock(project string) string { return "quota:" + project }
+
 // checkQuotas refuses a change whose new objects would take a project over
-// its quota. Only kinds with created objects are counted.
-func (s *Service) checkQuotas(tx store.ReadTx, t *Tree) error {
+// its quota. Only kinds with created objects are counted, under the
+// project's lock when any of them is limited. It runs at the end of the
+// change, after the load balancer's row lock and the VIP claims, as
+// Tx.Lock asks.
+func (s *Service) checkQuotas(tx store.Tx, t *Tree) error {
 	if len(t.created) == 0 {
 		return nil
 	}
@@ -86,6 +94,24 @@ func (s *Service) checkQuotas(tx store.ReadTx, t *Tree) error {
 		return err
 	}
 	eff := q.effective(s.cfg.QuotaDefaults)
+	limited := false
+	for _, r := range quotaResources {
+		limited = limited || (newByKind[r.kind] > 0 && **r.limit(&eff) >= 0)
+	}
+	if !limited {
+		return nil
+	}
+	if err := tx.Lock(quotaLock(project)); err != nil {
+		return err
+	}
+	// Read again under the lock, which SetQuota takes too: the limit read
+	// first may have changed while this waited. (A project without limits
+	// takes no lock: a quota set while its creates are in flight binds
+	// the creates that start after it.)
+	if q, _, err = readQuota(tx, project); err != nil {
+		return err
+	}
+	eff = q.effective(s.cfg.QuotaDefaults)
 	for _, r := range quotaResources {
 		n := newByKind[r.kind]
 		limit := **r.limit(&eff)
@@ -149,6 +175,9 @@ func (s *Service) ListQuotas(ctx context.Context) ([]QuotaView, error) {
 func (s *Service) SetQuota(ctx context.Context, project string, limits Quota) (Quota, error) {
 	var eff Quota
 	_, err := s.st.Update(ctx, func(tx store.Tx) error {
+		if err := tx.Lock(quotaLock(project)); err != nil {
+			return err
+		}
 		cur, exists, err := readQuota(tx, project)
 		if err != nil {
 			return err

@@ -274,6 +274,31 @@ func (t *sqlTx) GetForShare(kind Kind, id string) (Record, error) {
 	return t.get(kind, id, "FOR KEY SHARE")
 }
 
+// Lock takes a row lock on the key's row of the locks table, inserting
+// the row the first time. SQLite needs none: the IMMEDIATE transaction
+// holds the database's one writer lock from its start.
+func (t *sqlTx) Lock(key string) error {
+	if t.s.eng.name() != "postgres" {
+		return nil
+	}
+	for range 2 {
+		var got string
+		err := t.tx.QueryRowContext(t.ctx, t.q("SELECT name FROM locks WHERE name = ? FOR UPDATE"), key).Scan(&got)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("lock %s: %w", key, err)
+		}
+		// A concurrent first insert of the key makes this one wait for
+		// it to end; either way the row then exists for the SELECT.
+		if _, err := t.tx.ExecContext(t.ctx, t.q("INSERT INTO locks (name) VALUES (?) ON CONFLICT DO NOTHING"), key); err != nil {
+			return fmt.Errorf("lock %s: %w", key, err)
+		}
+	}
+	return fmt.Errorf("lock %s: row vanished", key)
+}
+
 func where(f Filter) (string, []any) {
 	var conds []string
 	var args []any

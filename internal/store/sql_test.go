@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/flowlb/flowlb/internal/store"
 	"github.com/flowlb/flowlb/internal/store/storetest"
@@ -397,6 +398,68 @@ func TestNameFilter(t *testing.T) {
 			defer again.Close()
 			if got := fmt.Sprint(names(again, store.Filter{Name: "web"})); got != "[lb1=web lb2=web]" {
 				t.Errorf("after the backfill: %s, want [lb1=web lb2=web]", got)
+			}
+		})
+	}
+}
+
+// Writers that count and then insert under one lock key keep the count
+// bounded exactly; a writer holding a key does not hold up another key
+// (PostgreSQL; SQLite has one writer anyway).
+func TestLockSerialisesCountThenInsert(t *testing.T) {
+	ctx := context.Background()
+	for _, e := range storetest.Engines(t) {
+		t.Run(e.Name, func(t *testing.T) {
+			const writers, bound = 24, 5
+			var wg sync.WaitGroup
+			for i := range writers {
+				wg.Go(func() {
+					_, err := e.Store.Update(ctx, func(tx store.Tx) error {
+						if err := tx.Lock("quota:p1"); err != nil {
+							return err
+						}
+						n, err := tx.Count(store.KindListener, store.Filter{ProjectID: "p1"})
+						if err != nil || n >= bound {
+							return err
+						}
+						return tx.Insert(rec(store.KindListener, fmt.Sprint("l", i), "lb", "{}"))
+					})
+					if err != nil {
+						t.Errorf("writer %d: %v", i, err)
+					}
+				})
+			}
+			wg.Wait()
+			var n int
+			if err := e.Store.View(ctx, func(tx store.ReadTx) (err error) {
+				n, err = tx.Count(store.KindListener, store.Filter{ProjectID: "p1"})
+				return err
+			}); err != nil || n != bound {
+				t.Fatalf("%d listeners (%v), want exactly %d", n, err, bound)
+			}
+			if e.Name != "postgres" {
+				return
+			}
+			held, release := make(chan struct{}), make(chan struct{})
+			go func() {
+				_, err := e.Store.Update(ctx, func(tx store.Tx) error {
+					if err := tx.Lock("a"); err != nil {
+						return err
+					}
+					close(held)
+					<-release
+					return nil
+				})
+				if err != nil {
+					t.Errorf("holder: %v", err)
+				}
+			}()
+			<-held
+			defer close(release)
+			bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if _, err := e.Store.Update(bctx, func(tx store.Tx) error { return tx.Lock("b") }); err != nil {
+				t.Fatalf("lock b while a is held: %v", err)
 			}
 		})
 	}

@@ -129,6 +129,12 @@ type Tx interface {
 	// transactions may share it (PostgreSQL: FOR KEY SHARE). Plain
 	// updates of the record do not wait for it.
 	GetForShare(kind Kind, id string) (Record, error)
+	// Lock serialises the transactions that lock the same key: it waits
+	// for the one holding it, on any server replica, to end, and holds it
+	// until this one ends. A check that counts rows before inserting
+	// (quotas) holds under concurrency when it locks first. Take it last,
+	// after row locks and claims, so that a holder never waits for them.
+	Lock(key string) error
 	// Claim takes a key in a claim space (an address in a subnet). The
 	// database holds each (space, key) at most once, across transactions
 	// and server replicas: ErrConflict if it is held, and the transaction

@@ -81,6 +81,10 @@ func (t *tx) GetForUpdate(kind store.Kind, id string) (store.Record, error) { re
 
 func (t *tx) GetForShare(kind store.Kind, id string) (store.Record, error) { return t.Get(kind, id) }
 
+// Lock needs nothing: Update holds the store's lock for the whole
+// transaction.
+func (t *tx) Lock(string) error { return nil }
+
 func match(r store.Record, f store.Filter) bool {
 	return (f.ProjectID == "" || r.ProjectID == f.ProjectID) &&
 		(f.LoadBalancerID == "" || r.LoadBalancerID == f.LoadBalancerID) &&
