@@ -44,8 +44,12 @@ func (s *Service) addPool(t *Tree, req *PoolCreate, listener *Listener) (*Pool, 
 		return nil, err
 	}
 	t.add(p)
+	if err := checkPoolSize(len(req.Members)); err != nil {
+		return nil, err
+	}
+	idx := memberIndex{}
 	for i := range req.Members {
-		m, err := s.buildMember(t, p, &req.Members[i])
+		m, err := s.buildMember(t, p, &req.Members[i], idx)
 		if err != nil {
 			return nil, err
 		}

@@ -92,9 +92,13 @@ func (s *Service) withLock(ctx context.Context, lbID, to string, allowed func(st
 // replica as owner; once committed, the provider realizes it.
 func (s *Service) commit(ctx context.Context, build func(tx store.Tx) (*Tree, error)) (*Tree, error) {
 	var tree *Tree
+	who, _ := identity.FromContext(ctx)
 	c, err := s.st.Update(ctx, func(tx store.Tx) error {
 		t, err := build(tx)
 		if err != nil {
+			return err
+		}
+		if err := s.checkMemberSubnets(tx, t, who); err != nil {
 			return err
 		}
 		if err := s.commitChange(tx, t); err != nil {
@@ -223,11 +227,12 @@ func (s *Service) settle(t *Tree, perr error) {
 	if perr != nil {
 		final = ProvisioningError
 	}
+	var gone []object
 	for _, o := range t.objects() {
 		switch o.base().ProvisioningStatus {
 		case PendingDelete:
 			if perr == nil {
-				t.remove(o)
+				gone = append(gone, o)
 			} else {
 				t.setStatus(o, ProvisioningError)
 			}
@@ -237,13 +242,12 @@ func (s *Service) settle(t *Tree, perr error) {
 			s.touchUpdated(o.base())
 		}
 	}
+	t.remove(gone...)
 }
 
 // purge removes a deleted LB's whole tree and releases its VIP ports.
 func (s *Service) purge(tx store.Tx, t *Tree) error {
-	for _, o := range t.objects()[1:] {
-		t.remove(o)
-	}
+	t.remove(t.objects()[1:]...)
 	if err := t.save(tx); err != nil {
 		return err
 	}

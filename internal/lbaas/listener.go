@@ -43,9 +43,16 @@ func (s *Service) CreateListener(ctx context.Context, req ListenerCreate) (*Tree
 	return t, out, nil
 }
 
+// MaxListenersPerLoadBalancer bounds a load balancer's tree, and with it
+// the work of every change to it.
+const MaxListenersPerLoadBalancer = 1000
+
 // buildListener makes a listener of t from its request (nested objects
 // are added by the caller).
 func (s *Service) buildListener(t *Tree, req *ListenerCreate) (*Listener, error) {
+	if len(t.Listeners) >= MaxListenersPerLoadBalancer {
+		return nil, Validation("A load balancer can have at most %d listeners.", MaxListenersPerLoadBalancer)
+	}
 	l := &Listener{
 		Base:                 s.newBase(t.LB.ProjectID),
 		LoadBalancerID:       t.LB.ID,

@@ -19,7 +19,11 @@ func (s *Service) CreateMember(ctx context.Context, poolID string, req MemberCre
 		if p == nil {
 			return notFound(store.KindPool, poolID)
 		}
-		m, err := s.buildMember(t, p, &req)
+		idx := t.memberIndex(poolID)
+		if err := checkPoolSize(len(idx) + 1); err != nil {
+			return err
+		}
+		m, err := s.buildMember(t, p, &req, idx)
 		if err != nil {
 			return err
 		}
@@ -32,8 +36,9 @@ func (s *Service) CreateMember(ctx context.Context, poolID string, req MemberCre
 	return t, out, err
 }
 
-// buildMember makes a member of pool p from its request.
-func (s *Service) buildMember(t *Tree, p *Pool, req *MemberCreate) (*Member, error) {
+// buildMember makes a member of pool p from its request; idx holds the
+// pool's members by address and port, and gets the new one.
+func (s *Service) buildMember(t *Tree, p *Pool, req *MemberCreate, idx memberIndex) (*Member, error) {
 	m := &Member{Base: s.newBase(t.LB.ProjectID), LoadBalancerID: t.LB.ID, PoolID: p.ID, Weight: 1, VnicType: "normal",
 		Address: req.Address, ProtocolPort: req.ProtocolPort, SubnetID: req.SubnetID}
 	req.MemberUpdate.apply(m)
@@ -44,21 +49,74 @@ func (s *Service) buildMember(t *Tree, p *Pool, req *MemberCreate) (*Member, err
 	if err := checkMemberAddress(m); err != nil {
 		return nil, err
 	}
-	for _, o := range t.poolMembers(p.ID) {
-		if o.ID != m.ID && sameAddr(o.Address, m.Address) && o.ProtocolPort == m.ProtocolPort {
-			return nil, Conflict("Another member on this pool is already using ip %s on protocol_port %d", m.Address, m.ProtocolPort)
-		}
+	k, err := keyOf(m.Address, m.ProtocolPort)
+	if err != nil {
+		return nil, err
 	}
+	if idx[k] != nil {
+		return nil, Conflict("Another member on this pool is already using ip %s on protocol_port %d", m.Address, m.ProtocolPort)
+	}
+	idx[k] = m
 	return m, nil
 }
 
-func sameAddr(a, b string) bool {
-	x, err1 := netip.ParseAddr(a)
-	y, err2 := netip.ParseAddr(b)
-	if err1 != nil || err2 != nil {
-		return a == b
+// SubnetLookup is implemented by a VIPAllocator that knows the subnets.
+// With one, a new member's subnet_id must name a subnet the caller may
+// use (project "" for an admin: any), as Octavia asks Neutron with the
+// caller's token; CheckSubnet refuses others with Octavia's "Subnet <id>
+// not found.", the same answer as for a subnet that does not exist.
+type SubnetLookup interface {
+	CheckSubnet(tx store.ReadTx, project, subnetID string) error
+}
+
+// checkMemberSubnets checks the subnets of the members a change creates,
+// each distinct subnet once.
+func (s *Service) checkMemberSubnets(tx store.ReadTx, t *Tree, c identity.Caller) error {
+	lookup, ok := s.vips.(SubnetLookup)
+	if !ok || len(t.created) == 0 {
+		return nil
 	}
-	return x == y
+	project := c.ProjectID
+	if c.IsAdmin {
+		project = ""
+	}
+	checked := map[string]bool{}
+	for _, m := range t.Members {
+		if !t.created[m.ID] || m.SubnetID == nil || *m.SubnetID == "" || checked[*m.SubnetID] {
+			continue
+		}
+		if err := lookup.CheckSubnet(tx, project, *m.SubnetID); err != nil {
+			return err
+		}
+		checked[*m.SubnetID] = true
+	}
+	return nil
+}
+
+// memberIndex finds a pool's members by address and port: one map built
+// per change, so that a change of n members costs O(n), not O(n²).
+type memberIndex map[memberKey]*Member
+
+func (t *Tree) memberIndex(poolID string) memberIndex {
+	idx := memberIndex{}
+	for _, m := range t.poolMembers(poolID) {
+		// Stored addresses were validated when the member was made.
+		if k, err := keyOf(m.Address, m.ProtocolPort); err == nil {
+			idx[k] = m
+		}
+	}
+	return idx
+}
+
+// MaxMembersPerPool bounds a pool, so that one request's work and one
+// load balancer's tree stay bounded.
+const MaxMembersPerPool = 20000
+
+func checkPoolSize(n int) error {
+	if n > MaxMembersPerPool {
+		return Validation("A pool can have at most %d members; this request would make it %d.", MaxMembersPerPool, n)
+	}
+	return nil
 }
 
 // checkMemberAddress refuses addresses no data plane can send to, as
@@ -90,15 +148,21 @@ func (s *Service) UpdateMember(ctx context.Context, poolID, id string, req Membe
 }
 
 func (s *Service) updateMember(t *Tree, m *Member, req MemberUpdate) {
+	s.changeMember(t, m, req)
+	if p := t.pool(m.PoolID); p != nil {
+		t.pendingUpdate(p)
+	}
+	t.lockPoolParents(m.PoolID)
+}
+
+// changeMember applies an update to the member alone; its pool and
+// listeners are the caller's to mark.
+func (s *Service) changeMember(t *Tree, m *Member, req MemberUpdate) {
 	req.apply(m)
 	m.Tags = nonNil(m.Tags)
 	s.touchUpdated(&m.Base)
 	t.setStatus(m, PendingUpdate)
 	t.markDirty(m)
-	if p := t.pool(m.PoolID); p != nil {
-		t.pendingUpdate(p)
-	}
-	t.lockPoolParents(m.PoolID)
 }
 
 // DeleteMember removes a member.
@@ -141,26 +205,24 @@ func (s *Service) BatchUpdateMembers(ctx context.Context, poolID string, members
 		if p == nil {
 			return notFound(store.KindPool, poolID)
 		}
-		existing := map[memberKey]*Member{}
-		for _, m := range t.poolMembers(poolID) {
-			k, err := keyOf(m.Address, m.ProtocolPort)
-			if err != nil {
-				return err
-			}
-			existing[k] = m
-		}
-		seen := map[memberKey]bool{}
+		existing := t.memberIndex(poolID)
+		seen := make(map[memberKey]bool, len(members))
 		for i := range members {
 			if err := s.batchEntry(t, p, &members[i], existing, seen); err != nil {
 				return err
 			}
 		}
+		kept := len(existing)
 		if !additiveOnly {
 			for k, m := range existing {
 				if !seen[k] {
 					t.setStatus(m, PendingDelete)
+					kept--
 				}
 			}
+		}
+		if err := checkPoolSize(kept); err != nil {
+			return err
 		}
 		t.pendingUpdate(p)
 		t.lockPoolParents(poolID)
@@ -171,7 +233,7 @@ func (s *Service) BatchUpdateMembers(ctx context.Context, poolID string, members
 
 // batchEntry applies one entry of a batch update: an update of the member
 // it matches, or a new member.
-func (s *Service) batchEntry(t *Tree, p *Pool, req *MemberCreate, existing map[memberKey]*Member, seen map[memberKey]bool) error {
+func (s *Service) batchEntry(t *Tree, p *Pool, req *MemberCreate, existing memberIndex, seen map[memberKey]bool) error {
 	k, err := keyOf(req.Address, req.ProtocolPort)
 	if err != nil {
 		return err
@@ -181,10 +243,10 @@ func (s *Service) batchEntry(t *Tree, p *Pool, req *MemberCreate, existing map[m
 	}
 	seen[k] = true
 	if m := existing[k]; m != nil {
-		s.updateMember(t, m, req.MemberUpdate)
+		s.changeMember(t, m, req.MemberUpdate)
 		return nil
 	}
-	m, err := s.buildMember(t, p, req)
+	m, err := s.buildMember(t, p, req, existing)
 	if err != nil {
 		return err
 	}

@@ -79,11 +79,15 @@ func (t *Tree) usedPools() map[string]bool {
 func (t *Tree) poolStatuses() map[string]string {
 	used := t.usedPools()
 	out := map[string]string{}
+	members := map[string][]*Member{}
+	for _, m := range t.Members {
+		members[m.PoolID] = append(members[m.PoolID], m)
+	}
 	for _, p := range t.Pools {
 		hm := t.poolMonitor(p.ID)
 		monitored := hm != nil && hm.AdminStateUp
 		var total, failed int
-		for _, m := range t.poolMembers(p.ID) {
+		for _, m := range members[p.ID] {
 			if !monitored && m.Health != "" {
 				// The monitor is gone: a new one starts from unknown.
 				m.Health = ""

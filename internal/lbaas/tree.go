@@ -2,7 +2,6 @@ package lbaas
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -191,19 +190,26 @@ func (t *Tree) add(o object) {
 	}
 }
 
-// remove drops o from the tree and the store at save.
-func (t *Tree) remove(o object) {
-	id := o.base().ID
-	t.removed = append(t.removed, removal{o.kind(), id})
-	drop := func(b *Base) bool { return b.ID == id }
-	t.Listeners = slices.DeleteFunc(t.Listeners, func(v *Listener) bool { return drop(&v.Base) })
-	t.Pools = slices.DeleteFunc(t.Pools, func(v *Pool) bool { return drop(&v.Base) })
-	t.Members = slices.DeleteFunc(t.Members, func(v *Member) bool { return drop(&v.Base) })
-	t.Monitors = slices.DeleteFunc(t.Monitors, func(v *HealthMonitor) bool { return drop(&v.Base) })
-	t.L7Policies = slices.DeleteFunc(t.L7Policies, func(v *L7Policy) bool { return drop(&v.Base) })
-	t.L7Rules = slices.DeleteFunc(t.L7Rules, func(v *L7Rule) bool { return drop(&v.Base) })
-	delete(t.dirty, id)
-	delete(t.created, id)
+// remove drops objects from the tree and the store at save, in one pass
+// over the tree whatever their number.
+func (t *Tree) remove(objs ...object) {
+	if len(objs) == 0 {
+		return
+	}
+	gone := make(map[string]bool, len(objs))
+	for _, o := range objs {
+		id := o.base().ID
+		gone[id] = true
+		t.removed = append(t.removed, removal{o.kind(), id})
+		delete(t.dirty, id)
+		delete(t.created, id)
+	}
+	t.Listeners = slices.DeleteFunc(t.Listeners, func(v *Listener) bool { return gone[v.ID] })
+	t.Pools = slices.DeleteFunc(t.Pools, func(v *Pool) bool { return gone[v.ID] })
+	t.Members = slices.DeleteFunc(t.Members, func(v *Member) bool { return gone[v.ID] })
+	t.Monitors = slices.DeleteFunc(t.Monitors, func(v *HealthMonitor) bool { return gone[v.ID] })
+	t.L7Policies = slices.DeleteFunc(t.L7Policies, func(v *L7Policy) bool { return gone[v.ID] })
+	t.L7Rules = slices.DeleteFunc(t.L7Rules, func(v *L7Rule) bool { return gone[v.ID] })
 }
 
 // save writes created, changed and removed objects and marks the tree as
@@ -240,9 +246,13 @@ func (t *Tree) save(tx store.Tx) error {
 			return fmt.Errorf("save %d new objects: %w", len(inserts), err)
 		}
 	}
+	byKind := map[store.Kind][]string{}
 	for _, r := range t.removed {
-		if err := tx.Delete(r.kind, r.id); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("delete %s %s: %w", r.kind, r.id, err)
+		byKind[r.kind] = append(byKind[r.kind], r.id)
+	}
+	for kind, ids := range byKind {
+		if err := tx.DeleteMany(kind, ids); err != nil {
+			return fmt.Errorf("delete %d %s: %w", len(ids), kind, err)
 		}
 	}
 	tx.Touch(t.LB.ID)

@@ -13,6 +13,7 @@ type Allocator struct{ hints *hintTable }
 var (
 	_ lbaas.VIPAllocator = Allocator{}
 	_ lbaas.VIPSharing   = Allocator{}
+	_ lbaas.SubnetLookup = Allocator{}
 )
 
 // NewAllocator returns an Allocator with hints of its own, as a separate
@@ -49,4 +50,21 @@ func (a Allocator) Release(tx store.Tx, portID string) error {
 // claims an address once.
 func (a Allocator) MayBeShared(tx store.ReadTx, address string) (bool, error) {
 	return mayBeShared(tx, address)
+}
+
+// CheckSubnet refuses a subnet that does not exist or that project ("":
+// any) may not use, as Octavia reports both: "Subnet <id> not found.".
+func (a Allocator) CheckSubnet(tx store.ReadTx, project, subnetID string) error {
+	d, err := getSubnetDoc(tx, subnetID, noLock)
+	if err != nil {
+		return domainErr(err, "Subnet", subnetID)
+	}
+	net, err := getNetwork(tx, d.NetworkID)
+	if err != nil {
+		return domainErr(err, "Subnet", subnetID)
+	}
+	if !usable(net, d.ProjectID, project) {
+		return lbaas.Invalid("Subnet %s not found.", subnetID)
+	}
+	return nil
 }

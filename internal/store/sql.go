@@ -480,6 +480,23 @@ func (t *sqlTx) Delete(kind Kind, id string) error {
 	return nil
 }
 
+func (t *sqlTx) DeleteMany(kind Kind, ids []string) error {
+	for len(ids) > 0 {
+		n := min(len(ids), insertChunk)
+		args := make([]any, 0, n+1)
+		args = append(args, string(kind))
+		for _, id := range ids[:n] {
+			args = append(args, id)
+		}
+		ids = ids[n:]
+		q := "DELETE FROM objects WHERE kind = ? AND id IN (?" + strings.Repeat(", ?", n-1) + ")"
+		if _, err := t.tx.ExecContext(t.ctx, t.q(q), args...); err != nil {
+			return fmt.Errorf("delete %d %s: %w", n, kind, err)
+		}
+	}
+	return nil
+}
+
 func (t *sqlTx) Touch(lbID string) {
 	if lbID != "" {
 		t.touched[lbID] = true

@@ -157,6 +157,9 @@ type Tx interface {
 	UpdateMany(rs []Record) error
 	// Delete removes a record; ErrNotFound if it does not exist.
 	Delete(kind Kind, id string) error
+	// DeleteMany removes the records of kind with these ids, in few
+	// statements; ids that do not exist are no error.
+	DeleteMany(kind Kind, ids []string) error
 	// Touch records that this transaction changed a load balancer's tree:
 	// it gets a change-log entry.
 	Touch(loadBalancerID string)

@@ -183,6 +183,15 @@ func (t *tx) Delete(kind store.Kind, id string) error {
 	return nil
 }
 
+func (t *tx) DeleteMany(kind store.Kind, ids []string) error {
+	for _, id := range ids {
+		if err := t.Delete(kind, id); err != nil && err != store.ErrNotFound {
+			return err
+		}
+	}
+	return nil
+}
+
 func (t *tx) Touch(lbID string) {
 	if lbID != "" {
 		t.touched[lbID] = true
