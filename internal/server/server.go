@@ -247,11 +247,15 @@ func openStore(ctx context.Context, o Options, log *slog.Logger) (store.Store, s
 
 // ensureVIPSubnets creates the default VIP subnets that are missing.
 func ensureVIPSubnets(ctx context.Context, st store.Store, o Options, log *slog.Logger) error {
-	for _, d := range []struct{ name, cidr string }{{"flowlb-vip", o.VIPCIDR}, {"flowlb-external", o.ExternalVIPCIDR}} {
+	// The external network is router:external: floating IPs come from it.
+	for _, d := range []struct {
+		name, cidr string
+		ensure     func(context.Context, store.Store, string, string) (neutron.Network, neutron.Subnet, error)
+	}{{"flowlb-vip", o.VIPCIDR, neutron.EnsureDefault}, {"flowlb-external", o.ExternalVIPCIDR, neutron.EnsureExternal}} {
 		if d.cidr == "" {
 			continue
 		}
-		net, sub, err := neutron.EnsureDefault(ctx, st, d.name, d.cidr)
+		net, sub, err := d.ensure(ctx, st, d.name, d.cidr)
 		if err != nil {
 			return fmt.Errorf("default VIP subnet %s: %w", d.name, err)
 		}
