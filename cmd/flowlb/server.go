@@ -57,6 +57,7 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 	f.StringVar(&o.TLSCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM, the chain after the leaf); read again when it changes")
 	f.StringVar(&o.TLSKey, "tls-key", "", "the API certificate's private key (PEM)")
 	f.DurationVar(&o.AckTimeout, "ack-timeout", 10*time.Second, "how long a change waits for every live agent of the cluster before it turns ACTIVE anyway")
+	f.StringSliceVar(&o.ProviderAliases, "provider-alias", nil, "provider names clients may ask for and the provider that serves them, e.g. amphora=flow,ovn=flow (repeatable); such load balancers show the name they were created with")
 	f.StringVar(&o.ReplicaID, "replica-id", "", "this server's name among the replicas sharing the database (default: host name and a random suffix, new at every start)")
 	rootCmd.AddCommand(cmd)
 }

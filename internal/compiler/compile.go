@@ -24,7 +24,8 @@ func live(b lbaas.Base) bool {
 }
 
 // Compile turns one load balancer tree into its services: one per VIP
-// (vip_address and additional_vips) and listener. A listener without a
+// (vip_address, additional_vips and the floating IPs of the VIP port) and
+// listener. A listener without a
 // usable pool still yields a service, with no backends, so that the data
 // plane rejects its connections instead of letting them through to
 // nothing. A disabled load balancer or listener yields no service: it does
@@ -42,6 +43,7 @@ func Compile(t *lbaas.Tree) []flows.Service {
 			vips = append(vips, a)
 		}
 	}
+	vips = withFloatingIPs(vips, t.FloatingIPs)
 	var out []flows.Service
 	for _, l := range t.Listeners {
 		proto, ok := flows.ParseProtocol(l.Protocol)
@@ -83,6 +85,26 @@ func Compile(t *lbaas.Tree) []flows.Service {
 			s.Backends = sameFamilyBackends(base.Backends, vip)
 			out = append(out, s)
 		}
+	}
+	return out
+}
+
+// withFloatingIPs adds to a load balancer's VIPs the floating IPs that
+// translate to one of them: a floating IP is one more address of the
+// services of the VIP, as Neutron's DNAT to the VIP would make it. One
+// whose fixed address is not a VIP (another address of a user's port)
+// leads to no service. An address already among the VIPs is not added
+// twice: IPAM never gives a floating IP a VIP's address, and the data
+// plane must never see one key twice if it happened anyway.
+func withFloatingIPs(vips []netip.Addr, fips []*lbaas.FloatingIP) []netip.Addr {
+	out := vips
+	for _, f := range fips {
+		a, err := netip.ParseAddr(f.FloatingIPAddress)
+		fixed, ferr := netip.ParseAddr(f.FixedIPAddress)
+		if err != nil || ferr != nil || !slices.Contains(vips, fixed.Unmap()) || slices.Contains(out, a.Unmap()) {
+			continue
+		}
+		out = append(out, a.Unmap())
 	}
 	return out
 }

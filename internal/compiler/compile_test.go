@@ -3,6 +3,7 @@ package compiler
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,10 @@ func sample() *lbaas.Tree {
 		Pools:     []*lbaas.Pool{{Base: base(pid), Protocol: "TCP", LBAlgorithm: "ROUND_ROBIN"}},
 		Members:   []*lbaas.Member{member("m2", "198.18.18.2", 8080, 1), member("m1", "198.18.17.2", 8080, 3)},
 	}
+}
+
+func fip(id, addr, fixed string) *lbaas.FloatingIP {
+	return &lbaas.FloatingIP{ID: id, FloatingIPAddress: addr, FixedIPAddress: fixed}
 }
 
 // brief renders services compactly: key → backends.
@@ -72,6 +77,28 @@ func TestCompile(t *testing.T) {
 			t.LB.AdditionalVIPs = []lbaas.AdditionalVIP{{IPAddress: "198.19.0.11"}, {IPAddress: "fd00::10"}}
 			t.Members = append(t.Members, member("m6", "fd00::2", 8080, 1))
 		}, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; TCP 198.19.0.11:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; TCP fd00::10:80 -> [fd00::2:8080/1]"},
+		{"floating IP of the VIP serves every listener", func(t *lbaas.Tree) {
+			t.Listeners = append(t.Listeners, &lbaas.Listener{Base: base("l2"), Protocol: "UDP", ProtocolPort: 53, ConnectionLimit: -1})
+			t.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.128.7", "198.19.0.10")}
+		}, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; TCP 198.19.128.7:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; UDP 198.19.0.10:53 -> []; UDP 198.19.128.7:53 -> []"},
+		{"floating IP of an additional VIP", func(t *lbaas.Tree) {
+			t.LB.AdditionalVIPs = []lbaas.AdditionalVIP{{IPAddress: "198.19.0.11"}}
+			t.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.128.7", "198.19.0.11")}
+		}, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; TCP 198.19.0.11:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; TCP 198.19.128.7:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]"},
+		{"floating IP to another address of the port is not served", func(t *lbaas.Tree) {
+			t.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.128.7", "198.19.0.99")}
+		}, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]"},
+		{"floating IP equal to a VIP is not a second key", func(t *lbaas.Tree) {
+			t.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.0.10", "198.19.0.10"), fip("f2", "198.19.128.7", "198.19.0.10"), fip("f3", "198.19.128.7", "198.19.0.10")}
+		}, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; TCP 198.19.128.7:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]"},
+		{"floating IP keeps allowed_cidrs of its family", func(t *lbaas.Tree) {
+			t.Listeners[0].AllowedCIDRs = []string{"fd00::/8"}
+			t.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.128.7", "198.19.0.10")}
+		}, ""},
+		{"disabled LB serves no floating IP", func(t *lbaas.Tree) {
+			t.LB.AdminStateUp = false
+			t.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.128.7", "198.19.0.10")}
+		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := sample()
@@ -118,6 +145,47 @@ func TestCompileAttributes(t *testing.T) {
 	tr.Pools[0].SessionPersistence.PersistenceTimeout = nil
 	if p := Compile(tr)[0].Persistence; p.Timeout != DefaultPersistenceTimeout {
 		t.Errorf("default timeout %s", p.Timeout)
+	}
+}
+
+// A floating IP's services are the VIP's in all but the address.
+func TestFloatingIPServiceIsTheVIPs(t *testing.T) {
+	tr := sample()
+	timeout := 30
+	tr.Pools[0].LBAlgorithm = "SOURCE_IP"
+	tr.Pools[0].SessionPersistence = &lbaas.SessionPersistence{Type: "SOURCE_IP", PersistenceTimeout: &timeout}
+	tr.Listeners[0].AllowedCIDRs = []string{"198.18.0.0/16"}
+	tr.Listeners[0].ConnectionLimit = 100
+	tr.Listeners[0].Tags = []string{flows.TagLocalOnly}
+	tr.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.128.7", "198.19.0.10")}
+	ss := Compile(tr)
+	if len(ss) != 2 {
+		t.Fatalf("%d services, want the VIP's and the floating IP's", len(ss))
+	}
+	vip, fl := ss[0], ss[1]
+	if fl.Key.VIP != netip.MustParseAddr("198.19.128.7") || fl.Key.Port != vip.Key.Port || fl.Key.Protocol != vip.Key.Protocol {
+		t.Fatalf("floating IP key %+v, VIP key %+v", fl.Key, vip.Key)
+	}
+	fl.Key = vip.Key
+	if !reflect.DeepEqual(fl, vip) {
+		t.Errorf("floating IP service\n%+v\nwant the VIP's\n%+v", fl, vip)
+	}
+}
+
+// A floating IP equal to another load balancer's VIP (which IPAM never
+// gives out) is one more claim on the key: the table still holds it once,
+// for the senior claimant, here the load balancer whose VIP it is.
+func TestCompileAllFloatingIPOnAnotherVIP(t *testing.T) {
+	a, b := sample(), sample()
+	a.LB.CreatedAt = "2026-11-22T08:25:28.000002"
+	b.LB.ID, b.LB.CreatedAt, b.LB.VIPAddress = "b", "2026-11-22T08:25:28.000003", "198.19.0.20"
+	b.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.0.10", "198.19.0.20")}
+	tab := CompileAll([]*lbaas.Tree{b, a}, 1)
+	if len(tab.Services) != 2 {
+		t.Fatalf("%d services, want one per VIP", len(tab.Services))
+	}
+	if s := tab.Services[flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}]; s.LoadBalancerID != "lb" {
+		t.Errorf("198.19.0.10:80 held by %q, want the load balancer whose VIP it is", s.LoadBalancerID)
 	}
 }
 

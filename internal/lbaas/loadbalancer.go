@@ -41,7 +41,14 @@ func (s *Service) buildTree(tx store.Tx, project string, req LoadBalancerCreate)
 	return t, nil
 }
 
-// chooseProvider resolves provider, flavor and availability zone.
+// sameProvider reports whether two names (or aliases) are one provider.
+func (s *Service) sameProvider(a, b string) bool {
+	pa, pb := s.providers[a], s.providers[b]
+	return a == b || (pa != nil && pb != nil && pa.Name() == pb.Name())
+}
+
+// chooseProvider resolves provider, flavor and availability zone. The
+// load balancer keeps the name it asked for, an alias included.
 func (s *Service) chooseProvider(tx store.ReadTx, lb *LoadBalancer) error {
 	if lb.FlavorID != nil && *lb.FlavorID != "" {
 		f, prof, err := readFlavor(tx, *lb.FlavorID)
@@ -51,10 +58,12 @@ func (s *Service) chooseProvider(tx store.ReadTx, lb *LoadBalancer) error {
 		if !f.Enabled {
 			return Invalid("The selected flavor is not allowed in this deployment: %s", f.ID)
 		}
-		if lb.Provider != "" && lb.Provider != prof.ProviderName {
+		if lb.Provider != "" && !s.sameProvider(lb.Provider, prof.ProviderName) {
 			return Invalid("Flavor '%s' is not compatible with provider '%s'", f.ID, lb.Provider)
 		}
-		lb.Provider = prof.ProviderName
+		if lb.Provider == "" {
+			lb.Provider = prof.ProviderName
+		}
 	}
 	if lb.AvailabilityZone != nil && *lb.AvailabilityZone != "" {
 		az, prof, err := readAZ(tx, *lb.AvailabilityZone)
@@ -64,10 +73,12 @@ func (s *Service) chooseProvider(tx store.ReadTx, lb *LoadBalancer) error {
 		if !az.Enabled {
 			return Invalid("The selected availability_zone is not allowed in this deployment: %s", az.Name)
 		}
-		if lb.Provider != "" && lb.Provider != prof.ProviderName {
+		if lb.Provider != "" && !s.sameProvider(lb.Provider, prof.ProviderName) {
 			return Invalid("Availability zone '%s' is not compatible with provider '%s'", az.Name, lb.Provider)
 		}
-		lb.Provider = prof.ProviderName
+		if lb.Provider == "" {
+			lb.Provider = prof.ProviderName
+		}
 	}
 	if lb.Provider == "" {
 		lb.Provider = s.cfg.DefaultProvider

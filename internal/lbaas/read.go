@@ -92,7 +92,7 @@ func (s *Service) TreesOf(ctx context.Context, id, name string) ([]*Tree, error)
 }
 
 // TreesByID returns the trees of the given load balancers that exist and
-// the caller may see, by id, in one read of seven queries.
+// the caller may see, by id, in one read of eight queries.
 func (s *Service) TreesByID(ctx context.Context, ids []string) (map[string]*Tree, error) {
 	c, err := caller(ctx)
 	if err != nil {
@@ -142,7 +142,7 @@ func (s *Service) Trees(ctx context.Context) ([]*Tree, error) {
 			byLB[lb.ID] = t
 			out = append(out, t)
 		}
-		// Children are listed per kind, not per tree: seven queries in all.
+		// Children are listed per kind, not per tree: eight queries in all.
 		return loadChildren(tx, f, byLB)
 	})
 	sort.SliceStable(out, func(i, j int) bool { return out[i].LB.CreatedAt < out[j].LB.CreatedAt })

@@ -39,6 +39,11 @@ type VIP struct {
 type Config struct {
 	// DefaultProvider names the provider used when a create names none.
 	DefaultProvider string
+	// ProviderAliases maps names clients ask for (Octavia's "amphora",
+	// "ovn") to an enabled provider that realizes their load balancers.
+	// A load balancer keeps the name it was created with, so that a
+	// client reading it back finds what it sent.
+	ProviderAliases map[string]string
 	// QuotaDefaults apply to projects without their own quota; -1 is unlimited.
 	QuotaDefaults Quota
 	// Replica names this server among the replicas sharing the database:
@@ -69,6 +74,16 @@ func New(st store.Store, vips VIPAllocator, providers []Provider, cfg Config, lo
 	for _, p := range providers {
 		s.providers[p.Name()] = p
 	}
+	for alias, target := range cfg.ProviderAliases {
+		p, ok := s.providers[target]
+		switch {
+		case !ok || p.Name() != target:
+			return nil, fmt.Errorf("provider alias %s=%s: no provider %q is enabled", alias, target, target)
+		case s.providers[alias] != nil:
+			return nil, fmt.Errorf("provider alias %s=%s: %q is an enabled provider's name", alias, target, alias)
+		}
+		s.providers[alias] = p
+	}
 	if _, ok := s.providers[cfg.DefaultProvider]; !ok {
 		return nil, fmt.Errorf("default provider %q is not configured", cfg.DefaultProvider)
 	}
@@ -78,17 +93,21 @@ func New(st store.Store, vips VIPAllocator, providers []Provider, cfg Config, lo
 	return s, nil
 }
 
-// Providers lists the enabled providers, sorted by name.
+// Providers lists the enabled providers, sorted by name; aliases are not
+// providers of their own.
 func (s *Service) Providers() []Provider {
 	out := make([]Provider, 0, len(s.providers))
-	for _, p := range s.providers {
-		out = append(out, p)
+	for name, p := range s.providers {
+		if name == p.Name() {
+			out = append(out, p)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
 	return out
 }
 
-// Provider returns a provider by name; an unknown one is invalid input.
+// Provider returns a provider by name or alias; an unknown one is invalid
+// input.
 func (s *Service) Provider(name string) (Provider, error) {
 	p, ok := s.providers[name]
 	if !ok {

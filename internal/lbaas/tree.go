@@ -19,6 +19,10 @@ type Tree struct {
 	Monitors   []*HealthMonitor
 	L7Policies []*L7Policy
 	L7Rules    []*L7Rule
+	// FloatingIPs are the floating IPs associated with the load
+	// balancer's VIP port: Neutron's objects, read only here, served as
+	// extra addresses of every listener.
+	FloatingIPs []*FloatingIP
 
 	dirty   map[string]bool
 	created map[string]bool
@@ -109,6 +113,9 @@ func loadChildren(tx store.ReadTx, f store.Filter, trees map[string]*Tree) error
 		},
 		func() error {
 			return attach(tx, store.KindL7Rule, f, trees, func(t *Tree, v *L7Rule) { v.LoadBalancerID = t.LB.ID; t.L7Rules = append(t.L7Rules, v) })
+		},
+		func() error {
+			return attach(tx, store.KindFloatingIP, f, trees, func(t *Tree, v *FloatingIP) { t.FloatingIPs = append(t.FloatingIPs, v) })
 		},
 	}
 	for _, load := range loaders {

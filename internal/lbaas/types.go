@@ -53,6 +53,16 @@ type AdditionalVIP struct {
 	PortID    string `json:"port_id,omitempty"`
 }
 
+// FloatingIP is what the data plane needs of a Neutron floating IP
+// associated with a load balancer's VIP port: its address. The fields
+// decode the Neutron subset's stored document (internal/neutron).
+type FloatingIP struct {
+	ID                string `json:"id"`
+	FloatingIPAddress string `json:"floating_ip_address"`
+	// FixedIPAddress is the VIP address it translates to.
+	FixedIPAddress string `json:"fixed_ip_address"`
+}
+
 // LoadBalancer is the root of a tree; all locking happens on it.
 type LoadBalancer struct {
 	Base

@@ -12,8 +12,9 @@ import (
 	"github.com/flowlb/flowlb/internal/store"
 )
 
-// handler serves networks, subnets and ports (and an always-empty QoS
-// policy collection) in Neutron's wire format.
+// handler serves networks, subnets, ports, floating IPs and the list of
+// extensions (and an always-empty QoS policy collection) in Neutron's
+// wire format.
 type handler struct {
 	st  store.Store
 	log *slog.Logger
@@ -32,6 +33,8 @@ func NewHandler(s store.Store, logger *slog.Logger) http.Handler {
 		h.mux.HandleFunc("PUT /"+r.plural+"/{id}", h.update(r))
 		h.mux.HandleFunc("DELETE /"+r.plural+"/{id}", h.delete(r))
 	}
+	h.routeFloatingIPs()
+	h.routeExtensions()
 	// QoS policies are not supported. An empty list and a 404 make the
 	// CLI's --vip-qos-policy-id lookup fail on the client with "not
 	// found" before it sends the load balancer create.
@@ -78,12 +81,15 @@ type resource struct {
 	notFound         func(id string) *Error
 	// attrs are the attribute names of the API object, for filter checks.
 	attrs map[string]bool
+	// projectScoped: a non-admin lists only its own project's records
+	// (the others are never visible, so the store filters them).
+	projectScoped bool
 }
 
 var (
 	networks  = &resource{kind: store.KindNetwork, singular: "network", plural: "networks", notFound: networkNotFound, attrs: keysOf(Network{})}
 	subnets   = &resource{kind: store.KindSubnet, singular: "subnet", plural: "subnets", notFound: subnetNotFound, attrs: keysOf(Subnet{})}
-	ports     = &resource{kind: store.KindPort, singular: "port", plural: "ports", notFound: portNotFound, attrs: keysOf(Port{})}
+	ports     = &resource{kind: store.KindPort, singular: "port", plural: "ports", notFound: portNotFound, attrs: keysOf(Port{}), projectScoped: true}
 	resources = []*resource{networks, subnets, ports}
 )
 

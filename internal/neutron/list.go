@@ -42,7 +42,7 @@ func (h *handler) list(r *resource) http.HandlerFunc {
 				}
 			} else {
 				f := store.Filter{}
-				if r.kind == store.KindPort && !v.c.IsAdmin {
+				if r.projectScoped && !v.c.IsAdmin {
 					f.ProjectID = v.c.ProjectID
 				}
 				recs, err := tx.List(r.kind, f)

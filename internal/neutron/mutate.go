@@ -214,6 +214,10 @@ func (h *handler) delete(r *resource) http.HandlerFunc {
 				if d.DeviceOwner == DeviceOwnerLB && d.DeviceID != "" {
 					return refuse(KindConflict, "PortInUse", "Unable to complete operation on port %s for network %s. Port already has an attached device %s.", d.ID, d.NetworkID, d.DeviceID)
 				}
+				// A floating IP's port goes with the floating IP.
+				if d.DeviceOwner == DeviceOwnerFloatingIP {
+					return refuse(KindConflict, "ServicePortInUse", "Port %s cannot be deleted directly via the port API: has device owner %s.", d.ID, d.DeviceOwner)
+				}
 				return deletePort(tx, processHints, d)
 			}
 		})

@@ -149,6 +149,9 @@ type portDoc struct {
 	// PrevDeviceOwner is a user port's device_owner before a load
 	// balancer took it, restored on release.
 	PrevDeviceOwner string `json:"flowlb:prev_device_owner,omitempty"`
+	// FloatingIPs are the floating IPs associated with the port, so that
+	// binding, releasing and deleting it finds them without a query.
+	FloatingIPs []string `json:"flowlb:floating_ips,omitempty"`
 }
 
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

@@ -229,8 +229,12 @@ func createPort(tx store.Tx, a *allocator, net Network, p Port, fixed []FixedIP,
 	return p, nil
 }
 
-// deletePort frees the port's addresses and removes it.
+// deletePort disassociates the port's floating IPs, frees its addresses
+// and removes it.
 func deletePort(tx store.Tx, hints *hintTable, d portDoc) error {
+	if err := dropPortFIPs(tx, d); err != nil {
+		return err
+	}
 	a := newAllocator(tx, hints)
 	if err := a.releaseAll(d.FixedIPs); err != nil {
 		return err

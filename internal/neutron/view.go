@@ -57,6 +57,8 @@ func (v *view) object(r *resource, rec store.Record) (any, string, bool, error) 
 		}
 		n, ok := v.network(d.NetworkID)
 		return d.Subnet, d.ProjectID, ok && v.netVisible(n), nil
+	case store.KindFloatingIP:
+		return v.fipObject(rec)
 	default:
 		var d portDoc
 		if err := json.Unmarshal(rec.Data, &d); err != nil {

@@ -148,6 +148,10 @@ func bindPort(tx store.Tx, r VIPRequest, addr netip.Addr) (VIP, error) {
 	if err := putPort(tx, d, false); err != nil {
 		return VIP{}, fmt.Errorf("bind port %s: %w", d.ID, err)
 	}
+	// Its floating IPs are the load balancer's to serve now.
+	if err := followPort(tx, d); err != nil {
+		return VIP{}, err
+	}
 	return VIP{Address: ip.IPAddress, PortID: d.ID, SubnetID: ip.SubnetID, NetworkID: d.NetworkID}, nil
 }
 
@@ -209,7 +213,11 @@ func releaseVIP(tx store.Tx, hints *hintTable, portID string) error {
 	d.DeviceID = ""
 	d.RevisionNumber++
 	d.UpdatedAt = now()
-	return putPort(tx, d, false)
+	if err := putPort(tx, d, false); err != nil {
+		return err
+	}
+	// The port keeps its floating IPs; no load balancer serves them.
+	return followPort(tx, d)
 }
 
 // GetSubnet returns a subnet, or the domain's invalid "Subnet <id> not found.".
@@ -224,8 +232,19 @@ func GetSubnet(tx store.ReadTx, id string) (Subnet, error) {
 // EnsureDefault makes sure an admin-owned shared network called name with
 // a subnet of cidr exists, creating what is missing, and returns both. It is
 // idempotent, so the server calls it at every start; calling it with another
-// name makes a second network (e.g. for external VIPs).
+// name makes a second network.
 func EnsureDefault(ctx context.Context, s store.Store, name, cidr string) (Network, Subnet, error) {
+	return ensureDefault(ctx, s, name, cidr, false)
+}
+
+// EnsureExternal is EnsureDefault for the network of external VIPs and
+// floating IPs: it is router:external too, and made so if it was not
+// (networks made before floating IPs were served).
+func EnsureExternal(ctx context.Context, s store.Store, name, cidr string) (Network, Subnet, error) {
+	return ensureDefault(ctx, s, name, cidr, true)
+}
+
+func ensureDefault(ctx context.Context, s store.Store, name, cidr string, external bool) (Network, Subnet, error) {
 	p, err := netip.ParsePrefix(cidr)
 	if err != nil {
 		return Network{}, Subnet{}, fmt.Errorf("VIP CIDR %q: %w", cidr, err)
@@ -257,8 +276,16 @@ func EnsureDefault(ctx context.Context, s store.Store, name, cidr string) (Netwo
 		}
 		if !found {
 			if net, err = createNetwork(tx, Network{Name: name, ProjectID: AdminProject, AdminStateUp: true, Shared: true,
-				Description: "flowlb VIP network", PortSecurityEnabled: true}); err != nil {
+				RouterExternal: external, Description: "flowlb VIP network", PortSecurityEnabled: true}); err != nil {
 				return err
+			}
+		}
+		if external && !net.RouterExternal {
+			net.RouterExternal = true
+			net.RevisionNumber++
+			net.UpdatedAt = now()
+			if err := putNetwork(tx, net, false); err != nil {
+				return fmt.Errorf("make network %s external: %w", net.ID, err)
 			}
 		}
 		for _, sid := range net.Subnets {

@@ -432,6 +432,22 @@ func TestEnsureDefaultIsIdempotent(t *testing.T) {
 	if _, err := e.allocate(VIPRequest{ProjectID: "any", SubnetID: s3.ID, LoadBalancerID: "lb"}); err != nil {
 		t.Fatalf("any project may use the default subnet: %v", err)
 	}
+	if n3.RouterExternal {
+		t.Fatal("EnsureDefault made an external network")
+	}
+	// A network made before floating IPs were served becomes external.
+	n4, s4, err := EnsureExternal(ctx, e.st, "flowlb-external", "198.19.128.0/17")
+	if err != nil || n4.ID != n3.ID || s4.ID != s3.ID || !n4.RouterExternal || n4.RevisionNumber != n3.RevisionNumber+1 {
+		t.Fatalf("external network made external: %+v %v", n4, err)
+	}
+	n5, _, err := EnsureExternal(ctx, e.st, "flowlb-external", "198.19.128.0/17")
+	if err != nil || !n5.RouterExternal || n5.RevisionNumber != n4.RevisionNumber {
+		t.Fatalf("second EnsureExternal changed the network: %+v %v", n5, err)
+	}
+	n6, _, err := EnsureExternal(ctx, e.st, "fresh-external", "198.18.200.0/24")
+	if err != nil || !n6.RouterExternal || !n6.Shared || n6.RevisionNumber != 2 {
+		t.Fatalf("new external network: %+v %v", n6, err)
+	}
 	if _, _, err := EnsureDefault(ctx, e.st, "bad", "nope"); err == nil {
 		t.Fatal("bad CIDR accepted")
 	}

@@ -47,7 +47,7 @@ type Server struct {
 }
 
 // New returns the API. neutron, if not nil, serves the Neutron subset
-// (networks, subnets, ports) under /v2.0.
+// (networks, subnets, ports, floating IPs, extensions) under /v2.0.
 func New(svc *lbaas.Service, neutron http.Handler, log *slog.Logger, cfg Config) *Server {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 1 << 20
@@ -87,7 +87,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	last := len(segs) - 1
 	segs[last] = strings.TrimSuffix(segs[last], ".json")
 	switch segs[0] {
-	case "networks", "subnets", "ports", "qos":
+	case "networks", "subnets", "ports", "floatingips", "extensions", "qos":
 		if s.neutron != nil {
 			s.neutron.ServeHTTP(w, r)
 			return

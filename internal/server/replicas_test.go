@@ -53,7 +53,7 @@ func (c *cluster) start(name string, ackTimeout time.Duration) *server.Server {
 	s, err := server.Start(context.Background(), server.Options{
 		Listen: "127.0.0.1:0", AgentListen: "127.0.0.1:0", Database: c.dsn, DataDir: c.dir,
 		DefaultProject: "p1", AgentTokenFile: filepath.Join(c.dir, "agent-token"), VIPCIDR: "198.19.0.0/24",
-		AckTimeout: ackTimeout, ReplicaID: name, LeaseTTL: time.Second, IdentityTTL: c.identityTTL,
+		ExternalVIPCIDR: "198.19.128.0/24", AckTimeout: ackTimeout, ReplicaID: name, LeaseTTL: time.Second, IdentityTTL: c.identityTTL,
 	}, log)
 	if err != nil {
 		c.t.Fatal(err)
@@ -231,6 +231,7 @@ type lbAnswer struct {
 	LoadBalancer struct {
 		ID                 string `json:"id"`
 		VIPAddress         string `json:"vip_address"`
+		VIPPortID          string `json:"vip_port_id"`
 		ProvisioningStatus string `json:"provisioning_status"`
 		Listeners          []struct {
 			ID string `json:"id"`

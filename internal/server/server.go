@@ -72,6 +72,9 @@ type Options struct {
 	// LeaseTTL is the replica's lease (default 3 s): how soon the others
 	// take over its pending changes if it dies.
 	LeaseTTL time.Duration
+	// ProviderAliases are "name=provider" pairs: load balancers created
+	// with provider name are realized by provider (lbaas.Config).
+	ProviderAliases []string
 }
 
 // Server is a running server.
@@ -247,11 +250,15 @@ func openStore(ctx context.Context, o Options, log *slog.Logger) (store.Store, s
 
 // ensureVIPSubnets creates the default VIP subnets that are missing.
 func ensureVIPSubnets(ctx context.Context, st store.Store, o Options, log *slog.Logger) error {
-	for _, d := range []struct{ name, cidr string }{{"flowlb-vip", o.VIPCIDR}, {"flowlb-external", o.ExternalVIPCIDR}} {
+	// The external network is router:external: floating IPs come from it.
+	for _, d := range []struct {
+		name, cidr string
+		ensure     func(context.Context, store.Store, string, string) (neutron.Network, neutron.Subnet, error)
+	}{{"flowlb-vip", o.VIPCIDR, neutron.EnsureDefault}, {"flowlb-external", o.ExternalVIPCIDR, neutron.EnsureExternal}} {
 		if d.cidr == "" {
 			continue
 		}
-		net, sub, err := neutron.EnsureDefault(ctx, st, d.name, d.cidr)
+		net, sub, err := d.ensure(ctx, st, d.name, d.cidr)
 		if err != nil {
 			return fmt.Errorf("default VIP subnet %s: %w", d.name, err)
 		}
@@ -264,7 +271,11 @@ func ensureVIPSubnets(ctx context.Context, st store.Store, o Options, log *slog.
 // VIP allocation.
 func newService(st store.Store, provider *flow.Provider, o Options, log *slog.Logger) (*lbaas.Service, error) {
 	var vips lbaas.VIPAllocator = neutron.NewAllocator()
-	cfg := lbaas.Config{DefaultProvider: flow.Name, Replica: o.ReplicaID}
+	aliases, err := parseAliases(o.ProviderAliases)
+	if err != nil {
+		return nil, err
+	}
+	cfg := lbaas.Config{DefaultProvider: flow.Name, Replica: o.ReplicaID, ProviderAliases: aliases}
 	switch o.Network {
 	case "neutron", "":
 	case "noop":
@@ -276,6 +287,22 @@ func newService(st store.Store, provider *flow.Provider, o Options, log *slog.Lo
 		return nil, fmt.Errorf("unknown --network %q: use neutron or noop", o.Network)
 	}
 	return lbaas.New(st, vips, []lbaas.Provider{provider}, cfg, log)
+}
+
+// parseAliases reads --provider-alias pairs.
+func parseAliases(pairs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, p := range pairs {
+		alias, target, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok || alias == "" || target == "" {
+			return nil, fmt.Errorf("--provider-alias %q: want name=provider, e.g. amphora=%s", p, flow.Name)
+		}
+		if prev, dup := out[alias]; dup && prev != target {
+			return nil, fmt.Errorf("--provider-alias: %s given as %s and %s", alias, prev, target)
+		}
+		out[alias] = target
+	}
+	return out, nil
 }
 
 const (

@@ -38,6 +38,10 @@ const (
 	KindNetwork          Kind = "network"
 	KindSubnet           Kind = "subnet"
 	KindPort             Kind = "port"
+	// KindFloatingIP records carry the load balancer whose VIP port the
+	// floating IP is associated with as LoadBalancerID (empty otherwise),
+	// so that the load balancer's tree loads them.
+	KindFloatingIP Kind = "floatingip"
 )
 
 // ErrNotFound is returned by Get when no document has that kind and id.
