@@ -154,6 +154,9 @@ func Load(fs *pflag.FlagSet, name string, data []byte, src Sources) error {
 		if f.Changed {
 			continue // the command line wins
 		}
+		if v.Kind == yaml.ScalarNode && isPlaceholder(f, v.Value) {
+			return fmt.Errorf("%s: %s: %q is --print-config's placeholder for a secret, not the secret", at, f.Name, v.Value)
+		}
 		if err := set(f, v); err != nil {
 			return fmt.Errorf("%s: %s: %w", at, f.Name, err)
 		}
@@ -234,4 +237,11 @@ func envOf(f *pflag.Flag) string {
 		return a[0]
 	}
 	return ""
+}
+
+// isPlaceholder tells whether v is what Print shows for secret f, copied
+// from a printout into a file.
+func isPlaceholder(f *pflag.Flag, v string) bool {
+	a := f.Annotations[annSecret]
+	return len(a) == 1 && (v == Redacted || a[0] == "dsn" && strings.Contains(v, ":"+Redacted+"@"))
 }

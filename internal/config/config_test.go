@@ -71,6 +71,9 @@ func TestLoad(t *testing.T) {
 		{name: "number as string", file: "listen: 9876\n", want: map[string]string{"listen": "9876"}},
 		{name: "anchor and alias", file: "listen: &a x:1\nkubeconfig: *a\n", want: map[string]string{"listen": "x:1", "kubeconfig": "x:1"}},
 
+		{name: "a printed secret", file: "keystone-password: REDACTED\n", err: `^f\.yaml:1: keystone-password: "REDACTED" is --print-config's placeholder for a secret, not the secret$`},
+		{name: "a printed DSN", file: "database: postgres://u:REDACTED@h/db\n", err: `^f\.yaml:1: database: .* is --print-config's placeholder`},
+		{name: "REDACTED is no secret here", file: "listen: REDACTED\n", want: map[string]string{"listen": "REDACTED"}},
 		{name: "typo", file: "workers: 2\nlisten-address: x\n", err: `^f\.yaml:2: unknown key "listen-address" \(did you mean "listen"\?\)$`},
 		{name: "dashes", file: "--workers: 2\n", err: `^f\.yaml:1: unknown key "--workers" \(did you mean "workers"\?\)$`},
 		{name: "unrelated key", file: "frobnicate: 2\n", err: `^f\.yaml:1: unknown key "frobnicate": not a flag of this command \(see --help\)$`},
