@@ -2,18 +2,23 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/flowlb/flowlb/internal/config"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite deploy/config from the flags")
@@ -234,5 +239,50 @@ func TestDaemonsStartWithZeroConfig(t *testing.T) {
 		if err := config.Load(fs, "printout", []byte(out), config.Sources{}); err != nil {
 			t.Errorf("%s: its printout does not load: %v", d.name, err)
 		}
+	}
+}
+
+// TestServerFromConfigFile starts a real server as a unit would
+// (`flowlb server --config FILE`) and finds it where the file said.
+func TestServerFromConfigFile(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	file := fmt.Sprintf("listen: %s\nagent-listen: 127.0.0.1:0\ndata-dir: %s\nlog-level: warn\nvip-cidr: \"\"\nexternal-vip-cidr: \"\"\n", addr, dir)
+	path := filepath.Join(dir, "server.yaml")
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := newServerCmd()
+	cmd.SetArgs([]string{"--config", path})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	}()
+	testutil.Eventually(t, 30*time.Second, "the server answers on the file's address", func() (bool, string) {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("server stopped: %v", err)
+		default:
+		}
+		resp, err := http.Get("http://" + addr + "/healthcheck")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	if _, err := os.Stat(filepath.Join(dir, "flowlb.db")); err != nil {
+		t.Errorf("the database is not in the file's data-dir: %v", err)
 	}
 }
