@@ -103,7 +103,7 @@ func Apply(fs *pflag.FlagSet, path string, lookupEnv func(string) (string, bool)
 		if !ok || v == "" {
 			continue
 		}
-		if err := f.Value.Set(v); err != nil {
+		if err := setString(f, v); err != nil {
 			return nil, fmt.Errorf("$%s (%s): %w", env, f.Name, err)
 		}
 		src[f.Name] = "$" + env
@@ -187,9 +187,19 @@ func set(f *pflag.Flag, v *yaml.Node) error {
 	case v.Tag == "!!null":
 		return fmt.Errorf(`no value (write "" for an empty one)`)
 	}
-	// A scalar for a list is parsed as on the command line: one item,
-	// or several separated by commas.
-	return f.Value.Set(v.Value)
+	return setString(f, v.Value)
+}
+
+// setString sets f from one string, as on the command line; a list flag
+// takes one item or several separated by commas, in place of what it
+// held (a second pflag Set would append).
+func setString(f *pflag.Flag, s string) error {
+	if sv, ok := f.Value.(pflag.SliceValue); ok {
+		if err := sv.Replace(nil); err != nil {
+			return err
+		}
+	}
+	return f.Value.Set(s)
 }
 
 // suggest names the known key closest to k, if one is close.

@@ -196,6 +196,23 @@ func TestPrecedence(t *testing.T) {
 	}
 }
 
+// A list set by the file and then by the environment is replaced, not
+// appended to.
+func TestEnvReplacesList(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f.yaml")
+	if err := os.WriteFile(path, []byte("server: a:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := testFlags()
+	Env(fs, "server", "FLOWLB_TEST_SERVERS")
+	if _, err := Apply(fs, path, func(string) (string, bool) { return "b:1,c:1", true }); err != nil {
+		t.Fatal(err)
+	}
+	if got := values(fs)["server"]; got != "[b:1|c:1]" {
+		t.Errorf("server = %s, want [b:1|c:1]", got)
+	}
+}
+
 func TestApplyErrors(t *testing.T) {
 	fs := testFlags()
 	if _, err := Apply(fs, filepath.Join(t.TempDir(), "missing.yaml"), os.LookupEnv); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
