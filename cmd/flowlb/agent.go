@@ -20,6 +20,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/agent"
 	"github.com/flowlb/flowlb/internal/announce"
+	"github.com/flowlb/flowlb/internal/config"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/httpserve"
 )
@@ -40,7 +41,9 @@ type agentOptions struct {
 	announceTable int
 }
 
-func init() {
+func init() { rootCmd.AddCommand(newAgentCmd()) }
+
+func newAgentCmd() *cobra.Command {
 	o := agentOptions{}
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -62,8 +65,11 @@ func init() {
 	f.DurationVar(&o.minSync, "min-sync-interval", 0, "least time between two programming rounds; updates arriving meanwhile are merged")
 	f.StringSliceVar(&o.announce, "announce-cidrs", nil, "VIP ranges to announce: every VIP within them that this node can serve (a local-only one only with a backend on this node) gets a host route in --announce-table, for a routing daemon to export (default: none)")
 	f.IntVar(&o.announceTable, "announce-table", 200, "routing table of the announcement routes (protocol 249)")
+	config.HostDefault(f, "identity-dir", "/var/lib/flowlb/agent", "/var/lib/flowlb/agent as root, else ~/.local/share/flowlb/agent")
+	config.HostDefault(f, "node", "node-1", "the host name")
+	config.Check(f, "log-level", checkLogLevel)
 	cmd.AddCommand(agentDumpCmd(), agentTraceCmd())
-	rootCmd.AddCommand(cmd)
+	return withConfig(cmd)
 }
 
 // metricsLimits bound the clients of a daemon's /metrics: scrapers, a

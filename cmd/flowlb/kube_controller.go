@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/flowlb/flowlb/internal/config"
 	"github.com/flowlb/flowlb/internal/httpserve"
 	"github.com/flowlb/flowlb/internal/kubecontroller"
 	"github.com/flowlb/flowlb/internal/kubelb"
@@ -41,7 +42,9 @@ type kubeControllerOptions struct {
 	qps            int
 }
 
-func init() {
+func init() { rootCmd.AddCommand(newKubeControllerCmd()) }
+
+func newKubeControllerCmd() *cobra.Command {
 	o := kubeControllerOptions{}
 	cmd := &cobra.Command{
 		Use:   "kube-controller",
@@ -54,11 +57,11 @@ ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
 		RunE: func(cmd *cobra.Command, _ []string) error { return runKubeController(cmd.Context(), o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig (default: in-cluster)")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG, else in-cluster)")
 	f.StringSliceVar(&o.endpoints, "octavia-endpoint", nil, "Octavia API URLs needing no token, one per server replica, comma-separated or repeated, "+
 		"e.g. http://198.18.0.1:9876,http://198.18.0.2:9876 (same path on all); a request goes to the next when one is unreachable or answers 503")
 	f.StringVar(&o.caFile, "octavia-ca-file", "", "CA certificates (PEM) an https --octavia-endpoint's certificate must come from (default: the system's)")
-	f.StringVar(&o.cloud, "os-cloud", os.Getenv("OS_CLOUD"), "cloud of clouds.yaml to authenticate with (when no --octavia-endpoint); "+
+	f.StringVar(&o.cloud, "os-cloud", "", "cloud of clouds.yaml (default: $OS_CLOUD) to authenticate with (when no --octavia-endpoint); "+
 		"the API is the one load-balancer endpoint of Keystone's catalog, so server replicas must sit behind one load-balanced address (a DNS name with several addresses, or a VIP in front)")
 	f.StringVar(&o.opts.Cluster, "cluster-name", "kubernetes", "name of this cluster in load balancer names and tags")
 	f.StringVar(&o.opts.ClusterIPSubnet, "cluster-ip-subnet", "", "ID of the VIP subnet holding the Services' cluster IPs (required)")
@@ -72,7 +75,10 @@ ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
 	f.StringVar(&o.leaseName, "leader-elect-name", "flowlb-kube-controller", "name of the Lease")
 	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9879", "address of /metrics (empty: none)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	rootCmd.AddCommand(cmd)
+	config.Env(f, "kubeconfig", "KUBECONFIG")
+	config.Env(f, "os-cloud", "OS_CLOUD")
+	config.Check(f, "log-level", checkLogLevel)
+	return withConfig(cmd)
 }
 
 func runKubeController(ctx context.Context, o kubeControllerOptions) error {

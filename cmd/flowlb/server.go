@@ -12,10 +12,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowlb/flowlb/internal/config"
+	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/server"
 )
 
-func init() {
+func init() { rootCmd.AddCommand(newServerCmd()) }
+
+func newServerCmd() *cobra.Command {
 	o := server.Options{}
 	var logLevel string
 	cmd := &cobra.Command{
@@ -59,7 +63,14 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 	f.DurationVar(&o.AckTimeout, "ack-timeout", 10*time.Second, "how long a change waits for every live agent of the cluster before it turns ACTIVE anyway")
 	f.StringSliceVar(&o.ProviderAliases, "provider-alias", nil, "provider names clients may ask for and the provider that serves them, e.g. amphora=flow,ovn=flow (repeatable); such load balancers show the name they were created with")
 	f.StringVar(&o.ReplicaID, "replica-id", "", "this server's name among the replicas sharing the database (default: host name and a random suffix, new at every start)")
-	rootCmd.AddCommand(cmd)
+	config.HostDefault(f, "data-dir", "/var/lib/flowlb", "/var/lib/flowlb as root, else ~/.local/share/flowlb")
+	config.SecretDSN(f, "database", "FLOWLB_DATABASE")
+	config.Secret(f, "keystone-password", "FLOWLB_KEYSTONE_PASSWORD")
+	config.OneOf(f, "auth", "noauth", "keystone")
+	config.OneOf(f, "rbac", string(identity.Advanced), string(identity.KeystoneDefaultRoles))
+	config.OneOf(f, "network", "neutron", "noop")
+	config.Check(f, "log-level", checkLogLevel)
+	return withConfig(cmd)
 }
 
 func defaultDataDir() string {
@@ -70,6 +81,11 @@ func defaultDataDir() string {
 		return filepath.Join(d, ".local", "share", "flowlb")
 	}
 	return "flowlb-data"
+}
+
+func checkLogLevel(s string) error {
+	var l slog.Level
+	return l.UnmarshalText([]byte(s))
 }
 
 func newLogger(level string) (*slog.Logger, error) {

@@ -456,9 +456,6 @@ func authMiddleware(o Options, log *slog.Logger) (func(http.Handler) http.Handle
 		}
 		kc.Password = strings.TrimSpace(string(b))
 	}
-	if kc.Password == "" {
-		kc.Password = os.Getenv("FLOWLB_KEYSTONE_PASSWORD")
-	}
 	k, err := identity.NewKeystone(kc)
 	if err != nil {
 		return nil, err
