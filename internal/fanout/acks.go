@@ -133,18 +133,24 @@ func (h *Hub) flushAcks(ctx context.Context) {
 }
 
 // readAgents reads the cluster's agents from the store when a replica
-// tells of news, and every few polls besides.
+// tells of news, when a change starts waiting, and every few polls
+// besides.
 func (h *Hub) readAgents(ctx context.Context) {
 	news := h.st.Watch(store.TopicAgents)
 	tick := time.NewTicker(2 * h.o.Poll)
 	defer tick.Stop()
 	for {
+		h.mu.Lock()
+		h.readsStarted++
+		ticket := h.readsStarted
+		h.mu.Unlock()
 		all, err := h.st.Agents(ctx)
 		if err != nil && ctx.Err() == nil {
 			h.log.Warn("reading the cluster's agents", "err", err)
 		}
 		if err == nil {
 			h.mu.Lock()
+			h.readsDone = ticket
 			before := h.acks.nodes(h.o.Replica)
 			h.acks.cluster = all
 			if !slices.Equal(before, h.acks.nodes(h.o.Replica)) {
@@ -157,6 +163,7 @@ func (h *Hub) readAgents(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-news:
+		case <-h.readNow:
 		case <-tick.C:
 		}
 	}
