@@ -214,7 +214,7 @@ func (h *Hub) Agents() map[string]int64 {
 func (h *Hub) ClusterAgents() map[string]int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.acks.revisions(h.o.Replica)
+	return h.acks.revisions()
 }
 
 // Table returns the flow table the hub serves, at its revision.

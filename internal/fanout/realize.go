@@ -106,23 +106,21 @@ func (h *Hub) settleReady() {
 	if len(h.waiting) == 0 {
 		return
 	}
-	revs := h.acks.revisions(h.o.Replica)
-	low := int64(-1)
-	for _, r := range revs {
-		if low < 0 || r < low {
-			low = r
-		}
-	}
+	low, anyAgent := h.acks.lowest()
+	var revs map[string]int64
 	now := time.Now()
 	for w := range h.waiting {
 		expired := now.Sub(w.start) >= h.o.AckTimeout
-		ready := w.rev != 0 && h.rev >= w.rev && h.readsDone > w.read && (low < 0 || low >= w.rev)
+		ready := w.rev != 0 && h.rev >= w.rev && h.readsDone > w.read && (!anyAgent || low >= w.rev)
 		if !ready && !expired {
 			continue
 		}
 		delete(h.waiting, w)
 		var behind []string
 		if !ready {
+			if revs == nil {
+				revs = h.acks.revisions()
+			}
 			for n, r := range revs {
 				if w.rev == 0 || r < w.rev {
 					behind = append(behind, n)

@@ -506,7 +506,7 @@ func TestRestartUnderSameIDResumesPending(t *testing.T) {
 	b := c.start("b", time.Minute)
 	k := newKernel()
 	c.startAgent("node-1", k, b.AgentAddr.String())
-	testutil.Eventually(t, 5*time.Second, "agent on b", func() (bool, string) { return len(b.Hub.Agents()) == 1, "" })
+	waitAgentSeen(t, b, a)
 
 	k.hold()
 	lb := createLB(t, a, "web", "198.18.1.1")
