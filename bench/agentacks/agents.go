@@ -56,6 +56,10 @@ type simAgent struct {
 	// services of every load balancer, as the last update sent them.
 	services map[string][]*agentv1.Service
 	seen     map[netip.Addr]bool
+	// epoch and rev are what it acknowledged last, for its next hello.
+	epoch   string
+	rev     int64
+	started bool
 }
 
 // recorder gathers the agents' first acknowledgements of each marker.
@@ -121,11 +125,16 @@ func runChild(cfgJSON string) error {
 		return err
 	default:
 	}
+	var reconnects atomic.Int64
 	for _, a := range agents {
 		go func() {
-			if err := a.run(ctx, roots, rec); err != nil && ctx.Err() == nil {
-				fmt.Fprintf(os.Stderr, "agent %s: %v\n", a.node, err)
-				os.Exit(1)
+			// As a real agent: reconnect after a pause, from the revision
+			// it acknowledged.
+			for ctx.Err() == nil {
+				if err := a.run(ctx, roots, rec); err != nil && ctx.Err() == nil {
+					fmt.Fprintf(os.Stderr, "agent %s: %v; reconnecting (%d so far)\n", a.node, err, reconnects.Add(1))
+					time.Sleep(500 * time.Millisecond)
+				}
 			}
 		}()
 	}
@@ -192,10 +201,10 @@ func (a *simAgent) run(ctx context.Context, roots *x509.CertPool, rec *recorder)
 	if err != nil {
 		return err
 	}
-	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{Node: a.node}}}); err != nil {
+	hello := &agentv1.Hello{Node: a.node, LastRevision: a.rev, Epoch: a.epoch}
+	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: hello}}); err != nil {
 		return err
 	}
-	first := true
 	for {
 		u, err := stream.Recv()
 		if err != nil {
@@ -206,11 +215,12 @@ func (a *simAgent) run(ctx context.Context, roots *x509.CertPool, rec *recorder)
 			return err
 		}
 		now := time.Now()
+		a.epoch, a.rev = u.GetEpoch(), u.GetRevision()
 		for _, m := range fresh {
 			rec.note(m, now)
 		}
-		if first {
-			first = false
+		if !a.started {
+			a.started = true
 			rec.acked.Add(1)
 		}
 	}

@@ -8,8 +8,11 @@ import (
 )
 
 // sendQueue bounds the updates queued for one agent; one that falls
-// further behind is cut off and catches up when it reconnects.
-const sendQueue = 4096
+// further behind is cut off and catches up when it reconnects. Every
+// agent's queue is allocated whole (8 bytes a slot): 1,024 slots are
+// 8 KiB an agent, and more than a second of the tail's updates at full
+// churn (each update is a batch of up to tailBatch entries).
+const sendQueue = 1024
 
 // Subscribe serves one agent: what it missed since the revision it last
 // programmed, then every batch of the log as the tail applies it.
