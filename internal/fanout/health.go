@@ -67,7 +67,7 @@ func mix64(x uint64) uint64 {
 // connectedNodes lists the nodes with an agent connected to any replica:
 // members are assigned among all of them, and each replica tells its own
 // agents theirs. Called with h.mu held.
-func (h *Hub) connectedNodes() []string { return h.acks.nodes(h.o.Replica) }
+func (h *Hub) connectedNodes() []string { return h.acks.nodes() }
 
 // setLBProbes replaces one load balancer's probes and returns the nodes
 // whose assignment changed. Called with h.mu held.

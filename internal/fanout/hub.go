@@ -76,6 +76,11 @@ type Hub struct {
 	acks     acks
 	// waiting are the changes waiting for the agents (realize.go).
 	waiting map[*waiter]bool
+	// readsStarted counts the reads of the cluster's agents begun,
+	// readsDone is the number of the last one finished: a waiter settles
+	// only on a view of the agents read after it came (acks.go).
+	readsStarted, readsDone int64
+	readNow                 chan struct{}
 
 	// Health: every monitored member's probe, the node probing it, and
 	// each load balancer's probed members.
@@ -101,7 +106,7 @@ func NewHub(ctx context.Context, st store.Store, src TreeSource, o Options) (*Hu
 		services: newServiceTable(), waiting: map[*waiter]bool{},
 		acks:   newAcks(),
 		probes: map[string]flows.Probe{}, probeOwner: map[string]string{}, lbProbes: map[string][]string{},
-		healthQ: make(chan healthEvent, 4096),
+		healthQ: make(chan healthEvent, 4096), readNow: make(chan struct{}, 1),
 	}
 	h.m = newMetrics(h, o.Registerer)
 	var err error
@@ -200,6 +205,16 @@ func (h *Hub) Agents() map[string]int64 {
 		out[a.node] = a.acked
 	}
 	return out
+}
+
+// ClusterAgents returns the live agents of the whole cluster, on any
+// replica, with their acknowledged revisions, as this replica knows them
+// (the others' as the store last had them): the agents its changes wait
+// for.
+func (h *Hub) ClusterAgents() map[string]int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.acks.revisions()
 }
 
 // Table returns the flow table the hub serves, at its revision.

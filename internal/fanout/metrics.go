@@ -61,7 +61,7 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_cluster_agents", Help: "Agents connected to any live replica."}, func() float64 {
 				h.mu.Lock()
 				defer h.mu.Unlock()
-				return float64(len(h.acks.revisions(h.o.Replica)))
+				return float64(len(h.acks.revisions()))
 			}),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_key_conflicts",
 				Help: "Services not programmed now because a senior load balancer holds their VIP, protocol and port."}, func() float64 {

@@ -15,7 +15,12 @@ type waiter struct {
 	change int64 // its log entry
 	rev    int64 // the entry's revision; 0 until known
 	start  time.Time
-	done   func(behind []string)
+	// read is the number of the agents' reads begun before the waiter
+	// came: it settles only once a later one has finished, so that it
+	// waits also for an agent that joined another replica just before
+	// the change was committed.
+	read int64
+	done func(behind []string)
 }
 
 // Realize makes the flow provider wait for the agents: done is called once
@@ -37,6 +42,11 @@ func (h *Hub) wait(lbID string, change int64, done func(behind []string)) {
 	w := &waiter{lb: lbID, change: change, start: time.Now(), done: done}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	w.read = h.readsStarted
+	select {
+	case h.readNow <- struct{}{}:
+	default:
+	}
 	switch rev, ok := h.ring.revOf[change]; {
 	case change == 0:
 		w.rev = max(h.rev, 1)
@@ -96,23 +106,21 @@ func (h *Hub) settleReady() {
 	if len(h.waiting) == 0 {
 		return
 	}
-	revs := h.acks.revisions(h.o.Replica)
-	low := int64(-1)
-	for _, r := range revs {
-		if low < 0 || r < low {
-			low = r
-		}
-	}
+	low, anyAgent := h.acks.lowest()
+	var revs map[string]int64
 	now := time.Now()
 	for w := range h.waiting {
 		expired := now.Sub(w.start) >= h.o.AckTimeout
-		ready := w.rev != 0 && h.rev >= w.rev && (low < 0 || low >= w.rev)
+		ready := w.rev != 0 && h.rev >= w.rev && h.readsDone > w.read && (!anyAgent || low >= w.rev)
 		if !ready && !expired {
 			continue
 		}
 		delete(h.waiting, w)
 		var behind []string
 		if !ready {
+			if revs == nil {
+				revs = h.acks.revisions()
+			}
 			for n, r := range revs {
 				if w.rev == 0 || r < w.rev {
 					behind = append(behind, n)

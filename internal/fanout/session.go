@@ -8,8 +8,11 @@ import (
 )
 
 // sendQueue bounds the updates queued for one agent; one that falls
-// further behind is cut off and catches up when it reconnects.
-const sendQueue = 4096
+// further behind is cut off and catches up when it reconnects. Every
+// agent's queue is allocated whole (8 bytes a slot): 1,024 slots are
+// 8 KiB an agent, and more than a second of the tail's updates at full
+// churn (each update is a batch of up to tailBatch entries).
+const sendQueue = 1024
 
 // Subscribe serves one agent: what it missed since the revision it last
 // programmed, then every batch of the log as the tail applies it.
@@ -64,8 +67,7 @@ func (h *Hub) attach(hello *agentv1.Hello) *agent {
 		// names, or up to this replica's, if this one lags behind.
 		a.acked = min(hello.GetLastRevision(), h.rev)
 	}
-	h.acks.local[a] = true
-	h.acks.note(a.node, a.acked)
+	h.acks.join(a)
 	// The newcomer takes over the members of its node (and its share of
 	// the rest); it always gets its list, empty or not.
 	touched := h.reassign()
@@ -81,26 +83,11 @@ func (h *Hub) attach(hello *agentv1.Hello) *agent {
 func (h *Hub) detach(a *agent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(h.acks.local, a)
-	if !h.connected(a.node) {
-		h.acks.leave(a.node)
-	}
+	h.acks.part(a)
 	h.sendProbes(h.reassign())
 	h.settleReady()
 	h.m.agents.Set(float64(len(h.acks.local)))
 	h.log.Info("agent disconnected", "node", a.node)
-}
-
-// connected reports whether a node still has a stream to this replica (a
-// reconnection may come before the old stream is torn down). Called with
-// h.mu held.
-func (h *Hub) connected(node string) bool {
-	for a := range h.acks.local {
-		if a.node == node {
-			return true
-		}
-	}
-	return false
 }
 
 // receive reads an agent's acks and health reports until its stream ends.
@@ -113,8 +100,7 @@ func (h *Hub) receive(stream agentv1.Agent_SubscribeServer, a *agent, errc chan<
 		}
 		if ack := m.GetAck(); ack != nil {
 			h.mu.Lock()
-			a.acked = max(a.acked, ack.GetRevision())
-			h.acks.note(a.node, a.acked)
+			h.acks.raise(a, ack.GetRevision())
 			h.settleReady()
 			h.mu.Unlock()
 		}

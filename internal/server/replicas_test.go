@@ -286,6 +286,23 @@ func waitStatus(t *testing.T, s *server.Server, lbID, want string, within time.D
 	return time.Since(start)
 }
 
+// waitAgentSeen waits until the one agent is connected to on and every
+// replica of others knows of it from the store: until then, a change made
+// on another replica would not wait for it.
+func waitAgentSeen(t *testing.T, on *server.Server, others ...*server.Server) {
+	t.Helper()
+	testutil.Eventually(t, 5*time.Second, "agent on "+on.Replica, func() (bool, string) {
+		n := len(on.Hub.Agents())
+		return n == 1, fmt.Sprint(n, " agents")
+	})
+	for _, o := range others {
+		testutil.Eventually(t, 5*time.Second, o.Replica+" knows of the agent", func() (bool, string) {
+			n := len(o.Hub.ClusterAgents())
+			return n == 1, fmt.Sprint(n, " agents in the cluster")
+		})
+	}
+}
+
 // A change committed on one replica reaches an agent connected only to
 // another, and turns ACTIVE when that agent has programmed it, not
 // before: the replica that took the change waits for agents it does not
@@ -296,10 +313,7 @@ func TestChangeOnOneReplicaReachesAgentOnAnother(t *testing.T) {
 	b := c.start("b", time.Minute)
 	k := newKernel()
 	c.startAgent("node-1", k, b.AgentAddr.String())
-	testutil.Eventually(t, 5*time.Second, "agent on b", func() (bool, string) {
-		n := len(b.Hub.Agents())
-		return n == 1, fmt.Sprint(n, " agents")
-	})
+	waitAgentSeen(t, b, a)
 
 	lb := createLB(t, a, "web", "198.18.1.1", "198.18.1.2")
 	took := waitStatus(t, a, lb.LoadBalancer.ID, "ACTIVE", 5*time.Second)
@@ -336,7 +350,7 @@ func TestPendingChangeOfDeadReplicaResumed(t *testing.T) {
 	b := c.start("b", time.Minute)
 	k := newKernel()
 	c.startAgent("node-1", k, b.AgentAddr.String())
-	testutil.Eventually(t, 5*time.Second, "agent on b", func() (bool, string) { return len(b.Hub.Agents()) == 1, "" })
+	waitAgentSeen(t, b, a)
 
 	k.hold()
 	lb := createLB(t, a, "web", "198.18.1.1")
@@ -493,7 +507,7 @@ func TestRestartUnderSameIDResumesPending(t *testing.T) {
 	b := c.start("b", time.Minute)
 	k := newKernel()
 	c.startAgent("node-1", k, b.AgentAddr.String())
-	testutil.Eventually(t, 5*time.Second, "agent on b", func() (bool, string) { return len(b.Hub.Agents()) == 1, "" })
+	waitAgentSeen(t, b, a)
 
 	k.hold()
 	lb := createLB(t, a, "web", "198.18.1.1")
