@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK = $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build test lint unit compat demo deps
+.PHONY: build test lint unit compat demo deps fuzz fuzz-short
 
 build:
 	$(GO) build -o bin/flowlb ./cmd/flowlb
@@ -27,7 +27,15 @@ compat: build
 	test/compat/openstack-cli.sh bin/flowlb
 	test/compat/tempest/run.sh --full bin/flowlb
 
-test: deps lint unit compat
+# Every fuzz target: fuzz-short for a few seconds each (part of test),
+# fuzz for ten minutes in all.
+fuzz-short:
+	GO=$(GO) hack/fuzz.sh 5s
+
+fuzz:
+	GO=$(GO) hack/fuzz.sh 100s
+
+test: deps lint fuzz-short unit compat
 
 demo: deps build
 	hack/demo.sh bin/flowlb

@@ -5,6 +5,7 @@
 package flowpb
 
 import (
+	"math"
 	"net/netip"
 	"time"
 
@@ -52,6 +53,9 @@ func ServiceFromProto(p *agentv1.Service) flows.Service {
 		PreferClose: p.GetPreferClose(),
 	}
 	if ms := p.GetPersistenceTimeoutMs(); ms > 0 {
+		// Beyond what a Duration holds, the product would wrap (to zero
+		// or below, which reads as no persistence): the longest it holds.
+		ms = min(ms, int64(math.MaxInt64/time.Millisecond))
 		s.Persistence = &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Duration(ms) * time.Millisecond}
 	}
 	for _, c := range p.GetAllowedCidrs() {

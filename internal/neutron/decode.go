@@ -4,20 +4,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sort"
 	"strings"
 
+	"github.com/flowlb/flowlb/internal/httpedge"
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
 // decodeBody reads {"<singular>": {...}} and checks the attribute names.
 func decodeBody(req *http.Request, singular string, allowed map[string]bool) (map[string]json.RawMessage, error) {
-	b, err := io.ReadAll(req.Body)
+	b, err := httpedge.ReadBody(req)
 	if err != nil {
 		return nil, fmt.Errorf("read %s body: %w", singular, err)
+	}
+	if err := httpedge.CheckUTF8(b); err != nil {
+		return nil, err
 	}
 	var env map[string]json.RawMessage
 	if err := json.Unmarshal(b, &env); err != nil {
@@ -40,6 +43,12 @@ func decodeBody(req *http.Request, singular string, allowed map[string]bool) (ma
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		return nil, refuse(KindInvalid, "HTTPBadRequest", "Unrecognized attribute(s) '%s'", strings.Join(unknown, ", "))
+	}
+	// NUL never reaches the database (PostgreSQL refuses it in text).
+	var tree any
+	_ = json.Unmarshal(raw, &tree)
+	if attr, _, found := httpedge.FindNUL(tree); found {
+		return nil, badAttr(attr, "the value contains a NUL character")
 	}
 	return attrs, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/flowlb/flowlb/internal/httpedge"
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/store"
 )
@@ -45,6 +46,11 @@ func NewHandler(s store.Store, logger *slog.Logger) http.Handler {
 		writeErr(w, nil, refuse(KindNotFound, "QosPolicyNotFound", "QoS policy %s could not be found.", r.PathValue("id")))
 	})
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allowed := httpedge.Allowed(h.mux, r, "/"); len(allowed) > 0 {
+			httpedge.SetAllow(w, allowed)
+			writeErr(w, nil, &httpedge.Error{Status: http.StatusMethodNotAllowed, Message: "The method is not allowed for the requested URL."})
+			return
+		}
 		writeErr(w, nil, refuse(KindNotFound, "HTTPNotFound", "The resource could not be found."))
 	})
 	return h
@@ -64,6 +70,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r2 := r.Clone(r.Context())
 	r2.URL.Path, r2.URL.RawPath = p, ""
+	if err := httpedge.CheckURL(r2); err != nil {
+		writeErr(w, h.log, err)
+		return
+	}
 	r2.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 	h.mux.ServeHTTP(w, r2)
 }
@@ -124,17 +134,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // writeErr sends a NeutronError body: the one place where the subset's
-// refusals get their status codes. An oversized body is Neutron's 413;
-// anything else is logged and becomes a 500 without detail.
+// refusals get their status codes. The edge's refusals (unreadable
+// bodies, bad text, wrong methods) keep theirs, named as webob names
+// them; anything else is logged and becomes a 500 without detail.
 func writeErr(w http.ResponseWriter, log *slog.Logger, err error) {
 	status, typ, msg := http.StatusInternalServerError, "HTTPInternalServerError", "Request Failed: internal server error while processing your request."
 	var ne *Error
-	var mbe *http.MaxBytesError
+	var ee *httpedge.Error
 	switch {
 	case errors.As(err, &ne):
 		status, typ, msg = statusOf(ne.Kind), ne.Type, ne.Message
-	case errors.As(err, &mbe):
-		status, typ, msg = http.StatusRequestEntityTooLarge, "HTTPRequestEntityTooLarge", "Request body too large."
+	case errors.As(err, &ee):
+		status, typ, msg = ee.Status, "HTTP"+strings.ReplaceAll(http.StatusText(ee.Status), " ", ""), ee.Message
 	case errors.Is(err, store.ErrUnavailable):
 		status, typ, msg = http.StatusServiceUnavailable, "ServiceUnavailable", "The database is unavailable; try again."
 	case log != nil:

@@ -2,18 +2,30 @@ package octavia
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 
+	"github.com/flowlb/flowlb/internal/httpedge"
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 )
 
-// readBody reads a request body, which must be JSON.
+// readBody reads a request body, which must be JSON in UTF-8.
 func readBody(r *http.Request) ([]byte, error) {
 	if r.Body == nil {
 		return nil, fault.BadRequest("Missing request body.")
 	}
-	return io.ReadAll(r.Body)
+	body, err := httpedge.ReadBody(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > 0 {
+		if err := httpedge.CheckJSON(r); err != nil {
+			return nil, err
+		}
+	}
+	if err := httpedge.CheckUTF8(body); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 // decodeRequest reads the body of a POST (where create) or PUT, unwraps

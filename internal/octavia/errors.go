@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/flowlb/flowlb/internal/httpedge"
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 	"github.com/flowlb/flowlb/internal/store"
@@ -12,8 +13,8 @@ import (
 
 // faultOf is the one translation of an error into Octavia's answer: the
 // domain's refusals get their status codes and Octavia's wording, the
-// API's own (wire validation, routing) pass as they are, an oversized
-// body is a 413, and anything else is an internal error, logged.
+// API's own (wire validation, routing) and the edge's (unreadable
+// bodies, bad text) pass as they are, and anything else is an internal error, logged.
 func faultOf(err error, log *slog.Logger, r *http.Request) *fault.Error {
 	var de *lbaas.Error
 	if errors.As(err, &de) {
@@ -22,6 +23,10 @@ func faultOf(err error, log *slog.Logger, r *http.Request) *fault.Error {
 	var fe *fault.Error
 	if errors.As(err, &fe) {
 		return fe
+	}
+	var ee *httpedge.Error
+	if errors.As(err, &ee) {
+		return fault.New(ee.Status, "%s", ee.Message)
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
@@ -65,7 +70,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	fault.Write(w, faultOf(err, s.log, r))
 }
 
-func methodNotAllowed(w http.ResponseWriter) {
+// methodNotAllowed answers 405 with the methods the path allows.
+func methodNotAllowed(w http.ResponseWriter, allowed []string) {
+	httpedge.SetAllow(w, allowed)
 	fault.Write(w, fault.New(http.StatusMethodNotAllowed, "The method is not allowed for the requested URL."))
 }
 

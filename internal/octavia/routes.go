@@ -18,9 +18,7 @@ func (s *Server) routes() {
 	s.monitorRoutes()
 	s.l7Routes()
 	s.catalogRoutes()
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		noRoute(w, strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/"))
-	})
+	s.mux.HandleFunc("/", s.noRoute)
 }
 
 // handle registers a route; every request is held to the route's policy

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/flowlb/flowlb/internal/httpedge"
 	"github.com/flowlb/flowlb/internal/lbaas"
 )
 
@@ -76,7 +77,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	segs := strings.Split(p, "/")
 	if segs[0] != "v2" && segs[0] != "v2.0" {
-		http.NotFound(w, r)
+		notFoundRoute(w)
 		return
 	}
 	segs = segs[1:]
@@ -92,13 +93,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.neutron.ServeHTTP(w, r)
 			return
 		}
-		http.NotFound(w, r)
+		notFoundRoute(w)
 		return
 	case "lbaas":
 		segs = segs[1:]
 	}
 	if len(segs) == 0 {
-		http.NotFound(w, r)
+		notFoundRoute(w)
+		return
+	}
+	if err := httpedge.CheckURL(r); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	if r.Body != nil {
@@ -111,21 +116,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // mux. Paths the mux would clean (empty, "." or ".." segments) and HEAD
 // requests, which no route serves, are answered here.
 func (s *Server) route(w http.ResponseWriter, r *http.Request, segs []string) {
-	for _, seg := range segs {
-		if seg == "" || seg == "." || seg == ".." {
-			noRoute(w, segs)
-			return
-		}
-	}
-	if r.Method == http.MethodHead {
-		noRoute(w, segs)
-		return
-	}
 	rel := *r
 	u := *r.URL
 	u.Path, u.RawPath = "/"+strings.Join(segs, "/"), ""
 	rel.URL = &u
 	rel = *rel.WithContext(context.WithValue(r.Context(), requestURLKey{}, r.URL))
+	for _, seg := range segs {
+		if seg == "" || seg == "." || seg == ".." {
+			unrouted(w, segs)
+			return
+		}
+	}
+	if r.Method == http.MethodHead {
+		s.noRoute(w, &rel)
+		return
+	}
 	s.mux.ServeHTTP(w, &rel)
 }
 
@@ -141,13 +146,24 @@ func requestURL(r *http.Request) *url.URL {
 	return r.URL
 }
 
-// noRoute answers a path no route serves: Octavia's 405 under a known
-// collection (up to four segments deep), its 404 elsewhere.
-func noRoute(w http.ResponseWriter, segs []string) {
+// noRoute answers a request no route serves (r's path is relative to
+// the API root): 405 with the methods the path is served with, if any;
+// else Octavia's 405 under a known collection (up to four segments
+// deep), which allows no method there, and its 404 elsewhere.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	if allowed := httpedge.Allowed(s.mux, r, "/"); len(allowed) > 0 {
+		methodNotAllowed(w, allowed)
+		return
+	}
+	unrouted(w, strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/"))
+}
+
+// unrouted answers a path that no route serves with any method.
+func unrouted(w http.ResponseWriter, segs []string) {
 	switch segs[0] {
 	case "loadbalancers", "listeners", "pools", "healthmonitors", "l7policies", "quotas", "providers", "flavors", "flavorprofiles", "availabilityzones", "availabilityzoneprofiles", "octavia":
 		if len(segs) <= 4 {
-			methodNotAllowed(w)
+			methodNotAllowed(w, nil)
 			return
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/flowlb/flowlb/internal/httpedge"
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 )
 
@@ -542,7 +543,9 @@ func typeName(v any) string {
 	return "NoneType"
 }
 
-// decodeRoot parses a JSON body and returns the object under root.
+// decodeRoot parses a JSON body and returns the object under root. A
+// string holding a NUL character is refused here, before it can reach
+// the database (PostgreSQL refuses NUL in text; SQLite would store it).
 func decodeRoot(body []byte, root string) (any, error) {
 	d := json.NewDecoder(bytes.NewReader(body))
 	d.UseNumber()
@@ -561,6 +564,12 @@ func decodeRoot(body []byte, root string) (any, error) {
 		if k != root {
 			return nil, fault.BadRequest("Unknown argument: \"%s\"", k)
 		}
+	}
+	if attr, val, found := httpedge.FindNUL(v); found {
+		if attr == "" {
+			attr = root
+		}
+		return nil, invalid(attr, val, "Value should not contain NUL characters")
 	}
 	return v, nil
 }

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs every Go fuzz target for a while, one after the other.
+#   hack/fuzz.sh [time per target, as go test -fuzztime takes it: 5s, 100s, 1000x]
+# A crasher fails the run; Go writes its input to the package's
+# testdata/fuzz/<Target>/, where it then runs with every go test as a
+# regression test (commit it with the fix). Prints one line per target:
+# its time, executions and verdict.
+set -uo pipefail
+
+per=${1:-5s}
+GO=${GO:-go}
+targets=(
+	"./internal/octavia FuzzRequestBody"     # every Octavia body type, through the real handlers
+	"./internal/octavia FuzzListQuery"       # list filters, sorting, paging, fields=
+	"./internal/neutron FuzzNeutronBody"     # the Neutron subset's bodies
+	"./internal/compiler FuzzCompile"        # random trees -> flows, one owner per key
+	"./internal/dataplane/nftables FuzzPlan" # the pure nftables planner
+	"./internal/flowpb FuzzUpdate"           # the agent protocol decoder
+)
+
+failed=0
+start=$(date +%s)
+for t in "${targets[@]}"; do
+	read -r pkg name <<<"$t"
+	log=$(mktemp)
+	t0=$(date +%s)
+	if $GO test -run '^$' -fuzz "^${name}\$" -fuzztime "$per" "$pkg" >"$log" 2>&1; then
+		verdict=ok
+	else
+		verdict=FAIL
+		failed=1
+		cat "$log"
+	fi
+	execs=$(grep -o 'execs: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+	printf '%-30s %-16s %4ss  execs %-10s %s\n' "$pkg" "$name" "$(($(date +%s) - t0))" "${execs:-0}" "$verdict"
+	rm -f "$log"
+done
+echo "fuzz: ${#targets[@]} targets, $per each, $(($(date +%s) - start))s in all: $([ $failed = 0 ] && echo no crash || echo FAILED)"
+exit $failed

@@ -1,0 +1,62 @@
+package flowpb
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// FuzzUpdate decodes arbitrary bytes as the agent protocol's Update, as
+// an agent does with what its stream brings, and converts every service
+// and probe in it to the flow model: that never panics, and what it
+// yields survives the wire unchanged (encoding a decoded value and
+// decoding it again gives the same value).
+func FuzzUpdate(f *testing.F) {
+	s := fullService()
+	seeds := []*agentv1.Update{
+		{Revision: 1, Snapshot: true, Upserts: []*agentv1.Service{ServiceToProto(s)}},
+		{Revision: 2, Deletes: []*agentv1.ServiceKey{KeyToProto(s.Key)}, ProbesSet: true, Probes: []*agentv1.Probe{ProbeToProto(fullProbe())}},
+		{Revision: 3, Upserts: []*agentv1.Service{{PersistenceTimeoutMs: 1 << 62, ConnectionLimit: -1}}},
+		{Revision: 4, Loadbalancers: []*agentv1.LoadBalancerServices{LoadBalancerServicesToProto("lb", []flows.Service{s})}},
+	}
+	for _, u := range seeds {
+		b, err := proto.Marshal(u)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var u agentv1.Update
+		if proto.Unmarshal(b, &u) != nil {
+			return
+		}
+		services := []flows.Service{}
+		for _, p := range u.GetUpserts() {
+			services = append(services, ServiceFromProto(p))
+		}
+		for _, lb := range u.GetLoadbalancers() {
+			_, ss := LoadBalancerServicesFromProto(lb)
+			services = append(services, ss...)
+		}
+		for _, s := range services {
+			if again := ServiceFromProto(wire(t, ServiceToProto(s))); !again.Equal(s) || again.Key != s.Key {
+				t.Fatalf("service changed on the wire:\n %+v\n %+v", s, again)
+			}
+		}
+		for _, k := range u.GetDeletes() {
+			if key := KeyFromProto(k); KeyFromProto(wire(t, KeyToProto(key))) != key {
+				t.Fatalf("key %+v changed on the wire", key)
+			}
+		}
+		for _, p := range u.GetProbes() {
+			pr := ProbeFromProto(p)
+			if again := ProbeFromProto(wire(t, ProbeToProto(pr))); again != pr {
+				t.Fatalf("probe changed on the wire:\n %+v\n %+v", pr, again)
+			}
+		}
+	})
+}
