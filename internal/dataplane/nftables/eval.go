@@ -46,6 +46,12 @@ type packetState struct {
 	proto           byte
 	mark            uint32
 	ctState, status uint32
+	// rewritten: a rule wrote the destination; origDaddr and origDport
+	// are the connection's original destination, which a translation is
+	// told from.
+	rewritten bool
+	origDaddr netip.Addr
+	origDport uint16
 }
 
 // run is one packet's way through the rules.
@@ -191,12 +197,34 @@ func (r *run) headers() (network, transport []byte) {
 }
 
 func (r *run) payload(e *expr.Payload) (bool, result, error) {
+	if e.OperationType == expr.PayloadWrite {
+		return r.payloadWrite(e)
+	}
 	network, transport := r.headers()
 	h := map[expr.PayloadBase][]byte{expr.PayloadBaseNetworkHeader: network, expr.PayloadBaseTransportHeader: transport}[e.Base]
 	if e.OperationType != expr.PayloadLoad || int(e.Offset+e.Len) > len(h) {
 		return false, result{}, fmt.Errorf("cannot evaluate payload %+v", *e)
 	}
 	return true, result{}, r.store(e.DestRegister, h[e.Offset:e.Offset+e.Len])
+}
+
+// payloadWrite writes the destination address or port; the checksums
+// are the kernel's business.
+func (r *run) payloadWrite(e *expr.Payload) (bool, result, error) {
+	b, err := r.reg(e.SourceRegister, int(e.Len))
+	if err != nil {
+		return false, result{}, err
+	}
+	switch {
+	case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 16 && e.Len == 4:
+		r.pkt.daddr = netip.AddrFrom4([4]byte(b))
+	case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:
+		r.pkt.dport = binary.BigEndian.Uint16(b)
+	default:
+		return false, result{}, fmt.Errorf("cannot evaluate payload write %+v", *e)
+	}
+	r.pkt.rewritten = true
+	return true, result{}, nil
 }
 
 func (r *run) meta(e *expr.Meta) (bool, result, error) {
@@ -333,7 +361,7 @@ func (r *run) nat(e *expr.NAT) (bool, result, error) {
 		return false, result{}, err
 	}
 	to := netip.AddrPortFrom(netip.AddrFrom4([4]byte(addr)), binary.BigEndian.Uint16(port))
-	if to.Addr() != r.pkt.daddr || to.Port() != r.pkt.dport {
+	if to.Addr() != r.pkt.origDaddr || to.Port() != r.pkt.origDport {
 		r.pkt.status |= ipsDstNAT
 	}
 	r.pkt.daddr, r.pkt.dport = to.Addr(), to.Port()

@@ -86,13 +86,60 @@ func dnat(addr, port uint32) []expr.Any {
 	return one(&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: addr, RegProtoMin: port, Specified: true})
 }
 
-// markLocal: meta mark set meta mark | localMark.
-func markLocal() []expr.Any {
+// markBit: meta mark set meta mark | bit.
+func markBit(bit uint32) []expr.Any {
 	return one(
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: regMark},
 		&expr.Bitwise{SourceRegister: regMark, DestRegister: regMark, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(^uint32(localMark)), Xor: binaryutil.NativeEndian.PutUint32(localMark)},
+			Mask: binaryutil.NativeEndian.PutUint32(^bit), Xor: binaryutil.NativeEndian.PutUint32(bit)},
 		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: regMark})
+}
+
+// markSet: meta mark & bit != 0.
+func markSet(bit uint32) []expr.Any {
+	return one(&expr.Meta{Key: expr.MetaKeyMARK, Register: regMark},
+		&expr.Bitwise{SourceRegister: regMark, DestRegister: regMark, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(bit), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: regMark, Data: make([]byte, 4)})
+}
+
+// copyReg copies n bytes from register src to register dst.
+func copyReg(dst, src, n uint32) []expr.Any {
+	mask := make([]byte, n)
+	for i := range mask {
+		mask[i] = 0xff
+	}
+	return one(&expr.Bitwise{SourceRegister: src, DestRegister: dst, Len: n, Mask: mask, Xor: make([]byte, n)})
+}
+
+// l4proto matches the packet's transport protocol.
+func l4proto(p byte) []expr.Any {
+	return one(
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regMark},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: regMark, Data: []byte{p}})
+}
+
+// csumTypeSCTP is NFT_PAYLOAD_CSUM_SCTP (Linux 5.8): the CRC32c over the
+// packet, recomputed.
+const csumTypeSCTP expr.PayloadCsumType = 2
+
+// writeDst writes register 8 into the destination address and register
+// 9 into the destination port, updating the IPv4 header checksum, the
+// transport checksum's pseudo-header part (skipped by the kernel where
+// the protocol has none, or a UDP packet carries none) and the transport
+// checksum over the port as the protocol p computes it.
+func writeDst(p byte) []expr.Any {
+	port := &expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: regProto, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2,
+		CsumType: expr.CsumTypeInet, CsumOffset: 16}
+	switch p {
+	case unix.IPPROTO_UDP:
+		port.CsumOffset = 6
+	case unix.IPPROTO_SCTP:
+		port.CsumType, port.CsumOffset = csumTypeSCTP, 8
+	}
+	return one(
+		&expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: regDaddr, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4,
+			CsumType: expr.CsumTypeInet, CsumOffset: 10, CsumFlags: unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR},
+		port)
 }
 
 // fromInside matches a source inside the pod networks.

@@ -223,6 +223,9 @@ func ruleString(exprs []expr.Any) string {
 func exprString(e expr.Any) string {
 	switch e := e.(type) {
 	case *expr.Payload:
+		if e.OperationType == expr.PayloadWrite {
+			return fmt.Sprintf("%s set r%d csum %d at %d flags %d", payloadName(e), e.SourceRegister, e.CsumType, e.CsumOffset, e.CsumFlags)
+		}
 		return fmt.Sprintf("%s > r%d", payloadName(e), e.DestRegister)
 	case *expr.Meta:
 		if e.SourceRegister {

@@ -47,6 +47,8 @@ const (
 	refuseChain, lbChain  = "refuse", "lb"
 	aclChain, aclOutChain = "acl", "acl_out"
 	preChain, outChain    = "prerouting", "output"
+	preBindChain          = "prerouting_bind"
+	outBindChain          = "output_bind"
 	postChain             = "postrouting"
 )
 
@@ -71,8 +73,23 @@ func baseChains(sets map[string]*nftables.Set) []chainSpec {
 		balanceChain(sets),
 		dstNATChain(preChain, nftables.ChainHookPrerouting, sets),
 		dstNATChain(outChain, nftables.ChainHookOutput, sets),
+		bindChain(preBindChain, nftables.ChainHookPrerouting),
+		bindChain(outBindChain, nftables.ChainHookOutput),
 	}
 }
+
+// Priorities of the NAT chains. flowlb picks a backend and rewrites the
+// first packet's destination before the usual dstnat priority, where
+// kube-proxy (and iptables' nat table) translate, and binds the
+// translation after it. A backend another NAT table translates further
+// (kube-proxy's node port on this node) is thereby translated by it, as
+// the kernel keeps one destination translation per connection; any other
+// backend is bound by flowlb. Only the connections flowlb bound carry
+// ownedMark, and only those are masqueraded by flowlb.
+var (
+	rewritePriority = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 10)
+	bindPriority    = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest + 10)
+)
 
 // rejectChain answers a new connection with a TCP reset or an ICMP port
 // unreachable, so that clients fail at once instead of timing out.
@@ -108,18 +125,20 @@ func filterChain(name string, hook *nftables.ChainHook, sets map[string]*nftable
 }
 
 // postroutingChain masquerades hairpin connections, and connections from
-// outside the pod networks that are not local-only ones.
+// outside the pod networks that are not local-only ones, among those
+// flowlb translated (ownedMark): a connection kube-proxy translated is
+// left to kube-proxy's own rules.
 func postroutingChain(sets map[string]*nftables.Set) chainSpec {
 	return chainSpec{
 		chain: nftables.Chain{Name: postChain, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource},
 		rules: []ruleSpec{
-			// ct status dnat ip saddr . ip daddr @hairpin masquerade
-			rule(reasonHairpin, ctBit(expr.CtKeySTATUS, ipsDstNAT),
+			// ct status dnat meta mark & owned != 0 ip saddr . ip daddr @hairpin masquerade
+			rule(reasonHairpin, ctBit(expr.CtKeySTATUS, ipsDstNAT), markSet(ownedMark),
 				load(regDaddr, expr.PayloadBaseNetworkHeader, 12, 4),
 				load(regProto, expr.PayloadBaseNetworkHeader, 16, 4),
 				lookup(sets[hairpinSet], regDaddr), one(&expr.Masq{})),
-			// ct status dnat meta mark & local == 0 ip saddr != @podnets masquerade
-			rule(reasonOutsidePodNets, ctBit(expr.CtKeySTATUS, ipsDstNAT), localMarkClear(), fromOutside(sets[podNetsSet]), one(&expr.Masq{})),
+			// ct status dnat meta mark & owned != 0 meta mark & local == 0 ip saddr != @podnets masquerade
+			rule(reasonOutsidePodNets, ctBit(expr.CtKeySTATUS, ipsDstNAT), markSet(ownedMark), localMarkClear(), fromOutside(sets[podNetsSet]), one(&expr.Masq{})),
 		},
 	}
 }
@@ -129,7 +148,7 @@ func postroutingChain(sets map[string]*nftables.Set) chainSpec {
 func balanceChain(sets map[string]*nftables.Set) chainSpec {
 	rules := []ruleSpec{rule("", svcKey(), vmap(sets[persistMap]))}
 	for _, alg := range algs {
-		rules = append(rules, rule(reasonEveryBackend, svcKey(), lookup(sets[pickNames[alg]], regDaddr), pickSlot(alg, 0), slotLookup(sets[slotsMap]), dnat(regData, regDataPrt)))
+		rules = append(rules, pickRules(reasonEveryBackend, svcKey(), lookup(sets[pickNames[alg]], regDaddr), pickSlot(alg, 0), slotLookup(sets[slotsMap]))...)
 	}
 	return chainSpec{chain: nftables.Chain{Name: lbChain}, rules: rules}
 }
@@ -144,8 +163,8 @@ func dstNATChain(name string, hook *nftables.ChainHook, sets map[string]*nftable
 	var rules []ruleSpec
 	if name == preChain {
 		for _, alg := range algs {
-			rules = append(rules, rule(reasonLocalOnly, svcKey(), lookup(sets[localOnSet], regDaddr), lookup(sets[pickNames[alg]], regDaddr), fromOutside(podnets),
-				pickSlot(alg, localSlot), slotLookup(sets[slotsMap]), markLocal(), dnat(regData, regDataPrt)))
+			rules = append(rules, pickRules(reasonLocalOnly, svcKey(), lookup(sets[localOnSet], regDaddr), lookup(sets[pickNames[alg]], regDaddr), fromOutside(podnets),
+				pickSlot(alg, localSlot), slotLookup(sets[slotsMap]), markBit(localMark))...)
 		}
 	}
 	for _, alg := range algs {
@@ -153,11 +172,39 @@ func dstNATChain(name string, hook *nftables.ChainHook, sets map[string]*nftable
 		if name == preChain {
 			source = fromInside(podnets)
 		}
-		rules = append(rules, rule(reasonInternalLocal, svcKey(), lookup(sets[iLocalOnSet], regDaddr), lookup(sets[pickNames[alg]], regDaddr), source,
-			pickSlot(alg, localSlot), slotLookup(sets[slotsMap]), dnat(regData, regDataPrt)))
+		rules = append(rules, pickRules(reasonInternalLocal, svcKey(), lookup(sets[iLocalOnSet], regDaddr), lookup(sets[pickNames[alg]], regDaddr), source,
+			pickSlot(alg, localSlot), slotLookup(sets[slotsMap]))...)
 	}
 	rules = append(rules, rule("", one(&expr.Verdict{Kind: expr.VerdictJump, Chain: lbChain})))
-	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeNAT, Hooknum: hook, Priority: nftables.ChainPriorityNATDest}, rules: rules}
+	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeNAT, Hooknum: hook, Priority: rewritePriority}, rules: rules}
+}
+
+// pickRules are a rule that picks a backend into registers 8 (address)
+// and 9 (port), once for each protocol, each ending in writing the
+// backend into the first packet's header with the checksums of its
+// protocol, marking it for bindChain and ending the NAT chain. (The
+// kernel takes a register only from the rule that stored it, so the
+// write cannot be a chain of its own.)
+func pickRules(reason string, parts ...[]expr.Any) []ruleSpec {
+	var rules []ruleSpec
+	for _, p := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_SCTP} {
+		r := rule(reason, append(append([][]expr.Any{l4proto(p)}, parts...), writeDst(p), markBit(handoffMark), one(&expr.Verdict{Kind: expr.VerdictAccept}))...)
+		rules = append(rules, r)
+	}
+	return rules
+}
+
+// bindChain translates a connection flowlb rewrote and no other NAT
+// table translated to where its first packet now goes, and marks it
+// flowlb's: dnat to ip daddr : th dport.
+func bindChain(name string, hook *nftables.ChainHook) chainSpec {
+	return chainSpec{
+		chain: nftables.Chain{Name: name, Type: nftables.ChainTypeNAT, Hooknum: hook, Priority: bindPriority},
+		rules: []ruleSpec{rule("", markSet(handoffMark),
+			load(regDaddr, expr.PayloadBaseNetworkHeader, 16, 4),
+			load(regProto, expr.PayloadBaseTransportHeader, 2, 2),
+			markBit(ownedMark), dnat(regDaddr, regProto))},
+	}
 }
 
 // classChainSets are the sets a class chain owns: a limit chain's
@@ -195,16 +242,16 @@ func persistenceChain(name string, timeout time.Duration, sets map[string]*nftab
 		return one(&expr.Dynset{SrcRegKey: regAffKey, SrcRegData: data, SetName: aff.Name, SetID: aff.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: timeout})
 	}
 	// A remembered backend still in the service: refresh and use it.
-	rules := []ruleSpec{rule(reasonRemembered, svcKey(), affKey(),
+	rules := pickRules(reasonRemembered, svcKey(), affKey(),
 		one(&expr.Lookup{SourceRegister: regAffKey, SetName: aff.Name, SetID: aff.ID, DestRegister: regAffData, IsDestRegSet: true}),
 		lookup(sets[membersSet], regDaddr),
-		update(regAffData), dnat(regAffData, regAffData+1))}
+		update(regAffData), copyReg(regDaddr, regAffData, 8))
 	// Otherwise pick as usual and remember the choice, replacing an
 	// affinity to a backend that has left.
 	forget := one(&expr.Dynset{SrcRegKey: regAffKey, SrcRegData: regAffKey, SetName: aff.Name, SetID: aff.ID, Operation: dynsetOpDelete})
 	for _, alg := range algs {
-		rules = append(rules, rule(reasonEveryBackend, svcKey(), lookup(sets[pickNames[alg]], regDaddr), affKey(), forget,
-			pickSlot(alg, 0), slotLookup(sets[slotsMap]), update(regDaddr), dnat(regData, regDataPrt)))
+		rules = append(rules, pickRules(reasonEveryBackend, svcKey(), lookup(sets[pickNames[alg]], regDaddr), affKey(), forget,
+			pickSlot(alg, 0), slotLookup(sets[slotsMap]), update(regDaddr))...)
 	}
 	return chainSpec{chain: nftables.Chain{Name: name}, rules: rules}
 }

@@ -61,7 +61,7 @@ const (
 	// layoutMarker names the rule layout: a table without it (made by an
 	// agent with other rules) is rebuilt instead of adopted. Bump it with
 	// any change to the rules of rules.go or to setSpecs.
-	layoutMarker = "layout_5"
+	layoutMarker = "layout_6"
 
 	persistPrefix = "persist_"
 	limitPrefix   = "limit_"
@@ -71,6 +71,15 @@ const (
 // localMark is the packet mark bit of a connection sent to a local
 // backend of a local-only service: it keeps the client's address.
 const localMark = 0x00100000
+
+// handoffMark is the packet mark bit of a first packet whose destination
+// flowlb rewrote to a backend; ownedMark, of one whose translation flowlb
+// then bound (no other NAT table translated it further). Bits of their
+// own, beside kube-proxy's 0x4000 and 0x8000.
+const (
+	handoffMark = 0x00200000
+	ownedMark   = 0x00400000
+)
 
 // ipsDstNAT is conntrack's IPS_DST_NAT status bit.
 const ipsDstNAT = 1 << 5

@@ -48,7 +48,9 @@ type Verdict struct {
 // evaluated in Go over the elements the kernel holds, read back for the
 // trace (jhash as the kernel computes it), so that an operator, or a test,
 // can tell which backend a client reaches and why. The chains run in hook
-// order: acl or acl_out, then prerouting or output, then postrouting.
+// order: acl or acl_out, then prerouting or output (which picks a backend
+// and rewrites the destination), prerouting_bind or output_bind (which
+// translates to it), then postrouting.
 // podNets stands for the podnets set (none: every source is inside). A
 // table that cannot be read gives the action "error".
 func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
@@ -133,7 +135,8 @@ func (t *tracer) trace(p Packet) (Verdict, error) {
 // postrouting.
 func (t *tracer) run(p Packet, numgen func(uint32) uint32) (outcome, error) {
 	r := &run{chains: t.chains, sets: t.sets, numgen: numgen, pkt: packetState{
-		saddr: p.Src, daddr: p.Dst, sport: p.SrcPort, dport: p.DstPort, proto: protoNum[p.Protocol], ctState: expr.CtStateBitNEW}}
+		saddr: p.Src, daddr: p.Dst, sport: p.SrcPort, dport: p.DstPort, proto: protoNum[p.Protocol], ctState: expr.CtStateBitNEW,
+		origDaddr: p.Dst, origDport: p.DstPort}}
 	k := flows.Key{VIP: p.Dst, Protocol: p.Protocol, Port: p.DstPort}
 	o := outcome{action: "accept", reason: reasonNotAService}
 	first := nftables.ChainHookPrerouting
@@ -151,12 +154,18 @@ func (t *tracer) run(p Packet, numgen func(uint32) uint32) (outcome, error) {
 			case verdictDrop, verdictRefuse:
 				o.action, o.reason = map[verdictKind]string{verdictDrop: "drop", verdictRefuse: "refuse"}[res.kind], res.reason
 				return o, nil
-			case verdictDNAT:
-				o.action, o.reason = "dnat", res.reason
-				o.backend = netip.AddrPortFrom(r.pkt.daddr, r.pkt.dport)
-				if o.reason == reasonEveryBackend && t.zonal(k) {
-					o.reason = reasonPreferClose
+			case verdictAccept:
+				// The rewrite chain ends the NAT chain that picked a
+				// backend; the bind chain translates to it next.
+				if r.pkt.rewritten && o.action == "accept" {
+					o.action, o.reason = "rewritten", res.reason
+					if o.reason == reasonEveryBackend && t.zonal(k) {
+						o.reason = reasonPreferClose
+					}
 				}
+			case verdictDNAT:
+				o.action = "dnat"
+				o.backend = netip.AddrPortFrom(r.pkt.daddr, r.pkt.dport)
 			case verdictMasq:
 				o.masq, o.hairpin = true, res.reason == reasonHairpin
 			}

@@ -262,3 +262,39 @@ func TestTraceReadsTheTable(t *testing.T) {
 		t.Error("opened a removed table")
 	}
 }
+
+// TestPostroutingMasqueradesOnlyOwned: flowlb's postrouting masquerades
+// only the connections flowlb bound (ownedMark), never one that another
+// NAT table (kube-proxy) translated, alone or after flowlb's rewrite.
+func TestPostroutingMasqueradesOnlyOwned(t *testing.T) {
+	dp, _ := fakeDataplane(t)
+	chains, err := dp.traceChains()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name     string
+		mark     uint32
+		wantMasq bool
+	}{
+		{"kube-proxy translated", 0, false},
+		{"kube-proxy keeps its own masquerade bit", 0x4000, false},
+		{"flowlb rewrote, kube-proxy translated further", handoffMark, false},
+		{"flowlb bound", handoffMark | ownedMark, true},
+		{"flowlb bound, local-only", handoffMark | ownedMark | localMark, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := &run{chains: chains, sets: newSetReader(dp.conn, dp.table, podNets), pkt: packetState{
+				saddr: outsider, daddr: b1.Address, sport: 40000, dport: b1.Port, proto: protoNum[flows.TCP],
+				ctState: 1 << 3, status: ipsDstNAT, mark: c.mark}}
+			res, err := r.evalChain(postChain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.kind == verdictMasq; got != c.wantMasq {
+				t.Errorf("masquerade %v, want %v (%+v)", got, c.wantMasq, res)
+			}
+		})
+	}
+}
