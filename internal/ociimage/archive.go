@@ -2,6 +2,7 @@ package ociimage
 
 import (
 	"archive/tar"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -41,6 +42,51 @@ func WriteArchive(w io.Writer, idx v1.ImageIndex, ref string) error {
 		return err
 	}
 	return tarDir(w, dir)
+}
+
+// Unpack extracts a WriteArchive tar (directories and regular files
+// only) into dir, for LoadArchiveDir.
+func Unpack(r io.Reader, dir string) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !filepath.IsLocal(filepath.FromSlash(h.Name)) {
+			return fmt.Errorf("unpack: %q leaves the directory", h.Name)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(h.Name))
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(p, 0o755)
+		case tar.TypeReg:
+			err = writeFile(p, tr)
+		default:
+			err = fmt.Errorf("unpack: %s: not a file or a directory", h.Name)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func writeFile(p string, r io.Reader) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(p)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // LoadArchiveDir reads the index named ref from dir, an unpacked

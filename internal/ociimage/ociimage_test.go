@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -248,36 +246,42 @@ func mustDigest(t *testing.T, idx v1.ImageIndex) v1.Hash {
 	return d
 }
 
-// untar unpacks an archive WriteArchive made (files and directories only)
-// and checks that its entries carry no time and no owner.
+// untar checks that an archive's entries carry no time and no owner,
+// and unpacks it.
 func untar(t *testing.T, b []byte) string {
 	t.Helper()
-	dir := t.TempDir()
 	tr := tar.NewReader(bytes.NewReader(b))
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return dir
+			break
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.ModTime.Unix() != 0 || h.Uid != 0 || h.Gid != 0 {
-			t.Errorf("%s: mtime %v owner %d:%d", h.Name, h.ModTime, h.Uid, h.Gid)
+		if h.ModTime.Unix() != 0 || h.Uid != 0 || h.Gid != 0 || h.Uname != "" || h.Gname != "" {
+			t.Errorf("%s: mtime %v owner %d:%d (%q:%q)", h.Name, h.ModTime, h.Uid, h.Gid, h.Uname, h.Gname)
 		}
-		p := filepath.Join(dir, filepath.FromSlash(h.Name))
-		if h.Typeflag == tar.TypeDir {
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		body, err := io.ReadAll(tr)
-		if err != nil {
+	}
+	dir := t.TempDir()
+	if err := Unpack(bytes.NewReader(b), dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestUnpackRefusesEscapes(t *testing.T) {
+	for _, name := range []string{"../evil", "/etc/evil", "a/../../evil"} {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644}); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, body, 0o644); err != nil {
+		if err := tw.Close(); err != nil {
 			t.Fatal(err)
+		}
+		if err := Unpack(&buf, t.TempDir()); err == nil || !strings.Contains(err.Error(), "leaves the directory") {
+			t.Errorf("%s: %v", name, err)
 		}
 	}
 }
