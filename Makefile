@@ -23,9 +23,10 @@ HOST_ARCH := $(shell $(GO) env GOARCH)
 
 # One static, reproducible build for the tests, the demo and the image:
 # no cgo (the SQLite driver is pure Go), no paths of this machine, no VCS
-# stamp but the version.
+# stamp but the version, no symbol table or DWARF (-s -w: a third of the
+# size; stack traces keep their function names and lines).
 GOBUILD = CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false \
-	-ldflags "-X github.com/flowlb/flowlb/internal/version.Version=$(VERSION)"
+	-ldflags "-s -w -X github.com/flowlb/flowlb/internal/version.Version=$(VERSION)"
 
 build:
 	$(GOBUILD) -o $(BIN)/flowlb ./cmd/flowlb
