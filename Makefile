@@ -38,7 +38,7 @@ image: build
 		b=$(BIN)/flowlb; \
 		if [ "$$a" != "$(HOST_ARCH)" ]; then \
 			b=$(BIN)/flowlb-linux-$$a; \
-			echo "GOOS=linux GOARCH=$$a $(GOBUILD) -o $$b ./cmd/flowlb"; \
+			echo 'GOOS=linux GOARCH='$$a' $(GOBUILD) -o '$$b' ./cmd/flowlb'; \
 			GOOS=linux GOARCH=$$a $(GOBUILD) -o $$b ./cmd/flowlb; \
 		fi; \
 		args="$$args -binary linux/$$a=$$b"; \
