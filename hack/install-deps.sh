@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
-# Installs what flowlb's tests and demo need on a fresh Debian machine that
-# has only Go, gcc and git. Idempotent: does nothing when all is present.
+# Installs what flowlb's demo needs on a fresh Debian machine that has only
+# Go, gcc and git; with --test, what the tests need too: the openstack CLI
+# and the lab's Kubernetes control plane, built from source the first time
+# (minutes). Idempotent: does nothing when all is present.
 set -euo pipefail
 
+test=false
+case "${1:-}" in
+--test) test=true ;;
+"") ;;
+*) echo "usage: $0 [--test]" >&2; exit 2 ;;
+esac
+
 packages=(
-	postgresql            # PostgreSQL store tests start a throwaway cluster
+	postgresql            # the demo's --servers replicas; store tests start a throwaway cluster
 	iproute2 nftables conntrack   # lab, data plane and their debugging
-	python3-openstackclient python3-octaviaclient   # CLI compatibility test
 )
+if $test; then
+	packages+=(python3-openstackclient python3-octaviaclient)   # CLI compatibility test
+	packages+=(systemd)   # systemd-analyze, -sysusers, -tmpfiles check deploy/systemd
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -31,5 +43,7 @@ go mod download
 
 # The lab's Kubernetes control plane: pinned binaries built once from the
 # Go module proxy and cached outside the repository (about 12 minutes the
-# first time), plus Debian's etcd and kubectl.
-"$(dirname "$0")/kube-bins.sh" >/dev/null
+# first time), plus Debian's etcd and kubectl. The demo runs none of them.
+if $test; then
+	"$(dirname "$0")/kube-bins.sh" >/dev/null
+fi

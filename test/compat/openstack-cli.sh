@@ -7,7 +7,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 bin=$(realpath "${1:-bin/flowlb}")
 . "$here/lib.sh"
 
-command -v /usr/bin/openstack >/dev/null || { echo "openstack CLI missing: run hack/install-deps.sh" >&2; exit 1; }
+command -v /usr/bin/openstack >/dev/null || { echo "openstack CLI missing: run hack/install-deps.sh --test" >&2; exit 1; }
 start_server "$bin"
 
 # auth none: every service, Octavia and the Neutron look-ups, uses this endpoint.
