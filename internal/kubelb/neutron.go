@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
@@ -25,6 +26,9 @@ type Neutron struct {
 func (n *Neutron) Apply(ctx context.Context, lbName, portID string, want *FloatingIP) (addr string, calls int, err error) {
 	if n.Client == nil {
 		return "", 0, errors.New("floating IPs need a network API, and the cloud's catalog has no network endpoint")
+	}
+	if want != nil && portID == "" {
+		return "", 0, fmt.Errorf("load balancer %s has no VIP port to give a floating IP", lbName)
 	}
 	st, err := n.Load(ctx, lbName, portID, want)
 	if err != nil {
@@ -97,9 +101,13 @@ func (n *Neutron) list(ctx context.Context, opts floatingips.ListOpts) ([]FIP, e
 }
 
 // networkID resolves a network given by ID or by name (an ID first, as
-// the openstack CLI does).
+// the openstack CLI does; only a UUID is looked up as an ID).
 func (n *Neutron) networkID(ctx context.Context, ref string) (string, error) {
-	for _, opts := range []networks.ListOpts{{ID: ref}, {Name: ref}} {
+	lookups := []networks.ListOpts{{Name: ref}}
+	if uuid.Validate(ref) == nil {
+		lookups = append([]networks.ListOpts{{ID: ref}}, lookups...)
+	}
+	for _, opts := range lookups {
 		pages, err := networks.List(n.Client, opts).AllPages(ctx)
 		if err != nil {
 			return "", fmt.Errorf("find floating network %q: %w", ref, err)
