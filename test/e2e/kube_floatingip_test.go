@@ -77,7 +77,9 @@ func TestKubernetesFloatingIP(t *testing.T) {
 			}
 			return true, r.Pod
 		})
-		if by := e.spread([]lab.Host{e.lab.Client()}, ext, 30, false); len(by) < 2 {
+		by := e.spread([]lab.Host{e.lab.Client()}, ext, 30, false)
+		t.Logf("%s: floating IP %s on cluster IP %s; 30 requests from the external client reached %v", name, ingress[name], s.Spec.ClusterIP, by)
+		if len(by) < 2 {
 			t.Errorf("the external client reached %v through %s, want several pods", by, ext)
 		}
 	}
