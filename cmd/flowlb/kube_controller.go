@@ -66,6 +66,8 @@ ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
 	f.StringVar(&o.opts.Cluster, "cluster-name", "kubernetes", "name of this cluster in load balancer names and tags")
 	f.StringVar(&o.opts.ClusterIPSubnet, "cluster-ip-subnet", "", "ID of the VIP subnet holding the Services' cluster IPs (required)")
 	f.StringVar(&o.opts.ExternalSubnet, "external-subnet", "", "ID of the subnet LoadBalancer addresses come from, on the same network")
+	f.StringVar(&o.opts.FloatingNetwork, "floating-network", "", "ID or name of the network LoadBalancer Services get a floating IP from, associated with their load balancer's VIP (the cluster IP), "+
+		"instead of an address from --external-subnet (the Kuryr model; annotations pick another network or opt out)")
 	f.StringVar(&o.opts.Class, "load-balancer-class", kubelb.DefaultClass, "loadBalancerClass served besides none")
 	f.StringSliceVar(&o.opts.PodCIDRs, "pod-cidrs", nil, "pod networks besides the Nodes' spec.podCIDRs, let through when loadBalancerSourceRanges restrict a Service")
 	f.IntVar(&o.workers, "workers", 8, "Services reconciled at once")
@@ -133,7 +135,15 @@ func runKubeController(ctx context.Context, o kubeControllerOptions) error {
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 	}
-	c := kubecontroller.New(client, &kubelb.Octavia{Client: lbClient}, o.opts, reg, log)
+	netClient, err := kubelb.NewNetworkClient(lbClient, o.endpoints, o.cloud)
+	switch {
+	case err != nil && o.opts.FloatingNetwork != "":
+		return fmt.Errorf("network API client (for --floating-network): %w", err)
+	case err != nil:
+		// Only Services that ask for a floating IP need one; they fail.
+		log.Warn("no network API: Services asking for a floating IP will fail", "err", err)
+	}
+	c := kubecontroller.New(client, &kubelb.Octavia{Client: lbClient}, &kubelb.Neutron{Client: netClient}, o.opts, reg, log)
 	if !o.leaderElect {
 		return c.Run(ctx, o.workers)
 	}

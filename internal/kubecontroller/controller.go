@@ -43,6 +43,7 @@ const Finalizer = "flowlb.io/load-balancer"
 type Controller struct {
 	client  kubernetes.Interface
 	octavia *kubelb.Octavia
+	neutron *kubelb.Neutron
 	opts    kubelb.Options
 	log     *slog.Logger
 
@@ -67,8 +68,9 @@ type metrics struct {
 	latency    prometheus.Histogram
 }
 
-// New builds a controller; Run starts it.
-func New(client kubernetes.Interface, octavia *kubelb.Octavia, opts kubelb.Options, reg prometheus.Registerer, log *slog.Logger) *Controller {
+// New builds a controller; Run starts it. neutron gives LoadBalancer
+// Services their floating IPs (docs/kubernetes.md, the Kuryr model).
+func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.Neutron, opts kubelb.Options, reg prometheus.Registerer, log *slog.Logger) *Controller {
 	f := informers.NewSharedInformerFactory(client, 10*time.Minute)
 	svcInf := f.Core().V1().Services()
 	sliceInf := f.Discovery().V1().EndpointSlices()
@@ -76,7 +78,7 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, opts kubelb.Optio
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	c := &Controller{
-		client: client, octavia: octavia, opts: opts, log: log, factory: f,
+		client: client, octavia: octavia, neutron: neutron, opts: opts, log: log, factory: f,
 		services: svcInf.Lister(), slices: sliceInf.Lister(), nodes: nodeInf.Lister(),
 		synced:   []cache.InformerSynced{svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced, nodeInf.Informer().HasSynced},
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
@@ -229,6 +231,9 @@ func (c *Controller) collectGarbage(ctx context.Context) error {
 		}
 		if _, err := c.services.Services(ns).Get(name); apierrors.IsNotFound(err) {
 			c.log.Info("deleting the load balancer of a Service that is gone", "service", key, "loadbalancer", lb.ID)
+			if _, err := c.releaseFloatingIPs(ctx, &lb); err != nil {
+				return err
+			}
 			if err := c.octavia.Delete(ctx, lb.ID); err != nil {
 				return err
 			}
@@ -321,7 +326,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "InvalidService", "%v", err)
 		return fmt.Errorf("%w: %v", errInvalid, err)
 	}
-	vip, calls, err := c.octavia.Apply(ctx, want)
+	vip, calls, err := c.apply(ctx, svc, want)
 	if gophercloud.ResponseCodeIs(err, http.StatusNotImplemented) {
 		// The provider refuses an option (Octavia's 501): retrying cannot
 		// help, a change to the Service can.
@@ -336,10 +341,55 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		c.recorder.Eventf(svc, corev1.EventTypeNormal, "EnsuredLoadBalancer", "load balancer %s ACTIVE (%d API calls)", lbName, calls)
 		c.warnUnappliedTimeouts(ctx, svc, want)
 	}
-	if want.External {
-		return c.setIngress(ctx, svc, vip)
+	if want.FloatingIP == nil {
+		if want.External {
+			return c.setIngress(ctx, svc, vip.VIPAddress)
+		}
+		return nil
 	}
-	return nil
+	fip, calls, err := c.neutron.Apply(ctx, lbName, vip.VIPPortID, want.FloatingIP)
+	if err != nil {
+		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "floating IP of load balancer %s: %v", lbName, err)
+		return err
+	}
+	if calls > 0 {
+		c.recorder.Eventf(svc, corev1.EventTypeNormal, "EnsuredFloatingIP", "floating IP %s on the VIP port of load balancer %s (%d API calls)", fip, lbName, calls)
+	}
+	return c.setIngress(ctx, svc, fip)
+}
+
+// apply makes Octavia hold want. A load balancer that had a floating IP
+// and is to have none (the Service opted out or stopped being a
+// LoadBalancer) first has its floating IPs released: the tag that says it
+// had them goes with the change.
+func (c *Controller) apply(ctx context.Context, svc *corev1.Service, want *kubelb.LB) (kubelb.Result, int, error) {
+	actual, err := c.octavia.Load(ctx, want)
+	if err != nil {
+		return kubelb.Result{}, 0, err
+	}
+	if actual.LB != nil && want.FloatingIP == nil {
+		n, err := c.releaseFloatingIPs(ctx, actual.LB)
+		if err != nil {
+			return kubelb.Result{}, 0, err
+		}
+		if n > 0 {
+			c.recorder.Eventf(svc, corev1.EventTypeNormal, "ReleasedFloatingIP", "released the floating IP of load balancer %s (%d API calls)", want.Name, n)
+		}
+	}
+	return c.octavia.Sync(ctx, actual, want)
+}
+
+// releaseFloatingIPs deletes the floating IPs the controller created for
+// lb and disassociates the others from its VIP port, if it has had any.
+func (c *Controller) releaseFloatingIPs(ctx context.Context, lb *kubelb.ActualLB) (int, error) {
+	if !slices.Contains(lb.Tags, kubelb.TagFloatingIP) {
+		return 0, nil
+	}
+	_, n, err := c.neutron.Apply(ctx, lb.Name, lb.VIPPortID, nil)
+	if err != nil {
+		return n, fmt.Errorf("release the floating IPs of load balancer %s: %w", lb.ID, err)
+	}
+	return n, nil
 }
 
 // warnUnappliedTimeouts says, on the Service, that the timeouts its
@@ -361,6 +411,9 @@ func (c *Controller) warnUnappliedTimeouts(ctx context.Context, svc *corev1.Serv
 func (c *Controller) deleteLB(ctx context.Context, name string) error {
 	cur, err := c.octavia.Find(ctx, name)
 	if err != nil || cur == nil {
+		return err
+	}
+	if _, err := c.releaseFloatingIPs(ctx, cur); err != nil {
 		return err
 	}
 	return c.octavia.Delete(ctx, cur.ID)

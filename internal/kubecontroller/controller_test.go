@@ -157,7 +157,7 @@ func TestController(t *testing.T) {
 	client := fake.NewClientset(svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10"), epSlice("web", "198.18.17.2", "198.18.18.2"),
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "ext"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}})
 	h := &harness{t: t, api: api, o: o, client: client}
-	c := New(client, o, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, 2) }()
 
@@ -248,7 +248,7 @@ func TestProviderRefusalAndTimeouts(t *testing.T) {
 	timed := svc("timed", corev1.ServiceTypeClusterIP, "198.19.64.20")
 	timed.Annotations = map[string]string{kubelb.AnnTimeoutClientData: "180000", kubelb.AnnTimeoutMemberConnect: "2000"}
 	client := fake.NewClientset(svc("refused", corev1.ServiceTypeClusterIP, "198.19.64.21"), timed)
-	c := New(client, o, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, 2) }()
 
@@ -305,7 +305,7 @@ func TestNodesPodNetworks(t *testing.T) {
 	open := svc("open", corev1.ServiceTypeLoadBalancer, "198.19.64.31")
 	client := fake.NewClientset(restricted, open, node("n1", "198.18.17.0/24", "fd00:17::/64"))
 	h := &harness{t: t, api: api, o: o, client: client}
-	c := New(client, o, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, 2) }()
 

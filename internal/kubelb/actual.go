@@ -24,6 +24,7 @@ type (
 		Name               string      `json:"name"`
 		VIPAddress         string      `json:"vip_address"`
 		VIPSubnetID        string      `json:"vip_subnet_id"`
+		VIPPortID          string      `json:"vip_port_id"`
 		AdditionalVIPs     []ActualVIP `json:"additional_vips"`
 		ProvisioningStatus string      `json:"provisioning_status"`
 		Provider           string      `json:"provider"`

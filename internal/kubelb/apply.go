@@ -25,21 +25,32 @@ type Octavia struct {
 	Poll, Timeout time.Duration
 }
 
+// Result is the applied load balancer's primary VIP.
+type Result struct {
+	VIPAddress, VIPPortID string
+}
+
 // Apply makes Octavia hold want and returns the load balancer's primary
-// VIP address and the number of calls that changed something.
-func (o *Octavia) Apply(ctx context.Context, want *LB) (vip string, calls int, err error) {
+// VIP and the number of calls that changed something.
+func (o *Octavia) Apply(ctx context.Context, want *LB) (vip Result, calls int, err error) {
 	actual, err := o.Load(ctx, want)
 	if err != nil {
-		return "", 0, err
+		return Result{}, 0, err
 	}
+	return o.Sync(ctx, actual, want)
+}
+
+// Sync is Apply with what Octavia holds already loaded, for a caller that
+// acts on it first.
+func (o *Octavia) Sync(ctx context.Context, actual *Actual, want *LB) (vip Result, calls int, err error) {
 	e := o.execution()
 	if err := e.run(ctx, Plan(actual, want)); err != nil {
-		return "", e.calls, err
+		return Result{}, e.calls, err
 	}
 	if _, created := e.ids[RefLoadBalancer]; created {
 		return e.vip, e.calls, nil
 	}
-	return actual.LB.VIPAddress, e.calls, nil
+	return Result{VIPAddress: actual.LB.VIPAddress, VIPPortID: actual.LB.VIPPortID}, e.calls, nil
 }
 
 // Delete removes a load balancer and everything under it.

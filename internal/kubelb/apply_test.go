@@ -60,8 +60,8 @@ func TestApplyMinimalCalls(t *testing.T) {
 		if n != s.calls {
 			t.Errorf("%s: %d calls, want %d", s.name, n, s.calls)
 		}
-		if vip != want.VIP.Address {
-			t.Errorf("%s: VIP %s, want %s", s.name, vip, want.VIP.Address)
+		if vip.VIPAddress != want.VIP.Address || vip.VIPPortID == "" {
+			t.Errorf("%s: VIP %+v, want %s on a port", s.name, vip, want.VIP.Address)
 		}
 		// What is there now is exactly what was asked: a second Apply
 		// changes nothing.

@@ -64,3 +64,19 @@ func noAuthClient(endpoints []string, roots *x509.CertPool, reg prometheus.Regis
 	pc := &gophercloud.ProviderClient{HTTPClient: http.Client{Transport: transport}}
 	return &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: endpoint + "/", ResourceBase: endpoint + "/v2.0/"}, nil
 }
+
+// NewNetworkClient returns the Neutron client beside lb, which NewClient
+// returned for the same endpoints and cloud: flowlb serves its Neutron
+// subset at the root of its Octavia API, so a token-less client is lb
+// itself; a cloud's is the network endpoint of its catalog, with lb's
+// credentials.
+func NewNetworkClient(lb *gophercloud.ServiceClient, endpoints []string, cloud string) (*gophercloud.ServiceClient, error) {
+	if len(endpoints) > 0 {
+		return lb, nil
+	}
+	_, eo, _, err := clouds.Parse(clouds.WithCloudName(cloud))
+	if err != nil {
+		return nil, fmt.Errorf("clouds.yaml: %w", err)
+	}
+	return openstack.NewNetworkV2(lb.ProviderClient, eo)
+}

@@ -29,6 +29,12 @@ type Options struct {
 	ClusterIPSubnet, ExternalSubnet string
 	// Class is the loadBalancerClass served besides none.
 	Class string
+	// FloatingNetwork (an ID or a name) turns on the Kuryr model: a
+	// LoadBalancer Service keeps its cluster IP as its only VIP and is
+	// reached through a floating IP of this network associated with the
+	// VIP port. The Service's annotations may pick another network or
+	// opt out.
+	FloatingNetwork string
 	// PodCIDRs are the cluster's pod networks (the controller adds the
 	// Nodes' spec.podCIDRs to those configured). Source ranges restrict the
 	// external address, but Octavia's allowed_cidrs hold for every VIP of
@@ -45,6 +51,10 @@ const (
 	TagCluster = "flowlb:kube-cluster="
 	TagService = "flowlb:kube-service=" // namespace/name
 	TagUID     = "flowlb:kube-uid="
+	// TagFloatingIP marks a load balancer whose VIP port the controller
+	// gave a floating IP: the floating IP is released before the load
+	// balancer changes to one without (or goes).
+	TagFloatingIP = "flowlb:kube-floating-ip"
 )
 
 // Annotations of cloud-provider-openstack that are read.
@@ -56,6 +66,12 @@ const (
 	AnnHMMaxRetries     = "loadbalancer.openstack.org/health-monitor-max-retries"
 	AnnHMMaxRetriesDown = "loadbalancer.openstack.org/health-monitor-max-retries-down"
 	AnnSourceRanges     = "service.beta.kubernetes.io/load-balancer-source-ranges"
+	// AnnFloatingNetwork picks the floating network (an ID or a name) of
+	// a LoadBalancer Service, with or without --floating-network.
+	AnnFloatingNetwork = "loadbalancer.openstack.org/floating-network-id"
+	// AnnInternal "true" opts a LoadBalancer Service out of the floating
+	// IP: it gets an address from the external subnet instead.
+	AnnInternal = "service.beta.kubernetes.io/openstack-internal-load-balancer"
 	// Listener timeouts in milliseconds. They are set on the listeners for
 	// any Octavia provider to apply; flowlb's flow provider forwards with
 	// NAT, has no client or member connection of its own, and applies
@@ -75,9 +91,22 @@ type LB struct {
 	// AdditionalVIPs: the cluster IP of a LoadBalancer Service.
 	AdditionalVIPs []VIP
 	Listeners      []Listener
-	// External: a LoadBalancer Service, whose primary VIP goes to
-	// status.loadBalancer.ingress.
+	// External: a LoadBalancer Service, whose primary VIP (or floating
+	// IP) goes to status.loadBalancer.ingress.
 	External bool
+	// FloatingIP: the floating IP to associate with the VIP port (nil:
+	// none); its address is the ingress.
+	FloatingIP *FloatingIP
+}
+
+// FloatingIP is the floating IP a LoadBalancer Service is reached
+// through.
+type FloatingIP struct {
+	// Network is the floating network, an ID or a name.
+	Network string
+	// Address is spec.loadBalancerIP: an existing floating IP to
+	// associate, or the address to create one with; "" for any.
+	Address string
 }
 
 // VIP is an address on a subnet ("" address: the subnet allocates one).
@@ -218,15 +247,42 @@ func setVIPs(lb *LB, svc *corev1.Service, o Options) error {
 	}
 	clusterVIP := VIP{SubnetID: o.ClusterIPSubnet, Address: clusterIPs[0]}
 	lb.VIP = clusterVIP
-	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
-		if o.ExternalSubnet == "" {
-			return fmt.Errorf("type LoadBalancer needs an external subnet (--external-subnet)")
-		}
-		lb.External = true
-		lb.VIP = VIP{SubnetID: o.ExternalSubnet, Address: svc.Spec.LoadBalancerIP}
-		lb.AdditionalVIPs = []VIP{clusterVIP}
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return nil
 	}
+	lb.External = true
+	network, err := floatingNetwork(svc, o)
+	if err != nil {
+		return err
+	}
+	if network != "" {
+		// The Kuryr model: the floating IP translates to the cluster IP.
+		lb.FloatingIP = &FloatingIP{Network: network, Address: svc.Spec.LoadBalancerIP}
+		lb.Tags = append(lb.Tags, TagFloatingIP)
+		return nil
+	}
+	if o.ExternalSubnet == "" {
+		return fmt.Errorf("type LoadBalancer needs an external subnet (--external-subnet) or a floating network (--floating-network)")
+	}
+	lb.VIP = VIP{SubnetID: o.ExternalSubnet, Address: svc.Spec.LoadBalancerIP}
+	lb.AdditionalVIPs = []VIP{clusterVIP}
 	return nil
+}
+
+// floatingNetwork is the floating network of a LoadBalancer Service: none
+// when it opts out, else its annotation's, else the controller's.
+func floatingNetwork(svc *corev1.Service, o Options) (string, error) {
+	internal, err := annBool(svc.Annotations, AnnInternal)
+	if err != nil || internal {
+		return "", err
+	}
+	if n, ok := svc.Annotations[AnnFloatingNetwork]; ok {
+		if n = strings.TrimSpace(n); n == "" {
+			return "", fmt.Errorf("annotation %s is empty: name a network, or remove it", AnnFloatingNetwork)
+		}
+		return n, nil
+	}
+	return o.FloatingNetwork, nil
 }
 
 // listenerSettings are what every listener of a Service shares; forPort

@@ -2,6 +2,7 @@ package kubelb
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,6 +143,70 @@ func TestDesired(t *testing.T) {
 				l := lb.Listeners[0]
 				if !reflect.DeepEqual(l.AllowedCIDRs, []string{"198.18.1.0/24"}) || !reflect.DeepEqual(l.Tags, []string{flows.TagLocalOnly}) {
 					t.Errorf("listener %+v", l)
+				}
+			}},
+		{name: "LoadBalancer with --floating-network: the cluster IP is the only VIP, a floating IP (loadBalancerIP) on it, external policies kept",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.LoadBalancerIP = "198.19.128.7"
+				s.Spec.LoadBalancerSourceRanges = []string{"198.18.1.0/24"}
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+			}), slices: twoPods, opts: &Options{Cluster: "lab", ClusterIPSubnet: "sub-cluster", FloatingNetwork: "public"},
+			check: func(t *testing.T, lb *LB) {
+				if !lb.External || lb.VIP != (VIP{"sub-cluster", "198.19.64.10"}) || lb.AdditionalVIPs != nil {
+					t.Errorf("VIPs %+v %+v", lb.VIP, lb.AdditionalVIPs)
+				}
+				if lb.FloatingIP == nil || *lb.FloatingIP != (FloatingIP{Network: "public", Address: "198.19.128.7"}) {
+					t.Errorf("floating IP %+v", lb.FloatingIP)
+				}
+				if !slices.Contains(lb.Tags, TagFloatingIP) {
+					t.Errorf("tags %v, want %s", lb.Tags, TagFloatingIP)
+				}
+				l := lb.Listeners[0]
+				if !reflect.DeepEqual(l.AllowedCIDRs, []string{"198.18.1.0/24"}) || !reflect.DeepEqual(l.Tags, []string{flows.TagLocalOnly}) {
+					t.Errorf("listener %+v", l)
+				}
+			}},
+		{name: "the floating-network annotation opts in without the flag, and picks the network",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Annotations = map[string]string{AnnFloatingNetwork: " net-2 "}
+			}),
+			check: func(t *testing.T, lb *LB) {
+				if lb.FloatingIP == nil || *lb.FloatingIP != (FloatingIP{Network: "net-2"}) || lb.VIP.SubnetID != "sub-cluster" {
+					t.Errorf("floating IP %+v, VIP %+v", lb.FloatingIP, lb.VIP)
+				}
+			}},
+		{name: "the internal annotation opts out: an external-subnet address",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Annotations = map[string]string{AnnInternal: "true", AnnFloatingNetwork: "net-2"}
+			}), opts: &Options{Cluster: "lab", ClusterIPSubnet: "sub-cluster", ExternalSubnet: "sub-ext", FloatingNetwork: "public"},
+			check: func(t *testing.T, lb *LB) {
+				if lb.FloatingIP != nil || lb.VIP.SubnetID != "sub-ext" || slices.Contains(lb.Tags, TagFloatingIP) {
+					t.Errorf("floating IP %+v, VIP %+v, tags %v", lb.FloatingIP, lb.VIP, lb.Tags)
+				}
+			}},
+		{name: "opted out with no external subnet: refused",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Annotations = map[string]string{AnnInternal: "true"}
+			}), opts: &Options{Cluster: "lab", ClusterIPSubnet: "sub-cluster", FloatingNetwork: "public"}, err: "needs an external subnet"},
+		{name: "a bad internal annotation is refused",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Annotations = map[string]string{AnnInternal: "maybe"}
+			}), err: "want true or false"},
+		{name: "an empty floating-network annotation is refused",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Annotations = map[string]string{AnnFloatingNetwork: ""}
+			}), err: "is empty"},
+		{name: "ClusterIP ignores the floating network",
+			svc: service(), opts: &Options{Cluster: "lab", ClusterIPSubnet: "sub-cluster", FloatingNetwork: "public"},
+			check: func(t *testing.T, lb *LB) {
+				if lb.FloatingIP != nil || lb.External {
+					t.Errorf("floating IP %+v", lb.FloatingIP)
 				}
 			}},
 		{name: "source ranges let the pod networks through (allowed_cidrs also guard the cluster IP)",

@@ -16,7 +16,7 @@ import (
 type execution struct {
 	*Octavia
 	ids   map[Ref]string
-	vip   string // the address of the load balancer the plan created
+	vip   Result // the load balancer the plan created
 	calls int    // calls sent, the failed one included
 }
 
@@ -38,6 +38,7 @@ func (e *execution) run(ctx context.Context, plan []Call) error {
 type created struct {
 	ID         string `json:"id"`
 	VIPAddress string `json:"vip_address"`
+	VIPPortID  string `json:"vip_port_id"`
 }
 
 func (e *execution) call(ctx context.Context, c Call) error {
@@ -97,7 +98,7 @@ func (e *execution) record(ref Ref, out map[string]created) error {
 		}
 		e.ids[ref] = obj.ID
 		if ref == RefLoadBalancer {
-			e.vip = obj.VIPAddress
+			e.vip = Result{VIPAddress: obj.VIPAddress, VIPPortID: obj.VIPPortID}
 		}
 	}
 	return nil

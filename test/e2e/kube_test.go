@@ -45,9 +45,12 @@ func newKubeEnv(t testing.TB, controllers int) *kubeEnv {
 
 // kubeEnvOptions: the lab's nodes (one static pod each) and zones, the
 // kube-controller replicas, and what is added to the agents' command line.
+// floating: LoadBalancer Services get floating IPs of the server's
+// external network (the Kuryr model) instead of external-subnet VIPs.
 type kubeEnvOptions struct {
 	nodes, zones, controllers int
 	agentArgs                 []string
+	floating                  bool
 }
 
 func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
@@ -55,8 +58,11 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 	// FLOWLB_REQUIRE_KUBE=1 (make unit), where that is a failure.
 	kubetest.SkipUnlessKube(t)
 	controllers := o.controllers
-	c := newClusterOpts(t, clusterOptions{nodes: o.nodes, pods: 1, zones: o.zones, agentArgs: o.agentArgs,
-		serverArgs: []string{"--vip-cidr", "198.19.0.0/18", "--external-vip-cidr", ""}})
+	serverArgs := []string{"--vip-cidr", "198.19.0.0/18", "--external-vip-cidr", ""}
+	if o.floating {
+		serverArgs = serverArgs[:2] // the external network flowlb-external holds the lab's external range
+	}
+	c := newClusterOpts(t, clusterOptions{nodes: o.nodes, pods: 1, zones: o.zones, agentArgs: o.agentArgs, serverArgs: serverArgs})
 	bin := flowlb(t)
 	kc, err := kubelet.Up(t.Context(), c.lab, lab.KubeOptions{Kubelet: []string{bin, "lab", "kubelet"}})
 	if err != nil {
@@ -71,10 +77,14 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 		t.Fatalf("network: %d %v", code, body)
 	}
 	netID := body["network"].(map[string]any)["id"].(string)
-	for _, s := range []struct {
+	subnets := []struct {
 		name, cidr string
 		id         *string
-	}{{"kube-services", lab.KubeServiceCIDR.String(), &e.clusterSub}, {"kube-external", lab.ExternalVIPs.String(), &e.extSub}} {
+	}{{"kube-services", lab.KubeServiceCIDR.String(), &e.clusterSub}, {"kube-external", lab.ExternalVIPs.String(), &e.extSub}}
+	if o.floating {
+		subnets = subnets[:1]
+	}
+	for _, s := range subnets {
 		// No gateway: every address is a Service's to take (the API
 		// server's own Service has the first one).
 		code, body := c.call("POST", "/v2.0/subnets", map[string]any{"subnet": map[string]any{"name": s.name, "network_id": netID, "cidr": s.cidr, "ip_version": 4, "gateway_ip": nil}})
@@ -83,11 +93,15 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 		}
 		*s.id = body["subnet"].(map[string]any)["id"].(string)
 	}
+	lbArgs := []string{"--external-subnet", e.extSub}
+	if o.floating {
+		lbArgs = []string{"--floating-network", "flowlb-external"}
+	}
 	for i := range controllers {
-		if _, err := c.lab.Fabric().Start(fmt.Sprintf("kube-controller-%d", i+1), []string{bin, "kube-controller",
+		if _, err := c.lab.Fabric().Start(fmt.Sprintf("kube-controller-%d", i+1), append([]string{bin, "kube-controller",
 			"--kubeconfig", kc.State.LabKubeconfig, "--octavia-endpoint", c.api, "--octavia-ca-file", c.tls.CACert,
-			"--cluster-name", "lab", "--cluster-ip-subnet", e.clusterSub, "--external-subnet", e.extSub,
-			"--metrics-listen", ""}); err != nil { // pod networks: from the Nodes
+			"--cluster-name", "lab", "--cluster-ip-subnet", e.clusterSub,
+			"--metrics-listen", ""}, lbArgs...)); err != nil { // pod networks: from the Nodes
 			t.Fatal(err)
 		}
 	}

@@ -163,7 +163,7 @@ func (w *world) applyService(k *kube, key string, out *bytes.Buffer) error {
 	if err != nil {
 		return fmt.Errorf("apply service %s: %w", key, err)
 	}
-	fmt.Fprintf(out, "service %s: VIP %s, %d calls\n", key, vip, calls)
+	fmt.Fprintf(out, "service %s: VIP %s, %d calls\n", key, vip.VIPAddress, calls)
 	return nil
 }
 

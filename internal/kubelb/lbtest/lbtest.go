@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/gophercloud/gophercloud/v2"
@@ -47,21 +48,36 @@ func New(t testing.TB) *API {
 	}
 	srv := httptest.NewServer(identity.NoAuth("kube", octavia.New(svc, neutron.NewHandler(st, log), log, octavia.Config{})))
 	t.Cleanup(srv.Close)
-	body, _ := json.Marshal(map[string]any{"subnet": map[string]any{"network_id": net.ID, "cidr": "198.19.128.0/17", "ip_version": 4, "name": "ext"}})
-	resp, err := http.Post(srv.URL+"/v2.0/subnets", "application/json", bytes.NewReader(body))
+	api := &API{URL: srv.URL, Client: NoAuthClient(srv.URL), ClusterSubnet: clusterSub.ID}
+	api.ExternalSubnet = api.post(t, "subnets", map[string]any{"network_id": net.ID, "cidr": "198.19.128.0/17", "ip_version": 4, "name": "ext"})
+	return api
+}
+
+// FloatingNetwork creates a router:external network named name with a
+// subnet of cidr, whose addresses floating IPs take, and returns its ID.
+func (a *API) FloatingNetwork(t testing.TB, name, cidr string) string {
+	t.Helper()
+	id := a.post(t, "networks", map[string]any{"name": name, "router:external": true})
+	a.post(t, "subnets", map[string]any{"network_id": id, "cidr": cidr, "ip_version": 4, "name": name})
+	return id
+}
+
+// post creates a Neutron object of collection plural and returns its ID.
+func (a *API) post(t testing.TB, plural string, obj map[string]any) string {
+	t.Helper()
+	singular := strings.TrimSuffix(plural, "s")
+	body, _ := json.Marshal(map[string]any{singular: obj})
+	resp, err := http.Post(a.URL+"/v2.0/"+plural, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out struct {
-		Subnet struct{ ID string } `json:"subnet"`
-	}
+	var out map[string]struct{ ID string }
 	_ = json.NewDecoder(resp.Body).Decode(&out)
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("external subnet: HTTP %d", resp.StatusCode)
+	if resp.StatusCode != http.StatusCreated || out[singular].ID == "" {
+		t.Fatalf("create %s %v: HTTP %d", singular, obj, resp.StatusCode)
 	}
-	return &API{URL: srv.URL, ClusterSubnet: clusterSub.ID, ExternalSubnet: out.Subnet.ID,
-		Client: NoAuthClient(srv.URL)}
+	return out[singular].ID
 }
 
 // NoAuthClient is a gophercloud load-balancer client for an endpoint that
