@@ -52,7 +52,7 @@ every pod. See docs/lab.md for the topology and address plan.`,
 	_ = cmd.PersistentFlags().MarkHidden("state-dir")
 	cmd.AddCommand(labUpCmd(f), labDownCmd(f), labStatusCmd(f), labExecCmd(f),
 		labAddPodCmd(f), labDelPodCmd(f), labPodCmd(f), labProcCmd(f), labPostgresCmd(f), labECMPCmd(f), labRoutesCmd(f),
-		labLoadCmd(f), labEchoCmd(), labKubeletCmd(), labDemoCmd())
+		labLoadCmd(f), labEchoCmd(), labKubeletCmd(), labExecPodCmd(), labDemoCmd())
 	rootCmd.AddCommand(cmd)
 }
 
@@ -567,6 +567,18 @@ func labEchoCmd() *cobra.Command {
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return echo.Main(args, cmd.ErrOrStderr())
+		},
+	}
+}
+
+func labExecPodCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "exec-pod [--mount SOURCE:TARGET[:ro]]... -- COMMAND...",
+		Short:              "Run a container of a flowlb pod with its volumes mounted (started by the lab kubelet)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return lab.ExecPod(args)
 		},
 	}
 }
