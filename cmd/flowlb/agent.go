@@ -32,10 +32,12 @@ type agentOptions struct {
 	node      string
 	zone      string
 	nodeZone  bool
-	logLevel  string
-	podCIDRs  []string
-	metrics   string
-	minSync   time.Duration
+	// removeOnDelete: NAMESPACE/NAME of the agent's DaemonSet.
+	removeOnDelete string
+	logLevel       string
+	podCIDRs       []string
+	metrics        string
+	minSync        time.Duration
 	// announce: VIP ranges to announce, in routing table announceTable.
 	announce      []string
 	announceTable int
@@ -58,6 +60,7 @@ func init() {
 	f.StringVar(&o.node, "node", host, "this node's name")
 	f.StringVar(&o.zone, "zone", "", "this node's topology zone (Kubernetes: its topology.kubernetes.io/zone label); PreferClose services send its traffic to the backends for this zone while there are any")
 	f.BoolVar(&o.nodeZone, "zone-from-node", false, "when --zone is empty, read the zone from this node's topology.kubernetes.io/zone label (Kubernetes API, in-cluster config or $KUBECONFIG; needs get on nodes)")
+	f.StringVar(&o.removeOnDelete, "remove-on-delete", "", "NAMESPACE/NAME of this agent's DaemonSet: stopped by a signal while that DaemonSet is gone or being deleted, remove flowlb's nftables table instead of keeping the flows (an update or restart keeps them)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address)")
 	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics and /readyz (empty: none)")
@@ -129,7 +132,12 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	if err != nil {
 		return err
 	}
-	defer dp.Close()
+	removed := false
+	defer func() {
+		if !removed {
+			_ = dp.Close()
+		}
+	}()
 	if len(nets) > 0 {
 		if err := dp.SetPodNetworks(nets); err != nil {
 			return err
@@ -175,6 +183,19 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	log.Info("flowlb agent starting", "node", o.node, "zone", o.zone, "servers", servers, "metrics", o.metrics, "announce", o.announce)
 	if err := a.Run(ctx); err != nil && ctx.Err() == nil {
 		return err
+	}
+	if o.removeOnDelete != "" {
+		gone, err := daemonSetGone(o.removeOnDelete)
+		switch {
+		case err != nil:
+			log.Warn("cannot tell whether the agent is being deleted; flows kept", "err", err)
+		case gone:
+			removed = true
+			if err := dp.Remove(); err != nil {
+				return fmt.Errorf("remove the nftables table: %w", err)
+			}
+			log.Info("DaemonSet deleted: flowlb's nftables table removed", "daemonset", o.removeOnDelete)
+		}
 	}
 	return nil
 }

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -32,6 +35,36 @@ func nodeZone(ctx context.Context, node string) (string, error) {
 		return "", fmt.Errorf("--zone-from-node: %w", err)
 	}
 	return n.Labels[zoneLabel], nil
+}
+
+// daemonSetGone reports whether the DaemonSet ref (NAMESPACE/NAME) is
+// gone or being deleted: the agent's pod is then stopped for good, not
+// updated or restarted. Asked with its own short deadline, as the agent's
+// context has ended.
+func daemonSetGone(ref string) (bool, error) {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" {
+		return false, fmt.Errorf("--remove-on-delete %q: want NAMESPACE/NAME", ref)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		return false, err
+	}
+	rc.UserAgent = "flowlb-agent"
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ds, err := c.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return ds.DeletionTimestamp != nil, nil
 }
 
 // readyz serves ready: 200 "ok" when it returns nil, else 503 with the
