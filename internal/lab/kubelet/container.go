@@ -20,8 +20,10 @@ import (
 type Sources interface {
 	ConfigMap(namespace, name string) (map[string]string, error)
 	Secret(namespace, name string) (map[string][]byte, error)
-	// Token is a service account token for a projected volume.
-	Token(namespace, serviceAccount, audience string, seconds int64) (string, error)
+	// Token is a token of pod's service account for a projected volume,
+	// bound to the pod (so it dies with it, and the API server extends
+	// the default 3607 s as it does for a kubelet).
+	Token(pod *corev1.Pod, audience string, seconds int64) (string, error)
 }
 
 // IsFlowlbImage reports whether the lab runs image as its flowlb binary:

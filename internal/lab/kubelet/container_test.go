@@ -33,8 +33,8 @@ func (f fakeSources) Secret(ns, name string) (map[string][]byte, error) {
 	return nil, errNotFound
 }
 
-func (f fakeSources) Token(ns, sa, aud string, secs int64) (string, error) {
-	return "token:" + ns + "/" + sa, nil
+func (f fakeSources) Token(pod *corev1.Pod, aud string, secs int64) (string, error) {
+	return "token:" + pod.Namespace + "/" + pod.Spec.ServiceAccountName, nil
 }
 
 var testSources = fakeSources{

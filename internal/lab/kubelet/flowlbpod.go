@@ -55,12 +55,17 @@ func (a apiSources) Secret(ns, name string) (map[string][]byte, error) {
 	return s.Data, nil
 }
 
-func (a apiSources) Token(ns, sa, audience string, seconds int64) (string, error) {
-	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}
+func (a apiSources) Token(pod *corev1.Pod, audience string, seconds int64) (string, error) {
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds,
+		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}}
 	if audience != "" {
 		req.Spec.Audiences = []string{audience}
 	}
-	t, err := a.client.CoreV1().ServiceAccounts(ns).CreateToken(a.ctx, sa, req, metav1.CreateOptions{})
+	t, err := a.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(a.ctx, sa, req, metav1.CreateOptions{})
 	if err != nil {
 		return "", err
 	}

@@ -137,11 +137,7 @@ func projectedFiles(pod *corev1.Pod, p *corev1.ProjectedVolumeSource, src Source
 			if t.ExpirationSeconds != nil {
 				secs = *t.ExpirationSeconds
 			}
-			sa := pod.Spec.ServiceAccountName
-			if sa == "" {
-				sa = "default"
-			}
-			tok, err := src.Token(pod.Namespace, sa, t.Audience, secs)
+			tok, err := src.Token(pod, t.Audience, secs)
 			if err != nil {
 				return nil, fmt.Errorf("service account token: %w", err)
 			}
