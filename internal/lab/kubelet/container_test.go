@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -186,5 +187,13 @@ func TestPodVolumes(t *testing.T) {
 	}
 	if _, err := containerMounts(corev1.Container{VolumeMounts: []corev1.VolumeMount{{Name: "nope", MountPath: "/x"}}}, vols); err == nil {
 		t.Error("a mount of an unknown volume accepted")
+	}
+}
+
+func TestRestartBackoff(t *testing.T) {
+	for n, want := range map[int32]time.Duration{0: 0, 1: 500 * time.Millisecond, 2: time.Second, 3: 2 * time.Second, 6: 10 * time.Second, 100: 10 * time.Second} {
+		if got := restartBackoff(n); got != want {
+			t.Errorf("restartBackoff(%d) = %s, want %s", n, got, want)
+		}
 	}
 }
