@@ -37,8 +37,8 @@ func nodeZone(ctx context.Context, node string) (string, error) {
 	return n.Labels[zoneLabel], nil
 }
 
-// daemonSetGone reports whether the DaemonSet ref (NAMESPACE/NAME) is
-// gone or being deleted: the agent's pod is then stopped for good, not
+// daemonSetGone reports whether the DaemonSet ref (NAMESPACE/NAME), or
+// its namespace, is gone or being deleted: the agent's pod is then stopped for good, not
 // updated or restarted. Asked with its own short deadline, as the agent's
 // context has ended.
 func daemonSetGone(ref string) (bool, error) {
@@ -57,6 +57,15 @@ func daemonSetGone(ref string) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// Deleting the namespace may stop the pods before it deletes the
+	// DaemonSet: a namespace on its way out counts as well.
+	nsObj, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && nsObj.DeletionTimestamp != nil) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
 	ds, err := c.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return true, nil
