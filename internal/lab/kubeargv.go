@@ -84,5 +84,8 @@ var KubeControllers = []string{
 	"serviceaccount-controller",
 	"serviceaccount-token-controller",
 	"root-ca-certificate-publisher-controller",
+	// A claim carries a protection finalizer that only this controller
+	// removes: without it, a namespace with a claim never goes.
+	"persistentvolumeclaim-protection-controller",
 	"node-lifecycle-controller",
 }
