@@ -32,10 +32,13 @@ type agentOptions struct {
 	idDir     string
 	node      string
 	zone      string
-	logLevel  string
-	podCIDRs  []string
-	metrics   string
-	minSync   time.Duration
+	nodeZone  bool
+	// removeOnDelete: NAMESPACE/NAME of the agent's DaemonSet.
+	removeOnDelete string
+	logLevel       string
+	podCIDRs       []string
+	metrics        string
+	minSync        time.Duration
 	// announce: VIP ranges to announce, in routing table announceTable.
 	announce      []string
 	announceTable int
@@ -59,9 +62,11 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&o.idDir, "identity-dir", defaultIdentityDir(), "directory of this node's identity (key and certificate, mode 0600), made at the first connection and renewed before it expires")
 	f.StringVar(&o.node, "node", host, "this node's name")
 	f.StringVar(&o.zone, "zone", "", "this node's topology zone (Kubernetes: its topology.kubernetes.io/zone label); PreferClose services send its traffic to the backends for this zone while there are any")
+	f.BoolVar(&o.nodeZone, "zone-from-node", false, "when --zone is empty, read the zone from this node's topology.kubernetes.io/zone label (Kubernetes API, in-cluster config or $KUBECONFIG; needs get on nodes)")
+	f.StringVar(&o.removeOnDelete, "remove-on-delete", "", "NAMESPACE/NAME of this agent's DaemonSet: stopped by a signal while that DaemonSet is gone or being deleted, remove flowlb's nftables table instead of keeping the flows (an update or restart keeps them)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address)")
-	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics (empty: none)")
+	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics and /readyz (empty: none)")
 	f.DurationVar(&o.minSync, "min-sync-interval", 0, "least time between two programming rounds; updates arriving meanwhile are merged")
 	f.StringSliceVar(&o.announce, "announce-cidrs", nil, "VIP ranges to announce: every VIP within them that this node can serve (a local-only one only with a backend on this node) gets a host route in --announce-table, for a routing daemon to export (default: none)")
 	f.IntVar(&o.announceTable, "announce-table", 200, "routing table of the announcement routes (protocol 249)")
@@ -124,11 +129,21 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		}
 		nets = append(nets, p)
 	}
+	if o.zone == "" && o.nodeZone {
+		if o.zone, err = nodeZone(ctx, o.node); err != nil {
+			return err
+		}
+	}
 	dp, err := nftables.New(-1, o.node, nftables.WithZone(o.zone))
 	if err != nil {
 		return err
 	}
-	defer dp.Close()
+	removed := false
+	defer func() {
+		if !removed {
+			_ = dp.Close()
+		}
+	}()
 	if len(nets) > 0 {
 		if err := dp.SetPodNetworks(nets); err != nil {
 			return err
@@ -157,6 +172,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 			return err
 		}
 	}
+	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, MinInterval: o.minSync, Metrics: reg}, prog, log)
 	if o.metrics != "" {
 		ln, err := net.Listen("tcp", o.metrics)
 		if err != nil {
@@ -164,15 +180,28 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/readyz", readyz(a.Ready))
 		srv := &http.Server{Handler: mux}
 		ln = httpserve.Serve(srv, ln, metricsLimits, log)
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 	}
 	log.Info("flowlb agent starting", "node", o.node, "zone", o.zone, "servers", servers, "metrics", o.metrics, "announce", o.announce)
-	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, MinInterval: o.minSync, Metrics: reg}, prog, log)
 	if err := a.Run(ctx); err != nil && ctx.Err() == nil {
 		return err
+	}
+	if o.removeOnDelete != "" {
+		gone, err := daemonSetGone(o.removeOnDelete)
+		switch {
+		case err != nil:
+			log.Warn("cannot tell whether the agent is being deleted; flows kept", "err", err)
+		case gone:
+			removed = true
+			if err := dp.Remove(); err != nil {
+				return fmt.Errorf("remove the nftables table: %w", err)
+			}
+			log.Info("DaemonSet deleted: flowlb's nftables table removed", "daemonset", o.removeOnDelete)
+		}
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
@@ -33,6 +34,7 @@ type kubeControllerOptions struct {
 	caFile         string
 	cloud          string
 	opts           kubelb.Options
+	subnets        kubelb.Subnets
 	workers        int
 	leaderElect    bool
 	leaseNamespace string
@@ -68,6 +70,8 @@ ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
 	f.StringVar(&o.opts.ExternalSubnet, "external-subnet", "", "ID of the subnet LoadBalancer addresses come from, on the same network")
 	f.StringVar(&o.opts.FloatingNetwork, "floating-network", "", "ID or name of the network LoadBalancer Services get a floating IP from, associated with their load balancer's VIP (the cluster IP), "+
 		"instead of an address from --external-subnet (the Kuryr model; annotations pick another network or opt out)")
+	f.StringVar(&o.subnets.ClusterIP, "cluster-ip-cidr", "", "the Services' cluster-IP range, instead of --cluster-ip-subnet: the network flowlb-kube-<cluster-name> and its subnets are found or created through the Neutron API of --octavia-endpoint")
+	f.StringVar(&o.subnets.External, "external-cidr", "", "with --cluster-ip-cidr: the LoadBalancer addresses' range, instead of --external-subnet")
 	f.StringVar(&o.opts.Class, "load-balancer-class", kubelb.DefaultClass, "loadBalancerClass served besides none")
 	f.StringSliceVar(&o.opts.PodCIDRs, "pod-cidrs", nil, "pod networks besides the Nodes' spec.podCIDRs, let through when loadBalancerSourceRanges restrict a Service")
 	f.IntVar(&o.workers, "workers", 8, "Services reconciled at once")
@@ -88,8 +92,15 @@ func runKubeController(ctx context.Context, o kubeControllerOptions) error {
 	if err != nil {
 		return err
 	}
-	if o.opts.ClusterIPSubnet == "" {
-		return fmt.Errorf("--cluster-ip-subnet is required")
+	switch {
+	case o.subnets.ClusterIP != "" && (o.opts.ClusterIPSubnet != "" || o.opts.ExternalSubnet != ""):
+		return fmt.Errorf("give subnets by ID (--cluster-ip-subnet, --external-subnet) or by CIDR (--cluster-ip-cidr, --external-cidr), not both")
+	case o.subnets.ClusterIP != "" && len(o.endpoints) == 0:
+		return fmt.Errorf("--cluster-ip-cidr needs --octavia-endpoint (its Neutron API); with --os-cloud give --cluster-ip-subnet")
+	case o.subnets.ClusterIP == "" && o.subnets.External != "":
+		return fmt.Errorf("--external-cidr needs --cluster-ip-cidr")
+	case o.subnets.ClusterIP == "" && o.opts.ClusterIPSubnet == "":
+		return fmt.Errorf("--cluster-ip-subnet (or --cluster-ip-cidr) is required")
 	}
 	if len(o.endpoints) == 0 && o.cloud == "" {
 		return fmt.Errorf("give --octavia-endpoint or --os-cloud")
@@ -143,9 +154,29 @@ func runKubeController(ctx context.Context, o kubeControllerOptions) error {
 		// Only Services that ask for a floating IP need one; they fail.
 		log.Warn("no network API: Services asking for a floating IP will fail", "err", err)
 	}
-	c := kubecontroller.New(client, &kubelb.Octavia{Client: lbClient}, &kubelb.Neutron{Client: netClient}, o.opts, reg, log)
+	// Subnets given as CIDRs are ensured by the leader only, so that two
+	// replicas never create the network twice.
+	run := func(ctx context.Context) error {
+		opts := o.opts
+		if o.subnets.ClusterIP != "" {
+			// The API may not answer yet (started together): retry.
+			err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+				var err error
+				if opts.ClusterIPSubnet, opts.ExternalSubnet, err = kubelb.EnsureSubnets(ctx, lbClient, opts.Cluster, o.subnets); err != nil {
+					log.Warn("VIP subnets not ready, retrying", "err", err)
+					return false, nil
+				}
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+			log.Info("VIP subnets ready", "network", kubelb.NetworkName(opts.Cluster), "cluster_ip_subnet", opts.ClusterIPSubnet, "external_subnet", opts.ExternalSubnet)
+		}
+		return kubecontroller.New(client, &kubelb.Octavia{Client: lbClient}, &kubelb.Neutron{Client: netClient}, opts, reg, log).Run(ctx, o.workers)
+	}
 	if !o.leaderElect {
-		return c.Run(ctx, o.workers)
+		return run(ctx)
 	}
 	host, _ := os.Hostname()
 	id := fmt.Sprintf("%s_%d", host, os.Getpid())
@@ -161,7 +192,7 @@ func runKubeController(ctx context.Context, o kubeControllerOptions) error {
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				log.Info("leading", "identity", id)
-				runErr <- c.Run(ctx, o.workers)
+				runErr <- run(ctx)
 			},
 			OnStoppedLeading: func() { log.Info("no longer leading", "identity", id) },
 			OnNewLeader:      func(l string) { log.Info("leader", "identity", l) },

@@ -52,7 +52,7 @@ every pod. See docs/lab.md for the topology and address plan.`,
 	_ = cmd.PersistentFlags().MarkHidden("state-dir")
 	cmd.AddCommand(labUpCmd(f), labDownCmd(f), labStatusCmd(f), labExecCmd(f),
 		labAddPodCmd(f), labDelPodCmd(f), labPodCmd(f), labProcCmd(f), labPostgresCmd(f), labECMPCmd(f), labRoutesCmd(f),
-		labLoadCmd(f), labEchoCmd(), labKubeletCmd(), labDemoCmd())
+		labLoadCmd(f), labEchoCmd(), labKubeletCmd(), labExecPodCmd(), labDemoCmd())
 	rootCmd.AddCommand(cmd)
 }
 
@@ -74,7 +74,7 @@ func parseInts(s string) ([]int, error) {
 func labUpCmd(f *labFlags) *cobra.Command {
 	var o lab.Options
 	var tcp, udp, httpPorts string
-	var verbose, kube bool
+	var verbose, kube, withFlowlb bool
 	var kubeBin string
 	c := &cobra.Command{
 		Use:   "up",
@@ -92,6 +92,9 @@ func labUpCmd(f *labFlags) *cobra.Command {
 				return err
 			}
 			o.Name, o.StateRoot = f.name, f.stateDir
+			if withFlowlb && !kube {
+				return fmt.Errorf("--flowlb needs --kubernetes")
+			}
 			if kube {
 				if kubeBin == "" {
 					kubeBin = lab.KubeBinDir()
@@ -126,9 +129,16 @@ func labUpCmd(f *labFlags) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "kubernetes %s: API ready in %s, %d nodes ready in %s\nkubeconfig: %s\n",
 				kc.State.Version, kc.APIReady.Round(time.Millisecond), o.Nodes, kc.NodesReady.Round(time.Millisecond), kc.State.Kubeconfig)
+			if withFlowlb {
+				if err := deployFlowlb(ctx, cmd.OutOrStdout(), l, kc); err != nil {
+					kubeLogTails(cmd.ErrOrStderr(), l)
+					return fmt.Errorf("deploy flowlb: %w (the lab stays up; flowlb lab down removes it)", err)
+				}
+			}
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&withFlowlb, "flowlb", false, "with --kubernetes: deploy flowlb from its manifests (deploy/kubernetes, overlay lab) with kubectl and wait for it: a playground")
 	c.Flags().BoolVar(&kube, "kubernetes", false, "also run a Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) and the lab kubelet; binaries from hack/kube-bins.sh")
 	c.Flags().StringVar(&kubeBin, "kube-bin", "", "directory of kube-apiserver and kube-controller-manager (default $FLOWLB_KUBE_BIN, else the hack/kube-bins.sh cache)")
 	c.Flags().IntVar(&o.Servers, "servers", 0, fmt.Sprintf("server hosts s1…sN on the fabric (198.18.0.241…), for flowlb server replicas; at most %d", lab.MaxServers))
@@ -567,6 +577,18 @@ func labEchoCmd() *cobra.Command {
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return echo.Main(args, cmd.ErrOrStderr())
+		},
+	}
+}
+
+func labExecPodCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "exec-pod [--mount SOURCE:TARGET[:ro]]... -- COMMAND...",
+		Short:              "Run a container of a flowlb pod with its volumes mounted (started by the lab kubelet)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return lab.ExecPod(args)
 		},
 	}
 }

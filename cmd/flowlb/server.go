@@ -21,14 +21,21 @@ func init() { rootCmd.AddCommand(newServerCmd()) }
 
 func newServerCmd() *cobra.Command {
 	o := server.Options{}
-	var logLevel string
+	var logLevel, agentSecret string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the Octavia v2-compatible LBaaS API server",
 		Long: `Run the LBaaS API server. With no flags it listens on 127.0.0.1:9876, keeps an
 embedded SQLite database in the data directory and serves noauth requests.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runServer(cmd.Context(), o, logLevel) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if agentSecret != "" {
+				if err := agentSecretFiles(cmd.Context(), &o, agentSecret); err != nil {
+					return err
+				}
+			}
+			return runServer(cmd.Context(), o, logLevel)
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Listen, "listen", "127.0.0.1:9876", "address to serve the API on")
@@ -53,6 +60,7 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 	f.StringVar(&o.AgentTokenFile, "agent-token-file", "", "file holding the agents' bootstrap token, created if missing (default: <data-dir>/agent-token); a node presents it once, to get its identity")
 	f.StringVar(&o.AgentCACert, "agent-ca-cert", "", "CA certificate of the agents' and replicas' identities, created with its key if both are missing (default: <data-dir>/agent-ca.crt); replicas share it, agents trust it (--ca-file)")
 	f.StringVar(&o.AgentCAKey, "agent-ca-key", "", "the CA's private key (default: <data-dir>/agent-ca.key)")
+	f.StringVar(&agentSecret, "agent-secret", "", "NAMESPACE/NAME: keep the agents' CA and token in Kubernetes Secrets NAME-ca (replicas) and NAME (ca.crt and token, for agents), made by the first replica to start (in-cluster config or $KUBECONFIG); overrides --agent-ca-cert, --agent-ca-key and --agent-token-file")
 	f.DurationVar(&o.IdentityTTL, "agent-identity-ttl", 24*time.Hour, "lifetime of a node's identity; agents renew it past two thirds")
 	f.DurationVar(&o.HTTP.Read, "http-read-timeout", 60*time.Second, "longest time to read a request, body included (its headers: 10 s)")
 	f.DurationVar(&o.HTTP.Write, "http-write-timeout", 60*time.Second, "longest time to write a response")

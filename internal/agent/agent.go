@@ -7,6 +7,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -68,10 +70,16 @@ type Agent struct {
 	dp  Programmer
 	log *slog.Logger
 
-	mu    sync.Mutex
-	epoch string
-	rev   int64
-	table *table
+	mu         sync.Mutex
+	epoch      string
+	rev        int64
+	programmed bool // a snapshot is in the kernel
+	table      *table
+
+	// The newest update received (it may still wait to be programmed).
+	recvMu    sync.Mutex
+	recvEpoch string
+	recvRev   int64
 
 	m        *metrics
 	lastSync time.Time
@@ -123,6 +131,34 @@ func (a *Agent) Revision() (string, int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.epoch, a.rev
+}
+
+// noteReceived records the newest update received.
+func (a *Agent) noteReceived(u *agentv1.Update) {
+	a.recvMu.Lock()
+	a.recvEpoch, a.recvRev = u.GetEpoch(), u.GetRevision()
+	a.recvMu.Unlock()
+}
+
+// Ready is nil when the kernel holds the flows of the newest revision
+// received: a snapshot was programmed and no received update waits. It
+// stays nil between sessions, as the flows do (fail-static); the error
+// says what is missing. This is the agent's /readyz.
+func (a *Agent) Ready() error {
+	a.recvMu.Lock()
+	re, rr := a.recvEpoch, a.recvRev
+	a.recvMu.Unlock()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case !a.programmed && rr == 0 && re == "":
+		return errors.New("no snapshot received from a server yet")
+	case !a.programmed:
+		return fmt.Errorf("snapshot (revision %d) not programmed yet", rr)
+	case re != a.epoch || rr != a.rev:
+		return fmt.Errorf("revision %d received, %d programmed", rr, a.rev)
+	}
+	return nil
 }
 
 // Run subscribes until ctx ends: to the servers in turn, at once to the
@@ -181,7 +217,7 @@ func (a *Agent) apply(ctx context.Context, u *agentv1.Update) error {
 		}
 		a.table.apply(c)
 	}
-	a.epoch, a.rev = u.GetEpoch(), u.GetRevision()
+	a.epoch, a.rev, a.programmed = u.GetEpoch(), u.GetRevision(), true
 	a.m.programmed.Set(float64(a.rev))
 	a.m.services.Set(float64(len(a.table.services)))
 	return nil

@@ -216,6 +216,7 @@ func (a *Agent) receive(ctx context.Context, stream agentv1.Agent_SubscribeClien
 				return
 			}
 			a.m.received.Set(float64(u.GetRevision()))
+			a.noteReceived(u)
 			received.Store(true)
 			select {
 			case updates <- u:

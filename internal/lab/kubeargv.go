@@ -71,15 +71,21 @@ func controllerManagerArgv(binDir, dir, cluster string, pki *kubePKI) []string {
 }
 
 // KubeControllers are the kube-controller-manager controllers the lab
-// runs: what Deployments, Services with EndpointSlices, namespaces,
-// service accounts and node health need.
+// runs: what Deployments, DaemonSets, Services with EndpointSlices,
+// namespaces, service accounts (and the cluster CA they project) and node
+// health need.
 var KubeControllers = []string{
 	"endpointslice-controller",
 	"deployment-controller",
+	"daemonset-controller",
 	"replicaset-controller",
 	"namespace-controller",
 	"garbage-collector-controller",
 	"serviceaccount-controller",
 	"serviceaccount-token-controller",
+	"root-ca-certificate-publisher-controller",
+	// A claim carries a protection finalizer that only this controller
+	// removes: without it, a namespace with a claim never goes.
+	"persistentvolumeclaim-protection-controller",
 	"node-lifecycle-controller",
 }

@@ -277,6 +277,13 @@ type KubePod struct {
 	UID       string `json:"uid"`
 	TCP       []int  `json:"tcp,omitempty"` // answer HTTP or the line protocol
 	UDP       []int  `json:"udp,omitempty"`
+	// A pod of flowlb's image runs its containers as processes
+	// (StartKubeProcs) instead of the echo server; with HostNetwork in
+	// node Node's namespace, without a namespace of its own.
+	Flowlb      bool       `json:"flowlb,omitempty"`
+	HostNetwork bool       `json:"host_network,omitempty"`
+	Node        int        `json:"node,omitempty"`
+	Procs       []KubeProc `json:"procs,omitempty"`
 }
 
 // AddKubePod adds a pod for a Kubernetes pod to node i and starts its echo
@@ -323,7 +330,7 @@ func (l *Lab) AddKubePod(ctx context.Context, i int, kp KubePod) (Host, error) {
 	if err != nil {
 		return Host{}, err
 	}
-	if len(l.snapshot().Echo) > 0 {
+	if len(l.snapshot().Echo) > 0 && !kp.Flowlb {
 		if err := l.startEcho(ctx, []string{pod}, 10*time.Second); err != nil {
 			_ = l.DelPod(pod)
 			return Host{}, err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -142,6 +143,9 @@ func spawnCmd(spec ProcState, logf *os.File, extra []*os.File) *exec.Cmd {
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), spec.Env...)
+	if spec.Container {
+		cmd.Env = slices.Clone(spec.Env)
+	}
 	cmd.ExtraFiles = extra
 	cmd.Dir = spec.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -149,7 +153,10 @@ func spawnCmd(spec ProcState, logf *os.File, extra []*os.File) *exec.Cmd {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: spec.User.UID, Gid: spec.User.GID}
 	}
 	if spec.OwnIPC {
-		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWIPC
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWIPC
+	}
+	if spec.Container {
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNS
 	}
 	return cmd
 }

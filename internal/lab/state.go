@@ -80,6 +80,9 @@ type ProcState struct {
 	// it makes goes away with it, however it ends.
 	OwnIPC bool   `json:"own_ipc,omitempty"`
 	Dir    string `json:"dir,omitempty"` // working directory
+	// Container marks a Kubernetes pod's container: it gets a mount
+	// namespace of its own and only Env as its environment.
+	Container bool `json:"container,omitempty"`
 	// Fds is how many descriptors it inherited (3, 4, ...); such a process
 	// cannot be restarted from the state.
 	Fds int `json:"fds,omitempty"`

@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -42,8 +44,12 @@ import (
 type Runtime interface {
 	// Nodes are the lab's node indices.
 	Nodes() []int
-	// AddPod creates the lab pod of kp on node i and starts its server.
+	// AddPod creates the lab pod of kp on node i and starts its server
+	// (the echo server; a flowlb pod waits for StartProcs). A hostNetwork
+	// pod gets the node's address and a key (lab.HostPodKey) for a host.
 	AddPod(ctx context.Context, node int, kp lab.KubePod) (host string, ip netip.Addr, err error)
+	// StartProcs starts the processes of a flowlb pod.
+	StartProcs(host string, procs []lab.KubeProc) error
 	// Pods lists the lab pods that run Kubernetes pods, by host name.
 	Pods() (map[string]lab.KubePod, error)
 	// Up reports whether the pod's server runs; Restart starts it again.
@@ -69,17 +75,26 @@ func (r LabRuntime) Nodes() []int {
 }
 
 func (r LabRuntime) AddPod(ctx context.Context, node int, kp lab.KubePod) (string, netip.Addr, error) {
+	if kp.HostNetwork {
+		key, err := r.Lab.AddKubeHostPod(node, kp)
+		return key, lab.NodeAddr(node), err
+	}
 	h, err := r.Lab.AddKubePod(ctx, node, kp)
 	return h.Name, h.Addr, err
 }
 
-func (r LabRuntime) Pods() (map[string]lab.KubePod, error) { return r.Lab.KubePods() }
-func (r LabRuntime) Up(host string) bool                   { return r.Lab.EchoUp(host) }
-func (r LabRuntime) Restart(ctx context.Context, host string) error {
-	return r.Lab.StartEcho(ctx, host)
+func (r LabRuntime) StartProcs(host string, procs []lab.KubeProc) error {
+	return r.Lab.StartKubeProcs(host, procs)
 }
-func (r LabRuntime) Stop(host string, grace time.Duration) error { return r.Lab.TermEcho(host, grace) }
-func (r LabRuntime) Remove(host string) error                    { return r.Lab.DelPod(host) }
+func (r LabRuntime) Pods() (map[string]lab.KubePod, error) { return r.Lab.KubePods() }
+func (r LabRuntime) Up(host string) bool                   { return r.Lab.KubePodUp(host) }
+func (r LabRuntime) Restart(ctx context.Context, host string) error {
+	return r.Lab.RestartKubePod(ctx, host)
+}
+func (r LabRuntime) Stop(host string, grace time.Duration) error {
+	return r.Lab.StopKubePod(host, grace)
+}
+func (r LabRuntime) Remove(host string) error { return r.Lab.RemoveKubePod(host) }
 func (r LabRuntime) Dial(ctx context.Context, node int, network, addr string) (net.Conn, error) {
 	return r.Lab.Node(node).Dial(ctx, network, addr)
 }
@@ -94,6 +109,12 @@ type Config struct {
 	// machine's loopback reaches the API server in the fabric this way).
 	APIListener net.Listener
 	APIAddr     string
+	// FlowlbBin runs the pods of flowlb's image (default: none, they run
+	// the echo server like any pod); VolumeDir holds their volumes;
+	// APIHost and APIPort are their KUBERNETES_SERVICE_HOST and _PORT.
+	FlowlbBin, VolumeDir string
+	APIHost              string
+	APIPort              int
 	// Timing (defaults: lease 40s renewed every 10s, status every 60s).
 	LeaseDuration   time.Duration
 	HeartbeatPeriod time.Duration
@@ -352,9 +373,21 @@ func (k *Kubelet) sync(ctx context.Context, key string) error {
 // start runs pod on lab node i.
 func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod, node int) (*podRun, error) {
 	tcp, udp := podPorts(pod)
-	host, ip, err := k.rt.AddPod(ctx, node, lab.KubePod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), TCP: tcp, UDP: udp})
+	kp := lab.KubePod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), TCP: tcp, UDP: udp}
+	if k.cfg.FlowlbBin != "" && flowlbPod(pod) {
+		kp.Flowlb, kp.HostNetwork, kp.Node = true, pod.Spec.HostNetwork, node
+	}
+	host, ip, err := k.rt.AddPod(ctx, node, kp)
 	if err != nil {
 		return nil, fmt.Errorf("start pod %s/%s on %s: %w", pod.Namespace, pod.Name, lab.NodeName(node), err)
+	}
+	if kp.Flowlb {
+		if err := k.startFlowlb(ctx, pod, node, ip, host); err != nil {
+			if rerr := k.rt.Remove(host); rerr != nil {
+				k.log.Warn("remove pod", "host", host, "err", rerr)
+			}
+			return nil, fmt.Errorf("start pod %s/%s on %s: %w", pod.Namespace, pod.Name, lab.NodeName(node), err)
+		}
 	}
 	k.log.Info("pod started", "pod", pod.Namespace+"/"+pod.Name, "host", host, "ip", ip, "tcp", tcp, "udp", udp)
 	return k.track(ctx, pod, node, host, ip), nil
@@ -382,6 +415,9 @@ func (k *Kubelet) adopt(ctx context.Context) error {
 	for host, kp := range running {
 		pod, err := k.podLister.Pods(kp.Namespace).Get(kp.Name)
 		_, node, _, perr := lab.ParseHost(host)
+		if kp.HostNetwork {
+			node, perr = kp.Node, nil
+		}
 		if err != nil || perr != nil || string(pod.UID) != kp.UID || k.nodeIndex(pod.Spec.NodeName) != node {
 			k.log.Info("removing orphaned lab pod", "host", host, "pod", kp.Namespace+"/"+kp.Name)
 			if err := k.rt.Remove(host); err != nil {
@@ -462,6 +498,11 @@ func (k *Kubelet) teardown(r *podRun, grace time.Duration) {
 	}
 	if err := k.rt.Remove(r.host); err != nil {
 		k.log.Warn("remove pod", "host", r.host, "err", err)
+	}
+	if k.cfg.VolumeDir != "" {
+		if err := os.RemoveAll(filepath.Join(k.cfg.VolumeDir, "pods", string(r.uid))); err != nil {
+			k.log.Warn("remove pod volumes", "host", r.host, "err", err)
+		}
 	}
 	k.mu.Lock()
 	delete(k.runs, r.uid)

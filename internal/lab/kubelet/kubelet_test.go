@@ -36,6 +36,7 @@ type fakeRuntime struct {
 	stops    map[string]time.Duration
 	removed  []string
 	restarts []string
+	procs    map[string][]lab.KubeProc
 }
 
 func newFakeRuntime(nodes ...int) *fakeRuntime {
@@ -47,12 +48,29 @@ func (r *fakeRuntime) Nodes() []int { return r.nodes }
 func (r *fakeRuntime) AddPod(_ context.Context, node int, kp lab.KubePod) (string, netip.Addr, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if kp.HostNetwork {
+		key := lab.HostPodKey(node, kp.UID)
+		r.pods[key] = kp
+		r.adds = append(r.adds, key)
+		return key, lab.NodeAddr(node), nil
+	}
 	r.next[node]++
 	host := lab.PodName(node, r.next[node])
 	r.pods[host] = kp
 	r.up[host] = true
 	r.adds = append(r.adds, host)
 	return host, lab.PodAddr(node, r.next[node]), nil
+}
+
+func (r *fakeRuntime) StartProcs(host string, procs []lab.KubeProc) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.procs == nil {
+		r.procs = map[string][]lab.KubeProc{}
+	}
+	r.procs[host] = procs
+	r.up[host] = true
+	return nil
 }
 
 func (r *fakeRuntime) Pods() (map[string]lab.KubePod, error) {

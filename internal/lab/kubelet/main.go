@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -32,13 +33,14 @@ func Main(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kubelet", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		name, root, kubeconfig string
-		fd, zones              int
+		name, root, kubeconfig, bin string
+		fd, zones                   int
 	)
 	fs.StringVar(&name, "lab", "", "lab name")
 	fs.StringVar(&root, "state-dir", lab.DefaultStateRoot, "directory of lab state")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig (default: the lab's kubelet.kubeconfig)")
 	fs.IntVar(&fd, "api-listen-fd", -1, "listening socket to forward to the API server")
+	fs.StringVar(&bin, "flowlb-bin", "", "flowlb binary that runs pods of flowlb's image (default: this executable)")
 	fs.IntVar(&zones, "zones", 0, "topology zones the nodes are dealt into (default: the lab's)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -63,7 +65,13 @@ func Main(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return err
+		}
+	}
 	cfg := Config{Lab: name, Client: client, Runtime: LabRuntime{Lab: l}, Zones: zones,
+		FlowlbBin: bin, VolumeDir: filepath.Join(l.KubeDir(), "volumes"), APIHost: lab.ControlAddr.String(), APIPort: lab.KubeAPIPort,
 		APIAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(lab.KubeAPIPort)),
 		Log:     slog.New(slog.NewTextHandler(stderr, nil))}
 	if fd >= 0 {

@@ -62,16 +62,18 @@ func (k *Kubelet) probe(ctx context.Context, pod *corev1.Pod, r *podRun) {
 	tick := time.NewTicker(probeTick)
 	defer tick.Stop()
 	wasUp := true
+	var lastRestart time.Time
 	for {
 		up := k.rt.Up(r.host)
 		changed := up != wasUp
 		wasUp = up
 		k.mu.Lock()
-		terminating := r.terminating
+		terminating, restarts := r.terminating, r.restarts
 		k.mu.Unlock()
-		if !up && !terminating {
+		if !up && !terminating && time.Since(lastRestart) >= restartBackoff(restarts) {
 			// The "container" died: restart it, as restartPolicy Always
-			// (the lab's only policy) says.
+			// (the lab's only policy) says, backing off as it keeps dying.
+			lastRestart = time.Now()
 			if err := k.rt.Restart(ctx, r.host); err != nil {
 				k.log.Warn("restart pod server", "pod", r.key, "err", err)
 			} else {
@@ -108,6 +110,16 @@ func (k *Kubelet) probe(ctx context.Context, pod *corev1.Pod, r *podRun) {
 		case <-tick.C:
 		}
 	}
+}
+
+// restartBackoff is the least time between two restarts of a pod's
+// server after n restarts: 0, then 500 ms doubling up to 10 s (a kubelet's
+// CrashLoopBackOff, shorter).
+func restartBackoff(n int32) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	return min(10*time.Second, 500*time.Millisecond<<min(n-1, 5))
 }
 
 // runProbe runs one TCP or HTTP probe from the pod's node. Exec and gRPC

@@ -3,6 +3,7 @@ package kubelet
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,6 +33,10 @@ func fits(pod *corev1.Pod, node *corev1.Node) bool {
 	if len(pod.Spec.NodeSelector) > 0 && !labels.SelectorFromSet(pod.Spec.NodeSelector).Matches(labels.Set(node.Labels)) {
 		return false
 	}
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil &&
+		!matchesNodeSelector(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution, node) {
+		return false
+	}
 	for _, t := range node.Spec.Taints {
 		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {
 			continue
@@ -41,6 +46,44 @@ func fits(pod *corev1.Pod, node *corev1.Node) bool {
 		}
 	}
 	return true
+}
+
+// matchesNodeSelector reports whether node matches one of sel's terms
+// (required node affinity; the DaemonSet controller pins its pods with a
+// matchFields term on metadata.name). Gt and Lt are not supported and
+// never match.
+func matchesNodeSelector(sel *corev1.NodeSelector, node *corev1.Node) bool {
+	for _, term := range sel.NodeSelectorTerms {
+		if len(term.MatchExpressions) == 0 && len(term.MatchFields) == 0 {
+			continue // an empty term matches nothing
+		}
+		ok := true
+		for _, r := range term.MatchExpressions {
+			v, has := node.Labels[r.Key]
+			ok = ok && requirementMatches(r, v, has)
+		}
+		for _, r := range term.MatchFields {
+			ok = ok && r.Key == "metadata.name" && requirementMatches(r, node.Name, true)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func requirementMatches(r corev1.NodeSelectorRequirement, v string, has bool) bool {
+	switch r.Operator {
+	case corev1.NodeSelectorOpIn:
+		return has && slices.Contains(r.Values, v)
+	case corev1.NodeSelectorOpNotIn:
+		return !has || !slices.Contains(r.Values, v)
+	case corev1.NodeSelectorOpExists:
+		return has
+	case corev1.NodeSelectorOpDoesNotExist:
+		return !has
+	}
+	return false
 }
 
 // tolerated reports whether one of tols tolerates taint t.

@@ -65,6 +65,16 @@ func TestFits(t *testing.T) {
 	tol := func(tols ...corev1.Toleration) *corev1.Pod {
 		return &corev1.Pod{Spec: corev1.PodSpec{Tolerations: tols}}
 	}
+	affinity := func(terms ...corev1.NodeSelectorTerm) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: terms}}}}}
+	}
+	onNode := func(name string) corev1.NodeSelectorTerm { // as the DaemonSet controller pins its pods
+		return corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{name}}}}
+	}
+	zoneReq := func(op corev1.NodeSelectorOperator, v ...string) corev1.NodeSelectorTerm {
+		return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: LabelZone, Operator: op, Values: v}}}
+	}
 	for _, tc := range []struct {
 		name string
 		pod  *corev1.Pod
@@ -84,6 +94,14 @@ func TestFits(t *testing.T) {
 		{"wrong value", tol(corev1.Toleration{Key: "dedicated", Value: "db"}), labNode(1, tainted(corev1.TaintEffectNoSchedule)), false},
 		{"wrong effect", tol(corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}), labNode(1, tainted(corev1.TaintEffectNoSchedule)), false},
 		{"Exists on the key", tol(corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpExists}), labNode(1, tainted(corev1.TaintEffectNoExecute)), true},
+		{"DaemonSet pod on its node", affinity(onNode("n2")), labNode(2), true},
+		{"DaemonSet pod elsewhere", affinity(onNode("n2")), labNode(1), false},
+		{"affinity In zone", affinity(zoneReq(corev1.NodeSelectorOpIn, "zone-a", "zone-b")), labNode(2), true},
+		{"affinity NotIn zone", affinity(zoneReq(corev1.NodeSelectorOpNotIn, "zone-a")), labNode(1), false},
+		{"affinity Exists", affinity(corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: LabelZone, Operator: corev1.NodeSelectorOpExists}}}), labNode(1), true},
+		{"affinity DoesNotExist", affinity(corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: LabelZone, Operator: corev1.NodeSelectorOpDoesNotExist}}}), labNode(1), false},
+		{"terms are ORed", affinity(onNode("n3"), zoneReq(corev1.NodeSelectorOpIn, "zone-a")), labNode(1), true},
+		{"unknown field", affinity(corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{Key: "spec.x", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}}}), labNode(1), false},
 		{"Exists on everything", tol(corev1.Toleration{Operator: corev1.TolerationOpExists}), labNode(1, tainted(corev1.TaintEffectNoSchedule)), true},
 	} {
 		if got := fits(tc.pod, tc.node); got != tc.want {

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	deploy "github.com/flowlb/flowlb/deploy/kubernetes"
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/lab/kubelet"
+)
+
+// flowlbRollouts are what `lab up --flowlb` waits for.
+var flowlbRollouts = []string{"deployment/flowlb-server", "daemonset/flowlb-agent", "deployment/flowlb-kube-controller"}
+
+// deployFlowlb applies the manifests this binary carries (overlay lab)
+// with kubectl and waits for the rollouts.
+func deployFlowlb(ctx context.Context, out io.Writer, l *lab.Lab, kc *kubelet.Cluster) error {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		return fmt.Errorf("--flowlb needs kubectl (Debian kubernetes-client): %w", err)
+	}
+	dir, err := deploy.WriteTo(filepath.Join(l.KubeDir(), "manifests"))
+	if err != nil {
+		return err
+	}
+	overlay := filepath.Join(dir, "overlays", "lab")
+	run := func(args ...string) error {
+		b, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kc.State.Kubeconfig}, args...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+		return nil
+	}
+	if err := run("apply", "-k", overlay); err != nil {
+		return err
+	}
+	for _, r := range flowlbRollouts {
+		if err := run("-n", "flowlb-system", "rollout", "status", r, "--timeout=180s"); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, `flowlb deployed with kubectl apply -k %s
+  export KUBECONFIG=%s
+  kubectl -n flowlb-system get pods -o wide
+  kubectl create deployment web --image=flowlb/echo --port=8080 --replicas=3
+  kubectl expose deployment web --type=LoadBalancer --port=80 --target-port=8080
+  kubectl get service web          # EXTERNAL-IP from 198.19.128.0/17
+the flowlb API (noauth) at http://198.18.0.1:9876, inside the lab:
+  flowlb lab exec client -- openstack --os-auth-type none --os-endpoint http://198.18.0.1:9876 loadbalancer list
+the external client (behind the router, reaches external VIPs):
+  flowlb lab exec client -- curl -s http://EXTERNAL-IP/
+flowlb lab down removes it all
+`, overlay, kc.State.Kubeconfig)
+	return nil
+}

@@ -1,0 +1,102 @@
+package kubelb
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
+)
+
+// Subnets are the VIP ranges of a cluster given as CIDRs (the
+// kube-controller's --cluster-ip-cidr and --external-cidr) instead of
+// subnet IDs, so that a deployment needs no step against the Neutron API
+// before the controller starts.
+type Subnets struct {
+	ClusterIP, External string // CIDRs; External may be empty
+}
+
+// NetworkName is the network EnsureSubnets keeps for cluster.
+func NetworkName(cluster string) string { return "flowlb-kube-" + cluster }
+
+// EnsureSubnets finds or creates, through the Neutron API of c, the
+// network NetworkName(cluster) and on it a subnet per CIDR of s (named
+// after the network, -cluster-ip and -external; no gateway: every address
+// is a Service's to take), and returns their IDs. A subnet of that name
+// with another CIDR is an error: addresses in use would move. Run by one
+// controller at a time (the leader), so two never race to create.
+func EnsureSubnets(ctx context.Context, c *gophercloud.ServiceClient, cluster string, s Subnets) (clusterIP, external string, err error) {
+	netName := NetworkName(cluster)
+	netID, err := ensureNetwork(ctx, c, netName)
+	if err != nil {
+		return "", "", err
+	}
+	if clusterIP, err = ensureSubnet(ctx, c, netID, netName+"-cluster-ip", s.ClusterIP); err != nil {
+		return "", "", err
+	}
+	if s.External != "" {
+		if external, err = ensureSubnet(ctx, c, netID, netName+"-external", s.External); err != nil {
+			return "", "", err
+		}
+	}
+	return clusterIP, external, nil
+}
+
+func ensureNetwork(ctx context.Context, c *gophercloud.ServiceClient, name string) (string, error) {
+	pages, err := networks.List(c, networks.ListOpts{Name: name}).AllPages(ctx)
+	if err != nil {
+		return "", fmt.Errorf("list networks %s: %w", name, err)
+	}
+	found, err := networks.ExtractNetworks(pages)
+	if err != nil {
+		return "", err
+	}
+	switch len(found) {
+	case 0:
+	case 1:
+		return found[0].ID, nil
+	default:
+		return "", fmt.Errorf("%d networks named %s: keep one", len(found), name)
+	}
+	shared := true
+	n, err := networks.Create(ctx, c, networks.CreateOpts{Name: name, Shared: &shared,
+		Description: "VIPs of the Kubernetes Services (flowlb kube-controller)"}).Extract()
+	if err != nil {
+		return "", fmt.Errorf("create network %s: %w", name, err)
+	}
+	return n.ID, nil
+}
+
+func ensureSubnet(ctx context.Context, c *gophercloud.ServiceClient, netID, name, cidr string) (string, error) {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return "", fmt.Errorf("subnet %s: CIDR %q: %w", name, cidr, err)
+	}
+	cidr = p.Masked().String()
+	pages, err := subnets.List(c, subnets.ListOpts{NetworkID: netID, Name: name}).AllPages(ctx)
+	if err != nil {
+		return "", fmt.Errorf("list subnets %s: %w", name, err)
+	}
+	found, err := subnets.ExtractSubnets(pages)
+	if err != nil {
+		return "", err
+	}
+	if len(found) > 0 {
+		if found[0].CIDR != cidr {
+			return "", fmt.Errorf("subnet %s (%s) has CIDR %s, not %s: delete it (and the load balancers on it) to change the range", name, found[0].ID, found[0].CIDR, cidr)
+		}
+		return found[0].ID, nil
+	}
+	version := gophercloud.IPv4
+	if p.Addr().Is6() {
+		version = gophercloud.IPv6
+	}
+	noGateway := ""
+	sub, err := subnets.Create(ctx, c, subnets.CreateOpts{NetworkID: netID, Name: name, CIDR: cidr, IPVersion: version, GatewayIP: &noGateway}).Extract()
+	if err != nil {
+		return "", fmt.Errorf("create subnet %s %s: %w", name, cidr, err)
+	}
+	return sub.ID, nil
+}

@@ -1,0 +1,64 @@
+package kubelb_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
+
+	"github.com/flowlb/flowlb/internal/identity"
+	"github.com/flowlb/flowlb/internal/kubelb"
+	"github.com/flowlb/flowlb/internal/kubelb/lbtest"
+	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/neutron"
+	"github.com/flowlb/flowlb/internal/octavia"
+	"github.com/flowlb/flowlb/internal/provider/flow"
+	"github.com/flowlb/flowlb/internal/store/memstore"
+)
+
+// TestEnsureSubnets against the real API with no network: the first call
+// creates the network and both subnets (no gateway), the second finds
+// the same, a CIDR changed under the same name is refused, and a
+// cluster-IP range alone leaves no external subnet.
+func TestEnsureSubnets(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st := memstore.New()
+	svc, err := lbaas.New(st, neutron.Allocator{}, []lbaas.Provider{flow.New(flow.Immediate{})}, lbaas.Config{DefaultProvider: flow.Name}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(identity.NoAuth("kube", octavia.New(svc, neutron.NewHandler(st, log), log, octavia.Config{})))
+	defer srv.Close()
+	c := lbtest.NoAuthClient(srv.URL)
+	ctx := context.Background()
+	want := kubelb.Subnets{ClusterIP: "198.19.64.0/18", External: "198.19.128.0/17"}
+
+	cip, ext, err := kubelb.EnsureSubnets(ctx, c, "lab", want)
+	if err != nil || cip == "" || ext == "" || cip == ext {
+		t.Fatalf("first: %q %q %v", cip, ext, err)
+	}
+	for id, cidr := range map[string]string{cip: want.ClusterIP, ext: want.External} {
+		s, err := subnets.Get(ctx, c, id).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CIDR != cidr || s.GatewayIP != "" {
+			t.Errorf("subnet %s: cidr %s gateway %q, want %s and none", s.Name, s.CIDR, s.GatewayIP, cidr)
+		}
+	}
+	cip2, ext2, err := kubelb.EnsureSubnets(ctx, c, "lab", want)
+	if err != nil || cip2 != cip || ext2 != ext {
+		t.Errorf("second: %q %q %v, want the same %q %q", cip2, ext2, err, cip, ext)
+	}
+	if _, _, err := kubelb.EnsureSubnets(ctx, c, "lab", kubelb.Subnets{ClusterIP: "198.19.0.0/18"}); err == nil || !strings.Contains(err.Error(), "has CIDR 198.19.64.0/18") {
+		t.Errorf("changed CIDR: %v", err)
+	}
+	cip3, ext3, err := kubelb.EnsureSubnets(ctx, c, "other", kubelb.Subnets{ClusterIP: "198.18.200.0/24"})
+	if err != nil || cip3 == "" || ext3 != "" {
+		t.Errorf("cluster IPs only: %q %q %v", cip3, ext3, err)
+	}
+}
