@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/flowlb/flowlb/internal/agent"
 	"github.com/flowlb/flowlb/internal/announce"
@@ -186,12 +187,28 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 	}
+	var deletion *deletionWatch
+	var kc kubernetes.Interface
+	var dsNS, dsName string
+	if o.removeOnDelete != "" {
+		if dsNS, dsName, err = splitRef(o.removeOnDelete); err != nil {
+			return err
+		}
+		if kc, err = kubeClient(); err != nil {
+			return fmt.Errorf("--remove-on-delete: kubeconfig: %w", err)
+		}
+		deletion = watchDeletion(ctx, kc, dsNS, dsName)
+	}
 	log.Info("flowlb agent starting", "node", o.node, "zone", o.zone, "servers", servers, "metrics", o.metrics, "announce", o.announce)
 	if err := a.Run(ctx); err != nil && ctx.Err() == nil {
 		return err
 	}
-	if o.removeOnDelete != "" {
-		gone, err := daemonSetGone(o.removeOnDelete)
+	if deletion != nil {
+		gone := deletion.doomed()
+		var err error
+		if !gone {
+			gone, err = daemonSetGone(kc, dsNS, dsName)
+		}
 		switch {
 		case err != nil:
 			log.Warn("cannot tell whether the agent is being deleted; flows kept", "err", err)

@@ -6,11 +6,19 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -21,14 +29,9 @@ const zoneLabel = "topology.kubernetes.io/zone"
 // else in-cluster config). The downward API cannot give a pod its node's
 // labels, hence the one read at start (zones of nodes do not change).
 func nodeZone(ctx context.Context, node string) (string, error) {
-	rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	c, err := kubeClient()
 	if err != nil {
 		return "", fmt.Errorf("--zone-from-node: kubeconfig: %w", err)
-	}
-	rc.UserAgent = "flowlb-agent"
-	c, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return "", err
 	}
 	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
@@ -37,24 +40,91 @@ func nodeZone(ctx context.Context, node string) (string, error) {
 	return n.Labels[zoneLabel], nil
 }
 
-// daemonSetGone reports whether the DaemonSet ref (NAMESPACE/NAME), or
-// its namespace, is gone or being deleted: the agent's pod is then stopped for good, not
-// updated or restarted. Asked with its own short deadline, as the agent's
-// context has ended.
-func daemonSetGone(ref string) (bool, error) {
-	ns, name, ok := strings.Cut(ref, "/")
-	if !ok || ns == "" || name == "" {
-		return false, fmt.Errorf("--remove-on-delete %q: want NAMESPACE/NAME", ref)
-	}
+// kubeClient is a client of the Kubernetes API from $KUBECONFIG, else the
+// in-cluster config.
+func kubeClient() (kubernetes.Interface, error) {
 	rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	rc.UserAgent = "flowlb-agent"
-	c, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return false, err
+	return kubernetes.NewForConfig(rc)
+}
+
+// splitRef splits a --remove-on-delete NAMESPACE/NAME.
+func splitRef(ref string) (ns, name string, err error) {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" {
+		return "", "", fmt.Errorf("--remove-on-delete %q: want NAMESPACE/NAME", ref)
 	}
+	return ns, name, nil
+}
+
+// deletionWatch follows the agent's DaemonSet and its namespace while the
+// agent runs, so that at the stop signal it knows whether it is being
+// uninstalled without asking: by then `kubectl delete -k` may already have
+// removed the agent's RBAC, and a question would be refused.
+type deletionWatch struct {
+	daemonSet, namespace atomic.Bool
+}
+
+// doomed reports whether the DaemonSet or its namespace was seen deleted
+// or being deleted (and not created again since).
+func (w *deletionWatch) doomed() bool { return w.daemonSet.Load() || w.namespace.Load() }
+
+// watchDeletion starts following NAMESPACE/NAME until ctx ends.
+func watchDeletion(ctx context.Context, c kubernetes.Interface, ns, name string) *deletionWatch {
+	w := &deletionWatch{}
+	byName := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+	}
+	dsLW := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			byName(&o)
+			return c.AppsV1().DaemonSets(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			byName(&o)
+			return c.AppsV1().DaemonSets(ns).Watch(ctx, o)
+		},
+	}
+	nsByName := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ns).String()
+	}
+	nsLW := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			nsByName(&o)
+			return c.CoreV1().Namespaces().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			nsByName(&o)
+			return c.CoreV1().Namespaces().Watch(ctx, o)
+		},
+	}
+	follow := func(lw cache.ListerWatcher, obj runtime.Object, flag *atomic.Bool) {
+		set := func(o any) {
+			if m, err := meta.Accessor(o); err == nil {
+				flag.Store(m.GetDeletionTimestamp() != nil)
+			}
+		}
+		inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    set,
+			UpdateFunc: func(_, o any) { set(o) },
+			DeleteFunc: func(any) { flag.Store(true) },
+		})
+		go inf.RunWithContext(ctx)
+	}
+	follow(dsLW, &appsv1.DaemonSet{}, &w.daemonSet)
+	follow(nsLW, &corev1.Namespace{}, &w.namespace)
+	return w
+}
+
+// daemonSetGone asks whether the DaemonSet ns/name, or its namespace, is
+// gone or being deleted: the fallback when the watch saw nothing (it may
+// not have started). Asked with its own short deadline, as the agent's
+// context has ended.
+func daemonSetGone(c kubernetes.Interface, ns, name string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// Deleting the namespace may stop the pods before it deletes the
