@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
+	"github.com/flowlb/flowlb/internal/lab/labtest"
+	"github.com/flowlb/flowlb/internal/testutil"
+)
+
+// TestPlayground runs the README's "Try it" through the CLI: `lab up
+// --kubernetes --flowlb`, the printed KUBECONFIG, a LoadBalancer Service
+// made with kubectl, reached from the external client, and `lab down`
+// leaving no namespace behind.
+func TestPlayground(t *testing.T) {
+	labtest.SkipUnlessRoot(t)
+	kubetest.SkipUnlessKube(t)
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatal("kubectl is missing (Debian kubernetes-client, installed by hack/kube-bins.sh)")
+	}
+	bin := flowlb(t)
+	name := labtest.Name()
+	run := func(args ...string) (string, error) {
+		// Not t.Context(): down runs in a cleanup, after it ends.
+		out, err := exec.Command(bin, append([]string{"lab", "--name", name}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	t.Cleanup(func() {
+		if out, err := run("down"); err != nil {
+			t.Errorf("lab down: %v\n%s", err, out)
+		}
+		if left, _ := filepath.Glob(filepath.Join(lab.NetnsDir, lab.Prefix(name)+"*")); len(left) > 0 {
+			t.Errorf("lab down left namespaces %v", left)
+		}
+	})
+	out, err := run("up", "--nodes", "2", "--pods-per-node", "0", "--kubernetes", "--flowlb")
+	if err != nil {
+		t.Fatalf("lab up --kubernetes --flowlb: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`export KUBECONFIG=(\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("lab up does not say where the kubeconfig is:\n%s", out)
+	}
+	k := func(args ...string) string {
+		t.Helper()
+		o, err := exec.CommandContext(t.Context(), kubectl, append([]string{"--kubeconfig", m[1]}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, o)
+		}
+		return strings.TrimSpace(string(o))
+	}
+	k("create", "deployment", "web", "--image=flowlb/echo", "--port=8080", "--replicas=2")
+	k("expose", "deployment", "web", "--type=LoadBalancer", "--port=80", "--target-port=8080")
+	var ip string
+	testutil.Eventually(t, 60*time.Second, "the Service's ingress address", func() (bool, string) {
+		ip = k("get", "service", "web", "-o", "jsonpath={.status.loadBalancer.ingress[0].ip}")
+		return ip != "", "none yet"
+	})
+	pods := map[string]bool{}
+	testutil.Eventually(t, 60*time.Second, "both pods answer the external client", func() (bool, string) {
+		o, err := run("exec", "client", "--", "curl", "-s", "-m", "2", "http://"+ip+"/")
+		if err == nil {
+			if p := regexp.MustCompile(`pod=(\S+)`).FindStringSubmatch(o); p != nil {
+				pods[p[1]] = true
+			}
+		}
+		return len(pods) == 2, o
+	})
+}
