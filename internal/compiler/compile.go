@@ -82,6 +82,12 @@ func Compile(t *lbaas.Tree) []flows.Service {
 			s := base
 			s.Key = flows.Key{VIP: vip, Protocol: proto, Port: uint16(l.ProtocolPort)}
 			s.AllowedCIDRs = sameFamily(base.AllowedCIDRs, vip)
+			if t.Security != nil {
+				// The VIP port's security groups admit their sources, and
+				// allowed_cidrs narrows them further.
+				s.AllowedCIDRs = Intersect(SecuritySources(t.Security, proto, l.ProtocolPort, vip.Is6()), s.AllowedCIDRs)
+				s.AllowNone = len(s.AllowedCIDRs) == 0
+			}
 			s.Backends = sameFamilyBackends(base.Backends, vip)
 			out = append(out, s)
 		}

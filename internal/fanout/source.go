@@ -25,7 +25,7 @@ func admin(ctx context.Context) context.Context {
 
 // Trees returns every load balancer tree.
 func (s ServiceSource) Trees(ctx context.Context) ([]*lbaas.Tree, error) {
-	return s.Svc.Trees(admin(ctx))
+	return s.Svc.FlowTrees(admin(ctx))
 }
 
 // TreesByID returns the trees of the load balancers that exist.

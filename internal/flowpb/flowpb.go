@@ -30,7 +30,7 @@ func ServiceToProto(s flows.Service) *agentv1.Service {
 	out := &agentv1.Service{
 		Key: KeyToProto(s.Key), LoadbalancerId: s.LoadBalancerID, ListenerId: s.ListenerID, PoolId: s.PoolID,
 		Algorithm: string(s.Algorithm), ConnectionLimit: int32(s.ConnectionLimit), LocalOnly: s.LocalOnly, InternalLocal: s.InternalLocal,
-		PreferClose: s.PreferClose,
+		PreferClose: s.PreferClose, AllowNone: s.AllowNone,
 	}
 	if s.Persistence != nil {
 		out.PersistenceTimeoutMs = s.Persistence.Timeout.Milliseconds()
@@ -50,7 +50,7 @@ func ServiceFromProto(p *agentv1.Service) flows.Service {
 	s := flows.Service{
 		Key: KeyFromProto(p.GetKey()), LoadBalancerID: p.GetLoadbalancerId(), ListenerID: p.GetListenerId(), PoolID: p.GetPoolId(),
 		Algorithm: flows.Algorithm(p.GetAlgorithm()), ConnectionLimit: int(p.GetConnectionLimit()), LocalOnly: p.GetLocalOnly(), InternalLocal: p.GetInternalLocal(),
-		PreferClose: p.GetPreferClose(),
+		PreferClose: p.GetPreferClose(), AllowNone: p.GetAllowNone(),
 	}
 	if ms := p.GetPersistenceTimeoutMs(); ms > 0 {
 		// Beyond what a Duration holds, the product would wrap (to zero

@@ -23,7 +23,9 @@ func fullService() flows.Service {
 			{MemberID: "m1", Address: netip.MustParseAddr("198.18.17.2"), Port: 5353, Weight: 3, Node: "n1", Zones: []string{"zone-a", "zone-b"}},
 			{MemberID: "m2", Address: netip.MustParseAddr("198.18.18.2"), Port: 5353, Weight: 1},
 		},
-		LocalOnly: true, InternalLocal: true, PreferClose: true,
+		// Every field set for the wire tests, though AllowNone never
+		// comes with AllowedCIDRs from the compiler.
+		LocalOnly: true, InternalLocal: true, PreferClose: true, AllowNone: true,
 	}
 }
 

@@ -25,6 +25,9 @@ func (s Service) String() string {
 		}
 		fmt.Fprintf(&b, " allowed=%s", strings.Join(cidrs, ","))
 	}
+	if s.AllowNone {
+		b.WriteString(" allowed=none")
+	}
 	for _, f := range []struct {
 		on   bool
 		name string

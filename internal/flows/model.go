@@ -79,6 +79,10 @@ type Service struct {
 	Persistence    *Persistence
 	// AllowedCIDRs, when not empty, are the only sources that may connect.
 	AllowedCIDRs []netip.Prefix
+	// AllowNone: no source may connect (security groups that admit none
+	// to this service); AllowedCIDRs is then empty. An empty AllowedCIDRs
+	// alone admits every source.
+	AllowNone bool
 	// ConnectionLimit is the listener's limit, -1 for none.
 	ConnectionLimit int
 	// Backends are the usable backends: primaries, or the backup members
@@ -100,7 +104,7 @@ type Service struct {
 func (s Service) Equal(o Service) bool {
 	return s.Key == o.Key && s.LoadBalancerID == o.LoadBalancerID && s.ListenerID == o.ListenerID && s.PoolID == o.PoolID &&
 		s.Algorithm == o.Algorithm && samePersistence(s.Persistence, o.Persistence) &&
-		slices.Equal(s.AllowedCIDRs, o.AllowedCIDRs) && s.ConnectionLimit == o.ConnectionLimit &&
+		slices.Equal(s.AllowedCIDRs, o.AllowedCIDRs) && s.AllowNone == o.AllowNone && s.ConnectionLimit == o.ConnectionLimit &&
 		slices.EqualFunc(s.Backends, o.Backends, SameBackend) &&
 		s.LocalOnly == o.LocalOnly && s.InternalLocal == o.InternalLocal && s.PreferClose == o.PreferClose
 }

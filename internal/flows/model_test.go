@@ -33,6 +33,7 @@ func TestServiceEqual(t *testing.T) {
 		"Algorithm":       func(s *Service) { s.Algorithm = RoundRobin },
 		"Persistence":     func(s *Service) { s.Persistence = &Persistence{Type: "SOURCE_IP", Timeout: time.Second} },
 		"AllowedCIDRs":    func(s *Service) { s.AllowedCIDRs = nil },
+		"AllowNone":       func(s *Service) { s.AllowNone = true },
 		"ConnectionLimit": func(s *Service) { s.ConnectionLimit = -1 },
 		"Backends":        func(s *Service) { s.Backends[0].Zones = []string{"zone-b"} },
 		"LocalOnly":       func(s *Service) { s.LocalOnly = false },

@@ -3,6 +3,7 @@ package lbaas
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 
 	"github.com/flowlb/flowlb/internal/store"
@@ -92,7 +93,8 @@ func (s *Service) TreesOf(ctx context.Context, id, name string) ([]*Tree, error)
 }
 
 // TreesByID returns the trees of the given load balancers that exist and
-// the caller may see, by id, in one read of eight queries.
+// the caller may see, by id, in one read of nine queries, with the
+// security rules of their VIP ports (for the data plane).
 func (s *Service) TreesByID(ctx context.Context, ids []string) (map[string]*Tree, error) {
 	c, err := caller(ctx)
 	if err != nil {
@@ -113,14 +115,23 @@ func (s *Service) TreesByID(ctx context.Context, ids []string) (map[string]*Tree
 			}
 			out[lb.ID] = &Tree{LB: lb}
 		}
-		return loadChildren(tx, f, out)
+		if err := loadChildren(tx, f, out); err != nil {
+			return err
+		}
+		return s.loadSecurity(tx, f, out)
 	})
 	return out, err
 }
 
 // Trees returns every tree the caller may see (all projects for admins),
 // ordered by creation; list endpoints filter and page over them.
-func (s *Service) Trees(ctx context.Context) ([]*Tree, error) {
+func (s *Service) Trees(ctx context.Context) ([]*Tree, error) { return s.trees(ctx, false) }
+
+// FlowTrees is Trees with the security rules of the VIP ports, which
+// only the data plane needs.
+func (s *Service) FlowTrees(ctx context.Context) ([]*Tree, error) { return s.trees(ctx, true) }
+
+func (s *Service) trees(ctx context.Context, security bool) ([]*Tree, error) {
 	c, err := caller(ctx)
 	if err != nil {
 		return nil, err
@@ -143,7 +154,10 @@ func (s *Service) Trees(ctx context.Context) ([]*Tree, error) {
 			out = append(out, t)
 		}
 		// Children are listed per kind, not per tree: eight queries in all.
-		return loadChildren(tx, f, byLB)
+		if err := loadChildren(tx, f, byLB); err != nil || !security {
+			return err
+		}
+		return s.loadSecurity(tx, f, byLB)
 	})
 	sort.SliceStable(out, func(i, j int) bool { return out[i].LB.CreatedAt < out[j].LB.CreatedAt })
 	return out, err
@@ -209,3 +223,30 @@ func (t *Tree) ListenerPolicies(listenerID string) []*L7Policy { return t.listen
 
 // PolicyRules returns an L7 policy's rules.
 func (t *Tree) PolicyRules(policyID string) []*L7Rule { return t.policyRules(policyID) }
+
+// PortSecurity is implemented by a VIPAllocator whose VIP ports may have
+// security groups.
+type PortSecurity interface {
+	// VIPSecurity returns, by load balancer, the security rules of the
+	// VIP ports of the load balancers f selects; load balancers whose
+	// VIP port has no security groups in force are absent.
+	VIPSecurity(tx store.ReadTx, f store.Filter) (map[string]*SecurityRules, error)
+}
+
+// loadSecurity gives the trees the security rules of their VIP ports.
+func (s *Service) loadSecurity(tx store.ReadTx, f store.Filter, trees map[string]*Tree) error {
+	ps, ok := s.vips.(PortSecurity)
+	if !ok {
+		return nil
+	}
+	rules, err := ps.VIPSecurity(tx, f)
+	if err != nil {
+		return fmt.Errorf("security groups of VIP ports: %w", err)
+	}
+	for id, r := range rules {
+		if t := trees[id]; t != nil {
+			t.Security = r
+		}
+	}
+	return nil
+}

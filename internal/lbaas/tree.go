@@ -23,6 +23,10 @@ type Tree struct {
 	// balancer's VIP port: Neutron's objects, read only here, served as
 	// extra addresses of every listener.
 	FloatingIPs []*FloatingIP
+	// Security restricts the VIP's sources by the VIP port's security
+	// groups; nil when the port has none. Loaded only for the data plane
+	// (FlowTrees, TreesByID), read only.
+	Security *SecurityRules
 
 	dirty   map[string]bool
 	created map[string]bool

@@ -6,6 +6,8 @@
 // form is Octavia's response body.
 package lbaas
 
+import "net/netip"
+
 // Provisioning statuses.
 const (
 	Active            = "ACTIVE"
@@ -204,3 +206,27 @@ type L7Rule struct {
 	Value          string  `json:"value"`
 	Invert         bool    `json:"invert"`
 }
+
+// SecurityRules are the ingress rules of the security groups of a load
+// balancer's VIP port, with remote groups resolved to their ports'
+// addresses: what the compiler turns into each listener's allowed
+// sources. A tree without them (nil) is not filtered.
+type SecurityRules struct {
+	Ingress []IngressRule
+}
+
+// IngressRule admits Sources of one address family to a protocol and
+// port range.
+type IngressRule struct {
+	IPv6 bool
+	// Protocol is an IP protocol number; AnyProtocol matches all.
+	Protocol int
+	// PortMin and PortMax bound the destination port; 0 and 0: any port.
+	PortMin, PortMax int
+	// Sources are the remote prefix, the addresses of the remote group's
+	// ports, or the whole family when the rule names neither.
+	Sources []netip.Prefix
+}
+
+// AnyProtocol is an IngressRule's Protocol when the rule names none.
+const AnyProtocol = -1

@@ -19,12 +19,13 @@ type Extension struct {
 // them, and finds none it would then miss. Not listed: "router", which
 // in Neutron also defines floating IPs, because no router is served
 // (router_id is always null); "standard-attr-tag", whose /tags calls are
-// not served; "security-group" and "qos", not served either.
+// not served; "qos", not served either.
 var extensions = []Extension{
 	{Name: "Neutron external network", Alias: "external-net", Description: "Adds external network attribute to network resource.", Updated: "2013-01-14T10:00:00-00:00"},
 	{Name: "Floating IP Port Details Extension", Alias: "fip-port-details", Description: "Add port_details attribute to Floating IP resource", Updated: "2018-04-09T10:00:00-00:00"},
 	{Name: "Network MTU", Alias: "net-mtu", Description: "Provides MTU attribute for a network resource.", Updated: "2015-03-25T10:00:00-00:00"},
 	{Name: "Port Security", Alias: "port-security", Description: "Provides port security", Updated: "2012-07-23T10:00:00-00:00"},
+	{Name: "security-group", Alias: "security-group", Description: "The security groups extension.", Updated: "2012-10-05T10:00:00-00:00"},
 	{Name: "project_id field enabled", Alias: "project-id", Description: "Extension that indicates that project_id field is enabled.", Updated: "2016-09-09T09:09:09-09:09"},
 	{Name: "standard-attr-description", Alias: "standard-attr-description", Description: "Extension to add descriptions to standard attributes", Updated: "2016-02-10T10:00:00-00:00"},
 	{Name: "Resource revision numbers", Alias: "standard-attr-revisions", Description: "This extension will display the revision number of neutron resources.", Updated: "2016-04-11T10:00:00-00:00"},

@@ -383,12 +383,12 @@ func TestExtensions(t *testing.T) {
 		}
 		aliases = append(aliases, m["alias"].(string))
 	}
-	for _, want := range []string{"external-net", "fip-port-details", "standard-attr-revisions"} {
+	for _, want := range []string{"external-net", "fip-port-details", "standard-attr-revisions", "security-group"} {
 		if !slices.Contains(aliases, want) {
 			t.Errorf("extensions %v lack %s", aliases, want)
 		}
 	}
-	for _, never := range []string{"router", "security-group", "qos"} {
+	for _, never := range []string{"router", "qos"} {
 		if slices.Contains(aliases, never) {
 			t.Errorf("extensions list %s, which is not served", never)
 		}

@@ -13,7 +13,8 @@ import (
 	"github.com/flowlb/flowlb/internal/store"
 )
 
-// handler serves networks, subnets, ports, floating IPs and the list of
+// handler serves networks, subnets, ports, floating IPs, security groups
+// and their rules, and the list of
 // extensions (and an always-empty QoS policy collection) in Neutron's
 // wire format.
 type handler struct {
@@ -35,6 +36,7 @@ func NewHandler(s store.Store, logger *slog.Logger) http.Handler {
 		h.mux.HandleFunc("DELETE /"+r.plural+"/{id}", h.delete(r))
 	}
 	h.routeFloatingIPs()
+	h.routeSecurityGroups()
 	h.routeExtensions()
 	// QoS policies are not supported. An empty list and a 404 make the
 	// CLI's --vip-qos-policy-id lookup fail on the client with "not
@@ -88,7 +90,10 @@ func caller(r *http.Request) identity.Caller {
 type resource struct {
 	kind             store.Kind
 	singular, plural string
-	notFound         func(id string) *Error
+	// collection is the list body's key when it is not plural, the
+	// path's ("security-groups" lists "security_groups").
+	collection string
+	notFound   func(id string) *Error
 	// attrs are the attribute names of the API object, for filter checks.
 	attrs map[string]bool
 	// projectScoped: a non-admin lists only its own project's records

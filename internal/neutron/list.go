@@ -77,7 +77,11 @@ func (h *handler) list(r *resource) http.HandlerFunc {
 		if out == nil {
 			out = []map[string]any{}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{r.plural: out})
+		key := r.plural
+		if r.collection != "" {
+			key = r.collection
+		}
+		writeJSON(w, http.StatusOK, map[string]any{key: out})
 	}
 }
 

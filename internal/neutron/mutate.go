@@ -90,13 +90,30 @@ func (h *handler) createPort(tx store.Tx, c identity.Caller, attrs map[string]js
 	p.FixedIPs = nil
 	p.ProjectID = project
 	p.Status = ""
-	return createPort(tx, newAllocator(tx, processHints), net, p, fixed, given, "")
+	groups := p.SecurityGroups
+	p.SecurityGroups = nil
+	out, err := createPort(tx, newAllocator(tx, processHints), net, p, fixed, given, "")
+	if err != nil || len(groups) == 0 {
+		return out, err
+	}
+	d, err := getPortDoc(tx, out.ID)
+	if err != nil {
+		return Port{}, err
+	}
+	if err := setPortGroups(tx, c, &d, groups); err != nil {
+		return Port{}, err
+	}
+	return d.Port, putPort(tx, d, false)
 }
 
 // update changes name and description, the only mutable attributes here.
 func (h *handler) update(r *resource) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		attrs, err := decodeBody(req, r.singular, set("name", "description"))
+		allowed := set("name", "description")
+		if r.kind == store.KindPort {
+			allowed = set("name", "description", "security_groups", "port_security_enabled")
+		}
+		attrs, err := decodeBody(req, r.singular, allowed)
 		if err != nil {
 			writeErr(w, h.log, err)
 			return
@@ -117,6 +134,10 @@ func (h *handler) update(r *resource) http.HandlerFunc {
 			}
 			if !v.owns(project) {
 				return policyDenied("update_" + r.singular)
+			}
+			if r.kind == store.KindPort {
+				obj, err = updatePortSecurity(tx, c, id, attrs, upd)
+				return err
 			}
 			obj, err = upd.save(tx, r.kind, id)
 			return err

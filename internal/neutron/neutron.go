@@ -260,8 +260,13 @@ func putPort(tx store.Tx, d portDoc, insert bool) error {
 	if err != nil {
 		return err
 	}
-	// ParentID is the network, so deleting a network can count its ports.
+	// ParentID is the network, so deleting a network can count its ports;
+	// LoadBalancerID the load balancer whose VIP's sources the port's
+	// security groups restrict, so that its tree finds them.
 	rec := store.Record{Kind: store.KindPort, ID: d.ID, ProjectID: d.ProjectID, ParentID: d.NetworkID, Data: data}
+	if d.PortSecurityEnabled && len(d.SecurityGroups) > 0 {
+		rec.LoadBalancerID = servedBy(d.Port)
+	}
 	if insert {
 		return tx.Insert(rec)
 	}

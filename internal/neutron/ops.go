@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -233,6 +234,9 @@ func createPort(tx store.Tx, a *allocator, net Network, p Port, fixed []FixedIP,
 // and removes it.
 func deletePort(tx store.Tx, hints *hintTable, d portDoc) error {
 	if err := dropPortFIPs(tx, d); err != nil {
+		return err
+	}
+	if err := setPortGroups(tx, identity.Caller{IsAdmin: true}, &d, nil); err != nil {
 		return err
 	}
 	a := newAllocator(tx, hints)

@@ -59,6 +59,10 @@ func (v *view) object(r *resource, rec store.Record) (any, string, bool, error) 
 		return d.Subnet, d.ProjectID, ok && v.netVisible(n), nil
 	case store.KindFloatingIP:
 		return v.fipObject(rec)
+	case store.KindSecurityGroup:
+		return v.sgObject(rec)
+	case store.KindSecurityGroupRule:
+		return v.ruleObject(rec)
 	default:
 		var d portDoc
 		if err := json.Unmarshal(rec.Data, &d); err != nil {

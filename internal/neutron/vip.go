@@ -67,6 +67,10 @@ func allocateVIP(tx store.Tx, hints *hintTable, r VIPRequest) (VIP, error) {
 		DeviceID:     r.LoadBalancerID,
 		ProjectID:    r.ProjectID,
 		AdminStateUp: true,
+		// As Neutron makes ports, so that security groups may be set on
+		// it (Terraform's security_group_ids); none are, so nothing is
+		// filtered until they are.
+		PortSecurityEnabled: true,
 	}, []FixedIP{fixed}, true, r.LoadBalancerID)
 	if err != nil {
 		return VIP{}, domainErr(err, resource, id)

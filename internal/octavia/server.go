@@ -88,7 +88,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	last := len(segs) - 1
 	segs[last] = strings.TrimSuffix(segs[last], ".json")
 	switch segs[0] {
-	case "networks", "subnets", "ports", "floatingips", "extensions", "qos":
+	case "networks", "subnets", "ports", "floatingips", "security-groups", "security-group-rules", "extensions", "qos":
 		if s.neutron != nil {
 			s.neutron.ServeHTTP(w, r)
 			return

@@ -42,6 +42,12 @@ const (
 	// floating IP is associated with as LoadBalancerID (empty otherwise),
 	// so that the load balancer's tree loads them.
 	KindFloatingIP Kind = "floatingip"
+	// KindSecurityGroup and KindSecurityGroupRule are Neutron's; a rule's
+	// ParentID is its group. A port record whose security groups apply
+	// to a load balancer's VIP carries that load balancer as
+	// LoadBalancerID, so that the tree's loader finds it.
+	KindSecurityGroup     Kind = "security_group"
+	KindSecurityGroupRule Kind = "security_group_rule"
 )
 
 // ErrNotFound is returned by Get when no document has that kind and id.

@@ -35,8 +35,10 @@ type ServiceDump struct {
 	// backends for this node's zone.
 	Zonal        bool
 	AllowedCIDRs []netip.Prefix
-	Persistence  time.Duration
-	Limit        int
+	// AllowNone: sources are filtered and none is allowed.
+	AllowNone   bool
+	Persistence time.Duration
+	Limit       int
 }
 
 // Dump describes every programmed service from its kernel elements,
@@ -73,6 +75,8 @@ func describe(k flows.Key, fp footprint) ServiceDump {
 			s.InternalLocal, s.NoInternalLocal = true, true
 		case zoneOnSet:
 			s.Zonal = true
+		case aclOnSet:
+			s.AllowNone = true
 		case aclAllowSet:
 			s.AllowedCIDRs = append(s.AllowedCIDRs, aclPrefix(e.key, e.keyEnd))
 		case persistMap:
@@ -90,6 +94,7 @@ func describe(k flows.Key, fp footprint) ServiceDump {
 		}
 	}
 	slices.SortFunc(s.AllowedCIDRs, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	s.AllowNone = s.AllowNone && len(s.AllowedCIDRs) == 0
 	return s
 }
 

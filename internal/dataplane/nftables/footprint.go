@@ -86,7 +86,7 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 			f.add(elem{set: aclAllowSet, key: start, keyEnd: end})
 		}
 	}
-	if len(s.AllowedCIDRs) > 0 {
+	if len(s.AllowedCIDRs) > 0 || s.AllowNone {
 		f.add(elem{set: aclOnSet, key: kb})
 	}
 	var all, local []flows.Backend

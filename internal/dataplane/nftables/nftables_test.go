@@ -274,9 +274,26 @@ func TestAllowedCIDRs(t *testing.T) {
 		if again.lastOps != 0 {
 			t.Errorf("adopted ACL rewritten: %d operations", again.lastOps)
 		}
+		// Allowing none (security groups that admit nobody) keeps
+		// everyone out, the formerly allowed source too.
+		for k, s := range tab.Services {
+			s.AllowedCIDRs, s.AllowNone = nil, true
+			tab.Services[k] = s
+		}
+		if err := again.Sync(ctx, tab); err != nil {
+			t.Fatal(err)
+		}
+		for _, from := range []string{"198.18.17.2", "198.18.17.3"} {
+			if got := ask(t, "198.19.0.10:80", from); got == backendAddrs[2] {
+				t.Errorf("allow none: %s got through", from)
+			}
+		}
+		if d := again.Dump(); len(d) != 1 || !d[0].AllowNone || len(d[0].AllowedCIDRs) != 0 {
+			t.Errorf("allow none dumped as %+v", d)
+		}
 		// Dropping the ACL lets everyone in.
 		for k, s := range tab.Services {
-			s.AllowedCIDRs = nil
+			s.AllowedCIDRs, s.AllowNone = nil, false
 			tab.Services[k] = s
 		}
 		if err := again.Sync(ctx, tab); err != nil {

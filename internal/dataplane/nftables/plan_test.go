@@ -83,6 +83,12 @@ func planCases() []planCase {
 			upserts: []flows.Service{edit(web(flows.RoundRobin, b1), func(s *flows.Service) {
 				s.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}
 			})}},
+		{name: "allow-none", upserts: []flows.Service{edit(web(flows.RoundRobin, b1), func(s *flows.Service) { s.AllowNone = true })}},
+		{name: "allowed-cidrs-to-none",
+			before: []flows.Service{edit(web(flows.RoundRobin, b1), func(s *flows.Service) {
+				s.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("198.18.40.0/28")}
+			})},
+			upserts: []flows.Service{edit(web(flows.RoundRobin, b1), func(s *flows.Service) { s.AllowNone = true })}},
 		{name: "local-only-with-local-backend", upserts: []flows.Service{edit(web(flows.SourceIP, b1, b2), func(s *flows.Service) { s.LocalOnly = true })}},
 		{name: "local-only-without-local-backend", upserts: []flows.Service{edit(web(flows.SourceIP, b2, b3), func(s *flows.Service) { s.LocalOnly = true })}},
 		{name: "local-only-loses-its-local-backend", before: []flows.Service{edit(web(flows.SourceIP, b1, b2), func(s *flows.Service) { s.LocalOnly = true })},

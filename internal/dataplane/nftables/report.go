@@ -47,6 +47,9 @@ func dumpOptions(s ServiceDump) []string {
 		}
 		extra = append(extra, "allowed "+strings.Join(cidrs, ","))
 	}
+	if s.AllowNone {
+		extra = append(extra, "allowed none: every source dropped")
+	}
 	if s.Zonal {
 		extra = append(extra, "prefer-close: this zone's backends")
 	}

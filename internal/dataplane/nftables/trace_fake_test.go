@@ -101,6 +101,8 @@ func TestTrace(t *testing.T) {
 		{name: "inside allowed_cidrs", svc: edit(web(flows.SourceIP, three...), func(s *flows.Service) {
 			s.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("198.18.40.0/28"), netip.MustParsePrefix("198.18.17.0/26")}
 		}), packet: p, want: dnat(reasonEveryBackend, expectedBackend(three, flows.SourceIP, p))},
+		{name: "allow none: dropped", svc: edit(web(flows.SourceIP, three...), func(s *flows.Service) { s.AllowNone = true }),
+			packet: p, want: Verdict{Action: "drop", Reason: reasonACL}},
 		{name: "local-only from outside: the local backend, client kept", svc: edit(web(flows.SourceIP, b1, b2), localOnly),
 			packet: to("198.19.0.10", 80, outsider, 40001), podNets: podNets, want: dnat(reasonLocalOnly, addrPort(b1))},
 		{name: "local-only from outside without a local backend: dropped", svc: edit(web(flows.SourceIP, b2, b3), localOnly),
