@@ -27,12 +27,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/flowlb/flowlb/bench/internal/benchkit"
 	flowlbserver "github.com/flowlb/flowlb/internal/server"
 	"github.com/flowlb/flowlb/internal/store/storetest"
 	"github.com/flowlb/flowlb/internal/testutil"
@@ -323,8 +323,6 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	return s[min(len(s)-1, int(float64(len(s))*q))]
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 func main() {
 	childCfg := flag.String("child", "", "internal: run the simulated agents of this configuration")
 	n := flag.Int("n", 1000, "simulated agents")
@@ -340,17 +338,12 @@ func main() {
 		}
 		return
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fatal(err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := benchkit.CPUProfile(*cpuProfile)
+	if err != nil {
+		fatal(err)
 	}
-	replicas, err := parseReplicas(*replicaList)
+	defer stopProfile()
+	replicas, err := benchkit.Counts("replicas", "server count", *replicaList)
 	if err != nil {
 		fatal(err)
 	}
@@ -385,23 +378,10 @@ func main() {
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		fmt.Printf("| %d | %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.0f KiB | %.0f KiB |\n", r.replicas, r.agents,
-			ms(quantile(r.acked, 0.5)), ms(quantile(r.acked, 0.99)), ms(quantile(r.active, 0.5)), ms(quantile(r.active, 0.99)),
+			benchkit.MS(quantile(r.acked, 0.5)), benchkit.MS(quantile(r.acked, 0.99)), benchkit.MS(quantile(r.active, 0.5)), benchkit.MS(quantile(r.active, 0.99)),
 			r.rssPerAgent/1024, r.heapPerAgent/1024)
 	}
 	fmt.Println("| target (issue 14) | 1000 on 3 replicas, 2 cores | | ≤ 200 ms | | | | |")
-}
-
-// parseReplicas reads a list of server counts such as "1,3".
-func parseReplicas(list string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(list, ",") {
-		k, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || k < 1 {
-			return nil, fmt.Errorf("-replicas: %q is not a server count", f)
-		}
-		out = append(out, k)
-	}
-	return out, nil
 }
 
 func fatal(err error) {

@@ -20,14 +20,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/flowlb/flowlb/bench/internal/benchkit"
 	flowlbserver "github.com/flowlb/flowlb/internal/server"
 	"github.com/flowlb/flowlb/internal/store/storetest"
 )
@@ -245,16 +243,11 @@ func main() {
 	pg := flag.String("postgres", "", `PostgreSQL DSN to measure, or "auto" to start a throwaway cluster`)
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers and clients) to this file")
 	flag.Parse()
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fatal(err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := benchkit.CPUProfile(*cpuProfile)
+	if err != nil {
+		fatal(err)
 	}
+	defer stopProfile()
 	ctx := context.Background()
 
 	var results []result
@@ -283,7 +276,7 @@ func main() {
 			defer c.Stop()
 			cluster = c
 		}
-		replicas, err := parseReplicas(*replicaList)
+		replicas, err := benchkit.Counts("replicas", "server count", *replicaList)
 		if err != nil {
 			fatal(err)
 		}
@@ -307,26 +300,11 @@ func main() {
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		fmt.Printf("| flowlb %s | %d | %.0f | %.2f s | %.2f s | %.1f ms | %.1f ms | %d |\n", r.engine, r.servers, float64(r.n)/r.createWall.Seconds(),
-			r.createWall.Seconds(), r.activeWall.Seconds(), ms(r.p50), ms(r.p99), r.errors)
+			r.createWall.Seconds(), r.activeWall.Seconds(), benchkit.MS(r.p50), benchkit.MS(r.p99), r.errors)
 	}
 	fmt.Println("| Octavia amphora+noop (anchor: 100 plain LBs) | 1 | ≈8 | 11–13 s | 71–73 s | | | |")
 	fmt.Println("targets: 1,000 full LBs ACTIVE in ≤ 3 s on SQLite, ≤ 5 s through 3 PostgreSQL replicas")
 }
-
-// parseReplicas reads a list of server counts such as "1,3".
-func parseReplicas(list string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(list, ",") {
-		k, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || k < 1 {
-			return nil, fmt.Errorf("-replicas: %q is not a server count", f)
-		}
-		out = append(out, k)
-	}
-	return out, nil
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "apicreate:", err)

@@ -20,14 +20,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/flowlb/flowlb/bench/internal/benchkit"
 	flowlbserver "github.com/flowlb/flowlb/internal/server"
 	"github.com/flowlb/flowlb/internal/store/storetest"
 )
@@ -245,24 +243,15 @@ func main() {
 	pg := flag.String("postgres", "", `PostgreSQL DSN to measure, or "auto" to start a throwaway cluster`)
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
-	var sizes []int
-	for _, f := range strings.Split(*sizeList, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			fatal(fmt.Errorf("-sizes: %q is not a member count", f))
-		}
-		sizes = append(sizes, n)
+	sizes, err := benchkit.Counts("sizes", "member count", *sizeList)
+	if err != nil {
+		fatal(err)
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fatal(err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := benchkit.CPUProfile(*cpuProfile)
+	if err != nil {
+		fatal(err)
 	}
+	defer stopProfile()
 	ctx := context.Background()
 	var results []result
 	if *sqlite {
@@ -300,7 +289,7 @@ func main() {
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		fmt.Printf("| flowlb %s | %d | %.2f s | %.2f s | %.2f s | %d | %.1f ms | %.1f ms | %.1f ms |\n", r.engine, r.members,
-			r.batch.Seconds(), r.cpu.Seconds(), r.active.Seconds(), r.writes, ms(r.p50), ms(r.p99), ms(r.max))
+			r.batch.Seconds(), r.cpu.Seconds(), r.active.Seconds(), r.writes, benchkit.MS(r.p50), benchkit.MS(r.p99), benchkit.MS(r.max))
 	}
 	fmt.Println("before (issue 15, SQLite, batch answered): 1k 0.24 s, 5k 2.3 s, 10k 10.5 s, 20k 42 s, other writes blocked throughout; target 20k ≤ 1 s")
 }
@@ -314,8 +303,6 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "batchmembers:", err)
