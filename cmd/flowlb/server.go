@@ -68,6 +68,7 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 	f.IntVar(&o.HTTP.MaxConns, "max-connections", 0, "cap on open API connections; at the cap a new one replaces the one idle the longest (default: the descriptor limit less 256)")
 	f.StringVar(&o.TLSCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM, the chain after the leaf); read again when it changes")
 	f.StringVar(&o.TLSKey, "tls-key", "", "the API certificate's private key (PEM)")
+	f.StringSliceVar(&o.TLSHosts, "tls-hosts", nil, "instead of --tls-cert: serve the API over TLS with a certificate for these DNS names and IP addresses (comma-separated or repeated) issued from the agents' CA, kept in memory (valid a week, renewed past two thirds); clients trust that CA (ca.crt of --agent-secret's Secret, or --agent-ca-cert)")
 	f.DurationVar(&o.AckTimeout, "ack-timeout", 10*time.Second, "how long a change waits for every live agent of the cluster before it turns ACTIVE anyway")
 	f.StringSliceVar(&o.ProviderAliases, "provider-alias", nil, "provider names clients may ask for and the provider that serves them, e.g. amphora=flow,ovn=flow (repeatable); such load balancers show the name they were created with")
 	f.StringVar(&o.ReplicaID, "replica-id", "", "this server's name among the replicas sharing the database (default: host name and a random suffix, new at every start)")

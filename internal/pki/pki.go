@@ -321,6 +321,19 @@ func (ca *CA) IssueServerCert(name string, ips []net.IP, dnsNames []string, ttl 
 	if err != nil {
 		return nil, nil, err
 	}
+	der, err := ca.issueHost(key.Public(), name, ips, dnsNames, ttl)
+	if err != nil {
+		return nil, nil, err
+	}
+	if keyPEM, err = KeyPEM(key); err != nil {
+		return nil, nil, err
+	}
+	return CertPEM(der), keyPEM, nil
+}
+
+// issueHost signs a plain TLS server certificate for pub, valid for the
+// addresses and DNS names a client dials.
+func (ca *CA) issueHost(pub crypto.PublicKey, name string, ips []net.IP, dnsNames []string, ttl time.Duration) ([]byte, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
@@ -335,14 +348,7 @@ func (ca *CA) IssueServerCert(name string, ips []net.IP, dnsNames []string, ttl 
 	if tmpl.NotAfter.After(ca.Cert.NotAfter) {
 		tmpl.NotAfter = ca.Cert.NotAfter
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
-	if err != nil {
-		return nil, nil, err
-	}
-	if keyPEM, err = KeyPEM(key); err != nil {
-		return nil, nil, err
-	}
-	return CertPEM(der), keyPEM, nil
+	return x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.key)
 }
 
 // WriteFiles writes PEM files readable by their owner only, each whole

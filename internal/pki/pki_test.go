@@ -2,6 +2,7 @@ package pki
 
 import (
 	"context"
+	"crypto"
 	"crypto/tls"
 	"crypto/x509"
 	"net"
@@ -218,7 +219,7 @@ func TestHandshakes(t *testing.T) {
 
 func TestServingCertRenewed(t *testing.T) {
 	ca := newCA(t)
-	s := &servingCert{ca: ca, replica: "a", ttl: time.Hour}
+	s := &servingCert{issue: func(pub crypto.PublicKey) ([]byte, error) { return ca.issue(pub, RoleServer, "a", time.Hour) }}
 	now := time.Now()
 	first, err := s.get(now)
 	if err != nil {
@@ -290,5 +291,58 @@ func TestIssueServerCert(t *testing.T) {
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.Pool(), DNSName: "198.18.0.251"}); err == nil {
 		t.Error("an address not in the certificate verified")
+	}
+}
+
+// The API's own certificate: the names and addresses asked for, from the
+// CA, for the server side only, and a new one past two thirds of its life.
+func TestAPITLS(t *testing.T) {
+	ca := newCA(t)
+	if _, err := APITLS(ca, nil, time.Hour); err == nil {
+		t.Fatal("no host names accepted")
+	}
+	cfg, err := APITLS(ca, []string{"flowlb-server.flowlb-system.svc", "198.18.0.1", "2001:2::1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := cfg.GetCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := cert.Leaf
+	for _, host := range []string{"flowlb-server.flowlb-system.svc", "198.18.0.1", "2001:2::1"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.Pool(), DNSName: host}); err != nil {
+			t.Errorf("%s: %v", host, err)
+		}
+	}
+	for _, host := range []string{"flowlb-server", "198.18.0.2"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.Pool(), DNSName: host}); err == nil {
+			t.Errorf("%s, not asked for, verified", host)
+		}
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: newCA(t).Pool(), DNSName: "198.18.0.1"}); err == nil {
+		t.Error("verified against another CA")
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+		t.Error("usable as a client identity")
+	}
+	if got := Lifetime(leaf); got != time.Hour {
+		t.Errorf("lifetime %v, want 1h", got)
+	}
+
+	s := &servingCert{issue: func(pub crypto.PublicKey) ([]byte, error) {
+		return ca.issueHost(pub, "api", nil, []string{"api"}, time.Hour)
+	}}
+	now := time.Now()
+	first, err := s.get(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := s.get(now.Add(39 * time.Minute)); again != first {
+		t.Fatal("renewed before two thirds of its life")
+	}
+	later, _ := s.get(now.Add(41 * time.Minute))
+	if later == first || later.Leaf.DNSNames[0] != "api" || later.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
+		t.Fatal("not renewed after two thirds of its life")
 	}
 }

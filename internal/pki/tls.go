@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 )
@@ -41,7 +43,7 @@ func ServerTLS(ca *CA, replica string, ttl time.Duration) (*tls.Config, error) {
 	if err := checkName(replica); err != nil {
 		return nil, err
 	}
-	s := &servingCert{ca: ca, replica: replica, ttl: ttl}
+	s := &servingCert{issue: func(pub crypto.PublicKey) ([]byte, error) { return ca.issue(pub, RoleServer, replica, ttl) }}
 	if _, err := s.get(time.Now()); err != nil {
 		return nil, err
 	}
@@ -53,12 +55,41 @@ func ServerTLS(ca *CA, replica string, ttl time.Duration) (*tls.Config, error) {
 	}, nil
 }
 
+// APITLS is the API's TLS when the server issues its certificate itself:
+// one from the CA for the names and addresses clients dial (hosts, each a
+// DNS name or an IP address), kept in memory and replaced past two thirds
+// of ttl, TLS 1.2 or later. Clients trust the CA certificate.
+func APITLS(ca *CA, hosts []string, ttl time.Duration) (*tls.Config, error) {
+	if len(hosts) == 0 {
+		return nil, errors.New("no host names for the API certificate")
+	}
+	var ips []net.IP
+	var names []string
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			names = append(names, h)
+		}
+	}
+	s := &servingCert{issue: func(pub crypto.PublicKey) ([]byte, error) {
+		return ca.issueHost(pub, "flowlb API", ips, names, ttl)
+	}}
+	if _, err := s.get(time.Now()); err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.get(time.Now()) },
+	}, nil
+}
+
+// servingCert is a certificate issued in memory, with a new key each
+// time, and issued again when it needs renewal.
 type servingCert struct {
-	ca      *CA
-	replica string
-	ttl     time.Duration
-	mu      sync.Mutex
-	cur     *tls.Certificate
+	issue func(pub crypto.PublicKey) ([]byte, error)
+	mu    sync.Mutex
+	cur   *tls.Certificate
 }
 
 func (s *servingCert) get(now time.Time) (*tls.Certificate, error) {
@@ -71,7 +102,7 @@ func (s *servingCert) get(now time.Time) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	der, err := s.ca.issue(key.Public(), RoleServer, s.replica, s.ttl)
+	der, err := s.issue(key.Public())
 	if err != nil {
 		return nil, fmt.Errorf("issue the serving certificate: %w", err)
 	}

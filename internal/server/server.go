@@ -61,6 +61,11 @@ type Options struct {
 	// TLSCert and TLSKey, if set, serve the API over TLS; the files are
 	// read again when they change.
 	TLSCert, TLSKey string
+	// TLSHosts, if set instead, serve the API over TLS with a certificate
+	// for these DNS names and IP addresses that the server issues itself
+	// from the agents' CA, kept in memory and renewed; clients trust that
+	// CA (ca.crt of the agents' Secret).
+	TLSHosts []string
 	// AgentCACert and AgentCAKey are the CA of the agents' identities,
 	// shared by the replicas (default <data-dir>/agent-ca.crt and .key,
 	// created if both are missing).
@@ -104,6 +109,9 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	if (o.TLSCert == "") != (o.TLSKey == "") {
 		return nil, errors.New("--tls-cert and --tls-key go together")
 	}
+	if o.TLSCert != "" && len(o.TLSHosts) > 0 {
+		return nil, errors.New("give --tls-cert or --tls-hosts, not both")
+	}
 	authn, err := authMiddleware(o, log)
 	if err != nil {
 		return nil, err
@@ -131,7 +139,11 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	if err := s.serveAgents(ctx, provider, reg, o); err != nil {
+	ca, err := agentCA(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.serveAgents(ctx, provider, ca, reg, o); err != nil {
 		return nil, err
 	}
 	s.rep = replica.New(st, s.svc, s.Hub.Revision, replica.Options{ID: o.ReplicaID, Address: o.Listen, LeaseTTL: o.LeaseTTL, Log: log}, reg)
@@ -145,8 +157,8 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	}
 	s.APIAddr = ln.Addr()
 	ln = httpserve.Serve(s.http, ln, o.HTTP, log)
-	if o.TLSCert != "" {
-		if err := s.serveTLS(o); err != nil {
+	if o.TLSCert != "" || len(o.TLSHosts) > 0 {
+		if err := s.serveTLS(o, ca); err != nil {
 			ln.Close()
 			return nil, err
 		}
@@ -209,8 +221,17 @@ func (s *Server) abort() {
 	s.st.Close()
 }
 
-// serveTLS sets the API server up for TLS from the certificate files.
-func (s *Server) serveTLS(o Options) error {
+// serveTLS sets the API server up for TLS: from the certificate files,
+// or with a certificate issued from the agents' CA.
+func (s *Server) serveTLS(o Options, ca *pki.CA) error {
+	if o.TLSCert == "" {
+		cfg, err := pki.APITLS(ca, o.TLSHosts, servingCertTTL)
+		if err != nil {
+			return fmt.Errorf("the API's certificate: %w", err)
+		}
+		s.http.TLSConfig = cfg
+		return nil
+	}
 	cert, err := pki.LoadFileCertificate(o.TLSCert, o.TLSKey)
 	if err != nil {
 		return err
@@ -306,8 +327,9 @@ func parseAliases(pairs []string) (map[string]string, error) {
 }
 
 const (
-	// servingCertTTL is the lifetime of a replica's own serving identity,
-	// issued in memory from the CA and replaced past two thirds of it.
+	// servingCertTTL is the lifetime of a replica's own serving identity
+	// and of the API certificate it issues itself (TLSHosts), issued in
+	// memory from the CA and replaced past two thirds of it.
 	servingCertTTL = 7 * 24 * time.Hour
 	// agentMaxMessage bounds what an agent may send in one message.
 	agentMaxMessage = 1 << 20
@@ -322,12 +344,8 @@ const agentPingMin = 10 * time.Second
 
 // serveAgents starts the fan-out hub and the agent stream; the flow
 // provider realizes changes through the hub.
-func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, reg *prometheus.Registry, o Options) error {
+func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, ca *pki.CA, reg *prometheus.Registry, o Options) error {
 	token, err := agentToken(o)
-	if err != nil {
-		return err
-	}
-	ca, err := agentCA(o)
 	if err != nil {
 		return err
 	}

@@ -123,3 +123,49 @@ func TestAPIOverTLSRotates(t *testing.T) {
 		t.Fatal("--tls-cert without --tls-key was accepted")
 	}
 }
+
+// With --tls-hosts the API serves a certificate it issues from the
+// agents' CA: clients trusting that CA verify it for the hosts asked
+// for, and plain HTTP is not served.
+func TestAPIOverTLSFromAgentCA(t *testing.T) {
+	dir := t.TempDir()
+	s, err := server.Start(context.Background(), server.Options{Listen: "127.0.0.1:0", AgentListen: "127.0.0.1:0", DataDir: dir,
+		DefaultProject: "p1", VIPCIDR: "198.19.0.0/24", TLSHosts: []string{"127.0.0.1", "flowlb-server.flowlb-system.svc"}},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Crash()
+	caPEM, err := os.ReadFile(filepath.Join(dir, "agent-ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatal("no CA certificate")
+	}
+	if name, err := servedName(s, roots); name != "flowlb API" || err != nil {
+		t.Fatalf("served %q, %v", name, err)
+	}
+	// The name the manifests' clients dial, at the same address.
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "flowlb-server.flowlb-system.svc"}}}
+	resp, err := c.Get("https://" + s.APIAddr.String() + "/healthcheck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if _, err := servedName(s, x509.NewCertPool()); err == nil {
+		t.Fatal("verified without the agents' CA")
+	}
+	if resp, err := http.Get("http://" + s.APIAddr.String() + "/healthcheck"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP was served")
+		}
+	}
+
+	if _, err := server.Start(context.Background(), server.Options{Listen: "127.0.0.1:0", AgentListen: "127.0.0.1:0", DataDir: t.TempDir(),
+		TLSCert: "a.crt", TLSKey: "a.key", TLSHosts: []string{"127.0.0.1"}}, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
+		t.Fatal("--tls-cert with --tls-hosts was accepted")
+	}
+}
