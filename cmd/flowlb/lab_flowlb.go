@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -28,20 +30,37 @@ func deployFlowlb(ctx context.Context, out io.Writer, l *lab.Lab, kc *kubelet.Cl
 		return err
 	}
 	overlay := filepath.Join(dir, "overlays", "lab")
-	run := func(args ...string) error {
-		b, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kc.State.Kubeconfig}, args...)...).CombinedOutput()
+	run := func(args ...string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kc.State.Kubeconfig}, args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		b, err := cmd.Output()
 		if err != nil {
-			return fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, b)
+			return nil, fmt.Errorf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, b, stderr.String())
 		}
-		return nil
+		return b, nil
 	}
-	if err := run("apply", "-k", overlay); err != nil {
+	if _, err := run("apply", "-k", overlay); err != nil {
 		return err
 	}
 	for _, r := range flowlbRollouts {
-		if err := run("-n", "flowlb-system", "rollout", "status", r, "--timeout=180s"); err != nil {
+		if _, err := run("-n", "flowlb-system", "rollout", "status", r, "--timeout=180s"); err != nil {
 			return err
 		}
+	}
+	// The API is https with a certificate from the agents' CA, published
+	// in their Secret; the lab's clients get it as a file.
+	ca, err := run("-n", "flowlb-system", "get", "secret", "flowlb-agent", "-o", `jsonpath={.data.ca\.crt}`)
+	if err != nil {
+		return err
+	}
+	caPEM, err := base64.StdEncoding.DecodeString(string(ca))
+	if err != nil {
+		return fmt.Errorf("the API's CA in Secret flowlb-agent: %w", err)
+	}
+	caFile := filepath.Join(l.KubeDir(), "flowlb-api-ca.crt")
+	if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, `flowlb deployed with kubectl apply -k %s
   export KUBECONFIG=%s
@@ -49,11 +68,11 @@ func deployFlowlb(ctx context.Context, out io.Writer, l *lab.Lab, kc *kubelet.Cl
   kubectl create deployment web --image=flowlb/echo --port=8080 --replicas=3
   kubectl expose deployment web --type=LoadBalancer --port=80 --target-port=8080
   kubectl get service web          # EXTERNAL-IP from 198.19.128.0/17
-the flowlb API (noauth) at http://198.18.0.1:9876, inside the lab:
-  flowlb lab exec client -- openstack --os-auth-type none --os-endpoint http://198.18.0.1:9876 loadbalancer list
+the flowlb API (noauth) at https://198.18.0.1:9876, its CA in %s, inside the lab:
+  flowlb lab exec client -- openstack --os-auth-type none --os-endpoint https://198.18.0.1:9876 --os-cacert %s loadbalancer list
 the external client (behind the router, reaches external VIPs):
   flowlb lab exec client -- curl -s http://EXTERNAL-IP/
 flowlb lab down removes it all
-`, overlay, kc.State.Kubeconfig)
+`, overlay, kc.State.Kubeconfig, caFile, caFile)
 	return nil
 }

@@ -3,8 +3,13 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -71,6 +76,7 @@ func TestKubernetesDeploy(t *testing.T) {
 		}
 	}
 	rollout()
+	apiOverTLS(t, l, k("-n", "flowlb-system", "get", "secret", "flowlb-agent", "-o", `jsonpath={.data.ca\.crt}`))
 
 	k("create", "deployment", "web", "--image=flowlb/echo", "--port=8080", "--replicas=3")
 	k("expose", "deployment", "web", "--port=80", "--target-port=8080")
@@ -154,6 +160,50 @@ func TestKubernetesDeploy(t *testing.T) {
 		if strings.Contains(b.String(), "flowlb") {
 			t.Errorf("node %s keeps flowlb's nftables state after kubectl delete -k:\n%s", n.Name, b.String())
 		}
+	}
+}
+
+// apiOverTLS checks, from the lab's client, that the API of the lab
+// overlay answers over TLS verified with the CA the server published in
+// the agents' Secret (caB64, as kubectl prints it), and not over plain
+// HTTP.
+func apiOverTLS(t *testing.T, l *lab.Lab, caB64 string) {
+	t.Helper()
+	caPEM, err := base64.StdEncoding.DecodeString(caB64)
+	if err != nil {
+		t.Fatalf("ca.crt of Secret flowlb-agent: %v", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("no certificate in ca.crt of Secret flowlb-agent: %q", caPEM)
+	}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return l.Client().Dial(ctx, network, addr)
+	}
+	get := func(c *http.Client, url string) (int, error) {
+		resp, err := c.Get(url)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, nil
+	}
+	verified := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial, TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	testutil.Eventually(t, 30*time.Second, "the API over TLS from the client", func() (bool, string) {
+		code, err := get(verified, "https://198.18.0.1:9876/v2/lbaas/loadbalancers")
+		if err != nil {
+			return false, err.Error()
+		}
+		return code == http.StatusOK, fmt.Sprint(code)
+	})
+	plain := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial}}
+	if code, err := get(plain, "http://198.18.0.1:9876/v2/lbaas/loadbalancers"); err == nil && code == http.StatusOK {
+		t.Error("the API answered plain HTTP")
+	}
+	untrusted := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial}}
+	if _, err := get(untrusted, "https://198.18.0.1:9876/v2/lbaas/loadbalancers"); err == nil {
+		t.Error("the API's certificate verified without the published CA")
 	}
 }
 

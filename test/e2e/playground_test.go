@@ -56,6 +56,15 @@ func TestPlayground(t *testing.T) {
 		}
 		return strings.TrimSpace(string(o))
 	}
+	// The printed openstack line: https, and the CA it names verifies the
+	// API from the client.
+	ca := regexp.MustCompile(`--os-endpoint (https://\S+) --os-cacert (\S+) `).FindStringSubmatch(out)
+	if ca == nil {
+		t.Fatalf("lab up prints no openstack line with https and --os-cacert:\n%s", out)
+	}
+	if o, err := run("exec", "client", "--", "curl", "-sSf", "-m", "5", "--cacert", ca[2], ca[1]+"/v2/lbaas/loadbalancers"); err != nil {
+		t.Fatalf("the API with the printed CA: %v\n%s", err, o)
+	}
 	k("create", "deployment", "web", "--image=flowlb/echo", "--port=8080", "--replicas=2")
 	k("expose", "deployment", "web", "--type=LoadBalancer", "--port=80", "--target-port=8080")
 	var ip string
