@@ -440,8 +440,9 @@ func TestLockSerialisesCountThenInsert(t *testing.T) {
 			if e.Name != "postgres" {
 				return
 			}
-			held, release := make(chan struct{}), make(chan struct{})
+			held, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
 			go func() {
+				defer close(done)
 				_, err := e.Store.Update(ctx, func(tx store.Tx) error {
 					if err := tx.Lock("a"); err != nil {
 						return err
@@ -455,7 +456,8 @@ func TestLockSerialisesCountThenInsert(t *testing.T) {
 				}
 			}()
 			<-held
-			defer close(release)
+			// The holder ends before the test does (the store closes after).
+			defer func() { close(release); <-done }()
 			bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			if _, err := e.Store.Update(bctx, func(tx store.Tx) error { return tx.Lock("b") }); err != nil {
