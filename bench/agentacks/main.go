@@ -34,7 +34,6 @@ import (
 
 	"github.com/flowlb/flowlb/bench/internal/benchkit"
 	flowlbserver "github.com/flowlb/flowlb/internal/server"
-	"github.com/flowlb/flowlb/internal/store/storetest"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
 
@@ -347,27 +346,22 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	var cluster *storetest.Cluster
-	if *pg == "auto" {
-		if cluster, err = storetest.StartCluster(); err != nil {
-			fatal(err)
-		}
-		defer cluster.Stop()
+	pgs, err := benchkit.OpenPostgres(*pg)
+	if err != nil {
+		fatal(err)
 	}
+	defer pgs.Stop()
 	ctx := context.Background()
 	var results []result
 	for _, k := range replicas {
-		dsn := *pg
-		if cluster != nil {
-			if dsn, err = cluster.NewDatabase(); err != nil {
-				fatal(err)
-			}
+		dsn, err := pgs.Database()
+		if err != nil {
+			pgs.Stop()
+			fatal(err)
 		}
 		r, err := run(ctx, dsn, k, *n, *changes, *lbs)
 		if err != nil {
-			if cluster != nil {
-				cluster.Stop()
-			}
+			pgs.Stop() // fatal exits without running the deferred Stop
 			fatal(err)
 		}
 		results = append(results, r)

@@ -27,7 +27,6 @@ import (
 
 	"github.com/flowlb/flowlb/bench/internal/benchkit"
 	flowlbserver "github.com/flowlb/flowlb/internal/server"
-	"github.com/flowlb/flowlb/internal/store/storetest"
 )
 
 type result struct {
@@ -266,26 +265,19 @@ func main() {
 	if *pg != "" {
 		// A DSN given is measured as it is, every run on it; "auto" gives
 		// every run a fresh database of a throwaway cluster.
-		dsn := *pg
-		var cluster *storetest.Cluster
-		if dsn == "auto" {
-			c, err := storetest.StartCluster()
-			if err != nil {
-				fatal(err)
-			}
-			defer c.Stop()
-			cluster = c
+		pgs, err := benchkit.OpenPostgres(*pg)
+		if err != nil {
+			fatal(err)
 		}
+		defer pgs.Stop()
 		replicas, err := benchkit.Counts("replicas", "server count", *replicaList)
 		if err != nil {
 			fatal(err)
 		}
 		for _, k := range replicas {
-			db := dsn
-			if cluster != nil {
-				if db, err = cluster.NewDatabase(); err != nil {
-					fatal(err)
-				}
+			db, err := pgs.Database()
+			if err != nil {
+				fatal(err)
 			}
 			r, err := run(ctx, "postgres", db, *n, *members, *conc, k)
 			if err != nil {

@@ -27,7 +27,6 @@ import (
 
 	"github.com/flowlb/flowlb/bench/internal/benchkit"
 	flowlbserver "github.com/flowlb/flowlb/internal/server"
-	"github.com/flowlb/flowlb/internal/store/storetest"
 )
 
 type result struct {
@@ -267,16 +266,14 @@ func main() {
 		results = append(results, rs...)
 	}
 	if *pg != "" {
-		dsn := *pg
-		if dsn == "auto" {
-			c, err := storetest.StartCluster()
-			if err != nil {
-				fatal(err)
-			}
-			defer c.Stop()
-			if dsn, err = c.NewDatabase(); err != nil {
-				fatal(err)
-			}
+		pgs, err := benchkit.OpenPostgres(*pg)
+		if err != nil {
+			fatal(err)
+		}
+		defer pgs.Stop()
+		dsn, err := pgs.Database()
+		if err != nil {
+			fatal(err)
 		}
 		rs, err := run(ctx, "postgres", dsn, sizes)
 		if err != nil {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/flowlb/flowlb/internal/store/storetest"
 )
 
 // Counts reads a comma-separated list of positive counts, such as "1,3",
@@ -44,3 +46,39 @@ func CPUProfile(path string) (stop func(), err error) {
 
 // MS is d in milliseconds, for tables.
 func MS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// Postgres hands each run of a benchmark a PostgreSQL database: the DSN
+// given, every time, or with "auto" a fresh database of a throwaway
+// cluster started once.
+type Postgres struct {
+	dsn     string
+	cluster *storetest.Cluster
+}
+
+// OpenPostgres starts the throwaway cluster when dsn is "auto".
+func OpenPostgres(dsn string) (*Postgres, error) {
+	p := &Postgres{dsn: dsn}
+	if dsn == "auto" {
+		c, err := storetest.StartCluster()
+		if err != nil {
+			return nil, err
+		}
+		p.cluster = c
+	}
+	return p, nil
+}
+
+// Database is the DSN of the next run's database.
+func (p *Postgres) Database() (string, error) {
+	if p.cluster == nil {
+		return p.dsn, nil
+	}
+	return p.cluster.NewDatabase()
+}
+
+// Stop stops the throwaway cluster, if one was started.
+func (p *Postgres) Stop() {
+	if p.cluster != nil {
+		p.cluster.Stop()
+	}
+}
