@@ -121,14 +121,9 @@ func (h *handler) updateFIP(w http.ResponseWriter, req *http.Request) {
 
 func (h *handler) deleteFIP(w http.ResponseWriter, req *http.Request) {
 	c := caller(req)
-	_, err := h.st.Update(req.Context(), func(tx store.Tx) error {
+	h.writeDeleted(w, req, func(tx store.Tx) error {
 		return deleteFloatingIP(tx, processHints, c, req.PathValue("id"))
 	})
-	if err != nil {
-		writeErr(w, h.log, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
 }
 
 // withPortDetails fills in the associated port's details.

@@ -159,6 +159,15 @@ func writeErr(w http.ResponseWriter, log *slog.Logger, err error) {
 	writeJSON(w, status, map[string]any{"NeutronError": map[string]any{"type": typ, "message": msg, "detail": ""}})
 }
 
+// writeDeleted runs a delete and answers 204 or its error.
+func (h *handler) writeDeleted(w http.ResponseWriter, req *http.Request, fn func(tx store.Tx) error) {
+	if _, err := h.st.Update(req.Context(), fn); err != nil {
+		writeErr(w, h.log, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // statusOf is the HTTP status of a refusal.
 func statusOf(k ErrorKind) int {
 	switch k {

@@ -212,7 +212,7 @@ func (h *handler) delete(r *resource) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		id := req.PathValue("id")
 		c := caller(req)
-		_, err := h.st.Update(req.Context(), func(tx store.Tx) error {
+		h.writeDeleted(w, req, func(tx store.Tx) error {
 			v := &view{tx: tx, c: c, nets: map[string]Network{}}
 			_, project, err := v.get(r, id)
 			if err != nil {
@@ -242,10 +242,5 @@ func (h *handler) delete(r *resource) http.HandlerFunc {
 				return deletePort(tx, processHints, d)
 			}
 		})
-		if err != nil {
-			writeErr(w, h.log, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
 	}
 }

@@ -151,15 +151,6 @@ func (h *handler) deleteRule(w http.ResponseWriter, req *http.Request) {
 	h.writeDeleted(w, req, func(tx store.Tx) error { return deleteRule(tx, c, req.PathValue("id")) })
 }
 
-// writeDeleted runs a delete and answers 204 or its error.
-func (h *handler) writeDeleted(w http.ResponseWriter, req *http.Request, fn func(tx store.Tx) error) {
-	if _, err := h.st.Update(req.Context(), fn); err != nil {
-		writeErr(w, h.log, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
 // sgObject decodes a stored group, with its rules, for the API.
 func (v *view) sgObject(rec store.Record) (any, string, bool, error) {
 	if !v.owns(rec.ProjectID) {
