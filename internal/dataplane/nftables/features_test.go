@@ -356,8 +356,8 @@ func TestSCTPProgrammed(t *testing.T) {
 		if got := again.Programmed(); len(got) != 1 || got[0] != k {
 			t.Fatalf("read back %v, want %v", got, k)
 		}
-		if n := len(again.programmed[k].fp); n != Slots+1 {
-			t.Errorf("SCTP service has %d elements, want %d slots and its pick", n, Slots+1)
+		if n := len(again.programmed[k].fp); n != Slots+1+len(statsSets) {
+			t.Errorf("SCTP service has %d elements, want %d slots, its pick and its counters", n, Slots+1+len(statsSets))
 		}
 	})
 }

@@ -38,6 +38,8 @@ type Dataplane struct {
 	// conntrack forgets, after each Apply, the UDP flows to backends that
 	// left their service.
 	conntrack conntrackCleaner
+	// stats reads the kernel's counters (nil: none to read).
+	stats statsReader
 	// observe, if set, sees every plan sent and its outcome.
 	observe func(Plan, error)
 }
@@ -73,6 +75,7 @@ func New(netnsFd int, node string, options ...Option) (*Dataplane, error) {
 		return nil, err
 	}
 	d.netns, d.conntrack = netnsFd, netlinkConntrack{netns: netnsFd}
+	d.stats = netlinkStats{netns: netnsFd, programmed: func(k flows.Key) bool { _, ok := d.programmed[k]; return ok }}
 	return d, nil
 }
 

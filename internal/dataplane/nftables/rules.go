@@ -66,7 +66,7 @@ func rule(reason string, parts ...[]expr.Any) ruleSpec {
 // sets created in the same transaction).
 func baseChains(sets map[string]*nftables.Set) []chainSpec {
 	return []chainSpec{
-		rejectChain(),
+		rejectChain(sets),
 		filterChain(aclChain, nftables.ChainHookPrerouting, sets),
 		filterChain(aclOutChain, nftables.ChainHookOutput, sets),
 		postroutingChain(sets),
@@ -93,8 +93,10 @@ var (
 
 // rejectChain answers a new connection with a TCP reset or an ICMP port
 // unreachable, so that clients fail at once instead of timing out.
-func rejectChain() chainSpec {
+// Every attempt refused is counted in stats_err first.
+func rejectChain(sets map[string]*nftables.Set) chainSpec {
 	return chainSpec{chain: nftables.Chain{Name: refuseChain}, rules: []ruleSpec{
+		rule("", svcKey(), lookup(sets[statsErrSet], regDaddr)),
 		rule("", tcpOnly(), rejectTCP()),
 		rule("", rejectICMP()),
 	}}
@@ -104,23 +106,37 @@ func rejectChain() chainSpec {
 // local-only and internal-local services without a local backend, services
 // without any backend. acl sees what enters the node, acl_out what the
 // node sends itself.
+//
+// It also counts (stats.go): every drop counts the attempt in stats_err
+// (the service's element always exists, so the lookup always matches),
+// and what passes counts, in this order, a new connection in stats_new,
+// a packet from a client (addressed to the service) in stats_in, a
+// packet to a client (a reply, whose original destination was the
+// service) in stats_out. Only the node that translated a connection has
+// its VIP in conntrack's original tuple, so each packet is counted once
+// in the cluster; a client's packets enter by prerouting (acl) or, from
+// the node itself, output (acl_out), and so do the replies.
 func filterChain(name string, hook *nftables.ChainHook, sets map[string]*nftables.Set) chainSpec {
 	podnets := sets[podNetsSet]
+	refused := append(lookup(sets[statsErrSet], regDaddr), &expr.Verdict{Kind: expr.VerdictDrop})
 	rules := []ruleSpec{
 		rule(reasonACL, svcKey(), lookup(sets[aclOnSet], regDaddr),
 			load(regSlot, expr.PayloadBaseNetworkHeader, 12, 4),
 			one(&expr.Lookup{SourceRegister: regDaddr, SetName: aclAllowSet, SetID: sets[aclAllowSet].ID, Invert: true}),
-			one(&expr.Verdict{Kind: expr.VerdictDrop})),
+			refused),
 		rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), vmap(sets[limitsMap])),
 	}
 	if name == aclChain {
 		rules = append(rules,
-			rule(reasonNoLocal, svcKey(), lookup(sets[localNoneSet], regDaddr), fromOutside(podnets), one(&expr.Verdict{Kind: expr.VerdictDrop})),
-			rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), fromInside(podnets), one(&expr.Verdict{Kind: expr.VerdictDrop})))
+			rule(reasonNoLocal, svcKey(), lookup(sets[localNoneSet], regDaddr), fromOutside(podnets), refused),
+			rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), fromInside(podnets), refused))
 	} else {
-		rules = append(rules, rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), one(&expr.Verdict{Kind: expr.VerdictDrop})))
+		rules = append(rules, rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), refused))
 	}
-	rules = append(rules, rule(reasonNoBackend, ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[emptySet], regDaddr), goTo(refuseChain)))
+	rules = append(rules, rule(reasonNoBackend, ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[emptySet], regDaddr), goTo(refuseChain)),
+		rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[statsNewSet], regDaddr)),
+		rule("", svcKey(), lookup(sets[statsInSet], regDaddr)),
+		rule("", ctReply(), notLoopback(name), ctOrigKey(), lookup(sets[statsOutSet], regDaddr)))
 	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityMangle}, rules: rules}
 }
 

@@ -61,7 +61,7 @@ const (
 	// layoutMarker names the rule layout: a table without it (made by an
 	// agent with other rules) is rebuilt instead of adopted. Bump it with
 	// any change to the rules of rules.go or to setSpecs.
-	layoutMarker = "layout_6"
+	layoutMarker = "layout_7"
 
 	persistPrefix = "persist_"
 	limitPrefix   = "limit_"
@@ -136,11 +136,15 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 	for _, name := range []string{rrSet, srcSet, srcPortSet} {
 		s = append(s, &nftables.Set{Table: t, Name: name, Concatenation: true, KeyType: keyType})
 	}
+	for _, name := range statsSets {
+		s = append(s, &nftables.Set{Table: t, Name: name, Concatenation: true, KeyType: keyType, Counter: true})
+	}
 	return s
 }
 
 // serviceSets are the sets whose elements belong to one service each.
-var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, zoneOnSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, limitsMap}
+var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, zoneOnSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, limitsMap,
+	statsNewSet, statsInSet, statsOutSet, statsErrSet}
 
 // algs are the algorithms in the flow model's fixed order, so that rules
 // are laid out the same every time.

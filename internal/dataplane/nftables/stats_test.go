@@ -1,0 +1,135 @@
+package nftables
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// TestStatsCountTraffic sends a known number of connections and bytes
+// through VIPs and reads exact counts back, then nothing (each read
+// zeroes what it returns).
+func TestStatsCountTraffic(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		defer serveAll(t)()
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		ctx := context.Background()
+
+		// UDP: each datagram from its own socket is a flow of its own,
+		// echoed back; bytes are exact (20 IP + 8 UDP + payload).
+		pc, err := net.ListenPacket("udp4", backendAddrs[0]+":9090")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				_, _ = pc.WriteTo(buf[:n], from)
+			}
+		}()
+		tcp := svc(flows.RoundRobin, backendAddrs...)
+		udpKey := flows.Key{VIP: netip.MustParseAddr("198.19.0.11"), Protocol: flows.UDP, Port: 53}
+		tcp.Services[udpKey] = flows.Service{Key: udpKey, Algorithm: flows.RoundRobin,
+			Backends: []flows.Backend{{Address: netip.MustParseAddr(backendAddrs[0]), Port: 9090, Weight: 1}}}
+		emptyKey := flows.Key{VIP: netip.MustParseAddr("198.19.0.12"), Protocol: flows.TCP, Port: 80}
+		tcp.Services[emptyKey] = flows.Service{Key: emptyKey, Algorithm: flows.RoundRobin}
+		if err := dp.Sync(ctx, tcp); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dp.ReadStats(); err != nil { // start from zero
+			t.Fatal(err)
+		}
+
+		const flowsN, size = 7, 100
+		for i := 0; i < flowsN; i++ {
+			c, err := net.Dial("udp4", "198.19.0.11:53")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Write(make([]byte, size)); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if n, err := c.Read(make([]byte, 2048)); err != nil || n != size {
+				t.Fatalf("udp echo: %d bytes, %v", n, err)
+			}
+			c.Close()
+		}
+		// TCP: connections, two of them held open.
+		const conns = 12
+		for i := 0; i < conns-2; i++ {
+			if got := ask(t, "198.19.0.10:80", ""); got == "" || got[0] == 'e' {
+				t.Fatalf("connection %d: %q", i, got)
+			}
+		}
+		for i := 0; i < 2; i++ {
+			c, err := net.DialTimeout("tcp", "198.19.0.10:80", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Refused: three attempts at a service without backends.
+		for i := 0; i < 3; i++ {
+			if _, err := net.DialTimeout("tcp", "198.19.0.12:80", time.Second); err == nil {
+				t.Fatal("a service without backends accepted a connection")
+			}
+		}
+
+		got, err := dp.ReadStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		udp := got[udpKey]
+		wantBytes := uint64(flowsN * (20 + 8 + size))
+		if udp.Connections != flowsN || udp.BytesIn != wantBytes || udp.BytesOut != wantBytes || udp.Refused != 0 || udp.Active != flowsN {
+			t.Errorf("UDP stats %+v, want %d flows of %d bytes each way, all active", udp, flowsN, wantBytes/flowsN)
+		}
+		tk := flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}
+		st := got[tk]
+		// Each connection carries a SYN, a handshake ACK and a FIN at
+		// least (40 bytes and up each) from the client, the backend's
+		// address line and SYN-ACK at least to it.
+		if st.Connections != conns || st.BytesIn < conns*3*40 || st.BytesOut < conns*(2*40+13) || st.Refused != 0 || st.Active < 2 {
+			t.Errorf("TCP stats %+v, want %d connections, 2+ active", st, conns)
+		}
+		if e := got[emptyKey]; e.Refused != 3 || e.Connections != 0 {
+			t.Errorf("refused %+v, want 3 refused", e)
+		}
+
+		again, err := dp.ReadStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The open connections may still exchange acknowledgements; no
+		// connection, refusal or UDP byte is new.
+		for k, s := range again {
+			if s.Connections != 0 || s.Refused != 0 || (k == udpKey && !s.Counters.IsZero()) {
+				t.Errorf("%v counted again after a read: %+v", k, s)
+			}
+		}
+		if again[tk].Active != 2 {
+			t.Errorf("TCP active after the read: %d, want the 2 open ones", again[tk].Active)
+		}
+	})
+}
