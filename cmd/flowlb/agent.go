@@ -40,6 +40,7 @@ type agentOptions struct {
 	podCIDRs       []string
 	metrics        string
 	minSync        time.Duration
+	statsInterval  time.Duration
 	// announce: VIP ranges to announce, in routing table announceTable.
 	announce      []string
 	announceTable int
@@ -69,6 +70,7 @@ func newAgentCmd() *cobra.Command {
 	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address)")
 	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics and /readyz (empty: none)")
 	f.DurationVar(&o.minSync, "min-sync-interval", 0, "least time between two programming rounds; updates arriving meanwhile are merged")
+	f.DurationVar(&o.statsInterval, "stats-interval", 5*time.Second, "how often the kernel's per-service counters are read and reported to the server (0: never)")
 	f.StringSliceVar(&o.announce, "announce-cidrs", nil, "VIP ranges to announce: every VIP within them that this node can serve (a local-only one only with a backend on this node) gets a host route in --announce-table, for a routing daemon to export (default: none)")
 	f.IntVar(&o.announceTable, "announce-table", 200, "routing table of the announcement routes (protocol 249)")
 	config.HostDefault(f, "identity-dir", "/var/lib/flowlb/agent", "/var/lib/flowlb/agent as root, else ~/.local/share/flowlb/agent")
@@ -173,7 +175,8 @@ func runAgent(ctx context.Context, o agentOptions) error {
 			return err
 		}
 	}
-	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, MinInterval: o.minSync, Metrics: reg}, prog, log)
+	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, MinInterval: o.minSync, Metrics: reg,
+		Stats: dp, StatsInterval: o.statsInterval}, prog, log)
 	if o.metrics != "" {
 		ln, err := net.Listen("tcp", o.metrics)
 		if err != nil {
