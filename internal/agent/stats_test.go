@@ -19,7 +19,9 @@ func TestMergeStats(t *testing.T) {
 		k1: {Key: k1, LoadBalancerID: "lb1", ListenerID: "l1", PoolID: "p1"},
 		k2: {Key: k2, LoadBalancerID: "lb2", ListenerID: "l2"},
 	}
-	c := func(n uint64) flows.Counters { return flows.Counters{Connections: n, BytesIn: 10 * n, BytesOut: 20 * n, Refused: n} }
+	c := func(n uint64) flows.Counters {
+		return flows.Counters{Connections: n, BytesIn: 10 * n, BytesOut: 20 * n, Refused: n}
+	}
 	for _, tc := range []struct {
 		name    string
 		pending map[flows.Key]pendingStats
