@@ -54,8 +54,8 @@ func mergeStats(pending map[flows.Key]pendingStats, read map[flows.Key]flows.Sta
 }
 
 // statsReport encodes what is pending.
-func statsReport(pending map[flows.Key]pendingStats) *agentv1.AgentMessage {
-	r := &agentv1.StatsReport{}
+func statsReport(pending map[flows.Key]pendingStats, interval time.Duration) *agentv1.AgentMessage {
+	r := &agentv1.StatsReport{IntervalMs: interval.Milliseconds()}
 	for _, p := range pending {
 		r.Services = append(r.Services, flowpb.StatsToProto(p.service, p.Stats))
 	}
@@ -94,7 +94,7 @@ func (a *Agent) reportStats(ctx context.Context) {
 		if s == nil {
 			continue
 		}
-		if err := a.send(s, statsReport(pending)); err != nil {
+		if err := a.send(s, statsReport(pending, a.cfg.StatsInterval)); err != nil {
 			a.log.Warn("statistics not sent; kept for the next report", "err", err)
 			continue
 		}

@@ -363,6 +363,7 @@ func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, ca *p
 	// Agents' health verdicts become member operating statuses, and the
 	// flows follow them.
 	hub.SetHealthSink(s.svc.SetMemberHealth)
+	hub.SetStatsSink(s.st.AddStats)
 	ln, err := net.Listen("tcp", o.AgentListen)
 	if err != nil {
 		return fmt.Errorf("agent listener: %w", err)

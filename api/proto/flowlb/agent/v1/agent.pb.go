@@ -241,8 +241,11 @@ func (*AgentMessage_Stats) isAgentMessage_Msg() {}
 // the connections open through each now. It lists every service with
 // open connections: one it leaves out has none on this node.
 type StatsReport struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Services      []*ServiceStats        `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Services []*ServiceStats        `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	// The agent's reporting interval: its open connections count until
+	// three intervals pass without another report.
+	IntervalMs    int64 `protobuf:"varint,2,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -282,6 +285,13 @@ func (x *StatsReport) GetServices() []*ServiceStats {
 		return x.Services
 	}
 	return nil
+}
+
+func (x *StatsReport) GetIntervalMs() int64 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
 }
 
 type ServiceStats struct {
@@ -1236,9 +1246,11 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\x03ack\x18\x02 \x01(\v2\x14.flowlb.agent.v1.AckH\x00R\x03ack\x127\n" +
 	"\x06health\x18\x03 \x01(\v2\x1d.flowlb.agent.v1.HealthReportH\x00R\x06health\x124\n" +
 	"\x05stats\x18\x04 \x01(\v2\x1c.flowlb.agent.v1.StatsReportH\x00R\x05statsB\x05\n" +
-	"\x03msg\"H\n" +
+	"\x03msg\"i\n" +
 	"\vStatsReport\x129\n" +
-	"\bservices\x18\x01 \x03(\v2\x1d.flowlb.agent.v1.ServiceStatsR\bservices\"\xb7\x02\n" +
+	"\bservices\x18\x01 \x03(\v2\x1d.flowlb.agent.v1.ServiceStatsR\bservices\x12\x1f\n" +
+	"\vinterval_ms\x18\x02 \x01(\x03R\n" +
+	"intervalMs\"\xb7\x02\n" +
 	"\fServiceStats\x12-\n" +
 	"\x03key\x18\x01 \x01(\v2\x1b.flowlb.agent.v1.ServiceKeyR\x03key\x12'\n" +
 	"\x0floadbalancer_id\x18\x02 \x01(\tR\x0eloadbalancerId\x12\x1f\n" +
