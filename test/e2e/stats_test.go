@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"strings"
@@ -66,6 +68,16 @@ func TestStatistics(t *testing.T) {
 	}
 	send(clients[1], 3)
 	c.waitStats("/v2/lbaas/loadbalancers/"+udpID+"/stats", want)
+	// The openstack CLI reads the same.
+	for _, argv := range [][]string{{"loadbalancer", "stats", "show", udpID}, {"loadbalancer", "listener", "stats", "show", listenerID}} {
+		got := c.openstack(append(argv, "-f", "json")...)
+		t.Logf("openstack %s: %v", strings.Join(argv, " "), got)
+		for k, v := range map[string]int64{"total_connections": want.conns, "bytes_in": want.in, "bytes_out": want.out, "request_errors": 0} {
+			if n, ok := got[k].(float64); !ok || int64(n) != v {
+				t.Errorf("openstack %s: %s %v, want %d (%v)", strings.Join(argv, " "), k, got[k], v, got)
+			}
+		}
+	}
 
 	// TCP: connections counted, two held open are active; a load balancer
 	// without members refuses, each attempt a request error.
@@ -107,6 +119,22 @@ func TestStatistics(t *testing.T) {
 	c.waitStats("/v2/lbaas/loadbalancers/"+emptyLB["id"].(string)+"/stats", stats{errors: 3})
 	// The UDP load balancer's counts stayed put.
 	c.waitStats("/v2/lbaas/loadbalancers/"+udpID+"/stats", want)
+}
+
+// openstack runs the openstack CLI from node 1 against the server (noauth)
+// and decodes its JSON output.
+func (c *cluster) openstack(args ...string) map[string]any {
+	c.t.Helper()
+	var out, errb bytes.Buffer
+	argv := append([]string{"/usr/bin/openstack", "--os-auth-type", "none", "--os-endpoint", c.api, "--os-cacert", c.tls.CACert}, args...)
+	if err := c.lab.Node(1).Run(context.Background(), nil, &out, &errb, argv...); err != nil {
+		c.t.Fatalf("openstack %s: %v: %s", strings.Join(args, " "), err, errb.String())
+	}
+	var got map[string]any
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		c.t.Fatalf("openstack %s: %v: %s", strings.Join(args, " "), err, out.String())
+	}
+	return got
 }
 
 type stats struct{ conns, in, out, errors, active int64 }
