@@ -10,7 +10,8 @@ import (
 )
 
 // StatsReader is a data plane that counts: each read returns what the
-// kernel counted since the previous one (nftables.Dataplane).
+// kernel counted since the previous one, and on an error what it read
+// before it (nftables.Dataplane).
 type StatsReader interface {
 	ReadStats() (map[flows.Key]flows.Stats, error)
 }
@@ -76,12 +77,12 @@ func (a *Agent) reportStats(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		// Under the agent's lock: the data plane's record of what is
+		// programmed must not change during the read. What a failed read
+		// returns was zeroed in the kernel already: kept all the same.
 		a.mu.Lock()
 		read, err := a.cfg.Stats.ReadStats()
-		programmed := a.table.services
-		if err == nil {
-			pending = mergeStats(pending, read, programmed)
-		}
+		pending = mergeStats(pending, read, a.table.services)
 		a.mu.Unlock()
 		if err != nil {
 			a.m.statsErrors.Inc()

@@ -51,7 +51,8 @@ type statsReader interface {
 
 // ReadStats returns, for each programmed service with something to say,
 // what the kernel counted since the last ReadStats and how many
-// connections are open through it now.
+// connections are open through it now. On an error it still returns what
+// it read (and the kernel zeroed) before it, for the caller to keep.
 func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
 	if d.stats == nil {
 		return nil, ErrNoStats
@@ -60,15 +61,15 @@ func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
 	for _, set := range statsSets {
 		c, err := d.stats.readReset(set)
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", set, err)
+			return statsOf(read, nil), fmt.Errorf("read %s: %w", set, err)
 		}
 		read[set] = c
 	}
 	active, err := d.stats.active()
 	if err != nil {
-		return nil, fmt.Errorf("count open connections: %w", err)
+		err = fmt.Errorf("count open connections: %w", err)
 	}
-	return statsOf(read, active), nil
+	return statsOf(read, active), err
 }
 
 // statsOf joins the sets' counters and the open connections into each

@@ -5,10 +5,13 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"reflect"
 	"testing"
 	"time"
 
+	vnl "github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowlb/flowlb/internal/flows"
 )
@@ -132,4 +135,53 @@ func TestStatsCountTraffic(t *testing.T) {
 			t.Errorf("TCP active after the read: %d, want the 2 open ones", again[tk].Active)
 		}
 	})
+}
+
+func TestStatsOf(t *testing.T) {
+	a := flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}
+	b := flows.Key{VIP: netip.MustParseAddr("198.19.0.11"), Protocol: flows.UDP, Port: 53}
+	idle := flows.Key{VIP: netip.MustParseAddr("198.19.0.12"), Protocol: flows.TCP, Port: 80}
+	read := map[string]map[flows.Key]counter{
+		// stats_new and stats_err count packets (attempts), stats_in and
+		// stats_out bytes.
+		statsNewSet: {a: {packets: 3, bytes: 180}, idle: {}},
+		statsInSet:  {a: {packets: 20, bytes: 1500}, b: {packets: 1, bytes: 128}},
+		statsOutSet: {a: {packets: 15, bytes: 9000}},
+		statsErrSet: {b: {packets: 2, bytes: 120}},
+	}
+	got := statsOf(read, map[flows.Key]uint64{a: 1, b: 4})
+	want := map[flows.Key]flows.Stats{
+		a: {Counters: flows.Counters{Connections: 3, BytesIn: 1500, BytesOut: 9000}, Active: 1},
+		b: {Counters: flows.Counters{BytesIn: 128, Refused: 2}, Active: 4},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+func TestCountActive(t *testing.T) {
+	vip := net.ParseIP("198.19.0.10").To4()
+	flow := func(proto uint8, dst net.IP, port uint16, tcpState uint8) *vnl.ConntrackFlow {
+		f := &vnl.ConntrackFlow{Forward: vnl.IPTuple{Protocol: proto, DstIP: dst, DstPort: port}}
+		if proto == unix.IPPROTO_TCP {
+			f.ProtoInfo = &vnl.ProtoInfoTCP{State: tcpState}
+		}
+		return f
+	}
+	const established, timeWait, synSent = 3, 7, 1
+	fl := []*vnl.ConntrackFlow{
+		flow(unix.IPPROTO_TCP, vip, 80, established),
+		flow(unix.IPPROTO_TCP, vip, 80, synSent),
+		flow(unix.IPPROTO_TCP, vip, 80, timeWait),                           // over
+		flow(unix.IPPROTO_TCP, vip, 81, established),                        // not a service
+		flow(unix.IPPROTO_TCP, net.ParseIP("198.18.17.2"), 80, established), // to a backend
+		flow(unix.IPPROTO_UDP, vip, 53, 0),
+		flow(unix.IPPROTO_ICMP, vip, 0, 0),
+	}
+	tcp := flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}
+	udp := flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.UDP, Port: 53}
+	programmed := func(k flows.Key) bool { return k == tcp || k == udp }
+	if got, want := countActive(fl, programmed), map[flows.Key]uint64{tcp: 2, udp: 1}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
 }
