@@ -62,3 +62,23 @@ func (s *SQL) counts(ctx context.Context, column, id string) (Counts, error) {
 	}
 	return Counts{BytesIn: in.Int64, BytesOut: out.Int64, TotalConnections: total.Int64, RequestErrors: errs.Int64, ActiveConnections: active.Int64}, nil
 }
+
+// AllStats lists every listener's statistics, by listener id.
+func (s *SQL) AllStats(ctx context.Context) ([]ListenerCounts, error) {
+	rows, err := s.reader.QueryContext(ctx, "SELECT s.listener_id, s.loadbalancer_id, s.bytes_in, s.bytes_out, s.total_connections, s.request_errors, "+
+		"COALESCE((SELECT SUM(a.active) FROM listener_active a WHERE a.listener_id = s.listener_id AND a.fresh_until > "+s.eng.now()+"), 0) "+
+		"FROM listener_stats s ORDER BY s.listener_id")
+	if err != nil {
+		return nil, unavailable(fmt.Errorf("stats: %w", err))
+	}
+	defer rows.Close()
+	var out []ListenerCounts
+	for rows.Next() {
+		var c ListenerCounts
+		if err := rows.Scan(&c.ListenerID, &c.LoadBalancerID, &c.BytesIn, &c.BytesOut, &c.TotalConnections, &c.RequestErrors, &c.ActiveConnections); err != nil {
+			return nil, unavailable(err)
+		}
+		out = append(out, c)
+	}
+	return out, unavailable(rows.Err())
+}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -48,6 +49,10 @@ func TestStats(t *testing.T) {
 			check("lb", got, err, store.Counts{BytesIn: 1111, BytesOut: 2222, TotalConnections: 9, RequestErrors: 1, ActiveConnections: 6})
 			got, err = s.LoadBalancerStats(ctx, "other")
 			check("other", got, err, store.Counts{})
+			all, err := s.AllStats(ctx)
+			if want := []store.ListenerCounts{lc("l1", "lb", 1101, 2202, 8, 1, 6), lc("l2", "lb", 10, 20, 1, 0, 0)}; err != nil || !reflect.DeepEqual(all, want) {
+				t.Errorf("all: %+v %v, want %+v", all, err, want)
+			}
 			// n2 reports nothing open, n1's report goes stale.
 			must(s.AddStats(ctx, "n2", nil, time.Minute))
 			must(s.AddStats(ctx, "n1", []store.ListenerCounts{lc("l1", "lb", 0, 0, 0, 0, 7)}, time.Millisecond))

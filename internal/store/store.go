@@ -119,6 +119,8 @@ type Stats interface {
 	ListenerStats(ctx context.Context, listenerID string) (Counts, error)
 	// LoadBalancerStats sums those of a load balancer's listeners.
 	LoadBalancerStats(ctx context.Context, lbID string) (Counts, error)
+	// AllStats lists every listener's statistics (for metrics).
+	AllStats(ctx context.Context) ([]ListenerCounts, error)
 }
 
 // Counts are Octavia's statistics of a listener or load balancer.

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"time"
 
@@ -76,4 +77,24 @@ func (s *stats) sum(match func(listener, lb string) bool) store.Counts {
 		}
 	}
 	return out
+}
+
+// AllStats lists every listener's statistics, by listener id.
+func (s *stats) AllStats(context.Context) ([]store.ListenerCounts, error) {
+	s.smu.Lock()
+	ids := make([]string, 0, len(s.totals))
+	for id := range s.totals {
+		ids = append(ids, id)
+	}
+	s.smu.Unlock()
+	sort.Strings(ids)
+	out := make([]store.ListenerCounts, 0, len(ids))
+	for _, id := range ids {
+		c, _ := s.ListenerStats(context.Background(), id)
+		s.smu.Lock()
+		lb := s.totals[id].LoadBalancerID
+		s.smu.Unlock()
+		out = append(out, store.ListenerCounts{ListenerID: id, LoadBalancerID: lb, Counts: c})
+	}
+	return out, nil
 }
