@@ -70,7 +70,7 @@ func newAgentCmd() *cobra.Command {
 	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address)")
 	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics and /readyz (empty: none)")
 	f.DurationVar(&o.minSync, "min-sync-interval", 0, "least time between two programming rounds; updates arriving meanwhile are merged")
-	f.DurationVar(&o.statsInterval, "stats-interval", 5*time.Second, "how often the kernel's per-service counters are read and reported to the server (0: never)")
+	f.DurationVar(&o.statsInterval, "stats-interval", 5*time.Second, "how often the kernel's per-service counters are read and reported to the server (0: never, and the table counts nothing)")
 	f.StringSliceVar(&o.announce, "announce-cidrs", nil, "VIP ranges to announce: every VIP within them that this node can serve (a local-only one only with a backend on this node) gets a host route in --announce-table, for a routing daemon to export (default: none)")
 	f.IntVar(&o.announceTable, "announce-table", 200, "routing table of the announcement routes (protocol 249)")
 	config.HostDefault(f, "identity-dir", "/var/lib/flowlb/agent", "/var/lib/flowlb/agent as root, else ~/.local/share/flowlb/agent")
@@ -137,7 +137,12 @@ func runAgent(ctx context.Context, o agentOptions) error {
 			return err
 		}
 	}
-	dp, err := nftables.New(-1, o.node, nftables.WithZone(o.zone))
+	dpOpts := []nftables.Option{nftables.WithZone(o.zone)}
+	if o.statsInterval <= 0 {
+		// Nothing reads the counters: leave out the rules that count.
+		dpOpts = append(dpOpts, nftables.WithoutCounters())
+	}
+	dp, err := nftables.New(-1, o.node, dpOpts...)
 	if err != nil {
 		return err
 	}

@@ -64,11 +64,12 @@ func rule(reason string, parts ...[]expr.Any) ruleSpec {
 // baseChains are the table's constant chains, in the order they are
 // created; sets are the table's sets by name (their IDs let rules refer to
 // sets created in the same transaction).
-func baseChains(sets map[string]*nftables.Set) []chainSpec {
+// counted says whether they count (stats.go).
+func baseChains(sets map[string]*nftables.Set, counted bool) []chainSpec {
 	return []chainSpec{
-		rejectChain(sets),
-		filterChain(aclChain, nftables.ChainHookPrerouting, sets),
-		filterChain(aclOutChain, nftables.ChainHookOutput, sets),
+		rejectChain(sets, counted),
+		filterChain(aclChain, nftables.ChainHookPrerouting, sets, counted),
+		filterChain(aclOutChain, nftables.ChainHookOutput, sets, counted),
 		postroutingChain(sets),
 		balanceChain(sets),
 		dstNATChain(preChain, nftables.ChainHookPrerouting, sets),
@@ -94,12 +95,13 @@ var (
 // rejectChain answers a new connection with a TCP reset or an ICMP port
 // unreachable, so that clients fail at once instead of timing out.
 // Every attempt refused is counted in stats_err first.
-func rejectChain(sets map[string]*nftables.Set) chainSpec {
-	return chainSpec{chain: nftables.Chain{Name: refuseChain}, rules: []ruleSpec{
-		rule("", svcKey(), lookup(sets[statsErrSet], regDaddr)),
-		rule("", tcpOnly(), rejectTCP()),
-		rule("", rejectICMP()),
-	}}
+func rejectChain(sets map[string]*nftables.Set, counted bool) chainSpec {
+	var rules []ruleSpec
+	if counted {
+		rules = append(rules, rule("", svcKey(), lookup(sets[statsErrSet], regDaddr)))
+	}
+	rules = append(rules, rule("", tcpOnly(), rejectTCP()), rule("", rejectICMP()))
+	return chainSpec{chain: nftables.Chain{Name: refuseChain}, rules: rules}
 }
 
 // filterChain filters before DNAT: allowed_cidrs, connection limits,
@@ -116,9 +118,12 @@ func rejectChain(sets map[string]*nftables.Set) chainSpec {
 // its VIP in conntrack's original tuple, so each packet is counted once
 // in the cluster; a client's packets enter by prerouting (acl) or, from
 // the node itself, output (acl_out), and so do the replies.
-func filterChain(name string, hook *nftables.ChainHook, sets map[string]*nftables.Set) chainSpec {
+func filterChain(name string, hook *nftables.ChainHook, sets map[string]*nftables.Set, counted bool) chainSpec {
 	podnets := sets[podNetsSet]
-	refused := append(lookup(sets[statsErrSet], regDaddr), &expr.Verdict{Kind: expr.VerdictDrop})
+	refused := one(&expr.Verdict{Kind: expr.VerdictDrop})
+	if counted {
+		refused = append(lookup(sets[statsErrSet], regDaddr), refused...)
+	}
 	rules := []ruleSpec{
 		rule(reasonACL, svcKey(), lookup(sets[aclOnSet], regDaddr),
 			load(regSlot, expr.PayloadBaseNetworkHeader, 12, 4),
@@ -133,8 +138,11 @@ func filterChain(name string, hook *nftables.ChainHook, sets map[string]*nftable
 	} else {
 		rules = append(rules, rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), refused))
 	}
-	rules = append(rules, rule(reasonNoBackend, ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[emptySet], regDaddr), goTo(refuseChain)),
-		rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[statsNewSet], regDaddr)),
+	rules = append(rules, rule(reasonNoBackend, ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[emptySet], regDaddr), goTo(refuseChain)))
+	if !counted {
+		return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityMangle}, rules: rules}
+	}
+	rules = append(rules, rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[statsNewSet], regDaddr)),
 		rule("", svcKey(), lookup(sets[statsInSet], regDaddr)),
 		rule("", ctReply(), notLoopback(name), ctOrigKey(), lookup(sets[statsOutSet], regDaddr)))
 	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityMangle}, rules: rules}

@@ -62,6 +62,10 @@ const (
 	// agent with other rules) is rebuilt instead of adopted. Bump it with
 	// any change to the rules of rules.go or to setSpecs.
 	layoutMarker = "layout_7"
+	// uncountedMarker marks a table built without the statistics rules
+	// (WithoutCounters); a table with it is rebuilt for an agent that
+	// counts, and one without it for an agent that does not.
+	uncountedMarker = "uncounted"
 
 	persistPrefix = "persist_"
 	limitPrefix   = "limit_"

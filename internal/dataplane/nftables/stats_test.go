@@ -185,3 +185,43 @@ func TestCountActive(t *testing.T) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 }
+
+// TestWithoutCounters: a table built without the counting rules carries
+// traffic and counts nothing; an agent that counts rebuilds it.
+func TestWithoutCounters(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		defer serveAll(t)()
+		dp, err := New(int(ns), "n1", WithoutCounters())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		if err := dp.Sync(context.Background(), svc(flows.RoundRobin, backendAddrs...)); err != nil {
+			t.Fatal(err)
+		}
+		if got := ask(t, "198.19.0.10:80", ""); got == "" || got[0] == 'e' {
+			t.Fatalf("no traffic without counters: %q", got)
+		}
+		if _, err := dp.ReadStats(); err != ErrNoStats {
+			t.Errorf("ReadStats without counters: %v", err)
+		}
+		counted, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(counted.Programmed()) != 0 {
+			t.Errorf("an uncounted table was adopted by an agent that counts: %v", counted.Programmed())
+		}
+		if err := counted.Sync(context.Background(), svc(flows.RoundRobin, backendAddrs...)); err != nil {
+			t.Fatal(err)
+		}
+		if got := ask(t, "198.19.0.10:80", ""); got == "" || got[0] == 'e' {
+			t.Fatalf("no traffic after the rebuild: %q", got)
+		}
+		st, err := counted.ReadStats()
+		if k := (flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}); err != nil || st[k].Connections != 1 {
+			t.Errorf("after the rebuild: %+v %v, want 1 connection", st[k], err)
+		}
+	})
+}
