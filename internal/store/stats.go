@@ -15,8 +15,11 @@ func (s *SQL) AddStats(ctx context.Context, node string, counts []ListenerCounts
 		return unavailable(err)
 	}
 	defer tx.Rollback()
+	// Counts of a listener deleted since (a report in flight) are
+	// dropped: they would make a row nothing reads or removes.
 	add := s.eng.rebind("INSERT INTO listener_stats (listener_id, loadbalancer_id, bytes_in, bytes_out, total_connections, request_errors) " +
-		"VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (listener_id) DO UPDATE SET loadbalancer_id = excluded.loadbalancer_id, " +
+		"SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM objects WHERE kind = 'listener' AND id = ?) " +
+		"ON CONFLICT (listener_id) DO UPDATE SET loadbalancer_id = excluded.loadbalancer_id, " +
 		"bytes_in = listener_stats.bytes_in + excluded.bytes_in, bytes_out = listener_stats.bytes_out + excluded.bytes_out, " +
 		"total_connections = listener_stats.total_connections + excluded.total_connections, " +
 		"request_errors = listener_stats.request_errors + excluded.request_errors")
@@ -26,7 +29,7 @@ func (s *SQL) AddStats(ctx context.Context, node string, counts []ListenerCounts
 	}
 	for _, c := range counts {
 		if c.BytesIn|c.BytesOut|c.TotalConnections|c.RequestErrors != 0 {
-			if _, err := tx.ExecContext(ctx, add, c.ListenerID, c.LoadBalancerID, c.BytesIn, c.BytesOut, c.TotalConnections, c.RequestErrors); err != nil {
+			if _, err := tx.ExecContext(ctx, add, c.ListenerID, c.LoadBalancerID, c.BytesIn, c.BytesOut, c.TotalConnections, c.RequestErrors, c.ListenerID); err != nil {
 				return unavailable(fmt.Errorf("stats of listener %s: %w", c.ListenerID, err))
 			}
 		}
@@ -63,11 +66,11 @@ func (s *SQL) counts(ctx context.Context, column, id string) (Counts, error) {
 	return Counts{BytesIn: in.Int64, BytesOut: out.Int64, TotalConnections: total.Int64, RequestErrors: errs.Int64, ActiveConnections: active.Int64}, nil
 }
 
-// AllStats lists every listener's statistics, by listener id.
+// AllStats lists every existing listener's statistics, by listener id.
 func (s *SQL) AllStats(ctx context.Context) ([]ListenerCounts, error) {
 	rows, err := s.reader.QueryContext(ctx, "SELECT s.listener_id, s.loadbalancer_id, s.bytes_in, s.bytes_out, s.total_connections, s.request_errors, "+
 		"COALESCE((SELECT SUM(a.active) FROM listener_active a WHERE a.listener_id = s.listener_id AND a.fresh_until > "+s.eng.now()+"), 0) "+
-		"FROM listener_stats s ORDER BY s.listener_id")
+		"FROM listener_stats s WHERE EXISTS (SELECT 1 FROM objects o WHERE o.kind = 'listener' AND o.id = s.listener_id) ORDER BY s.listener_id")
 	if err != nil {
 		return nil, unavailable(fmt.Errorf("stats: %w", err))
 	}

@@ -40,13 +40,30 @@ func TestStats(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			must(s.AddStats(ctx, "n1", []store.ListenerCounts{lc("l1", "lb", 100, 200, 3, 1, 2), lc("l2", "lb", 10, 20, 1, 0, 0)}, time.Minute))
+			_, err := s.Update(ctx, func(tx store.Tx) error {
+				for _, l := range []string{"l1", "l2", "gone"} {
+					if err := tx.Insert(rec(store.KindListener, l, "lb", "{}")); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			must(err)
+			must(s.AddStats(ctx, "n1", []store.ListenerCounts{lc("l1", "lb", 100, 200, 3, 1, 2), lc("l2", "lb", 10, 20, 1, 0, 0),
+				lc("gone", "lb", 1, 1, 1, 0, 0)}, time.Minute))
+			// A listener deleted: its counts no longer show, and a report
+			// in flight for it is dropped.
+			_, err = s.Update(ctx, func(tx store.Tx) error { return tx.Delete(store.KindListener, "gone") })
+			must(err)
+			must(s.AddStats(ctx, "n2", []store.ListenerCounts{lc("gone", "lb", 1, 1, 1, 0, 0)}, time.Minute))
 			must(s.AddStats(ctx, "n2", []store.ListenerCounts{lc("l1", "lb", 1, 2, 1, 0, 5)}, time.Minute))
 			must(s.AddStats(ctx, "n1", []store.ListenerCounts{lc("l1", "lb", 1000, 2000, 4, 0, 1)}, time.Minute))
 			got, err := s.ListenerStats(ctx, "l1")
 			check("l1", got, err, store.Counts{BytesIn: 1101, BytesOut: 2202, TotalConnections: 8, RequestErrors: 1, ActiveConnections: 6})
 			got, err = s.LoadBalancerStats(ctx, "lb")
-			check("lb", got, err, store.Counts{BytesIn: 1111, BytesOut: 2222, TotalConnections: 9, RequestErrors: 1, ActiveConnections: 6})
+			// The load balancer keeps what its deleted listener counted:
+			// its counters never go back.
+			check("lb", got, err, store.Counts{BytesIn: 1112, BytesOut: 2223, TotalConnections: 10, RequestErrors: 1, ActiveConnections: 6})
 			got, err = s.LoadBalancerStats(ctx, "other")
 			check("other", got, err, store.Counts{})
 			all, err := s.AllStats(ctx)

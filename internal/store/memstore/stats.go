@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -22,8 +23,21 @@ type activeCount struct {
 	until time.Time
 }
 
-// AddStats adds a node's deltas and replaces its open connections.
-func (s *stats) AddStats(_ context.Context, node string, counts []store.ListenerCounts, ttl time.Duration) error {
+// AddStats adds a node's deltas and replaces its open connections;
+// counts of listeners that do not exist are dropped.
+func (s *Store) AddStats(ctx context.Context, node string, counts []store.ListenerCounts, ttl time.Duration) error {
+	s.mu.RLock()
+	var known []store.ListenerCounts
+	for _, c := range counts {
+		if _, ok := s.objs[key{store.KindListener, c.ListenerID}]; ok {
+			known = append(known, c)
+		}
+	}
+	s.mu.RUnlock()
+	return s.stats.addStats(ctx, node, known, ttl)
+}
+
+func (s *stats) addStats(_ context.Context, node string, counts []store.ListenerCounts, ttl time.Duration) error {
 	s.smu.Lock()
 	defer s.smu.Unlock()
 	if s.totals == nil {
@@ -79,21 +93,24 @@ func (s *stats) sum(match func(listener, lb string) bool) store.Counts {
 	return out
 }
 
-// AllStats lists every listener's statistics, by listener id.
-func (s *stats) AllStats(context.Context) ([]store.ListenerCounts, error) {
-	s.smu.Lock()
-	ids := make([]string, 0, len(s.totals))
-	for id := range s.totals {
+// AllStats lists every existing listener's statistics, by listener id.
+func (s *Store) AllStats(context.Context) ([]store.ListenerCounts, error) {
+	s.stats.smu.Lock()
+	ids := make([]string, 0, len(s.stats.totals))
+	for id := range s.stats.totals {
 		ids = append(ids, id)
 	}
-	s.smu.Unlock()
+	s.stats.smu.Unlock()
+	s.mu.RLock()
+	ids = slices.DeleteFunc(ids, func(id string) bool { _, ok := s.objs[key{store.KindListener, id}]; return !ok })
+	s.mu.RUnlock()
 	sort.Strings(ids)
 	out := make([]store.ListenerCounts, 0, len(ids))
 	for _, id := range ids {
-		c, _ := s.ListenerStats(context.Background(), id)
-		s.smu.Lock()
-		lb := s.totals[id].LoadBalancerID
-		s.smu.Unlock()
+		c, _ := s.stats.ListenerStats(context.Background(), id)
+		s.stats.smu.Lock()
+		lb := s.stats.totals[id].LoadBalancerID
+		s.stats.smu.Unlock()
 		out = append(out, store.ListenerCounts{ListenerID: id, LoadBalancerID: lb, Counts: c})
 	}
 	return out, nil
