@@ -53,6 +53,9 @@ func TestStatsCountTraffic(t *testing.T) {
 			Backends: []flows.Backend{{Address: netip.MustParseAddr(backendAddrs[0]), Port: 9090, Weight: 1}}}
 		emptyKey := flows.Key{VIP: netip.MustParseAddr("198.19.0.12"), Protocol: flows.TCP, Port: 80}
 		tcp.Services[emptyKey] = flows.Service{Key: emptyKey, Algorithm: flows.RoundRobin}
+		limitKey := flows.Key{VIP: netip.MustParseAddr("198.19.0.13"), Protocol: flows.TCP, Port: 80}
+		tcp.Services[limitKey] = flows.Service{Key: limitKey, Algorithm: flows.RoundRobin, ConnectionLimit: 1,
+			Backends: []flows.Backend{{Address: netip.MustParseAddr(backendAddrs[1]), Port: 8080, Weight: 1}}}
 		if err := dp.Sync(ctx, tcp); err != nil {
 			t.Fatal(err)
 		}
@@ -99,9 +102,24 @@ func TestStatsCountTraffic(t *testing.T) {
 			}
 		}
 
+		// Over the connection limit: one connection held, two refused.
+		held, err := net.DialTimeout("tcp", "198.19.0.13:80", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Close()
+		for i := 0; i < 2; i++ {
+			if _, err := net.DialTimeout("tcp", "198.19.0.13:80", time.Second); err == nil {
+				t.Fatal("a connection over the limit was accepted")
+			}
+		}
+
 		got, err := dp.ReadStats()
 		if err != nil {
 			t.Fatal(err)
+		}
+		if l := got[limitKey]; l.Connections != 1 || l.Refused != 2 {
+			t.Errorf("connection limit %+v, want 1 connection and 2 refused", l)
 		}
 		udp := got[udpKey]
 		wantBytes := uint64(flowsN * (20 + 8 + size))
