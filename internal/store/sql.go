@@ -111,13 +111,13 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (*SQL, error) {
 		s = &SQL{eng: pgEngine{}, dsn: dsn, writer: db, reader: db, log: log}
 	default:
 		path := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite://"), "file:")
-		params := "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(OFF)"
-		w, err := sql.Open("sqlite", "file:"+path+params+"&_txlock=immediate")
+		params := "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(OFF)&_pragma=temp_store(MEMORY)"
+		w, err := openCachingSQLite("file:" + path + params + "&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
 		w.SetMaxOpenConns(1)
-		r, err := sql.Open("sqlite", "file:"+path+params)
+		r, err := openCachingSQLite("file:" + path + params)
 		if err != nil {
 			w.Close()
 			return nil, fmt.Errorf("open sqlite: %w", err)
