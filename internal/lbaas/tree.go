@@ -226,6 +226,16 @@ func (t *Tree) remove(objs ...object) {
 // save writes created, changed and removed objects and marks the tree as
 // touched so the fan-out sees the revision.
 func (t *Tree) save(tx store.Tx) error {
+	if err := t.saveUnlogged(tx); err != nil {
+		return err
+	}
+	tx.Touch(t.LB.ID)
+	return nil
+}
+
+// saveUnlogged writes the tree's changes without a change-log entry, for
+// changes no data plane sees.
+func (t *Tree) saveUnlogged(tx store.Tx) error {
 	var inserts, updates []store.Record
 	for _, o := range t.objects() {
 		id := o.base().ID
@@ -266,7 +276,6 @@ func (t *Tree) save(tx store.Tx) error {
 			return fmt.Errorf("delete %d %s: %w", len(ids), kind, err)
 		}
 	}
-	tx.Touch(t.LB.ID)
 	t.dirty, t.created, t.removed = nil, nil, nil
 	return nil
 }

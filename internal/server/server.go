@@ -29,7 +29,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flowlb/flowlb/internal/apimetrics"
+	"github.com/flowlb/flowlb/internal/compiler"
 	"github.com/flowlb/flowlb/internal/fanout"
+	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/httpserve"
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/lbaas"
@@ -288,6 +290,14 @@ func ensureVIPSubnets(ctx context.Context, st store.Store, o Options, log *slog.
 	return nil
 }
 
+// flowsOf is what the agents get of a tree: its services and probes.
+func flowsOf(t *lbaas.Tree) any {
+	return struct {
+		services []flows.Service
+		probes   []flows.Probe
+	}{compiler.Compile(t), compiler.Probes(t)}
+}
+
 // newService is the LBaaS domain with the flow provider and the Network
 // VIP allocation.
 func newService(st store.Store, provider *flow.Provider, o Options, log *slog.Logger) (*lbaas.Service, error) {
@@ -296,7 +306,7 @@ func newService(st store.Store, provider *flow.Provider, o Options, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	cfg := lbaas.Config{DefaultProvider: flow.Name, Replica: o.ReplicaID, ProviderAliases: aliases}
+	cfg := lbaas.Config{DefaultProvider: flow.Name, Replica: o.ReplicaID, ProviderAliases: aliases, FlowsOf: flowsOf}
 	switch o.Network {
 	case "neutron", "":
 	case "noop":
