@@ -388,6 +388,9 @@ func (t *sqlTx) Insert(r Record) error {
 const insertChunk = 500
 
 func (t *sqlTx) InsertMany(rs []Record) error {
+	if t.s.eng.name() == "postgres" {
+		return t.insertArrays(rs)
+	}
 	for len(rs) > 0 {
 		n := min(len(rs), insertChunk)
 		chunk := rs[:n]
@@ -436,6 +439,9 @@ func (t *sqlTx) Update(r Record) error {
 // UpdateMany rewrites many rows with one UPDATE … FROM (VALUES …): one
 // round trip for all the objects a change touched.
 func (t *sqlTx) UpdateMany(rs []Record) error {
+	if t.s.eng.name() == "postgres" {
+		return t.updateArrays(rs)
+	}
 	for len(rs) > 0 {
 		n := min(len(rs), insertChunk)
 		chunk := rs[:n]
