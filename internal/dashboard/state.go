@@ -234,7 +234,9 @@ func agentsOf(hub hubView, members map[string]*lbaas.Member) []Agent {
 			}
 			a.Probes = append(a.Probes, p)
 		}
-		sort.Slice(a.Probes, func(i, j int) bool { return a.Probes[i].Label+a.Probes[i].MemberID < a.Probes[j].Label+a.Probes[j].MemberID })
+		sort.Slice(a.Probes, func(i, j int) bool {
+			return a.Probes[i].Label+a.Probes[i].MemberID < a.Probes[j].Label+a.Probes[j].MemberID
+		})
 		out = append(out, a)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
