@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -81,5 +84,27 @@ func TestPlayground(t *testing.T) {
 			}
 		}
 		return len(pods) == 2, o
+	})
+	// The printed dashboard URL opens from this machine and lists the
+	// Service's load balancer.
+	dash := regexp.MustCompile(`http://127\.0\.0\.1:\d+/dashboard/`).FindString(out)
+	if dash == "" {
+		t.Fatalf("lab up prints no dashboard URL:\n%s", out)
+	}
+	testutil.Eventually(t, 15*time.Second, "the Service's load balancer on the dashboard", func() (bool, string) {
+		resp, err := http.Get(dash + "api/state")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		var st struct {
+			LoadBalancers []struct {
+				ProvisioningStatus string `json:"provisioning_status"`
+			} `json:"loadbalancers"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			return false, fmt.Sprint(resp.StatusCode, " ", err)
+		}
+		return len(st.LoadBalancers) == 1 && st.LoadBalancers[0].ProvisioningStatus == "ACTIVE", fmt.Sprintf("%+v", st.LoadBalancers)
 	})
 }

@@ -58,7 +58,7 @@ async function poll() {
   timer = setTimeout(poll, pollSeconds * 1000);
 }
 
-function fmtTime(t) { return new Date(t).toLocaleTimeString(); }
+function fmtTime(t) { return new Date(t).toLocaleTimeString("en-GB"); }
 function ms(a, b) { return Math.max(0, new Date(b) - new Date(a)); }
 function fmtMs(v) { return v >= 10000 ? (v / 1000).toFixed(1) + " s" : Math.round(v) + " ms"; }
 function fmtNum(v) {
@@ -170,7 +170,7 @@ function render(s) {
       nodes.append(el("span", { "data-node": n.node }, bar, n.node + " +" + fmtMs(d)));
     }
     for (const n of c.pending || []) nodes.append(el("span", { class: "pending", "data-pending": n }, n + " pending"));
-    return el("tr", { "data-change": c.revision },
+    return el("tr", { "data-change": c.revision, "data-change-lb": c.loadbalancer_id, "data-pending-count": (c.pending || []).length },
       el("td", null, fmtTime(c.written_at)), el("td", null, c.loadbalancer_name || c.loadbalancer_id),
       el("td", { class: "num" }, c.revision), el("td", null, "+" + fmtMs(ms(c.written_at, c.applied_at))), nodes,
       el("td", null, c.active_at ? "+" + fmtMs(ms(c.written_at, c.active_at)) : "—"));
