@@ -155,12 +155,19 @@ func (h *Hub) Probed() map[string][]string {
 	return out
 }
 
-// noteCluster records the other replicas' agents' acks. Called with
-// h.mu held.
+// noteCluster records the other replicas' agents' acks, and forgets the
+// nodes that are gone from the cluster. Called with h.mu held.
 func (h *Hub) noteCluster(all []store.AgentAck, now time.Time) {
+	live := make(map[string]bool, len(all))
 	for _, c := range all {
+		live[c.Node] = true
 		if c.Replica != h.o.Replica {
 			h.journal.acked(c.Node, c.Revision, now)
+		}
+	}
+	for n := range h.journal.progress {
+		if !live[n] && h.acks.perNode[n] == 0 {
+			delete(h.journal.progress, n)
 		}
 	}
 }
