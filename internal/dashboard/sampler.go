@@ -72,13 +72,17 @@ func (s *sampler) run(ctx context.Context) {
 		case <-tick.C:
 		case <-s.wake:
 		}
-		s.mu.Lock()
-		active := time.Since(s.viewed) <= idleAfter
-		s.mu.Unlock()
-		if active {
+		if s.due(time.Now()) {
 			s.round(ctx)
 		}
 	}
+}
+
+// due says whether a round is worth its reads: someone looked lately.
+func (s *sampler) due(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.viewed.IsZero() && now.Sub(s.viewed) <= idleAfter
 }
 
 // asService is the sampler's caller: it reads every project's objects;
