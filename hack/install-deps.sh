@@ -19,6 +19,7 @@ packages=(
 if $test; then
 	packages+=(python3-openstackclient python3-octaviaclient)   # CLI compatibility test
 	packages+=(systemd)   # systemd-analyze, -sysusers, -tmpfiles check deploy/systemd
+	packages+=(chromium)  # the dashboard's browser test (test/e2e, through chromedp)
 fi
 
 missing=()

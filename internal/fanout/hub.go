@@ -89,6 +89,9 @@ type Hub struct {
 	lbProbes   map[string][]string
 	sink       HealthSink
 	healthQ    chan healthEvent
+
+	// journal is the recent past the dashboard shows.
+	journal journal
 }
 
 // NewHub loads the flow table at the log's head.
