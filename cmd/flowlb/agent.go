@@ -41,8 +41,8 @@ type agentOptions struct {
 	// nodePortCIDRs: the node's addresses within them serve node ports
 	// (none: every address but loopback).
 	nodePortCIDRs []string
-	metrics        string
-	minSync        time.Duration
+	metrics       string
+	minSync       time.Duration
 	// announce: VIP ranges to announce, in routing table announceTable.
 	announce      []string
 	announceTable int
