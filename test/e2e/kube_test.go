@@ -468,10 +468,10 @@ func TestKubernetesServices(t *testing.T) {
 		if _, err := e.k.CoreV1().Services("default").Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		testutil.Eventually(t, 20*time.Second, "local-only listener", func() (bool, string) {
+		testutil.Eventually(t, 20*time.Second, "local-only listeners", func() (bool, string) {
 			_, body := e.call("GET", "/v2/lbaas/listeners?tags=flowlb:local-only", nil)
 			n := len(dig(body, "listeners"))
-			return n == 1, fmt.Sprintf("%d listeners", n)
+			return n == 2, fmt.Sprintf("%d listeners, want the VIP's and the node port's", n)
 		})
 		e.waitProgrammed(t, "pub")
 		defer func() { _ = e.lab.SetNextHops(1, 2) }()
