@@ -124,7 +124,7 @@ func (e *kubeEnv) waitPodMembers(t *testing.T, name, app string, n int) {
 	t.Helper()
 	testutil.Eventually(t, 60*time.Second, fmt.Sprintf("Service %s's members = its %d ready pods", name, n), func() (bool, string) {
 		ready := e.readyPods(app)
-		members := slices.Compact(e.members(name))
+		members := e.members(name)
 		return len(ready) == n && slices.Equal(members, ready), fmt.Sprintf("members %v, ready pods %v", members, ready)
 	})
 }

@@ -154,7 +154,7 @@ func (e *kubeEnv) service(name string, mut func(*corev1.Service)) *corev1.Servic
 	return s
 }
 
-// members returns the member addresses of Service name's load balancer
+// members returns the distinct member addresses of Service name's load balancer
 // once it is ACTIVE (nil if there is none). Members and status come from
 // one status tree, one snapshot of the store: members seen here are
 // programmed on every node.
@@ -171,8 +171,9 @@ func (e *kubeEnv) members(name string) []string {
 			}
 		}
 	}
+	// A Service port and its node port have pools of the same endpoints.
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }
 
 // statusTree returns the status tree of Service name's load balancer;
