@@ -103,6 +103,15 @@ expiration = 14400
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("keystone-manage %s: %v\n%s", args[0], err, out)
 		}
+		if args[0] == "db_sync" {
+			// Write-ahead logging: a connection Keystone's pool keeps
+			// idle inside a read transaction would otherwise fail the
+			// next write with "database is locked".
+			py := `import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute("PRAGMA journal_mode=WAL")`
+			if out, err := exec.Command("python3", "-c", py, filepath.Join(dir, "keystone.db")).CombinedOutput(); err != nil {
+				t.Fatalf("keystone database in WAL mode: %v\n%s", err, out)
+			}
+		}
 	}
 	return k
 }
@@ -119,8 +128,11 @@ func (k *Keystone) Argv() (argv, env []string) {
 		[]string{"OS_KEYSTONE_CONFIG_FILES=" + filepath.Join(k.dir, "keystone.conf")}
 }
 
-// LogPath is uwsgi's log (Keystone's own is beside it).
+// LogPath is uwsgi's log.
 func (k *Keystone) LogPath() string { return filepath.Join(k.dir, "log", "uwsgi.log") }
+
+// KeystoneLogPath is Keystone's own log (its errors' tracebacks).
+func (k *Keystone) KeystoneLogPath() string { return filepath.Join(k.dir, "log", "keystone.log") }
 
 // Start serves k from this process's network namespace until the test
 // ends, and waits until it answers.
