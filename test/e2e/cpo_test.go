@@ -107,7 +107,9 @@ func TestCloudProviderOpenStack(t *testing.T) {
 	startCPO(t, e, cpo, vipSubnet)
 
 	e.deploy("web", 2)
+	created := map[string]time.Time{}
 	annotated := func(name string, ann map[string]string, mut func(*corev1.Service)) {
+		created[name] = time.Now()
 		e.service(name, func(s *corev1.Service) {
 			s.Annotations = ann
 			s.Spec.Type = corev1.ServiceTypeLoadBalancer
@@ -120,7 +122,6 @@ func TestCloudProviderOpenStack(t *testing.T) {
 	// ingress waits for Service name's ingress address and its load
 	// balancer ACTIVE with a member per node, and returns both.
 	ingress := func(name string) (string, map[string]any) {
-		t0 := time.Now()
 		var ip string
 		testutil.Eventually(t, 60*time.Second, name+"'s ingress and a member per node", func() (bool, string) {
 			s, _ := e.k.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
@@ -132,8 +133,8 @@ func TestCloudProviderOpenStack(t *testing.T) {
 		})
 		_, body := e.call("GET", "/v2/lbaas/loadbalancers?name=kube_service_lab_default_"+name, nil)
 		lb := dig(body, "loadbalancers")[0].(map[string]any)
-		t.Logf("%s: ingress %s after %s; load balancer %s, VIP %s, provider %v", name, ip,
-			time.Since(t0).Round(time.Millisecond), lb["id"], lb["vip_address"], lb["provider"])
+		t.Logf("%s: ingress %s, members ACTIVE, %s after the Service's creation; load balancer %s, VIP %s, provider %v", name, ip,
+			time.Since(created[name]).Round(time.Millisecond), lb["id"], lb["vip_address"], lb["provider"])
 		return ip, lb
 	}
 	fipOf := func(addr string) map[string]any {
@@ -219,6 +220,26 @@ func TestCloudProviderOpenStack(t *testing.T) {
 	t.Cleanup(func() { _ = e.lab.SetNextHops(1, 2) })
 	by := e.spreadFrom([]lab.Host{e.lab.Client()}, net.JoinHostPort(lfip, "80"), 10)
 	t.Logf("local: 10 requests from the external client via n1 reached %v with the client's address", by)
+	// Sent to n2, which has no pod of the Service, the client is served
+	// only by flowlb: kube-proxy drops external traffic to an ETP=Local
+	// ingress address on a node without a local endpoint, while flowlb's
+	// agent there sends it to n1's node port (the healthy member), binding
+	// and masquerading that translation itself.
+	if err := e.lab.SetNextHops(2); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		r, err := ask(e.lab.Client(), net.JoinHostPort(lfip, "80"))
+		if err != nil {
+			t.Fatalf("local via n2 (no local pod): %v", err)
+		}
+		if peer, _, _ := net.SplitHostPort(r.Peer); !strings.HasPrefix(r.Addr, "198.18.17.") || peer != lab.NodeAddr(2).String() {
+			t.Errorf("local via n2: answered by %s (%s) seeing %s, want n1's pod seeing n2's address %s", r.Pod, r.Addr, r.Peer, lab.NodeAddr(2))
+		}
+		if i == 0 {
+			t.Logf("local via n2 (no local pod): answered by %s (%s), which saw %s", r.Pod, r.Addr, r.Peer)
+		}
+	}
 	if err := e.lab.SetNextHops(1, 2); err != nil {
 		t.Fatal(err)
 	}
