@@ -51,4 +51,10 @@ go mod download
 if $test; then
 	"$(dirname "$0")/kube-bins.sh" >/dev/null
 	"$(dirname "$0")/cpo-bins.sh" >/dev/null
+	# The Terraform OpenStack provider, only where a Terraform CLI is
+	# installed (it has no Debian package): TestTerraformOpenStack skips
+	# without one.
+	if command -v terraform >/dev/null 2>&1; then
+		"$(dirname "$0")/terraform-provider-bins.sh" >/dev/null
+	fi
 fi
