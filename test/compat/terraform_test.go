@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flowlb/flowlb/internal/testutil"
 	"github.com/flowlb/flowlb/internal/testutil/keystone"
@@ -230,7 +231,9 @@ func TestTerraformOpenStack(t *testing.T) {
 		}
 		return code, out.String()
 	}
-	tf(0, "apply", "-auto-approve", "-input=false", "-no-color")
+	t0 := time.Now()
+	_, out := tf(0, "apply", "-auto-approve", "-input=false", "-no-color")
+	t.Logf("apply in %s: %s", time.Since(t0).Round(time.Millisecond), lastLine(out, "Apply complete"))
 	_, outJSON := tf(0, "output", "-json")
 	var outputs map[string]struct{ Value string }
 	if err := json.Unmarshal([]byte(outJSON), &outputs); err != nil {
@@ -251,8 +254,12 @@ func TestTerraformOpenStack(t *testing.T) {
 	// -detailed-exitcode: 0 no change, 2 changes.
 	if code, out := tf(2, "plan", "-detailed-exitcode", "-input=false", "-no-color"); code != 0 {
 		t.Errorf("plan after apply shows changes (drift):\n%s", out)
+	} else {
+		t.Logf("plan after apply: %s", lastLine(out, "No changes"))
 	}
-	tf(0, "destroy", "-auto-approve", "-input=false", "-no-color")
+	t0 = time.Now()
+	_, out = tf(0, "destroy", "-auto-approve", "-input=false", "-no-color")
+	t.Logf("destroy in %s: %s", time.Since(t0).Round(time.Millisecond), lastLine(out, "Destroy complete"))
 	for path, key := range map[string]string{
 		"/v2/lbaas/loadbalancers":          "loadbalancers",
 		"/v2/lbaas/listeners":              "listeners",
@@ -274,4 +281,15 @@ func TestTerraformOpenStack(t *testing.T) {
 	if resp.StatusCode != 404 {
 		t.Errorf("after destroy, the VIP port answers %s, want 404", resp.Status)
 	}
+}
+
+// lastLine is the last line of out that contains want ("" if none).
+func lastLine(out, want string) string {
+	var found string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, want) {
+			found = strings.TrimSpace(l)
+		}
+	}
+	return found
 }
