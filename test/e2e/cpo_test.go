@@ -287,6 +287,9 @@ func startLabKeystone(t *testing.T, c *cluster) *keystone.Keystone {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// Before Prepare's directory goes (cleanups run last first);
+		// lab down would stop it only after.
+		defer func() { _ = c.lab.Fabric().Stop("keystone") }()
 		if t.Failed() {
 			for _, p := range []string{ks.LogPath(), ks.KeystoneLogPath()} {
 				b, _ := os.ReadFile(p)
