@@ -38,9 +38,12 @@ type agentOptions struct {
 	removeOnDelete string
 	logLevel       string
 	podCIDRs       []string
-	metrics        string
-	minSync        time.Duration
-	statsInterval  time.Duration
+	// nodePortCIDRs: the node's addresses within them serve node ports
+	// (none: every address but loopback).
+	nodePortCIDRs []string
+	metrics       string
+	minSync       time.Duration
+	statsInterval time.Duration
 	// announce: VIP ranges to announce, in routing table announceTable.
 	announce      []string
 	announceTable int
@@ -68,6 +71,7 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&o.removeOnDelete, "remove-on-delete", "", "NAMESPACE/NAME of this agent's DaemonSet: stopped by a signal while that DaemonSet is gone or being deleted, remove flowlb's nftables table instead of keeping the flows (an update or restart keeps them)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address)")
+	f.StringSliceVar(&o.nodePortCIDRs, "nodeport-addresses", nil, "CIDRs: the node's addresses within them serve node ports, as kube-proxy's flag of that name (default: every address of the node but loopback; looked up every 10 s)")
 	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics and /readyz (empty: none)")
 	f.DurationVar(&o.minSync, "min-sync-interval", 0, "least time between two programming rounds; updates arriving meanwhile are merged")
 	f.DurationVar(&o.statsInterval, "stats-interval", 5*time.Second, "how often the kernel's per-service counters are read and reported to the server (0: never, and the table counts nothing)")
@@ -132,6 +136,14 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		}
 		nets = append(nets, p)
 	}
+	var nodePortCIDRs []netip.Prefix
+	for _, c := range o.nodePortCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return fmt.Errorf("--nodeport-addresses: %w", err)
+		}
+		nodePortCIDRs = append(nodePortCIDRs, p.Masked())
+	}
 	if o.zone == "" && o.nodeZone {
 		if o.zone, err = nodeZone(ctx, o.node); err != nil {
 			return err
@@ -159,6 +171,9 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := agent.WatchNodePortAddresses(ctx, 10*time.Second, nodePortCIDRs, dp.SetNodeAddresses, log); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var prog agent.Programmer = dp

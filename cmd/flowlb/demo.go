@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,16 +28,21 @@ import (
 // the member pods.
 func labDemoCmd() *cobra.Command {
 	var nodes, requests, servers int
+	var hold time.Duration
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Bring up a lab, balance traffic through a flowlb VIP, print the spread, tear down",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDemo(cmd.Context(), cmd.OutOrStdout(), nodes, requests, servers)
+			// Ctrl-C ends a hold, and any other step, with the lab removed.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runDemo(ctx, cmd.OutOrStdout(), nodes, requests, servers, hold)
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "lab nodes")
 	cmd.Flags().IntVar(&requests, "requests", 60, "requests from each client pod")
+	cmd.Flags().DurationVar(&hold, "hold", 0, "before deleting the load balancer, keep everything up this long (Ctrl-C ends it) to look at the dashboard")
 	cmd.Flags().IntVar(&servers, "servers", 0, fmt.Sprintf("run this many flowlb server replicas, one per server host s1…sN, on the lab's PostgreSQL, instead of one server in the fabric (at most %d)", lab.MaxServers))
 	return cmd
 }
@@ -67,7 +74,7 @@ type demoLB struct {
 	members []string // pod names, sorted
 }
 
-func runDemo(ctx context.Context, out io.Writer, nodes, requests, servers int) error {
+func runDemo(ctx context.Context, out io.Writer, nodes, requests, servers int, hold time.Duration) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("the demo builds network namespaces: run it as root")
 	}
@@ -103,6 +110,11 @@ func runDemo(ctx context.Context, out io.Writer, nodes, requests, servers int) e
 	if err := start(); err != nil {
 		return err
 	}
+	dash, err := d.lab.StartDashboardProxy([]string{bin, "lab", "dashboard-proxy"}, d.api, d.tls.CACert)
+	if err != nil {
+		return fmt.Errorf("dashboard forwarder: %w", err)
+	}
+	d.say("dashboard: %s (in this machine's browser, while the demo runs; --hold keeps it up)", dash)
 	if err := d.startAgents(); err != nil {
 		return err
 	}
@@ -112,6 +124,15 @@ func runDemo(ctx context.Context, out io.Writer, nodes, requests, servers int) e
 	}
 	for _, from := range []lab.Host{d.lab.Pod(1, 3), d.lab.Pod(nodes, 3)} {
 		d.showSpread(from, lb, requests)
+	}
+	if hold > 0 {
+		d.say("holding for %s (Ctrl-C ends it): %s", hold, dash)
+		select {
+		case <-time.After(hold):
+		case <-ctx.Done():
+			d.say("interrupted")
+			d.ctx = context.WithoutCancel(ctx)
+		}
 	}
 	return d.deleteLB(lb)
 }

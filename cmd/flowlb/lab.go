@@ -52,7 +52,7 @@ every pod. See docs/lab.md for the topology and address plan.`,
 	_ = cmd.PersistentFlags().MarkHidden("state-dir")
 	cmd.AddCommand(labUpCmd(f), labDownCmd(f), labStatusCmd(f), labExecCmd(f),
 		labAddPodCmd(f), labDelPodCmd(f), labPodCmd(f), labProcCmd(f), labPostgresCmd(f), labECMPCmd(f), labRoutesCmd(f),
-		labLoadCmd(f), labEchoCmd(), labKubeletCmd(), labExecPodCmd(), labDemoCmd())
+		labLoadCmd(f), labEchoCmd(), labKubeletCmd(), labExecPodCmd(), labDemoCmd(), labDashboardProxyCmd())
 	rootCmd.AddCommand(cmd)
 }
 
@@ -603,6 +603,26 @@ func labKubeletCmd() *cobra.Command {
 			return kubelet.Main(args, cmd.ErrOrStderr())
 		},
 	}
+}
+
+func labDashboardProxyCmd() *cobra.Command {
+	var fd int
+	var target, caFile string
+	c := &cobra.Command{
+		Use:    "dashboard-proxy --listen-fd N --target https://HOST:PORT --ca-file F",
+		Short:  "Forward a loopback port to a flowlb server's dashboard (started in the fabric by lab demo and lab up --flowlb)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return lab.ServeDashboardProxy(ctx, fd, target, caFile)
+		},
+	}
+	c.Flags().IntVar(&fd, "listen-fd", 3, "inherited listening socket")
+	c.Flags().StringVar(&target, "target", "", "the flowlb API")
+	c.Flags().StringVar(&caFile, "ca-file", "", "CA the API's certificate is from")
+	return c
 }
 
 // kubeLogTails writes the last lines of the control plane's logs.

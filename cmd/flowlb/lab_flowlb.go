@@ -62,6 +62,14 @@ func deployFlowlb(ctx context.Context, out io.Writer, l *lab.Lab, kc *kubelet.Cl
 	if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
 		return err
 	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dash, err := l.StartDashboardProxy([]string{exe, "lab", "dashboard-proxy"}, "https://198.18.0.1:9876", caFile)
+	if err != nil {
+		return fmt.Errorf("dashboard forwarder: %w", err)
+	}
 	fmt.Fprintf(out, `flowlb deployed with kubectl apply -k %s
   export KUBECONFIG=%s
   kubectl -n flowlb-system get pods -o wide
@@ -72,7 +80,9 @@ the flowlb API (noauth) at https://198.18.0.1:9876, its CA in %s, inside the lab
   flowlb lab exec client -- openstack --os-auth-type none --os-endpoint https://198.18.0.1:9876 --os-cacert %s loadbalancer list
 the external client (behind the router, reaches external VIPs):
   flowlb lab exec client -- curl -s http://EXTERNAL-IP/
+the flowlb dashboard, in this machine's browser (forwarded from loopback):
+  %s
 flowlb lab down removes it all
-`, overlay, kc.State.Kubeconfig, caFile, caFile)
+`, overlay, kc.State.Kubeconfig, caFile, caFile, dash)
 	return nil
 }

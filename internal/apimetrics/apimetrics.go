@@ -77,6 +77,7 @@ var collections = map[string]bool{
 	"flavorprofiles": true, "availabilityzones": true, "availabilityzoneprofiles": true, "amphorae": true,
 	"status": true, "stats": true, "failover": true, "networks": true, "subnets": true, "ports": true, "qos": true,
 	"policies": true, "healthcheck": true, "metrics": true,
+	"dashboard": true, "api": true, "state": true, "config": true, "login": true,
 }
 
 // Template turns a request path into its route template.

@@ -17,6 +17,8 @@ func TestTemplate(t *testing.T) {
 		{"/v2/lbaas/pools/abc/members/def.json", "/v2/lbaas/pools/{id}/members/{id}"},
 		{"/v2/quotas/proj-1", "/v2/quotas/{id}"},
 		{"/", "/"},
+		{"/dashboard/api/state", "/dashboard/api/state"},
+		{"/dashboard/app.js", "/dashboard/{id}"},
 		{"/v2/evil%20label/x", "/v2/{id}/{id}"},
 	} {
 		if got := Template(tc.in); got != tc.want {

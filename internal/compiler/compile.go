@@ -25,7 +25,8 @@ func live(b lbaas.Base) bool {
 
 // Compile turns one load balancer tree into its services: one per VIP
 // (vip_address, additional_vips and the floating IPs of the VIP port) and
-// listener. A listener without a
+// listener, and one per node-port listener (flows.TagNodePort), whatever
+// the VIPs. A listener without a
 // usable pool still yields a service, with no backends, so that the data
 // plane rejects its connections instead of letting them through to
 // nothing. A disabled load balancer or listener yields no service: it does
@@ -74,6 +75,10 @@ func Compile(t *lbaas.Tree) []flows.Service {
 				base.Backends = backends(t.PoolMembers(p.ID))
 			}
 		}
+		if slices.Contains(l.Tags, flows.TagNodePort) {
+			out = append(out, nodePort(base, proto, l.ProtocolPort))
+			continue
+		}
 		for _, vip := range vips {
 			// Only VIPs of the listener's address family can carry it.
 			if len(base.AllowedCIDRs) > 0 && !anyFamily(base.AllowedCIDRs, vip) {
@@ -93,6 +98,18 @@ func Compile(t *lbaas.Tree) []flows.Service {
 		}
 	}
 	return out
+}
+
+// nodePort is the one service of a node-port listener: keyed by
+// flows.NodePortVIP, which each node's data plane serves on its own
+// addresses. The VIP port's security groups do not apply, as node ports
+// are not on that port; allowed_cidrs do.
+func nodePort(base flows.Service, proto flows.Protocol, port int) flows.Service {
+	s := base
+	s.Key = flows.Key{VIP: flows.NodePortVIP, Protocol: proto, Port: uint16(port)}
+	s.AllowedCIDRs = sameFamily(base.AllowedCIDRs, flows.NodePortVIP)
+	s.Backends = sameFamilyBackends(base.Backends, flows.NodePortVIP)
+	return s
 }
 
 // withFloatingIPs adds to a load balancer's VIPs the floating IPs that

@@ -95,6 +95,22 @@ func TestCompile(t *testing.T) {
 			t.Listeners[0].AllowedCIDRs = []string{"fd00::/8"}
 			t.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.128.7", "198.19.0.10")}
 		}, ""},
+		{"node port: one service on every node's addresses, whatever the VIPs", func(t *lbaas.Tree) {
+			t.LB.AdditionalVIPs = []lbaas.AdditionalVIP{{IPAddress: "198.19.0.11"}}
+			t.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.128.7", "198.19.0.10")}
+			t.Listeners[0].ProtocolPort = 30080
+			t.Listeners[0].Tags = []string{flows.TagNodePort}
+			t.Members = append(t.Members, member("m6", "fd00::2", 8080, 1))
+		}, "TCP 0.0.0.0:30080 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]"},
+		{"node port beside a VIP listener", func(t *lbaas.Tree) {
+			np := &lbaas.Listener{Base: base("np"), Protocol: "UDP", ProtocolPort: 30053, ConnectionLimit: -1}
+			np.Tags = []string{flows.TagNodePort}
+			t.Listeners = append(t.Listeners, np)
+		}, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; UDP 0.0.0.0:30053 -> []"},
+		{"disabled node port does not listen", func(t *lbaas.Tree) {
+			t.Listeners[0].Tags = []string{flows.TagNodePort}
+			t.Listeners[0].AdminStateUp = false
+		}, ""},
 		{"disabled LB serves no floating IP", func(t *lbaas.Tree) {
 			t.LB.AdminStateUp = false
 			t.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.128.7", "198.19.0.10")}
@@ -145,6 +161,23 @@ func TestCompileAttributes(t *testing.T) {
 	tr.Pools[0].SessionPersistence.PersistenceTimeout = nil
 	if p := Compile(tr)[0].Persistence; p.Timeout != DefaultPersistenceTimeout {
 		t.Errorf("default timeout %s", p.Timeout)
+	}
+}
+
+// A node port keeps the listener's policies and ignores the VIP port's
+// security groups.
+func TestCompileNodePortAttributes(t *testing.T) {
+	tr := sample()
+	tr.Listeners[0].Tags = []string{flows.TagNodePort, flows.TagLocalOnly}
+	tr.Members[0].Tags = []string{flows.TagNodePrefix + "n2"}
+	tr.Security = &lbaas.SecurityRules{} // admits no source to the VIPs
+	ss := Compile(tr)
+	if len(ss) != 1 {
+		t.Fatalf("%d services", len(ss))
+	}
+	s := ss[0]
+	if !s.Key.NodePort() || !s.LocalOnly || s.AllowNone || s.PoolID != "pool" || s.ListenerID != "l" || s.Backends[1].Node != "n2" {
+		t.Errorf("service %+v", s)
 	}
 }
 

@@ -232,6 +232,7 @@ func (h *Hub) readAgents(ctx context.Context) {
 		if err == nil {
 			h.mu.Lock()
 			h.readsDone = ticket
+			h.noteCluster(all, time.Now())
 			if h.acks.setCluster(all, h.o.Replica) {
 				h.sendProbes(h.reassign())
 			}

@@ -210,6 +210,9 @@ func (h *Hub) healthLoop() {
 		if change == 0 {
 			continue
 		}
+		h.mu.Lock()
+		h.journal.transition(HealthTransition{At: ev.at, MemberID: ev.member, LoadBalancerID: lbID, Status: ev.status, Reason: ev.reason, Node: ev.node})
+		h.mu.Unlock()
 		h.log.Info("member health changed", "member", ev.member, "status", ev.status, "reason", ev.reason, "probed_from", ev.node, "loadbalancer", lbID)
 		at := ev.at
 		h.wait(lbID, change, func([]string) { h.m.healthReaction.Observe(time.Since(at).Seconds()) })

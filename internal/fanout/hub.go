@@ -91,6 +91,9 @@ type Hub struct {
 	healthQ    chan healthEvent
 	statsSink  StatsSink
 	statsQ     chan statsEvent
+
+	// journal is the recent past the dashboard shows.
+	journal journal
 }
 
 // NewHub loads the flow table at the log's head.

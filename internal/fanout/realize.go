@@ -129,6 +129,7 @@ func (h *Hub) settleReady() {
 			slices.Sort(behind)
 		}
 		h.m.realized.Observe(now.Sub(w.start).Seconds())
+		h.journal.settled(w.change, now)
 		go w.done(behind)
 	}
 }

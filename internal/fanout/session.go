@@ -1,6 +1,8 @@
 package fanout
 
 import (
+	"time"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -68,6 +70,7 @@ func (h *Hub) attach(hello *agentv1.Hello) *agent {
 		a.acked = min(hello.GetLastRevision(), h.rev)
 	}
 	h.acks.join(a)
+	h.journal.acked(a.node, a.acked, time.Now())
 	// The newcomer takes over the members of its node (and its share of
 	// the rest); it always gets its list, empty or not.
 	touched := h.reassign()
@@ -101,6 +104,7 @@ func (h *Hub) receive(stream agentv1.Agent_SubscribeServer, a *agent, errc chan<
 		if ack := m.GetAck(); ack != nil {
 			h.mu.Lock()
 			h.acks.raise(a, ack.GetRevision())
+			h.journal.acked(a.node, a.acked, time.Now())
 			h.settleReady()
 			h.mu.Unlock()
 		}

@@ -90,6 +90,7 @@ func (h *Hub) applyEntries(ctx context.Context, es []store.LogEntry) error {
 	h.m.tailed(last)
 	h.broadcast(u)
 	h.sendProbes(probes)
+	h.journal.applied(es, time.Now())
 	h.resolve(es)
 	h.settleReady()
 	return nil

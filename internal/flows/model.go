@@ -34,11 +34,21 @@ const (
 )
 
 // Key identifies a service: the packet fields a data plane matches on.
+// A node port's VIP is NodePortVIP: it stands for every address of the
+// node a data plane runs on.
 type Key struct {
 	VIP      netip.Addr
 	Protocol Protocol
 	Port     uint16
 }
+
+// NodePortVIP is the VIP of a node-port service (0.0.0.0): no packet is
+// ever addressed to it, so it cannot clash with a real VIP.
+var NodePortVIP = netip.IPv4Unspecified()
+
+// NodePort reports whether k is a node port, served on the node's own
+// addresses.
+func (k Key) NodePort() bool { return k.VIP == NodePortVIP }
 
 // Backend is one member that may take new connections.
 type Backend struct {

@@ -15,6 +15,11 @@ const (
 	// from the node itself goes only to that node's members (Kubernetes
 	// internalTrafficPolicy=Local); with none there, it is dropped.
 	TagInternalLocal = "flowlb:internal-local"
+	// TagNodePort on a listener: its protocol_port is a node port, served
+	// on every node's own addresses (the agent's --nodeport-addresses)
+	// rather than on the load balancer's VIPs (Kubernetes NodePort); the
+	// compiler keys its service by NodePortVIP.
+	TagNodePort = "flowlb:node-port"
 	// TagNodePrefix on a member, "flowlb:node=<name>": the node it runs on.
 	TagNodePrefix = "flowlb:node="
 	// TagPreferClose on a listener: each node sends the traffic to the

@@ -208,37 +208,65 @@ func (k *Keystone) service(ctx context.Context, refresh bool) (string, error) {
 		return k.serviceToken, nil
 	}
 	k.mu.Unlock()
+	tok, until, err := k.passwordToken(ctx, k.cfg.User, k.cfg.UserDomain, k.cfg.Password, k.cfg.Project, k.cfg.ProjectDomain)
+	if err != nil {
+		return "", fmt.Errorf("keystone: service authentication as %s: %w", k.cfg.User, err)
+	}
+	k.mu.Lock()
+	k.serviceToken, k.serviceUntil = tok, until
+	k.mu.Unlock()
+	return tok, nil
+}
+
+// ErrRefused is a password authentication Keystone refused.
+var ErrRefused = errors.New("keystone refused the credentials")
+
+// Login authenticates a user with a password, scoped to a project (the
+// dashboard's login form), and returns the token and its expiry.
+func (k *Keystone) Login(ctx context.Context, user, userDomain, password, project, projectDomain string) (string, time.Time, error) {
+	if userDomain == "" {
+		userDomain = "Default"
+	}
+	if projectDomain == "" {
+		projectDomain = "Default"
+	}
+	return k.passwordToken(ctx, user, userDomain, password, project, projectDomain)
+}
+
+// passwordToken asks Keystone for a project-scoped token with a password.
+func (k *Keystone) passwordToken(ctx context.Context, user, userDomain, password, project, projectDomain string) (string, time.Time, error) {
 	body := map[string]any{"auth": map[string]any{
 		"identity": map[string]any{"methods": []string{"password"}, "password": map[string]any{"user": map[string]any{
-			"name": k.cfg.User, "domain": map[string]any{"name": k.cfg.UserDomain}, "password": k.cfg.Password}}},
-		"scope": map[string]any{"project": map[string]any{"name": k.cfg.Project, "domain": map[string]any{"name": k.cfg.ProjectDomain}}},
+			"name": user, "domain": map[string]any{"name": userDomain}, "password": password}}},
+		"scope": map[string]any{"project": map[string]any{"name": project, "domain": map[string]any{"name": projectDomain}}},
 	}}
 	b, _ := json.Marshal(body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, k.base+"/auth/tokens", bytes.NewReader(b))
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := k.cfg.Client.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("keystone: service authentication: %w", err)
+		return "", time.Time{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		return "", fmt.Errorf("keystone: service authentication as %s answered HTTP %d", k.cfg.User, resp.StatusCode)
+	switch resp.StatusCode {
+	case http.StatusCreated:
+	case http.StatusUnauthorized, http.StatusNotFound, http.StatusBadRequest:
+		return "", time.Time{}, fmt.Errorf("%w (HTTP %d)", ErrRefused, resp.StatusCode)
+	default:
+		return "", time.Time{}, fmt.Errorf("password authentication answered HTTP %d", resp.StatusCode)
 	}
 	var tb tokenBody
 	if err := json.NewDecoder(resp.Body).Decode(&tb); err != nil {
-		return "", fmt.Errorf("keystone: service token: %w", err)
+		return "", time.Time{}, fmt.Errorf("token: %w", err)
 	}
 	tok := resp.Header.Get("X-Subject-Token")
 	if tok == "" {
-		return "", errors.New("keystone: service authentication returned no token")
+		return "", time.Time{}, errors.New("authentication returned no token")
 	}
-	k.mu.Lock()
-	k.serviceToken, k.serviceUntil = tok, tb.Token.ExpiresAt
-	k.mu.Unlock()
-	return tok, nil
+	return tok, tb.Token.ExpiresAt, nil
 }
 
 // KeystoneAuth authenticates every request by its X-Auth-Token, except

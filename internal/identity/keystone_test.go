@@ -2,6 +2,7 @@ package identity
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -236,5 +237,17 @@ func TestKeystoneUnavailable(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || len(*seen) != 0 {
 		t.Errorf("Keystone down: HTTP %d, handler reached %d times; want 503 and never", resp.StatusCode, len(*seen))
+	}
+}
+
+func TestKeystoneLogin(t *testing.T) {
+	f := &fakeKeystone{tokens: map[string]fakeToken{}}
+	k, _, _ := newKeystoneAPI(t, f)
+	tok, until, err := k.Login(t.Context(), "octavia", "", "pw", "service", "")
+	if err != nil || tok != "svc-1" || time.Until(until) < 50*time.Minute {
+		t.Fatalf("login: %q %v %v", tok, until, err)
+	}
+	if _, _, err := k.Login(t.Context(), "octavia", "", "wrong", "service", ""); !errors.Is(err, ErrRefused) {
+		t.Fatalf("wrong password: %v, want ErrRefused", err)
 	}
 }

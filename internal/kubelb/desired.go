@@ -120,9 +120,11 @@ type Listener struct {
 	Protocol     string // TCP, UDP, SCTP
 	Port         int
 	AllowedCIDRs []string
-	Tags         []string // flows.TagLocalOnly for externalTrafficPolicy=Local
-	Timeouts     Timeouts
-	Pool         Pool
+	// Tags: flows.TagLocalOnly for externalTrafficPolicy=Local,
+	// flows.TagNodePort on a node port's listener, ...
+	Tags     []string
+	Timeouts Timeouts
+	Pool     Pool
 }
 
 // Timeouts are a listener's timeouts in milliseconds, as Octavia has them.
@@ -221,8 +223,54 @@ func Desired(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, o Options) (
 			return nil, err
 		}
 		lb.Listeners = append(lb.Listeners, l)
+		if servesNodePorts(svc) && sp.NodePort != 0 {
+			lb.Listeners = append(lb.Listeners, ls.nodePort(l, int(sp.NodePort)))
+		}
+	}
+	if err := distinctPorts(lb.Listeners); err != nil {
+		return nil, err
 	}
 	return lb, nil
+}
+
+// servesNodePorts reports whether svc's node ports are served: those of
+// a NodePort or LoadBalancer Service, whichever spec.ports[].nodePort
+// holds (none for a LoadBalancer Service with
+// allocateLoadBalancerNodePorts false, unless one was asked for), as
+// kube-proxy serves them.
+func servesNodePorts(svc *corev1.Service) bool {
+	return svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+}
+
+// nodePort is the listener of the node port of the Service port whose
+// listener is l: tagged flows.TagNodePort, on the node port, with a pool
+// of the same endpoints. Source ranges do not restrict node ports, and
+// internalTrafficPolicy does not apply to them, as in kube-proxy.
+func (s *listenerSettings) nodePort(l Listener, port int) Listener {
+	np := l
+	np.Name, np.Port, np.AllowedCIDRs, np.Tags = l.Name+"-node-port", port, nil, s.nodePortTags
+	np.Pool.Name = np.Name
+	np.Pool.Members = slices.Clone(l.Pool.Members)
+	if l.Pool.Monitor != nil {
+		m := *l.Pool.Monitor
+		np.Pool.Monitor = &m
+	}
+	return np
+}
+
+// distinctPorts refuses two listeners on one protocol and port, which a
+// node port equal to another Service port's number would make and
+// Octavia refuses.
+func distinctPorts(ls []Listener) error {
+	seen := map[string]string{}
+	for _, l := range ls {
+		k := l.Protocol + "/" + strconv.Itoa(l.Port)
+		if other, ok := seen[k]; ok {
+			return fmt.Errorf("listeners %s and %s are both on %s: a node port may not be the number of another port of the Service", other, l.Name, k)
+		}
+		seen[k] = l.Name
+	}
+	return nil
 }
 
 // setVIPs sets lb's VIPs: the IPv4 cluster IP, or for a LoadBalancer
@@ -292,6 +340,8 @@ type listenerSettings struct {
 	persistence  *Persistence
 	allowedCIDRs []string
 	tags         []string
+	// nodePortTags are the tags of the node-port listeners.
+	nodePortTags []string
 	monitor      *Monitor
 	timeouts     Timeouts
 }
@@ -318,7 +368,21 @@ func listenerTemplate(svc *corev1.Service, external bool, o Options) (*listenerS
 		return nil, err
 	}
 	return &listenerSettings{algorithm: alg, persistence: persistenceOf(svc), allowedCIDRs: ranges,
-		tags: listenerTags(svc, external), monitor: monitor, timeouts: timeouts}, nil
+		tags: listenerTags(svc, external), nodePortTags: nodePortTags(svc), monitor: monitor, timeouts: timeouts}, nil
+}
+
+// nodePortTags mark a node-port listener, with externalTrafficPolicy
+// Local (whatever the Service's type: it governs node ports too) and the
+// topology preference.
+func nodePortTags(svc *corev1.Service) []string {
+	tags := []string{flows.TagNodePort}
+	if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+		tags = append(tags, flows.TagLocalOnly)
+	}
+	if prefersClose(svc) {
+		tags = append(tags, flows.TagPreferClose)
+	}
+	return tags
 }
 
 // forPort is the listener of Service port sp, with its pool of endpoints.

@@ -3,6 +3,7 @@ package kubelb
 import (
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -411,5 +412,112 @@ func TestDesired(t *testing.T) {
 				tc.check(t, lb)
 			}
 		})
+	}
+}
+
+// TestDesiredNodePorts: which Services get node-port listeners, and what
+// each carries.
+func TestDesiredNodePorts(t *testing.T) {
+	eps := []*discoveryv1.EndpointSlice{slice("a", 8080, "http", ep{"198.18.17.2", "n1", "p1", true, true, false})}
+	withPorts := func(typ corev1.ServiceType, ports ...corev1.ServicePort) func(*corev1.Service) {
+		return func(s *corev1.Service) { s.Spec.Type, s.Spec.Ports = typ, ports }
+	}
+	http := corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, NodePort: 30080}
+	dns := corev1.ServicePort{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, NodePort: 30053}
+	sctp := corev1.ServicePort{Name: "sig", Protocol: corev1.ProtocolSCTP, Port: 2905, NodePort: 32905}
+	// brief: protocol/port name tags, one listener a line.
+	brief := func(lb *LB) string {
+		var out []string
+		for _, l := range lb.Listeners {
+			out = append(out, l.Protocol+"/"+strconv.Itoa(l.Port)+" "+l.Name+" "+strings.Join(l.Tags, ",")+" cidrs="+strings.Join(l.AllowedCIDRs, ","))
+		}
+		return strings.Join(out, "\n")
+	}
+	for _, tc := range []struct {
+		name string
+		svc  *corev1.Service
+		want string
+		err  string
+	}{
+		{name: "NodePort: a node-port listener per port, TCP, UDP and SCTP",
+			svc:  service(withPorts(corev1.ServiceTypeNodePort, http, dns, sctp)),
+			want: "TCP/80 http  cidrs=\nTCP/30080 http-node-port flowlb:node-port cidrs=\nUDP/53 dns  cidrs=\nUDP/30053 dns-node-port flowlb:node-port cidrs=\nSCTP/2905 sig  cidrs=\nSCTP/32905 sig-node-port flowlb:node-port cidrs="},
+		{name: "NodePort with externalTrafficPolicy Local: only the node port is local-only",
+			svc: service(withPorts(corev1.ServiceTypeNodePort, http), func(s *corev1.Service) {
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+			}),
+			want: "TCP/80 http  cidrs=\nTCP/30080 http-node-port flowlb:node-port,flowlb:local-only cidrs="},
+		{name: "internalTrafficPolicy Local governs the cluster IP, not the node port; PreferClose both",
+			svc: service(withPorts(corev1.ServiceTypeNodePort, http), func(s *corev1.Service) {
+				s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+				s.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferClose)
+			}),
+			want: "TCP/80 http flowlb:internal-local,flowlb:prefer-close cidrs=\nTCP/30080 http-node-port flowlb:node-port,flowlb:prefer-close cidrs="},
+		{name: "LoadBalancer: node ports beside the VIP's; source ranges do not restrict them",
+			svc: service(withPorts(corev1.ServiceTypeLoadBalancer, http), func(s *corev1.Service) {
+				s.Spec.LoadBalancerSourceRanges = []string{"198.18.1.0/24"}
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+			}),
+			want: "TCP/80 http flowlb:local-only cidrs=198.18.1.0/24\nTCP/30080 http-node-port flowlb:node-port,flowlb:local-only cidrs="},
+		{name: "LoadBalancer with allocateLoadBalancerNodePorts false: no node port (none allocated)",
+			svc: service(withPorts(corev1.ServiceTypeLoadBalancer, corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}), func(s *corev1.Service) {
+				s.Spec.AllocateLoadBalancerNodePorts = ptr.To(false)
+			}),
+			want: "TCP/80 http  cidrs="},
+		{name: "ClusterIP: a stray nodePort is not served",
+			svc:  service(withPorts(corev1.ServiceTypeClusterIP, http)),
+			want: "TCP/80 http  cidrs="},
+		{name: "a node port equal to another port's number is refused",
+			svc: service(withPorts(corev1.ServiceTypeNodePort, http, corev1.ServicePort{Name: "alt", Protocol: corev1.ProtocolTCP, Port: 30080, NodePort: 30081})),
+			err: "both on TCP/30080"},
+		{name: "the same number on another protocol is fine",
+			svc:  service(withPorts(corev1.ServiceTypeNodePort, http, corev1.ServicePort{Name: "alt", Protocol: corev1.ProtocolUDP, Port: 30080})),
+			want: "TCP/80 http  cidrs=\nTCP/30080 http-node-port flowlb:node-port cidrs=\nUDP/30080 alt  cidrs="},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lb, err := Desired(tc.svc, eps, opts)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := brief(lb); got != tc.want {
+				t.Errorf("listeners\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+// A node port's pool is the Service port's: same endpoints, algorithm,
+// persistence and monitor, in objects of its own.
+func TestDesiredNodePortPool(t *testing.T) {
+	svc := service(func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeNodePort
+		s.Spec.Ports[0].NodePort = 30080
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		s.Annotations = map[string]string{AnnHealthMonitor: "true", AnnLBMethod: "SOURCE_IP"}
+	})
+	eps := []*discoveryv1.EndpointSlice{slice("a", 8080, "http", ep{"198.18.17.2", "n1", "p1", true, true, false}, ep{"198.18.18.2", "n2", "p2", true, true, false})}
+	lb, err := Desired(svc, eps, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lb.Listeners) != 2 {
+		t.Fatalf("listeners %+v", lb.Listeners)
+	}
+	vip, np := lb.Listeners[0].Pool, lb.Listeners[1].Pool
+	if np.Name != "http-node-port" || np.Protocol != "TCP" {
+		t.Errorf("node-port pool %+v", np)
+	}
+	np.Name = vip.Name
+	if !reflect.DeepEqual(vip, np) {
+		t.Errorf("node-port pool\n%+v\nwant the port's\n%+v", np, vip)
+	}
+	if &vip.Members[0] == &np.Members[0] || vip.Monitor == np.Monitor {
+		t.Error("the node-port pool shares the port pool's members or monitor")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/flowlb/flowlb/internal/identity"
@@ -164,7 +165,7 @@ func (s *Service) realize(p store.Pending, provider string) {
 		// replica takes it over.
 		backoff := 10 * time.Millisecond
 		for attempt := 1; ; attempt++ {
-			cerr := s.complete(context.Background(), p, err)
+			cerr := s.completeGrouped(context.Background(), p, err)
 			if cerr == nil {
 				return
 			}
@@ -186,38 +187,48 @@ func (s *Service) realize(p store.Pending, provider string) {
 // failed), deleted ones are removed, and operating statuses are
 // recomputed. A change another replica has taken over is its to complete.
 func (s *Service) complete(ctx context.Context, p store.Pending, perr error) error {
-	_, err := s.st.Update(ctx, func(tx store.Tx) error {
-		rec, err := tx.GetForUpdate(store.KindLoadBalancer, p.LoadBalancerID)
-		gone := errors.Is(err, store.ErrNotFound)
-		if err != nil && !gone {
-			return err
-		}
-		cur, ok, err := tx.Pending(p.LoadBalancerID)
-		if err != nil {
-			return err
-		}
-		if !ok || cur != p {
-			s.log.Info("pending change no longer ours; not completing", "loadbalancer", p.LoadBalancerID, "change", p.Change, "now", cur)
-			return nil
-		}
-		if err := tx.Settle(p); err != nil || gone {
-			return err
-		}
-		t, err := loadTree(tx, rec)
-		if err != nil {
-			return err
-		}
-		if perr != nil {
-			s.log.Warn("provider failed", "loadbalancer", p.LoadBalancerID, "err", perr)
-		}
-		if t.LB.ProvisioningStatus == PendingDelete && perr == nil {
-			return s.purge(tx, t)
-		}
-		s.settle(t, perr)
-		s.rollUp(t)
-		return t.save(tx)
-	})
+	_, err := s.st.Update(ctx, func(tx store.Tx) error { return s.completeIn(tx, p, perr) })
 	return err
+}
+
+// completeIn is complete's work within tx.
+func (s *Service) completeIn(tx store.Tx, p store.Pending, perr error) error {
+	rec, err := tx.GetForUpdate(store.KindLoadBalancer, p.LoadBalancerID)
+	gone := errors.Is(err, store.ErrNotFound)
+	if err != nil && !gone {
+		return err
+	}
+	cur, ok, err := tx.Pending(p.LoadBalancerID)
+	if err != nil {
+		return err
+	}
+	if !ok || cur != p {
+		s.log.Info("pending change no longer ours; not completing", "loadbalancer", p.LoadBalancerID, "change", p.Change, "now", cur)
+		return nil
+	}
+	if err := tx.Settle(p); err != nil || gone {
+		return err
+	}
+	t, err := loadTree(tx, rec)
+	if err != nil {
+		return err
+	}
+	if perr != nil {
+		s.log.Warn("provider failed", "loadbalancer", p.LoadBalancerID, "err", perr)
+	}
+	if t.LB.ProvisioningStatus == PendingDelete && perr == nil {
+		return s.purge(tx, t)
+	}
+	var before any
+	if s.cfg.FlowsOf != nil {
+		before = s.cfg.FlowsOf(t)
+	}
+	s.settle(t, perr)
+	s.rollUp(t)
+	if s.cfg.FlowsOf != nil && reflect.DeepEqual(before, s.cfg.FlowsOf(t)) {
+		return t.saveUnlogged(tx)
+	}
+	return t.save(tx)
 }
 
 // settle ends the pending states of a tree whose change the provider

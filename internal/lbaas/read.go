@@ -23,8 +23,9 @@ var resourceName = map[store.Kind]string{
 // notFound is the refusal for a missing object of kind.
 func notFound(kind store.Kind, id string) error { return NotFound(resourceName[kind], id) }
 
-// findTree loads the tree holding object (kind, id) in tx.
-func findTree(tx store.ReadTx, kind store.Kind, id string) (*Tree, error) {
+// findTreeOf loads the tree holding object (kind, id) in tx, with the
+// descendants of the given kinds only (all when nil).
+func findTreeOf(tx store.ReadTx, kind store.Kind, id string, kinds []store.Kind) (*Tree, error) {
 	rec, err := tx.Get(kind, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, notFound(kind, id)
@@ -39,18 +40,33 @@ func findTree(tx store.ReadTx, kind store.Kind, id string) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	return loadTree(tx, lbRec)
+	return loadTreeOf(tx, lbRec, kinds)
 }
+
+// loadBalancerKinds are the descendants a load balancer's own rendering
+// needs (their ids): showing or listing load balancers decodes none of
+// their members, monitors or policies, which may be thousands.
+var loadBalancerKinds = []store.Kind{store.KindListener, store.KindPool}
 
 // Tree returns the tree holding object (kind, id), if the caller may see it.
 func (s *Service) Tree(ctx context.Context, kind store.Kind, id string) (*Tree, error) {
+	return s.treeOf(ctx, kind, id, nil)
+}
+
+// LoadBalancer returns load balancer id, if the caller may see it, in a
+// tree holding only its listeners and pools.
+func (s *Service) LoadBalancer(ctx context.Context, id string) (*Tree, error) {
+	return s.treeOf(ctx, store.KindLoadBalancer, id, loadBalancerKinds)
+}
+
+func (s *Service) treeOf(ctx context.Context, kind store.Kind, id string, kinds []store.Kind) (*Tree, error) {
 	c, err := caller(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var t *Tree
 	err = s.st.View(ctx, func(tx store.ReadTx) error {
-		t, err = findTree(tx, kind, id)
+		t, err = findTreeOf(tx, kind, id, kinds)
 		return err
 	})
 	if err != nil {
@@ -67,6 +83,19 @@ func (s *Service) Tree(ctx context.Context, kind store.Kind, id string) (*Tree, 
 // list narrowed to one load balancer costs an index lookup and one tree,
 // whatever the number of load balancers.
 func (s *Service) TreesOf(ctx context.Context, id, name string) ([]*Tree, error) {
+	return s.treesOf(ctx, id, name, nil)
+}
+
+// LoadBalancers is TreesOf in trees holding only listeners and pools:
+// what listing load balancers needs. Empty id and name list them all.
+func (s *Service) LoadBalancers(ctx context.Context, id, name string) ([]*Tree, error) {
+	if id == "" && name == "" {
+		return s.trees(ctx, false, loadBalancerKinds)
+	}
+	return s.treesOf(ctx, id, name, loadBalancerKinds)
+}
+
+func (s *Service) treesOf(ctx context.Context, id, name string, kinds []store.Kind) ([]*Tree, error) {
 	c, err := caller(ctx)
 	if err != nil {
 		return nil, err
@@ -81,7 +110,7 @@ func (s *Service) TreesOf(ctx context.Context, id, name string) ([]*Tree, error)
 			return err
 		}
 		for _, r := range lbs {
-			t, err := loadTree(tx, r)
+			t, err := loadTreeOf(tx, r, kinds)
 			if err != nil {
 				return err
 			}
@@ -125,13 +154,15 @@ func (s *Service) TreesByID(ctx context.Context, ids []string) (map[string]*Tree
 
 // Trees returns every tree the caller may see (all projects for admins),
 // ordered by creation; list endpoints filter and page over them.
-func (s *Service) Trees(ctx context.Context) ([]*Tree, error) { return s.trees(ctx, false) }
+func (s *Service) Trees(ctx context.Context) ([]*Tree, error) { return s.trees(ctx, false, nil) }
 
 // FlowTrees is Trees with the security rules of the VIP ports, which
 // only the data plane needs.
-func (s *Service) FlowTrees(ctx context.Context) ([]*Tree, error) { return s.trees(ctx, true) }
+func (s *Service) FlowTrees(ctx context.Context) ([]*Tree, error) { return s.trees(ctx, true, nil) }
 
-func (s *Service) trees(ctx context.Context, security bool) ([]*Tree, error) {
+// trees loads every visible tree, with descendants of the given kinds
+// only (all when nil).
+func (s *Service) trees(ctx context.Context, security bool, kinds []store.Kind) ([]*Tree, error) {
 	c, err := caller(ctx)
 	if err != nil {
 		return nil, err
@@ -154,7 +185,7 @@ func (s *Service) trees(ctx context.Context, security bool) ([]*Tree, error) {
 			out = append(out, t)
 		}
 		// Children are listed per kind, not per tree: eight queries in all.
-		if err := loadChildren(tx, f, byLB); err != nil || !security {
+		if err := loadChildrenOf(tx, f, byLB, kinds); err != nil || !security {
 			return err
 		}
 		return s.loadSecurity(tx, f, byLB)

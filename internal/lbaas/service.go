@@ -54,6 +54,13 @@ type Config struct {
 	// OFFLINE and members NO_MONITOR, as under Octavia's noop drivers,
 	// instead of claiming ONLINE for traffic nothing forwards.
 	Unmeasured bool
+	// FlowsOf, when set, is what the data plane derives from a tree (its
+	// compiled services and probes). A completion that leaves it as it
+	// was, as a successful one moving objects from PENDING_* to ACTIVE
+	// does, writes no change-log entry, so that the fan-out sends no
+	// agent a second update per change for nothing. Nil: every
+	// completion is logged.
+	FlowsOf func(t *Tree) any
 }
 
 // Service implements the LBaaS operations.
@@ -65,7 +72,8 @@ type Service struct {
 	log       *slog.Logger
 	now       func() time.Time
 
-	inflight sync.WaitGroup
+	inflight    sync.WaitGroup
+	completions completionGroups
 }
 
 // New builds a service; providers must include cfg.DefaultProvider.

@@ -88,42 +88,59 @@ func listKind[T any](tx store.ReadTx, kind store.Kind, f store.Filter) ([]*T, er
 
 // loadTree reads a load balancer and all its descendants.
 func loadTree(tx store.ReadTx, lbRec store.Record) (*Tree, error) {
+	return loadTreeOf(tx, lbRec, nil)
+}
+
+// loadTreeOf reads a load balancer and its descendants of the given
+// kinds (all when nil).
+func loadTreeOf(tx store.ReadTx, lbRec store.Record, kinds []store.Kind) (*Tree, error) {
 	lb, err := decode[LoadBalancer](lbRec)
 	if err != nil {
 		return nil, err
 	}
 	t := &Tree{LB: lb}
-	return t, loadChildren(tx, store.Filter{LoadBalancerID: lb.ID}, map[string]*Tree{lb.ID: t})
+	return t, loadChildrenOf(tx, store.Filter{LoadBalancerID: lb.ID}, map[string]*Tree{lb.ID: t}, kinds)
 }
 
 // loadChildren reads the objects f selects, kind by kind, into the trees
 // of their load balancers (objects of other load balancers are skipped).
 func loadChildren(tx store.ReadTx, f store.Filter, trees map[string]*Tree) error {
-	loaders := []func() error{
-		func() error {
+	return loadChildrenOf(tx, f, trees, nil)
+}
+
+// loadChildrenOf is loadChildren for the given kinds only (all when nil).
+func loadChildrenOf(tx store.ReadTx, f store.Filter, trees map[string]*Tree, kinds []store.Kind) error {
+	loaders := []struct {
+		kind store.Kind
+		load func() error
+	}{
+		{store.KindListener, func() error {
 			return attach(tx, store.KindListener, f, trees, func(t *Tree, v *Listener) { t.Listeners = append(t.Listeners, v) })
-		},
-		func() error {
+		}},
+		{store.KindPool, func() error {
 			return attach(tx, store.KindPool, f, trees, func(t *Tree, v *Pool) { t.Pools = append(t.Pools, v) })
-		},
-		func() error {
+		}},
+		{store.KindMember, func() error {
 			return attach(tx, store.KindMember, f, trees, func(t *Tree, v *Member) { v.LoadBalancerID = t.LB.ID; t.Members = append(t.Members, v) })
-		},
-		func() error {
+		}},
+		{store.KindHealthMonitor, func() error {
 			return attach(tx, store.KindHealthMonitor, f, trees, func(t *Tree, v *HealthMonitor) { v.LoadBalancerID = t.LB.ID; t.Monitors = append(t.Monitors, v) })
-		},
-		func() error {
+		}},
+		{store.KindL7Policy, func() error {
 			return attach(tx, store.KindL7Policy, f, trees, func(t *Tree, v *L7Policy) { v.LoadBalancerID = t.LB.ID; t.L7Policies = append(t.L7Policies, v) })
-		},
-		func() error {
+		}},
+		{store.KindL7Rule, func() error {
 			return attach(tx, store.KindL7Rule, f, trees, func(t *Tree, v *L7Rule) { v.LoadBalancerID = t.LB.ID; t.L7Rules = append(t.L7Rules, v) })
-		},
-		func() error {
+		}},
+		{store.KindFloatingIP, func() error {
 			return attach(tx, store.KindFloatingIP, f, trees, func(t *Tree, v *FloatingIP) { t.FloatingIPs = append(t.FloatingIPs, v) })
-		},
+		}},
 	}
-	for _, load := range loaders {
-		if err := load(); err != nil {
+	for _, l := range loaders {
+		if kinds != nil && !slices.Contains(kinds, l.kind) {
+			continue
+		}
+		if err := l.load(); err != nil {
 			return err
 		}
 	}
@@ -226,6 +243,16 @@ func (t *Tree) remove(objs ...object) {
 // save writes created, changed and removed objects and marks the tree as
 // touched so the fan-out sees the revision.
 func (t *Tree) save(tx store.Tx) error {
+	if err := t.saveUnlogged(tx); err != nil {
+		return err
+	}
+	tx.Touch(t.LB.ID)
+	return nil
+}
+
+// saveUnlogged writes the tree's changes without a change-log entry, for
+// changes no data plane sees.
+func (t *Tree) saveUnlogged(tx store.Tx) error {
 	var inserts, updates []store.Record
 	for _, o := range t.objects() {
 		id := o.base().ID
@@ -266,7 +293,6 @@ func (t *Tree) save(tx store.Tx) error {
 			return fmt.Errorf("delete %d %s: %w", len(ids), kind, err)
 		}
 	}
-	tx.Touch(t.LB.ID)
 	t.dirty, t.created, t.removed = nil, nil, nil
 	return nil
 }

@@ -1,7 +1,6 @@
 package octavia
 
 import (
-	"cmp"
 	"net/http"
 
 	"github.com/flowlb/flowlb/internal/lbaas"
@@ -13,7 +12,7 @@ import (
 
 func (s *Server) loadBalancerRoutes() {
 	s.handle("GET /loadbalancers", listed(s, "loadbalancers", "loadbalancers_links", "id", func(r *http.Request) ([]map[string]any, error) {
-		trees, err := s.trees(r, "id", "name")
+		trees, err := s.svc.LoadBalancers(r.Context(), single(r, "id"), single(r, "name"))
 		items := make([]map[string]any, 0, len(trees))
 		for _, t := range trees {
 			items = append(items, renderLB(t))
@@ -22,7 +21,7 @@ func (s *Server) loadBalancerRoutes() {
 	}))
 	s.handle("POST /loadbalancers", s.createLB)
 	s.handle("GET /loadbalancers/{id}", shown(s, "loadbalancer", func(r *http.Request) (map[string]any, error) {
-		t, err := s.svc.Tree(r.Context(), store.KindLoadBalancer, r.PathValue("id"))
+		t, err := s.svc.LoadBalancer(r.Context(), r.PathValue("id"))
 		if err != nil {
 			return nil, err
 		}
@@ -84,29 +83,29 @@ func (s *Server) stats(kind store.Kind) http.HandlerFunc {
 	}
 }
 
-// trees loads the trees a list needs: only the load balancers its query
-// names when it filters on one of keys (the list filter still applies
-// after), else all.
-func (s *Server) trees(r *http.Request, keys ...string) ([]*lbaas.Tree, error) {
-	q := r.URL.Query()
-	want := map[string]string{}
-	for _, k := range keys {
-		if v := q[k]; len(v) == 1 && v[0] != "" {
-			want[k] = v[0]
-		}
+// trees loads the trees a list of children needs: only the load
+// balancer its query names by loadbalancer_id (the list filter still
+// applies after), else all.
+func (s *Server) trees(r *http.Request) ([]*lbaas.Tree, error) {
+	if id := single(r, "loadbalancer_id"); id != "" {
+		return s.svc.TreesOf(r.Context(), id, "")
 	}
-	if len(want) == 0 {
-		return s.svc.Trees(r.Context())
+	return s.svc.Trees(r.Context())
+}
+
+// single is the value of query parameter key when it is given once, else
+// "" (the list filter still applies after).
+func single(r *http.Request, key string) string {
+	if v := r.URL.Query()[key]; len(v) == 1 {
+		return v[0]
 	}
-	// A caller names the load balancer's id by one key: id for the load
-	// balancer list, loadbalancer_id for its children's.
-	return s.svc.TreesOf(r.Context(), cmp.Or(want["id"], want["loadbalancer_id"]), want["name"])
+	return ""
 }
 
 // children lists rendered children of the trees a list needs.
 func (s *Server) children(fn func(t *lbaas.Tree) []map[string]any) func(r *http.Request) ([]map[string]any, error) {
 	return func(r *http.Request) ([]map[string]any, error) {
-		trees, err := s.trees(r, "loadbalancer_id")
+		trees, err := s.trees(r)
 		if err != nil {
 			return nil, err
 		}

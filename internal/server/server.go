@@ -29,7 +29,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flowlb/flowlb/internal/apimetrics"
+	"github.com/flowlb/flowlb/internal/compiler"
 	"github.com/flowlb/flowlb/internal/fanout"
+	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/httpserve"
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/lbaas"
@@ -115,7 +117,7 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	if o.TLSCert != "" && len(o.TLSHosts) > 0 {
 		return nil, errors.New("give --tls-cert or --tls-hosts, not both")
 	}
-	authn, err := authMiddleware(o, log)
+	authn, keystone, err := authMiddleware(o, log)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +156,7 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 		return nil, fmt.Errorf("register replica %s: %w", o.ReplicaID, err)
 	}
 	s.stopLoops = runBackground(s.Hub, s.rep)
-	ln, err := s.apiServer(reg, authn, o)
+	ln, err := s.apiServer(reg, authn, keystone, o)
 	if err != nil {
 		return nil, err
 	}
@@ -291,6 +293,14 @@ func ensureVIPSubnets(ctx context.Context, st store.Store, o Options, log *slog.
 	return nil
 }
 
+// flowsOf is what the agents get of a tree: its services and probes.
+func flowsOf(t *lbaas.Tree) any {
+	return struct {
+		services []flows.Service
+		probes   []flows.Probe
+	}{compiler.Compile(t), compiler.Probes(t)}
+}
+
 // newService is the LBaaS domain with the flow provider and the Network
 // VIP allocation.
 func newService(st store.Store, provider *flow.Provider, o Options, log *slog.Logger) (*lbaas.Service, error) {
@@ -299,7 +309,7 @@ func newService(st store.Store, provider *flow.Provider, o Options, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	cfg := lbaas.Config{DefaultProvider: flow.Name, Replica: o.ReplicaID, ProviderAliases: aliases}
+	cfg := lbaas.Config{DefaultProvider: flow.Name, Replica: o.ReplicaID, ProviderAliases: aliases, FlowsOf: flowsOf}
 	switch o.Network {
 	case "neutron", "":
 	case "noop":
@@ -384,9 +394,9 @@ func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, ca *p
 	return nil
 }
 
-// apiServer builds the HTTP server of the API (with the Neutron subset)
-// and /metrics, and its listener.
-func (s *Server) apiServer(reg *prometheus.Registry, authn func(http.Handler) http.Handler, o Options) (net.Listener, error) {
+// apiServer builds the HTTP server of the API (with the Neutron subset),
+// the dashboard and /metrics, and its listener.
+func (s *Server) apiServer(reg *prometheus.Registry, authn func(http.Handler) http.Handler, k *identity.Keystone, o Options) (net.Listener, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := apimetrics.New(reg)
 	apimetrics.RegisterObjects(reg, s.svc.CountByStatus)
@@ -401,6 +411,9 @@ func (s *Server) apiServer(reg *prometheus.Registry, authn func(http.Handler) ht
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", authn(api))
+	dash := s.dashboard(api, authn, k, o)
+	mux.Handle("/dashboard", dash)
+	mux.Handle("/dashboard/", dash)
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
@@ -465,29 +478,29 @@ func agentToken(o Options) (string, error) {
 
 // authMiddleware builds the Auth mode: every request gets a caller, or
 // is refused before it reaches the API.
-func authMiddleware(o Options, log *slog.Logger) (func(http.Handler) http.Handler, error) {
+func authMiddleware(o Options, log *slog.Logger) (func(http.Handler) http.Handler, *identity.Keystone, error) {
 	switch o.Auth {
 	case "noauth", "":
-		return func(h http.Handler) http.Handler { return identity.NoAuth(o.DefaultProject, h) }, nil
+		return func(h http.Handler) http.Handler { return identity.NoAuth(o.DefaultProject, h) }, nil, nil
 	case "keystone":
 	default:
-		return nil, fmt.Errorf("unknown --auth %q: use noauth or keystone", o.Auth)
+		return nil, nil, fmt.Errorf("unknown --auth %q: use noauth or keystone", o.Auth)
 	}
 	personas, err := identity.ParsePersonas(o.RBAC)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	kc := o.Keystone
 	if kc.Password == "" && o.PasswordFile != "" {
 		b, err := os.ReadFile(o.PasswordFile)
 		if err != nil {
-			return nil, fmt.Errorf("--keystone-password-file: %w", err)
+			return nil, nil, fmt.Errorf("--keystone-password-file: %w", err)
 		}
 		kc.Password = strings.TrimSpace(string(b))
 	}
 	k, err := identity.NewKeystone(kc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Version discovery and the health check answer without a token, as
 	// Octavia's do.
@@ -496,5 +509,5 @@ func authMiddleware(o Options, log *slog.Logger) (func(http.Handler) http.Handle
 		return r.Method == http.MethodGet && (p == "" || p == "v2" || p == "v2.0" || p == "healthcheck")
 	}
 	policy := identity.Policy{Personas: personas}
-	return func(h http.Handler) http.Handler { return identity.KeystoneAuth(k, policy, public, log, h) }, nil
+	return func(h http.Handler) http.Handler { return identity.KeystoneAuth(k, policy, public, log, h) }, k, nil
 }

@@ -111,13 +111,13 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (*SQL, error) {
 		s = &SQL{eng: pgEngine{}, dsn: dsn, writer: db, reader: db, log: log}
 	default:
 		path := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite://"), "file:")
-		params := "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(OFF)"
-		w, err := sql.Open("sqlite", "file:"+path+params+"&_txlock=immediate")
+		params := "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(OFF)&_pragma=temp_store(MEMORY)"
+		w, err := openCachingSQLite("file:" + path + params + "&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
 		w.SetMaxOpenConns(1)
-		r, err := sql.Open("sqlite", "file:"+path+params)
+		r, err := openCachingSQLite("file:" + path + params)
 		if err != nil {
 			w.Close()
 			return nil, fmt.Errorf("open sqlite: %w", err)
@@ -388,6 +388,9 @@ func (t *sqlTx) Insert(r Record) error {
 const insertChunk = 500
 
 func (t *sqlTx) InsertMany(rs []Record) error {
+	if t.s.eng.name() == "postgres" {
+		return t.insertArrays(rs)
+	}
 	for len(rs) > 0 {
 		n := min(len(rs), insertChunk)
 		chunk := rs[:n]
@@ -436,6 +439,9 @@ func (t *sqlTx) Update(r Record) error {
 // UpdateMany rewrites many rows with one UPDATE … FROM (VALUES …): one
 // round trip for all the objects a change touched.
 func (t *sqlTx) UpdateMany(rs []Record) error {
+	if t.s.eng.name() == "postgres" {
+		return t.updateArrays(rs)
+	}
 	for len(rs) > 0 {
 		n := min(len(rs), insertChunk)
 		chunk := rs[:n]

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -462,6 +463,32 @@ func TestLockSerialisesCountThenInsert(t *testing.T) {
 			defer cancel()
 			if _, err := e.Store.Update(bctx, func(tx store.Tx) error { return tx.Lock("b") }); err != nil {
 				t.Fatalf("lock b while a is held: %v", err)
+			}
+		})
+	}
+}
+
+// BenchmarkInsertThenUpdateMany: 20,000 members written in one
+// transaction and rewritten in another (a batch member update and its
+// completion), on every engine.
+func BenchmarkInsertThenUpdateMany(b *testing.B) {
+	ctx := context.Background()
+	data := `{"address":"198.18.16.2","protocol_port":8080,"weight":1,"admin_state_up":true,"provisioning_status":"PENDING_CREATE","operating_status":"OFFLINE"}`
+	for _, e := range storetest.Engines(b) {
+		b.Run(e.Name, func(b *testing.B) {
+			for range b.N {
+				// Benchmarks run several times on one store: fresh ids each.
+				n := rand.Int64()
+				batch := make([]store.Record, 20000)
+				for i := range batch {
+					batch[i] = rec(store.KindMember, fmt.Sprintf("b%d-m%05d", n, i), fmt.Sprintf("lb%d", n), data)
+				}
+				if _, err := e.Store.Update(ctx, func(tx store.Tx) error { return tx.InsertMany(batch) }); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := e.Store.Update(ctx, func(tx store.Tx) error { return tx.UpdateMany(batch) }); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

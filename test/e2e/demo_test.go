@@ -21,7 +21,7 @@ func TestDemoWithReplicas(t *testing.T) {
 		t.Fatalf("lab demo --servers 3: %v\n%s", err, out)
 	}
 	for _, want := range []string{"3 flowlb server replicas on PostgreSQL", "s3 198.18.0.243:9876", "10 requests from pod n1-p3 (198.18.17.4) on node n1, 0 failed",
-		"the VIP no longer answers (true)", "removed: namespaces, processes and kernel state"} {
+		"the VIP no longer answers (true)", "removed: namespaces, processes and kernel state", "dashboard: http://127.0.0.1:"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the demo's output lacks %q:\n%s", want, out)
 		}

@@ -154,7 +154,7 @@ func (e *kubeEnv) service(name string, mut func(*corev1.Service)) *corev1.Servic
 	return s
 }
 
-// members returns the member addresses of Service name's load balancer
+// members returns the distinct member addresses of Service name's load balancer
 // once it is ACTIVE (nil if there is none). Members and status come from
 // one status tree, one snapshot of the store: members seen here are
 // programmed on every node.
@@ -171,8 +171,9 @@ func (e *kubeEnv) members(name string) []string {
 			}
 		}
 	}
+	// A Service port and its node port have pools of the same endpoints.
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }
 
 // statusTree returns the status tree of Service name's load balancer;
@@ -468,10 +469,10 @@ func TestKubernetesServices(t *testing.T) {
 		if _, err := e.k.CoreV1().Services("default").Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		testutil.Eventually(t, 20*time.Second, "local-only listener", func() (bool, string) {
+		testutil.Eventually(t, 20*time.Second, "local-only listeners", func() (bool, string) {
 			_, body := e.call("GET", "/v2/lbaas/listeners?tags=flowlb:local-only", nil)
 			n := len(dig(body, "listeners"))
-			return n == 1, fmt.Sprintf("%d listeners", n)
+			return n == 2, fmt.Sprintf("%d listeners, want the VIP's and the node port's", n)
 		})
 		e.waitProgrammed(t, "pub")
 		defer func() { _ = e.lab.SetNextHops(1, 2) }()

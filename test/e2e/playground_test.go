@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -81,5 +84,35 @@ func TestPlayground(t *testing.T) {
 			}
 		}
 		return len(pods) == 2, o
+	})
+	// The printed dashboard URL opens from this machine and lists the
+	// Service's load balancer (among those of the cluster's other
+	// Services), with the agents of both nodes.
+	dash := regexp.MustCompile(`http://127\.0\.0\.1:\d+/dashboard/`).FindString(out)
+	if dash == "" {
+		t.Fatalf("lab up prints no dashboard URL:\n%s", out)
+	}
+	testutil.Eventually(t, 15*time.Second, "the Service's load balancer on the dashboard", func() (bool, string) {
+		resp, err := http.Get(dash + "api/state")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		var st struct {
+			LoadBalancers []struct {
+				Name               string `json:"name"`
+				ProvisioningStatus string `json:"provisioning_status"`
+			} `json:"loadbalancers"`
+			Agents []struct{ Node string } `json:"agents"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			return false, fmt.Sprint(resp.StatusCode, " ", err)
+		}
+		for _, lb := range st.LoadBalancers {
+			if strings.HasSuffix(lb.Name, "_default_web") && lb.ProvisioningStatus == "ACTIVE" && len(st.Agents) == 2 {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("load balancers %+v, agents %+v", st.LoadBalancers, st.Agents)
 	})
 }

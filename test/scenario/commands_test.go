@@ -20,7 +20,7 @@ import (
 // engine's (cmp, stdout, env, ...).
 func (w *world) commands() map[string]script.Cmd {
 	return map[string]script.Cmd{
-		"node":    script.Command(script.CmdUsage{Summary: "start an agent for a node with an empty kernel", Args: "name [zone=Z] [podnets=CIDR,...]"}, w.cmdNode),
+		"node":    script.Command(script.CmdUsage{Summary: "start an agent for a node with an empty kernel", Args: "name [zone=Z] [podnets=CIDR,...] [addrs=IP,...]"}, w.cmdNode),
 		"api":     script.Command(script.CmdUsage{Summary: "send an API request; stdout is the status and the body, $ID the id of the one object answered", Args: "method path [body | @file]"}, w.cmdAPI),
 		"settle":  script.Command(script.CmdUsage{Summary: "wait until nothing is pending and every agent has programmed the server's revision", Args: ""}, w.cmdSettle),
 		"flows":   script.Command(script.CmdUsage{Summary: "print the flow table the server sends the agents", Args: ""}, w.cmdFlows),
@@ -40,6 +40,7 @@ func (w *world) cmdNode(_ *script.State, args ...string) (script.WaitFunc, error
 	}
 	var zone string
 	var podNets []netip.Prefix
+	var addrs []netip.Addr
 	for _, a := range args[1:] {
 		k, v, _ := strings.Cut(a, "=")
 		switch k {
@@ -53,11 +54,19 @@ func (w *world) cmdNode(_ *script.State, args ...string) (script.WaitFunc, error
 				}
 				podNets = append(podNets, p)
 			}
+		case "addrs":
+			for _, a := range strings.Split(v, ",") {
+				ip, err := netip.ParseAddr(a)
+				if err != nil {
+					return nil, err
+				}
+				addrs = append(addrs, ip)
+			}
 		default:
 			return nil, script.ErrUsage
 		}
 	}
-	return nil, w.addNode(args[0], zone, podNets)
+	return nil, w.addNode(args[0], zone, podNets, addrs)
 }
 
 func (w *world) cmdAPI(s *script.State, args ...string) (script.WaitFunc, error) {

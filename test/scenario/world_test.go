@@ -61,6 +61,7 @@ type node struct {
 	name, zone string
 	conn       *nftfake.Conn
 	podNets    []netip.Prefix
+	addrs      []netip.Addr // the node's addresses serving node ports
 	agent      *agent.Agent
 	stop       func() // stops the agent and waits for it
 
@@ -143,13 +144,13 @@ func (w *world) call(method, path, body string) (int, []byte, error) {
 }
 
 // addNode starts an agent for a node whose kernel is a fresh fake.
-func (w *world) addNode(name, zone string, podNets []netip.Prefix) error {
+func (w *world) addNode(name, zone string, podNets []netip.Prefix, addrs []netip.Addr) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.nodes[name] != nil {
 		return fmt.Errorf("node %s exists", name)
 	}
-	n := &node{name: name, zone: zone, conn: nftfake.New(), podNets: podNets}
+	n := &node{name: name, zone: zone, conn: nftfake.New(), podNets: podNets, addrs: addrs}
 	if err := w.startAgent(n); err != nil {
 		return err
 	}
@@ -168,6 +169,9 @@ func (w *world) startAgent(n *node) error {
 		if err := dp.SetPodNetworks(n.podNets); err != nil {
 			return err
 		}
+	}
+	if err := dp.SetNodeAddresses(n.addrs); err != nil {
+		return err
 	}
 	n.agent = agent.New(agent.Config{Server: w.agentAddr, Token: w.token, Node: n.name, NoHealth: true}, dp, w.log)
 	ctx, stop := context.WithCancel(w.ctx)

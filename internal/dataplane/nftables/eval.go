@@ -163,6 +163,8 @@ func (r *run) eval(e expr.Any) (next bool, res result, err error) {
 		return r.cmp(e)
 	case *expr.Ct:
 		return r.ct(e)
+	case *expr.Immediate:
+		return true, result{}, r.store(e.Register, e.Data)
 	case *expr.Numgen:
 		return r.numgenExpr(e)
 	case *expr.Hash:

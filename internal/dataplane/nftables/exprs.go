@@ -136,10 +136,23 @@ func writeDst(p byte) []expr.Any {
 	case unix.IPPROTO_SCTP:
 		port.CsumType, port.CsumOffset = csumTypeSCTP, 8
 	}
+	return append(writeDaddr(), port)
+}
+
+// writeDaddr writes register 8 into the destination address, updating
+// the IPv4 header checksum and the transport checksum's pseudo-header.
+func writeDaddr() []expr.Any {
+	return one(&expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: regDaddr, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4,
+		CsumType: expr.CsumTypeInet, CsumOffset: 10, CsumFlags: unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR})
+}
+
+// nodePortKey loads 0.0.0.0 . l4proto . dport into registers 8–10: a
+// node-port service's key.
+func nodePortKey() []expr.Any {
 	return one(
-		&expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: regDaddr, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4,
-			CsumType: expr.CsumTypeInet, CsumOffset: 10, CsumFlags: unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR},
-		port)
+		&expr.Immediate{Register: regDaddr, Data: make([]byte, 4)},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regProto},
+		&expr.Payload{DestRegister: regDport, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
 }
 
 // fromInside matches a source inside the pod networks.

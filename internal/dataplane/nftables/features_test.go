@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	mnl "github.com/mdlayher/netlink"
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/testutil"
@@ -458,6 +461,117 @@ func TestPreferClose(t *testing.T) {
 		}
 		if d := dp.Dump(); len(d) != 1 || d[0].Zonal {
 			t.Errorf("dump after the fallback: %+v", d)
+		}
+	})
+}
+
+// countRules counts the rules of flowlb's table in the kernel.
+func countRules(t *testing.T, dp *Dataplane) int {
+	t.Helper()
+	// A raw dump, counted: the library cannot decode the acl chains' ct
+	// expressions (see TestRulesMatchKernel).
+	c, err := mnl.Dial(unix.NETLINK_NETFILTER, &mnl.Config{NetNS: dp.netns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	attrs, err := mnl.MarshalAttributes([]mnl.Attribute{{Type: unix.NFTA_RULE_TABLE, Data: []byte(tableName + "\x00")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := c.Execute(mnl.Message{
+		Header: mnl.Header{Type: mnl.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETRULE), Flags: mnl.Request | mnl.Dump},
+		Data:   append([]byte{unix.AF_INET, unix.NFNETLINK_V0, 0, 0}, attrs...),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(msgs)
+}
+
+// TestNodePort: a node port answers on the node's addresses that serve
+// node ports, TCP and UDP, and on no other; one without backends is
+// refused by the node's stack; and a thousand node ports add no rule.
+func TestNodePort(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		defer serveAll(t)()
+		lo, _ := netlink.LinkByName("lo")
+		for _, a := range []string{"198.18.0.1", "198.18.0.2"} {
+			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(a), Mask: net.CIDRMask(32, 32)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		if err := dp.SetNodeAddresses([]netip.Addr{netip.MustParseAddr("198.18.0.1")}); err != nil {
+			t.Fatal(err)
+		}
+		// A UDP backend that answers with its address.
+		uc, err := net.ListenPacket("udp", backendAddrs[1]+":8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer uc.Close()
+		go func() {
+			buf := make([]byte, 64)
+			for {
+				_, from, err := uc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				_, _ = uc.WriteTo([]byte(backendAddrs[1]), from)
+			}
+		}()
+		tcpPort := nodePort(flows.TCP, 30080, flows.RoundRobin, member(backendAddrs[0], "n1"))
+		udpPort := nodePort(flows.UDP, 30053, flows.RoundRobin, member(backendAddrs[1], "n1"))
+		empty := nodePort(flows.TCP, 30081, flows.RoundRobin)
+		tab := flows.Table{Services: map[flows.Key]flows.Service{tcpPort.Key: tcpPort, udpPort.Key: udpPort, empty.Key: empty}}
+		if err := dp.Sync(context.Background(), tab); err != nil {
+			t.Fatal(err)
+		}
+		rules := countRules(t, dp)
+		if got := ask(t, "198.18.0.1:30080", ""); got != backendAddrs[0] {
+			t.Errorf("TCP node port on the node's address: %q, want %s", got, backendAddrs[0])
+		}
+		if got := ask(t, "198.18.0.2:30080", ""); !strings.Contains(got, "refused") {
+			t.Errorf("TCP node port on an address that does not serve node ports: %q, want refused", got)
+		}
+		if got := ask(t, "198.18.0.1:30081", ""); !strings.Contains(got, "refused") {
+			t.Errorf("node port without backends: %q, want refused by the node's stack", got)
+		}
+		c, err := net.Dial("udp", "198.18.0.1:30053")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 64)
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.Read(buf); err != nil || string(buf[:n]) != backendAddrs[1] {
+			t.Errorf("UDP node port: %q, %v; want %s", buf[:n], err, backendAddrs[1])
+		}
+		// The reply came from the address the client used.
+		if ra := c.RemoteAddr().String(); ra != "198.18.0.1:30053" {
+			t.Errorf("UDP reply from %s", ra)
+		}
+		for p := range 1000 {
+			s := nodePort(flows.TCP, uint16(31000+p), flows.SourceIP, member(backendAddrs[2], "n1"))
+			tab.Services[s.Key] = s
+		}
+		if err := dp.Sync(context.Background(), tab); err != nil {
+			t.Fatal(err)
+		}
+		if n := countRules(t, dp); n != rules {
+			t.Errorf("%d rules with 1,003 node ports, %d with 3", n, rules)
+		}
+		if got := ask(t, "198.18.0.1:31999", ""); got != backendAddrs[2] {
+			t.Errorf("the 1,000th node port: %q", got)
 		}
 	})
 }

@@ -92,6 +92,7 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 	if len(s.AllowedCIDRs) > 0 || s.AllowNone {
 		f.add(elem{set: aclOnSet, key: kb})
 	}
+
 	var all, local []flows.Backend
 	for _, b := range s.Backends {
 		if !b.Address.Is4() {
@@ -112,6 +113,11 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 		return f
 	}
 	f.add(elem{set: pickNames[algorithm(s.Algorithm)], key: kb})
+	if k.NodePort() {
+		// Only a node port with backends is taken from the node's stack,
+		// which refuses the others from the address the client used.
+		f.add(elem{set: nodePortsSet, key: kb})
+	}
 	members := map[backend]bool{}
 	for i, idx := range table {
 		b := backend{near[idx].Address, near[idx].Port}

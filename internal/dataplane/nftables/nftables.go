@@ -124,6 +124,27 @@ func (d *Dataplane) SetPodNetworks(nets []netip.Prefix) error {
 	return nil
 }
 
+// SetNodeAddresses sets the node's addresses that serve node ports (the
+// agent's --nodeport-addresses); until it is called, none does. IPv6
+// addresses are left out: the table is IPv4.
+func (d *Dataplane) SetNodeAddresses(addrs []netip.Addr) error {
+	var els []nftables.SetElement
+	for _, a := range addrs {
+		if a.Is4() {
+			b := a.As4()
+			els = append(els, nftables.SetElement{Key: b[:]})
+		}
+	}
+	d.conn.FlushSet(d.sets[nodeAddrsSet])
+	if err := d.conn.SetAddElements(d.sets[nodeAddrsSet], els); err != nil {
+		return fmt.Errorf("set node addresses: %w", err)
+	}
+	if err := d.conn.Flush(); err != nil {
+		return fmt.Errorf("set node addresses: %w", err)
+	}
+	return nil
+}
+
 // socketBuffer sizes the netlink socket: one Sync of 30,000 services is
 // one transaction of about 1.8 M elements (≈ 130 MB of messages), and the
 // kernel acknowledges every message.

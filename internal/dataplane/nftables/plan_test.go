@@ -28,6 +28,11 @@ func service(vip string, proto flows.Protocol, port uint16, alg flows.Algorithm,
 	return flows.Service{Key: flows.Key{VIP: netip.MustParseAddr(vip), Protocol: proto, Port: port}, Algorithm: alg, Backends: backends, ConnectionLimit: -1}
 }
 
+// nodePort is a node-port service: keyed by flows.NodePortVIP.
+func nodePort(proto flows.Protocol, port uint16, alg flows.Algorithm, backends ...flows.Backend) flows.Service {
+	return service(flows.NodePortVIP.String(), proto, port, alg, backends...)
+}
+
 func web(alg flows.Algorithm, backends ...flows.Backend) flows.Service {
 	return service("198.19.0.10", flows.TCP, 80, alg, backends...)
 }
@@ -111,6 +116,11 @@ func planCases() []planCase {
 			upserts: []flows.Service{edit(other, func(s *flows.Service) { s.Backends = []flows.Backend{b1, b3} })}},
 		{name: "hairpin-kept-while-shared", before: []flows.Service{web(flows.SourceIP, b1, b2), edit(other, func(s *flows.Service) { s.Backends = []flows.Backend{b1, b3} })},
 			deletes: []flows.Key{vipKey}},
+		{name: "node-port", upserts: []flows.Service{nodePort(flows.TCP, 30080, flows.RoundRobin, b1, b2)}},
+		{name: "node-port-local-only-udp", upserts: []flows.Service{edit(nodePort(flows.UDP, 30053, flows.SourceIP, b1, b2), func(s *flows.Service) { s.LocalOnly = true })}},
+		{name: "node-port-without-backend-left-to-the-stack", upserts: []flows.Service{nodePort(flows.TCP, 30080, flows.RoundRobin)}},
+		{name: "node-port-loses-its-backends", before: []flows.Service{nodePort(flows.TCP, 30080, flows.RoundRobin, b1)},
+			upserts: []flows.Service{nodePort(flows.TCP, 30080, flows.RoundRobin)}},
 		{name: "udp-backend-lost", before: []flows.Service{dns}, upserts: []flows.Service{service("198.19.0.53", flows.UDP, 53, flows.SourceIPPort, b1, b3)}},
 		{name: "no-op", before: []flows.Service{web(flows.SourceIP, b1, b2), dns}, upserts: []flows.Service{web(flows.SourceIP, b1, b2)}},
 		{name: "adopted-restated-is-empty", adopted: true,

@@ -113,12 +113,13 @@ var svcFields = []field{fieldAddr, fieldProto, fieldPort}
 
 // setFields are the key and data fields of each set.
 var setFields = map[string]struct{ key, data []field }{
-	slotsMap:    {key: []field{fieldAddr, fieldProto, fieldPort, fieldSlot}, data: []field{fieldAddr, fieldPort}},
-	aclAllowSet: {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr}},
-	membersSet:  {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
-	affinityMap: {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr}, data: []field{fieldAddr, fieldPort}},
-	hairpinSet:  {key: []field{fieldAddr, fieldAddr}},
-	podNetsSet:  {key: []field{fieldAddr}},
+	slotsMap:     {key: []field{fieldAddr, fieldProto, fieldPort, fieldSlot}, data: []field{fieldAddr, fieldPort}},
+	aclAllowSet:  {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr}},
+	membersSet:   {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
+	affinityMap:  {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr}, data: []field{fieldAddr, fieldPort}},
+	hairpinSet:   {key: []field{fieldAddr, fieldAddr}},
+	podNetsSet:   {key: []field{fieldAddr}},
+	nodeAddrsSet: {key: []field{fieldAddr}},
 }
 
 // elementString renders an element as nft writes it: fields joined by
@@ -241,6 +242,8 @@ func exprString(e expr.Any) string {
 		name := map[expr.CtKey]string{expr.CtKeySTATE: "state", expr.CtKeySTATUS: "status", expr.CtKeyDIRECTION: "direction",
 			expr.CtKeyDST: "original daddr", expr.CtKeyPROTODST: "original proto-dst"}[e.Key]
 		return fmt.Sprintf("ct %s > r%d", name, e.Register)
+	case *expr.Immediate:
+		return fmt.Sprintf("0x%x > r%d", e.Data, e.Register)
 	case *expr.Numgen:
 		return fmt.Sprintf("numgen random mod %d + %d > r%d", e.Modulus, e.Offset, e.Register)
 	case *expr.Hash:

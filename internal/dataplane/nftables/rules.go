@@ -44,6 +44,10 @@ const (
 	reasonHairpin         = "hairpin"
 	reasonOutsidePodNets  = "client outside the pod networks"
 	reasonNotAService     = "not a service"
+	reasonNodePort        = "node port: masqueraded to the node"
+	reasonNodePortDrop    = "node port: dropped, as a refusal cannot come from the node's address"
+	nodePortChain         = "nodeport"
+	nodePortOutChain      = "nodeport_out"
 	refuseChain, lbChain  = "refuse", "lb"
 	aclChain, aclOutChain = "acl", "acl_out"
 	preChain, outChain    = "prerouting", "output"
@@ -68,6 +72,8 @@ func rule(reason string, parts ...[]expr.Any) ruleSpec {
 func baseChains(sets map[string]*nftables.Set, counted bool) []chainSpec {
 	return []chainSpec{
 		rejectChain(sets, counted),
+		nodePortRewrite(nodePortChain, nftables.ChainHookPrerouting, sets),
+		nodePortRewrite(nodePortOutChain, nftables.ChainHookOutput, sets),
 		filterChain(aclChain, nftables.ChainHookPrerouting, sets, counted),
 		filterChain(aclOutChain, nftables.ChainHookOutput, sets, counted),
 		postroutingChain(sets),
@@ -92,15 +98,46 @@ var (
 	bindPriority    = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest + 10)
 )
 
+// nodePortPriority is where node ports are recognised: after conntrack
+// (-200) has recorded the connection as the client addressed it, before
+// the acl chains (mangle, -150) look for services.
+var nodePortPriority = nftables.ChainPriorityRef(*nftables.ChainPriorityConntrack + 25)
+
+// nodePortRewrite turns a new connection to one of the node's addresses
+// on a node port into one to the node-port service: its destination
+// address becomes 0.0.0.0 (flows.NodePortVIP, the services' key), and
+// the mark bit nodePortMark says so to postrouting and refuse. One rule,
+// whatever the number of node ports; the chains after it treat the
+// connection as any other service's, and conntrack keeps the address the
+// client used, to which replies are translated back.
+//
+//	ct state new  ip daddr @nodeaddrs  0.0.0.0 . l4proto . th dport @nodeports
+//	  ip daddr set 0.0.0.0  meta mark |= 0x800000
+func nodePortRewrite(name string, hook *nftables.ChainHook, sets map[string]*nftables.Set) chainSpec {
+	return chainSpec{
+		chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nodePortPriority},
+		rules: []ruleSpec{rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW),
+			load(regMark+1, expr.PayloadBaseNetworkHeader, 16, 4), lookup(sets[nodeAddrsSet], regMark+1),
+			nodePortKey(), lookup(sets[nodePortsSet], regDaddr), writeDaddr(), markBit(nodePortMark))},
+	}
+}
+
 // rejectChain answers a new connection with a TCP reset or an ICMP port
-// unreachable, so that clients fail at once instead of timing out.
+// unreachable, so that clients fail at once instead of timing out. A
+// node port's connection is dropped instead: its packet's destination is
+// 0.0.0.0 by now, which an answer would come from. (A node port without
+// backends is not rewritten at all, so the node's own stack refuses it,
+// from the address the client used; only a connection limit comes here.)
 // Every attempt refused is counted in stats_err first.
 func rejectChain(sets map[string]*nftables.Set, counted bool) chainSpec {
 	var rules []ruleSpec
 	if counted {
 		rules = append(rules, rule("", svcKey(), lookup(sets[statsErrSet], regDaddr)))
 	}
-	rules = append(rules, rule("", tcpOnly(), rejectTCP()), rule("", rejectICMP()))
+	rules = append(rules,
+		rule(reasonNodePortDrop, markSet(nodePortMark), one(&expr.Verdict{Kind: expr.VerdictDrop})),
+		rule("", tcpOnly(), rejectTCP()),
+		rule("", rejectICMP()))
 	return chainSpec{chain: nftables.Chain{Name: refuseChain}, rules: rules}
 }
 
@@ -149,9 +186,9 @@ func filterChain(name string, hook *nftables.ChainHook, sets map[string]*nftable
 }
 
 // postroutingChain masquerades hairpin connections, and connections from
-// outside the pod networks that are not local-only ones, among those
-// flowlb translated (ownedMark): a connection kube-proxy translated is
-// left to kube-proxy's own rules.
+// outside the pod networks or to a node port that are not local-only
+// ones, among those flowlb translated (ownedMark): a connection
+// kube-proxy translated is left to kube-proxy's own rules.
 func postroutingChain(sets map[string]*nftables.Set) chainSpec {
 	return chainSpec{
 		chain: nftables.Chain{Name: postChain, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource},
@@ -163,6 +200,8 @@ func postroutingChain(sets map[string]*nftables.Set) chainSpec {
 				lookup(sets[hairpinSet], regDaddr), one(&expr.Masq{})),
 			// ct status dnat meta mark & owned != 0 meta mark & local == 0 ip saddr != @podnets masquerade
 			rule(reasonOutsidePodNets, ctBit(expr.CtKeySTATUS, ipsDstNAT), markSet(ownedMark), localMarkClear(), fromOutside(sets[podNetsSet]), one(&expr.Masq{})),
+			// ct status dnat meta mark & owned != 0 meta mark & nodeport != 0 meta mark & local == 0 masquerade
+			rule(reasonNodePort, ctBit(expr.CtKeySTATUS, ipsDstNAT), markSet(ownedMark), markSet(nodePortMark), localMarkClear(), one(&expr.Masq{})),
 		},
 	}
 }

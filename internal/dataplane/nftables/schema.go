@@ -58,10 +58,18 @@ const (
 	// on another node come back through it to be un-NATed.
 	podNetsSet = "podnets"
 
+	// nodePortsSet holds the node-port services (keyed by
+	// flows.NodePortVIP); nodeAddrsSet the node's addresses they are
+	// served on (the agent's --nodeport-addresses). A new connection to
+	// a node address on a node port has its destination rewritten to
+	// 0.0.0.0 first, and is then a service like any other.
+	nodePortsSet = "nodeports"
+	nodeAddrsSet = "nodeaddrs"
+
 	// layoutMarker names the rule layout: a table without it (made by an
 	// agent with other rules) is rebuilt instead of adopted. Bump it with
 	// any change to the rules of rules.go or to setSpecs.
-	layoutMarker = "layout_7"
+	layoutMarker = "layout_8"
 	// uncountedMarker marks a table built without the statistics rules
 	// (WithoutCounters); a table with it is rebuilt for an agent that
 	// counts, and one without it for an agent that does not.
@@ -75,6 +83,12 @@ const (
 // localMark is the packet mark bit of a connection sent to a local
 // backend of a local-only service: it keeps the client's address.
 const localMark = 0x00100000
+
+// nodePortMark is the packet mark bit of a connection to a node port:
+// unless it keeps the client's address (local-only), it is masqueraded
+// to the node, since it may have come from another node, which would
+// not see the replies.
+const nodePortMark = 0x00800000
 
 // handoffMark is the packet mark bit of a first packet whose destination
 // flowlb rewrote to a backend; ownedMark, of one whose translation flowlb
@@ -135,6 +149,8 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 		{Table: t, Name: limitsMap, IsMap: true, Concatenation: true, KeyType: keyType, DataType: nftables.TypeVerdict},
 		{Table: t, Name: hairpinSet, Concatenation: true, KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr)},
 		{Table: t, Name: podNetsSet, Interval: true, KeyType: nftables.TypeIPAddr},
+		{Table: t, Name: nodePortsSet, Concatenation: true, KeyType: keyType},
+		{Table: t, Name: nodeAddrsSet, KeyType: nftables.TypeIPAddr},
 		{Table: t, Name: layoutMarker, KeyType: nftables.TypeInteger},
 	}
 	for _, name := range []string{rrSet, srcSet, srcPortSet} {
@@ -147,7 +163,7 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 }
 
 // serviceSets are the sets whose elements belong to one service each.
-var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, zoneOnSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, limitsMap,
+var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, zoneOnSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, limitsMap, nodePortsSet,
 	statsNewSet, statsInSet, statsOutSet, statsErrSet}
 
 // algs are the algorithms in the flow model's fixed order, so that rules

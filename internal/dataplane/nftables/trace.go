@@ -159,6 +159,9 @@ func (t *tracer) run(p Packet, numgen func(uint32) uint32) (outcome, error) {
 				// backend; the bind chain translates to it next.
 				if r.pkt.rewritten && o.action == "accept" {
 					o.action, o.reason = "rewritten", res.reason
+					if r.pkt.mark&nodePortMark != 0 {
+						k.VIP = flows.NodePortVIP
+					}
 					if o.reason == reasonEveryBackend && t.zonal(k) {
 						o.reason = reasonPreferClose
 					}

@@ -284,11 +284,27 @@ func TestPostroutingMasqueradesOnlyOwned(t *testing.T) {
 		{"flowlb rewrote, kube-proxy translated further", handoffMark, false},
 		{"flowlb bound", handoffMark | ownedMark, true},
 		{"flowlb bound, local-only", handoffMark | ownedMark | localMark, false},
+		{"flowlb bound, node port", handoffMark | ownedMark | nodePortMark, true},
+		{"flowlb bound, local-only node port", handoffMark | ownedMark | nodePortMark | localMark, false},
+		{"kube-proxy translated a node port flowlb rewrote", handoffMark | nodePortMark, false},
 	}
-	for _, c := range cases {
+	// A pod client: only the node-port bit calls for the masquerade.
+	podCases := []struct {
+		name     string
+		mark     uint32
+		wantMasq bool
+	}{
+		{"pod client, flowlb bound", handoffMark | ownedMark, false},
+		{"pod client, flowlb bound, node port", handoffMark | ownedMark | nodePortMark, true},
+	}
+	for i, c := range append(cases, podCases...) {
+		src := outsider
+		if i >= len(cases) {
+			src = podClient
+		}
 		t.Run(c.name, func(t *testing.T) {
 			r := &run{chains: chains, sets: newSetReader(dp.conn, dp.table, podNets), pkt: packetState{
-				saddr: outsider, daddr: b1.Address, sport: 40000, dport: b1.Port, proto: protoNum[flows.TCP],
+				saddr: src, daddr: b1.Address, sport: 40000, dport: b1.Port, proto: protoNum[flows.TCP],
 				ctState: 1 << 3, status: ipsDstNAT, mark: c.mark}}
 			res, err := r.evalChain(postChain)
 			if err != nil {
@@ -296,6 +312,68 @@ func TestPostroutingMasqueradesOnlyOwned(t *testing.T) {
 			}
 			if got := res.kind == verdictMasq; got != c.wantMasq {
 				t.Errorf("masquerade %v, want %v (%+v)", got, c.wantMasq, res)
+			}
+		})
+	}
+}
+
+// TestTraceNodePort: a new connection to one of the node's addresses on
+// a node port becomes the node-port service's: masqueraded to the node
+// unless local-only keeps the client; other addresses and node ports
+// without backends are left to the node's stack.
+func TestTraceNodePort(t *testing.T) {
+	nodeAddr := netip.MustParseAddr("198.18.0.1")
+	localOnly := func(s *flows.Service) { s.LocalOnly = true }
+	np := func(src netip.Addr) Packet {
+		return Packet{Src: src, SrcPort: 40001, Dst: nodeAddr, Protocol: flows.TCP, DstPort: 30080}
+	}
+	three := []flows.Backend{b1, b2, b3}
+	cases := []struct {
+		name   string
+		svc    flows.Service
+		packet Packet
+		want   Verdict
+	}{
+		{name: "cluster from outside: every backend, masqueraded", svc: nodePort(flows.TCP, 30080, flows.SourceIP, three...), packet: np(outsider),
+			want: Verdict{Action: "dnat", Reason: reasonEveryBackend, Backend: expectedBackend(three, flows.SourceIP, np(outsider)), Masquerade: true}},
+		{name: "cluster from a pod: masqueraded too", svc: nodePort(flows.TCP, 30080, flows.SourceIP, three...), packet: np(podClient),
+			want: Verdict{Action: "dnat", Reason: reasonEveryBackend, Backend: expectedBackend(three, flows.SourceIP, np(podClient)), Masquerade: true}},
+		{name: "from the node itself", svc: nodePort(flows.TCP, 30080, flows.SourceIP, b2), packet: fromNode(np(nodeAddr)),
+			want: Verdict{Action: "dnat", Reason: reasonEveryBackend, Backend: addrPort(b2), Masquerade: true}},
+		{name: "local from outside: the local backend, client kept", svc: edit(nodePort(flows.TCP, 30080, flows.SourceIP, b1, b2), localOnly), packet: np(outsider),
+			want: Verdict{Action: "dnat", Reason: reasonLocalOnly, Backend: addrPort(b1)}},
+		{name: "local from outside without a local backend: dropped", svc: edit(nodePort(flows.TCP, 30080, flows.SourceIP, b2, b3), localOnly), packet: np(outsider),
+			want: Verdict{Action: "drop", Reason: reasonNoLocal}},
+		{name: "local from a pod: every backend, masqueraded", svc: edit(nodePort(flows.TCP, 30080, flows.SourceIP, b2, b3), localOnly), packet: np(podClient),
+			want: Verdict{Action: "dnat", Reason: reasonEveryBackend, Backend: expectedBackend([]flows.Backend{b2, b3}, flows.SourceIP, np(podClient)), Masquerade: true}},
+		{name: "UDP", svc: nodePort(flows.UDP, 30053, flows.SourceIP, b2),
+			packet: Packet{Src: outsider, SrcPort: 5353, Dst: nodeAddr, Protocol: flows.UDP, DstPort: 30053},
+			want:   Verdict{Action: "dnat", Reason: reasonEveryBackend, Backend: addrPort(b2), Masquerade: true}},
+		{name: "SCTP", svc: nodePort(flows.SCTP, 32905, flows.SourceIP, b2),
+			packet: Packet{Src: outsider, SrcPort: 2905, Dst: nodeAddr, Protocol: flows.SCTP, DstPort: 32905},
+			want:   Verdict{Action: "dnat", Reason: reasonEveryBackend, Backend: addrPort(b2), Masquerade: true}},
+		{name: "another protocol on the port: not a service", svc: nodePort(flows.UDP, 30080, flows.SourceIP, b2), packet: np(outsider),
+			want: Verdict{Action: "accept", Reason: reasonNotAService}},
+		{name: "an address not the node's: not a service", svc: nodePort(flows.TCP, 30080, flows.SourceIP, b2),
+			packet: to("198.18.0.2", 30080, outsider, 40001), want: Verdict{Action: "accept", Reason: reasonNotAService}},
+		{name: "no backend: left to the node's stack", svc: nodePort(flows.TCP, 30080, flows.SourceIP), packet: np(outsider),
+			want: Verdict{Action: "accept", Reason: reasonNotAService}},
+		{name: "a VIP on the node port's number is not the node port", svc: nodePort(flows.TCP, 30080, flows.SourceIP, b2),
+			packet: to("198.19.0.10", 30080, outsider, 40001), want: Verdict{Action: "accept", Reason: reasonNotAService}},
+		{name: "persistence and connection limit apply", svc: edit(edit(nodePort(flows.TCP, 30080, flows.SourceIP, b2), persistent(time.Minute)), limited(9)),
+			packet: np(outsider), want: Verdict{Action: "dnat", Reason: reasonEveryBackend, Backend: addrPort(b2), Masquerade: true, Persistence: time.Minute, Limit: 9}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dp, _ := fakeDataplane(t)
+			if err := dp.SetNodeAddresses([]netip.Addr{nodeAddr, netip.MustParseAddr("2001:2::1")}); err != nil {
+				t.Fatal(err)
+			}
+			if err := dp.Apply(context.Background(), []flows.Service{tc.svc}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := dp.Trace(tc.packet, podNets); !sameVerdict(got, tc.want) {
+				t.Errorf("traced %+v\nwant   %+v", got, tc.want)
 			}
 		})
 	}

@@ -199,8 +199,8 @@ func TestRulesMatchKernel(t *testing.T) {
 				t.Errorf("chain %s is generated but not in the kernel", name)
 			}
 		}
-		if len(seen) != 9+2 {
-			t.Errorf("%d chains, want the 9 constant ones, persist_60 and limit_5", len(seen))
+		if len(seen) != 11+2 {
+			t.Errorf("%d chains, want the 11 constant ones, persist_60 and limit_5", len(seen))
 		}
 	})
 }

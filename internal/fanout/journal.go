@@ -1,0 +1,173 @@
+package fanout
+
+import (
+	"time"
+
+	"github.com/flowlb/flowlb/internal/store"
+)
+
+// ChangeTrace is the path of one log entry as this replica saw it: written
+// by the API call's transaction, taken into this replica's table (it was
+// committed and numbered), programmed by each node, and turned ACTIVE if
+// this replica completed it.
+type ChangeTrace struct {
+	LoadBalancerID string
+	Entry          int64 // the change log entry
+	Revision       int64
+	Written        time.Time // the entry's time, in the writer's transaction
+	Applied        time.Time // this replica's table took it
+	// Programmed is, per node, when this replica first saw an ack at or
+	// past Revision (for a node of another replica: read from the store).
+	Programmed map[string]time.Time
+	// Settled is when the change's wait for the agents ended on this
+	// replica (zero: another replica drove it, or it still waits).
+	Settled time.Time
+}
+
+// HealthTransition is a member verdict that changed its health, as
+// recorded by this replica (from one of its agents).
+type HealthTransition struct {
+	At             time.Time // the agent's verdict
+	MemberID       string
+	LoadBalancerID string
+	Status         string
+	Reason         string
+	Node           string // the agent that probed
+}
+
+// journal keeps what the dashboard shows of the hub's recent past, in
+// bounded rings. Called with the hub's lock held.
+type journal struct {
+	changes []ChangeTrace
+	health  []HealthTransition
+	// progress are, per node, the revisions it acknowledged and when,
+	// oldest first; a change's per-node time is the first at or past it.
+	progress map[string][]ackPoint
+}
+
+type ackPoint struct {
+	rev int64
+	at  time.Time
+}
+
+const (
+	journalChanges = 32
+	journalHealth  = 64
+	journalAcks    = 128
+)
+
+// applied records the entries the table took at now.
+func (j *journal) applied(es []store.LogEntry, now time.Time) {
+	if len(es) > journalChanges {
+		es = es[len(es)-journalChanges:]
+	}
+	for _, e := range es {
+		j.changes = appendBounded(j.changes, ChangeTrace{LoadBalancerID: e.LoadBalancerID, Entry: e.ID,
+			Revision: e.Revision, Written: e.At, Applied: now}, journalChanges)
+	}
+}
+
+// acked records that node is at rev at now; only raises are kept.
+func (j *journal) acked(node string, rev int64, now time.Time) {
+	if j.progress == nil {
+		j.progress = map[string][]ackPoint{}
+	}
+	ps := j.progress[node]
+	if n := len(ps); n > 0 && ps[n-1].rev >= rev {
+		return
+	}
+	j.progress[node] = appendBounded(ps, ackPoint{rev, now}, journalAcks)
+}
+
+// settled records that the wait for entry ended at now.
+func (j *journal) settled(entry int64, now time.Time) {
+	for i := range j.changes {
+		if j.changes[i].Entry == entry && j.changes[i].Settled.IsZero() {
+			j.changes[i].Settled = now
+		}
+	}
+}
+
+func (j *journal) transition(t HealthTransition) {
+	j.health = appendBounded(j.health, t, journalHealth)
+}
+
+// traces returns the recorded changes, newest first, each with the time
+// every node in nodes programmed it (absent: not yet).
+func (j *journal) traces(nodes map[string]int64) []ChangeTrace {
+	out := make([]ChangeTrace, 0, len(j.changes))
+	for i := len(j.changes) - 1; i >= 0; i-- {
+		c := j.changes[i]
+		c.Programmed = map[string]time.Time{}
+		for n, rev := range nodes {
+			if rev < c.Revision {
+				continue
+			}
+			if at, ok := firstAt(j.progress[n], c.Revision); ok {
+				c.Programmed[n] = at
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// firstAt is when the first point at or past rev was seen.
+func firstAt(ps []ackPoint, rev int64) (time.Time, bool) {
+	for _, p := range ps {
+		if p.rev >= rev {
+			return p.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// appendBounded appends v, dropping the oldest beyond limit.
+func appendBounded[T any](s []T, v T, limit int) []T {
+	if len(s) >= limit {
+		s = append(s[:0], s[len(s)-limit+1:]...)
+	}
+	return append(s, v)
+}
+
+// Changes returns the last log entries this replica applied, newest
+// first, with the time each live agent programmed them.
+func (h *Hub) Changes() []ChangeTrace {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.journal.traces(h.acks.revisions())
+}
+
+// HealthTransitions returns the last member health changes recorded
+// through this replica's agents, oldest first.
+func (h *Hub) HealthTransitions() []HealthTransition {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]HealthTransition(nil), h.journal.health...)
+}
+
+// Probed returns, per node, the members it probes (Probers inverted).
+func (h *Hub) Probed() map[string][]string {
+	out := map[string][]string{}
+	for id, n := range h.Probers() {
+		out[n] = append(out[n], id)
+	}
+	return out
+}
+
+// noteCluster records the other replicas' agents' acks, and forgets the
+// nodes that are gone from the cluster. Called with h.mu held.
+func (h *Hub) noteCluster(all []store.AgentAck, now time.Time) {
+	live := make(map[string]bool, len(all))
+	for _, c := range all {
+		live[c.Node] = true
+		if c.Replica != h.o.Replica {
+			h.journal.acked(c.Node, c.Revision, now)
+		}
+	}
+	for n := range h.journal.progress {
+		if !live[n] && h.acks.perNode[n] == 0 {
+			delete(h.journal.progress, n)
+		}
+	}
+}

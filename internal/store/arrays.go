@@ -1,0 +1,70 @@
+package store
+
+import (
+	"fmt"
+	"time"
+)
+
+// PostgreSQL writes many rows in one statement of a constant text, the
+// columns passed as arrays and unnested on the server: one round trip
+// and one planned statement for any number of rows, where chunks of
+// VALUES lists cost a parse and a round trip per 500 rows (20,000
+// members: 40 of each).
+
+// columns are the objects columns of rs as arrays, in cols' order
+// (created_at as given, zero as now plus the row's position in
+// microseconds, so that listing keeps input order).
+func columns(rs []Record) (kinds, ids, projects, lbs, parents, names, data []string, created []int64) {
+	now := time.Now()
+	for i, r := range rs {
+		kinds = append(kinds, string(r.Kind))
+		ids = append(ids, r.ID)
+		projects = append(projects, r.ProjectID)
+		lbs = append(lbs, r.LoadBalancerID)
+		parents = append(parents, r.ParentID)
+		names = append(names, r.Name)
+		data = append(data, string(r.Data))
+		at := r.CreatedAt
+		if at.IsZero() {
+			at = now.Add(time.Duration(i) * time.Microsecond)
+		}
+		created = append(created, at.UnixMicro())
+	}
+	return
+}
+
+func (t *sqlTx) insertArrays(rs []Record) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	kinds, ids, projects, lbs, parents, names, data, created := columns(rs)
+	res, err := t.tx.ExecContext(t.ctx, "INSERT INTO objects ("+cols+") "+
+		"SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[]) "+
+		"ON CONFLICT DO NOTHING", kinds, ids, projects, lbs, parents, names, data, created)
+	if err != nil {
+		return fmt.Errorf("insert %d records: %w", len(rs), err)
+	}
+	if got, _ := res.RowsAffected(); got != int64(len(rs)) {
+		// Callers abort the transaction on ErrConflict, which undoes the
+		// rows that did go in.
+		return ErrConflict
+	}
+	return nil
+}
+
+func (t *sqlTx) updateArrays(rs []Record) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	kinds, ids, projects, lbs, parents, names, data, _ := columns(rs)
+	res, err := t.tx.ExecContext(t.ctx, "UPDATE objects SET project_id = v.p, loadbalancer_id = v.l, parent_id = v.pa, name = v.n, data = v.d "+
+		"FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[]) AS v(k, i, p, l, pa, n, d) "+
+		"WHERE objects.kind = v.k AND objects.id = v.i", kinds, ids, projects, lbs, parents, names, data)
+	if err != nil {
+		return fmt.Errorf("update %d records: %w", len(rs), err)
+	}
+	if got, _ := res.RowsAffected(); got != int64(len(rs)) {
+		return ErrNotFound
+	}
+	return nil
+}
