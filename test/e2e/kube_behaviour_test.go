@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,9 @@ const externalIP = "198.19.255.200"
 // beside the Service types, with no kube-proxy. spec.externalIPs answer
 // the external client (externalTrafficPolicy Cluster: every node's pods;
 // Local: the receiving node's, the client's address kept); ClientIP
-// affinity holds within timeoutSeconds and expires after; a Service
+// affinity holds within timeoutSeconds and expires after; a LoadBalancer
+// Service of another class is served on its cluster IP and node port,
+// with no external address and no ingress from flowlb; a Service
 // labelled service.kubernetes.io/service-proxy-name gets no load balancer,
 // gets one when the label goes and loses it when the label comes back.
 func TestKubernetesKubeProxyBehaviours(t *testing.T) {
@@ -53,6 +56,36 @@ func TestKubernetesKubeProxyBehaviours(t *testing.T) {
 			n := e.lbCount("opt")
 			return n == 0, fmt.Sprintf("%d load balancers", n)
 		})
+	})
+
+	t.Run("another loadBalancerClass", func(t *testing.T) {
+		cls := e.service("cls", func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Spec.LoadBalancerClass = ptr.To("example.com/other")
+		})
+		e.waitPodMembers(t, "cls", "web", 4)
+		_, body := e.call("GET", "/v2/lbaas/loadbalancers?name=kube_service_lab_default_cls", nil)
+		lbs := dig(body, "loadbalancers")
+		if len(lbs) != 1 {
+			t.Fatalf("load balancers %v", lbs)
+		}
+		lb := lbs[0].(map[string]any)
+		if add, _ := lb["additional_vips"].([]any); lb["vip_address"] != cls.Spec.ClusterIP || len(add) != 0 {
+			t.Errorf("VIP %v, additional %v: want the cluster IP %s only", lb["vip_address"], lb["additional_vips"], cls.Spec.ClusterIP)
+		}
+		// Served as kube-proxy serves it: the cluster IP from a pod, the
+		// node port from outside.
+		e.spread([]lab.Host{e.lab.Pod(1, 1)}, net.JoinHostPort(cls.Spec.ClusterIP, "80"), 3, true)
+		np := strconv.Itoa(int(cls.Spec.Ports[0].NodePort))
+		e.spread([]lab.Host{client}, net.JoinHostPort(e.lab.Nodes()[0].Addr.String(), np), 3, false)
+		time.Sleep(time.Second) // the controller writes an ingress right after ACTIVE, when it does
+		s, err := e.k.CoreV1().Services("default").Get(e.ctx, "cls", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ing := s.Status.LoadBalancer.Ingress; len(ing) != 0 {
+			t.Errorf("ingress %+v written to another class's Service", ing)
+		}
 	})
 
 	t.Run("affinity timeout", func(t *testing.T) {
