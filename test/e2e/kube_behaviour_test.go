@@ -3,12 +3,13 @@ package e2e
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -18,22 +19,28 @@ import (
 	"github.com/flowlb/flowlb/internal/testutil"
 )
 
-// externalIP is a Service's spec.externalIPs entry in the tests: in the
-// lab's external range (lab.ExternalVIPs), which the router sends to the
-// nodes, and far from the addresses the external subnet hands out first.
-const externalIP = "198.19.255.200"
+// externalIP and externalIPLocal are the Services' spec.externalIPs in the
+// tests: in the lab's external range (lab.ExternalVIPs), which the agents
+// announce, and far from the addresses the external subnet hands out first.
+const externalIP, externalIPLocal = "198.19.255.200", "198.19.255.201"
 
 // TestKubernetesKubeProxyBehaviours: kube-proxy's Service behaviours
 // beside the Service types, with no kube-proxy. spec.externalIPs answer
-// the external client (externalTrafficPolicy Cluster: every node's pods;
-// Local: the receiving node's, the client's address kept); ClientIP
-// affinity holds within timeoutSeconds and expires after; a LoadBalancer
-// Service of another class is served on its cluster IP and node port,
-// with no external address and no ingress from flowlb; a Service
-// labelled service.kubernetes.io/service-proxy-name gets no load balancer,
-// gets one when the label goes and loses it when the label comes back.
+// the external client and are announced like external VIPs
+// (externalTrafficPolicy Cluster: by every node, reaching every node's
+// pods; Local: only by the nodes with a pod, the client's address kept);
+// ClientIP affinity holds within timeoutSeconds and expires after; a
+// LoadBalancer Service of another class is served on its cluster IP and
+// node port, with no external address and no ingress from flowlb; a
+// Service labelled service.kubernetes.io/service-proxy-name gets no load
+// balancer, gets one when the label goes and loses it when it comes back.
 func TestKubernetesKubeProxyBehaviours(t *testing.T) {
-	e := newKubeEnv(t, 1)
+	e := newKubeEnvOpts(t, kubeEnvOptions{nodes: 2, controllers: 1,
+		agentArgs: []string{"--announce-cidrs", lab.ExternalVIPs.String(), "--announce-table", fmt.Sprint(lab.AnnounceTable)}})
+	// The router learns the nodes' announcements (what BGP would do).
+	if _, err := e.lab.Router().Start(lab.ProcRoutes, []string{flowlb(t), "lab", "--name", e.lab.Name(), "routes", "--reflect"}); err != nil {
+		t.Fatal(err)
+	}
 	client := e.lab.Client()
 	e.deploy("web", 4)
 
@@ -115,51 +122,45 @@ func TestKubernetesKubeProxyBehaviours(t *testing.T) {
 	})
 
 	t.Run("externalIPs", func(t *testing.T) {
-		if !lab.ExternalVIPs.Contains(mustAddr(t, externalIP)) {
-			t.Fatalf("external IP %s outside the routed range %s", externalIP, lab.ExternalVIPs)
+		routeVia := func(ip, what string, nodes ...int) {
+			t.Helper()
+			p := netip.PrefixFrom(mustAddr(t, ip), 32)
+			testutil.Eventually(t, 20*time.Second, what, func() (bool, string) {
+				got, err := e.lab.Announcements(lab.AnnounceTable).Routes()
+				return err == nil && slices.Equal(got[p], nodes), fmt.Sprintf("via %v (%v)", got[p], err)
+			})
 		}
 		e.service("eip", func(s *corev1.Service) { s.Spec.ExternalIPs = []string{externalIP} })
 		e.waitPodMembers(t, "eip", "web", 4)
-		addr := net.JoinHostPort(externalIP, "80")
+		if nodesOf(t, e.readyPods("web")) != 2 {
+			t.Fatalf("web's pods %v, want some on both nodes", e.readyPods("web"))
+		}
+		routeVia(externalIP, "the external IP announced by both nodes", 1, 2)
 		// externalTrafficPolicy Cluster: the receiving node masquerades.
-		by := e.spread([]lab.Host{client}, addr, 20, false)
+		by := e.spread([]lab.Host{client}, net.JoinHostPort(externalIP, "80"), 20, false)
 		if !slices.Equal(keys(by), e.readyPods("web")) {
-			t.Errorf("the external client reached %v through %s, want every pod %v", by, addr, e.readyPods("web"))
+			t.Errorf("the external client reached %v through %s, want every pod %v", by, externalIP, e.readyPods("web"))
 		}
 
-		s, err := e.k.CoreV1().Services("default").Get(e.ctx, "eip", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
-		if _, err := e.k.CoreV1().Services("default").Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		testutil.Eventually(t, 20*time.Second, "eip's listener local-only", func() (bool, string) {
-			_, body := e.call("GET", "/v2/lbaas/listeners?tags=flowlb:local-only", nil)
-			n := len(dig(body, "listeners"))
-			return n == 1, fmt.Sprintf("%d local-only listeners", n)
+		// externalTrafficPolicy Local with the one pod on n2: only n2
+		// announces the address, and the pod sees the client's own.
+		e.deployWith("solo", 1, func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "n2"}
 		})
-		e.waitProgrammed(t, "eip")
-		defer func() { _ = e.lab.SetNextHops(1, 2) }()
-		tested := 0
-		for _, n := range []int{1, 2} {
-			prefix := fmt.Sprintf("198.18.%d.", 16+n)
-			if !slices.ContainsFunc(e.readyPods("web"), func(p string) bool { return strings.HasPrefix(p, prefix) }) {
-				continue // no pod there: Local drops, as kube-proxy does
-			}
-			tested++
-			if err := e.lab.SetNextHops(n); err != nil {
-				t.Fatal(err)
-			}
-			for ip := range e.spreadFrom([]lab.Host{client}, addr, 10) {
-				if !strings.HasPrefix(ip, prefix) {
-					t.Errorf("ETP=Local via n%d reached %s, a pod of another node", n, ip)
-				}
-			}
+		e.service("eip-local", func(s *corev1.Service) {
+			s.Spec.Selector = map[string]string{"app": "solo"}
+			s.Spec.ExternalIPs = []string{externalIPLocal}
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		})
+		e.waitPodMembers(t, "eip-local", "solo", 1)
+		if n := nodeOfPod(t, e.readyPods("solo")[0]); n != 2 {
+			t.Fatalf("solo's pod on n%d, want n2", n)
 		}
-		if tested == 0 {
-			t.Fatalf("no node has a ready pod of web: %v", e.readyPods("web"))
+		routeVia(externalIPLocal, "the Local external IP announced by n2 only", 2)
+		// Every request succeeds: none goes to n1, which would drop it.
+		by = e.spreadFrom([]lab.Host{client}, net.JoinHostPort(externalIPLocal, "80"), 20)
+		if pods := e.readyPods("solo"); !slices.Equal(keys(by), pods) {
+			t.Errorf("the external client reached %v, want the pod %v", by, pods)
 		}
 	})
 }
