@@ -27,7 +27,8 @@ type Options struct {
 	// cluster IPs; ExternalSubnet the one LoadBalancer addresses come
 	// from. Both must be on one network (additional_vips).
 	ClusterIPSubnet, ExternalSubnet string
-	// Class is the loadBalancerClass served besides none.
+	// Class is the loadBalancerClass whose external addresses are ours,
+	// besides none (OwnsExternal).
 	Class string
 	// FloatingNetwork (an ID or a name) turns on the Kuryr model: a
 	// LoadBalancer Service keeps its cluster IP as its only VIP and is
