@@ -390,7 +390,7 @@ func listenerTemplate(svc *corev1.Service, external bool, extIPs []string, o Opt
 		return nil, err
 	}
 	return &listenerSettings{algorithm: alg, persistence: persistenceOf(svc), allowedCIDRs: ranges,
-		tags: listenerTags(svc, external || len(extIPs) > 0, extIPs), nodePortTags: nodePortTags(svc), monitor: monitor, timeouts: timeouts}, nil
+		tags: listenerTags(svc, external, extIPs), nodePortTags: nodePortTags(svc), monitor: monitor, timeouts: timeouts}, nil
 }
 
 // nodePortTags mark a node-port listener, with externalTrafficPolicy
@@ -481,11 +481,11 @@ func allowedCIDRs(svc *corev1.Service, podCIDRs []string) ([]string, error) {
 
 // listenerTags carry the traffic policies, the topology preference and
 // the external IPs. externalTrafficPolicy governs a Service reachable from
-// outside: a LoadBalancer one with its external address, or one with
-// external IPs.
+// outside on its listeners: one with its external address (external), or
+// with external IPs.
 func listenerTags(svc *corev1.Service, external bool, extIPs []string) []string {
 	var tags []string
-	if external && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+	if (external || len(extIPs) > 0) && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
 		tags = []string{flows.TagLocalOnly}
 	}
 	for _, a := range extIPs {
