@@ -26,7 +26,8 @@ import (
 // answers the Service's healthCheckNodePort as kube-proxy would: 200 with
 // one local endpoint on the node of the pod, 503 with none on the other;
 // the answers swap when the pod moves to the other node, and both are 503
-// when it is scaled away. Each node's /healthz and /livez (port 10256)
+// when it is scaled away; with externalTrafficPolicy Cluster no node
+// serves the port any more. Each node's /healthz and /livez (port 10256)
 // answer 200.
 func TestKubernetesHealthCheckNodePort(t *testing.T) {
 	e := newKubeEnv(t, 1)
@@ -162,6 +163,28 @@ func TestKubernetesHealthCheckNodePort(t *testing.T) {
 
 	e.updateDeployment("hcsolo", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) })
 	expect("scaled to zero, 503 everywhere", "")
+
+	// externalTrafficPolicy Cluster: the API server releases the port,
+	// and no node serves it any more.
+	testutil.Eventually(t, 30*time.Second, "externalTrafficPolicy Cluster", func() (bool, string) {
+		s, err := e.k.CoreV1().Services("default").Get(e.ctx, "hc", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+		if _, err := e.k.CoreV1().Services("default").Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	testutil.Eventually(t, 60*time.Second, "the health-check node port no longer served", func() (bool, string) {
+		for _, n := range nodes {
+			if a, err := ask("http://" + net.JoinHostPort(n.Addr.String(), port) + "/"); err == nil {
+				return false, fmt.Sprintf("%s still answers %d", n.Name, a.status)
+			}
+		}
+		return true, ""
+	})
 }
 
 // updateDeployment changes Deployment name with mut, retrying on
