@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/flowlb/flowlb/internal/httpserve"
 )
 
 // Server runs one HTTP server per health-check node port, on the node's
@@ -66,7 +68,7 @@ func (s *Server) SetChecks(checks map[uint16]Check) {
 func (s *Server) SetAddresses(addrs []netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || (addrs != nil && s.addrs != nil && slices.Equal(addrs, s.addrs)) || (addrs == nil && s.addrs == nil) {
+	if s.closed || ((addrs == nil) == (s.addrs == nil) && slices.Equal(addrs, s.addrs)) {
 		return
 	}
 	s.addrs = slices.Clone(addrs)
@@ -125,13 +127,18 @@ func (s *Server) start(p uint16) {
 			closeAll(srvs)
 			return
 		}
-		srv := &http.Server{Handler: s.handler(p), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: s.handler(p)}
+		ln = httpserve.Serve(srv, ln, checkLimits, s.log)
 		go func() { _ = srv.Serve(ln) }()
 		srvs = append(srvs, srv)
 	}
 	s.servers[p] = srvs
 	s.log.Info("health-check node port served", "port", p, "addresses", hosts)
 }
+
+// checkLimits bound the clients of one health-check port: load
+// balancers' probes, short and few, from anywhere the node is reachable.
+var checkLimits = httpserve.Limits{ReadHeader: 5 * time.Second, Read: 5 * time.Second, Write: 5 * time.Second, Idle: 30 * time.Second, MaxConns: 64}
 
 func closeAll(srvs []*http.Server) {
 	for _, srv := range srvs {

@@ -160,6 +160,13 @@ func TestServerSetAddresses(t *testing.T) {
 	if a, err := get(t, "http://"+other+":"+strconv.Itoa(int(p))+"/"); err != nil || a.status != 200 {
 		t.Errorf("the new address: %+v %v", a, err)
 	}
+	// nil: every address, as kube-proxy without --nodeport-addresses.
+	s.SetAddresses(nil)
+	for _, h := range []string{"127.0.0.1", other} {
+		if a, err := get(t, "http://"+h+":"+strconv.Itoa(int(p))+"/"); err != nil || a.status != 200 {
+			t.Errorf("every address, %s: %+v %v", h, a, err)
+		}
+	}
 }
 
 func TestNodeHandler(t *testing.T) {
