@@ -47,7 +47,8 @@ image: build
 		-revision $(REVISION) -created $(SOURCE_DATE_EPOCH) $$args
 
 # What the demo needs (Debian packages, Go modules); deps-test adds the
-# lab's Kubernetes binaries, built once from source (minutes).
+# lab's Kubernetes binaries and cloud-provider-openstack's controller
+# manager, built once from source (minutes), and Keystone.
 deps:
 	hack/install-deps.sh
 

@@ -20,6 +20,7 @@ if $test; then
 	packages+=(python3-openstackclient python3-octaviaclient)   # CLI compatibility test
 	packages+=(systemd)   # systemd-analyze, -sysusers, -tmpfiles check deploy/systemd
 	packages+=(chromium)  # the dashboard's browser test (test/e2e, through chromedp)
+	packages+=(keystone uwsgi uwsgi-plugin-python3)   # the Keystone of TestCloudProviderOpenStack
 fi
 
 missing=()
@@ -44,7 +45,16 @@ go mod download
 
 # The lab's Kubernetes control plane: pinned binaries built once from the
 # Go module proxy and cached outside the repository (about 12 minutes the
-# first time), plus Debian's etcd and kubectl. The demo runs none of them.
+# first time), plus Debian's etcd and kubectl; and cloud-provider-openstack's
+# controller manager, built the same way, which TestCloudProviderOpenStack
+# runs against flowlb. The demo runs none of them.
 if $test; then
 	"$(dirname "$0")/kube-bins.sh" >/dev/null
+	"$(dirname "$0")/cpo-bins.sh" >/dev/null
+	# The Terraform OpenStack provider, only where a Terraform CLI is
+	# installed (it has no Debian package): TestTerraformOpenStack skips
+	# without one.
+	if command -v terraform >/dev/null 2>&1; then
+		"$(dirname "$0")/terraform-provider-bins.sh" >/dev/null
+	fi
 fi

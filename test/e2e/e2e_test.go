@@ -80,6 +80,9 @@ type cluster struct {
 	// serverArgs are added to the server's command line, agentArgs to
 	// every agent's.
 	serverArgs, agentArgs []string
+	// authToken, if set, is call's X-Auth-Token (a server with --auth
+	// keystone) instead of a noauth X-Project-Id.
+	authToken string
 }
 
 // agentArgv is the command line of the agent of node i (1-based): its
@@ -168,6 +171,9 @@ type clusterOptions struct {
 	nodes, pods, zones    int
 	replicas              int
 	serverArgs, agentArgs []string
+	// beforeServer runs once the lab is up, before the server starts
+	// (e.g. to start what the server's flags point at).
+	beforeServer func(*cluster)
 }
 
 func newClusterOpts(t testing.TB, o clusterOptions) *cluster {
@@ -194,6 +200,9 @@ func newClusterOpts(t testing.TB, o clusterOptions) *cluster {
 			c.logTails()
 		}
 	})
+	if o.beforeServer != nil {
+		o.beforeServer(c)
+	}
 	if o.replicas > 0 {
 		c.startReplicas()
 	} else {
@@ -291,7 +300,11 @@ func (c *cluster) call(method, path string, body any) (int, map[string]any) {
 		rd = bytes.NewReader(b)
 	}
 	req, _ := http.NewRequest(method, c.api+path, rd)
-	req.Header.Set("X-Project-Id", "e2e")
+	if c.authToken != "" {
+		req.Header.Set("X-Auth-Token", c.authToken)
+	} else {
+		req.Header.Set("X-Project-Id", "e2e")
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		c.t.Fatal(err)

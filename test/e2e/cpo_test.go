@@ -1,0 +1,398 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/lab/kubelet"
+	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
+	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/testutil/keystone"
+)
+
+// CPOVersion is the cloud-provider-openstack release hack/cpo-bins.sh
+// builds and TestCloudProviderOpenStack runs.
+const CPOVersion = "v1.34.1"
+
+// cpoBinary is openstack-cloud-controller-manager: $FLOWLB_CPO_BIN, else
+// hack/cpo-bins.sh's cache. Missing, the test skips, or fails under
+// FLOWLB_REQUIRE_KUBE=1.
+func cpoBinary(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("FLOWLB_CPO_BIN")
+	if p == "" {
+		root := os.Getenv("FLOWLB_CPO_CACHE")
+		if root == "" {
+			root = "/var/cache/flowlb/cpo"
+		}
+		p = filepath.Join(root, CPOVersion, "openstack-cloud-controller-manager")
+	}
+	if _, err := os.Stat(p); err != nil {
+		if kubetest.Required() {
+			t.Fatalf("%s=1 but %s is missing: run hack/cpo-bins.sh", kubetest.RequireEnv, p)
+		}
+		t.Skipf("%s missing: run hack/cpo-bins.sh", p)
+	}
+	if err := keystone.Missing(); err != nil {
+		if kubetest.Required() {
+			t.Fatalf("%s=1 but %v", kubetest.RequireEnv, err)
+		}
+		t.Skip(err)
+	}
+	return p
+}
+
+// Where the test's Keystone serves, in the fabric beside the server.
+const keystoneURL = "http://" + control + ":5000"
+
+// TestCloudProviderOpenStack: cloud-provider-openstack's service
+// controller, unchanged, against flowlb as the load-balancer and network
+// endpoints of a real Keystone's catalog, on the lab's real Kubernetes
+// control plane with the real kube-proxy (nftables) on every node beside
+// flowlb's agent. CPO's members are node:nodePort. A LoadBalancer Service
+// gets an ingress address without a floating IP (its VIP, on a subnet the
+// external client is routed to) and with one (floating-network-id); the
+// external client reaches the pods through each; with
+// externalTrafficPolicy Local the pods see the client's address; deleting
+// the Services removes their load balancers and the floating IP.
+func TestCloudProviderOpenStack(t *testing.T) {
+	kubetest.SkipUnlessKube(t)
+	cpo := cpoBinary(t)
+	ctx := t.Context()
+	var ks *keystone.Keystone
+	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 1,
+		serverArgs: []string{"--vip-cidr", "198.19.0.0/18", "--auth", "keystone", "--keystone-url", keystoneURL,
+			"--keystone-user", "octavia", "--keystone-password", "octaviapw", "--keystone-project", "service",
+			"--provider-alias", "amphora=flow"},
+		beforeServer: func(c *cluster) {
+			ks = startLabKeystone(t, c)
+		}})
+	hc := &http.Client{Transport: &http.Transport{DialContext: c.lab.Node(1).Dial}, Timeout: 10 * time.Second}
+	var err error
+	if c.authToken, err = keystone.Token(ctx, hc, ks.URL, keystone.AdminUser, keystone.AdminPassword, keystone.AdminProject); err != nil {
+		t.Fatal(err)
+	}
+
+	kc, err := kubelet.Up(ctx, c.lab, lab.KubeOptions{Kubelet: []string{flowlb(t), "lab", "kubelet"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &kubeEnv{cluster: c, kc: kc, k: kc.Client, ctx: ctx}
+	startKubeProxies(t, e)
+
+	subnetID := func(name string) string {
+		_, body := e.call("GET", "/v2.0/subnets?name="+name, nil)
+		s := dig(body, "subnets")
+		if len(s) != 1 {
+			t.Fatalf("subnet %s: %v", name, body)
+		}
+		return s[0].(map[string]any)["id"].(string)
+	}
+	vipSubnet, extSubnet := subnetID("flowlb-vip-subnet"), subnetID("flowlb-external-subnet")
+	_, body := e.call("GET", "/v2.0/networks?name=flowlb-external", nil)
+	extNet := dig(body, "networks")[0].(map[string]any)["id"].(string)
+	startCPO(t, e, cpo, vipSubnet)
+
+	e.deploy("web", 2)
+	created := map[string]time.Time{}
+	annotated := func(name string, ann map[string]string, mut func(*corev1.Service)) {
+		created[name] = time.Now()
+		e.service(name, func(s *corev1.Service) {
+			s.Annotations = ann
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			if mut != nil {
+				mut(s)
+			}
+		})
+	}
+	nodes := []string{lab.NodeAddr(1).String(), lab.NodeAddr(2).String()}
+	// ingress waits for Service name's ingress address and its load
+	// balancer ACTIVE with a member per node, and returns both.
+	ingress := func(name string) (string, map[string]any) {
+		var ip string
+		testutil.Eventually(t, 60*time.Second, name+"'s ingress and a member per node", func() (bool, string) {
+			s, _ := e.k.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+			if len(s.Status.LoadBalancer.Ingress) == 1 {
+				ip = s.Status.LoadBalancer.Ingress[0].IP
+			}
+			members := e.members(name)
+			return ip != "" && slices.Equal(members, nodes), fmt.Sprintf("ingress %q, members %v", ip, members)
+		})
+		_, body := e.call("GET", "/v2/lbaas/loadbalancers?name=kube_service_lab_default_"+name, nil)
+		lb := dig(body, "loadbalancers")[0].(map[string]any)
+		t.Logf("%s: ingress %s, members ACTIVE, %s after the Service's creation; load balancer %s, VIP %s, provider %v", name, ip,
+			time.Since(created[name]).Round(time.Millisecond), lb["id"], lb["vip_address"], lb["provider"])
+		return ip, lb
+	}
+	fipOf := func(addr string) map[string]any {
+		_, body := e.call("GET", "/v2.0/floatingips?floating_ip_address="+url.QueryEscape(addr), nil)
+		if fs := dig(body, "floatingips"); len(fs) == 1 {
+			return fs[0].(map[string]any)
+		}
+		return nil
+	}
+	reach := func(name, addr string) {
+		ext := net.JoinHostPort(addr, "80")
+		testutil.Eventually(t, 15*time.Second, "the external client reaches "+name+" at "+ext, func() (bool, string) {
+			r, err := ask(e.lab.Client(), ext)
+			if err != nil {
+				return false, err.Error()
+			}
+			return true, r.Pod
+		})
+		by := e.spread([]lab.Host{e.lab.Client()}, ext, 30, false)
+		t.Logf("%s: 30 requests from the external client to %s reached %v", name, ext, by)
+		if ready := e.readyPods("web"); !slices.Equal(keys(by), ready) {
+			t.Errorf("%s: the external client reached %v, want every ready pod %v", name, keys(by), ready)
+		}
+	}
+
+	// Without a floating IP: an internal load balancer (CPO's word for
+	// one without) on the external subnet, which the client is routed to.
+	annotated("novip", map[string]string{
+		"service.beta.kubernetes.io/openstack-internal-load-balancer": "true",
+		"loadbalancer.openstack.org/subnet-id":                        extSubnet,
+	}, nil)
+	ip, lb := ingress("novip")
+	if ip != lb["vip_address"] {
+		t.Errorf("novip's ingress %s, want its VIP %v", ip, lb["vip_address"])
+	}
+	if lb["provider"] != "amphora" {
+		t.Errorf("novip's provider %v, want amphora (CPO's default, served by flow through --provider-alias)", lb["provider"])
+	}
+	if f := fipOf(ip); f != nil {
+		t.Errorf("novip has a floating IP: %v", f)
+	}
+	reach("novip", ip)
+
+	// With one: floating-network-id names the router:external network.
+	annotated("withfip", map[string]string{"loadbalancer.openstack.org/floating-network-id": extNet}, nil)
+	fip, lb := ingress("withfip")
+	f := fipOf(fip)
+	if f == nil || f["port_id"] != lb["vip_port_id"] || f["fixed_ip_address"] != lb["vip_address"] {
+		t.Fatalf("withfip's ingress %s: floating IP %v, want one on the VIP port %v (%v)", fip, f, lb["vip_port_id"], lb["vip_address"])
+	}
+	if !lab.ExternalVIPs.Contains(mustAddr(t, fip)) || lab.ExternalVIPs.Contains(mustAddr(t, lb["vip_address"].(string))) {
+		t.Errorf("withfip: floating IP %s, VIP %v: want the floating IP external and the VIP internal", fip, lb["vip_address"])
+	}
+	reach("withfip", fip)
+
+	// externalTrafficPolicy Local: CPO adds an HTTP monitor on the
+	// Service's health-check node port, which kube-proxy answers 200 only
+	// on a node with a ready local pod; the client sent to that node
+	// reaches the pod with its own address.
+	e.deployWith("local", 1, func(d *appsv1.Deployment) {
+		d.Spec.Template.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": lab.NodeName(1)}
+	})
+	annotated("local", map[string]string{"loadbalancer.openstack.org/floating-network-id": extNet}, func(s *corev1.Service) {
+		s.Spec.Selector = map[string]string{"app": "local"}
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	})
+	lfip, _ := ingress("local")
+	testutil.Eventually(t, 30*time.Second, "local's member on n1 ONLINE, on n2 not", func() (bool, string) {
+		st, _ := e.statusTree("local")
+		on := map[string]any{}
+		for _, l := range dig(st, "statuses", "loadbalancer", "listeners") {
+			for _, p := range dig(l.(map[string]any), "pools") {
+				for _, m := range dig(p.(map[string]any), "members") {
+					on[m.(map[string]any)["address"].(string)] = m.(map[string]any)["operating_status"]
+				}
+			}
+		}
+		return on[nodes[0]] == "ONLINE" && on[nodes[1]] == "ERROR", fmt.Sprint(on)
+	})
+	if err := e.lab.SetNextHops(1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.lab.SetNextHops(1, 2) })
+	by := e.spreadFrom([]lab.Host{e.lab.Client()}, net.JoinHostPort(lfip, "80"), 10)
+	t.Logf("local: 10 requests from the external client via n1 reached %v with the client's address", by)
+	// Sent to n2, which has no pod of the Service, the client is served
+	// only by flowlb: kube-proxy drops external traffic to an ETP=Local
+	// ingress address on a node without a local endpoint, while flowlb's
+	// agent there sends it to n1's node port (the healthy member), binding
+	// and masquerading that translation itself.
+	if err := e.lab.SetNextHops(2); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		r, err := ask(e.lab.Client(), net.JoinHostPort(lfip, "80"))
+		if err != nil {
+			t.Fatalf("local via n2 (no local pod): %v", err)
+		}
+		if peer, _, _ := net.SplitHostPort(r.Peer); !strings.HasPrefix(r.Addr, "198.18.17.") || peer != lab.NodeAddr(2).String() {
+			t.Errorf("local via n2: answered by %s (%s) seeing %s, want n1's pod seeing n2's address %s", r.Pod, r.Addr, r.Peer, lab.NodeAddr(2))
+		}
+		if i == 0 {
+			t.Logf("local via n2 (no local pod): answered by %s (%s), which saw %s", r.Pod, r.Addr, r.Peer)
+		}
+	}
+	if err := e.lab.SetNextHops(1, 2); err != nil {
+		t.Fatal(err)
+	}
+
+	// Deleting the Services removes the load balancers and the floating
+	// IPs, and CPO releases its finalizer.
+	for _, name := range []string{"novip", "withfip", "local"} {
+		if err := e.k.CoreV1().Services("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now()
+	testutil.Eventually(t, 60*time.Second, "the load balancers, the floating IPs and the Services gone", func() (bool, string) {
+		var left []string
+		for _, name := range []string{"novip", "withfip", "local"} {
+			if e.lbCount(name) != 0 {
+				left = append(left, name+"'s load balancer")
+			}
+			if _, err := e.k.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{}); err == nil {
+				left = append(left, "Service "+name)
+			}
+		}
+		for _, a := range []string{fip, lfip} {
+			if fipOf(a) != nil {
+				left = append(left, "floating IP "+a)
+			}
+		}
+		return len(left) == 0, strings.Join(left, ", ")
+	})
+	t.Logf("deleted: load balancers, floating IPs and Services gone in %s", time.Since(t0).Round(time.Millisecond))
+	testutil.Eventually(t, 10*time.Second, "withfip's floating IP withdrawn", func() (bool, string) {
+		r, err := e.lab.Client().Ask(ctx, net.JoinHostPort(fip, "80"), 500*time.Millisecond)
+		return err != nil, "answered by " + r.Pod
+	})
+}
+
+// startLabKeystone starts a Keystone in the lab's fabric (before the
+// server, which validates tokens with it) and registers flowlb as its
+// load-balancer and network endpoints, the service user the server
+// validates tokens as, and the project and user CPO works as.
+func startLabKeystone(t *testing.T, c *cluster) *keystone.Keystone {
+	ks := keystone.Prepare(t, control+":5000", keystoneURL)
+	argv, env := ks.Argv()
+	if _, err := c.lab.Fabric().Start("keystone", argv, env...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Before Prepare's directory goes (cleanups run last first);
+		// lab down would stop it only after.
+		defer func() { _ = c.lab.Fabric().Stop("keystone") }()
+		if t.Failed() {
+			for _, p := range []string{ks.LogPath(), ks.KeystoneLogPath()} {
+				b, _ := os.ReadFile(p)
+				t.Logf("--- %s\n%s", p, tail(string(b), 20))
+			}
+		}
+	})
+	hc := &http.Client{Transport: &http.Transport{DialContext: c.lab.Node(1).Dial}, Timeout: 10 * time.Second}
+	ks.Wait(t, hc)
+	a, err := ks.Admin(t.Context(), hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(id string, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	svc := must(a.Project("service"))
+	octavia := must(a.User("octavia", "octaviapw", svc))
+	k8s := must(a.Project("k8s"))
+	cpo := must(a.User("cpo", "cpopw", k8s))
+	for _, err := range []error{
+		a.Grant(svc, octavia, "admin"),
+		a.Grant(k8s, cpo, "member", "load-balancer_member"),
+		a.Endpoint("load-balancer", "octavia", c.api),
+		a.Endpoint("network", "neutron", c.api),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ks
+}
+
+// startKubeProxies runs the real kube-proxy (hack/kube-bins.sh's build,
+// nftables mode) in every node's namespace, and waits until each serves
+// its health check. It leaves the machine's conntrack settings alone.
+func startKubeProxies(t *testing.T, e *kubeEnv) {
+	bin := filepath.Join(lab.KubeBinDir(), "kube-proxy")
+	for i, n := range e.lab.Nodes() {
+		if _, err := n.Start("kube-proxy", []string{bin, "--kubeconfig", e.kc.State.LabKubeconfig,
+			"--hostname-override", lab.NodeName(i + 1), "--proxy-mode", "nftables", "--detect-local-mode", "NodeCIDR",
+			"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "0", "--conntrack-tcp-timeout-close-wait", "0",
+			"--v", "2"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(e.lab.LogPath("n1", "kube-proxy"))
+			t.Logf("--- n1 kube-proxy\n%s", tail(string(b), 30))
+		}
+	})
+	for _, n := range e.lab.Nodes() {
+		hc := &http.Client{Transport: &http.Transport{DialContext: n.Dial}, Timeout: time.Second}
+		testutil.Eventually(t, 60*time.Second, "kube-proxy healthy on "+n.Name, func() (bool, string) {
+			resp, err := hc.Get("http://127.0.0.1:10256/healthz")
+			if err != nil {
+				return false, err.Error()
+			}
+			resp.Body.Close()
+			return resp.StatusCode == 200, resp.Status
+		})
+	}
+}
+
+// startCPO runs openstack-cloud-controller-manager's service controller
+// in the fabric, as project k8s's user, VIPs on vipSubnet by default,
+// with health monitors (which externalTrafficPolicy Local needs).
+func startCPO(t *testing.T, e *kubeEnv, bin, vipSubnet string) {
+	conf := filepath.Join(t.TempDir(), "cloud.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`[Global]
+auth-url = %s/v3
+username = cpo
+password = cpopw
+tenant-name = k8s
+domain-name = Default
+region = %s
+ca-file = %s
+
+[LoadBalancer]
+subnet-id = %s
+create-monitor = true
+monitor-delay = 1s
+monitor-timeout = 1s
+monitor-max-retries = 1
+`, keystoneURL, keystone.Region, e.tls.CACert, vipSubnet)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kcfg := e.kc.State.LabKubeconfig
+	if _, err := e.lab.Fabric().Start("cpo", []string{bin, "--cloud-provider", "openstack", "--cloud-config", conf,
+		"--kubeconfig", kcfg, "--authentication-kubeconfig", kcfg, "--authorization-kubeconfig", kcfg,
+		"--controllers", "service", "--cluster-name", "lab", "--leader-elect=false",
+		"--bind-address", "127.0.0.1", "--v", "3"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(e.lab.LogPath(lab.HostFabric, "cpo"))
+			t.Logf("--- openstack-cloud-controller-manager\n%s", tail(string(b), 40))
+		}
+	})
+}
