@@ -44,9 +44,10 @@ type agentOptions struct {
 	// (none: every address but loopback).
 	nodePortCIDRs []string
 	// healthz: address of kube-proxy's node health endpoint (empty: none).
-	healthz string
-	metrics string
-	minSync time.Duration
+	healthz       string
+	metrics       string
+	minSync       time.Duration
+	statsInterval time.Duration
 	// announce: VIP ranges to announce, in routing table announceTable.
 	announce      []string
 	announceTable int
@@ -78,6 +79,7 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&o.healthz, "healthz-bind-address", "0.0.0.0:10256", "address of kube-proxy's node health endpoint, /healthz and /livez: 200 while the agent's table is in sync (empty: none); Services' health-check node ports are served on the --nodeport-addresses")
 	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics and /readyz (empty: none)")
 	f.DurationVar(&o.minSync, "min-sync-interval", 0, "least time between two programming rounds; updates arriving meanwhile are merged")
+	f.DurationVar(&o.statsInterval, "stats-interval", 5*time.Second, "how often the kernel's per-service counters are read and reported to the server (0: never, and the table counts nothing)")
 	f.StringSliceVar(&o.announce, "announce-cidrs", nil, "VIP ranges to announce: every VIP within them that this node can serve (a local-only one only with a backend on this node) gets a host route in --announce-table, for a routing daemon to export (default: none)")
 	f.IntVar(&o.announceTable, "announce-table", 200, "routing table of the announcement routes (protocol 249)")
 	config.HostDefault(f, "identity-dir", "/var/lib/flowlb/agent", "/var/lib/flowlb/agent as root, else ~/.local/share/flowlb/agent")
@@ -152,7 +154,12 @@ func runAgent(ctx context.Context, o agentOptions) error {
 			return err
 		}
 	}
-	dp, err := nftables.New(-1, o.node, nftables.WithZone(o.zone))
+	dpOpts := []nftables.Option{nftables.WithZone(o.zone)}
+	if o.statsInterval <= 0 {
+		// Nothing reads the counters: leave out the rules that count.
+		dpOpts = append(dpOpts, nftables.WithoutCounters())
+	}
+	dp, err := nftables.New(-1, o.node, dpOpts...)
 	if err != nil {
 		return err
 	}
@@ -206,6 +213,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		}
 	}
 	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, MinInterval: o.minSync, Metrics: reg,
+		Stats: dp, StatsInterval: o.statsInterval,
 		OnProgrammed: func(s map[flows.Key]flows.Service) { hc.SetChecks(kubehealth.Checks(s, o.node)) }}, prog, log)
 	ready = a.Ready
 	if o.healthz != "" {

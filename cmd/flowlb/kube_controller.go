@@ -72,7 +72,7 @@ ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
 		"instead of an address from --external-subnet (the Kuryr model; annotations pick another network or opt out)")
 	f.StringVar(&o.subnets.ClusterIP, "cluster-ip-cidr", "", "the Services' cluster-IP range, instead of --cluster-ip-subnet: the network flowlb-kube-<cluster-name> and its subnets are found or created through the Neutron API of --octavia-endpoint")
 	f.StringVar(&o.subnets.External, "external-cidr", "", "with --cluster-ip-cidr: the LoadBalancer addresses' range, instead of --external-subnet")
-	f.StringVar(&o.opts.Class, "load-balancer-class", kubelb.DefaultClass, "loadBalancerClass served besides none")
+	f.StringVar(&o.opts.Class, "load-balancer-class", kubelb.DefaultClass, "loadBalancerClass whose external addresses are ours, besides none; a LoadBalancer Service of another class is served as a NodePort one (cluster IP, node ports, external IPs), its ingress left to its implementation")
 	f.StringSliceVar(&o.opts.PodCIDRs, "pod-cidrs", nil, "pod networks besides the Nodes' spec.podCIDRs, let through when loadBalancerSourceRanges restrict a Service")
 	f.IntVar(&o.workers, "workers", 8, "Services reconciled at once")
 	f.IntVar(&o.qps, "kube-api-qps", 100, "requests per second to the Kubernetes API (burst: twice that)")

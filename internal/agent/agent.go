@@ -64,6 +64,10 @@ type Config struct {
 	// them). It runs with the table locked: it must be quick and must not
 	// keep the map.
 	OnProgrammed func(services map[flows.Key]flows.Service)
+	// Stats, if set with StatsInterval, is read every StatsInterval and
+	// what it counted is reported to the server.
+	Stats         StatsReader
+	StatsInterval time.Duration
 	// NoHealth disables health probing (the server then sees no verdicts
 	// from this agent; another agent should probe).
 	NoHealth bool
@@ -173,6 +177,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.health != nil {
 		go a.forwardHealth(ctx)
 		defer a.health.Stop()
+	}
+	if a.cfg.Stats != nil && a.cfg.StatsInterval > 0 {
+		go a.reportStats(ctx)
 	}
 	backoff := minBackoff
 	lost := ""

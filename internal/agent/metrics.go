@@ -13,6 +13,7 @@ type metrics struct {
 	errors      prometheus.Counter
 	renewals    prometheus.Counter
 	renewErrors prometheus.Counter
+	statsErrors prometheus.Counter
 }
 
 // newMetrics registers the agent's metrics on reg (nil: unregistered).
@@ -36,11 +37,13 @@ func newMetrics(reg prometheus.Registerer, id *Identity) *metrics {
 			Help: "Times the node's TLS identity was renewed."}),
 		renewErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_agent_identity_renewal_errors_total",
 			Help: "Renewals of the node's TLS identity that failed (retried)."}),
+		statsErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_agent_stats_read_errors_total",
+			Help: "Reads of the kernel's counters that failed."}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.connected, m.server, m.switches, m.received, m.programmed, m.services, m.syncSeconds, m.errors)
+	reg.MustRegister(m.connected, m.server, m.switches, m.received, m.programmed, m.services, m.syncSeconds, m.errors, m.statsErrors)
 	if id != nil {
 		reg.MustRegister(m.renewals, m.renewErrors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_agent_identity_expiry_timestamp_seconds",
 			Help: "When the node's TLS identity expires (0 before enrollment)."}, func() float64 {

@@ -7,6 +7,7 @@ package compiler
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/flowlb/flowlb/internal/flows"
@@ -25,8 +26,9 @@ func live(b lbaas.Base) bool {
 
 // Compile turns one load balancer tree into its services: one per VIP
 // (vip_address, additional_vips and the floating IPs of the VIP port) and
-// listener, and one per node-port listener (flows.TagNodePort), whatever
-// the VIPs. A listener without a
+// listener, plus one per address of the listener's
+// flows.TagExternalIPPrefix tags, and one per node-port listener
+// (flows.TagNodePort), whatever the VIPs. A listener without a
 // usable pool still yields a service, with no backends, so that the data
 // plane rejects its connections instead of letting them through to
 // nothing. A disabled load balancer or listener yields no service: it does
@@ -82,7 +84,7 @@ func Compile(t *lbaas.Tree) []flows.Service {
 			out = append(out, nodePort(base, proto, l.ProtocolPort))
 			continue
 		}
-		for _, vip := range vips {
+		for _, vip := range withExternalIPs(vips, l.Tags) {
 			// Only VIPs of the listener's address family can carry it.
 			if len(base.AllowedCIDRs) > 0 && !anyFamily(base.AllowedCIDRs, vip) {
 				continue
@@ -113,6 +115,25 @@ func nodePort(base flows.Service, proto flows.Protocol, port int) flows.Service 
 	s.AllowedCIDRs = sameFamily(base.AllowedCIDRs, flows.NodePortVIP)
 	s.Backends = sameFamilyBackends(base.Backends, flows.NodePortVIP)
 	return s
+}
+
+// withExternalIPs adds to a load balancer's VIPs a listener's external IPs
+// (flows.TagExternalIPPrefix), once each and not again when one is a VIP.
+// A tag whose address does not parse names nothing.
+func withExternalIPs(vips []netip.Addr, tags []string) []netip.Addr {
+	out := vips
+	for _, t := range tags {
+		s, ok := strings.CutPrefix(t, flows.TagExternalIPPrefix)
+		if !ok {
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil || slices.Contains(out, a.Unmap()) {
+			continue
+		}
+		out = append(slices.Clip(out), a.Unmap())
+	}
+	return out
 }
 
 // withFloatingIPs adds to a load balancer's VIPs the floating IPs that

@@ -107,6 +107,15 @@ func TestCompile(t *testing.T) {
 			np.Tags = []string{flows.TagNodePort}
 			t.Listeners = append(t.Listeners, np)
 		}, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; UDP 0.0.0.0:30053 -> []"},
+		{"external IPs of a listener: more keys of that listener only, none twice", func(t *lbaas.Tree) {
+			t.Listeners[0].Tags = []string{flows.TagExternalIPPrefix + "198.19.200.1", flows.TagExternalIPPrefix + "198.19.0.10",
+				flows.TagExternalIPPrefix + "198.19.200.1", flows.TagExternalIPPrefix + "not-an-address", flows.TagLocalOnly}
+			t.Listeners = append(t.Listeners, &lbaas.Listener{Base: base("l2"), Protocol: "UDP", ProtocolPort: 53, ConnectionLimit: -1})
+		}, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; TCP 198.19.200.1:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; UDP 198.19.0.10:53 -> []"},
+		{"external IP tag on a node port is not a key", func(t *lbaas.Tree) {
+			t.Listeners[0].ProtocolPort = 30080
+			t.Listeners[0].Tags = []string{flows.TagNodePort, flows.TagExternalIPPrefix + "198.19.200.1"}
+		}, "TCP 0.0.0.0:30080 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]"},
 		{"disabled node port does not listen", func(t *lbaas.Tree) {
 			t.Listeners[0].Tags = []string{flows.TagNodePort}
 			t.Listeners[0].AdminStateUp = false

@@ -89,6 +89,8 @@ type Hub struct {
 	lbProbes   map[string][]string
 	sink       HealthSink
 	healthQ    chan healthEvent
+	statsSink  StatsSink
+	statsQ     chan statsEvent
 
 	// journal is the recent past the dashboard shows.
 	journal journal
@@ -109,7 +111,7 @@ func NewHub(ctx context.Context, st store.Store, src TreeSource, o Options) (*Hu
 		services: newServiceTable(), waiting: map[*waiter]bool{},
 		acks:   newAcks(),
 		probes: map[string]flows.Probe{}, probeOwner: map[string]string{}, lbProbes: map[string][]string{},
-		healthQ: make(chan healthEvent, 4096), readNow: make(chan struct{}, 1),
+		healthQ: make(chan healthEvent, 4096), statsQ: make(chan statsEvent, 1024), readNow: make(chan struct{}, 1),
 	}
 	h.m = newMetrics(h, o.Registerer)
 	var err error

@@ -17,6 +17,7 @@ type metrics struct {
 	lagSeconds     prometheus.Gauge
 	realized       prometheus.Histogram
 	healthResults  *prometheus.CounterVec
+	statsErrors    prometheus.Counter
 	healthReaction prometheus.Histogram
 	authFailures   prometheus.Counter
 	identities     *prometheus.CounterVec
@@ -41,6 +42,8 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 		healthReaction: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_health_reaction_seconds",
 			Help:    "From an agent's health verdict to every agent having programmed the resulting flow change.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		statsErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_stats_errors_total",
+			Help: "Agents' statistics reports that could not be recorded (their counts are lost)."}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_agent_auth_failures_total",
 			Help: "Agent calls refused: no or another node's identity, bad bootstrap token."}),
 		identities: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_fanout_identities_issued_total",
@@ -51,7 +54,7 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 			Help: "Contested VIPs, protocols and ports that changed hands: taken by a senior claimant, or handed to a waiting one when the holder let go."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.timeouts, m.agents, m.lagRevisions, m.lagSeconds, m.realized, m.healthResults, m.healthReaction,
+		reg.MustRegister(m.timeouts, m.agents, m.lagRevisions, m.lagSeconds, m.realized, m.healthResults, m.healthReaction, m.statsErrors,
 			m.authFailures, m.identities, m.keyConflicts, m.keyMoves,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_acks_pending", Help: "Changes waiting for the agents' acks."}, func() float64 {
 				h.mu.Lock()

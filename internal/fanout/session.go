@@ -93,7 +93,7 @@ func (h *Hub) detach(a *agent) {
 	h.log.Info("agent disconnected", "node", a.node)
 }
 
-// receive reads an agent's acks and health reports until its stream ends.
+// receive reads an agent's acks, health and statistics reports until its stream ends.
 func (h *Hub) receive(stream agentv1.Agent_SubscribeServer, a *agent, errc chan<- error) {
 	for {
 		m, err := stream.Recv()
@@ -110,6 +110,9 @@ func (h *Hub) receive(stream agentv1.Agent_SubscribeServer, a *agent, errc chan<
 		}
 		if hr := m.GetHealth(); hr != nil {
 			h.report(a.node, hr)
+		}
+		if sr := m.GetStats(); sr != nil {
+			h.stats(a.node, sr)
 		}
 	}
 }

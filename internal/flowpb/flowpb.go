@@ -134,3 +134,17 @@ func ProbeFromProto(p *agentv1.Probe) flows.Probe {
 		DomainName: p.GetDomainName(), InitialStatus: p.GetInitialStatus(),
 	}
 }
+
+// StatsToProto encodes what a node counted for service s.
+func StatsToProto(s flows.Service, st flows.Stats) *agentv1.ServiceStats {
+	return &agentv1.ServiceStats{Key: KeyToProto(s.Key), LoadbalancerId: s.LoadBalancerID, ListenerId: s.ListenerID,
+		Connections: st.Connections, BytesIn: st.BytesIn, BytesOut: st.BytesOut, RequestErrors: st.Refused, ActiveConnections: st.Active}
+}
+
+// StatsFromProto is the inverse of StatsToProto; the service carries the
+// key and owners only.
+func StatsFromProto(p *agentv1.ServiceStats) (flows.Service, flows.Stats) {
+	s := flows.Service{Key: KeyFromProto(p.GetKey()), LoadBalancerID: p.GetLoadbalancerId(), ListenerID: p.GetListenerId()}
+	return s, flows.Stats{Counters: flows.Counters{Connections: p.GetConnections(), BytesIn: p.GetBytesIn(), BytesOut: p.GetBytesOut(),
+		Refused: p.GetRequestErrors()}, Active: p.GetActiveConnections()}
+}

@@ -143,3 +143,13 @@ func TestEdges(t *testing.T) {
 		})
 	}
 }
+
+func TestStatsRoundTrip(t *testing.T) {
+	s := fullService()
+	st := flows.Stats{Counters: flows.Counters{Connections: 7, BytesIn: 1 << 40, BytesOut: 3, Refused: 2}, Active: 5}
+	gotS, gotSt := StatsFromProto(wire(t, StatsToProto(s, st)))
+	want := flows.Service{Key: s.Key, LoadBalancerID: s.LoadBalancerID, ListenerID: s.ListenerID}
+	if !reflect.DeepEqual(gotS, want) || gotSt != st {
+		t.Errorf("round trip: %+v %+v, want %+v %+v", gotS, gotSt, want, st)
+	}
+}

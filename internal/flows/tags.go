@@ -32,6 +32,12 @@ const (
 	// <namespace>/<name>": the Kubernetes Service it serves, which the
 	// health check names in its answer (Service.HealthCheckService).
 	TagKubeServicePrefix = "flowlb:kube-service="
+	// TagExternalIPPrefix on a listener, "flowlb:external-ip=<address>",
+	// once per address: one more address the listener is served on, beside
+	// the load balancer's VIPs (Kubernetes spec.externalIPs). Unlike an
+	// additional VIP it takes no address from a subnet: the address is the
+	// Service's to name, as in Kubernetes.
+	TagExternalIPPrefix = "flowlb:external-ip="
 	// TagNodePrefix on a member, "flowlb:node=<name>": the node it runs on.
 	TagNodePrefix = "flowlb:node="
 	// TagPreferClose on a listener: each node sends the traffic to the

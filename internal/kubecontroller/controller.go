@@ -304,8 +304,8 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		if err := c.setFinalizer(ctx, svc, false); err != nil {
 			return err
 		}
-		if !served && svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-			return nil
+		if !kubelb.OwnsExternal(svc, c.opts) {
+			return nil // the ingress, if any, is not ours to clear
 		}
 		return c.setIngress(ctx, svc, "")
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -357,6 +358,73 @@ func TestNodesPodNetworks(t *testing.T) {
 	if got := allowed("open"); len(got) != 0 {
 		t.Errorf("a Service without source ranges has allowed_cidrs %v", got)
 	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKubeProxyOptOuts: a Service labelled service-proxy-name loses its
+// load balancer, finalizer and ingress; a LoadBalancer Service of another
+// class is served on its cluster IP with its ingress, written by its own
+// implementation, left alone.
+func TestKubeProxyOptOuts(t *testing.T) {
+	api := lbtest.New(t)
+	o := &kubelb.Octavia{Client: api.Client, Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	other := svc("other", corev1.ServiceTypeLoadBalancer, "198.19.64.11")
+	other.Spec.LoadBalancerClass = ptr.To("example.com/other")
+	theirs := []corev1.LoadBalancerIngress{{IP: "198.18.99.1"}}
+	other.Status.LoadBalancer.Ingress = theirs
+	client := fake.NewClientset(svc("pub", corev1.ServiceTypeLoadBalancer, "198.19.64.10"), epSlice("pub", "198.18.17.2"), other, epSlice("other", "198.18.17.3"))
+	h := &harness{t: t, api: api, o: o, client: client}
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 2) }()
+
+	ingressOf := func(name string) []corev1.LoadBalancerIngress {
+		s, err := client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Status.LoadBalancer.Ingress
+	}
+	testutil.Eventually(t, within, "pub's LB and ingress", func() (bool, string) {
+		return len(h.members("pub")) == 1 && len(ingressOf("pub")) == 1, fmt.Sprintf("members %v, ingress %v", h.members("pub"), ingressOf("pub"))
+	})
+	testutil.Eventually(t, within, "other's LB on its cluster IP", h.memberCount("other", 1))
+	lb, err := o.Find(ctx, kubelb.Name("lab", "default", "other"))
+	if err != nil || lb == nil || lb.VIPAddress != "198.19.64.11" || len(lb.AdditionalVIPs) != 0 {
+		t.Fatalf("other's LB %+v (%v): want the cluster IP as its only VIP", lb, err)
+	}
+	if got := ingressOf("other"); !reflect.DeepEqual(got, theirs) {
+		t.Errorf("other's ingress %+v, want its own implementation's %+v", got, theirs)
+	}
+
+	pub, err := client.CoreV1().Services("default").Get(ctx, "pub", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.Labels = map[string]string{kubelb.LabelServiceProxyName: "someone-else"}
+	if _, err := client.CoreV1().Services("default").Update(ctx, pub, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, within, "pub's LB deleted", h.lbGone("pub"))
+	testutil.Eventually(t, within, "pub's finalizer and ingress gone", func() (bool, string) {
+		s, err := client.CoreV1().Services("default").Get(ctx, "pub", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(s.Finalizers) == 0 && len(s.Status.LoadBalancer.Ingress) == 0, fmt.Sprintf("finalizers %v, ingress %v", s.Finalizers, s.Status.LoadBalancer.Ingress)
+	})
+
+	// Deleting the other class's Service removes its LB, not its ingress.
+	if err := client.CoreV1().Services("default").Delete(ctx, "other", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, within, "other's LB deleted", h.lbGone("other"))
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

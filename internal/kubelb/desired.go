@@ -27,7 +27,8 @@ type Options struct {
 	// cluster IPs; ExternalSubnet the one LoadBalancer addresses come
 	// from. Both must be on one network (additional_vips).
 	ClusterIPSubnet, ExternalSubnet string
-	// Class is the loadBalancerClass served besides none.
+	// Class is the loadBalancerClass whose external addresses are ours,
+	// besides none (OwnsExternal).
 	Class string
 	// FloatingNetwork (an ID or a name) turns on the Kuryr model: a
 	// LoadBalancer Service keeps its cluster IP as its only VIP and is
@@ -56,6 +57,10 @@ const (
 	// balancer changes to one without (or goes).
 	TagFloatingIP = "flowlb:kube-floating-ip"
 )
+
+// LabelServiceProxyName on a Service, whatever its value, hands it to
+// another proxy: kube-proxy leaves such Services alone, and so does flowlb.
+const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 
 // Annotations of cloud-provider-openstack that are read.
 const (
@@ -182,9 +187,15 @@ func Name(cluster, namespace, name string) string {
 	return "kube_service_" + cluster + "_" + namespace + "_" + name
 }
 
-// Serves reports whether the controller answers for svc: ClusterIP and
-// LoadBalancer Services with a cluster IP, of no class or ours.
+// Serves reports whether the controller answers for svc: ClusterIP,
+// NodePort and LoadBalancer Services with a cluster IP that no other proxy
+// is named for. Like kube-proxy, it serves a LoadBalancer Service of
+// another loadBalancerClass too, but only as a NodePort one
+// (OwnsExternal).
 func Serves(svc *corev1.Service, o Options) bool {
+	if _, ok := svc.Labels[LabelServiceProxyName]; ok {
+		return false
+	}
 	switch svc.Spec.Type {
 	case corev1.ServiceTypeClusterIP, "", corev1.ServiceTypeLoadBalancer, corev1.ServiceTypeNodePort:
 	default:
@@ -193,10 +204,20 @@ func Serves(svc *corev1.Service, o Options) bool {
 	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		return false // headless
 	}
-	if c := svc.Spec.LoadBalancerClass; c != nil && *c != cmp.Or(o.Class, DefaultClass) {
+	return true
+}
+
+// OwnsExternal reports whether svc's external address is the
+// controller's to allocate and write to status.loadBalancer.ingress: a
+// LoadBalancer Service of no loadBalancerClass or ours. Another class's
+// implementation gives it its address; its cluster IP, node ports and
+// external IPs are still served, as kube-proxy serves them.
+func OwnsExternal(svc *corev1.Service, o Options) bool {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		return false
 	}
-	return true
+	c := svc.Spec.LoadBalancerClass
+	return c == nil || *c == cmp.Or(o.Class, DefaultClass)
 }
 
 // Desired is the load balancer svc should have, given its EndpointSlices.
@@ -213,7 +234,7 @@ func Desired(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, o Options) (
 	if err := setVIPs(lb, svc, o); err != nil {
 		return nil, err
 	}
-	ls, err := listenerTemplate(svc, lb.External, o)
+	ls, err := listenerTemplate(svc, lb.External, externalIPs(svc), o)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +316,7 @@ func setVIPs(lb *LB, svc *corev1.Service, o Options) error {
 	}
 	clusterVIP := VIP{SubnetID: o.ClusterIPSubnet, Address: clusterIPs[0]}
 	lb.VIP = clusterVIP
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+	if !OwnsExternal(svc, o) {
 		return nil
 	}
 	lb.External = true
@@ -339,7 +360,8 @@ type listenerSettings struct {
 	algorithm    string
 	persistence  *Persistence
 	allowedCIDRs []string
-	tags         []string
+	// tags: of the listeners of the Service ports, external IPs included.
+	tags []string
 	// nodePortTags are the tags of the node-port listeners.
 	nodePortTags []string
 	monitor      *Monitor
@@ -347,8 +369,8 @@ type listenerSettings struct {
 }
 
 // listenerTemplate reads the settings every listener of svc shares from
-// its spec and annotations.
-func listenerTemplate(svc *corev1.Service, external bool, o Options) (*listenerSettings, error) {
+// its spec and annotations; extIPs are its external IPs.
+func listenerTemplate(svc *corev1.Service, external bool, extIPs []string, o Options) (*listenerSettings, error) {
 	alg, err := algorithmOf(svc.Annotations)
 	if err != nil {
 		return nil, err
@@ -368,7 +390,7 @@ func listenerTemplate(svc *corev1.Service, external bool, o Options) (*listenerS
 		return nil, err
 	}
 	return &listenerSettings{algorithm: alg, persistence: persistenceOf(svc), allowedCIDRs: ranges,
-		tags: listenerTags(svc, external), nodePortTags: nodePortTags(svc), monitor: monitor, timeouts: timeouts}, nil
+		tags: listenerTags(svc, external, extIPs), nodePortTags: nodePortTags(svc), monitor: monitor, timeouts: timeouts}, nil
 }
 
 // nodePortTags mark a node-port listener, with externalTrafficPolicy
@@ -469,11 +491,17 @@ func allowedCIDRs(svc *corev1.Service, podCIDRs []string) ([]string, error) {
 	return slices.Compact(ranges), nil
 }
 
-// listenerTags carry the traffic policies and the topology preference.
-func listenerTags(svc *corev1.Service, external bool) []string {
+// listenerTags carry the traffic policies, the topology preference and
+// the external IPs. externalTrafficPolicy governs a Service reachable from
+// outside on its listeners: one with its external address (external), or
+// with external IPs.
+func listenerTags(svc *corev1.Service, external bool, extIPs []string) []string {
 	var tags []string
-	if external && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+	if (external || len(extIPs) > 0) && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
 		tags = append([]string{flows.TagLocalOnly}, healthCheckTags(svc)...)
+	}
+	for _, a := range extIPs {
+		tags = append(tags, flows.TagExternalIPPrefix+a)
 	}
 	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
 		tags = append(tags, flows.TagInternalLocal)
@@ -482,6 +510,20 @@ func listenerTags(svc *corev1.Service, external bool) []string {
 		tags = append(tags, flows.TagPreferClose)
 	}
 	return tags
+}
+
+// externalIPs are svc's IPv4 spec.externalIPs, canonical, sorted and
+// without duplicates. The IPv6 ones are left out (the data plane is IPv4
+// only), as are those that do not parse (the API server validates them).
+func externalIPs(svc *corev1.Service) []string {
+	var out []string
+	for _, s := range svc.Spec.ExternalIPs {
+		if a, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil && a.Unmap().Is4() {
+			out = append(out, a.Unmap().String())
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // SourceRestricted reports whether svc is a LoadBalancer Service whose

@@ -382,10 +382,105 @@ func TestDesired(t *testing.T) {
 		}},
 		{name: "headless is ignored", svc: service(func(s *corev1.Service) { s.Spec.ClusterIP = "None" })},
 		{name: "ExternalName is ignored", svc: service(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeExternalName })},
-		{name: "another loadBalancerClass is ignored", svc: service(func(s *corev1.Service) {
+		{name: "service-proxy-name label, even empty, leaves the Service to that proxy", svc: service(func(s *corev1.Service) {
+			s.Labels = map[string]string{LabelServiceProxyName: ""}
+		})},
+		{name: "service-proxy-name label on a LoadBalancer Service", svc: service(func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Labels = map[string]string{LabelServiceProxyName: "cilium"}
+		})},
+		{name: "another loadBalancerClass: cluster IP and node ports served, no external address",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.LoadBalancerClass = ptr.To("example.com/other")
+				s.Spec.LoadBalancerSourceRanges = []string{"198.18.1.0/24"}
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.Ports[0].NodePort = 30080
+			}),
+			opts: &Options{Cluster: "lab", ClusterIPSubnet: "sub-cluster", ExternalSubnet: "sub-ext", FloatingNetwork: "public"},
+			check: func(t *testing.T, lb *LB) {
+				if lb.External || lb.FloatingIP != nil || len(lb.AdditionalVIPs) != 0 || lb.VIP != (VIP{"sub-cluster", "198.19.64.10"}) {
+					t.Errorf("external %v, floating IP %+v, VIP %+v, additional %+v: want the cluster IP only", lb.External, lb.FloatingIP, lb.VIP, lb.AdditionalVIPs)
+				}
+				if len(lb.Listeners) != 2 {
+					t.Fatalf("listeners %+v", lb.Listeners)
+				}
+				if l := lb.Listeners[0]; len(l.Tags) != 0 || len(l.AllowedCIDRs) != 0 {
+					t.Errorf("cluster IP listener tags %v, allowed %v: nothing external applies", l.Tags, l.AllowedCIDRs)
+				}
+				if l := lb.Listeners[1]; l.Port != 30080 || !reflect.DeepEqual(l.Tags, []string{flows.TagNodePort, flows.TagLocalOnly}) {
+					t.Errorf("node port listener %d %v", l.Port, l.Tags)
+				}
+			}},
+		{name: "the default class is ours", svc: service(func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Spec.LoadBalancerClass = ptr.To(DefaultClass)
+		}), check: func(t *testing.T, lb *LB) {
+			if !lb.External || lb.VIP.SubnetID != "sub-ext" {
+				t.Errorf("external %v, VIP %+v", lb.External, lb.VIP)
+			}
+		}},
+		{name: "a configured class replaces the default", svc: service(func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Spec.LoadBalancerClass = ptr.To(DefaultClass)
+		}), opts: &Options{Cluster: "lab", ClusterIPSubnet: "sub-cluster", ExternalSubnet: "sub-ext", Class: "example.com/ours"},
+			check: func(t *testing.T, lb *LB) {
+				if lb.External || lb.VIP.SubnetID != "sub-cluster" {
+					t.Errorf("external %v, VIP %+v: want the cluster IP only", lb.External, lb.VIP)
+				}
+			}},
+		{name: "the configured class is ours", svc: service(func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Spec.LoadBalancerClass = ptr.To("example.com/ours")
+		}), opts: &Options{Cluster: "lab", ClusterIPSubnet: "sub-cluster", ExternalSubnet: "sub-ext", Class: "example.com/ours"},
+			check: func(t *testing.T, lb *LB) {
+				if !lb.External || lb.VIP.SubnetID != "sub-ext" {
+					t.Errorf("external %v, VIP %+v", lb.External, lb.VIP)
+				}
+			}},
+		{name: "ClientIP affinity without a timeout: kube-proxy's 10800 s", svc: service(func(s *corev1.Service) {
+			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		}), check: func(t *testing.T, lb *LB) {
+			if p := lb.Listeners[0].Pool.Persistence; p == nil || *p != (Persistence{"SOURCE_IP", 10800}) {
+				t.Errorf("persistence %+v", p)
+			}
+		}},
+		{name: "externalIPs: a listener tag per IPv4 address, sorted, once; externalTrafficPolicy applies",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.ExternalIPs = []string{"198.19.200.2", "198.19.200.1", "2001:2::1", "198.19.200.2"}
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53})
+			}),
+			check: func(t *testing.T, lb *LB) {
+				want := []string{flows.TagLocalOnly, flows.TagExternalIPPrefix + "198.19.200.1", flows.TagExternalIPPrefix + "198.19.200.2"}
+				for _, l := range lb.Listeners {
+					if !reflect.DeepEqual(l.Tags, want) {
+						t.Errorf("listener %s tags %v, want %v", l.Name, l.Tags, want)
+					}
+				}
+				if lb.External || lb.VIP.Address != "198.19.64.10" || len(lb.AdditionalVIPs) != 0 {
+					t.Errorf("external %v, VIP %+v, additional %+v: external IPs take no VIP", lb.External, lb.VIP, lb.AdditionalVIPs)
+				}
+			}},
+		{name: "externalIPs of a NodePort Service: not on its node ports", svc: service(func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeNodePort
+			s.Spec.Ports[0].NodePort = 30080
+			s.Spec.ExternalIPs = []string{"198.19.200.1"}
+		}), check: func(t *testing.T, lb *LB) {
+			if len(lb.Listeners) != 2 || !reflect.DeepEqual(lb.Listeners[0].Tags, []string{flows.TagExternalIPPrefix + "198.19.200.1"}) ||
+				!reflect.DeepEqual(lb.Listeners[1].Tags, []string{flows.TagNodePort}) {
+				t.Errorf("listeners %+v", lb.Listeners)
+			}
+		}},
+		{name: "externalIPs of another class's LoadBalancer Service are served", svc: service(func(s *corev1.Service) {
 			s.Spec.Type = corev1.ServiceTypeLoadBalancer
 			s.Spec.LoadBalancerClass = ptr.To("example.com/other")
-		})},
+			s.Spec.ExternalIPs = []string{"198.19.200.1"}
+		}), check: func(t *testing.T, lb *LB) {
+			if lb.External || !reflect.DeepEqual(lb.Listeners[0].Tags, []string{flows.TagExternalIPPrefix + "198.19.200.1"}) {
+				t.Errorf("external %v, tags %v", lb.External, lb.Listeners[0].Tags)
+			}
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -188,6 +188,13 @@ func TestPlan(t *testing.T) {
 			want: func(lb *LB) { lb.Listeners[0].Tags = []string{"flowlb:local-only"} },
 			calls: []call{put("lbaas/listeners/l-80", `{"listener": {"name": "http", "tags": ["flowlb:local-only"], "allowed_cidrs": null,
 				"timeout_client_data": 50000, "timeout_member_connect": 5000, "timeout_member_data": 50000, "timeout_tcp_inspect": 0}}`)}},
+		{name: "an external IP added: the listener's tag, in place",
+			actual: func(a *Actual) { a.Listeners[0].Tags = []string{"flowlb:external-ip=198.19.200.1"} },
+			want: func(lb *LB) {
+				lb.Listeners[0].Tags = []string{"flowlb:external-ip=198.19.200.1", "flowlb:external-ip=198.19.200.2"}
+			},
+			calls: []call{put("lbaas/listeners/l-80", `{"listener": {"name": "http", "tags": ["flowlb:external-ip=198.19.200.1", "flowlb:external-ip=198.19.200.2"], "allowed_cidrs": null,
+				"timeout_client_data": 50000, "timeout_member_connect": 5000, "timeout_member_data": 50000, "timeout_tcp_inspect": 0}}`)}},
 		{name: "listener timeouts",
 			want: func(lb *LB) { lb.Listeners[0].Timeouts.MemberConnect = 2000 },
 			calls: []call{put("lbaas/listeners/l-80", `{"listener": {"name": "http", "tags": [], "allowed_cidrs": null,

@@ -281,3 +281,15 @@ func (s *Service) loadSecurity(tx store.ReadTx, f store.Filter, trees map[string
 	}
 	return nil
 }
+
+// Stats are the statistics of a load balancer or listener the caller may
+// see, summed over every node's reports.
+func (s *Service) Stats(ctx context.Context, kind store.Kind, id string) (store.Counts, error) {
+	if _, err := s.Tree(ctx, kind, id); err != nil {
+		return store.Counts{}, err
+	}
+	if kind == store.KindListener {
+		return s.st.ListenerStats(ctx, id)
+	}
+	return s.st.LoadBalancerStats(ctx, id)
+}

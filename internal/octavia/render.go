@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/store"
 )
 
 // internalKeys are document fields flowlb keeps for itself or for filters
@@ -165,4 +166,11 @@ func statusTree(t *lbaas.Tree) map[string]any {
 	return map[string]any{"statuses": map[string]any{"loadbalancer": map[string]any{
 		"id": t.LB.ID, "name": t.LB.Name, "operating_status": t.LB.OperatingStatus, "provisioning_status": t.LB.ProvisioningStatus, "listeners": ls,
 	}}}
+}
+
+// renderStats is Octavia's statistics object (LoadBalancerStatisticsResponse,
+// ListenerStatisticsResponse).
+func renderStats(c store.Counts) map[string]any {
+	return map[string]any{"bytes_in": c.BytesIn, "bytes_out": c.BytesOut, "active_connections": c.ActiveConnections,
+		"total_connections": c.TotalConnections, "request_errors": c.RequestErrors}
 }

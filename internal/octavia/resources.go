@@ -70,15 +70,16 @@ func (s *Server) createLB(w http.ResponseWriter, r *http.Request) {
 	s.show(w, r, http.StatusCreated, "loadbalancer", renderLB(t))
 }
 
-// stats answers zeros until agents report counters: Octavia does the same
-// for objects without data.
+// stats answers what the agents counted, summed over the nodes (zeros
+// before any report, as Octavia answers for objects without data).
 func (s *Server) stats(kind store.Kind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if _, err := s.svc.Tree(r.Context(), kind, r.PathValue("id")); err != nil {
+		c, err := s.svc.Stats(r.Context(), kind, r.PathValue("id"))
+		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"stats": map[string]any{"bytes_in": 0, "bytes_out": 0, "active_connections": 0, "total_connections": 0, "request_errors": 0}})
+		writeJSON(w, http.StatusOK, map[string]any{"stats": renderStats(c)})
 	}
 }
 

@@ -2,12 +2,14 @@ package octavia
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -38,6 +40,7 @@ func (f *fakeVIPs) Release(store.Tx, string) error { return nil }
 type api struct {
 	t   *testing.T
 	srv *httptest.Server
+	st  store.Store
 }
 
 // heldRealizer completes changes only when release is called.
@@ -67,13 +70,14 @@ func newAPI(t *testing.T) *api { return newAPIWith(t, flow.Immediate{}) }
 func newAPIWith(t *testing.T, r flow.Realizer) *api {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := lbaas.New(memstore.New(), &fakeVIPs{}, []lbaas.Provider{flow.New(r)}, lbaas.Config{DefaultProvider: flow.Name}, log)
+	st := memstore.New()
+	svc, err := lbaas.New(st, &fakeVIPs{}, []lbaas.Provider{flow.New(r)}, lbaas.Config{DefaultProvider: flow.Name}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(identity.NoAuth("p-default", New(svc, nil, log, Config{})))
 	t.Cleanup(srv.Close)
-	return &api{t: t, srv: srv}
+	return &api{t: t, srv: srv, st: st}
 }
 
 // do sends a request and decodes a JSON answer (nil for empty bodies).
@@ -294,5 +298,50 @@ func TestProvidersNarrowed(t *testing.T) {
 		if code != 200 || string(got) != string(want) {
 			t.Errorf("providers%s: %d %s, want %s", tc.query, code, got, want)
 		}
+	}
+}
+
+// TestStats: the load balancer's and each listener's statistics are what
+// the nodes reported, summed, in Octavia's shape; another listener's are
+// its own.
+func TestStats(t *testing.T) {
+	a := newAPI(t)
+	_, body := a.do("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{"vip_subnet_id": subnetID}})
+	lb := body["loadbalancer"].(map[string]any)["id"].(string)
+	a.waitActive(lb)
+	var listeners []string
+	for _, port := range []int{80, 443} {
+		code, body := a.do("POST", "/v2/lbaas/listeners", map[string]any{"listener": map[string]any{"loadbalancer_id": lb, "protocol": "TCP", "protocol_port": port}})
+		if code != 201 {
+			t.Fatalf("listener: %d %v", code, body)
+		}
+		listeners = append(listeners, body["listener"].(map[string]any)["id"].(string))
+		a.waitActive(lb)
+	}
+	ctx := context.Background()
+	count := func(l string, in, out, total, errs, active int64) store.ListenerCounts {
+		return store.ListenerCounts{ListenerID: l, LoadBalancerID: lb, Counts: store.Counts{BytesIn: in, BytesOut: out, TotalConnections: total, RequestErrors: errs, ActiveConnections: active}}
+	}
+	if err := a.st.AddStats(ctx, "n1", []store.ListenerCounts{count(listeners[0], 100, 1000, 2, 1, 1), count(listeners[1], 5, 6, 1, 0, 0)}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.st.AddStats(ctx, "n2", []store.ListenerCounts{count(listeners[0], 50, 500, 3, 0, 2)}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		want map[string]any
+	}{
+		{"/v2/lbaas/listeners/" + listeners[0] + "/stats", map[string]any{"bytes_in": 150.0, "bytes_out": 1500.0, "total_connections": 5.0, "request_errors": 1.0, "active_connections": 3.0}},
+		{"/v2/lbaas/listeners/" + listeners[1] + "/stats", map[string]any{"bytes_in": 5.0, "bytes_out": 6.0, "total_connections": 1.0, "request_errors": 0.0, "active_connections": 0.0}},
+		{"/v2/lbaas/loadbalancers/" + lb + "/stats", map[string]any{"bytes_in": 155.0, "bytes_out": 1506.0, "total_connections": 6.0, "request_errors": 1.0, "active_connections": 3.0}},
+	} {
+		code, body := a.do("GET", tc.path, nil)
+		if code != 200 || !reflect.DeepEqual(body, map[string]any{"stats": tc.want}) {
+			t.Errorf("GET %s: %d %v, want %v", tc.path, code, body, tc.want)
+		}
+	}
+	if code, _ := a.do("GET", "/v2/lbaas/listeners/00000000-0000-0000-0000-000000000000/stats", nil); code != 404 {
+		t.Errorf("stats of a listener that does not exist: %d, want 404", code)
 	}
 }

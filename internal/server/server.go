@@ -55,11 +55,14 @@ type Options struct {
 	AgentListen     string
 	AgentTokenFile  string
 	AckTimeout      time.Duration
-	ReplicaID       string
-	Network         string
-	Keystone        identity.KeystoneConfig
-	PasswordFile    string
-	RBAC            string
+	// StatsMetrics is the level of the statistics series on /metrics:
+	// listener (default), loadbalancer or none.
+	StatsMetrics string
+	ReplicaID    string
+	Network      string
+	Keystone     identity.KeystoneConfig
+	PasswordFile string
+	RBAC         string
 	// TLSCert and TLSKey, if set, serve the API over TLS; the files are
 	// read again when they change.
 	TLSCert, TLSKey string
@@ -373,6 +376,7 @@ func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, ca *p
 	// Agents' health verdicts become member operating statuses, and the
 	// flows follow them.
 	hub.SetHealthSink(s.svc.SetMemberHealth)
+	hub.SetStatsSink(s.st.AddStats)
 	ln, err := net.Listen("tcp", o.AgentListen)
 	if err != nil {
 		return fmt.Errorf("agent listener: %w", err)
@@ -396,6 +400,13 @@ func (s *Server) apiServer(reg *prometheus.Registry, authn func(http.Handler) ht
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := apimetrics.New(reg)
 	apimetrics.RegisterObjects(reg, s.svc.CountByStatus)
+	level := o.StatsMetrics
+	if level == "" {
+		level = apimetrics.StatsListener
+	}
+	if err := apimetrics.RegisterStats(reg, level, s.st.AllStats); err != nil {
+		return nil, err
+	}
 	api := octavia.New(s.svc, neutron.NewHandler(s.st, s.log), s.log, octavia.Config{})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -104,7 +104,34 @@ type Store interface {
 	View(ctx context.Context, fn func(tx ReadTx) error) error
 	Log
 	Cluster
+	Stats
 	Close() error
+}
+
+// Stats keeps what the agents count, per listener, summed over nodes.
+type Stats interface {
+	// AddStats adds what node counted since its previous report to each
+	// listener's counters and replaces the node's open connections (a
+	// listener it does not list has none there), valid for ttl, in one
+	// transaction.
+	AddStats(ctx context.Context, node string, counts []ListenerCounts, ttl time.Duration) error
+	// ListenerStats sums a listener's statistics (zeros for one without).
+	ListenerStats(ctx context.Context, listenerID string) (Counts, error)
+	// LoadBalancerStats sums those of a load balancer's listeners.
+	LoadBalancerStats(ctx context.Context, lbID string) (Counts, error)
+	// AllStats lists every listener's statistics (for metrics).
+	AllStats(ctx context.Context) ([]ListenerCounts, error)
+}
+
+// Counts are Octavia's statistics of a listener or load balancer.
+type Counts struct {
+	BytesIn, BytesOut, TotalConnections, RequestErrors, ActiveConnections int64
+}
+
+// ListenerCounts is what one node counted for one listener.
+type ListenerCounts struct {
+	ListenerID, LoadBalancerID string
+	Counts
 }
 
 // Commit is what a committed transaction logged.

@@ -25,7 +25,7 @@ func (d *Dataplane) adopt() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read sets: %w", err)
 	}
-	if !sameLayout(t, sets) {
+	if !sameLayout(t, sets) || hasSet(sets, uncountedMarker) != d.uncounted {
 		return false, nil
 	}
 	programmed, ok, err := d.readFootprints(t)
@@ -62,6 +62,11 @@ func sameLayout(t *nftables.Table, sets []*nftables.Set) bool {
 		}
 	}
 	return true
+}
+
+func hasSet(sets []*nftables.Set, name string) bool {
+	_, ok := setsByName(sets)[name]
+	return ok
 }
 
 // readFootprints reads every service's elements back; false when one is

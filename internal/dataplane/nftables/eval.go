@@ -275,6 +275,9 @@ func (r *run) ct(e *expr.Ct) (bool, result, error) {
 		return true, result{}, r.store32(e.Register, r.pkt.ctState)
 	case e.Key == expr.CtKeySTATUS:
 		return true, result{}, r.store32(e.Register, r.pkt.status)
+	case e.Key == expr.CtKeyDIRECTION:
+		// A trace follows a first packet: the original direction.
+		return true, result{}, r.store(e.Register, []byte{0})
 	}
 	return false, result{}, fmt.Errorf("cannot evaluate ct key %d", e.Key)
 }

@@ -177,6 +177,35 @@ func ctBit(key expr.CtKey, bit uint32) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: regMark, Data: make([]byte, 4)})
 }
 
+// ctReply matches a packet of a connection's reply direction.
+func ctReply() []expr.Any {
+	return one(&expr.Ct{Register: regMark, Key: expr.CtKeyDIRECTION},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: regMark, Data: []byte{ctDirReply}})
+}
+
+// notLoopback, in acl, leaves out a packet that came in on loopback: the
+// node sent it, and acl_out has counted it already. (acl_out: nothing.)
+func notLoopback(chain string) []expr.Any {
+	if chain != aclChain {
+		return nil
+	}
+	return one(&expr.Meta{Key: expr.MetaKeyIIFTYPE, Register: regMark},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: regMark, Data: binaryutil.NativeEndian.PutUint16(unix.ARPHRD_LOOPBACK)})
+}
+
+// ctDirReply is IP_CT_DIR_REPLY.
+const ctDirReply = 1
+
+// ctOrigKey loads the connection's original destination . l4proto .
+// destination port (the service, for one this node translated) into
+// registers 8–10.
+func ctOrigKey() []expr.Any {
+	return one(
+		&expr.Ct{Register: regDaddr, Key: expr.CtKeyDST, Direction: 0},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regProto},
+		&expr.Ct{Register: regDport, Key: expr.CtKeyPROTODST, Direction: 0})
+}
+
 func goTo(ch string) []expr.Any { return one(&expr.Verdict{Kind: expr.VerdictGoto, Chain: ch}) }
 
 func tcpOnly() []expr.Any {

@@ -80,6 +80,9 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 	f := footprint{}
 	k := s.Key
 	kb := key(k)
+	for _, set := range statsSets {
+		f.add(elem{set: set, key: kb})
+	}
 	for _, p := range s.AllowedCIDRs {
 		if p.Addr().Is4() {
 			start, end := aclRange(k, p.Masked())

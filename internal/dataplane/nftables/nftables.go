@@ -38,6 +38,10 @@ type Dataplane struct {
 	// conntrack forgets, after each Apply, the UDP flows to backends that
 	// left their service.
 	conntrack conntrackCleaner
+	// stats reads the kernel's counters (nil: none to read); uncounted
+	// leaves the rules that count out of the table.
+	stats     statsReader
+	uncounted bool
 	// observe, if set, sees every plan sent and its outcome.
 	observe func(Plan, error)
 }
@@ -50,6 +54,10 @@ type Option func(*Dataplane)
 func WithPlanObserver(observe func(p Plan, err error)) Option {
 	return func(d *Dataplane) { d.observe = observe }
 }
+
+// WithoutCounters leaves the statistics rules out of the table: no cost
+// per packet, and ReadStats answers ErrNoStats.
+func WithoutCounters() Option { return func(d *Dataplane) { d.uncounted = true } }
 
 // WithZone places the node in a topology zone: PreferClose services then
 // send its traffic to the backends for that zone when there are any.
@@ -73,6 +81,7 @@ func New(netnsFd int, node string, options ...Option) (*Dataplane, error) {
 		return nil, err
 	}
 	d.netns, d.conntrack = netnsFd, netlinkConntrack{netns: netnsFd}
+	d.stats = netlinkStats{netns: netnsFd, programmed: func(k flows.Key) bool { _, ok := d.programmed[k]; return ok }}
 	return d, nil
 }
 

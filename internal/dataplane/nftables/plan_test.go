@@ -259,7 +259,7 @@ func elementLines(s string) string {
 // chain, as the kernel gets them (testdata/ruleset.txt).
 func TestRuleset(t *testing.T) {
 	sc := testSchema()
-	chains := baseChains(sc.sets)
+	chains := baseChains(sc.sets, true)
 	for _, name := range []string{persistChain(time.Minute), limitChain(100)} {
 		c, err := classChain(name, sc.sets)
 		if err != nil {

@@ -239,7 +239,9 @@ func exprString(e expr.Any) string {
 		return fmt.Sprintf("r%d %s 0x%x", e.Register, map[expr.CmpOp]string{expr.CmpOpEq: "==", expr.CmpOpNeq: "!=", expr.CmpOpLt: "<",
 			expr.CmpOpLte: "<=", expr.CmpOpGt: ">", expr.CmpOpGte: ">="}[e.Op], e.Data)
 	case *expr.Ct:
-		return fmt.Sprintf("ct %s > r%d", map[expr.CtKey]string{expr.CtKeySTATE: "state", expr.CtKeySTATUS: "status"}[e.Key], e.Register)
+		name := map[expr.CtKey]string{expr.CtKeySTATE: "state", expr.CtKeySTATUS: "status", expr.CtKeyDIRECTION: "direction",
+			expr.CtKeyDST: "original daddr", expr.CtKeyPROTODST: "original proto-dst"}[e.Key]
+		return fmt.Sprintf("ct %s > r%d", name, e.Register)
 	case *expr.Immediate:
 		return fmt.Sprintf("0x%x > r%d", e.Data, e.Register)
 	case *expr.Numgen:
@@ -290,6 +292,8 @@ func metaName(k expr.MetaKey) string {
 		return "l4proto"
 	case expr.MetaKeyMARK:
 		return "mark"
+	case expr.MetaKeyIIFTYPE:
+		return "iiftype"
 	}
 	return fmt.Sprintf("key %d", k)
 }

@@ -68,13 +68,14 @@ func rule(reason string, parts ...[]expr.Any) ruleSpec {
 // baseChains are the table's constant chains, in the order they are
 // created; sets are the table's sets by name (their IDs let rules refer to
 // sets created in the same transaction).
-func baseChains(sets map[string]*nftables.Set) []chainSpec {
+// counted says whether they count (stats.go).
+func baseChains(sets map[string]*nftables.Set, counted bool) []chainSpec {
 	return []chainSpec{
-		rejectChain(),
+		rejectChain(sets, counted),
 		nodePortRewrite(nodePortChain, nftables.ChainHookPrerouting, sets),
 		nodePortRewrite(nodePortOutChain, nftables.ChainHookOutput, sets),
-		filterChain(aclChain, nftables.ChainHookPrerouting, sets),
-		filterChain(aclOutChain, nftables.ChainHookOutput, sets),
+		filterChain(aclChain, nftables.ChainHookPrerouting, sets, counted),
+		filterChain(aclOutChain, nftables.ChainHookOutput, sets, counted),
 		postroutingChain(sets),
 		balanceChain(sets),
 		dstNATChain(preChain, nftables.ChainHookPrerouting, sets),
@@ -127,35 +128,60 @@ func nodePortRewrite(name string, hook *nftables.ChainHook, sets map[string]*nft
 // 0.0.0.0 by now, which an answer would come from. (A node port without
 // backends is not rewritten at all, so the node's own stack refuses it,
 // from the address the client used; only a connection limit comes here.)
-func rejectChain() chainSpec {
-	return chainSpec{chain: nftables.Chain{Name: refuseChain}, rules: []ruleSpec{
+// Every attempt refused is counted in stats_err first.
+func rejectChain(sets map[string]*nftables.Set, counted bool) chainSpec {
+	var rules []ruleSpec
+	if counted {
+		rules = append(rules, rule("", svcKey(), lookup(sets[statsErrSet], regDaddr)))
+	}
+	rules = append(rules,
 		rule(reasonNodePortDrop, markSet(nodePortMark), one(&expr.Verdict{Kind: expr.VerdictDrop})),
 		rule("", tcpOnly(), rejectTCP()),
-		rule("", rejectICMP()),
-	}}
+		rule("", rejectICMP()))
+	return chainSpec{chain: nftables.Chain{Name: refuseChain}, rules: rules}
 }
 
 // filterChain filters before DNAT: allowed_cidrs, connection limits,
 // local-only and internal-local services without a local backend, services
 // without any backend. acl sees what enters the node, acl_out what the
 // node sends itself.
-func filterChain(name string, hook *nftables.ChainHook, sets map[string]*nftables.Set) chainSpec {
+//
+// It also counts (stats.go): every drop counts the attempt in stats_err
+// (the service's element always exists, so the lookup always matches),
+// and what passes counts, in this order, a new connection in stats_new,
+// a packet from a client (addressed to the service) in stats_in, a
+// packet to a client (a reply, whose original destination was the
+// service) in stats_out. Only the node that translated a connection has
+// its VIP in conntrack's original tuple, so each packet is counted once
+// in the cluster; a client's packets enter by prerouting (acl) or, from
+// the node itself, output (acl_out), and so do the replies.
+func filterChain(name string, hook *nftables.ChainHook, sets map[string]*nftables.Set, counted bool) chainSpec {
 	podnets := sets[podNetsSet]
+	refused := one(&expr.Verdict{Kind: expr.VerdictDrop})
+	if counted {
+		refused = append(lookup(sets[statsErrSet], regDaddr), refused...)
+	}
 	rules := []ruleSpec{
 		rule(reasonACL, svcKey(), lookup(sets[aclOnSet], regDaddr),
 			load(regSlot, expr.PayloadBaseNetworkHeader, 12, 4),
 			one(&expr.Lookup{SourceRegister: regDaddr, SetName: aclAllowSet, SetID: sets[aclAllowSet].ID, Invert: true}),
-			one(&expr.Verdict{Kind: expr.VerdictDrop})),
+			refused),
 		rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), vmap(sets[limitsMap])),
 	}
 	if name == aclChain {
 		rules = append(rules,
-			rule(reasonNoLocal, svcKey(), lookup(sets[localNoneSet], regDaddr), fromOutside(podnets), one(&expr.Verdict{Kind: expr.VerdictDrop})),
-			rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), fromInside(podnets), one(&expr.Verdict{Kind: expr.VerdictDrop})))
+			rule(reasonNoLocal, svcKey(), lookup(sets[localNoneSet], regDaddr), fromOutside(podnets), refused),
+			rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), fromInside(podnets), refused))
 	} else {
-		rules = append(rules, rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), one(&expr.Verdict{Kind: expr.VerdictDrop})))
+		rules = append(rules, rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), refused))
 	}
 	rules = append(rules, rule(reasonNoBackend, ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[emptySet], regDaddr), goTo(refuseChain)))
+	if !counted {
+		return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityMangle}, rules: rules}
+	}
+	rules = append(rules, rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[statsNewSet], regDaddr)),
+		rule("", svcKey(), lookup(sets[statsInSet], regDaddr)),
+		rule("", ctReply(), notLoopback(name), ctOrigKey(), lookup(sets[statsOutSet], regDaddr)))
 	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityMangle}, rules: rules}
 }
 

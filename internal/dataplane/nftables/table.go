@@ -15,6 +15,9 @@ func (d *Dataplane) create() error {
 	d.conn.DelTable(d.table)
 	d.conn.AddTable(d.table)
 	specs := setSpecs(d.table)
+	if d.uncounted {
+		specs = append(specs, &nftables.Set{Table: d.table, Name: uncountedMarker, KeyType: nftables.TypeInteger})
+	}
 	for _, s := range specs {
 		var els []nftables.SetElement
 		if s.Name == podNetsSet {
@@ -27,7 +30,7 @@ func (d *Dataplane) create() error {
 	}
 	// The sets have their transaction IDs now, for the rules to refer to.
 	d.sets = setsByName(specs)
-	for _, c := range baseChains(d.sets) {
+	for _, c := range baseChains(d.sets, !d.uncounted) {
 		d.queueChain(c)
 	}
 	if err := d.conn.Flush(); err != nil {

@@ -71,7 +71,7 @@ func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
 func (d *Dataplane) traceChains() (map[string]chainSpec, error) {
 	sets := setsByName(setSpecs(d.table))
 	chains := map[string]chainSpec{}
-	for _, c := range baseChains(sets) {
+	for _, c := range baseChains(sets, !d.uncounted) {
 		chains[c.chain.Name] = c
 	}
 	names, err := d.readClassChains()

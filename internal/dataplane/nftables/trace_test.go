@@ -174,6 +174,12 @@ func TestRulesMatchKernel(t *testing.T) {
 				t.Errorf("the kernel has chain %s, which the code does not generate", c.Name)
 				continue
 			}
+			if c.Name == aclChain || c.Name == aclOutChain {
+				// The library cannot read these back: it decodes a ct
+				// expression's direction as 4 bytes, and the kernel
+				// sends 1. TestStatsCountTraffic shows what they do.
+				continue
+			}
 			rules, err := dp.conn.GetRules(dp.table, c)
 			if err != nil {
 				t.Fatal(err)

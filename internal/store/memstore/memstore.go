@@ -32,6 +32,7 @@ type Store struct {
 	oldest  int64
 	pending map[string]store.Pending
 	cluster
+	stats
 	watchers
 }
 

@@ -129,6 +129,7 @@ type AgentMessage struct {
 	//	*AgentMessage_Hello
 	//	*AgentMessage_Ack
 	//	*AgentMessage_Health
+	//	*AgentMessage_Stats
 	Msg           isAgentMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -198,6 +199,15 @@ func (x *AgentMessage) GetHealth() *HealthReport {
 	return nil
 }
 
+func (x *AgentMessage) GetStats() *StatsReport {
+	if x != nil {
+		if x, ok := x.Msg.(*AgentMessage_Stats); ok {
+			return x.Stats
+		}
+	}
+	return nil
+}
+
 type isAgentMessage_Msg interface {
 	isAgentMessage_Msg()
 }
@@ -214,11 +224,179 @@ type AgentMessage_Health struct {
 	Health *HealthReport `protobuf:"bytes,3,opt,name=health,proto3,oneof"`
 }
 
+type AgentMessage_Stats struct {
+	Stats *StatsReport `protobuf:"bytes,4,opt,name=stats,proto3,oneof"`
+}
+
 func (*AgentMessage_Hello) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Ack) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Health) isAgentMessage_Msg() {}
+
+func (*AgentMessage_Stats) isAgentMessage_Msg() {}
+
+// StatsReport is what the node counted per service since its previous
+// report (deltas: the kernel's counters are zeroed as they are read), and
+// the connections open through each now. It lists every service with
+// open connections: one it leaves out has none on this node.
+type StatsReport struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Services []*ServiceStats        `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	// The agent's reporting interval: its open connections count until
+	// three intervals pass without another report.
+	IntervalMs    int64 `protobuf:"varint,2,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsReport) Reset() {
+	*x = StatsReport{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsReport) ProtoMessage() {}
+
+func (x *StatsReport) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsReport.ProtoReflect.Descriptor instead.
+func (*StatsReport) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StatsReport) GetServices() []*ServiceStats {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+func (x *StatsReport) GetIntervalMs() int64 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+type ServiceStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   *ServiceKey            `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The service's owners as the agent programmed them.
+	LoadbalancerId string `protobuf:"bytes,2,opt,name=loadbalancer_id,json=loadbalancerId,proto3" json:"loadbalancer_id,omitempty"`
+	ListenerId     string `protobuf:"bytes,3,opt,name=listener_id,json=listenerId,proto3" json:"listener_id,omitempty"`
+	Connections    uint64 `protobuf:"varint,4,opt,name=connections,proto3" json:"connections,omitempty"`
+	// IP bytes from clients and to clients.
+	BytesIn  uint64 `protobuf:"varint,5,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	BytesOut uint64 `protobuf:"varint,6,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	// Connection attempts refused: no backend, allowed_cidrs, connection
+	// limit, no local backend.
+	RequestErrors     uint64 `protobuf:"varint,7,opt,name=request_errors,json=requestErrors,proto3" json:"request_errors,omitempty"`
+	ActiveConnections uint64 `protobuf:"varint,8,opt,name=active_connections,json=activeConnections,proto3" json:"active_connections,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ServiceStats) Reset() {
+	*x = ServiceStats{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceStats) ProtoMessage() {}
+
+func (x *ServiceStats) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceStats.ProtoReflect.Descriptor instead.
+func (*ServiceStats) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ServiceStats) GetKey() *ServiceKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *ServiceStats) GetLoadbalancerId() string {
+	if x != nil {
+		return x.LoadbalancerId
+	}
+	return ""
+}
+
+func (x *ServiceStats) GetListenerId() string {
+	if x != nil {
+		return x.ListenerId
+	}
+	return ""
+}
+
+func (x *ServiceStats) GetConnections() uint64 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *ServiceStats) GetBytesIn() uint64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *ServiceStats) GetBytesOut() uint64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
+func (x *ServiceStats) GetRequestErrors() uint64 {
+	if x != nil {
+		return x.RequestErrors
+	}
+	return 0
+}
+
+func (x *ServiceStats) GetActiveConnections() uint64 {
+	if x != nil {
+		return x.ActiveConnections
+	}
+	return 0
+}
 
 // HealthReport carries member health transitions seen by the agent's
 // probes (never every probe).
@@ -231,7 +409,7 @@ type HealthReport struct {
 
 func (x *HealthReport) Reset() {
 	*x = HealthReport{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +421,7 @@ func (x *HealthReport) String() string {
 func (*HealthReport) ProtoMessage() {}
 
 func (x *HealthReport) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +434,7 @@ func (x *HealthReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthReport.ProtoReflect.Descriptor instead.
 func (*HealthReport) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HealthReport) GetResults() []*MemberHealth {
@@ -281,7 +459,7 @@ type MemberHealth struct {
 
 func (x *MemberHealth) Reset() {
 	*x = MemberHealth{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -293,7 +471,7 @@ func (x *MemberHealth) String() string {
 func (*MemberHealth) ProtoMessage() {}
 
 func (x *MemberHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -306,7 +484,7 @@ func (x *MemberHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberHealth.ProtoReflect.Descriptor instead.
 func (*MemberHealth) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MemberHealth) GetMemberId() string {
@@ -351,7 +529,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -363,7 +541,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -376,7 +554,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Hello) GetNode() string {
@@ -409,7 +587,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +599,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +612,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Ack) GetRevision() int64 {
@@ -471,7 +649,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +661,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +674,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Update) GetRevision() int64 {
@@ -567,7 +745,7 @@ type LoadBalancerServices struct {
 
 func (x *LoadBalancerServices) Reset() {
 	*x = LoadBalancerServices{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -579,7 +757,7 @@ func (x *LoadBalancerServices) String() string {
 func (*LoadBalancerServices) ProtoMessage() {}
 
 func (x *LoadBalancerServices) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -592,7 +770,7 @@ func (x *LoadBalancerServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerServices.ProtoReflect.Descriptor instead.
 func (*LoadBalancerServices) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LoadBalancerServices) GetLoadbalancerId() string {
@@ -635,7 +813,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +825,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +838,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Probe) GetMemberId() string {
@@ -772,7 +950,7 @@ type ServiceKey struct {
 
 func (x *ServiceKey) Reset() {
 	*x = ServiceKey{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +962,7 @@ func (x *ServiceKey) String() string {
 func (*ServiceKey) ProtoMessage() {}
 
 func (x *ServiceKey) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +975,7 @@ func (x *ServiceKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceKey.ProtoReflect.Descriptor instead.
 func (*ServiceKey) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ServiceKey) GetVip() []byte {
@@ -836,7 +1014,7 @@ type Backend struct {
 
 func (x *Backend) Reset() {
 	*x = Backend{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +1026,7 @@ func (x *Backend) String() string {
 func (*Backend) ProtoMessage() {}
 
 func (x *Backend) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +1039,7 @@ func (x *Backend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backend.ProtoReflect.Descriptor instead.
 func (*Backend) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Backend) GetMemberId() string {
@@ -939,7 +1117,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1129,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1142,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Service) GetKey() *ServiceKey {
@@ -1081,12 +1259,27 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12/\n" +
 	"\x13certificate_request\x18\x02 \x01(\fR\x12certificateRequest\"2\n" +
 	"\x0eEnrollResponse\x12 \n" +
-	"\vcertificate\x18\x01 \x01(\fR\vcertificate\"\xa8\x01\n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\"\xde\x01\n" +
 	"\fAgentMessage\x12.\n" +
 	"\x05hello\x18\x01 \x01(\v2\x16.flowlb.agent.v1.HelloH\x00R\x05hello\x12(\n" +
 	"\x03ack\x18\x02 \x01(\v2\x14.flowlb.agent.v1.AckH\x00R\x03ack\x127\n" +
-	"\x06health\x18\x03 \x01(\v2\x1d.flowlb.agent.v1.HealthReportH\x00R\x06healthB\x05\n" +
-	"\x03msg\"G\n" +
+	"\x06health\x18\x03 \x01(\v2\x1d.flowlb.agent.v1.HealthReportH\x00R\x06health\x124\n" +
+	"\x05stats\x18\x04 \x01(\v2\x1c.flowlb.agent.v1.StatsReportH\x00R\x05statsB\x05\n" +
+	"\x03msg\"i\n" +
+	"\vStatsReport\x129\n" +
+	"\bservices\x18\x01 \x03(\v2\x1d.flowlb.agent.v1.ServiceStatsR\bservices\x12\x1f\n" +
+	"\vinterval_ms\x18\x02 \x01(\x03R\n" +
+	"intervalMs\"\xb7\x02\n" +
+	"\fServiceStats\x12-\n" +
+	"\x03key\x18\x01 \x01(\v2\x1b.flowlb.agent.v1.ServiceKeyR\x03key\x12'\n" +
+	"\x0floadbalancer_id\x18\x02 \x01(\tR\x0eloadbalancerId\x12\x1f\n" +
+	"\vlistener_id\x18\x03 \x01(\tR\n" +
+	"listenerId\x12 \n" +
+	"\vconnections\x18\x04 \x01(\x04R\vconnections\x12\x19\n" +
+	"\bbytes_in\x18\x05 \x01(\x04R\abytesIn\x12\x1b\n" +
+	"\tbytes_out\x18\x06 \x01(\x04R\bbytesOut\x12%\n" +
+	"\x0erequest_errors\x18\a \x01(\x04R\rrequestErrors\x12-\n" +
+	"\x12active_connections\x18\b \x01(\x04R\x11activeConnections\"G\n" +
 	"\fHealthReport\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.flowlb.agent.v1.MemberHealthR\aresults\"y\n" +
 	"\fMemberHealth\x12\x1b\n" +
@@ -1182,43 +1375,48 @@ func file_flowlb_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_flowlb_agent_v1_agent_proto_rawDescData
 }
 
-var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_flowlb_agent_v1_agent_proto_goTypes = []any{
 	(*EnrollRequest)(nil),        // 0: flowlb.agent.v1.EnrollRequest
 	(*EnrollResponse)(nil),       // 1: flowlb.agent.v1.EnrollResponse
 	(*AgentMessage)(nil),         // 2: flowlb.agent.v1.AgentMessage
-	(*HealthReport)(nil),         // 3: flowlb.agent.v1.HealthReport
-	(*MemberHealth)(nil),         // 4: flowlb.agent.v1.MemberHealth
-	(*Hello)(nil),                // 5: flowlb.agent.v1.Hello
-	(*Ack)(nil),                  // 6: flowlb.agent.v1.Ack
-	(*Update)(nil),               // 7: flowlb.agent.v1.Update
-	(*LoadBalancerServices)(nil), // 8: flowlb.agent.v1.LoadBalancerServices
-	(*Probe)(nil),                // 9: flowlb.agent.v1.Probe
-	(*ServiceKey)(nil),           // 10: flowlb.agent.v1.ServiceKey
-	(*Backend)(nil),              // 11: flowlb.agent.v1.Backend
-	(*Service)(nil),              // 12: flowlb.agent.v1.Service
+	(*StatsReport)(nil),          // 3: flowlb.agent.v1.StatsReport
+	(*ServiceStats)(nil),         // 4: flowlb.agent.v1.ServiceStats
+	(*HealthReport)(nil),         // 5: flowlb.agent.v1.HealthReport
+	(*MemberHealth)(nil),         // 6: flowlb.agent.v1.MemberHealth
+	(*Hello)(nil),                // 7: flowlb.agent.v1.Hello
+	(*Ack)(nil),                  // 8: flowlb.agent.v1.Ack
+	(*Update)(nil),               // 9: flowlb.agent.v1.Update
+	(*LoadBalancerServices)(nil), // 10: flowlb.agent.v1.LoadBalancerServices
+	(*Probe)(nil),                // 11: flowlb.agent.v1.Probe
+	(*ServiceKey)(nil),           // 12: flowlb.agent.v1.ServiceKey
+	(*Backend)(nil),              // 13: flowlb.agent.v1.Backend
+	(*Service)(nil),              // 14: flowlb.agent.v1.Service
 }
 var file_flowlb_agent_v1_agent_proto_depIdxs = []int32{
-	5,  // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
-	6,  // 1: flowlb.agent.v1.AgentMessage.ack:type_name -> flowlb.agent.v1.Ack
-	3,  // 2: flowlb.agent.v1.AgentMessage.health:type_name -> flowlb.agent.v1.HealthReport
-	4,  // 3: flowlb.agent.v1.HealthReport.results:type_name -> flowlb.agent.v1.MemberHealth
-	12, // 4: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
-	10, // 5: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
-	9,  // 6: flowlb.agent.v1.Update.probes:type_name -> flowlb.agent.v1.Probe
-	8,  // 7: flowlb.agent.v1.Update.loadbalancers:type_name -> flowlb.agent.v1.LoadBalancerServices
-	12, // 8: flowlb.agent.v1.LoadBalancerServices.services:type_name -> flowlb.agent.v1.Service
-	10, // 9: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
-	11, // 10: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
-	2,  // 11: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
-	0,  // 12: flowlb.agent.v1.Agent.Enroll:input_type -> flowlb.agent.v1.EnrollRequest
-	7,  // 13: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
-	1,  // 14: flowlb.agent.v1.Agent.Enroll:output_type -> flowlb.agent.v1.EnrollResponse
-	13, // [13:15] is the sub-list for method output_type
-	11, // [11:13] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	7,  // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
+	8,  // 1: flowlb.agent.v1.AgentMessage.ack:type_name -> flowlb.agent.v1.Ack
+	5,  // 2: flowlb.agent.v1.AgentMessage.health:type_name -> flowlb.agent.v1.HealthReport
+	3,  // 3: flowlb.agent.v1.AgentMessage.stats:type_name -> flowlb.agent.v1.StatsReport
+	4,  // 4: flowlb.agent.v1.StatsReport.services:type_name -> flowlb.agent.v1.ServiceStats
+	12, // 5: flowlb.agent.v1.ServiceStats.key:type_name -> flowlb.agent.v1.ServiceKey
+	6,  // 6: flowlb.agent.v1.HealthReport.results:type_name -> flowlb.agent.v1.MemberHealth
+	14, // 7: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
+	12, // 8: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
+	11, // 9: flowlb.agent.v1.Update.probes:type_name -> flowlb.agent.v1.Probe
+	10, // 10: flowlb.agent.v1.Update.loadbalancers:type_name -> flowlb.agent.v1.LoadBalancerServices
+	14, // 11: flowlb.agent.v1.LoadBalancerServices.services:type_name -> flowlb.agent.v1.Service
+	12, // 12: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
+	13, // 13: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
+	2,  // 14: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
+	0,  // 15: flowlb.agent.v1.Agent.Enroll:input_type -> flowlb.agent.v1.EnrollRequest
+	9,  // 16: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
+	1,  // 17: flowlb.agent.v1.Agent.Enroll:output_type -> flowlb.agent.v1.EnrollResponse
+	16, // [16:18] is the sub-list for method output_type
+	14, // [14:16] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_flowlb_agent_v1_agent_proto_init() }
@@ -1230,6 +1428,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 		(*AgentMessage_Hello)(nil),
 		(*AgentMessage_Ack)(nil),
 		(*AgentMessage_Health)(nil),
+		(*AgentMessage_Stats)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1237,7 +1436,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flowlb_agent_v1_agent_proto_rawDesc), len(file_flowlb_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/flowpb"
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// StatsReader is a data plane that counts: each read returns what the
+// kernel counted since the previous one, and on an error what it read
+// before it (nftables.Dataplane).
+type StatsReader interface {
+	ReadStats() (map[flows.Key]flows.Stats, error)
+}
+
+// pendingStats is what the agent counted for one service and has not
+// reported yet, with the owners to report it under.
+type pendingStats struct {
+	service flows.Service
+	flows.Stats
+}
+
+// mergeStats adds a read to what is pending. Counters add up (the
+// kernel zeroed what it returned, so they are the agent's to deliver);
+// open connections are the latest read's, none for a service the read
+// did not mention. A service no longer programmed keeps the owners it
+// had; one never seen with owners is dropped (nothing to report it
+// under).
+func mergeStats(pending map[flows.Key]pendingStats, read map[flows.Key]flows.Stats, programmed map[flows.Key]flows.Service) map[flows.Key]pendingStats {
+	out := make(map[flows.Key]pendingStats, len(pending)+len(read))
+	for k, p := range pending {
+		p.Active = 0
+		out[k] = p
+	}
+	for k, st := range read {
+		p, had := out[k]
+		if s, ok := programmed[k]; ok {
+			p.service = flows.Service{Key: k, LoadBalancerID: s.LoadBalancerID, ListenerID: s.ListenerID}
+		} else if !had {
+			continue
+		}
+		p.Counters = p.Counters.Add(st.Counters)
+		p.Active = st.Active
+		out[k] = p
+	}
+	for k, p := range out {
+		if p.Counters.IsZero() && p.Active == 0 {
+			delete(out, k)
+		}
+	}
+	return out
+}
+
+// statsReport encodes what is pending.
+func statsReport(pending map[flows.Key]pendingStats, interval time.Duration) *agentv1.AgentMessage {
+	r := &agentv1.StatsReport{IntervalMs: interval.Milliseconds()}
+	for _, p := range pending {
+		r.Services = append(r.Services, flowpb.StatsToProto(p.service, p.Stats))
+	}
+	return &agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Stats{Stats: r}}
+}
+
+// reportStats reads the kernel's counters every StatsInterval and sends
+// them on the live session, every interval even with nothing counted (so
+// that the server sees open connections end). What it cannot send (no
+// session, a failed send) is kept and added to the next report.
+func (a *Agent) reportStats(ctx context.Context) {
+	t := time.NewTicker(a.cfg.StatsInterval)
+	defer t.Stop()
+	pending := map[flows.Key]pendingStats{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// Under the agent's lock: the data plane's record of what is
+		// programmed must not change during the read. What a failed read
+		// returns was zeroed in the kernel already: kept all the same.
+		a.mu.Lock()
+		read, err := a.cfg.Stats.ReadStats()
+		pending = mergeStats(pending, read, a.table.services)
+		a.mu.Unlock()
+		if err != nil {
+			a.m.statsErrors.Inc()
+			a.log.Warn("reading counters", "err", err)
+			continue
+		}
+		a.sendMu.Lock()
+		s := a.stream
+		a.sendMu.Unlock()
+		if s == nil {
+			continue
+		}
+		if err := a.send(s, statsReport(pending, a.cfg.StatsInterval)); err != nil {
+			a.log.Warn("statistics not sent; kept for the next report", "err", err)
+			continue
+		}
+		pending = map[flows.Key]pendingStats{}
+	}
+}

@@ -1,0 +1,55 @@
+package agent
+
+import (
+	"net/netip"
+	"reflect"
+	"testing"
+
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+func TestMergeStats(t *testing.T) {
+	k1 := flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}
+	k2 := flows.Key{VIP: netip.MustParseAddr("198.19.0.11"), Protocol: flows.UDP, Port: 53}
+	k3 := flows.Key{VIP: netip.MustParseAddr("198.19.0.12"), Protocol: flows.TCP, Port: 80}
+	owner := func(k flows.Key, lb, l string) flows.Service {
+		return flows.Service{Key: k, LoadBalancerID: lb, ListenerID: l}
+	}
+	programmed := map[flows.Key]flows.Service{
+		k1: {Key: k1, LoadBalancerID: "lb1", ListenerID: "l1", PoolID: "p1"},
+		k2: {Key: k2, LoadBalancerID: "lb2", ListenerID: "l2"},
+	}
+	c := func(n uint64) flows.Counters {
+		return flows.Counters{Connections: n, BytesIn: 10 * n, BytesOut: 20 * n, Refused: n}
+	}
+	for _, tc := range []struct {
+		name    string
+		pending map[flows.Key]pendingStats
+		read    map[flows.Key]flows.Stats
+		want    map[flows.Key]pendingStats
+	}{
+		{name: "first read", pending: map[flows.Key]pendingStats{},
+			read: map[flows.Key]flows.Stats{k1: {Counters: c(2), Active: 1}},
+			want: map[flows.Key]pendingStats{k1: {service: owner(k1, "lb1", "l1"), Stats: flows.Stats{Counters: c(2), Active: 1}}}},
+		{name: "unsent counters add up, open connections are the latest",
+			pending: map[flows.Key]pendingStats{k1: {service: owner(k1, "lb1", "l1"), Stats: flows.Stats{Counters: c(2), Active: 5}}},
+			read:    map[flows.Key]flows.Stats{k1: {Counters: c(3), Active: 1}, k2: {Active: 4}},
+			want: map[flows.Key]pendingStats{k1: {service: owner(k1, "lb1", "l1"), Stats: flows.Stats{Counters: c(5), Active: 1}},
+				k2: {service: owner(k2, "lb2", "l2"), Stats: flows.Stats{Active: 4}}}},
+		{name: "a service not read has no open connection; one with nothing goes",
+			pending: map[flows.Key]pendingStats{k1: {service: owner(k1, "lb1", "l1"), Stats: flows.Stats{Counters: c(2), Active: 5}},
+				k2: {service: owner(k2, "lb2", "l2"), Stats: flows.Stats{Active: 4}}},
+			read: map[flows.Key]flows.Stats{},
+			want: map[flows.Key]pendingStats{k1: {service: owner(k1, "lb1", "l1"), Stats: flows.Stats{Counters: c(2)}}}},
+		{name: "a deleted service keeps its owners; an unknown one is dropped",
+			pending: map[flows.Key]pendingStats{k3: {service: owner(k3, "lb3", "l3"), Stats: flows.Stats{Counters: c(1)}}},
+			read:    map[flows.Key]flows.Stats{k3: {Counters: c(1)}, {VIP: netip.MustParseAddr("198.19.0.99"), Protocol: flows.TCP, Port: 1}: {Counters: c(9)}},
+			want:    map[flows.Key]pendingStats{k3: {service: owner(k3, "lb3", "l3"), Stats: flows.Stats{Counters: c(2)}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mergeStats(tc.pending, tc.read, programmed); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}

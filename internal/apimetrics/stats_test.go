@@ -1,0 +1,58 @@
+package apimetrics
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flowlb/flowlb/internal/store"
+)
+
+func TestStatsSeries(t *testing.T) {
+	all := []store.ListenerCounts{
+		{ListenerID: "l1", LoadBalancerID: "lb1", Counts: store.Counts{BytesIn: 10, BytesOut: 20, TotalConnections: 3, RequestErrors: 1, ActiveConnections: 2}},
+		{ListenerID: "l2", LoadBalancerID: "lb1", Counts: store.Counts{BytesIn: 5, TotalConnections: 1}},
+	}
+	list := func(context.Context) ([]store.ListenerCounts, error) { return all, nil }
+	for _, tc := range []struct {
+		level, metric, want string
+	}{
+		{StatsListener, "flowlb_listener_connections_total", `
+# HELP flowlb_listener_connections_total Connections admitted, summed over the nodes.
+# TYPE flowlb_listener_connections_total counter
+flowlb_listener_connections_total{listener="l1",loadbalancer="lb1"} 3
+flowlb_listener_connections_total{listener="l2",loadbalancer="lb1"} 1
+`},
+		{StatsLoadBalancer, "flowlb_loadbalancer_bytes_in_total", `
+# HELP flowlb_loadbalancer_bytes_in_total IP bytes from clients, summed over the nodes.
+# TYPE flowlb_loadbalancer_bytes_in_total counter
+flowlb_loadbalancer_bytes_in_total{loadbalancer="lb1"} 15
+`},
+		{StatsLoadBalancer, "flowlb_loadbalancer_active_connections", `
+# HELP flowlb_loadbalancer_active_connections Connections open now, as the nodes last reported.
+# TYPE flowlb_loadbalancer_active_connections gauge
+flowlb_loadbalancer_active_connections{loadbalancer="lb1"} 2
+`},
+	} {
+		reg := prometheus.NewRegistry()
+		if err := RegisterStats(reg, tc.level, list); err != nil {
+			t.Fatal(err)
+		}
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(tc.want), tc.metric); err != nil {
+			t.Errorf("%s: %v", tc.level, err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	if err := RegisterStats(reg, StatsNone, list); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
+		t.Errorf("none: %d series, %v", n, err)
+	}
+	if err := RegisterStats(prometheus.NewRegistry(), "member", list); err == nil {
+		t.Error("an unknown level was taken")
+	}
+}

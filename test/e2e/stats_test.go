@@ -1,0 +1,190 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/testutil"
+)
+
+// TestStatistics: a known number of connections and bytes through VIPs
+// from pods of several nodes comes back exactly in Octavia's statistics,
+// summed over the nodes; an agent restart (with traffic counted by its
+// kernel while it was down) neither loses nor repeats a count.
+func TestStatistics(t *testing.T) {
+	c := newClusterOpts(t, clusterOptions{nodes: 3, pods: 2, agentArgs: []string{"--stats-interval", "300ms"}})
+	subnet := c.subnet("flowlb-vip-subnet")
+	backends := []lab.Host{c.lab.Pod(1, 1), c.lab.Pod(2, 1), c.lab.Pod(3, 1)}
+	clients := []lab.Host{c.lab.Pod(1, 2), c.lab.Pod(2, 2), c.lab.Pod(3, 2)}
+
+	// UDP: every datagram from a socket of its own is a connection;
+	// bytes are exact (20 IP + 8 UDP + payload, each way).
+	var ms []any
+	for _, p := range backends {
+		ms = append(ms, map[string]any{"address": p.Addr.String(), "protocol_port": 9090})
+	}
+	udpLB, _, _ := c.createLB(subnet, map[string]any{"protocol": "UDP", "protocol_port": 53, "default_pool": map[string]any{
+		"name": "u", "protocol": "UDP", "lb_algorithm": "ROUND_ROBIN", "members": ms}}, "", nil)
+	udpVIP := net.JoinHostPort(udpLB["vip_address"].(string), "53")
+	udpID := udpLB["id"].(string)
+	listenerID := udpLB["listeners"].([]any)[0].(map[string]any)["id"].(string)
+	// UDP flows stay open in conntrack for 30 s: not checked.
+	want := stats{active: -1}
+	send := func(from lab.Host, n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			in, out, err := udpExchange(from, udpVIP, fmt.Sprintf("datagram %d from %s", i, from.Name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want.conns++
+			want.in += int64(in + 28)
+			want.out += int64(out + 28)
+		}
+	}
+	for i, cl := range clients {
+		send(cl, 5+i)
+	}
+	c.waitStats("/v2/lbaas/loadbalancers/"+udpID+"/stats", want)
+	c.waitStats("/v2/lbaas/listeners/"+listenerID+"/stats", want)
+
+	// The agent of node 1 stops; its kernel goes on counting, and the
+	// restarted agent reports it.
+	node1 := c.lab.Nodes()[0]
+	if err := node1.Stop("agent"); err != nil {
+		t.Fatal(err)
+	}
+	send(clients[0], 4)
+	if _, err := node1.Start("agent", c.agentArgv(1)); err != nil {
+		t.Fatal(err)
+	}
+	send(clients[1], 3)
+	c.waitStats("/v2/lbaas/loadbalancers/"+udpID+"/stats", want)
+	// The openstack CLI reads the same.
+	for _, argv := range [][]string{{"loadbalancer", "stats", "show", udpID}, {"loadbalancer", "listener", "stats", "show", listenerID}} {
+		got := c.openstack(append(argv, "-f", "json")...)
+		t.Logf("openstack %s: %v", strings.Join(argv, " "), got)
+		for k, v := range map[string]int64{"total_connections": want.conns, "bytes_in": want.in, "bytes_out": want.out, "request_errors": 0} {
+			if n, ok := got[k].(float64); !ok || int64(n) != v {
+				t.Errorf("openstack %s: %s %v, want %d (%v)", strings.Join(argv, " "), k, got[k], v, got)
+			}
+		}
+	}
+
+	// TCP: connections counted, two held open are active; a load balancer
+	// without members refuses, each attempt a request error.
+	tcpLB, _, _ := c.createLB(subnet, nil, "ROUND_ROBIN", backends)
+	tcpVIP := net.JoinHostPort(tcpLB["vip_address"].(string), "80")
+	for _, cl := range clients {
+		for i := 0; i < 4; i++ {
+			if _, err := cl.Ask(context.Background(), tcpVIP, 2*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, cl := range clients[:2] {
+		conn, err := cl.Dial(context.Background(), "tcp", tcpVIP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.Write([]byte("hi\n")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bufio.NewReader(conn).ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := c.waitStats("/v2/lbaas/loadbalancers/"+tcpLB["id"].(string)+"/stats", stats{conns: 14, active: 2})
+	if got.in < 14*3*40 || got.out < 14*2*40 {
+		t.Errorf("TCP bytes %d in, %d out: fewer than the handshakes of 14 connections", got.in, got.out)
+	}
+
+	emptyLB, _, _ := c.createLB(subnet, nil, "ROUND_ROBIN", nil)
+	emptyVIP := net.JoinHostPort(emptyLB["vip_address"].(string), "80")
+	for _, cl := range clients {
+		if _, err := cl.Ask(context.Background(), emptyVIP, 2*time.Second); err == nil {
+			t.Fatal("a load balancer without members answered")
+		}
+	}
+	c.waitStats("/v2/lbaas/loadbalancers/"+emptyLB["id"].(string)+"/stats", stats{errors: 3})
+	// The UDP load balancer's counts stayed put.
+	c.waitStats("/v2/lbaas/loadbalancers/"+udpID+"/stats", want)
+}
+
+// openstack runs the openstack CLI from node 1 against the server (noauth)
+// and decodes its JSON output.
+func (c *cluster) openstack(args ...string) map[string]any {
+	c.t.Helper()
+	var out, errb bytes.Buffer
+	argv := append([]string{"/usr/bin/openstack", "--os-auth-type", "none", "--os-endpoint", c.api, "--os-cacert", c.tls.CACert}, args...)
+	if err := c.lab.Node(1).Run(context.Background(), nil, &out, &errb, argv...); err != nil {
+		c.t.Fatalf("openstack %s: %v: %s", strings.Join(args, " "), err, errb.String())
+	}
+	var got map[string]any
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		c.t.Fatalf("openstack %s: %v: %s", strings.Join(args, " "), err, out.String())
+	}
+	return got
+}
+
+type stats struct{ conns, in, out, errors, active int64 }
+
+// waitStats waits until path answers want (bytes only if want has
+// some, open connections unless want has -1), then checks that it stays so for a few reports (no count comes
+// twice). It returns the last answer.
+func (c *cluster) waitStats(path string, want stats) stats {
+	c.t.Helper()
+	var got stats
+	read := func() (bool, string) {
+		code, body := c.call("GET", path, nil)
+		s, ok := body["stats"].(map[string]any)
+		if code != 200 || !ok || len(s) != 5 {
+			return false, fmt.Sprintf("%d %v", code, body)
+		}
+		n := func(k string) int64 { f, _ := s[k].(float64); return int64(f) }
+		got = stats{conns: n("total_connections"), in: n("bytes_in"), out: n("bytes_out"), errors: n("request_errors"), active: n("active_connections")}
+		match := got.conns == want.conns && got.errors == want.errors && (want.active < 0 || got.active == want.active) &&
+			(want.in == 0 || got.in == want.in) && (want.out == 0 || got.out == want.out)
+		return match, fmt.Sprintf("%+v, want %+v", got, want)
+	}
+	testutil.Eventually(c.t, 15*time.Second, "statistics at "+path, read)
+	// Watch for three reports more: nothing may be counted twice.
+	time.Sleep(time.Second)
+	if ok, msg := read(); !ok {
+		c.t.Errorf("statistics at %s changed: %s", path, msg)
+	}
+	return got
+}
+
+// udpExchange sends one datagram from a socket of its own and reads the
+// answer: the payload sizes each way.
+func udpExchange(from lab.Host, vip, msg string) (int, int, error) {
+	conn, err := from.Dial(context.Background(), "udp", vip)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := conn.Write([]byte(msg)); err != nil {
+		return 0, 0, err
+	}
+	buf := make([]byte, 2048)
+	n, err := conn.Read(buf)
+	if err != nil {
+		return 0, 0, fmt.Errorf("udp %s: %w", vip, err)
+	}
+	if !strings.Contains(string(buf[:n]), " ") {
+		return 0, 0, fmt.Errorf("udp %s: odd answer %q", vip, buf[:n])
+	}
+	return len(msg), n, nil
+}
