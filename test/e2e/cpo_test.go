@@ -74,9 +74,6 @@ func TestCloudProviderOpenStack(t *testing.T) {
 	ctx := t.Context()
 	var ks *keystone.Keystone
 	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 1,
-		// kube-proxy runs beside the agents here: its node health
-		// endpoint, not the agent's, is the one on port 10256.
-		agentArgs: []string{"--healthz-bind-address="},
 		serverArgs: []string{"--vip-cidr", "198.19.0.0/18", "--auth", "keystone", "--keystone-url", keystoneURL,
 			"--keystone-user", "octavia", "--keystone-password", "octaviapw", "--keystone-project", "service",
 			"--provider-alias", "amphora=flow"},
