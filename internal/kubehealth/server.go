@@ -26,6 +26,9 @@ type Server struct {
 	addrs   []netip.Addr
 	checks  map[uint16]Check
 	servers map[uint16][]*http.Server
+	// failing: ports whose listening failure was logged, so that a port
+	// another process holds (kube-proxy's) is logged once, not per update.
+	failing map[uint16]bool
 	updated time.Time
 	closed  bool
 }
@@ -35,7 +38,7 @@ type Server struct {
 // 503, as kube-proxy's do. addrs are the addresses to listen on, nil for
 // every address of the node (kube-proxy's default).
 func NewServer(addrs []netip.Addr, healthy func() error, log *slog.Logger) *Server {
-	return &Server{healthy: healthy, log: log, addrs: addrs, checks: map[uint16]Check{}, servers: map[uint16][]*http.Server{}}
+	return &Server{healthy: healthy, log: log, addrs: addrs, checks: map[uint16]Check{}, servers: map[uint16][]*http.Server{}, failing: map[uint16]bool{}}
 }
 
 // SetChecks replaces the checks: a port no longer among them stops being
@@ -54,6 +57,11 @@ func (s *Server) SetChecks(checks map[uint16]Check) {
 		if _, ok := checks[p]; !ok {
 			closeAll(srvs)
 			delete(s.servers, p)
+		}
+	}
+	for p := range s.failing {
+		if _, ok := checks[p]; !ok {
+			delete(s.failing, p)
 		}
 	}
 	for p := range checks {
@@ -123,7 +131,10 @@ func (s *Server) start(p uint16) {
 	for _, h := range hosts {
 		ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(int(p))))
 		if err != nil {
-			s.log.Warn("health-check node port not served", "port", p, "address", h, "err", err)
+			if !s.failing[p] {
+				s.log.Warn("health-check node port not served; trying again at every update", "port", p, "address", h, "err", err)
+				s.failing[p] = true
+			}
 			closeAll(srvs)
 			return
 		}
@@ -133,6 +144,7 @@ func (s *Server) start(p uint16) {
 		srvs = append(srvs, srv)
 	}
 	s.servers[p] = srvs
+	delete(s.failing, p)
 	s.log.Info("health-check node port served", "port", p, "addresses", hosts)
 }
 
