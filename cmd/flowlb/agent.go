@@ -23,7 +23,9 @@ import (
 	"github.com/flowlb/flowlb/internal/announce"
 	"github.com/flowlb/flowlb/internal/config"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/httpserve"
+	"github.com/flowlb/flowlb/internal/kubehealth"
 )
 
 type agentOptions struct {
@@ -41,6 +43,8 @@ type agentOptions struct {
 	// nodePortCIDRs: the node's addresses within them serve node ports
 	// (none: every address but loopback).
 	nodePortCIDRs []string
+	// healthz: address of kube-proxy's node health endpoint (empty: none).
+	healthz       string
 	metrics       string
 	minSync       time.Duration
 	statsInterval time.Duration
@@ -72,6 +76,7 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address)")
 	f.StringSliceVar(&o.nodePortCIDRs, "nodeport-addresses", nil, "CIDRs: the node's addresses within them serve node ports, as kube-proxy's flag of that name (default: every address of the node but loopback; looked up every 10 s)")
+	f.StringVar(&o.healthz, "healthz-bind-address", "0.0.0.0:10256", "address of kube-proxy's node health endpoint, /healthz and /livez: 200 while the agent's table is in sync (empty: none); Services' health-check node ports are served on the --nodeport-addresses")
 	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics and /readyz (empty: none)")
 	f.DurationVar(&o.minSync, "min-sync-interval", 0, "least time between two programming rounds; updates arriving meanwhile are merged")
 	f.DurationVar(&o.statsInterval, "stats-interval", 5*time.Second, "how often the kernel's per-service counters are read and reported to the server (0: never, and the table counts nothing)")
@@ -171,7 +176,19 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := agent.WatchNodePortAddresses(ctx, 10*time.Second, nodePortCIDRs, dp.SetNodeAddresses, log); err != nil {
+	// kube-proxy serves health-check node ports on every address unless
+	// --nodeport-addresses narrows them, and then on those.
+	var ready func() error // the agent's, once it exists
+	hc := kubehealth.NewServer(nil, func() error { return ready() }, log)
+	defer hc.Close()
+	setNodeAddrs := dp.SetNodeAddresses
+	if len(nodePortCIDRs) > 0 {
+		setNodeAddrs = func(addrs []netip.Addr) error {
+			hc.SetAddresses(append([]netip.Addr{}, addrs...))
+			return dp.SetNodeAddresses(addrs)
+		}
+	}
+	if err := agent.WatchNodePortAddresses(ctx, 10*time.Second, nodePortCIDRs, setNodeAddrs, log); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
@@ -196,7 +213,21 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		}
 	}
 	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, MinInterval: o.minSync, Metrics: reg,
-		Stats: dp, StatsInterval: o.statsInterval}, prog, log)
+		Stats: dp, StatsInterval: o.statsInterval,
+		OnProgrammed: func(s map[flows.Key]flows.Service) { hc.SetChecks(kubehealth.Checks(s, o.node)) }}, prog, log)
+	ready = a.Ready
+	if o.healthz != "" {
+		// Not fatal: where kube-proxy still runs it holds the port, and
+		// the flows matter more than this endpoint.
+		if ln, err := net.Listen("tcp", o.healthz); err != nil {
+			log.Warn("node health endpoint not served", "flag", "--healthz-bind-address", "err", err)
+		} else {
+			srv := &http.Server{Handler: kubehealth.NodeHandler(a.Ready, hc.LastUpdated)}
+			ln = httpserve.Serve(srv, ln, metricsLimits, log)
+			go func() { _ = srv.Serve(ln) }()
+			defer srv.Close()
+		}
+	}
 	if o.metrics != "" {
 		ln, err := net.Listen("tcp", o.metrics)
 		if err != nil {

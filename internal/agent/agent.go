@@ -59,6 +59,11 @@ type Config struct {
 	MinInterval time.Duration
 	// Metrics, if set, receives the agent's metrics.
 	Metrics prometheus.Registerer
+	// OnProgrammed, if set, is given the programmed services after every
+	// change the kernel took (kube-proxy's health-check node ports follow
+	// them). It runs with the table locked: it must be quick and must not
+	// keep the map.
+	OnProgrammed func(services map[flows.Key]flows.Service)
 	// Stats, if set with StatsInterval, is read every StatsInterval and
 	// what it counted is reported to the server.
 	Stats         StatsReader
@@ -227,6 +232,9 @@ func (a *Agent) apply(ctx context.Context, u *agentv1.Update) error {
 	a.epoch, a.rev, a.programmed = u.GetEpoch(), u.GetRevision(), true
 	a.m.programmed.Set(float64(a.rev))
 	a.m.services.Set(float64(len(a.table.services)))
+	if a.cfg.OnProgrammed != nil {
+		a.cfg.OnProgrammed(a.table.services)
+	}
 	return nil
 }
 

@@ -62,6 +62,9 @@ func Compile(t *lbaas.Tree) []flows.Service {
 			InternalLocal:   slices.Contains(l.Tags, flows.TagInternalLocal),
 			PreferClose:     slices.Contains(l.Tags, flows.TagPreferClose),
 		}
+		if p := flows.HealthCheckNodePortOf(l.Tags); p != 0 {
+			base.HealthCheckNodePort, base.HealthCheckService = p, flows.KubeServiceOf(t.LB.Tags)
+		}
 		for _, c := range l.AllowedCIDRs {
 			if p, err := netip.ParsePrefix(c); err == nil {
 				base.AllowedCIDRs = append(base.AllowedCIDRs, p.Masked())

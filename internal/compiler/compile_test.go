@@ -190,6 +190,39 @@ func TestCompileNodePortAttributes(t *testing.T) {
 	}
 }
 
+// The health-check node port of a listener reaches its services, VIP
+// and node port alike, with the Service named by the load balancer.
+func TestCompileHealthCheckNodePort(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		lbTags      []string
+		tags        []string
+		wantPort    uint16
+		wantService string
+	}{
+		{"none", []string{flows.TagKubeServicePrefix + "ns/web"}, []string{flows.TagLocalOnly}, 0, ""},
+		{"on a VIP listener", []string{"x", flows.TagKubeServicePrefix + "ns/web"}, []string{flows.TagLocalOnly, flows.TagHealthCheckNodePortPrefix + "30500"}, 30500, "ns/web"},
+		{"on a node port", []string{flows.TagKubeServicePrefix + "ns/web"}, []string{flows.TagNodePort, flows.TagLocalOnly, flows.TagHealthCheckNodePortPrefix + "30500"}, 30500, "ns/web"},
+		{"a load balancer of no Service", nil, []string{flows.TagHealthCheckNodePortPrefix + "30501"}, 30501, ""},
+		{"a tag that is no port", nil, []string{flows.TagHealthCheckNodePortPrefix + "http"}, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := sample()
+			tr.LB.Tags = tc.lbTags
+			tr.Listeners[0].Tags = tc.tags
+			ss := Compile(tr)
+			if len(ss) == 0 {
+				t.Fatal("no services")
+			}
+			for _, s := range ss {
+				if s.HealthCheckNodePort != tc.wantPort || s.HealthCheckService != tc.wantService {
+					t.Errorf("%s: health check %d %q, want %d %q", s.Key, s.HealthCheckNodePort, s.HealthCheckService, tc.wantPort, tc.wantService)
+				}
+			}
+		})
+	}
+}
+
 // A floating IP's services are the VIP's in all but the address.
 func TestFloatingIPServiceIsTheVIPs(t *testing.T) {
 	tr := sample()

@@ -31,6 +31,7 @@ func ServiceToProto(s flows.Service) *agentv1.Service {
 		Key: KeyToProto(s.Key), LoadbalancerId: s.LoadBalancerID, ListenerId: s.ListenerID, PoolId: s.PoolID,
 		Algorithm: string(s.Algorithm), ConnectionLimit: int32(s.ConnectionLimit), LocalOnly: s.LocalOnly, InternalLocal: s.InternalLocal,
 		PreferClose: s.PreferClose, AllowNone: s.AllowNone,
+		HealthCheckNodePort: uint32(s.HealthCheckNodePort), HealthCheckService: s.HealthCheckService,
 	}
 	if s.Persistence != nil {
 		out.PersistenceTimeoutMs = s.Persistence.Timeout.Milliseconds()
@@ -51,6 +52,11 @@ func ServiceFromProto(p *agentv1.Service) flows.Service {
 		Key: KeyFromProto(p.GetKey()), LoadBalancerID: p.GetLoadbalancerId(), ListenerID: p.GetListenerId(), PoolID: p.GetPoolId(),
 		Algorithm: flows.Algorithm(p.GetAlgorithm()), ConnectionLimit: int(p.GetConnectionLimit()), LocalOnly: p.GetLocalOnly(), InternalLocal: p.GetInternalLocal(),
 		PreferClose: p.GetPreferClose(), AllowNone: p.GetAllowNone(),
+		HealthCheckService: p.GetHealthCheckService(),
+	}
+	// A port beyond 16 bits is none rather than another port.
+	if hc := p.GetHealthCheckNodePort(); hc <= math.MaxUint16 {
+		s.HealthCheckNodePort = uint16(hc)
 	}
 	if ms := p.GetPersistenceTimeoutMs(); ms > 0 {
 		// Beyond what a Duration holds, the product would wrap (to zero

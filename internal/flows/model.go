@@ -107,6 +107,12 @@ type Service struct {
 	// PreferClose services send a node's traffic to the backends for the
 	// node's zone when there are any (ForZone).
 	PreferClose bool
+	// HealthCheckNodePort, when not 0, is the port on which every node
+	// answers kube-proxy's health check of the Kubernetes Service
+	// HealthCheckService (namespace/name): 200 while the node holds one of
+	// the backends, 503 otherwise (package kubehealth).
+	HealthCheckNodePort uint16
+	HealthCheckService  string
 }
 
 // Equal reports whether two services are equal in every field (nil and
@@ -116,7 +122,8 @@ func (s Service) Equal(o Service) bool {
 		s.Algorithm == o.Algorithm && samePersistence(s.Persistence, o.Persistence) &&
 		slices.Equal(s.AllowedCIDRs, o.AllowedCIDRs) && s.AllowNone == o.AllowNone && s.ConnectionLimit == o.ConnectionLimit &&
 		slices.EqualFunc(s.Backends, o.Backends, SameBackend) &&
-		s.LocalOnly == o.LocalOnly && s.InternalLocal == o.InternalLocal && s.PreferClose == o.PreferClose
+		s.LocalOnly == o.LocalOnly && s.InternalLocal == o.InternalLocal && s.PreferClose == o.PreferClose &&
+		s.HealthCheckNodePort == o.HealthCheckNodePort && s.HealthCheckService == o.HealthCheckService
 }
 
 func samePersistence(a, b *Persistence) bool {

@@ -18,6 +18,7 @@ func fullService() Service {
 			{MemberID: "m1", Address: netip.MustParseAddr("198.18.17.2"), Port: 5353, Weight: 3, Node: "n1", Zones: []string{"zone-a"}},
 		},
 		LocalOnly: true, InternalLocal: true, PreferClose: true,
+		HealthCheckNodePort: 30500, HealthCheckService: "ns/web",
 	}
 }
 
@@ -26,19 +27,21 @@ func fullService() Service {
 // compares it.
 func TestServiceEqual(t *testing.T) {
 	changes := map[string]func(s *Service){
-		"Key":             func(s *Service) { s.Key.Port++ },
-		"LoadBalancerID":  func(s *Service) { s.LoadBalancerID = "other" },
-		"ListenerID":      func(s *Service) { s.ListenerID = "other" },
-		"PoolID":          func(s *Service) { s.PoolID = "other" },
-		"Algorithm":       func(s *Service) { s.Algorithm = RoundRobin },
-		"Persistence":     func(s *Service) { s.Persistence = &Persistence{Type: "SOURCE_IP", Timeout: time.Second} },
-		"AllowedCIDRs":    func(s *Service) { s.AllowedCIDRs = nil },
-		"AllowNone":       func(s *Service) { s.AllowNone = true },
-		"ConnectionLimit": func(s *Service) { s.ConnectionLimit = -1 },
-		"Backends":        func(s *Service) { s.Backends[0].Zones = []string{"zone-b"} },
-		"LocalOnly":       func(s *Service) { s.LocalOnly = false },
-		"InternalLocal":   func(s *Service) { s.InternalLocal = false },
-		"PreferClose":     func(s *Service) { s.PreferClose = false },
+		"Key":                 func(s *Service) { s.Key.Port++ },
+		"LoadBalancerID":      func(s *Service) { s.LoadBalancerID = "other" },
+		"ListenerID":          func(s *Service) { s.ListenerID = "other" },
+		"PoolID":              func(s *Service) { s.PoolID = "other" },
+		"Algorithm":           func(s *Service) { s.Algorithm = RoundRobin },
+		"Persistence":         func(s *Service) { s.Persistence = &Persistence{Type: "SOURCE_IP", Timeout: time.Second} },
+		"AllowedCIDRs":        func(s *Service) { s.AllowedCIDRs = nil },
+		"AllowNone":           func(s *Service) { s.AllowNone = true },
+		"ConnectionLimit":     func(s *Service) { s.ConnectionLimit = -1 },
+		"Backends":            func(s *Service) { s.Backends[0].Zones = []string{"zone-b"} },
+		"LocalOnly":           func(s *Service) { s.LocalOnly = false },
+		"InternalLocal":       func(s *Service) { s.InternalLocal = false },
+		"PreferClose":         func(s *Service) { s.PreferClose = false },
+		"HealthCheckNodePort": func(s *Service) { s.HealthCheckNodePort++ },
+		"HealthCheckService":  func(s *Service) { s.HealthCheckService = "ns/other" },
 	}
 	fields := reflect.TypeFor[Service]()
 	for i := range fields.NumField() {

@@ -2,6 +2,7 @@ package flows
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -20,6 +21,17 @@ const (
 	// rather than on the load balancer's VIPs (Kubernetes NodePort); the
 	// compiler keys its service by NodePortVIP.
 	TagNodePort = "flowlb:node-port"
+	// TagHealthCheckNodePortPrefix on a local-only listener,
+	// "flowlb:health-check-node-port=<port>": every node answers
+	// kube-proxy's service health check on that port of its node-port
+	// addresses, 200 while it has a backend of the listener
+	// (Kubernetes spec.healthCheckNodePort); the compiler puts it in
+	// Service.HealthCheckNodePort.
+	TagHealthCheckNodePortPrefix = "flowlb:health-check-node-port="
+	// TagKubeServicePrefix on a load balancer, "flowlb:kube-service=
+	// <namespace>/<name>": the Kubernetes Service it serves, which the
+	// health check names in its answer (Service.HealthCheckService).
+	TagKubeServicePrefix = "flowlb:kube-service="
 	// TagExternalIPPrefix on a listener, "flowlb:external-ip=<address>",
 	// once per address: one more address the listener is served on, beside
 	// the load balancer's VIPs (Kubernetes spec.externalIPs). Unlike an
@@ -43,6 +55,31 @@ func NodeOf(tags []string) string {
 	for _, t := range tags {
 		if n, ok := strings.CutPrefix(t, TagNodePrefix); ok {
 			return n
+		}
+	}
+	return ""
+}
+
+// HealthCheckNodePortOf returns the port a listener's first
+// flowlb:health-check-node-port= tag names, 0 when none names one
+// (a value that is not a port from 1 to 65535 is ignored).
+func HealthCheckNodePortOf(tags []string) uint16 {
+	for _, t := range tags {
+		if v, ok := strings.CutPrefix(t, TagHealthCheckNodePortPrefix); ok {
+			if n, err := strconv.ParseUint(v, 10, 16); err == nil && n > 0 {
+				return uint16(n)
+			}
+		}
+	}
+	return 0
+}
+
+// KubeServiceOf returns the namespace/name a load balancer's
+// flowlb:kube-service= tag names, or "".
+func KubeServiceOf(tags []string) string {
+	for _, t := range tags {
+		if v, ok := strings.CutPrefix(t, TagKubeServicePrefix); ok {
+			return v
 		}
 	}
 	return ""

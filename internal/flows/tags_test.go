@@ -44,3 +44,31 @@ func TestZonesOf(t *testing.T) {
 		})
 	}
 }
+
+func TestHealthCheckNodePortOf(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tags []string
+		want uint16
+	}{
+		{"no tags", nil, 0},
+		{"other tags only", []string{TagLocalOnly, TagNodePort}, 0},
+		{"the port", []string{TagLocalOnly, TagHealthCheckNodePortPrefix + "30500"}, 30500},
+		{"the first valid of several", []string{TagHealthCheckNodePortPrefix + "x", TagHealthCheckNodePortPrefix + "0", TagHealthCheckNodePortPrefix + "65536", TagHealthCheckNodePortPrefix + "31000", TagHealthCheckNodePortPrefix + "32000"}, 31000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := HealthCheckNodePortOf(tc.tags); got != tc.want {
+				t.Errorf("HealthCheckNodePortOf(%q) = %d, want %d", tc.tags, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestKubeServiceOf(t *testing.T) {
+	if got := KubeServiceOf([]string{"x", TagKubeServicePrefix + "ns/web", TagKubeServicePrefix + "ns/other"}); got != "ns/web" {
+		t.Errorf("got %q, want ns/web", got)
+	}
+	if got := KubeServiceOf([]string{"x"}); got != "" {
+		t.Errorf("got %q, want none", got)
+	}
+}

@@ -50,7 +50,7 @@ const DefaultClass = "flowlb.io/flowlb"
 // Tags on the load balancers the controller owns.
 const (
 	TagCluster = "flowlb:kube-cluster="
-	TagService = "flowlb:kube-service=" // namespace/name
+	TagService = flows.TagKubeServicePrefix // namespace/name
 	TagUID     = "flowlb:kube-uid="
 	// TagFloatingIP marks a load balancer whose VIP port the controller
 	// gave a floating IP: the floating IP is released before the load
@@ -400,11 +400,23 @@ func nodePortTags(svc *corev1.Service) []string {
 	tags := []string{flows.TagNodePort}
 	if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
 		tags = append(tags, flows.TagLocalOnly)
+		tags = append(tags, healthCheckTags(svc)...)
 	}
 	if prefersClose(svc) {
 		tags = append(tags, flows.TagPreferClose)
 	}
 	return tags
+}
+
+// healthCheckTags carry spec.healthCheckNodePort, which the API server
+// allocates for LoadBalancer Services with externalTrafficPolicy Local
+// (or the user sets), to the local-only listeners: external load
+// balancers ask each node's health check whether it holds an endpoint.
+func healthCheckTags(svc *corev1.Service) []string {
+	if p := svc.Spec.HealthCheckNodePort; p > 0 && p <= 65535 {
+		return []string{flows.TagHealthCheckNodePortPrefix + strconv.Itoa(int(p))}
+	}
+	return nil
 }
 
 // forPort is the listener of Service port sp, with its pool of endpoints.
@@ -486,7 +498,7 @@ func allowedCIDRs(svc *corev1.Service, podCIDRs []string) ([]string, error) {
 func listenerTags(svc *corev1.Service, external bool, extIPs []string) []string {
 	var tags []string
 	if (external || len(extIPs) > 0) && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
-		tags = []string{flows.TagLocalOnly}
+		tags = append([]string{flows.TagLocalOnly}, healthCheckTags(svc)...)
 	}
 	for _, a := range extIPs {
 		tags = append(tags, flows.TagExternalIPPrefix+a)

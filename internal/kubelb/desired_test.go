@@ -559,6 +559,33 @@ func TestDesiredNodePorts(t *testing.T) {
 				s.Spec.AllocateLoadBalancerNodePorts = ptr.To(false)
 			}),
 			want: "TCP/80 http  cidrs="},
+		{name: "LoadBalancer, Local, with a health-check node port: on every local-only listener",
+			svc: service(withPorts(corev1.ServiceTypeLoadBalancer, http, dns), func(s *corev1.Service) {
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.HealthCheckNodePort = 30500
+			}),
+			want: "TCP/80 http flowlb:local-only,flowlb:health-check-node-port=30500 cidrs=\n" +
+				"TCP/30080 http-node-port flowlb:node-port,flowlb:local-only,flowlb:health-check-node-port=30500 cidrs=\n" +
+				"UDP/53 dns flowlb:local-only,flowlb:health-check-node-port=30500 cidrs=\n" +
+				"UDP/30053 dns-node-port flowlb:node-port,flowlb:local-only,flowlb:health-check-node-port=30500 cidrs="},
+		{name: "health-check node port without node ports: on the VIP's listener",
+			svc: service(withPorts(corev1.ServiceTypeLoadBalancer, corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}), func(s *corev1.Service) {
+				s.Spec.AllocateLoadBalancerNodePorts = ptr.To(false)
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.HealthCheckNodePort = 30500
+			}),
+			want: "TCP/80 http flowlb:local-only,flowlb:health-check-node-port=30500 cidrs="},
+		{name: "NodePort, Local, with a health-check node port: on the node port",
+			svc: service(withPorts(corev1.ServiceTypeNodePort, http), func(s *corev1.Service) {
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.HealthCheckNodePort = 30500
+			}),
+			want: "TCP/80 http  cidrs=\nTCP/30080 http-node-port flowlb:node-port,flowlb:local-only,flowlb:health-check-node-port=30500 cidrs="},
+		{name: "a health-check node port with externalTrafficPolicy Cluster is not served, as in kube-proxy",
+			svc: service(withPorts(corev1.ServiceTypeLoadBalancer, http), func(s *corev1.Service) {
+				s.Spec.HealthCheckNodePort = 30500
+			}),
+			want: "TCP/80 http  cidrs=\nTCP/30080 http-node-port flowlb:node-port cidrs="},
 		{name: "ClusterIP: a stray nodePort is not served",
 			svc:  service(withPorts(corev1.ServiceTypeClusterIP, http)),
 			want: "TCP/80 http  cidrs="},

@@ -1105,9 +1105,14 @@ type Service struct {
 	PreferClose bool `protobuf:"varint,12,opt,name=prefer_close,json=preferClose,proto3" json:"prefer_close,omitempty"`
 	// No source may connect (security groups that admit none); an empty
 	// allowed_cidrs alone admits every source.
-	AllowNone     bool `protobuf:"varint,13,opt,name=allow_none,json=allowNone,proto3" json:"allow_none,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AllowNone bool `protobuf:"varint,13,opt,name=allow_none,json=allowNone,proto3" json:"allow_none,omitempty"`
+	// Every node answers kube-proxy's health check of the Kubernetes
+	// Service health_check_service (namespace/name) on this port (0: none):
+	// 200 while it holds one of the backends (spec.healthCheckNodePort).
+	HealthCheckNodePort uint32 `protobuf:"varint,14,opt,name=health_check_node_port,json=healthCheckNodePort,proto3" json:"health_check_node_port,omitempty"`
+	HealthCheckService  string `protobuf:"bytes,15,opt,name=health_check_service,json=healthCheckService,proto3" json:"health_check_service,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
@@ -1231,6 +1236,20 @@ func (x *Service) GetAllowNone() bool {
 	return false
 }
 
+func (x *Service) GetHealthCheckNodePort() uint32 {
+	if x != nil {
+		return x.HealthCheckNodePort
+	}
+	return 0
+}
+
+func (x *Service) GetHealthCheckService() string {
+	if x != nil {
+		return x.HealthCheckService
+	}
+	return ""
+}
+
 var File_flowlb_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
@@ -1319,7 +1338,7 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\x04port\x18\x03 \x01(\rR\x04port\x12\x16\n" +
 	"\x06weight\x18\x04 \x01(\rR\x06weight\x12\x12\n" +
 	"\x04node\x18\x05 \x01(\tR\x04node\x12\x14\n" +
-	"\x05zones\x18\x06 \x03(\tR\x05zones\"\xfd\x03\n" +
+	"\x05zones\x18\x06 \x03(\tR\x05zones\"\xe4\x04\n" +
 	"\aService\x12-\n" +
 	"\x03key\x18\x01 \x01(\v2\x1b.flowlb.agent.v1.ServiceKeyR\x03key\x12'\n" +
 	"\x0floadbalancer_id\x18\x02 \x01(\tR\x0eloadbalancerId\x12\x1f\n" +
@@ -1337,7 +1356,9 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\x0einternal_local\x18\v \x01(\bR\rinternalLocal\x12!\n" +
 	"\fprefer_close\x18\f \x01(\bR\vpreferClose\x12\x1d\n" +
 	"\n" +
-	"allow_none\x18\r \x01(\bR\tallowNone2\x9b\x01\n" +
+	"allow_none\x18\r \x01(\bR\tallowNone\x123\n" +
+	"\x16health_check_node_port\x18\x0e \x01(\rR\x13healthCheckNodePort\x120\n" +
+	"\x14health_check_service\x18\x0f \x01(\tR\x12healthCheckService2\x9b\x01\n" +
 	"\x05Agent\x12G\n" +
 	"\tSubscribe\x12\x1d.flowlb.agent.v1.AgentMessage\x1a\x17.flowlb.agent.v1.Update(\x010\x01\x12I\n" +
 	"\x06Enroll\x12\x1e.flowlb.agent.v1.EnrollRequest\x1a\x1f.flowlb.agent.v1.EnrollResponseB<Z:github.com/flowlb/flowlb/api/proto/flowlb/agent/v1;agentv1b\x06proto3"
