@@ -76,7 +76,7 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address)")
 	f.StringSliceVar(&o.nodePortCIDRs, "nodeport-addresses", nil, "CIDRs: the node's addresses within them serve node ports, as kube-proxy's flag of that name (default: every address of the node but loopback; looked up every 10 s)")
-	f.StringVar(&o.healthz, "healthz-bind-address", "0.0.0.0:10256", "address of kube-proxy's node health endpoint, /healthz and /livez: 200 while the agent's table is in sync (empty: none); Services' health-check node ports are served on the --nodeport-addresses")
+	f.StringVar(&o.healthz, "healthz-bind-address", "", "address of kube-proxy's node health endpoint, /healthz and /livez, 200 while the agent's table is in sync; 0.0.0.0:10256 where flowlb replaces kube-proxy (empty, the default: none, leaving kube-proxy its port); Services' health-check node ports are served on the --nodeport-addresses")
 	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics and /readyz (empty: none)")
 	f.DurationVar(&o.minSync, "min-sync-interval", 0, "least time between two programming rounds; updates arriving meanwhile are merged")
 	f.DurationVar(&o.statsInterval, "stats-interval", 5*time.Second, "how often the kernel's per-service counters are read and reported to the server (0: never, and the table counts nothing)")

@@ -30,7 +30,9 @@ import (
 // serves the port any more. Each node's /healthz and /livez (port 10256)
 // answer 200.
 func TestKubernetesHealthCheckNodePort(t *testing.T) {
-	e := newKubeEnv(t, 1)
+	// The node health endpoint is off by default, so that an agent beside
+	// kube-proxy leaves it its port; a cluster without kube-proxy turns it on.
+	e := newKubeEnvOpts(t, kubeEnvOptions{nodes: 2, controllers: 1, agentArgs: []string{"--healthz-bind-address", "0.0.0.0:10256"}})
 	client := e.lab.Client()
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
