@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -188,12 +189,18 @@ const token = "s3cret"
 // ends it.
 func serve(t testing.TB, w *world, id string, timeout time.Duration) (hub *fanout.Hub, addr string, stop func()) {
 	t.Helper()
+	return serveWith(t, w, id, timeout, nil)
+}
+
+// serveWith is serve with the hub's metrics registered in reg.
+func serveWith(t testing.TB, w *world, id string, timeout time.Duration, reg prometheus.Registerer) (hub *fanout.Hub, addr string, stop func()) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := w.st.Renew(ctx, store.Replica{ID: id}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	hub, err := fanout.NewHub(ctx, w.st, w.src, fanout.Options{Replica: id, Token: token, AckTimeout: timeout, Poll: 50 * time.Millisecond, Log: log})
+	hub, err := fanout.NewHub(ctx, w.st, w.src, fanout.Options{Replica: id, Token: token, AckTimeout: timeout, Poll: 50 * time.Millisecond, Log: log, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,5 +341,51 @@ func TestBadTokenRefused(t *testing.T) {
 	}
 	if status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("got %v, want Unauthenticated", err)
+	}
+}
+
+// TestProgrammingMetrics: each agent's acks are timed from when the
+// replica took the revision (flowlb_fanout_agent_program_seconds), and
+// each agent's lag in revisions is a series by node, 0 once it acked.
+func TestProgrammingMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	w := newWorld(memstore.New(), tree("a", "198.19.0.1", "198.18.17.2"))
+	hub, addr, _ := serveWith(t, w, "r1", 5*time.Second, reg)
+	for _, n := range []string{"n1", "n2"} {
+		_, cancel := startAgent(t, addr, n, &recorder{}, nil)
+		defer cancel()
+	}
+	waitAgents(t, hub, 2, 5*time.Second)
+	programmed := func() uint64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "flowlb_fanout_agent_program_seconds" {
+				return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		return 0
+	}
+	before := programmed()
+	realize(t, hub, "a", w.set(t, "a", tree("a", "198.19.0.1", "198.18.17.2", "198.18.17.3")))
+	if got := programmed() - before; got != 2 {
+		t.Errorf("%d acks timed for one change to 2 agents, want 2", got)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lag := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "flowlb_fanout_agent_lag_revisions" {
+			for _, m := range mf.GetMetric() {
+				lag[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if len(lag) != 2 || lag["n1"] != 0 || lag["n2"] != 0 {
+		t.Errorf("lag by node after both acked: %v, want n1 and n2 at 0", lag)
 	}
 }

@@ -94,6 +94,8 @@ type Hub struct {
 
 	// journal is the recent past the dashboard shows.
 	journal journal
+	// taken times the recent revisions, for the agents' programming time.
+	taken takenTimes
 }
 
 // NewHub loads the flow table at the log's head.

@@ -16,6 +16,7 @@ type metrics struct {
 	lagRevisions   prometheus.Gauge
 	lagSeconds     prometheus.Gauge
 	realized       prometheus.Histogram
+	programmed     prometheus.Histogram
 	healthResults  *prometheus.CounterVec
 	statsErrors    prometheus.Counter
 	healthReaction prometheus.Histogram
@@ -37,6 +38,9 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 		realized: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_fanout_realize_seconds",
 			Help:    "From a change handed to the fan-out to every live agent of the cluster having programmed it.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
+		programmed: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_fanout_agent_program_seconds",
+			Help:    "From this replica's table taking a revision to an agent of this replica acknowledging it programmed (per ack, the oldest revision it newly covers).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
 		healthResults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_health_transitions_total",
 			Help: "Member health transitions reported by the agents, by new status."}, []string{"status"}),
 		healthReaction: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_health_reaction_seconds",
@@ -54,7 +58,7 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 			Help: "Contested VIPs, protocols and ports that changed hands: taken by a senior claimant, or handed to a waiting one when the holder let go."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.timeouts, m.agents, m.lagRevisions, m.lagSeconds, m.realized, m.healthResults, m.healthReaction, m.statsErrors,
+		reg.MustRegister(m.timeouts, m.agents, m.lagRevisions, m.lagSeconds, m.realized, m.programmed, m.healthResults, m.healthReaction, m.statsErrors,
 			m.authFailures, m.identities, m.keyConflicts, m.keyMoves,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_acks_pending", Help: "Changes waiting for the agents' acks."}, func() float64 {
 				h.mu.Lock()
@@ -75,6 +79,8 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_revision", Help: "The log revision this replica's flow table holds."}, func() float64 {
 				return float64(h.Revision())
 			}),
+			lagCollector{h: h, desc: prometheus.NewDesc("flowlb_fanout_agent_lag_revisions",
+				"Revisions each agent of this replica has not acknowledged yet, by node.", []string{"node"}, nil)},
 			memberCollector{h: h, desc: prometheus.NewDesc("flowlb_health_members", "Monitored members by health verdict.", []string{"status"}, nil)})
 	}
 	return m

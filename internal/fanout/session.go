@@ -103,8 +103,12 @@ func (h *Hub) receive(stream agentv1.Agent_SubscribeServer, a *agent, errc chan<
 		}
 		if ack := m.GetAck(); ack != nil {
 			h.mu.Lock()
+			before, now := a.acked, time.Now()
 			h.acks.raise(a, ack.GetRevision())
-			h.journal.acked(a.node, a.acked, time.Now())
+			if t, ok := h.taken.firstAfter(before, a.acked); ok {
+				h.m.programmed.Observe(now.Sub(t).Seconds())
+			}
+			h.journal.acked(a.node, a.acked, now)
 			h.settleReady()
 			h.mu.Unlock()
 		}

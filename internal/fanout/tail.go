@@ -87,6 +87,7 @@ func (h *Hub) applyEntries(ctx context.Context, es []store.LogEntry) error {
 		h.ring.add(store.LogEntry{Revision: last.Revision, LoadBalancerID: id})
 	}
 	h.rev = last.Revision
+	h.taken.add(last.Revision, time.Now())
 	h.m.tailed(last)
 	h.broadcast(u)
 	h.sendProbes(probes)
