@@ -122,9 +122,19 @@ func TestKubernetesNodePort(t *testing.T) {
 // the n ready pods of app=app as the members of each of its pools.
 func (e *kubeEnv) waitPodMembers(t *testing.T, name, app string, n int) {
 	t.Helper()
-	testutil.Eventually(t, 60*time.Second, fmt.Sprintf("Service %s's members = its %d ready pods", name, n), func() (bool, string) {
+	testutil.Eventually(t, 60*time.Second, fmt.Sprintf("Service %s's pools' members = its %d ready pods", name, n), func() (bool, string) {
 		ready := e.readyPods(app)
-		members := e.members(name)
-		return len(ready) == n && slices.Equal(members, ready), fmt.Sprintf("members %v, ready pods %v", members, ready)
+		pools := e.poolMembers(name)
+		if len(ready) != n || len(pools) == 0 {
+			return false, fmt.Sprintf("pools %v, ready pods %v", pools, ready)
+		}
+		// Every pool: a Service port's and its node port's are updated
+		// by separate calls, each turning the load balancer ACTIVE.
+		for _, members := range pools {
+			if !slices.Equal(members, ready) {
+				return false, fmt.Sprintf("pools %v, ready pods %v", pools, ready)
+			}
+		}
+		return true, ""
 	})
 }

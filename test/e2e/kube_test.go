@@ -176,6 +176,27 @@ func (e *kubeEnv) members(name string) []string {
 	return slices.Compact(out)
 }
 
+// poolMembers returns the member addresses of each pool of Service
+// name's load balancer, sorted, once it is ACTIVE (else nil).
+func (e *kubeEnv) poolMembers(name string) [][]string {
+	st, ok := e.statusTree(name)
+	if !ok || dig1(st, "statuses", "loadbalancer")["provisioning_status"] != "ACTIVE" {
+		return nil
+	}
+	var out [][]string
+	for _, l := range dig(st, "statuses", "loadbalancer", "listeners") {
+		for _, p := range dig(l.(map[string]any), "pools") {
+			var addrs []string
+			for _, m := range dig(p.(map[string]any), "members") {
+				addrs = append(addrs, m.(map[string]any)["address"].(string))
+			}
+			slices.Sort(addrs)
+			out = append(out, addrs)
+		}
+	}
+	return out
+}
+
 // statusTree returns the status tree of Service name's load balancer;
 // false if there is none.
 func (e *kubeEnv) statusTree(name string) (map[string]any, bool) {
