@@ -13,14 +13,22 @@ import (
 // that one transaction holds few load balancers' locks for little time.
 const maxCompletionGroup = 64
 
+// maxCompletionRunners bounds the groups committed at once: PostgreSQL
+// completes several groups in parallel on its connections (one runner
+// would make every completion of the replica wait in one line); SQLite's
+// single writer takes them in turn anyway.
+const maxCompletionRunners = 4
+
 // completionGroups commit the completions that become ready together in
 // one transaction: the fan-out settles the waiters of one acknowledged
 // revision at once, and a commit (its WAL write on SQLite, its round
 // trips on PostgreSQL) cost as much as the completion itself.
 type completionGroups struct {
-	mu      sync.Mutex
-	queue   []*completion
-	running bool
+	mu    sync.Mutex
+	queue []*completion
+	// running counts the runners; another starts when completions wait
+	// while every runner is busy.
+	running int
 }
 
 type completion struct {
@@ -36,22 +44,22 @@ func (s *Service) completeGrouped(ctx context.Context, p store.Pending, perr err
 	g := &s.completions
 	g.mu.Lock()
 	g.queue = append(g.queue, c)
-	if !g.running {
-		g.running = true
+	if g.running == 0 || (len(g.queue) > 1 && g.running < maxCompletionRunners) {
+		g.running++
 		go s.runCompletions(ctx)
 	}
 	g.mu.Unlock()
 	return <-c.done
 }
 
-// runCompletions commits the queue group by group until it is empty.
+// runCompletions commits groups from the queue until it is empty.
 func (s *Service) runCompletions(ctx context.Context) {
 	g := &s.completions
 	for {
 		g.mu.Lock()
 		n := min(len(g.queue), maxCompletionGroup)
 		if n == 0 {
-			g.running = false
+			g.running--
 			g.mu.Unlock()
 			return
 		}

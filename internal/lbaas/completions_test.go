@@ -60,7 +60,7 @@ func TestCompletionsReadyTogetherShareATransaction(t *testing.T) {
 			// test does not depend on how the goroutines are scheduled.
 			g := &e.svc.completions
 			g.mu.Lock()
-			g.running = true
+			g.running = maxCompletionRunners
 			g.mu.Unlock()
 			var wg sync.WaitGroup
 			for _, done := range dones {
@@ -74,6 +74,15 @@ func TestCompletionsReadyTogetherShareATransaction(t *testing.T) {
 			})
 			go e.svc.runCompletions(context.Background())
 			wg.Wait()
+			testutil.Eventually(t, 5*time.Second, "the runner ended", func() (bool, string) {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				if g.running == maxCompletionRunners-1 {
+					g.running = 0 // the stand-ins for busy runners go too
+					return true, ""
+				}
+				return false, fmt.Sprint(g.running)
+			})
 			for _, id := range ids {
 				if got := e.status(store.KindLoadBalancer, id); got != Active {
 					t.Fatalf("failGroup=%v: LB %s is %s, want ACTIVE", fail, id, got)
