@@ -1,9 +1,6 @@
 package store
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // PostgreSQL writes many rows in one statement of a constant text, the
 // columns passed as arrays and unnested on the server: one round trip
@@ -11,12 +8,10 @@ import (
 // VALUES lists cost a parse and a round trip per 500 rows (20,000
 // members: 40 of each).
 
-// columns are the objects columns of rs as arrays, in cols' order
-// (created_at as given, zero as now plus the row's position in
-// microseconds, so that listing keeps input order).
+// columns are the objects columns of rs as arrays, in cols' order (rs
+// stamped: every created_at set).
 func columns(rs []Record) (kinds, ids, projects, lbs, parents, names, data []string, created []int64) {
-	now := time.Now()
-	for i, r := range rs {
+	for _, r := range rs {
 		kinds = append(kinds, string(r.Kind))
 		ids = append(ids, r.ID)
 		projects = append(projects, r.ProjectID)
@@ -24,11 +19,7 @@ func columns(rs []Record) (kinds, ids, projects, lbs, parents, names, data []str
 		parents = append(parents, r.ParentID)
 		names = append(names, r.Name)
 		data = append(data, string(r.Data))
-		at := r.CreatedAt
-		if at.IsZero() {
-			at = now.Add(time.Duration(i) * time.Microsecond)
-		}
-		created = append(created, at.UnixMicro())
+		created = append(created, r.CreatedAt.UnixMicro())
 	}
 	return
 }

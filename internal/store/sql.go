@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -387,7 +388,22 @@ func (t *sqlTx) Insert(r Record) error {
 // parameters; 8 per row).
 const insertChunk = 500
 
+// stamped gives the records without a creation time now plus their
+// position in microseconds, so that listing keeps input order across the
+// whole batch.
+func stamped(rs []Record) []Record {
+	now := time.Now()
+	out := slices.Clone(rs)
+	for i := range out {
+		if out[i].CreatedAt.IsZero() {
+			out[i].CreatedAt = now.Add(time.Duration(i) * time.Microsecond)
+		}
+	}
+	return out
+}
+
 func (t *sqlTx) InsertMany(rs []Record) error {
+	rs = stamped(rs)
 	if t.s.eng.name() == "postgres" {
 		return t.insertArrays(rs)
 	}
@@ -398,16 +414,11 @@ func (t *sqlTx) InsertMany(rs []Record) error {
 		var b strings.Builder
 		b.WriteString("INSERT INTO objects (" + cols + ") VALUES ")
 		args := make([]any, 0, 8*len(chunk))
-		now := time.Now()
 		for i, r := range chunk {
 			if i > 0 {
 				b.WriteString(", ")
 			}
 			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
-			if r.CreatedAt.IsZero() {
-				// A microsecond apart, so that listing keeps input order.
-				r.CreatedAt = now.Add(time.Duration(i) * time.Microsecond)
-			}
 			args = append(args, string(r.Kind), r.ID, r.ProjectID, r.LoadBalancerID, r.ParentID, r.Name, string(r.Data), r.CreatedAt.UnixMicro())
 		}
 		b.WriteString(" ON CONFLICT DO NOTHING")
