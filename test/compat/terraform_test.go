@@ -148,21 +148,10 @@ func TestTerraformOpenStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must := func(id string, err error) string {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
-	svc := must(a.Project("service"))
-	octavia := must(a.User("octavia", "octaviapw", svc))
-	tfProject := must(a.Project("tf"))
-	user := must(a.User("tf", "tfpw", tfProject))
-	if err := a.Grant(svc, octavia, "admin"); err != nil {
+	if err := a.ProjectUser("service", "octavia", "octaviapw", "admin"); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Grant(tfProject, user, "member", "load-balancer_member"); err != nil {
+	if err := a.ProjectUser("tf", "tf", "tfpw", "member", "load-balancer_member"); err != nil {
 		t.Fatal(err)
 	}
 	srv := startServer(t, "--auth", "keystone", "--keystone-url", ks.URL, "--keystone-user", "octavia",

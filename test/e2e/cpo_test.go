@@ -303,20 +303,9 @@ func startLabKeystone(t *testing.T, c *cluster) *keystone.Keystone {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must := func(id string, err error) string {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
-	svc := must(a.Project("service"))
-	octavia := must(a.User("octavia", "octaviapw", svc))
-	k8s := must(a.Project("k8s"))
-	cpo := must(a.User("cpo", "cpopw", k8s))
 	for _, err := range []error{
-		a.Grant(svc, octavia, "admin"),
-		a.Grant(k8s, cpo, "member", "load-balancer_member"),
+		a.ProjectUser("service", "octavia", "octaviapw", "admin"),
+		a.ProjectUser("k8s", "cpo", "cpopw", "member", "load-balancer_member"),
 		a.Endpoint("load-balancer", "octavia", c.api),
 		a.Endpoint("network", "neutron", c.api),
 	} {

@@ -299,6 +299,21 @@ func (a *Admin) Grant(projectID, userID string, roles ...string) error {
 	return nil
 }
 
+// ProjectUser creates project and, with it as default project, user
+// with password, holding roles on it: the service user a server
+// validates tokens as, or the user a client works as.
+func (a *Admin) ProjectUser(project, user, password string, roles ...string) error {
+	pid, err := a.Project(project)
+	if err != nil {
+		return err
+	}
+	uid, err := a.User(user, password, pid)
+	if err != nil {
+		return err
+	}
+	return a.Grant(pid, uid, roles...)
+}
+
 // Endpoint registers a service of type typ and its public, internal and
 // admin endpoints at u in Region.
 func (a *Admin) Endpoint(typ, name, u string) error {
