@@ -556,7 +556,7 @@ func labLoadCmd(f *labFlags) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&from, "from", lab.HostClient, "host to send from (nI, nI-pJ, client)")
-	c.Flags().StringVar(&cfg.Target, "to", "", "target address ip:port")
+	c.Flags().StringVar(&cfg.Target, "to", "", "target address ip:port, an IPv6 one as [ip]:port")
 	c.Flags().StringVar(&cfg.Proto, "proto", "tcp", "tcp, udp or http")
 	c.Flags().IntVarP(&cfg.Concurrency, "concurrency", "c", 4, "parallel workers")
 	c.Flags().Float64Var(&cfg.Rate, "rate", 0, "operations per second (0: unbounded)")

@@ -39,6 +39,91 @@ var (
 	ExternalVIPs = netip.MustParsePrefix("198.19.128.0/17")
 )
 
+// The IPv6 plan mirrors the IPv4 one inside 2001:2::/48 (RFC 5180
+// benchmarking space), never routed out either. A number that is the last
+// octet or the third octet of an IPv4 address appears with the same
+// decimal digits in the IPv6 address (written in hex: node 12 is
+// 2001:2::12, not 2001:2::c), so that 198.18.0.12 and 198.18.28.3 read as
+// 2001:2::12 and 2001:2:0:28::3. The service and external VIP ranges,
+// 198.19.0.0/16 in IPv4, are the upper half of the /48.
+var (
+	Lab6CIDR          = netip.MustParsePrefix("2001:2::/48")
+	FabricCIDR6       = netip.MustParsePrefix("2001:2::/64")
+	ControlAddr6      = netip.MustParseAddr("2001:2::250")
+	RouterFabricAddr6 = netip.MustParseAddr("2001:2::254")
+	DBAddr6           = netip.MustParseAddr("2001:2::239")
+	ClientCIDR6       = netip.MustParsePrefix("2001:2:0:1::/64")
+	RouterClientAddr6 = netip.MustParseAddr("2001:2:0:1::1")
+	ClientAddr6       = netip.MustParseAddr("2001:2:0:1::2")
+	ServiceVIPs6      = netip.MustParsePrefix("2001:2:0:8000::/50")
+	ExternalVIPs6     = netip.MustParsePrefix("2001:2:0:c000::/50")
+	podGateway6       = netip.MustParseAddr("fe80::1")
+)
+
+// dec returns n's decimal digits read as hex digits (12 → 0x12), the
+// IPv6 plan's way of keeping IPv4 numbers readable.
+func dec(n int) uint16 {
+	v, err := strconv.ParseUint(strconv.Itoa(n), 16, 16)
+	if err != nil {
+		panic(fmt.Sprintf("lab address number %d out of range", n))
+	}
+	return uint16(v)
+}
+
+// undec is dec's inverse; ok is false for a value with a hex letter.
+func undec(v uint16) (int, bool) {
+	n, err := strconv.Atoi(strconv.FormatUint(uint64(v), 16))
+	return n, err == nil
+}
+
+// addr6 is 2001:2:0:<subnet>::<host>.
+func addr6(subnet, host uint16) netip.Addr {
+	b := Lab6CIDR.Addr().As16()
+	b[6], b[7] = byte(subnet>>8), byte(subnet)
+	b[14], b[15] = byte(host>>8), byte(host)
+	return netip.AddrFrom16(b)
+}
+
+// NodeAddr6 is node i's IPv6 address on the fabric: 2001:2::i.
+func NodeAddr6(i int) netip.Addr { return addr6(0, dec(i)) }
+
+// ServerAddr6 is server host k's IPv6 address: 2001:2::(240+k).
+func ServerAddr6(k int) netip.Addr { return addr6(0, dec(240+k)) }
+
+// PodCIDR6 is the IPv6 pod network routed to node i: 2001:2:0:(16+i)::/64.
+func PodCIDR6(i int) netip.Prefix { return netip.PrefixFrom(addr6(dec(16+i), 0), 64) }
+
+// PodAddr6 is the IPv6 address of pod j on node i: 2001:2:0:(16+i)::(1+j).
+func PodAddr6(i, j int) netip.Addr { return addr6(dec(16+i), dec(1+j)) }
+
+// PodGateway6 is every pod's IPv6 default gateway, a link-local address
+// on each of the node's pod-facing veths (as Calico does): it needs no
+// address from the pod CIDR.
+func PodGateway6() netip.Addr { return podGateway6 }
+
+// NodeIndex returns the node whose fabric address (either family) a is.
+func NodeIndex(a netip.Addr) (int, bool) {
+	a = a.Unmap()
+	var i int
+	switch {
+	case a.Is4() && FabricCIDR.Contains(a):
+		i = int(a.As4()[3])
+	case a.Is6() && FabricCIDR6.Contains(a):
+		b := a.As16()
+		if b[8]|b[9]|b[10]|b[11]|b[12]|b[13] != 0 {
+			return 0, false
+		}
+		n, ok := undec(uint16(b[14])<<8 | uint16(b[15]))
+		if !ok {
+			return 0, false
+		}
+		i = n
+	default:
+		return 0, false
+	}
+	return i, i >= 1 && i <= MaxNodes
+}
+
 // Limits that keep every address inside the plan: node i owns pod CIDR
 // 198.18.(16+i).0/24 and fabric address 198.18.0.i, below ControlAddr.
 const (

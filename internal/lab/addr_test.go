@@ -52,6 +52,74 @@ func TestAddressPlan(t *testing.T) {
 	}
 }
 
+// TestAddressPlan6: the IPv6 plan mirrors the IPv4 one with the same
+// decimal digits, stays inside 2001:2::/48 and off its VIP ranges, and
+// NodeIndex reads a node's fabric address of either family back.
+func TestAddressPlan6(t *testing.T) {
+	cases := []struct {
+		name string
+		got  netip.Addr
+		want string
+	}{
+		{"node 1", NodeAddr6(1), "2001:2::1"},
+		{"node 12", NodeAddr6(12), "2001:2::12"},
+		{"node 200", NodeAddr6(MaxNodes), "2001:2::200"},
+		{"pod n1-p1", PodAddr6(1, 1), "2001:2:0:17::2"},
+		{"pod n3-p10", PodAddr6(3, 10), "2001:2:0:19::11"},
+		{"last pod", PodAddr6(MaxNodes, MaxPodsPerNode), "2001:2:0:216::251"},
+		{"server 1", ServerAddr6(1), "2001:2::241"},
+		{"server 9", ServerAddr6(MaxServers), "2001:2::249"},
+	}
+	for _, c := range cases {
+		if c.got.String() != c.want {
+			t.Errorf("%s: %s, want %s", c.name, c.got, c.want)
+		}
+	}
+	if got := PodCIDR6(2).String(); got != "2001:2:0:18::/64" {
+		t.Errorf("PodCIDR6(2) = %s", got)
+	}
+	for i := 1; i <= MaxNodes; i++ {
+		for _, a := range []netip.Addr{NodeAddr(i), NodeAddr6(i)} {
+			if n, ok := NodeIndex(a); !ok || n != i {
+				t.Errorf("NodeIndex(%s) = %d %v, want %d", a, n, ok, i)
+			}
+		}
+		if !PodCIDR6(i).Contains(PodAddr6(i, MaxPodsPerNode)) || PodCIDR6(i).Overlaps(PodCIDR6(i+1)) {
+			t.Errorf("pod CIDR %s: last pod outside or overlaps the next node's", PodCIDR6(i))
+		}
+	}
+	for _, a := range []netip.Addr{ControlAddr6, RouterFabricAddr6, DBAddr6, ServerAddr6(1), ClientAddr6, PodAddr6(1, 1),
+		netip.MustParseAddr("2001:2::a"), netip.MustParseAddr("2001:2::1:1"), ControlAddr, ClientAddr} {
+		if n, ok := NodeIndex(a); ok {
+			t.Errorf("NodeIndex(%s) = %d: not a node's address", a, n)
+		}
+	}
+	fabric := []netip.Addr{NodeAddr6(MaxNodes), DBAddr6, ServerAddr6(1), ServerAddr6(MaxServers), ControlAddr6, RouterFabricAddr6}
+	for k := 1; k < len(fabric); k++ {
+		if fabric[k-1].Compare(fabric[k]) >= 0 {
+			t.Errorf("fabric address %s not below %s", fabric[k-1], fabric[k])
+		}
+	}
+	for _, a := range fabric {
+		if !FabricCIDR6.Contains(a) {
+			t.Errorf("%s is not on the fabric %s", a, FabricCIDR6)
+		}
+	}
+	for _, a := range append(fabric, PodAddr6(1, 1), PodAddr6(MaxNodes, MaxPodsPerNode), RouterClientAddr6, ClientAddr6) {
+		if !Lab6CIDR.Contains(a) || ServiceVIPs6.Contains(a) || ExternalVIPs6.Contains(a) {
+			t.Errorf("%s outside 2001:2::/48 or inside a VIP range", a)
+		}
+	}
+	for _, p := range []netip.Prefix{ServiceVIPs6, ExternalVIPs6, KubeServiceCIDR6} {
+		if !Lab6CIDR.Contains(p.Addr()) || p.Bits() < Lab6CIDR.Bits() {
+			t.Errorf("%s outside 2001:2::/48", p)
+		}
+	}
+	if ServiceVIPs6.Overlaps(ExternalVIPs6) || !ServiceVIPs6.Contains(KubeServiceCIDR6.Addr()) || KubeServiceCIDR6.Bits() < ServiceVIPs6.Bits() {
+		t.Errorf("VIP ranges: service %s, external %s, Kubernetes services %s", ServiceVIPs6, ExternalVIPs6, KubeServiceCIDR6)
+	}
+}
+
 func TestParseHost(t *testing.T) {
 	cases := []struct {
 		in   string

@@ -49,7 +49,7 @@ func (a *Announcements) Routes() (map[netip.Prefix][]int, error) {
 }
 
 func routerRoutes(h *netlink.Handle) (map[netip.Prefix][]int, error) {
-	rs, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: unix.RTPROT_BGP}, netlink.RT_FILTER_PROTOCOL)
+	rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: unix.RTPROT_BGP}, netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
 		return nil, err
 	}
@@ -68,8 +68,10 @@ func routerRoutes(h *netlink.Handle) (map[netip.Prefix][]int, error) {
 		}
 		var nodes []int
 		for _, gw := range gws {
-			if a, ok := netip.AddrFromSlice(gw); ok && FabricCIDR.Contains(a.Unmap()) {
-				nodes = append(nodes, int(a.Unmap().As4()[3]))
+			if a, ok := netip.AddrFromSlice(gw); ok {
+				if i, ok := NodeIndex(a); ok {
+					nodes = append(nodes, i)
+				}
 			}
 		}
 		slices.Sort(nodes)
@@ -98,7 +100,7 @@ func (a *Announcements) announced() map[netip.Prefix][]int {
 		if err != nil {
 			continue // a node going away announces nothing
 		}
-		rs, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: a.table}, netlink.RT_FILTER_TABLE)
+		rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: a.table}, netlink.RT_FILTER_TABLE)
 		h.Close()
 		if err != nil {
 			continue
@@ -195,16 +197,20 @@ func (a *Announcements) Run(ctx context.Context) error {
 	}
 }
 
-// ecmpRoute routes dst to the given nodes, over all of them (ECMP) when
-// there are several.
+// ecmpRoute routes dst to the given nodes' addresses of its family, over
+// all of them (ECMP) when there are several.
 func ecmpRoute(dst netip.Prefix, nodes []int) *netlink.Route {
+	addr := NodeAddr
+	if dst.Addr().Is6() {
+		addr = NodeAddr6
+	}
 	r := &netlink.Route{Dst: ipnet(dst)}
 	if len(nodes) == 1 {
-		r.Gw = NodeAddr(nodes[0]).AsSlice()
+		r.Gw = addr(nodes[0]).AsSlice()
 		return r
 	}
 	for _, n := range nodes {
-		r.MultiPath = append(r.MultiPath, &netlink.NexthopInfo{Gw: NodeAddr(n).AsSlice()})
+		r.MultiPath = append(r.MultiPath, &netlink.NexthopInfo{Gw: addr(n).AsSlice()})
 	}
 	return r
 }

@@ -92,31 +92,32 @@ func (l *Lab) build(ctx context.Context) error {
 	return g.Wait()
 }
 
-// buildNode addresses node i on the fabric and routes the other nodes'
-// pod CIDRs and the client network.
+// buildNode addresses node i on the fabric (both families) and routes
+// the other nodes' pod CIDRs and the client network.
 func (l *Lab) buildNode(s *State, i int) error {
 	h, err := Handle(NSName(l.name, NodeName(i)))
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	if _, err := upAddr(h, "eth0", NodeAddr(i), FabricCIDR.Bits()); err != nil {
+	if _, err := upAddr(h, "eth0", hostAddr(NodeAddr(i), FabricCIDR), hostAddr(NodeAddr6(i), FabricCIDR6)); err != nil {
 		return err
 	}
 	for _, n := range s.Nodes {
 		if n.Index != i {
-			if err := routeVia(h, PodCIDR(n.Index), NodeAddr(n.Index)); err != nil {
+			if err := routesVia(h, NodeAddr(n.Index), NodeAddr6(n.Index), PodCIDR(n.Index), PodCIDR6(n.Index)); err != nil {
 				return err
 			}
 		}
 	}
-	return routeVia(h, ClientCIDR, RouterFabricAddr)
+	return routesVia(h, RouterFabricAddr, RouterFabricAddr6, ClientCIDR, ClientCIDR6)
 }
 
 // buildPod wires pod j of node i: a veth pJ on the node carrying the
-// gateway /32 and a /32 route to the pod; in the pod, eth0 with the pod's
-// /32 and a default route via the gateway (routed, Calico style: no
-// bridge, no ARP between pods).
+// gateways (the IPv4 one as a /32, the IPv6 one link-local) and host
+// routes to the pod; in the pod, eth0 with the pod's /32 and /128 and
+// default routes via the gateways (routed, Calico style: no bridge, no
+// ARP or neighbour discovery between pods).
 func (l *Lab) buildPod(i, j int) error {
 	node, err := Handle(NSName(l.name, NodeName(i)))
 	if err != nil {
@@ -128,24 +129,33 @@ func (l *Lab) buildPod(i, j int) error {
 	if err := veth(node, dev, "eth0", podNS, 0); err != nil {
 		return err
 	}
-	link, err := upAddr(node, dev, PodGateway(i), 32)
+	link, err := upAddr(node, dev, single(PodGateway(i)), netip.PrefixFrom(PodGateway6(), 64))
 	if err != nil {
 		return err
 	}
-	if err := node.RouteReplace(&netlink.Route{Dst: pfx(PodAddr(i, j), 32), LinkIndex: link.Attrs().Index, Scope: netlink.SCOPE_LINK}); err != nil {
-		return fmt.Errorf("route to pod %s: %w", PodName(i, j), err)
+	for _, a := range []netip.Addr{PodAddr(i, j), PodAddr6(i, j)} {
+		if err := node.RouteReplace(&netlink.Route{Dst: ipnet(single(a)), LinkIndex: link.Attrs().Index, Scope: netlink.SCOPE_LINK}); err != nil {
+			return fmt.Errorf("route to pod %s: %w", PodName(i, j), err)
+		}
 	}
 	pod, err := Handle(podNS)
 	if err != nil {
 		return err
 	}
 	defer pod.Close()
-	eth, err := upAddr(pod, "eth0", PodAddr(i, j), 32)
+	eth, err := upAddr(pod, "eth0", single(PodAddr(i, j)), single(PodAddr6(i, j)))
 	if err != nil {
 		return err
 	}
-	if err := pod.RouteReplace(&netlink.Route{Dst: pfx(PodGateway(i), 32), LinkIndex: eth.Attrs().Index, Scope: netlink.SCOPE_LINK}); err != nil {
+	if err := pod.RouteReplace(&netlink.Route{Dst: ipnet(single(PodGateway(i))), LinkIndex: eth.Attrs().Index, Scope: netlink.SCOPE_LINK}); err != nil {
 		return fmt.Errorf("pod %s gateway route: %w", PodName(i, j), err)
 	}
-	return pod.RouteReplace(&netlink.Route{Dst: pfx(netip.IPv4Unspecified(), 0), Gw: PodGateway(i).AsSlice()})
+	if err := pod.RouteReplace(&netlink.Route{Dst: ipnet(defaultDst(PodGateway(i))), Gw: PodGateway(i).AsSlice()}); err != nil {
+		return fmt.Errorf("pod %s default route: %w", PodName(i, j), err)
+	}
+	// A link-local gateway needs the device named.
+	if err := pod.RouteReplace(&netlink.Route{Dst: ipnet(defaultDst(PodGateway6())), Gw: PodGateway6().AsSlice(), LinkIndex: eth.Attrs().Index}); err != nil {
+		return fmt.Errorf("pod %s IPv6 default route: %w", PodName(i, j), err)
+	}
+	return nil
 }

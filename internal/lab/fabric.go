@@ -38,7 +38,7 @@ func (l *Lab) buildBridge(s *State) error {
 	if err := fab.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}); err != nil {
 		return fmt.Errorf("bridge: %w", err)
 	}
-	br, err := upAddr(fab, "br0", ControlAddr, FabricCIDR.Bits())
+	br, err := upAddr(fab, "br0", hostAddr(ControlAddr, FabricCIDR), hostAddr(ControlAddr6, FabricCIDR6))
 	if err != nil {
 		return err
 	}
@@ -51,12 +51,19 @@ func (l *Lab) buildBridge(s *State) error {
 	if err := veth(fab, "rtr", "eth0", NSName(l.name, HostRouter), brIdx); err != nil {
 		return err
 	}
+	return routeFabricHost(fab, s)
+}
+
+// routeFabricHost routes, from a host on the fabric, every node's pod
+// CIDRs via that node and the client network via the router, in both
+// families.
+func routeFabricHost(h *netlink.Handle, s *State) error {
 	for _, n := range s.Nodes {
-		if err := routeVia(fab, PodCIDR(n.Index), NodeAddr(n.Index)); err != nil {
+		if err := routesVia(h, NodeAddr(n.Index), NodeAddr6(n.Index), PodCIDR(n.Index), PodCIDR6(n.Index)); err != nil {
 			return err
 		}
 	}
-	return routeVia(fab, ClientCIDR, RouterFabricAddr)
+	return routesVia(h, RouterFabricAddr, RouterFabricAddr6, ClientCIDR, ClientCIDR6)
 }
 
 // buildRouter addresses the router on the fabric, links it to the client
@@ -67,13 +74,13 @@ func (l *Lab) buildRouter(s *State) error {
 		return err
 	}
 	defer rtr.Close()
-	if _, err := upAddr(rtr, "eth0", RouterFabricAddr, FabricCIDR.Bits()); err != nil {
+	if _, err := upAddr(rtr, "eth0", hostAddr(RouterFabricAddr, FabricCIDR), hostAddr(RouterFabricAddr6, FabricCIDR6)); err != nil {
 		return err
 	}
 	if err := veth(rtr, "eth1", "eth0", NSName(l.name, HostClient), 0); err != nil {
 		return err
 	}
-	if _, err := upAddr(rtr, "eth1", RouterClientAddr, ClientCIDR.Bits()); err != nil {
+	if _, err := upAddr(rtr, "eth1", hostAddr(RouterClientAddr, ClientCIDR), hostAddr(RouterClientAddr6, ClientCIDR6)); err != nil {
 		return err
 	}
 	return setNextHops(rtr, s.NextHops)
@@ -87,23 +94,26 @@ func (l *Lab) buildClient() error {
 		return err
 	}
 	defer cl.Close()
-	if _, err := upAddr(cl, "eth0", ClientAddr, ClientCIDR.Bits()); err != nil {
+	if _, err := upAddr(cl, "eth0", hostAddr(ClientAddr, ClientCIDR), hostAddr(ClientAddr6, ClientCIDR6)); err != nil {
 		return err
 	}
-	return cl.RouteReplace(&netlink.Route{Dst: pfx(netip.IPv4Unspecified(), 0), Gw: RouterClientAddr.AsSlice()})
+	return routesVia(cl, RouterClientAddr, RouterClientAddr6, defaultDst(RouterClientAddr), defaultDst(RouterClientAddr6))
 }
 
-// setNextHops points the external VIP range at the given nodes (ECMP);
-// with no nodes the route is removed and the router answers unreachable.
+// setNextHops points the external VIP ranges of both families at the
+// given nodes (ECMP); with no nodes the routes are removed and the router
+// answers unreachable.
 func setNextHops(h *netlink.Handle, nodes []int) error {
-	if len(nodes) == 0 {
-		if err := h.RouteDel(&netlink.Route{Dst: ipnet(ExternalVIPs)}); err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("delete external VIP route: %w", err)
+	for _, vips := range []netip.Prefix{ExternalVIPs, ExternalVIPs6} {
+		if len(nodes) == 0 {
+			if err := h.RouteDel(&netlink.Route{Dst: ipnet(vips)}); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("delete external VIP route %s: %w", vips, err)
+			}
+			continue
 		}
-		return nil
-	}
-	if err := h.RouteReplace(ecmpRoute(ExternalVIPs, nodes)); err != nil {
-		return fmt.Errorf("external VIP route via nodes %v: %w", nodes, err)
+		if err := h.RouteReplace(ecmpRoute(vips, nodes)); err != nil {
+			return fmt.Errorf("external VIP route %s via nodes %v: %w", vips, nodes, err)
+		}
 	}
 	return nil
 }

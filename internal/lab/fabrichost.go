@@ -11,9 +11,9 @@ import (
 )
 
 // plugFabricHost connects host, whose namespace exists, to the fabric
-// bridge as address a and routes the pod networks of s's nodes and the
-// client network.
-func (l *Lab) plugFabricHost(s *State, host string, a netip.Addr) error {
+// bridge as addresses a and a6 and routes the pod networks of s's nodes
+// and the client network.
+func (l *Lab) plugFabricHost(s *State, host string, a, a6 netip.Addr) error {
 	fab, err := Handle(NSName(l.name, HostFabric))
 	if err != nil {
 		return err
@@ -31,21 +31,16 @@ func (l *Lab) plugFabricHost(s *State, host string, a netip.Addr) error {
 		return err
 	}
 	defer h.Close()
-	if _, err := upAddr(h, "eth0", a, FabricCIDR.Bits()); err != nil {
+	if _, err := upAddr(h, "eth0", hostAddr(a, FabricCIDR), hostAddr(a6, FabricCIDR6)); err != nil {
 		return err
 	}
-	for _, n := range s.Nodes {
-		if err := routeVia(h, PodCIDR(n.Index), NodeAddr(n.Index)); err != nil {
-			return err
-		}
-	}
-	return routeVia(h, ClientCIDR, RouterFabricAddr)
+	return routeFabricHost(h, s)
 }
 
 // buildServers plugs the server hosts of s into the fabric.
 func (l *Lab) buildServers(s *State) error {
 	for _, k := range s.Servers {
-		if err := l.plugFabricHost(s, ServerName(k), ServerAddr(k)); err != nil {
+		if err := l.plugFabricHost(s, ServerName(k), ServerAddr(k), ServerAddr6(k)); err != nil {
 			return fmt.Errorf("server host %s: %w", ServerName(k), err)
 		}
 	}
@@ -53,12 +48,13 @@ func (l *Lab) buildServers(s *State) error {
 }
 
 // addFabricHost creates host's namespace and plugs it into the fabric as
-// address a, in a running lab; on failure it removes the namespace.
-func (l *Lab) addFabricHost(s *State, host string, a netip.Addr) error {
+// addresses a and a6, in a running lab; on failure it removes the
+// namespace.
+func (l *Lab) addFabricHost(s *State, host string, a, a6 netip.Addr) error {
 	if err := l.newHostNS(host); err != nil {
 		return err
 	}
-	if err := l.plugFabricHost(s, host, a); err != nil {
+	if err := l.plugFabricHost(s, host, a, a6); err != nil {
 		_ = deleteNS(NSName(l.name, host))
 		return fmt.Errorf("host %s: %w", host, err)
 	}
@@ -73,7 +69,7 @@ func (l *Lab) Servers() []Host {
 	var out []Host
 	for _, k := range l.snapshot().Servers {
 		name := ServerName(k)
-		out = append(out, Host{lab: l, Name: name, NS: NSName(l.name, name), Addr: ServerAddr(k)})
+		out = append(out, Host{lab: l, Name: name, NS: NSName(l.name, name), Addr: ServerAddr(k), Addr6: ServerAddr6(k)})
 	}
 	return out
 }

@@ -30,6 +30,9 @@ type Host struct {
 	Name string     // n1, n1-p3, s1, db, client, router, fabric
 	NS   string     // network namespace name
 	Addr netip.Addr // main address
+	// Addr6 is the IPv6 address beside it (docs/lab.md, address plan);
+	// the router's and the fabric's are on the fabric, as Addr.
+	Addr6 netip.Addr
 }
 
 // Host looks a host up by name.
@@ -50,32 +53,32 @@ func (l *Lab) Host(name string) (Host, error) {
 	}
 	switch kind {
 	case HostFabric:
-		h.Addr = ControlAddr
+		h.Addr, h.Addr6 = ControlAddr, ControlAddr6
 	case HostRouter:
-		h.Addr = RouterFabricAddr
+		h.Addr, h.Addr6 = RouterFabricAddr, RouterFabricAddr6
 	case HostClient:
-		h.Addr = ClientAddr
+		h.Addr, h.Addr6 = ClientAddr, ClientAddr6
 	case KindNode:
 		if node() == nil {
 			return Host{}, fmt.Errorf("lab %s has no node %s", l.name, name)
 		}
-		h.Addr = NodeAddr(i)
+		h.Addr, h.Addr6 = NodeAddr(i), NodeAddr6(i)
 	case KindServer:
 		if !slices.Contains(s.Servers, i) {
 			return Host{}, fmt.Errorf("lab %s has no server host %s (lab up --servers)", l.name, name)
 		}
-		h.Addr = ServerAddr(i)
+		h.Addr, h.Addr6 = ServerAddr(i), ServerAddr6(i)
 	case HostDB:
 		if s.Postgres == nil {
 			return Host{}, fmt.Errorf("lab %s has no database host (lab up --postgres)", l.name)
 		}
-		h.Addr = DBAddr
+		h.Addr, h.Addr6 = DBAddr, DBAddr6
 	case KindPod:
 		n := node()
 		if n == nil || !slices.Contains(n.Pods, j) {
 			return Host{}, fmt.Errorf("lab %s has no pod %s", l.name, name)
 		}
-		h.Addr = PodAddr(i, j)
+		h.Addr, h.Addr6 = PodAddr(i, j), PodAddr6(i, j)
 	}
 	return h, nil
 }
@@ -106,7 +109,7 @@ func (l *Lab) Nodes() []Host {
 	var out []Host
 	for _, n := range l.snapshot().Nodes {
 		name := NodeName(n.Index)
-		out = append(out, Host{lab: l, Name: name, NS: NSName(l.name, name), Addr: NodeAddr(n.Index)})
+		out = append(out, Host{lab: l, Name: name, NS: NSName(l.name, name), Addr: NodeAddr(n.Index), Addr6: NodeAddr6(n.Index)})
 	}
 	return out
 }
@@ -117,7 +120,7 @@ func (l *Lab) Pods() []Host {
 	for _, n := range l.snapshot().Nodes {
 		for _, j := range n.Pods {
 			name := PodName(n.Index, j)
-			out = append(out, Host{lab: l, Name: name, NS: NSName(l.name, name), Addr: PodAddr(n.Index, j)})
+			out = append(out, Host{lab: l, Name: name, NS: NSName(l.name, name), Addr: PodAddr(n.Index, j), Addr6: PodAddr6(n.Index, j)})
 		}
 	}
 	return out

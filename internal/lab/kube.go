@@ -32,6 +32,12 @@ const KubeVersion = "v1.34.4"
 // services: a part of the service VIP range, which flowlb owns.
 var KubeServiceCIDR = netip.MustParsePrefix("198.19.64.0/18")
 
+// KubeServiceCIDR6 is the IPv6 cluster-IP range, the second of the
+// dual-stack cluster's (IPv4 first, so that Services without ipFamilies
+// stay IPv4): a part of the IPv6 service VIP range. A /112 stays within
+// what every Kubernetes release's allocator accepts.
+var KubeServiceCIDR6 = netip.MustParsePrefix("2001:2:0:a000::/112")
+
 // KubeAPIPort is the API server's port on the control address.
 const KubeAPIPort = 6443
 
@@ -99,6 +105,7 @@ type KubeState struct {
 	LabKubeconfig string `json:"lab_kubeconfig"`
 	LabServer     string `json:"lab_server"`
 	ServiceCIDR   string `json:"service_cidr"`
+	ServiceCIDR6  string `json:"service_cidr6"`
 	// UpSeconds is how long the control plane took to come up (processes
 	// started until the API answered ready).
 	UpSeconds float64 `json:"up_seconds"`
@@ -258,6 +265,7 @@ func newKubeState(dir, local string) *KubeState {
 		LabKubeconfig: filepath.Join(dir, "lab-admin.kubeconfig"),
 		LabServer:     apiLabURL,
 		ServiceCIDR:   KubeServiceCIDR.String(),
+		ServiceCIDR6:  KubeServiceCIDR6.String(),
 	}
 }
 

@@ -28,7 +28,8 @@ func apiServerArgv(binDir string, pki *kubePKI) []string {
 		"--bind-address", "0.0.0.0",
 		"--secure-port", strconv.Itoa(KubeAPIPort),
 		"--advertise-address", ControlAddr.String(),
-		"--service-cluster-ip-range", KubeServiceCIDR.String(),
+		// Dual-stack: a Service may ask for either family or both.
+		"--service-cluster-ip-range", KubeServiceCIDR.String() + "," + KubeServiceCIDR6.String(),
 		"--client-ca-file", pki.ca.certFile,
 		"--tls-cert-file", pki.serving.certFile,
 		"--tls-private-key-file", pki.serving.keyFile,

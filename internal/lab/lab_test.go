@@ -71,6 +71,15 @@ func hostport(a interface{ String() string }, port string) string {
 	return net.JoinHostPort(a.String(), port)
 }
 
+// families names the lab's two address families, for subtests.
+var families = []struct {
+	name string
+	addr func(lab.Host) netip.Addr
+}{
+	{"ipv4", func(h lab.Host) netip.Addr { return h.Addr }},
+	{"ipv6", func(h lab.Host) netip.Addr { return h.Addr6 }},
+}
+
 func TestPodsReachPodsAcrossNodes(t *testing.T) {
 	l := labtest.New(t, 3, 2)
 	cases := []struct{ from, to lab.Host }{
@@ -80,20 +89,23 @@ func TestPodsReachPodsAcrossNodes(t *testing.T) {
 		{l.Pod(1, 1), l.Pod(1, 2)}, // same node
 	}
 	for _, c := range cases {
-		t.Run(c.from.Name+"_to_"+c.to.Name, func(t *testing.T) {
-			r := ask(t, c.from, hostport(c.to.Addr, "8080"))
-			if r.Pod != c.to.Name {
-				t.Errorf("answered by %q, want %q", r.Pod, c.to.Name)
-			}
-			// No NAT: the server sees the client pod's own address, and
-			// the client reached the server's own address.
-			if h, _, _ := net.SplitHostPort(r.Peer); h != c.from.Addr.String() {
-				t.Errorf("server saw peer %s, want %s", r.Peer, c.from.Addr)
-			}
-			if want := hostport(c.to.Addr, "8080"); r.Addr != want {
-				t.Errorf("server local address %s, want %s", r.Addr, want)
-			}
-		})
+		for _, fam := range families {
+			t.Run(c.from.Name+"_to_"+c.to.Name+"_"+fam.name, func(t *testing.T) {
+				from, to := fam.addr(c.from), fam.addr(c.to)
+				r := ask(t, c.from, hostport(to, "8080"))
+				if r.Pod != c.to.Name {
+					t.Errorf("answered by %q, want %q", r.Pod, c.to.Name)
+				}
+				// No NAT: the server sees the client pod's own address, and
+				// the client reached the server's own address.
+				if h, _, _ := net.SplitHostPort(r.Peer); h != from.String() {
+					t.Errorf("server saw peer %s, want %s", r.Peer, from)
+				}
+				if want := hostport(to, "8080"); r.Addr != want {
+					t.Errorf("server local address %s, want %s", r.Addr, want)
+				}
+			})
+		}
 	}
 }
 
@@ -125,30 +137,36 @@ func TestProtocolsAcrossNodes(t *testing.T) {
 		{"http", "80"},
 	}
 	for _, c := range cases {
-		t.Run(c.proto, func(t *testing.T) {
-			r, err := from.Load(context.Background(), load.Config{Proto: c.proto, Target: hostport(to.Addr, c.port), Requests: 20, Duration: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.Count != 20 || r.Errors != 0 {
-				t.Fatalf("%d ok, %d errors (%v), want 20 ok", r.Count, r.Errors, r.ErrorSample)
-			}
-			if r.ByPod[to.Name] != 20 {
-				t.Errorf("answered by %v, want all by %s", r.ByPod, to.Name)
-			}
-			if r.Peers[from.Addr.String()] != 20 {
-				t.Errorf("server saw peers %v, want %s", r.Peers, from.Addr)
-			}
-		})
+		for _, fam := range families {
+			t.Run(c.proto+"_"+fam.name, func(t *testing.T) {
+				r, err := from.Load(context.Background(), load.Config{Proto: c.proto, Target: hostport(fam.addr(to), c.port), Requests: 20, Duration: 5 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Count != 20 || r.Errors != 0 {
+					t.Fatalf("%d ok, %d errors (%v), want 20 ok", r.Count, r.Errors, r.ErrorSample)
+				}
+				if r.ByPod[to.Name] != 20 {
+					t.Errorf("answered by %v, want all by %s", r.ByPod, to.Name)
+				}
+				if r.Peers[fam.addr(from).String()] != 20 {
+					t.Errorf("server saw peers %v, want %s", r.Peers, fam.addr(from))
+				}
+			})
+		}
 	}
 }
 
 // TestClientReachesNodesWithECMP checks the external path: the client
 // reaches node addresses through the router without NAT, and the router
-// spreads the external VIP range over the nodes it is told to use.
+// spreads the external VIP ranges of both families over the nodes it is
+// told to use.
 func TestClientReachesNodesWithECMP(t *testing.T) {
 	l := labtest.New(t, 3, 0)
-	vip := netip.MustParseAddr("198.19.200.1")
+	vip, vip6 := netip.MustParseAddr("198.19.200.1"), netip.MustParseAddr("2001:2:0:c000::200:1")
+	if !lab.ExternalVIPs.Contains(vip) || !lab.ExternalVIPs6.Contains(vip6) {
+		t.Fatalf("%s or %s outside the external VIP ranges", vip, vip6)
+	}
 	argv, env, err := labtest.EchoCommand()
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +180,9 @@ func TestClientReachesNodesWithECMP(t *testing.T) {
 		lo, err := h.LinkByName("lo")
 		if err == nil {
 			err = h.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(32, 32)}})
+		}
+		if err == nil {
+			err = h.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: vip6.AsSlice(), Mask: net.CIDRMask(128, 128)}, Flags: unix.IFA_F_NODAD})
 		}
 		h.Close()
 		if err != nil {
@@ -179,6 +200,10 @@ func TestClientReachesNodesWithECMP(t *testing.T) {
 	if r.Pod != "n2" || !strings.HasPrefix(r.Peer, lab.ClientAddr.String()+":") {
 		t.Errorf("client -> n2: %+v, want n2 seeing peer %s", r, lab.ClientAddr)
 	}
+	r = ask(t, l.Client(), hostport(l.Node(2).Addr6, "7070"))
+	if r.Pod != "n2" || !strings.HasPrefix(r.Peer, "["+lab.ClientAddr6.String()+"]:") {
+		t.Errorf("client -> n2 over IPv6: %+v, want n2 seeing peer %s", r, lab.ClientAddr6)
+	}
 
 	cases := []struct {
 		name     string
@@ -193,38 +218,40 @@ func TestClientReachesNodesWithECMP(t *testing.T) {
 		{name: "none", hops: nil, noAnswer: true},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if err := l.SetNextHops(c.hops...); err != nil {
-				t.Fatal(err)
-			}
-			cfg := load.Config{Target: hostport(vip, "7070"), Requests: 60, Concurrency: 2, Duration: 10 * time.Second}
-			if c.noAnswer {
-				// The router answers ICMP unreachable, a soft error for a
-				// SYN: connects just time out.
-				cfg.Requests, cfg.Concurrency, cfg.Timeout = 4, 4, 300*time.Millisecond
-			}
-			res, err := l.Client().Load(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if c.noAnswer {
-				if res.Count != 0 || res.Errors != 4 {
-					t.Errorf("without next hops: %d ok, errors %v; want 4 failures", res.Count, res.ByError)
+		if err := l.SetNextHops(c.hops...); err != nil {
+			t.Fatal(err)
+		}
+		for _, vip := range []netip.Addr{vip, vip6} {
+			t.Run(c.name+"_"+vip.String(), func(t *testing.T) {
+				cfg := load.Config{Target: hostport(vip, "7070"), Requests: 60, Concurrency: 2, Duration: 10 * time.Second}
+				if c.noAnswer {
+					// The router answers ICMP unreachable, a soft error for a
+					// SYN: connects just time out.
+					cfg.Requests, cfg.Concurrency, cfg.Timeout = 4, 4, 300*time.Millisecond
 				}
-				return
-			}
-			if res.Errors != 0 {
-				t.Fatalf("%d errors: %v", res.Errors, res.ErrorSample)
-			}
-			if len(res.ByPod) < c.minNodes {
-				t.Errorf("answered by %v, want at least %d nodes (5-tuple ECMP)", res.ByPod, c.minNodes)
-			}
-			for n := range res.ByPod {
-				if c.only != nil && !slices.Contains(c.only, n) {
-					t.Errorf("answered by %s, want only %v", n, c.only)
+				res, err := l.Client().Load(context.Background(), cfg)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-		})
+				if c.noAnswer {
+					if res.Count != 0 || res.Errors != 4 {
+						t.Errorf("without next hops: %d ok, errors %v; want 4 failures", res.Count, res.ByError)
+					}
+					return
+				}
+				if res.Errors != 0 {
+					t.Fatalf("%d errors: %v", res.Errors, res.ErrorSample)
+				}
+				if len(res.ByPod) < c.minNodes {
+					t.Errorf("answered by %v, want at least %d nodes (5-tuple ECMP)", res.ByPod, c.minNodes)
+				}
+				for n := range res.ByPod {
+					if c.only != nil && !slices.Contains(c.only, n) {
+						t.Errorf("answered by %s, want only %v", n, c.only)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -535,7 +562,13 @@ func TestUp10x10(t *testing.T) {
 // addresses.
 func TestControlAddress(t *testing.T) {
 	l := labtest.New(t, 2, 1)
-	ln, err := l.Fabric().Listen("tcp", hostport(lab.ControlAddr, "0"))
+	for _, fam := range families {
+		t.Run(fam.name, func(t *testing.T) { testControlAddress(t, l, fam.addr) })
+	}
+}
+
+func testControlAddress(t *testing.T, l *lab.Lab, addr func(lab.Host) netip.Addr) {
+	ln, err := l.Fabric().Listen("tcp", hostport(addr(l.Fabric()), "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -565,8 +598,8 @@ func TestControlAddress(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if h, _, _ := net.SplitHostPort(strings.TrimSpace(line)); h != from.Addr.String() {
-				t.Errorf("server saw %s, want %s", strings.TrimSpace(line), from.Addr)
+			if h, _, _ := net.SplitHostPort(strings.TrimSpace(line)); h != addr(from).String() {
+				t.Errorf("server saw %s, want %s", strings.TrimSpace(line), addr(from))
 			}
 		})
 	}
@@ -590,12 +623,13 @@ func BenchmarkUp10x10(b *testing.B) {
 	b.ReportMetric(20, "s/budget")
 }
 
-// TestAnnouncements: the router routes each VIP the nodes announce in
-// their announcement table to exactly those nodes, follows announcements
-// and withdrawals, and leaves the external range's route alone.
+// TestAnnouncements: the router routes each VIP (of either family) the
+// nodes announce in their announcement table to exactly those nodes'
+// addresses of its family, follows announcements and withdrawals, and
+// leaves the external range's route alone.
 func TestAnnouncements(t *testing.T) {
 	l := labtest.New(t, 3, 0)
-	vip := netip.MustParsePrefix("198.19.130.7/32")
+	vip, vip6 := netip.MustParsePrefix("198.19.130.7/32"), netip.MustParsePrefix("2001:2:0:c000::130:7/128")
 	announce := func(node int, on bool) {
 		t.Helper()
 		h, err := l.Node(node).Netlink()
@@ -603,14 +637,16 @@ func TestAnnouncements(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer h.Close()
-		r := &netlink.Route{Dst: &net.IPNet{IP: vip.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}, Table: lab.AnnounceTable, Type: unix.RTN_BLACKHOLE, Protocol: 249}
-		if on {
-			err = h.RouteReplace(r)
-		} else {
-			err = h.RouteDel(r)
-		}
-		if err != nil {
-			t.Fatal(err)
+		for _, p := range []netip.Prefix{vip, vip6} {
+			r := &netlink.Route{Dst: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}, Table: lab.AnnounceTable, Type: unix.RTN_BLACKHOLE, Protocol: 249}
+			if on {
+				err = h.RouteReplace(r)
+			} else {
+				err = h.RouteDel(r)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	a := l.Announcements(lab.AnnounceTable)
@@ -626,8 +662,8 @@ func TestAnnouncements(t *testing.T) {
 			}
 			return
 		}
-		if len(got) != 1 || !slices.Equal(got[vip], want) {
-			t.Errorf("%s: router routes %v, want %s via nodes %v", what, got, vip, want)
+		if len(got) != 2 || !slices.Equal(got[vip], want) || !slices.Equal(got[vip6], want) {
+			t.Errorf("%s: router routes %v, want %s and %s via nodes %v", what, got, vip, vip6, want)
 		}
 	}
 	announce(2, true)
@@ -650,11 +686,17 @@ func TestAnnouncements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, _ := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: &net.IPNet{IP: lab.ExternalVIPs.Addr().AsSlice(), Mask: net.CIDRMask(17, 32)}}, netlink.RT_FILTER_DST)
-	h.Close()
-	if len(rs) != 1 || len(rs[0].MultiPath) != 3 {
-		t.Errorf("external range route %v, want it via the 3 nodes", rs)
+	for _, ext := range []netip.Prefix{lab.ExternalVIPs, lab.ExternalVIPs6} {
+		fam := netlink.FAMILY_V4
+		if ext.Addr().Is6() {
+			fam = netlink.FAMILY_V6
+		}
+		rs, _ := h.RouteListFiltered(fam, &netlink.Route{Dst: &net.IPNet{IP: ext.Addr().AsSlice(), Mask: net.CIDRMask(ext.Bits(), ext.Addr().BitLen())}}, netlink.RT_FILTER_DST)
+		if len(rs) != 1 || len(rs[0].MultiPath) != 3 {
+			t.Errorf("external range route %v, want %s via the 3 nodes", rs, ext)
+		}
 	}
+	h.Close()
 
 	// Running, it follows the nodes by itself.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -663,10 +705,51 @@ func TestAnnouncements(t *testing.T) {
 	announce(1, true)
 	testutil.Eventually(t, 5*time.Second, "the router follows n1's announcement", func() (bool, string) {
 		got, err := a.Routes()
-		return err == nil && slices.Equal(got[vip], []int{1}), fmt.Sprintf("%v %v", got, err)
+		return err == nil && slices.Equal(got[vip], []int{1}) && slices.Equal(got[vip6], []int{1}), fmt.Sprintf("%v %v", got, err)
 	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNoRouteOut: no lab namespace routes out of the lab in either
+// family. Only the client and the pods have default routes, via the
+// router and their node's gateways; everything else has none.
+func TestNoRouteOut(t *testing.T) {
+	l := labtest.New(t, 2, 1, labtest.WithServers(1))
+	want := map[string][]string{
+		"client": {"0.0.0.0/0 via " + lab.RouterClientAddr.String(), "::/0 via " + lab.RouterClientAddr6.String()},
+		"n1-p1":  {"0.0.0.0/0 via " + lab.PodGateway(1).String(), "::/0 via " + lab.PodGateway6().String()},
+	}
+	hosts := append([]lab.Host{l.Fabric(), l.Router(), l.Client(), l.Pod(1, 1)}, l.Nodes()...)
+	hosts = append(hosts, l.Servers()...)
+	for _, host := range hosts {
+		h, err := host.Netlink()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+		h.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var defaults []string
+		for _, r := range rs {
+			if r.Dst != nil {
+				if ones, _ := r.Dst.Mask.Size(); ones != 0 {
+					continue
+				}
+			}
+			dst := "0.0.0.0/0"
+			if r.Family == netlink.FAMILY_V6 {
+				dst = "::/0"
+			}
+			defaults = append(defaults, dst+" via "+r.Gw.String())
+		}
+		slices.Sort(defaults)
+		if !slices.Equal(defaults, want[host.Name]) {
+			t.Errorf("%s: default routes %v, want %v", host.Name, defaults, want[host.Name])
+		}
 	}
 }

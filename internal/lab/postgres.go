@@ -127,7 +127,7 @@ func (l *Lab) ensureDBHost(install *pgserver.Install) (*PostgresState, error) {
 		if s.Postgres != nil {
 			return nil
 		}
-		if err := l.addFabricHost(s, HostDB, DBAddr); err != nil {
+		if err := l.addFabricHost(s, HostDB, DBAddr, DBAddr6); err != nil {
 			return err
 		}
 		s.Postgres = &PostgresState{Version: filepath.Base(filepath.Dir(install.Bin)), DSN: PostgresDSN,

@@ -12,11 +12,23 @@ import (
 
 // Sysctls per role; docs/lab.md explains each one.
 var (
-	// Every namespace: IPv4 only, so no DAD, router solicitations or
-	// link-local noise, and links come up at once.
+	// Every namespace: dual-stack, with IPv6 addresses usable at once
+	// (no duplicate address detection: the plan makes them unique) and
+	// configured only by the lab (no router advertisements, no SLAAC, no
+	// redirects taken, as none are taken in IPv4 either).
 	sysctlAll = []sysctl{
-		{key: "net.ipv6.conf.all.disable_ipv6", val: "1"},
-		{key: "net.ipv6.conf.default.disable_ipv6", val: "1"},
+		{key: "net.ipv6.conf.all.disable_ipv6", val: "0"},
+		{key: "net.ipv6.conf.default.disable_ipv6", val: "0"},
+		{key: "net.ipv6.conf.all.accept_dad", val: "0"},
+		{key: "net.ipv6.conf.default.accept_dad", val: "0"},
+		{key: "net.ipv6.conf.all.dad_transmits", val: "0"},
+		{key: "net.ipv6.conf.default.dad_transmits", val: "0"},
+		{key: "net.ipv6.conf.all.accept_ra", val: "0"},
+		{key: "net.ipv6.conf.default.accept_ra", val: "0"},
+		{key: "net.ipv6.conf.all.autoconf", val: "0"},
+		{key: "net.ipv6.conf.default.autoconf", val: "0"},
+		{key: "net.ipv6.conf.all.accept_redirects", val: "0"},
+		{key: "net.ipv6.conf.default.accept_redirects", val: "0"},
 	}
 	// Routers (nodes and the router): forward, and accept asymmetric
 	// paths (ECMP in, direct reply out) that rp_filter would drop; do not
@@ -28,6 +40,7 @@ var (
 		{key: "net.ipv4.conf.default.rp_filter", val: "0"},
 		{key: "net.ipv4.conf.all.send_redirects", val: "0"},
 		{key: "net.ipv4.conf.default.send_redirects", val: "0"},
+		{key: "net.ipv6.conf.all.forwarding", val: "1"},
 	}
 	// Nodes: short TIME_WAIT in conntrack so load tests do not fill the
 	// table with finished connections.
@@ -39,6 +52,7 @@ var (
 	// connections over the nodes.
 	sysctlRouter = []sysctl{
 		{key: "net.ipv4.fib_multipath_hash_policy", val: "1"},
+		{key: "net.ipv6.fib_multipath_hash_policy", val: "1"},
 	}
 	// Endpoints (pods, client, server and database hosts): many short
 	// connections.

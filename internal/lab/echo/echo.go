@@ -19,12 +19,13 @@ import (
 	"time"
 
 	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 )
 
 // Config of an echo server.
 type Config struct {
 	Name string // answered in every reply
-	Bind string // listen address, default all (""), e.g. "127.0.0.1" in unit tests
+	Bind string // listen address, default all of both families (""), e.g. "127.0.0.1" in unit tests
 	TCP  []int  // line protocol: every line read gets one reply line
 	UDP  []int  // every datagram gets one reply datagram
 	HTTP []int  // every request gets the reply line as body
@@ -86,46 +87,65 @@ type Server struct {
 	udp  []net.PacketConn
 }
 
-// Listen binds every socket; Serve then answers on them.
+// Listen binds every socket; Serve then answers on them. Without Bind,
+// each port is bound in both families, as two sockets (IPv6 only on the
+// IPv6 one), so that the replies name plain IPv4 addresses.
 func Listen(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
 	s := &Server{cfg: cfg}
-	hostport := func(p int) string { return net.JoinHostPort(cfg.Bind, strconv.Itoa(p)) }
-	for _, p := range cfg.TCP {
-		ln, err := net.Listen("tcp4", hostport(p))
-		if err != nil {
-			s.Close()
-			return nil, err
+	for _, set := range []struct {
+		ports []int
+		into  *[]net.Listener
+	}{{cfg.TCP, &s.tcp}, {cfg.HTTP, &s.http}, {cfg.Auto, &s.auto}} {
+		for _, p := range set.ports {
+			err := cfg.bind(p, func(network, addr string) (int, error) {
+				ln, err := net.Listen("tcp"+network, addr)
+				if err != nil {
+					return 0, err
+				}
+				*set.into = append(*set.into, ln)
+				return ln.Addr().(*net.TCPAddr).Port, nil
+			})
+			if err != nil {
+				s.Close()
+				return nil, err
+			}
 		}
-		s.tcp = append(s.tcp, ln)
-	}
-	for _, p := range cfg.HTTP {
-		ln, err := net.Listen("tcp4", hostport(p))
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.http = append(s.http, ln)
-	}
-	for _, p := range cfg.Auto {
-		ln, err := net.Listen("tcp4", hostport(p))
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.auto = append(s.auto, ln)
 	}
 	for _, p := range cfg.UDP {
-		pc, err := net.ListenPacket("udp4", hostport(p))
+		err := cfg.bind(p, func(network, addr string) (int, error) {
+			pc, err := net.ListenPacket("udp"+network, addr)
+			if err != nil {
+				return 0, err
+			}
+			s.udp = append(s.udp, pc)
+			return pc.LocalAddr().(*net.UDPAddr).Port, nil
+		})
 		if err != nil {
 			s.Close()
 			return nil, err
 		}
-		s.udp = append(s.udp, pc)
 	}
 	return s, nil
+}
+
+// bind calls listen for port p on Bind or, without one, on the IPv4 and
+// then the IPv6 wildcard; the IPv6 socket takes the port the IPv4 one
+// got, so that port 0 ends up as one port in both. network is "" (the
+// family of Bind), "4" or "6".
+func (cfg Config) bind(p int, listen func(network, addr string) (int, error)) error {
+	if cfg.Bind != "" {
+		_, err := listen("", net.JoinHostPort(cfg.Bind, strconv.Itoa(p)))
+		return err
+	}
+	port, err := listen("4", net.JoinHostPort("0.0.0.0", strconv.Itoa(p)))
+	if err != nil {
+		return err
+	}
+	_, err = listen("6", net.JoinHostPort("::", strconv.Itoa(port)))
+	return err
 }
 
 // TCPAddrs, UDPAddrs and HTTPAddrs are the bound addresses.
@@ -386,16 +406,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(line))
 }
 
-// serveUDP reads the destination address of each datagram (IP_PKTINFO)
-// so a socket bound to the wildcard reports, and answers from, the
-// address the client actually sent to.
+// serveUDP reads the destination address of each datagram (IP_PKTINFO,
+// IPV6_PKTINFO) so a socket bound to the wildcard reports, and answers
+// from, the address the client actually sent to.
 func (s *Server) serveUDP(pc net.PacketConn) {
-	p := ipv4.NewPacketConn(pc)
-	cmOK := p.SetControlMessage(ipv4.FlagDst, true) == nil
 	port := pc.LocalAddr().(*net.UDPAddr).Port
+	read, write := pktinfo(pc)
 	buf := make([]byte, 64*1024)
 	for {
-		_, cm, src, err := p.ReadFrom(buf)
+		dst, src, err := read(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -403,11 +422,49 @@ func (s *Server) serveUDP(pc net.PacketConn) {
 			continue
 		}
 		local := pc.LocalAddr()
-		var wcm *ipv4.ControlMessage
-		if cmOK && cm != nil && cm.Dst != nil {
-			local = &net.UDPAddr{IP: cm.Dst, Port: port}
-			wcm = &ipv4.ControlMessage{Src: cm.Dst}
+		if dst != nil {
+			local = &net.UDPAddr{IP: dst, Port: port}
 		}
-		_, _ = p.WriteTo([]byte(s.reply(local, src)), wcm, src)
+		_ = write([]byte(s.reply(local, src)), dst, src)
 	}
+}
+
+// pktinfo returns, for pc's family, a read that also returns the
+// datagram's destination address (nil when the kernel did not say) and a
+// write that sends from the given source (nil: the kernel's choice).
+func pktinfo(pc net.PacketConn) (read func([]byte) (dst net.IP, src net.Addr, err error), write func(b []byte, from net.IP, to net.Addr) error) {
+	if pc.LocalAddr().(*net.UDPAddr).IP.To4() != nil {
+		p := ipv4.NewPacketConn(pc)
+		ok := p.SetControlMessage(ipv4.FlagDst, true) == nil
+		return func(b []byte) (net.IP, net.Addr, error) {
+				_, cm, src, err := p.ReadFrom(b)
+				if ok && cm != nil {
+					return cm.Dst, src, err
+				}
+				return nil, src, err
+			}, func(b []byte, from net.IP, to net.Addr) error {
+				var cm *ipv4.ControlMessage
+				if from != nil {
+					cm = &ipv4.ControlMessage{Src: from}
+				}
+				_, err := p.WriteTo(b, cm, to)
+				return err
+			}
+	}
+	p := ipv6.NewPacketConn(pc)
+	ok := p.SetControlMessage(ipv6.FlagDst, true) == nil
+	return func(b []byte) (net.IP, net.Addr, error) {
+			_, cm, src, err := p.ReadFrom(b)
+			if ok && cm != nil {
+				return cm.Dst, src, err
+			}
+			return nil, src, err
+		}, func(b []byte, from net.IP, to net.Addr) error {
+			var cm *ipv6.ControlMessage
+			if from != nil {
+				cm = &ipv6.ControlMessage{Src: from}
+			}
+			_, err := p.WriteTo(b, cm, to)
+			return err
+		}
 }

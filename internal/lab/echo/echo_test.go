@@ -52,11 +52,12 @@ func TestParsePorts(t *testing.T) {
 	}
 }
 
-// startServer runs an echo server on loopback with kernel-chosen ports.
-func startServer(t *testing.T) (*Server, Config) {
+// startServer runs an echo server on a loopback address with
+// kernel-chosen ports.
+func startServer(t *testing.T, bind string) (*Server, Config) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := Config{Name: "unit", Bind: "127.0.0.1", TCP: []int{0}, UDP: []int{0}, HTTP: []int{0},
+	cfg := Config{Name: "unit", Bind: bind, TCP: []int{0}, UDP: []int{0}, HTTP: []int{0},
 		HealthFile: filepath.Join(dir, "sick"), ReadyFile: filepath.Join(dir, "ready")}
 	s, err := Listen(cfg)
 	if err != nil {
@@ -73,8 +74,16 @@ func startServer(t *testing.T) (*Server, Config) {
 	return s, cfg
 }
 
+// TestServerProtocols: each protocol on IPv4 and IPv6 loopback; UDP
+// answers name the destination address from IP_PKTINFO or IPV6_PKTINFO.
 func TestServerProtocols(t *testing.T) {
-	s, cfg := startServer(t)
+	for _, bind := range []string{"127.0.0.1", "::1"} {
+		t.Run(bind, func(t *testing.T) { testServerProtocols(t, bind) })
+	}
+}
+
+func testServerProtocols(t *testing.T, bind string) {
+	s, cfg := startServer(t, bind)
 	check := func(proto, line, local string, peer net.Addr) {
 		t.Helper()
 		r, err := Parse(line)
@@ -153,6 +162,46 @@ func TestServerProtocols(t *testing.T) {
 		}
 		if r, err := Parse(body); err != nil || r.Pod != "unit" || r.Addr != s.HTTPAddrs()[0] {
 			t.Errorf("%s: body %q: %+v %v", st.name, body, r, err)
+		}
+	}
+}
+
+// TestBindBothFamilies: without Bind, every port is bound on the IPv4
+// and then the IPv6 wildcard, the IPv6 socket on the port the IPv4 one
+// got (port 0 too); with Bind, on that address alone; an IPv6 failure
+// fails the server.
+func TestBindBothFamilies(t *testing.T) {
+	type call struct{ network, addr string }
+	run := func(cfg Config, p int, fail string) ([]call, error) {
+		var calls []call
+		err := cfg.bind(p, func(network, addr string) (int, error) {
+			calls = append(calls, call{network, addr})
+			if fail != "" && network == fail {
+				return 0, fmt.Errorf("no %s", network)
+			}
+			return 40000, nil
+		})
+		return calls, err
+	}
+	cases := []struct {
+		name string
+		cfg  Config
+		port int
+		fail string
+		want []call
+		err  bool
+	}{
+		{name: "both families", port: 8080, want: []call{{"4", "0.0.0.0:8080"}, {"6", "[::]:40000"}}},
+		{name: "port 0", port: 0, want: []call{{"4", "0.0.0.0:0"}, {"6", "[::]:40000"}}},
+		{name: "bound IPv4", cfg: Config{Bind: "127.0.0.1"}, port: 80, want: []call{{"", "127.0.0.1:80"}}},
+		{name: "bound IPv6", cfg: Config{Bind: "2001:2:0:17::2"}, port: 80, want: []call{{"", "[2001:2:0:17::2]:80"}}},
+		{name: "IPv6 fails", port: 80, fail: "6", want: []call{{"4", "0.0.0.0:80"}, {"6", "[::]:40000"}}, err: true},
+		{name: "IPv4 fails", port: 80, fail: "4", want: []call{{"4", "0.0.0.0:80"}}, err: true},
+	}
+	for _, c := range cases {
+		got, err := run(c.cfg, c.port, c.fail)
+		if (err != nil) != c.err || fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%s: calls %v err %v, want %v err %v", c.name, got, err, c.want, c.err)
 		}
 	}
 }

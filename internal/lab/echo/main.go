@@ -22,7 +22,7 @@ func Main(args []string, stderr io.Writer) error {
 	var cfg Config
 	var tcp, udp, httpPorts, auto string
 	fs.StringVar(&cfg.Name, "name", "", "name to answer with (the pod name)")
-	fs.StringVar(&cfg.Bind, "bind", "", "listen address (default all)")
+	fs.StringVar(&cfg.Bind, "bind", "", "listen address (default: every address, IPv4 and IPv6)")
 	fs.StringVar(&tcp, "tcp", "8080", "TCP line-protocol ports, comma separated")
 	fs.StringVar(&udp, "udp", "9090", "UDP ports, comma separated")
 	fs.StringVar(&httpPorts, "http", "80", "HTTP ports, comma separated")

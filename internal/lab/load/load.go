@@ -32,7 +32,7 @@ import (
 // Config of a load run. Zero values get the defaults in the field comments.
 type Config struct {
 	Proto       string        // "tcp" (default), "udp" or "http"
-	Target      string        // host:port
+	Target      string        // host:port; an IPv6 address in brackets, [2001:2:0:18::2]:8080
 	Concurrency int           // parallel workers, default 1
 	Rate        float64       // operations per second over all workers; 0 = as fast as the workers go
 	Duration    time.Duration // default 1s; the run also stops after Requests operations if set
@@ -266,9 +266,9 @@ func (e HTTPStatusError) Error() string { return fmt.Sprintf("http %d", e.Code) 
 func once(ctx context.Context, c *Config) (echo.Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	network := "tcp4"
+	network := "tcp"
 	if c.Proto == "udp" {
-		network = "udp4"
+		network = "udp"
 	}
 	conn, err := (&net.Dialer{}).DialContext(ctx, network, c.Target)
 	if err != nil {
@@ -300,6 +300,9 @@ func once(ctx context.Context, c *Config) (echo.Reply, error) {
 	default: // http, by hand: http.Transport dials on other goroutines,
 		// which would leave the worker's network namespace.
 		host, _, _ := net.SplitHostPort(c.Target)
+		if strings.Contains(host, ":") {
+			host = "[" + host + "]" // an IPv6 literal
+		}
 		req := "GET " + c.Path + " HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: flowlb-load\r\nConnection: close\r\n\r\n"
 		if _, err := io.WriteString(conn, req); err != nil {
 			return echo.Reply{}, err

@@ -12,9 +12,11 @@ import (
 	"github.com/flowlb/flowlb/internal/lab/echo"
 )
 
-func startEcho(t *testing.T) *echo.Server {
+func startEcho(t *testing.T) *echo.Server { return startEchoOn(t, "127.0.0.1") }
+
+func startEchoOn(t *testing.T, bind string) *echo.Server {
 	t.Helper()
-	s, err := echo.Listen(echo.Config{Name: "e1", Bind: "127.0.0.1", TCP: []int{0}, UDP: []int{0}, HTTP: []int{0}})
+	s, err := echo.Listen(echo.Config{Name: "e1", Bind: bind, TCP: []int{0}, UDP: []int{0}, HTTP: []int{0}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,8 +27,17 @@ func startEcho(t *testing.T) *echo.Server {
 	return s
 }
 
+// TestRunProtocols: every protocol against IPv4 and IPv6 targets.
 func TestRunProtocols(t *testing.T) {
-	s := startEcho(t)
+	for _, addr := range []string{"127.0.0.1", "::1"} {
+		t.Run(addr, func(t *testing.T) { testRunProtocols(t, addr) })
+	}
+}
+
+// testRunProtocols loads an echo server bound to addr, which also sees
+// the client at addr.
+func testRunProtocols(t *testing.T, addr string) {
+	s := startEchoOn(t, addr)
 	cases := []struct {
 		proto, target string
 	}{
@@ -43,7 +54,7 @@ func TestRunProtocols(t *testing.T) {
 			if r.Count != 50 || r.Errors != 0 || r.Attempts != 50 {
 				t.Fatalf("count %d errors %d attempts %d (%v), want 50/0/50", r.Count, r.Errors, r.Attempts, r.ErrorSample)
 			}
-			if r.ByPod["e1"] != 50 || r.Peers["127.0.0.1"] != 50 {
+			if r.ByPod["e1"] != 50 || r.Peers[addr] != 50 {
 				t.Errorf("by pod %v peers %v", r.ByPod, r.Peers)
 			}
 			if r.Latency.P50 <= 0 || r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.Max {
