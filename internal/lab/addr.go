@@ -84,6 +84,22 @@ func addr6(subnet, host uint16) netip.Addr {
 	return netip.AddrFrom16(b)
 }
 
+// Twin6 is the IPv6 address of the lab host whose IPv4 address is a:
+// 198.18.x.y becomes 2001:2:0:x::y (digits kept, see above). ok is false
+// for an address outside 198.18.0.0/16 (the VIP ranges have no twins).
+func Twin6(a netip.Addr) (netip.Addr, bool) {
+	a = a.Unmap()
+	if !a.Is4() || !hosts4.Contains(a) {
+		return netip.Addr{}, false
+	}
+	b := a.As4()
+	return addr6(dec(int(b[2])), dec(int(b[3]))), true
+}
+
+// hosts4 holds every IPv4 host address of the plan (fabric, client link,
+// pod CIDRs).
+var hosts4 = netip.MustParsePrefix("198.18.0.0/16")
+
 // NodeAddr6 is node i's IPv6 address on the fabric: 2001:2::i.
 func NodeAddr6(i int) netip.Addr { return addr6(0, dec(i)) }
 

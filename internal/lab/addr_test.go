@@ -75,6 +75,21 @@ func TestAddressPlan6(t *testing.T) {
 			t.Errorf("%s: %s, want %s", c.name, c.got, c.want)
 		}
 	}
+	// Every IPv4 host address has its IPv6 twin.
+	for _, h := range []struct{ v4, v6 netip.Addr }{
+		{NodeAddr(7), NodeAddr6(7)}, {PodAddr(3, 10), PodAddr6(3, 10)}, {PodAddr(MaxNodes, MaxPodsPerNode), PodAddr6(MaxNodes, MaxPodsPerNode)},
+		{ServerAddr(2), ServerAddr6(2)}, {DBAddr, DBAddr6}, {ControlAddr, ControlAddr6}, {RouterFabricAddr, RouterFabricAddr6},
+		{RouterClientAddr, RouterClientAddr6}, {ClientAddr, ClientAddr6},
+	} {
+		if got, ok := Twin6(h.v4); !ok || got != h.v6 {
+			t.Errorf("Twin6(%s) = %s %v, want %s", h.v4, got, ok, h.v6)
+		}
+	}
+	for _, a := range []string{"198.19.64.1", "198.19.128.5", "10.0.0.1", "2001:2::1"} {
+		if got, ok := Twin6(netip.MustParseAddr(a)); ok {
+			t.Errorf("Twin6(%s) = %s, want none", a, got)
+		}
+	}
 	if got := PodCIDR6(2).String(); got != "2001:2:0:18::/64" {
 		t.Errorf("PodCIDR6(2) = %s", got)
 	}

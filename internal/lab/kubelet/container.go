@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"sort"
@@ -41,8 +42,11 @@ func IsFlowlbImage(image string) bool {
 // from.
 type podEnv struct {
 	hostIP, podIP string
-	apiHost       string // KUBERNETES_SERVICE_HOST
-	apiPort       int
+	// hostIPs, podIPs: both families, comma-separated, as the downward
+	// API gives status.hostIPs and status.podIPs.
+	hostIPs, podIPs string
+	apiHost         string // KUBERNETES_SERVICE_HOST
+	apiPort         int
 }
 
 // containerEnv resolves c's environment in order: the API server's
@@ -169,10 +173,14 @@ func fieldValue(pod *corev1.Pod, field string, pe podEnv) (string, error) {
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
-	case "status.hostIP", "status.hostIPs":
+	case "status.hostIP":
 		return pe.hostIP, nil
-	case "status.podIP", "status.podIPs":
+	case "status.hostIPs":
+		return cmp.Or(pe.hostIPs, pe.hostIP), nil
+	case "status.podIP":
 		return pe.podIP, nil
+	case "status.podIPs":
+		return cmp.Or(pe.podIPs, pe.podIP), nil
 	}
 	for prefix, m := range map[string]map[string]string{"metadata.labels": pod.Labels, "metadata.annotations": pod.Annotations} {
 		if rest, ok := strings.CutPrefix(field, prefix+"['"); ok {

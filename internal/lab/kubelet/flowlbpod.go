@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -83,7 +84,8 @@ func (k *Kubelet) podVolumeDirs(pod *corev1.Pod, node int) volumeDirs {
 // starts its containers as processes.
 func (k *Kubelet) startFlowlb(ctx context.Context, pod *corev1.Pod, node int, ip netip.Addr, host string) error {
 	src := apiSources{ctx: ctx, client: k.client}
-	pe := podEnv{hostIP: lab.NodeAddr(node).String(), podIP: ip.String(), apiHost: k.cfg.APIHost, apiPort: k.cfg.APIPort}
+	pe := podEnv{hostIP: lab.NodeAddr(node).String(), podIP: ip.String(), apiHost: k.cfg.APIHost, apiPort: k.cfg.APIPort,
+		hostIPs: strings.Join(dualStack(lab.NodeAddr(node)), ","), podIPs: strings.Join(dualStack(ip), ",")}
 	vols, err := podVolumes(pod, src, pe, k.podVolumeDirs(pod, node))
 	if err != nil {
 		return err

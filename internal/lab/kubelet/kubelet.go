@@ -443,8 +443,20 @@ func (k *Kubelet) view(r *podRun) runView {
 	for c, ok := range r.ready {
 		ready[c] = ok
 	}
-	return runView{hostIP: lab.NodeAddr(r.node).String(), podIP: r.ip.String(), started: r.started,
+	return runView{hostIPs: dualStack(lab.NodeAddr(r.node)), podIPs: dualStack(r.ip), started: r.started,
 		ready: ready, running: k.rt.Up(r.host), restarts: r.restarts}
+}
+
+// dualStack is a lab host's IPv4 address a and its IPv6 twin, as
+// Kubernetes lists a dual-stack pod's or node's addresses.
+func dualStack(a netip.Addr) []string {
+	if !a.IsValid() {
+		return nil
+	}
+	if a6, ok := lab.Twin6(a); ok {
+		return []string{a.String(), a6.String()}
+	}
+	return []string{a.String()}
 }
 
 // postStatus writes the pod's status if it changed.

@@ -29,11 +29,12 @@ const NodeLeaseNamespace = corev1.NamespaceNodeLease
 // nodes are dealt round-robin, zone-a, zone-b, ... (lab.Zone).
 func Zone(i, zones int) string { return lab.Zone(i, zones) }
 
-// nodeObject is the Node that stands for lab node i: its pod CIDR, its
-// fabric address and its zone.
+// nodeObject is the Node that stands for lab node i: its pod CIDRs
+// (IPv4 first, then IPv6, as a dual-stack node's), its fabric addresses
+// and its zone.
 func nodeObject(labName string, i, zones int) *corev1.Node {
 	name := lab.NodeName(i)
-	cidr := lab.PodCIDR(i).String()
+	cidrs := []string{lab.PodCIDR(i).String(), lab.PodCIDR6(i).String()}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name,
@@ -45,7 +46,7 @@ func nodeObject(labName string, i, zones int) *corev1.Node {
 				LabelLab:               labName,
 			},
 		},
-		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
+		Spec: corev1.NodeSpec{PodCIDR: cidrs[0], PodCIDRs: cidrs},
 	}
 }
 
@@ -55,6 +56,7 @@ func nodeStatus(old corev1.NodeStatus, i int, now metav1.Time) corev1.NodeStatus
 	st := *old.DeepCopy()
 	st.Addresses = []corev1.NodeAddress{
 		{Type: corev1.NodeInternalIP, Address: lab.NodeAddr(i).String()},
+		{Type: corev1.NodeInternalIP, Address: lab.NodeAddr6(i).String()},
 		{Type: corev1.NodeHostName, Address: lab.NodeName(i)},
 	}
 	res := corev1.ResourceList{

@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -166,7 +167,7 @@ func TestPickNodeSpreads(t *testing.T) {
 
 func TestNodeObjectAndStatus(t *testing.T) {
 	n := nodeObject("lab1", 4, 3)
-	if n.Name != "n4" || n.Spec.PodCIDR != "198.18.20.0/24" || len(n.Spec.PodCIDRs) != 1 ||
+	if n.Name != "n4" || n.Spec.PodCIDR != "198.18.20.0/24" || !slices.Equal(n.Spec.PodCIDRs, []string{"198.18.20.0/24", "2001:2:0:20::/64"}) ||
 		n.Labels[LabelZone] != "zone-a" || n.Labels[LabelLab] != "lab1" || n.Labels[corev1.LabelHostname] != "n4" {
 		t.Errorf("node %+v", n)
 	}
@@ -180,7 +181,8 @@ func TestNodeObjectAndStatus(t *testing.T) {
 	}
 	t0 := metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
 	st := nodeStatus(corev1.NodeStatus{}, 4, t0)
-	if len(st.Addresses) != 2 || st.Addresses[0].Type != corev1.NodeInternalIP || st.Addresses[0].Address != "198.18.0.4" {
+	if len(st.Addresses) != 3 || st.Addresses[0].Type != corev1.NodeInternalIP || st.Addresses[0].Address != "198.18.0.4" ||
+		st.Addresses[1].Type != corev1.NodeInternalIP || st.Addresses[1].Address != "2001:2::4" {
 		t.Errorf("addresses %+v", st.Addresses)
 	}
 	if !nodeReady(&corev1.Node{Status: st}) {

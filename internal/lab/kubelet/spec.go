@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -161,11 +162,12 @@ func timing(pr *corev1.Probe) probeTiming {
 
 // runView is what the status of a running pod is made of.
 type runView struct {
-	hostIP, podIP string
-	started       time.Time
-	ready         map[string]bool // container name → ready
-	running       bool            // the echo server is up
-	restarts      int32
+	// hostIPs and podIPs: the IPv4 address first, then the IPv6 one.
+	hostIPs, podIPs []string
+	started         time.Time
+	ready           map[string]bool // container name → ready
+	running         bool            // the echo server is up
+	restarts        int32
 }
 
 // podStatus is the status of a pod the lab runs. Conditions keep their
@@ -174,10 +176,16 @@ type runView struct {
 func podStatus(pod *corev1.Pod, v runView, now metav1.Time) corev1.PodStatus {
 	st := *pod.Status.DeepCopy()
 	st.Phase = corev1.PodRunning
-	st.HostIP = v.hostIP
-	st.HostIPs = []corev1.HostIP{{IP: v.hostIP}}
-	st.PodIP = v.podIP
-	st.PodIPs = []corev1.PodIP{{IP: v.podIP}}
+	st.HostIP, st.HostIPs = "", nil
+	for _, ip := range v.hostIPs {
+		st.HostIP = cmp.Or(st.HostIP, ip)
+		st.HostIPs = append(st.HostIPs, corev1.HostIP{IP: ip})
+	}
+	st.PodIP, st.PodIPs = "", nil
+	for _, ip := range v.podIPs {
+		st.PodIP = cmp.Or(st.PodIP, ip)
+		st.PodIPs = append(st.PodIPs, corev1.PodIP{IP: ip})
+	}
 	st.Reason, st.Message = "", ""
 	start := metav1.NewTime(v.started.Truncate(time.Second))
 	st.StartTime = &start
