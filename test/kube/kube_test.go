@@ -63,6 +63,7 @@ func TestKubernetes(t *testing.T) {
 	t.Run("Nodes", func(t *testing.T) { testNodes(t, c) })
 	t.Run("Kubectl", func(t *testing.T) { testKubectl(t, c) })
 	t.Run("DeploymentService", func(t *testing.T) { testDeploymentService(t, c) })
+	t.Run("DualStackService", func(t *testing.T) { testDualStackService(t, c) })
 	t.Run("Readiness", func(t *testing.T) { testReadiness(t, c) })
 	t.Run("Termination", func(t *testing.T) { testTermination(t, c) })
 	t.Run("PreStopSleepAction", func(t *testing.T) { testPreStopSleepAction(t, c) })
@@ -86,10 +87,10 @@ func testNodes(t *testing.T, c *kubelet.Cluster) {
 		if !nodeReady(&n) {
 			t.Errorf("node %s not Ready: %+v", n.Name, n.Status.Conditions)
 		}
-		if got := internalIP(&n); got != lab.NodeAddr(i).String() {
-			t.Errorf("node %s InternalIP %q, want %s", n.Name, got, lab.NodeAddr(i))
+		if got, want := internalIPs(&n), []string{lab.NodeAddr(i).String(), lab.NodeAddr6(i).String()}; !slices.Equal(got, want) {
+			t.Errorf("node %s InternalIPs %q, want %s", n.Name, got, want)
 		}
-		if want := lab.PodCIDR(i).String(); n.Spec.PodCIDR != want || !slices.Equal(n.Spec.PodCIDRs, []string{want}) {
+		if want := []string{lab.PodCIDR(i).String(), lab.PodCIDR6(i).String()}; n.Spec.PodCIDR != want[0] || !slices.Equal(n.Spec.PodCIDRs, want) {
 			t.Errorf("node %s pod CIDRs %q %v, want %s", n.Name, n.Spec.PodCIDR, n.Spec.PodCIDRs, want)
 		}
 		if z := n.Labels[corev1.LabelTopologyZone]; z != kubelet.Zone(i, 3) {
@@ -174,8 +175,10 @@ func testDeploymentService(t *testing.T, c *kubelet.Cluster) {
 		if !lab.PodCIDR(i).Contains(ip) {
 			t.Errorf("pod %s on %s has IP %s outside %s", p.Name, p.Spec.NodeName, ip, lab.PodCIDR(i))
 		}
-		if len(p.Status.PodIPs) != 1 || p.Status.PodIPs[0].IP != p.Status.PodIP {
-			t.Errorf("pod %s podIPs %v, podIP %s", p.Name, p.Status.PodIPs, p.Status.PodIP)
+		// Dual-stack: the IPv4 address first, then its IPv6 twin.
+		if ip6, _ := lab.Twin6(ip); len(p.Status.PodIPs) != 2 || p.Status.PodIPs[0].IP != p.Status.PodIP ||
+			p.Status.PodIPs[1].IP != ip6.String() || !lab.PodCIDR6(i).Contains(ip6) {
+			t.Errorf("pod %s podIPs %v, podIP %s, want its IPv6 address in %s second", p.Name, p.Status.PodIPs, p.Status.PodIP, lab.PodCIDR6(i))
 		}
 		if p.Status.HostIP != lab.NodeAddr(i).String() {
 			t.Errorf("pod %s hostIP %s, want %s", p.Name, p.Status.HostIP, lab.NodeAddr(i))
@@ -227,6 +230,92 @@ func testDeploymentService(t *testing.T, c *kubelet.Cluster) {
 		}
 		checkSlices(t, c, ns, "web", pods)
 	})
+}
+
+// testDualStackService: Services of each ipFamilyPolicy get cluster IPs
+// of the families they ask for, in their order, from the lab's two
+// service CIDRs, and EndpointSlices of each of those families with the
+// pods' addresses; the pods answer on their IPv6 addresses.
+func testDualStackService(t *testing.T, c *kubelet.Cluster) {
+	ctx := context.Background()
+	ns := namespace(t, c, "dual")
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 2), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := waitPods(t, c, ns, "web", 2)
+	var v4, v6 []string
+	for _, p := range pods {
+		for _, ip := range p.Status.PodIPs {
+			if netip.MustParseAddr(ip.IP).Is6() {
+				v6 = append(v6, ip.IP)
+				checkReachOn(t, c, ns, p, ip.IP, http.StatusOK)
+			} else {
+				v4 = append(v4, ip.IP)
+			}
+		}
+	}
+	slices.Sort(v4)
+	slices.Sort(v6)
+	cases := []struct {
+		name     string
+		policy   corev1.IPFamilyPolicy
+		families []corev1.IPFamily
+		want     []corev1.IPFamily
+	}{
+		{"single-v6", corev1.IPFamilyPolicySingleStack, []corev1.IPFamily{corev1.IPv6Protocol}, []corev1.IPFamily{corev1.IPv6Protocol}},
+		{"prefer-dual", corev1.IPFamilyPolicyPreferDualStack, nil, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}},
+		{"require-dual-v6-first", corev1.IPFamilyPolicyRequireDualStack, []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol},
+			[]corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := service("web")
+			svc.Name = tc.name
+			svc.Spec.IPFamilyPolicy, svc.Spec.IPFamilies = &tc.policy, tc.families
+			svc, err := c.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(svc.Spec.IPFamilies, tc.want) || len(svc.Spec.ClusterIPs) != len(tc.want) {
+				t.Fatalf("families %v cluster IPs %v, want families %v", svc.Spec.IPFamilies, svc.Spec.ClusterIPs, tc.want)
+			}
+			for k, f := range tc.want {
+				cidr := lab.KubeServiceCIDR
+				if f == corev1.IPv6Protocol {
+					cidr = lab.KubeServiceCIDR6
+				}
+				if a, err := netip.ParseAddr(svc.Spec.ClusterIPs[k]); err != nil || !cidr.Contains(a) {
+					t.Errorf("cluster IP %d %q, want one in %s", k, svc.Spec.ClusterIPs[k], cidr)
+				}
+			}
+			want := map[discoveryv1.AddressType][]string{}
+			for _, f := range tc.want {
+				if f == corev1.IPv6Protocol {
+					want[discoveryv1.AddressTypeIPv6] = v6
+				} else {
+					want[discoveryv1.AddressTypeIPv4] = v4
+				}
+			}
+			testutil.Eventually(t, wait, fmt.Sprintf("EndpointSlices of %s: %v", tc.name, want), func() (bool, string) {
+				list, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + tc.name})
+				if err != nil {
+					return false, err.Error()
+				}
+				got := map[discoveryv1.AddressType][]string{}
+				for _, s := range list.Items {
+					for _, e := range s.Endpoints {
+						if isTrue(e.Conditions.Ready) {
+							got[s.AddressType] = append(got[s.AddressType], e.Addresses...)
+						}
+					}
+				}
+				for k := range got {
+					slices.Sort(got[k])
+				}
+				return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprint(got)
+			})
+		})
+	}
 }
 
 // testReadiness: an HTTP readiness probe that starts failing takes the
@@ -513,13 +602,14 @@ func podReady(p *corev1.Pod) bool {
 
 func isTrue(b *bool) bool { return b != nil && *b }
 
-func internalIP(n *corev1.Node) string {
+func internalIPs(n *corev1.Node) []string {
+	var out []string
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
-			return a.Address
+			out = append(out, a.Address)
 		}
 	}
-	return ""
+	return out
 }
 
 func nodeIndex(t *testing.T, name string) int {
@@ -748,11 +838,21 @@ func checkSlices(t *testing.T, c *kubelet.Cluster, ns, svc string, pods []*corev
 // seeing the node's address (no NAT), and that HTTP answers httpStatus.
 func checkReach(t *testing.T, c *kubelet.Cluster, ns string, p *corev1.Pod, httpStatus int) {
 	t.Helper()
+	checkReachOn(t, c, ns, p, p.Status.PodIP, httpStatus)
+}
+
+// checkReachOn is checkReach on one of the pod's addresses (IPv6 too).
+func checkReachOn(t *testing.T, c *kubelet.Cluster, ns string, p *corev1.Pod, ip string, httpStatus int) {
+	t.Helper()
 	from := nodeIndex(t, p.Spec.NodeName)%len(c.Lab.Nodes()) + 1
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	addr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(appPort))
+	addr := net.JoinHostPort(ip, strconv.Itoa(appPort))
 	node := c.Lab.Node(from)
+	nodeAddr := node.Addr
+	if netip.MustParseAddr(ip).Is6() {
+		nodeAddr = node.Addr6
+	}
 	conn, err := node.Dial(ctx, "tcp", addr)
 	if err != nil {
 		t.Errorf("dial pod %s at %s from %s: %v", p.Name, addr, node.Name, err)
@@ -773,8 +873,8 @@ func checkReach(t *testing.T, c *kubelet.Cluster, ns string, p *corev1.Pod, http
 	if err != nil || r.Pod != ns+"/"+p.Name || r.Addr != addr {
 		t.Errorf("pod %s at %s answered %q (%v)", p.Name, addr, line, err)
 	}
-	if peer, _, _ := net.SplitHostPort(r.Peer); peer != lab.NodeAddr(from).String() {
-		t.Errorf("pod %s saw peer %s, want node %s (no NAT)", p.Name, r.Peer, lab.NodeAddr(from))
+	if peer, _, _ := net.SplitHostPort(r.Peer); peer != nodeAddr.String() {
+		t.Errorf("pod %s saw peer %s, want node %s (no NAT)", p.Name, r.Peer, nodeAddr)
 	}
 
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: node.Dial, DisableKeepAlives: true}}
