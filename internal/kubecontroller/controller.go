@@ -149,8 +149,8 @@ func (c *Controller) podCIDRs() []string {
 			cidrs = []string{n.Spec.PodCIDR}
 		}
 		for _, s := range cidrs {
-			if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() {
-				out = append(out, p.Masked().String())
+			if p, err := netip.ParsePrefix(s); err == nil {
+				out = append(out, p.Masked().String()) // Desired keeps the load balancer's families
 			}
 		}
 	}
@@ -307,7 +307,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		if !kubelb.OwnsExternal(svc, c.opts) {
 			return nil // the ingress, if any, is not ours to clear
 		}
-		return c.setIngress(ctx, svc, "")
+		return c.setIngress(ctx, svc, nil)
 	}
 	if err := c.setFinalizer(ctx, svc, true); err != nil {
 		return err
@@ -343,7 +343,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	}
 	if want.FloatingIP == nil {
 		if want.External {
-			return c.setIngress(ctx, svc, vip.VIPAddress)
+			return c.setIngress(ctx, svc, want.IngressIPs(vip))
 		}
 		return nil
 	}
@@ -355,7 +355,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if calls > 0 {
 		c.recorder.Eventf(svc, corev1.EventTypeNormal, "EnsuredFloatingIP", "floating IP %s on the VIP port of load balancer %s (%d API calls)", fip, lbName, calls)
 	}
-	return c.setIngress(ctx, svc, fip)
+	return c.setIngress(ctx, svc, []string{fip})
 }
 
 // apply makes Octavia hold want. A load balancer that had a floating IP
@@ -437,16 +437,17 @@ func (c *Controller) setFinalizer(ctx context.Context, svc *corev1.Service, on b
 	return err
 }
 
-// setIngress writes the load balancer's address to the Service's status
-// ("" clears it).
-func (c *Controller) setIngress(ctx context.Context, svc *corev1.Service, vip string) error {
+// setIngress writes the load balancer's addresses (one per IP family) to
+// the Service's status (none clears it).
+func (c *Controller) setIngress(ctx context.Context, svc *corev1.Service, ips []string) error {
 	var want []corev1.LoadBalancerIngress
-	if vip != "" {
+	for _, ip := range ips {
 		mode := corev1.LoadBalancerIPModeVIP
-		want = []corev1.LoadBalancerIngress{{IP: vip, IPMode: &mode}}
+		want = append(want, corev1.LoadBalancerIngress{IP: ip, IPMode: &mode})
 	}
-	cur := svc.Status.LoadBalancer.Ingress
-	if len(cur) == len(want) && (len(want) == 0 || (cur[0].IP == vip && cur[0].IPMode != nil && *cur[0].IPMode == corev1.LoadBalancerIPModeVIP)) {
+	if slices.EqualFunc(svc.Status.LoadBalancer.Ingress, want, func(a, b corev1.LoadBalancerIngress) bool {
+		return a.IP == b.IP && a.IPMode != nil && *a.IPMode == *b.IPMode && a.Hostname == "" && len(a.Ports) == 0
+	}) {
 		return nil
 	}
 	cp := svc.DeepCopy()

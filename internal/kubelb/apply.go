@@ -25,9 +25,33 @@ type Octavia struct {
 	Poll, Timeout time.Duration
 }
 
-// Result is the applied load balancer's primary VIP.
+// Result is the applied load balancer's primary VIP and the addresses
+// of its additional VIPs.
 type Result struct {
 	VIPAddress, VIPPortID string
+	AdditionalVIPs        []ActualVIP
+}
+
+// IngressIPs are the addresses of lb's external VIPs (VIP.External) once
+// applied as r, in lb's order: what status.loadBalancer.ingress lists.
+// An additional VIP is found by its subnet, which is one per VIP.
+func (lb *LB) IngressIPs(r Result) []string {
+	var out []string
+	if lb.VIP.External && r.VIPAddress != "" {
+		out = append(out, r.VIPAddress)
+	}
+	for _, v := range lb.AdditionalVIPs {
+		if !v.External {
+			continue
+		}
+		for _, a := range r.AdditionalVIPs {
+			if a.SubnetID == v.SubnetID && a.IPAddress != "" {
+				out = append(out, a.IPAddress)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Apply makes Octavia hold want and returns the load balancer's primary
@@ -50,7 +74,7 @@ func (o *Octavia) Sync(ctx context.Context, actual *Actual, want *LB) (vip Resul
 	if _, created := e.ids[RefLoadBalancer]; created {
 		return e.vip, e.calls, nil
 	}
-	return Result{VIPAddress: actual.LB.VIPAddress, VIPPortID: actual.LB.VIPPortID}, e.calls, nil
+	return Result{VIPAddress: actual.LB.VIPAddress, VIPPortID: actual.LB.VIPPortID, AdditionalVIPs: actual.LB.AdditionalVIPs}, e.calls, nil
 }
 
 // Delete removes a load balancer and everything under it.

@@ -11,7 +11,7 @@ func TestApplyMinimalCalls(t *testing.T) {
 	o, clusterSub, extSub := &Octavia{Client: api.Client}, api.ClusterSubnet, api.ExternalSubnet
 	ctx := t.Context()
 	base := func() *LB {
-		return &LB{Name: "kube_service_lab_default_web", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{clusterSub, "198.19.64.10"},
+		return &LB{Name: "kube_service_lab_default_web", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{SubnetID: clusterSub, Address: "198.19.64.10"},
 			Listeners: []Listener{{Name: "http", Protocol: "TCP", Port: 80, Timeouts: DefaultTimeouts, Pool: Pool{Name: "http", Protocol: "TCP", Algorithm: "ROUND_ROBIN",
 				Members: []Member{member("198.18.17.2", 8080, "web-1", "n1"), member("198.18.18.2", 8080, "web-2", "n2")}}}}}
 	}
@@ -45,8 +45,8 @@ func TestApplyMinimalCalls(t *testing.T) {
 			lb.Listeners = lb.Listeners[:1]
 		}, 2},
 		{"type LoadBalancer: the VIP changes, replace", func(lb *LB) {
-			lb.VIP = VIP{extSub, "198.19.128.7"}
-			lb.AdditionalVIPs = []VIP{{clusterSub, "198.19.64.10"}}
+			lb.VIP = VIP{SubnetID: extSub, Address: "198.19.128.7"}
+			lb.AdditionalVIPs = []VIP{{SubnetID: clusterSub, Address: "198.19.64.10"}}
 			lb.External = true
 		}, 2},
 	}

@@ -133,7 +133,7 @@ func TestNewClientFromCloudsYAML(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := &Octavia{Client: client}
-	want := &LB{Name: "kube_service_lab_default_web", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{api.ClusterSubnet, "198.19.64.10"},
+	want := &LB{Name: "kube_service_lab_default_web", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{SubnetID: api.ClusterSubnet, Address: "198.19.64.10"},
 		Listeners: []Listener{{Name: "http", Protocol: "TCP", Port: 80, Timeouts: DefaultTimeouts, Pool: Pool{Name: "http", Protocol: "TCP", Algorithm: "ROUND_ROBIN",
 			Members: []Member{member("198.18.17.2", 8080, "web-1", "n1")}}}}}
 	if _, n, err := o.Apply(t.Context(), want); err != nil || n != 1 {
@@ -168,7 +168,7 @@ func TestNewClientFailsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := &Octavia{Client: client}
-	want := &LB{Name: "kube_service_lab_default_web", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{api.ClusterSubnet, "198.19.64.10"},
+	want := &LB{Name: "kube_service_lab_default_web", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{SubnetID: api.ClusterSubnet, Address: "198.19.64.10"},
 		Listeners: []Listener{{Name: "http", Protocol: "TCP", Port: 80, Timeouts: DefaultTimeouts, Pool: Pool{Name: "http", Protocol: "TCP", Algorithm: "ROUND_ROBIN",
 			Members: []Member{member("198.18.17.2", 8080, "web-1", "n1")}}}}}
 	if _, n, err := o.Apply(t.Context(), want); err != nil || n != 1 {
@@ -197,7 +197,7 @@ func TestNewClientHTTPS(t *testing.T) {
 	defer front.Close()
 	roots := x509.NewCertPool()
 	roots.AddCert(front.Certificate())
-	want := &LB{Name: "kube_service_lab_default_tls", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{api.ClusterSubnet, "198.19.64.11"},
+	want := &LB{Name: "kube_service_lab_default_tls", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{SubnetID: api.ClusterSubnet, Address: "198.19.64.11"},
 		Listeners: []Listener{{Name: "http", Protocol: "TCP", Port: 80, Timeouts: DefaultTimeouts, Pool: Pool{Name: "http", Protocol: "TCP", Algorithm: "ROUND_ROBIN",
 			Members: []Member{member("198.18.17.2", 8080, "web-1", "n1")}}}}}
 

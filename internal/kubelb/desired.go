@@ -25,8 +25,14 @@ type Options struct {
 	Cluster string
 	// ClusterIPSubnet is the Octavia VIP subnet holding the Services'
 	// cluster IPs; ExternalSubnet the one LoadBalancer addresses come
-	// from. Both must be on one network (additional_vips).
+	// from. All four must be on one network (additional_vips).
 	ClusterIPSubnet, ExternalSubnet string
+	// ClusterIPSubnet6 and ExternalSubnet6 are their IPv6 twins. Without
+	// ClusterIPSubnet6 IPv6 is not served: a dual-stack Service gets its
+	// IPv4 family only, an IPv6-only one is refused. Without
+	// ExternalSubnet6 a LoadBalancer Service has no IPv6 external
+	// address.
+	ClusterIPSubnet6, ExternalSubnet6 string
 	// Class is the loadBalancerClass whose external addresses are ours,
 	// besides none (OwnsExternal).
 	Class string
@@ -93,7 +99,9 @@ type LB struct {
 	Description string
 	Tags        []string
 	VIP         VIP
-	// AdditionalVIPs: the cluster IP of a LoadBalancer Service.
+	// AdditionalVIPs: the second family's cluster IP, and for a
+	// LoadBalancer Service the second family's external address and the
+	// cluster IPs (the external addresses come first).
 	AdditionalVIPs []VIP
 	Listeners      []Listener
 	// External: a LoadBalancer Service, whose primary VIP (or floating
@@ -117,6 +125,9 @@ type FloatingIP struct {
 // VIP is an address on a subnet ("" address: the subnet allocates one).
 type VIP struct {
 	SubnetID, Address string
+	// External: a LoadBalancer Service's external address, which goes to
+	// status.loadBalancer.ingress (IngressIPs).
+	External bool
 }
 
 // Listener is one Service port.
@@ -231,15 +242,20 @@ func Desired(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, o Options) (
 		Description: "Kubernetes Service " + svc.Namespace + "/" + svc.Name,
 		Tags:        []string{TagCluster + o.Cluster, TagService + svc.Namespace + "/" + svc.Name, TagUID + string(svc.UID)},
 	}
-	if err := setVIPs(lb, svc, o); err != nil {
+	st, err := stacksOf(svc, o)
+	if err != nil {
 		return nil, err
 	}
-	ls, err := listenerTemplate(svc, lb.External, externalIPs(svc), o)
+	if err := setVIPs(lb, svc, st, o); err != nil {
+		return nil, err
+	}
+	fam := familiesOf(st)
+	ls, err := listenerTemplate(svc, lb.External, externalIPs(svc, fam), fam, o)
 	if err != nil {
 		return nil, err
 	}
 	for _, sp := range svc.Spec.Ports {
-		l, err := ls.forPort(sp, eps)
+		l, err := ls.forPort(sp, eps, fam)
 		if err != nil {
 			return nil, err
 		}
@@ -294,29 +310,71 @@ func distinctPorts(ls []Listener) error {
 	return nil
 }
 
-// setVIPs sets lb's VIPs: the IPv4 cluster IP, or for a LoadBalancer
-// Service an external address with the cluster IP as additional VIP.
-func setVIPs(lb *LB, svc *corev1.Service, o Options) error {
+// stack is what a Service gets of one IP family: its cluster IP and the
+// controller's subnets of that family.
+type stack struct {
+	clusterIP                     netip.Addr
+	clusterSubnet, externalSubnet string
+}
+
+// stacksOf are svc's cluster IPs, in its order of families (spec.clusterIPs
+// follows spec.ipFamilies), of the families the controller has a
+// cluster-IP subnet for.
+func stacksOf(svc *corev1.Service, o Options) ([]stack, error) {
 	ips := svc.Spec.ClusterIPs
 	if len(ips) == 0 {
 		ips = []string{svc.Spec.ClusterIP}
 	}
-	var clusterIPs []string
+	var out []stack
 	for _, ip := range ips {
 		a, err := netip.ParseAddr(ip)
 		if err != nil {
-			return fmt.Errorf("cluster IP %q: %w", ip, err)
+			return nil, fmt.Errorf("cluster IP %q: %w", ip, err)
 		}
-		if a.Is4() {
-			clusterIPs = append(clusterIPs, ip)
+		s := stack{clusterIP: a.Unmap(), clusterSubnet: o.ClusterIPSubnet, externalSubnet: o.ExternalSubnet}
+		if s.clusterIP.Is6() {
+			s.clusterSubnet, s.externalSubnet = o.ClusterIPSubnet6, o.ExternalSubnet6
+		}
+		if s.clusterSubnet != "" {
+			out = append(out, s)
 		}
 	}
-	if len(clusterIPs) == 0 {
-		return fmt.Errorf("no IPv4 cluster IP (%v): flowlb's data plane is IPv4 only", svc.Spec.ClusterIPs)
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no cluster IP of a family the controller serves (%v): IPv6 needs an IPv6 cluster-IP subnet (--cluster-ip-subnet-v6 or --cluster-ip-cidr-v6)", ips)
 	}
-	clusterVIP := VIP{SubnetID: o.ClusterIPSubnet, Address: clusterIPs[0]}
-	lb.VIP = clusterVIP
+	return out, nil
+}
+
+// families says which IP families a load balancer serves.
+type families struct{ v4, v6 bool }
+
+func familiesOf(st []stack) families {
+	var f families
+	for _, s := range st {
+		f.v4 = f.v4 || s.clusterIP.Is4()
+		f.v6 = f.v6 || s.clusterIP.Is6()
+	}
+	return f
+}
+
+// has reports whether a's family is served.
+func (f families) has(a netip.Addr) bool {
+	if a.Unmap().Is4() {
+		return f.v4
+	}
+	return f.v6
+}
+
+// setVIPs sets lb's VIPs: the cluster IPs of st in order, or for a
+// LoadBalancer Service its external addresses (one per family with an
+// external subnet) first, then the cluster IPs.
+func setVIPs(lb *LB, svc *corev1.Service, st []stack, o Options) error {
+	var cluster []VIP
+	for _, s := range st {
+		cluster = append(cluster, VIP{SubnetID: s.clusterSubnet, Address: s.clusterIP.String()})
+	}
 	if !OwnsExternal(svc, o) {
+		lb.setVIPs(cluster)
 		return nil
 	}
 	lb.External = true
@@ -325,17 +383,46 @@ func setVIPs(lb *LB, svc *corev1.Service, o Options) error {
 		return err
 	}
 	if network != "" {
-		// The Kuryr model: the floating IP translates to the cluster IP.
+		// The Kuryr model: the floating IP translates to the cluster IP,
+		// which must be the IPv4 one (Neutron's floating IPs are IPv4)
+		// and the primary VIP, whose port address the floating IP takes.
+		i := slices.IndexFunc(st, func(s stack) bool { return s.clusterIP.Is4() })
+		if i < 0 {
+			return fmt.Errorf("a floating IP needs an IPv4 cluster IP; this Service has %v (opt out with %s=true)", svc.Spec.ClusterIPs, AnnInternal)
+		}
+		lb.setVIPs(append([]VIP{cluster[i]}, slices.Delete(slices.Clone(cluster), i, i+1)...))
 		lb.FloatingIP = &FloatingIP{Network: network, Address: svc.Spec.LoadBalancerIP}
 		lb.Tags = append(lb.Tags, TagFloatingIP)
 		return nil
 	}
-	if o.ExternalSubnet == "" {
-		return fmt.Errorf("type LoadBalancer needs an external subnet (--external-subnet) or a floating network (--floating-network)")
+	var ext []VIP
+	asked := false // spec.loadBalancerIP found its family
+	for _, s := range st {
+		if s.externalSubnet == "" {
+			continue
+		}
+		v := VIP{SubnetID: s.externalSubnet, External: true}
+		if a, err := netip.ParseAddr(svc.Spec.LoadBalancerIP); err == nil && a.Unmap().Is4() == s.clusterIP.Is4() {
+			v.Address, asked = a.Unmap().String(), true
+		}
+		ext = append(ext, v)
 	}
-	lb.VIP = VIP{SubnetID: o.ExternalSubnet, Address: svc.Spec.LoadBalancerIP}
-	lb.AdditionalVIPs = []VIP{clusterVIP}
+	switch {
+	case len(ext) == 0:
+		return fmt.Errorf("type LoadBalancer needs an external subnet (--external-subnet, --external-subnet-v6 for IPv6) or a floating network (--floating-network)")
+	case svc.Spec.LoadBalancerIP != "" && !asked:
+		return fmt.Errorf("loadBalancerIP %s: no external subnet of its family serves this Service", svc.Spec.LoadBalancerIP)
+	}
+	lb.setVIPs(append(ext, cluster...))
 	return nil
+}
+
+// setVIPs makes the first of vips the primary VIP, the others additional.
+func (lb *LB) setVIPs(vips []VIP) {
+	lb.VIP = vips[0]
+	if len(vips) > 1 {
+		lb.AdditionalVIPs = vips[1:]
+	}
 }
 
 // floatingNetwork is the floating network of a LoadBalancer Service: none
@@ -369,15 +456,16 @@ type listenerSettings struct {
 }
 
 // listenerTemplate reads the settings every listener of svc shares from
-// its spec and annotations; extIPs are its external IPs.
-func listenerTemplate(svc *corev1.Service, external bool, extIPs []string, o Options) (*listenerSettings, error) {
+// its spec and annotations; extIPs are its external IPs, fam the families
+// its load balancer serves.
+func listenerTemplate(svc *corev1.Service, external bool, extIPs []string, fam families, o Options) (*listenerSettings, error) {
 	alg, err := algorithmOf(svc.Annotations)
 	if err != nil {
 		return nil, err
 	}
 	var ranges []string
 	if external {
-		if ranges, err = allowedCIDRs(svc, o.PodCIDRs); err != nil {
+		if ranges, err = allowedCIDRs(svc, o.PodCIDRs, fam); err != nil {
 			return nil, err
 		}
 	}
@@ -419,12 +507,13 @@ func healthCheckTags(svc *corev1.Service) []string {
 	return nil
 }
 
-// forPort is the listener of Service port sp, with its pool of endpoints.
-func (s *listenerSettings) forPort(sp corev1.ServicePort, eps []*discoveryv1.EndpointSlice) (Listener, error) {
+// forPort is the listener of Service port sp, with its pool of the
+// endpoints of the families fam.
+func (s *listenerSettings) forPort(sp corev1.ServicePort, eps []*discoveryv1.EndpointSlice, fam families) (Listener, error) {
 	proto := string(cmp.Or(sp.Protocol, corev1.ProtocolTCP))
 	name := cmp.Or(sp.Name, strings.ToLower(proto)+"-"+strconv.Itoa(int(sp.Port)))
 	l := Listener{Name: name, Protocol: proto, Port: int(sp.Port), AllowedCIDRs: s.allowedCIDRs, Tags: s.tags, Timeouts: s.timeouts,
-		Pool: Pool{Name: name, Protocol: proto, Algorithm: s.algorithm, Persistence: s.persistence, Members: members(sp, slicesOf(eps))}}
+		Pool: Pool{Name: name, Protocol: proto, Algorithm: s.algorithm, Persistence: s.persistence, Members: members(sp, slicesOf(eps), fam)}}
 	if s.monitor != nil {
 		m := *s.monitor
 		switch proto {
@@ -468,15 +557,23 @@ func persistenceOf(svc *corev1.Service) *Persistence {
 
 // allowedCIDRs are the source ranges of a LoadBalancer Service and, when
 // there are any, the pod networks (allowed_cidrs guard the cluster IP
-// too), masked, sorted and without duplicates.
-func allowedCIDRs(svc *corev1.Service, podCIDRs []string) ([]string, error) {
+// too), of the families fam only (Octavia refuses a CIDR of a family none
+// of the VIPs has), masked, sorted and without duplicates. Source ranges
+// of no served family would leave the listeners open: refused.
+func allowedCIDRs(svc *corev1.Service, podCIDRs []string, fam families) ([]string, error) {
 	var ranges []string
-	for _, r := range sourceRanges(svc) {
+	rs := sourceRanges(svc)
+	for _, r := range rs {
 		p, err := netip.ParsePrefix(strings.TrimSpace(r))
 		if err != nil {
 			return nil, fmt.Errorf("load balancer source range %q: %w", r, err)
 		}
-		ranges = append(ranges, p.Masked().String())
+		if fam.has(p.Addr()) {
+			ranges = append(ranges, p.Masked().String())
+		}
+	}
+	if len(rs) > 0 && len(ranges) == 0 {
+		return nil, fmt.Errorf("load balancer source ranges %v: none is of the Service's IP families", rs)
 	}
 	if len(ranges) > 0 {
 		for _, c := range podCIDRs {
@@ -484,7 +581,9 @@ func allowedCIDRs(svc *corev1.Service, podCIDRs []string) ([]string, error) {
 			if err != nil {
 				return nil, fmt.Errorf("pod CIDR %q: %w", c, err)
 			}
-			ranges = append(ranges, p.Masked().String())
+			if fam.has(p.Addr()) {
+				ranges = append(ranges, p.Masked().String())
+			}
 		}
 	}
 	slices.Sort(ranges)
@@ -512,13 +611,14 @@ func listenerTags(svc *corev1.Service, external bool, extIPs []string) []string 
 	return tags
 }
 
-// externalIPs are svc's IPv4 spec.externalIPs, canonical, sorted and
-// without duplicates. The IPv6 ones are left out (the data plane is IPv4
-// only), as are those that do not parse (the API server validates them).
-func externalIPs(svc *corev1.Service) []string {
+// externalIPs are svc's spec.externalIPs of the families fam, canonical,
+// sorted and without duplicates: as kube-proxy, an external IP of a
+// family the Service does not have is not served. Those that do not parse
+// are left out too (the API server validates them).
+func externalIPs(svc *corev1.Service, fam families) []string {
 	var out []string
 	for _, s := range svc.Spec.ExternalIPs {
-		if a, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil && a.Unmap().Is4() {
+		if a, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil && fam.has(a) {
 			out = append(out, a.Unmap().String())
 		}
 	}
@@ -550,15 +650,17 @@ func slicesOf(s []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
 	return out
 }
 
-// members are the endpoints serving Service port sp: the ready ones, or,
-// when none is ready, the serving ones that are terminating (so that a
-// rolling update or a scale-down to zero drains instead of failing).
-func members(sp corev1.ServicePort, es []*discoveryv1.EndpointSlice) []Member {
+// members are the endpoints of the families fam serving Service port sp
+// (a pool holds both families; each VIP uses its own family's): the ready
+// ones, or, when none is ready, the serving ones that are terminating (so
+// that a rolling update or a scale-down to zero drains instead of
+// failing).
+func members(sp corev1.ServicePort, es []*discoveryv1.EndpointSlice, fam families) []Member {
 	var ready, terminating []Member
 	seen := map[string]bool{}
 	for _, s := range es {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 {
-			continue
+		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
+			continue // FQDN
 		}
 		port := -1
 		for _, p := range s.Ports {
@@ -575,7 +677,7 @@ func members(sp corev1.ServicePort, es []*discoveryv1.EndpointSlice) []Member {
 			isTerminating := e.Conditions.Terminating != nil && *e.Conditions.Terminating
 			for _, a := range e.Addresses {
 				addr, err := netip.ParseAddr(a)
-				if err != nil || !addr.Is4() {
+				if err != nil || addr.Is6() != (s.AddressType == discoveryv1.AddressTypeIPv6) || !fam.has(addr) {
 					continue
 				}
 				m := Member{Address: addr.String(), Port: port, Name: a}

@@ -82,7 +82,7 @@ func TestDesired(t *testing.T) {
 		{name: "ClusterIP: VIP is the cluster IP, members are ready pods, deduplicated and sorted",
 			svc: service(), slices: twoPods,
 			check: func(t *testing.T, lb *LB) {
-				if lb.Name != "kube_service_lab_default_web" || lb.VIP != (VIP{"sub-cluster", "198.19.64.10"}) || lb.External {
+				if lb.Name != "kube_service_lab_default_web" || lb.VIP != (VIP{SubnetID: "sub-cluster", Address: "198.19.64.10"}) || lb.External {
 					t.Errorf("lb %+v", lb)
 				}
 				want := []Member{member("198.18.17.2", 8080, "web-1", "n1"), member("198.18.18.2", 8080, "web-2", "n2")}
@@ -138,7 +138,7 @@ func TestDesired(t *testing.T) {
 				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 			}), slices: twoPods,
 			check: func(t *testing.T, lb *LB) {
-				if !lb.External || lb.VIP != (VIP{"sub-ext", "198.19.128.7"}) || !reflect.DeepEqual(lb.AdditionalVIPs, []VIP{{"sub-cluster", "198.19.64.10"}}) {
+				if !lb.External || lb.VIP != (VIP{SubnetID: "sub-ext", Address: "198.19.128.7", External: true}) || !reflect.DeepEqual(lb.AdditionalVIPs, []VIP{{SubnetID: "sub-cluster", Address: "198.19.64.10"}}) {
 					t.Errorf("VIPs %+v %+v", lb.VIP, lb.AdditionalVIPs)
 				}
 				l := lb.Listeners[0]
@@ -154,7 +154,7 @@ func TestDesired(t *testing.T) {
 				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 			}), slices: twoPods, opts: &Options{Cluster: "lab", ClusterIPSubnet: "sub-cluster", FloatingNetwork: "public"},
 			check: func(t *testing.T, lb *LB) {
-				if !lb.External || lb.VIP != (VIP{"sub-cluster", "198.19.64.10"}) || lb.AdditionalVIPs != nil {
+				if !lb.External || lb.VIP != (VIP{SubnetID: "sub-cluster", Address: "198.19.64.10"}) || lb.AdditionalVIPs != nil {
 					t.Errorf("VIPs %+v %+v", lb.VIP, lb.AdditionalVIPs)
 				}
 				if lb.FloatingIP == nil || *lb.FloatingIP != (FloatingIP{Network: "public", Address: "198.19.128.7"}) {
@@ -370,10 +370,10 @@ func TestDesired(t *testing.T) {
 					t.Errorf("member tags %v", got)
 				}
 			}},
-		{name: "IPv6-only service is refused", svc: service(func(s *corev1.Service) {
+		{name: "IPv6-only service is refused without an IPv6 cluster-IP subnet", svc: service(func(s *corev1.Service) {
 			s.Spec.ClusterIP, s.Spec.ClusterIPs = "fd00::10", []string{"fd00::10"}
-		}), err: "IPv4 only"},
-		{name: "dual-stack keeps the IPv4 cluster IP", svc: service(func(s *corev1.Service) {
+		}), err: "IPv6 needs an IPv6 cluster-IP subnet"},
+		{name: "dual-stack keeps the IPv4 cluster IP without an IPv6 cluster-IP subnet", svc: service(func(s *corev1.Service) {
 			s.Spec.ClusterIP, s.Spec.ClusterIPs = "fd00::10", []string{"fd00::10", "198.19.64.11"}
 		}), check: func(t *testing.T, lb *LB) {
 			if lb.VIP.Address != "198.19.64.11" {
@@ -399,7 +399,7 @@ func TestDesired(t *testing.T) {
 			}),
 			opts: &Options{Cluster: "lab", ClusterIPSubnet: "sub-cluster", ExternalSubnet: "sub-ext", FloatingNetwork: "public"},
 			check: func(t *testing.T, lb *LB) {
-				if lb.External || lb.FloatingIP != nil || len(lb.AdditionalVIPs) != 0 || lb.VIP != (VIP{"sub-cluster", "198.19.64.10"}) {
+				if lb.External || lb.FloatingIP != nil || len(lb.AdditionalVIPs) != 0 || lb.VIP != (VIP{SubnetID: "sub-cluster", Address: "198.19.64.10"}) {
 					t.Errorf("external %v, floating IP %+v, VIP %+v, additional %+v: want the cluster IP only", lb.External, lb.FloatingIP, lb.VIP, lb.AdditionalVIPs)
 				}
 				if len(lb.Listeners) != 2 {
@@ -507,6 +507,204 @@ func TestDesired(t *testing.T) {
 				tc.check(t, lb)
 			}
 		})
+	}
+}
+
+// TestDesiredDualStack: one load balancer per Service whatever its
+// families. Its VIPs are its cluster IPs in the Service's order of
+// families (for a LoadBalancer Service its external addresses first, one
+// per family with an external subnet); its pools hold the endpoints of
+// the families it serves; source ranges, pod networks and external IPs
+// keep to those families. Without the IPv6 subnets, IPv6 is not served.
+func TestDesiredDualStack(t *testing.T) {
+	dual := Options{Cluster: "lab", ClusterIPSubnet: "c4", ExternalSubnet: "e4", ClusterIPSubnet6: "c6", ExternalSubnet6: "e6"}
+	v4only := Options{Cluster: "lab", ClusterIPSubnet: "c4", ExternalSubnet: "e4"}
+	noExt6 := dual
+	noExt6.ExternalSubnet6 = ""
+	floating := dual
+	floating.FloatingNetwork = "public"
+	const ip4, ip6 = "198.19.64.10", "2001:2:0:a000::10"
+	stackOf := func(typ corev1.ServiceType, policy corev1.IPFamilyPolicy, ips ...string) func(*corev1.Service) {
+		return func(s *corev1.Service) {
+			s.Spec.Type, s.Spec.IPFamilyPolicy, s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies = typ, &policy, ips[0], ips, nil
+			for _, ip := range ips {
+				f := corev1.IPv4Protocol
+				if strings.Contains(ip, ":") {
+					f = corev1.IPv6Protocol
+				}
+				s.Spec.IPFamilies = append(s.Spec.IPFamilies, f)
+			}
+			if typ != corev1.ServiceTypeClusterIP {
+				s.Spec.Ports[0].NodePort = 30080
+			}
+		}
+	}
+	ready := func(addr, node, pod string) ep { return ep{addr, node, pod, true, true, false} }
+	v6 := slice("web-v6", 8080, "http", ready("2001:2:0:18::2", "n2", "web-2"), ready("2001:2:0:17::2", "n1", "web-1"))
+	v6.AddressType = discoveryv1.AddressTypeIPv6
+	eps := []*discoveryv1.EndpointSlice{slice("web-v4", 8080, "http", ready("198.18.17.2", "n1", "web-1"), ready("198.18.18.2", "n2", "web-2")), v6}
+	// brief: the VIPs (subnet=address, * for an external one), then per
+	// listener its port, members and allowed CIDRs and external IPs.
+	brief := func(lb *LB) string {
+		vip := func(v VIP) string {
+			s := v.SubnetID + "=" + v.Address
+			if v.External {
+				s += "*"
+			}
+			return s
+		}
+		out := []string{vip(lb.VIP)}
+		for _, v := range lb.AdditionalVIPs {
+			out = append(out, vip(v))
+		}
+		for _, l := range lb.Listeners {
+			var ms []string
+			for _, m := range l.Pool.Members {
+				ms = append(ms, m.Key())
+			}
+			var ext []string
+			for _, tag := range l.Tags {
+				if a, ok := strings.CutPrefix(tag, flows.TagExternalIPPrefix); ok {
+					ext = append(ext, a)
+				}
+			}
+			out = append(out, "| "+strconv.Itoa(l.Port)+" "+strings.Join(ms, ",")+" cidrs="+strings.Join(l.AllowedCIDRs, ",")+" ext="+strings.Join(ext, ","))
+		}
+		if lb.FloatingIP != nil {
+			out = append(out, "| floating "+lb.FloatingIP.Network)
+		}
+		return strings.Join(out, " ")
+	}
+	members4 := "198.18.17.2:8080,198.18.18.2:8080"
+	members6 := "[2001:2:0:17::2]:8080,[2001:2:0:18::2]:8080"
+	both := members4 + "," + members6
+	for _, tc := range []struct {
+		name string
+		svc  *corev1.Service
+		o    Options
+		want string
+		err  string
+	}{
+		{name: "SingleStack IPv4: as ever, IPv6 endpoints left out",
+			svc: service(stackOf(corev1.ServiceTypeClusterIP, corev1.IPFamilyPolicySingleStack, ip4)), o: dual,
+			want: "c4=198.19.64.10 | 80 " + members4 + " cidrs= ext="},
+		{name: "SingleStack IPv6: the IPv6 cluster IP on the IPv6 subnet, IPv6 members",
+			svc: service(stackOf(corev1.ServiceTypeClusterIP, corev1.IPFamilyPolicySingleStack, ip6)), o: dual,
+			want: "c6=2001:2:0:a000::10 | 80 " + members6 + " cidrs= ext="},
+		{name: "SingleStack IPv6 without an IPv6 cluster-IP subnet: refused",
+			svc: service(stackOf(corev1.ServiceTypeClusterIP, corev1.IPFamilyPolicySingleStack, ip6)), o: v4only,
+			err: "IPv6 needs an IPv6 cluster-IP subnet"},
+		{name: "PreferDualStack IPv4 first: the IPv6 cluster IP an additional VIP, members of both",
+			svc: service(stackOf(corev1.ServiceTypeClusterIP, corev1.IPFamilyPolicyPreferDualStack, ip4, ip6)), o: dual,
+			want: "c4=198.19.64.10 c6=2001:2:0:a000::10 | 80 " + both + " cidrs= ext="},
+		{name: "RequireDualStack IPv6 first: the IPv6 cluster IP is the VIP",
+			svc: service(stackOf(corev1.ServiceTypeClusterIP, corev1.IPFamilyPolicyRequireDualStack, ip6, ip4)), o: dual,
+			want: "c6=2001:2:0:a000::10 c4=198.19.64.10 | 80 " + both + " cidrs= ext="},
+		{name: "RequireDualStack without IPv6 subnets: served on IPv4 alone, as before IPv6",
+			svc: service(stackOf(corev1.ServiceTypeClusterIP, corev1.IPFamilyPolicyRequireDualStack, ip6, ip4)), o: v4only,
+			want: "c4=198.19.64.10 | 80 " + members4 + " cidrs= ext="},
+		{name: "NodePort dual-stack: the node port's pool has both families",
+			svc: service(stackOf(corev1.ServiceTypeNodePort, corev1.IPFamilyPolicyRequireDualStack, ip4, ip6)), o: dual,
+			want: "c4=198.19.64.10 c6=2001:2:0:a000::10 | 80 " + both + " cidrs= ext= | 30080 " + both + " cidrs= ext="},
+		{name: "LoadBalancer dual-stack IPv6 first: an external address per family first, then the cluster IPs",
+			svc: service(stackOf(corev1.ServiceTypeLoadBalancer, corev1.IPFamilyPolicyRequireDualStack, ip6, ip4)), o: dual,
+			want: "e6=* e4=* c6=2001:2:0:a000::10 c4=198.19.64.10 | 80 " + both + " cidrs= ext= | 30080 " + both + " cidrs= ext="},
+		{name: "LoadBalancer dual-stack without an IPv6 external subnet: an IPv4 external address only",
+			svc: service(stackOf(corev1.ServiceTypeLoadBalancer, corev1.IPFamilyPolicyPreferDualStack, ip4, ip6)), o: noExt6,
+			want: "e4=* c4=198.19.64.10 c6=2001:2:0:a000::10 | 80 " + both + " cidrs= ext= | 30080 " + both + " cidrs= ext="},
+		{name: "LoadBalancer IPv6-only without an IPv6 external subnet: refused",
+			svc: service(stackOf(corev1.ServiceTypeLoadBalancer, corev1.IPFamilyPolicySingleStack, ip6)), o: noExt6,
+			err: "needs an external subnet"},
+		{name: "loadBalancerIP goes to the external VIP of its family",
+			svc: service(stackOf(corev1.ServiceTypeLoadBalancer, corev1.IPFamilyPolicyRequireDualStack, ip4, ip6), func(s *corev1.Service) {
+				s.Spec.LoadBalancerIP = "2001:2:0:c000::7"
+			}), o: dual,
+			want: "e4=* e6=2001:2:0:c000::7* c4=198.19.64.10 c6=2001:2:0:a000::10 | 80 " + both + " cidrs= ext= | 30080 " + both + " cidrs= ext="},
+		{name: "loadBalancerIP of a family without an external subnet: refused",
+			svc: service(stackOf(corev1.ServiceTypeLoadBalancer, corev1.IPFamilyPolicyRequireDualStack, ip4, ip6), func(s *corev1.Service) {
+				s.Spec.LoadBalancerIP = "2001:2:0:c000::7"
+			}), o: noExt6,
+			err: "no external subnet of its family"},
+		{name: "floating IP: on the IPv4 cluster IP, made the primary VIP",
+			svc: service(stackOf(corev1.ServiceTypeLoadBalancer, corev1.IPFamilyPolicyRequireDualStack, ip6, ip4)), o: floating,
+			want: "c4=198.19.64.10 c6=2001:2:0:a000::10 | 80 " + both + " cidrs= ext= | 30080 " + both + " cidrs= ext= | floating public"},
+		{name: "floating IP for an IPv6-only Service: refused",
+			svc: service(stackOf(corev1.ServiceTypeLoadBalancer, corev1.IPFamilyPolicySingleStack, ip6)), o: floating,
+			err: "needs an IPv4 cluster IP"},
+		{name: "source ranges and pod networks of the served families only",
+			svc: service(stackOf(corev1.ServiceTypeLoadBalancer, corev1.IPFamilyPolicyPreferDualStack, ip4, ip6), func(s *corev1.Service) {
+				s.Spec.LoadBalancerSourceRanges = []string{"198.18.1.0/24", "2001:2:0:1::/64"}
+				s.Spec.AllocateLoadBalancerNodePorts, s.Spec.Ports[0].NodePort = ptr.To(false), 0
+			}), o: withPodCIDRs(v4only, "198.18.17.0/24", "2001:2:0:17::/64"),
+			want: "e4=* c4=198.19.64.10 | 80 " + members4 + " cidrs=198.18.1.0/24,198.18.17.0/24 ext="},
+		{name: "source ranges and pod networks of both families on a dual-stack load balancer",
+			svc: service(stackOf(corev1.ServiceTypeLoadBalancer, corev1.IPFamilyPolicyPreferDualStack, ip4, ip6), func(s *corev1.Service) {
+				s.Spec.LoadBalancerSourceRanges = []string{"198.18.1.0/24", "2001:2:0:1::/64"}
+				s.Spec.AllocateLoadBalancerNodePorts, s.Spec.Ports[0].NodePort = ptr.To(false), 0
+			}), o: withPodCIDRs(dual, "198.18.17.0/24", "2001:2:0:17::/64"),
+			want: "e4=* e6=* c4=198.19.64.10 c6=2001:2:0:a000::10 | 80 " + both + " cidrs=198.18.1.0/24,198.18.17.0/24,2001:2:0:17::/64,2001:2:0:1::/64 ext="},
+		{name: "source ranges of no served family: refused rather than open",
+			svc: service(stackOf(corev1.ServiceTypeLoadBalancer, corev1.IPFamilyPolicySingleStack, ip4), func(s *corev1.Service) {
+				s.Spec.LoadBalancerSourceRanges = []string{"2001:2:0:1::/64"}
+			}), o: dual,
+			err: "none is of the Service's IP families"},
+		{name: "external IPs of the served families",
+			svc: service(stackOf(corev1.ServiceTypeClusterIP, corev1.IPFamilyPolicyPreferDualStack, ip4, ip6), func(s *corev1.Service) {
+				s.Spec.ExternalIPs = []string{"2001:2:0:c000::9", "198.19.200.1"}
+			}), o: dual,
+			want: "c4=198.19.64.10 c6=2001:2:0:a000::10 | 80 " + both + " cidrs= ext=198.19.200.1,2001:2:0:c000::9"},
+		{name: "external IPs of the served families: IPv4 alone without IPv6 subnets",
+			svc: service(stackOf(corev1.ServiceTypeClusterIP, corev1.IPFamilyPolicyPreferDualStack, ip4, ip6), func(s *corev1.Service) {
+				s.Spec.ExternalIPs = []string{"2001:2:0:c000::9", "198.19.200.1"}
+			}), o: v4only,
+			want: "c4=198.19.64.10 | 80 " + members4 + " cidrs= ext=198.19.200.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lb, err := Desired(tc.svc, eps, tc.o)
+			switch {
+			case tc.err != "":
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			default:
+				if got := brief(lb); got != tc.want {
+					t.Errorf("\ngot  %s\nwant %s", got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func withPodCIDRs(o Options, cidrs ...string) Options {
+	o.PodCIDRs = cidrs
+	return o
+}
+
+// TestIngressIPs: the addresses of the external VIPs as applied, primary
+// first, each additional one found by its subnet; cluster IPs are not
+// ingress.
+func TestIngressIPs(t *testing.T) {
+	dual := &LB{VIP: VIP{SubnetID: "e6", External: true},
+		AdditionalVIPs: []VIP{{SubnetID: "e4", External: true}, {SubnetID: "c6", Address: "2001:2:0:a000::10"}, {SubnetID: "c4", Address: "198.19.64.10"}}}
+	applied := Result{VIPAddress: "2001:2:0:c000::5", AdditionalVIPs: []ActualVIP{
+		{SubnetID: "c4", IPAddress: "198.19.64.10"}, {SubnetID: "e4", IPAddress: "198.19.128.5"}, {SubnetID: "c6", IPAddress: "2001:2:0:a000::10"}}}
+	for _, tc := range []struct {
+		name string
+		lb   *LB
+		r    Result
+		want []string
+	}{
+		{"ClusterIP: none", &LB{VIP: VIP{SubnetID: "c4", Address: "198.19.64.10"}}, Result{VIPAddress: "198.19.64.10"}, nil},
+		{"single-stack LoadBalancer: the VIP", &LB{VIP: VIP{SubnetID: "e4", External: true}, AdditionalVIPs: []VIP{{SubnetID: "c4", Address: "198.19.64.10"}}},
+			Result{VIPAddress: "198.19.128.5", AdditionalVIPs: []ActualVIP{{SubnetID: "c4", IPAddress: "198.19.64.10"}}}, []string{"198.19.128.5"}},
+		{"dual-stack: both external addresses, the primary's family first", dual, applied, []string{"2001:2:0:c000::5", "198.19.128.5"}},
+		{"an external VIP the answer lacks is left out", dual, Result{VIPAddress: "2001:2:0:c000::5"}, []string{"2001:2:0:c000::5"}},
+	} {
+		if got := tc.lb.IngressIPs(tc.r); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
 

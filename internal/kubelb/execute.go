@@ -36,9 +36,10 @@ func (e *execution) run(ctx context.Context, plan []Call) error {
 // created is the part of a create's answer ({"listener": {...}}) an
 // execution keeps.
 type created struct {
-	ID         string `json:"id"`
-	VIPAddress string `json:"vip_address"`
-	VIPPortID  string `json:"vip_port_id"`
+	ID             string      `json:"id"`
+	VIPAddress     string      `json:"vip_address"`
+	VIPPortID      string      `json:"vip_port_id"`
+	AdditionalVIPs []ActualVIP `json:"additional_vips"`
 }
 
 func (e *execution) call(ctx context.Context, c Call) error {
@@ -98,7 +99,7 @@ func (e *execution) record(ref Ref, out map[string]created) error {
 		}
 		e.ids[ref] = obj.ID
 		if ref == RefLoadBalancer {
-			e.vip = Result{VIPAddress: obj.VIPAddress, VIPPortID: obj.VIPPortID}
+			e.vip = Result{VIPAddress: obj.VIPAddress, VIPPortID: obj.VIPPortID, AdditionalVIPs: obj.AdditionalVIPs}
 		}
 	}
 	return nil

@@ -16,7 +16,7 @@ func TestNeutronApply(t *testing.T) {
 	api.FloatingNetwork(t, "twin", "198.19.2.0/24")
 	o, n := &Octavia{Client: api.Client}, &Neutron{Client: api.Client}
 	ctx := t.Context()
-	want := &LB{Name: "kube_service_lab_default_web", VIP: VIP{api.ClusterSubnet, "198.19.64.10"}}
+	want := &LB{Name: "kube_service_lab_default_web", VIP: VIP{SubnetID: api.ClusterSubnet, Address: "198.19.64.10"}}
 	vip, _, err := o.Apply(ctx, want)
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 // TCP port with two pods.
 func planWeb() *LB {
 	return &LB{Name: "kube_service_lab_default_web", Description: "Kubernetes Service default/web",
-		Tags: []string{"flowlb:kube-cluster=lab", "flowlb:kube-service=default/web"}, VIP: VIP{"sub-c", "198.19.64.10"},
+		Tags: []string{"flowlb:kube-cluster=lab", "flowlb:kube-service=default/web"}, VIP: VIP{SubnetID: "sub-c", Address: "198.19.64.10"},
 		Listeners: []Listener{{Name: "http", Protocol: "TCP", Port: 80, Timeouts: DefaultTimeouts,
 			Pool: Pool{Name: "http", Protocol: "TCP", Algorithm: "ROUND_ROBIN",
 				Members: []Member{member("198.18.17.2", 8080, "web-1", "n1"), member("198.18.18.2", 8080, "web-2", "n2")}}}}}
@@ -208,8 +208,8 @@ func TestPlan(t *testing.T) {
 			want:   func(lb *LB) { lb.VIP.Address = "" }},
 		{name: "type LoadBalancer: the VIP changes, delete and create again",
 			want: func(lb *LB) {
-				lb.VIP = VIP{"sub-x", "198.19.128.7"}
-				lb.AdditionalVIPs = []VIP{{"sub-c", "198.19.64.10"}}
+				lb.VIP = VIP{SubnetID: "sub-x", Address: "198.19.128.7"}
+				lb.AdditionalVIPs = []VIP{{SubnetID: "sub-c", Address: "198.19.64.10"}}
 				lb.External = true
 			},
 			calls: []call{{"DELETE", "lbaas/loadbalancers/lb-1?cascade=true", "", "", "gone lb-1"},

@@ -11,37 +11,51 @@ import (
 )
 
 // Subnets are the VIP ranges of a cluster given as CIDRs (the
-// kube-controller's --cluster-ip-cidr and --external-cidr) instead of
-// subnet IDs, so that a deployment needs no step against the Neutron API
-// before the controller starts.
+// kube-controller's --cluster-ip-cidr and --external-cidr, and their -v6
+// twins) instead of subnet IDs, so that a deployment needs no step
+// against the Neutron API before the controller starts.
 type Subnets struct {
-	ClusterIP, External string // CIDRs; External may be empty
+	ClusterIP, External   string // IPv4 CIDRs; either may be empty
+	ClusterIP6, External6 string // IPv6 CIDRs; either may be empty
 }
 
 // NetworkName is the network EnsureSubnets keeps for cluster.
 func NetworkName(cluster string) string { return "flowlb-kube-" + cluster }
 
 // EnsureSubnets finds or creates, through the Neutron API of c, the
-// network NetworkName(cluster) and on it a subnet per CIDR of s (named
-// after the network, -cluster-ip and -external; no gateway: every address
-// is a Service's to take), and returns their IDs. A subnet of that name
-// with another CIDR is an error: addresses in use would move. Run by one
-// controller at a time (the leader), so two never race to create.
-func EnsureSubnets(ctx context.Context, c *gophercloud.ServiceClient, cluster string, s Subnets) (clusterIP, external string, err error) {
-	netName := NetworkName(cluster)
+// network NetworkName(o.Cluster) and on it a subnet per CIDR of s (named
+// after the network, -cluster-ip and -external, with -v6 for IPv6; no
+// gateway: every address is a Service's to take), and sets their IDs in
+// o (the IDs of the CIDRs s leaves empty are left as they are). A subnet
+// of that name with another CIDR is an error: addresses in use would move.
+// Run by one controller at a time (the leader), so two never race to
+// create.
+func EnsureSubnets(ctx context.Context, c *gophercloud.ServiceClient, s Subnets, o *Options) error {
+	netName := NetworkName(o.Cluster)
 	netID, err := ensureNetwork(ctx, c, netName)
 	if err != nil {
-		return "", "", err
+		return err
 	}
-	if clusterIP, err = ensureSubnet(ctx, c, netID, netName+"-cluster-ip", s.ClusterIP); err != nil {
-		return "", "", err
-	}
-	if s.External != "" {
-		if external, err = ensureSubnet(ctx, c, netID, netName+"-external", s.External); err != nil {
-			return "", "", err
+	for _, sub := range []struct {
+		suffix, cidr string
+		v6           bool
+		id           *string
+	}{
+		{"-cluster-ip", s.ClusterIP, false, &o.ClusterIPSubnet},
+		{"-external", s.External, false, &o.ExternalSubnet},
+		{"-cluster-ip-v6", s.ClusterIP6, true, &o.ClusterIPSubnet6},
+		{"-external-v6", s.External6, true, &o.ExternalSubnet6},
+	} {
+		if sub.cidr == "" {
+			continue
 		}
+		id, err := ensureSubnet(ctx, c, netID, netName+sub.suffix, sub.cidr, sub.v6)
+		if err != nil {
+			return err
+		}
+		*sub.id = id
 	}
-	return clusterIP, external, nil
+	return nil
 }
 
 func ensureNetwork(ctx context.Context, c *gophercloud.ServiceClient, name string) (string, error) {
@@ -69,10 +83,13 @@ func ensureNetwork(ctx context.Context, c *gophercloud.ServiceClient, name strin
 	return n.ID, nil
 }
 
-func ensureSubnet(ctx context.Context, c *gophercloud.ServiceClient, netID, name, cidr string) (string, error) {
+func ensureSubnet(ctx context.Context, c *gophercloud.ServiceClient, netID, name, cidr string, v6 bool) (string, error) {
 	p, err := netip.ParsePrefix(cidr)
 	if err != nil {
 		return "", fmt.Errorf("subnet %s: CIDR %q: %w", name, cidr, err)
+	}
+	if p.Addr().Is6() != v6 {
+		return "", fmt.Errorf("subnet %s: CIDR %s is of the other IP family (IPv6 ranges go to the -v6 flags)", name, cidr)
 	}
 	cidr = p.Masked().String()
 	pages, err := subnets.List(c, subnets.ListOpts{NetworkID: netID, Name: name}).AllPages(ctx)

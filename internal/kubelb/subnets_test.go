@@ -37,7 +37,12 @@ func TestEnsureSubnets(t *testing.T) {
 	ctx := context.Background()
 	want := kubelb.Subnets{ClusterIP: "198.19.64.0/18", External: "198.19.128.0/17"}
 
-	cip, ext, err := kubelb.EnsureSubnets(ctx, c, "lab", want)
+	ensure := func(cluster string, s kubelb.Subnets) (string, string, error) {
+		o := kubelb.Options{Cluster: cluster}
+		err := kubelb.EnsureSubnets(ctx, c, s, &o)
+		return o.ClusterIPSubnet, o.ExternalSubnet, err
+	}
+	cip, ext, err := ensure("lab", want)
 	if err != nil || cip == "" || ext == "" || cip == ext {
 		t.Fatalf("first: %q %q %v", cip, ext, err)
 	}
@@ -50,15 +55,20 @@ func TestEnsureSubnets(t *testing.T) {
 			t.Errorf("subnet %s: cidr %s gateway %q, want %s and none", s.Name, s.CIDR, s.GatewayIP, cidr)
 		}
 	}
-	cip2, ext2, err := kubelb.EnsureSubnets(ctx, c, "lab", want)
+	cip2, ext2, err := ensure("lab", want)
 	if err != nil || cip2 != cip || ext2 != ext {
 		t.Errorf("second: %q %q %v, want the same %q %q", cip2, ext2, err, cip, ext)
 	}
-	if _, _, err := kubelb.EnsureSubnets(ctx, c, "lab", kubelb.Subnets{ClusterIP: "198.19.0.0/18"}); err == nil || !strings.Contains(err.Error(), "has CIDR 198.19.64.0/18") {
+	if _, _, err := ensure("lab", kubelb.Subnets{ClusterIP: "198.19.0.0/18"}); err == nil || !strings.Contains(err.Error(), "has CIDR 198.19.64.0/18") {
 		t.Errorf("changed CIDR: %v", err)
 	}
-	cip3, ext3, err := kubelb.EnsureSubnets(ctx, c, "other", kubelb.Subnets{ClusterIP: "198.18.200.0/24"})
+	cip3, ext3, err := ensure("other", kubelb.Subnets{ClusterIP: "198.18.200.0/24"})
 	if err != nil || cip3 == "" || ext3 != "" {
 		t.Errorf("cluster IPs only: %q %q %v", cip3, ext3, err)
+	}
+	for _, s := range []kubelb.Subnets{{ClusterIP: "2001:2:0:a000::/112"}, {ClusterIP6: "198.18.201.0/24"}} {
+		if _, _, err := ensure("fam", s); err == nil || !strings.Contains(err.Error(), "other IP family") {
+			t.Errorf("%+v: %v, want the family refused", s, err)
+		}
 	}
 }
