@@ -68,14 +68,14 @@ ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
 	f.StringVar(&o.opts.Cluster, "cluster-name", "kubernetes", "name of this cluster in load balancer names and tags")
 	f.StringVar(&o.opts.ClusterIPSubnet, "cluster-ip-subnet", "", "ID of the VIP subnet holding the Services' cluster IPs (required)")
 	f.StringVar(&o.opts.ExternalSubnet, "external-subnet", "", "ID of the subnet LoadBalancer addresses come from, on the same network")
-	f.StringVar(&o.opts.ClusterIPSubnet6, "cluster-ip-subnet-v6", "", "ID of the IPv6 VIP subnet holding the Services' IPv6 cluster IPs, on the same network; without it (or --cluster-ip-cidr-v6) IPv6 is not served")
-	f.StringVar(&o.opts.ExternalSubnet6, "external-subnet-v6", "", "ID of the IPv6 subnet the IPv6 LoadBalancer addresses come from, on the same network")
+	f.StringVar(&o.opts.ClusterIPSubnet6, "cluster-ip-subnet6", "", "ID of the IPv6 VIP subnet holding the Services' IPv6 cluster IPs, on the same network; without it (or --cluster-ip-cidr6) IPv6 is not served")
+	f.StringVar(&o.opts.ExternalSubnet6, "external-subnet6", "", "ID of the IPv6 subnet the IPv6 LoadBalancer addresses come from, on the same network")
 	f.StringVar(&o.opts.FloatingNetwork, "floating-network", "", "ID or name of the network LoadBalancer Services get a floating IP from, associated with their load balancer's VIP (the cluster IP), "+
 		"instead of an address from --external-subnet (the Kuryr model; annotations pick another network or opt out)")
 	f.StringVar(&o.subnets.ClusterIP, "cluster-ip-cidr", "", "the Services' cluster-IP range, instead of --cluster-ip-subnet: the network flowlb-kube-<cluster-name> and its subnets are found or created through the Neutron API of --octavia-endpoint")
 	f.StringVar(&o.subnets.External, "external-cidr", "", "with --cluster-ip-cidr: the LoadBalancer addresses' range, instead of --external-subnet")
-	f.StringVar(&o.subnets.ClusterIP6, "cluster-ip-cidr-v6", "", "the Services' IPv6 cluster-IP range, instead of --cluster-ip-subnet-v6 (a subnet on the same network as --cluster-ip-cidr's)")
-	f.StringVar(&o.subnets.External6, "external-cidr-v6", "", "with --cluster-ip-cidr-v6: the IPv6 LoadBalancer addresses' range, instead of --external-subnet-v6")
+	f.StringVar(&o.subnets.ClusterIP6, "cluster-ip-cidr6", "", "the Services' IPv6 cluster-IP range, instead of --cluster-ip-subnet6 (a subnet on the same network as --cluster-ip-cidr's)")
+	f.StringVar(&o.subnets.External6, "external-cidr6", "", "with --cluster-ip-cidr6: the IPv6 LoadBalancer addresses' range, instead of --external-subnet6")
 	f.StringVar(&o.opts.Class, "load-balancer-class", kubelb.DefaultClass, "loadBalancerClass whose external addresses are ours, besides none; a LoadBalancer Service of another class is served as a NodePort one (cluster IP, node ports, external IPs), its ingress left to its implementation")
 	f.StringSliceVar(&o.opts.PodCIDRs, "pod-cidrs", nil, "pod networks besides the Nodes' spec.podCIDRs, let through when loadBalancerSourceRanges restrict a Service")
 	f.IntVar(&o.workers, "workers", 8, "Services reconciled at once")
@@ -99,17 +99,17 @@ func runKubeController(ctx context.Context, o kubeControllerOptions) error {
 	byCIDR := o.subnets.ClusterIP != "" || o.subnets.ClusterIP6 != ""
 	switch {
 	case byCIDR && (o.opts.ClusterIPSubnet != "" || o.opts.ExternalSubnet != "" || o.opts.ClusterIPSubnet6 != "" || o.opts.ExternalSubnet6 != ""):
-		return fmt.Errorf("give subnets by ID (--cluster-ip-subnet, --external-subnet and their -v6) or by CIDR (--cluster-ip-cidr, --external-cidr and their -v6), not both")
+		return fmt.Errorf("give subnets by ID (--cluster-ip-subnet, --external-subnet, --cluster-ip-subnet6, --external-subnet6) or by CIDR (--cluster-ip-cidr, --external-cidr, --cluster-ip-cidr6, --external-cidr6), not both")
 	case byCIDR && len(o.endpoints) == 0:
 		return fmt.Errorf("--cluster-ip-cidr needs --octavia-endpoint (its Neutron API); with --os-cloud give --cluster-ip-subnet")
 	case o.subnets.ClusterIP == "" && o.subnets.External != "":
 		return fmt.Errorf("--external-cidr needs --cluster-ip-cidr")
 	case o.subnets.ClusterIP6 == "" && o.subnets.External6 != "":
-		return fmt.Errorf("--external-cidr-v6 needs --cluster-ip-cidr-v6")
+		return fmt.Errorf("--external-cidr6 needs --cluster-ip-cidr6")
 	case o.opts.ClusterIPSubnet6 == "" && o.opts.ExternalSubnet6 != "":
-		return fmt.Errorf("--external-subnet-v6 needs --cluster-ip-subnet-v6")
+		return fmt.Errorf("--external-subnet6 needs --cluster-ip-subnet6")
 	case !byCIDR && o.opts.ClusterIPSubnet == "" && o.opts.ClusterIPSubnet6 == "":
-		return fmt.Errorf("--cluster-ip-subnet (or --cluster-ip-cidr, or their -v6 for an IPv6 cluster) is required")
+		return fmt.Errorf("--cluster-ip-subnet (or --cluster-ip-cidr, or --cluster-ip-subnet6 or --cluster-ip-cidr6 for an IPv6 cluster) is required")
 	}
 	if len(o.endpoints) == 0 && o.cloud == "" {
 		return fmt.Errorf("give --octavia-endpoint or --os-cloud")
@@ -180,7 +180,7 @@ func runKubeController(ctx context.Context, o kubeControllerOptions) error {
 				return err
 			}
 			log.Info("VIP subnets ready", "network", kubelb.NetworkName(opts.Cluster), "cluster_ip_subnet", opts.ClusterIPSubnet, "external_subnet", opts.ExternalSubnet,
-				"cluster_ip_subnet_v6", opts.ClusterIPSubnet6, "external_subnet_v6", opts.ExternalSubnet6)
+				"cluster_ip_subnet6", opts.ClusterIPSubnet6, "external_subnet6", opts.ExternalSubnet6)
 		}
 		return kubecontroller.New(client, &kubelb.Octavia{Client: lbClient}, &kubelb.Neutron{Client: netClient}, opts, reg, log).Run(ctx, o.workers)
 	}

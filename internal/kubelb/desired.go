@@ -340,7 +340,7 @@ func stacksOf(svc *corev1.Service, o Options) ([]stack, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no cluster IP of a family the controller serves (%v): IPv6 needs an IPv6 cluster-IP subnet (--cluster-ip-subnet-v6 or --cluster-ip-cidr-v6)", ips)
+		return nil, fmt.Errorf("no cluster IP of a family the controller serves (%v): IPv6 needs an IPv6 cluster-IP subnet (--cluster-ip-subnet6 or --cluster-ip-cidr6)", ips)
 	}
 	return out, nil
 }
@@ -409,7 +409,7 @@ func setVIPs(lb *LB, svc *corev1.Service, st []stack, o Options) error {
 	}
 	switch {
 	case len(ext) == 0:
-		return fmt.Errorf("type LoadBalancer needs an external subnet (--external-subnet, --external-subnet-v6 for IPv6) or a floating network (--floating-network)")
+		return fmt.Errorf("type LoadBalancer needs an external subnet (--external-subnet, --external-subnet6 for IPv6) or a floating network (--floating-network)")
 	case svc.Spec.LoadBalancerIP != "" && !asked:
 		return fmt.Errorf("loadBalancerIP %s: no external subnet of its family serves this Service", svc.Spec.LoadBalancerIP)
 	}

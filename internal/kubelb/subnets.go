@@ -43,8 +43,8 @@ func EnsureSubnets(ctx context.Context, c *gophercloud.ServiceClient, s Subnets,
 	}{
 		{"-cluster-ip", s.ClusterIP, false, &o.ClusterIPSubnet},
 		{"-external", s.External, false, &o.ExternalSubnet},
-		{"-cluster-ip-v6", s.ClusterIP6, true, &o.ClusterIPSubnet6},
-		{"-external-v6", s.External6, true, &o.ExternalSubnet6},
+		{"-cluster-ip6", s.ClusterIP6, true, &o.ClusterIPSubnet6},
+		{"-external6", s.External6, true, &o.ExternalSubnet6},
 	} {
 		if sub.cidr == "" {
 			continue
@@ -89,7 +89,7 @@ func ensureSubnet(ctx context.Context, c *gophercloud.ServiceClient, netID, name
 		return "", fmt.Errorf("subnet %s: CIDR %q: %w", name, cidr, err)
 	}
 	if p.Addr().Is6() != v6 {
-		return "", fmt.Errorf("subnet %s: CIDR %s is of the other IP family (IPv6 ranges go to the -v6 flags)", name, cidr)
+		return "", fmt.Errorf("subnet %s: CIDR %s is of the other IP family (IPv6 ranges go to the options ending in 6)", name, cidr)
 	}
 	cidr = p.Masked().String()
 	pages, err := subnets.List(c, subnets.ListOpts{NetworkID: netID, Name: name}).AllPages(ctx)
