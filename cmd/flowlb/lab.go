@@ -456,7 +456,7 @@ func labECMPCmd(f *labFlags) *cobra.Command {
 	var nodes string
 	c := &cobra.Command{
 		Use:   "ecmp",
-		Short: "Show or set the nodes the router sends external VIPs (198.19.128.0/17) to",
+		Short: "Show or set the nodes the router sends external VIPs (198.19.128.0/17, 2001:2:0:c000::/50) to",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, err := f.open()

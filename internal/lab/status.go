@@ -49,6 +49,7 @@ type KubeStatus struct {
 	LabKubeconfig string `json:"lab_kubeconfig"`
 	LabServer     string `json:"lab_server"`
 	ServiceCIDR   string `json:"service_cidr"`
+	ServiceCIDR6  string `json:"service_cidr6"`
 	Pods          int    `json:"pods"`
 }
 
@@ -58,6 +59,7 @@ type HostStatus struct {
 	Kind    string       `json:"kind"`
 	NS      string       `json:"netns"`
 	Addr    string       `json:"addr"`
+	Addr6   string       `json:"addr6"`   // the IPv6 twin of Addr
 	Present bool         `json:"present"` // namespace exists
 	Healthy *bool        `json:"healthy,omitempty"`
 	KubePod string       `json:"kube_pod,omitempty"` // namespace/name of the Kubernetes pod it runs
@@ -83,13 +85,13 @@ func (l *Lab) Status() Status {
 	st := Status{Name: l.name, Dir: l.dir, Ready: s.Ready, Ports: s.Ports, NextHops: s.NextHops}
 	if k := s.Kube; k != nil {
 		st.Kube = &KubeStatus{Version: k.Version, Kubeconfig: k.Kubeconfig, Server: k.Server,
-			LabKubeconfig: k.LabKubeconfig, LabServer: k.LabServer, ServiceCIDR: k.ServiceCIDR, Pods: len(k.Pods)}
+			LabKubeconfig: k.LabKubeconfig, LabServer: k.LabServer, ServiceCIDR: k.ServiceCIDR, ServiceCIDR6: k.ServiceCIDR6, Pods: len(k.Pods)}
 	}
 	if p := s.Postgres; p != nil {
 		st.Postgres = &PostgresStatus{Version: p.Version, DSN: p.DSN, Data: p.Data, Socket: p.Socket, Running: l.PostgresRunning()}
 	}
-	add := func(name, kind, addr string) {
-		hs := HostStatus{Name: name, Kind: kind, NS: NSName(l.name, name), Addr: addr, Present: nsExists(NSName(l.name, name))}
+	add := func(name, kind, addr, addr6 string) {
+		hs := HostStatus{Name: name, Kind: kind, NS: NSName(l.name, name), Addr: addr, Addr6: addr6, Present: nsExists(NSName(l.name, name))}
 		if kind == KindPod {
 			ok := l.Healthy(name)
 			hs.Healthy = &ok
@@ -106,19 +108,20 @@ func (l *Lab) Status() Status {
 		}
 		st.Hosts = append(st.Hosts, hs)
 	}
-	add(HostFabric, HostFabric, ControlAddr.String()+"/24 (control)")
-	add(HostRouter, HostRouter, RouterFabricAddr.String()+", "+RouterClientAddr.String())
-	add(HostClient, HostClient, ClientAddr.String())
+	add(HostFabric, HostFabric, ControlAddr.String()+"/24 (control)", ControlAddr6.String()+"/64 (control)")
+	add(HostRouter, HostRouter, RouterFabricAddr.String()+", "+RouterClientAddr.String(), RouterFabricAddr6.String()+", "+RouterClientAddr6.String())
+	add(HostClient, HostClient, ClientAddr.String(), ClientAddr6.String())
 	for _, k := range s.Servers {
-		add(ServerName(k), KindServer, ServerAddr(k).String())
+		add(ServerName(k), KindServer, ServerAddr(k).String(), ServerAddr6(k).String())
 	}
 	if s.Postgres != nil {
-		add(HostDB, HostDB, DBAddr.String()+":"+strconv.Itoa(PostgresPort))
+		add(HostDB, HostDB, DBAddr.String()+":"+strconv.Itoa(PostgresPort), DBAddr6.String())
 	}
 	for _, n := range s.Nodes {
-		add(NodeName(n.Index), KindNode, NodeAddr(n.Index).String()+" pods "+PodCIDR(n.Index).String())
+		add(NodeName(n.Index), KindNode, NodeAddr(n.Index).String()+" pods "+PodCIDR(n.Index).String(),
+			NodeAddr6(n.Index).String()+" pods "+PodCIDR6(n.Index).String())
 		for _, j := range n.Pods {
-			add(PodName(n.Index, j), KindPod, PodAddr(n.Index, j).String())
+			add(PodName(n.Index, j), KindPod, PodAddr(n.Index, j).String(), PodAddr6(n.Index, j).String())
 		}
 	}
 	return st
@@ -131,10 +134,10 @@ func (st Status) Format(w io.Writer) {
 		ready = "NOT READY (building, or lab up crashed: run lab down)"
 	}
 	fmt.Fprintf(w, "lab %s: %s; state %s\n", st.Name, ready, st.Dir)
-	fmt.Fprintf(w, "echo ports: tcp %v udp %v http %v; external VIPs %s via nodes %v\n", st.Ports.TCP, st.Ports.UDP, st.Ports.HTTP, ExternalVIPs, st.NextHops)
+	fmt.Fprintf(w, "echo ports: tcp %v udp %v http %v; external VIPs %s and %s via nodes %v\n", st.Ports.TCP, st.Ports.UDP, st.Ports.HTTP, ExternalVIPs, ExternalVIPs6, st.NextHops)
 	if k := st.Kube; k != nil {
 		fmt.Fprintf(w, "kubernetes %s: kubeconfig %s (server %s)\n", k.Version, k.Kubeconfig, k.Server)
-		fmt.Fprintf(w, "  from lab namespaces: kubeconfig %s (server %s); service CIDR %s; %d pods\n", k.LabKubeconfig, k.LabServer, k.ServiceCIDR, k.Pods)
+		fmt.Fprintf(w, "  from lab namespaces: kubeconfig %s (server %s); service CIDRs %s, %s; %d pods\n", k.LabKubeconfig, k.LabServer, k.ServiceCIDR, k.ServiceCIDR6, k.Pods)
 	}
 	if p := st.Postgres; p != nil {
 		state := "running"
