@@ -51,6 +51,9 @@ type kubeEnvOptions struct {
 	nodes, zones, controllers int
 	agentArgs                 []string
 	floating                  bool
+	// serverArgs and controllerArgs are added to the server's and the
+	// kube-controllers' command lines.
+	serverArgs, controllerArgs []string
 }
 
 func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
@@ -62,6 +65,7 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 	if o.floating {
 		serverArgs = serverArgs[:2] // the external network flowlb-external holds the lab's external range
 	}
+	serverArgs = append(serverArgs, o.serverArgs...)
 	c := newClusterOpts(t, clusterOptions{nodes: o.nodes, pods: 1, zones: o.zones, agentArgs: o.agentArgs, serverArgs: serverArgs})
 	bin := flowlb(t)
 	kc, err := kubelet.Up(t.Context(), c.lab, lab.KubeOptions{Kubelet: []string{bin, "lab", "kubelet"}})
@@ -101,7 +105,7 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 		if _, err := c.lab.Fabric().Start(fmt.Sprintf("kube-controller-%d", i+1), append([]string{bin, "kube-controller",
 			"--kubeconfig", kc.State.LabKubeconfig, "--octavia-endpoint", c.api, "--octavia-ca-file", c.tls.CACert,
 			"--cluster-name", "lab", "--cluster-ip-subnet", e.clusterSub,
-			"--metrics-listen", ""}, lbArgs...)); err != nil { // pod networks: from the Nodes
+			"--metrics-listen", ""}, append(lbArgs, o.controllerArgs...)...)); err != nil { // pod networks: from the Nodes
 			t.Fatal(err)
 		}
 	}
