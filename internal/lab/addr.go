@@ -40,12 +40,12 @@ var (
 )
 
 // The IPv6 plan mirrors the IPv4 one inside 2001:2::/48 (RFC 5180
-// benchmarking space), never routed out either. A number that is the last
-// octet or the third octet of an IPv4 address appears with the same
-// decimal digits in the IPv6 address (written in hex: node 12 is
-// 2001:2::12, not 2001:2::c), so that 198.18.0.12 and 198.18.28.3 read as
-// 2001:2::12 and 2001:2:0:28::3. The service and external VIP ranges,
-// 198.19.0.0/16 in IPv4, are the upper half of the /48.
+// benchmarking space), never routed out either. Host numbers keep their
+// decimal digits, written as hex digits (node 12 is 2001:2::12, not
+// 2001:2::c), and the pod networks are one prefix, 2001:2:0:4000::/52,
+// with the node's number in the subnet: pod 3 of node 12 (198.18.28.4)
+// is 2001:2:0:4012::4. The service and external VIP ranges, 198.19.0.0/16
+// in IPv4, are the upper half of the /48.
 var (
 	Lab6CIDR          = netip.MustParsePrefix("2001:2::/48")
 	FabricCIDR6       = netip.MustParsePrefix("2001:2::/64")
@@ -55,9 +55,12 @@ var (
 	ClientCIDR6       = netip.MustParsePrefix("2001:2:0:1::/64")
 	RouterClientAddr6 = netip.MustParseAddr("2001:2:0:1::1")
 	ClientAddr6       = netip.MustParseAddr("2001:2:0:1::2")
-	ServiceVIPs6      = netip.MustParsePrefix("2001:2:0:8000::/50")
-	ExternalVIPs6     = netip.MustParsePrefix("2001:2:0:c000::/50")
-	podGateway6       = netip.MustParseAddr("fe80::1")
+	// PodCIDRs6 holds every node's IPv6 pod CIDR (PodCIDR6), and nothing
+	// else: what a component told "the pod networks" is given.
+	PodCIDRs6     = netip.MustParsePrefix("2001:2:0:4000::/52")
+	ServiceVIPs6  = netip.MustParsePrefix("2001:2:0:8000::/50")
+	ExternalVIPs6 = netip.MustParsePrefix("2001:2:0:c000::/50")
+	podGateway6   = netip.MustParseAddr("fe80::1")
 )
 
 // dec returns n's decimal digits read as hex digits (12 → 0x12), the
@@ -84,16 +87,24 @@ func addr6(subnet, host uint16) netip.Addr {
 	return netip.AddrFrom16(b)
 }
 
-// Twin6 is the IPv6 address of the lab host whose IPv4 address is a:
-// 198.18.x.y becomes 2001:2:0:x::y (digits kept, see above). ok is false
-// for an address outside 198.18.0.0/16 (the VIP ranges have no twins).
+// Twin6 is the IPv6 address of the lab host whose IPv4 address is a: a
+// fabric or client address 198.18.x.y becomes 2001:2:0:x::y, a pod
+// address 198.18.(16+i).(1+j) PodAddr6(i, j) (digits kept, see above). ok
+// is false for an address that is no host's (the VIP ranges have no
+// twins).
 func Twin6(a netip.Addr) (netip.Addr, bool) {
 	a = a.Unmap()
 	if !a.Is4() || !hosts4.Contains(a) {
 		return netip.Addr{}, false
 	}
 	b := a.As4()
-	return addr6(dec(int(b[2])), dec(int(b[3]))), true
+	switch {
+	case b[2] <= 1:
+		return addr6(dec(int(b[2])), dec(int(b[3]))), true
+	case b[2] > 16 && int(b[2]) <= 16+MaxNodes && b[3] > 1:
+		return PodAddr6(int(b[2])-16, int(b[3])-1), true
+	}
+	return netip.Addr{}, false
 }
 
 // hosts4 holds every IPv4 host address of the plan (fabric, client link,
@@ -106,11 +117,14 @@ func NodeAddr6(i int) netip.Addr { return addr6(0, dec(i)) }
 // ServerAddr6 is server host k's IPv6 address: 2001:2::(240+k).
 func ServerAddr6(k int) netip.Addr { return addr6(0, dec(240+k)) }
 
-// PodCIDR6 is the IPv6 pod network routed to node i: 2001:2:0:(16+i)::/64.
-func PodCIDR6(i int) netip.Prefix { return netip.PrefixFrom(addr6(dec(16+i), 0), 64) }
+// PodCIDR6 is the IPv6 pod network routed to node i: 2001:2:0:4iii::/64,
+// iii being i's decimal digits (node 12: 2001:2:0:4012::/64).
+func PodCIDR6(i int) netip.Prefix { return netip.PrefixFrom(addr6(podSubnet6(i), 0), 64) }
 
-// PodAddr6 is the IPv6 address of pod j on node i: 2001:2:0:(16+i)::(1+j).
-func PodAddr6(i, j int) netip.Addr { return addr6(dec(16+i), dec(1+j)) }
+// PodAddr6 is the IPv6 address of pod j on node i: 2001:2:0:4iii::(1+j).
+func PodAddr6(i, j int) netip.Addr { return addr6(podSubnet6(i), dec(1+j)) }
+
+func podSubnet6(i int) uint16 { return 0x4000 | dec(i) }
 
 // PodGateway6 is every pod's IPv6 default gateway, a link-local address
 // on each of the node's pod-facing veths (as Calico does): it needs no

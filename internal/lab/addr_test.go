@@ -53,8 +53,9 @@ func TestAddressPlan(t *testing.T) {
 }
 
 // TestAddressPlan6: the IPv6 plan mirrors the IPv4 one with the same
-// decimal digits, stays inside 2001:2::/48 and off its VIP ranges, and
-// NodeIndex reads a node's fabric address of either family back.
+// decimal digits, keeps every pod in one prefix, stays inside 2001:2::/48
+// and off its VIP ranges, and NodeIndex reads a node's fabric address of
+// either family back.
 func TestAddressPlan6(t *testing.T) {
 	cases := []struct {
 		name string
@@ -64,9 +65,10 @@ func TestAddressPlan6(t *testing.T) {
 		{"node 1", NodeAddr6(1), "2001:2::1"},
 		{"node 12", NodeAddr6(12), "2001:2::12"},
 		{"node 200", NodeAddr6(MaxNodes), "2001:2::200"},
-		{"pod n1-p1", PodAddr6(1, 1), "2001:2:0:17::2"},
-		{"pod n3-p10", PodAddr6(3, 10), "2001:2:0:19::11"},
-		{"last pod", PodAddr6(MaxNodes, MaxPodsPerNode), "2001:2:0:216::251"},
+		{"pod n1-p1", PodAddr6(1, 1), "2001:2:0:4001::2"},
+		{"pod n3-p10", PodAddr6(3, 10), "2001:2:0:4003::11"},
+		{"pod n12-p3", PodAddr6(12, 3), "2001:2:0:4012::4"},
+		{"last pod", PodAddr6(MaxNodes, MaxPodsPerNode), "2001:2:0:4200::251"},
 		{"server 1", ServerAddr6(1), "2001:2::241"},
 		{"server 9", ServerAddr6(MaxServers), "2001:2::249"},
 	}
@@ -85,12 +87,12 @@ func TestAddressPlan6(t *testing.T) {
 			t.Errorf("Twin6(%s) = %s %v, want %s", h.v4, got, ok, h.v6)
 		}
 	}
-	for _, a := range []string{"198.19.64.1", "198.19.128.5", "10.0.0.1", "2001:2::1"} {
+	for _, a := range []string{"198.19.64.1", "198.19.128.5", "10.0.0.1", "2001:2::1", "198.18.17.1", "198.18.16.2", "198.18.2.2"} {
 		if got, ok := Twin6(netip.MustParseAddr(a)); ok {
 			t.Errorf("Twin6(%s) = %s, want none", a, got)
 		}
 	}
-	if got := PodCIDR6(2).String(); got != "2001:2:0:18::/64" {
+	if got := PodCIDR6(2).String(); got != "2001:2:0:4002::/64" {
 		t.Errorf("PodCIDR6(2) = %s", got)
 	}
 	for i := 1; i <= MaxNodes; i++ {
@@ -99,8 +101,8 @@ func TestAddressPlan6(t *testing.T) {
 				t.Errorf("NodeIndex(%s) = %d %v, want %d", a, n, ok, i)
 			}
 		}
-		if !PodCIDR6(i).Contains(PodAddr6(i, MaxPodsPerNode)) || PodCIDR6(i).Overlaps(PodCIDR6(i+1)) {
-			t.Errorf("pod CIDR %s: last pod outside or overlaps the next node's", PodCIDR6(i))
+		if !PodCIDR6(i).Contains(PodAddr6(i, MaxPodsPerNode)) || PodCIDR6(i).Overlaps(PodCIDR6(i+1)) || !PodCIDRs6.Contains(PodCIDR6(i).Addr()) {
+			t.Errorf("pod CIDR %s: last pod outside, overlaps the next node's, or outside %s", PodCIDR6(i), PodCIDRs6)
 		}
 	}
 	for _, a := range []netip.Addr{ControlAddr6, RouterFabricAddr6, DBAddr6, ServerAddr6(1), ClientAddr6, PodAddr6(1, 1),
@@ -124,8 +126,11 @@ func TestAddressPlan6(t *testing.T) {
 		if !Lab6CIDR.Contains(a) || ServiceVIPs6.Contains(a) || ExternalVIPs6.Contains(a) {
 			t.Errorf("%s outside 2001:2::/48 or inside a VIP range", a)
 		}
+		if isPod := a == PodAddr6(1, 1) || a == PodAddr6(MaxNodes, MaxPodsPerNode); PodCIDRs6.Contains(a) != isPod {
+			t.Errorf("%s: in the pod networks %s %v, want %v", a, PodCIDRs6, !isPod, isPod)
+		}
 	}
-	for _, p := range []netip.Prefix{ServiceVIPs6, ExternalVIPs6, KubeServiceCIDR6} {
+	for _, p := range []netip.Prefix{ServiceVIPs6, ExternalVIPs6, KubeServiceCIDR6, PodCIDRs6} {
 		if !Lab6CIDR.Contains(p.Addr()) || p.Bits() < Lab6CIDR.Bits() {
 			t.Errorf("%s outside 2001:2::/48", p)
 		}

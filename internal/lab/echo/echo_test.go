@@ -194,7 +194,7 @@ func TestBindBothFamilies(t *testing.T) {
 		{name: "both families", port: 8080, want: []call{{"4", "0.0.0.0:8080"}, {"6", "[::]:40000"}}},
 		{name: "port 0", port: 0, want: []call{{"4", "0.0.0.0:0"}, {"6", "[::]:40000"}}},
 		{name: "bound IPv4", cfg: Config{Bind: "127.0.0.1"}, port: 80, want: []call{{"", "127.0.0.1:80"}}},
-		{name: "bound IPv6", cfg: Config{Bind: "2001:2:0:17::2"}, port: 80, want: []call{{"", "[2001:2:0:17::2]:80"}}},
+		{name: "bound IPv6", cfg: Config{Bind: "2001:2:0:4001::2"}, port: 80, want: []call{{"", "[2001:2:0:4001::2]:80"}}},
 		{name: "IPv6 fails", port: 80, fail: "6", want: []call{{"4", "0.0.0.0:80"}, {"6", "[::]:40000"}}, err: true},
 		{name: "IPv4 fails", port: 80, fail: "4", want: []call{{"4", "0.0.0.0:80"}}, err: true},
 	}

@@ -167,7 +167,7 @@ func TestPickNodeSpreads(t *testing.T) {
 
 func TestNodeObjectAndStatus(t *testing.T) {
 	n := nodeObject("lab1", 4, 3)
-	if n.Name != "n4" || n.Spec.PodCIDR != "198.18.20.0/24" || !slices.Equal(n.Spec.PodCIDRs, []string{"198.18.20.0/24", "2001:2:0:20::/64"}) ||
+	if n.Name != "n4" || n.Spec.PodCIDR != "198.18.20.0/24" || !slices.Equal(n.Spec.PodCIDRs, []string{"198.18.20.0/24", "2001:2:0:4004::/64"}) ||
 		n.Labels[LabelZone] != "zone-a" || n.Labels[LabelLab] != "lab1" || n.Labels[corev1.LabelHostname] != "n4" {
 		t.Errorf("node %+v", n)
 	}

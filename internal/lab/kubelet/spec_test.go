@@ -163,10 +163,10 @@ func TestPodStatus(t *testing.T) {
 		Status:     corev1.PodStatus{QOSClass: corev1.PodQOSBestEffort},
 	}
 	t0 := metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
-	v := runView{hostIPs: []string{"198.18.0.2", "2001:2::2"}, podIPs: []string{"198.18.18.3", "2001:2:0:18::3"}, started: t0.Time, running: true, restarts: 1,
+	v := runView{hostIPs: []string{"198.18.0.2", "2001:2::2"}, podIPs: []string{"198.18.18.3", "2001:2:0:4002::3"}, started: t0.Time, running: true, restarts: 1,
 		ready: map[string]bool{"a": true, "b": false}}
 	st := podStatus(pod, v, t0)
-	if st.Phase != corev1.PodRunning || st.PodIP != "198.18.18.3" || len(st.PodIPs) != 2 || st.PodIPs[0].IP != st.PodIP || st.PodIPs[1].IP != "2001:2:0:18::3" ||
+	if st.Phase != corev1.PodRunning || st.PodIP != "198.18.18.3" || len(st.PodIPs) != 2 || st.PodIPs[0].IP != st.PodIP || st.PodIPs[1].IP != "2001:2:0:4002::3" ||
 		st.HostIP != "198.18.0.2" || len(st.HostIPs) != 2 || st.HostIPs[1].IP != "2001:2::2" || st.QOSClass != corev1.PodQOSBestEffort {
 		t.Fatalf("status %+v", st)
 	}

@@ -32,7 +32,7 @@ import (
 // Config of a load run. Zero values get the defaults in the field comments.
 type Config struct {
 	Proto       string        // "tcp" (default), "udp" or "http"
-	Target      string        // host:port; an IPv6 address in brackets, [2001:2:0:18::2]:8080
+	Target      string        // host:port; an IPv6 address in brackets, [2001:2:0:4002::2]:8080
 	Concurrency int           // parallel workers, default 1
 	Rate        float64       // operations per second over all workers; 0 = as fast as the workers go
 	Duration    time.Duration // default 1s; the run also stops after Requests operations if set
