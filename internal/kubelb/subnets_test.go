@@ -46,6 +46,10 @@ func TestEnsureSubnets(t *testing.T) {
 	if err != nil || cip == "" || ext == "" || cip == ext {
 		t.Fatalf("first: %q %q %v", cip, ext, err)
 	}
+	first, err := subnets.Get(ctx, c, cip).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for id, cidr := range map[string]string{cip: want.ClusterIP, ext: want.External} {
 		s, err := subnets.Get(ctx, c, id).Extract()
 		if err != nil {
@@ -65,6 +69,22 @@ func TestEnsureSubnets(t *testing.T) {
 	cip3, ext3, err := ensure("other", kubelb.Subnets{ClusterIP: "198.18.200.0/24"})
 	if err != nil || cip3 == "" || ext3 != "" {
 		t.Errorf("cluster IPs only: %q %q %v", cip3, ext3, err)
+	}
+	// Both families on one network: the IPv6 subnets beside the IPv4 ones.
+	dual := kubelb.Options{Cluster: "lab"}
+	six := kubelb.Subnets{ClusterIP: want.ClusterIP, External: want.External, ClusterIP6: "2001:2:0:a000::/112", External6: "2001:2:0:c000::/64"}
+	if err := kubelb.EnsureSubnets(ctx, c, six, &dual); err != nil || dual.ClusterIPSubnet != cip || dual.ExternalSubnet != ext ||
+		dual.ClusterIPSubnet6 == "" || dual.ExternalSubnet6 == "" {
+		t.Fatalf("dual-stack: %+v %v, want the IPv4 subnets kept and two IPv6 ones", dual, err)
+	}
+	for id, cidr := range map[string]string{dual.ClusterIPSubnet6: six.ClusterIP6, dual.ExternalSubnet6: six.External6} {
+		s, err := subnets.Get(ctx, c, id).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CIDR != cidr || s.IPVersion != 6 || s.GatewayIP != "" || s.NetworkID != first.NetworkID {
+			t.Errorf("subnet %s: cidr %s version %d gateway %q network %s, want %s, 6, none, %s", s.Name, s.CIDR, s.IPVersion, s.GatewayIP, s.NetworkID, cidr, first.NetworkID)
+		}
 	}
 	for _, s := range []kubelb.Subnets{{ClusterIP: "2001:2:0:a000::/112"}, {ClusterIP6: "198.18.201.0/24"}} {
 		if _, _, err := ensure("fam", s); err == nil || !strings.Contains(err.Error(), "other IP family") {
