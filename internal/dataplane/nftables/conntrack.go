@@ -26,8 +26,9 @@ type conntrackCleaner interface {
 type netlinkConntrack struct{ netns int }
 
 // forget deletes the UDP conntrack entries from a service's VIP (for a
-// node port, any of the node's addresses) and port to each lost backend: UDP has no end of connection, so without this a
-// client that keeps sending would go on reaching a backend that left.
+// node port, any of the node's addresses) and port to each lost
+// backend: UDP has no end of connection, so without this a client that
+// keeps sending would go on reaching a backend that left.
 func (c netlinkConntrack) forget(lost []lostBackend) error {
 	h, err := c.handle()
 	if err != nil {
