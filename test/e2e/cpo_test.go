@@ -330,13 +330,16 @@ func startLabKeystone(t *testing.T, c *cluster) *keystone.Keystone {
 // startKubeProxies runs the real kube-proxy (hack/kube-bins.sh's build,
 // nftables mode) in every node's namespace, and waits until each serves
 // its health check. It leaves the machine's conntrack settings alone.
-func startKubeProxies(t *testing.T, e *kubeEnv) {
+func startKubeProxies(t *testing.T, e *kubeEnv, args ...string) {
 	bin := filepath.Join(lab.KubeBinDir(), "kube-proxy")
+	if len(args) == 0 {
+		args = []string{"--detect-local-mode", "NodeCIDR"}
+	}
 	for i, n := range e.lab.Nodes() {
-		if _, err := n.Start("kube-proxy", []string{bin, "--kubeconfig", e.kc.State.LabKubeconfig,
-			"--hostname-override", lab.NodeName(i + 1), "--proxy-mode", "nftables", "--detect-local-mode", "NodeCIDR",
+		if _, err := n.Start("kube-proxy", append([]string{bin, "--kubeconfig", e.kc.State.LabKubeconfig,
+			"--hostname-override", lab.NodeName(i + 1), "--proxy-mode", "nftables",
 			"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "0", "--conntrack-tcp-timeout-close-wait", "0",
-			"--v", "2"}); err != nil {
+			"--v", "2"}, args...)); err != nil {
 			t.Fatal(err)
 		}
 	}
