@@ -57,7 +57,7 @@ func (o observation) same(p observation) bool {
 
 // sideBySideDifferences are the probes whose observations may differ
 // between kube-proxy and flowlb, with the reason (docs/kubernetes.md,
-// "Beside kube-proxy: what clients see").
+// "Side by side with kube-proxy").
 var sideBySideDifferences = map[string]string{
 	"NodePort Local from n2-p1 via n1": "a pod's connection to a Local node port is cluster traffic for both and may reach any endpoint; " +
 		"kube-proxy does not masquerade it (the pod keeps its address), flowlb masquerades it to the node so that the replies always return through it",
@@ -80,7 +80,8 @@ var sideBySidePods = netip.MustParsePrefix("198.18.16.0/20")
 // externalTrafficPolicy Cluster and Local from the external client to
 // every node, a node without endpoints among them; a Service without
 // endpoints (cluster IP and node port); ClientIP affinity on the cluster
-// IP and the node port. No difference is allowed but those listed in
+// IP and the node port; pods to another node's node ports, and a pod to
+// its own node's (hairpin). No difference is allowed but those listed in
 // sideBySideDifferences.
 func TestKubeProxySideBySide(t *testing.T) {
 	e := newKubeEnv(t, 0)
