@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK = $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build image test lint unit compat demo deps deps-test fuzz fuzz-short
+.PHONY: build image test lint unit compat demo deps deps-test fuzz fuzz-short bench bench-smoke
 
 # Where build and image write (tests point it at a temporary directory).
 BIN ?= bin
@@ -80,7 +80,30 @@ fuzz-short:
 fuzz:
 	GO=$(GO) hack/fuzz.sh 100s
 
-test: deps-test lint fuzz-short unit compat
+# The benchmark suite (docs/bench-suite.md): each contest runs its
+# contenders alternately, BENCH_ROUNDS rounds at each size; it writes
+# every sample to bench/results/suite.json, the plots to
+# docs/images/bench and the page from them. bench-smoke runs every
+# contender once at a small size and generates the page in a temporary
+# directory, so that the suite cannot rot (part of test).
+BENCH_SERVICES ?= 1000,10000
+BENCH_ROUNDS ?= 3
+BENCH_RAW ?= bench/results/raw
+BENCH_KUBE = FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -run '^$$' -bench KubeProxyVsFlowlb -benchtime 1x -timeout 180m ./test/e2e/
+
+bench: deps-test
+	rm -rf $(BENCH_RAW) && mkdir -p $(BENCH_RAW)
+	FLOWLB_BENCH_SERVICES=$(BENCH_SERVICES) FLOWLB_BENCH_ROUNDS=$(BENCH_ROUNDS) FLOWLB_BENCH_RECORD=$(BENCH_RAW)/kube.json \
+		FLOWLB_BENCH_COMMAND="make bench BENCH_SERVICES=$(BENCH_SERVICES) BENCH_ROUNDS=$(BENCH_ROUNDS)" $(BENCH_KUBE)
+	$(GO) run ./bench/suite -raw $(BENCH_RAW) -out bench/results/suite.json -page docs/bench-suite.md -plots docs/images/bench
+
+bench-smoke:
+	@set -e; d=$$(mktemp -d); trap 'rm -rf $$d' EXIT; \
+	FLOWLB_BENCH_SERVICES=20 FLOWLB_BENCH_ROUNDS=1 FLOWLB_BENCH_RECORD=$$d/raw/kube.json FLOWLB_BENCH_COMMAND="make bench-smoke" $(BENCH_KUBE); \
+	$(GO) run ./bench/suite -raw $$d/raw -out $$d/suite.json -page $$d/bench-suite.md -plots $$d/images; \
+	grep -q "kube-proxy nftables" $$d/bench-suite.md
+
+test: deps-test lint fuzz-short unit bench-smoke compat
 
 demo: deps build
 	hack/demo.sh $(BIN)/flowlb

@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +21,33 @@ var rootCmd = &cobra.Command{
 	SilenceErrors: true,
 }
 
+// cpuProfile, when set (--cpuprofile, hidden: a tool for whoever
+// measures), is where a command writes the CPU profile of its whole run,
+// when it returns (a server or controller: after SIGTERM).
+var cpuProfile string
+
 func init() {
+	rootCmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	_ = rootCmd.PersistentFlags().MarkHidden("cpuprofile")
+	var profile *os.File
+	rootCmd.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if cpuProfile == "" {
+			return nil
+		}
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		profile = f
+		return pprof.StartCPUProfile(f)
+	}
+	rootCmd.PersistentPostRunE = func(*cobra.Command, []string) error {
+		if profile == nil {
+			return nil
+		}
+		pprof.StopCPUProfile()
+		return profile.Close()
+	}
 	rootCmd.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the flowlb version",

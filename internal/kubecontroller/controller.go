@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -59,6 +60,9 @@ type Controller struct {
 	// for the change → ACTIVE latency.
 	mu   sync.Mutex
 	seen map[string]time.Time
+	// applied: see unchanged; now is the clock (tests move it).
+	applied map[string]applied
+	now     func() time.Time
 
 	m *metrics
 }
@@ -84,6 +88,8 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flowlb-kube-controller"}),
 		seen:     map[string]time.Time{},
+		applied:  map[string]applied{},
+		now:      time.Now,
 		m: &metrics{
 			reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_kube_reconciles_total",
 				Help: "Service reconciliations by result (ok, error, invalid)."}, []string{"result"}),
@@ -286,6 +292,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	lbName := kubelb.Name(c.opts.Cluster, ns, name)
 	svc, err := c.services.Services(ns).Get(name)
 	if apierrors.IsNotFound(err) {
+		c.forget(key)
 		return c.deleteLB(ctx, lbName)
 	}
 	if err != nil {
@@ -293,6 +300,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	}
 	served := kubelb.Serves(svc, c.opts)
 	if svc.DeletionTimestamp != nil || !served {
+		c.forget(key)
 		if !slices.Contains(svc.Finalizers, Finalizer) {
 			return nil
 		}
@@ -323,39 +331,106 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	}
 	want, err := kubelb.Desired(svc, eps, opts)
 	if err != nil {
+		c.forget(key)
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "InvalidService", "%v", err)
 		return fmt.Errorf("%w: %v", errInvalid, err)
 	}
+	if ingress, ok := c.unchanged(key, want); ok {
+		return c.setIngressOf(ctx, svc, want, ingress)
+	}
+	ingress, err := c.ensure(ctx, svc, lbName, want)
+	if err != nil {
+		c.forget(key)
+		return err
+	}
+	if err := c.setIngressOf(ctx, svc, want, ingress); err != nil {
+		return err
+	}
+	c.remember(key, want, ingress)
+	return nil
+}
+
+// ensure makes the API hold want (the load balancer, then its floating
+// IP) and returns the Service's external address: the floating IP, else
+// the VIP.
+func (c *Controller) ensure(ctx context.Context, svc *corev1.Service, lbName string, want *kubelb.LB) (string, error) {
 	vip, calls, err := c.apply(ctx, svc, want)
 	if gophercloud.ResponseCodeIs(err, http.StatusNotImplemented) {
 		// The provider refuses an option (Octavia's 501): retrying cannot
 		// help, a change to the Service can.
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "InvalidService", "load balancer %s: the provider does not support what the Service asks: %v", lbName, err)
-		return fmt.Errorf("%w: %v", errInvalid, err)
+		return "", fmt.Errorf("%w: %v", errInvalid, err)
 	}
 	if err != nil {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "load balancer %s: %v", lbName, err)
-		return err
+		return "", err
 	}
 	if calls > 0 {
 		c.recorder.Eventf(svc, corev1.EventTypeNormal, "EnsuredLoadBalancer", "load balancer %s ACTIVE (%d API calls)", lbName, calls)
 		c.warnUnappliedTimeouts(ctx, svc, want)
 	}
 	if want.FloatingIP == nil {
-		if want.External {
-			return c.setIngress(ctx, svc, vip.VIPAddress)
-		}
-		return nil
+		return vip.VIPAddress, nil
 	}
 	fip, calls, err := c.neutron.Apply(ctx, lbName, vip.VIPPortID, want.FloatingIP)
 	if err != nil {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "floating IP of load balancer %s: %v", lbName, err)
-		return err
+		return "", err
 	}
 	if calls > 0 {
 		c.recorder.Eventf(svc, corev1.EventTypeNormal, "EnsuredFloatingIP", "floating IP %s on the VIP port of load balancer %s (%d API calls)", fip, lbName, calls)
 	}
-	return c.setIngress(ctx, svc, fip)
+	return fip, nil
+}
+
+// setIngressOf writes the Service's external address when it has one of
+// flowlb's: a floating IP, or an external VIP.
+func (c *Controller) setIngressOf(ctx context.Context, svc *corev1.Service, want *kubelb.LB, ingress string) error {
+	if want.FloatingIP == nil && !want.External {
+		return nil
+	}
+	return c.setIngress(ctx, svc, ingress)
+}
+
+// appliedTTL is how long a Service's last successful reconcile is trusted:
+// within it, a reconcile that wants the same reads nothing from the API.
+// A Service is queued again right after its load balancer is made (its
+// finalizer and status are updates of the Service), which without this
+// read the whole load balancer back a second time. It is shorter than the
+// informers' resync (10 min), which therefore finds what was changed
+// behind the controller's back.
+const appliedTTL = 5 * time.Minute
+
+// applied is what the last successful reconcile of a Service made the API
+// hold, the external address it wrote, and when.
+type applied struct {
+	want    *kubelb.LB
+	ingress string
+	at      time.Time
+}
+
+// unchanged reports whether the last successful reconcile of key, within
+// appliedTTL, wanted exactly want, with the external address it wrote.
+func (c *Controller) unchanged(key string, want *kubelb.LB) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok := c.applied[key]
+	if !ok || c.now().Sub(a.at) >= appliedTTL || !reflect.DeepEqual(a.want, want) {
+		return "", false
+	}
+	return a.ingress, true
+}
+
+func (c *Controller) remember(key string, want *kubelb.LB, ingress string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.applied[key] = applied{want: want, ingress: ingress, at: c.now()}
+}
+
+func (c *Controller) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.applied, key)
 }
 
 // apply makes Octavia hold want. A load balancer that had a floating IP

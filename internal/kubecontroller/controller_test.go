@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -425,6 +426,94 @@ func TestKubeProxyOptOuts(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, within, "other's LB deleted", h.lbGone("other"))
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUnchangedServiceReadsNothing: a Service queued again with nothing
+// changed for its load balancer (its own finalizer and status updates
+// queue it right after it is made) costs no API call within appliedTTL;
+// after it, the reconcile reads the load balancer again and repairs what
+// was changed behind the controller's back.
+func TestUnchangedServiceReadsNothing(t *testing.T) {
+	api := lbtest.New(t)
+	target, _ := url.Parse(api.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var calls atomic.Int64
+	counted := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		proxy.ServeHTTP(w, r)
+	}))
+	defer counted.Close()
+	o := &kubelb.Octavia{Client: lbtest.NoAuthClient(counted.URL), Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	client := fake.NewClientset(svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10"), epSlice("web", "198.18.17.2", "198.18.18.2"))
+	h := &harness{t: t, api: api, o: &kubelb.Octavia{Client: api.Client}, client: client}
+	reg := prometheus.NewRegistry()
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	c.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 2) }()
+	testutil.Eventually(t, within, "web's LB with its two pods", h.memberCount("web", 2))
+
+	reconciled := func() float64 {
+		return promtest.ToFloat64(c.m.reconciles.WithLabelValues("ok"))
+	}
+	// touch queues web again with an update that changes nothing of its
+	// load balancer, and waits until it was reconciled.
+	touch := func(label string) {
+		t.Helper()
+		before := reconciled()
+		s, err := client.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Labels = map[string]string{"touched": label}
+		if _, err := client.CoreV1().Services("default").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, within, "web reconciled again", func() (bool, string) {
+			return reconciled() > before, fmt.Sprint(reconciled())
+		})
+	}
+	testutil.Eventually(t, within, "the finalizer's reconcile done", func() (bool, string) {
+		return reconciled() >= 2, fmt.Sprint(reconciled())
+	})
+	before := calls.Load()
+	touch("1")
+	if n := calls.Load() - before; n != 0 {
+		t.Errorf("an unchanged Service cost %d API calls", n)
+	}
+
+	// Behind the controller's back: the load balancer is deleted. Within
+	// appliedTTL nothing looks; after it, the next reconcile makes it again.
+	lb, err := h.o.Find(ctx, kubelb.Name("lab", "default", "web"))
+	if err != nil || lb == nil {
+		t.Fatalf("find: %v %v", lb, err)
+	}
+	if err := h.o.Delete(ctx, lb.ID); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, within, "web's LB gone", h.lbGone("web"))
+	clock.Add(int64(appliedTTL))
+	before = calls.Load()
+	touch("2")
+	if calls.Load() == before {
+		t.Error("no API call after appliedTTL")
+	}
+	testutil.Eventually(t, within, "web's LB made again", h.memberCount("web", 2))
+
+	// A change of what the Service wants is applied at once.
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, epSlice("web", "198.18.17.2", "198.18.18.2", "198.18.19.2"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, within, "three members", h.memberCount("web", 3))
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

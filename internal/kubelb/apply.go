@@ -126,7 +126,9 @@ func (o *Octavia) wait(ctx context.Context, id string, done func(status string, 
 		var out struct {
 			LB ActualLB `json:"loadbalancer"`
 		}
-		err := o.get(ctx, o.url("loadbalancers", id), &out)
+		// Only the status: flowlb then reads the load balancer's row
+		// alone, not its listeners and pools, however often it is asked.
+		err := o.get(ctx, o.url("loadbalancers", id)+"?fields=id&fields=provisioning_status", &out)
 		gone := gophercloud.ResponseCodeIs(err, http.StatusNotFound)
 		if err != nil && !gone {
 			return err

@@ -22,6 +22,24 @@ import (
 // one passes the request to the next within seconds.
 const dialTimeout = 3 * time.Second
 
+// idleConnsPerHost keeps a connection open for each of the controller's
+// concurrent requests: with net/http's default of 2, six of eight workers
+// opened a new TLS connection for every request, which took a fifth of
+// the controller's CPU time and a seventh of the server's.
+const idleConnsPerHost = 64
+
+// transport is the HTTP transport of both clients: net/http's defaults
+// with more idle connections kept, and tlsConfig if set.
+func transport(tlsConfig *tls.Config) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	t.MaxIdleConnsPerHost = idleConnsPerHost
+	if tlsConfig != nil {
+		t.TLSClientConfig = tlsConfig
+	}
+	return t
+}
+
 // NewClient returns a load-balancer API client: for endpoints, the
 // replicas of an Octavia API that needs no token (flowlb with --auth
 // noauth), behind a failover.Transport whose metrics go to reg as
@@ -40,7 +58,7 @@ func NewClient(ctx context.Context, endpoints []string, roots *x509.CertPool, cl
 	if err != nil {
 		return nil, fmt.Errorf("clouds.yaml: %w", err)
 	}
-	pc, err := config.NewProviderClient(ctx, ao, config.WithTLSConfig(tlsConfig))
+	pc, err := config.NewProviderClient(ctx, ao, config.WithHTTPClient(http.Client{Transport: transport(tlsConfig)}))
 	if err != nil {
 		return nil, fmt.Errorf("authenticate to cloud %q: %w", cloud, err)
 	}
@@ -48,11 +66,11 @@ func NewClient(ctx context.Context, endpoints []string, roots *x509.CertPool, cl
 }
 
 func noAuthClient(endpoints []string, roots *x509.CertPool, reg prometheus.Registerer) (*gophercloud.ServiceClient, error) {
-	base := http.DefaultTransport.(*http.Transport).Clone()
-	base.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	var tlsConfig *tls.Config
 	if roots != nil {
-		base.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+		tlsConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	}
+	base := transport(tlsConfig)
 	if reg != nil {
 		reg = prometheus.WrapRegistererWithPrefix("flowlb_kube_controller_", reg)
 	}

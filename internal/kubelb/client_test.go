@@ -216,3 +216,59 @@ func TestNewClientHTTPS(t *testing.T) {
 		t.Fatalf("with the CA: %d calls, %v", n, err)
 	}
 }
+
+// TestNewClientKeepsAConnectionPerConcurrentRequest: the controller's
+// workers call the API at once; each keeps its TLS connection instead of
+// opening one per request (net/http keeps 2 idle per host by default).
+func TestNewClientKeepsAConnectionPerConcurrentRequest(t *testing.T) {
+	var opened atomic.Int64
+	release := make(chan struct{})
+	var inFlight atomic.Int64
+	front := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Hold the first wave until all 8 are in flight, so they need 8
+		// connections at once.
+		if inFlight.Add(1) <= 8 {
+			<-release
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"loadbalancers": []}`))
+	}))
+	front.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	front.StartTLS()
+	defer front.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(front.Certificate())
+	client, err := NewClient(t.Context(), []string{front.URL}, roots, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, rounds = 8, 5
+	for round := range rounds {
+		errs := make(chan error, workers)
+		for range workers {
+			go func() {
+				_, err := client.Get(t.Context(), client.ServiceURL("lbaas", "loadbalancers"), nil, nil)
+				errs <- err
+			}()
+		}
+		if round == 0 {
+			deadline := time.Now().Add(5 * time.Second)
+			for inFlight.Load() < workers && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			close(release)
+		}
+		for range workers {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := opened.Load(); n != workers {
+		t.Errorf("%d connections opened for %d rounds of %d concurrent requests, want %d", n, rounds, workers, workers)
+	}
+}

@@ -59,6 +59,14 @@ func (s *Service) LoadBalancer(ctx context.Context, id string) (*Tree, error) {
 	return s.treeOf(ctx, store.KindLoadBalancer, id, loadBalancerKinds)
 }
 
+// LoadBalancerAlone returns load balancer id, if the caller may see it,
+// in a tree without descendants: what a show narrowed by fields to the
+// load balancer's own attributes needs, such as a client polling its
+// provisioning status.
+func (s *Service) LoadBalancerAlone(ctx context.Context, id string) (*Tree, error) {
+	return s.treeOf(ctx, store.KindLoadBalancer, id, []store.Kind{})
+}
+
 func (s *Service) treeOf(ctx context.Context, kind store.Kind, id string, kinds []store.Kind) (*Tree, error) {
 	c, err := caller(ctx)
 	if err != nil {

@@ -66,6 +66,16 @@ func TestLoadBalancerReadsNoMembers(t *testing.T) {
 	if len(got.Listeners) != 1 || len(got.Pools) != 1 || len(got.Members) != 0 || got.LB.ID != tree.LB.ID {
 		t.Errorf("shown tree: %d listeners, %d pools, %d members; want 1, 1, 0", len(got.Listeners), len(got.Pools), len(got.Members))
 	}
+	alone, err := e.svc.LoadBalancerAlone(e.ctx, tree.LB.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := ls.take(); len(k) != 0 {
+		t.Errorf("the load balancer alone listed %v, want nothing", k)
+	}
+	if alone.LB.ID != tree.LB.ID || alone.LB.VIPAddress != tree.LB.VIPAddress || len(alone.Listeners)+len(alone.Pools) != 0 {
+		t.Errorf("the load balancer alone: %+v with %d listeners, %d pools", alone.LB, len(alone.Listeners), len(alone.Pools))
+	}
 	for _, q := range []struct{ id, name string }{{"", ""}, {tree.LB.ID, ""}} {
 		list, err := e.svc.LoadBalancers(e.ctx, q.id, q.name)
 		if err != nil {

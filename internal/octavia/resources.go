@@ -2,6 +2,7 @@ package octavia
 
 import (
 	"net/http"
+	"slices"
 
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/store"
@@ -21,7 +22,11 @@ func (s *Server) loadBalancerRoutes() {
 	}))
 	s.handle("POST /loadbalancers", s.createLB)
 	s.handle("GET /loadbalancers/{id}", shown(s, "loadbalancer", func(r *http.Request) (map[string]any, error) {
-		t, err := s.svc.LoadBalancer(r.Context(), r.PathValue("id"))
+		load := s.svc.LoadBalancer
+		if f := fieldList(r.URL.Query()); len(f) > 0 && !slices.Contains(f, "listeners") && !slices.Contains(f, "pools") {
+			load = s.svc.LoadBalancerAlone // a status poll reads one row
+		}
+		t, err := load(r.Context(), r.PathValue("id"))
 		if err != nil {
 			return nil, err
 		}

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -343,5 +345,51 @@ func TestStats(t *testing.T) {
 	}
 	if code, _ := a.do("GET", "/v2/lbaas/listeners/00000000-0000-0000-0000-000000000000/stats", nil); code != 404 {
 		t.Errorf("stats of a listener that does not exist: %d, want 404", code)
+	}
+}
+
+// TestShowLoadBalancerFields: a show narrowed by fields to the load
+// balancer's own attributes (a status poll) answers them alone; asking
+// for its listeners or pools still lists them.
+func TestShowLoadBalancerFields(t *testing.T) {
+	a := newAPI(t)
+	code, body := a.do("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{"vip_subnet_id": subnetID,
+		"listeners": []any{map[string]any{"protocol": "TCP", "protocol_port": 80, "default_pool": map[string]any{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN"}}}}})
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, body)
+	}
+	lb := body["loadbalancer"].(map[string]any)["id"].(string)
+	a.waitActive(lb)
+	for _, tc := range []struct {
+		query string
+		keys  []string
+		lists int // listeners and pools in the answer
+	}{
+		{"?fields=id&fields=provisioning_status", []string{"id", "provisioning_status"}, 0},
+		{"?fields=provisioning_status,operating_status", []string{"operating_status", "provisioning_status"}, 0},
+		{"?fields=id&fields=listeners", []string{"id", "listeners"}, 1},
+		{"?fields=pools", []string{"pools"}, 1},
+	} {
+		code, body := a.do("GET", "/v2/lbaas/loadbalancers/"+lb+tc.query, nil)
+		got, _ := body["loadbalancer"].(map[string]any)
+		if code != 200 || got == nil {
+			t.Fatalf("%s: %d %v", tc.query, code, body)
+		}
+		keys := slices.Sorted(maps.Keys(got))
+		if !slices.Equal(keys, tc.keys) {
+			t.Errorf("%s: keys %v, want %v", tc.query, keys, tc.keys)
+		}
+		if st, ok := got["provisioning_status"]; ok && st != "ACTIVE" {
+			t.Errorf("%s: provisioning_status %v", tc.query, st)
+		}
+		lists := 0
+		for _, k := range []string{"listeners", "pools"} {
+			if l, ok := got[k].([]any); ok {
+				lists += len(l)
+			}
+		}
+		if lists != tc.lists {
+			t.Errorf("%s: %d listeners and pools, want %d", tc.query, lists, tc.lists)
+		}
 	}
 }

@@ -123,7 +123,12 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (*SQL, error) {
 			w.Close()
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
+		// All four stay open (database/sql keeps 2 idle by default):
+		// a reopened connection runs its pragmas again and has lost its
+		// prepared statements, which under concurrent reads took more
+		// time than the reads.
 		r.SetMaxOpenConns(4)
+		r.SetMaxIdleConns(4)
 		s = &SQL{eng: sqliteEngine{}, dsn: dsn, writer: w, reader: r, log: log}
 	}
 	s.signals = newSignals(s)

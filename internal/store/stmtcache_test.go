@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql/driver"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -151,5 +154,40 @@ func TestCachingSQLiteNestedQueries(t *testing.T) {
 	}
 	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM t WHERE k >= ?", 1).Scan(&n); err != nil || n != 4 {
 		t.Fatalf("count again from the cached statement: %d, %v; want 4", n, err)
+	}
+}
+
+// TestSQLiteReadersStayOpen: the four reader connections stay open after
+// concurrent reads (database/sql would keep two and reopen the others,
+// with their pragmas and without their prepared statements).
+func TestSQLiteReadersStayOpen(t *testing.T) {
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "flowlb.db"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for range 3 {
+		var all sync.WaitGroup
+		all.Add(4)
+		errs := make(chan error, 4)
+		for range 4 {
+			go func() {
+				errs <- s.View(t.Context(), func(tx ReadTx) error {
+					_, err := tx.List(KindLoadBalancer, Filter{})
+					all.Done()
+					all.Wait() // all four at once
+					return err
+				})
+			}()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st := s.reader.Stats()
+	if st.OpenConnections != 4 || st.MaxIdleClosed != 0 {
+		t.Errorf("readers: %d open, %d closed for being idle beyond the limit; want 4 open, none closed", st.OpenConnections, st.MaxIdleClosed)
 	}
 }

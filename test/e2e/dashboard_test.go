@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -175,6 +176,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := syscall.Kill(agent2.PID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	waitStopped(t, agent2.PID)
 	thawed := false
 	thaw := func() {
 		if !thawed {
@@ -229,4 +231,51 @@ func TestDashboardInBrowser(t *testing.T) {
 	if len(st.Agents) != 2 {
 		t.Errorf("the JSON lists agents %+v", st.Agents)
 	}
+}
+
+// waitStopped waits until every thread of pid is stopped: SIGSTOP is
+// queued at once but each thread stops only when it next runs, so a
+// change made right after kill can still be taken by a thread of a
+// loaded machine.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		running, err := runningThreads(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(running) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d: threads %v not stopped within 5s", pid, running)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runningThreads lists the threads of pid not in the stopped state.
+func runningThreads(pid int) ([]string, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return nil, fmt.Errorf("threads of %d: %v (%d found)", pid, err, len(tasks))
+	}
+	var running []string
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread exited
+		}
+		// The state follows the command name, which is in parentheses.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || i+2 >= len(s) {
+			return nil, fmt.Errorf("%s: unexpected %q", f, s)
+		}
+		if st := s[i+2]; st != 'T' && st != 't' {
+			running = append(running, fmt.Sprintf("%s:%c", filepath.Base(filepath.Dir(f)), st))
+		}
+	}
+	return running, nil
 }

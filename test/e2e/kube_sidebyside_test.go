@@ -158,7 +158,7 @@ func TestKubeProxySideBySide(t *testing.T) {
 
 	// kube-proxy, with every node's pod network as the cluster's (what
 	// flowlb's agents take from the Nodes' podCIDRs), as kubeadm runs it.
-	startKubeProxies(t, e, "--detect-local-mode", "ClusterCIDR", "--cluster-cidr", sideBySidePods.String())
+	startKubeProxies(t, e, "nftables", "--detect-local-mode", "ClusterCIDR", "--cluster-cidr", sideBySidePods.String())
 	web, solo := e.readyPods("web"), e.readyPods("solo")
 	testutil.Eventually(t, 30*time.Second, "kube-proxy serves web's cluster IP and solo's node port", func() (bool, string) {
 		o := observe(pods[0], clusterIP(cip), 12, false)

@@ -34,7 +34,7 @@ type kubeEnv struct {
 	kc                 *kubelet.Cluster
 	k                  kubernetes.Interface
 	clusterSub, extSub string
-	lbArgs             []string // the kube-controllers' external addresses: a subnet or a floating network
+	controllerArgs     []string // the kube-controllers' own arguments: their external addresses (a subnet or a floating network), the test's
 	ctx                context.Context
 }
 
@@ -52,6 +52,9 @@ type kubeEnvOptions struct {
 	nodes, zones, controllers int
 	agentArgs                 []string
 	floating                  bool
+	// serverArgs and controllerArgs are added to the server's and the
+	// kube-controllers' command lines.
+	serverArgs, controllerArgs []string
 }
 
 func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
@@ -63,6 +66,7 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 	if o.floating {
 		serverArgs = serverArgs[:2] // the external network flowlb-external holds the lab's external range
 	}
+	serverArgs = append(serverArgs, o.serverArgs...)
 	c := newClusterOpts(t, clusterOptions{nodes: o.nodes, pods: 1, zones: o.zones, agentArgs: o.agentArgs, serverArgs: serverArgs})
 	bin := flowlb(t)
 	kc, err := kubelet.Up(t.Context(), c.lab, lab.KubeOptions{Kubelet: []string{bin, "lab", "kubelet"}})
@@ -98,7 +102,7 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 	if o.floating {
 		lbArgs = []string{"--floating-network", "flowlb-external"}
 	}
-	e.lbArgs = lbArgs
+	e.controllerArgs = append(lbArgs, o.controllerArgs...)
 	for i := range controllers {
 		e.startController(t, i+1)
 	}
@@ -113,7 +117,7 @@ func (e *kubeEnv) startController(t testing.TB, i int) {
 	if _, err := e.lab.Fabric().Start(name, append([]string{flowlb(t), "kube-controller",
 		"--kubeconfig", e.kc.State.LabKubeconfig, "--octavia-endpoint", e.api, "--octavia-ca-file", e.tls.CACert,
 		"--cluster-name", "lab", "--cluster-ip-subnet", e.clusterSub,
-		"--metrics-listen", ""}, e.lbArgs...)); err != nil { // pod networks: from the Nodes
+		"--metrics-listen", ""}, e.controllerArgs...)); err != nil { // pod networks: from the Nodes
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

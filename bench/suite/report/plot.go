@@ -1,0 +1,115 @@
+package report
+
+import (
+	"fmt"
+	"image/color"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/flowlb/flowlb/bench/suite/results"
+)
+
+// palette: flowlb first, in the same color on every plot.
+var palette = []color.Color{
+	color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+}
+
+// Plot draws a contest as grouped bars: one group per size, one bar per
+// contender at its median, with the spread (lowest–highest) as error
+// bars; it writes the image to path (the extension picks the format:
+// .png or .svg).
+func Plot(c results.Contest, path string) error {
+	sums := c.Summarize()
+	if len(sums) == 0 {
+		return fmt.Errorf("contest %s has no samples", c.Name)
+	}
+	var sizes []int
+	for _, s := range sums {
+		if !slices.Contains(sizes, s.Size) {
+			sizes = append(sizes, s.Size)
+		}
+	}
+	contenders := c.Contenders()
+	p := plot.New()
+	p.Title.Text = c.Title
+	p.Y.Label.Text = c.Unit
+	p.X.Label.Text = c.Size
+	p.Y.Min = 0
+	width := vg.Points(float64(min(60, 240/len(contenders))))
+	for i, who := range contenders {
+		med := make(plotter.Values, len(sizes))
+		errs := make(spread, len(sizes))
+		for j, size := range sizes {
+			for _, s := range sums {
+				if s.Contender == who && s.Size == size {
+					med[j] = s.Median
+					errs[j] = [3]float64{s.Median, s.Median - s.Min, s.Max - s.Median}
+				}
+			}
+		}
+		bars, err := plotter.NewBarChart(med, width)
+		if err != nil {
+			return err
+		}
+		bars.Color = palette[i%len(palette)]
+		bars.LineStyle.Width = 0
+		bars.Offset = width * vg.Length(float64(i)-float64(len(contenders)-1)/2)
+		p.Add(bars)
+		p.Legend.Add(who, bars)
+		p.Add(errorBars{s: errs, offset: bars.Offset})
+	}
+	names := make([]string, len(sizes))
+	for j, s := range sizes {
+		names[j] = thousands(s)
+	}
+	p.NominalX(names...)
+	p.Legend.Top = true
+	// Room above the highest bar for the legend.
+	var top float64
+	for _, s := range sums {
+		top = max(top, s.Max)
+	}
+	p.Y.Max = top * (1.15 + 0.12*float64(len(contenders)))
+	w := max(165*vg.Millimeter, vg.Length(30+14*len(sizes)*len(contenders))*vg.Millimeter)
+	return p.Save(w, 85*vg.Millimeter, path)
+}
+
+// spread holds, per size, the median and how far below and above it the
+// samples reach.
+type spread [][3]float64
+
+// errorBars draws a spread at each group's x moved by offset, the place
+// of its contender's bar (gonum's error bars have no offset).
+type errorBars struct {
+	s      spread
+	offset vg.Length
+}
+
+func (e errorBars) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, trY := p.Transforms(&c)
+	sty := plotter.DefaultLineStyle
+	for i, v := range e.s {
+		x := trX(float64(i)) + e.offset
+		lo, hi := trY(v[0]-v[1]), trY(v[0]+v[2])
+		c.StrokeLine2(sty, x, lo, x, hi)
+		c.StrokeLine2(sty, x-3, lo, x+3, lo)
+		c.StrokeLine2(sty, x-3, hi, x+3, hi)
+	}
+}
+
+// DataRange makes the y axis reach the highest sample.
+func (e errorBars) DataRange() (xmin, xmax, ymin, ymax float64) {
+	xmin, xmax = 0, float64(len(e.s)-1)
+	for _, v := range e.s {
+		ymax = max(ymax, v[0]+v[2])
+	}
+	return xmin, xmax, 0, ymax
+}

@@ -1,0 +1,241 @@
+// Package results is the benchmark suite's record: every raw sample of
+// every contest, with the run's date, commit and machine, as JSON, and
+// the summaries (median, spread, ratio to flowlb) that the report and
+// the plots are made of.
+package results
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Baseline is the contender every other is compared with.
+const Baseline = "flowlb"
+
+// Sample is one measurement of one contender at one size, in one round.
+type Sample struct {
+	Contender string  `json:"contender"`
+	Size      int     `json:"size"`
+	Round     int     `json:"round"`
+	Value     float64 `json:"value"`
+}
+
+// Contest is one question the suite answers: a metric measured for
+// several contenders, alternately, at several sizes.
+type Contest struct {
+	Name  string `json:"name"`  // file-name safe, e.g. kube-services-forwarding
+	Title string `json:"title"` // what is measured, for people
+	Unit  string `json:"unit"`  // of Value, e.g. "s"
+	Size  string `json:"size"`  // what Size counts, e.g. "Services"
+	// LowerIsBetter: times and costs; false for rates.
+	LowerIsBetter bool     `json:"lower_is_better"`
+	Samples       []Sample `json:"samples"`
+}
+
+// Machine is what the figures depend on.
+type Machine struct {
+	CPUs    int     `json:"cpus"`
+	Model   string  `json:"cpu_model"`
+	Kernel  string  `json:"kernel"`
+	MemGiB  float64 `json:"mem_gib"`
+	Load1   float64 `json:"load1_at_start"`
+	GoArch  string  `json:"goarch"`
+	Command string  `json:"command"`
+}
+
+// Run is one run of the suite (or of one of its benchmarks).
+type Run struct {
+	Date     time.Time `json:"date"`
+	Commit   string    `json:"commit"`
+	Machine  Machine   `json:"machine"`
+	Contests []Contest `json:"contests"`
+}
+
+// Add records a sample in the contest named c.Name, creating it from c
+// the first time.
+func (r *Run) Add(c Contest, s Sample) {
+	for i := range r.Contests {
+		if r.Contests[i].Name == c.Name {
+			r.Contests[i].Samples = append(r.Contests[i].Samples, s)
+			return
+		}
+	}
+	c.Samples = []Sample{s}
+	r.Contests = append(r.Contests, c)
+}
+
+// Merge adds o's contests (samples appended to those of the same name).
+func (r *Run) Merge(o Run) {
+	for _, c := range o.Contests {
+		for _, s := range c.Samples {
+			r.Add(Contest{Name: c.Name, Title: c.Title, Unit: c.Unit, Size: c.Size, LowerIsBetter: c.LowerIsBetter}, s)
+		}
+	}
+}
+
+// Write writes r as indented JSON to path, through a temporary file so
+// that a crash never leaves half a record.
+func (r Run) Write(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Read reads a record Write wrote.
+func Read(path string) (Run, error) {
+	var r Run
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
+}
+
+// Summary is one contender at one size.
+type Summary struct {
+	Contender        string
+	Size             int
+	N                int
+	Median, Min, Max float64
+	// Ratio is Median over the baseline's median at the same size (0
+	// when there is no baseline there).
+	Ratio float64
+}
+
+// Summarize returns the contest's summaries, by size then contender,
+// the baseline first.
+func (c Contest) Summarize() []Summary {
+	type key struct {
+		contender string
+		size      int
+	}
+	by := map[key][]float64{}
+	for _, s := range c.Samples {
+		k := key{s.Contender, s.Size}
+		by[k] = append(by[k], s.Value)
+	}
+	var out []Summary
+	for k, vs := range by {
+		slices.Sort(vs)
+		out = append(out, Summary{Contender: k.contender, Size: k.size, N: len(vs), Median: Median(vs), Min: vs[0], Max: vs[len(vs)-1]})
+	}
+	base := map[int]float64{}
+	for _, s := range out {
+		if s.Contender == Baseline {
+			base[s.Size] = s.Median
+		}
+	}
+	for i := range out {
+		if b := base[out[i].Size]; b != 0 {
+			out[i].Ratio = out[i].Median / b
+		}
+	}
+	slices.SortFunc(out, func(a, b Summary) int {
+		if c := cmp.Compare(a.Size, b.Size); c != 0 {
+			return c
+		}
+		if (a.Contender == Baseline) != (b.Contender == Baseline) {
+			if a.Contender == Baseline {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.Contender, b.Contender)
+	})
+	return out
+}
+
+// Contenders returns the contest's contenders, the baseline first.
+func (c Contest) Contenders() []string {
+	var out []string
+	for _, s := range c.Summarize() {
+		if !slices.Contains(out, s.Contender) {
+			out = append(out, s.Contender)
+		}
+	}
+	return out
+}
+
+// Median of sorted values (the mean of the middle two for an even count).
+func Median(sorted []float64) float64 {
+	n := len(sorted)
+	switch {
+	case n == 0:
+		return 0
+	case n%2 == 1:
+		return sorted[n/2]
+	default:
+		return (sorted[n/2-1] + sorted[n/2]) / 2
+	}
+}
+
+// Percentile of sorted values, nearest rank (p in 0..100).
+func Percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p/100+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// ThisMachine reads the machine's facts from /proc and uname.
+func ThisMachine(command string) Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoArch: runtime.GOARCH, Command: command}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	var u syscall.Utsname
+	if syscall.Uname(&u) == nil {
+		m.Kernel = cString(u.Release[:])
+	}
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) == nil {
+		m.MemGiB = float64(si.Totalram) * float64(si.Unit) / (1 << 30)
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			m.Load1, _ = strconv.ParseFloat(f[0], 64)
+		}
+	}
+	return m
+}
+
+func cString(b []int8) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
+}

@@ -1,0 +1,80 @@
+package results
+
+import (
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestMedianAndPercentile(t *testing.T) {
+	for _, tc := range []struct {
+		sorted   []float64
+		median   float64
+		p50, p99 float64
+	}{
+		{nil, 0, 0, 0},
+		{[]float64{3}, 3, 3, 3},
+		{[]float64{1, 2}, 1.5, 1, 2},
+		{[]float64{1, 2, 9}, 2, 2, 9},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 5.5, 5, 10},
+	} {
+		if got := Median(tc.sorted); got != tc.median {
+			t.Errorf("Median(%v) = %v, want %v", tc.sorted, got, tc.median)
+		}
+		if got := Percentile(tc.sorted, 50); got != tc.p50 {
+			t.Errorf("Percentile(%v, 50) = %v, want %v", tc.sorted, got, tc.p50)
+		}
+		if got := Percentile(tc.sorted, 99); got != tc.p99 {
+			t.Errorf("Percentile(%v, 99) = %v, want %v", tc.sorted, got, tc.p99)
+		}
+	}
+}
+
+func TestSummarizeGivesMedianSpreadAndRatioToFlowlb(t *testing.T) {
+	c := Contest{Name: "x", Samples: []Sample{
+		{"kube-proxy", 10, 1, 4}, {"flowlb", 10, 1, 1}, {"kube-proxy", 10, 2, 8}, {"flowlb", 10, 2, 3},
+		{"kube-proxy", 10, 3, 6}, {"flowlb", 10, 3, 2},
+		{"kube-proxy", 100, 1, 50}, // no flowlb at 100: no ratio
+		{"aaa", 10, 1, 1},
+	}}
+	want := []Summary{
+		{Contender: "flowlb", Size: 10, N: 3, Median: 2, Min: 1, Max: 3, Ratio: 1},
+		{Contender: "aaa", Size: 10, N: 1, Median: 1, Min: 1, Max: 1, Ratio: 0.5},
+		{Contender: "kube-proxy", Size: 10, N: 3, Median: 6, Min: 4, Max: 8, Ratio: 3},
+		{Contender: "kube-proxy", Size: 100, N: 1, Median: 50, Min: 50, Max: 50},
+	}
+	if got := c.Summarize(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Summarize:\n got %+v\nwant %+v", got, want)
+	}
+	if got, want := c.Contenders(), []string{"flowlb", "aaa", "kube-proxy"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Contenders = %v, want %v", got, want)
+	}
+}
+
+func TestRecordRoundTripsAndMerges(t *testing.T) {
+	c := Contest{Name: "c", Title: "C", Unit: "s", Size: "Services", LowerIsBetter: true}
+	var a, b Run
+	a.Date, a.Commit, a.Machine = time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC), "abc", ThisMachine("make bench")
+	a.Add(c, Sample{"flowlb", 1, 1, 0.5})
+	b.Add(c, Sample{"kube-proxy", 1, 1, 2})
+	b.Add(Contest{Name: "d"}, Sample{"flowlb", 2, 1, 7})
+	path := filepath.Join(t.TempDir(), "sub", "r.json")
+	if err := a.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, a) {
+		t.Fatalf("read back %+v, wrote %+v", got, a)
+	}
+	if got.Machine.CPUs < 1 || got.Machine.Kernel == "" || got.Machine.MemGiB <= 0 {
+		t.Errorf("machine facts missing: %+v", got.Machine)
+	}
+	got.Merge(b)
+	if len(got.Contests) != 2 || len(got.Contests[0].Samples) != 2 || got.Contests[0].Samples[1].Contender != "kube-proxy" || got.Contests[1].Name != "d" {
+		t.Errorf("merged: %+v", got.Contests)
+	}
+}

@@ -1,0 +1,537 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	gnft "github.com/google/nftables"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/flowlb/flowlb/bench/suite/results"
+	"github.com/flowlb/flowlb/internal/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/testutil"
+)
+
+// The Kubernetes data-plane contenders: flowlb (server, agents,
+// kube-controller) and the real kube-proxy v1.34.4 in both its modes.
+const (
+	contenderFlowlb    = results.Baseline
+	contenderKPNFT     = "kube-proxy nftables"
+	contenderKPIPTable = "kube-proxy iptables"
+)
+
+// The contests BenchmarkKubeProxyVsFlowlb records.
+var (
+	contestForwarding = results.Contest{Name: "kube-services-forwarding", Title: "N Services created → every node forwards all of them",
+		Unit: "s", Size: "Services", LowerIsBetter: true}
+	contestServiceP99 = results.Contest{Name: "kube-service-latency-p99", Title: "One Service created → every node forwards it (p99)",
+		Unit: "s", Size: "Services", LowerIsBetter: true}
+	contestNodeCPU = results.Contest{Name: "kube-node-cpu", Title: "Per-node proxy CPU time while N Services are programmed",
+		Unit: "CPU s", Size: "Services", LowerIsBetter: true}
+	contestNodeRSS = results.Contest{Name: "kube-node-rss", Title: "Per-node proxy peak resident memory (largest node)",
+		Unit: "MiB", Size: "Services", LowerIsBetter: true}
+	contestControlCPU = results.Contest{Name: "kube-control-cpu", Title: "flowlb control side CPU time (server, kube-controller)",
+		Unit: "CPU s", Size: "Services", LowerIsBetter: true}
+)
+
+// BenchmarkKubeProxyVsFlowlb runs, on the lab's real Kubernetes control
+// plane (2 nodes), the same work for flowlb and for the real kube-proxy
+// in nftables and iptables mode, alternately, round after round: a
+// Deployment of 10 pods, then N Services selecting it (10 endpoints
+// each), created at once by 8 clients; it measures when every node's
+// kernel holds every Service with its endpoints (each contender's own
+// table, read every 100 ms), checks that the Services answer from a pod
+// of every node, and reads the per-node proxy's CPU time and peak memory.
+//
+// FLOWLB_BENCH_SERVICES (sizes, default 1000), FLOWLB_BENCH_ROUNDS
+// (default 3), FLOWLB_BENCH_CONTENDERS (default all three, comma
+// separated), FLOWLB_BENCH_RECORD (a JSON record for bench/suite),
+// FLOWLB_BENCH_COMMAND (the command line the record names),
+// FLOWLB_BENCH_PROFILE (a directory for CPU profiles of flowlb's server
+// and kube-controller).
+//
+//	make bench   # or:
+//	FLOWLB_BENCH_SERVICES=100 FLOWLB_BENCH_ROUNDS=1 go test -run '^$' -bench KubeProxyVsFlowlb -benchtime 1x ./test/e2e/
+func BenchmarkKubeProxyVsFlowlb(b *testing.B) {
+	sizes, err := envInts("FLOWLB_BENCH_SERVICES", "1000")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rounds, err := envInts("FLOWLB_BENCH_ROUNDS", "3")
+	if err != nil || len(rounds) != 1 {
+		b.Fatalf("FLOWLB_BENCH_ROUNDS: one number (%v)", err)
+	}
+	contenders := []string{contenderFlowlb, contenderKPNFT, contenderKPIPTable}
+	if v := os.Getenv("FLOWLB_BENCH_CONTENDERS"); v != "" {
+		contenders = strings.Split(v, ",")
+	}
+	if slices.ContainsFunc(contenders, func(c string) bool { return strings.HasPrefix(c, "kube-proxy") }) {
+		if _, err := os.Stat(filepath.Join(lab.KubeBinDir(), "kube-proxy")); err != nil {
+			b.Skipf("kube-proxy not built (hack/kube-bins.sh): %v", err)
+		}
+	}
+	command := os.Getenv("FLOWLB_BENCH_COMMAND")
+	if command == "" {
+		command = "go test -run '^$' -bench KubeProxyVsFlowlb -benchtime 1x ./test/e2e/"
+	}
+	rec := results.Run{Date: time.Now().UTC(), Commit: headCommit(), Machine: results.ThisMachine(command)}
+	for _, n := range sizes {
+		for r := range rounds[0] {
+			// Each round starts with another contender: no one always
+			// runs on the machine as the previous one left it.
+			for i := range contenders {
+				who := contenders[(i+r)%len(contenders)]
+				b.Run(fmt.Sprintf("%s/services=%d/round=%d", strings.ReplaceAll(who, " ", "-"), n, r+1), func(b *testing.B) {
+					m := measureKubeProgramming(b, who, n)
+					fmt.Printf("%-20s %6d Services, round %d: all forwarded after %s (per Service p50 %s, p99 %s); node proxy %.2f CPU s, %.0f MiB peak; control %.2f CPU s\n",
+						who, n, r+1, m.all.Round(time.Millisecond), m.p50.Round(time.Millisecond), m.p99.Round(time.Millisecond), m.nodeCPU, m.nodeRSS, m.controlCPU)
+					add := func(c results.Contest, v float64) {
+						rec.Add(c, results.Sample{Contender: who, Size: n, Round: r + 1, Value: v})
+					}
+					add(contestForwarding, m.all.Seconds())
+					add(contestServiceP99, m.p99.Seconds())
+					add(contestNodeCPU, m.nodeCPU)
+					add(contestNodeRSS, m.nodeRSS)
+					if who == contenderFlowlb {
+						add(contestControlCPU, m.controlCPU)
+					}
+				})
+			}
+		}
+	}
+	for _, c := range rec.Contests {
+		for _, s := range c.Summarize() {
+			fmt.Printf("%-62s %6d %-20s median %8.3f %s (%d rounds) ratio %.2f\n", c.Title, s.Size, s.Contender, s.Median, c.Unit, s.N, s.Ratio)
+		}
+	}
+	if path := os.Getenv("FLOWLB_BENCH_RECORD"); path != "" {
+		if err := rec.Write(path); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// kubeProgramming is one contender's run at one size.
+type kubeProgramming struct {
+	all, p50, p99    time.Duration
+	nodeCPU, nodeRSS float64 // CPU seconds (mean per node), MiB (largest node)
+	controlCPU       float64
+}
+
+func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
+	controllers := 0
+	if who == contenderFlowlb {
+		controllers = 1
+	}
+	o := kubeEnvOptions{nodes: 2, controllers: controllers}
+	if dir := os.Getenv("FLOWLB_BENCH_PROFILE"); dir != "" && who == contenderFlowlb {
+		// CPU profiles of the control side, written when the lab stops it.
+		o.serverArgs = []string{"--cpuprofile", filepath.Join(dir, fmt.Sprintf("server-%d.pprof", n))}
+		o.controllerArgs = []string{"--cpuprofile", filepath.Join(dir, fmt.Sprintf("kube-controller-%d.pprof", n))}
+	}
+	e := newKubeEnvOpts(b, o)
+	var proxy string
+	switch who {
+	case contenderFlowlb:
+		proxy = "agent"
+	case contenderKPNFT:
+		startKubeProxies(b, e, "nftables")
+		proxy = "kube-proxy"
+	case contenderKPIPTable:
+		startKubeProxies(b, e, "iptables")
+		proxy = "kube-proxy"
+	default:
+		b.Fatalf("unknown contender %q", who)
+	}
+	e.deploy("web", 10)
+	testutil.Eventually(b, 2*time.Minute, "10 ready pods", func() (bool, string) {
+		ready := e.readyPods("web")
+		return len(ready) == 10, fmt.Sprint(len(ready))
+	})
+	var nodePIDs, controlPIDs []int
+	for _, h := range e.lab.Nodes() {
+		nodePIDs = append(nodePIDs, procPID(b, h, proxy))
+	}
+	if who == contenderFlowlb {
+		controlPIDs = []int{procPID(b, e.lab.Fabric(), "server"), procPID(b, e.lab.Fabric(), "kube-controller-1")}
+	}
+	nodeCPU0, controlCPU0 := cpuSeconds(b, nodePIDs), cpuSeconds(b, controlPIDs)
+
+	w := newTableWatcher(b, e.lab, who)
+	defer w.stop()
+	created := createServices(b, e, n)
+	limit := 2*time.Minute + time.Duration(n)*50*time.Millisecond
+	var lat []time.Duration
+	testutil.Eventually(b, limit, fmt.Sprintf("%d Services programmed on every node", n), func() (bool, string) {
+		lat = w.lastNode(created)
+		return len(lat) == n, fmt.Sprintf("%d of %d", len(lat), n)
+	})
+	m := kubeProgramming{}
+	start := slices.MinFunc(slices.Collect(maps.Values(created)), func(a, b time.Time) int { return a.Compare(b) })
+	for vip, t0 := range created {
+		m.all = max(m.all, t0.Sub(start)+w.lastAt(vip).Sub(t0))
+	}
+	slices.Sort(lat)
+	m.p50, m.p99 = lat[len(lat)/2], lat[(len(lat)*99+99)/100-1]
+	m.nodeCPU = (cpuSeconds(b, nodePIDs) - nodeCPU0) / float64(len(nodePIDs))
+	m.controlCPU = cpuSeconds(b, controlPIDs) - controlCPU0
+	if who == contenderFlowlb {
+		e.apiTimes() // where the control side's time went
+		fmt.Printf("control side CPU: server %.2f s, kube-controller %.2f s (with the time before the Services)\n",
+			cpuSeconds(b, controlPIDs[:1]), cpuSeconds(b, controlPIDs[1:]))
+	}
+	for _, pid := range nodePIDs {
+		m.nodeRSS = max(m.nodeRSS, peakRSSMiB(b, pid))
+	}
+	if o.serverArgs != nil {
+		// The profiles are written when the processes end cleanly.
+		for _, name := range []string{"kube-controller-1", "server"} {
+			if err := e.lab.Fabric().Kill(name, syscall.SIGTERM); err != nil {
+				b.Error(err)
+			}
+		}
+		return m
+	}
+	// What the tables say is what the kernels do: a few Services answer
+	// from a pod of every node.
+	vips := slices.Sorted(maps.Keys(created))
+	for i := 0; i < len(vips); i += max(1, len(vips)/5) {
+		for node := range e.lab.Nodes() {
+			pod := e.lab.Pod(node+1, 1)
+			if _, err := pod.Ask(e.ctx, netip.AddrPortFrom(netip.MustParseAddr(vips[i]), 80).String(), 3*time.Second); err != nil {
+				b.Fatalf("%s: Service %s from %s: %v", who, vips[i], pod.Name, err)
+			}
+		}
+	}
+	return m
+}
+
+// createServices creates n Services selecting the Deployment web, 8 at a
+// time, with a client of its own that Kubernetes' client-side limits do
+// not slow down; it returns each Service's cluster IP with the time its
+// create was sent.
+func createServices(b *testing.B, e *kubeEnv, n int) map[string]time.Time {
+	cfg := *e.kc.Config
+	cfg.QPS, cfg.Burst = 1000, 2000
+	k, err := kubernetes.NewForConfig(&cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mu sync.Mutex
+	out := map[string]time.Time{}
+	next := make(chan int)
+	errc := make(chan error, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%05d", i)}, Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+					Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("tcp")}}}}
+				t0 := time.Now()
+				s, err := k.CoreV1().Services("default").Create(e.ctx, s, metav1.CreateOptions{})
+				if err != nil {
+					errc <- err
+					return
+				}
+				mu.Lock()
+				out[s.Spec.ClusterIP] = t0
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case err := <-errc:
+			close(next)
+			wg.Wait()
+			b.Fatal(err)
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		b.Fatal(err)
+	default:
+	}
+	return out
+}
+
+// tableWatcher reads every node's table of one contender every 100 ms
+// and remembers when each cluster IP (port 80) first had endpoints there.
+type tableWatcher struct {
+	mu    sync.Mutex
+	nodes int
+	seen  []map[string]time.Time
+	done  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func newTableWatcher(b *testing.B, l *lab.Lab, who string) *tableWatcher {
+	w := &tableWatcher{nodes: len(l.Nodes()), done: make(chan struct{})}
+	for i, h := range l.Nodes() {
+		w.seen = append(w.seen, map[string]time.Time{})
+		read := programmedReader(b, h, who)
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for {
+				select {
+				case <-w.done:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				vips, err := read()
+				if err != nil {
+					continue // no table yet
+				}
+				now := time.Now()
+				w.mu.Lock()
+				for _, v := range vips {
+					if _, ok := w.seen[i][v]; !ok {
+						w.seen[i][v] = now
+					}
+				}
+				w.mu.Unlock()
+			}
+		}()
+	}
+	return w
+}
+
+func (w *tableWatcher) stop() { close(w.done); w.wg.Wait() }
+
+// lastAt is when the last node first held vip (zero: not every node yet).
+func (w *tableWatcher) lastAt(vip string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var last time.Time
+	for i := range w.nodes {
+		at, ok := w.seen[i][vip]
+		if !ok {
+			return time.Time{}
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	return last
+}
+
+// lastNode returns, for each VIP of created that every node holds, the
+// time from its create to the last node holding it.
+func (w *tableWatcher) lastNode(created map[string]time.Time) []time.Duration {
+	var out []time.Duration
+	for vip, t0 := range created {
+		if at := w.lastAt(vip); !at.IsZero() {
+			out = append(out, max(at.Sub(t0), 0))
+		}
+	}
+	return out
+}
+
+// programmedReader returns a reader of the cluster IPs that node h's
+// kernel forwards on port 80 to at least one endpoint, from the
+// contender's own table: flowlb's nftables table, kube-proxy's
+// service-ips map (a Service without endpoints is in another map), or
+// the KUBE-SERVICES chain of iptables' nat table (which jumps to a
+// KUBE-SVC chain only for a Service with endpoints).
+func programmedReader(b *testing.B, h lab.Host, who string) func() ([]string, error) {
+	switch who {
+	case contenderFlowlb:
+		return func() ([]string, error) {
+			f, err := os.Open(lab.NSPath(h.NS))
+			if err != nil {
+				return nil, err
+			}
+			defer f.Close()
+			dp, err := nftables.Open(int(f.Fd()))
+			if err != nil {
+				return nil, err
+			}
+			defer dp.Close()
+			var out []string
+			for _, s := range dp.Dump() {
+				if s.Key.Port == 80 && len(s.Slots) > 0 {
+					out = append(out, s.Key.VIP.String())
+				}
+			}
+			return out, nil
+		}
+	case contenderKPNFT:
+		return func() ([]string, error) {
+			f, err := os.Open(lab.NSPath(h.NS))
+			if err != nil {
+				return nil, err
+			}
+			defer f.Close()
+			c, err := gnft.New(gnft.WithNetNSFd(int(f.Fd())))
+			if err != nil {
+				return nil, err
+			}
+			defer c.CloseLasting()
+			set, err := c.GetSetByName(&gnft.Table{Name: "kube-proxy", Family: gnft.TableFamilyIPv4}, "service-ips")
+			if err != nil {
+				return nil, err
+			}
+			els, err := c.GetSetElements(set)
+			if err != nil {
+				return nil, err
+			}
+			var out []string
+			for _, e := range els {
+				// ipv4_addr . inet_proto . inet_service, each in a 4-byte register.
+				if len(e.Key) >= 12 && e.Key[8] == 0 && e.Key[9] == 80 {
+					out = append(out, netip.AddrFrom4([4]byte(e.Key[:4])).String())
+				}
+			}
+			return out, nil
+		}
+	case contenderKPIPTable:
+		return func() ([]string, error) {
+			var stdout, stderr bytes.Buffer
+			if err := h.Run(context.Background(), nil, &stdout, &stderr, "iptables-save", "-t", "nat"); err != nil {
+				return nil, fmt.Errorf("iptables-save: %v: %s", err, stderr.String())
+			}
+			return kubeServicesWithEndpoints(stdout.Bytes()), nil
+		}
+	}
+	b.Fatalf("unknown contender %q", who)
+	return nil
+}
+
+// kubeServicesWithEndpoints parses iptables-save's nat table: the cluster
+// IPs that KUBE-SERVICES sends to a KUBE-SVC chain on port 80.
+func kubeServicesWithEndpoints(save []byte) []string {
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(save))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || f[0] != "-A" || f[1] != "KUBE-SERVICES" || f[2] != "-d" {
+			continue
+		}
+		if i := slices.Index(f, "--dport"); i < 0 || i+1 >= len(f) || f[i+1] != "80" {
+			continue
+		}
+		if i := slices.Index(f, "-j"); i < 0 || i+1 >= len(f) || !strings.HasPrefix(f[i+1], "KUBE-SVC-") {
+			continue
+		}
+		out = append(out, strings.TrimSuffix(f[3], "/32"))
+	}
+	return out
+}
+
+func procPID(b *testing.B, h lab.Host, name string) int {
+	p, err := h.Proc(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p.PID
+}
+
+// cpuSeconds sums the user and system time of pids (/proc/PID/stat).
+func cpuSeconds(b *testing.B, pids []int) float64 {
+	var sum float64
+	for _, pid := range pids {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			b.Fatal(err)
+		}
+		// Fields after the command name, which is in parentheses: utime
+		// and stime are the 12th and 13th.
+		s := string(st)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		for _, i := range []int{11, 12} {
+			ticks, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sum += ticks / 100 // USER_HZ
+		}
+	}
+	return sum
+}
+
+// peakRSSMiB is pid's peak resident set size (VmHWM).
+func peakRSSMiB(b *testing.B, pid int) float64 {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(st), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb / 1024
+		}
+	}
+	b.Fatalf("no VmHWM for %d", pid)
+	return 0
+}
+
+func envInts(name, def string) ([]int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		v = def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s: %q is not a positive number", name, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func headCommit() string {
+	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func TestKubeServicesWithEndpoints(t *testing.T) {
+	save := `*nat
+:KUBE-SERVICES - [0:0]
+-A KUBE-SERVICES -d 198.19.64.10/32 -p tcp -m comment --comment "default/s00001:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-ABC
+-A KUBE-SERVICES -d 198.19.64.11/32 -p tcp -m comment --comment "default/s00002:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-DEF
+-A KUBE-SERVICES -d 198.19.64.1/32 -p tcp -m comment --comment "default/kubernetes:https cluster IP" -m tcp --dport 443 -j KUBE-SVC-NPX
+-A KUBE-SERVICES -d 198.19.64.12/32 -p tcp -m comment --comment "default/none:http has no endpoints" -m tcp --dport 80 -j REJECT
+-A KUBE-SVC-ABC -d 198.19.64.13/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-X
+-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS
+COMMIT
+`
+	got := kubeServicesWithEndpoints([]byte(save))
+	if want := []string{"198.19.64.10", "198.19.64.11"}; !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
