@@ -93,7 +93,7 @@ BENCH_KUBE = FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -ru
 
 bench: deps-test
 	rm -rf $(BENCH_RAW) && mkdir -p $(BENCH_RAW)
-	FLOWLB_BENCH_SERVICES=$(BENCH_SERVICES) FLOWLB_BENCH_ROUNDS=$(BENCH_ROUNDS) FLOWLB_BENCH_RECORD=$(BENCH_RAW)/kube.json \
+	FLOWLB_BENCH_SERVICES=$(BENCH_SERVICES) FLOWLB_BENCH_ROUNDS=$(BENCH_ROUNDS) FLOWLB_BENCH_RECORD=$(abspath $(BENCH_RAW))/kube.json \
 		FLOWLB_BENCH_COMMAND="make bench BENCH_SERVICES=$(BENCH_SERVICES) BENCH_ROUNDS=$(BENCH_ROUNDS)" $(BENCH_KUBE)
 	$(GO) run ./bench/suite -raw $(BENCH_RAW) -out bench/results/suite.json -page docs/bench-suite.md -plots docs/images/bench
 

@@ -70,7 +70,7 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&o.caFile, "ca-file", "", "the CA of the server replicas' and nodes' identities (the server's <data-dir>/agent-ca.crt)")
 	f.StringVar(&o.idDir, "identity-dir", defaultIdentityDir(), "directory of this node's identity (key and certificate, mode 0600), made at the first connection and renewed before it expires")
 	f.StringVar(&o.node, "node", host, "this node's name")
-	f.StringVar(&o.zone, "zone", "", "this node's topology zone (Kubernetes: its topology.kubernetes.io/zone label); PreferClose services send its traffic to the backends for this zone while there are any")
+	f.StringVar(&o.zone, "zone", "", "this node's topology zone (Kubernetes: its topology.kubernetes.io/zone label); PreferClose services send its traffic to the backends for this zone while there are any (PreferSameNode: for this node first)")
 	f.BoolVar(&o.nodeZone, "zone-from-node", false, "when --zone is empty, read the zone from this node's topology.kubernetes.io/zone label (Kubernetes API, in-cluster config or $KUBECONFIG; needs get on nodes)")
 	f.StringVar(&o.removeOnDelete, "remove-on-delete", "", "NAMESPACE/NAME of this agent's DaemonSet: stopped by a signal while that DaemonSet is gone or being deleted, remove flowlb's nftables table instead of keeping the flows (an update or restart keeps them)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")

@@ -181,7 +181,8 @@ func backends(members []*lbaas.Member) []flows.Backend {
 		if err != nil {
 			continue
 		}
-		b := flows.Backend{MemberID: m.ID, Address: a, Port: uint16(m.ProtocolPort), Weight: m.Weight, Node: flows.NodeOf(m.Tags), Zones: flows.ZonesOf(m.Tags)}
+		b := flows.Backend{MemberID: m.ID, Address: a, Port: uint16(m.ProtocolPort), Weight: m.Weight, Node: flows.NodeOf(m.Tags), Zones: flows.ZonesOf(m.Tags),
+			ForNodes: flows.ForNodesOf(m.Tags)}
 		if m.Backup {
 			backup = append(backup, b)
 		} else {

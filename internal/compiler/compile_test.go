@@ -145,7 +145,8 @@ func TestCompileAttributes(t *testing.T) {
 	tr.Listeners[0].AllowedCIDRs = []string{"198.18.17.5/16", "fd00::/8"}
 	tr.Listeners[0].ConnectionLimit = 100
 	tr.Listeners[0].Tags = []string{flows.TagLocalOnly, flows.TagInternalLocal, flows.TagPreferClose}
-	tr.Members[0].Tags = []string{"x", flows.TagNodePrefix + "n2", flows.TagZonePrefix + "zone-b", flows.TagZonePrefix + "zone-a", flows.TagZonePrefix + "zone-b"}
+	tr.Members[0].Tags = []string{"x", flows.TagNodePrefix + "n2", flows.TagZonePrefix + "zone-b", flows.TagZonePrefix + "zone-a", flows.TagZonePrefix + "zone-b",
+		flows.TagForNodePrefix + "n2"}
 	ss := Compile(tr)
 	if len(ss) != 1 {
 		t.Fatalf("%d services", len(ss))
@@ -165,6 +166,9 @@ func TestCompileAttributes(t *testing.T) {
 	}
 	if z := s.Backends[1].Zones; len(z) != 2 || z[0] != "zone-a" || z[1] != "zone-b" || s.Backends[0].Zones != nil {
 		t.Errorf("zones %q %q, want the member's zone tags sorted without repeats", s.Backends[0].Zones, z)
+	}
+	if n := s.Backends[1].ForNodes; len(n) != 1 || n[0] != "n2" || s.Backends[0].ForNodes != nil {
+		t.Errorf("for-nodes %q %q, want the member's node hints", s.Backends[0].ForNodes, n)
 	}
 	// Persistence without a timeout takes Octavia's default.
 	tr.Pools[0].SessionPersistence.PersistenceTimeout = nil

@@ -50,7 +50,8 @@ func (k Key) String() string {
 	return netip.AddrPortFrom(k.VIP, k.Port).String() + "/" + string(k.Protocol)
 }
 
-// String is a backend as address:port*weight, with its node and zones.
+// String is a backend as address:port*weight, with its node, zones and
+// the nodes that prefer it.
 func (b Backend) String() string {
 	s := fmt.Sprintf("%s*%d", netip.AddrPortFrom(b.Address, b.Port), b.Weight)
 	if b.Node != "" {
@@ -58,6 +59,9 @@ func (b Backend) String() string {
 	}
 	if len(b.Zones) > 0 {
 		s += "(" + strings.Join(b.Zones, ",") + ")"
+	}
+	if len(b.ForNodes) > 0 {
+		s += "[" + strings.Join(b.ForNodes, ",") + "]"
 	}
 	return s
 }

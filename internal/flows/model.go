@@ -63,13 +63,17 @@ type Backend struct {
 	// Zones are the topology zones whose nodes this backend serves first
 	// (PreferClose services): its own zone, or the zones Kubernetes hints.
 	Zones []string
+	// ForNodes are the nodes this backend serves first (PreferClose
+	// services): the node hints of Kubernetes' trafficDistribution
+	// PreferSameNode, its own node.
+	ForNodes []string
 }
 
 // SameBackend reports whether two backends are equal in every field (a
-// nil and an empty Zones are equal).
+// nil and an empty list are equal).
 func SameBackend(a, b Backend) bool {
 	return a.MemberID == b.MemberID && a.Address == b.Address && a.Port == b.Port && a.Weight == b.Weight && a.Node == b.Node &&
-		slices.Equal(a.Zones, b.Zones)
+		slices.Equal(a.Zones, b.Zones) && slices.Equal(a.ForNodes, b.ForNodes)
 }
 
 // Persistence pins a client to a backend for Timeout after its last packet.
@@ -105,7 +109,7 @@ type Service struct {
 	// the node itself only to that node's backends.
 	InternalLocal bool
 	// PreferClose services send a node's traffic to the backends for the
-	// node's zone when there are any (ForZone).
+	// node, or else for the node's zone, when there are any (Near).
 	PreferClose bool
 	// HealthCheckNodePort, when not 0, is the port on which every node
 	// answers kube-proxy's health check of the Kubernetes Service
@@ -131,6 +135,32 @@ func samePersistence(a, b *Persistence) bool {
 		return a == b
 	}
 	return *a == *b
+}
+
+// Near returns the backends that the node named node, in zone, sends
+// the service's traffic to (apart from the node-local policies), and
+// whether topology narrowed them: for a PreferClose service, those for
+// the node when every backend names its nodes and at least one names
+// this one (trafficDistribution PreferSameNode's node hints), else
+// ForZone's. kube-proxy reads EndpointSlice hints the same way: the node
+// level first, each level only when every endpoint has its hints.
+func (s Service) Near(node, zone string) ([]Backend, bool) {
+	if !s.PreferClose || node == "" {
+		return s.ForZone(zone)
+	}
+	var out []Backend
+	for _, b := range s.Backends {
+		if len(b.ForNodes) == 0 {
+			return s.ForZone(zone)
+		}
+		if slices.Contains(b.ForNodes, node) {
+			out = append(out, b)
+		}
+	}
+	if len(out) == 0 {
+		return s.ForZone(zone)
+	}
+	return out, true
 }
 
 // ForZone returns the backends that a node in zone sends the service's

@@ -83,6 +83,7 @@ func TestSameBackend(t *testing.T) {
 		"Weight":   func(b *Backend) { b.Weight++ },
 		"Node":     func(b *Backend) { b.Node = "n2" },
 		"Zones":    func(b *Backend) { b.Zones = append([]string{}, "zone-a", "zone-b") },
+		"ForNodes": func(b *Backend) { b.ForNodes = []string{"n9"} },
 	}
 	fields := reflect.TypeFor[Backend]()
 	for i := range fields.NumField() {

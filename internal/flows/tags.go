@@ -41,12 +41,16 @@ const (
 	// TagNodePrefix on a member, "flowlb:node=<name>": the node it runs on.
 	TagNodePrefix = "flowlb:node="
 	// TagPreferClose on a listener: each node sends the traffic to the
-	// members for its own zone when there is one (Kubernetes
-	// trafficDistribution=PreferClose); see Service.ForZone.
+	// members for itself, or else for its own zone, when there is one
+	// (Kubernetes trafficDistribution PreferSameNode, PreferClose); see
+	// Service.Near.
 	TagPreferClose = "flowlb:prefer-close"
 	// TagZonePrefix on a member, "flowlb:zone=<zone>", once per zone: the
 	// zones whose nodes prefer it.
 	TagZonePrefix = "flowlb:zone="
+	// TagForNodePrefix on a member, "flowlb:for-node=<name>", once per
+	// node: the nodes that prefer it (Kubernetes' node hints).
+	TagForNodePrefix = "flowlb:for-node="
 )
 
 // NodeOf returns the node a member's tags name (the first
@@ -87,11 +91,19 @@ func KubeServiceOf(tags []string) string {
 
 // ZonesOf lists the zones a member's flowlb:zone= tags name, sorted,
 // without repeats or empty names; nil when there are none.
-func ZonesOf(tags []string) []string {
+func ZonesOf(tags []string) []string { return valuesOf(tags, TagZonePrefix) }
+
+// ForNodesOf lists the nodes a member's flowlb:for-node= tags name, as
+// ZonesOf.
+func ForNodesOf(tags []string) []string { return valuesOf(tags, TagForNodePrefix) }
+
+// valuesOf lists the values of the tags with prefix, sorted, without
+// repeats or empty values; nil when there are none.
+func valuesOf(tags []string, prefix string) []string {
 	var out []string
 	for _, t := range tags {
-		if z, ok := strings.CutPrefix(t, TagZonePrefix); ok && z != "" {
-			out = append(out, z)
+		if v, ok := strings.CutPrefix(t, prefix); ok && v != "" {
+			out = append(out, v)
 		}
 	}
 	slices.Sort(out)

@@ -45,6 +45,16 @@ func TestZonesOf(t *testing.T) {
 	}
 }
 
+func TestForNodesOf(t *testing.T) {
+	tags := []string{TagNodePrefix + "n9", TagForNodePrefix + "n2", TagZonePrefix + "zone-a", TagForNodePrefix, TagForNodePrefix + "n1", TagForNodePrefix + "n2"}
+	if got := ForNodesOf(tags); !slices.Equal(got, []string{"n1", "n2"}) {
+		t.Errorf("ForNodesOf(%q) = %q", tags, got)
+	}
+	if got := ForNodesOf([]string{TagNodePrefix + "n1"}); got != nil {
+		t.Errorf("no node hints: %q", got)
+	}
+}
+
 func TestHealthCheckNodePortOf(t *testing.T) {
 	for _, tc := range []struct {
 		name string

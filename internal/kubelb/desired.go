@@ -687,7 +687,7 @@ func members(sp corev1.ServicePort, es []*discoveryv1.EndpointSlice, fam familie
 				if e.NodeName != nil {
 					m.Tags = []string{flows.TagNodePrefix + *e.NodeName}
 				}
-				m.Tags = append(m.Tags, zoneTags(e.Hints)...)
+				m.Tags = append(m.Tags, hintTags(e.Hints)...)
 				if seen[m.Key()] {
 					continue
 				}
@@ -709,11 +709,11 @@ func members(sp corev1.ServicePort, es []*discoveryv1.EndpointSlice, fam familie
 	return slices.CompactFunc(out, func(a, b Member) bool { return a.Key() == b.Key() })
 }
 
-// prefersClose reports whether svc asks that its traffic stay in the
-// client's zone: trafficDistribution PreferClose or its alias
-// PreferSameZone; PreferSameNode, whose same-node level is not
-// implemented, gets its same-zone level; or topology-aware routing
-// (service.kubernetes.io/topology-mode: Auto).
+// prefersClose reports whether svc asks that its traffic stay close to
+// the client: trafficDistribution PreferClose or its alias
+// PreferSameZone, PreferSameNode (the node, then the zone), or
+// topology-aware routing (service.kubernetes.io/topology-mode: Auto).
+// The hints on the endpoints say which level applies (hintTags).
 func prefersClose(svc *corev1.Service) bool {
 	if td := svc.Spec.TrafficDistribution; td != nil {
 		switch *td {
@@ -724,23 +724,31 @@ func prefersClose(svc *corev1.Service) bool {
 	return strings.EqualFold(svc.Annotations[corev1.AnnotationTopologyMode], "auto")
 }
 
-// zoneTags are the member tags of an endpoint's zone hints, which the
-// EndpointSlice controller sets for PreferClose (the endpoint's own zone)
-// and topology-mode Auto (a zone it is allotted to), and which kube-proxy
-// follows. An endpoint without hints gets none: its pool then has no
-// zone preference (flows.Service.ForZone), as in kube-proxy.
-func zoneTags(h *discoveryv1.EndpointHints) []string {
+// hintTags are the member tags of an endpoint's hints, which kube-proxy
+// follows: its zone hints, which the EndpointSlice controller sets for
+// PreferClose and PreferSameNode (the endpoint's own zone) and
+// topology-mode Auto (a zone it is allotted to), and its node hints,
+// which it sets for PreferSameNode (the endpoint's own node). An endpoint
+// without hints gets none: its pool then has no preference at that level
+// (flows.Service.Near), as in kube-proxy.
+func hintTags(h *discoveryv1.EndpointHints) []string {
 	if h == nil {
 		return nil
 	}
-	var out []string
+	var zones, nodes []string
 	for _, z := range h.ForZones {
 		if z.Name != "" {
-			out = append(out, flows.TagZonePrefix+z.Name)
+			zones = append(zones, flows.TagZonePrefix+z.Name)
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	for _, n := range h.ForNodes {
+		if n.Name != "" {
+			nodes = append(nodes, flows.TagForNodePrefix+n.Name)
+		}
+	}
+	slices.Sort(zones)
+	slices.Sort(nodes)
+	return append(slices.Compact(zones), slices.Compact(nodes)...)
 }
 
 func ptrStr(s *string) string {

@@ -343,6 +343,30 @@ func TestDesired(t *testing.T) {
 					t.Errorf("PreferSameNode: %v %v", lb, err)
 				}
 			}},
+		{name: "PreferSameNode: members tagged with their node hints after their zone hints",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameNode)
+			}),
+			slices: func() []*discoveryv1.EndpointSlice {
+				s := hinted(slice("a", 8080, "http", ready("198.18.17.2", "n1", "p1"), ready("198.18.18.2", "n2", "p2")), []string{"zone-a"})
+				s.Endpoints[0].Hints.ForNodes = []discoveryv1.ForNode{{Name: "n1"}, {Name: ""}, {Name: "n1"}}
+				s.Endpoints[1].Hints = &discoveryv1.EndpointHints{ForNodes: []discoveryv1.ForNode{{Name: "n2"}}}
+				return []*discoveryv1.EndpointSlice{s}
+			}(),
+			check: func(t *testing.T, lb *LB) {
+				if got := lb.Listeners[0].Tags; !reflect.DeepEqual(got, []string{flows.TagPreferClose}) {
+					t.Errorf("tags %v", got)
+				}
+				want := [][]string{
+					{flows.TagNodePrefix + "n1", flows.TagZonePrefix + "zone-a", flows.TagForNodePrefix + "n1"},
+					{flows.TagNodePrefix + "n2", flows.TagForNodePrefix + "n2"},
+				}
+				for i, m := range lb.Listeners[0].Pool.Members {
+					if !reflect.DeepEqual(m.Tags, want[i]) {
+						t.Errorf("member %s tags %v, want %v", m.Address, m.Tags, want[i])
+					}
+				}
+			}},
 		{name: "topology-mode Auto follows the hints, several zones per endpoint included",
 			svc:    service(func(s *corev1.Service) { s.Annotations = map[string]string{corev1.AnnotationTopologyMode: "auto"} }),
 			slices: []*discoveryv1.EndpointSlice{hinted(slice("a", 8080, "http", ready("198.18.17.2", "n1", "p1")), []string{"zone-c", "zone-a", "zone-c"})},

@@ -328,16 +328,19 @@ func startLabKeystone(t *testing.T, c *cluster) *keystone.Keystone {
 }
 
 // startKubeProxies runs the real kube-proxy (hack/kube-bins.sh's build)
-// in mode (nftables or iptables) in every node's namespace, and waits
-// until each serves its health check. It leaves the machine's conntrack
-// settings alone.
-func startKubeProxies(t testing.TB, e *kubeEnv, mode string) {
+// in mode (nftables or iptables) in every node's namespace, with args
+// added (none: --detect-local-mode NodeCIDR), and waits until each serves
+// its health check. It leaves the machine's conntrack settings alone.
+func startKubeProxies(t testing.TB, e *kubeEnv, mode string, args ...string) {
 	bin := filepath.Join(lab.KubeBinDir(), "kube-proxy")
+	if len(args) == 0 {
+		args = []string{"--detect-local-mode", "NodeCIDR"}
+	}
 	for i, n := range e.lab.Nodes() {
-		if _, err := n.Start("kube-proxy", []string{bin, "--kubeconfig", e.kc.State.LabKubeconfig,
-			"--hostname-override", lab.NodeName(i + 1), "--proxy-mode", mode, "--detect-local-mode", "NodeCIDR",
+		if _, err := n.Start("kube-proxy", append([]string{bin, "--kubeconfig", e.kc.State.LabKubeconfig,
+			"--hostname-override", lab.NodeName(i + 1), "--proxy-mode", mode,
 			"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "0", "--conntrack-tcp-timeout-close-wait", "0",
-			"--v", "2"}); err != nil {
+			"--v", "2"}, args...)); err != nil {
 			t.Fatal(err)
 		}
 	}

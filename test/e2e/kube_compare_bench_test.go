@@ -19,7 +19,9 @@ import (
 	"time"
 
 	gnft "github.com/google/nftables"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -48,6 +50,10 @@ var (
 		Unit: "CPU s", Size: "Services", LowerIsBetter: true}
 	contestNodeRSS = results.Contest{Name: "kube-node-rss", Title: "Per-node proxy peak resident memory (largest node)",
 		Unit: "MiB", Size: "Services", LowerIsBetter: true}
+	contestEndpointChange = results.Contest{Name: "kube-endpoint-change", Title: "One endpoint added → every node forwards to it (median of 5)",
+		Unit: "s", Size: "Services", LowerIsBetter: true}
+	contestEndpointChangeMax = results.Contest{Name: "kube-endpoint-change-max", Title: "One endpoint added → every node forwards to it (slowest of 5)",
+		Unit: "s", Size: "Services", LowerIsBetter: true}
 	contestControlCPU = results.Contest{Name: "kube-control-cpu", Title: "flowlb control side CPU time (server, kube-controller)",
 		Unit: "CPU s", Size: "Services", LowerIsBetter: true}
 )
@@ -110,6 +116,11 @@ func BenchmarkKubeProxyVsFlowlb(b *testing.B) {
 					add(contestServiceP99, m.p99.Seconds())
 					add(contestNodeCPU, m.nodeCPU)
 					add(contestNodeRSS, m.nodeRSS)
+					if len(m.changes) > 0 {
+						slices.Sort(m.changes)
+						add(contestEndpointChange, m.changes[len(m.changes)/2].Seconds())
+						add(contestEndpointChangeMax, m.changes[len(m.changes)-1].Seconds())
+					}
 					if who == contenderFlowlb {
 						add(contestControlCPU, m.controlCPU)
 					}
@@ -134,6 +145,126 @@ type kubeProgramming struct {
 	all, p50, p99    time.Duration
 	nodeCPU, nodeRSS float64 // CPU seconds (mean per node), MiB (largest node)
 	controlCPU       float64
+	// changes: one endpoint added to a Service, until every node
+	// forwards to it, with N Services programmed.
+	changes []time.Duration
+}
+
+// measureEndpointChanges adds, changes times, one endpoint to a Service
+// of its own (a Deployment of one pod scaled to two, then back) and
+// returns for each the time from the EndpointSlice listing the new pod
+// ready, as the watch delivers it, until a pod of every node reaches the
+// new pod through the Service (each node's pod asks until it does).
+func measureEndpointChanges(b *testing.B, e *kubeEnv, changes int) []time.Duration {
+	e.deploy("one", 1)
+	svc, err := e.k.CoreV1().Services("default").Create(e.ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "one"}, Spec: corev1.ServiceSpec{
+		Selector: map[string]string{"app": "one"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("tcp")}}}}, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80).String()
+	var clients []lab.Host
+	for i := range e.lab.Nodes() {
+		clients = append(clients, e.lab.Pod(i+1, 1))
+	}
+	// reaches waits until every client has been answered by pod ip.
+	reaches := func(ip string) (time.Time, error) {
+		var mu sync.Mutex
+		var last time.Time
+		var firstErr error
+		var wg sync.WaitGroup
+		for _, c := range clients {
+			wg.Go(func() {
+				deadline := time.Now().Add(time.Minute)
+				for time.Now().Before(deadline) {
+					r, err := c.Ask(e.ctx, addr, time.Second)
+					if err == nil && strings.HasPrefix(r.Addr, ip+":") {
+						mu.Lock()
+						if now := time.Now(); now.After(last) {
+							last = now
+						}
+						mu.Unlock()
+						return
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+				mu.Lock()
+				firstErr = fmt.Errorf("%s never reached pod %s through %s", c.Name, ip, addr)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return last, firstErr
+	}
+	scale := func(n int32) {
+		if _, err := e.k.AppsV1().Deployments("default").UpdateScale(e.ctx, "one", &autoscalingv1.Scale{
+			ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: "default"}, Spec: autoscalingv1.ScaleSpec{Replicas: n}}, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var first []string
+	testutil.Eventually(b, time.Minute, "one's pod ready", func() (bool, string) {
+		first = e.readyPods("one")
+		return len(first) == 1, fmt.Sprint(first)
+	})
+	if _, err := reaches(first[0]); err != nil {
+		b.Fatal(err)
+	}
+	var out []time.Duration
+	for range changes {
+		before := e.readyPods("one")
+		ready, newIP := e.nextReadyEndpoint(b, "one", before, func() { scale(2) })
+		at, err := reaches(newIP)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, at.Sub(ready))
+		scale(1)
+		testutil.Eventually(b, time.Minute, "one back to one ready pod", func() (bool, string) {
+			got := e.readyPods("one")
+			return len(got) == 1, fmt.Sprint(got)
+		})
+	}
+	return out
+}
+
+// nextReadyEndpoint runs change, then watches Service name's
+// EndpointSlices until one lists a ready endpoint not in before; it
+// returns when the watch delivered it, and its address.
+func (e *kubeEnv) nextReadyEndpoint(b *testing.B, name string, before []string, change func()) (time.Time, string) {
+	sel := metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name}
+	list, err := e.k.DiscoveryV1().EndpointSlices("default").List(e.ctx, sel)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sel.ResourceVersion = list.ResourceVersion
+	w, err := e.k.DiscoveryV1().EndpointSlices("default").Watch(e.ctx, sel)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	change()
+	timeout := time.After(2 * time.Minute)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				b.Fatal("EndpointSlice watch closed")
+			}
+			now := time.Now()
+			s, ok := ev.Object.(*discoveryv1.EndpointSlice)
+			if !ok {
+				continue
+			}
+			for _, ep := range s.Endpoints {
+				if (ep.Conditions.Ready == nil || *ep.Conditions.Ready) && len(ep.Addresses) > 0 && !slices.Contains(before, ep.Addresses[0]) {
+					return now, ep.Addresses[0]
+				}
+			}
+		case <-timeout:
+			b.Fatalf("no new ready endpoint of %s within 2 min", name)
+		}
+	}
 }
 
 func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
@@ -201,6 +332,8 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 	for _, pid := range nodePIDs {
 		m.nodeRSS = max(m.nodeRSS, peakRSSMiB(b, pid))
 	}
+	m.changes = measureEndpointChanges(b, e, 5)
+	fmt.Printf("%s: one endpoint added → every node forwards to it: %v\n", who, m.changes)
 	if o.serverArgs != nil {
 		// The profiles are written when the processes end cleanly.
 		for _, name := range []string{"kube-controller-1", "server"} {

@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/flowlb/flowlb/internal/lab"
@@ -23,7 +24,8 @@ import (
 // node's address, TCP and UDP. externalTrafficPolicy Cluster reaches the
 // pods of every node from any node, the client masqueraded to the node;
 // Local reaches only the receiving node's pod, which sees the client's
-// own address, and a node without one does not answer.
+// own address, and a node without one does not answer. A UDP socket on
+// a node port moves to another pod when its pod goes.
 func TestKubernetesNodePort(t *testing.T) {
 	e := newKubeEnv(t, 1)
 	client := e.lab.Client()
@@ -71,6 +73,61 @@ func TestKubernetesNodePort(t *testing.T) {
 				t.Errorf("UDP via %s: %+v, %v", n.Name, r, err)
 			}
 		}
+	})
+
+	// A UDP client that keeps one socket on a node port follows the
+	// Service when the pod serving it goes: the agent deletes the
+	// conntrack entry to the pod that left, where it would otherwise
+	// send to it until the entry expired. The socket goes through one
+	// node to a pod of the other: the kernel itself forgets the entries
+	// masqueraded to a pod's own link when that link goes, not those
+	// masqueraded to the node's fabric address.
+	t.Run("UDP conntrack of a removed endpoint", func(t *testing.T) {
+		var c net.Conn
+		var first string
+		for i := 0; first == ""; i++ {
+			if i == 20 {
+				t.Fatal("20 sockets, each to a pod of the node it went through")
+			}
+			n := nodes[i%len(nodes)]
+			var err error
+			if c, err = client.Dial(e.ctx, "udp", net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(udpPort)))); err != nil {
+				t.Fatal(err)
+			}
+			r, err := askUDP(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pod := strings.Split(r.Addr, ":")[0]; lab.NodeName(nodeOfPod(t, pod)) != n.Name {
+				first = pod
+			} else {
+				c.Close()
+			}
+		}
+		defer c.Close()
+		// The same socket keeps its pod while it is there.
+		for range 3 {
+			if r, err := askUDP(c); err != nil || strings.Split(r.Addr, ":")[0] != first {
+				t.Fatalf("the socket moved from %s: %+v, %v", first, r, err)
+			}
+		}
+		pods, err := e.k.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{FieldSelector: "status.podIP=" + first})
+		if err != nil || len(pods.Items) != 1 {
+			t.Fatalf("the pod of %s: %v %v", first, pods, err)
+		}
+		if err := e.k.CoreV1().Pods("default").Delete(e.ctx, pods.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 60*time.Second, "3 ready pods, "+first+" gone", func() (bool, string) {
+			ready := e.readyPods("web")
+			return len(ready) == 3 && !slices.Contains(ready, first), fmt.Sprint(ready)
+		})
+		e.waitPodMembers(t, "np", "web", 3)
+		testutil.Eventually(t, 10*time.Second, "the socket on another pod", func() (bool, string) {
+			r, err := askUDP(c)
+			got := strings.Split(r.Addr, ":")[0]
+			return err == nil && got != first && slices.Contains(e.readyPods("web"), got), fmt.Sprintf("%+v, %v", r, err)
+		})
 	})
 
 	t.Run("Local", func(t *testing.T) {

@@ -34,6 +34,7 @@ type kubeEnv struct {
 	kc                 *kubelet.Cluster
 	k                  kubernetes.Interface
 	clusterSub, extSub string
+	controllerArgs     []string // the kube-controllers' own arguments: their external addresses (a subnet or a floating network), the test's
 	ctx                context.Context
 }
 
@@ -101,23 +102,30 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 	if o.floating {
 		lbArgs = []string{"--floating-network", "flowlb-external"}
 	}
+	e.controllerArgs = append(lbArgs, o.controllerArgs...)
 	for i := range controllers {
-		if _, err := c.lab.Fabric().Start(fmt.Sprintf("kube-controller-%d", i+1), append([]string{bin, "kube-controller",
-			"--kubeconfig", kc.State.LabKubeconfig, "--octavia-endpoint", c.api, "--octavia-ca-file", c.tls.CACert,
-			"--cluster-name", "lab", "--cluster-ip-subnet", e.clusterSub,
-			"--metrics-listen", ""}, append(lbArgs, o.controllerArgs...)...)); err != nil { // pod networks: from the Nodes
-			t.Fatal(err)
-		}
+		e.startController(t, i+1)
+	}
+	return e
+}
+
+// startController starts kube-controller replica i (from 1) in the
+// fabric; its log's end is shown if t fails.
+func (e *kubeEnv) startController(t testing.TB, i int) {
+	t.Helper()
+	name := fmt.Sprintf("kube-controller-%d", i)
+	if _, err := e.lab.Fabric().Start(name, append([]string{flowlb(t), "kube-controller",
+		"--kubeconfig", e.kc.State.LabKubeconfig, "--octavia-endpoint", e.api, "--octavia-ca-file", e.tls.CACert,
+		"--cluster-name", "lab", "--cluster-ip-subnet", e.clusterSub,
+		"--metrics-listen", ""}, e.controllerArgs...)); err != nil { // pod networks: from the Nodes
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for i := range controllers {
-				b, _ := os.ReadFile(c.lab.LogPath(lab.HostFabric, fmt.Sprintf("kube-controller-%d", i+1)))
-				t.Logf("--- kube-controller-%d\n%s", i+1, tail(string(b), 30))
-			}
+			b, _ := os.ReadFile(e.lab.LogPath(lab.HostFabric, name))
+			t.Logf("--- %s\n%s", name, tail(string(b), 30))
 		}
 	})
-	return e
 }
 
 func (e *kubeEnv) deploy(name string, replicas int32) { e.deployWith(name, replicas, nil) }

@@ -158,6 +158,64 @@ func TestKubernetesTopology(t *testing.T) {
 			}
 		}
 	})
+	t.Run("trafficDistribution PreferSameNode", func(t *testing.T) {
+		e.deployWith("near", 3, nil) // one per node
+		svc := e.service("near", func(s *corev1.Service) {
+			s.Spec.Selector = map[string]string{"app": "near"}
+			s.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameNode)
+		})
+		vip := net.JoinHostPort(svc.Spec.ClusterIP, "80")
+		testutil.Eventually(t, 60*time.Second, "3 ready pods, one per node", func() (bool, string) {
+			pods := e.readyPods("near")
+			return len(pods) == 3 && nodesOf(t, pods) == 3, fmt.Sprint(pods)
+		})
+		// The EndpointSlice controller hints each endpoint to its node
+		// and zone; the members carry both.
+		hintsOK := func() (bool, string) {
+			tags := e.memberTags("near")
+			pods := e.readyPods("near")
+			for ip, ts := range tags {
+				node := lab.NodeName(nodeOfPod(t, ip))
+				if !slices.Contains(ts, flows.TagForNodePrefix+node) || !slices.Contains(ts, flows.TagZonePrefix+zoneOf(ip)) {
+					return false, fmt.Sprintf("member %s tagged %v", ip, ts)
+				}
+			}
+			return len(tags) == len(pods), fmt.Sprintf("member tags %v, pods %v", tags, pods)
+		}
+		testutil.Eventually(t, 30*time.Second, "members with their node and zone hints", hintsOK)
+		e.waitMembers(t, "near", 30*time.Second, nil)
+		for i, c := range clients {
+			by := e.spreadFrom([]lab.Host{c}, vip, 20)
+			if len(by) != 1 || nodeOfPod(t, keys(by)[0]) != i+1 {
+				t.Errorf("PreferSameNode from %s reached %v, want only the pod of n%d", c.Name, by, i+1)
+			}
+		}
+
+		// No pod on n3 any more: n3's client (zone-a) falls back to its
+		// zone's pods, on n1; n1 and n2 keep to their own.
+		patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":`+
+			`{"nodeSelectorTerms":[{"matchExpressions":[{"key":%q,"operator":"NotIn","values":["n3"]}]}]}}}}}}}`, corev1.LabelHostname)
+		if _, err := e.k.AppsV1().Deployments("default").Patch(e.ctx, "near", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitMembers(t, "near", 90*time.Second, func(ready []string) bool {
+			pods, _ := e.k.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=near"})
+			return len(pods.Items) == 3 && len(ready) == 3 && !slices.ContainsFunc(ready, func(ip string) bool { return nodeOfPod(t, ip) == 3 })
+		})
+		testutil.Eventually(t, 30*time.Second, "members with their node and zone hints", hintsOK)
+		e.waitProgrammed(t, "near")
+		for i, c := range clients {
+			want := i + 1
+			if want == 3 {
+				want = 1 // zone-a's pods
+			}
+			for ip := range e.spreadFrom([]lab.Host{c}, vip, 20) {
+				if n := nodeOfPod(t, ip); n != want {
+					t.Errorf("from %s reached %s on n%d, want the pods of n%d", c.Name, ip, n, want)
+				}
+			}
+		}
+	})
 	t.Run("externalTrafficPolicy Local next hops", func(t *testing.T) {
 		onN2 := func(d *appsv1.Deployment) {
 			d.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "n2"}

@@ -25,9 +25,10 @@ type conntrackCleaner interface {
 // netlinkConntrack deletes conntrack entries in a network namespace.
 type netlinkConntrack struct{ netns int }
 
-// forget deletes the UDP conntrack entries from a service's VIP and port
-// to each lost backend: UDP has no end of connection, so without this a
-// client that keeps sending would go on reaching a backend that left.
+// forget deletes the UDP conntrack entries from a service's VIP (for a
+// node port, any of the node's addresses) and port to each lost
+// backend: UDP has no end of connection, so without this a client that
+// keeps sending would go on reaching a backend that left.
 func (c netlinkConntrack) forget(lost []lostBackend) error {
 	h, err := c.handle()
 	if err != nil {
@@ -40,8 +41,12 @@ func (c netlinkConntrack) forget(lost []lostBackend) error {
 		if err := f.AddProtocol(unix.IPPROTO_UDP); err != nil {
 			return err
 		}
-		if err := f.AddIP(netlink.ConntrackOrigDstIP, l.key.VIP.AsSlice()); err != nil {
-			return err
+		// A node port's entries hold the node address the client used, not
+		// NodePortVIP (the rewrite comes after conntrack): any address.
+		if !l.key.NodePort() {
+			if err := f.AddIP(netlink.ConntrackOrigDstIP, l.key.VIP.AsSlice()); err != nil {
+				return err
+			}
 		}
 		if err := f.AddPort(netlink.ConntrackOrigDstPort, l.key.Port); err != nil {
 			return err

@@ -263,10 +263,28 @@ func TestConnectionLimit(t *testing.T) {
 
 // TestUDPConntrackCleanup: when a UDP backend leaves, a client that keeps
 // sending from the same socket moves to another backend instead of being
-// black-holed by its conntrack entry.
+// black-holed by its conntrack entry; through a VIP and through a node
+// port (whose entries hold the node's address, not the service's key).
 func TestUDPConntrackCleanup(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		key  flows.Key
+		dial string
+	}{
+		{"VIP", flows.Key{VIP: vipKey.VIP, Protocol: flows.UDP, Port: 9090}, "198.19.0.10:9090"},
+		{"node port", flows.Key{VIP: flows.NodePortVIP, Protocol: flows.UDP, Port: 9090}, "198.18.0.1:9090"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testUDPConntrackCleanup(t, tc.key, tc.dial) })
+	}
+}
+
+func testUDPConntrackCleanup(t *testing.T, k flows.Key, dial string) {
 	inNetns(t, func(ns netns.NsHandle) {
 		setup(t)
+		lo, _ := netlink.LinkByName("lo")
+		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("198.18.0.1"), Mask: net.CIDRMask(32, 32)}}); err != nil {
+			t.Fatal(err)
+		}
 		for _, a := range backendAddrs[:2] {
 			pc, err := net.ListenPacket("udp", a+":9090")
 			if err != nil {
@@ -284,7 +302,6 @@ func TestUDPConntrackCleanup(t *testing.T) {
 				}
 			}(pc, a)
 		}
-		k := flows.Key{VIP: vipKey.VIP, Protocol: flows.UDP, Port: 9090}
 		tab := func(addrs ...string) flows.Table {
 			s := flows.Service{Key: k, Algorithm: flows.SourceIPPort}
 			for _, a := range addrs {
@@ -298,10 +315,13 @@ func TestUDPConntrackCleanup(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer dp.Remove()
+		if err := dp.SetNodeAddresses([]netip.Addr{netip.MustParseAddr("198.18.0.1")}); err != nil {
+			t.Fatal(err)
+		}
 		if err := dp.Sync(ctx, tab(backendAddrs[:2]...)); err != nil {
 			t.Fatal(err)
 		}
-		c, err := net.Dial("udp", "198.19.0.10:9090")
+		c, err := net.Dial("udp", dial)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -103,9 +103,9 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 			local = append(local, b)
 		}
 	}
-	// The main table: every backend, or those for this node's zone.
+	// The main table: every backend, or those for this node or its zone.
 	s.Backends = all
-	near, zonal := s.ForZone(zone)
+	near, zonal := s.Near(node, zone)
 	table := flows.Maglev(near, Slots)
 	if table == nil {
 		// No usable backend: new connections are refused, not black-holed.

@@ -22,6 +22,16 @@ func TestFootprintHelpers(t *testing.T) {
 			t.Errorf("prefer-close in zone %q: %d backends in the table, want %d", zone, got, want)
 		}
 	}
+	// With node hints (PreferSameNode), n1's table holds n1's backend;
+	// a node with none falls back to its zone's.
+	sameNode := preferClose
+	sameNode.Backends = []flows.Backend{b("198.18.17.2", "zone-a"), b("198.18.18.2", "zone-b")}
+	sameNode.Backends[0].ForNodes, sameNode.Backends[1].ForNodes = []string{"n1"}, []string{"n2"}
+	for node, want := range map[string]string{"n1": "198.18.17.2", "n2": "198.18.18.2", "n3": "198.18.17.2"} {
+		if got := footprintOf(sameNode, node, "zone-a").backends(); len(got) != 1 || !got[netip.MustParseAddr(want)] {
+			t.Errorf("prefer-same-node on %s: %v in the table, want %s", node, got, want)
+		}
+	}
 	if programmable(flows.Service{Key: flows.Key{VIP: netip.MustParseAddr("2001:db8::10"), Protocol: flows.TCP, Port: 80}}) {
 		t.Error("an IPv6 VIP is programmable in the ip table")
 	}

@@ -51,7 +51,7 @@ func dumpOptions(s ServiceDump) []string {
 		extra = append(extra, "allowed none: every source dropped")
 	}
 	if s.Zonal {
-		extra = append(extra, "prefer-close: this zone's backends")
+		extra = append(extra, "prefer-close: this node's or zone's backends")
 	}
 	if s.NoLocal {
 		extra = append(extra, "local-only: no local backend, outside traffic dropped")

@@ -40,7 +40,7 @@ const (
 	reasonInternalLocal   = "internal-local: this node's backends"
 	reasonEveryBackend    = "every backend"
 	reasonRemembered      = "every backend; the backend this client used before (persistence)"
-	reasonPreferClose     = "prefer-close: the backends for this node's zone"
+	reasonPreferClose     = "prefer-close: the backends for this node, or else its zone"
 	reasonHairpin         = "hairpin"
 	reasonOutsidePodNets  = "client outside the pod networks"
 	reasonNotAService     = "not a service"
