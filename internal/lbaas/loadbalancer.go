@@ -100,13 +100,19 @@ func (s *Service) allocateVIPs(tx store.Tx, lb *LoadBalancer, req LoadBalancerCr
 		return err
 	}
 	lb.VIPAddress, lb.VIPPortID, lb.VIPSubnetID, lb.VIPNetworkID, lb.OwnsVIPPort = vip.Address, vip.PortID, vip.SubnetID, vip.NetworkID, vip.Owned
+	if err := checkVIPSubnets(lb.VIPSubnetID, req.AdditionalVIPs); err != nil {
+		return err
+	}
 	for _, av := range req.AdditionalVIPs {
-		if av.SubnetID == lb.VIPSubnetID {
-			return Validation("Duplicate VIP subnet(s) specified. Only one IP can be bound per subnet.")
-		}
-		v, err := s.vips.Allocate(tx, VIPRequest{ProjectID: lb.ProjectID, LoadBalancerID: lb.ID, SubnetID: av.SubnetID, Address: av.IPAddress, PortID: av.PortID})
+		v, err := s.vips.Allocate(tx, VIPRequest{ProjectID: lb.ProjectID, LoadBalancerID: lb.ID, SubnetID: av.SubnetID, Address: av.IPAddress, PortID: av.PortID,
+			VIPNetworkID: lb.VIPNetworkID})
 		if err != nil {
 			return err
+		}
+		// Octavia's rule: every VIP of a load balancer is on one network
+		// (a port there carries them all); the families may differ.
+		if v.NetworkID != lb.VIPNetworkID {
+			return Validation("All VIP subnets must belong to the same network.")
 		}
 		lb.AdditionalVIPs = append(lb.AdditionalVIPs, AdditionalVIP{SubnetID: v.SubnetID, IPAddress: v.Address, PortID: v.PortID})
 	}

@@ -129,10 +129,12 @@ func TestHTTPCreateShowListDelete(t *testing.T) {
 		t.Fatalf("p1 subnets: %v", got)
 	}
 
-	// Any project may create a port on a network it can use.
+	// Any project may create a port on a network it can use; on a
+	// dual-stack network it gets an address of each family, as in Neutron.
 	port := obj(a.must(p1, 201, "POST", "/v2.0/ports", `{"port": {"network_id": "`+sid+`", "name": "mine"}}`), "port")
 	fixed := port["fixed_ips"].([]any)
-	if len(fixed) != 1 || fixed[0].(map[string]any)["ip_address"] != "10.50.0.2" || port["project_id"] != "p1" || port["mac_address"] == "" {
+	if len(fixed) != 2 || fixed[0].(map[string]any)["ip_address"] != "10.50.0.2" || fixed[1].(map[string]any)["ip_address"] != "fd00:50::1" ||
+		port["project_id"] != "p1" || port["mac_address"] == "" {
 		t.Fatalf("port: %v", port)
 	}
 	_, out = a.do(p1, "POST", "/v2.0/ports", `{"port": {"network_id": "`+private["id"].(string)+`"}}`)

@@ -234,7 +234,8 @@ func GetSubnet(tx store.ReadTx, id string) (Subnet, error) {
 }
 
 // EnsureDefault makes sure an admin-owned shared network called name with
-// a subnet of cidr exists, creating what is missing, and returns both. It is
+// a subnet of cidr exists, creating what is missing, and returns both. The
+// subnet is called name-subnet, or name-subnet6 if cidr is IPv6. It is
 // idempotent, so the server calls it at every start; calling it with another
 // name makes a second network.
 func EnsureDefault(ctx context.Context, s store.Store, name, cidr string) (Network, Subnet, error) {
@@ -302,7 +303,11 @@ func ensureDefault(ctx context.Context, s store.Store, name, cidr string, extern
 				return nil
 			}
 		}
-		sub, err = createSubnet(tx, subnetSpec{Subnet: Subnet{Name: name + "-subnet", NetworkID: net.ID, CIDR: p.String(), ProjectID: AdminProject}})
+		subName := name + "-subnet"
+		if p.Addr().Is6() {
+			subName += "6"
+		}
+		sub, err = createSubnet(tx, subnetSpec{Subnet: Subnet{Name: subName, NetworkID: net.ID, CIDR: p.String(), ProjectID: AdminProject}})
 		if err != nil {
 			return fmt.Errorf("network %s (%s): %w", name, net.ID, err)
 		}
