@@ -109,6 +109,17 @@ func TestHTTPCreateShowListDelete(t *testing.T) {
 	if nogw["gateway_ip"] != nil || nogw["ip_version"] != float64(6) {
 		t.Fatalf("v6 subnet without gateway: %v", nogw)
 	}
+	// Neutron's address mode rules, and the modes this subset cannot serve.
+	for _, body := range []string{
+		`"cidr": "fd00:51::/64", "enable_dhcp": false, "ipv6_address_mode": "dhcpv6-stateful"`,
+		`"cidr": "fd00:51::/64", "ipv6_ra_mode": "slaac", "ipv6_address_mode": "slaac"`,
+		`"cidr": "10.51.0.0/24", "ipv6_ra_mode": "slaac"`,
+	} {
+		code, out := a.do(admin, "POST", "/v2.0/subnets", `{"subnet": {"network_id": "`+sid+`", `+body+`}}`)
+		if typ := neutronError(t, out); code != 400 || typ != "InvalidInput" {
+			t.Fatalf("subnet %s: %d %s", body, code, typ)
+		}
+	}
 	got := obj(a.must(p1, 200, "GET", "/v2.0/networks/"+sid, ""), "network")
 	if subs := got["subnets"].([]any); len(subs) != 2 {
 		t.Fatalf("network subnets: %v", got["subnets"])
