@@ -1,10 +1,13 @@
 package neutron
 
 import (
+	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
+	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -73,6 +76,50 @@ func TestAddressFamiliesOfANetwork(t *testing.T) {
 				if err != nil || got != want {
 					t.Fatalf("%s: got %q %v, want %q", what, got, err, want)
 				}
+			}
+		})
+	}
+}
+
+// A user's port lent as a VIP: which fixed IP becomes the VIP, in
+// Octavia's order and words.
+func TestPortVIP(t *testing.T) {
+	ips := []FixedIP{{SubnetID: "s4", IPAddress: "10.1.0.5"}, {SubnetID: "s6", IPAddress: "2001:2:0:1::5"}}
+	for _, tc := range []struct {
+		name   string
+		ips    []FixedIP
+		subnet string
+		addr   string
+		want   string // the address, or the refusal
+	}{
+		{"by subnet", ips, "s6", "", "2001:2:0:1::5"},
+		{"by subnet, the address is the subnet's", ips, "s4", "2001:2:0:1::5", "10.1.0.5"},
+		{"by address", ips, "", "2001:2:0:1::5", "2001:2:0:1::5"},
+		{"by address written long", ips, "", "2001:0002:0:1:0:0:0:5", "2001:2:0:1::5"},
+		{"the only one", ips[:1], "", "", "10.1.0.5"},
+		{"two families, neither asked", ips, "", "", "Validation failure: VIP port's subnet could not be determined. Please specify either a VIP subnet or address."},
+		{"subnet not on the port", ips, "s9", "", "Validation failure: No VIP address found on the specified VIP port within the specified subnet."},
+		{"address not on the port", ips, "", "10.1.0.6", "Validation failure: Specified VIP address not found on the specified VIP port."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var addr netip.Addr
+			if tc.addr != "" {
+				addr = netip.MustParseAddr(tc.addr)
+			}
+			ip, err := portVIP(tc.ips, tc.subnet, addr)
+			got := ""
+			var le *lbaas.Error
+			switch {
+			case errors.As(err, &le) && le.Validation:
+				// The API prefixes a validation refusal so.
+				got = "Validation failure: " + le.Detail
+			case err != nil:
+				t.Fatalf("refused otherwise: %v", err)
+			default:
+				got = ip.IPAddress
+			}
+			if got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
 			}
 		})
 	}
