@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/flowlb/flowlb/internal/store"
+	"github.com/flowlb/flowlb/internal/store/memstore"
 )
 
 func TestAllowedCIDRFamilies(t *testing.T) {
@@ -130,5 +131,35 @@ func testDualStackLoadBalancer(t *testing.T, st store.Store) {
 	_, m, err := e.svc.CreateMember(e.ctx, pool.ID, req[MemberCreate](t, `{"address": "2001:2::11:4", "protocol_port": 80, "monitor_address": "198.18.17.4"}`))
 	if err != nil || m.Address != "2001:2::11:4" {
 		t.Fatalf("IPv6 member of an IPv4 load balancer: %+v %v", m, err)
+	}
+}
+
+// lookupVIPs is fakeVIPs that knows which subnets exist.
+type lookupVIPs struct{ *fakeVIPs }
+
+func (lookupVIPs) CheckSubnet(_ store.ReadTx, _, id string) error {
+	if id == "missing" {
+		return Invalid("Subnet %s not found.", id)
+	}
+	return nil
+}
+
+// A missing additional VIP subnet is a validation failure (Octavia's
+// words, without the period of a missing VIP subnet), found before any
+// address is allocated.
+func TestAdditionalVIPSubnetMissing(t *testing.T) {
+	e := newEnv(t, true, memstore.New())
+	vips := lookupVIPs{&fakeVIPs{}}
+	svc, err := New(e.st, vips, []Provider{e.prov}, Config{DefaultProvider: "fake"}, e.svc.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.CreateLoadBalancer(e.ctx, lbReq(t, `"additional_vips": [{"subnet_id": "missing"}, {"subnet_id": "other-net-6"}]`))
+	wantErr(t, err, ErrInvalid, "Subnet missing not found")
+	if de := err.(*Error); !de.Validation || de.Detail != "Subnet missing not found" {
+		t.Fatalf("refusal %+v", de)
+	}
+	if vips.next != 1 {
+		t.Fatalf("%d addresses allocated, want only the VIP's", vips.next)
 	}
 }

@@ -103,6 +103,17 @@ func (s *Service) allocateVIPs(tx store.Tx, lb *LoadBalancer, req LoadBalancerCr
 	if err := checkVIPSubnets(lb.VIPSubnetID, req.AdditionalVIPs); err != nil {
 		return err
 	}
+	// Octavia looks up every additional VIP's subnet before it allocates
+	// any, and words a missing one as a validation failure.
+	if lookup, ok := s.vips.(SubnetLookup); ok {
+		for _, av := range req.AdditionalVIPs {
+			if err := lookup.CheckSubnet(tx, lb.ProjectID, av.SubnetID); errors.Is(err, ErrInvalid) {
+				return Validation("Subnet %s not found", av.SubnetID)
+			} else if err != nil {
+				return err
+			}
+		}
+	}
 	for _, av := range req.AdditionalVIPs {
 		v, err := s.vips.Allocate(tx, VIPRequest{ProjectID: lb.ProjectID, LoadBalancerID: lb.ID, SubnetID: av.SubnetID, Address: av.IPAddress, PortID: av.PortID,
 			VIPNetworkID: lb.VIPNetworkID})

@@ -95,22 +95,28 @@ func TestDualStackLoadBalancer(t *testing.T) {
 		t.Fatalf("IPv4 VIP %s backends %v", avs[0].IPAddress, got)
 	}
 
-	// An external IPv6 subnet is not on the VIP network: refused, in
-	// Octavia's words.
-	body, _ := json.Marshal(map[string]any{"loadbalancer": map[string]any{
-		"vip_subnet_id": id("flowlb-vip-subnet"), "additional_vips": []any{map[string]any{"subnet_id": id("flowlb-external-subnet6")}},
-	}})
-	resp, err := http.Post("http://"+a.APIAddr.String()+"/v2/lbaas/loadbalancers", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var fault struct {
-		Faultstring string `json:"faultstring"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&fault); err != nil || resp.StatusCode != 400 ||
-		fault.Faultstring != "Validation failure: All VIP subnets must belong to the same network." {
-		t.Fatalf("VIPs on two networks: %d %q %v", resp.StatusCode, fault.Faultstring, err)
+	// Octavia's refusals of additional VIPs: a subnet of another network
+	// (the external IPv6 one), a subnet that does not exist.
+	const missing = "00000000-0000-0000-0000-0000000000ff"
+	for _, tc := range []struct{ subnet, want string }{
+		{id("flowlb-external-subnet6"), "Validation failure: All VIP subnets must belong to the same network."},
+		{missing, "Validation failure: Subnet " + missing + " not found"},
+	} {
+		body, _ := json.Marshal(map[string]any{"loadbalancer": map[string]any{
+			"vip_subnet_id": id("flowlb-vip-subnet"), "additional_vips": []any{map[string]any{"subnet_id": tc.subnet}},
+		}})
+		resp, err := http.Post("http://"+a.APIAddr.String()+"/v2/lbaas/loadbalancers", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fault struct {
+			Faultstring string `json:"faultstring"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&fault)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 400 || fault.Faultstring != tc.want {
+			t.Fatalf("additional VIP on %s: %d %q %v, want 400 %q", tc.subnet, resp.StatusCode, fault.Faultstring, err, tc.want)
+		}
 	}
 }
 
