@@ -55,6 +55,8 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 	f.StringVar(&o.Network, "network", "neutron", "VIP addresses: neutron (the built-in Neutron subset) or noop (any subnet accepted, nothing allocated, operating statuses not measured: API conformance runs only, never with agents)")
 	f.StringVar(&o.VIPCIDR, "vip-cidr", "198.19.0.0/17", "CIDR of the default VIP subnet created at start (empty: none)")
 	f.StringVar(&o.ExternalVIPCIDR, "external-vip-cidr", "198.19.128.0/17", "CIDR of the default external VIP subnet created at start (empty: none)")
+	f.StringVar(&o.VIPCIDR6, "vip-cidr6", "", "IPv6 CIDR of a second default VIP subnet, on the network of --vip-cidr, created at start (empty: none; e.g. 2001:2:0:8000::/65)")
+	f.StringVar(&o.ExternalVIPCIDR6, "external-vip-cidr6", "", "IPv6 CIDR of a second default external VIP subnet, on the network of --external-vip-cidr, created at start (empty: none; e.g. 2001:2:0:8000:8000::/65)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.AgentListen, "agent-listen", "127.0.0.1:9877", "address of the agent stream (gRPC)")
 	f.StringVar(&o.AgentTokenFile, "agent-token-file", "", "file holding the agents' bootstrap token, created if missing (default: <data-dir>/agent-token); a node presents it once, to get its identity")

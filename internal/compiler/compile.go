@@ -39,11 +39,11 @@ func Compile(t *lbaas.Tree) []flows.Service {
 	}
 	var vips []netip.Addr
 	if a, err := netip.ParseAddr(t.LB.VIPAddress); err == nil {
-		vips = append(vips, a)
+		vips = append(vips, a.Unmap())
 	}
 	for _, av := range t.LB.AdditionalVIPs {
 		if a, err := netip.ParseAddr(av.IPAddress); err == nil {
-			vips = append(vips, a)
+			vips = append(vips, a.Unmap())
 		}
 	}
 	vips = withFloatingIPs(vips, t.FloatingIPs)
@@ -181,7 +181,8 @@ func backends(members []*lbaas.Member) []flows.Backend {
 		if err != nil {
 			continue
 		}
-		b := flows.Backend{MemberID: m.ID, Address: a, Port: uint16(m.ProtocolPort), Weight: m.Weight, Node: flows.NodeOf(m.Tags), Zones: flows.ZonesOf(m.Tags),
+		// An IPv4-mapped IPv6 address is the IPv4 member it names.
+		b := flows.Backend{MemberID: m.ID, Address: a.Unmap(), Port: uint16(m.ProtocolPort), Weight: m.Weight, Node: flows.NodeOf(m.Tags), Zones: flows.ZonesOf(m.Tags),
 			ForNodes: flows.ForNodesOf(m.Tags)}
 		if m.Backup {
 			backup = append(backup, b)

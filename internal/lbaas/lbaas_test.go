@@ -79,7 +79,11 @@ func (f *fakeVIPs) Allocate(_ store.Tx, r VIPRequest) (VIP, error) {
 	if addr == "" {
 		addr = fmt.Sprintf("198.19.0.%d", f.next)
 	}
-	return VIP{Address: addr, PortID: fmt.Sprintf("port-%d", f.next), SubnetID: r.SubnetID, NetworkID: "net-1", Owned: true}, nil
+	net := "net-1"
+	if strings.HasPrefix(r.SubnetID, "other-net") {
+		net = "net-2"
+	}
+	return VIP{Address: addr, PortID: fmt.Sprintf("port-%d", f.next), SubnetID: r.SubnetID, NetworkID: net, Owned: true}, nil
 }
 
 func (f *fakeVIPs) Release(_ store.Tx, portID string) error {

@@ -2,7 +2,6 @@ package lbaas
 
 import (
 	"context"
-	"net/netip"
 	"slices"
 
 	"github.com/flowlb/flowlb/internal/identity"
@@ -101,22 +100,6 @@ func (s *Service) checkListener(t *Tree, l *Listener) error {
 		}
 		if err := compatible(l.Protocol, p.Protocol); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-// checkAllowedCIDRs refuses a source range that is not a prefix, or one of
-// the other address family than a load balancer with a single VIP.
-func checkAllowedCIDRs(lb *LoadBalancer, cidrs []string) error {
-	vip, vipErr := netip.ParseAddr(lb.VIPAddress)
-	for _, c := range cidrs {
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			return Invalid("Invalid input for field/attribute allowed_cidrs. Value: '%s'.", c)
-		}
-		if vipErr == nil && p.Addr().Is4() != vip.Is4() && len(lb.AdditionalVIPs) == 0 {
-			return Validation("CIDR %s IP version incompatible with all VIPs %s IP version.", c, lb.VIPAddress)
 		}
 	}
 	return nil

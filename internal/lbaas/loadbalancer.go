@@ -100,13 +100,30 @@ func (s *Service) allocateVIPs(tx store.Tx, lb *LoadBalancer, req LoadBalancerCr
 		return err
 	}
 	lb.VIPAddress, lb.VIPPortID, lb.VIPSubnetID, lb.VIPNetworkID, lb.OwnsVIPPort = vip.Address, vip.PortID, vip.SubnetID, vip.NetworkID, vip.Owned
-	for _, av := range req.AdditionalVIPs {
-		if av.SubnetID == lb.VIPSubnetID {
-			return Validation("Duplicate VIP subnet(s) specified. Only one IP can be bound per subnet.")
+	if err := checkVIPSubnets(lb.VIPSubnetID, req.AdditionalVIPs); err != nil {
+		return err
+	}
+	// Octavia looks up every additional VIP's subnet before it allocates
+	// any, and words a missing one as a validation failure.
+	if lookup, ok := s.vips.(SubnetLookup); ok {
+		for _, av := range req.AdditionalVIPs {
+			if err := lookup.CheckSubnet(tx, lb.ProjectID, av.SubnetID); errors.Is(err, ErrInvalid) {
+				return Validation("Subnet %s not found", av.SubnetID)
+			} else if err != nil {
+				return err
+			}
 		}
-		v, err := s.vips.Allocate(tx, VIPRequest{ProjectID: lb.ProjectID, LoadBalancerID: lb.ID, SubnetID: av.SubnetID, Address: av.IPAddress, PortID: av.PortID})
+	}
+	for _, av := range req.AdditionalVIPs {
+		v, err := s.vips.Allocate(tx, VIPRequest{ProjectID: lb.ProjectID, LoadBalancerID: lb.ID, SubnetID: av.SubnetID, Address: av.IPAddress, PortID: av.PortID,
+			VIPNetworkID: lb.VIPNetworkID})
 		if err != nil {
 			return err
+		}
+		// Octavia's rule: every VIP of a load balancer is on one network
+		// (a port there carries them all); the families may differ.
+		if v.NetworkID != lb.VIPNetworkID {
+			return Validation("All VIP subnets must belong to the same network.")
 		}
 		lb.AdditionalVIPs = append(lb.AdditionalVIPs, AdditionalVIP{SubnetID: v.SubnetID, IPAddress: v.Address, PortID: v.PortID})
 	}

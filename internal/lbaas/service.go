@@ -25,6 +25,11 @@ type VIPAllocator interface {
 // VIPRequest asks for an address on a subnet, network or existing port.
 type VIPRequest struct {
 	ProjectID, LoadBalancerID, SubnetID, NetworkID, PortID, Address string
+	// VIPNetworkID is set for an additional VIP: the network of the load
+	// balancer's VIP, which the additional VIP's subnet must be on. An
+	// allocator that cannot tell a subnet's network (noop) takes it as
+	// the answer; one that can lets the domain compare.
+	VIPNetworkID string
 }
 
 // VIP is an allocated address.

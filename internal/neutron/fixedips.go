@@ -38,13 +38,28 @@ func (a *allocator) subnet(id string) (*ipam, error) {
 }
 
 // allocateFirst gives out a pool address of the first subnet of the
-// network, in the network's order, that has one free.
+// network, in the network's order, that has one free, IPv4 subnets first
+// (as Octavia picks the subnet of a VIP given by its network alone).
 func (a *allocator) allocateFirst(net Network) (*ipam, netip.Addr, error) {
+	m, addr, err := a.allocateFamily(net, true)
+	var ne *Error
+	if errors.As(err, &ne) && ne.Type == exhaustedType {
+		return a.allocateFamily(net, false)
+	}
+	return m, addr, err
+}
+
+// allocateFamily gives out a pool address of the first subnet of the
+// network of the family (IPv4 if is4) that has one free.
+func (a *allocator) allocateFamily(net Network, is4 bool) (*ipam, netip.Addr, error) {
 	var last error = refuse(KindConflict, exhaustedType, "No more IP addresses available on network %s.", net.ID)
 	for _, sid := range net.Subnets {
 		m, err := a.subnet(sid)
 		if err != nil {
 			return nil, netip.Addr{}, err
+		}
+		if m.is4() != is4 {
+			continue
 		}
 		addr, err := m.allocateAny()
 		var ne *Error
@@ -58,6 +73,19 @@ func (a *allocator) allocateFirst(net Network) (*ipam, netip.Addr, error) {
 		return m, addr, nil
 	}
 	return nil, netip.Addr{}, last
+}
+
+// families reports which address families the network has subnets of.
+func (a *allocator) families(net Network) (has4, has6 bool, err error) {
+	for _, sid := range net.Subnets {
+		m, err := a.subnet(sid)
+		if err != nil {
+			return false, false, err
+		}
+		has4 = has4 || m.is4()
+		has6 = has6 || !m.is4()
+	}
+	return has4, has6, nil
 }
 
 // containing finds the subnet of the network that contains addr.
@@ -74,15 +102,29 @@ func (a *allocator) containing(net Network, addr netip.Addr) (*ipam, error) {
 	return nil, refuse(KindInvalid, "InvalidIpForNetwork", "IP address %s is not a valid IP for any of the subnets on the specified network.", addr)
 }
 
-// allocate fills in fixed IPs for a port on net. An empty request gets one
-// address from the first subnet with room (none if the network has no
-// subnets, as in Neutron). Each entry may name a subnet, an address or both.
+// allocate fills in fixed IPs for a port on net. Each entry of a request
+// may name a subnet, an address or both. Without a request the port gets,
+// as in Neutron, one address of each family the network has subnets of,
+// from the first subnet of that family with room (none if the network
+// has no subnets).
 func (a *allocator) allocate(net Network, req []FixedIP, given bool) ([]FixedIP, error) {
 	if !given {
-		if len(net.Subnets) == 0 {
-			return []FixedIP{}, nil
+		has4, has6, err := a.families(net)
+		if err != nil {
+			return nil, err
 		}
-		req = []FixedIP{{}}
+		out := []FixedIP{}
+		for _, f := range []struct{ has, is4 bool }{{has4, true}, {has6, false}} {
+			if !f.has {
+				continue
+			}
+			m, addr, err := a.allocateFamily(net, f.is4)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, FixedIP{SubnetID: m.doc.ID, IPAddress: addr.Unmap().String()})
+		}
+		return out, nil
 	}
 	out := make([]FixedIP, 0, len(req))
 	for _, f := range req {

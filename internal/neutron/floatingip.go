@@ -252,6 +252,9 @@ func fixedIPv4(p Port, want *string) (string, error) {
 		if err != nil {
 			return "", badAttr("fixed_ip_address", "'%s' is not a valid IP address", *want)
 		}
+		if !a.Unmap().Is4() {
+			return "", badFIP("Cannot process floating IP association with %s, since that is not an IPv4 address", *want)
+		}
 		for _, f := range p.FixedIPs {
 			if b, err := netip.ParseAddr(f.IPAddress); err == nil && b == a.Unmap() {
 				return b.String(), nil

@@ -185,6 +185,7 @@ func TestFloatingIPFixedAddressChoice(t *testing.T) {
 		return `{"floatingip": {"floating_network_id": "` + w.ext + `", "port_id": "` + port + `"` + extra + `}}`
 	}
 	a.refusal(p1, 400, "BadRequest", "Bad floatingip request: Cannot add floating IP to port "+only6+" that has no fixed IPv4 addresses.", "POST", "/v2.0/floatingips", body(only6, ""))
+	a.refusal(p1, 400, "BadRequest", "Bad floatingip request: Cannot process floating IP association with 2001:2:0:1::2, since that is not an IPv4 address.", "POST", "/v2.0/floatingips", body(only6, `, "fixed_ip_address": "2001:2:0:1::2"`))
 	a.refusal(p1, 400, "BadRequest", "Bad floatingip request: Port "+two4+" has multiple fixed IPv4 addresses.  Must provide a specific IPv4 address when assigning a floating IP.", "POST", "/v2.0/floatingips", body(two4, ""))
 	f := obj(a.must(p1, 201, "POST", "/v2.0/floatingips", body(two4, `, "fixed_ip_address": "198.18.99.3"`)), "floatingip")
 	if f["fixed_ip_address"] != "198.18.99.3" {

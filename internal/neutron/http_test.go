@@ -109,6 +109,17 @@ func TestHTTPCreateShowListDelete(t *testing.T) {
 	if nogw["gateway_ip"] != nil || nogw["ip_version"] != float64(6) {
 		t.Fatalf("v6 subnet without gateway: %v", nogw)
 	}
+	// Neutron's address mode rules, and the modes this subset cannot serve.
+	for _, body := range []string{
+		`"cidr": "fd00:51::/64", "enable_dhcp": false, "ipv6_address_mode": "dhcpv6-stateful"`,
+		`"cidr": "fd00:51::/64", "ipv6_ra_mode": "slaac", "ipv6_address_mode": "slaac"`,
+		`"cidr": "10.51.0.0/24", "ipv6_ra_mode": "slaac"`,
+	} {
+		code, out := a.do(admin, "POST", "/v2.0/subnets", `{"subnet": {"network_id": "`+sid+`", `+body+`}}`)
+		if typ := neutronError(t, out); code != 400 || typ != "InvalidInput" {
+			t.Fatalf("subnet %s: %d %s", body, code, typ)
+		}
+	}
 	got := obj(a.must(p1, 200, "GET", "/v2.0/networks/"+sid, ""), "network")
 	if subs := got["subnets"].([]any); len(subs) != 2 {
 		t.Fatalf("network subnets: %v", got["subnets"])
@@ -129,10 +140,12 @@ func TestHTTPCreateShowListDelete(t *testing.T) {
 		t.Fatalf("p1 subnets: %v", got)
 	}
 
-	// Any project may create a port on a network it can use.
+	// Any project may create a port on a network it can use; on a
+	// dual-stack network it gets an address of each family, as in Neutron.
 	port := obj(a.must(p1, 201, "POST", "/v2.0/ports", `{"port": {"network_id": "`+sid+`", "name": "mine"}}`), "port")
 	fixed := port["fixed_ips"].([]any)
-	if len(fixed) != 1 || fixed[0].(map[string]any)["ip_address"] != "10.50.0.2" || port["project_id"] != "p1" || port["mac_address"] == "" {
+	if len(fixed) != 2 || fixed[0].(map[string]any)["ip_address"] != "10.50.0.2" || fixed[1].(map[string]any)["ip_address"] != "fd00:50::1" ||
+		port["project_id"] != "p1" || port["mac_address"] == "" {
 		t.Fatalf("port: %v", port)
 	}
 	_, out = a.do(p1, "POST", "/v2.0/ports", `{"port": {"network_id": "`+private["id"].(string)+`"}}`)

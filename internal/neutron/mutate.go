@@ -65,6 +65,7 @@ func (h *handler) createSubnet(tx store.Tx, attrs map[string]json.RawMessage, pr
 	if raw, ok := attrs["gateway_ip"]; ok && string(raw) == "null" {
 		spec.NoGateway = true
 	}
+	spec.NoDHCP = attrs["enable_dhcp"] != nil && !spec.EnableDHCP
 	spec.ProjectID = project
 	return createSubnet(tx, spec)
 }

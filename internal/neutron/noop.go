@@ -26,6 +26,11 @@ var (
 // Allocate answers the request as it is.
 func (NoopAllocator) Allocate(_ store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) {
 	v := lbaas.VIP{Address: r.Address, SubnetID: r.SubnetID, NetworkID: r.NetworkID, PortID: r.PortID}
+	if v.NetworkID == "" {
+		// As Octavia's noop driver: every subnet is on the network of
+		// the load balancer's VIP.
+		v.NetworkID = r.VIPNetworkID
+	}
 	if v.Address == "" {
 		h := fnv.New32a()
 		h.Write([]byte(r.LoadBalancerID))

@@ -50,6 +50,8 @@ func createNetwork(tx store.Tx, n Network) (Network, error) {
 type subnetSpec struct {
 	Subnet
 	NoGateway bool
+	// NoDHCP is an explicit "enable_dhcp": false.
+	NoDHCP bool
 }
 
 // createSubnet checks and stores a new subnet under the subnet set's
@@ -76,6 +78,9 @@ func createSubnet(tx store.Tx, spec subnetSpec) (Subnet, error) {
 	}
 	if spec.IPVersion != 0 && spec.IPVersion != version {
 		return Subnet{}, invalidInput("Cidr %s does not match ip_version %d", p, spec.IPVersion)
+	}
+	if err := checkIPv6Modes(version, p, spec.IPv6RAMode, spec.IPv6AddressMode, spec.NoDHCP); err != nil {
+		return Subnet{}, err
 	}
 	if err := checkOverlap(tx, net.ID, p); err != nil {
 		return Subnet{}, err

@@ -134,15 +134,9 @@ func bindPort(tx store.Tx, r VIPRequest, addr netip.Addr) (VIP, error) {
 	if r.NetworkID != "" && r.NetworkID != d.NetworkID {
 		return VIP{}, lbaas.Validation("Port %s is not on network %s.", d.ID, r.NetworkID)
 	}
-	var ip *FixedIP
-	for i, f := range d.FixedIPs {
-		if (r.SubnetID == "" || f.SubnetID == r.SubnetID) && (!addr.IsValid() || f.IPAddress == addr.String()) {
-			ip = &d.FixedIPs[i]
-			break
-		}
-	}
-	if ip == nil {
-		return VIP{}, lbaas.Validation("Port %s has no fixed IP matching the requested VIP subnet or address.", d.ID)
+	ip, err := portVIP(d.FixedIPs, r.SubnetID, addr)
+	if err != nil {
+		return VIP{}, err
 	}
 	d.PrevDeviceOwner = d.DeviceOwner
 	d.DeviceOwner = DeviceOwnerLB
@@ -157,6 +151,32 @@ func bindPort(tx store.Tx, r VIPRequest, addr netip.Addr) (VIP, error) {
 		return VIP{}, err
 	}
 	return VIP{Address: ip.IPAddress, PortID: d.ID, SubnetID: ip.SubnetID, NetworkID: d.NetworkID}, nil
+}
+
+// portVIP picks the fixed IP of a user's port that becomes the VIP, as
+// Octavia does: the first on the requested subnet, else the one equal to
+// the requested address, else the port's only one. A port on a network of
+// both families has one of each, so it needs a subnet or an address.
+func portVIP(ips []FixedIP, subnetID string, addr netip.Addr) (*FixedIP, error) {
+	switch {
+	case subnetID != "":
+		for i, f := range ips {
+			if f.SubnetID == subnetID {
+				return &ips[i], nil
+			}
+		}
+		return nil, lbaas.Validation("No VIP address found on the specified VIP port within the specified subnet.")
+	case addr.IsValid():
+		for i, f := range ips {
+			if a, err := netip.ParseAddr(f.IPAddress); err == nil && a.Unmap() == addr {
+				return &ips[i], nil
+			}
+		}
+		return nil, lbaas.Validation("Specified VIP address not found on the specified VIP port.")
+	case len(ips) == 1:
+		return &ips[0], nil
+	}
+	return nil, lbaas.Validation("VIP port's subnet could not be determined. Please specify either a VIP subnet or address.")
 }
 
 // usable reports whether project may put a port on a network (or its
@@ -234,7 +254,8 @@ func GetSubnet(tx store.ReadTx, id string) (Subnet, error) {
 }
 
 // EnsureDefault makes sure an admin-owned shared network called name with
-// a subnet of cidr exists, creating what is missing, and returns both. It is
+// a subnet of cidr exists, creating what is missing, and returns both. The
+// subnet is called name-subnet, or name-subnet6 if cidr is IPv6. It is
 // idempotent, so the server calls it at every start; calling it with another
 // name makes a second network.
 func EnsureDefault(ctx context.Context, s store.Store, name, cidr string) (Network, Subnet, error) {
@@ -302,7 +323,11 @@ func ensureDefault(ctx context.Context, s store.Store, name, cidr string, extern
 				return nil
 			}
 		}
-		sub, err = createSubnet(tx, subnetSpec{Subnet: Subnet{Name: name + "-subnet", NetworkID: net.ID, CIDR: p.String(), ProjectID: AdminProject}})
+		subName := name + "-subnet"
+		if p.Addr().Is6() {
+			subName += "6"
+		}
+		sub, err = createSubnet(tx, subnetSpec{Subnet: Subnet{Name: subName, NetworkID: net.ID, CIDR: p.String(), ProjectID: AdminProject}})
 		if err != nil {
 			return fmt.Errorf("network %s (%s): %w", name, net.ID, err)
 		}

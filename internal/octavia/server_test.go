@@ -34,7 +34,11 @@ func (f *fakeVIPs) Allocate(_ store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.n++
-	return lbaas.VIP{Address: fmt.Sprintf("198.19.0.%d", f.n), PortID: fmt.Sprintf("00000000-0000-0000-0000-%012d", f.n), SubnetID: r.SubnetID, NetworkID: "net", Owned: true}, nil
+	addr := r.Address
+	if addr == "" {
+		addr = fmt.Sprintf("198.19.0.%d", f.n)
+	}
+	return lbaas.VIP{Address: addr, PortID: fmt.Sprintf("00000000-0000-0000-0000-%012d", f.n), SubnetID: r.SubnetID, NetworkID: "net", Owned: true}, nil
 }
 
 func (f *fakeVIPs) Release(store.Tx, string) error { return nil }

@@ -32,11 +32,13 @@ type cluster struct {
 	// identityDirs, if set, keep the identities of the named nodes'
 	// agents from one agent to the next.
 	identityDirs map[string]string
-	stops        []func()
-	t            *testing.T
-	dsn          string
-	dir          string
-	token        string
+	// options, if set, changes each replica's options.
+	options func(*server.Options)
+	stops   []func()
+	t       *testing.T
+	dsn     string
+	dir     string
+	token   string
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -50,11 +52,15 @@ func (c *cluster) start(name string, ackTimeout time.Duration) *server.Server {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("replica", name)
 	}
-	s, err := server.Start(context.Background(), server.Options{
+	o := server.Options{
 		Listen: "127.0.0.1:0", AgentListen: "127.0.0.1:0", Database: c.dsn, DataDir: c.dir,
 		DefaultProject: "p1", AgentTokenFile: filepath.Join(c.dir, "agent-token"), VIPCIDR: "198.19.0.0/24",
 		ExternalVIPCIDR: "198.19.128.0/24", AckTimeout: ackTimeout, ReplicaID: name, LeaseTTL: time.Second, IdentityTTL: c.identityTTL,
-	}, log)
+	}
+	if c.options != nil {
+		c.options(&o)
+	}
+	s, err := server.Start(context.Background(), o, log)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -52,9 +53,14 @@ type Options struct {
 	DefaultProject  string
 	VIPCIDR         string
 	ExternalVIPCIDR string
-	AgentListen     string
-	AgentTokenFile  string
-	AckTimeout      time.Duration
+	// VIPCIDR6 and ExternalVIPCIDR6 add an IPv6 subnet to the same two
+	// networks, so that a load balancer has VIPs of both families
+	// (additional_vips must share the VIP's network). Empty: none.
+	VIPCIDR6         string
+	ExternalVIPCIDR6 string
+	AgentListen      string
+	AgentTokenFile   string
+	AckTimeout       time.Duration
 	// StatsMetrics is the level of the statistics series on /metrics:
 	// listener (default), loadbalancer or none.
 	StatsMetrics string
@@ -278,17 +284,26 @@ func openStore(ctx context.Context, o Options, log *slog.Logger) (store.Store, s
 func ensureVIPSubnets(ctx context.Context, st store.Store, o Options, log *slog.Logger) error {
 	// The external network is router:external: floating IPs come from it.
 	for _, d := range []struct {
-		name, cidr string
-		ensure     func(context.Context, store.Store, string, string) (neutron.Network, neutron.Subnet, error)
-	}{{"flowlb-vip", o.VIPCIDR, neutron.EnsureDefault}, {"flowlb-external", o.ExternalVIPCIDR, neutron.EnsureExternal}} {
+		name, flag, cidr string
+		v6               bool
+		ensure           func(context.Context, store.Store, string, string) (neutron.Network, neutron.Subnet, error)
+	}{
+		{"flowlb-vip", "vip-cidr", o.VIPCIDR, false, neutron.EnsureDefault},
+		{"flowlb-external", "external-vip-cidr", o.ExternalVIPCIDR, false, neutron.EnsureExternal},
+		{"flowlb-vip", "vip-cidr6", o.VIPCIDR6, true, neutron.EnsureDefault},
+		{"flowlb-external", "external-vip-cidr6", o.ExternalVIPCIDR6, true, neutron.EnsureExternal},
+	} {
 		if d.cidr == "" {
 			continue
+		}
+		if p, err := netip.ParsePrefix(d.cidr); err == nil && d.v6 != p.Addr().Is6() {
+			return fmt.Errorf("--%s %s: not an IPv%s prefix", d.flag, d.cidr, map[bool]string{false: "4", true: "6"}[d.v6])
 		}
 		net, sub, err := d.ensure(ctx, st, d.name, d.cidr)
 		if err != nil {
 			return fmt.Errorf("default VIP subnet %s: %w", d.name, err)
 		}
-		log.Info("VIP subnet ready", "network", d.name, "network_id", net.ID, "subnet_id", sub.ID, "cidr", d.cidr)
+		log.Info("VIP subnet ready", "network", d.name, "network_id", net.ID, "subnet", sub.Name, "subnet_id", sub.ID, "cidr", d.cidr)
 	}
 	return nil
 }

@@ -6,8 +6,6 @@
 package flow
 
 import (
-	"net/netip"
-
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lbaas"
 )
@@ -56,11 +54,6 @@ func l4(protocol string) bool {
 	return ok
 }
 
-func is6(s string) bool {
-	a, err := netip.ParseAddr(s)
-	return err == nil && !a.Unmap().Is4()
-}
-
 func refuse(format string, args ...any) error {
 	return lbaas.Unsupported(Name, format, args...)
 }
@@ -73,22 +66,9 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 	if len(t.LB.VIPSGIDs) > 0 {
 		return refuse("VIP security groups are not supported.")
 	}
-	// The data plane is IPv4-only: an IPv6 address would be stored and
-	// never forwarded.
-	vips := []string{t.LB.VIPAddress}
-	for _, v := range t.LB.AdditionalVIPs {
-		vips = append(vips, v.IPAddress)
-	}
-	for _, a := range vips {
-		if is6(a) {
-			return refuse("IPv6 VIP address %s is not supported; the flow data plane is IPv4-only.", a)
-		}
-	}
-	for _, m := range t.Members {
-		if is6(m.Address) || (m.MonitorAddress != nil && is6(*m.MonitorAddress)) {
-			return refuse("IPv6 member address %s is not supported; the flow data plane is IPv4-only.", m.Address)
-		}
-	}
+	// Both address families are served: each VIP forwards to the members
+	// of its own family (internal/compiler), so an IPv4 and an IPv6
+	// member may share a pool, as under Octavia's amphora provider.
 	for _, l := range t.Listeners {
 		if !l4(l.Protocol) {
 			return refuse("%s protocol listeners are not supported; use TCP, UDP or SCTP.", l.Protocol)

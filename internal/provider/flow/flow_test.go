@@ -58,14 +58,16 @@ func TestCheck(t *testing.T) {
 			t.LB.VIPAddress = "198.18.0.10"
 			t.Members = []*lbaas.Member{{PoolID: "pool", Address: "198.18.1.2"}}
 		}, ""},
-		{"IPv6 VIP", func(t *lbaas.Tree) { t.LB.VIPAddress = "2001:db8::10" }, "IPv6 VIP address 2001:db8::10"},
-		{"IPv6 additional VIP", func(t *lbaas.Tree) {
-			t.LB.AdditionalVIPs = []lbaas.AdditionalVIP{{IPAddress: "2001:db8::11"}}
-		}, "IPv6 VIP address 2001:db8::11"},
-		{"IPv6 member", func(t *lbaas.Tree) { t.Members = []*lbaas.Member{{PoolID: "pool", Address: "2001:db8::2"}} }, "IPv6 member address 2001:db8::2"},
-		{"IPv6 monitor address", func(t *lbaas.Tree) {
-			t.Members = []*lbaas.Member{{PoolID: "pool", Address: "198.18.1.2", MonitorAddress: sp("2001:db8::3")}}
-		}, "IPv6 member address"},
+		{"IPv6 VIP and member", func(t *lbaas.Tree) {
+			t.LB.VIPAddress = "2001:2::10"
+			t.Members = []*lbaas.Member{{PoolID: "pool", Address: "2001:2::2", MonitorAddress: sp("2001:2::3")}}
+		}, ""},
+		{"dual-stack VIPs, members of both families", func(t *lbaas.Tree) {
+			t.LB.VIPAddress = "198.18.0.10"
+			t.LB.AdditionalVIPs = []lbaas.AdditionalVIP{{IPAddress: "2001:2::11"}}
+			t.Listeners[0].AllowedCIDRs = []string{"198.18.0.0/16", "2001:2::/48"}
+			t.Members = []*lbaas.Member{{PoolID: "pool", Address: "198.18.1.2"}, {PoolID: "pool", Address: "2001:2::2"}}
+		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := New(Immediate{}).Check(tree(tc.edit))

@@ -170,10 +170,9 @@ test_with_noop = True
 provider = flow
 RBAC_test_type = $rbac
 enabled_provider_drivers = $providers
-# The flow provider refuses IPv6 VIPs and members (501). With this True,
-# test_load_balancer_ipv6_create skips on that refusal, but MemberAPITest1
-# builds its load balancer on an IPv6 VIP and all its IPv4 tests skip too.
-test_with_ipv6 = False
+# IPv6 VIPs and members are served: the suite then builds its shared load
+# balancers on IPv6 VIPs and puts IPv4 and IPv6 members in their pools.
+test_with_ipv6 = True
 enforce_new_defaults = $new_defaults
 build_interval = 0.2
 build_timeout = 60
