@@ -218,6 +218,75 @@ func TestController(t *testing.T) {
 	}
 }
 
+// TestDualStack: a dual-stack LoadBalancer Service (IPv6 first) is one
+// load balancer with the EndpointSlices of both families as members and
+// both external addresses in its ingress, IPv6 first; made single-stack
+// IPv4, its load balancer is replaced and the ingress keeps the IPv4
+// address only.
+func TestDualStack(t *testing.T) {
+	api := lbtest.New(t)
+	cluster6, ext6 := api.IPv6(t)
+	o := &kubelb.Octavia{Client: api.Client, Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet, ClusterIPSubnet6: cluster6, ExternalSubnet6: ext6}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	pub := svc("pub", corev1.ServiceTypeLoadBalancer, "2001:2:0:a000::10")
+	pub.Spec.ClusterIPs = []string{"2001:2:0:a000::10", "198.19.64.20"}
+	pub.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
+	pub.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+	v6 := epSlice("pub", "2001:2:0:17::2", "2001:2:0:18::2")
+	v6.Name, v6.AddressType = "pub-v6", discoveryv1.AddressTypeIPv6
+	client := fake.NewClientset(pub, epSlice("pub", "198.18.17.2", "198.18.18.2"), v6)
+	h := &harness{t: t, api: api, o: o, client: client}
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 2) }()
+
+	ingress := func(want int) func() (bool, string) {
+		return func() (bool, string) {
+			s, err := client.CoreV1().Services("default").Get(ctx, "pub", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			var ips []string
+			for _, in := range s.Status.LoadBalancer.Ingress {
+				if in.IPMode == nil || *in.IPMode != corev1.LoadBalancerIPModeVIP {
+					return false, fmt.Sprintf("ingress %+v without ipMode VIP", in)
+				}
+				ips = append(ips, in.IP)
+			}
+			ok := len(ips) == want && strings.HasPrefix(ips[len(ips)-1], "198.19.1")
+			if want == 2 {
+				ok = ok && strings.HasPrefix(ips[0], "2001:2:0:c000:")
+			}
+			return ok, fmt.Sprintf("ingress %v", ips)
+		}
+	}
+	testutil.Eventually(t, within, "the members of both families", h.memberCount("pub", 4))
+	testutil.Eventually(t, within, "the IPv6 and the IPv4 external address in the ingress", ingress(2))
+	lb, err := o.Find(ctx, kubelb.Name("lab", "default", "pub"))
+	if err != nil || lb == nil || lb.VIPSubnetID != ext6 || len(lb.AdditionalVIPs) != 3 {
+		t.Fatalf("load balancer %+v (%v), want its VIP on the IPv6 external subnet and three additional VIPs", lb, err)
+	}
+
+	// Made single-stack IPv4 (as Kubernetes allows): one family left.
+	pub, err = client.CoreV1().Services("default").Get(ctx, "pub", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.Spec.ClusterIP, pub.Spec.ClusterIPs, pub.Spec.IPFamilies = "198.19.64.20", []string{"198.19.64.20"}, []corev1.IPFamily{corev1.IPv4Protocol}
+	pub.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+	if _, err := client.CoreV1().Services("default").Update(ctx, pub, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, within, "the IPv4 members only", h.memberCount("pub", 2))
+	testutil.Eventually(t, within, "the IPv4 external address alone in the ingress", ingress(1))
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestProviderRefusalAndTimeouts: a 501 from the Octavia API (a provider
 // that does not support what the Service asks) is an InvalidService event,
 // not an endless retry; timeout annotations reach the listeners, and a

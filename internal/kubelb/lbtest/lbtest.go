@@ -30,6 +30,8 @@ type API struct {
 	URL                           string
 	Client                        *gophercloud.ServiceClient
 	ClusterSubnet, ExternalSubnet string
+	// NetworkID holds both subnets (and IPv6's).
+	NetworkID string
 }
 
 // New starts the server for the duration of t.
@@ -48,9 +50,18 @@ func New(t testing.TB) *API {
 	}
 	srv := httptest.NewServer(identity.NoAuth("kube", octavia.New(svc, neutron.NewHandler(st, log), log, octavia.Config{})))
 	t.Cleanup(srv.Close)
-	api := &API{URL: srv.URL, Client: NoAuthClient(srv.URL), ClusterSubnet: clusterSub.ID}
+	api := &API{URL: srv.URL, Client: NoAuthClient(srv.URL), ClusterSubnet: clusterSub.ID, NetworkID: net.ID}
 	api.ExternalSubnet = api.post(t, "subnets", map[string]any{"network_id": net.ID, "cidr": "198.19.128.0/17", "ip_version": 4, "name": "ext"})
 	return api
+}
+
+// IPv6 adds an IPv6 cluster-IP subnet (2001:2:0:a000::/112) and an IPv6
+// external one (2001:2:0:c000::/64) to the network and returns their IDs.
+func (a *API) IPv6(t testing.TB) (cluster, external string) {
+	t.Helper()
+	cluster = a.post(t, "subnets", map[string]any{"network_id": a.NetworkID, "cidr": "2001:2:0:a000::/112", "ip_version": 6, "name": "cluster6", "gateway_ip": nil})
+	external = a.post(t, "subnets", map[string]any{"network_id": a.NetworkID, "cidr": "2001:2:0:c000::/64", "ip_version": 6, "name": "ext6", "gateway_ip": nil})
+	return cluster, external
 }
 
 // FloatingNetwork creates a router:external network named name with a
