@@ -13,7 +13,21 @@ import (
 
 // bookkeeping renders what the data plane believes the kernel holds.
 func bookkeeping(dp *Dataplane) string {
-	return fmt.Sprint(dp.Dump(), dp.refs, dp.chainRefs, dp.chains)
+	s := fmt.Sprint(dp.Dump())
+	for _, p := range dp.planes {
+		s += fmt.Sprint(" ", p.fam.name, p.refs, p.chainRefs, p.chains)
+	}
+	return s
+}
+
+// recorded counts what the data plane's planes record: services,
+// backends and class chains.
+func recorded(dp *Dataplane) int {
+	n := 0
+	for _, p := range dp.planes {
+		n += len(p.programmed) + len(p.refs) + len(p.chainRefs) + len(p.chains)
+	}
+	return n
 }
 
 func tableOf(services ...flows.Service) flows.Table {
@@ -115,7 +129,7 @@ func TestConvergesUnderFailures(t *testing.T) {
 		if refused == 0 {
 			t.Errorf("seed %d: no Flush failed; the test proves nothing", seed)
 		}
-		if len(dp.programmed)+len(dp.refs)+len(dp.chainRefs)+len(dp.chains) != 0 {
+		if recorded(dp) != 0 {
 			t.Errorf("seed %d: bookkeeping left with no services: %s", seed, bookkeeping(dp))
 		}
 	}

@@ -57,7 +57,7 @@ func FuzzPlan(f *testing.F) {
 	f.Fuzz(func(t *testing.T, first, second []byte) {
 		st := newState("n1")
 		st.zone = "zone-a"
-		sc := testSchema()
+		sc := testSchema(ipv4)
 		for _, batch := range [][]byte{first, second} {
 			upserts, deletes := fuzzServices(batch)
 			p, err := st.plan(sc, upserts, deletes)

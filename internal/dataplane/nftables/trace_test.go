@@ -155,7 +155,7 @@ func TestRulesMatchKernel(t *testing.T) {
 		if err := dp.Sync(context.Background(), tab); err != nil {
 			t.Fatal(err)
 		}
-		want, err := dp.traceChains()
+		want, err := dp.plane(ipv4).traceChains(false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +180,7 @@ func TestRulesMatchKernel(t *testing.T) {
 				// sends 1. TestStatsCountTraffic shows what they do.
 				continue
 			}
-			rules, err := dp.conn.GetRules(dp.table, c)
+			rules, err := dp.conn.GetRules(dp.plane(ipv4).table, c)
 			if err != nil {
 				t.Fatal(err)
 			}
