@@ -46,9 +46,10 @@ func steps() []flows.Table {
 	sticky := persistent(time.Minute)
 	return []flows.Table{
 		tableOf(web(flows.SourceIP, b1, b2), dns),
-		tableOf(edit(web(flows.SourceIP, b1, b2), sticky), edit(other, sticky), dns),
-		tableOf(edit(web(flows.SourceIP, b1, b2, b3), limited(10)), edit(other, sticky), service("198.19.0.53", flows.UDP, 53, flows.SourceIPPort, b3)),
-		tableOf(edit(web(flows.RoundRobin, b2), func(s *flows.Service) { s.LocalOnly = true }), edit(other, limited(10))),
+		tableOf(edit(web(flows.SourceIP, b1, b2), sticky), edit(other, sticky), dns, edit(web6(flows.SourceIP, b6a, b6b), sticky)),
+		tableOf(edit(web(flows.SourceIP, b1, b2, b3), limited(10)), edit(other, sticky), service("198.19.0.53", flows.UDP, 53, flows.SourceIPPort, b3),
+			edit(web6(flows.RoundRobin, b6b), limited(10))),
+		tableOf(edit(web(flows.RoundRobin, b2), func(s *flows.Service) { s.LocalOnly = true }), edit(other, limited(10)), web6(flows.RoundRobin)),
 		tableOf(edit(web(flows.RoundRobin), limited(20)), edit2(other, sticky, limited(10))),
 		tableOf(),
 	}
