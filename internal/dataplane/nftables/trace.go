@@ -55,8 +55,8 @@ type Verdict struct {
 // table that cannot be read gives the action "error".
 func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
 	pl := d.plane(familyOf(p.Dst))
-	if pl == nil {
-		return Verdict{Action: "error", Reason: fmt.Sprintf("no table for destination %v", p.Dst)}
+	if pl == nil || familyOf(p.Src) != pl.fam {
+		return Verdict{Action: "error", Reason: fmt.Sprintf("no table for a packet from %v to %v", p.Src, p.Dst)}
 	}
 	chains, err := pl.traceChains(d.uncounted)
 	if err != nil {

@@ -29,8 +29,7 @@ func addrPort(b flows.Backend) netip.AddrPort { return netip.AddrPortFrom(b.Addr
 // table holds, the slot from the kernel's jhash of the source.
 func expectedBackend(backends []flows.Backend, alg flows.Algorithm, p Packet) netip.AddrPort {
 	table := flows.Maglev(backends, Slots)
-	a := p.Src.As4()
-	in := a[:]
+	in := p.Src.AsSlice()
 	if alg == flows.SourceIPPort {
 		in = binary.BigEndian.AppendUint16(in, p.SrcPort)
 	}
