@@ -191,7 +191,7 @@ func (r *run) eval(e expr.Any) (next bool, res result, err error) {
 // rules read them.
 func (r *run) headers() (network, transport []byte) {
 	network = make([]byte, r.fam.daddrOff+r.fam.addrLen)
-	if r.fam == ipv4 {
+	if r.fam.addrLen == 4 {
 		network[0], network[9] = 0x45, r.pkt.proto
 	} else {
 		network[0], network[6] = 0x60, r.pkt.proto

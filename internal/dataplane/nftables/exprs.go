@@ -157,12 +157,8 @@ func (f *family) writeDst(p byte) []expr.Any {
 // then overwrites with the new address (nft_payload_set_eval), so that
 // only the pseudo-header update remains.
 func (f *family) writeDaddr() []expr.Any {
-	csumOffset := uint32(10) // the IPv4 header checksum
-	if f == ipv6 {
-		csumOffset = f.daddrOff
-	}
 	return one(&expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: regDaddr, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddrOff, Len: f.addrLen,
-		CsumType: expr.CsumTypeInet, CsumOffset: csumOffset, CsumFlags: unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR})
+		CsumType: expr.CsumTypeInet, CsumOffset: f.daddrCsum, CsumFlags: unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR})
 }
 
 // nodePortKey loads <any> . l4proto . dport from regDaddr: a node-port

@@ -29,6 +29,9 @@ type family struct {
 	// portUnreach is the ICMP (ICMPv6) destination-unreachable code a
 	// refused connection that is not TCP gets.
 	portUnreach uint8
+	// daddrCsum is the header checksum a destination rewrite updates
+	// (writeDaddr; IPv6 has none: its destination address itself).
+	daddrCsum uint32
 	// Registers (NFT_REG32_00 = 8 … 23; the 16-byte register 1 overlaps
 	// 8–11 and receives a slot's address . port): the service key
 	// daddr . l4proto . dport from regDaddr, the slot (or a source
@@ -41,10 +44,10 @@ const regDaddr, regData, regMark = 8, 1, 20
 
 var (
 	ipv4 = &family{name: "ip", table: nftables.TableFamilyIPv4, addrLen: 4, saddrOff: 12, daddrOff: 16, addrType: nftables.TypeIPAddr,
-		nfproto: unix.NFPROTO_IPV4, af: unix.AF_INET, any: netip.IPv4Unspecified(), portUnreach: 3, // ICMP_PORT_UNREACH
+		nfproto: unix.NFPROTO_IPV4, af: unix.AF_INET, any: netip.IPv4Unspecified(), portUnreach: 3 /* ICMP_PORT_UNREACH */, daddrCsum: 10,
 		regProto: 9, regDport: 10, regSlot: 11, regHashIn: 12, regScratch: 21}
 	ipv6 = &family{name: "ip6", table: nftables.TableFamilyIPv6, addrLen: 16, saddrOff: 8, daddrOff: 24, addrType: nftables.TypeIP6Addr,
-		nfproto: unix.NFPROTO_IPV6, af: unix.AF_INET6, any: netip.IPv6Unspecified(), portUnreach: 4, // ICMPV6_PORT_UNREACH
+		nfproto: unix.NFPROTO_IPV6, af: unix.AF_INET6, any: netip.IPv6Unspecified(), portUnreach: 4 /* ICMPV6_PORT_UNREACH */, daddrCsum: 24,
 		regProto: 12, regDport: 13, regSlot: 14, regHashIn: 15, regScratch: 16}
 	// families are the tables, in the order they are programmed.
 	families = []*family{ipv4, ipv6}
@@ -59,6 +62,12 @@ func familyOf(a netip.Addr) *family {
 		return ipv6
 	}
 	return nil
+}
+
+// carries reports whether the table of f carries address a.
+func (f *family) carries(a netip.Addr) bool {
+	g := familyOf(a)
+	return g != nil && g.addrLen == f.addrLen
 }
 
 // words is how many 32-bit registers n bytes take.

@@ -72,7 +72,7 @@ func chainParam(name, prefix string) (int64, bool) {
 
 // programmable reports whether the table of family f can carry s.
 func programmable(f *family, s flows.Service) bool {
-	return familyOf(s.Key.VIP) == f && protoNum[s.Key.Protocol] != 0
+	return f.carries(s.Key.VIP) && protoNum[s.Key.Protocol] != 0
 }
 
 // footprintOf computes the footprint of s on the node named node, in zone.

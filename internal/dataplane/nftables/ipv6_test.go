@@ -42,7 +42,7 @@ var vip6Key = flows.Key{VIP: netip.MustParseAddr(vip6), Protocol: flows.TCP, Por
 // waits for its local route, which the kernel adds a moment later (until
 // then, a reset or ICMPv6 error to the address finds no route and is
 // lost).
-func addr6(t *testing.T, link netlink.Link, a string, bits int) {
+func addr6(t testing.TB, link netlink.Link, a string, bits int) {
 	t.Helper()
 	ip := net.ParseIP(a)
 	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, 128)}, Flags: unix.IFA_F_NODAD}); err != nil {
@@ -57,7 +57,7 @@ func addr6(t *testing.T, link netlink.Link, a string, bits int) {
 
 // setup6 puts the backends and a node address on lo and routes the VIPs
 // to it.
-func setup6(t *testing.T) {
+func setup6(t testing.TB) {
 	t.Helper()
 	lo, _ := netlink.LinkByName("lo")
 	for _, a := range append(append([]string{}, backends6...), nodeAddr, "2001:2:0:1::2") {
@@ -137,7 +137,7 @@ func inside(t *testing.T, ns netns.NsHandle, fn func()) {
 }
 
 // serve6 answers every TCP connection with "<backend> <client address>".
-func serve6(t *testing.T, addr string) net.Listener {
+func serve6(t testing.TB, addr string) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp6", net.JoinHostPort(addr, "8080"))
 	if err != nil {
@@ -157,7 +157,7 @@ func serve6(t *testing.T, addr string) net.Listener {
 	return ln
 }
 
-func serveAll6(t *testing.T) (stop func()) {
+func serveAll6(t testing.TB) (stop func()) {
 	var lns []net.Listener
 	for _, a := range backends6 {
 		lns = append(lns, serve6(t, a))

@@ -110,12 +110,13 @@ func (f *family) keyType() nftables.SetDatatype {
 	return nftables.MustConcatSetType(f.addrType, nftables.TypeInetProto, nftables.TypeInetService)
 }
 
-// tableFamily is the family of a flowlb table.
+// tableFamily is the family of a flowlb table: ip, or ip6 (or the inet
+// table BenchmarkIPv6TableFamily measures in its place).
 func tableFamily(t *nftables.Table) *family {
-	if t.Family == nftables.TableFamilyIPv6 {
-		return ipv6
+	if t.Family == nftables.TableFamilyIPv4 {
+		return ipv4
 	}
-	return ipv4
+	return ipv6
 }
 
 // setSpecs are the table's sets, declared once.
