@@ -84,7 +84,7 @@ func BenchmarkConnRateFamilies(b *testing.B) {
 			return time.Since(t0)
 		}
 		run := func(to netip.AddrPort) connRate {
-			r := top.connect(b, to, 4, 3*time.Second)
+			r := top.connect(b, to, 4, 2*time.Second)
 			if r.errors > 0 {
 				b.Errorf("%s: %d errors, the first %v", to, r.errors, r.firstErr)
 			}
@@ -92,7 +92,7 @@ func BenchmarkConnRateFamilies(b *testing.B) {
 		}
 		// Rounds of direct and VIP runs of both families alternate, and
 		// the medians are compared: this machine is shared and noisy.
-		const rounds = 3
+		const rounds = 5
 		type cell struct{ rates, p50s []float64 }
 		cells := map[string]*cell{}
 		measure := func(name string, to netip.AddrPort) {
@@ -126,7 +126,7 @@ func BenchmarkConnRateFamilies(b *testing.B) {
 				}
 			}
 		}
-		fmt.Printf("\nnew TCP connections, client -> node -> server (4 workers, 3 s a run, medians of %d alternating rounds)\n", rounds)
+		fmt.Printf("\nnew TCP connections, client -> node -> server (4 workers, 2 s a run, medians of %d alternating rounds)\n", rounds)
 		fmt.Printf("| family | services | direct conn/s | VIP conn/s | VIP / direct | direct p50 µs | VIP p50 µs |\n|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, size := range sizes {
 			for _, f := range fams {

@@ -1,11 +1,12 @@
 // Package nftables programs flows into nftables tables of its own, ip
 // flowlb for IPv4 services and its twin ip6 flowlb for IPv6 ones, with a
-// number of rules that does not grow with the number of services: the VIP, protocol and port of a packet, together with a
-// slot number picked per new connection, are looked up in one map that
-// yields the backend to DNAT to. A change to a service is a few map
-// element updates, never a rule change, so its cost does not grow with the
-// number of services (the "slots" layout measured in the project's
-// data-plane experiments). docs/dataplane.md describes the table.
+// number of rules that does not grow with the number of services: the
+// VIP, protocol and port of a packet, together with a slot number picked
+// per new connection, are looked up in one map that yields the backend to
+// DNAT to. A change to a service is a few map element updates, never a
+// rule change, so its cost does not grow with the number of services (the
+// "slots" layout measured in the project's data-plane experiments).
+// docs/dataplane.md describes the tables.
 package nftables
 
 import (
@@ -54,7 +55,7 @@ type plane struct {
 	state
 }
 
-// plane is the plane of a family.
+// plane returns the plane of a family (nil: none).
 func (d *Dataplane) plane(f *family) *plane {
 	for _, p := range d.planes {
 		if p.fam == f {

@@ -149,8 +149,8 @@ func (p tablePlan) Empty() bool {
 
 // plan computes the transaction that programs upserts and removes deletes,
 // and the bookkeeping that follows: O(changes), whatever the number of
-// services, and no I/O. Services the table cannot carry (IPv6, or not TCP,
-// UDP or SCTP) are not programmed; nor are those of the other family.
+// services, and no I/O. Services the table cannot carry (of the other
+// family, or not TCP, UDP or SCTP) are not programmed.
 func (st *state) plan(sc schema, upserts []flows.Service, deletes []flows.Key) (tablePlan, error) {
 	p := tablePlan{fam: sc.fam, services: changedServices(sc.fam, upserts, deletes), refs: map[netip.Addr]int{}, chainRefs: map[string]int{}}
 	adds, dels := map[string][]nftables.SetElement{}, map[string][]nftables.SetElement{}
