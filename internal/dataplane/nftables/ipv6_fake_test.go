@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -104,5 +105,30 @@ TCP [2001:2:0:100::10]:80 SOURCE_IP [allowed 2001:2:0:11::/64]
 	WriteDump(&b2, again.Dump())
 	if b2.String() != want {
 		t.Errorf("dump after adoption:\n%s", b2.String())
+	}
+}
+
+// TestPodNetworksBothFamilies: the pod networks of each family go to its
+// table and read back as given (what agent trace uses); none at all puts
+// every source of both families inside.
+func TestPodNetworksBothFamilies(t *testing.T) {
+	dp, conn := fakeDataplane(t)
+	nets := []netip.Prefix{netip.MustParsePrefix("198.18.16.0/20"), netip.MustParsePrefix("198.18.40.0/24"),
+		netip.MustParsePrefix("2001:2:0:10::/60"), netip.MustParsePrefix("2001:2:ffff::/48")}
+	if err := dp.SetPodNetworks(nets); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := OpenWithConn(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := reader.PodNetworks(); err != nil || fmt.Sprint(got) != fmt.Sprint(nets) {
+		t.Errorf("pod networks %v (%v), want %v", got, err, nets)
+	}
+	if err := dp.SetPodNetworks(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := reader.PodNetworks(); err != nil || fmt.Sprint(got) != "[0.0.0.0/0 ::/0]" {
+		t.Errorf("no pod networks read back as %v (%v), want everything", got, err)
 	}
 }
