@@ -10,7 +10,7 @@ import (
 )
 
 // The expressions the rules are made of, in register terms (see the
-// register plan in schema.go).
+// register plans in family.go).
 
 func one(e ...expr.Any) []expr.Any { return e }
 
@@ -48,7 +48,8 @@ func lookup(s *nftables.Set, reg uint32) []expr.Any {
 	return one(&expr.Lookup{SourceRegister: reg, SetName: s.Name, SetID: s.ID})
 }
 
-// vmap jumps to the chain a verdict map names for the service in 8–10.
+// vmap jumps to the chain a verdict map names for the service key at
+// regDaddr.
 func vmap(s *nftables.Set) []expr.Any {
 	return one(&expr.Lookup{SourceRegister: regDaddr, SetName: s.Name, SetID: s.ID, DestRegister: 0, IsDestRegSet: true})
 }
