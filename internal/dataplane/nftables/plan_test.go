@@ -292,20 +292,27 @@ func elementLines(s string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestRuleset: the table's constant chains and a persistence and a limit
-// chain, as the kernel gets them (testdata/ruleset.txt).
+// TestRuleset: each table's constant chains and a persistence and a limit
+// chain, as the kernel gets them (testdata/ruleset.txt for ip,
+// testdata/ruleset-ip6.txt for ip6).
 func TestRuleset(t *testing.T) {
-	sc := testSchema(ipv4)
-	chains := baseChains(sc, true)
-	for _, name := range []string{persistChain(time.Minute), limitChain(100)} {
-		c, err := classChain(name, sc)
-		if err != nil {
-			t.Fatal(err)
+	for _, f := range families {
+		sc := testSchema(f)
+		chains := baseChains(sc, true)
+		for _, name := range []string{persistChain(time.Minute), limitChain(100)} {
+			c, err := classChain(name, sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chains = append(chains, c)
 		}
-		chains = append(chains, c)
-	}
-	golden(t, "testdata/ruleset.txt", chainsString(chains))
-	if _, err := classChain("persist_x", sc); err == nil {
-		t.Error("a chain of no known kind was made")
+		path := "testdata/ruleset.txt"
+		if f != ipv4 {
+			path = "testdata/ruleset-" + f.name + ".txt"
+		}
+		golden(t, path, chainsString(chains))
+		if _, err := classChain("persist_x", sc); err == nil {
+			t.Error("a chain of no known kind was made")
+		}
 	}
 }

@@ -302,6 +302,10 @@ func payloadName(e *expr.Payload) string {
 		return "ip saddr"
 	case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 16 && e.Len == 4:
 		return "ip daddr"
+	case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 8 && e.Len == 16:
+		return "ip6 saddr"
+	case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 24 && e.Len == 16:
+		return "ip6 daddr"
 	case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 0 && e.Len == 2:
 		return "th sport"
 	case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:
