@@ -168,7 +168,9 @@ func TestPingIPv6Sockets(t *testing.T) {
 		}
 		// The address's local route comes a moment after the address.
 		if err := testutil.Wait(2*time.Second, func() (bool, string) {
-			return probePing(context.Background(), netip.MustParseAddr("2001:2:0:2::1")) == nil, "no reply yet"
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			return probePing(ctx, netip.MustParseAddr("2001:2:0:2::1")) == nil, "no reply yet"
 		}); err != nil {
 			t.Error(err)
 			return
