@@ -74,7 +74,7 @@ func newAgentCmd() *cobra.Command {
 	f.BoolVar(&o.nodeZone, "zone-from-node", false, "when --zone is empty, read the zone from this node's topology.kubernetes.io/zone label (Kubernetes API, in-cluster config or $KUBECONFIG; needs get on nodes)")
 	f.StringVar(&o.removeOnDelete, "remove-on-delete", "", "NAMESPACE/NAME of this agent's DaemonSet: stopped by a signal while that DaemonSet is gone or being deleted, remove flowlb's nftables table instead of keeping the flows (an update or restart keeps them)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address)")
+	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks of either family, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address; given some, a family without one has every client masqueraded)")
 	f.StringSliceVar(&o.nodePortCIDRs, "nodeport-addresses", nil, "CIDRs: the node's addresses within them serve node ports, as kube-proxy's flag of that name (default: every address of the node but loopback; looked up every 10 s)")
 	f.StringVar(&o.healthz, "healthz-bind-address", "", "address of kube-proxy's node health endpoint, /healthz and /livez, 200 while the agent's table is in sync; 0.0.0.0:10256 where flowlb replaces kube-proxy (empty, the default: none, leaving kube-proxy its port); Services' health-check node ports are served on the --nodeport-addresses")
 	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics and /readyz (empty: none)")

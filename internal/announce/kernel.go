@@ -42,8 +42,7 @@ func (k *KernelTable) route(v netip.Addr) *netlink.Route {
 
 // List returns the VIPs of the table's announcement routes.
 func (k *KernelTable) List() ([]netip.Addr, error) {
-	// IPv4 only, as the data plane.
-	rs, err := k.h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: k.table, Protocol: Protocol}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+	rs, err := k.h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: k.table, Protocol: Protocol}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
 		return nil, err
 	}

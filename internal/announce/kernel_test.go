@@ -56,7 +56,7 @@ func TestKernelTable(t *testing.T) {
 			return
 		}
 		defer k.Close()
-		vips := []netip.Addr{netip.MustParseAddr("198.19.128.1"), netip.MustParseAddr("198.19.128.2")}
+		vips := []netip.Addr{netip.MustParseAddr("198.19.128.1"), netip.MustParseAddr("198.19.128.2"), netip.MustParseAddr("2001:2:0:180::1")}
 		for _, v := range vips {
 			if err := k.Add(v); err != nil {
 				t.Error(err)

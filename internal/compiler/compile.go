@@ -81,7 +81,10 @@ func Compile(t *lbaas.Tree) []flows.Service {
 			}
 		}
 		if slices.Contains(l.Tags, flows.TagNodePort) {
-			out = append(out, nodePort(base, proto, l.ProtocolPort))
+			out = append(out, nodePort(base, flows.NodePortVIP, proto, l.ProtocolPort))
+			if v6 := nodePort(base, flows.NodePortVIP6, proto, l.ProtocolPort); len(v6.Backends) > 0 {
+				out = append(out, v6)
+			}
 			continue
 		}
 		for _, vip := range withExternalIPs(vips, l.Tags) {
@@ -105,15 +108,16 @@ func Compile(t *lbaas.Tree) []flows.Service {
 	return out
 }
 
-// nodePort is the one service of a node-port listener: keyed by
-// flows.NodePortVIP, which each node's data plane serves on its own
-// addresses. The VIP port's security groups do not apply, as node ports
-// are not on that port; allowed_cidrs do.
-func nodePort(base flows.Service, proto flows.Protocol, port int) flows.Service {
+// nodePort is the service of a node-port listener for one family: keyed
+// by flows.NodePortVIP (flows.NodePortVIP6 for IPv6 members, when it has
+// any), which each node's data plane serves on its own addresses. The VIP
+// port's security groups do not apply, as node ports are not on that
+// port; allowed_cidrs do.
+func nodePort(base flows.Service, vip netip.Addr, proto flows.Protocol, port int) flows.Service {
 	s := base
-	s.Key = flows.Key{VIP: flows.NodePortVIP, Protocol: proto, Port: uint16(port)}
-	s.AllowedCIDRs = sameFamily(base.AllowedCIDRs, flows.NodePortVIP)
-	s.Backends = sameFamilyBackends(base.Backends, flows.NodePortVIP)
+	s.Key = flows.Key{VIP: vip, Protocol: proto, Port: uint16(port)}
+	s.AllowedCIDRs = sameFamily(base.AllowedCIDRs, vip)
+	s.Backends = sameFamilyBackends(base.Backends, vip)
 	return s
 }
 

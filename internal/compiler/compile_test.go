@@ -95,13 +95,13 @@ func TestCompile(t *testing.T) {
 			t.Listeners[0].AllowedCIDRs = []string{"fd00::/8"}
 			t.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.128.7", "198.19.0.10")}
 		}, ""},
-		{"node port: one service on every node's addresses, whatever the VIPs", func(t *lbaas.Tree) {
+		{"node port: one service per family on every node's addresses, whatever the VIPs", func(t *lbaas.Tree) {
 			t.LB.AdditionalVIPs = []lbaas.AdditionalVIP{{IPAddress: "198.19.0.11"}}
 			t.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.128.7", "198.19.0.10")}
 			t.Listeners[0].ProtocolPort = 30080
 			t.Listeners[0].Tags = []string{flows.TagNodePort}
-			t.Members = append(t.Members, member("m6", "fd00::2", 8080, 1))
-		}, "TCP 0.0.0.0:30080 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]"},
+			t.Members = append(t.Members, member("m6", "2001:2:0:11::2", 8080, 1))
+		}, "TCP 0.0.0.0:30080 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]; TCP :::30080 -> [2001:2:0:11::2:8080/1]"},
 		{"node port beside a VIP listener", func(t *lbaas.Tree) {
 			np := &lbaas.Listener{Base: base("np"), Protocol: "UDP", ProtocolPort: 30053, ConnectionLimit: -1}
 			np.Tags = []string{flows.TagNodePort}

@@ -42,13 +42,18 @@ type Key struct {
 	Port     uint16
 }
 
-// NodePortVIP is the VIP of a node-port service (0.0.0.0): no packet is
-// ever addressed to it, so it cannot clash with a real VIP.
-var NodePortVIP = netip.IPv4Unspecified()
+// NodePortVIP is the VIP of a node-port service (0.0.0.0), and
+// NodePortVIP6 that of its IPv6 twin (::), served on the node's IPv6
+// addresses: no packet is ever addressed to them, so they cannot clash
+// with a real VIP.
+var (
+	NodePortVIP  = netip.IPv4Unspecified()
+	NodePortVIP6 = netip.IPv6Unspecified()
+)
 
 // NodePort reports whether k is a node port, served on the node's own
 // addresses.
-func (k Key) NodePort() bool { return k.VIP == NodePortVIP }
+func (k Key) NodePort() bool { return k.VIP == NodePortVIP || k.VIP == NodePortVIP6 }
 
 // Backend is one member that may take new connections.
 type Backend struct {

@@ -105,7 +105,7 @@ func TestKeyNodePort(t *testing.T) {
 	for _, tc := range []struct {
 		vip  string
 		want bool
-	}{{"0.0.0.0", true}, {"198.19.0.10", false}, {"::", false}} {
+	}{{"0.0.0.0", true}, {"198.19.0.10", false}, {"::", true}, {"2001:2::10", false}} {
 		if got := (Key{VIP: netip.MustParseAddr(tc.vip), Protocol: TCP, Port: 30080}).NodePort(); got != tc.want {
 			t.Errorf("%s: NodePort %v, want %v", tc.vip, got, tc.want)
 		}

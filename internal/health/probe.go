@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 
 	"github.com/flowlb/flowlb/internal/flows"
 )
@@ -190,29 +191,55 @@ func probeUDP(ctx context.Context, addr string) error {
 
 var pingSeq atomic.Uint32
 
-// probePing sends one ICMP echo and waits for its reply.
-func probePing(ctx context.Context, a netip.Addr) error {
-	if !a.Is4() {
-		return errors.New("PING monitors probe IPv4 members only")
+// pingFamily is how one family pings: its ICMP sockets (datagram, which
+// the kernel allows unprivileged users in net.ipv4.ping_group_range, for
+// both families; raw otherwise), its echo types and its ICMP protocol
+// number, for parsing replies. The kernel fills in an ICMPv6 checksum
+// itself, over the pseudo-header it alone knows.
+type pingFamily struct {
+	dgram, raw, any string
+	echo, reply     icmp.Type
+	proto           int
+}
+
+var (
+	ping4 = pingFamily{dgram: "udp4", raw: "ip4:icmp", any: "0.0.0.0", echo: ipv4.ICMPTypeEcho, reply: ipv4.ICMPTypeEchoReply, proto: 1}
+	ping6 = pingFamily{dgram: "udp6", raw: "ip6:ipv6-icmp", any: "::", echo: ipv6.ICMPTypeEchoRequest, reply: ipv6.ICMPTypeEchoReply, proto: 58}
+)
+
+func pingFamilyOf(a netip.Addr) pingFamily {
+	if a.Is4() {
+		return ping4
 	}
-	// Unprivileged ICMP sockets when the kernel allows them, else raw.
-	network, laddr := "udp4", "0.0.0.0"
-	c, err := icmp.ListenPacket(network, laddr)
+	return ping6
+}
+
+// probePing sends one ICMP (ICMPv6) echo and waits for its reply, on a
+// datagram socket when the kernel allows one, else on a raw one.
+func probePing(ctx context.Context, a netip.Addr) error {
+	f := pingFamilyOf(a)
+	dgram := true
+	c, err := icmp.ListenPacket(f.dgram, f.any)
 	if err != nil {
-		network = "ip4:icmp"
-		if c, err = icmp.ListenPacket(network, laddr); err != nil {
+		dgram = false
+		if c, err = icmp.ListenPacket(f.raw, f.any); err != nil {
 			return fmt.Errorf("icmp socket: %w", err)
 		}
 	}
 	defer c.Close()
+	return ping(ctx, c, dgram, a, f)
+}
+
+// ping pings a over c, an ICMP socket of f, datagram or raw.
+func ping(ctx context.Context, c *icmp.PacketConn, dgram bool, a netip.Addr, f pingFamily) error {
 	id, seq := os.Getpid()&0xffff, int(pingSeq.Add(1)&0xffff)
-	msg := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: id, Seq: seq, Data: []byte("flowlb")}}
+	msg := icmp.Message{Type: f.echo, Body: &icmp.Echo{ID: id, Seq: seq, Data: []byte("flowlb")}}
 	b, err := msg.Marshal(nil)
 	if err != nil {
 		return err
 	}
 	var dst net.Addr = &net.IPAddr{IP: a.AsSlice()}
-	if network == "udp4" {
+	if dgram {
 		dst = &net.UDPAddr{IP: a.AsSlice()}
 	}
 	if _, err := c.WriteTo(b, dst); err != nil {
@@ -226,13 +253,13 @@ func probePing(ctx context.Context, a netip.Addr) error {
 		if err != nil {
 			return fmt.Errorf("no echo reply: %w", err)
 		}
-		m, err := icmp.ParseMessage(1, buf[:n])
-		if err != nil || m.Type != ipv4.ICMPTypeEchoReply {
+		m, err := icmp.ParseMessage(f.proto, buf[:n])
+		if err != nil || m.Type != f.reply {
 			continue
 		}
 		echo, ok := m.Body.(*icmp.Echo)
-		// Unprivileged sockets rewrite the id; match the sequence and peer.
-		if !ok || echo.Seq != seq || (network != "udp4" && echo.ID != id) || !sameHost(from, a) {
+		// Datagram sockets rewrite the id; match the sequence and peer.
+		if !ok || echo.Seq != seq || (!dgram && echo.ID != id) || !sameHost(from, a) {
 			continue
 		}
 		return nil

@@ -27,8 +27,9 @@ func Markdown(w io.Writer, r results.Run, images map[string]string) error {
 	}
 	b.WriteString("\nEach contest runs its contenders alternately, round after round, on the same lab; " +
 		"the tables give the median over the rounds, the spread (lowest–highest) and the ratio of the " +
-		"contender's median to flowlb's at the same size: the ratio is the headline, the absolute " +
-		"figures depend on the machine.\n")
+		"contender's median to flowlb's at the same size (above 1 where lower is better: flowlb is " +
+		"faster or cheaper by that factor): the ratio is the headline, the absolute figures " +
+		"depend on the machine. The load average above says how busy the machine was.\n")
 	for _, c := range r.Contests {
 		fmt.Fprintf(&b, "\n## %s\n\n", c.Title)
 		if img, ok := images[c.Name]; ok {

@@ -16,8 +16,8 @@ import (
 // service's elements back as its footprint, so that the first Sync changes
 // only what differs and no connection, established or new, notices the
 // restart. A table of another layout is not adopted (it is rebuilt).
-func (d *Dataplane) adopt() (bool, error) {
-	t, err := d.conn.ListTableOfFamily(tableName, nftables.TableFamilyIPv4)
+func (d *plane) adopt(uncounted bool) (bool, error) {
+	t, err := d.conn.ListTableOfFamily(tableName, d.fam.table)
 	if err != nil {
 		return false, nil // no table yet
 	}
@@ -25,7 +25,7 @@ func (d *Dataplane) adopt() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read sets: %w", err)
 	}
-	if !sameLayout(t, sets) || hasSet(sets, uncountedMarker) != d.uncounted {
+	if !sameLayout(t, sets) || hasSet(sets, uncountedMarker) != uncounted {
 		return false, nil
 	}
 	programmed, ok, err := d.readFootprints(t)
@@ -39,7 +39,7 @@ func (d *Dataplane) adopt() (bool, error) {
 	d.table, d.sets = t, setsByName(sets)
 	d.programmed, d.chains = programmed, chains
 	for _, e := range programmed {
-		for a := range e.fp.backends() {
+		for a := range e.fp.backends(d.fam) {
 			d.refs[a]++
 		}
 		for _, c := range e.fp.chains() {
@@ -71,7 +71,7 @@ func hasSet(sets []*nftables.Set, name string) bool {
 
 // readFootprints reads every service's elements back; false when one is
 // not of this layout.
-func (d *Dataplane) readFootprints(t *nftables.Table) (map[flows.Key]entry, bool, error) {
+func (d *plane) readFootprints(t *nftables.Table) (map[flows.Key]entry, bool, error) {
 	specs := setsByName(setSpecs(t))
 	programmed := map[flows.Key]entry{}
 	for _, name := range serviceSets {
@@ -82,7 +82,7 @@ func (d *Dataplane) readFootprints(t *nftables.Table) (map[flows.Key]entry, bool
 			return nil, false, fmt.Errorf("read %s: %w", name, err)
 		}
 		for _, el := range els {
-			k, e, ok := readElement(specs[name], el)
+			k, e, ok := d.fam.readElement(specs[name], el)
 			if !ok {
 				return nil, false, nil
 			}
@@ -99,8 +99,8 @@ func (d *Dataplane) readFootprints(t *nftables.Table) (map[flows.Key]entry, bool
 
 // readElement decodes an element of a per-service set read back from the
 // kernel.
-func readElement(spec *nftables.Set, el nftables.SetElement) (flows.Key, elem, bool) {
-	k, ok := parseKey(el.Key)
+func (f *family) readElement(spec *nftables.Set, el nftables.SetElement) (flows.Key, elem, bool) {
+	k, ok := f.parseKey(el.Key)
 	if !ok {
 		return k, elem{}, false
 	}
@@ -115,15 +115,15 @@ func readElement(spec *nftables.Set, el nftables.SetElement) (flows.Key, elem, b
 	}
 	if spec.Name != slotsMap {
 		e.val = nil
-	} else if len(e.val) < 8 {
+	} else if len(e.val) < int(f.backendLen()) {
 		return k, elem{}, false
 	}
 	return k, e, true
 }
 
 // readClassChains lists the persistence and limit chains of the table.
-func (d *Dataplane) readClassChains() (map[string]bool, error) {
-	chains, err := d.conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+func (d *plane) readClassChains() (map[string]bool, error) {
+	chains, err := d.conn.ListChainsOfTableFamily(d.fam.table)
 	if err != nil {
 		return nil, fmt.Errorf("read chains: %w", err)
 	}

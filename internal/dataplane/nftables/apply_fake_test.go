@@ -13,7 +13,21 @@ import (
 
 // bookkeeping renders what the data plane believes the kernel holds.
 func bookkeeping(dp *Dataplane) string {
-	return fmt.Sprint(dp.Dump(), dp.refs, dp.chainRefs, dp.chains)
+	s := fmt.Sprint(dp.Dump())
+	for _, p := range dp.planes {
+		s += fmt.Sprint(" ", p.fam.name, p.refs, p.chainRefs, p.chains)
+	}
+	return s
+}
+
+// recorded counts what the data plane's planes record: services,
+// backends and class chains.
+func recorded(dp *Dataplane) int {
+	n := 0
+	for _, p := range dp.planes {
+		n += len(p.programmed) + len(p.refs) + len(p.chainRefs) + len(p.chains)
+	}
+	return n
 }
 
 func tableOf(services ...flows.Service) flows.Table {
@@ -32,9 +46,10 @@ func steps() []flows.Table {
 	sticky := persistent(time.Minute)
 	return []flows.Table{
 		tableOf(web(flows.SourceIP, b1, b2), dns),
-		tableOf(edit(web(flows.SourceIP, b1, b2), sticky), edit(other, sticky), dns),
-		tableOf(edit(web(flows.SourceIP, b1, b2, b3), limited(10)), edit(other, sticky), service("198.19.0.53", flows.UDP, 53, flows.SourceIPPort, b3)),
-		tableOf(edit(web(flows.RoundRobin, b2), func(s *flows.Service) { s.LocalOnly = true }), edit(other, limited(10))),
+		tableOf(edit(web(flows.SourceIP, b1, b2), sticky), edit(other, sticky), dns, edit(web6(flows.SourceIP, b6a, b6b), sticky)),
+		tableOf(edit(web(flows.SourceIP, b1, b2, b3), limited(10)), edit(other, sticky), service("198.19.0.53", flows.UDP, 53, flows.SourceIPPort, b3),
+			edit(web6(flows.RoundRobin, b6b), limited(10))),
+		tableOf(edit(web(flows.RoundRobin, b2), func(s *flows.Service) { s.LocalOnly = true }), edit(other, limited(10)), web6(flows.RoundRobin)),
 		tableOf(edit(web(flows.RoundRobin), limited(20)), edit2(other, sticky, limited(10))),
 		tableOf(),
 	}
@@ -115,7 +130,7 @@ func TestConvergesUnderFailures(t *testing.T) {
 		if refused == 0 {
 			t.Errorf("seed %d: no Flush failed; the test proves nothing", seed)
 		}
-		if len(dp.programmed)+len(dp.refs)+len(dp.chainRefs)+len(dp.chains) != 0 {
+		if recorded(dp) != 0 {
 			t.Errorf("seed %d: bookkeeping left with no services: %s", seed, bookkeeping(dp))
 		}
 	}

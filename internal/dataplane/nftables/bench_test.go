@@ -4,14 +4,19 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
 
 	"github.com/flowlb/flowlb/internal/flows"
@@ -127,4 +132,135 @@ func unreclaimableSlab(b *testing.B) int64 {
 	}
 	b.Fatal("no SUnreclaim in /proc/meminfo")
 	return 0
+}
+
+// BenchmarkIPv6TableFamily is the measurement behind carrying IPv6 in an
+// ip6 table beside the ip one rather than in one inet table for both
+// (docs/dataplane.md): the same IPv6 rules and 10,000 IPv6 services in
+// an ip6 table and in an inet table, each beside the ip table with 10
+// IPv4 services, alternating in one namespace; the programming time of
+// the 10,000, and new connections per second through an IPv6 and an
+// IPv4 VIP on loopback (the node's own connections, through the output
+// hook). The inet variant has no "meta nfproto" dispatch, which a real
+// inet table needs in front of rules that read addresses: it is a lower
+// bound of that design's cost.
+//
+//	go test -run '^$' -bench IPv6TableFamily -benchtime 1x ./internal/dataplane/nftables/
+func BenchmarkIPv6TableFamily(b *testing.B) {
+	const rounds = 3
+	inet := *ipv6
+	inet.name, inet.table = "inet", nftables.TableFamilyINet
+	variants := []*family{ipv6, &inet}
+	v4 := svc(flows.RoundRobin, backendAddrs[0])
+	v6 := svc6(flows.RoundRobin, backends6[0])
+	for i := range 10000 {
+		a := netip.MustParseAddr("2001:2:0:100::1:0").As16()
+		a[14], a[15] = byte(i>>8), byte(i)
+		k := flows.Key{VIP: netip.AddrFrom16(a), Protocol: flows.TCP, Port: 80}
+		s := flows.Service{Key: k, Algorithm: flows.SourceIPPort}
+		for j := range 10 {
+			s.Backends = append(s.Backends, flows.Backend{Address: netip.MustParseAddr(fmt.Sprintf("2001:2:0:%x::%x", 0x11+j, 2+i%200)), Port: 8080, Weight: 1})
+		}
+		v6.Services[k] = s
+	}
+	for i := 0; i < b.N; i++ {
+		prog := map[string][]float64{}
+		rate := map[string][]float64{}
+		inNetnsB(b, func(ns netns.NsHandle) {
+			setup(b)
+			setup6(b)
+			defer serveAll(b)()
+			defer serveAll6(b)()
+			conn, err := nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(int(ns)), nftables.WithSockOptions(bigBuffers))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.CloseLasting()
+			for range rounds {
+				for _, f := range variants {
+					planes := []*plane{{conn: conn, schema: schema{fam: ipv4}, state: newState("n1")}, {conn: conn, schema: schema{fam: f}, state: newState("n1")}}
+					for pi, p := range planes {
+						tab := []flows.Table{v4, v6}[pi]
+						if err := p.create(false); err != nil {
+							b.Fatal(err)
+						}
+						var ups []flows.Service
+						for _, s := range tab.Services {
+							ups = append(ups, s)
+						}
+						t0 := time.Now()
+						tp, err := p.plan(p.schema, ups, nil)
+						if err == nil {
+							err = p.queue(tp)
+						}
+						if err == nil {
+							err = conn.Flush()
+						}
+						if err != nil {
+							b.Fatalf("%s: %v", f.name, err)
+						}
+						if pi == 1 {
+							prog[f.name] = append(prog[f.name], time.Since(t0).Seconds())
+						}
+					}
+					for _, to := range []string{"198.19.0.10:80", vip6Port} {
+						n := loopbackRate(b, ns, to, 2*time.Second)
+						rate[f.name+" "+to] = append(rate[f.name+" "+to], n)
+					}
+					for _, p := range planes {
+						conn.DelTable(p.table)
+					}
+					if err := conn.Flush(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		fmt.Printf("\nIPv6 in an ip6 table or an inet table, medians of %d alternating rounds (each beside the ip table)\n", rounds)
+		fmt.Printf("| table | 10,000 IPv6 services loaded (s) | IPv6 VIP conn/s | IPv4 VIP conn/s |\n|---|---:|---:|---:|\n")
+		for _, f := range variants {
+			fmt.Printf("| %s | %s | %s | %s |\n", f.name, spread(prog[f.name], "%.2f"), spread(rate[f.name+" "+vip6Port], "%.0f"), spread(rate[f.name+" 198.19.0.10:80"], "%.0f"))
+		}
+	}
+}
+
+// spread renders the median of xs and their range.
+func spread(xs []float64, format string) string {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return fmt.Sprintf(format+" ("+format+"–"+format+")", s[len(s)/2], s[0], s[len(s)-1])
+}
+
+// loopbackRate is the connections per second two workers in namespace
+// ns complete to target in d (connect, read the answer, close).
+func loopbackRate(b *testing.B, ns netns.NsHandle, target string, d time.Duration) float64 {
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread() // discarded with the namespace it is in
+			if err := netns.Set(ns); err != nil {
+				b.Error(err)
+				return
+			}
+			buf := make([]byte, 128)
+			for time.Now().Before(end) {
+				c, err := net.DialTimeout("tcp", target, time.Second)
+				if err != nil {
+					b.Errorf("%s: %v", target, err)
+					return
+				}
+				_ = c.SetDeadline(time.Now().Add(time.Second))
+				if _, err := c.Read(buf); err == nil {
+					total.Add(1)
+				}
+				c.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(total.Load()) / d.Seconds()
 }

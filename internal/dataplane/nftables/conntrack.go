@@ -35,31 +35,49 @@ func (c netlinkConntrack) forget(lost []lostBackend) error {
 		return err
 	}
 	defer h.Close()
-	var filters []netlink.CustomConntrackFilter
-	for _, l := range lost {
-		f := &netlink.ConntrackFilter{}
-		if err := f.AddProtocol(unix.IPPROTO_UDP); err != nil {
-			return err
-		}
-		// A node port's entries hold the node address the client used, not
-		// NodePortVIP (the rewrite comes after conntrack): any address.
-		if !l.key.NodePort() {
-			if err := f.AddIP(netlink.ConntrackOrigDstIP, l.key.VIP.AsSlice()); err != nil {
+	for _, f := range families {
+		var filters []netlink.CustomConntrackFilter
+		for _, l := range lost {
+			if familyOf(l.key.VIP) != f {
+				continue
+			}
+			cf, err := lostFilter(l)
+			if err != nil {
 				return err
 			}
+			filters = append(filters, cf)
 		}
-		if err := f.AddPort(netlink.ConntrackOrigDstPort, l.key.Port); err != nil {
-			return err
+		if len(filters) == 0 {
+			continue
 		}
-		if err := f.AddIP(netlink.ConntrackReplySrcIP, l.addr.AsSlice()); err != nil {
-			return err
+		if _, err := h.ConntrackDeleteFilters(netlink.ConntrackTable, netlink.InetFamily(f.af), filters...); err != nil {
+			return fmt.Errorf("delete UDP conntrack entries: %w", err)
 		}
-		filters = append(filters, f)
-	}
-	if _, err := h.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, filters...); err != nil {
-		return fmt.Errorf("delete UDP conntrack entries: %w", err)
 	}
 	return nil
+}
+
+// lostFilter matches the UDP flows from a service's VIP and port to a
+// backend it lost.
+func lostFilter(l lostBackend) (netlink.CustomConntrackFilter, error) {
+	f := &netlink.ConntrackFilter{}
+	if err := f.AddProtocol(unix.IPPROTO_UDP); err != nil {
+		return nil, err
+	}
+	// A node port's entries hold the node address the client used, not
+	// the node-port VIP (the rewrite comes after conntrack): any address.
+	if !l.key.NodePort() {
+		if err := f.AddIP(netlink.ConntrackOrigDstIP, l.key.VIP.AsSlice()); err != nil {
+			return nil, err
+		}
+	}
+	if err := f.AddPort(netlink.ConntrackOrigDstPort, l.key.Port); err != nil {
+		return nil, err
+	}
+	if err := f.AddIP(netlink.ConntrackReplySrcIP, l.addr.AsSlice()); err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 func (c netlinkConntrack) handle() (*netlink.Handle, error) {

@@ -1,9 +1,7 @@
 package nftables
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math/bits"
 	"net/netip"
 	"slices"
 	"time"
@@ -46,17 +44,18 @@ type ServiceDump struct {
 func (d *Dataplane) Dump() []ServiceDump {
 	var out []ServiceDump
 	for _, k := range d.Programmed() {
-		out = append(out, describe(k, d.footprint(d.programmed[k])))
+		p := d.planeOf(k)
+		out = append(out, p.fam.describe(k, p.footprint(p.programmed[k])))
 	}
 	return out
 }
 
-func describe(k flows.Key, fp footprint) ServiceDump {
+func (f *family) describe(k flows.Key, fp footprint) ServiceDump {
 	s := ServiceDump{Key: k, Slots: map[string]int{}, Local: map[string]int{}}
 	for _, e := range fp {
 		switch e.set {
 		case slotsMap:
-			b := parseBackend(e.val)
+			b := f.parseBackend(e.val)
 			name := netip.AddrPortFrom(b.addr, b.port).String()
 			if slotOf(e.key) >= localSlot {
 				s.Local[name]++
@@ -78,7 +77,7 @@ func describe(k flows.Key, fp footprint) ServiceDump {
 		case aclOnSet:
 			s.AllowNone = true
 		case aclAllowSet:
-			s.AllowedCIDRs = append(s.AllowedCIDRs, aclPrefix(e.key, e.keyEnd))
+			s.AllowedCIDRs = append(s.AllowedCIDRs, f.aclPrefix(e.key, e.keyEnd))
 		case persistMap:
 			n, _ := chainParam(e.jump, persistPrefix)
 			s.Persistence = time.Duration(n) * time.Second
@@ -98,40 +97,49 @@ func describe(k flows.Key, fp footprint) ServiceDump {
 	return s
 }
 
-// PodNetworks reads the pod networks the table holds.
+// PodNetworks reads the pod networks the tables hold.
 func (d *Dataplane) PodNetworks() ([]netip.Prefix, error) {
-	els, err := d.conn.GetSetElements(d.sets[podNetsSet])
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", podNetsSet, err)
+	var out []netip.Prefix
+	for _, p := range d.planes {
+		els, err := d.conn.GetSetElements(p.sets[podNetsSet])
+		if err != nil {
+			return nil, fmt.Errorf("read %s %s: %w", p.fam.name, podNetsSet, err)
+		}
+		out = append(out, p.fam.prefixes(els)...)
 	}
-	// Interval elements come back as starts and end markers, in any order.
-	var starts, ends []uint32
+	return out, nil
+}
+
+// prefixes decodes interval elements of f's table, which come back as
+// starts and end markers in any order, into the prefixes they cover.
+func (f *family) prefixes(els []nftables.SetElement) []netip.Prefix {
+	var starts, ends []netip.Addr
 	for _, e := range els {
-		if len(e.Key) != 4 {
+		a, ok := netip.AddrFromSlice(e.Key)
+		if !ok || familyOf(a) != f {
 			continue
 		}
-		v := binary.BigEndian.Uint32(e.Key)
 		if e.IntervalEnd {
-			ends = append(ends, v)
+			ends = append(ends, a)
 		} else {
-			starts = append(starts, v)
+			starts = append(starts, a)
 		}
 	}
-	slices.Sort(starts)
-	slices.Sort(ends)
+	slices.SortFunc(starts, netip.Addr.Compare)
+	slices.SortFunc(ends, netip.Addr.Compare)
 	var out []netip.Prefix
 	for _, s := range starts {
-		end := uint64(1) << 32
+		// Up to the next end marker, or to the end of the address space.
+		end := last(f.prefix())
 		for _, e := range ends {
-			if e > s {
-				end = uint64(e)
+			if e.Compare(s) > 0 {
+				end = e.Prev()
 				break
 			}
 		}
-		size := end - uint64(s)
-		out = append(out, netip.PrefixFrom(netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, s))), 32-bits.Len64(size-1)))
+		out = append(out, netip.PrefixFrom(s, s.BitLen()-hostBits(s, end)))
 	}
-	return out, nil
+	return out
 }
 
 // Open reads the table of a network namespace without changing it, for
@@ -150,13 +158,17 @@ func Open(netnsFd int) (*Dataplane, error) {
 
 // OpenWithConn is Open on a connection of the caller's.
 func OpenWithConn(conn Conn) (*Dataplane, error) {
-	d := &Dataplane{conn: conn, netns: -1, state: newState("")}
-	ok, err := d.adopt()
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("no flowlb table of this version in the namespace")
+	d := &Dataplane{conn: conn, netns: -1}
+	for _, f := range families {
+		p := &plane{conn: conn, schema: schema{fam: f}, state: newState("")}
+		ok, err := p.adopt(false)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("no flowlb table %s of this version in the namespace", f.name)
+		}
+		d.planes = append(d.planes, p)
 	}
 	return d, nil
 }

@@ -56,6 +56,7 @@ type packetState struct {
 
 // run is one packet's way through the rules.
 type run struct {
+	fam    *family
 	chains map[string]chainSpec
 	sets   *setReader
 	pkt    packetState
@@ -186,14 +187,17 @@ func (r *run) eval(e expr.Any) (next bool, res result, err error) {
 	return false, result{}, fmt.Errorf("cannot evaluate %T", e)
 }
 
-// headers are the packet's IPv4 and transport headers, as far as rules
-// read them.
+// headers are the packet's IP (IPv6) and transport headers, as far as
+// rules read them.
 func (r *run) headers() (network, transport []byte) {
-	network = make([]byte, 20)
-	network[0], network[9] = 0x45, r.pkt.proto
-	s, d := r.pkt.saddr.As4(), r.pkt.daddr.As4()
-	copy(network[12:16], s[:])
-	copy(network[16:20], d[:])
+	network = make([]byte, r.fam.daddrOff+r.fam.addrLen)
+	if r.fam.addrLen == 4 {
+		network[0], network[9] = 0x45, r.pkt.proto
+	} else {
+		network[0], network[6] = 0x60, r.pkt.proto
+	}
+	copy(network[r.fam.saddrOff:], r.pkt.saddr.AsSlice())
+	copy(network[r.fam.daddrOff:], r.pkt.daddr.AsSlice())
 	transport = binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(nil, r.pkt.sport), r.pkt.dport)
 	return network, transport
 }
@@ -218,8 +222,8 @@ func (r *run) payloadWrite(e *expr.Payload) (bool, result, error) {
 		return false, result{}, err
 	}
 	switch {
-	case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 16 && e.Len == 4:
-		r.pkt.daddr = netip.AddrFrom4([4]byte(b))
+	case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == r.fam.daddrOff && e.Len == r.fam.addrLen:
+		r.pkt.daddr, _ = netip.AddrFromSlice(b)
 	case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:
 		r.pkt.dport = binary.BigEndian.Uint16(b)
 	default:
@@ -354,10 +358,10 @@ func (r *run) dynset(e *expr.Dynset) (bool, result, error) {
 }
 
 func (r *run) nat(e *expr.NAT) (bool, result, error) {
-	if e.Type != expr.NATTypeDestNAT || e.Family != unix.NFPROTO_IPV4 {
+	if e.Type != expr.NATTypeDestNAT || e.Family != r.fam.nfproto {
 		return false, result{}, fmt.Errorf("cannot evaluate NAT %+v", *e)
 	}
-	addr, err := r.reg(e.RegAddrMin, 4)
+	addr, err := r.reg(e.RegAddrMin, int(r.fam.addrLen))
 	if err != nil {
 		return false, result{}, err
 	}
@@ -365,7 +369,8 @@ func (r *run) nat(e *expr.NAT) (bool, result, error) {
 	if err != nil {
 		return false, result{}, err
 	}
-	to := netip.AddrPortFrom(netip.AddrFrom4([4]byte(addr)), binary.BigEndian.Uint16(port))
+	a, _ := netip.AddrFromSlice(addr)
+	to := netip.AddrPortFrom(a, binary.BigEndian.Uint16(port))
 	if to.Addr() != r.pkt.origDaddr || to.Port() != r.pkt.origDport {
 		r.pkt.status |= ipsDstNAT
 	}

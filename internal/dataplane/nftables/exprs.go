@@ -10,27 +10,34 @@ import (
 )
 
 // The expressions the rules are made of, in register terms (see the
-// register plan in schema.go).
+// register plans in family.go).
 
 func one(e ...expr.Any) []expr.Any { return e }
 
-// svcKey loads daddr . l4proto . dport into registers 8–10.
-func svcKey() []expr.Any {
+// svcKey loads daddr . l4proto . dport from regDaddr.
+func (f *family) svcKey() []expr.Any { return f.svcKeyAt(regDaddr) }
+
+func (f *family) svcKeyAt(reg uint32) []expr.Any {
 	return []expr.Any{
-		&expr.Payload{DestRegister: regDaddr, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regProto},
-		&expr.Payload{DestRegister: regDport, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddrOff, Len: f.addrLen},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg + words(f.addrLen)},
+		&expr.Payload{DestRegister: reg + words(f.addrLen) + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 	}
 }
 
-// affKey loads daddr . l4proto . dport . saddr into registers 16–19.
-func affKey() []expr.Any {
-	return []expr.Any{
-		&expr.Payload{DestRegister: regAffKey, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regAffKey + 1},
-		&expr.Payload{DestRegister: regAffKey + 2, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Payload{DestRegister: regAffKey + 3, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-	}
+// affKeyAt loads daddr . l4proto . dport . saddr from reg: the affinity
+// map's key.
+func (f *family) affKeyAt(reg uint32) []expr.Any {
+	return append(f.svcKeyAt(reg), f.saddr(reg+words(f.keyLen()))...)
+}
+
+// saddr and daddr load the packet's source and destination addresses.
+func (f *family) saddr(reg uint32) []expr.Any {
+	return load(reg, expr.PayloadBaseNetworkHeader, f.saddrOff, f.addrLen)
+}
+
+func (f *family) daddr(reg uint32) []expr.Any {
+	return load(reg, expr.PayloadBaseNetworkHeader, f.daddrOff, f.addrLen)
 }
 
 func load(reg uint32, base expr.PayloadBase, off, n uint32) []expr.Any {
@@ -41,26 +48,25 @@ func lookup(s *nftables.Set, reg uint32) []expr.Any {
 	return one(&expr.Lookup{SourceRegister: reg, SetName: s.Name, SetID: s.ID})
 }
 
-// vmap jumps to the chain a verdict map names for the service in 8–10.
+// vmap jumps to the chain a verdict map names for the service key at
+// regDaddr.
 func vmap(s *nftables.Set) []expr.Any {
 	return one(&expr.Lookup{SourceRegister: regDaddr, SetName: s.Name, SetID: s.ID, DestRegister: 0, IsDestRegSet: true})
 }
 
 // pickSlot computes the slot into register 11: random for ROUND_ROBIN, a
 // jhash of the source address (and port) for the SOURCE_* algorithms.
-func pickSlot(alg flows.Algorithm, offset uint32) []expr.Any {
+func (f *family) pickSlot(alg flows.Algorithm, offset uint32) []expr.Any {
 	switch alg {
 	case flows.RoundRobin:
-		return one(&expr.Numgen{Register: regSlot, Modulus: Slots, Type: unix.NFT_NG_RANDOM, Offset: offset})
+		return one(&expr.Numgen{Register: f.regSlot, Modulus: Slots, Type: unix.NFT_NG_RANDOM, Offset: offset})
 	case flows.SourceIP:
-		return one(
-			&expr.Payload{DestRegister: regHashIn, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-			&expr.Hash{SourceRegister: regHashIn, DestRegister: regSlot, Length: 4, Modulus: Slots, Seed: hashSeed, Offset: offset, Type: expr.HashTypeJenkins})
+		return append(f.saddr(f.regHashIn),
+			&expr.Hash{SourceRegister: f.regHashIn, DestRegister: f.regSlot, Length: f.addrLen, Modulus: Slots, Seed: hashSeed, Offset: offset, Type: expr.HashTypeJenkins})
 	default:
-		return one(
-			&expr.Payload{DestRegister: regHashIn, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-			&expr.Payload{DestRegister: regHashIn + 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
-			&expr.Hash{SourceRegister: regHashIn, DestRegister: regSlot, Length: 6, Modulus: Slots, Seed: hashSeed, Offset: offset, Type: expr.HashTypeJenkins})
+		return append(f.saddr(f.regHashIn),
+			&expr.Payload{DestRegister: f.regHashIn + words(f.addrLen), Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
+			&expr.Hash{SourceRegister: f.regHashIn, DestRegister: f.regSlot, Length: f.addrLen + 2, Modulus: Slots, Seed: hashSeed, Offset: offset, Type: expr.HashTypeJenkins})
 	}
 }
 
@@ -70,20 +76,18 @@ const dynsetOpDelete = 2
 // connlimitOver is NFT_CONNLIMIT_F_INV: match when the count is over.
 const connlimitOver = 1
 
-// icmpPortUnreach is ICMP destination unreachable code 3.
-const icmpPortUnreach = 3
-
 // hashSeed is fixed so that every node, and every restart, hashes a
 // client to the same slot.
 const hashSeed = 0x5eed
 
-// slotLookup: (daddr . l4proto . dport . slot) map @slots → registers 8, 9.
+// slotLookup: (daddr . l4proto . dport . slot) map @slots → the backend's
+// address at regDaddr, its port after it.
 func slotLookup(s *nftables.Set) []expr.Any {
 	return one(&expr.Lookup{SourceRegister: regDaddr, DestRegister: regData, IsDestRegSet: true, SetName: s.Name, SetID: s.ID})
 }
 
-func dnat(addr, port uint32) []expr.Any {
-	return one(&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: addr, RegProtoMin: port, Specified: true})
+func (f *family) dnat(addr, port uint32) []expr.Any {
+	return one(&expr.NAT{Type: expr.NATTypeDestNAT, Family: f.nfproto, RegAddrMin: addr, RegProtoMin: port, Specified: true})
 }
 
 // markBit: meta mark set meta mark | bit.
@@ -102,13 +106,20 @@ func markSet(bit uint32) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: regMark, Data: make([]byte, 4)})
 }
 
-// copyReg copies n bytes from register src to register dst.
+// copyReg copies n bytes from register src to register dst, at most 16
+// bytes (what a bitwise takes) at a time. The kernel refuses a copy
+// between overlapping registers.
 func copyReg(dst, src, n uint32) []expr.Any {
-	mask := make([]byte, n)
-	for i := range mask {
-		mask[i] = 0xff
+	var out []expr.Any
+	for done := uint32(0); done < n; done += 16 {
+		m := min(n-done, 16)
+		mask := make([]byte, m)
+		for i := range mask {
+			mask[i] = 0xff
+		}
+		out = append(out, &expr.Bitwise{SourceRegister: src + done/4, DestRegister: dst + done/4, Len: m, Mask: mask, Xor: make([]byte, m)})
 	}
-	return one(&expr.Bitwise{SourceRegister: src, DestRegister: dst, Len: n, Mask: mask, Xor: make([]byte, n)})
+	return out
 }
 
 // l4proto matches the packet's transport protocol.
@@ -122,13 +133,13 @@ func l4proto(p byte) []expr.Any {
 // packet, recomputed.
 const csumTypeSCTP expr.PayloadCsumType = 2
 
-// writeDst writes register 8 into the destination address and register
-// 9 into the destination port, updating the IPv4 header checksum, the
+// writeDst writes the backend at regDaddr into the destination address
+// and port, updating the IPv4 header checksum, the
 // transport checksum's pseudo-header part (skipped by the kernel where
 // the protocol has none, or a UDP packet carries none) and the transport
 // checksum over the port as the protocol p computes it.
-func writeDst(p byte) []expr.Any {
-	port := &expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: regProto, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2,
+func (f *family) writeDst(p byte) []expr.Any {
+	port := &expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: f.regBackendPort(), Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2,
 		CsumType: expr.CsumTypeInet, CsumOffset: 16}
 	switch p {
 	case unix.IPPROTO_UDP:
@@ -136,37 +147,38 @@ func writeDst(p byte) []expr.Any {
 	case unix.IPPROTO_SCTP:
 		port.CsumType, port.CsumOffset = csumTypeSCTP, 8
 	}
-	return append(writeDaddr(), port)
+	return append(f.writeDaddr(), port)
 }
 
-// writeDaddr writes register 8 into the destination address, updating
-// the IPv4 header checksum and the transport checksum's pseudo-header.
-func writeDaddr() []expr.Any {
-	return one(&expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: regDaddr, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4,
-		CsumType: expr.CsumTypeInet, CsumOffset: 10, CsumFlags: unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR})
+// writeDaddr writes regDaddr into the destination address, updating the
+// transport checksum's pseudo-header and, for IPv4, the header checksum.
+// IPv6 has no header checksum, but the library sends the pseudo-header
+// flag only with a checksum type: its "header checksum" is pointed at
+// the destination address itself, which the kernel updates first and
+// then overwrites with the new address (nft_payload_set_eval), so that
+// only the pseudo-header update remains.
+func (f *family) writeDaddr() []expr.Any {
+	return one(&expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: regDaddr, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddrOff, Len: f.addrLen,
+		CsumType: expr.CsumTypeInet, CsumOffset: f.daddrCsum, CsumFlags: unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR})
 }
 
-// nodePortKey loads 0.0.0.0 . l4proto . dport into registers 8–10: a
-// node-port service's key.
-func nodePortKey() []expr.Any {
+// nodePortKey loads <any> . l4proto . dport from regDaddr: a node-port
+// service's key.
+func (f *family) nodePortKey() []expr.Any {
 	return one(
-		&expr.Immediate{Register: regDaddr, Data: make([]byte, 4)},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regProto},
-		&expr.Payload{DestRegister: regDport, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+		&expr.Immediate{Register: regDaddr, Data: make([]byte, f.addrLen)},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: f.regProto},
+		&expr.Payload{DestRegister: f.regDport, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
 }
 
 // fromInside matches a source inside the pod networks.
-func fromInside(podnets *nftables.Set) []expr.Any {
-	return one(
-		&expr.Payload{DestRegister: regMark + 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-		&expr.Lookup{SourceRegister: regMark + 1, SetName: podnets.Name, SetID: podnets.ID})
+func (f *family) fromInside(podnets *nftables.Set) []expr.Any {
+	return append(f.saddr(f.regScratch), &expr.Lookup{SourceRegister: f.regScratch, SetName: podnets.Name, SetID: podnets.ID})
 }
 
 // fromOutside matches a source outside the pod networks.
-func fromOutside(podnets *nftables.Set) []expr.Any {
-	return one(
-		&expr.Payload{DestRegister: regMark + 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-		&expr.Lookup{SourceRegister: regMark + 1, SetName: podnets.Name, SetID: podnets.ID, Invert: true})
+func (f *family) fromOutside(podnets *nftables.Set) []expr.Any {
+	return append(f.saddr(f.regScratch), &expr.Lookup{SourceRegister: f.regScratch, SetName: podnets.Name, SetID: podnets.ID, Invert: true})
 }
 
 // ctBit matches a conntrack state or status bit.
@@ -197,13 +209,13 @@ func notLoopback(chain string) []expr.Any {
 const ctDirReply = 1
 
 // ctOrigKey loads the connection's original destination . l4proto .
-// destination port (the service, for one this node translated) into
-// registers 8–10.
-func ctOrigKey() []expr.Any {
+// destination port (the service, for one this node translated) from
+// regDaddr.
+func (f *family) ctOrigKey() []expr.Any {
 	return one(
 		&expr.Ct{Register: regDaddr, Key: expr.CtKeyDST, Direction: 0},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regProto},
-		&expr.Ct{Register: regDport, Key: expr.CtKeyPROTODST, Direction: 0})
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: f.regProto},
+		&expr.Ct{Register: f.regDport, Key: expr.CtKeyPROTODST, Direction: 0})
 }
 
 func goTo(ch string) []expr.Any { return one(&expr.Verdict{Kind: expr.VerdictGoto, Chain: ch}) }
@@ -218,8 +230,9 @@ func rejectTCP() []expr.Any {
 	return one(&expr.Reject{Type: unix.NFT_REJECT_TCP_RST})
 }
 
-func rejectICMP() []expr.Any {
-	return one(&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: icmpPortUnreach})
+// rejectICMP answers ICMP (ICMPv6) port unreachable.
+func (f *family) rejectICMP() []expr.Any {
+	return one(&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: f.portUnreach})
 }
 
 // localMarkClear: meta mark & localMark == 0.

@@ -179,8 +179,8 @@ func TestPersistence(t *testing.T) {
 		if err := again.Sync(ctx, svc(flows.SourceIPPort, rest...)); err != nil {
 			t.Fatal(err)
 		}
-		if len(again.chains) != 0 {
-			t.Errorf("class chains left: %v", again.chains)
+		if len(again.plane(ipv4).chains) != 0 {
+			t.Errorf("class chains left: %v", again.plane(ipv4).chains)
 		}
 	})
 }
@@ -255,8 +255,8 @@ func TestConnectionLimit(t *testing.T) {
 		if err := dp.Sync(ctx, svc(flows.RoundRobin, backendAddrs[0])); err != nil {
 			t.Fatal(err)
 		}
-		if len(dp.chains) != 0 {
-			t.Errorf("class chains left: %v", dp.chains)
+		if len(dp.plane(ipv4).chains) != 0 {
+			t.Errorf("class chains left: %v", dp.plane(ipv4).chains)
 		}
 	})
 }
@@ -379,7 +379,7 @@ func TestSCTPProgrammed(t *testing.T) {
 		if got := again.Programmed(); len(got) != 1 || got[0] != k {
 			t.Fatalf("read back %v, want %v", got, k)
 		}
-		if n := len(again.programmed[k].fp); n != Slots+1+len(statsSets) {
+		if n := len(again.plane(ipv4).programmed[k].fp); n != Slots+1+len(statsSets) {
 			t.Errorf("SCTP service has %d elements, want %d slots, its pick and its counters", n, Slots+1+len(statsSets))
 		}
 	})

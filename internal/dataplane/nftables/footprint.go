@@ -70,9 +70,9 @@ func chainParam(name, prefix string) (int64, bool) {
 	return n, err == nil && n > 0
 }
 
-// programmable reports whether a data plane of this kind can carry s.
-func programmable(s flows.Service) bool {
-	return s.Key.VIP.Is4() && protoNum[s.Key.Protocol] != 0
+// programmable reports whether the table of family f can carry s.
+func programmable(f *family, s flows.Service) bool {
+	return f.carries(s.Key.VIP) && protoNum[s.Key.Protocol] != 0
 }
 
 // footprintOf computes the footprint of s on the node named node, in zone.
@@ -80,11 +80,12 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 	f := footprint{}
 	k := s.Key
 	kb := key(k)
+	fam := familyOf(k.VIP)
 	for _, set := range statsSets {
 		f.add(elem{set: set, key: kb})
 	}
 	for _, p := range s.AllowedCIDRs {
-		if p.Addr().Is4() {
+		if familyOf(p.Addr()) == fam {
 			start, end := aclRange(k, p.Masked())
 			f.add(elem{set: aclAllowSet, key: start, keyEnd: end})
 		}
@@ -95,7 +96,7 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 
 	var all, local []flows.Backend
 	for _, b := range s.Backends {
-		if !b.Address.Is4() {
+		if familyOf(b.Address) != fam {
 			continue
 		}
 		all = append(all, b)
@@ -167,12 +168,13 @@ func algorithm(a flows.Algorithm) flows.Algorithm {
 	return flows.SourceIPPort
 }
 
-// backends lists the distinct backend addresses a footprint sends to.
-func (f footprint) backends() map[netip.Addr]bool {
+// backends lists the distinct backend addresses a footprint of fam's
+// table sends to.
+func (f footprint) backends(fam *family) map[netip.Addr]bool {
 	out := map[netip.Addr]bool{}
 	for _, e := range f {
 		if e.set == slotsMap {
-			out[parseBackend(e.val).addr] = true
+			out[fam.parseBackend(e.val).addr] = true
 		}
 	}
 	return out

@@ -74,16 +74,25 @@ func fakeDataplane(t *testing.T, options ...Option) (*Dataplane, *nftfake.Conn) 
 	return dp, conn
 }
 
-// tableDump renders everything a connection's flowlb table holds: every
+// tableDump renders everything a connection's flowlb tables hold: every
 // set's elements and every chain's rules.
 func tableDump(t *testing.T, conn Conn) string {
 	t.Helper()
-	tab := &nftables.Table{Name: tableName, Family: nftables.TableFamilyIPv4}
+	var b strings.Builder
+	for _, f := range families {
+		b.WriteString("table " + f.name + "\n")
+		familyDump(t, conn, f, &b)
+	}
+	return b.String()
+}
+
+func familyDump(t *testing.T, conn Conn, f *family, b *strings.Builder) {
+	t.Helper()
+	tab := &nftables.Table{Name: tableName, Family: f.table}
 	sets, err := conn.GetSets(tab)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
 	for _, s := range sets {
 		els, err := conn.GetSetElements(s)
 		if err != nil {
@@ -91,10 +100,10 @@ func tableDump(t *testing.T, conn Conn) string {
 		}
 		b.WriteString("set " + s.Name + "\n")
 		for _, e := range sortedElements(setChange{set: s.Name, elements: els}) {
-			b.WriteString("  " + elementString(s.Name, e) + "\n")
+			b.WriteString("  " + f.elementString(s.Name, e) + "\n")
 		}
 	}
-	chains, err := conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	chains, err := conn.ListChainsOfTableFamily(f.table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,5 +117,4 @@ func tableDump(t *testing.T, conn Conn) string {
 			b.WriteString("  " + ruleString(r.Exprs) + "\n")
 		}
 	}
-	return b.String()
 }

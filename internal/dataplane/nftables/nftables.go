@@ -1,11 +1,12 @@
-// Package nftables programs flows into one nftables table of its own
-// (ip flowlb), with a number of rules that does not grow with the number
-// of services: the VIP, protocol and port of a packet, together with a
-// slot number picked per new connection, are looked up in one map that
-// yields the backend to DNAT to. A change to a service is a few map
-// element updates, never a rule change, so its cost does not grow with the
-// number of services (the "slots" layout measured in the project's
-// data-plane experiments). docs/dataplane.md describes the table.
+// Package nftables programs flows into nftables tables of its own, ip
+// flowlb for IPv4 services and its twin ip6 flowlb for IPv6 ones, with a
+// number of rules that does not grow with the number of services: the
+// VIP, protocol and port of a packet, together with a slot number picked
+// per new connection, are looked up in one map that yields the backend to
+// DNAT to. A change to a service is a few map element updates, never a
+// rule change, so its cost does not grow with the number of services (the
+// "slots" layout measured in the project's data-plane experiments).
+// docs/dataplane.md describes the tables.
 package nftables
 
 import (
@@ -27,12 +28,13 @@ import (
 // elements, about 50 MiB of kernel memory by the experiments).
 const Slots = 61
 
-// Dataplane programs one network namespace's nftables.
+// Dataplane programs one network namespace's nftables: one plane, a
+// table and what it holds, per address family.
 type Dataplane struct {
-	conn  Conn
-	netns int
-	schema
-	state
+	conn   Conn
+	netns  int
+	planes []*plane
+	zone   string
 	// lastOps counts the element operations of the last Apply.
 	lastOps int
 	// conntrack forgets, after each Apply, the UDP flows to backends that
@@ -44,6 +46,23 @@ type Dataplane struct {
 	uncounted bool
 	// observe, if set, sees every plan sent and its outcome.
 	observe func(Plan, error)
+}
+
+// plane is the table of one family and the data plane's record of it.
+type plane struct {
+	conn Conn
+	schema
+	state
+}
+
+// plane returns the plane of a family (nil: none).
+func (d *Dataplane) plane(f *family) *plane {
+	for _, p := range d.planes {
+		if p.fam == f {
+			return p
+		}
+	}
+	return nil
 }
 
 // Option configures a data plane.
@@ -81,7 +100,14 @@ func New(netnsFd int, node string, options ...Option) (*Dataplane, error) {
 		return nil, err
 	}
 	d.netns, d.conntrack = netnsFd, netlinkConntrack{netns: netnsFd}
-	d.stats = netlinkStats{netns: netnsFd, programmed: func(k flows.Key) bool { _, ok := d.programmed[k]; return ok }}
+	d.stats = netlinkStats{netns: netnsFd, programmed: func(k flows.Key) bool {
+		p := d.planeOf(k)
+		if p == nil {
+			return false
+		}
+		_, ok := p.programmed[k]
+		return ok
+	}}
 	return d, nil
 }
 
@@ -92,31 +118,40 @@ func NewWithConn(conn Conn, node string, options ...Option) (*Dataplane, error) 
 }
 
 func newDataplane(conn Conn, node string, options []Option) (*Dataplane, error) {
-	d := &Dataplane{conn: conn, netns: -1, state: newState(node)}
+	d := &Dataplane{conn: conn, netns: -1}
 	for _, o := range options {
 		o(d)
 	}
-	adopted, err := d.adopt()
-	if err != nil {
-		return nil, err
-	}
-	if !adopted {
-		if err := d.create(); err != nil {
+	for _, f := range families {
+		p := &plane{conn: conn, schema: schema{fam: f}, state: newState(node)}
+		p.zone = d.zone
+		adopted, err := p.adopt(d.uncounted)
+		if err != nil {
 			return nil, err
 		}
+		if !adopted {
+			if err := p.create(d.uncounted); err != nil {
+				return nil, err
+			}
+		}
+		d.planes = append(d.planes, p)
 	}
 	return d, nil
 }
 
 // SetPodNetworks sets the networks whose clients keep their address:
-// connections translated for any other source are masqueraded to the node.
+// connections translated for any other source are masqueraded to the
+// node. None at all (the default) puts every source inside; otherwise a
+// family without a network of its own has every source outside.
 func (d *Dataplane) SetPodNetworks(nets []netip.Prefix) error {
 	if len(nets) == 0 {
-		nets = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+		nets = []netip.Prefix{ipv4.prefix(), ipv6.prefix()}
 	}
-	d.conn.FlushSet(d.sets[podNetsSet])
-	if err := d.conn.SetAddElements(d.sets[podNetsSet], intervals(nets)); err != nil {
-		return fmt.Errorf("set pod networks: %w", err)
+	for _, p := range d.planes {
+		d.conn.FlushSet(p.sets[podNetsSet])
+		if err := d.conn.SetAddElements(p.sets[podNetsSet], p.fam.intervals(nets)); err != nil {
+			return fmt.Errorf("set pod networks: %w", err)
+		}
 	}
 	if err := d.conn.Flush(); err != nil {
 		return fmt.Errorf("set pod networks: %w", err)
@@ -125,19 +160,20 @@ func (d *Dataplane) SetPodNetworks(nets []netip.Prefix) error {
 }
 
 // SetNodeAddresses sets the node's addresses that serve node ports (the
-// agent's --nodeport-addresses); until it is called, none does. IPv6
-// addresses are left out: the table is IPv4.
+// agent's --nodeport-addresses), of both families; until it is called,
+// none does.
 func (d *Dataplane) SetNodeAddresses(addrs []netip.Addr) error {
-	var els []nftables.SetElement
-	for _, a := range addrs {
-		if a.Is4() {
-			b := a.As4()
-			els = append(els, nftables.SetElement{Key: b[:]})
+	for _, p := range d.planes {
+		var els []nftables.SetElement
+		for _, a := range addrs {
+			if familyOf(a.Unmap()) == p.fam {
+				els = append(els, nftables.SetElement{Key: a.Unmap().AsSlice()})
+			}
 		}
-	}
-	d.conn.FlushSet(d.sets[nodeAddrsSet])
-	if err := d.conn.SetAddElements(d.sets[nodeAddrsSet], els); err != nil {
-		return fmt.Errorf("set node addresses: %w", err)
+		d.conn.FlushSet(p.sets[nodeAddrsSet])
+		if err := d.conn.SetAddElements(p.sets[nodeAddrsSet], els); err != nil {
+			return fmt.Errorf("set node addresses: %w", err)
+		}
 	}
 	if err := d.conn.Flush(); err != nil {
 		return fmt.Errorf("set node addresses: %w", err)
@@ -179,23 +215,29 @@ func (d *Dataplane) Sync(ctx context.Context, t flows.Table) error {
 	var upserts []flows.Service
 	var deletes []flows.Key
 	for k, s := range t.Services {
-		if e, ok := d.programmed[k]; !ok || e.src == nil || !e.src.Equal(s) {
+		p := d.planeOf(k)
+		if p == nil {
+			continue
+		}
+		if e, ok := p.programmed[k]; !ok || e.src == nil || !e.src.Equal(s) {
 			upserts = append(upserts, s)
 		}
 	}
-	for k := range d.programmed {
-		if _, ok := t.Services[k]; !ok {
-			deletes = append(deletes, k)
+	for _, p := range d.planes {
+		for k := range p.programmed {
+			if _, ok := t.Services[k]; !ok {
+				deletes = append(deletes, k)
+			}
 		}
 	}
 	return d.Apply(ctx, upserts, deletes)
 }
 
 // Apply programs changed services and removes deleted ones in one
-// transaction: O(changes), whatever the number of services. Services the
-// table cannot carry (IPv6, or not TCP, UDP or SCTP) are not programmed.
-// If the kernel refuses the transaction, neither it nor the data plane's
-// record of it changes.
+// transaction over both tables: O(changes), whatever the number of
+// services. Services no table can carry (not TCP, UDP or SCTP) are not
+// programmed. If the kernel refuses the transaction, neither it nor the
+// data plane's record of it changes.
 func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []flows.Key) error {
 	p, err := d.Plan(upserts, deletes)
 	if err != nil {
@@ -206,27 +248,66 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 		d.observe(p, err)
 	}
 	if err != nil {
-		return fmt.Errorf("program %d changes: %w", len(p.services), err)
+		return fmt.Errorf("program %d changes: %w", p.changes(), err)
 	}
 	d.lastOps = p.elementOps()
-	d.commit(p)
-	if len(p.lost) > 0 && d.conntrack != nil {
+	var lost []lostBackend
+	for i, tp := range p.tables {
+		d.planes[i].commit(tp)
+		lost = append(lost, tp.lost...)
+	}
+	if len(lost) > 0 && d.conntrack != nil {
 		// Flows are already gone; stale UDP entries would keep sending a
 		// client's datagrams to a backend that left.
-		if err := d.conntrack.forget(p.lost); err != nil {
+		if err := d.conntrack.forget(lost); err != nil {
 			return fmt.Errorf("conntrack cleanup: %w", err)
 		}
 	}
 	return nil
 }
 
+// planeOf is the plane that carries a service (nil: none).
+func (d *Dataplane) planeOf(k flows.Key) *plane {
+	return d.plane(familyOf(k.VIP))
+}
+
 // Plan is what Apply would send for the same arguments, without sending it.
 func (d *Dataplane) Plan(upserts []flows.Service, deletes []flows.Key) (Plan, error) {
-	return d.state.plan(d.schema, upserts, deletes)
+	var p Plan
+	for _, pl := range d.planes {
+		var ups []flows.Service
+		var dels []flows.Key
+		for _, s := range upserts {
+			if familyOf(s.Key.VIP) == pl.fam {
+				ups = append(ups, s)
+			}
+		}
+		for _, k := range deletes {
+			if familyOf(k.VIP) == pl.fam {
+				dels = append(dels, k)
+			}
+		}
+		tp, err := pl.plan(pl.schema, ups, dels)
+		if err != nil {
+			return Plan{}, err
+		}
+		p.tables = append(p.tables, tp)
+	}
+	return p, nil
 }
 
 // execute sends a plan as one transaction.
 func (d *Dataplane) execute(p Plan) error {
+	for i, tp := range p.tables {
+		if err := d.planes[i].queue(tp); err != nil {
+			return err
+		}
+	}
+	return d.conn.Flush()
+}
+
+// queue queues a plan of the plane's table.
+func (d *plane) queue(p tablePlan) error {
 	for _, c := range p.newChains {
 		if err := d.queueClassChain(c); err != nil {
 			return err
@@ -235,26 +316,28 @@ func (d *Dataplane) execute(p Plan) error {
 	for _, c := range p.deletes {
 		set := d.sets[c.set]
 		if err := batched(c.elements, func(b []nftables.SetElement) error { return d.conn.SetDeleteElements(set, b) }); err != nil {
-			return fmt.Errorf("delete elements of %s: %w", c.set, err)
+			return fmt.Errorf("delete elements of %s %s: %w", d.fam.name, c.set, err)
 		}
 	}
 	for _, c := range p.adds {
 		set := d.sets[c.set]
 		if err := batched(c.elements, func(b []nftables.SetElement) error { return d.conn.SetAddElements(set, b) }); err != nil {
-			return fmt.Errorf("add elements to %s: %w", c.set, err)
+			return fmt.Errorf("add elements to %s %s: %w", d.fam.name, c.set, err)
 		}
 	}
 	for _, c := range p.goneChains {
 		d.queueRemoveClassChain(c)
 	}
-	return d.conn.Flush()
+	return nil
 }
 
 // Programmed lists the programmed services' keys, sorted, for dumps and tests.
 func (d *Dataplane) Programmed() []flows.Key {
-	out := make([]flows.Key, 0, len(d.programmed))
-	for k := range d.programmed {
-		out = append(out, k)
+	var out []flows.Key
+	for _, p := range d.planes {
+		for k := range p.programmed {
+			out = append(out, k)
+		}
 	}
 	sortKeys(out)
 	return out
@@ -266,9 +349,12 @@ func sortKeys(out []flows.Key) { slices.SortFunc(out, compareKeys) }
 // agent that stops must not take traffic down with it (fail-static).
 func (d *Dataplane) Close() error { return d.conn.CloseLasting() }
 
-// Remove deletes the table and everything in it, and closes the data plane.
+// Remove deletes the tables and everything in them, and closes the data
+// plane.
 func (d *Dataplane) Remove() error {
-	d.conn.DelTable(d.table)
+	for _, p := range d.planes {
+		d.conn.DelTable(p.table)
+	}
 	err := d.conn.Flush()
 	if cerr := d.conn.CloseLasting(); err == nil {
 		err = cerr

@@ -61,7 +61,7 @@ func inNetnsB(t testing.TB, fn func(ns netns.NsHandle)) {
 // finds a route before the output hook translates it.
 var backendAddrs = []string{"198.18.17.2", "198.18.17.3", "198.18.17.4"}
 
-func setup(t *testing.T) {
+func setup(t testing.TB) {
 	lo, _ := netlink.LinkByName("lo")
 	for _, a := range backendAddrs {
 		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(a), Mask: net.CIDRMask(32, 32)}}); err != nil {
@@ -76,7 +76,7 @@ func setup(t *testing.T) {
 
 // serve answers every TCP connection with the backend's address.
 // serveAll serves every backend address; the returned func stops them.
-func serveAll(t *testing.T) (stop func()) {
+func serveAll(t testing.TB) (stop func()) {
 	var lns []net.Listener
 	for _, a := range backendAddrs {
 		lns = append(lns, serve(t, a))
@@ -88,7 +88,7 @@ func serveAll(t *testing.T) (stop func()) {
 	}
 }
 
-func serve(t *testing.T, addr string) net.Listener {
+func serve(t testing.TB, addr string) net.Listener {
 	ln, err := net.Listen("tcp", addr+":8080")
 	if err != nil {
 		t.Fatal(err)

@@ -48,16 +48,61 @@ func (st *state) footprint(e entry) footprint {
 	return footprintOf(*e.src, st.node, st.zone)
 }
 
-// schema is the table and its sets, as the rules refer to them.
+// schema is a table, its family and its sets, as the rules refer to them.
 type schema struct {
+	fam   *family
 	table *nftables.Table
 	sets  map[string]*nftables.Set
 }
 
-// Plan is one change as the transaction that carries it, in the order it
-// is sent, and the bookkeeping it commits once the kernel accepts it.
-// String renders it.
+// Plan is one change as the transaction that carries it: the part of
+// each table, in the order of the planes. String renders it.
 type Plan struct {
+	tables []tablePlan
+}
+
+// table is the part of the plan for a family's table.
+func (p Plan) table(f *family) tablePlan {
+	for _, t := range p.tables {
+		if t.fam == f {
+			return t
+		}
+	}
+	return tablePlan{fam: f}
+}
+
+func (p Plan) elementOps() int {
+	n := 0
+	for _, t := range p.tables {
+		n += t.elementOps()
+	}
+	return n
+}
+
+// changes counts the services the plan changes.
+func (p Plan) changes() int {
+	n := 0
+	for _, t := range p.tables {
+		n += len(t.services)
+	}
+	return n
+}
+
+// Empty reports whether the plan changes nothing in the kernel.
+func (p Plan) Empty() bool {
+	for _, t := range p.tables {
+		if !t.Empty() {
+			return false
+		}
+	}
+	return true
+}
+
+// tablePlan is one change to one table as the operations that carry it,
+// in the order they are sent, and the bookkeeping it commits once the
+// kernel accepts it.
+type tablePlan struct {
+	fam *family
 	// newChains are the class chains a new element jumps to: created
 	// first, with their own sets, so that the element finds them.
 	newChains []chainSpec
@@ -86,7 +131,7 @@ type setChange struct {
 }
 
 // elementOps counts the plan's element operations.
-func (p Plan) elementOps() int {
+func (p tablePlan) elementOps() int {
 	n := 0
 	for _, c := range p.deletes {
 		n += len(c.elements)
@@ -98,16 +143,16 @@ func (p Plan) elementOps() int {
 }
 
 // Empty reports whether the plan changes nothing in the kernel.
-func (p Plan) Empty() bool {
+func (p tablePlan) Empty() bool {
 	return len(p.newChains) == 0 && len(p.goneChains) == 0 && p.elementOps() == 0
 }
 
 // plan computes the transaction that programs upserts and removes deletes,
 // and the bookkeeping that follows: O(changes), whatever the number of
-// services, and no I/O. Services the table cannot carry (IPv6, or not TCP,
-// UDP or SCTP) are not programmed.
-func (st *state) plan(sc schema, upserts []flows.Service, deletes []flows.Key) (Plan, error) {
-	p := Plan{services: changedServices(upserts, deletes), refs: map[netip.Addr]int{}, chainRefs: map[string]int{}}
+// services, and no I/O. Services the table cannot carry (of the other
+// family, or not TCP, UDP or SCTP) are not programmed.
+func (st *state) plan(sc schema, upserts []flows.Service, deletes []flows.Key) (tablePlan, error) {
+	p := tablePlan{fam: sc.fam, services: changedServices(sc.fam, upserts, deletes), refs: map[netip.Addr]int{}, chainRefs: map[string]int{}}
 	adds, dels := map[string][]nftables.SetElement{}, map[string][]nftables.SetElement{}
 	keys := make([]flows.Key, 0, len(p.services))
 	for k := range p.services {
@@ -139,10 +184,10 @@ func (st *state) plan(sc schema, upserts []flows.Service, deletes []flows.Key) (
 }
 
 // changedServices is what each changed service becomes (nil: removed).
-func changedServices(upserts []flows.Service, deletes []flows.Key) map[flows.Key]*entry {
+func changedServices(f *family, upserts []flows.Service, deletes []flows.Key) map[flows.Key]*entry {
 	next := map[flows.Key]*entry{}
 	for _, s := range upserts {
-		if !programmable(s) {
+		if !programmable(f, s) {
 			next[s.Key] = nil
 			continue
 		}
@@ -157,7 +202,7 @@ func changedServices(upserts []flows.Service, deletes []flows.Key) map[flows.Key
 
 // diffService adds to the plan what changing k to nw takes: the elements
 // its footprint loses and gains, and its share of the reference counts.
-func (st *state) diffService(k flows.Key, nw *entry, p *Plan, adds, dels map[string][]nftables.SetElement) {
+func (st *state) diffService(k flows.Key, nw *entry, p *tablePlan, adds, dels map[string][]nftables.SetElement) {
 	var oldFP, newFP footprint
 	if old, had := st.programmed[k]; had {
 		oldFP = st.footprint(old)
@@ -175,7 +220,7 @@ func (st *state) diffService(k flows.Key, nw *entry, p *Plan, adds, dels map[str
 			adds[n.set] = append(adds[n.set], n.element())
 		}
 	}
-	oldB, newB := oldFP.backends(), newFP.backends()
+	oldB, newB := oldFP.backends(p.fam), newFP.backends(p.fam)
 	var lost []lostBackend
 	for a := range oldB {
 		p.refs[a]--
@@ -217,7 +262,7 @@ func (st *state) hairpinChanges(refs map[netip.Addr]int, adds, dels map[string][
 
 // chainChanges adds the class chains that gain their first service and
 // removes those that lose their last.
-func (st *state) chainChanges(sc schema, p *Plan) error {
+func (st *state) chainChanges(sc schema, p *tablePlan) error {
 	names := make([]string, 0, len(p.chainRefs))
 	for c := range p.chainRefs {
 		names = append(names, c)
@@ -227,7 +272,7 @@ func (st *state) chainChanges(sc schema, p *Plan) error {
 		before := st.chainRefs[c]
 		switch after := before + p.chainRefs[c]; {
 		case before == 0 && after > 0 && !st.chains[c]:
-			spec, err := classChain(c, sc.sets)
+			spec, err := classChain(c, sc)
 			if err != nil {
 				return err
 			}
@@ -240,7 +285,7 @@ func (st *state) chainChanges(sc schema, p *Plan) error {
 }
 
 // commit records a plan the kernel has accepted.
-func (st *state) commit(p Plan) {
+func (st *state) commit(p tablePlan) {
 	for k, nw := range p.services {
 		if nw == nil {
 			delete(st.programmed, k)

@@ -37,6 +37,17 @@ func web(alg flows.Algorithm, backends ...flows.Backend) flows.Service {
 	return service("198.19.0.10", flows.TCP, 80, alg, backends...)
 }
 
+// IPv6 services and backends, in 2001:2::/48: pods of n1 in
+// 2001:2:0:11::/64, of n2 in 2001:2:0:12::/64, VIPs in 2001:2:0:100::/64.
+var (
+	b6a = member("2001:2:0:11::2", "n1", "zone-a")
+	b6b = member("2001:2:0:12::2", "n2", "zone-b")
+)
+
+func web6(alg flows.Algorithm, backends ...flows.Backend) flows.Service {
+	return service("2001:2:0:100::10", flows.TCP, 80, alg, backends...)
+}
+
 func edit(s flows.Service, fn func(*flows.Service)) flows.Service {
 	s.Backends = append([]flows.Backend(nil), s.Backends...)
 	fn(&s)
@@ -71,7 +82,7 @@ func planCases() []planCase {
 		{name: "unknown-algorithm-is-source-ip-port", upserts: []flows.Service{web("LEAST_CONNECTIONS", b1)}},
 		{name: "no-backend-refused", upserts: []flows.Service{web(flows.RoundRobin)}},
 		{name: "ipv6-backends-left-out", upserts: []flows.Service{web(flows.SourceIP, member("2001:2::1", ""))}},
-		{name: "ipv6-vip-not-programmed", upserts: []flows.Service{service("2001:2::10", flows.TCP, 80, flows.SourceIP, b1)}},
+		{name: "ipv6-vip-with-ipv4-backends-refused", upserts: []flows.Service{service("2001:2:0:100::10", flows.TCP, 80, flows.SourceIP, b1)}},
 		{name: "backend-leaves-moves-its-slots", before: []flows.Service{web(flows.SourceIP, b1, b2, b3)},
 			upserts: []flows.Service{web(flows.SourceIP, b1, b2)}},
 		{name: "algorithm-change", before: []flows.Service{web(flows.SourceIP, b1, b2)},
@@ -126,15 +137,41 @@ func planCases() []planCase {
 		{name: "adopted-restated-is-empty", adopted: true,
 			before:  []flows.Service{edit(web(flows.SourceIPPort, b1, b2), persistent(time.Minute)), edit(dns, limited(10))},
 			upserts: []flows.Service{edit(web(flows.SourceIPPort, b1, b2), persistent(time.Minute)), edit(dns, limited(10))}},
+		// The ip6 table: the same footprints, of IPv6 keys and backends.
+		{name: "ipv6-new-source-ip", upserts: []flows.Service{web6(flows.SourceIP, b6a, b6b)}},
+		{name: "ipv6-ipv4-backends-left-out", upserts: []flows.Service{web6(flows.RoundRobin, b1, b6a)}},
+		{name: "ipv6-allowed-cidrs", upserts: []flows.Service{edit(web6(flows.RoundRobin, b6a), func(s *flows.Service) {
+			s.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("2001:2:0:40::/64"), netip.MustParsePrefix("2001:2::7/128"), netip.MustParsePrefix("198.18.40.0/28")}
+		})}},
+		{name: "ipv6-local-only-with-local-backend", upserts: []flows.Service{edit(web6(flows.SourceIP, b6a, b6b), func(s *flows.Service) { s.LocalOnly = true })}},
+		{name: "ipv6-persistence-creates-its-chain", upserts: []flows.Service{edit(web6(flows.SourceIPPort, b6a, b6b), persistent(time.Minute))}},
+		{name: "ipv6-connection-limit-creates-its-chain", upserts: []flows.Service{edit(web6(flows.RoundRobin, b6a), limited(100))}},
+		{name: "ipv6-node-port", upserts: []flows.Service{service("::", flows.TCP, 30080, flows.RoundRobin, b6a, b6b)}},
+		{name: "ipv6-udp-backend-lost", before: []flows.Service{service("2001:2:0:100::53", flows.UDP, 53, flows.SourceIPPort, b6a, b6b)},
+			upserts: []flows.Service{service("2001:2:0:100::53", flows.UDP, 53, flows.SourceIPPort, b6a)}},
+		{name: "ipv6-adopted-restated-is-empty", adopted: true,
+			before:  []flows.Service{edit(web6(flows.SourceIPPort, b6a, b6b), persistent(time.Minute))},
+			upserts: []flows.Service{edit(web6(flows.SourceIPPort, b6a, b6b), persistent(time.Minute))}},
 		{name: "adopted-changed", adopted: true, before: []flows.Service{edit(web(flows.SourceIP, b1, b2), persistent(time.Minute))},
 			upserts: []flows.Service{web(flows.SourceIP, b1, b2)}},
 	}
 }
 
-// testSchema is the table's sets as create declares them.
-func testSchema() schema {
-	t := &nftables.Table{Name: tableName, Family: nftables.TableFamilyIPv4}
-	return schema{table: t, sets: setsByName(setSpecs(t))}
+// testSchema is the table of a family and its sets as create declares them.
+func testSchema(f *family) schema {
+	t := &nftables.Table{Name: tableName, Family: f.table}
+	return schema{fam: f, table: t, sets: setsByName(setSpecs(t))}
+}
+
+// caseFamily is the family of a case's services: that of its first.
+func caseFamily(tc planCase) *family {
+	for _, s := range append(append([]flows.Service{}, tc.before...), tc.upserts...) {
+		return familyOf(s.Key.VIP)
+	}
+	for _, k := range tc.deletes {
+		return familyOf(k.VIP)
+	}
+	return ipv4
 }
 
 // TestPlan: for each programmed state and change, the whole transaction
@@ -145,7 +182,7 @@ func TestPlan(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newState("n1")
 			st.zone = tc.zone
-			sc := testSchema()
+			sc := testSchema(caseFamily(tc))
 			before, err := st.plan(sc, tc.before, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -169,14 +206,14 @@ func TestPlan(t *testing.T) {
 
 // checkKeys: every per-service element starts with its service's key, so
 // that adoption can read footprints back.
-func checkKeys(t *testing.T, p Plan) {
+func checkKeys(t *testing.T, p tablePlan) {
 	t.Helper()
 	for _, c := range append(append([]setChange{}, p.deletes...), p.adds...) {
 		if c.set == hairpinSet {
 			continue
 		}
 		for _, e := range c.elements {
-			if _, ok := parseKey(e.Key); !ok {
+			if _, ok := p.fam.parseKey(e.Key); !ok {
 				t.Errorf("%s element %x does not start with a service key", c.set, e.Key)
 			}
 		}
@@ -185,7 +222,7 @@ func checkKeys(t *testing.T, p Plan) {
 
 // applyOnFake programs the case through Apply on the in-memory nftables:
 // the data plane plans the same and the fake takes the transaction.
-func applyOnFake(t *testing.T, tc planCase, want Plan) {
+func applyOnFake(t *testing.T, tc planCase, want tablePlan) {
 	t.Helper()
 	dp, conn := fakeDataplane(t, WithZone(tc.zone))
 	ctx := context.Background()
@@ -202,8 +239,8 @@ func applyOnFake(t *testing.T, tc planCase, want Plan) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.String() != want.String() {
-		t.Errorf("the data plane plans otherwise:\n%s", lineDiff(want.String(), got.String()))
+	if got.table(want.fam).String() != want.String() {
+		t.Errorf("the data plane plans otherwise:\n%s", lineDiff(want.String(), got.table(want.fam).String()))
 	}
 	if err := dp.Apply(ctx, tc.upserts, tc.deletes); err != nil {
 		t.Fatalf("the in-memory kernel refused the plan: %v", err)
@@ -224,12 +261,12 @@ func TestPlanDeleteUndoesAdd(t *testing.T) {
 		for _, s := range tc.upserts {
 			st := newState("n1")
 			st.zone = tc.zone
-			add, err := st.plan(testSchema(), []flows.Service{s}, nil)
+			add, err := st.plan(testSchema(familyOf(s.Key.VIP)), []flows.Service{s}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			st.commit(add)
-			del, err := st.plan(testSchema(), nil, []flows.Key{s.Key})
+			del, err := st.plan(testSchema(familyOf(s.Key.VIP)), nil, []flows.Key{s.Key})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,20 +292,27 @@ func elementLines(s string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestRuleset: the table's constant chains and a persistence and a limit
-// chain, as the kernel gets them (testdata/ruleset.txt).
+// TestRuleset: each table's constant chains and a persistence and a limit
+// chain, as the kernel gets them (testdata/ruleset.txt for ip,
+// testdata/ruleset-ip6.txt for ip6).
 func TestRuleset(t *testing.T) {
-	sc := testSchema()
-	chains := baseChains(sc.sets, true)
-	for _, name := range []string{persistChain(time.Minute), limitChain(100)} {
-		c, err := classChain(name, sc.sets)
-		if err != nil {
-			t.Fatal(err)
+	for _, f := range families {
+		sc := testSchema(f)
+		chains := baseChains(sc, true)
+		for _, name := range []string{persistChain(time.Minute), limitChain(100)} {
+			c, err := classChain(name, sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chains = append(chains, c)
 		}
-		chains = append(chains, c)
-	}
-	golden(t, "testdata/ruleset.txt", chainsString(chains))
-	if _, err := classChain("persist_x", sc.sets); err == nil {
-		t.Error("a chain of no known kind was made")
+		path := "testdata/ruleset.txt"
+		if f != ipv4 {
+			path = "testdata/ruleset-" + f.name + ".txt"
+		}
+		golden(t, path, chainsString(chains))
+		if _, err := classChain("persist_x", sc); err == nil {
+			t.Error("a chain of no known kind was made")
+		}
 	}
 }

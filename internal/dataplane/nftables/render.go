@@ -18,10 +18,25 @@ import (
 // Text renderings of plans, elements and rules, for tests that compare
 // whole expected dumps and for people reading them.
 
-// String renders the plan one operation a line, in the order they are
-// sent (elements of one set sorted, as their order within a message does
-// not matter), then the bookkeeping it commits.
+// String renders the plan one operation a line, table by table: the IPv4
+// table's plain, each other's under a "# table" line when it changes
+// anything.
 func (p Plan) String() string {
+	var b strings.Builder
+	for _, t := range p.tables {
+		s := t.String()
+		if t.fam != ipv4 && s != "" {
+			fmt.Fprintf(&b, "# table %s %s\n", t.fam.name, tableName)
+		}
+		b.WriteString(s)
+	}
+	return b.String()
+}
+
+// String renders the table's part one operation a line, in the order
+// they are sent (elements of one set sorted, as their order within a
+// message does not matter), then the bookkeeping it commits.
+func (p tablePlan) String() string {
 	var b strings.Builder
 	for _, c := range p.newChains {
 		for _, s := range classChainSets(nil, c.chain.Name) {
@@ -34,12 +49,12 @@ func (p Plan) String() string {
 	}
 	for _, c := range p.deletes {
 		for _, e := range sortedElements(c) {
-			fmt.Fprintf(&b, "delete element %s { %s }\n", c.set, elementString(c.set, e))
+			fmt.Fprintf(&b, "delete element %s { %s }\n", c.set, p.fam.elementString(c.set, e))
 		}
 	}
 	for _, c := range p.adds {
 		for _, e := range sortedElements(c) {
-			fmt.Fprintf(&b, "add element %s { %s }\n", c.set, elementString(c.set, e))
+			fmt.Fprintf(&b, "add element %s { %s }\n", c.set, p.fam.elementString(c.set, e))
 		}
 	}
 	for _, name := range p.goneChains {
@@ -54,7 +69,7 @@ func (p Plan) String() string {
 
 // writeBookkeeping renders the reference counts the plan changes, and the
 // conntrack entries it forgets, as comments.
-func (p Plan) writeBookkeeping(b *strings.Builder) {
+func (p tablePlan) writeBookkeeping(b *strings.Builder) {
 	addrs := make([]netip.Addr, 0, len(p.refs))
 	for a, delta := range p.refs {
 		if delta != 0 {
@@ -124,12 +139,12 @@ var setFields = map[string]struct{ key, data []field }{
 
 // elementString renders an element as nft writes it: fields joined by
 // " . ", ranges as start-end, map data after " : ".
-func elementString(set string, e nftables.SetElement) string {
+func (fam *family) elementString(set string, e nftables.SetElement) string {
 	f, ok := setFields[set]
 	if !ok {
 		f.key = svcFields
 	}
-	s := fieldsString(f.key, e.Key, e.KeyEnd)
+	s := fam.fieldsString(f.key, e.Key, e.KeyEnd)
 	if e.IntervalEnd {
 		s += " (interval end)"
 	}
@@ -137,7 +152,7 @@ func elementString(set string, e nftables.SetElement) string {
 	case e.VerdictData != nil:
 		s += " : " + verdictString(e.VerdictData.Kind, e.VerdictData.Chain)
 	case len(e.Val) > 0 && f.data != nil:
-		s += " : " + fieldsString(f.data, e.Val, nil)
+		s += " : " + fam.fieldsString(f.data, e.Val, nil)
 	case len(e.Val) > 0:
 		kind, chain := decodeVerdict(e.Val)
 		s += " : " + verdictString(expr.VerdictKind(kind), chain)
@@ -145,19 +160,27 @@ func elementString(set string, e nftables.SetElement) string {
 	return s
 }
 
-func fieldsString(fields []field, b, end []byte) string {
+// fieldsString renders fields of fam's table: addresses of its width,
+// every other field 4 bytes.
+func (fam *family) fieldsString(fields []field, b, end []byte) string {
 	parts := make([]string, 0, len(fields))
-	for i, f := range fields {
-		if len(b) < 4*i+4 {
+	at := 0
+	for _, f := range fields {
+		n := 4
+		if f == fieldAddr {
+			n = int(fam.addrLen)
+		}
+		if len(b) < at+n {
 			return fmt.Sprintf("%x (short)", b)
 		}
-		s := fieldString(f, b[4*i:4*i+4])
-		if len(end) >= 4*i+4 {
-			if e := fieldString(f, end[4*i:4*i+4]); e != s {
+		s := fieldString(f, b[at:at+n])
+		if len(end) >= at+n {
+			if e := fieldString(f, end[at:at+n]); e != s {
 				s += "-" + e
 			}
 		}
 		parts = append(parts, s)
+		at += n
 	}
 	return strings.Join(parts, " . ")
 }
@@ -165,7 +188,8 @@ func fieldsString(fields []field, b, end []byte) string {
 func fieldString(f field, b []byte) string {
 	switch f {
 	case fieldAddr:
-		return netip.AddrFrom4([4]byte(b)).String()
+		a, _ := netip.AddrFromSlice(b)
+		return a.String()
 	case fieldProto:
 		for p, n := range protoNum {
 			if n == b[0] {
@@ -278,6 +302,10 @@ func payloadName(e *expr.Payload) string {
 		return "ip saddr"
 	case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 16 && e.Len == 4:
 		return "ip daddr"
+	case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 8 && e.Len == 16:
+		return "ip6 saddr"
+	case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 24 && e.Len == 16:
+		return "ip6 daddr"
 	case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 0 && e.Len == 2:
 		return "th sport"
 	case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:

@@ -21,7 +21,7 @@ func WriteDump(w io.Writer, services []ServiceDump) {
 		if s.Refused {
 			alg = "REFUSED (no usable backend)"
 		}
-		fmt.Fprintf(w, "%s %s:%d %s", s.Key.Protocol, s.Key.VIP, s.Key.Port, alg)
+		fmt.Fprintf(w, "%s %s %s", s.Key.Protocol, netip.AddrPortFrom(s.Key.VIP, s.Key.Port), alg)
 		if extra := dumpOptions(s); len(extra) > 0 {
 			fmt.Fprintf(w, " [%s]", strings.Join(extra, "; "))
 		}

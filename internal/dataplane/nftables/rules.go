@@ -66,22 +66,22 @@ func rule(reason string, parts ...[]expr.Any) ruleSpec {
 }
 
 // baseChains are the table's constant chains, in the order they are
-// created; sets are the table's sets by name (their IDs let rules refer to
-// sets created in the same transaction).
+// created; sc holds the table's family and its sets by name (their IDs
+// let rules refer to sets created in the same transaction).
 // counted says whether they count (stats.go).
-func baseChains(sets map[string]*nftables.Set, counted bool) []chainSpec {
+func baseChains(sc schema, counted bool) []chainSpec {
 	return []chainSpec{
-		rejectChain(sets, counted),
-		nodePortRewrite(nodePortChain, nftables.ChainHookPrerouting, sets),
-		nodePortRewrite(nodePortOutChain, nftables.ChainHookOutput, sets),
-		filterChain(aclChain, nftables.ChainHookPrerouting, sets, counted),
-		filterChain(aclOutChain, nftables.ChainHookOutput, sets, counted),
-		postroutingChain(sets),
-		balanceChain(sets),
-		dstNATChain(preChain, nftables.ChainHookPrerouting, sets),
-		dstNATChain(outChain, nftables.ChainHookOutput, sets),
-		bindChain(preBindChain, nftables.ChainHookPrerouting),
-		bindChain(outBindChain, nftables.ChainHookOutput),
+		rejectChain(sc, counted),
+		nodePortRewrite(nodePortChain, nftables.ChainHookPrerouting, sc),
+		nodePortRewrite(nodePortOutChain, nftables.ChainHookOutput, sc),
+		filterChain(aclChain, nftables.ChainHookPrerouting, sc, counted),
+		filterChain(aclOutChain, nftables.ChainHookOutput, sc, counted),
+		postroutingChain(sc),
+		balanceChain(sc),
+		dstNATChain(preChain, nftables.ChainHookPrerouting, sc),
+		dstNATChain(outChain, nftables.ChainHookOutput, sc),
+		bindChain(preBindChain, nftables.ChainHookPrerouting, sc.fam),
+		bindChain(outBindChain, nftables.ChainHookOutput, sc.fam),
 	}
 }
 
@@ -105,7 +105,7 @@ var nodePortPriority = nftables.ChainPriorityRef(*nftables.ChainPriorityConntrac
 
 // nodePortRewrite turns a new connection to one of the node's addresses
 // on a node port into one to the node-port service: its destination
-// address becomes 0.0.0.0 (flows.NodePortVIP, the services' key), and
+// address becomes 0.0.0.0 (::) (flows.NodePortVIP, the services' key), and
 // the mark bit nodePortMark says so to postrouting and refuse. One rule,
 // whatever the number of node ports; the chains after it treat the
 // connection as any other service's, and conntrack keeps the address the
@@ -113,12 +113,13 @@ var nodePortPriority = nftables.ChainPriorityRef(*nftables.ChainPriorityConntrac
 //
 //	ct state new  ip daddr @nodeaddrs  0.0.0.0 . l4proto . th dport @nodeports
 //	  ip daddr set 0.0.0.0  meta mark |= 0x800000
-func nodePortRewrite(name string, hook *nftables.ChainHook, sets map[string]*nftables.Set) chainSpec {
+func nodePortRewrite(name string, hook *nftables.ChainHook, sc schema) chainSpec {
+	f, sets := sc.fam, sc.sets
 	return chainSpec{
 		chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nodePortPriority},
 		rules: []ruleSpec{rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW),
-			load(regMark+1, expr.PayloadBaseNetworkHeader, 16, 4), lookup(sets[nodeAddrsSet], regMark+1),
-			nodePortKey(), lookup(sets[nodePortsSet], regDaddr), writeDaddr(), markBit(nodePortMark))},
+			f.daddr(f.regScratch), lookup(sets[nodeAddrsSet], f.regScratch),
+			f.nodePortKey(), lookup(sets[nodePortsSet], regDaddr), f.writeDaddr(), markBit(nodePortMark))},
 	}
 }
 
@@ -129,15 +130,15 @@ func nodePortRewrite(name string, hook *nftables.ChainHook, sets map[string]*nft
 // backends is not rewritten at all, so the node's own stack refuses it,
 // from the address the client used; only a connection limit comes here.)
 // Every attempt refused is counted in stats_err first.
-func rejectChain(sets map[string]*nftables.Set, counted bool) chainSpec {
+func rejectChain(sc schema, counted bool) chainSpec {
 	var rules []ruleSpec
 	if counted {
-		rules = append(rules, rule("", svcKey(), lookup(sets[statsErrSet], regDaddr)))
+		rules = append(rules, rule("", sc.fam.svcKey(), lookup(sc.sets[statsErrSet], regDaddr)))
 	}
 	rules = append(rules,
 		rule(reasonNodePortDrop, markSet(nodePortMark), one(&expr.Verdict{Kind: expr.VerdictDrop})),
 		rule("", tcpOnly(), rejectTCP()),
-		rule("", rejectICMP()))
+		rule("", sc.fam.rejectICMP()))
 	return chainSpec{chain: nftables.Chain{Name: refuseChain}, rules: rules}
 }
 
@@ -155,7 +156,9 @@ func rejectChain(sets map[string]*nftables.Set, counted bool) chainSpec {
 // its VIP in conntrack's original tuple, so each packet is counted once
 // in the cluster; a client's packets enter by prerouting (acl) or, from
 // the node itself, output (acl_out), and so do the replies.
-func filterChain(name string, hook *nftables.ChainHook, sets map[string]*nftables.Set, counted bool) chainSpec {
+func filterChain(name string, hook *nftables.ChainHook, sc schema, counted bool) chainSpec {
+	f, sets := sc.fam, sc.sets
+	svcKey := f.svcKey
 	podnets := sets[podNetsSet]
 	refused := one(&expr.Verdict{Kind: expr.VerdictDrop})
 	if counted {
@@ -163,15 +166,15 @@ func filterChain(name string, hook *nftables.ChainHook, sets map[string]*nftable
 	}
 	rules := []ruleSpec{
 		rule(reasonACL, svcKey(), lookup(sets[aclOnSet], regDaddr),
-			load(regSlot, expr.PayloadBaseNetworkHeader, 12, 4),
+			f.saddr(f.regSlot),
 			one(&expr.Lookup{SourceRegister: regDaddr, SetName: aclAllowSet, SetID: sets[aclAllowSet].ID, Invert: true}),
 			refused),
 		rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), vmap(sets[limitsMap])),
 	}
 	if name == aclChain {
 		rules = append(rules,
-			rule(reasonNoLocal, svcKey(), lookup(sets[localNoneSet], regDaddr), fromOutside(podnets), refused),
-			rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), fromInside(podnets), refused))
+			rule(reasonNoLocal, svcKey(), lookup(sets[localNoneSet], regDaddr), f.fromOutside(podnets), refused),
+			rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), f.fromInside(podnets), refused))
 	} else {
 		rules = append(rules, rule(reasonNoInternalLocal, svcKey(), lookup(sets[iLocalNoneSet], regDaddr), refused))
 	}
@@ -181,7 +184,7 @@ func filterChain(name string, hook *nftables.ChainHook, sets map[string]*nftable
 	}
 	rules = append(rules, rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[statsNewSet], regDaddr)),
 		rule("", svcKey(), lookup(sets[statsInSet], regDaddr)),
-		rule("", ctReply(), notLoopback(name), ctOrigKey(), lookup(sets[statsOutSet], regDaddr)))
+		rule("", ctReply(), notLoopback(name), f.ctOrigKey(), lookup(sets[statsOutSet], regDaddr)))
 	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityMangle}, rules: rules}
 }
 
@@ -189,17 +192,17 @@ func filterChain(name string, hook *nftables.ChainHook, sets map[string]*nftable
 // outside the pod networks or to a node port that are not local-only
 // ones, among those flowlb translated (ownedMark): a connection
 // kube-proxy translated is left to kube-proxy's own rules.
-func postroutingChain(sets map[string]*nftables.Set) chainSpec {
+func postroutingChain(sc schema) chainSpec {
+	f, sets := sc.fam, sc.sets
 	return chainSpec{
 		chain: nftables.Chain{Name: postChain, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource},
 		rules: []ruleSpec{
 			// ct status dnat meta mark & owned != 0 ip saddr . ip daddr @hairpin masquerade
 			rule(reasonHairpin, ctBit(expr.CtKeySTATUS, ipsDstNAT), markSet(ownedMark),
-				load(regDaddr, expr.PayloadBaseNetworkHeader, 12, 4),
-				load(regProto, expr.PayloadBaseNetworkHeader, 16, 4),
+				f.saddr(regDaddr), f.daddr(regDaddr+words(f.addrLen)),
 				lookup(sets[hairpinSet], regDaddr), one(&expr.Masq{})),
 			// ct status dnat meta mark & owned != 0 meta mark & local == 0 ip saddr != @podnets masquerade
-			rule(reasonOutsidePodNets, ctBit(expr.CtKeySTATUS, ipsDstNAT), markSet(ownedMark), localMarkClear(), fromOutside(sets[podNetsSet]), one(&expr.Masq{})),
+			rule(reasonOutsidePodNets, ctBit(expr.CtKeySTATUS, ipsDstNAT), markSet(ownedMark), localMarkClear(), f.fromOutside(sets[podNetsSet]), one(&expr.Masq{})),
 			// ct status dnat meta mark & owned != 0 meta mark & nodeport != 0 meta mark & local == 0 masquerade
 			rule(reasonNodePort, ctBit(expr.CtKeySTATUS, ipsDstNAT), markSet(ownedMark), markSet(nodePortMark), localMarkClear(), one(&expr.Masq{})),
 		},
@@ -208,10 +211,11 @@ func postroutingChain(sets map[string]*nftables.Set) chainSpec {
 
 // balanceChain (lb) picks a backend among all of a service's: through the
 // persistence chain of its timeout, or by its algorithm.
-func balanceChain(sets map[string]*nftables.Set) chainSpec {
-	rules := []ruleSpec{rule("", svcKey(), vmap(sets[persistMap]))}
+func balanceChain(sc schema) chainSpec {
+	f, sets := sc.fam, sc.sets
+	rules := []ruleSpec{rule("", f.svcKey(), vmap(sets[persistMap]))}
 	for _, alg := range algs {
-		rules = append(rules, pickRules(reasonEveryBackend, svcKey(), lookup(sets[pickNames[alg]], regDaddr), pickSlot(alg, 0), slotLookup(sets[slotsMap]))...)
+		rules = append(rules, f.pickRules(reasonEveryBackend, f.svcKey(), lookup(sets[pickNames[alg]], regDaddr), f.pickSlot(alg, 0), slotLookup(sets[slotsMap]))...)
 	}
 	return chainSpec{chain: nftables.Chain{Name: lbChain}, rules: rules}
 }
@@ -221,37 +225,38 @@ func balanceChain(sets map[string]*nftables.Set) chainSpec {
 // node goes to this node's backends and keeps the client's address (what
 // the node sends itself uses every backend). Internal-local: pods of this
 // node, and the node itself, use this node's backends only.
-func dstNATChain(name string, hook *nftables.ChainHook, sets map[string]*nftables.Set) chainSpec {
+func dstNATChain(name string, hook *nftables.ChainHook, sc schema) chainSpec {
+	f, sets := sc.fam, sc.sets
 	podnets := sets[podNetsSet]
 	var rules []ruleSpec
 	if name == preChain {
 		for _, alg := range algs {
-			rules = append(rules, pickRules(reasonLocalOnly, svcKey(), lookup(sets[localOnSet], regDaddr), lookup(sets[pickNames[alg]], regDaddr), fromOutside(podnets),
-				pickSlot(alg, localSlot), slotLookup(sets[slotsMap]), markBit(localMark))...)
+			rules = append(rules, f.pickRules(reasonLocalOnly, f.svcKey(), lookup(sets[localOnSet], regDaddr), lookup(sets[pickNames[alg]], regDaddr), f.fromOutside(podnets),
+				f.pickSlot(alg, localSlot), slotLookup(sets[slotsMap]), markBit(localMark))...)
 		}
 	}
 	for _, alg := range algs {
 		var source []expr.Any
 		if name == preChain {
-			source = fromInside(podnets)
+			source = f.fromInside(podnets)
 		}
-		rules = append(rules, pickRules(reasonInternalLocal, svcKey(), lookup(sets[iLocalOnSet], regDaddr), lookup(sets[pickNames[alg]], regDaddr), source,
-			pickSlot(alg, localSlot), slotLookup(sets[slotsMap]))...)
+		rules = append(rules, f.pickRules(reasonInternalLocal, f.svcKey(), lookup(sets[iLocalOnSet], regDaddr), lookup(sets[pickNames[alg]], regDaddr), source,
+			f.pickSlot(alg, localSlot), slotLookup(sets[slotsMap]))...)
 	}
 	rules = append(rules, rule("", one(&expr.Verdict{Kind: expr.VerdictJump, Chain: lbChain})))
 	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeNAT, Hooknum: hook, Priority: rewritePriority}, rules: rules}
 }
 
-// pickRules are a rule that picks a backend into registers 8 (address)
-// and 9 (port), once for each protocol, each ending in writing the
+// pickRules are a rule that picks a backend into regDaddr (its address,
+// then its port), once for each protocol, each ending in writing the
 // backend into the first packet's header with the checksums of its
 // protocol, marking it for bindChain and ending the NAT chain. (The
 // kernel takes a register only from the rule that stored it, so the
 // write cannot be a chain of its own.)
-func pickRules(reason string, parts ...[]expr.Any) []ruleSpec {
+func (f *family) pickRules(reason string, parts ...[]expr.Any) []ruleSpec {
 	var rules []ruleSpec
 	for _, p := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_SCTP} {
-		r := rule(reason, append(append([][]expr.Any{l4proto(p)}, parts...), writeDst(p), markBit(handoffMark), one(&expr.Verdict{Kind: expr.VerdictAccept}))...)
+		r := rule(reason, append(append([][]expr.Any{l4proto(p)}, parts...), f.writeDst(p), markBit(handoffMark), one(&expr.Verdict{Kind: expr.VerdictAccept}))...)
 		rules = append(rules, r)
 	}
 	return rules
@@ -260,13 +265,13 @@ func pickRules(reason string, parts ...[]expr.Any) []ruleSpec {
 // bindChain translates a connection flowlb rewrote and no other NAT
 // table translated to where its first packet now goes, and marks it
 // flowlb's: dnat to ip daddr : th dport.
-func bindChain(name string, hook *nftables.ChainHook) chainSpec {
+func bindChain(name string, hook *nftables.ChainHook, f *family) chainSpec {
+	port := f.regBackendPort()
 	return chainSpec{
 		chain: nftables.Chain{Name: name, Type: nftables.ChainTypeNAT, Hooknum: hook, Priority: bindPriority},
 		rules: []ruleSpec{rule("", markSet(handoffMark),
-			load(regDaddr, expr.PayloadBaseNetworkHeader, 16, 4),
-			load(regProto, expr.PayloadBaseTransportHeader, 2, 2),
-			markBit(ownedMark), dnat(regDaddr, regProto))},
+			f.daddr(regDaddr), load(port, expr.PayloadBaseTransportHeader, 2, 2),
+			markBit(ownedMark), f.dnat(regDaddr, port))},
 	}
 }
 
@@ -274,7 +279,11 @@ func bindChain(name string, hook *nftables.ChainHook) chainSpec {
 // connection set, created with it and deleted after it.
 func classChainSets(t *nftables.Table, name string) []*nftables.Set {
 	if n, ok := chainParam(name, limitPrefix); ok {
-		return []*nftables.Set{{Table: t, Name: connsSet(n), Concatenation: true, Dynamic: true, KeyType: keyType}}
+		f := ipv4
+		if t != nil {
+			f = tableFamily(t)
+		}
+		return []*nftables.Set{{Table: t, Name: connsSet(n), Concatenation: true, Dynamic: true, KeyType: f.keyType()}}
 	}
 	return nil
 }
@@ -282,10 +291,10 @@ func classChainSets(t *nftables.Table, name string) []*nftables.Set {
 func connsSet(limit int64) string { return connsPrefix + strconv.FormatInt(limit, 10) }
 
 // classChain is the persistence or connection-limit chain a name stands
-// for; sets are the table's sets by name.
-func classChain(name string, sets map[string]*nftables.Set) (chainSpec, error) {
+// for in the table of sc.
+func classChain(name string, sc schema) (chainSpec, error) {
 	if secs, ok := chainParam(name, persistPrefix); ok {
-		return persistenceChain(name, time.Duration(secs)*time.Second, sets), nil
+		return persistenceChain(name, time.Duration(secs)*time.Second, sc), nil
 	}
 	if n, ok := chainParam(name, limitPrefix); ok {
 		// add @conns_N { daddr . l4proto . dport ct count over N } reject;
@@ -293,28 +302,42 @@ func classChain(name string, sets map[string]*nftables.Set) (chainSpec, error) {
 		// is new in the same transaction: the kernel finds it by name.
 		over := one(&expr.Dynset{SrcRegKey: regDaddr, SetName: connsSet(n), Operation: unix.NFT_DYNSET_OP_ADD,
 			Exprs: []expr.Any{&expr.Connlimit{Count: uint32(n), Flags: connlimitOver}}})
-		return chainSpec{chain: nftables.Chain{Name: name}, rules: []ruleSpec{rule(reasonLimit, svcKey(), over, goTo(refuseChain))}}, nil
+		return chainSpec{chain: nftables.Chain{Name: name}, rules: []ruleSpec{rule(reasonLimit, sc.fam.svcKey(), over, goTo(refuseChain))}}, nil
 	}
 	return chainSpec{}, fmt.Errorf("unknown class chain %q", name)
 }
 
 // persistenceChain keeps a client on the backend it used within timeout.
-func persistenceChain(name string, timeout time.Duration, sets map[string]*nftables.Set) chainSpec {
+// The affinity map's key is the service key followed by the client's
+// address, loaded at regDaddr: an IPv6 key takes ten of the sixteen
+// registers, so the rules reuse them in place rather than keep the
+// service key, the affinity key and a backend apart.
+func persistenceChain(name string, timeout time.Duration, sc schema) chainSpec {
+	f, sets := sc.fam, sc.sets
 	aff := sets[affinityMap]
-	update := func(data uint32) []expr.Any {
-		return one(&expr.Dynset{SrcRegKey: regAffKey, SrcRegData: data, SetName: aff.Name, SetID: aff.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: timeout})
+	update := func(key, data uint32) []expr.Any {
+		return one(&expr.Dynset{SrcRegKey: key, SrcRegData: data, SetName: aff.Name, SetID: aff.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: timeout})
 	}
-	// A remembered backend still in the service: refresh and use it.
-	rules := pickRules(reasonRemembered, svcKey(), affKey(),
-		one(&expr.Lookup{SourceRegister: regAffKey, SetName: aff.Name, SetID: aff.ID, DestRegister: regAffData, IsDestRegSet: true}),
-		lookup(sets[membersSet], regDaddr),
-		update(regAffData), copyReg(regDaddr, regAffData, 8))
+	// A remembered backend lands past the members key's backend part (the
+	// kernel refuses a copy between overlapping registers); after a
+	// backend picked at regDaddr comes the affinity key again.
+	remembered := f.regSlot + words(f.backendLen())
+	keyAgain := regDaddr + words(f.backendLen())
+	// A remembered backend still in the service: use it and refresh it.
+	// The refresh comes first, as the members key overwrites the
+	// affinity key; a refreshed affinity to a backend that has left is
+	// deleted by the next rule.
+	rules := f.pickRules(reasonRemembered, f.affKeyAt(regDaddr),
+		one(&expr.Lookup{SourceRegister: regDaddr, SetName: aff.Name, SetID: aff.ID, DestRegister: remembered, IsDestRegSet: true}),
+		update(regDaddr, remembered),
+		copyReg(f.regSlot, remembered, f.backendLen()), lookup(sets[membersSet], regDaddr),
+		copyReg(regDaddr, f.regSlot, f.backendLen()))
 	// Otherwise pick as usual and remember the choice, replacing an
 	// affinity to a backend that has left.
-	forget := one(&expr.Dynset{SrcRegKey: regAffKey, SrcRegData: regAffKey, SetName: aff.Name, SetID: aff.ID, Operation: dynsetOpDelete})
+	forget := one(&expr.Dynset{SrcRegKey: regDaddr, SrcRegData: regDaddr, SetName: aff.Name, SetID: aff.ID, Operation: dynsetOpDelete})
 	for _, alg := range algs {
-		rules = append(rules, pickRules(reasonEveryBackend, svcKey(), lookup(sets[pickNames[alg]], regDaddr), affKey(), forget,
-			pickSlot(alg, 0), slotLookup(sets[slotsMap]), update(regDaddr))...)
+		rules = append(rules, f.pickRules(reasonEveryBackend, f.svcKey(), lookup(sets[pickNames[alg]], regDaddr), f.saddr(f.regSlot), forget,
+			f.pickSlot(alg, 0), slotLookup(sets[slotsMap]), f.affKeyAt(keyAgain), update(keyAgain, regDaddr))...)
 	}
 	return chainSpec{chain: nftables.Chain{Name: name}, rules: rules}
 }

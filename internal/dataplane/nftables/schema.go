@@ -69,7 +69,7 @@ const (
 	// layoutMarker names the rule layout: a table without it (made by an
 	// agent with other rules) is rebuilt instead of adopted. Bump it with
 	// any change to the rules of rules.go or to setSpecs.
-	layoutMarker = "layout_8"
+	layoutMarker = "layout_9"
 	// uncountedMarker marks a table built without the statistics rules
 	// (WithoutCounters); a table with it is rebuilt for an agent that
 	// counts, and one without it for an agent that does not.
@@ -102,34 +102,31 @@ const (
 // ipsDstNAT is conntrack's IPS_DST_NAT status bit.
 const ipsDstNAT = 1 << 5
 
-// Registers. The 32-bit registers (NFT_REG32_00 = 8 … 23) hold
-// concatenated keys; the 16-byte register 1 overlaps 8–11 and receives the
-// slots map's address . port data.
-const (
-	regDaddr   = 8 // daddr, l4proto in 9, dport in 10, slot in 11
-	regProto   = 9
-	regDport   = 10
-	regSlot    = 11
-	regHashIn  = 12 // saddr, then sport in 13, for jhash
-	regData    = 1
-	regDataPrt = 9
-	regAffKey  = 16 // daddr . l4proto . dport . saddr for the affinity map
-	regAffData = 11 // the remembered backend: address 11, port 12
-	regMark    = 20
-)
-
 // pickNames maps each algorithm to its pick set.
 var pickNames = map[flows.Algorithm]string{flows.RoundRobin: rrSet, flows.SourceIP: srcSet, flows.SourceIPPort: srcPortSet}
 
-var keyType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
+// keyType is a service key's type: daddr . l4proto . dport.
+func (f *family) keyType() nftables.SetDatatype {
+	return nftables.MustConcatSetType(f.addrType, nftables.TypeInetProto, nftables.TypeInetService)
+}
 
-var backendType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)
+// tableFamily is the family of a flowlb table: ip, or ip6 (or the inet
+// table BenchmarkIPv6TableFamily measures in its place).
+func tableFamily(t *nftables.Table) *family {
+	if t.Family == nftables.TableFamilyIPv4 {
+		return ipv4
+	}
+	return ipv6
+}
 
 // setSpecs are the table's sets, declared once.
 func setSpecs(t *nftables.Table) []*nftables.Set {
+	f := tableFamily(t)
+	addr, keyType := f.addrType, f.keyType()
+	backendType := nftables.MustConcatSetType(addr, nftables.TypeInetService)
 	s := []*nftables.Set{
 		{Table: t, Name: slotsMap, IsMap: true, Concatenation: true,
-			KeyType:  nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeMark),
+			KeyType:  nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeMark),
 			DataType: backendType},
 		{Table: t, Name: localOnSet, Concatenation: true, KeyType: keyType},
 		{Table: t, Name: localNoneSet, Concatenation: true, KeyType: keyType},
@@ -139,18 +136,18 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 		{Table: t, Name: emptySet, Concatenation: true, KeyType: keyType},
 		{Table: t, Name: aclOnSet, Concatenation: true, KeyType: keyType},
 		{Table: t, Name: aclAllowSet, Concatenation: true, Interval: true,
-			KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeIPAddr)},
+			KeyType: nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, addr)},
 		{Table: t, Name: persistMap, IsMap: true, Concatenation: true, KeyType: keyType, DataType: nftables.TypeVerdict},
 		{Table: t, Name: affinityMap, IsMap: true, Concatenation: true, Dynamic: true, HasTimeout: true,
-			KeyType:  nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeIPAddr),
+			KeyType:  nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, addr),
 			DataType: backendType},
 		{Table: t, Name: membersSet, Concatenation: true,
-			KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeIPAddr, nftables.TypeInetService)},
+			KeyType: nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, addr, nftables.TypeInetService)},
 		{Table: t, Name: limitsMap, IsMap: true, Concatenation: true, KeyType: keyType, DataType: nftables.TypeVerdict},
-		{Table: t, Name: hairpinSet, Concatenation: true, KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr)},
-		{Table: t, Name: podNetsSet, Interval: true, KeyType: nftables.TypeIPAddr},
+		{Table: t, Name: hairpinSet, Concatenation: true, KeyType: nftables.MustConcatSetType(addr, addr)},
+		{Table: t, Name: podNetsSet, Interval: true, KeyType: addr},
 		{Table: t, Name: nodePortsSet, Concatenation: true, KeyType: keyType},
-		{Table: t, Name: nodeAddrsSet, KeyType: nftables.TypeIPAddr},
+		{Table: t, Name: nodeAddrsSet, KeyType: addr},
 		{Table: t, Name: layoutMarker, KeyType: nftables.TypeInteger},
 	}
 	for _, name := range []string{rrSet, srcSet, srcPortSet} {

@@ -20,10 +20,11 @@ type setReader struct {
 }
 
 func newSetReader(conn Conn, t *nftables.Table, podNets []netip.Prefix) *setReader {
+	f := tableFamily(t)
 	if len(podNets) == 0 {
-		podNets = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+		podNets = []netip.Prefix{f.prefix()}
 	}
-	return &setReader{conn: conn, decl: setsByName(setSpecs(t)), podnets: intervals(podNets), cache: map[string]*setIndex{}}
+	return &setReader{conn: conn, decl: setsByName(setSpecs(t)), podnets: f.intervals(podNets), cache: map[string]*setIndex{}}
 }
 
 func (r *setReader) index(name string) (*setIndex, error) {
@@ -113,7 +114,9 @@ func (s *setIndex) find(key []byte) (nftables.SetElement, bool) {
 }
 
 // inRange reports whether every 4-byte field of key lies between start's
-// and end's.
+// and end's. An IPv6 address is four such fields: as the ranges flowlb
+// writes are prefixes, comparing its words one by one decides as
+// comparing the whole address does.
 func inRange(key, start, end []byte) bool {
 	if len(start) != len(key) || len(end) != len(key) {
 		return false

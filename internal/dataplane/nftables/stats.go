@@ -42,9 +42,9 @@ type counter struct{ packets, bytes uint64 }
 
 // statsReader reads the kernel's counters.
 type statsReader interface {
-	// readReset returns the counters of a counter set's elements by
-	// service, and zeroes them.
-	readReset(set string) (map[flows.Key]counter, error)
+	// readReset returns the counters of a counter set's elements in the
+	// table of a family by service, and zeroes them.
+	readReset(f *family, set string) (map[flows.Key]counter, error)
 	// active counts open connections by the service they were made to.
 	active() (map[flows.Key]uint64, error)
 }
@@ -58,12 +58,19 @@ func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
 		return nil, ErrNoStats
 	}
 	read := map[string]map[flows.Key]counter{}
-	for _, set := range statsSets {
-		c, err := d.stats.readReset(set)
-		if err != nil {
-			return statsOf(read, nil), fmt.Errorf("read %s: %w", set, err)
+	for _, p := range d.planes {
+		for _, set := range statsSets {
+			c, err := d.stats.readReset(p.fam, set)
+			if err != nil {
+				return statsOf(read, nil), fmt.Errorf("read %s %s: %w", p.fam.name, set, err)
+			}
+			if read[set] == nil {
+				read[set] = map[flows.Key]counter{}
+			}
+			for k, v := range c {
+				read[set][k] = v
+			}
 		}
-		read[set] = c
 	}
 	active, err := d.stats.active()
 	if err != nil {
@@ -113,7 +120,7 @@ type netlinkStats struct {
 	programmed func(flows.Key) bool
 }
 
-func (n netlinkStats) readReset(set string) (map[flows.Key]counter, error) {
+func (n netlinkStats) readReset(f *family, set string) (map[flows.Key]counter, error) {
 	cfg := &netlink.Config{}
 	if n.netns >= 0 {
 		cfg.NetNS = n.netns
@@ -133,7 +140,7 @@ func (n netlinkStats) readReset(set string) (map[flows.Key]counter, error) {
 	// nfgenmsg: family, version, resource id.
 	req := netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | msgGetSetElemReset), Flags: netlink.Request | netlink.Dump},
-		Data:   append([]byte{unix.AF_INET, unix.NFNETLINK_V0, 0, 0}, attrs...),
+		Data:   append([]byte{byte(f.table), unix.NFNETLINK_V0, 0, 0}, attrs...),
 	}
 	replies, err := c.Execute(req)
 	if err != nil {
@@ -144,7 +151,7 @@ func (n netlinkStats) readReset(set string) (map[flows.Key]counter, error) {
 		if len(m.Data) < 4 {
 			continue
 		}
-		if err := decodeCounters(m.Data[4:], out); err != nil {
+		if err := f.decodeCounters(m.Data[4:], out); err != nil {
 			return nil, err
 		}
 	}
@@ -153,7 +160,7 @@ func (n netlinkStats) readReset(set string) (map[flows.Key]counter, error) {
 
 // decodeCounters adds the elements of one NFT_MSG_NEWSETELEM message
 // (without its nfgenmsg) to out.
-func decodeCounters(b []byte, out map[flows.Key]counter) error {
+func (f *family) decodeCounters(b []byte, out map[flows.Key]counter) error {
 	ad, err := netlink.NewAttributeDecoder(b)
 	if err != nil {
 		return err
@@ -166,7 +173,7 @@ func decodeCounters(b []byte, out map[flows.Key]counter) error {
 		ad.Nested(func(list *netlink.AttributeDecoder) error {
 			for list.Next() {
 				if list.Type() == unix.NFTA_LIST_ELEM {
-					list.Nested(func(el *netlink.AttributeDecoder) error { return decodeCounterElem(el, out) })
+					list.Nested(func(el *netlink.AttributeDecoder) error { return f.decodeCounterElem(el, out) })
 				}
 			}
 			return list.Err()
@@ -176,7 +183,7 @@ func decodeCounters(b []byte, out map[flows.Key]counter) error {
 }
 
 // decodeCounterElem reads one element's key and counter.
-func decodeCounterElem(ad *netlink.AttributeDecoder, out map[flows.Key]counter) error {
+func (f *family) decodeCounterElem(ad *netlink.AttributeDecoder, out map[flows.Key]counter) error {
 	var key []byte
 	var c counter
 	for ad.Next() {
@@ -206,7 +213,7 @@ func decodeCounterElem(ad *netlink.AttributeDecoder, out map[flows.Key]counter) 
 	if err := ad.Err(); err != nil {
 		return err
 	}
-	if k, ok := parseKey(key); ok {
+	if k, ok := f.parseKey(key); ok {
 		prev := out[k]
 		out[k] = counter{packets: prev.packets + c.packets, bytes: prev.bytes + c.bytes}
 	}
@@ -266,9 +273,13 @@ func (n netlinkStats) active() (map[flows.Key]uint64, error) {
 		return nil, err
 	}
 	defer h.Close()
-	fl, err := h.ConntrackTableList(vnl.ConntrackTable, unix.AF_INET)
-	if err != nil {
-		return nil, err
+	var fl []*vnl.ConntrackFlow
+	for _, f := range families {
+		ff, err := h.ConntrackTableList(vnl.ConntrackTable, vnl.InetFamily(f.af))
+		if err != nil {
+			return nil, err
+		}
+		fl = append(fl, ff...)
 	}
 	return countActive(fl, n.programmed), nil
 }

@@ -7,22 +7,22 @@ import (
 	"github.com/google/nftables"
 )
 
-// create (re)builds the table: flushed and recreated, so that it always
-// has exactly the expected shape.
-func (d *Dataplane) create() error {
-	d.table = &nftables.Table{Family: nftables.TableFamilyIPv4, Name: tableName}
+// create (re)builds the plane's table: flushed and recreated, so that it
+// always has exactly the expected shape.
+func (d *plane) create(uncounted bool) error {
+	d.table = &nftables.Table{Family: d.fam.table, Name: tableName}
 	d.conn.AddTable(d.table)
 	d.conn.DelTable(d.table)
 	d.conn.AddTable(d.table)
 	specs := setSpecs(d.table)
-	if d.uncounted {
+	if uncounted {
 		specs = append(specs, &nftables.Set{Table: d.table, Name: uncountedMarker, KeyType: nftables.TypeInteger})
 	}
 	for _, s := range specs {
 		var els []nftables.SetElement
 		if s.Name == podNetsSet {
 			// Until SetPodNetworks says otherwise every source is inside.
-			els = intervals([]netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")})
+			els = d.fam.intervals([]netip.Prefix{d.fam.prefix()})
 		}
 		if err := d.conn.AddSet(s, els); err != nil {
 			return fmt.Errorf("add set %s: %w", s.Name, err)
@@ -30,17 +30,17 @@ func (d *Dataplane) create() error {
 	}
 	// The sets have their transaction IDs now, for the rules to refer to.
 	d.sets = setsByName(specs)
-	for _, c := range baseChains(d.sets, !d.uncounted) {
+	for _, c := range baseChains(d.schema, !uncounted) {
 		d.queueChain(c)
 	}
 	if err := d.conn.Flush(); err != nil {
-		return fmt.Errorf("create table %s: %w", tableName, err)
+		return fmt.Errorf("create table %s %s: %w", d.fam.name, tableName, err)
 	}
 	return nil
 }
 
 // queueChain adds a chain and its rules.
-func (d *Dataplane) queueChain(spec chainSpec) {
+func (d *plane) queueChain(spec chainSpec) {
 	ch := spec.chain
 	ch.Table = d.table
 	d.conn.AddChain(&ch)
@@ -51,7 +51,7 @@ func (d *Dataplane) queueChain(spec chainSpec) {
 
 // queueClassChain adds a persistence or connection-limit chain, and the
 // set it owns.
-func (d *Dataplane) queueClassChain(spec chainSpec) error {
+func (d *plane) queueClassChain(spec chainSpec) error {
 	for _, s := range classChainSets(d.table, spec.chain.Name) {
 		if err := d.conn.AddSet(s, nil); err != nil {
 			return fmt.Errorf("add set %s: %w", s.Name, err)
@@ -63,7 +63,7 @@ func (d *Dataplane) queueClassChain(spec chainSpec) error {
 
 // queueRemoveClassChain removes a class chain, and the set it owns, once
 // no element jumps to it.
-func (d *Dataplane) queueRemoveClassChain(name string) {
+func (d *plane) queueRemoveClassChain(name string) {
 	ch := &nftables.Chain{Name: name, Table: d.table}
 	d.conn.FlushChain(ch)
 	d.conn.DelChain(ch)

@@ -54,11 +54,15 @@ type Verdict struct {
 // podNets stands for the podnets set (none: every source is inside). A
 // table that cannot be read gives the action "error".
 func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
-	chains, err := d.traceChains()
+	pl := d.plane(familyOf(p.Dst))
+	if pl == nil || familyOf(p.Src) != pl.fam {
+		return Verdict{Action: "error", Reason: fmt.Sprintf("no table for a packet from %v to %v", p.Src, p.Dst)}
+	}
+	chains, err := pl.traceChains(d.uncounted)
 	if err != nil {
 		return Verdict{Action: "error", Reason: err.Error()}
 	}
-	t := &tracer{chains: chains, sets: newSetReader(d.conn, d.table, podNets)}
+	t := &tracer{fam: pl.fam, chains: chains, sets: newSetReader(d.conn, pl.table, podNets)}
 	v, err := t.trace(p)
 	if err != nil {
 		return Verdict{Action: "error", Reason: err.Error()}
@@ -68,10 +72,10 @@ func (d *Dataplane) Trace(p Packet, podNets []netip.Prefix) Verdict {
 
 // traceChains are the generated chains: the constant ones, and the class
 // chains the table holds.
-func (d *Dataplane) traceChains() (map[string]chainSpec, error) {
-	sets := setsByName(setSpecs(d.table))
+func (d *plane) traceChains(uncounted bool) (map[string]chainSpec, error) {
+	sc := schema{fam: d.fam, table: d.table, sets: setsByName(setSpecs(d.table))}
 	chains := map[string]chainSpec{}
-	for _, c := range baseChains(sets, !d.uncounted) {
+	for _, c := range baseChains(sc, !uncounted) {
 		chains[c.chain.Name] = c
 	}
 	names, err := d.readClassChains()
@@ -79,7 +83,7 @@ func (d *Dataplane) traceChains() (map[string]chainSpec, error) {
 		return nil, err
 	}
 	for name := range names {
-		c, err := classChain(name, sets)
+		c, err := classChain(name, sc)
 		if err != nil {
 			return nil, err
 		}
@@ -90,6 +94,7 @@ func (d *Dataplane) traceChains() (map[string]chainSpec, error) {
 
 // tracer runs packets through chains over the sets' elements.
 type tracer struct {
+	fam    *family
 	chains map[string]chainSpec
 	sets   *setReader
 }
@@ -134,7 +139,7 @@ func (t *tracer) trace(p Packet) (Verdict, error) {
 // order: prerouting (or output, for the node's own packets), then
 // postrouting.
 func (t *tracer) run(p Packet, numgen func(uint32) uint32) (outcome, error) {
-	r := &run{chains: t.chains, sets: t.sets, numgen: numgen, pkt: packetState{
+	r := &run{fam: t.fam, chains: t.chains, sets: t.sets, numgen: numgen, pkt: packetState{
 		saddr: p.Src, daddr: p.Dst, sport: p.SrcPort, dport: p.DstPort, proto: protoNum[p.Protocol], ctState: expr.CtStateBitNEW,
 		origDaddr: p.Dst, origDport: p.DstPort}}
 	k := flows.Key{VIP: p.Dst, Protocol: p.Protocol, Port: p.DstPort}
@@ -160,7 +165,7 @@ func (t *tracer) run(p Packet, numgen func(uint32) uint32) (outcome, error) {
 				if r.pkt.rewritten && o.action == "accept" {
 					o.action, o.reason = "rewritten", res.reason
 					if r.pkt.mark&nodePortMark != 0 {
-						k.VIP = flows.NodePortVIP
+						k.VIP = t.fam.any
 					}
 					if o.reason == reasonEveryBackend && t.zonal(k) {
 						o.reason = reasonPreferClose

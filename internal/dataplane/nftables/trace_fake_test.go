@@ -29,8 +29,7 @@ func addrPort(b flows.Backend) netip.AddrPort { return netip.AddrPortFrom(b.Addr
 // table holds, the slot from the kernel's jhash of the source.
 func expectedBackend(backends []flows.Backend, alg flows.Algorithm, p Packet) netip.AddrPort {
 	table := flows.Maglev(backends, Slots)
-	a := p.Src.As4()
-	in := a[:]
+	in := p.Src.AsSlice()
 	if alg == flows.SourceIPPort {
 		in = binary.BigEndian.AppendUint16(in, p.SrcPort)
 	}
@@ -202,7 +201,7 @@ func TestTraceRemembered(t *testing.T) {
 	}
 	// What the persistence chain writes: service . client → backend.
 	aff := append(key(vipKey), podClient.AsSlice()...)
-	if err := conn.SetAddElements(dp.sets[affinityMap], []nftables.SetElement{{Key: aff, Val: backendVal(backend{remembered.Address, remembered.Port})}}); err != nil {
+	if err := conn.SetAddElements(dp.plane(ipv4).sets[affinityMap], []nftables.SetElement{{Key: aff, Val: backendVal(backend{remembered.Address, remembered.Port})}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := conn.Flush(); err != nil {
@@ -270,7 +269,7 @@ func TestTraceReadsTheTable(t *testing.T) {
 // NAT table (kube-proxy) translated, alone or after flowlb's rewrite.
 func TestPostroutingMasqueradesOnlyOwned(t *testing.T) {
 	dp, _ := fakeDataplane(t)
-	chains, err := dp.traceChains()
+	chains, err := dp.plane(ipv4).traceChains(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +302,7 @@ func TestPostroutingMasqueradesOnlyOwned(t *testing.T) {
 			src = podClient
 		}
 		t.Run(c.name, func(t *testing.T) {
-			r := &run{chains: chains, sets: newSetReader(dp.conn, dp.table, podNets), pkt: packetState{
+			r := &run{fam: ipv4, chains: chains, sets: newSetReader(dp.conn, dp.plane(ipv4).table, podNets), pkt: packetState{
 				saddr: src, daddr: b1.Address, sport: 40000, dport: b1.Port, proto: protoNum[flows.TCP],
 				ctState: 1 << 3, status: ipsDstNAT, mark: c.mark}}
 			res, err := r.evalChain(postChain)

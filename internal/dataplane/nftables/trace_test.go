@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
-
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -152,57 +150,69 @@ func TestRulesMatchKernel(t *testing.T) {
 		k2 := flows.Key{VIP: vipKey.VIP, Protocol: flows.UDP, Port: 53}
 		tab.Services[vipKey] = with(tab, persistent(time.Minute)).Services[vipKey]
 		tab.Services[k2] = edit(service("198.19.0.10", flows.UDP, 53, flows.RoundRobin, b1), limited(5))
+		// The same in the ip6 table.
+		v6 := edit(web6(flows.SourceIP, b6a, b6b), persistent(time.Minute))
+		v6udp := edit(service(vip6, flows.UDP, 53, flows.RoundRobin, b6a), limited(5))
+		tab.Services[v6.Key], tab.Services[v6udp.Key] = v6, v6udp
 		if err := dp.Sync(context.Background(), tab); err != nil {
 			t.Fatal(err)
 		}
-		want, err := dp.traceChains()
-		if err != nil {
-			t.Fatal(err)
-		}
-		chains, err := dp.conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen := map[string]bool{}
-		for _, c := range chains {
-			if c.Table.Name != tableName {
-				continue
-			}
-			seen[c.Name] = true
-			spec, ok := want[c.Name]
-			if !ok {
-				t.Errorf("the kernel has chain %s, which the code does not generate", c.Name)
-				continue
-			}
-			if c.Name == aclChain || c.Name == aclOutChain {
-				// The library cannot read these back: it decodes a ct
-				// expression's direction as 4 bytes, and the kernel
-				// sends 1. TestStatsCountTraffic shows what they do.
-				continue
-			}
-			rules, err := dp.conn.GetRules(dp.table, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(rules) != len(spec.rules) {
-				t.Errorf("chain %s: %d rules in the kernel, %d generated", c.Name, len(rules), len(spec.rules))
-				continue
-			}
-			for i, r := range rules {
-				if got, gen := ruleString(r.Exprs), wideRegisters(ruleString(spec.rules[i].exprs)); got != gen {
-					t.Errorf("chain %s rule %d:\nkernel    %s\ngenerated %s", c.Name, i, got, gen)
-				}
-			}
-		}
-		for name := range want {
-			if !seen[name] {
-				t.Errorf("chain %s is generated but not in the kernel", name)
-			}
-		}
-		if len(seen) != 11+2 {
-			t.Errorf("%d chains, want the 11 constant ones, persist_60 and limit_5", len(seen))
+		for _, p := range dp.planes {
+			rulesMatch(t, dp, p)
 		}
 	})
+}
+
+// rulesMatch compares a plane's chains in the kernel with those the code
+// generates for it.
+func rulesMatch(t *testing.T, dp *Dataplane, p *plane) {
+	want, err := p.traceChains(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chains, err := dp.conn.ListChainsOfTableFamily(p.fam.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, c := range chains {
+		if c.Table.Name != tableName {
+			continue
+		}
+		seen[c.Name] = true
+		spec, ok := want[c.Name]
+		if !ok {
+			t.Errorf("%s: the kernel has chain %s, which the code does not generate", p.fam.name, c.Name)
+			continue
+		}
+		if c.Name == aclChain || c.Name == aclOutChain {
+			// The library cannot read these back: it decodes a ct
+			// expression's direction as 4 bytes, and the kernel
+			// sends 1. TestStatsCountTraffic shows what they do.
+			continue
+		}
+		rules, err := dp.conn.GetRules(p.table, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rules) != len(spec.rules) {
+			t.Errorf("%s chain %s: %d rules in the kernel, %d generated", p.fam.name, c.Name, len(rules), len(spec.rules))
+			continue
+		}
+		for i, r := range rules {
+			if got, gen := ruleString(r.Exprs), wideRegisters(ruleString(spec.rules[i].exprs)); got != gen {
+				t.Errorf("%s chain %s rule %d:\nkernel    %s\ngenerated %s", p.fam.name, c.Name, i, got, gen)
+			}
+		}
+	}
+	for name := range want {
+		if !seen[name] {
+			t.Errorf("%s: chain %s is generated but not in the kernel", p.fam.name, name)
+		}
+	}
+	if len(seen) != 11+2 {
+		t.Errorf("%s: %d chains, want the 11 constant ones, persist_60 and limit_5", p.fam.name, len(seen))
+	}
 }
 
 // wideRegisters renames the 32-bit registers that start a 16-byte one
