@@ -400,13 +400,14 @@ func TestTrafficThroughVIPFromEveryNode(t *testing.T) {
 	}
 }
 
-// podCIDRs lists the lab's pod networks for the agents' --pod-cidrs.
+// podCIDRs lists the lab's pod networks for the agents' --pod-cidrs: each
+// node's IPv4 one, and the IPv6 prefix that holds them all.
 func podCIDRs(l *lab.Lab) string {
 	var out []string
 	for i := range l.Nodes() {
 		out = append(out, lab.PodCIDR(i+1).String())
 	}
-	return strings.Join(out, ",")
+	return strings.Join(append(out, lab.PodCIDRs6.String()), ",")
 }
 
 // TestExternalClientThroughRouter: the client outside the cluster reaches

@@ -35,7 +35,9 @@ type kubeEnv struct {
 	k                  kubernetes.Interface
 	clusterSub, extSub string
 	controllerArgs     []string // the kube-controllers' own arguments: their external addresses (a subnet or a floating network), the test's
-	ctx                context.Context
+	// clusterSub6, extSub6: with kubeEnvOptions.ipv6.
+	clusterSub6, extSub6 string
+	ctx                  context.Context
 }
 
 // newKubeEnv: 2 nodes with one static pod each (clients that Kubernetes
@@ -48,10 +50,13 @@ func newKubeEnv(t testing.TB, controllers int) *kubeEnv {
 // kube-controller replicas, and what is added to the agents' command line.
 // floating: LoadBalancer Services get floating IPs of the server's
 // external network (the Kuryr model) instead of external-subnet VIPs.
+// ipv6: the controller gets IPv6 cluster-IP and external subnets too
+// (the lab's second service CIDR and a part of its IPv6 external range),
+// so dual-stack and IPv6 Services are served.
 type kubeEnvOptions struct {
 	nodes, zones, controllers int
 	agentArgs                 []string
-	floating                  bool
+	floating, ipv6            bool
 	// serverArgs and controllerArgs are added to the server's and the
 	// kube-controllers' command lines.
 	serverArgs, controllerArgs []string
@@ -82,17 +87,25 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 		t.Fatalf("network: %d %v", code, body)
 	}
 	netID := body["network"].(map[string]any)["id"].(string)
-	subnets := []struct {
+	type subnet struct {
 		name, cidr string
 		id         *string
-	}{{"kube-services", lab.KubeServiceCIDR.String(), &e.clusterSub}, {"kube-external", lab.ExternalVIPs.String(), &e.extSub}}
+	}
+	subnets := []subnet{{"kube-services", lab.KubeServiceCIDR.String(), &e.clusterSub}, {"kube-external", lab.ExternalVIPs.String(), &e.extSub}}
 	if o.floating {
 		subnets = subnets[:1]
 	}
+	if o.ipv6 {
+		subnets = append(subnets, subnet{"kube-services6", lab.KubeServiceCIDR6.String(), &e.clusterSub6}, subnet{"kube-external6", externalCIDR6.String(), &e.extSub6})
+	}
 	for _, s := range subnets {
+		version := 4
+		if netip.MustParsePrefix(s.cidr).Addr().Is6() {
+			version = 6
+		}
 		// No gateway: every address is a Service's to take (the API
 		// server's own Service has the first one).
-		code, body := c.call("POST", "/v2.0/subnets", map[string]any{"subnet": map[string]any{"name": s.name, "network_id": netID, "cidr": s.cidr, "ip_version": 4, "gateway_ip": nil}})
+		code, body := c.call("POST", "/v2.0/subnets", map[string]any{"subnet": map[string]any{"name": s.name, "network_id": netID, "cidr": s.cidr, "ip_version": version, "gateway_ip": nil}})
 		if code != 201 {
 			t.Fatalf("subnet %s: %d %v", s.name, code, body)
 		}
@@ -101,6 +114,9 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 	lbArgs := []string{"--external-subnet", e.extSub}
 	if o.floating {
 		lbArgs = []string{"--floating-network", "flowlb-external"}
+	}
+	if o.ipv6 {
+		lbArgs = append(lbArgs, "--cluster-ip-subnet6", e.clusterSub6, "--external-subnet6", e.extSub6)
 	}
 	e.controllerArgs = append(lbArgs, o.controllerArgs...)
 	for i := range controllers {
@@ -358,8 +374,12 @@ func (e *kubeEnv) spread(hosts []lab.Host, addr string, n int, keep bool) map[st
 			}
 			local, _, _ := net.SplitHostPort(r.Addr)
 			by[local]++
-			if peer, _, _ := net.SplitHostPort(r.Peer); keep && peer != h.Addr.String() {
-				e.t.Errorf("%s saw peer %s, want the client %s", r.Pod, peer, h.Addr)
+			want := h.Addr // the client's address of the family of addr
+			if host, _, _ := net.SplitHostPort(addr); strings.Contains(host, ":") {
+				want = h.Addr6
+			}
+			if peer, _, _ := net.SplitHostPort(r.Peer); keep && peer != want.String() {
+				e.t.Errorf("%s saw peer %s, want the client %s", r.Pod, peer, want)
 			}
 		}
 	}
