@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 // pods on every node reach it on both cluster IPs, spread over the pods
 // with their own address kept, and the external client reaches it on both
 // ingress addresses, which the controller writes in the Service's order of
-// families. An IPv6-only ClusterIP Service is served on its one address.
+// families; its node port answers on every node's address of either
+// family. An IPv6-only ClusterIP Service is served on its one address.
 func TestKubernetesDualStack(t *testing.T) {
 	e := newKubeEnvOpts(t, kubeEnvOptions{nodes: 2, controllers: 1, ipv6: true})
 	clients := []lab.Host{e.lab.Pod(1, 1), e.lab.Pod(2, 1)} // static pods, one per node
@@ -74,6 +76,21 @@ func TestKubernetesDualStack(t *testing.T) {
 		}
 	}
 
+	// The node port, on each node's address of either family.
+	np := strconv.Itoa(int(svc.Spec.Ports[0].NodePort))
+	for _, n := range e.lab.Nodes() {
+		for _, a := range []netip.Addr{n.Addr, n.Addr6} {
+			by := e.spread([]lab.Host{e.lab.Client()}, net.JoinHostPort(a.String(), np), 10, false)
+			want := pods4
+			if a.Is6() {
+				want = pods6
+			}
+			if got := keys(by); len(got) == 0 || !isSubset(got, want) {
+				t.Errorf("node port %s on %s reached %v, want pods of its family %v", np, a, by, want)
+			}
+		}
+	}
+
 	t.Run("IPv6-only ClusterIP", func(t *testing.T) {
 		single := corev1.IPFamilyPolicySingleStack
 		s := e.service("web6", func(s *corev1.Service) {
@@ -120,6 +137,15 @@ func (e *kubeEnv) readyPodIPs(name string) (v4, v6 []string) {
 	slices.Sort(v4)
 	slices.Sort(v6)
 	return v4, v6
+}
+
+func isSubset(a, of []string) bool {
+	for _, x := range a {
+		if !slices.Contains(of, x) {
+			return false
+		}
+	}
+	return true
 }
 
 func sortedUnion(a, b []string) []string {
