@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // The lab's default IPv6 VIP subnets: a /64 of each IPv6 VIP range
@@ -28,7 +31,8 @@ func ipv6ServerArgs() []string {
 // the external network (IPv4 VIP, IPv6 additional VIP, members of both
 // families) is reached from the external client through the router on
 // both VIPs and from pods, each VIP spreading over the members of its own
-// family only.
+// family only. A TCP health monitor pulls a dead IPv6 member out of every
+// node's flows.
 func TestIPv6LoadBalancers(t *testing.T) {
 	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 3, serverArgs: ipv6ServerArgs()})
 	// Pods 1 and 2 of each node are members; pod 3 of each node a client.
@@ -99,6 +103,45 @@ func TestIPv6LoadBalancers(t *testing.T) {
 			t.Fatalf("VIP %q, want one of %s", vip, vipCIDR6)
 		}
 		spread(clients, vip, true)
+
+		// A TCP monitor probes the IPv6 members; a dead one goes to ERROR
+		// and out of every node's flows, and comes back.
+		pool := lb["pools"].([]any)[0].(map[string]any)["id"].(string)
+		c.createMonitor(lb["id"].(string), pool, map[string]any{"type": "TCP", "delay": 1, "timeout": 1, "max_retries": 1, "max_retries_down": 1})
+		victim := backends[0]
+		_, body := c.call("GET", "/v2/lbaas/pools/"+pool+"/members", nil)
+		var member string
+		for _, m := range body["members"].([]any) {
+			if m := m.(map[string]any); m["address"] == victim.Addr6.String() {
+				member, _ = m["id"].(string)
+			}
+		}
+		if member == "" {
+			t.Fatalf("no member for %s in %v", victim.Addr6, body)
+		}
+		c.waitMemberStatus(pool, member, "ONLINE", 20*time.Second)
+		if err := c.lab.StopEcho(victim.Name); err != nil {
+			t.Fatal(err)
+		}
+		c.waitMemberStatus(pool, member, "ERROR", 20*time.Second)
+		testutil.Eventually(t, 10*time.Second, victim.Name+" out of every node's answers", func() (bool, string) {
+			for _, h := range clients {
+				for range 20 {
+					r, err := ask(h, net.JoinHostPort(vip, "80"))
+					if err != nil {
+						return false, fmt.Sprintf("%s: %v", h.Name, err)
+					}
+					if r.Pod == victim.Name {
+						return false, fmt.Sprintf("%s still reaches %s", h.Name, r.Pod)
+					}
+				}
+			}
+			return true, ""
+		})
+		if err := c.lab.StartEcho(t.Context(), victim.Name); err != nil {
+			t.Fatal(err)
+		}
+		c.waitMemberStatus(pool, member, "ONLINE", 20*time.Second)
 	})
 
 	t.Run("dual-stack", func(t *testing.T) {
