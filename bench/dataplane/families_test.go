@@ -25,8 +25,8 @@ import (
 // a client to a server through a node that runs the data plane, direct
 // and through a VIP, for IPv4 and IPv6 side by side in one run, with 10
 // and with 10,000 services of each family programmed; and the time to
-// program 10,000 services of one family into an empty table. The lab is IPv4-only, so the
-// three namespaces are the benchmark's own (client — node — server,
+// program 10,000 services of one family into an empty table. The three
+// namespaces are the benchmark's own (it predates the dual-stack lab) (client — node — server,
 // routed, both families):
 //
 //	go test -run '^$' -bench ConnRateFamilies -benchtime 1x ./bench/dataplane/
