@@ -26,8 +26,8 @@ import (
 // and through a VIP, for IPv4 and IPv6 side by side in one run, with 10
 // and with 10,000 services of each family programmed; and the time to
 // program 10,000 services of one family into an empty table. The three
-// namespaces are the benchmark's own (it predates the dual-stack lab) (client — node — server,
-// routed, both families):
+// namespaces, client — node — server, routed, both families, are the
+// benchmark's own (it predates the dual-stack lab):
 //
 //	go test -run '^$' -bench ConnRateFamilies -benchtime 1x ./bench/dataplane/
 func BenchmarkConnRateFamilies(b *testing.B) {
