@@ -23,8 +23,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/flowlb/flowlb/internal/kubelb"
@@ -449,6 +451,7 @@ func TestKubeProxyOptOuts(t *testing.T) {
 	theirs := []corev1.LoadBalancerIngress{{IP: "198.18.99.1"}}
 	other.Status.LoadBalancer.Ingress = theirs
 	client := fake.NewClientset(svc("pub", corev1.ServiceTypeLoadBalancer, "198.19.64.10"), epSlice("pub", "198.18.17.2"), other, epSlice("other", "198.18.17.3"))
+	statusOnly(client)
 	h := &harness{t: t, api: api, o: o, client: client}
 	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	done := make(chan error, 1)
@@ -587,4 +590,28 @@ func TestUnchangedServiceReadsNothing(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// statusOnly makes the fake clientset's Service status updates change the
+// status alone, as the API server's status subresource does: the fake
+// stores the whole object sent, so a status write made from an informer's
+// older copy would undo a label or finalizer written since.
+func statusOnly(client *fake.Clientset) {
+	client.PrependReactor("update", "services", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		u, ok := action.(k8stesting.UpdateAction)
+		if !ok || u.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		sent := u.GetObject().(*corev1.Service)
+		cur, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("services"), sent.Namespace, sent.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		out := cur.(*corev1.Service).DeepCopy()
+		out.Status = sent.Status
+		if err := client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("services"), out, sent.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, out, nil
+	})
 }
