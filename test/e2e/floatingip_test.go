@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -63,14 +64,24 @@ func TestFloatingIPFromExternalClient(t *testing.T) {
 	addr := net.JoinHostPort(fip["floating_ip_address"].(string), "80")
 
 	seen := map[string]int{}
-	testutil.Eventually(t, 10*time.Second, "client reaches "+addr, func() (bool, string) {
-		r, err := ask(c.lab.Client(), addr)
-		if err != nil {
-			return false, err.Error()
+	// The floating IP is ACTIVE before every agent serves it: reach it
+	// through each node first, then through both (ECMP).
+	for i := 1; i <= 2; i++ {
+		if err := c.lab.SetNextHops(i); err != nil {
+			t.Fatal(err)
 		}
-		seen[r.Pod]++
-		return true, ""
-	})
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("client reaches %s through n%d", addr, i), func() (bool, string) {
+			r, err := ask(c.lab.Client(), addr)
+			if err != nil {
+				return false, err.Error()
+			}
+			seen[r.Pod]++
+			return true, ""
+		})
+	}
+	if err := c.lab.SetNextHops(1, 2); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 40; i++ {
 		r, err := ask(c.lab.Client(), addr)
 		if err != nil {
