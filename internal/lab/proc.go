@@ -48,20 +48,33 @@ func cgroupDir(name string) string {
 	return filepath.Join(root, "flb-"+name)
 }
 
-// procStart reads the start time (in clock ticks since boot) of a process.
-func procStart(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// StatFields reads a /proc/PID/stat (or /proc/PID/task/TID/stat) file
+// and returns its fields after the command name, which may hold spaces
+// and parentheses: f[0] is field 3 (the state), f[i] is field i+3.
+func StatFields(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	// The command name may contain spaces; fields restart after the ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+		return nil, fmt.Errorf("parse %s: no command name", path)
 	}
 	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); starttime is field 22.
+	if len(f) == 0 {
+		return nil, fmt.Errorf("parse %s: no fields", path)
+	}
+	return f, nil
+}
+
+// procStart reads the start time (in clock ticks since boot) of a process.
+func procStart(pid int) (uint64, error) {
+	f, err := StatFields(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// starttime is field 22.
 	if len(f) < 20 {
 		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
 	}

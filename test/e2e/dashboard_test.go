@@ -3,12 +3,13 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -263,18 +264,15 @@ func runningThreads(pid int) ([]string, error) {
 	}
 	var running []string
 	for _, f := range tasks {
-		b, err := os.ReadFile(f)
-		if err != nil {
+		fields, err := lab.StatFields(f)
+		if errors.Is(err, fs.ErrNotExist) {
 			continue // the thread exited
 		}
-		// The state follows the command name, which is in parentheses.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 || i+2 >= len(s) {
-			return nil, fmt.Errorf("%s: unexpected %q", f, s)
+		if err != nil {
+			return nil, err
 		}
-		if st := s[i+2]; st != 'T' && st != 't' {
-			running = append(running, fmt.Sprintf("%s:%c", filepath.Base(filepath.Dir(f)), st))
+		if st := fields[0]; st != "T" && st != "t" {
+			running = append(running, filepath.Base(filepath.Dir(f))+":"+st)
 		}
 	}
 	return running, nil

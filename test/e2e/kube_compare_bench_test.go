@@ -590,14 +590,11 @@ func procPID(b *testing.B, h lab.Host, name string) int {
 func cpuSeconds(b *testing.B, pids []int) float64 {
 	var sum float64
 	for _, pid := range pids {
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			b.Fatal(err)
+		f, err := lab.StatFields(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || len(f) < 13 {
+			b.Fatalf("stat of %d: %v %v", pid, f, err)
 		}
-		// Fields after the command name, which is in parentheses: utime
-		// and stime are the 12th and 13th.
-		s := string(st)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		// utime and stime are fields 14 and 15.
 		for _, i := range []int{11, 12} {
 			ticks, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {

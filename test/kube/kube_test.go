@@ -910,17 +910,8 @@ func dialEcho(c *kubelet.Cluster, i int, ip string) error {
 // alive reports whether the process p records still runs (same PID and
 // start time, not a zombie: a zombie holds no namespace and no port).
 func alive(p lab.ProcState) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+	f, err := lab.StatFields(fmt.Sprintf("/proc/%d/stat", p.PID))
+	if err != nil || len(f) < 20 || f[0] == "Z" || f[0] == "X" {
 		return false
 	}
 	return f[19] == strconv.FormatUint(p.Start, 10)

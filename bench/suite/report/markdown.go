@@ -6,6 +6,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/flowlb/flowlb/bench/suite/results"
@@ -57,11 +58,11 @@ func Markdown(w io.Writer, r results.Run, images map[string]string) error {
 // Figure prints a value with three significant digits at most, so that
 // tables do not claim a precision the machine does not have.
 func Figure(v float64) string {
-	switch a := abs(v); {
+	switch a := math.Abs(v); {
 	case a == 0:
 		return "0"
 	case a >= 100:
-		return thousands(int(v + 0.5*sign(v)))
+		return thousands(int(math.Round(v)))
 	case a >= 10:
 		return fmt.Sprintf("%.1f", v)
 	case a >= 1:
@@ -69,20 +70,6 @@ func Figure(v float64) string {
 	default:
 		return fmt.Sprintf("%.3g", v)
 	}
-}
-
-func abs(v float64) float64 {
-	if v < 0 {
-		return -v
-	}
-	return v
-}
-
-func sign(v float64) float64 {
-	if v < 0 {
-		return -1
-	}
-	return 1
 }
 
 // thousands prints n with comma separators.
