@@ -4,6 +4,7 @@
 package kubecontroller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,8 +74,14 @@ type metrics struct {
 }
 
 // New builds a controller; Run starts it. neutron gives LoadBalancer
-// Services their floating IPs (docs/kubernetes.md, the Kuryr model).
+// Services their floating IPs (docs/kubernetes.md, the Kuryr model). The
+// controller uses a copy of octavia with Defer: no worker waits while a
+// Service's change reaches the nodes, so many Services made at once are
+// applied at the API's pace, not at the nodes'.
 func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.Neutron, opts kubelb.Options, reg prometheus.Registerer, log *slog.Logger) *Controller {
+	deferred := *octavia
+	deferred.Defer = true
+	octavia = &deferred
 	f := informers.NewSharedInformerFactory(client, 10*time.Minute)
 	svcInf := f.Core().V1().Services()
 	sliceInf := f.Discovery().V1().EndpointSlices()
@@ -92,7 +99,7 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 		now:      time.Now,
 		m: &metrics{
 			reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_kube_reconciles_total",
-				Help: "Service reconciliations by result (ok, error, invalid)."}, []string{"result"}),
+				Help: "Service reconciliations by result (ok, error, invalid, awaiting: the load balancer took the change and is not ACTIVE yet)."}, []string{"result"}),
 			latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_kube_sync_latency_seconds",
 				Help:    "From a Service or EndpointSlice change to its load balancer ACTIVE.",
 				Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
@@ -269,20 +276,37 @@ func (c *Controller) next(ctx context.Context) bool {
 	case errors.Is(err, errInvalid):
 		c.queue.Forget(key) // retrying cannot help; a change to the Service will
 		c.m.reconciles.WithLabelValues("invalid").Inc()
+	case errors.Is(err, errAwaiting):
+		c.m.reconciles.WithLabelValues("awaiting").Inc()
+		c.keepSeen(key, since)
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, c.checkAfter(key))
 	default:
 		c.m.reconciles.WithLabelValues("error").Inc()
 		c.log.Error("reconcile", "service", key, "err", err)
-		c.mu.Lock()
-		if _, ok := c.seen[key]; !ok && !since.IsZero() {
-			c.seen[key] = since
-		}
-		c.mu.Unlock()
+		c.keepSeen(key, since)
 		c.queue.AddRateLimited(key)
 	}
 	return true
 }
 
-var errInvalid = errors.New("invalid Service")
+// keepSeen keeps when key's change arrived for the reconcile that
+// finishes it, unless a newer change arrived meanwhile.
+func (c *Controller) keepSeen(key string, since time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.seen[key]; !ok && !since.IsZero() {
+		c.seen[key] = since
+	}
+}
+
+var (
+	errInvalid = errors.New("invalid Service")
+	// errAwaiting: the Service's load balancer took its change and is
+	// not ACTIVE yet. The key is checked again later, without a worker
+	// waiting for it (see confirm).
+	errAwaiting = errors.New("load balancer not ACTIVE yet")
+)
 
 func (c *Controller) reconcile(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
@@ -335,52 +359,113 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "InvalidService", "%v", err)
 		return fmt.Errorf("%w: %v", errInvalid, err)
 	}
-	if ingress, ok := c.unchanged(key, want); ok {
-		return c.setIngressOf(ctx, svc, want, ingress)
+	if a, ok := c.unchanged(key, want); ok {
+		if a.pending != "" {
+			return c.confirm(ctx, svc, key, lbName, a)
+		}
+		return c.setIngressOf(ctx, svc, want, a.ingress)
 	}
-	ingress, err := c.ensure(ctx, svc, lbName, want)
+	a, err := c.ensure(ctx, svc, lbName, want)
 	if err != nil {
 		c.forget(key)
 		return err
 	}
-	if err := c.setIngressOf(ctx, svc, want, ingress); err != nil {
+	c.remember(key, a)
+	if a.pending != "" {
+		return errAwaiting
+	}
+	return c.setIngressOf(ctx, svc, want, a.ingress)
+}
+
+// confirm reads once how the change a is waiting for is going. ACTIVE
+// completes the reconcile (the event, then the ingress: an address is
+// published once every node serves it); anything else but ERROR is
+// checked again later.
+func (c *Controller) confirm(ctx context.Context, svc *corev1.Service, key, lbName string, a applied) error {
+	status, gone, err := c.octavia.Status(ctx, a.pending)
+	switch {
+	case err != nil:
+		return err
+	case gone || status == "ERROR" || c.now().Sub(a.at) > c.activeTimeout():
+		c.forget(key)
+		err := fmt.Errorf("load balancer %s: %s after %s", lbName, cmp.Or(status, "gone"), c.now().Sub(a.at).Round(time.Millisecond))
+		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "%v", err)
+		return err
+	case status != "ACTIVE":
+		c.mu.Lock()
+		a.checks++
+		c.applied[key] = a
+		c.mu.Unlock()
+		return errAwaiting
+	}
+	c.ensured(ctx, svc, lbName, a)
+	if err := c.setIngressOf(ctx, svc, a.want, a.ingress); err != nil {
 		return err
 	}
-	c.remember(key, want, ingress)
+	a.pending = ""
+	c.mu.Lock()
+	c.applied[key] = a
+	c.mu.Unlock()
 	return nil
 }
 
+// checkAfter is when a load balancer awaited for key is read again:
+// soon at first, as flowlb's changes take milliseconds, then less often.
+func (c *Controller) checkAfter(key string) time.Duration {
+	c.mu.Lock()
+	n := c.applied[key].checks
+	c.mu.Unlock()
+	return min(5*time.Millisecond<<min(n, 10), 200*time.Millisecond)
+}
+
+func (c *Controller) activeTimeout() time.Duration {
+	return cmp.Or(c.octavia.Timeout, 2*time.Minute)
+}
+
 // ensure makes the API hold want (the load balancer, then its floating
-// IP) and returns the Service's external addresses: the floating IP, else
-// the external VIPs' (one per family).
-func (c *Controller) ensure(ctx context.Context, svc *corev1.Service, lbName string, want *kubelb.LB) ([]string, error) {
+// IP) and returns what was applied: the Service's external addresses
+// (the floating IP, else the external VIPs', one per family) and the
+// load balancer still to become ACTIVE, if any.
+func (c *Controller) ensure(ctx context.Context, svc *corev1.Service, lbName string, want *kubelb.LB) (applied, error) {
 	vip, calls, err := c.apply(ctx, svc, want)
 	if gophercloud.ResponseCodeIs(err, http.StatusNotImplemented) {
 		// The provider refuses an option (Octavia's 501): retrying cannot
 		// help, a change to the Service can.
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "InvalidService", "load balancer %s: the provider does not support what the Service asks: %v", lbName, err)
-		return nil, fmt.Errorf("%w: %v", errInvalid, err)
+		return applied{}, fmt.Errorf("%w: %v", errInvalid, err)
 	}
 	if err != nil {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "load balancer %s: %v", lbName, err)
-		return nil, err
+		return applied{}, err
 	}
-	if calls > 0 {
-		c.recorder.Eventf(svc, corev1.EventTypeNormal, "EnsuredLoadBalancer", "load balancer %s ACTIVE (%d API calls)", lbName, calls)
-		c.warnUnappliedTimeouts(ctx, svc, want)
+	a := applied{want: want, calls: calls, pending: vip.Pending}
+	if a.pending == "" {
+		c.ensured(ctx, svc, lbName, a)
 	}
 	if want.FloatingIP == nil {
-		return want.IngressIPs(vip), nil
+		a.ingress = want.IngressIPs(vip)
+		return a, nil
 	}
 	fip, calls, err := c.neutron.Apply(ctx, lbName, vip.VIPPortID, want.FloatingIP)
 	if err != nil {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "floating IP of load balancer %s: %v", lbName, err)
-		return nil, err
+		return applied{}, err
 	}
 	if calls > 0 {
 		c.recorder.Eventf(svc, corev1.EventTypeNormal, "EnsuredFloatingIP", "floating IP %s on the VIP port of load balancer %s (%d API calls)", fip, lbName, calls)
 	}
-	return []string{fip}, nil
+	a.ingress = []string{fip}
+	return a, nil
+}
+
+// ensured says on the Service that its load balancer is ACTIVE, when the
+// reconcile changed it.
+func (c *Controller) ensured(ctx context.Context, svc *corev1.Service, lbName string, a applied) {
+	if a.calls == 0 {
+		return
+	}
+	c.recorder.Eventf(svc, corev1.EventTypeNormal, "EnsuredLoadBalancer", "load balancer %s ACTIVE (%d API calls)", lbName, a.calls)
+	c.warnUnappliedTimeouts(ctx, svc, a.want)
 }
 
 // setIngressOf writes the Service's external addresses when it has them
@@ -402,29 +487,35 @@ func (c *Controller) setIngressOf(ctx context.Context, svc *corev1.Service, want
 const appliedTTL = 5 * time.Minute
 
 // applied is what the last successful reconcile of a Service made the API
-// hold, the external address it wrote, and when.
+// hold, the external address it wrote, and when; or, while pending names
+// its load balancer, what the reconcile under way applied and waits to
+// see ACTIVE (after calls API calls and checks reads of its status).
 type applied struct {
 	want    *kubelb.LB
 	ingress []string
 	at      time.Time
+	pending string
+	calls   int
+	checks  int
 }
 
 // unchanged reports whether the last successful reconcile of key, within
 // appliedTTL, wanted exactly want, with the external address it wrote.
-func (c *Controller) unchanged(key string, want *kubelb.LB) ([]string, bool) {
+func (c *Controller) unchanged(key string, want *kubelb.LB) (applied, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, ok := c.applied[key]
 	if !ok || c.now().Sub(a.at) >= appliedTTL || !reflect.DeepEqual(a.want, want) {
-		return nil, false
+		return applied{}, false
 	}
-	return a.ingress, true
+	return a, true
 }
 
-func (c *Controller) remember(key string, want *kubelb.LB, ingress []string) {
+func (c *Controller) remember(key string, a applied) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.applied[key] = applied{want: want, ingress: ingress, at: c.now()}
+	a.at = c.now()
+	c.applied[key] = a
 }
 
 func (c *Controller) forget(key string) {

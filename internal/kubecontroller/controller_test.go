@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"reflect"
 	"slices"
 	"strings"
@@ -554,8 +555,11 @@ func TestUnchangedServiceReadsNothing(t *testing.T) {
 			return reconciled() > before, fmt.Sprint(reconciled())
 		})
 	}
-	testutil.Eventually(t, within, "the finalizer's reconcile done", func() (bool, string) {
-		return reconciled() >= 2, fmt.Sprint(reconciled())
+	// The first reconcile awaits ACTIVE; the one that sees it is ok, and
+	// every reconcile after it (the finalizer's update queues one) reads
+	// nothing.
+	testutil.Eventually(t, within, "web's reconcile done", func() (bool, string) {
+		return reconciled() >= 1, fmt.Sprint(reconciled())
 	})
 	before := calls.Load()
 	touch("1")
@@ -614,4 +618,90 @@ func statusOnly(client *fake.Clientset) {
 		}
 		return true, out, nil
 	})
+}
+
+// TestNoWorkerWaitsForActive: while the API reports the load balancers'
+// changes under way (as while the agents program them), one worker still
+// applies every Service, publishes no ingress and says nothing ACTIVE;
+// once they are ACTIVE, each Service gets its event and its ingress. A
+// load balancer that goes to ERROR instead is reported on its Service.
+func TestNoWorkerWaitsForActive(t *testing.T) {
+	api := lbtest.New(t)
+	target, _ := url.Parse(api.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	// status is what every read of a load balancer's status answers
+	// ("" passes the API's answer through).
+	var status atomic.Value
+	status.Store("PENDING_CREATE")
+	gated := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := status.Load().(string)
+		if r.Method != http.MethodGet || !strings.Contains(r.URL.RawQuery, "provisioning_status") || s == "" {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		id := path.Base(r.URL.Path)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"loadbalancer": {"id": %q, "provisioning_status": %q}}`, id, s)
+	}))
+	defer gated.Close()
+	o := &kubelb.Octavia{Client: lbtest.NoAuthClient(gated.URL), Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	client := fake.NewClientset(svc("a", corev1.ServiceTypeLoadBalancer, "198.19.64.10"), epSlice("a", "198.18.17.2"),
+		svc("b", corev1.ServiceTypeLoadBalancer, "198.19.64.11"), epSlice("b", "198.18.17.3"))
+	statusOnly(client)
+	h := &harness{t: t, api: api, o: &kubelb.Octavia{Client: api.Client}, client: client}
+	reg := prometheus.NewRegistry()
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 1) }()
+
+	testutil.Eventually(t, within, "a's LB", h.memberCount("a", 1))
+	testutil.Eventually(t, within, "b's LB, with a's still under way", h.memberCount("b", 1))
+	ingress := func(name string) []corev1.LoadBalancerIngress {
+		s, err := client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Status.LoadBalancer.Ingress
+	}
+	testutil.Eventually(t, within, "status checks of both", func() (bool, string) {
+		n := promtest.ToFloat64(c.m.reconciles.WithLabelValues("awaiting"))
+		return n >= 4, fmt.Sprint(n)
+	})
+	for _, name := range []string{"a", "b"} {
+		if ing := ingress(name); len(ing) != 0 {
+			t.Errorf("%s's ingress %+v published before its load balancer is ACTIVE", name, ing)
+		}
+		if ok, _ := event(ctx, client, name, "EnsuredLoadBalancer", "ACTIVE")(); ok {
+			t.Errorf("%s: EnsuredLoadBalancer before ACTIVE", name)
+		}
+	}
+	if n := promtest.ToFloat64(c.m.reconciles.WithLabelValues("ok")); n != 0 {
+		t.Errorf("%v reconciles ok before ACTIVE", n)
+	}
+
+	status.Store("")
+	for _, name := range []string{"a", "b"} {
+		testutil.Eventually(t, within, name+"'s EnsuredLoadBalancer", event(ctx, client, name, "EnsuredLoadBalancer", "ACTIVE"))
+		testutil.Eventually(t, within, name+"'s ingress", func() (bool, string) {
+			ing := ingress(name)
+			return len(ing) == 1, fmt.Sprintf("%+v", ing)
+		})
+	}
+
+	// A load balancer that goes to ERROR is reported on its Service.
+	status.Store("ERROR")
+	if _, err := client.CoreV1().Services("default").Create(ctx, svc("c", corev1.ServiceTypeLoadBalancer, "198.19.64.12"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, within, "c's SyncLoadBalancerFailed", event(ctx, client, "c", "SyncLoadBalancerFailed", "ERROR after"))
+	if ing := ingress("c"); len(ing) != 0 {
+		t.Errorf("c's ingress %+v published for a load balancer in ERROR", ing)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

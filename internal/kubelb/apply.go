@@ -23,6 +23,11 @@ type Octavia struct {
 	// 100 ms; the first checks come sooner, as flowlb's changes take
 	// milliseconds); Timeout how long it may take (default 2 minutes).
 	Poll, Timeout time.Duration
+	// Defer leaves the wait after a plan's last call to the caller: Sync
+	// returns once the call is accepted, naming the load balancer in
+	// Result.Pending, and Status reads how it is going. A controller so
+	// keeps its workers for other Services while the agents program.
+	Defer bool
 }
 
 // Result is the applied load balancer's primary VIP and the addresses
@@ -30,6 +35,9 @@ type Octavia struct {
 type Result struct {
 	VIPAddress, VIPPortID string
 	AdditionalVIPs        []ActualVIP
+	// Pending, with Octavia.Defer, is the load balancer whose last change
+	// was not waited for ("" when the plan was empty or ended waiting).
+	Pending string
 }
 
 // IngressIPs are the addresses of lb's external VIPs (VIP.External) once
@@ -72,9 +80,12 @@ func (o *Octavia) Sync(ctx context.Context, actual *Actual, want *LB) (vip Resul
 		return Result{}, e.calls, err
 	}
 	if _, created := e.ids[RefLoadBalancer]; created {
-		return e.vip, e.calls, nil
+		vip = e.vip
+	} else {
+		vip = Result{VIPAddress: actual.LB.VIPAddress, VIPPortID: actual.LB.VIPPortID, AdditionalVIPs: actual.LB.AdditionalVIPs}
 	}
-	return Result{VIPAddress: actual.LB.VIPAddress, VIPPortID: actual.LB.VIPPortID, AdditionalVIPs: actual.LB.AdditionalVIPs}, e.calls, nil
+	vip.Pending = e.pending
+	return vip, e.calls, nil
 }
 
 // Delete removes a load balancer and everything under it.
@@ -136,6 +147,21 @@ func (o *Octavia) waitGone(ctx context.Context, id string) error {
 	return o.wait(ctx, id, func(_ string, gone bool) (bool, error) { return gone, nil })
 }
 
+// Status reads the load balancer's provisioning status once; gone when
+// it does not exist.
+func (o *Octavia) Status(ctx context.Context, id string) (status string, gone bool, err error) {
+	var out struct {
+		LB ActualLB `json:"loadbalancer"`
+	}
+	// Only the status: flowlb then reads the load balancer's row alone,
+	// not its listeners and pools, however often it is asked.
+	err = o.get(ctx, o.url("loadbalancers", id)+"?fields=id&fields=provisioning_status", &out)
+	if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		return "", true, nil
+	}
+	return out.LB.ProvisioningStatus, false, err
+}
+
 func (o *Octavia) wait(ctx context.Context, id string, done func(status string, gone bool) (bool, error)) error {
 	maxPoll, timeout := o.Poll, o.Timeout
 	if maxPoll == 0 {
@@ -147,17 +173,11 @@ func (o *Octavia) wait(ctx context.Context, id string, done func(status string, 
 	}
 	deadline := time.Now().Add(timeout)
 	for {
-		var out struct {
-			LB ActualLB `json:"loadbalancer"`
-		}
-		// Only the status: flowlb then reads the load balancer's row
-		// alone, not its listeners and pools, however often it is asked.
-		err := o.get(ctx, o.url("loadbalancers", id)+"?fields=id&fields=provisioning_status", &out)
-		gone := gophercloud.ResponseCodeIs(err, http.StatusNotFound)
-		if err != nil && !gone {
+		status, gone, err := o.Status(ctx, id)
+		if err != nil {
 			return err
 		}
-		if ok, err := done(out.LB.ProvisioningStatus, gone); ok || err != nil {
+		if ok, err := done(status, gone); ok || err != nil {
 			return err
 		}
 		if time.Now().After(deadline) {

@@ -16,8 +16,9 @@ import (
 type execution struct {
 	*Octavia
 	ids   map[Ref]string
-	vip   Result // the load balancer the plan created
-	calls int    // calls sent, the failed one included
+	vip     Result // the load balancer the plan created
+	calls   int    // calls sent, the failed one included
+	pending string // with Defer, the load balancer the last call left to wait for
 }
 
 func (o *Octavia) execution() *execution {
@@ -25,9 +26,20 @@ func (o *Octavia) execution() *execution {
 }
 
 func (e *execution) run(ctx context.Context, plan []Call) error {
-	for _, c := range plan {
+	for i, c := range plan {
+		deferred := e.Defer && i == len(plan)-1 && c.Await == AwaitActive
+		if deferred {
+			c.Await = AwaitNothing
+		}
 		if err := e.call(ctx, c); err != nil {
 			return err
+		}
+		if deferred {
+			lb, err := e.resolvePath(c.LB)
+			if err != nil {
+				return err
+			}
+			e.pending = lb
 		}
 	}
 	return nil

@@ -157,3 +157,49 @@ func TestLoadReadsOnlyWhatPlanCompares(t *testing.T) {
 		}
 	}
 }
+
+// TestDeferLeavesTheLastWait: with Defer, a plan's waits between calls
+// stay (Octavia refuses a change while the load balancer is PENDING) but
+// the last call's is left to the caller, who is told which load balancer
+// to watch; without, Sync returns after the load balancer is ACTIVE.
+func TestDeferLeavesTheLastWait(t *testing.T) {
+	api := lbtest.New(t)
+	counter := &readCounter{}
+	client := lbtest.NoAuthClient(api.URL)
+	client.HTTPClient = http.Client{Transport: counter}
+	ctx := t.Context()
+	want := planWeb()
+	want.VIP.SubnetID = api.ClusterSubnet
+	for _, deferred := range []bool{true, false} {
+		o := &Octavia{Client: client, Defer: deferred}
+		counter.reads = map[string]int{}
+		actual, err := o.Load(ctx, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, n, err := o.Sync(ctx, actual, want)
+		if err != nil || n != 1 {
+			t.Fatalf("defer %v: create: %d calls, %v", deferred, n, err)
+		}
+		lb, err := o.Find(ctx, want.Name)
+		if err != nil || lb == nil {
+			t.Fatalf("find: %v %v", lb, err)
+		}
+		statusReads := counter.reads["loadbalancers/{id}"]
+		switch {
+		case deferred && (res.Pending != lb.ID || statusReads != 0):
+			t.Errorf("deferred: pending %q (want %s), %d status reads (want 0)", res.Pending, lb.ID, statusReads)
+		case !deferred && (res.Pending != "" || statusReads == 0):
+			t.Errorf("not deferred: pending %q, %d status reads", res.Pending, statusReads)
+		}
+		if status, gone, err := o.Status(ctx, lb.ID); err != nil || gone || status != "ACTIVE" {
+			t.Errorf("status %q gone %v: %v", status, gone, err)
+		}
+		if err := o.Delete(ctx, lb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, gone, err := o.Status(ctx, lb.ID); err != nil || !gone {
+			t.Errorf("status after delete: gone %v, %v", gone, err)
+		}
+	}
+}
