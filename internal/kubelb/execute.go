@@ -15,7 +15,7 @@ import (
 // the plan says. It stops at the first failure.
 type execution struct {
 	*Octavia
-	ids   map[Ref]string
+	ids     map[Ref]string
 	vip     Result // the load balancer the plan created
 	calls   int    // calls sent, the failed one included
 	pending string // with Defer, the load balancer the last call left to wait for
