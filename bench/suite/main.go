@@ -76,17 +76,30 @@ func run(raw, in, out, page, plots string) error {
 		if err := os.MkdirAll(plots, 0o755); err != nil {
 			return err
 		}
-		for _, c := range rec.Contests {
-			path := filepath.Join(plots, c.Name+".png")
-			if err := report.Plot(c, path); err != nil {
-				return fmt.Errorf("plot %s: %w", c.Name, err)
+		// save draws one plot into plots and files it under key for the
+		// page, relative to it.
+		save := func(key, file string, draw func(path string) error) error {
+			path := filepath.Join(plots, file)
+			if err := draw(path); err != nil {
+				return fmt.Errorf("plot %s: %w", key, err)
 			}
 			rel, err := filepath.Rel(filepath.Dir(page), path)
 			if err != nil {
 				rel = path
 			}
-			images[c.Name] = filepath.ToSlash(rel)
+			images[key] = filepath.ToSlash(rel)
 			fmt.Printf("plot: %s\n", path)
+			return nil
+		}
+		for _, c := range rec.Contests {
+			if err := save(c.Name, c.Name+".png", func(path string) error { return report.Plot(c, path) }); err != nil {
+				return err
+			}
+		}
+		for _, g := range rec.CDFs() {
+			if err := save(report.CDFKey(g), fmt.Sprintf("%s-%d-cdf.png", g.Name, g.Size), func(path string) error { return report.PlotCDF(g, path) }); err != nil {
+				return err
+			}
 		}
 	}
 	var b bytes.Buffer

@@ -29,6 +29,7 @@ import (
 	"github.com/flowlb/flowlb/bench/suite/results"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/lab"
+	labload "github.com/flowlb/flowlb/internal/lab/load"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
 
@@ -56,6 +57,12 @@ var (
 		Unit: "s", Size: "Services", LowerIsBetter: true}
 	contestControlCPU = results.Contest{Name: "kube-control-cpu", Title: "flowlb control side CPU time (server, kube-controller)",
 		Unit: "CPU s", Size: "Services", LowerIsBetter: true}
+	contestConnRatio = results.Contest{Name: "kube-conn-rate-ratio", Title: "New connections/s through a Service ÷ direct to its pod, at the same time",
+		Unit: "ratio", Size: "Services"}
+	contestDirectRate = results.Contest{Name: "kube-direct-conn-rate", Title: "New connections/s pod to pod, not through a Service (with N Services loaded)",
+		Unit: "conn/s", Size: "Services"}
+	contestServiceConnectP50 = results.Contest{Name: "kube-service-connect-p50", Title: "Connect + request + answer through a Service (p50)",
+		Unit: "ms", Size: "Services", LowerIsBetter: true}
 )
 
 // BenchmarkKubeProxyVsFlowlb runs, on the lab's real Kubernetes control
@@ -113,6 +120,8 @@ func BenchmarkKubeProxyVsFlowlb(b *testing.B) {
 						rec.Add(c, results.Sample{Contender: who, Size: n, Round: r + 1, Value: v})
 					}
 					add(contestForwarding, m.all.Seconds())
+					rec.Distributions = append(rec.Distributions, results.Distribution{Name: "kube-service-latency",
+						Title: "One Service created → every node forwards it", Unit: "s", Contender: who, Size: n, Round: r + 1, Values: seconds(m.perService)})
 					add(contestServiceP99, m.p99.Seconds())
 					add(contestNodeCPU, m.nodeCPU)
 					add(contestNodeRSS, m.nodeRSS)
@@ -123,6 +132,11 @@ func BenchmarkKubeProxyVsFlowlb(b *testing.B) {
 					}
 					if who == contenderFlowlb {
 						add(contestControlCPU, m.controlCPU)
+					}
+					if m.conn.ratio > 0 {
+						add(contestConnRatio, m.conn.ratio)
+						add(contestDirectRate, m.conn.direct)
+						add(contestServiceConnectP50, float64(m.conn.viaP50.Microseconds())/1000)
 					}
 				})
 			}
@@ -140,14 +154,77 @@ func BenchmarkKubeProxyVsFlowlb(b *testing.B) {
 	}
 }
 
+func seconds(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Seconds()
+	}
+	return out
+}
+
 // kubeProgramming is one contender's run at one size.
 type kubeProgramming struct {
 	all, p50, p99    time.Duration
-	nodeCPU, nodeRSS float64 // CPU seconds (mean per node), MiB (largest node)
+	perService       []time.Duration // each Service's create → last node, sorted
+	nodeCPU, nodeRSS float64         // CPU seconds (mean per node), MiB (largest node)
 	controlCPU       float64
 	// changes: one endpoint added to a Service, until every node
 	// forwards to it, with N Services programmed.
 	changes []time.Duration
+	conn    connRates
+}
+
+// connRates are a contender's new-connection rates with N Services
+// loaded.
+type connRates struct {
+	ratio, direct float64 // through the Service ÷ direct (median of the pairs); direct conn/s (median)
+	viaP50        time.Duration
+}
+
+// measureConnRates loads, from a pod of node 1 and at the same time, the
+// Service "one" (one endpoint, see measureEndpointChanges) and its pod
+// directly, in slices of 2 s, and pairs each slice's two rates: both
+// paths then see the same machine at the same moment, the only fair
+// comparison on a shared machine. The direct rate is non-Service
+// traffic, which a contender's rules may slow too (iptables' rules are
+// walked by every new connection).
+func measureConnRates(b *testing.B, e *kubeEnv, pairs int) connRates {
+	svc, err := e.k.CoreV1().Services("default").Get(e.ctx, "one", metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pods := e.readyPods("one")
+	if len(pods) != 1 {
+		b.Fatalf("one's ready pods %v, want one", pods)
+	}
+	via := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80).String()
+	direct := netip.AddrPortFrom(netip.MustParseAddr(pods[0]), 8080).String()
+	client := e.lab.Pod(1, 1)
+	var ratios, directs []float64
+	var viaP50 []time.Duration
+	for range pairs {
+		var res [2]labload.Result
+		var errs [2]error
+		var wg sync.WaitGroup
+		for i, target := range []string{via, direct} {
+			wg.Go(func() {
+				res[i], errs[i] = client.Load(e.ctx, labload.Config{Target: target, Concurrency: 2, Duration: 2 * time.Second})
+			})
+		}
+		wg.Wait()
+		for i, r := range res {
+			if errs[i] != nil || r.Count == 0 || r.Errors > r.Count/100 {
+				b.Fatalf("load to %s: %v, %d answers, %d errors %v", r.Target, errs[i], r.Count, r.Errors, r.ErrorSample)
+			}
+		}
+		ratios = append(ratios, res[0].Rate/res[1].Rate)
+		directs = append(directs, res[1].Rate)
+		viaP50 = append(viaP50, res[0].Latency.P50)
+	}
+	slices.Sort(ratios)
+	slices.Sort(directs)
+	slices.Sort(viaP50)
+	return connRates{ratio: ratios[len(ratios)/2], direct: directs[len(directs)/2], viaP50: viaP50[len(viaP50)/2]}
 }
 
 // measureEndpointChanges adds, changes times, one endpoint to a Service
@@ -309,6 +386,7 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 	w := newTableWatcher(b, e.lab, who)
 	defer w.stop()
 	created := createServices(b, e, n)
+	fmt.Printf("%s: %d Services created in %s\n", who, n, time.Since(slices.MinFunc(slices.Collect(maps.Values(created)), func(a, b time.Time) int { return a.Compare(b) })).Round(time.Millisecond))
 	limit := 2*time.Minute + time.Duration(n)*50*time.Millisecond
 	var lat []time.Duration
 	testutil.Eventually(b, limit, fmt.Sprintf("%d Services programmed on every node", n), func() (bool, string) {
@@ -321,6 +399,7 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 		m.all = max(m.all, t0.Sub(start)+w.lastAt(vip).Sub(t0))
 	}
 	slices.Sort(lat)
+	m.perService = lat
 	m.p50, m.p99 = lat[len(lat)/2], lat[(len(lat)*99+99)/100-1]
 	m.nodeCPU = (cpuSeconds(b, nodePIDs) - nodeCPU0) / float64(len(nodePIDs))
 	m.controlCPU = cpuSeconds(b, controlPIDs) - controlCPU0
@@ -334,6 +413,9 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 	}
 	m.changes = measureEndpointChanges(b, e, 5)
 	fmt.Printf("%s: one endpoint added → every node forwards to it: %v\n", who, m.changes)
+	m.conn = measureConnRates(b, e, 5)
+	fmt.Printf("%s: new connections/s through a Service ÷ direct %.3f (direct %.0f/s), through the Service p50 %s\n",
+		who, m.conn.ratio, m.conn.direct, m.conn.viaP50)
 	if o.serverArgs != nil {
 		// The profiles are written when the processes end cleanly.
 		for _, name := range []string{"kube-controller-1", "server"} {

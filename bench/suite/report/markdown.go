@@ -51,6 +51,22 @@ func Markdown(w io.Writer, r results.Run, images map[string]string) error {
 				Figure(s.Median), Figure(s.Min), Figure(s.Max), ratio)
 		}
 	}
+	for _, g := range r.CDFs() {
+		fmt.Fprintf(&b, "\n## Distribution: %s, %s %s\n\n", g.Title, thousands(g.Size), "Services")
+		if img, ok := images[CDFKey(g)]; ok {
+			fmt.Fprintf(&b, "![%s](%s)\n\n", g.Title, img)
+		}
+		fmt.Fprintf(&b, "Unit: %s; every value of every round.\n\n", g.Unit)
+		b.WriteString("| contender | values | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|\n")
+		for _, c := range g.CDFs {
+			v := c.Values
+			if len(v) == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", c.Contender, len(v), Figure(results.Percentile(v, 50)),
+				Figure(results.Percentile(v, 90)), Figure(results.Percentile(v, 99)), Figure(v[len(v)-1]))
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

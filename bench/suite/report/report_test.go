@@ -69,3 +69,60 @@ func TestPlotWritesAnImage(t *testing.T) {
 		t.Error("a contest without samples plotted")
 	}
 }
+
+// withCDF is record() with two contenders' per-Service latencies over
+// two rounds.
+func withCDF() results.Run {
+	r := record()
+	d := results.Distribution{Name: "svc", Title: "One Service created → every node forwards it", Unit: "s", Size: 1000}
+	for round := 1; round <= 2; round++ {
+		d.Round = round
+		d.Contender, d.Values = "kube-proxy nftables", []float64{4, 1, 3}
+		r.Distributions = append(r.Distributions, d)
+		d.Contender, d.Values = "flowlb", []float64{0.05, 0}
+		r.Distributions = append(r.Distributions, d)
+	}
+	return r
+}
+
+func TestMarkdownHasTheDistributions(t *testing.T) {
+	var b bytes.Buffer
+	if err := Markdown(&b, withCDF(), map[string]string{"cdf/svc/1000": "images/bench/svc-1000-cdf.png"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"## Distribution: One Service created → every node forwards it, 1,000 Services",
+		"![One Service created → every node forwards it](images/bench/svc-1000-cdf.png)",
+		"| flowlb | 4 | 0 | 0.05 | 0.05 | 0.05 |",
+		"| kube-proxy nftables | 6 | 3.00 | 4.00 | 4.00 | 4.00 |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("page lacks %q:\n%s", want, b.String())
+		}
+	}
+	if i, j := strings.Index(b.String(), "| flowlb | 4"), strings.Index(b.String(), "| kube-proxy nftables | 6"); i > j {
+		t.Error("flowlb is not the first row")
+	}
+}
+
+func TestPlotCDFWritesAnImage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "svc.png")
+	groups := withCDF().CDFs()
+	if len(groups) != 1 || len(groups[0].CDFs) != 2 || groups[0].CDFs[0].Contender != "flowlb" {
+		t.Fatalf("groups %+v: want one with flowlb first", groups)
+	}
+	if err := PlotCDF(groups[0], path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := PlotCDF(results.CDFGroup{Name: "empty"}, path); err == nil {
+		t.Error("a group without values plotted")
+	}
+}

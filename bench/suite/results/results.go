@@ -59,6 +59,8 @@ type Run struct {
 	Commit   string    `json:"commit"`
 	Machine  Machine   `json:"machine"`
 	Contests []Contest `json:"contests"`
+	// Distributions: see Distribution.
+	Distributions []Distribution `json:"distributions,omitempty"`
 }
 
 // Add records a sample in the contest named c.Name, creating it from c
@@ -74,8 +76,10 @@ func (r *Run) Add(c Contest, s Sample) {
 	r.Contests = append(r.Contests, c)
 }
 
-// Merge adds o's contests (samples appended to those of the same name).
+// Merge adds o's contests (samples appended to those of the same name)
+// and distributions.
 func (r *Run) Merge(o Run) {
+	r.Distributions = append(r.Distributions, o.Distributions...)
 	for _, c := range o.Contests {
 		for _, s := range c.Samples {
 			r.Add(Contest{Name: c.Name, Title: c.Title, Unit: c.Unit, Size: c.Size, LowerIsBetter: c.LowerIsBetter}, s)
