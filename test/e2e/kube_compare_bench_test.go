@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -19,6 +21,8 @@ import (
 	"time"
 
 	gnft "github.com/google/nftables"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -61,6 +65,8 @@ var (
 		Unit: "ratio", Size: "Services"}
 	contestDirectRate = results.Contest{Name: "kube-direct-conn-rate", Title: "New connections/s pod to pod, not through a Service (with N Services loaded)",
 		Unit: "conn/s", Size: "Services"}
+	contestKPOwnProgramming = results.Contest{Name: "kube-proxy-own-programming-p50", Title: "kube-proxy's own network_programming_duration_seconds during the endpoint changes (p50)",
+		Unit: "s", Size: "Services", LowerIsBetter: true}
 	contestServiceConnectP50 = results.Contest{Name: "kube-service-connect-p50", Title: "Connect + request + answer through a Service (p50)",
 		Unit: "ms", Size: "Services", LowerIsBetter: true}
 )
@@ -133,6 +139,9 @@ func BenchmarkKubeProxyVsFlowlb(b *testing.B) {
 					if who == contenderFlowlb {
 						add(contestControlCPU, m.controlCPU)
 					}
+					if m.kpOwnP50 > 0 {
+						add(contestKPOwnProgramming, m.kpOwnP50)
+					}
 					if m.conn.ratio > 0 {
 						add(contestConnRatio, m.conn.ratio)
 						add(contestDirectRate, m.conn.direct)
@@ -172,6 +181,50 @@ type kubeProgramming struct {
 	// forwards to it, with N Services programmed.
 	changes []time.Duration
 	conn    connRates
+	// kpOwnP50: kube-proxy's own programming latency metric over the
+	// changes (0 for flowlb, see kubeProxyProgramming).
+	kpOwnP50 float64
+}
+
+// kubeProxyProgramming reads kube-proxy's own
+// kubeproxy_network_programming_duration_seconds histogram from every
+// node (its metrics port, 127.0.0.1:10249 in the node's namespace) and
+// returns the buckets summed over the nodes. kube-proxy measures from
+// the EndpointSlice's last-change-trigger-time annotation, a pod
+// condition's time of whole seconds, to its rules written: too coarse
+// for flowlb's tens of milliseconds, which is why every contender is also
+// timed the same way by traffic.
+func kubeProxyProgramming(b *testing.B, e *kubeEnv) []results.Bucket {
+	const name = "kubeproxy_network_programming_duration_seconds"
+	sum := map[float64]float64{}
+	for _, n := range e.lab.Nodes() {
+		hc := &http.Client{Transport: &http.Transport{DialContext: n.Dial}, Timeout: 5 * time.Second}
+		resp, err := hc.Get("http://127.0.0.1:10249/metrics")
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := p.TextToMetricFamilies(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		f, ok := fams[name]
+		if !ok {
+			continue // nothing observed on this node yet
+		}
+		for _, m := range f.GetMetric() {
+			for _, bk := range m.GetHistogram().GetBucket() {
+				sum[bk.GetUpperBound()] += float64(bk.GetCumulativeCount())
+			}
+			sum[math.Inf(1)] += float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	var out []results.Bucket
+	for ub, c := range sum {
+		out = append(out, results.Bucket{UpperBound: ub, Count: c})
+	}
+	return out
 }
 
 // connRates are a contender's new-connection rates with N Services
@@ -411,7 +464,15 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 	for _, pid := range nodePIDs {
 		m.nodeRSS = max(m.nodeRSS, peakRSSMiB(b, pid))
 	}
+	var kpBefore []results.Bucket
+	if proxy == "kube-proxy" {
+		kpBefore = kubeProxyProgramming(b, e)
+	}
 	m.changes = measureEndpointChanges(b, e, 5)
+	if proxy == "kube-proxy" {
+		m.kpOwnP50 = results.HistogramQuantile(0.5, results.Sub(kubeProxyProgramming(b, e), kpBefore))
+		fmt.Printf("%s: its own network_programming_duration_seconds p50 %.3f s during the endpoint changes\n", who, m.kpOwnP50)
+	}
 	fmt.Printf("%s: one endpoint added → every node forwards to it: %v\n", who, m.changes)
 	m.conn = measureConnRates(b, e, 5)
 	fmt.Printf("%s: new connections/s through a Service ÷ direct %.3f (direct %.0f/s), through the Service p50 %s\n",
