@@ -16,8 +16,8 @@ import (
 // it as a new connection to its node port. So each agent flattens the
 // chain for its own node: a backend that is one of this node's node ports
 // is replaced by that node port's endpoints, as the node port would pick
-// them here. docs/dataplane.md ("A VIP's member that is this node's node
-// port") says why the result is what the two hops would have done.
+// them here. docs/dataplane.md ("A VIP's member that is this node's own
+// node port") says why the result is what the two hops would have done.
 
 // flatten returns s as this node serves it. Each backend of s whose
 // address is one of self and whose port is a node port of s's protocol
