@@ -181,16 +181,6 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	var ready func() error // the agent's, once it exists
 	hc := kubehealth.NewServer(nil, func() error { return ready() }, log)
 	defer hc.Close()
-	setNodeAddrs := dp.SetNodeAddresses
-	if len(nodePortCIDRs) > 0 {
-		setNodeAddrs = func(addrs []netip.Addr) error {
-			hc.SetAddresses(append([]netip.Addr{}, addrs...))
-			return dp.SetNodeAddresses(addrs)
-		}
-	}
-	if err := agent.WatchNodePortAddresses(ctx, 10*time.Second, nodePortCIDRs, setNodeAddrs, log); err != nil {
-		return err
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var prog agent.Programmer = dp
@@ -212,10 +202,24 @@ func runAgent(ctx context.Context, o agentOptions) error {
 			return err
 		}
 	}
-	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, MinInterval: o.minSync, Metrics: reg,
+	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, Zone: o.zone, MinInterval: o.minSync, Metrics: reg,
 		Stats: dp, StatsInterval: o.statsInterval,
 		OnProgrammed: func(s map[flows.Key]flows.Service) { hc.SetChecks(kubehealth.Checks(s, o.node)) }}, prog, log)
 	ready = a.Ready
+	// The agent learns the addresses too: a VIP's member that is one of
+	// this node's own node ports is replaced by its endpoints.
+	setNodeAddrs := func(addrs []netip.Addr) error {
+		if len(nodePortCIDRs) > 0 {
+			hc.SetAddresses(append([]netip.Addr{}, addrs...))
+		}
+		if err := dp.SetNodeAddresses(addrs); err != nil {
+			return err
+		}
+		return a.SetNodeAddresses(ctx, addrs)
+	}
+	if err := agent.WatchNodePortAddresses(ctx, 10*time.Second, nodePortCIDRs, setNodeAddrs, log); err != nil {
+		return err
+	}
 	if o.healthz != "" {
 		// Not fatal: where kube-proxy still runs it holds the port, and
 		// the flows matter more than this endpoint.

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,10 @@ type Config struct {
 	// enroll; without (tests), it authenticates every stream, in clear.
 	Token string
 	Node  string
+	// Zone is the node's topology zone: a VIP's backend that is this
+	// node's own node port is replaced by the endpoints that node port
+	// prefers here (flatten.go).
+	Zone string
 	// Identity, if set, is the node's TLS identity: every connection is
 	// TLS, the replicas must prove they are servers of the CA, and the
 	// node proves it is itself.
@@ -82,8 +87,9 @@ type Agent struct {
 	mu         sync.Mutex
 	epoch      string
 	rev        int64
-	programmed bool // a snapshot is in the kernel
-	table      *table
+	programmed bool      // a snapshot is in the kernel
+	table      *table    // as received
+	flat       *flatView // as programmed: flattened for this node
 
 	// The newest update received (it may still wait to be programmed).
 	recvMu    sync.Mutex
@@ -109,7 +115,7 @@ type Agent struct {
 
 // New returns an agent programming dp.
 func New(cfg Config, dp Programmer, log *slog.Logger) *Agent {
-	a := &Agent{cfg: cfg, dp: dp, log: log, table: newTable(), m: newMetrics(cfg.Metrics, cfg.Identity), resolved: map[string][]string{},
+	a := &Agent{cfg: cfg, dp: dp, log: log, table: newTable(), flat: newFlatView(cfg.Node, cfg.Zone, nil), m: newMetrics(cfg.Metrics, cfg.Identity), resolved: map[string][]string{},
 		transitions: make(chan health.Transition, 1024)}
 	if !cfg.NoHealth {
 		a.health = health.NewRunner(a.transitions, health.NewMetrics(cfg.Metrics))
@@ -218,15 +224,19 @@ func (a *Agent) apply(ctx context.Context, u *agentv1.Update) error {
 	if u.GetSnapshot() {
 		next := newTable()
 		next.apply(plan(next, u))
-		if err := a.dp.Sync(ctx, flows.Table{Revision: u.GetRevision(), Services: next.services}); err != nil {
+		held := a.flat.all(next.services)
+		if err := a.dp.Sync(ctx, flows.Table{Revision: u.GetRevision(), Services: held}); err != nil {
 			return err
 		}
 		a.table = next
+		a.flat.reset(next, held)
 	} else {
 		c := plan(a.table, u)
-		if err := a.dp.Apply(ctx, c.upserts, c.deletes); err != nil {
+		kc := a.flat.translate(a.table, c)
+		if err := a.dp.Apply(ctx, kc.upserts, kc.deletes); err != nil {
 			return err
 		}
+		a.flat.commit(a.table, c, kc)
 		a.table.apply(c)
 	}
 	a.epoch, a.rev, a.programmed = u.GetEpoch(), u.GetRevision(), true
@@ -238,7 +248,31 @@ func (a *Agent) apply(ctx context.Context, u *agentv1.Update) error {
 	return nil
 }
 
-// Table returns a copy of the programmed table.
+// SetNodeAddresses sets the node's addresses that serve node ports (the
+// data plane's): a VIP's backend on one of them whose port is a node port
+// of the table stands for that node port's endpoints (flatten.go). The
+// services this changes are programmed at once; on an error nothing
+// changes and the caller tries again.
+func (a *Agent) SetNodeAddresses(ctx context.Context, addrs []netip.Addr) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.flat.sameAddresses(addrs) {
+		return nil
+	}
+	v := newFlatView(a.cfg.Node, a.cfg.Zone, addrs)
+	held := v.all(a.table.services)
+	if a.programmed {
+		c := diffAll(a.flat.held, held)
+		if err := a.dp.Apply(ctx, c.upserts, c.deletes); err != nil {
+			return fmt.Errorf("node addresses: %w", err)
+		}
+	}
+	v.reset(a.table, held)
+	a.flat = v
+	return nil
+}
+
+// Table returns a copy of the table as received (before flattening).
 func (a *Agent) Table() map[flows.Key]flows.Service {
 	a.mu.Lock()
 	defer a.mu.Unlock()

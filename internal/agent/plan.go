@@ -46,16 +46,16 @@ func plan(t *table, u *agentv1.Update) change {
 		s := flowpb.ServiceFromProto(p)
 		next[s.Key] = &s
 	}
-	return diff(t, next)
+	return diff(t.services, next)
 }
 
-// diff compares the touched keys' next services (nil: gone) with what t
-// holds, in key order.
-func diff(t *table, next map[flows.Key]*flows.Service) change {
+// diff compares the touched keys' next services (nil: gone) with those
+// held, in key order.
+func diff(services map[flows.Key]flows.Service, next map[flows.Key]*flows.Service) change {
 	keys := slices.SortedFunc(maps.Keys(next), flows.CompareKeys)
 	var c change
 	for _, k := range keys {
-		old, held := t.services[k]
+		old, held := services[k]
 		switch s := next[k]; {
 		case s == nil && held:
 			c.deletes = append(c.deletes, k)

@@ -1,11 +1,13 @@
 package neutron
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -61,10 +63,13 @@ type PortDetails struct {
 	DeviceOwner  string `json:"device_owner"`
 }
 
-// fipDoc is the stored floating IP: the API object and its own port.
+// fipDoc is the stored floating IP: the API object and its own port,
+// and its association's identity (a fresh one at each association), by
+// which a wait for the agents finds it unchanged.
 type fipDoc struct {
 	FloatingIP
 	OwnPort string `json:"flowlb:port"`
+	Assoc   string `json:"flowlb:assoc,omitempty"`
 }
 
 func floatingIPNotFound(id string) *Error {
@@ -132,6 +137,9 @@ type fipCreate struct {
 	FixedIPAddress    *string  `json:"fixed_ip_address"`
 	Description       string   `json:"description"`
 	Tags              []string `json:"tags"`
+	// await: an association with a load balancer's VIP port is DOWN
+	// until the agents have programmed it (awaitAgents).
+	await bool
 }
 
 // createFloatingIP allocates an address on an external network and
@@ -168,7 +176,7 @@ func createFloatingIP(tx store.Tx, hints *hintTable, c identity.Caller, r fipCre
 	d.OwnPort, d.FloatingIPAddress = own.ID, own.FixedIPs[0].IPAddress
 	lb := ""
 	if r.PortID != nil {
-		if lb, err = associate(tx, c, &d, *r.PortID, r.FixedIPAddress); err != nil {
+		if lb, err = associate(tx, c, &d, *r.PortID, r.FixedIPAddress, r.await); err != nil {
 			return FloatingIP{}, err
 		}
 	}
@@ -203,8 +211,11 @@ func fipNetwork(a *allocator, net Network, r fipCreate) (Network, FixedIP, error
 }
 
 // associate points d at a port's fixed IP and returns the load balancer
-// that serves it, if the port is a VIP port.
-func associate(tx store.Tx, c identity.Caller, d *fipDoc, portID string, fixed *string) (string, error) {
+// that serves it, if the port is a VIP port. The floating IP is ACTIVE,
+// or, with await and a load balancer, DOWN until the agents have
+// programmed the change (awaitAgents), as Neutron's is until its L3
+// agent has.
+func associate(tx store.Tx, c identity.Caller, d *fipDoc, portID string, fixed *string, await bool) (string, error) {
 	p, err := getPortDoc(tx, portID)
 	if err != nil {
 		return "", err
@@ -236,10 +247,13 @@ func associate(tx store.Tx, c identity.Caller, d *fipDoc, portID string, fixed *
 	if err := putPort(tx, p, false); err != nil {
 		return "", fmt.Errorf("associate floating IP %s: %w", d.ID, err)
 	}
-	d.PortID, d.FixedIPAddress, d.Status = &portID, &ip, "ACTIVE"
+	d.PortID, d.FixedIPAddress, d.Status, d.Assoc = &portID, &ip, "ACTIVE", uuid.NewString()
 	lb := servedBy(p.Port)
 	if lb != "" {
 		tx.Touch(lb)
+		if await {
+			d.Status = "DOWN"
+		}
 	}
 	return lb, nil
 }
@@ -308,8 +322,97 @@ func release(tx store.Tx, d *fipDoc, servedLB string) error {
 	if servedLB != "" {
 		tx.Touch(servedLB)
 	}
-	d.PortID, d.FixedIPAddress, d.Status = nil, nil, "DOWN"
+	d.PortID, d.FixedIPAddress, d.Status, d.Assoc = nil, nil, "DOWN", ""
 	return nil
+}
+
+// Realizer tells when every agent has programmed a load balancer's
+// change (the fan-out hub, as for the flow provider).
+type Realizer interface {
+	Realize(lbID string, change int64, done func(error))
+}
+
+// awaiting is a floating IP's association with a load balancer's VIP
+// port, DOWN until the agents have programmed it.
+type awaiting struct{ fip, lb, assoc string }
+
+// awaitingOf returns floating IP id's association if it waits for the
+// agents.
+func awaitingOf(tx store.ReadTx, id string) (awaiting, bool, error) {
+	rec, err := tx.Get(store.KindFloatingIP, id)
+	if err != nil {
+		return awaiting{}, false, fmt.Errorf("get floating IP %s: %w", id, err)
+	}
+	d, err := decodeFIP(rec)
+	if err != nil {
+		return awaiting{}, false, err
+	}
+	if d.Status != "DOWN" || d.PortID == nil || rec.LoadBalancerID == "" {
+		return awaiting{}, false, nil
+	}
+	return awaiting{fip: id, lb: rec.LoadBalancerID, assoc: d.Assoc}, true, nil
+}
+
+// activate makes the association a ACTIVE, once the agents have
+// programmed it, if it is still the floating IP's (not disassociated,
+// moved or deleted meanwhile). Neutron counts a status change as a
+// revision.
+func activate(tx store.Tx, a awaiting) error {
+	rec, err := tx.GetForUpdate(store.KindFloatingIP, a.fip)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get floating IP %s: %w", a.fip, err)
+	}
+	d, err := decodeFIP(rec)
+	if err != nil {
+		return err
+	}
+	if d.Status != "DOWN" || d.Assoc != a.assoc || rec.LoadBalancerID != a.lb {
+		return nil
+	}
+	return putActive(tx, d, rec.LoadBalancerID)
+}
+
+func putActive(tx store.Tx, d fipDoc, lb string) error {
+	d.Status = "ACTIVE"
+	d.RevisionNumber++
+	d.UpdatedAt = now()
+	return putFIP(tx, d, lb, false)
+}
+
+// ActivateOverdue makes ACTIVE the floating IPs left DOWN on a load
+// balancer's VIP port since before cutoff: their wait for the agents
+// ended with the replica that ran it. A wait that runs out turns them
+// ACTIVE too, as it does a load balancer's change, so with cutoff an ack
+// timeout ago nothing turns ACTIVE earlier than its own wait would have
+// made it. It returns how many it made ACTIVE.
+func ActivateOverdue(ctx context.Context, st store.Store, cutoff time.Time) (int, error) {
+	n := 0
+	_, err := st.Update(ctx, func(tx store.Tx) error {
+		n = 0
+		recs, err := tx.List(store.KindFloatingIP, store.Filter{})
+		if err != nil {
+			return fmt.Errorf("list floating IPs: %w", err)
+		}
+		for _, rec := range recs {
+			d, err := decodeFIP(rec)
+			if err != nil {
+				return err
+			}
+			at, err := time.Parse(timeFormat, d.UpdatedAt)
+			if d.Status != "DOWN" || d.PortID == nil || rec.LoadBalancerID == "" || err != nil || !at.Before(cutoff) {
+				continue
+			}
+			if err := putActive(tx, d, rec.LoadBalancerID); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
 }
 
 // fipUpdate is a floating IP update: nil leaves an attribute alone;
@@ -319,6 +422,7 @@ type fipUpdate struct {
 	PortID      *string
 	FixedIP     *string
 	Description *string
+	await       bool // as fipCreate's
 }
 
 func updateFloatingIP(tx store.Tx, c identity.Caller, id string, u fipUpdate) (FloatingIP, error) {
@@ -354,7 +458,7 @@ func updateFloatingIP(tx store.Tx, c identity.Caller, id string, u fipUpdate) (F
 		}
 		lb = ""
 		if port != nil {
-			if lb, err = associate(tx, c, &d, *port, u.FixedIP); err != nil {
+			if lb, err = associate(tx, c, &d, *port, u.FixedIP, u.await); err != nil {
 				return FloatingIP{}, err
 			}
 		}

@@ -1,9 +1,11 @@
 package neutron
 
 import (
+	"context"
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/flowlb/flowlb/internal/store"
 )
@@ -56,15 +58,24 @@ func (h *handler) createFIP(w http.ResponseWriter, req *http.Request) {
 		writeErr(w, h.log, err)
 		return
 	}
+	r.await = h.realizer != nil
 	var f FloatingIP
-	_, err = h.st.Update(req.Context(), func(tx store.Tx) error {
+	var a awaiting
+	var wait bool
+	commit, err := h.st.Update(req.Context(), func(tx store.Tx) error {
 		var err error
 		f, err = createFloatingIP(tx, processHints, c, r, project)
+		if err == nil && r.await {
+			a, wait, err = awaitingOf(tx, f.ID)
+		}
 		if err == nil {
 			f, err = withPortDetails(tx, f)
 		}
 		return err
 	})
+	if err == nil && wait {
+		h.awaitAgents(a, commit.Changes[a.lb])
+	}
 	h.writeObject(w, http.StatusCreated, "floatingip", f, err)
 }
 
@@ -102,20 +113,30 @@ func (h *handler) updateFIP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	_, portGiven := attrs["port_id"]
-	u := fipUpdate{PortGiven: portGiven, PortID: body.PortID, FixedIP: body.FixedIP, Description: body.Description}
+	u := fipUpdate{PortGiven: portGiven, PortID: body.PortID, FixedIP: body.FixedIP, Description: body.Description, await: h.realizer != nil}
 	if raw, ok := attrs["fixed_ip_address"]; ok && string(raw) == "null" {
 		u.FixedIP = nil
 	}
 	c := caller(req)
 	var f FloatingIP
-	_, err = h.st.Update(req.Context(), func(tx store.Tx) error {
+	var a awaiting
+	var wait bool
+	commit, err := h.st.Update(req.Context(), func(tx store.Tx) error {
 		var err error
 		f, err = updateFloatingIP(tx, c, req.PathValue("id"), u)
+		if err == nil && u.await {
+			a, wait, err = awaitingOf(tx, f.ID)
+		}
 		if err == nil {
 			f, err = withPortDetails(tx, f)
 		}
 		return err
 	})
+	// Only a new association waits: one that is waiting already has its
+	// own wait under way.
+	if _, changed := commit.Changes[a.lb]; err == nil && wait && changed {
+		h.awaitAgents(a, commit.Changes[a.lb])
+	}
 	h.writeObject(w, http.StatusOK, "floatingip", f, err)
 }
 
@@ -125,6 +146,22 @@ func (h *handler) deleteFIP(w http.ResponseWriter, req *http.Request) {
 		return deleteFloatingIP(tx, processHints, c, req.PathValue("id"))
 	})
 }
+
+// awaitAgents makes association a ACTIVE once every agent has
+// programmed change, the load balancer's change that made it (or, after
+// the fan-out's ack timeout, anyway, as a load balancer turns ACTIVE).
+func (h *handler) awaitAgents(a awaiting, change int64) {
+	h.realizer.Realize(a.lb, change, func(error) {
+		ctx, cancel := context.WithTimeout(context.Background(), activateTimeout)
+		defer cancel()
+		if _, err := h.st.Update(ctx, func(tx store.Tx) error { return activate(tx, a) }); err != nil {
+			h.log.Warn("floating IP left DOWN: its activation failed", "floatingip", a.fip, "loadbalancer", a.lb, "err", err)
+		}
+	})
+}
+
+// activateTimeout bounds the transaction that makes a floating IP ACTIVE.
+const activateTimeout = 30 * time.Second
 
 // withPortDetails fills in the associated port's details.
 func withPortDetails(tx store.ReadTx, f FloatingIP) (FloatingIP, error) {

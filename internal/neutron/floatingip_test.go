@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/store"
@@ -401,4 +402,126 @@ func TestExtensions(t *testing.T) {
 	if len(list) != len(extensions) {
 		t.Errorf("listed %d of %d", len(list), len(extensions))
 	}
+}
+
+// heldRealizer keeps every wait for the agents until the test ends it.
+type heldRealizer struct {
+	mu    sync.Mutex
+	waits []heldWait
+}
+
+type heldWait struct {
+	lb     string
+	change int64
+	done   func(error)
+}
+
+func (r *heldRealizer) Realize(lb string, change int64, done func(error)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.waits = append(r.waits, heldWait{lb, change, done})
+}
+
+func (r *heldRealizer) held() []heldWait {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.waits)
+}
+
+// TestFloatingIPStatusFollowsTheAgents: with a realizer (the server's
+// fan-out hub), a floating IP associated with a load balancer's VIP port
+// is DOWN until the agents have programmed the load balancer's change
+// that associated it, then ACTIVE; a wait that outlived its association
+// changes nothing; a user's port needs no agent.
+func TestFloatingIPStatusFollowsTheAgents(t *testing.T) {
+	engines(t, func(t *testing.T, e *env) {
+		r := &heldRealizer{}
+		a := &api{t: t, e: e, h: NewHandler(e.st, slog.New(slog.NewTextHandler(io.Discard, nil)), WithRealizer(r))}
+		w := newFIPWorld(a)
+		var sub string
+		for _, s := range obj(a.must(admin, 200, "GET", "/v2.0/networks/"+w.internal, ""), "network")["subnets"].([]any) {
+			sub = s.(string)
+		}
+		vip, err := e.allocate(VIPRequest{ProjectID: "p1", SubnetID: sub, LoadBalancerID: "lb1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		status := func(id string) (string, float64) {
+			f := obj(a.must(p1, 200, "GET", "/v2.0/floatingips/"+id, ""), "floatingip")
+			return f["status"].(string), f["revision_number"].(float64)
+		}
+		f := obj(a.must(p1, 201, "POST", "/v2.0/floatingips", `{"floatingip": {"floating_network_id": "`+w.ext+`", "port_id": "`+vip.PortID+`"}}`), "floatingip")
+		id := f["id"].(string)
+		if f["status"] != "DOWN" || f["port_id"] != vip.PortID {
+			t.Fatalf("associated with lb1's VIP port: %v, want DOWN until the agents have it", f)
+		}
+		waits := r.held()
+		if len(waits) != 1 || waits[0].lb != "lb1" || waits[0].change == 0 {
+			t.Fatalf("waits %+v, want one for lb1's change", waits)
+		}
+		if st, _ := status(id); st != "DOWN" {
+			t.Fatalf("before the agents: %s", st)
+		}
+		// A description changes nothing of the wait.
+		a.must(p1, 200, "PUT", "/v2.0/floatingips/"+id, `{"floatingip": {"description": "web"}}`)
+		if n := len(r.held()); n != 1 {
+			t.Fatalf("a description update waits again: %d waits", n)
+		}
+		waits[0].done(nil)
+		if st, rev := status(id); st != "ACTIVE" || rev != 3 {
+			t.Fatalf("once the agents have it: %s, revision %v; want ACTIVE, 3", st, rev)
+		}
+
+		// Disassociated: DOWN at once. Associated again: a new wait; the
+		// old association's wait, ending late, leaves the new one DOWN.
+		a.must(p1, 200, "PUT", "/v2.0/floatingips/"+id, `{"floatingip": {"port_id": null}}`)
+		if st, _ := status(id); st != "DOWN" {
+			t.Fatalf("disassociated: %s", st)
+		}
+		a.must(p1, 200, "PUT", "/v2.0/floatingips/"+id, `{"floatingip": {"port_id": "`+vip.PortID+`"}}`)
+		a.must(p1, 200, "PUT", "/v2.0/floatingips/"+id, `{"floatingip": {"port_id": null}}`)
+		a.must(p1, 200, "PUT", "/v2.0/floatingips/"+id, `{"floatingip": {"port_id": "`+vip.PortID+`"}}`)
+		waits = r.held()
+		if len(waits) != 3 || waits[2].change <= waits[1].change {
+			t.Fatalf("waits %+v, want one per association", waits)
+		}
+		waits[1].done(nil)
+		if st, _ := status(id); st != "DOWN" {
+			t.Fatalf("a wait of an earlier association made the new one %s", st)
+		}
+		waits[2].done(nil)
+		if st, _ := status(id); st != "ACTIVE" {
+			t.Fatalf("the new association's wait ended: %s", st)
+		}
+		// Deleted while waiting: the wait's end finds nothing to do.
+		a.must(p1, 200, "PUT", "/v2.0/floatingips/"+id, `{"floatingip": {"port_id": null}}`)
+		a.must(p1, 200, "PUT", "/v2.0/floatingips/"+id, `{"floatingip": {"port_id": "`+vip.PortID+`"}}`)
+		a.must(p1, 204, "DELETE", "/v2.0/floatingips/"+id, "")
+		r.held()[3].done(nil)
+
+		// A user's port: nothing for the agents to program, ACTIVE at once.
+		f = obj(a.must(p1, 201, "POST", "/v2.0/floatingips", `{"floatingip": {"floating_network_id": "`+w.ext+`", "port_id": "`+w.port+`"}}`), "floatingip")
+		if f["status"] != "ACTIVE" || len(r.held()) != 4 {
+			t.Fatalf("a user's port: %v, %d waits", f["status"], len(r.held()))
+		}
+
+		// A wait lost with its replica: the association, DOWN, is made
+		// ACTIVE once older than the cutoff (an ack timeout ago), and only
+		// it (an unassociated floating IP stays DOWN).
+		f = obj(a.must(p1, 201, "POST", "/v2.0/floatingips", `{"floatingip": {"floating_network_id": "`+w.ext+`", "port_id": "`+vip.PortID+`"}}`), "floatingip")
+		lost := f["id"].(string)
+		down := obj(a.must(p1, 201, "POST", "/v2.0/floatingips", `{"floatingip": {"floating_network_id": "`+w.ext+`"}}`), "floatingip")["id"].(string)
+		if n, err := ActivateOverdue(t.Context(), e.st, time.Now().Add(-time.Hour)); err != nil || n != 0 {
+			t.Fatalf("an association of now is not overdue an hour ago: %d, %v", n, err)
+		}
+		if n, err := ActivateOverdue(t.Context(), e.st, time.Now().Add(time.Hour)); err != nil || n != 1 {
+			t.Fatalf("overdue: %d made ACTIVE, %v; want 1", n, err)
+		}
+		if st, _ := status(lost); st != "ACTIVE" {
+			t.Fatalf("the overdue association: %s", st)
+		}
+		if st, _ := status(down); st != "DOWN" {
+			t.Fatalf("an unassociated floating IP: %s", st)
+		}
+	})
 }

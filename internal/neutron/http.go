@@ -21,13 +21,28 @@ type handler struct {
 	st  store.Store
 	log *slog.Logger
 	mux *http.ServeMux
+	// realizer, if set, tells when the agents have programmed a floating
+	// IP's association; without, an association is ACTIVE at once.
+	realizer Realizer
 }
+
+// Option configures the Neutron handler.
+type Option func(*handler)
+
+// WithRealizer has a floating IP associated with a load balancer's VIP
+// port DOWN until every agent has programmed it, then ACTIVE, as
+// Neutron's is until its L3 agent has configured it (the server passes
+// the fan-out hub, which also completes load balancers' changes).
+func WithRealizer(r Realizer) Option { return func(h *handler) { h.realizer = r } }
 
 // NewHandler returns the Neutron subset. It accepts paths with or without
 // the /v2.0 (or /v2) prefix and a ".json" suffix, so it can be mounted as
 // is or behind http.StripPrefix. The caller comes from identity.FromContext.
-func NewHandler(s store.Store, logger *slog.Logger) http.Handler {
+func NewHandler(s store.Store, logger *slog.Logger, opts ...Option) http.Handler {
 	h := &handler{st: s, log: logger, mux: http.NewServeMux()}
+	for _, o := range opts {
+		o(h)
+	}
 	for _, r := range resources {
 		h.mux.HandleFunc("GET /"+r.plural, h.list(r))
 		h.mux.HandleFunc("GET /"+r.plural+"/{id}", h.show(r))

@@ -47,9 +47,10 @@ func floatingNetwork(t *testing.T, s *server.Server) string {
 }
 
 // A floating IP associated with a VIP port (on one replica) reaches an
-// agent (on another) as the VIP's services on one more address, goes
-// when it is disassociated, comes back when it is associated again, and
-// is in the snapshot of a replica started later.
+// agent (on another) as the VIP's services on one more address, and is
+// DOWN until then, ACTIVE once the agent has it; it goes when it is
+// disassociated, comes back when it is associated again, and is in the
+// snapshot of a replica started later.
 func TestFloatingIPReachesTheDataPlane(t *testing.T) {
 	c := newCluster(t)
 	a := c.start("a", time.Minute)
@@ -74,10 +75,27 @@ func TestFloatingIPReachesTheDataPlane(t *testing.T) {
 	call(t, a, "POST", "/v2.0/floatingips", map[string]any{"floatingip": map[string]any{
 		"floating_network_id": floatingNetwork(t, a), "port_id": lb.LoadBalancer.VIPPortID}}, &fip)
 	addr := fip.FloatingIP.Address
-	if fip.FloatingIP.Status != "ACTIVE" || addr == "" {
-		t.Fatalf("floating IP %+v", fip)
+	if fip.FloatingIP.Status != "DOWN" || addr == "" {
+		t.Fatalf("floating IP %+v: want DOWN until every agent has it", fip)
 	}
-	waitServices(t, k, addr, vip)
+	// ACTIVE, seen on either replica, once every agent has programmed
+	// it: the agent's kernel holds it by then.
+	activeOn := func(s *server.Server) {
+		t.Helper()
+		var now struct {
+			FloatingIP struct {
+				Status string `json:"status"`
+			} `json:"floatingip"`
+		}
+		testutil.Eventually(t, 5*time.Second, "floating IP ACTIVE", func() (bool, string) {
+			call(t, s, "GET", "/v2.0/floatingips/"+fip.FloatingIP.ID, nil, &now)
+			return now.FloatingIP.Status == "ACTIVE", now.FloatingIP.Status
+		})
+		if got := k.services(addr); !slices.Equal(got, vip) {
+			t.Fatalf("floating IP ACTIVE while the agent holds %v for it, want %v", got, vip)
+		}
+	}
+	activeOn(b)
 
 	// The VIP is still the load balancer's vip_address.
 	var got lbAnswer
@@ -100,7 +118,7 @@ func TestFloatingIPReachesTheDataPlane(t *testing.T) {
 	}
 
 	call(t, a, "PUT", "/v2.0/floatingips/"+fip.FloatingIP.ID, map[string]any{"floatingip": map[string]any{"port_id": lb.LoadBalancer.VIPPortID}}, nil)
-	waitServices(t, k, addr, vip)
+	activeOn(a)
 
 	// A replica started now serves it from its first snapshot.
 	c3 := c.start("c", time.Minute)

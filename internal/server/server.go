@@ -161,7 +161,7 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	if err := s.rep.Register(ctx); err != nil {
 		return nil, fmt.Errorf("register replica %s: %w", o.ReplicaID, err)
 	}
-	s.stopLoops = runBackground(s.Hub, s.rep)
+	s.stopLoops = runBackground(s.Hub, s.rep, func(ctx context.Context) { s.activateOverdue(ctx, o.AckTimeout) })
 	ln, err := s.apiServer(reg, authn, keystone, o)
 	if err != nil {
 		return nil, err
@@ -252,15 +252,39 @@ func (s *Server) serveTLS(o Options, ca *pki.CA) error {
 	return nil
 }
 
-// runBackground runs the fan-out's and the replica's loops until the
-// returned stop is called.
-func runBackground(hub *fanout.Hub, rep *replica.Replica) (stop func()) {
+// runBackground runs the fan-out's and the replica's loops, and more,
+// until the returned stop is called.
+func runBackground(hub *fanout.Hub, rep *replica.Replica, more ...func(ctx context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = hub.Run(ctx) }()
-	go func() { defer wg.Done(); rep.Run(ctx) }()
+	wg.Go(func() { _ = hub.Run(ctx) })
+	wg.Go(func() { rep.Run(ctx) })
+	for _, fn := range more {
+		wg.Go(func() { fn(ctx) })
+	}
 	return func() { cancel(); wg.Wait() }
+}
+
+// activateOverdue makes ACTIVE, every ack timeout, the floating IPs whose
+// wait for the agents was lost with a replica (neutron.ActivateOverdue).
+func (s *Server) activateOverdue(ctx context.Context, ackTimeout time.Duration) {
+	every := max(ackTimeout, time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := neutron.ActivateOverdue(ctx, s.st, time.Now().Add(-every))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("floating IPs whose wait for the agents was lost", "err", err)
+		case n > 0:
+			s.log.Info("floating IPs made ACTIVE after their wait for the agents was lost", "count", n)
+		}
+	}
 }
 
 // openStore opens the database: Database, or SQLite in the data
@@ -422,7 +446,9 @@ func (s *Server) apiServer(reg *prometheus.Registry, authn func(http.Handler) ht
 	if err := apimetrics.RegisterStats(reg, level, s.st.AllStats); err != nil {
 		return nil, err
 	}
-	api := octavia.New(s.svc, neutron.NewHandler(s.st, s.log), s.log, octavia.Config{})
+	// Floating IPs on VIP ports turn ACTIVE as load balancers do: once
+	// every agent has programmed them.
+	api := octavia.New(s.svc, neutron.NewHandler(s.st, s.log, neutron.WithRealizer(s.Hub)), s.log, octavia.Config{})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", authn(api))

@@ -13,8 +13,9 @@ import (
 
 // TestFloatingIPFromExternalClient: a load balancer with an internal VIP
 // is reached from the client outside the cluster through a floating IP
-// associated with its VIP port, spread over the pods as its VIP is; once
-// the floating IP is disassociated, the client no longer reaches it.
+// associated with its VIP port, spread over the pods as its VIP is, and
+// through each node as soon as the floating IP is ACTIVE; once the
+// floating IP is disassociated, the client no longer reaches it.
 func TestFloatingIPFromExternalClient(t *testing.T) {
 	c := newCluster(t, 2, 2)
 	lookup := func(path string, into any) {
@@ -62,22 +63,27 @@ func TestFloatingIPFromExternalClient(t *testing.T) {
 	}
 	fip := body["floatingip"].(map[string]any)
 	addr := net.JoinHostPort(fip["floating_ip_address"].(string), "80")
+	if fip["status"] != "DOWN" {
+		t.Fatalf("floating IP %v: want DOWN until every agent has it", fip)
+	}
 
+	// ACTIVE once every agent has programmed it: from then on, each node
+	// serves it at the first request.
+	testutil.Eventually(t, 10*time.Second, "floating IP ACTIVE", func() (bool, string) {
+		_, body := c.call("GET", "/v2.0/floatingips/"+fip["id"].(string), nil)
+		st := body["floatingip"].(map[string]any)["status"]
+		return st == "ACTIVE", fmt.Sprint(st)
+	})
 	seen := map[string]int{}
-	// The floating IP is ACTIVE before every agent serves it: reach it
-	// through each node first, then through both (ECMP).
 	for i := 1; i <= 2; i++ {
 		if err := c.lab.SetNextHops(i); err != nil {
 			t.Fatal(err)
 		}
-		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("client reaches %s through n%d", addr, i), func() (bool, string) {
-			r, err := ask(c.lab.Client(), addr)
-			if err != nil {
-				return false, err.Error()
-			}
-			seen[r.Pod]++
-			return true, ""
-		})
+		r, err := ask(c.lab.Client(), addr)
+		if err != nil {
+			t.Fatalf("client -> %s through n%d, the floating IP ACTIVE: %v", addr, i, err)
+		}
+		seen[r.Pod]++
 	}
 	if err := c.lab.SetNextHops(1, 2); err != nil {
 		t.Fatal(err)

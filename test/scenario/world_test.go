@@ -173,7 +173,12 @@ func (w *world) startAgent(n *node) error {
 	if err := dp.SetNodeAddresses(n.addrs); err != nil {
 		return err
 	}
-	n.agent = agent.New(agent.Config{Server: w.agentAddr, Token: w.token, Node: n.name, NoHealth: true}, dp, w.log)
+	// As the agent's binary does: the node's addresses go to the agent
+	// too, which flattens a VIP's members that are its own node ports.
+	n.agent = agent.New(agent.Config{Server: w.agentAddr, Token: w.token, Node: n.name, Zone: n.zone, NoHealth: true}, dp, w.log)
+	if err := n.agent.SetNodeAddresses(w.ctx, n.addrs); err != nil {
+		return err
+	}
 	ctx, stop := context.WithCancel(w.ctx)
 	done := make(chan struct{})
 	n.stop = func() { stop(); <-done }

@@ -1,0 +1,212 @@
+package agent
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/flowpb"
+	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/testutil"
+)
+
+// inNamespace runs fn on a locked thread in namespace ns (nil: a fresh
+// one with loopback up, removed afterwards); the thread ends with fn.
+func inNamespace(t *testing.T, ns *netns.NsHandle, fn func(ns netns.NsHandle)) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread dies in the namespace
+		if ns != nil {
+			if err := netns.Set(*ns); err != nil {
+				t.Error(err)
+				return
+			}
+			fn(*ns)
+			return
+		}
+		fresh, err := netns.New()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer fresh.Close()
+		lo, err := netlink.LinkByName("lo")
+		if err == nil {
+			err = netlink.LinkSetUp(lo)
+		}
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		fn(fresh)
+	}()
+	<-done
+}
+
+func addAddr(t *testing.T, link string, cidr string) {
+	t.Helper()
+	l, err := netlink.LinkByName(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := netlink.ParseAddr(cidr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.AddrAdd(l, a); err != nil {
+		t.Fatalf("address %s on %s: %v", cidr, link, err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// answer serves addr: each TCP connection is told "<addr> <client>".
+func answer(t *testing.T, addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintln(c, addr, c.RemoteAddr().(*net.TCPAddr).IP)
+			c.Close()
+		}
+	}()
+}
+
+// dialOnce connects to dst and returns the answer's first line, or the
+// error.
+func dialOnce(dst string) string {
+	c, err := net.DialTimeout("tcp", dst, time.Second)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line)
+}
+
+// TestKernelVIPToOwnNodePort: a VIP whose member is this node's own node
+// port, with flowlb serving that node port, in a real kernel (a node
+// namespace, a client namespace behind a veth). Programmed as received,
+// the VIP's translation to node:nodePort is the connection's only one
+// and the node's stack refuses it; programmed by the agent, the member
+// is the node port's endpoints, reached from the client and from the
+// node, and a change of the node port's endpoints moves the VIP with it.
+func TestKernelVIPToOwnNodePort(t *testing.T) {
+	testutil.RequireRoot(t)
+	inNamespace(t, nil, func(node netns.NsHandle) {
+		// The node: 198.18.0.1 serves node ports; pods 198.18.17.2 and .3
+		// (on lo); the VIP range routed locally; a client link.
+		for _, a := range []string{"198.18.0.1/32", "198.18.17.2/32", "198.18.17.3/32"} {
+			addAddr(t, "lo", a)
+		}
+		lo, _ := netlink.LinkByName("lo")
+		_, vips, _ := net.ParseCIDR("198.19.0.0/17")
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: lo.Attrs().Index, Dst: vips,
+			Scope: netlink.SCOPE_HOST, Type: unix.RTN_LOCAL}); err != nil {
+			t.Fatal(err)
+		}
+		client, err := netns.New() // switches this thread to it
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		if err := netns.Set(node); err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "vc"}, PeerName: "eth0", PeerNamespace: netlink.NsFd(client)}); err != nil {
+			t.Fatal(err)
+		}
+		addAddr(t, "vc", "198.18.1.1/24")
+		inNamespace(t, &client, func(netns.NsHandle) {
+			addAddr(t, "eth0", "198.18.1.2/24")
+			eth0, _ := netlink.LinkByName("eth0")
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: net.ParseIP("198.18.1.1")}); err != nil {
+				t.Error(err)
+			}
+		})
+		if err := os.WriteFile("/proc/sys/net/ipv4/conf/all/forwarding", []byte("1"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		answer(t, "198.18.17.2:8080")
+		answer(t, "198.18.17.3:8080")
+
+		dp, err := nftables.New(int(node), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		nodeAddrs := []netip.Addr{netip.MustParseAddr("198.18.0.1")}
+		if err := dp.SetNodeAddresses(nodeAddrs); err != nil {
+			t.Fatal(err)
+		}
+		vip := flows.Service{Key: vipKey, LoadBalancerID: "cpo", Algorithm: flows.RoundRobin, ConnectionLimit: -1,
+			Backends: []flows.Backend{be("198.18.0.1", 30080, 1, "")}}
+		port := np(flows.TCP, 30080, false, be("198.18.17.2", 8080, 1, "n1"))
+		fromClient := func(dst string) (got string) {
+			inNamespace(t, &client, func(netns.NsHandle) { got = dialOnce(dst) })
+			return got
+		}
+
+		// As received: the node port answers, the VIP to it is refused.
+		if err := dp.Sync(t.Context(), flows.Table{Services: map[flows.Key]flows.Service{vip.Key: vip, port.Key: port}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := fromClient("198.18.0.1:30080"); !strings.HasPrefix(got, "198.18.17.2:8080 ") {
+			t.Fatalf("the node port from the client: %q", got)
+		}
+		if got := fromClient("198.19.0.10:80"); !strings.Contains(got, "refused") {
+			t.Fatalf("the VIP to the node's own node port, programmed as received: %q, want refused (the case the agent flattens)", got)
+		}
+
+		a := New(Config{Node: "n1", NoHealth: true, Metrics: prometheus.NewRegistry()}, dp, quiet)
+		if err := a.SetNodeAddresses(t.Context(), nodeAddrs); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.apply(t.Context(), &agentv1.Update{Snapshot: true, Revision: 1,
+			Upserts: []*agentv1.Service{flowpb.ServiceToProto(vip), flowpb.ServiceToProto(port)}}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			if got := fromClient("198.19.0.10:80"); got != "198.18.17.2:8080 198.18.1.2" {
+				t.Errorf("client -> VIP, try %d: %q, want the node port's endpoint, the client's address kept", i, got)
+			}
+			if got := dialOnce("198.19.0.10:80"); !strings.HasPrefix(got, "198.18.17.2:8080 ") {
+				t.Errorf("node -> VIP, try %d: %q", i, got)
+			}
+		}
+		port.Backends = []flows.Backend{be("198.18.17.3", 8080, 1, "n1")}
+		if err := a.apply(t.Context(), &agentv1.Update{Revision: 2, Upserts: []*agentv1.Service{flowpb.ServiceToProto(port)}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := fromClient("198.19.0.10:80"); got != "198.18.17.3:8080 198.18.1.2" {
+			t.Errorf("client -> VIP after the node port moved: %q, want 198.18.17.3", got)
+		}
+		if got := fromClient("198.18.0.1:30080"); !strings.HasPrefix(got, "198.18.17.3:8080 ") {
+			t.Errorf("the node port after it moved: %q", got)
+		}
+	})
+}
