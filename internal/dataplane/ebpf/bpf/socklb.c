@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// Socket-level load balancing for IPv4: a connection that starts on a
+// local socket has its VIP:port rewritten to a backend once, at connect()
+// (TCP and connected UDP) or at each sendmsg() (unconnected UDP); replies
+// and getpeername() show the VIP again. No packet of such a connection
+// ever carries the VIP, so no NAT or conntrack entry is made for it.
+//
+// Only UAPI headers (linux-libc-dev) and libbpf's helper headers are
+// included, not a vmlinux.h dumped from the running kernel, so that the
+// object is the same on every machine with Debian's toolchain.
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+
+#define ECONNREFUSED 111
+
+// SLOTS is the length of every service's Maglev lookup table; it is the
+// nftables data plane's, so both pick alike. Go checks the two agree.
+#define SLOTS 61
+
+// Service flags.
+#define SVC_REFUSE 1 // no usable backend: connect() and sendmsg() fail
+
+// Algorithms: what a slot is picked by.
+#define ALG_RANDOM 0    // ROUND_ROBIN: a random slot per connection
+#define ALG_NETNS 1     // SOURCE_IP: the client's network namespace (its address)
+#define ALG_SOCKET 2    // SOURCE_IP_PORT: the socket (its address and port)
+
+struct svc_key {
+	__u32 vip;   // network order
+	__u16 port;  // network order
+	__u8 proto;  // IPPROTO_TCP or IPPROTO_UDP
+	__u8 pad;
+};
+
+struct backend {
+	__u32 addr;  // network order
+	__u16 port;  // network order
+	__u16 pad;
+};
+
+struct svc_val {
+	__u32 flags;
+	__u32 alg;
+	struct backend slots[SLOTS];
+};
+
+// The whole service is one value, so an update replaces its table at
+// once: a connection never sees half of an old and half of a new one.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct svc_key);
+	__type(value, struct svc_val);
+} services SEC(".maps");
+
+// Reverse translation, per socket and backend: what the socket asked for.
+struct rev_key {
+	__u64 cookie;
+	__u32 addr;
+	__u16 port;
+	__u16 pad;
+};
+
+struct rev_val {
+	__u32 vip;
+	__u16 port;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct rev_key);
+	__type(value, struct rev_val);
+} revnat SEC(".maps");
+
+static __always_inline __u32 mix(__u64 x)
+{
+	return (__u32)((x * 0x9E3779B97F4A7C15ULL) >> 32);
+}
+
+// xlate rewrites the destination of ctx if it is a service: 1 lets the
+// call go on, 0 fails it. Datagrams of an unconnected socket (sendmsg)
+// stay with one backend per socket, as a conntrack flow would keep them.
+static __always_inline int xlate(struct bpf_sock_addr *ctx, int per_socket)
+{
+	struct svc_key k = {
+		.vip = ctx->user_ip4,
+		.port = (__u16)ctx->user_port,
+		.proto = (__u8)ctx->protocol,
+	};
+	struct svc_val *v = bpf_map_lookup_elem(&services, &k);
+	if (!v)
+		return 1;
+	if (v->flags & SVC_REFUSE) {
+		bpf_set_retval(-ECONNREFUSED);
+		return 0;
+	}
+	__u32 h;
+	switch (v->alg) {
+	case ALG_NETNS:
+		h = mix(bpf_get_netns_cookie(ctx));
+		break;
+	case ALG_SOCKET:
+		h = mix(bpf_get_socket_cookie(ctx));
+		break;
+	default:
+		h = per_socket ? mix(bpf_get_socket_cookie(ctx)) : bpf_get_prandom_u32();
+	}
+	struct backend *b = &v->slots[h % SLOTS];
+	struct rev_key rk = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.addr = b->addr,
+		.port = b->port,
+	};
+	struct rev_val rv = { .vip = k.vip, .port = k.port };
+	bpf_map_update_elem(&revnat, &rk, &rv, BPF_ANY);
+	ctx->user_ip4 = b->addr;
+	ctx->user_port = b->port;
+	return 1;
+}
+
+// unxlate shows the VIP where the peer is a backend this socket was sent to.
+static __always_inline void unxlate(struct bpf_sock_addr *ctx)
+{
+	struct rev_key rk = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.addr = ctx->user_ip4,
+		.port = (__u16)ctx->user_port,
+	};
+	struct rev_val *rv = bpf_map_lookup_elem(&revnat, &rk);
+	if (!rv)
+		return;
+	ctx->user_ip4 = rv->vip;
+	ctx->user_port = rv->port;
+}
+
+SEC("cgroup/connect4")
+int connect4(struct bpf_sock_addr *ctx)
+{
+	return xlate(ctx, 0);
+}
+
+SEC("cgroup/sendmsg4")
+int sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return xlate(ctx, 1);
+}
+
+SEC("cgroup/recvmsg4")
+int recvmsg4(struct bpf_sock_addr *ctx)
+{
+	unxlate(ctx);
+	return 1;
+}
+
+SEC("cgroup/getpeername4")
+int getpeername4(struct bpf_sock_addr *ctx)
+{
+	unxlate(ctx);
+	return 1;
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";
