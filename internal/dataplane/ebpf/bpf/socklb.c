@@ -111,7 +111,13 @@ static __always_inline int xlate(struct bpf_sock_addr *ctx, int per_socket)
 	default:
 		h = per_socket ? mix(bpf_get_socket_cookie(ctx)) : bpf_get_prandom_u32();
 	}
-	struct backend *b = &v->slots[h % SLOTS];
+	__u32 i = h % SLOTS;
+	// The verifier does not follow the modulo: bound i where it sees it
+	// (the barrier keeps clang from dropping a check it knows is true).
+	asm volatile("" : "+r"(i));
+	if (i >= SLOTS)
+		return 1;
+	struct backend *b = &v->slots[i];
 	struct rev_key rk = {
 		.cookie = bpf_get_socket_cookie(ctx),
 		.addr = b->addr,
