@@ -12,7 +12,10 @@ import (
 // failing is a data plane whose every call fails.
 type failing struct{ calls int }
 
-func (f *failing) Sync(context.Context, flows.Table) error { f.calls++; return errors.New("sync failed") }
+func (f *failing) Sync(context.Context, flows.Table) error {
+	f.calls++
+	return errors.New("sync failed")
+}
 func (f *failing) Apply(context.Context, []flows.Service, []flows.Key) error {
 	f.calls++
 	return errors.New("apply failed")
