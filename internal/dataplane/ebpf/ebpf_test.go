@@ -20,6 +20,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/flowlb/flowlb/internal/agent"
+	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
@@ -430,4 +432,76 @@ func attached(t testing.TB, cg string, typ ebpf.AttachType) int {
 		t.Fatal(err)
 	}
 	return len(r.Programs)
+}
+
+// TestBesideNftables: the agent's --dataplane ebpf runs both data planes
+// on one table. A process outside the cgroup reaches the VIP through
+// nftables (its conntrack entry is addressed to the VIP); one inside is
+// translated at connect(), so its packets are addressed to the backend
+// from the start and the nftables VIP rules never see them.
+func TestBesideNftables(t *testing.T) {
+	testutil.RequireRoot(t)
+	cg := testCgroup(t)
+	inNetns(t, backends, func() {
+		// Routed to lo so that an untranslated connect finds a route
+		// before nftables' output hook translates it.
+		lo, _ := netlink.LinkByName("lo")
+		vips := &net.IPNet{IP: net.IPv4(198, 19, 0, 0), Mask: net.CIDRMask(17, 32)}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: lo.Attrs().Index, Dst: vips, Scope: netlink.SCOPE_HOST, Type: unix.RTN_LOCAL}); err != nil {
+			t.Error(err)
+			return
+		}
+		nft, err := nftables.New(-1, "n1")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer nft.Remove()
+		sockets, err := New(Config{Node: "n1", Cgroup: cg})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer sockets.Remove()
+		if err := agent.Chain(nft, sockets).Sync(context.Background(), table(service(80, flows.TCP, 1, 1, 1))); err != nil {
+			t.Error(err)
+			return
+		}
+		serve(t)
+		// toVIP and toBackends count the conntrack entries whose original
+		// direction is addressed to the VIP and to a backend.
+		count := func() (toVIP, toBackends int) {
+			fs, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range fs {
+				if a, ok := netip.AddrFromSlice(f.Forward.DstIP.To4()); ok && a == vip {
+					toVIP++
+				} else if ok && f.Forward.DstPort == 8080 {
+					toBackends++
+				}
+			}
+			return toVIP, toBackends
+		}
+		for range 10 {
+			if _, _, err := dial(netip.AddrPortFrom(vip, 80)); err != nil {
+				t.Fatalf("outside the cgroup, through nftables: %v", err)
+			}
+		}
+		outVIP, outBackends := count()
+		if outVIP != 10 || outBackends != 0 {
+			t.Fatalf("outside the cgroup: %d entries to the VIP, %d to backends; want 10, 0", outVIP, outBackends)
+		}
+		enterCgroup(t, cg)
+		for range 10 {
+			if _, peer, err := dial(netip.AddrPortFrom(vip, 80)); err != nil || peer != "198.19.0.10:80" {
+				t.Fatalf("inside the cgroup: peer %s, %v", peer, err)
+			}
+		}
+		inVIP, inBackends := count()
+		if inVIP != outVIP || inBackends != 10 {
+			t.Fatalf("inside the cgroup: %d entries to the VIP, %d to backends; want %d, 10", inVIP, inBackends, outVIP)
+		}
+	})
 }

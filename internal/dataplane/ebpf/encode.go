@@ -66,23 +66,17 @@ func encode(s flows.Service, node, zone string) (k svcKey, v svcVal, ok bool) {
 		return k, v, false
 	}
 	k = encodeKey(s.Key)
-	var all, local []flows.Backend
-	for _, b := range s.Backends {
-		if !b.Address.Is4() {
-			continue
-		}
-		all = append(all, b)
-		if b.Node != "" && b.Node == node {
-			local = append(local, b)
-		}
-	}
 	var pick []flows.Backend
 	switch {
 	case s.AllowNone: // no source may connect
 	case s.InternalLocal:
-		pick = local
+		for _, b := range s.Backends {
+			if b.Address.Is4() && b.Node != "" && b.Node == node {
+				pick = append(pick, b)
+			}
+		}
 	default:
-		s.Backends = all
+		s.Backends = ipv4(s.Backends)
 		pick, _ = s.Near(node, zone)
 	}
 	table := flows.Maglev(pick, Slots)
@@ -101,6 +95,23 @@ func encode(s flows.Service, node, zone string) (k svcKey, v svcVal, ok bool) {
 		v.Slots[i].Port = netPort(pick[idx].Port)
 	}
 	return k, v, true
+}
+
+// ipv4 returns the IPv4 backends of bs (bs itself when all are: the
+// common case allocates nothing).
+func ipv4(bs []flows.Backend) []flows.Backend {
+	for i, b := range bs {
+		if !b.Address.Is4() {
+			out := append([]flows.Backend{}, bs[:i]...)
+			for _, b := range bs[i+1:] {
+				if b.Address.Is4() {
+					out = append(out, b)
+				}
+			}
+			return out
+		}
+	}
+	return bs
 }
 
 // netPort is p as the kernel keeps a port: network order in memory.
