@@ -163,77 +163,99 @@ func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
 			return err
 		}
 	}
-	want := make(map[svcKey]svcVal, len(t.Services))
+	var w writes
+	want := make(map[svcKey]bool, len(t.Services))
 	for _, s := range t.Services {
 		if k, v, ok := encode(s, d.cfg.Node, d.cfg.Zone); ok {
-			want[k] = v
+			want[k] = true
+			w.set(d, k, v)
 		}
 	}
-	var dels []svcKey
 	for k := range d.kernel {
-		if _, ok := want[k]; !ok {
-			dels = append(dels, k)
+		if !want[k] {
+			w.dels = append(w.dels, k)
 		}
 	}
-	return d.write(want, dels)
+	return d.write(w)
 }
 
 // Apply writes the upserted services that differ from the map and
 // deletes the others.
-func (d *Dataplane) Apply(ctx context.Context, upserts []flows.Service, deletes []flows.Key) error {
+func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []flows.Key) error {
 	if d.stale {
 		return errors.New("ebpf data plane: the services map is out of step after a failed write; a Sync repairs it")
 	}
-	set := make(map[svcKey]svcVal, len(upserts))
-	var dels []svcKey
-	for _, k := range deletes {
-		if s := (flows.Service{Key: k}); Carried(s) {
-			dels = append(dels, encodeKey(k))
-		}
-	}
+	var w writes
+	upserted := make(map[flows.Key]bool, len(upserts))
 	for _, s := range upserts {
+		upserted[s.Key] = true
 		if k, v, ok := encode(s, d.cfg.Node, d.cfg.Zone); ok {
-			set[k] = v
-		} else if Carried(flows.Service{Key: s.Key}) {
-			// Now one for nftables alone (allowed_cidrs, persistence, a limit).
-			dels = append(dels, encodeKey(s.Key))
+			w.set(d, k, v)
+		} else {
+			// Not (or no longer) the programs': nftables serves it alone.
+			w.del(d, s.Key)
 		}
 	}
-	return d.write(set, dels)
+	for _, k := range deletes {
+		if !upserted[k] {
+			w.del(d, k)
+		}
+	}
+	return d.write(w)
 }
 
-// write stores set (skipping entries the map already holds) and deletes
-// dels, in one batch each.
-func (d *Dataplane) write(set map[svcKey]svcVal, dels []svcKey) error {
-	var keys []svcKey
-	var vals []svcVal
-	for k, v := range set {
-		if old, ok := d.kernel[k]; !ok || old != v {
-			keys, vals = append(keys, k), append(vals, v)
-		}
+// writes are the map entries one change stores and deletes.
+type writes struct {
+	keys []svcKey
+	vals []svcVal
+	dels []svcKey
+	gone map[svcKey]bool // dels, to delete each once
+}
+
+// set stores k unless the map holds v for it already.
+func (w *writes) set(d *Dataplane, k svcKey, v svcVal) {
+	if old, ok := d.kernel[k]; !ok || old != v {
+		w.keys, w.vals = append(w.keys, k), append(w.vals, v)
 	}
-	var gone []svcKey
-	for _, k := range dels {
-		if _, ok := d.kernel[k]; ok {
-			gone = append(gone, k)
-		}
+}
+
+// del deletes the service of k if the map holds it.
+func (w *writes) del(d *Dataplane, k flows.Key) {
+	if !Carried(flows.Service{Key: k}) {
+		return
 	}
-	d.lastOps = len(keys) + len(gone)
-	if len(keys) > 0 {
-		if _, err := d.objs.Services.BatchUpdate(keys, vals, nil); err != nil {
+	ek := encodeKey(k)
+	if _, ok := d.kernel[ek]; !ok || w.gone[ek] {
+		return
+	}
+	if w.gone == nil {
+		w.gone = map[svcKey]bool{}
+	}
+	w.gone[ek] = true
+	w.dels = append(w.dels, ek)
+}
+
+// write stores and deletes w's entries, in one batch each.
+func (d *Dataplane) write(w writes) error {
+	d.lastOps = len(w.keys) + len(w.dels)
+	if len(w.keys) > 0 {
+		if _, err := d.objs.Services.BatchUpdate(w.keys, w.vals, nil); err != nil {
 			d.stale = true
-			return fmt.Errorf("write %d services: %w", len(keys), err)
+			return fmt.Errorf("write %d services: %w", len(w.keys), err)
 		}
-		for i, k := range keys {
-			d.kernel[k] = vals[i]
+		if len(d.kernel) == 0 {
+			d.kernel = make(map[svcKey]svcVal, len(w.keys))
+		}
+		for i, k := range w.keys {
+			d.kernel[k] = w.vals[i]
 		}
 	}
-	if len(gone) > 0 {
-		if _, err := d.objs.Services.BatchDelete(gone, nil); err != nil {
+	if len(w.dels) > 0 {
+		if _, err := d.objs.Services.BatchDelete(w.dels, nil); err != nil {
 			d.stale = true
-			return fmt.Errorf("delete %d services: %w", len(gone), err)
+			return fmt.Errorf("delete %d services: %w", len(w.dels), err)
 		}
-		for _, k := range gone {
+		for _, k := range w.dels {
 			delete(d.kernel, k)
 		}
 	}

@@ -323,6 +323,14 @@ func TestSocketLB(t *testing.T) {
 			if err := dp.Apply(ctx, []flows.Service{service(80, flows.TCP, 0, 0, 1)}, nil); err != nil || dp.lastOps != 0 {
 				t.Fatalf("the same service again: %v, %d writes", err, dp.lastOps)
 			}
+			// Deleted and upserted in one change: the upsert wins.
+			k80 := flows.Key{VIP: vip, Protocol: flows.TCP, Port: 80}
+			if err := dp.Apply(ctx, []flows.Service{service(80, flows.TCP, 0, 0, 1)}, []flows.Key{k80, k80}); err != nil || dp.lastOps != 0 {
+				t.Fatalf("deleted and upserted unchanged: %v, %d writes", err, dp.lastOps)
+			}
+			if who, _, err := dial(netip.AddrPortFrom(vip, 80)); err != nil || who != "198.18.17.4" {
+				t.Fatalf("after delete and upsert: %q, %v", who, err)
+			}
 			if err := dp.Apply(ctx, nil, []flows.Key{{VIP: vip, Protocol: flows.TCP, Port: 81}}); err != nil {
 				t.Fatal(err)
 			}
