@@ -14,8 +14,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -165,10 +169,10 @@ func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
 	}
 	var w writes
 	want := make(map[svcKey]bool, len(t.Services))
-	for _, s := range t.Services {
-		if k, v, ok := encode(s, d.cfg.Node, d.cfg.Zone); ok {
-			want[k] = true
-			w.set(d, k, v)
+	for _, e := range d.encodeAll(t) {
+		if e.ok {
+			want[e.k] = true
+			w.set(d, e.k, e.v)
 		}
 	}
 	for k := range d.kernel {
@@ -177,6 +181,31 @@ func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
 		}
 	}
 	return d.write(w)
+}
+
+// encoded is one service's map entry (ok: the programs carry it).
+type encoded struct {
+	k  svcKey
+	v  svcVal
+	ok bool
+}
+
+// encodeAll encodes t's services on every CPU: their Maglev tables are
+// most of a full load's time.
+func (d *Dataplane) encodeAll(t flows.Table) []encoded {
+	ss := slices.Collect(maps.Values(t.Services))
+	out := make([]encoded, len(ss))
+	workers := min(runtime.GOMAXPROCS(0), len(ss)/1000+1)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(ss); i += workers {
+				out[i].k, out[i].v, out[i].ok = encode(ss[i], d.cfg.Node, d.cfg.Zone)
+			}
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // Apply writes the upserted services that differ from the map and
