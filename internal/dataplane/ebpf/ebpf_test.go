@@ -177,6 +177,21 @@ func dial(addr netip.AddrPort) (who string, peer string, err error) {
 	return string(b[:n]), c.RemoteAddr().String(), nil
 }
 
+// exchange sends a datagram on a connected socket and returns who answered.
+func exchange(t testing.TB, c net.Conn) string {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("q")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 64)
+	n, err := c.Read(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b[:n])
+}
+
 func service(port uint16, proto flows.Protocol, weights ...int) flows.Service {
 	s := flows.Service{Key: flows.Key{VIP: vip, Protocol: proto, Port: port}, Algorithm: flows.RoundRobin}
 	for i, w := range weights {
@@ -221,6 +236,13 @@ func TestSocketLB(t *testing.T) {
 	inNetns(t, backends, func() {
 		serve(t)
 		// Steps, not subtests: they must run on the namespace's thread.
+		var connected net.Conn // a connected UDP socket, and its backend
+		var connectedTo string
+		defer func() {
+			if connected != nil {
+				connected.Close()
+			}
+		}()
 		func() { // tcp spread and getpeername
 			const n = 800
 			got := map[string]int{}
@@ -274,16 +296,12 @@ func TestSocketLB(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer c.Close()
 			if c.RemoteAddr().String() != "198.19.0.10:53" {
 				t.Fatalf("connected UDP peer = %s", c.RemoteAddr())
 			}
-			c.SetDeadline(time.Now().Add(2 * time.Second))
-			if _, err := c.Write([]byte("q")); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Read(make([]byte, 64)); err != nil {
-				t.Fatal(err)
+			connected = c
+			if connectedTo = exchange(t, c); connectedTo == "" {
+				t.Fatal("no answer on the connected socket")
 			}
 		}()
 		func() { // no backend is refused
@@ -300,6 +318,11 @@ func TestSocketLB(t *testing.T) {
 			}
 			if _, err := pc.WriteTo([]byte("q"), net.UDPAddrFromAddrPort(netip.AddrPortFrom(vip, 53))); !errors.Is(err, syscall.ECONNREFUSED) {
 				t.Fatalf("sendto = %v, want ECONNREFUSED", err)
+			}
+			// A socket connected before keeps its backend: it was
+			// translated once, at connect(), and no socket is destroyed.
+			if who := exchange(t, connected); who != connectedTo {
+				t.Fatalf("the connected socket's backend went from %s to %q after its removal", connectedTo, who)
 			}
 		}()
 		func() { // apply
