@@ -14,12 +14,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
-	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -36,6 +33,10 @@ var hooks = []struct {
 	{socklbProgSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
 	{socklbProgRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
 	{socklbProgGetpeername4, ebpf.AttachCgroupInet4GetPeername},
+	{socklbProgConnect6, ebpf.AttachCGroupInet6Connect},
+	{socklbProgSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
+	{socklbProgRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
+	{socklbProgGetpeername6, ebpf.AttachCgroupInet6GetPeername},
 }
 
 // Config of a Dataplane.
@@ -58,10 +59,9 @@ type Dataplane struct {
 	cfg   Config
 	objs  socklbObjects
 	links []link.Link
-	// kernel is what the services map holds, as this process last wrote
-	// or read it; stale after a failed write, until Sync reads it again.
-	kernel map[svcKey]svcVal
-	stale  bool
+	// The services maps of IPv4 and IPv6.
+	t4 *table[svcKey, svcVal]
+	t6 *table[svcKey6, svcVal6]
 	// lastOps counts the map entries the last Sync or Apply wrote or
 	// deleted.
 	lastOps int
@@ -89,10 +89,11 @@ func New(cfg Config) (_ *Dataplane, err error) {
 		}
 		opts.Maps.PinPath = cfg.PinDir
 	}
-	d := &Dataplane{cfg: cfg, kernel: map[svcKey]svcVal{}}
+	d := &Dataplane{cfg: cfg}
 	if err := spec.LoadAndAssign(&d.objs, &opts); err != nil {
 		return nil, fmt.Errorf("load the socket programs: %w", err)
 	}
+	d.t4, d.t6 = &table[svcKey, svcVal]{m: d.objs.Services}, &table[svcKey6, svcVal6]{m: d.objs.Services6}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -101,6 +102,8 @@ func New(cfg Config) (_ *Dataplane, err error) {
 	progs := map[string]*ebpf.Program{
 		socklbProgConnect4: d.objs.Connect4, socklbProgSendmsg4: d.objs.Sendmsg4,
 		socklbProgRecvmsg4: d.objs.Recvmsg4, socklbProgGetpeername4: d.objs.Getpeername4,
+		socklbProgConnect6: d.objs.Connect6, socklbProgSendmsg6: d.objs.Sendmsg6,
+		socklbProgRecvmsg6: d.objs.Recvmsg6, socklbProgGetpeername6: d.objs.Getpeername6,
 	}
 	for _, h := range hooks {
 		l, err := d.attach(h.name, h.attach, progs[h.name])
@@ -109,7 +112,10 @@ func New(cfg Config) (_ *Dataplane, err error) {
 		}
 		d.links = append(d.links, l)
 	}
-	if err := d.read(); err != nil {
+	if err := d.t4.read(); err != nil {
+		return nil, err
+	}
+	if err := d.t6.read(); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -143,152 +149,71 @@ func (d *Dataplane) attach(name string, typ ebpf.AttachType, prog *ebpf.Program)
 	return l, nil
 }
 
-// read makes kernel what the services map holds.
-func (d *Dataplane) read() error {
-	kernel := map[svcKey]svcVal{}
-	var k svcKey
-	var v svcVal
-	it := d.objs.Services.Iterate()
-	for it.Next(&k, &v) {
-		kernel[k] = v
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read the services map: %w", err)
-	}
-	d.kernel, d.stale = kernel, false
-	return nil
-}
-
-// Sync makes the services map hold exactly t's carried services, writing
-// only the entries that differ (a first load writes them all in one batch).
+// Sync makes the services maps hold exactly t's carried services,
+// writing only the entries that differ (a first load writes them all in
+// one batch per family).
 func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
-	if d.stale {
-		if err := d.read(); err != nil {
-			return err
+	var ss4, ss6 []flows.Service
+	for _, s := range t.Services {
+		if s.Key.VIP.Is4() {
+			ss4 = append(ss4, s)
+		} else {
+			ss6 = append(ss6, s)
 		}
 	}
-	var w writes
-	want := make(map[svcKey]bool, len(t.Services))
-	for _, e := range d.encodeAll(t) {
-		if e.ok {
-			want[e.k] = true
-			w.set(d, e.k, e.v)
-		}
+	cpus := runtime.GOMAXPROCS(0)
+	n4, err := d.t4.sync(ss4, func(s flows.Service) (svcKey, svcVal, bool) { return encode(s, d.cfg.Node, d.cfg.Zone) }, cpus)
+	d.lastOps = n4
+	if err != nil {
+		return err
 	}
-	for k := range d.kernel {
-		if !want[k] {
-			w.dels = append(w.dels, k)
-		}
-	}
-	return d.write(w)
+	n6, err := d.t6.sync(ss6, func(s flows.Service) (svcKey6, svcVal6, bool) { return encode6(s, d.cfg.Node, d.cfg.Zone) }, cpus)
+	d.lastOps += n6
+	return err
 }
 
-// encoded is one service's map entry (ok: the programs carry it).
-type encoded struct {
-	k  svcKey
-	v  svcVal
-	ok bool
-}
-
-// encodeAll encodes t's services on every CPU: their Maglev tables are
-// most of a full load's time.
-func (d *Dataplane) encodeAll(t flows.Table) []encoded {
-	ss := slices.Collect(maps.Values(t.Services))
-	out := make([]encoded, len(ss))
-	workers := min(runtime.GOMAXPROCS(0), len(ss)/1000+1)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < len(ss); i += workers {
-				out[i].k, out[i].v, out[i].ok = encode(ss[i], d.cfg.Node, d.cfg.Zone)
-			}
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-// Apply writes the upserted services that differ from the map and
+// Apply writes the upserted services that differ from the maps and
 // deletes the others.
 func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []flows.Key) error {
-	if d.stale {
-		return errors.New("ebpf data plane: the services map is out of step after a failed write; a Sync repairs it")
+	if d.t4.stale || d.t6.stale {
+		return errors.New("ebpf data plane: a services map is out of step after a failed write; a Sync repairs it")
 	}
-	var w writes
+	var b4 batch[svcKey, svcVal]
+	var b6 batch[svcKey6, svcVal6]
+	del := func(k flows.Key) {
+		switch {
+		case !Carried(flows.Service{Key: k}):
+		case k.VIP.Is4():
+			d.t4.del(&b4, encodeKey(k))
+		default:
+			d.t6.del(&b6, encodeKey6(k))
+		}
+	}
 	upserted := make(map[flows.Key]bool, len(upserts))
 	for _, s := range upserts {
 		upserted[s.Key] = true
 		if k, v, ok := encode(s, d.cfg.Node, d.cfg.Zone); ok {
-			w.set(d, k, v)
+			d.t4.set(&b4, k, v)
+		} else if k, v, ok := encode6(s, d.cfg.Node, d.cfg.Zone); ok {
+			d.t6.set(&b6, k, v)
 		} else {
 			// Not (or no longer) the programs': nftables serves it alone.
-			w.del(d, s.Key)
+			del(s.Key)
 		}
 	}
 	for _, k := range deletes {
 		if !upserted[k] {
-			w.del(d, k)
+			del(k)
 		}
 	}
-	return d.write(w)
-}
-
-// writes are the map entries one change stores and deletes.
-type writes struct {
-	keys []svcKey
-	vals []svcVal
-	dels []svcKey
-	gone map[svcKey]bool // dels, to delete each once
-}
-
-// set stores k unless the map holds v for it already.
-func (w *writes) set(d *Dataplane, k svcKey, v svcVal) {
-	if old, ok := d.kernel[k]; !ok || old != v {
-		w.keys, w.vals = append(w.keys, k), append(w.vals, v)
+	n4, err := d.t4.write(b4)
+	d.lastOps = n4
+	if err != nil {
+		return err
 	}
-}
-
-// del deletes the service of k if the map holds it.
-func (w *writes) del(d *Dataplane, k flows.Key) {
-	if !Carried(flows.Service{Key: k}) {
-		return
-	}
-	ek := encodeKey(k)
-	if _, ok := d.kernel[ek]; !ok || w.gone[ek] {
-		return
-	}
-	if w.gone == nil {
-		w.gone = map[svcKey]bool{}
-	}
-	w.gone[ek] = true
-	w.dels = append(w.dels, ek)
-}
-
-// write stores and deletes w's entries, in one batch each.
-func (d *Dataplane) write(w writes) error {
-	d.lastOps = len(w.keys) + len(w.dels)
-	if len(w.keys) > 0 {
-		if _, err := d.objs.Services.BatchUpdate(w.keys, w.vals, nil); err != nil {
-			d.stale = true
-			return fmt.Errorf("write %d services: %w", len(w.keys), err)
-		}
-		if len(d.kernel) == 0 {
-			d.kernel = make(map[svcKey]svcVal, len(w.keys))
-		}
-		for i, k := range w.keys {
-			d.kernel[k] = w.vals[i]
-		}
-	}
-	if len(w.dels) > 0 {
-		if _, err := d.objs.Services.BatchDelete(w.dels, nil); err != nil {
-			d.stale = true
-			return fmt.Errorf("delete %d services: %w", len(w.dels), err)
-		}
-		for _, k := range w.dels {
-			delete(d.kernel, k)
-		}
-	}
-	return nil
+	n6, err := d.t6.write(b6)
+	d.lastOps += n6
+	return err
 }
 
 // Close releases this process's hold. Without PinDir that detaches the
@@ -310,7 +235,7 @@ func (d *Dataplane) Remove() error {
 		}
 	}
 	if d.cfg.PinDir != "" {
-		errs = append(errs, d.objs.Services.Unpin(), d.objs.Revnat.Unpin())
+		errs = append(errs, d.objs.Services.Unpin(), d.objs.Revnat.Unpin(), d.objs.Services6.Unpin(), d.objs.Revnat6.Unpin())
 	}
 	errs = append(errs, d.Close())
 	if d.cfg.PinDir != "" {

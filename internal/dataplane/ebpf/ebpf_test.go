@@ -3,6 +3,7 @@ package ebpf
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -105,7 +106,7 @@ func inNetns(t testing.TB, addrs []netip.Addr, fn func()) {
 		}
 		for _, a := range addrs {
 			if err == nil {
-				err = netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(32, 32)}})
+				err = netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}, Flags: unix.IFA_F_NODAD})
 			}
 		}
 		if err != nil {
@@ -127,6 +128,14 @@ var (
 func serve(t testing.TB) {
 	t.Helper()
 	for _, a := range backends {
+		serveAt(t, a)
+	}
+}
+
+// serveAt serves one backend address.
+func serveAt(t testing.TB, a netip.Addr) {
+	t.Helper()
+	{
 		ln, err := net.Listen("tcp", netip.AddrPortFrom(a, 8080).String())
 		if err != nil {
 			t.Fatal(err)
@@ -202,7 +211,7 @@ func service(port uint16, proto flows.Protocol, weights ...int) flows.Service {
 	return s
 }
 
-func table(ss ...flows.Service) flows.Table {
+func tableOf(ss ...flows.Service) flows.Table {
 	t := flows.Table{Revision: 1, Services: map[flows.Key]flows.Service{}}
 	for _, s := range ss {
 		t.Services[s.Key] = s
@@ -229,7 +238,7 @@ func TestSocketLB(t *testing.T) {
 	}()
 	ctx := context.Background()
 	web, dns, empty := service(80, flows.TCP, 1, 1, 2), service(53, flows.UDP, 1, 1, 0), service(81, flows.TCP)
-	if err := dp.Sync(ctx, table(web, dns, empty)); err != nil {
+	if err := dp.Sync(ctx, tableOf(web, dns, empty)); err != nil {
 		t.Fatal(err)
 	}
 	enterCgroup(t, cg)
@@ -372,6 +381,85 @@ func TestSocketLB(t *testing.T) {
 	})
 }
 
+// TestSocketLB6: the IPv6 programs, as TestSocketLB's first steps.
+func TestSocketLB6(t *testing.T) {
+	testutil.RequireRoot(t)
+	cg := testCgroup(t)
+	dp, err := New(Config{Node: "n1", Cgroup: cg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := dp.Remove(); err != nil {
+			t.Error(err)
+		}
+	}()
+	vip6 := netip.MustParseAddr("2001:2:0:1::10")
+	b6 := []netip.Addr{netip.MustParseAddr("2001:2:0:2::2"), netip.MustParseAddr("2001:2:0:2::3")}
+	svc := func(port uint16, proto flows.Protocol, bs ...netip.Addr) flows.Service {
+		s := flows.Service{Key: flows.Key{VIP: vip6, Protocol: proto, Port: port}, Algorithm: flows.RoundRobin}
+		for _, b := range bs {
+			s.Backends = append(s.Backends, flows.Backend{Address: b, Port: 8080, Weight: 1})
+		}
+		return s
+	}
+	if err := dp.Sync(context.Background(), tableOf(svc(80, flows.TCP, b6...), svc(53, flows.UDP, b6[0]), svc(81, flows.TCP))); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(dp.t6.kernel); n != 3 {
+		t.Fatalf("%d IPv6 services in the map, want 3", n)
+	}
+	enterCgroup(t, cg)
+	inNetns(t, b6, func() {
+		for _, a := range b6 {
+			serveAt(t, a)
+		}
+		// A fresh namespace's IPv6 addresses on lo are unreachable for
+		// up to a second even with nodad (direct connections fail too):
+		// wait until each backend answers directly.
+		for _, a := range b6 {
+			testutil.Eventually(t, 5*time.Second, "IPv6 backend "+a.String()+" reachable", func() (bool, string) {
+				_, _, err := dial(netip.AddrPortFrom(a, 8080))
+				return err == nil, fmt.Sprint(err)
+			})
+		}
+		got := map[string]int{}
+		for range 60 {
+			who, peer, err := dial(netip.AddrPortFrom(vip6, 80))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if peer != "[2001:2:0:1::10]:80" {
+				t.Fatalf("peer = %s, want the VIP", peer)
+			}
+			got[who]++
+		}
+		if len(got) != 2 {
+			t.Errorf("60 connections reached %v, want both backends", got)
+		}
+		pc, err := net.ListenPacket("udp", "[2001:2:0:2::2]:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		pc.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := pc.WriteTo([]byte("q"), net.UDPAddrFromAddrPort(netip.AddrPortFrom(vip6, 53))); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 64)
+		n, from, err := pc.ReadFrom(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if from.String() != "[2001:2:0:1::10]:53" || string(b[:n]) != "2001:2:0:2::2" {
+			t.Fatalf("reply %q from %s, want 2001:2:0:2::2's from the VIP", b[:n], from)
+		}
+		if _, _, err := dial(netip.AddrPortFrom(vip6, 81)); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("dial = %v, want ECONNREFUSED", err)
+		}
+	})
+}
+
 // TestPinnedStateOutlivesTheAgent: with a pin directory, the data path
 // keeps working after Close, a new Dataplane adopts the map (a Sync of
 // the same table writes nothing) and replaces the programs, and Remove
@@ -394,7 +482,7 @@ func TestPinnedStateOutlivesTheAgent(t *testing.T) {
 	pins := filepath.Join(fs, "flowlb")
 	cfg := Config{Node: "n1", Cgroup: cg, PinDir: pins}
 	ctx := context.Background()
-	tab := table(service(80, flows.TCP, 1, 0, 0))
+	tab := tableOf(service(80, flows.TCP, 1, 0, 0))
 	first, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -415,8 +503,8 @@ func TestPinnedStateOutlivesTheAgent(t *testing.T) {
 			second.Remove()
 		}
 	}()
-	if len(second.kernel) != 1 {
-		t.Fatalf("adopted %d services, want 1", len(second.kernel))
+	if len(second.t4.kernel) != 1 {
+		t.Fatalf("adopted %d services, want 1", len(second.t4.kernel))
 	}
 	if err := second.Sync(ctx, tab); err != nil || second.lastOps != 0 {
 		t.Fatalf("Sync of the adopted table: %v, %d writes", err, second.lastOps)
@@ -494,7 +582,7 @@ func TestBesideNftables(t *testing.T) {
 			return
 		}
 		defer sockets.Remove()
-		if err := agent.Chain(nft, sockets).Sync(context.Background(), table(service(80, flows.TCP, 1, 1, 1))); err != nil {
+		if err := agent.Chain(nft, sockets).Sync(context.Background(), tableOf(service(80, flows.TCP, 1, 1, 1))); err != nil {
 			t.Error(err)
 			return
 		}

@@ -70,7 +70,7 @@ func TestEncode(t *testing.T) {
 		{name: "persistence is nftables'", svc: flows.Service{Key: key, Persistence: &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Minute}, Backends: two}, notOurs: true},
 		{name: "connection limit is nftables'", svc: flows.Service{Key: key, ConnectionLimit: 10, Backends: two}, notOurs: true},
 		{name: "node port is nftables'", svc: flows.Service{Key: flows.Key{VIP: flows.NodePortVIP, Protocol: flows.TCP, Port: 30080}, Backends: two}, notOurs: true},
-		{name: "IPv6 VIP is nftables'", svc: flows.Service{Key: flows.Key{VIP: netip.MustParseAddr("2001:2::80"), Protocol: flows.TCP, Port: 80}, Backends: two}, notOurs: true},
+		{name: "IPv6 VIP is encode6's", svc: flows.Service{Key: flows.Key{VIP: netip.MustParseAddr("2001:2::80"), Protocol: flows.TCP, Port: 80}, Backends: two}, notOurs: true},
 		{name: "SCTP is nftables'", svc: flows.Service{Key: flows.Key{VIP: vip, Protocol: flows.SCTP, Port: 80}, Backends: two}, notOurs: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,5 +129,54 @@ func TestPortIsNetworkOrderInMemory(t *testing.T) {
 	b := (*[8]byte)(unsafe.Pointer(&k))
 	if want := [8]byte{198, 19, 0, 1, 0x1f, 0x90, 6, 0}; *b != want {
 		t.Fatalf("key bytes = % x, want % x", *b, want)
+	}
+}
+
+func TestEncode6(t *testing.T) {
+	key := flows.Key{VIP: netip.MustParseAddr("2001:2:0:1::10"), Protocol: flows.UDP, Port: 53}
+	mixed := []flows.Backend{be("198.18.17.2", 8080, 1, "n1"), be("2001:2:0:2::2", 8053, 1, "n1"), be("2001:2:0:2::3", 8053, 2, "n2")}
+	for _, tc := range []struct {
+		name    string
+		svc     flows.Service
+		notOurs bool
+		spread  map[string]int // nil: refuse
+	}{
+		{name: "IPv6 backends only, by weight", svc: flows.Service{Key: key, Algorithm: flows.RoundRobin, Backends: mixed},
+			spread: map[string]int{"[2001:2:0:2::2]:8053": 20, "[2001:2:0:2::3]:8053": 41}},
+		{name: "internal local", svc: flows.Service{Key: key, InternalLocal: true, Backends: mixed},
+			spread: map[string]int{"[2001:2:0:2::2]:8053": 61}},
+		{name: "IPv4 backends only refuse", svc: flows.Service{Key: key, Backends: mixed[:1]}},
+		{name: "IPv4 VIP is encode's", svc: flows.Service{Key: flows.Key{VIP: netip.MustParseAddr("198.19.0.1"), Protocol: flows.TCP, Port: 80}, Backends: mixed}, notOurs: true},
+		{name: "IPv4-mapped VIP is nftables'", svc: flows.Service{Key: flows.Key{VIP: netip.MustParseAddr("::ffff:198.19.0.1"), Protocol: flows.TCP, Port: 80}, Backends: mixed}, notOurs: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, v, ok := encode6(tc.svc, "n1", "")
+			if ok != !tc.notOurs {
+				t.Fatalf("carried = %v, want %v", ok, !tc.notOurs)
+			}
+			if !ok {
+				return
+			}
+			if decodeAddr6(k.Vip) != key.VIP || decodePort(k.Port) != 53 || k.Proto != protos[flows.UDP] {
+				t.Fatalf("key = %v:%d/%d", decodeAddr6(k.Vip), decodePort(k.Port), k.Proto)
+			}
+			if got := v.Flags&flagRefuse != 0; got != (tc.spread == nil) {
+				t.Fatalf("refuse = %v", got)
+			}
+			got := map[string]int{}
+			for _, s := range v.Slots {
+				if tc.spread != nil {
+					got[netip.AddrPortFrom(decodeAddr6(s.Addr), decodePort(s.Port)).String()]++
+				}
+			}
+			if len(got) != len(tc.spread) {
+				t.Fatalf("spread = %v, want %v", got, tc.spread)
+			}
+			for b, n := range tc.spread {
+				if got[b] != n {
+					t.Fatalf("spread = %v, want %v", got, tc.spread)
+				}
+			}
+		})
 	}
 }

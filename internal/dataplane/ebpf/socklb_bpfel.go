@@ -21,6 +21,15 @@ type socklbRevKey struct {
 	Pad    uint16
 }
 
+type socklbRevKey6 struct {
+	_      structs.HostLayout
+	Cookie uint64
+	Addr   [4]uint32
+	Port   uint16
+	Pad    uint16
+	Pad2   uint32
+}
+
 type socklbRevVal struct {
 	_    structs.HostLayout
 	Vip  uint32
@@ -28,9 +37,24 @@ type socklbRevVal struct {
 	Pad  uint16
 }
 
+type socklbRevVal6 struct {
+	_    structs.HostLayout
+	Vip  [4]uint32
+	Port uint16
+	Pad  uint16
+}
+
 type socklbSvcKey struct {
 	_     structs.HostLayout
 	Vip   uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type socklbSvcKey6 struct {
+	_     structs.HostLayout
+	Vip   [4]uint32
 	Port  uint16
 	Proto uint8
 	Pad   uint8
@@ -48,16 +72,34 @@ type socklbSvcVal struct {
 	}
 }
 
+type socklbSvcVal6 struct {
+	_     structs.HostLayout
+	Flags uint32
+	Alg   uint32
+	Slots [61]struct {
+		_    structs.HostLayout
+		Addr [4]uint32
+		Port uint16
+		Pad  uint16
+	}
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	socklbMapRevnat        = "revnat"
+	socklbMapRevnat6       = "revnat6"
 	socklbMapServices      = "services"
+	socklbMapServices6     = "services6"
 	socklbProgConnect4     = "connect4"
+	socklbProgConnect6     = "connect6"
 	socklbProgGetpeername4 = "getpeername4"
+	socklbProgGetpeername6 = "getpeername6"
 	socklbProgRecvmsg4     = "recvmsg4"
+	socklbProgRecvmsg6     = "recvmsg6"
 	socklbProgSendmsg4     = "sendmsg4"
+	socklbProgSendmsg6     = "sendmsg6"
 )
 
 // loadSocklb returns the embedded CollectionSpec for socklb.
@@ -103,17 +145,23 @@ type socklbSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type socklbProgramSpecs struct {
 	Connect4     *ebpf.ProgramSpec `ebpf:"connect4"`
+	Connect6     *ebpf.ProgramSpec `ebpf:"connect6"`
 	Getpeername4 *ebpf.ProgramSpec `ebpf:"getpeername4"`
+	Getpeername6 *ebpf.ProgramSpec `ebpf:"getpeername6"`
 	Recvmsg4     *ebpf.ProgramSpec `ebpf:"recvmsg4"`
+	Recvmsg6     *ebpf.ProgramSpec `ebpf:"recvmsg6"`
 	Sendmsg4     *ebpf.ProgramSpec `ebpf:"sendmsg4"`
+	Sendmsg6     *ebpf.ProgramSpec `ebpf:"sendmsg6"`
 }
 
 // socklbMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type socklbMapSpecs struct {
-	Revnat   *ebpf.MapSpec `ebpf:"revnat"`
-	Services *ebpf.MapSpec `ebpf:"services"`
+	Revnat    *ebpf.MapSpec `ebpf:"revnat"`
+	Revnat6   *ebpf.MapSpec `ebpf:"revnat6"`
+	Services  *ebpf.MapSpec `ebpf:"services"`
+	Services6 *ebpf.MapSpec `ebpf:"services6"`
 }
 
 // socklbVariableSpecs contains global variables before they are loaded into the kernel.
@@ -142,14 +190,18 @@ func (o *socklbObjects) Close() error {
 //
 // It can be passed to loadSocklbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socklbMaps struct {
-	Revnat   *ebpf.Map `ebpf:"revnat"`
-	Services *ebpf.Map `ebpf:"services"`
+	Revnat    *ebpf.Map `ebpf:"revnat"`
+	Revnat6   *ebpf.Map `ebpf:"revnat6"`
+	Services  *ebpf.Map `ebpf:"services"`
+	Services6 *ebpf.Map `ebpf:"services6"`
 }
 
 func (m *socklbMaps) Close() error {
 	return _SocklbClose(
 		m.Revnat,
+		m.Revnat6,
 		m.Services,
+		m.Services6,
 	)
 }
 
@@ -164,17 +216,25 @@ type socklbVariables struct {
 // It can be passed to loadSocklbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socklbPrograms struct {
 	Connect4     *ebpf.Program `ebpf:"connect4"`
+	Connect6     *ebpf.Program `ebpf:"connect6"`
 	Getpeername4 *ebpf.Program `ebpf:"getpeername4"`
+	Getpeername6 *ebpf.Program `ebpf:"getpeername6"`
 	Recvmsg4     *ebpf.Program `ebpf:"recvmsg4"`
+	Recvmsg6     *ebpf.Program `ebpf:"recvmsg6"`
 	Sendmsg4     *ebpf.Program `ebpf:"sendmsg4"`
+	Sendmsg6     *ebpf.Program `ebpf:"sendmsg6"`
 }
 
 func (p *socklbPrograms) Close() error {
 	return _SocklbClose(
 		p.Connect4,
+		p.Connect6,
 		p.Getpeername4,
+		p.Getpeername6,
 		p.Recvmsg4,
+		p.Recvmsg6,
 		p.Sendmsg4,
+		p.Sendmsg6,
 	)
 }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 //
-// Socket-level load balancing for IPv4: a connection that starts on a
+// Socket-level load balancing for IPv4 and IPv6: a connection that starts on a
 // local socket has its VIP:port rewritten to a backend once, at connect()
 // (TCP and connected UDP) or at each sendmsg() (unconnected UDP); replies
 // and getpeername() show the VIP again. No packet of such a connection
@@ -83,6 +83,23 @@ static __always_inline __u32 mix(__u64 x)
 	return (__u32)((x * 0x9E3779B97F4A7C15ULL) >> 32);
 }
 
+// pick chooses a slot by the service's algorithm.
+static __always_inline __u32 pick(struct bpf_sock_addr *ctx, __u32 alg, int per_socket)
+{
+	__u32 h;
+	switch (alg) {
+	case ALG_NETNS:
+		h = mix(bpf_get_netns_cookie(ctx));
+		break;
+	case ALG_SOCKET:
+		h = mix(bpf_get_socket_cookie(ctx));
+		break;
+	default:
+		h = per_socket ? mix(bpf_get_socket_cookie(ctx)) : bpf_get_prandom_u32();
+	}
+	return h % SLOTS;
+}
+
 // xlate rewrites the destination of ctx if it is a service: 1 lets the
 // call go on, 0 fails it. Datagrams of an unconnected socket (sendmsg)
 // stay with one backend per socket, as a conntrack flow would keep them.
@@ -100,18 +117,7 @@ static __always_inline int xlate(struct bpf_sock_addr *ctx, int per_socket)
 		bpf_set_retval(-ECONNREFUSED);
 		return 0;
 	}
-	__u32 h;
-	switch (v->alg) {
-	case ALG_NETNS:
-		h = mix(bpf_get_netns_cookie(ctx));
-		break;
-	case ALG_SOCKET:
-		h = mix(bpf_get_socket_cookie(ctx));
-		break;
-	default:
-		h = per_socket ? mix(bpf_get_socket_cookie(ctx)) : bpf_get_prandom_u32();
-	}
-	__u32 i = h % SLOTS;
+	__u32 i = pick(ctx, v->alg, per_socket);
 	// The verifier does not follow the modulo: bound i where it sees it
 	// (the barrier keeps clang from dropping a check it knows is true).
 	asm volatile("" : "+r"(i));
@@ -168,6 +174,134 @@ SEC("cgroup/getpeername4")
 int getpeername4(struct bpf_sock_addr *ctx)
 {
 	unxlate(ctx);
+	return 1;
+}
+
+// IPv6: the same, with 16-byte addresses (IPv4-mapped addresses of
+// dual-stack sockets are not looked up).
+struct svc_key6 {
+	__u32 vip[4];
+	__u16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct backend6 {
+	__u32 addr[4];
+	__u16 port;
+	__u16 pad;
+};
+
+struct svc_val6 {
+	__u32 flags;
+	__u32 alg;
+	struct backend6 slots[SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct svc_key6);
+	__type(value, struct svc_val6);
+} services6 SEC(".maps");
+
+struct rev_key6 {
+	__u64 cookie;
+	__u32 addr[4];
+	__u16 port;
+	__u16 pad;
+	__u32 pad2;
+};
+
+struct rev_val6 {
+	__u32 vip[4];
+	__u16 port;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct rev_key6);
+	__type(value, struct rev_val6);
+} revnat6 SEC(".maps");
+
+static __always_inline int xlate6(struct bpf_sock_addr *ctx, int per_socket)
+{
+	struct svc_key6 k = {
+		.vip = { ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3] },
+		.port = (__u16)ctx->user_port,
+		.proto = (__u8)ctx->protocol,
+	};
+	struct svc_val6 *v = bpf_map_lookup_elem(&services6, &k);
+	if (!v)
+		return 1;
+	if (v->flags & SVC_REFUSE) {
+		bpf_set_retval(-ECONNREFUSED);
+		return 0;
+	}
+	__u32 i = pick(ctx, v->alg, per_socket);
+	asm volatile("" : "+r"(i));
+	if (i >= SLOTS)
+		return 1;
+	struct backend6 *b = &v->slots[i];
+	struct rev_key6 rk = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.addr = { b->addr[0], b->addr[1], b->addr[2], b->addr[3] },
+		.port = b->port,
+	};
+	struct rev_val6 rv = { .port = k.port };
+	__builtin_memcpy(rv.vip, k.vip, sizeof(rv.vip));
+	bpf_map_update_elem(&revnat6, &rk, &rv, BPF_ANY);
+	ctx->user_ip6[0] = b->addr[0];
+	ctx->user_ip6[1] = b->addr[1];
+	ctx->user_ip6[2] = b->addr[2];
+	ctx->user_ip6[3] = b->addr[3];
+	ctx->user_port = b->port;
+	return 1;
+}
+
+static __always_inline void unxlate6(struct bpf_sock_addr *ctx)
+{
+	struct rev_key6 rk = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.addr = { ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3] },
+		.port = (__u16)ctx->user_port,
+	};
+	struct rev_val6 *rv = bpf_map_lookup_elem(&revnat6, &rk);
+	if (!rv)
+		return;
+	ctx->user_ip6[0] = rv->vip[0];
+	ctx->user_ip6[1] = rv->vip[1];
+	ctx->user_ip6[2] = rv->vip[2];
+	ctx->user_ip6[3] = rv->vip[3];
+	ctx->user_port = rv->port;
+}
+
+SEC("cgroup/connect6")
+int connect6(struct bpf_sock_addr *ctx)
+{
+	return xlate6(ctx, 0);
+}
+
+SEC("cgroup/sendmsg6")
+int sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return xlate6(ctx, 1);
+}
+
+SEC("cgroup/recvmsg6")
+int recvmsg6(struct bpf_sock_addr *ctx)
+{
+	unxlate6(ctx);
+	return 1;
+}
+
+SEC("cgroup/getpeername6")
+int getpeername6(struct bpf_sock_addr *ctx)
+{
+	unxlate6(ctx);
 	return 1;
 }
 
