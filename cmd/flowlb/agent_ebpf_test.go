@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -59,6 +60,13 @@ func TestAgentEBPFFlags(t *testing.T) {
 	}
 	if n := connect4Programs(t, cg); n != 1 {
 		t.Fatalf("%d connect4 programs attached by the pins, want 1", n)
+	}
+	dump := agentDumpCmd()
+	var out bytes.Buffer
+	dump.SetOut(&out)
+	dump.SetArgs([]string{"--bpf-pin-dir", pins})
+	if err := dump.Execute(); err != nil || out.String() != "no services\n" {
+		t.Fatalf("agent dump --bpf-pin-dir: %q, %v", out.String(), err)
 	}
 	cleanup := agentCleanupEBPFCmd()
 	cleanup.SetArgs([]string{"--bpf-pin-dir", pins})

@@ -509,6 +509,13 @@ func TestPinnedStateOutlivesTheAgent(t *testing.T) {
 	if err := second.Sync(ctx, tab); err != nil || second.lastOps != 0 {
 		t.Fatalf("Sync of the adopted table: %v, %d writes", err, second.lastOps)
 	}
+	dump, err := Dump(pins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dump) != 1 || dump[0].Key != (flows.Key{VIP: vip, Protocol: flows.TCP, Port: 80}) || dump[0].Backends[netip.AddrPortFrom(backends[0], 8080)] != Slots {
+		t.Fatalf("dump of the pins = %+v", dump)
+	}
 	for _, h := range hooks {
 		if n := attached(t, cg, h.attach); n != 1 {
 			t.Errorf("%s: %d programs attached, want 1 (replaced, not added)", h.name, n)
