@@ -54,7 +54,7 @@ type Config struct {
 }
 
 // Dataplane is the socket programs attached to one cgroup and the
-// services map they read.
+// services maps they read.
 type Dataplane struct {
 	cfg   Config
 	objs  socklbObjects
