@@ -10,6 +10,8 @@
 // generated from bpf/socklb.c by bpf2go (make generate).
 package ebpf
 
+//go:generate ../../../hack/gen-bpf.sh
+
 import (
 	"context"
 	"errors"
