@@ -10,20 +10,20 @@ import (
 )
 
 // table is one family's services map and this process's record of what
-// it holds; stale after a failed write, until read again.
+// it holds; stale after a failed write, until read again. The record
+// points into the batches written (no copy of each 0.5–1.2 KiB value).
 type table[K, V comparable] struct {
 	m      *ebpf.Map
-	kernel map[K]V
+	kernel map[K]*V
 	stale  bool
 }
 
 // read makes kernel what the map holds.
 func (t *table[K, V]) read() error {
-	kernel := map[K]V{}
+	kernel := map[K]*V{}
 	var k K
-	var v V
 	it := t.m.Iterate()
-	for it.Next(&k, &v) {
+	for v := new(V); it.Next(&k, v); v = new(V) {
 		kernel[k] = v
 	}
 	if err := it.Err(); err != nil {
@@ -43,7 +43,7 @@ type batch[K, V comparable] struct {
 
 // set stores k unless the map holds v for it already.
 func (t *table[K, V]) set(b *batch[K, V], k K, v V) {
-	if old, ok := t.kernel[k]; !ok || old != v {
+	if old, ok := t.kernel[k]; !ok || *old != v {
 		b.keys, b.vals = append(b.keys, k), append(b.vals, v)
 	}
 }
@@ -69,10 +69,10 @@ func (t *table[K, V]) write(b batch[K, V]) (int, error) {
 			return 0, fmt.Errorf("write %d services: %w", len(b.keys), err)
 		}
 		if len(t.kernel) == 0 {
-			t.kernel = make(map[K]V, len(b.keys))
+			t.kernel = make(map[K]*V, len(b.keys))
 		}
 		for i, k := range b.keys {
-			t.kernel[k] = b.vals[i]
+			t.kernel[k] = &b.vals[i]
 		}
 	}
 	if len(b.dels) > 0 {
@@ -111,7 +111,7 @@ func (t *table[K, V]) sync(ss []flows.Service, enc func(flows.Service) (K, V, bo
 		})
 	}
 	wg.Wait()
-	var b batch[K, V]
+	b := batch[K, V]{keys: make([]K, 0, len(ss)), vals: make([]V, 0, len(ss))}
 	want := make(map[K]bool, len(ss))
 	for _, e := range out {
 		if e.ok {
