@@ -155,3 +155,66 @@ func BenchmarkEncode(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConnRate opens TCP connections (connect, read the answer,
+// close) one after the other for 4 s, in alternating batches of 20
+// straight to a backend and through a VIP that the connect4 program
+// translates, beside N other
+// services of 10 backends, from a process of the cgroup in a namespace
+// of its own; it reports both rates and their ratio (issue 21's target:
+// ≥ 1.0 of direct).
+//
+//	FLOWLB_REQUIRE_ROOT=1 go test -run '^$' -bench ConnRate -benchtime 1x ./internal/dataplane/ebpf/
+func BenchmarkConnRate(b *testing.B) {
+	backend := netip.MustParseAddr("198.18.17.2")
+	vip := netip.AddrPortFrom(netip.MustParseAddr("198.19.127.250"), 80)
+	for _, n := range []int{10, 10000, 30000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			for range b.N {
+				cg := testCgroup(b)
+				dp, err := New(Config{Node: "n1", Cgroup: cg})
+				if err != nil {
+					b.Fatal(err)
+				}
+				tab := services(n)
+				k := flows.Key{VIP: vip.Addr(), Protocol: flows.TCP, Port: 80}
+				tab.Services[k] = flows.Service{Key: k, Algorithm: flows.RoundRobin, Backends: []flows.Backend{{Address: backend, Port: 8080, Weight: 1}}}
+				if err := dp.Sync(context.Background(), tab); err != nil {
+					dp.Remove()
+					b.Fatal(err)
+				}
+				var direct, via float64
+				func() {
+					defer dp.Remove()
+					enterCgroup(b, cg)
+					defer leaveCgroup(b)
+					inNetns(b, []netip.Addr{backend}, func() {
+						serveAt(b, backend)
+						// Alternate batches of 20 so that both paths see the
+						// same moments of a shared machine.
+						var td, tv time.Duration
+						nd, nv := 0, 0
+						batch := func(to netip.AddrPort) time.Duration {
+							t0 := time.Now()
+							for range 20 {
+								if _, _, err := dial(to); err != nil {
+									b.Fatal(err)
+								}
+							}
+							return time.Since(t0)
+						}
+						for t0 := time.Now(); time.Since(t0) < 4*time.Second; {
+							td += batch(netip.AddrPortFrom(backend, 8080))
+							tv += batch(vip)
+							nd, nv = nd+20, nv+20
+						}
+						direct, via = float64(nd)/td.Seconds(), float64(nv)/tv.Seconds()
+					})
+				}()
+				b.ReportMetric(direct, "conn/s-direct")
+				b.ReportMetric(via, "conn/s-vip")
+				b.ReportMetric(via/direct, "vip/direct")
+			}
+		})
+	}
+}
