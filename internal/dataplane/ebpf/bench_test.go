@@ -186,8 +186,7 @@ func BenchmarkConnRate(b *testing.B) {
 				var direct, via float64
 				func() {
 					defer dp.Remove()
-					enterCgroup(b, cg)
-					defer leaveCgroup(b)
+					defer enterCgroup(b, cg)()
 					inNetns(b, []netip.Addr{backend}, func() {
 						serveAt(b, backend)
 						// Alternate batches of 20 so that both paths see the

@@ -47,9 +47,10 @@ func testCgroup(t testing.TB) string {
 	return dir
 }
 
-// enterCgroup moves this process into cg until the test ends: its
-// sockets are then the ones the programs serve.
-func enterCgroup(t testing.TB, cg string) {
+// enterCgroup moves this process into cg until the test ends, or until
+// it calls the returned leave: its sockets are then the ones the
+// programs serve.
+func enterCgroup(t testing.TB, cg string) (leave func()) {
 	t.Helper()
 	self, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
@@ -61,27 +62,23 @@ func enterCgroup(t testing.TB, cg string) {
 			orig = p
 		}
 	}
-	root, _ := CgroupV2Root()
+	root, err := CgroupV2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
 	moveTo := func(dir string) error {
 		return os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0)
 	}
 	if err := moveTo(cg); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	leave = func() {
 		if err := moveTo(filepath.Join(root, orig)); err != nil {
 			t.Errorf("leave the test cgroup: %v", err)
 		}
-	})
-}
-
-// leaveCgroup moves this process back to the cgroup it came from.
-func leaveCgroup(t testing.TB) {
-	t.Helper()
-	root, _ := CgroupV2Root()
-	if err := os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
-		t.Fatal(err)
 	}
+	t.Cleanup(leave)
+	return leave
 }
 
 // inNetns runs fn on a thread inside a fresh network namespace with
@@ -241,7 +238,7 @@ func TestSocketLB(t *testing.T) {
 	if err := dp.Sync(ctx, tableOf(web, dns, empty)); err != nil {
 		t.Fatal(err)
 	}
-	enterCgroup(t, cg)
+	leave := enterCgroup(t, cg)
 	inNetns(t, backends, func() {
 		serve(t)
 		// Steps, not subtests: they must run on the namespace's thread.
@@ -373,7 +370,7 @@ func TestSocketLB(t *testing.T) {
 			}
 		}()
 		func() { // outside the cgroup nothing is translated
-			leaveCgroup(t)
+			leave()
 			if who, _, err := dial(netip.AddrPortFrom(vip, 80)); err == nil {
 				t.Fatalf("a process outside the cgroup reached %s through the VIP", who)
 			}
