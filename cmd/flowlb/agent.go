@@ -233,8 +233,12 @@ func runAgent(ctx context.Context, o agentOptions) error {
 			return err
 		}
 	}
+	var stats agent.StatsReader = dp
+	if sockets != nil {
+		stats = agent.SumStats(dp, sockets)
+	}
 	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, MinInterval: o.minSync, Metrics: reg,
-		Stats: dp, StatsInterval: o.statsInterval,
+		Stats: stats, StatsInterval: o.statsInterval,
 		OnProgrammed: func(s map[flows.Key]flows.Service) { hc.SetChecks(kubehealth.Checks(s, o.node)) }}, prog, log)
 	ready = a.Ready
 	if o.healthz != "" {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 
 	"github.com/flowlb/flowlb/internal/flows"
 )
@@ -31,4 +32,30 @@ func (c chain) Apply(ctx context.Context, upserts []flows.Service, deletes []flo
 		}
 	}
 	return nil
+}
+
+// SumStats is a StatsReader adding up what several data planes counted
+// for each service (the eBPF socket programs count the connections they
+// translated, which nftables never sees). A reader's error does not stop
+// the others; what was read is returned with the errors joined.
+func SumStats(rs ...StatsReader) StatsReader { return sumStats(rs) }
+
+type sumStats []StatsReader
+
+func (s sumStats) ReadStats() (map[flows.Key]flows.Stats, error) {
+	out := map[flows.Key]flows.Stats{}
+	var errs []error
+	for _, r := range s {
+		read, err := r.ReadStats()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for k, v := range read {
+			sum := out[k]
+			sum.Counters = sum.Counters.Add(v.Counters)
+			sum.Active += v.Active
+			out[k] = sum
+		}
+	}
+	return out, errors.Join(errs...)
 }

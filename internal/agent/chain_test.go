@@ -54,3 +54,30 @@ func TestChainProgramsEachInOrder(t *testing.T) {
 		t.Errorf("failing called %d times, the next %d+%d; want 2 and none", f.calls, syncs, applies)
 	}
 }
+
+type fixedStats struct {
+	stats map[flows.Key]flows.Stats
+	err   error
+}
+
+func (f fixedStats) ReadStats() (map[flows.Key]flows.Stats, error) { return f.stats, f.err }
+
+func TestSumStats(t *testing.T) {
+	a := flows.Key{VIP: netip.MustParseAddr("198.19.0.1"), Protocol: flows.TCP, Port: 80}
+	b := flows.Key{VIP: netip.MustParseAddr("198.19.0.2"), Protocol: flows.UDP, Port: 53}
+	failed := errors.New("read failed")
+	got, err := SumStats(
+		fixedStats{stats: map[flows.Key]flows.Stats{a: {Counters: flows.Counters{Connections: 2, BytesIn: 100}, Active: 1}}},
+		fixedStats{stats: map[flows.Key]flows.Stats{a: {Counters: flows.Counters{Connections: 3, Refused: 1}}, b: {Counters: flows.Counters{Refused: 4}}}, err: failed},
+	).ReadStats()
+	if !errors.Is(err, failed) {
+		t.Errorf("err = %v, want the second reader's", err)
+	}
+	want := map[flows.Key]flows.Stats{
+		a: {Counters: flows.Counters{Connections: 5, BytesIn: 100, Refused: 1}, Active: 1},
+		b: {Counters: flows.Counters{Refused: 4}},
+	}
+	if len(got) != len(want) || got[a] != want[a] || got[b] != want[b] {
+		t.Fatalf("sum = %v, want %v", got, want)
+	}
+}

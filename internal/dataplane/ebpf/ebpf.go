@@ -64,6 +64,9 @@ type Dataplane struct {
 	// The services maps of IPv4 and IPv6.
 	t4 *table[svcKey, svcVal]
 	t6 *table[svcKey6, svcVal6]
+	// Their counters.
+	c4 *counted[svcKey]
+	c6 *counted[svcKey6]
 	// lastOps counts the map entries the last Sync or Apply wrote or
 	// deleted.
 	lastOps int
@@ -95,7 +98,10 @@ func New(cfg Config) (_ *Dataplane, err error) {
 	if err := spec.LoadAndAssign(&d.objs, &opts); err != nil {
 		return nil, fmt.Errorf("load the socket programs: %w", err)
 	}
-	d.t4, d.t6 = &table[svcKey, svcVal]{m: d.objs.Services}, &table[svcKey6, svcVal6]{m: d.objs.Services6}
+	d.c4 = &counted[svcKey]{m: d.objs.Counters, last: map[svcKey]counters{}, flowKey: flowKey}
+	d.c6 = &counted[svcKey6]{m: d.objs.Counters6, last: map[svcKey6]counters{}, flowKey: flowKey6}
+	d.t4 = &table[svcKey, svcVal]{m: d.objs.Services, deleted: d.c4.forget}
+	d.t6 = &table[svcKey6, svcVal6]{m: d.objs.Services6, deleted: d.c6.forget}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -118,6 +124,13 @@ func New(cfg Config) (_ *Dataplane, err error) {
 		return nil, err
 	}
 	if err := d.t6.read(); err != nil {
+		return nil, err
+	}
+	// Adopted counters were another agent's to report.
+	if err := d.c4.read(map[flows.Key]flows.Stats{}); err != nil {
+		return nil, err
+	}
+	if err := d.c6.read(map[flows.Key]flows.Stats{}); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -237,7 +250,9 @@ func (d *Dataplane) Remove() error {
 		}
 	}
 	if d.cfg.PinDir != "" {
-		errs = append(errs, d.objs.Services.Unpin(), d.objs.Revnat.Unpin(), d.objs.Services6.Unpin(), d.objs.Revnat6.Unpin())
+		for _, m := range []*ebpf.Map{d.objs.Services, d.objs.Revnat, d.objs.Counters, d.objs.Services6, d.objs.Revnat6, d.objs.Counters6} {
+			errs = append(errs, m.Unpin())
+		}
 	}
 	errs = append(errs, d.Close())
 	if d.cfg.PinDir != "" {

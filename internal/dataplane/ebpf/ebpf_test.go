@@ -198,6 +198,24 @@ func exchange(t testing.TB, c net.Conn) string {
 	return string(b[:n])
 }
 
+// wantStats fails unless dp's counters grew by exactly want since the
+// previous read.
+func wantStats(t testing.TB, dp *Dataplane, want map[uint16]flows.Counters) {
+	t.Helper()
+	got, err := dp.ReadStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("stats = %v, want %v (by port)", got, want)
+	}
+	for k, s := range got {
+		if w, ok := want[k.Port]; !ok || s.Counters != w || k.VIP != vip {
+			t.Fatalf("stats = %v, want %v (by port)", got, want)
+		}
+	}
+}
+
 func service(port uint16, proto flows.Protocol, weights ...int) flows.Service {
 	s := flows.Service{Key: flows.Key{VIP: vip, Protocol: proto, Port: port}, Algorithm: flows.RoundRobin}
 	for i, w := range weights {
@@ -264,6 +282,7 @@ func TestSocketLB(t *testing.T) {
 			}
 			// Random slots of the Maglev table: each backend's share is its
 			// slots' (weights 1:1:2 → 15, 15, 31 of 61 here; within 4 sigma).
+			wantStats(t, dp, map[uint16]flows.Counters{80: {Connections: n}})
 			_, v, _ := encode(web, "n1", "")
 			for addr, slots := range spread(v) {
 				b := strings.TrimSuffix(addr, ":8080")
@@ -309,6 +328,8 @@ func TestSocketLB(t *testing.T) {
 			if connectedTo = exchange(t, c); connectedTo == "" {
 				t.Fatal("no answer on the connected socket")
 			}
+			// Connected sockets count, datagrams of unconnected ones do not.
+			wantStats(t, dp, map[uint16]flows.Counters{53: {Connections: 1}})
 		}()
 		func() { // no backend is refused
 			if _, _, err := dial(netip.AddrPortFrom(vip, 81)); !errors.Is(err, syscall.ECONNREFUSED) {
@@ -330,6 +351,7 @@ func TestSocketLB(t *testing.T) {
 			if who := exchange(t, connected); who != connectedTo {
 				t.Fatalf("the connected socket's backend went from %s to %q after its removal", connectedTo, who)
 			}
+			wantStats(t, dp, map[uint16]flows.Counters{81: {Refused: 1}, 53: {Refused: 1}})
 		}()
 		func() { // apply
 			// Only the third backend, then a new service, then none.
@@ -524,6 +546,7 @@ func TestPinnedStateOutlivesTheAgent(t *testing.T) {
 		if who, _, err := dial(netip.AddrPortFrom(vip, 80)); err != nil || who != "198.18.17.2" {
 			t.Fatalf("through the adopted pins: %q, %v", who, err)
 		}
+		wantStats(t, second, map[uint16]flows.Counters{80: {Connections: 1}})
 		removed = true
 		if err := second.Remove(); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type socklbCounters struct {
+	_           structs.HostLayout
+	Connections uint64
+	Refused     uint64
+}
+
 type socklbRevKey struct {
 	_      structs.HostLayout
 	Cookie uint64
@@ -88,6 +94,8 @@ type socklbSvcVal6 struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	socklbMapCounters      = "counters"
+	socklbMapCounters6     = "counters6"
 	socklbMapRevnat        = "revnat"
 	socklbMapRevnat6       = "revnat6"
 	socklbMapServices      = "services"
@@ -158,6 +166,8 @@ type socklbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type socklbMapSpecs struct {
+	Counters  *ebpf.MapSpec `ebpf:"counters"`
+	Counters6 *ebpf.MapSpec `ebpf:"counters6"`
 	Revnat    *ebpf.MapSpec `ebpf:"revnat"`
 	Revnat6   *ebpf.MapSpec `ebpf:"revnat6"`
 	Services  *ebpf.MapSpec `ebpf:"services"`
@@ -190,6 +200,8 @@ func (o *socklbObjects) Close() error {
 //
 // It can be passed to loadSocklbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socklbMaps struct {
+	Counters  *ebpf.Map `ebpf:"counters"`
+	Counters6 *ebpf.Map `ebpf:"counters6"`
 	Revnat    *ebpf.Map `ebpf:"revnat"`
 	Revnat6   *ebpf.Map `ebpf:"revnat6"`
 	Services  *ebpf.Map `ebpf:"services"`
@@ -198,6 +210,8 @@ type socklbMaps struct {
 
 func (m *socklbMaps) Close() error {
 	return _SocklbClose(
+		m.Counters,
+		m.Counters6,
 		m.Revnat,
 		m.Revnat6,
 		m.Services,

@@ -16,6 +16,8 @@ type table[K, V comparable] struct {
 	m      *ebpf.Map
 	kernel map[K]*V
 	stale  bool
+	// deleted, if set, is told the services a write deleted.
+	deleted func([]K) error
 }
 
 // read makes kernel what the map holds.
@@ -82,6 +84,11 @@ func (t *table[K, V]) write(b batch[K, V]) (int, error) {
 		}
 		for _, k := range b.dels {
 			delete(t.kernel, k)
+		}
+		if t.deleted != nil {
+			if err := t.deleted(b.dels); err != nil {
+				return len(b.keys) + len(b.dels), fmt.Errorf("forget the counters of %d deleted services: %w", len(b.dels), err)
+			}
 		}
 	}
 	return len(b.keys) + len(b.dels), nil

@@ -57,6 +57,38 @@ struct {
 	__type(value, struct svc_val);
 } services SEC(".maps");
 
+// What connect() did per service, per CPU, since the service came: the
+// agent reads the sums and reports what grew (no read-and-reset race).
+struct counters {
+	__u64 connections; // translated connect()s
+	__u64 refused;     // connect()s and sendmsg()s refused
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct svc_key);
+	__type(value, struct counters);
+} counters SEC(".maps");
+
+// count adds one to a service's connections or refusals.
+static __always_inline void count(void *map, void *key, int refused)
+{
+	struct counters *c = bpf_map_lookup_elem(map, key);
+	if (!c) {
+		struct counters zero = {};
+		bpf_map_update_elem(map, key, &zero, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(map, key);
+		if (!c)
+			return;
+	}
+	if (refused)
+		c->refused++;
+	else
+		c->connections++;
+}
+
 // Reverse translation, per socket and backend: what the socket asked for.
 struct rev_key {
 	__u64 cookie;
@@ -114,9 +146,13 @@ static __always_inline int xlate(struct bpf_sock_addr *ctx, int per_socket)
 	if (!v)
 		return 1;
 	if (v->flags & SVC_REFUSE) {
+		count(&counters, &k, 1);
 		bpf_set_retval(-ECONNREFUSED);
 		return 0;
 	}
+	// A datagram of an unconnected socket is not a connection.
+	if (!per_socket)
+		count(&counters, &k, 0);
 	__u32 i = pick(ctx, v->alg, per_socket);
 	// The verifier does not follow the modulo: bound i where it sees it
 	// (the barrier keeps clang from dropping a check it knows is true).
@@ -206,6 +242,14 @@ struct {
 	__type(value, struct svc_val6);
 } services6 SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct svc_key6);
+	__type(value, struct counters);
+} counters6 SEC(".maps");
+
 struct rev_key6 {
 	__u64 cookie;
 	__u32 addr[4];
@@ -238,9 +282,12 @@ static __always_inline int xlate6(struct bpf_sock_addr *ctx, int per_socket)
 	if (!v)
 		return 1;
 	if (v->flags & SVC_REFUSE) {
+		count(&counters6, &k, 1);
 		bpf_set_retval(-ECONNREFUSED);
 		return 0;
 	}
+	if (!per_socket)
+		count(&counters6, &k, 0);
 	__u32 i = pick(ctx, v->alg, per_socket);
 	asm volatile("" : "+r"(i));
 	if (i >= SLOTS)
