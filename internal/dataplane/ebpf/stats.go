@@ -64,7 +64,9 @@ func (c *counted[K]) forget(keys []K) error {
 // and the connect()s and sendmsg()s they refused since the previous read
 // (the first read after New reports what grew since New). Bytes and open
 // connections are not counted here: a translated connection's packets
-// are addressed to the backend and meet no per-service rule.
+// are addressed to the backend and meet no per-service rule. Like Sync
+// and Apply, it must not run concurrently with them (the agent holds
+// one lock around all three).
 func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
 	out := map[flows.Key]flows.Stats{}
 	if err := d.c4.read(out); err != nil {
