@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK = $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build image test lint unit compat demo deps deps-test fuzz fuzz-short bench bench-smoke
+.PHONY: build image test lint unit compat demo deps deps-test fuzz fuzz-short bench bench-smoke generate generate-check
 
 # Where build and image write (tests point it at a temporary directory).
 BIN ?= bin
@@ -60,6 +60,21 @@ lint:
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 
+# The eBPF data plane's objects and Go bindings (committed, so that go
+# build needs no clang): generate remakes them from the C sources with
+# Debian's clang; generate-check (part of test) makes them again in a
+# temporary directory and fails unless they equal the committed files.
+generate:
+	PATH="$$(dirname $$(command -v $(GO))):$$PATH" hack/gen-bpf.sh
+
+generate-check:
+	@set -e; d=$$(mktemp -d); trap 'rm -rf $$d' EXIT; \
+	PATH="$$(dirname $$(command -v $(GO))):$$PATH" hack/gen-bpf.sh $$d; \
+	for f in $$(cd $$d && ls); do \
+		cmp -s $$d/$$f internal/dataplane/ebpf/$$f || { echo "generate-check: internal/dataplane/ebpf/$$f differs from its sources: run make generate"; exit 1; }; \
+	done; \
+	n=$$(ls internal/dataplane/ebpf/socklb_* | wc -l); [ $$n -eq $$(ls $$d | wc -l) ] || { echo "generate-check: generated file sets differ"; exit 1; }
+
 # Unit, store (SQLite and PostgreSQL), API, root (namespace) and
 # Kubernetes-in-the-lab tests.
 unit:
@@ -103,7 +118,7 @@ bench-smoke:
 	$(GO) run ./bench/suite -raw $$d/raw -out $$d/suite.json -page $$d/bench-suite.md -plots $$d/images; \
 	grep -q "kube-proxy nftables" $$d/bench-suite.md
 
-test: deps-test lint fuzz-short unit bench-smoke compat
+test: deps-test lint generate-check fuzz-short unit bench-smoke compat
 
 demo: deps build
 	hack/demo.sh $(BIN)/flowlb

@@ -21,6 +21,7 @@ if $test; then
 	packages+=(systemd)   # systemd-analyze, -sysusers, -tmpfiles check deploy/systemd
 	packages+=(chromium)  # the dashboard's browser test (test/e2e, through chromedp)
 	packages+=(keystone uwsgi uwsgi-plugin-python3)   # the Keystone of TestCloudProviderOpenStack
+	packages+=(clang llvm libbpf-dev)   # make generate-check rebuilds the eBPF data plane's objects
 	packages+=(iptables)  # kube-proxy's iptables mode, a contender of the benchmark suite (smoke run in the tests)
 fi
 

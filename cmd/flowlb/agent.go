@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -22,6 +23,7 @@ import (
 	"github.com/flowlb/flowlb/internal/agent"
 	"github.com/flowlb/flowlb/internal/announce"
 	"github.com/flowlb/flowlb/internal/config"
+	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/httpserve"
@@ -51,6 +53,11 @@ type agentOptions struct {
 	// announce: VIP ranges to announce, in routing table announceTable.
 	announce      []string
 	announceTable int
+	// dataplane: nftables, or ebpf (socket programs on cgroup, pinned
+	// in bpfPinDir, beside nftables for the rest).
+	dataplane string
+	cgroup    string
+	bpfPinDir string
 }
 
 func init() { rootCmd.AddCommand(newAgentCmd()) }
@@ -82,10 +89,14 @@ func newAgentCmd() *cobra.Command {
 	f.DurationVar(&o.statsInterval, "stats-interval", 5*time.Second, "how often the kernel's per-service counters are read and reported to the server (0: never, and the table counts nothing)")
 	f.StringSliceVar(&o.announce, "announce-cidrs", nil, "VIP ranges to announce: every VIP within them that this node can serve (a local-only one only with a backend on this node) gets a host route in --announce-table, for a routing daemon to export (default: none)")
 	f.IntVar(&o.announceTable, "announce-table", 200, "routing table of the announcement routes (protocol 249)")
+	f.StringVar(&o.dataplane, "dataplane", "nftables", "data plane: nftables, or ebpf: connections that start on a local socket of --cgroup are balanced at connect() by cgroup eBPF programs (no NAT, no conntrack), and nftables stays for the rest (clients from outside, node ports, forwarded packets)")
+	f.StringVar(&o.cgroup, "cgroup", "", "with --dataplane ebpf: the cgroup v2 directory whose processes (and those below it) are served (default: the cgroup v2 root, every process of the host)")
+	f.StringVar(&o.bpfPinDir, "bpf-pin-dir", "/sys/fs/bpf/flowlb", "with --dataplane ebpf: where the maps and links are pinned, so that balancing outlives the agent and a restarted agent adopts them; a bpffs is mounted on its parent if none is there")
 	config.HostDefault(f, "identity-dir", "/var/lib/flowlb/agent", "/var/lib/flowlb/agent as root, else ~/.local/share/flowlb/agent")
 	config.HostDefault(f, "node", "node-1", "the host name")
 	config.Check(f, "log-level", checkLogLevel)
-	cmd.AddCommand(agentDumpCmd(), agentTraceCmd())
+	config.OneOf(f, "dataplane", "nftables", "ebpf")
+	cmd.AddCommand(agentDumpCmd(), agentTraceCmd(), agentCleanupEBPFCmd())
 	return withConfig(cmd)
 }
 
@@ -184,6 +195,16 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var prog agent.Programmer = dp
+	var sockets *ebpf.Dataplane
+	if o.dataplane == "ebpf" {
+		if sockets, err = openSocketLB(o, log); err != nil {
+			return err
+		}
+		// Not removed on exit: the pins keep balancing while the agent is
+		// down (fail-static); cleanup-ebpf or --remove-on-delete remove them.
+		defer sockets.Close()
+		prog = agent.Chain(dp, sockets)
+	}
 	if len(o.announce) > 0 {
 		var ranges []netip.Prefix
 		for _, c := range o.announce {
@@ -198,12 +219,16 @@ func runAgent(ctx context.Context, o agentOptions) error {
 			return err
 		}
 		defer rt.Close()
-		if prog, err = announce.New(dp, o.node, ranges, rt, reg, log); err != nil {
+		if prog, err = announce.New(prog, o.node, ranges, rt, reg, log); err != nil {
 			return err
 		}
 	}
+	var stats agent.StatsReader = dp
+	if sockets != nil {
+		stats = agent.SumStats(dp, sockets)
+	}
 	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, Zone: o.zone, MinInterval: o.minSync, Metrics: reg,
-		Stats: dp, StatsInterval: o.statsInterval,
+		Stats: stats, StatsInterval: o.statsInterval,
 		OnProgrammed: func(s map[flows.Key]flows.Service) { hc.SetChecks(kubehealth.Checks(s, o.node)) }}, prog, log)
 	ready = a.Ready
 	// The agent learns the addresses too: a VIP's member that is one of
@@ -257,7 +282,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		}
 		deletion = watchDeletion(ctx, kc, dsNS, dsName)
 	}
-	log.Info("flowlb agent starting", "node", o.node, "zone", o.zone, "servers", servers, "metrics", o.metrics, "announce", o.announce)
+	log.Info("flowlb agent starting", "node", o.node, "zone", o.zone, "servers", servers, "metrics", o.metrics, "announce", o.announce, "dataplane", o.dataplane)
 	if err := a.Run(ctx); err != nil && ctx.Err() == nil {
 		return err
 	}
@@ -276,7 +301,47 @@ func runAgent(ctx context.Context, o agentOptions) error {
 				return fmt.Errorf("remove the nftables table: %w", err)
 			}
 			log.Info("DaemonSet deleted: flowlb's nftables table removed", "daemonset", o.removeOnDelete)
+			if sockets != nil {
+				if err := sockets.Remove(); err != nil {
+					return fmt.Errorf("remove the eBPF data plane: %w", err)
+				}
+				log.Info("DaemonSet deleted: flowlb's eBPF programs, maps and pins removed", "pins", o.bpfPinDir)
+			}
 		}
 	}
 	return nil
+}
+
+// openSocketLB mounts a bpffs for the pins if needed and loads the eBPF
+// socket programs onto the agent's cgroup, adopting pinned ones.
+func openSocketLB(o agentOptions, log *slog.Logger) (*ebpf.Dataplane, error) {
+	cg := o.cgroup
+	if cg == "" {
+		root, err := ebpf.CgroupV2Root()
+		if err != nil {
+			return nil, fmt.Errorf("--cgroup: %w", err)
+		}
+		cg = root
+	}
+	if err := ebpf.MountBPFFS(filepath.Dir(o.bpfPinDir)); err != nil {
+		return nil, fmt.Errorf("--bpf-pin-dir: %w", err)
+	}
+	d, err := ebpf.New(ebpf.Config{Node: o.node, Zone: o.zone, Cgroup: cg, PinDir: o.bpfPinDir})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("eBPF socket load balancing attached", "cgroup", cg, "pins", o.bpfPinDir)
+	return d, nil
+}
+
+func agentCleanupEBPFCmd() *cobra.Command {
+	pins := "/sys/fs/bpf/flowlb"
+	cmd := &cobra.Command{
+		Use:   "cleanup-ebpf",
+		Short: "Remove the eBPF data plane's pins: its programs detach and its maps are freed once no agent holds them (stop the agent first)",
+		Args:  cobra.NoArgs,
+		RunE:  func(*cobra.Command, []string) error { return ebpf.Cleanup(pins) },
+	}
+	cmd.Flags().StringVar(&pins, "bpf-pin-dir", pins, "the agent's --bpf-pin-dir")
+	return cmd
 }

@@ -7,20 +7,33 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/flows"
 )
 
 func agentDumpCmd() *cobra.Command {
-	return &cobra.Command{
+	var pins string
+	cmd := &cobra.Command{
 		Use:   "dump",
 		Short: "Print the flows programmed in this network namespace's kernel",
 		Long: `Reads the flowlb nftables table of the current network namespace (run it
 on the node, or with "ip netns exec" / "flowlb lab exec NODE --") and prints
 every service: VIP, protocol and port, algorithm, backends with their share
-of slots, and what else applies (local-only, persistence, limits, ACLs).`,
+of slots, and what else applies (local-only, persistence, limits, ACLs).
+With --bpf-pin-dir, prints the eBPF data plane's services maps pinned there
+instead (--dataplane ebpf): each service's refusal or algorithm and its
+backends with their share of slots.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pins != "" {
+				ss, err := ebpf.Dump(pins)
+				if err != nil {
+					return err
+				}
+				ebpf.WriteDump(cmd.OutOrStdout(), ss)
+				return nil
+			}
 			dp, err := nftables.Open(-1)
 			if err != nil {
 				return err
@@ -29,6 +42,8 @@ of slots, and what else applies (local-only, persistence, limits, ACLs).`,
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&pins, "bpf-pin-dir", "", "print the eBPF maps pinned in this directory (the agent's --bpf-pin-dir) instead of the nftables table")
+	return cmd
 }
 
 func agentTraceCmd() *cobra.Command {

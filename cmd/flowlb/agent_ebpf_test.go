@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	cebpf "github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
+	"github.com/flowlb/flowlb/internal/testutil"
+)
+
+// TestAgentEBPFFlags: --dataplane ebpf's options mount a bpffs where the
+// pins go, attach to --cgroup and pin there; agent cleanup-ebpf removes
+// the pins, and with them the programs.
+func TestAgentEBPFFlags(t *testing.T) {
+	testutil.RequireRoot(t)
+	root, err := ebpf.CgroupV2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := os.MkdirTemp(root, "flowlb-agent-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.Remove(cg); err != nil {
+			t.Error(err)
+		}
+	})
+	fs := t.TempDir() // not a bpffs: the agent mounts one
+	t.Cleanup(func() {
+		if err := unix.Unmount(fs, 0); err != nil {
+			t.Errorf("unmount the test bpffs: %v", err)
+		}
+	})
+	pins := filepath.Join(fs, "flowlb")
+	o := agentOptions{dataplane: "ebpf", cgroup: cg, bpfPinDir: pins, node: "n1"}
+	d, err := openSocketLB(o, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	var st unix.Statfs_t
+	if err := unix.Statfs(fs, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
+		t.Fatalf("no bpffs mounted at %s: %v", fs, err)
+	}
+	for _, pin := range []string{"services", "services6", "revnat", "revnat6", "link_connect4", "link_getpeername6"} {
+		if _, err := os.Stat(filepath.Join(pins, pin)); err != nil {
+			t.Errorf("pin %s: %v", pin, err)
+		}
+	}
+	if n := connect4Programs(t, cg); n != 1 {
+		t.Fatalf("%d connect4 programs attached by the pins, want 1", n)
+	}
+	dump := agentDumpCmd()
+	var out bytes.Buffer
+	dump.SetOut(&out)
+	dump.SetArgs([]string{"--bpf-pin-dir", pins})
+	if err := dump.Execute(); err != nil || out.String() != "no services\n" {
+		t.Fatalf("agent dump --bpf-pin-dir: %q, %v", out.String(), err)
+	}
+	cleanup := agentCleanupEBPFCmd()
+	cleanup.SetArgs([]string{"--bpf-pin-dir", pins})
+	if err := cleanup.ExecuteContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pins); !os.IsNotExist(err) {
+		t.Fatalf("pins after cleanup-ebpf: %v", err)
+	}
+	// The kernel releases a link whose last holder was its pin from a
+	// work queue: shortly after the unlink.
+	testutil.Eventually(t, 5*time.Second, "programs detached after cleanup-ebpf", func() (bool, string) {
+		n := connect4Programs(t, cg)
+		return n == 0, fmt.Sprintf("%d connect4 programs attached", n)
+	})
+}
+
+func connect4Programs(t *testing.T, cg string) int {
+	t.Helper()
+	f, err := os.Open(cg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := link.QueryPrograms(link.QueryOptions{Target: int(f.Fd()), Attach: cebpf.AttachCGroupInet4Connect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(r.Programs)
+}

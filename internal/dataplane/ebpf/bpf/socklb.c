@@ -1,0 +1,355 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// Socket-level load balancing for IPv4 and IPv6: a connection that starts on a
+// local socket has its VIP:port rewritten to a backend once, at connect()
+// (TCP and connected UDP) or at each sendmsg() (unconnected UDP); replies
+// and getpeername() show the VIP again. No packet of such a connection
+// ever carries the VIP, so no NAT or conntrack entry is made for it.
+//
+// Only UAPI headers (linux-libc-dev) and libbpf's helper headers are
+// included, not a vmlinux.h dumped from the running kernel, so that the
+// object is the same on every machine with Debian's toolchain.
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+
+#define ECONNREFUSED 111
+
+// SLOTS is the length of every service's Maglev lookup table; it is the
+// nftables data plane's, so both pick alike. Go checks the two agree.
+#define SLOTS 61
+
+// Service flags.
+#define SVC_REFUSE 1 // no usable backend: connect() and sendmsg() fail
+
+// Algorithms: what a slot is picked by.
+#define ALG_RANDOM 0    // ROUND_ROBIN: a random slot per connection
+#define ALG_NETNS 1     // SOURCE_IP: the client's network namespace (its address)
+#define ALG_SOCKET 2    // SOURCE_IP_PORT: the socket (its address and port)
+
+struct svc_key {
+	__u32 vip;   // network order
+	__u16 port;  // network order
+	__u8 proto;  // IPPROTO_TCP or IPPROTO_UDP
+	__u8 pad;
+};
+
+struct backend {
+	__u32 addr;  // network order
+	__u16 port;  // network order
+	__u16 pad;
+};
+
+struct svc_val {
+	__u32 flags;
+	__u32 alg;
+	struct backend slots[SLOTS];
+};
+
+// The whole service is one value, so an update replaces its table at
+// once: a connection never sees half of an old and half of a new one.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct svc_key);
+	__type(value, struct svc_val);
+} services SEC(".maps");
+
+// What connect() did per service, per CPU, since the service came: the
+// agent reads the sums and reports what grew (no read-and-reset race).
+struct counters {
+	__u64 connections; // translated connect()s
+	__u64 refused;     // connect()s and sendmsg()s refused
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct svc_key);
+	__type(value, struct counters);
+} counters SEC(".maps");
+
+// count adds one to a service's connections or refusals.
+static __always_inline void count(void *map, void *key, int refused)
+{
+	struct counters *c = bpf_map_lookup_elem(map, key);
+	if (!c) {
+		struct counters zero = {};
+		bpf_map_update_elem(map, key, &zero, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(map, key);
+		if (!c)
+			return;
+	}
+	if (refused)
+		c->refused++;
+	else
+		c->connections++;
+}
+
+// Reverse translation, per socket and backend: what the socket asked for.
+struct rev_key {
+	__u64 cookie;
+	__u32 addr;
+	__u16 port;
+	__u16 pad;
+};
+
+struct rev_val {
+	__u32 vip;
+	__u16 port;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct rev_key);
+	__type(value, struct rev_val);
+} revnat SEC(".maps");
+
+static __always_inline __u32 mix(__u64 x)
+{
+	return (__u32)((x * 0x9E3779B97F4A7C15ULL) >> 32);
+}
+
+// pick chooses a slot by the service's algorithm.
+static __always_inline __u32 pick(struct bpf_sock_addr *ctx, __u32 alg, int per_socket)
+{
+	__u32 h;
+	switch (alg) {
+	case ALG_NETNS:
+		h = mix(bpf_get_netns_cookie(ctx));
+		break;
+	case ALG_SOCKET:
+		h = mix(bpf_get_socket_cookie(ctx));
+		break;
+	default:
+		h = per_socket ? mix(bpf_get_socket_cookie(ctx)) : bpf_get_prandom_u32();
+	}
+	return h % SLOTS;
+}
+
+// xlate rewrites the destination of ctx if it is a service: 1 lets the
+// call go on, 0 fails it. Datagrams of an unconnected socket (sendmsg)
+// stay with one backend per socket, as a conntrack flow would keep them.
+static __always_inline int xlate(struct bpf_sock_addr *ctx, int per_socket)
+{
+	struct svc_key k = {
+		.vip = ctx->user_ip4,
+		.port = (__u16)ctx->user_port,
+		.proto = (__u8)ctx->protocol,
+	};
+	struct svc_val *v = bpf_map_lookup_elem(&services, &k);
+	if (!v)
+		return 1;
+	if (v->flags & SVC_REFUSE) {
+		count(&counters, &k, 1);
+		bpf_set_retval(-ECONNREFUSED);
+		return 0;
+	}
+	// A datagram of an unconnected socket is not a connection.
+	if (!per_socket)
+		count(&counters, &k, 0);
+	__u32 i = pick(ctx, v->alg, per_socket);
+	// The verifier does not follow the modulo: bound i where it sees it
+	// (the barrier keeps clang from dropping a check it knows is true).
+	asm volatile("" : "+r"(i));
+	if (i >= SLOTS)
+		return 1;
+	struct backend *b = &v->slots[i];
+	struct rev_key rk = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.addr = b->addr,
+		.port = b->port,
+	};
+	struct rev_val rv = { .vip = k.vip, .port = k.port };
+	bpf_map_update_elem(&revnat, &rk, &rv, BPF_ANY);
+	ctx->user_ip4 = b->addr;
+	ctx->user_port = b->port;
+	return 1;
+}
+
+// unxlate shows the VIP where the peer is a backend this socket was sent to.
+static __always_inline void unxlate(struct bpf_sock_addr *ctx)
+{
+	struct rev_key rk = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.addr = ctx->user_ip4,
+		.port = (__u16)ctx->user_port,
+	};
+	struct rev_val *rv = bpf_map_lookup_elem(&revnat, &rk);
+	if (!rv)
+		return;
+	ctx->user_ip4 = rv->vip;
+	ctx->user_port = rv->port;
+}
+
+SEC("cgroup/connect4")
+int connect4(struct bpf_sock_addr *ctx)
+{
+	return xlate(ctx, 0);
+}
+
+SEC("cgroup/sendmsg4")
+int sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return xlate(ctx, 1);
+}
+
+SEC("cgroup/recvmsg4")
+int recvmsg4(struct bpf_sock_addr *ctx)
+{
+	unxlate(ctx);
+	return 1;
+}
+
+SEC("cgroup/getpeername4")
+int getpeername4(struct bpf_sock_addr *ctx)
+{
+	unxlate(ctx);
+	return 1;
+}
+
+// IPv6: the same, with 16-byte addresses (IPv4-mapped addresses of
+// dual-stack sockets are not looked up).
+struct svc_key6 {
+	__u32 vip[4];
+	__u16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct backend6 {
+	__u32 addr[4];
+	__u16 port;
+	__u16 pad;
+};
+
+struct svc_val6 {
+	__u32 flags;
+	__u32 alg;
+	struct backend6 slots[SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct svc_key6);
+	__type(value, struct svc_val6);
+} services6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct svc_key6);
+	__type(value, struct counters);
+} counters6 SEC(".maps");
+
+struct rev_key6 {
+	__u64 cookie;
+	__u32 addr[4];
+	__u16 port;
+	__u16 pad;
+	__u32 pad2;
+};
+
+struct rev_val6 {
+	__u32 vip[4];
+	__u16 port;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct rev_key6);
+	__type(value, struct rev_val6);
+} revnat6 SEC(".maps");
+
+static __always_inline int xlate6(struct bpf_sock_addr *ctx, int per_socket)
+{
+	struct svc_key6 k = {
+		.vip = { ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3] },
+		.port = (__u16)ctx->user_port,
+		.proto = (__u8)ctx->protocol,
+	};
+	struct svc_val6 *v = bpf_map_lookup_elem(&services6, &k);
+	if (!v)
+		return 1;
+	if (v->flags & SVC_REFUSE) {
+		count(&counters6, &k, 1);
+		bpf_set_retval(-ECONNREFUSED);
+		return 0;
+	}
+	if (!per_socket)
+		count(&counters6, &k, 0);
+	__u32 i = pick(ctx, v->alg, per_socket);
+	asm volatile("" : "+r"(i));
+	if (i >= SLOTS)
+		return 1;
+	struct backend6 *b = &v->slots[i];
+	struct rev_key6 rk = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.addr = { b->addr[0], b->addr[1], b->addr[2], b->addr[3] },
+		.port = b->port,
+	};
+	struct rev_val6 rv = { .port = k.port };
+	__builtin_memcpy(rv.vip, k.vip, sizeof(rv.vip));
+	bpf_map_update_elem(&revnat6, &rk, &rv, BPF_ANY);
+	ctx->user_ip6[0] = b->addr[0];
+	ctx->user_ip6[1] = b->addr[1];
+	ctx->user_ip6[2] = b->addr[2];
+	ctx->user_ip6[3] = b->addr[3];
+	ctx->user_port = b->port;
+	return 1;
+}
+
+static __always_inline void unxlate6(struct bpf_sock_addr *ctx)
+{
+	struct rev_key6 rk = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.addr = { ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3] },
+		.port = (__u16)ctx->user_port,
+	};
+	struct rev_val6 *rv = bpf_map_lookup_elem(&revnat6, &rk);
+	if (!rv)
+		return;
+	ctx->user_ip6[0] = rv->vip[0];
+	ctx->user_ip6[1] = rv->vip[1];
+	ctx->user_ip6[2] = rv->vip[2];
+	ctx->user_ip6[3] = rv->vip[3];
+	ctx->user_port = rv->port;
+}
+
+SEC("cgroup/connect6")
+int connect6(struct bpf_sock_addr *ctx)
+{
+	return xlate6(ctx, 0);
+}
+
+SEC("cgroup/sendmsg6")
+int sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return xlate6(ctx, 1);
+}
+
+SEC("cgroup/recvmsg6")
+int recvmsg6(struct bpf_sock_addr *ctx)
+{
+	unxlate6(ctx);
+	return 1;
+}
+
+SEC("cgroup/getpeername6")
+int getpeername6(struct bpf_sock_addr *ctx)
+{
+	unxlate6(ctx);
+	return 1;
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,262 @@
+// Package ebpf is flowlb's socket-level data plane: cgroup programs that
+// translate a service's VIP:port into a backend when a local socket
+// connects (TCP, connected UDP) or sends (unconnected UDP), and show the
+// VIP again to getpeername() and recvmsg(). Packets of such connections
+// carry the backend's address from the start: no NAT, no conntrack.
+// Traffic that does not start on a local socket of the cgroup (clients
+// from outside, node ports, forwarded packets) and the services the
+// programs do not carry (Carried) stay with the nftables data plane,
+// which the agent runs beside this one. The programs and bindings are
+// generated from bpf/socklb.c by bpf2go (make generate).
+package ebpf
+
+//go:generate ../../../hack/gen-bpf.sh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// hooks are the programs and where they attach.
+var hooks = []struct {
+	name   string
+	attach ebpf.AttachType
+}{
+	{socklbProgConnect4, ebpf.AttachCGroupInet4Connect},
+	{socklbProgSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
+	{socklbProgRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
+	{socklbProgGetpeername4, ebpf.AttachCgroupInet4GetPeername},
+	{socklbProgConnect6, ebpf.AttachCGroupInet6Connect},
+	{socklbProgSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
+	{socklbProgRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
+	{socklbProgGetpeername6, ebpf.AttachCgroupInet6GetPeername},
+}
+
+// Config of a Dataplane.
+type Config struct {
+	// Node and Zone name this node, for local and PreferClose services.
+	Node, Zone string
+	// Cgroup is the cgroup v2 directory whose processes, and those of
+	// every cgroup below it, are served.
+	Cgroup string
+	// PinDir, if set, is a directory on a bpffs (see MountBPFFS) where
+	// the maps and links are pinned: they outlive the agent, and the next
+	// agent with the same PinDir adopts them. Empty: nothing is pinned
+	// and Close detaches the programs.
+	PinDir string
+}
+
+// Dataplane is the socket programs attached to one cgroup and the
+// services maps they read.
+type Dataplane struct {
+	cfg   Config
+	objs  socklbObjects
+	links []link.Link
+	// The services maps of IPv4 and IPv6.
+	t4 *table[svcKey, svcVal]
+	t6 *table[svcKey6, svcVal6]
+	// Their counters.
+	c4 *counted[svcKey]
+	c6 *counted[svcKey6]
+	// lastOps counts the map entries the last Sync or Apply wrote or
+	// deleted.
+	lastOps int
+}
+
+// New loads the programs and attaches them to cfg.Cgroup. With PinDir,
+// pinned maps and links are adopted: their programs are replaced by
+// these (never added beside them, where both would translate), and the
+// services already in the map stay until a Sync says otherwise.
+func New(cfg Config) (_ *Dataplane, err error) {
+	if cfg.Cgroup == "" {
+		return nil, errors.New("ebpf data plane: no cgroup")
+	}
+	spec, err := loadSocklb()
+	if err != nil {
+		return nil, err
+	}
+	var opts ebpf.CollectionOptions
+	if cfg.PinDir != "" {
+		if err := os.MkdirAll(cfg.PinDir, 0o700); err != nil {
+			return nil, err
+		}
+		for _, m := range spec.Maps {
+			m.Pinning = ebpf.PinByName
+		}
+		opts.Maps.PinPath = cfg.PinDir
+	}
+	d := &Dataplane{cfg: cfg}
+	if err := spec.LoadAndAssign(&d.objs, &opts); err != nil {
+		return nil, fmt.Errorf("load the socket programs: %w", err)
+	}
+	d.c4 = &counted[svcKey]{m: d.objs.Counters, last: map[svcKey]counters{}, flowKey: flowKey}
+	d.c6 = &counted[svcKey6]{m: d.objs.Counters6, last: map[svcKey6]counters{}, flowKey: flowKey6}
+	d.t4 = &table[svcKey, svcVal]{m: d.objs.Services, deleted: d.c4.forget}
+	d.t6 = &table[svcKey6, svcVal6]{m: d.objs.Services6, deleted: d.c6.forget}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	progs := map[string]*ebpf.Program{
+		socklbProgConnect4: d.objs.Connect4, socklbProgSendmsg4: d.objs.Sendmsg4,
+		socklbProgRecvmsg4: d.objs.Recvmsg4, socklbProgGetpeername4: d.objs.Getpeername4,
+		socklbProgConnect6: d.objs.Connect6, socklbProgSendmsg6: d.objs.Sendmsg6,
+		socklbProgRecvmsg6: d.objs.Recvmsg6, socklbProgGetpeername6: d.objs.Getpeername6,
+	}
+	for _, h := range hooks {
+		l, err := d.attach(h.name, h.attach, progs[h.name])
+		if err != nil {
+			return nil, fmt.Errorf("attach %s to %s: %w", h.name, cfg.Cgroup, err)
+		}
+		d.links = append(d.links, l)
+	}
+	if err := d.t4.read(); err != nil {
+		return nil, err
+	}
+	if err := d.t6.read(); err != nil {
+		return nil, err
+	}
+	// Adopted counters were another agent's to report.
+	if err := d.c4.read(map[flows.Key]flows.Stats{}); err != nil {
+		return nil, err
+	}
+	if err := d.c6.read(map[flows.Key]flows.Stats{}); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// attach links prog to the cgroup, or swaps it into the pinned link.
+func (d *Dataplane) attach(name string, typ ebpf.AttachType, prog *ebpf.Program) (link.Link, error) {
+	pin := ""
+	if d.cfg.PinDir != "" {
+		pin = filepath.Join(d.cfg.PinDir, "link_"+name)
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			if err := l.Update(prog); err != nil {
+				l.Close()
+				return nil, fmt.Errorf("replace the pinned link's program: %w", err)
+			}
+			return l, nil
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+	}
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: d.cfg.Cgroup, Attach: typ, Program: prog})
+	if err != nil {
+		return nil, err
+	}
+	if pin != "" {
+		if err := l.Pin(pin); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// Sync makes the services maps hold exactly t's carried services,
+// writing only the entries that differ (a first load writes them all in
+// one batch per family).
+func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
+	var ss4, ss6 []flows.Service
+	for _, s := range t.Services {
+		if s.Key.VIP.Is4() {
+			ss4 = append(ss4, s)
+		} else {
+			ss6 = append(ss6, s)
+		}
+	}
+	cpus := runtime.GOMAXPROCS(0)
+	n4, err := d.t4.sync(ss4, func(s flows.Service) (svcKey, svcVal, bool) { return encode(s, d.cfg.Node, d.cfg.Zone) }, cpus)
+	d.lastOps = n4
+	if err != nil {
+		return err
+	}
+	n6, err := d.t6.sync(ss6, func(s flows.Service) (svcKey6, svcVal6, bool) { return encode6(s, d.cfg.Node, d.cfg.Zone) }, cpus)
+	d.lastOps += n6
+	return err
+}
+
+// Apply writes the upserted services that differ from the maps and
+// deletes the others.
+func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []flows.Key) error {
+	if d.t4.stale || d.t6.stale {
+		return errors.New("ebpf data plane: a services map is out of step after a failed write; a Sync repairs it")
+	}
+	var b4 batch[svcKey, svcVal]
+	var b6 batch[svcKey6, svcVal6]
+	del := func(k flows.Key) {
+		switch {
+		case !Carried(flows.Service{Key: k}):
+		case k.VIP.Is4():
+			d.t4.del(&b4, encodeKey(k))
+		default:
+			d.t6.del(&b6, encodeKey6(k))
+		}
+	}
+	upserted := make(map[flows.Key]bool, len(upserts))
+	for _, s := range upserts {
+		upserted[s.Key] = true
+		if k, v, ok := encode(s, d.cfg.Node, d.cfg.Zone); ok {
+			d.t4.set(&b4, k, v)
+		} else if k, v, ok := encode6(s, d.cfg.Node, d.cfg.Zone); ok {
+			d.t6.set(&b6, k, v)
+		} else {
+			// Not (or no longer) the programs': nftables serves it alone.
+			del(s.Key)
+		}
+	}
+	for _, k := range deletes {
+		if !upserted[k] {
+			del(k)
+		}
+	}
+	n4, err := d.t4.write(b4)
+	d.lastOps = n4
+	if err != nil {
+		return err
+	}
+	n6, err := d.t6.write(b6)
+	d.lastOps += n6
+	return err
+}
+
+// Close releases this process's hold. Without PinDir that detaches the
+// programs and frees the maps; with it, the pins keep them working.
+func (d *Dataplane) Close() error {
+	for _, l := range d.links {
+		l.Close()
+	}
+	d.links = nil
+	return d.objs.Close()
+}
+
+// Remove detaches the programs, frees the maps and removes the pins.
+func (d *Dataplane) Remove() error {
+	var errs []error
+	for _, l := range d.links {
+		if d.cfg.PinDir != "" {
+			errs = append(errs, l.Unpin())
+		}
+	}
+	if d.cfg.PinDir != "" {
+		for _, m := range []*ebpf.Map{d.objs.Services, d.objs.Revnat, d.objs.Counters, d.objs.Services6, d.objs.Revnat6, d.objs.Counters6} {
+			errs = append(errs, m.Unpin())
+		}
+	}
+	errs = append(errs, d.Close())
+	if d.cfg.PinDir != "" {
+		errs = append(errs, os.Remove(d.cfg.PinDir))
+	}
+	return errors.Join(errs...)
+}
