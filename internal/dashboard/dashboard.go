@@ -69,9 +69,9 @@ var ErrLoginRefused = errors.New("login refused")
 
 // Options configure the dashboard.
 type Options struct {
-	Hub     Hub
-	Trees   Trees
-	Stats   StatsFunc
+	Hub   Hub
+	Trees Trees
+	Stats StatsFunc
 	// MemberStats, when set, reads members' counters with each round.
 	MemberStats MemberStatsFunc
 	Replica     string

@@ -17,10 +17,10 @@ type sampler struct {
 	trees       Trees
 	stats       StatsFunc
 	memberStats MemberStatsFunc
-	interval time.Duration
-	keep     int // samples kept per object
-	max      int // objects read per round
-	log      *slog.Logger
+	interval    time.Duration
+	keep        int // samples kept per object
+	max         int // objects read per round
+	log         *slog.Logger
 
 	mu      sync.Mutex
 	history map[string][]Sample

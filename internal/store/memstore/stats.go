@@ -13,7 +13,7 @@ import (
 
 // stats are the agents' counts, as the SQL store keeps them.
 type stats struct {
-	smu    sync.Mutex
+	smu     sync.Mutex
 	totals  map[string]store.ListenerCounts   // by listener
 	active  map[string]map[string]activeCount // node → listener →
 	members map[string]store.MemberCounts     // by member
