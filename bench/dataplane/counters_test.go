@@ -50,8 +50,9 @@ func BenchmarkCounters(b *testing.B) {
 		through := netip.AddrPortFrom(vip.VIP, vip.Port).String()
 		// program rebuilds node n's table (1 or 2), with or without the
 		// rules that count, with 10,000 services, the VIP's backend its
-		// own pod p2.
-		program := func(n int, counters bool) *nftables.Dataplane {
+		// own pod p2. The namespace stays open with the data plane, which
+		// reads its counters through it.
+		program := func(n int, counters bool) (*nftables.Dataplane, *os.File) {
 			var opts []nftables.Option
 			if !counters {
 				opts = append(opts, nftables.WithoutCounters())
@@ -63,14 +64,13 @@ func BenchmarkCounters(b *testing.B) {
 			}
 			// A table of the other kind is rebuilt, not adopted.
 			dp, err := nftables.New(int(f.Fd()), node.Name, opts...)
-			f.Close()
 			if err != nil {
 				b.Fatal(err)
 			}
 			if err := dp.Sync(context.Background(), table(10000, l.Pod(n, 2).Addr, pods)); err != nil {
 				b.Fatal(err)
 			}
-			return dp
+			return dp, f
 		}
 		run := func(n int) (load.Result, error) {
 			r, err := l.Pod(n, 1).Load(context.Background(), load.Config{Proto: "tcp", Target: through, Concurrency: 2, Duration: 2 * time.Second, Timeout: time.Second})
@@ -84,7 +84,8 @@ func BenchmarkCounters(b *testing.B) {
 		for round := range rounds {
 			counted := 1 + round%2
 			other := 3 - counted
-			on, off := program(counted, true), program(other, false)
+			on, onNS := program(counted, true)
+			off, offNS := program(other, false)
 			if _, err := on.ReadStats(); err != nil { // from zero
 				b.Fatal(err)
 			}
@@ -118,6 +119,8 @@ func BenchmarkCounters(b *testing.B) {
 			}
 			on.Close()
 			off.Close()
+			onNS.Close()
+			offNS.Close()
 			ratios = append(ratios, rr...)
 			rows = append(rows, fmt.Sprintf("| %d | n%d | %.3f (%.3f–%.3f) |", round+1, counted, median(rr), slices.Min(rr), slices.Max(rr)))
 		}

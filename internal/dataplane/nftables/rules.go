@@ -103,8 +103,8 @@ func baseChains(sc schema, counted bool) []chainSpec {
 var (
 	rewritePriority = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 10)
 	bindPriority    = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest + 10)
-	// memberPriority: after the translation is bound, so that conntrack's
-	// reply tuple names the backend from the first packet on.
+	// memberPriority: after the translation is bound, so that the first
+	// packet, too, is addressed to its backend.
 	memberPriority = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest + 20)
 )
 
@@ -202,12 +202,13 @@ func filterChain(name string, hook *nftables.ChainHook, sc schema, counted bool)
 // member_new, a packet from a client in member_in, one to a client in
 // member_out, each under the connection's service (its original
 // destination) and backend (where the packet goes or comes from: past
-// the translation, before the reply's source is translated back). Only the node that
-// translated a connection has a service in conntrack's original tuple,
-// so each packet is counted once in the cluster, as by the acl chains. A
-// packet that came in on loopback was counted in member_out (output)
-// already. Four rules whatever the number of services and backends; a
-// packet of no service's connection costs a key and a failed lookup.
+// the translation, before the reply's source is translated back). Only
+// the node that translated a connection has a service in conntrack's
+// original tuple, so each packet is counted once in the cluster, as by
+// the acl chains. A packet that came in on loopback was counted in
+// member_out (output) already. Four rules whatever the number of
+// services and backends; a packet of no service's connection costs a
+// key and a failed lookup.
 //
 //	meta iiftype loopback return   (prerouting only)
 //	ct state new  ct original ip daddr . meta l4proto . ct original proto-dst . ip daddr . th dport @member_new

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/mdlayher/netlink"
 	vnl "github.com/vishvananda/netlink"
@@ -40,6 +41,9 @@ const (
 )
 
 var memberSets = []string{memberNewSet, memberInSet, memberOutSet}
+
+// counterSets are every set ReadStats reads.
+var counterSets = slices.Concat(statsSets, memberSets)
 
 // counterKey names a counter set's element: a service, and for the
 // member sets a backend (zero in the service sets).
@@ -77,7 +81,7 @@ func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
 	}
 	read := map[string]map[counterKey]counter{}
 	for _, p := range d.planes {
-		for _, set := range append(statsSets[:len(statsSets):len(statsSets)], memberSets...) {
+		for _, set := range counterSets {
 			c, err := d.stats.readReset(p.fam, set)
 			if err != nil {
 				return statsOf(read, nil), fmt.Errorf("read %s %s: %w", p.fam.name, set, err)
