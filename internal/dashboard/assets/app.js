@@ -114,7 +114,7 @@ function memberItem(m) {
     el("span", { class: "kind" }, "member"), m.name || "", " ", m.address + ":" + m.protocol_port,
     m.backup ? " (backup)" : "", " weight " + m.weight, " ", badge(m.operating_status),
     m.prober ? el("span", { class: "muted" }, " probed from " + m.prober) : null,
-    m.stats ? el("span", { class: "muted", "data-member-stats": "" }, " · " + fmtNum(m.stats.total_connections) + " connections, " +
+    m.stats ? el("span", { class: "muted", "data-member-connections": m.stats.total_connections }, " · " + fmtNum(m.stats.total_connections) + " connections, " +
       fmtNum(m.stats.bytes_in) + "B in, " + fmtNum(m.stats.bytes_out) + "B out") : null);
 }
 
