@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	vnl "github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -231,6 +232,17 @@ func TestWithoutCounters(t *testing.T) {
 		}
 		if _, err := dp.ReadStats(); err != ErrNoStats {
 			t.Errorf("ReadStats without counters: %v", err)
+		}
+		// No counting chain at all: the acl chains without their
+		// counting rules, no member chains.
+		chains, err := dp.conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range chains {
+			if c.Table.Name == tableName && (c.Name == memberChainName || c.Name == memberOutChainName) {
+				t.Errorf("chain %s in a table without counters", c.Name)
+			}
 		}
 		counted, err := New(int(ns), "n1")
 		if err != nil {
