@@ -72,7 +72,7 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 	f.StringVar(&o.TLSKey, "tls-key", "", "the API certificate's private key (PEM)")
 	f.StringSliceVar(&o.TLSHosts, "tls-hosts", nil, "instead of --tls-cert: serve the API over TLS with a certificate for these DNS names and IP addresses (comma-separated or repeated) issued from the agents' CA, kept in memory (valid a week, renewed past two thirds); clients trust that CA (ca.crt of --agent-secret's Secret, or --agent-ca-cert)")
 	f.DurationVar(&o.AckTimeout, "ack-timeout", 10*time.Second, "how long a change waits for every live agent of the cluster before it turns ACTIVE anyway")
-	f.StringVar(&o.StatsMetrics, "stats-metrics", "listener", "statistics series on /metrics: one per listener, one per loadbalancer (fewer, for very large clouds) or none")
+	f.StringVar(&o.StatsMetrics, "stats-metrics", "listener", "statistics series on /metrics: one per listener and one per member (member), one per listener, one per loadbalancer (fewer, for very large clouds) or none")
 	f.StringSliceVar(&o.ProviderAliases, "provider-alias", nil, "provider names clients may ask for and the provider that serves them, e.g. amphora=flow,ovn=flow (repeatable); such load balancers show the name they were created with")
 	f.StringVar(&o.ReplicaID, "replica-id", "", "this server's name among the replicas sharing the database (default: host name and a random suffix, new at every start)")
 	config.HostDefault(f, "data-dir", "/var/lib/flowlb", "/var/lib/flowlb as root, else ~/.local/share/flowlb")
@@ -81,7 +81,7 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 	config.OneOf(f, "auth", "noauth", "keystone")
 	config.OneOf(f, "rbac", string(identity.Advanced), string(identity.KeystoneDefaultRoles))
 	config.OneOf(f, "network", "neutron", "noop")
-	config.OneOf(f, "stats-metrics", "listener", "loadbalancer", "none")
+	config.OneOf(f, "stats-metrics", "member", "listener", "loadbalancer", "none")
 	config.Check(f, "log-level", checkLogLevel)
 	return withConfig(cmd)
 }

@@ -55,9 +55,9 @@ func exported(t *testing.T) map[string]bool {
 		}
 	}
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
-	for _, level := range []string{apimetrics.StatsListener, apimetrics.StatsLoadBalancer} {
+	for _, level := range []string{apimetrics.StatsMember, apimetrics.StatsListener, apimetrics.StatsLoadBalancer} {
 		var r recording
-		if err := apimetrics.RegisterStats(&r, level, nil); err != nil {
+		if err := apimetrics.RegisterStats(&r, level, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		ch := make(chan *prometheus.Desc, 64)

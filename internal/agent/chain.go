@@ -35,7 +35,7 @@ func (c chain) Apply(ctx context.Context, upserts []flows.Service, deletes []flo
 }
 
 // SumStats is a StatsReader adding up what several data planes counted
-// for each service (the eBPF socket programs count the connections they
+// for each service and backend (the eBPF socket programs count the connections they
 // translated, which nftables never sees). A reader's error does not stop
 // the others; what was read is returned with the errors joined.
 func SumStats(rs ...StatsReader) StatsReader { return sumStats(rs) }
@@ -54,6 +54,7 @@ func (s sumStats) ReadStats() (map[flows.Key]flows.Stats, error) {
 			sum := out[k]
 			sum.Counters = sum.Counters.Add(v.Counters)
 			sum.Active += v.Active
+			sum.Members = flows.AddMembers(sum.Members, v.Members)
 			out[k] = sum
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"reflect"
 	"testing"
 
 	"github.com/flowlb/flowlb/internal/flows"
@@ -65,19 +66,23 @@ func (f fixedStats) ReadStats() (map[flows.Key]flows.Stats, error) { return f.st
 func TestSumStats(t *testing.T) {
 	a := flows.Key{VIP: netip.MustParseAddr("198.19.0.1"), Protocol: flows.TCP, Port: 80}
 	b := flows.Key{VIP: netip.MustParseAddr("198.19.0.2"), Protocol: flows.UDP, Port: 53}
+	m := netip.MustParseAddrPort("198.18.1.2:8080")
 	failed := errors.New("read failed")
 	got, err := SumStats(
-		fixedStats{stats: map[flows.Key]flows.Stats{a: {Counters: flows.Counters{Connections: 2, BytesIn: 100}, Active: 1}}},
-		fixedStats{stats: map[flows.Key]flows.Stats{a: {Counters: flows.Counters{Connections: 3, Refused: 1}}, b: {Counters: flows.Counters{Refused: 4}}}, err: failed},
+		fixedStats{stats: map[flows.Key]flows.Stats{a: {Counters: flows.Counters{Connections: 2, BytesIn: 100}, Active: 1,
+			Members: map[netip.AddrPort]flows.Counters{m: {Connections: 2, BytesIn: 100}}}}},
+		fixedStats{stats: map[flows.Key]flows.Stats{a: {Counters: flows.Counters{Connections: 3, Refused: 1},
+			Members: map[netip.AddrPort]flows.Counters{m: {Connections: 3}}}, b: {Counters: flows.Counters{Refused: 4}}}, err: failed},
 	).ReadStats()
 	if !errors.Is(err, failed) {
 		t.Errorf("err = %v, want the second reader's", err)
 	}
 	want := map[flows.Key]flows.Stats{
-		a: {Counters: flows.Counters{Connections: 5, BytesIn: 100, Refused: 1}, Active: 1},
+		a: {Counters: flows.Counters{Connections: 5, BytesIn: 100, Refused: 1}, Active: 1,
+			Members: map[netip.AddrPort]flows.Counters{m: {Connections: 5, BytesIn: 100}}},
 		b: {Counters: flows.Counters{Refused: 4}},
 	}
-	if len(got) != len(want) || got[a] != want[a] || got[b] != want[b] {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("sum = %v, want %v", got, want)
 	}
 }

@@ -53,7 +53,8 @@ func flatten(s flows.Service, lookup func(flows.Key) (flows.Service, bool), self
 			total += e.Weight
 		}
 		for _, e := range eps {
-			out = append(out, flows.Backend{MemberID: e.MemberID, Address: e.Address, Port: e.Port, Node: e.Node, Zones: b.Zones, ForNodes: b.ForNodes})
+			// The member is still s's: what its endpoints count is its.
+			out = append(out, flows.Backend{MemberID: b.MemberID, Address: e.Address, Port: e.Port, Node: e.Node, Zones: b.Zones, ForNodes: b.ForNodes})
 			weights = append(weights, float64(b.Weight)*float64(e.Weight)/float64(total))
 		}
 	}

@@ -277,3 +277,25 @@ func TestAgentFlattensOwnNodePorts(t *testing.T) {
 		}
 	}
 }
+
+// TestFlattenKeepsTheMember: the endpoints a member is flattened into
+// carry that member's id, so that what the kernel counts for them is
+// reported as the member's (the node port's own members are another
+// load balancer's).
+func TestFlattenKeepsTheMember(t *testing.T) {
+	member := be("198.18.0.1", 30080, 1, "")
+	member.MemberID = "member-n1"
+	other := be("198.18.0.2", 30080, 1, "")
+	other.MemberID = "member-n2"
+	nodePort := np(flows.TCP, 30080, false, be("198.18.17.2", 8080, 1, "n1"), be("198.18.18.2", 8080, 1, "n2"))
+	lookup := func(k flows.Key) (flows.Service, bool) { return nodePort, k == nodePort.Key }
+	got := flatten(vipOf(member, other), lookup, map[netip.Addr]bool{member.Address: true}, "n1", "")
+	ids := map[string]string{}
+	for _, b := range got.Backends {
+		ids[netip.AddrPortFrom(b.Address, b.Port).String()] = b.MemberID
+	}
+	want := map[string]string{"198.18.17.2:8080": "member-n1", "198.18.18.2:8080": "member-n1", "198.18.0.2:30080": "member-n2"}
+	if !maps.Equal(ids, want) {
+		t.Errorf("member ids %v, want %v", ids, want)
+	}
+}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
@@ -17,7 +18,8 @@ type StatsReader interface {
 }
 
 // pendingStats is what the agent counted for one service and has not
-// reported yet, with the owners to report it under.
+// reported yet, with the owners to report it under (its load balancer,
+// listener and members: the backends' ids, addresses and ports).
 type pendingStats struct {
 	service flows.Service
 	flows.Stats
@@ -28,7 +30,8 @@ type pendingStats struct {
 // open connections are the latest read's, none for a service the read
 // did not mention. A service no longer programmed keeps the owners it
 // had; one never seen with owners is dropped (nothing to report it
-// under).
+// under). A backend keeps the member it had when it has left the
+// service, so that what it counted before is reported under it.
 func mergeStats(pending map[flows.Key]pendingStats, read map[flows.Key]flows.Stats, programmed map[flows.Key]flows.Service) map[flows.Key]pendingStats {
 	out := make(map[flows.Key]pendingStats, len(pending)+len(read))
 	for k, p := range pending {
@@ -38,17 +41,36 @@ func mergeStats(pending map[flows.Key]pendingStats, read map[flows.Key]flows.Sta
 	for k, st := range read {
 		p, had := out[k]
 		if s, ok := programmed[k]; ok {
-			p.service = flows.Service{Key: k, LoadBalancerID: s.LoadBalancerID, ListenerID: s.ListenerID}
+			p.service = flows.Service{Key: k, LoadBalancerID: s.LoadBalancerID, ListenerID: s.ListenerID,
+				Backends: memberOwners(s.Backends, p.service.Backends)}
 		} else if !had {
 			continue
 		}
 		p.Counters = p.Counters.Add(st.Counters)
+		p.Members = flows.AddMembers(p.Members, st.Members)
 		p.Active = st.Active
 		out[k] = p
 	}
 	for k, p := range out {
-		if p.Counters.IsZero() && p.Active == 0 {
+		if p.IsZero() {
 			delete(out, k)
+		}
+	}
+	return out
+}
+
+// memberOwners are the members (id, address, port) of the backends now
+// programmed, then those of before whose address and port left.
+func memberOwners(now, before []flows.Backend) []flows.Backend {
+	var out []flows.Backend
+	seen := map[netip.AddrPort]bool{}
+	for _, bs := range [][]flows.Backend{now, before} {
+		for _, b := range bs {
+			ap := netip.AddrPortFrom(b.Address, b.Port)
+			if !seen[ap] {
+				seen[ap] = true
+				out = append(out, flows.Backend{MemberID: b.MemberID, Address: b.Address, Port: b.Port})
+			}
 		}
 	}
 	return out
@@ -82,7 +104,9 @@ func (a *Agent) reportStats(ctx context.Context) {
 		// returns was zeroed in the kernel already: kept all the same.
 		a.mu.Lock()
 		read, err := a.cfg.Stats.ReadStats()
-		pending = mergeStats(pending, read, a.table.services)
+		// The services as the kernel holds them: a member flattened into
+		// its node port's endpoints is counted at their addresses.
+		pending = mergeStats(pending, read, a.flat.held)
 		a.mu.Unlock()
 		if err != nil {
 			a.m.statsErrors.Inc()

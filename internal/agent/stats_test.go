@@ -22,6 +22,45 @@ func TestMergeStats(t *testing.T) {
 	c := func(n uint64) flows.Counters {
 		return flows.Counters{Connections: n, BytesIn: 10 * n, BytesOut: 20 * n, Refused: n}
 	}
+	m1 := netip.MustParseAddrPort("198.18.17.2:8080")
+	m2 := netip.MustParseAddrPort("198.18.17.3:8080")
+	withMembers := map[flows.Key]flows.Service{k1: {Key: k1, LoadBalancerID: "lb1", ListenerID: "l1",
+		Backends: []flows.Backend{{MemberID: "member-1", Address: m1.Addr(), Port: m1.Port(), Weight: 3, Node: "n1"}}}}
+	owned := func(bs ...flows.Backend) flows.Service {
+		s := owner(k1, "lb1", "l1")
+		s.Backends = bs
+		return s
+	}
+	be := func(id string, ap netip.AddrPort) flows.Backend {
+		return flows.Backend{MemberID: id, Address: ap.Addr(), Port: ap.Port()}
+	}
+	mc := func(n uint64) map[netip.AddrPort]flows.Counters {
+		return map[netip.AddrPort]flows.Counters{m1: {Connections: n, BytesIn: 10 * n}}
+	}
+	for _, tc := range []struct {
+		name       string
+		pending    map[flows.Key]pendingStats
+		read       map[flows.Key]flows.Stats
+		programmed map[flows.Key]flows.Service
+		want       map[flows.Key]pendingStats
+	}{
+		{name: "members' counters add up under their member ids", programmed: withMembers,
+			pending: map[flows.Key]pendingStats{k1: {service: owned(be("member-1", m1)), Stats: flows.Stats{Counters: c(1), Members: mc(1)}}},
+			read:    map[flows.Key]flows.Stats{k1: {Counters: c(2), Members: mc(2)}},
+			want:    map[flows.Key]pendingStats{k1: {service: owned(be("member-1", m1)), Stats: flows.Stats{Counters: c(3), Members: mc(3)}}}},
+		{name: "a backend that left keeps its member", programmed: withMembers,
+			pending: map[flows.Key]pendingStats{k1: {service: owned(be("member-2", m2)),
+				Stats: flows.Stats{Members: map[netip.AddrPort]flows.Counters{m2: {Connections: 1}}}}},
+			read: map[flows.Key]flows.Stats{k1: {Members: mc(1)}},
+			want: map[flows.Key]pendingStats{k1: {service: owned(be("member-1", m1), be("member-2", m2)),
+				Stats: flows.Stats{Members: map[netip.AddrPort]flows.Counters{m1: {Connections: 1, BytesIn: 10}, m2: {Connections: 1}}}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mergeStats(tc.pending, tc.read, tc.programmed); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
 	for _, tc := range []struct {
 		name    string
 		pending map[flows.Key]pendingStats

@@ -10,10 +10,12 @@ import (
 	"github.com/flowlb/flowlb/internal/store"
 )
 
-// Levels of the statistics series: one per listener, one per load
-// balancer (its listeners summed), or none, for clouds whose load
-// balancers are too many for one series each.
+// Levels of the statistics series: one per listener and one per member
+// (the most), one per listener, one per load balancer (its listeners
+// summed), or none, for clouds whose load balancers are too many for one
+// series each.
 const (
+	StatsMember       = "member"
 	StatsListener     = "listener"
 	StatsLoadBalancer = "loadbalancer"
 	StatsNone         = "none"
@@ -22,16 +24,26 @@ const (
 // StatsLister lists every listener's statistics (store.Stats.AllStats).
 type StatsLister func(ctx context.Context) ([]store.ListenerCounts, error)
 
+// MemberStatsLister lists every member's statistics
+// (store.Stats.AllMemberStats).
+type MemberStatsLister func(ctx context.Context) ([]store.MemberCounts, error)
+
 // RegisterStats exports Octavia's statistics, summed over the nodes, at
 // level: flowlb_listener_* with loadbalancer and listener labels, or
-// flowlb_loadbalancer_* with a loadbalancer label.
-func RegisterStats(reg prometheus.Registerer, level string, list StatsLister) error {
+// flowlb_loadbalancer_* with a loadbalancer label; at member level, the
+// listeners' and flowlb_member_* with loadbalancer and member labels.
+func RegisterStats(reg prometheus.Registerer, level string, list StatsLister, members MemberStatsLister) error {
 	switch level {
 	case StatsNone:
 		return nil
+	case StatsMember:
+		if err := reg.Register(newMemberCollector(members)); err != nil {
+			return err
+		}
+		level = StatsListener
 	case StatsListener, StatsLoadBalancer:
 	default:
-		return fmt.Errorf("statistics metrics %q: want %s, %s or %s", level, StatsListener, StatsLoadBalancer, StatsNone)
+		return fmt.Errorf("statistics metrics %q: want %s, %s, %s or %s", level, StatsMember, StatsListener, StatsLoadBalancer, StatsNone)
 	}
 	labels := []string{"loadbalancer"}
 	if level == StatsListener {
@@ -109,4 +121,42 @@ func aggregate(all []store.ListenerCounts, level string) []store.ListenerCounts 
 		o.ActiveConnections += s.ActiveConnections
 	}
 	return out
+}
+
+// memberCollector exports each member's counters.
+type memberCollector struct {
+	list                    MemberStatsLister
+	bytesIn, bytesOut, conn *prometheus.Desc
+}
+
+func newMemberCollector(list MemberStatsLister) *memberCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("flowlb_member_"+name, help, []string{"loadbalancer", "member"}, nil)
+	}
+	return &memberCollector{list: list,
+		bytesIn:  d("bytes_in_total", "IP bytes from clients to the member, summed over the nodes."),
+		bytesOut: d("bytes_out_total", "IP bytes from the member to clients, summed over the nodes."),
+		conn:     d("connections_total", "Connections sent to the member, summed over the nodes."),
+	}
+}
+
+func (c *memberCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.bytesIn, c.bytesOut, c.conn} {
+		ch <- d
+	}
+}
+
+func (c *memberCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	all, err := c.list(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.conn, err)
+		return
+	}
+	for _, m := range all {
+		for d, v := range map[*prometheus.Desc]int64{c.bytesIn: m.BytesIn, c.bytesOut: m.BytesOut, c.conn: m.TotalConnections} {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), m.LoadBalancerID, m.MemberID)
+		}
+	}
 }

@@ -42,6 +42,10 @@ type Trees func(ctx context.Context) ([]*lbaas.Tree, error)
 // StatsFunc reads one object's statistics as the API answers them.
 type StatsFunc func(ctx context.Context, kind, id string) (Stats, error)
 
+// MemberStatsFunc reads the counters of a load balancer's members, by
+// member id (those without any left out).
+type MemberStatsFunc func(ctx context.Context, lbID string) (map[string]MemberStats, error)
+
 // The kinds StatsFunc is asked for.
 const (
 	KindLoadBalancer = "loadbalancer"
@@ -65,10 +69,12 @@ var ErrLoginRefused = errors.New("login refused")
 
 // Options configure the dashboard.
 type Options struct {
-	Hub     Hub
-	Trees   Trees
-	Stats   StatsFunc
-	Replica string
+	Hub   Hub
+	Trees Trees
+	Stats StatsFunc
+	// MemberStats, when set, reads members' counters with each round.
+	MemberStats MemberStatsFunc
+	Replica     string
 	// Auth is the API's authentication middleware; the state endpoint is
 	// behind it.
 	Auth func(http.Handler) http.Handler
@@ -108,6 +114,7 @@ func New(o Options) *Dashboard {
 	}
 	d := &Dashboard{o: o, now: time.Now, mux: http.NewServeMux()}
 	d.sampler = newSampler(o.Trees, o.Stats, o.Interval, o.Window, o.MaxObjects, o.Log)
+	d.sampler.memberStats = o.MemberStats
 	static, _ := fs.Sub(assets, "assets")
 	files := http.StripPrefix("/dashboard/", http.FileServerFS(static))
 	d.mux.Handle("GET /dashboard/", noCache(files))
@@ -194,7 +201,8 @@ func (d *Dashboard) state(w http.ResponseWriter, r *http.Request) {
 	// The agents, their nodes and probes are the deployment's, seen by
 	// those who see every project.
 	infra := c.IsAdmin || c.ReadAll
-	writeJSON(w, http.StatusOK, build(d.now(), d.o.Replica, d.o.Interval, trees, view, infra, d.sampler.snapshot()))
+	history, members := d.sampler.snapshot()
+	writeJSON(w, http.StatusOK, build(d.now(), d.o.Replica, d.o.Interval, trees, view, infra, history, members))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

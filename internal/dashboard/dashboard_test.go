@@ -68,7 +68,8 @@ func hub() hubView {
 
 func TestBuildTree(t *testing.T) {
 	hist := map[string][]Sample{"lb1": {{At: at(-5000), Stats: Stats{TotalConnections: 3}}, {At: at(0), Stats: Stats{TotalConnections: 8, BytesIn: 100}}}}
-	s := build(at(1), "r1", 5*time.Second, []*lbaas.Tree{tree("lb1", "p1")}, hub(), true, hist)
+	members := map[string]MemberStats{"lb1-m1": {BytesIn: 10, BytesOut: 20, TotalConnections: 3}}
+	s := build(at(1), "r1", 5*time.Second, []*lbaas.Tree{tree("lb1", "p1")}, hub(), true, hist, members)
 	if s.Revision != 12 || s.Replica != "r1" || s.StatsInterval != 5 || len(s.LoadBalancers) != 1 {
 		t.Fatalf("header: %+v", s)
 	}
@@ -84,8 +85,11 @@ func TestBuildTree(t *testing.T) {
 		t.Fatalf("pool: %+v", pool)
 	}
 	m2 := pool.Members[1]
-	if m2.ID != "lb1-m2" || m2.OperatingStatus != "ERROR" || m2.Prober != "n2" || m2.Weight != 2 {
+	if m2.ID != "lb1-m2" || m2.OperatingStatus != "ERROR" || m2.Prober != "n2" || m2.Weight != 2 || m2.Stats != nil {
 		t.Fatalf("member: %+v", m2)
+	}
+	if m1 := pool.Members[0]; m1.Stats == nil || *m1.Stats != members["lb1-m1"] {
+		t.Fatalf("member statistics: %+v", m1.Stats)
 	}
 	if len(lb.Pools) != 1 || lb.Pools[0].ID != "lb1-spare" || lb.Pools[0].HealthMonitor != nil {
 		t.Fatalf("pools no listener uses: %+v", lb.Pools)
@@ -124,7 +128,7 @@ func TestBuildInfrastructure(t *testing.T) {
 		wantTransRevs: []string{"ERROR", "ONLINE"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := build(at(1), "r1", time.Second, trees, hub(), tc.infra, nil)
+			s := build(at(1), "r1", time.Second, trees, hub(), tc.infra, nil, nil)
 			if tc.wantAgents == nil && s.Agents != nil {
 				t.Errorf("agents shown to a project member: %+v", s.Agents)
 			}
@@ -212,6 +216,13 @@ func newTest(t *testing.T, login Login) (*Dashboard, *httptest.Server) {
 			reads[id]++
 			return Stats{TotalConnections: 10 * reads[id], ActiveConnections: 1}, nil
 		},
+		MemberStats: func(ctx context.Context, lbID string) (map[string]MemberStats, error) {
+			if c, _ := identity.FromContext(ctx); !c.IsAdmin {
+				return nil, errors.New("the sampler reads as the service")
+			}
+			reads[lbID+"-members"]++
+			return map[string]MemberStats{lbID + "-m1": {TotalConnections: 5 * reads[lbID+"-members"], BytesIn: 7, BytesOut: 9}}, nil
+		},
 		Replica: "r1", Auth: testAuth, Login: login, Interval: time.Second,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -266,6 +277,11 @@ func TestStateEndpoint(t *testing.T) {
 	if l := lb.Listeners[0]; l.Stats == nil || l.Stats.TotalConnections != 20 {
 		t.Fatalf("listener statistics: %+v", l.Stats)
 	}
+	// Members: the latest round's counters, for those with any.
+	members := lb.Listeners[0].Pools[0].Members
+	if m := members[0].Stats; m == nil || *m != (MemberStats{TotalConnections: 10, BytesIn: 7, BytesOut: 9}) || members[1].Stats != nil {
+		t.Fatalf("member statistics: %+v %+v", members[0].Stats, members[1].Stats)
+	}
 
 	// A member of p1 sees its load balancer, no agents, and the raw
 	// answer names the fields the page reads.
@@ -314,7 +330,8 @@ func TestSamplerIdle(t *testing.T) {
 	go d.Run(ctx)
 	d.sampler.viewedNow(time.Now())
 	testutil.Eventually(t, 5*time.Second, "a round after the first view", func() (bool, string) {
-		n := len(d.sampler.snapshot())
+		h, _ := d.sampler.snapshot()
+		n := len(h)
 		return n == 4, fmt.Sprintf("%d objects sampled, want 2 load balancers and 2 listeners", n)
 	})
 }

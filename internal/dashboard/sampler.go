@@ -12,17 +12,19 @@ import (
 // sampler reads every load balancer's and listener's statistics
 // periodically, through the API's own stats code, while someone looks
 // at the dashboard, and keeps the last window of samples for the
-// sparklines.
+// sparklines; and the members' latest counters (no history).
 type sampler struct {
-	trees    Trees
-	stats    StatsFunc
-	interval time.Duration
-	keep     int // samples kept per object
-	max      int // objects read per round
-	log      *slog.Logger
+	trees       Trees
+	stats       StatsFunc
+	memberStats MemberStatsFunc
+	interval    time.Duration
+	keep        int // samples kept per object
+	max         int // objects read per round
+	log         *slog.Logger
 
 	mu      sync.Mutex
 	history map[string][]Sample
+	members map[string]MemberStats
 	viewed  time.Time
 	wake    chan struct{}
 }
@@ -50,15 +52,20 @@ func (s *sampler) viewedNow(now time.Time) {
 	}
 }
 
-// snapshot returns the history of the given objects.
-func (s *sampler) snapshot() map[string][]Sample {
+// snapshot returns the history of every object, and the members'
+// counters.
+func (s *sampler) snapshot() (map[string][]Sample, map[string]MemberStats) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[string][]Sample, len(s.history))
 	for id, h := range s.history {
 		out[id] = append([]Sample(nil), h...)
 	}
-	return out
+	members := make(map[string]MemberStats, len(s.members))
+	for id, m := range s.members {
+		members[id] = m
+	}
+	return out, members
 }
 
 // run samples until ctx ends.
@@ -110,6 +117,7 @@ func (s *sampler) round(ctx context.Context) {
 	}
 	got := make(map[string]Sample, len(objs))
 	seen := make(map[string]bool, len(objs))
+	members := map[string]MemberStats{}
 	for _, o := range objs {
 		seen[o.id] = true
 		st, err := s.stats(ctx, o.kind, o.id)
@@ -117,9 +125,19 @@ func (s *sampler) round(ctx context.Context) {
 			continue // deleted since, or a database hiccup: a gap in the line
 		}
 		got[o.id] = Sample{At: time.Now(), Stats: st}
+		if o.kind == KindLoadBalancer && s.memberStats != nil {
+			ms, err := s.memberStats(ctx, o.id)
+			if err != nil {
+				continue
+			}
+			for id, m := range ms {
+				members[id] = m
+			}
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.members = members
 	for id := range s.history {
 		if !seen[id] {
 			delete(s.history, id)

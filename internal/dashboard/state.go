@@ -43,6 +43,15 @@ type Stats struct {
 	RequestErrors     int64 `json:"request_errors"`
 }
 
+// MemberStats are what the agents counted for a member: connections sent
+// to it, IP bytes from clients to it and from it to clients (Octavia's
+// API has none).
+type MemberStats struct {
+	BytesIn          int64 `json:"bytes_in"`
+	BytesOut         int64 `json:"bytes_out"`
+	TotalConnections int64 `json:"total_connections"`
+}
+
 // Sample is one periodic read of an object's statistics.
 type Sample struct {
 	At time.Time `json:"at"`
@@ -94,6 +103,8 @@ type Member struct {
 	AdminStateUp bool   `json:"admin_state_up"`
 	// Prober is the node whose agent probes the member ("" unmonitored).
 	Prober string `json:"prober"`
+	// Stats are its counters as last sampled (nil before, or none).
+	Stats *MemberStats `json:"stats"`
 }
 
 // Agent is one node's agent: the revision it programmed and how far
@@ -156,8 +167,8 @@ type hubView struct {
 
 // build is the state for a caller who sees trees; infra says whether the
 // caller may see the agents. history holds the sampled statistics by
-// object id, oldest first.
-func build(now time.Time, replica string, interval time.Duration, trees []*lbaas.Tree, hub hubView, infra bool, history map[string][]Sample) State {
+// object id, oldest first; memberStats the members' latest.
+func build(now time.Time, replica string, interval time.Duration, trees []*lbaas.Tree, hub hubView, infra bool, history map[string][]Sample, memberStats map[string]MemberStats) State {
 	s := State{GeneratedAt: now, Replica: replica, Revision: hub.revision, StatsInterval: interval.Seconds(),
 		LoadBalancers: []LoadBalancer{}, HealthTransitions: []Transition{}, Changes: []Change{}}
 	prober := map[string]string{}
@@ -173,7 +184,7 @@ func build(now time.Time, replica string, interval time.Duration, trees []*lbaas
 		for _, m := range t.Members {
 			members[m.ID] = m
 		}
-		s.LoadBalancers = append(s.LoadBalancers, lbOf(t, prober, history))
+		s.LoadBalancers = append(s.LoadBalancers, lbOf(t, prober, history, memberStats))
 	}
 	if infra {
 		s.Agents = agentsOf(hub, members)
@@ -257,7 +268,7 @@ func statusOf(b lbaas.Base, name string) Status {
 
 // lbOf is one load balancer's status tree, as Octavia's
 // /loadbalancers/{id}/status nests it, with statistics.
-func lbOf(t *lbaas.Tree, prober map[string]string, history map[string][]Sample) LoadBalancer {
+func lbOf(t *lbaas.Tree, prober map[string]string, history map[string][]Sample, memberStats map[string]MemberStats) LoadBalancer {
 	lb := LoadBalancer{Status: statusOf(t.LB.Base, t.LB.Name), ProjectID: t.LB.ProjectID, VIPAddress: t.LB.VIPAddress,
 		Listeners: []Listener{}, Pools: []Pool{}}
 	lb.Stats, lb.History = latest(history[t.LB.ID])
@@ -267,7 +278,7 @@ func lbOf(t *lbaas.Tree, prober map[string]string, history map[string][]Sample) 
 		ln.Stats, ln.History = latest(history[l.ID])
 		for _, p := range t.Pools {
 			if p.ListenerID == l.ID || (l.DefaultPoolID != nil && *l.DefaultPoolID == p.ID) {
-				ln.Pools = append(ln.Pools, poolOf(t, p, prober))
+				ln.Pools = append(ln.Pools, poolOf(t, p, prober, memberStats))
 				used[p.ID] = true
 			}
 		}
@@ -275,13 +286,13 @@ func lbOf(t *lbaas.Tree, prober map[string]string, history map[string][]Sample) 
 	}
 	for _, p := range t.Pools {
 		if !used[p.ID] {
-			lb.Pools = append(lb.Pools, poolOf(t, p, prober))
+			lb.Pools = append(lb.Pools, poolOf(t, p, prober, memberStats))
 		}
 	}
 	return lb
 }
 
-func poolOf(t *lbaas.Tree, p *lbaas.Pool, prober map[string]string) Pool {
+func poolOf(t *lbaas.Tree, p *lbaas.Pool, prober map[string]string, memberStats map[string]MemberStats) Pool {
 	out := Pool{Status: statusOf(p.Base, p.Name), Protocol: p.Protocol, LBAlgorithm: p.LBAlgorithm, Members: []Member{}}
 	if hm := t.PoolMonitor(p.ID); hm != nil {
 		out.HealthMonitor = &Monitor{Status: statusOf(hm.Base, hm.Name), Type: hm.Type, Delay: hm.Delay, Timeout: hm.Timeout, MaxRetries: hm.MaxRetries}
@@ -290,8 +301,12 @@ func poolOf(t *lbaas.Tree, p *lbaas.Pool, prober map[string]string) Pool {
 		if m.PoolID != p.ID {
 			continue
 		}
-		out.Members = append(out.Members, Member{Status: statusOf(m.Base, m.Name), Address: m.Address, ProtocolPort: m.ProtocolPort,
-			Weight: m.Weight, Backup: m.Backup, AdminStateUp: m.AdminStateUp, Prober: prober[m.ID]})
+		mem := Member{Status: statusOf(m.Base, m.Name), Address: m.Address, ProtocolPort: m.ProtocolPort,
+			Weight: m.Weight, Backup: m.Backup, AdminStateUp: m.AdminStateUp, Prober: prober[m.ID]}
+		if st, ok := memberStats[m.ID]; ok {
+			mem.Stats = &st
+		}
+		out.Members = append(out.Members, mem)
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
@@ -30,8 +31,9 @@ type statsEvent struct {
 }
 
 // listenerCounts sums a report's services by listener (a listener is one
-// service; a report names each service once, but nothing relies on it).
-// Services without a listener are left out.
+// service; a report names each service once, but nothing relies on it),
+// and their backends by member. Services without a listener, and
+// backends without a member, are left out.
 func listenerCounts(r *agentv1.StatsReport) []store.ListenerCounts {
 	byListener := map[string]int{}
 	var out []store.ListenerCounts
@@ -52,8 +54,29 @@ func listenerCounts(r *agentv1.StatsReport) []store.ListenerCounts {
 		c.TotalConnections += int64(st.Connections)
 		c.RequestErrors += int64(st.Refused)
 		c.ActiveConnections += int64(st.Active)
+		for _, b := range s.Backends {
+			m, ok := st.Members[netip.AddrPortFrom(b.Address, b.Port)]
+			if b.MemberID == "" || !ok {
+				continue
+			}
+			out[i].Members = addMember(out[i].Members, store.MemberCounts{MemberID: b.MemberID, LoadBalancerID: s.LoadBalancerID,
+				BytesIn: int64(m.BytesIn), BytesOut: int64(m.BytesOut), TotalConnections: int64(m.Connections)})
+		}
 	}
 	return out
+}
+
+// addMember adds m to the member of its id in ms, or appends it.
+func addMember(ms []store.MemberCounts, m store.MemberCounts) []store.MemberCounts {
+	for i := range ms {
+		if ms[i].MemberID == m.MemberID {
+			ms[i].BytesIn += m.BytesIn
+			ms[i].BytesOut += m.BytesOut
+			ms[i].TotalConnections += m.TotalConnections
+			return ms
+		}
+	}
+	return append(ms, m)
 }
 
 // activeTTL is how long a report's open connections count: three of the

@@ -5,8 +5,10 @@
 package flowpb
 
 import (
+	"maps"
 	"math"
 	"net/netip"
+	"slices"
 	"time"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
@@ -135,16 +137,40 @@ func ProbeFromProto(p *agentv1.Probe) flows.Probe {
 	}
 }
 
-// StatsToProto encodes what a node counted for service s.
+// StatsToProto encodes what a node counted for service s; each backend's
+// counters go under the member s's backend of that address and port is
+// (none when s has no such backend).
 func StatsToProto(s flows.Service, st flows.Stats) *agentv1.ServiceStats {
-	return &agentv1.ServiceStats{Key: KeyToProto(s.Key), LoadbalancerId: s.LoadBalancerID, ListenerId: s.ListenerID,
+	p := &agentv1.ServiceStats{Key: KeyToProto(s.Key), LoadbalancerId: s.LoadBalancerID, ListenerId: s.ListenerID,
 		Connections: st.Connections, BytesIn: st.BytesIn, BytesOut: st.BytesOut, RequestErrors: st.Refused, ActiveConnections: st.Active}
+	ids := map[netip.AddrPort]string{}
+	for _, b := range s.Backends {
+		ids[netip.AddrPortFrom(b.Address, b.Port)] = b.MemberID
+	}
+	backends := slices.SortedFunc(maps.Keys(st.Members), netip.AddrPort.Compare)
+	for _, b := range backends {
+		c := st.Members[b]
+		p.Members = append(p.Members, &agentv1.MemberStats{MemberId: ids[b], Address: b.Addr().AsSlice(), Port: uint32(b.Port()),
+			Connections: c.Connections, BytesIn: c.BytesIn, BytesOut: c.BytesOut})
+	}
+	return p
 }
 
 // StatsFromProto is the inverse of StatsToProto; the service carries the
-// key and owners only.
+// key, owners and members (their ids, addresses and ports) only.
 func StatsFromProto(p *agentv1.ServiceStats) (flows.Service, flows.Stats) {
 	s := flows.Service{Key: KeyFromProto(p.GetKey()), LoadBalancerID: p.GetLoadbalancerId(), ListenerID: p.GetListenerId()}
-	return s, flows.Stats{Counters: flows.Counters{Connections: p.GetConnections(), BytesIn: p.GetBytesIn(), BytesOut: p.GetBytesOut(),
+	st := flows.Stats{Counters: flows.Counters{Connections: p.GetConnections(), BytesIn: p.GetBytesIn(), BytesOut: p.GetBytesOut(),
 		Refused: p.GetRequestErrors()}, Active: p.GetActiveConnections()}
+	for _, m := range p.GetMembers() {
+		a, _ := netip.AddrFromSlice(m.GetAddress())
+		b := flows.Backend{MemberID: m.GetMemberId(), Address: a.Unmap(), Port: uint16(m.GetPort())}
+		s.Backends = append(s.Backends, b)
+		if st.Members == nil {
+			st.Members = map[netip.AddrPort]flows.Counters{}
+		}
+		k := netip.AddrPortFrom(b.Address, b.Port)
+		st.Members[k] = st.Members[k].Add(flows.Counters{Connections: m.GetConnections(), BytesIn: m.GetBytesIn(), BytesOut: m.GetBytesOut()})
+	}
+	return s, st
 }

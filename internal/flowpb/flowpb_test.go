@@ -3,6 +3,7 @@ package flowpb
 import (
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -146,10 +147,25 @@ func TestEdges(t *testing.T) {
 
 func TestStatsRoundTrip(t *testing.T) {
 	s := fullService()
-	st := flows.Stats{Counters: flows.Counters{Connections: 7, BytesIn: 1 << 40, BytesOut: 3, Refused: 2}, Active: 5}
+	b0, b1 := s.Backends[0], s.Backends[1]
+	gone := netip.MustParseAddrPort("198.18.17.99:80")
+	st := flows.Stats{Counters: flows.Counters{Connections: 7, BytesIn: 1 << 40, BytesOut: 3, Refused: 2}, Active: 5,
+		Members: map[netip.AddrPort]flows.Counters{
+			netip.AddrPortFrom(b0.Address, b0.Port): {Connections: 4, BytesIn: 1 << 39, BytesOut: 1},
+			netip.AddrPortFrom(b1.Address, b1.Port): {Connections: 3, BytesIn: 1 << 39, BytesOut: 2},
+			gone:                                    {BytesIn: 9}}}
 	gotS, gotSt := StatsFromProto(wire(t, StatsToProto(s, st)))
+	// Members in address order; one the service no longer has, without
+	// an id.
 	want := flows.Service{Key: s.Key, LoadBalancerID: s.LoadBalancerID, ListenerID: s.ListenerID}
-	if !reflect.DeepEqual(gotS, want) || gotSt != st {
+	for _, b := range s.Backends[:2] {
+		want.Backends = append(want.Backends, flows.Backend{MemberID: b.MemberID, Address: b.Address, Port: b.Port})
+	}
+	want.Backends = append(want.Backends, flows.Backend{Address: gone.Addr(), Port: gone.Port()})
+	slices.SortFunc(want.Backends, func(a, b flows.Backend) int {
+		return netip.AddrPortFrom(a.Address, a.Port).Compare(netip.AddrPortFrom(b.Address, b.Port))
+	})
+	if !reflect.DeepEqual(gotS, want) || !reflect.DeepEqual(gotSt, st) {
 		t.Errorf("round trip: %+v %+v, want %+v %+v", gotS, gotSt, want, st)
 	}
 }

@@ -1,5 +1,7 @@
 package flows
 
+import "net/netip"
+
 // Counters are what one node counted for one service over an interval:
 // connections it admitted, bytes in each direction (IP packets, headers
 // included, as the kernel counts them), and connection attempts it
@@ -26,4 +28,27 @@ func (c Counters) IsZero() bool { return c == Counters{} }
 type Stats struct {
 	Counters
 	Active uint64
+	// Members are the counters of the connections sent to each backend
+	// (address and port); Refused is zero in them, as a refused
+	// connection has no backend.
+	Members map[netip.AddrPort]Counters
+}
+
+// IsZero reports whether nothing was counted and nothing is open.
+func (s Stats) IsZero() bool { return s.Counters.IsZero() && s.Active == 0 && len(s.Members) == 0 }
+
+// AddMembers returns the sum of two members' counters, by backend (nil
+// when both are empty).
+func AddMembers(a, b map[netip.AddrPort]Counters) map[netip.AddrPort]Counters {
+	if len(a)+len(b) == 0 {
+		return nil
+	}
+	out := make(map[netip.AddrPort]Counters, len(a)+len(b))
+	for k, c := range a {
+		out[k] = c
+	}
+	for k, c := range b {
+		out[k] = out[k].Add(c)
+	}
+	return out
 }

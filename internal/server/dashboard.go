@@ -16,7 +16,7 @@ import (
 // authentication, reading statistics through the API's own stats routes;
 // its sampler runs until the server stops.
 func (s *Server) dashboard(api http.Handler, authn func(http.Handler) http.Handler, k *identity.Keystone, o Options) *dashboard.Dashboard {
-	opts := dashboard.Options{Hub: s.Hub, Trees: s.svc.Trees, Stats: apiStats(api), Replica: o.ReplicaID, Auth: authn, Log: s.log}
+	opts := dashboard.Options{Hub: s.Hub, Trees: s.svc.Trees, Stats: apiStats(api), MemberStats: s.memberStats, Replica: o.ReplicaID, Auth: authn, Log: s.log}
 	if k != nil {
 		opts.Login = func(ctx context.Context, r dashboard.LoginRequest) (string, time.Time, error) {
 			tok, until, err := k.Login(ctx, r.User, r.UserDomain, r.Password, r.Project, r.ProjectDomain)
@@ -73,3 +73,18 @@ type recorder struct {
 func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
 func (r *recorder) Write(b []byte) (int, error) { r.body = append(r.body, b...); return len(b), nil }
+
+// memberStats reads a load balancer's members' counters from the store
+// (no API serves them): the sampler asks only for load balancers it read
+// through the API.
+func (s *Server) memberStats(ctx context.Context, lbID string) (map[string]dashboard.MemberStats, error) {
+	all, err := s.st.MemberStats(ctx, lbID)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]dashboard.MemberStats, len(all))
+	for _, m := range all {
+		out[m.MemberID] = dashboard.MemberStats{BytesIn: m.BytesIn, BytesOut: m.BytesOut, TotalConnections: m.TotalConnections}
+	}
+	return out, nil
+}

@@ -62,7 +62,7 @@ type Options struct {
 	AgentTokenFile   string
 	AckTimeout       time.Duration
 	// StatsMetrics is the level of the statistics series on /metrics:
-	// listener (default), loadbalancer or none.
+	// member, listener (default), loadbalancer or none.
 	StatsMetrics string
 	ReplicaID    string
 	Network      string
@@ -443,7 +443,7 @@ func (s *Server) apiServer(reg *prometheus.Registry, authn func(http.Handler) ht
 	if level == "" {
 		level = apimetrics.StatsListener
 	}
-	if err := apimetrics.RegisterStats(reg, level, s.st.AllStats); err != nil {
+	if err := apimetrics.RegisterStats(reg, level, s.st.AllStats, s.st.AllMemberStats); err != nil {
 		return nil, err
 	}
 	// Floating IPs on VIP ports turn ACTIVE as load balancers do: once

@@ -108,19 +108,27 @@ type Store interface {
 	Close() error
 }
 
-// Stats keeps what the agents count, per listener, summed over nodes.
+// Stats keeps what the agents count, per listener and per member, summed
+// over nodes.
 type Stats interface {
 	// AddStats adds what node counted since its previous report to each
-	// listener's counters and replaces the node's open connections (a
-	// listener it does not list has none there), valid for ttl, in one
-	// transaction.
+	// listener's and member's counters and replaces the node's open
+	// connections (a listener it does not list has none there), valid
+	// for ttl, in one transaction. Counts of listeners or members that
+	// do not exist are dropped.
 	AddStats(ctx context.Context, node string, counts []ListenerCounts, ttl time.Duration) error
 	// ListenerStats sums a listener's statistics (zeros for one without).
 	ListenerStats(ctx context.Context, listenerID string) (Counts, error)
-	// LoadBalancerStats sums those of a load balancer's listeners.
+	// LoadBalancerStats sums those of a load balancer's existing
+	// listeners, as Octavia does.
 	LoadBalancerStats(ctx context.Context, lbID string) (Counts, error)
 	// AllStats lists every listener's statistics (for metrics).
 	AllStats(ctx context.Context) ([]ListenerCounts, error)
+	// MemberStats lists the statistics of a load balancer's existing
+	// members with any, by member id; AllMemberStats, every load
+	// balancer's (for metrics).
+	MemberStats(ctx context.Context, lbID string) ([]MemberCounts, error)
+	AllMemberStats(ctx context.Context) ([]MemberCounts, error)
 }
 
 // Counts are Octavia's statistics of a listener or load balancer.
@@ -128,10 +136,19 @@ type Counts struct {
 	BytesIn, BytesOut, TotalConnections, RequestErrors, ActiveConnections int64
 }
 
-// ListenerCounts is what one node counted for one listener.
+// ListenerCounts is what one node counted for one listener, and for the
+// members its connections went to.
 type ListenerCounts struct {
 	ListenerID, LoadBalancerID string
 	Counts
+	Members []MemberCounts
+}
+
+// MemberCounts are a member's counters: connections sent to it, IP bytes
+// from clients to it and from it to clients.
+type MemberCounts struct {
+	MemberID, LoadBalancerID            string
+	BytesIn, BytesOut, TotalConnections int64
 }
 
 // Commit is what a committed transaction logged.

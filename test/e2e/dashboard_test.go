@@ -127,7 +127,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	other, _, _ := c.createLB(c.subnet("flowlb-vip-subnet"), map[string]any{"protocol_port": 81}, "SOURCE_IP", pods[2:])
 	// Some traffic, for the statistics.
 	vip := net.JoinHostPort(lb["vip_address"].(string), "80")
-	if _, fails, err := spread([]lab.Host{pods[1], pods[3]}, vip, 10); fails > 0 {
+	answered, fails, err := spread([]lab.Host{pods[1], pods[3]}, vip, 10)
+	if fails > 0 {
 		t.Errorf("%d requests through %s failed: %v", fails, vip, err)
 	}
 
@@ -147,6 +148,15 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	for name, id := range members {
 		b.waitFor(10*time.Second, name+" ONLINE on the page", memberStatus(id)+` === "ONLINE"`, memberStatus(id))
+	}
+	// Each member's connections: those it answered through the VIP (the
+	// monitor's probes go to it directly).
+	memberConns := func(id string) string {
+		return fmt.Sprintf(`((document.querySelector('[data-member=%q] [data-member-connections]') || {dataset: {}}).dataset.memberConnections || "0")`, id)
+	}
+	for name, id := range members {
+		b.waitFor(15*time.Second, fmt.Sprintf("%s's %d connections on the page", name, answered[name]),
+			fmt.Sprintf(`%s === "%d"`, memberConns(id), answered[name]), memberConns(id))
 	}
 	agentsShown := `JSON.stringify([...document.querySelectorAll("[data-agent]")].map(e => [e.dataset.agent, e.dataset.revision, e.dataset.lag]))`
 	b.waitFor(10*time.Second, "both agents listed", `document.querySelectorAll("[data-agent]").length === 2`, agentsShown)

@@ -6,21 +6,26 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/lab/echo"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // TestStatistics: a known number of connections and bytes through VIPs
 // from pods of several nodes comes back exactly in Octavia's statistics,
-// summed over the nodes; an agent restart (with traffic counted by its
-// kernel while it was down) neither loses nor repeats a count.
+// summed over the nodes, and per member in the server's metrics; an
+// agent restart (with traffic counted by its kernel while it was down)
+// neither loses nor repeats a count.
 func TestStatistics(t *testing.T) {
-	c := newClusterOpts(t, clusterOptions{nodes: 3, pods: 2, agentArgs: []string{"--stats-interval", "300ms"}})
+	c := newClusterOpts(t, clusterOptions{nodes: 3, pods: 2, agentArgs: []string{"--stats-interval", "300ms"},
+		serverArgs: []string{"--stats-metrics", "member"}})
 	subnet := c.subnet("flowlb-vip-subnet")
 	backends := []lab.Host{c.lab.Pod(1, 1), c.lab.Pod(2, 1), c.lab.Pod(3, 1)}
 	clients := []lab.Host{c.lab.Pod(1, 2), c.lab.Pod(2, 2), c.lab.Pod(3, 2)}
@@ -29,25 +34,34 @@ func TestStatistics(t *testing.T) {
 	// bytes are exact (20 IP + 8 UDP + payload, each way).
 	var ms []any
 	for _, p := range backends {
-		ms = append(ms, map[string]any{"address": p.Addr.String(), "protocol_port": 9090})
+		ms = append(ms, map[string]any{"address": p.Addr.String(), "protocol_port": 9090, "name": p.Name})
 	}
-	udpLB, _, _ := c.createLB(subnet, map[string]any{"protocol": "UDP", "protocol_port": 53, "default_pool": map[string]any{
+	udpLB, _, memberIDs := c.createLB(subnet, map[string]any{"protocol": "UDP", "protocol_port": 53, "default_pool": map[string]any{
 		"name": "u", "protocol": "UDP", "lb_algorithm": "ROUND_ROBIN", "members": ms}}, "", nil)
 	udpVIP := net.JoinHostPort(udpLB["vip_address"].(string), "53")
 	udpID := udpLB["id"].(string)
 	listenerID := udpLB["listeners"].([]any)[0].(map[string]any)["id"].(string)
 	// UDP flows stay open in conntrack for 30 s: not checked.
 	want := stats{active: -1}
+	// Per member, by the pod that answered.
+	wantMember := map[string]*stats{}
 	send := func(from lab.Host, n int) {
 		t.Helper()
 		for i := 0; i < n; i++ {
-			in, out, err := udpExchange(from, udpVIP, fmt.Sprintf("datagram %d from %s", i, from.Name))
+			in, out, pod, err := udpExchange(from, udpVIP, fmt.Sprintf("datagram %d from %s", i, from.Name))
 			if err != nil {
 				t.Fatal(err)
 			}
 			want.conns++
 			want.in += int64(in + 28)
 			want.out += int64(out + 28)
+			if wantMember[pod] == nil {
+				wantMember[pod] = &stats{}
+			}
+			m := wantMember[pod]
+			m.conns++
+			m.in += int64(in + 28)
+			m.out += int64(out + 28)
 		}
 	}
 	for i, cl := range clients {
@@ -68,6 +82,24 @@ func TestStatistics(t *testing.T) {
 	}
 	send(clients[1], 3)
 	c.waitStats("/v2/lbaas/loadbalancers/"+udpID+"/stats", want)
+	// Each member's counts, as the server's /metrics has them: the same
+	// datagrams, by the member that answered.
+	if len(wantMember) < 2 {
+		t.Errorf("round robin reached only %v", wantMember)
+	}
+	testutil.Eventually(t, 15*time.Second, "member series", func() (bool, string) {
+		metrics := c.serverMetrics()
+		for pod, m := range wantMember {
+			id := memberIDs[pod]
+			for name, v := range map[string]int64{"connections_total": m.conns, "bytes_in_total": m.in, "bytes_out_total": m.out} {
+				series := fmt.Sprintf(`flowlb_member_%s{loadbalancer=%q,member=%q}`, name, udpID, id)
+				if got := seriesValue(metrics, series); got != float64(v) {
+					return false, fmt.Sprintf("%s %v, want %d", series, got, v)
+				}
+			}
+		}
+		return true, ""
+	})
 	// The openstack CLI reads the same.
 	for _, argv := range [][]string{{"loadbalancer", "stats", "show", udpID}, {"loadbalancer", "listener", "stats", "show", listenerID}} {
 		got := c.openstack(append(argv, "-f", "json")...)
@@ -167,24 +199,54 @@ func (c *cluster) waitStats(path string, want stats) stats {
 }
 
 // udpExchange sends one datagram from a socket of its own and reads the
-// answer: the payload sizes each way.
-func udpExchange(from lab.Host, vip, msg string) (int, int, error) {
+// answer: the payload sizes each way, and the pod that answered.
+func udpExchange(from lab.Host, vip, msg string) (int, int, string, error) {
 	conn, err := from.Dial(context.Background(), "udp", vip)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
 	if _, err := conn.Write([]byte(msg)); err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	buf := make([]byte, 2048)
 	n, err := conn.Read(buf)
 	if err != nil {
-		return 0, 0, fmt.Errorf("udp %s: %w", vip, err)
+		return 0, 0, "", fmt.Errorf("udp %s: %w", vip, err)
 	}
-	if !strings.Contains(string(buf[:n]), " ") {
-		return 0, 0, fmt.Errorf("udp %s: odd answer %q", vip, buf[:n])
+	r, err := echo.Parse(strings.TrimSpace(string(buf[:n])))
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("udp %s: odd answer %q: %w", vip, buf[:n], err)
 	}
-	return len(msg), n, nil
+	return len(msg), n, r.Pod, nil
+}
+
+// serverMetrics reads the server's /metrics.
+func (c *cluster) serverMetrics() string {
+	c.t.Helper()
+	resp, err := c.http.Get(c.api + "/metrics")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return string(b)
+}
+
+// seriesValue is the value of one series in a /metrics text, -1 when it
+// is not there.
+func seriesValue(metrics, series string) float64 {
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }

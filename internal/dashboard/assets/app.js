@@ -113,7 +113,9 @@ function memberItem(m) {
   return el("li", { "data-member": m.id, "data-status": m.operating_status },
     el("span", { class: "kind" }, "member"), m.name || "", " ", m.address + ":" + m.protocol_port,
     m.backup ? " (backup)" : "", " weight " + m.weight, " ", badge(m.operating_status),
-    m.prober ? el("span", { class: "muted" }, " probed from " + m.prober) : null);
+    m.prober ? el("span", { class: "muted" }, " probed from " + m.prober) : null,
+    m.stats ? el("span", { class: "muted", "data-member-connections": m.stats.total_connections }, " · " + fmtNum(m.stats.total_connections) + " connections, " +
+      fmtNum(m.stats.bytes_in) + "B in, " + fmtNum(m.stats.bytes_out) + "B out") : null);
 }
 
 function poolItem(p) {

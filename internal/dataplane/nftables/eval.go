@@ -239,6 +239,9 @@ func (r *run) meta(e *expr.Meta) (bool, result, error) {
 		return true, result{}, r.store(e.Register, []byte{r.pkt.proto})
 	case e.Key == expr.MetaKeyMARK && !e.SourceRegister:
 		return true, result{}, r.store32(e.Register, r.pkt.mark)
+	case e.Key == expr.MetaKeyIIFTYPE && !e.SourceRegister:
+		// A traced packet comes from a network, not loopback.
+		return true, result{}, r.store(e.Register, binaryutil.NativeEndian.PutUint16(unix.ARPHRD_ETHER))
 	case e.Key == expr.MetaKeyMARK:
 		b, err := r.reg(e.Register, 4)
 		if err == nil {
@@ -282,6 +285,11 @@ func (r *run) ct(e *expr.Ct) (bool, result, error) {
 	case e.Key == expr.CtKeyDIRECTION:
 		// A trace follows a first packet: the original direction.
 		return true, result{}, r.store(e.Register, []byte{0})
+	// The original tuple: as the client sent it.
+	case e.Key == expr.CtKeyDST && e.Direction == 0:
+		return true, result{}, r.store(e.Register, r.pkt.origDaddr.AsSlice())
+	case e.Key == expr.CtKeyPROTODST && e.Direction == 0:
+		return true, result{}, r.store(e.Register, binary.BigEndian.AppendUint16(nil, r.pkt.origDport))
 	}
 	return false, result{}, fmt.Errorf("cannot evaluate ct key %d", e.Key)
 }

@@ -218,6 +218,32 @@ func (f *family) ctOrigKey() []expr.Any {
 		&expr.Ct{Register: f.regDport, Key: expr.CtKeyPROTODST, Direction: 0})
 }
 
+// memberKey loads the connection's service (ctOrigKey) . backend
+// address . backend port from regDaddr, for a packet past the
+// destination translation: the backend is the destination of a packet
+// from the client (reply false) and the source of one to it. (The
+// packet rather than conntrack's reply tuple: the library sends a ct
+// expression's direction as 4 big-endian bytes, of which the kernel
+// reads the first, so only the original direction can be asked for.)
+func (f *family) memberKey(reply bool) []expr.Any {
+	if reply {
+		return append(f.ctOrigKey(), append(f.saddr(f.regSlot), load(f.regSlot+words(f.addrLen), expr.PayloadBaseTransportHeader, 0, 2)...)...)
+	}
+	return append(f.ctOrigKey(), append(f.daddr(f.regSlot), load(f.regSlot+words(f.addrLen), expr.PayloadBaseTransportHeader, 2, 2)...)...)
+}
+
+// ctOriginal matches a packet of a connection's original direction.
+func ctOriginal() []expr.Any {
+	return one(&expr.Ct{Register: regMark, Key: expr.CtKeyDIRECTION},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: regMark, Data: []byte{0}})
+}
+
+// fromLoopback matches a packet that came in on loopback.
+func fromLoopback() []expr.Any {
+	return one(&expr.Meta{Key: expr.MetaKeyIIFTYPE, Register: regMark},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: regMark, Data: binaryutil.NativeEndian.PutUint16(unix.ARPHRD_LOOPBACK)})
+}
+
 func goTo(ch string) []expr.Any { return one(&expr.Verdict{Kind: expr.VerdictGoto, Chain: ch}) }
 
 func tcpOnly() []expr.Any {

@@ -128,6 +128,7 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 	if zonal {
 		f.add(elem{set: zoneOnSet, key: kb})
 	}
+
 	if s.LocalOnly || s.InternalLocal {
 		lt := flows.Maglev(local, Slots)
 		for i, idx := range lt {
@@ -146,6 +147,13 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 			f.add(elem{set: iLocalOnSet, key: kb})
 		case s.InternalLocal:
 			f.add(elem{set: iLocalNoneSet, key: kb})
+		}
+	}
+	// Every backend a slot names has its counters (stats.go).
+	for b := range members {
+		mk := append(append([]byte{}, kb...), backendVal(b)...)
+		for _, set := range memberSets {
+			f.add(elem{set: set, key: mk})
 		}
 	}
 	if s.Persistence != nil && s.Persistence.Timeout >= time.Second {

@@ -651,6 +651,13 @@ func TestIPv6ConnectionLimitAndNodePort(t *testing.T) {
 		if s := st[vip6Key]; s.Connections != 5 || s.BytesIn == 0 || s.BytesOut == 0 {
 			t.Errorf("IPv6 service counted %+v, want 5 connections with bytes both ways", s)
 		}
+		// Per backend (a key of eleven registers): the same, all to the
+		// one backend.
+		s := st[vip6Key]
+		b := netip.AddrPortFrom(netip.MustParseAddr(backends6[1]), 8080)
+		if m := s.Members[b]; len(s.Members) != 1 || m != (flows.Counters{Connections: 5, BytesIn: s.BytesIn, BytesOut: s.BytesOut}) {
+			t.Errorf("IPv6 backend counted %+v, want the service's %+v under %s", s.Members, s.Counters, b)
+		}
 	})
 }
 

@@ -54,6 +54,8 @@ const (
 	preBindChain          = "prerouting_bind"
 	outBindChain          = "output_bind"
 	postChain             = "postrouting"
+	memberChainName       = "member"
+	memberOutChainName    = "member_out"
 )
 
 // rule joins expression lists into a rule.
@@ -70,7 +72,7 @@ func rule(reason string, parts ...[]expr.Any) ruleSpec {
 // let rules refer to sets created in the same transaction).
 // counted says whether they count (stats.go).
 func baseChains(sc schema, counted bool) []chainSpec {
-	return []chainSpec{
+	chains := []chainSpec{
 		rejectChain(sc, counted),
 		nodePortRewrite(nodePortChain, nftables.ChainHookPrerouting, sc),
 		nodePortRewrite(nodePortOutChain, nftables.ChainHookOutput, sc),
@@ -83,6 +85,11 @@ func baseChains(sc schema, counted bool) []chainSpec {
 		bindChain(preBindChain, nftables.ChainHookPrerouting, sc.fam),
 		bindChain(outBindChain, nftables.ChainHookOutput, sc.fam),
 	}
+	if counted {
+		chains = append(chains, memberChain(memberChainName, nftables.ChainHookPrerouting, sc),
+			memberChain(memberOutChainName, nftables.ChainHookOutput, sc))
+	}
+	return chains
 }
 
 // Priorities of the NAT chains. flowlb picks a backend and rewrites the
@@ -96,6 +103,9 @@ func baseChains(sc schema, counted bool) []chainSpec {
 var (
 	rewritePriority = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 10)
 	bindPriority    = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest + 10)
+	// memberPriority: after the translation is bound, so that the first
+	// packet, too, is addressed to its backend.
+	memberPriority = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest + 20)
 )
 
 // nodePortPriority is where node ports are recognised: after conntrack
@@ -186,6 +196,35 @@ func filterChain(name string, hook *nftables.ChainHook, sc schema, counted bool)
 		rule("", svcKey(), lookup(sets[statsInSet], regDaddr)),
 		rule("", ctReply(), notLoopback(name), f.ctOrigKey(), lookup(sets[statsOutSet], regDaddr)))
 	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityMangle}, rules: rules}
+}
+
+// memberChain counts by backend (stats.go): a new connection in
+// member_new, a packet from a client in member_in, one to a client in
+// member_out, each under the connection's service (its original
+// destination) and backend (where the packet goes or comes from: past
+// the translation, before the reply's source is translated back). Only
+// the node that translated a connection has a service in conntrack's
+// original tuple, so each packet is counted once in the cluster, as by
+// the acl chains. A packet that came in on loopback was counted in
+// member_out (output) already. Four rules whatever the number of
+// services and backends; a packet of no service's connection costs a
+// key and a failed lookup.
+//
+//	meta iiftype loopback return   (prerouting only)
+//	ct state new  ct original ip daddr . meta l4proto . ct original proto-dst . ip daddr . th dport @member_new
+//	ct direction original  … . ip daddr . th dport @member_in
+//	ct direction reply  … . ip saddr . th sport @member_out
+func memberChain(name string, hook *nftables.ChainHook, sc schema) chainSpec {
+	f, sets := sc.fam, sc.sets
+	var rules []ruleSpec
+	if name == memberChainName {
+		rules = append(rules, rule("", fromLoopback(), one(&expr.Verdict{Kind: expr.VerdictReturn})))
+	}
+	rules = append(rules,
+		rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), f.memberKey(false), lookup(sets[memberNewSet], regDaddr)),
+		rule("", ctOriginal(), f.memberKey(false), lookup(sets[memberInSet], regDaddr)),
+		rule("", ctReply(), f.memberKey(true), lookup(sets[memberOutSet], regDaddr)))
+	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: memberPriority}, rules: rules}
 }
 
 // postroutingChain masquerades hairpin connections, and connections from

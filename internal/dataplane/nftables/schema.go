@@ -69,7 +69,7 @@ const (
 	// layoutMarker names the rule layout: a table without it (made by an
 	// agent with other rules) is rebuilt instead of adopted. Bump it with
 	// any change to the rules of rules.go or to setSpecs.
-	layoutMarker = "layout_9"
+	layoutMarker = "layout_10"
 	// uncountedMarker marks a table built without the statistics rules
 	// (WithoutCounters); a table with it is rebuilt for an agent that
 	// counts, and one without it for an agent that does not.
@@ -156,12 +156,16 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 	for _, name := range statsSets {
 		s = append(s, &nftables.Set{Table: t, Name: name, Concatenation: true, KeyType: keyType, Counter: true})
 	}
+	for _, name := range memberSets {
+		s = append(s, &nftables.Set{Table: t, Name: name, Concatenation: true, Counter: true,
+			KeyType: nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, addr, nftables.TypeInetService)})
+	}
 	return s
 }
 
 // serviceSets are the sets whose elements belong to one service each.
 var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, zoneOnSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, limitsMap, nodePortsSet,
-	statsNewSet, statsInSet, statsOutSet, statsErrSet}
+	statsNewSet, statsInSet, statsOutSet, statsErrSet, memberNewSet, memberInSet, memberOutSet}
 
 // algs are the algorithms in the flow model's fixed order, so that rules
 // are laid out the same every time.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/mdlayher/netlink"
 	vnl "github.com/vishvananda/netlink"
@@ -30,6 +31,27 @@ const (
 
 var statsSets = []string{statsNewSet, statsInSet, statsOutSet, statsErrSet}
 
+// Per backend, three more sets count the same way, one element per
+// service and backend (service . address . port), looked up by the
+// member chains after the translation: member_new, member_in, member_out.
+const (
+	memberNewSet = "member_new"
+	memberInSet  = "member_in"
+	memberOutSet = "member_out"
+)
+
+var memberSets = []string{memberNewSet, memberInSet, memberOutSet}
+
+// counterSets are every set ReadStats reads.
+var counterSets = slices.Concat(statsSets, memberSets)
+
+// counterKey names a counter set's element: a service, and for the
+// member sets a backend (zero in the service sets).
+type counterKey struct {
+	svc     flows.Key
+	backend netip.AddrPort
+}
+
 // msgGetSetElemReset is NFT_MSG_GETSETELEM_RESET: dump a set's elements
 // and reset their counters atomically.
 const msgGetSetElemReset = 0x21
@@ -43,8 +65,8 @@ type counter struct{ packets, bytes uint64 }
 // statsReader reads the kernel's counters.
 type statsReader interface {
 	// readReset returns the counters of a counter set's elements in the
-	// table of a family by service, and zeroes them.
-	readReset(f *family, set string) (map[flows.Key]counter, error)
+	// table of a family by key, and zeroes them.
+	readReset(f *family, set string) (map[counterKey]counter, error)
 	// active counts open connections by the service they were made to.
 	active() (map[flows.Key]uint64, error)
 }
@@ -57,15 +79,15 @@ func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
 	if d.stats == nil || d.uncounted {
 		return nil, ErrNoStats
 	}
-	read := map[string]map[flows.Key]counter{}
+	read := map[string]map[counterKey]counter{}
 	for _, p := range d.planes {
-		for _, set := range statsSets {
+		for _, set := range counterSets {
 			c, err := d.stats.readReset(p.fam, set)
 			if err != nil {
 				return statsOf(read, nil), fmt.Errorf("read %s %s: %w", p.fam.name, set, err)
 			}
 			if read[set] == nil {
-				read[set] = map[flows.Key]counter{}
+				read[set] = map[counterKey]counter{}
 			}
 			for k, v := range c {
 				read[set][k] = v
@@ -81,30 +103,57 @@ func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
 
 // statsOf joins the sets' counters and the open connections into each
 // service's statistics, leaving out services with nothing.
-func statsOf(read map[string]map[flows.Key]counter, active map[flows.Key]uint64) map[flows.Key]flows.Stats {
+func statsOf(read map[string]map[counterKey]counter, active map[flows.Key]uint64) map[flows.Key]flows.Stats {
 	out := map[flows.Key]flows.Stats{}
 	put := func(k flows.Key, f func(*flows.Stats)) {
 		s := out[k]
 		f(&s)
 		out[k] = s
 	}
+	member := func(k counterKey, f func(*flows.Counters)) {
+		put(k.svc, func(s *flows.Stats) {
+			if s.Members == nil {
+				s.Members = map[netip.AddrPort]flows.Counters{}
+			}
+			c := s.Members[k.backend]
+			f(&c)
+			s.Members[k.backend] = c
+		})
+	}
 	for k, c := range read[statsNewSet] {
-		put(k, func(s *flows.Stats) { s.Connections += c.packets })
+		put(k.svc, func(s *flows.Stats) { s.Connections += c.packets })
 	}
 	for k, c := range read[statsInSet] {
-		put(k, func(s *flows.Stats) { s.BytesIn += c.bytes })
+		put(k.svc, func(s *flows.Stats) { s.BytesIn += c.bytes })
 	}
 	for k, c := range read[statsOutSet] {
-		put(k, func(s *flows.Stats) { s.BytesOut += c.bytes })
+		put(k.svc, func(s *flows.Stats) { s.BytesOut += c.bytes })
 	}
 	for k, c := range read[statsErrSet] {
-		put(k, func(s *flows.Stats) { s.Refused += c.packets })
+		put(k.svc, func(s *flows.Stats) { s.Refused += c.packets })
+	}
+	for _, set := range memberSets {
+		for k, c := range read[set] {
+			if c == (counter{}) {
+				continue
+			}
+			member(k, func(m *flows.Counters) {
+				switch set {
+				case memberNewSet:
+					m.Connections += c.packets
+				case memberInSet:
+					m.BytesIn += c.bytes
+				case memberOutSet:
+					m.BytesOut += c.bytes
+				}
+			})
+		}
 	}
 	for k, n := range active {
 		put(k, func(s *flows.Stats) { s.Active += n })
 	}
 	for k, s := range out {
-		if s == (flows.Stats{}) {
+		if s.IsZero() {
 			delete(out, k)
 		}
 	}
@@ -120,7 +169,7 @@ type netlinkStats struct {
 	programmed func(flows.Key) bool
 }
 
-func (n netlinkStats) readReset(f *family, set string) (map[flows.Key]counter, error) {
+func (n netlinkStats) readReset(f *family, set string) (map[counterKey]counter, error) {
 	cfg := &netlink.Config{}
 	if n.netns >= 0 {
 		cfg.NetNS = n.netns
@@ -146,7 +195,7 @@ func (n netlinkStats) readReset(f *family, set string) (map[flows.Key]counter, e
 	if err != nil {
 		return nil, err
 	}
-	out := map[flows.Key]counter{}
+	out := map[counterKey]counter{}
 	for _, m := range replies {
 		if len(m.Data) < 4 {
 			continue
@@ -160,7 +209,7 @@ func (n netlinkStats) readReset(f *family, set string) (map[flows.Key]counter, e
 
 // decodeCounters adds the elements of one NFT_MSG_NEWSETELEM message
 // (without its nfgenmsg) to out.
-func (f *family) decodeCounters(b []byte, out map[flows.Key]counter) error {
+func (f *family) decodeCounters(b []byte, out map[counterKey]counter) error {
 	ad, err := netlink.NewAttributeDecoder(b)
 	if err != nil {
 		return err
@@ -183,7 +232,7 @@ func (f *family) decodeCounters(b []byte, out map[flows.Key]counter) error {
 }
 
 // decodeCounterElem reads one element's key and counter.
-func (f *family) decodeCounterElem(ad *netlink.AttributeDecoder, out map[flows.Key]counter) error {
+func (f *family) decodeCounterElem(ad *netlink.AttributeDecoder, out map[counterKey]counter) error {
 	var key []byte
 	var c counter
 	for ad.Next() {
@@ -213,11 +262,26 @@ func (f *family) decodeCounterElem(ad *netlink.AttributeDecoder, out map[flows.K
 	if err := ad.Err(); err != nil {
 		return err
 	}
-	if k, ok := f.parseKey(key); ok {
+	if k, ok := f.parseCounterKey(key); ok {
 		prev := out[k]
 		out[k] = counter{packets: prev.packets + c.packets, bytes: prev.bytes + c.bytes}
 	}
 	return nil
+}
+
+// parseCounterKey decodes a service key, and the backend after it when
+// the key goes on (the member sets).
+func (f *family) parseCounterKey(b []byte) (counterKey, bool) {
+	k, ok := f.parseKey(b)
+	if !ok {
+		return counterKey{}, false
+	}
+	rest := b[f.keyLen():]
+	if len(rest) < int(f.backendLen()) {
+		return counterKey{svc: k}, true
+	}
+	be := f.parseBackend(rest)
+	return counterKey{svc: k, backend: netip.AddrPortFrom(be.addr, be.port)}, true
 }
 
 // nftaSetElemExpressions is NFTA_SET_ELEM_EXPRESSIONS: the list of an

@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"net"
 	"net/netip"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	vnl "github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -159,17 +161,24 @@ func TestStatsOf(t *testing.T) {
 	a := flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}
 	b := flows.Key{VIP: netip.MustParseAddr("198.19.0.11"), Protocol: flows.UDP, Port: 53}
 	idle := flows.Key{VIP: netip.MustParseAddr("198.19.0.12"), Protocol: flows.TCP, Port: 80}
-	read := map[string]map[flows.Key]counter{
+	be1, be2 := netip.MustParseAddrPort("198.18.16.2:8080"), netip.MustParseAddrPort("198.18.17.2:8080")
+	svc := func(k flows.Key) counterKey { return counterKey{svc: k} }
+	mem := func(k flows.Key, b netip.AddrPort) counterKey { return counterKey{svc: k, backend: b} }
+	read := map[string]map[counterKey]counter{
 		// stats_new and stats_err count packets (attempts), stats_in and
-		// stats_out bytes.
-		statsNewSet: {a: {packets: 3, bytes: 180}, idle: {}},
-		statsInSet:  {a: {packets: 20, bytes: 1500}, b: {packets: 1, bytes: 128}},
-		statsOutSet: {a: {packets: 15, bytes: 9000}},
-		statsErrSet: {b: {packets: 2, bytes: 120}},
+		// stats_out bytes; so do the member sets.
+		statsNewSet:  {svc(a): {packets: 3, bytes: 180}, svc(idle): {}},
+		statsInSet:   {svc(a): {packets: 20, bytes: 1500}, svc(b): {packets: 1, bytes: 128}},
+		statsOutSet:  {svc(a): {packets: 15, bytes: 9000}},
+		statsErrSet:  {svc(b): {packets: 2, bytes: 120}},
+		memberNewSet: {mem(a, be1): {packets: 2, bytes: 120}, mem(a, be2): {packets: 1, bytes: 60}, mem(idle, be1): {}},
+		memberInSet:  {mem(a, be1): {packets: 14, bytes: 1000}, mem(a, be2): {packets: 6, bytes: 500}},
+		memberOutSet: {mem(a, be1): {packets: 10, bytes: 6000}, mem(a, be2): {packets: 5, bytes: 3000}},
 	}
 	got := statsOf(read, map[flows.Key]uint64{a: 1, b: 4})
 	want := map[flows.Key]flows.Stats{
-		a: {Counters: flows.Counters{Connections: 3, BytesIn: 1500, BytesOut: 9000}, Active: 1},
+		a: {Counters: flows.Counters{Connections: 3, BytesIn: 1500, BytesOut: 9000}, Active: 1,
+			Members: map[netip.AddrPort]flows.Counters{be1: {Connections: 2, BytesIn: 1000, BytesOut: 6000}, be2: {Connections: 1, BytesIn: 500, BytesOut: 3000}}},
 		b: {Counters: flows.Counters{BytesIn: 128, Refused: 2}, Active: 4},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -224,6 +233,17 @@ func TestWithoutCounters(t *testing.T) {
 		if _, err := dp.ReadStats(); err != ErrNoStats {
 			t.Errorf("ReadStats without counters: %v", err)
 		}
+		// No counting chain at all: the acl chains without their
+		// counting rules, no member chains.
+		chains, err := dp.conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range chains {
+			if c.Table.Name == tableName && (c.Name == memberChainName || c.Name == memberOutChainName) {
+				t.Errorf("chain %s in a table without counters", c.Name)
+			}
+		}
 		counted, err := New(int(ns), "n1")
 		if err != nil {
 			t.Fatal(err)
@@ -240,6 +260,157 @@ func TestWithoutCounters(t *testing.T) {
 		st, err := counted.ReadStats()
 		if k := (flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}); err != nil || st[k].Connections != 1 {
 			t.Errorf("after the rebuild: %+v %v, want 1 connection", st[k], err)
+		}
+	})
+}
+
+// TestMemberStatsCountTraffic sends a known number of connections and
+// bytes through two VIPs to known backends and reads exact counts per
+// backend back, then restarts (a new Dataplane adopts the table): what
+// the kernel counted meanwhile is the new one's first read, and nothing
+// is counted twice.
+func TestMemberStatsCountTraffic(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		defer serveAll(t)()
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		ctx := context.Background()
+
+		// UDP echo servers that answer with their own address, padded
+		// to the request's length: the client learns the backend, and
+		// bytes stay exact (20 IP + 8 UDP + payload each way).
+		const size = 100
+		udpBackends := backendAddrs[:2]
+		for _, a := range udpBackends {
+			pc, err := net.ListenPacket("udp4", a+":9090")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pc.Close()
+			go func() {
+				buf := make([]byte, 2048)
+				for {
+					n, from, err := pc.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					reply := make([]byte, n)
+					copy(reply, a)
+					_, _ = pc.WriteTo(reply, from)
+				}
+			}()
+		}
+		tab := svc(flows.RoundRobin, backendAddrs...)
+		tcpKey := flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}
+		udpKey := flows.Key{VIP: netip.MustParseAddr("198.19.0.11"), Protocol: flows.UDP, Port: 53}
+		udp := flows.Service{Key: udpKey, Algorithm: flows.RoundRobin}
+		for _, a := range udpBackends {
+			udp.Backends = append(udp.Backends, flows.Backend{Address: netip.MustParseAddr(a), Port: 9090, Weight: 1})
+		}
+		tab.Services[udpKey] = udp
+		if err := dp.Sync(ctx, tab); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dp.ReadStats(); err != nil { // start from zero
+			t.Fatal(err)
+		}
+
+		// traffic sends n UDP flows and n TCP connections and returns
+		// how many went to each backend.
+		traffic := func(n int) (udpTo, tcpTo map[string]uint64) {
+			udpTo, tcpTo = map[string]uint64{}, map[string]uint64{}
+			for i := 0; i < n; i++ {
+				c, err := net.Dial("udp4", "198.19.0.11:53")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.Write(make([]byte, size)); err != nil {
+					t.Fatal(err)
+				}
+				_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				buf := make([]byte, 2048)
+				m, err := c.Read(buf)
+				if err != nil || m != size {
+					t.Fatalf("udp echo: %d bytes, %v", m, err)
+				}
+				c.Close()
+				udpTo[string(bytes.TrimRight(buf[:m], "\x00"))]++
+				got := ask(t, "198.19.0.10:80", "")
+				if got == "" || got[0] == 'e' {
+					t.Fatalf("connection %d: %q", i, got)
+				}
+				tcpTo[got]++
+			}
+			return udpTo, tcpTo
+		}
+		// check compares a read with what traffic reported.
+		check := func(what string, got map[flows.Key]flows.Stats, udpTo, tcpTo map[string]uint64) {
+			t.Helper()
+			u := got[udpKey]
+			for _, a := range udpBackends {
+				b := netip.AddrPortFrom(netip.MustParseAddr(a), 9090)
+				n := udpTo[a]
+				want := flows.Counters{Connections: n, BytesIn: n * (28 + size), BytesOut: n * (28 + size)}
+				if u.Members[b] != want {
+					t.Errorf("%s: UDP backend %s: %+v, want %+v", what, b, u.Members[b], want)
+				}
+			}
+			tc := got[tcpKey]
+			var sum flows.Counters
+			for _, a := range backendAddrs {
+				b := netip.AddrPortFrom(netip.MustParseAddr(a), 8080)
+				m := tc.Members[b]
+				if m.Connections != tcpTo[a] || (tcpTo[a] > 0 && (m.BytesIn < tcpTo[a]*3*40 || m.BytesOut < tcpTo[a]*(2*40+13))) {
+					t.Errorf("%s: TCP backend %s: %+v, want %d connections", what, b, m, tcpTo[a])
+				}
+				sum = sum.Add(m)
+			}
+			// The members' counters add up to the service's, byte for byte.
+			if sum != tc.Counters || len(tc.Members) > len(backendAddrs) || len(u.Members) > len(udpBackends) {
+				t.Errorf("%s: TCP members add up to %+v, service %+v; members %v", what, sum, tc.Counters, tc.Members)
+			}
+		}
+
+		const n = 30
+		udpTo, tcpTo := traffic(n)
+		got, err := dp.ReadStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("first read", got, udpTo, tcpTo)
+		if len(tcpTo) < 2 || len(udpTo) < 2 {
+			t.Errorf("round robin reached only %v and %v", tcpTo, udpTo)
+		}
+
+		// A restart: traffic while no agent reads, then a new agent
+		// adopts the table and reads it, once.
+		udpTo, tcpTo = traffic(n)
+		again, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := again.Sync(ctx, tab); err != nil {
+			t.Fatal(err)
+		}
+		got, err = again.ReadStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("after the restart", got, udpTo, tcpTo)
+		got, err = again.ReadStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, s := range got {
+			for b, m := range s.Members {
+				if m.Connections != 0 || (k == udpKey && !m.IsZero()) {
+					t.Errorf("%v backend %v counted again after a read: %+v", k, b, m)
+				}
+			}
 		}
 	})
 }

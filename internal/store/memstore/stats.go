@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,9 +13,10 @@ import (
 
 // stats are the agents' counts, as the SQL store keeps them.
 type stats struct {
-	smu    sync.Mutex
-	totals map[string]store.ListenerCounts   // by listener
-	active map[string]map[string]activeCount // node → listener →
+	smu     sync.Mutex
+	totals  map[string]store.ListenerCounts   // by listener
+	active  map[string]map[string]activeCount // node → listener →
+	members map[string]store.MemberCounts     // by member
 }
 
 type activeCount struct {
@@ -24,13 +26,24 @@ type activeCount struct {
 }
 
 // AddStats adds a node's deltas and replaces its open connections;
-// counts of listeners that do not exist are dropped.
+// counts of listeners or members that do not exist are dropped.
 func (s *Store) AddStats(ctx context.Context, node string, counts []store.ListenerCounts, ttl time.Duration) error {
 	s.mu.RLock()
 	var known []store.ListenerCounts
 	for _, c := range counts {
+		var members []store.MemberCounts
+		for _, m := range c.Members {
+			if _, ok := s.objs[key{store.KindMember, m.MemberID}]; ok {
+				members = append(members, m)
+			}
+		}
 		if _, ok := s.objs[key{store.KindListener, c.ListenerID}]; ok {
+			c.Members = members
 			known = append(known, c)
+		} else if len(members) > 0 {
+			// A member's counts stand without their listener (a
+			// listener deleted while its pool's member stays).
+			known = append(known, store.ListenerCounts{Members: members})
 		}
 	}
 	s.mu.RUnlock()
@@ -43,8 +56,22 @@ func (s *stats) addStats(_ context.Context, node string, counts []store.Listener
 	if s.totals == nil {
 		s.totals, s.active = map[string]store.ListenerCounts{}, map[string]map[string]activeCount{}
 	}
+	if s.members == nil {
+		s.members = map[string]store.MemberCounts{}
+	}
 	act := map[string]activeCount{}
 	for _, c := range counts {
+		for _, m := range c.Members {
+			t := s.members[m.MemberID]
+			t.MemberID, t.LoadBalancerID = m.MemberID, m.LoadBalancerID
+			t.BytesIn += m.BytesIn
+			t.BytesOut += m.BytesOut
+			t.TotalConnections += m.TotalConnections
+			s.members[m.MemberID] = t
+		}
+		if c.ListenerID == "" {
+			continue
+		}
 		t := s.totals[c.ListenerID]
 		t.ListenerID, t.LoadBalancerID = c.ListenerID, c.LoadBalancerID
 		t.BytesIn += c.BytesIn
@@ -65,9 +92,44 @@ func (s *stats) ListenerStats(_ context.Context, id string) (store.Counts, error
 	return s.sum(func(listener, _ string) bool { return listener == id }), nil
 }
 
-// LoadBalancerStats sums a load balancer's listeners' statistics.
-func (s *stats) LoadBalancerStats(_ context.Context, id string) (store.Counts, error) {
-	return s.sum(func(_, lb string) bool { return lb == id }), nil
+// LoadBalancerStats sums a load balancer's existing listeners'
+// statistics.
+func (s *Store) LoadBalancerStats(_ context.Context, id string) (store.Counts, error) {
+	return s.stats.sum(func(listener, lb string) bool {
+		if lb != id {
+			return false
+		}
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		_, ok := s.objs[key{store.KindListener, listener}]
+		return ok
+	}), nil
+}
+
+// MemberStats lists a load balancer's existing members' statistics.
+func (s *Store) MemberStats(_ context.Context, lbID string) ([]store.MemberCounts, error) {
+	return s.memberStats(func(m store.MemberCounts) bool { return m.LoadBalancerID == lbID }), nil
+}
+
+// AllMemberStats lists every existing member's statistics.
+func (s *Store) AllMemberStats(context.Context) ([]store.MemberCounts, error) {
+	return s.memberStats(func(store.MemberCounts) bool { return true }), nil
+}
+
+func (s *Store) memberStats(match func(store.MemberCounts) bool) []store.MemberCounts {
+	s.stats.smu.Lock()
+	var out []store.MemberCounts
+	for _, m := range s.stats.members {
+		if match(m) {
+			out = append(out, m)
+		}
+	}
+	s.stats.smu.Unlock()
+	s.mu.RLock()
+	out = slices.DeleteFunc(out, func(m store.MemberCounts) bool { _, ok := s.objs[key{store.KindMember, m.MemberID}]; return !ok })
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b store.MemberCounts) int { return strings.Compare(a.MemberID, b.MemberID) })
+	return out
 }
 
 func (s *stats) sum(match func(listener, lb string) bool) store.Counts {

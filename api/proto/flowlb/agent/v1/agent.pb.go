@@ -308,8 +308,11 @@ type ServiceStats struct {
 	// limit, no local backend.
 	RequestErrors     uint64 `protobuf:"varint,7,opt,name=request_errors,json=requestErrors,proto3" json:"request_errors,omitempty"`
 	ActiveConnections uint64 `protobuf:"varint,8,opt,name=active_connections,json=activeConnections,proto3" json:"active_connections,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Per backend: what the node counted for each of the service's
+	// backends it sent connections to (deltas, as above).
+	Members       []*MemberStats `protobuf:"bytes,9,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServiceStats) Reset() {
@@ -398,6 +401,101 @@ func (x *ServiceStats) GetActiveConnections() uint64 {
 	return 0
 }
 
+func (x *ServiceStats) GetMembers() []*MemberStats {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// MemberStats is what a node counted for one backend of a service.
+type MemberStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member the backend was programmed for ("" when the agent no
+	// longer knows it).
+	MemberId    string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	Address     []byte `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Port        uint32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	Connections uint64 `protobuf:"varint,4,opt,name=connections,proto3" json:"connections,omitempty"`
+	// IP bytes from clients to the backend and from it to clients.
+	BytesIn       uint64 `protobuf:"varint,5,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	BytesOut      uint64 `protobuf:"varint,6,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberStats) Reset() {
+	*x = MemberStats{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberStats) ProtoMessage() {}
+
+func (x *MemberStats) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberStats.ProtoReflect.Descriptor instead.
+func (*MemberStats) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *MemberStats) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *MemberStats) GetAddress() []byte {
+	if x != nil {
+		return x.Address
+	}
+	return nil
+}
+
+func (x *MemberStats) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *MemberStats) GetConnections() uint64 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *MemberStats) GetBytesIn() uint64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *MemberStats) GetBytesOut() uint64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
 // HealthReport carries member health transitions seen by the agent's
 // probes (never every probe).
 type HealthReport struct {
@@ -409,7 +507,7 @@ type HealthReport struct {
 
 func (x *HealthReport) Reset() {
 	*x = HealthReport{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +519,7 @@ func (x *HealthReport) String() string {
 func (*HealthReport) ProtoMessage() {}
 
 func (x *HealthReport) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +532,7 @@ func (x *HealthReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthReport.ProtoReflect.Descriptor instead.
 func (*HealthReport) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HealthReport) GetResults() []*MemberHealth {
@@ -459,7 +557,7 @@ type MemberHealth struct {
 
 func (x *MemberHealth) Reset() {
 	*x = MemberHealth{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +569,7 @@ func (x *MemberHealth) String() string {
 func (*MemberHealth) ProtoMessage() {}
 
 func (x *MemberHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +582,7 @@ func (x *MemberHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberHealth.ProtoReflect.Descriptor instead.
 func (*MemberHealth) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MemberHealth) GetMemberId() string {
@@ -529,7 +627,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +639,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +652,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Hello) GetNode() string {
@@ -587,7 +685,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +697,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +710,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Ack) GetRevision() int64 {
@@ -649,7 +747,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +759,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +772,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Update) GetRevision() int64 {
@@ -745,7 +843,7 @@ type LoadBalancerServices struct {
 
 func (x *LoadBalancerServices) Reset() {
 	*x = LoadBalancerServices{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +855,7 @@ func (x *LoadBalancerServices) String() string {
 func (*LoadBalancerServices) ProtoMessage() {}
 
 func (x *LoadBalancerServices) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +868,7 @@ func (x *LoadBalancerServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerServices.ProtoReflect.Descriptor instead.
 func (*LoadBalancerServices) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LoadBalancerServices) GetLoadbalancerId() string {
@@ -813,7 +911,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +923,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +936,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Probe) GetMemberId() string {
@@ -950,7 +1048,7 @@ type ServiceKey struct {
 
 func (x *ServiceKey) Reset() {
 	*x = ServiceKey{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1060,7 @@ func (x *ServiceKey) String() string {
 func (*ServiceKey) ProtoMessage() {}
 
 func (x *ServiceKey) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1073,7 @@ func (x *ServiceKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceKey.ProtoReflect.Descriptor instead.
 func (*ServiceKey) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ServiceKey) GetVip() []byte {
@@ -1016,7 +1114,7 @@ type Backend struct {
 
 func (x *Backend) Reset() {
 	*x = Backend{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1126,7 @@ func (x *Backend) String() string {
 func (*Backend) ProtoMessage() {}
 
 func (x *Backend) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1139,7 @@ func (x *Backend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backend.ProtoReflect.Descriptor instead.
 func (*Backend) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Backend) GetMemberId() string {
@@ -1126,7 +1224,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1236,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1249,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Service) GetKey() *ServiceKey {
@@ -1278,7 +1376,7 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\vStatsReport\x129\n" +
 	"\bservices\x18\x01 \x03(\v2\x1d.flowlb.agent.v1.ServiceStatsR\bservices\x12\x1f\n" +
 	"\vinterval_ms\x18\x02 \x01(\x03R\n" +
-	"intervalMs\"\xb7\x02\n" +
+	"intervalMs\"\xef\x02\n" +
 	"\fServiceStats\x12-\n" +
 	"\x03key\x18\x01 \x01(\v2\x1b.flowlb.agent.v1.ServiceKeyR\x03key\x12'\n" +
 	"\x0floadbalancer_id\x18\x02 \x01(\tR\x0eloadbalancerId\x12\x1f\n" +
@@ -1288,7 +1386,15 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\bbytes_in\x18\x05 \x01(\x04R\abytesIn\x12\x1b\n" +
 	"\tbytes_out\x18\x06 \x01(\x04R\bbytesOut\x12%\n" +
 	"\x0erequest_errors\x18\a \x01(\x04R\rrequestErrors\x12-\n" +
-	"\x12active_connections\x18\b \x01(\x04R\x11activeConnections\"G\n" +
+	"\x12active_connections\x18\b \x01(\x04R\x11activeConnections\x126\n" +
+	"\amembers\x18\t \x03(\v2\x1c.flowlb.agent.v1.MemberStatsR\amembers\"\xb2\x01\n" +
+	"\vMemberStats\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\fR\aaddress\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x12 \n" +
+	"\vconnections\x18\x04 \x01(\x04R\vconnections\x12\x19\n" +
+	"\bbytes_in\x18\x05 \x01(\x04R\abytesIn\x12\x1b\n" +
+	"\tbytes_out\x18\x06 \x01(\x04R\bbytesOut\"G\n" +
 	"\fHealthReport\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.flowlb.agent.v1.MemberHealthR\aresults\"y\n" +
 	"\fMemberHealth\x12\x1b\n" +
@@ -1385,48 +1491,50 @@ func file_flowlb_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_flowlb_agent_v1_agent_proto_rawDescData
 }
 
-var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_flowlb_agent_v1_agent_proto_goTypes = []any{
 	(*EnrollRequest)(nil),        // 0: flowlb.agent.v1.EnrollRequest
 	(*EnrollResponse)(nil),       // 1: flowlb.agent.v1.EnrollResponse
 	(*AgentMessage)(nil),         // 2: flowlb.agent.v1.AgentMessage
 	(*StatsReport)(nil),          // 3: flowlb.agent.v1.StatsReport
 	(*ServiceStats)(nil),         // 4: flowlb.agent.v1.ServiceStats
-	(*HealthReport)(nil),         // 5: flowlb.agent.v1.HealthReport
-	(*MemberHealth)(nil),         // 6: flowlb.agent.v1.MemberHealth
-	(*Hello)(nil),                // 7: flowlb.agent.v1.Hello
-	(*Ack)(nil),                  // 8: flowlb.agent.v1.Ack
-	(*Update)(nil),               // 9: flowlb.agent.v1.Update
-	(*LoadBalancerServices)(nil), // 10: flowlb.agent.v1.LoadBalancerServices
-	(*Probe)(nil),                // 11: flowlb.agent.v1.Probe
-	(*ServiceKey)(nil),           // 12: flowlb.agent.v1.ServiceKey
-	(*Backend)(nil),              // 13: flowlb.agent.v1.Backend
-	(*Service)(nil),              // 14: flowlb.agent.v1.Service
+	(*MemberStats)(nil),          // 5: flowlb.agent.v1.MemberStats
+	(*HealthReport)(nil),         // 6: flowlb.agent.v1.HealthReport
+	(*MemberHealth)(nil),         // 7: flowlb.agent.v1.MemberHealth
+	(*Hello)(nil),                // 8: flowlb.agent.v1.Hello
+	(*Ack)(nil),                  // 9: flowlb.agent.v1.Ack
+	(*Update)(nil),               // 10: flowlb.agent.v1.Update
+	(*LoadBalancerServices)(nil), // 11: flowlb.agent.v1.LoadBalancerServices
+	(*Probe)(nil),                // 12: flowlb.agent.v1.Probe
+	(*ServiceKey)(nil),           // 13: flowlb.agent.v1.ServiceKey
+	(*Backend)(nil),              // 14: flowlb.agent.v1.Backend
+	(*Service)(nil),              // 15: flowlb.agent.v1.Service
 }
 var file_flowlb_agent_v1_agent_proto_depIdxs = []int32{
-	7,  // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
-	8,  // 1: flowlb.agent.v1.AgentMessage.ack:type_name -> flowlb.agent.v1.Ack
-	5,  // 2: flowlb.agent.v1.AgentMessage.health:type_name -> flowlb.agent.v1.HealthReport
+	8,  // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
+	9,  // 1: flowlb.agent.v1.AgentMessage.ack:type_name -> flowlb.agent.v1.Ack
+	6,  // 2: flowlb.agent.v1.AgentMessage.health:type_name -> flowlb.agent.v1.HealthReport
 	3,  // 3: flowlb.agent.v1.AgentMessage.stats:type_name -> flowlb.agent.v1.StatsReport
 	4,  // 4: flowlb.agent.v1.StatsReport.services:type_name -> flowlb.agent.v1.ServiceStats
-	12, // 5: flowlb.agent.v1.ServiceStats.key:type_name -> flowlb.agent.v1.ServiceKey
-	6,  // 6: flowlb.agent.v1.HealthReport.results:type_name -> flowlb.agent.v1.MemberHealth
-	14, // 7: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
-	12, // 8: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
-	11, // 9: flowlb.agent.v1.Update.probes:type_name -> flowlb.agent.v1.Probe
-	10, // 10: flowlb.agent.v1.Update.loadbalancers:type_name -> flowlb.agent.v1.LoadBalancerServices
-	14, // 11: flowlb.agent.v1.LoadBalancerServices.services:type_name -> flowlb.agent.v1.Service
-	12, // 12: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
-	13, // 13: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
-	2,  // 14: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
-	0,  // 15: flowlb.agent.v1.Agent.Enroll:input_type -> flowlb.agent.v1.EnrollRequest
-	9,  // 16: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
-	1,  // 17: flowlb.agent.v1.Agent.Enroll:output_type -> flowlb.agent.v1.EnrollResponse
-	16, // [16:18] is the sub-list for method output_type
-	14, // [14:16] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	13, // 5: flowlb.agent.v1.ServiceStats.key:type_name -> flowlb.agent.v1.ServiceKey
+	5,  // 6: flowlb.agent.v1.ServiceStats.members:type_name -> flowlb.agent.v1.MemberStats
+	7,  // 7: flowlb.agent.v1.HealthReport.results:type_name -> flowlb.agent.v1.MemberHealth
+	15, // 8: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
+	13, // 9: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
+	12, // 10: flowlb.agent.v1.Update.probes:type_name -> flowlb.agent.v1.Probe
+	11, // 11: flowlb.agent.v1.Update.loadbalancers:type_name -> flowlb.agent.v1.LoadBalancerServices
+	15, // 12: flowlb.agent.v1.LoadBalancerServices.services:type_name -> flowlb.agent.v1.Service
+	13, // 13: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
+	14, // 14: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
+	2,  // 15: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
+	0,  // 16: flowlb.agent.v1.Agent.Enroll:input_type -> flowlb.agent.v1.EnrollRequest
+	10, // 17: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
+	1,  // 18: flowlb.agent.v1.Agent.Enroll:output_type -> flowlb.agent.v1.EnrollResponse
+	17, // [17:19] is the sub-list for method output_type
+	15, // [15:17] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_flowlb_agent_v1_agent_proto_init() }
@@ -1446,7 +1554,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flowlb_agent_v1_agent_proto_rawDesc), len(file_flowlb_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
