@@ -193,7 +193,20 @@ func (s *stream) newTo(pod string) int64 {
 	return n.(*atomic.Int64).Load()
 }
 
+// reset forgets the new connections counted so far, once the round in
+// flight has ended: its connection may have been made under the rules
+// before the change being checked (connected, then the kernel changed
+// and the change turned ACTIVE, then answered).
 func (s *stream) reset() {
+	from := s.rounds.Load()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.rounds.Load() == from && time.Now().Before(deadline) {
+		select {
+		case <-s.done:
+			deadline = time.Now()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 	s.newByPod.Range(func(k, _ any) bool { s.newByPod.Delete(k); return true })
 }
 
