@@ -23,6 +23,10 @@ if $test; then
 	packages+=(keystone uwsgi uwsgi-plugin-python3)   # the Keystone of TestCloudProviderOpenStack
 	packages+=(clang llvm libbpf-dev)   # make generate-check rebuilds the eBPF data plane's objects
 	packages+=(iptables)  # kube-proxy's iptables mode, a contender of the benchmark suite (smoke run in the tests)
+	# The real Octavia (no-op drivers) with its own MariaDB and RabbitMQ,
+	# a contender of the benchmark suite (bench/lbaas, smoke run in the
+	# tests); it starts them itself, in a temporary directory.
+	packages+=(octavia-api octavia-worker mariadb-server rabbitmq-server)
 fi
 
 missing=()
@@ -37,8 +41,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 	echo "install-deps: installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get -o DPkg::Lock::Timeout=600 update -qq
-	# policy-rc.d keeps Debian from starting PostgreSQL's default cluster:
-	# tests start their own.
+	# policy-rc.d keeps Debian from starting the services it installs
+	# (PostgreSQL's default cluster, MariaDB, RabbitMQ, Octavia): tests
+	# start their own. Where the machine has none, one is in place for
+	# the install only.
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 755 /usr/sbin/policy-rc.d
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
 	apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 

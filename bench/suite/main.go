@@ -48,15 +48,8 @@ func run(raw, in, out, page, plots string) error {
 			return fmt.Errorf("no records in %s", raw)
 		}
 		slices.Sort(files)
-		for i, f := range files {
-			r, err := results.Read(f)
-			if err != nil {
-				return err
-			}
-			if i == 0 {
-				rec = results.Run{Date: r.Date, Commit: r.Commit, Machine: r.Machine}
-			}
-			rec.Merge(r)
+		if rec, err = results.Gather(files); err != nil {
+			return err
 		}
 		if err := rec.Write(out); err != nil {
 			return err

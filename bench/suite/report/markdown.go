@@ -26,11 +26,19 @@ func Markdown(w io.Writer, r results.Run, images map[string]string) error {
 	if m.Command != "" {
 		fmt.Fprintf(&b, "- Command: `%s`\n", m.Command)
 	}
-	b.WriteString("\nEach contest runs its contenders alternately, round after round, on the same lab; " +
+	if len(r.Sources) > 1 {
+		b.WriteString("- Gathered from records measured apart:\n")
+		for _, s := range r.Sources {
+			fmt.Fprintf(&b, "  - `%s` (%s): %s, commit `%s`, load average %.2f at the start, `%s`\n", s.File,
+				strings.Join(s.Contests, ", "), s.Date.UTC().Format("2006-01-02 15:04 UTC"), s.Commit, s.Machine.Load1, s.Machine.Command)
+		}
+	}
+	b.WriteString("\nEach contest runs its contenders alternately, round after round, on the same machine; " +
 		"the tables give the median over the rounds, the spread (lowest–highest) and the ratio of the " +
-		"contender's median to flowlb's at the same size (above 1 where lower is better: flowlb is " +
-		"faster or cheaper by that factor): the ratio is the headline, the absolute figures " +
-		"depend on the machine. The load average above says how busy the machine was.\n")
+		"contender's median to the baseline's at the same size (flowlb; flowlb on SQLite in the LBaaS API " +
+		"contests; above 1 where lower is better: flowlb is faster or cheaper by that factor): the ratio is " +
+		"the headline, the absolute figures depend on the machine. The load average above says how busy the " +
+		"machine was.\n")
 	for _, c := range r.Contests {
 		fmt.Fprintf(&b, "\n## %s\n\n", c.Title)
 		if img, ok := images[c.Name]; ok {
@@ -41,11 +49,12 @@ func Markdown(w io.Writer, r results.Run, images map[string]string) error {
 			better = "higher is better"
 		}
 		fmt.Fprintf(&b, "Unit: %s (%s).\n\n", c.Unit, better)
-		fmt.Fprintf(&b, "| %s | contender | rounds | median | spread | ratio to flowlb |\n|---|---|---|---|---|---|\n", c.Size)
+		baseline := c.BaselineName()
+		fmt.Fprintf(&b, "| %s | contender | rounds | median | spread | ratio to %s |\n|---|---|---|---|---|---|\n", c.Size, baseline)
 		for _, s := range c.Summarize() {
 			ratio := "–"
-			if s.Ratio != 0 && s.Contender != results.Baseline {
-				ratio = fmt.Sprintf("%.2f×", s.Ratio)
+			if s.Ratio != 0 && s.Contender != baseline {
+				ratio = Figure(s.Ratio) + "×"
 			}
 			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s–%s | %s |\n", thousands(s.Size), s.Contender, s.N,
 				Figure(s.Median), Figure(s.Min), Figure(s.Max), ratio)

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"slices"
 
 	"gonum.org/v1/plot"
@@ -24,12 +25,15 @@ var palette = []color.Color{
 
 // Plot draws a contest as grouped bars: one group per size, one bar per
 // contender at its median, with the spread (lowest–highest) as error
-// bars; it writes the image to path (the extension picks the format:
-// .png or .svg).
+// bars; a Curve contest as lines instead (see curve). It writes the
+// image to path (the extension picks the format: .png or .svg).
 func Plot(c results.Contest, path string) error {
 	sums := c.Summarize()
 	if len(sums) == 0 {
 		return fmt.Errorf("contest %s has no samples", c.Name)
+	}
+	if c.Curve {
+		return curve(c, sums, path)
 	}
 	var sizes []int
 	for _, s := range sums {
@@ -112,4 +116,59 @@ func (e errorBars) DataRange() (xmin, xmax, ymin, ymax float64) {
 		ymax = max(ymax, v[0]+v[2])
 	}
 	return xmin, xmax, 0, ymax
+}
+
+// curve draws one line per contender through its medians against size,
+// with the spread as error bars, on logarithmic axes: the contenders'
+// figures may lie decades apart and so may the sizes.
+func curve(c results.Contest, sums []results.Summary, path string) error {
+	p := plot.New()
+	p.Title.Text = c.Title
+	p.Y.Label.Text = c.Unit + " (log scale)"
+	p.X.Label.Text = c.Size + " (log scale)"
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	lo, hi := math.Inf(1), 0.0
+	xlo, xhi := math.Inf(1), 0.0
+	for i, who := range c.Contenders() {
+		var pts plotter.XYs
+		var errs plotter.YErrors
+		for _, s := range sums {
+			if s.Contender != who || s.Min <= 0 || s.Size <= 0 {
+				continue // no place on a log scale
+			}
+			pts = append(pts, plotter.XY{X: float64(s.Size), Y: s.Median})
+			errs = append(errs, struct{ Low, High float64 }{s.Median - s.Min, s.Max - s.Median})
+			lo, hi = min(lo, s.Min), max(hi, s.Max)
+			xlo, xhi = min(xlo, float64(s.Size)), max(xhi, float64(s.Size))
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		line, points, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return err
+		}
+		col := palette[i%len(palette)]
+		line.Color, points.Color = col, col
+		line.Width = vg.Points(2)
+		bars, err := plotter.NewYErrorBars(struct {
+			plotter.XYs
+			plotter.YErrors
+		}{pts, errs})
+		if err != nil {
+			return err
+		}
+		bars.Color = col
+		p.Add(line, points, bars)
+		p.Legend.Add(who, line, points)
+	}
+	if hi == 0 {
+		return fmt.Errorf("contest %s has no positive values", c.Name)
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	// A decade of room above for the legend.
+	p.Y.Min, p.Y.Max = lo/2, hi*10
+	p.X.Min, p.X.Max = xlo/2, xhi*2
+	return p.Save(165*vg.Millimeter, 100*vg.Millimeter, path)
 }

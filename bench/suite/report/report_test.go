@@ -126,3 +126,60 @@ func TestPlotCDFWritesAnImage(t *testing.T) {
 		t.Error("a group without values plotted")
 	}
 }
+
+func TestCurvePlotsOnLogAxes(t *testing.T) {
+	c := results.Contest{Name: "active", Title: "N load balancers → all ACTIVE", Unit: "s", Size: "load balancers",
+		LowerIsBetter: true, Baseline: "flowlb (SQLite)", Curve: true}
+	c.Samples = []results.Sample{
+		{Contender: "flowlb (SQLite)", Size: 100, Round: 1, Value: 0.3}, {Contender: "octavia", Size: 100, Round: 1, Value: 72},
+		{Contender: "flowlb (SQLite)", Size: 1000, Round: 1, Value: 2}, {Contender: "octavia", Size: 1000, Round: 1, Value: 700},
+	}
+	dir := t.TempDir()
+	if err := Plot(c, filepath.Join(dir, "two.png")); err != nil {
+		t.Fatal(err)
+	}
+	// One size only, as the smoke run has: the axes still have a range.
+	c.Samples = c.Samples[:2]
+	if err := Plot(c, filepath.Join(dir, "one.png")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"two.png", "one.png"} {
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if b := img.Bounds(); b.Dx() < 200 || b.Dy() < 200 {
+			t.Errorf("%s: image %v too small", name, b)
+		}
+	}
+	c.Samples = []results.Sample{{Contender: "octavia", Size: 100, Value: 0}}
+	if err := Plot(c, filepath.Join(dir, "zero.png")); err == nil {
+		t.Error("a curve of zeros plotted on a log scale")
+	}
+}
+
+func TestMarkdownNamesTheContestsBaselineAndSources(t *testing.T) {
+	r := record()
+	r.Contests[0].Baseline = "kube-proxy nftables"
+	r.Sources = []results.Source{{File: "kube.json", Commit: "k1", Contests: []string{"fwd"}}, {File: "lbaas.json", Commit: "a1", Contests: []string{"x", "y"}}}
+	var b bytes.Buffer
+	if err := Markdown(&b, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| Services | contender | rounds | median | spread | ratio to kube-proxy nftables |",
+		"| 1,000 | flowlb | 3 | 2.00 | 1.00–3.00 | 0.25× |",
+		"| 1,000 | kube-proxy nftables | 3 | 8.00 | 4.00–12.0 | – |",
+		"  - `lbaas.json` (x, y): ",
+		"commit `k1`",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("page lacks %q:\n%s", want, b.String())
+		}
+	}
+}

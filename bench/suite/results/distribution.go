@@ -1,9 +1,6 @@
 package results
 
-import (
-	"cmp"
-	"slices"
-)
+import "slices"
 
 // Distribution is every value of one measurement of one contender in
 // one round (e.g. each Service's time to every node), for the latency
@@ -54,15 +51,7 @@ func (r Run) CDFs() []CDFGroup {
 		for j := range out[i].CDFs {
 			slices.Sort(out[i].CDFs[j].Values)
 		}
-		slices.SortStableFunc(out[i].CDFs, func(a, b CDF) int {
-			if (a.Contender == Baseline) != (b.Contender == Baseline) {
-				if a.Contender == Baseline {
-					return -1
-				}
-				return 1
-			}
-			return cmp.Compare(a.Contender, b.Contender)
-		})
+		slices.SortStableFunc(out[i].CDFs, func(a, b CDF) int { return baselineFirst(Baseline, a.Contender, b.Contender) })
 	}
 	return out
 }

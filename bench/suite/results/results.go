@@ -19,7 +19,8 @@ import (
 	"time"
 )
 
-// Baseline is the contender every other is compared with.
+// Baseline is the contender every other is compared with, unless a
+// contest names its own.
 const Baseline = "flowlb"
 
 // Sample is one measurement of one contender at one size, in one round.
@@ -38,8 +39,22 @@ type Contest struct {
 	Unit  string `json:"unit"`  // of Value, e.g. "s"
 	Size  string `json:"size"`  // what Size counts, e.g. "Services"
 	// LowerIsBetter: times and costs; false for rates.
-	LowerIsBetter bool     `json:"lower_is_better"`
-	Samples       []Sample `json:"samples"`
+	LowerIsBetter bool `json:"lower_is_better"`
+	// Baseline is the contender the others are compared with (default
+	// the package's Baseline), e.g. "flowlb (SQLite)".
+	Baseline string `json:"baseline,omitempty"`
+	// Curve plots the contest as one line per contender against size on
+	// logarithmic axes (sizes and values spanning decades), not as bars.
+	Curve   bool     `json:"curve,omitempty"`
+	Samples []Sample `json:"samples"`
+}
+
+// BaselineName is the contender the others are compared with.
+func (c Contest) BaselineName() string {
+	if c.Baseline != "" {
+		return c.Baseline
+	}
+	return Baseline
 }
 
 // Machine is what the figures depend on.
@@ -61,6 +76,19 @@ type Run struct {
 	Contests []Contest `json:"contests"`
 	// Distributions: see Distribution.
 	Distributions []Distribution `json:"distributions,omitempty"`
+	// Sources are the benchmarks' records a gathered run was merged
+	// from, each with its own date, commit and machine (they may have
+	// been measured on different days).
+	Sources []Source `json:"sources,omitempty"`
+}
+
+// Source is where some of a gathered run's contests come from.
+type Source struct {
+	File     string    `json:"file"`
+	Date     time.Time `json:"date"`
+	Commit   string    `json:"commit"`
+	Machine  Machine   `json:"machine"`
+	Contests []string  `json:"contests"`
 }
 
 // Add records a sample in the contest named c.Name, creating it from c
@@ -81,10 +109,34 @@ func (r *Run) Add(c Contest, s Sample) {
 func (r *Run) Merge(o Run) {
 	r.Distributions = append(r.Distributions, o.Distributions...)
 	for _, c := range o.Contests {
+		head := c
+		head.Samples = nil
 		for _, s := range c.Samples {
-			r.Add(Contest{Name: c.Name, Title: c.Title, Unit: c.Unit, Size: c.Size, LowerIsBetter: c.LowerIsBetter}, s)
+			r.Add(head, s)
 		}
 	}
+}
+
+// Gather merges records read from files (in that order) into one run,
+// dated by the latest, and lists each as a source.
+func Gather(files []string) (Run, error) {
+	var out Run
+	for _, f := range files {
+		r, err := Read(f)
+		if err != nil {
+			return Run{}, err
+		}
+		if r.Date.After(out.Date) {
+			out.Date, out.Commit, out.Machine = r.Date, r.Commit, r.Machine
+		}
+		src := Source{File: filepath.Base(f), Date: r.Date, Commit: r.Commit, Machine: r.Machine}
+		for _, c := range r.Contests {
+			src.Contests = append(src.Contests, c.Name)
+		}
+		out.Sources = append(out.Sources, src)
+		out.Merge(r)
+	}
+	return out, nil
 }
 
 // Write writes r as indented JSON to path, through a temporary file so
@@ -145,9 +197,10 @@ func (c Contest) Summarize() []Summary {
 		slices.Sort(vs)
 		out = append(out, Summary{Contender: k.contender, Size: k.size, N: len(vs), Median: Median(vs), Min: vs[0], Max: vs[len(vs)-1]})
 	}
+	baseline := c.BaselineName()
 	base := map[int]float64{}
 	for _, s := range out {
-		if s.Contender == Baseline {
+		if s.Contender == baseline {
 			base[s.Size] = s.Median
 		}
 	}
@@ -157,18 +210,20 @@ func (c Contest) Summarize() []Summary {
 		}
 	}
 	slices.SortFunc(out, func(a, b Summary) int {
-		if c := cmp.Compare(a.Size, b.Size); c != 0 {
-			return c
-		}
-		if (a.Contender == Baseline) != (b.Contender == Baseline) {
-			if a.Contender == Baseline {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(a.Contender, b.Contender)
+		return cmp.Or(cmp.Compare(a.Size, b.Size), baselineFirst(baseline, a.Contender, b.Contender))
 	})
 	return out
+}
+
+// baselineFirst orders contenders by name, the baseline first.
+func baselineFirst(baseline, a, b string) int {
+	if (a == baseline) != (b == baseline) {
+		if a == baseline {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Compare(a, b)
 }
 
 // Contenders returns the contest's contenders, the baseline first.

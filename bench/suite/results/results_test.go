@@ -78,3 +78,52 @@ func TestRecordRoundTripsAndMerges(t *testing.T) {
 		t.Errorf("merged: %+v", got.Contests)
 	}
 }
+
+func TestSummarizeComparesWithTheContestsBaseline(t *testing.T) {
+	c := Contest{Name: "api", Baseline: "flowlb (SQLite)", Samples: []Sample{
+		{"octavia", 100, 1, 70}, {"flowlb (SQLite)", 100, 1, 2}, {"flowlb (PostgreSQL)", 100, 1, 4}, {"flowlb", 100, 1, 1},
+	}}
+	want := []Summary{
+		{Contender: "flowlb (SQLite)", Size: 100, N: 1, Median: 2, Min: 2, Max: 2, Ratio: 1},
+		{Contender: "flowlb", Size: 100, N: 1, Median: 1, Min: 1, Max: 1, Ratio: 0.5},
+		{Contender: "flowlb (PostgreSQL)", Size: 100, N: 1, Median: 4, Min: 4, Max: 4, Ratio: 2},
+		{Contender: "octavia", Size: 100, N: 1, Median: 70, Min: 70, Max: 70, Ratio: 35},
+	}
+	if got := c.Summarize(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Summarize:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestGatherMergesRecordsAndKeepsTheirSources(t *testing.T) {
+	dir := t.TempDir()
+	kube := Run{Date: time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC), Commit: "old", Machine: Machine{CPUs: 2, Command: "make bench-kube"}}
+	kube.Add(Contest{Name: "k", LowerIsBetter: true}, Sample{"flowlb", 10, 1, 1})
+	api := Run{Date: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC), Commit: "new", Machine: Machine{CPUs: 2, Command: "make bench-lbaas"}}
+	api.Add(Contest{Name: "a", Baseline: "flowlb (SQLite)", Curve: true}, Sample{"octavia", 100, 1, 70})
+	for name, r := range map[string]Run{"kube.json": kube, "lbaas.json": api} {
+		if err := r.Write(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := []string{filepath.Join(dir, "kube.json"), filepath.Join(dir, "lbaas.json")}
+	got, err := Gather(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Commit != "new" || !got.Date.Equal(api.Date) {
+		t.Errorf("dated %s at %s, want the latest record's", got.Date, got.Commit)
+	}
+	if len(got.Contests) != 2 || got.Contests[1].Baseline != "flowlb (SQLite)" || !got.Contests[1].Curve {
+		t.Errorf("contests %+v", got.Contests)
+	}
+	want := []Source{
+		{File: "kube.json", Date: kube.Date, Commit: "old", Machine: kube.Machine, Contests: []string{"k"}},
+		{File: "lbaas.json", Date: api.Date, Commit: "new", Machine: api.Machine, Contests: []string{"a"}},
+	}
+	if !reflect.DeepEqual(got.Sources, want) {
+		t.Errorf("sources\n got %+v\nwant %+v", got.Sources, want)
+	}
+	if _, err := Gather([]string{filepath.Join(dir, "missing.json")}); err == nil {
+		t.Error("a missing record gathered")
+	}
+}
