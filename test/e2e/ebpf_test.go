@@ -6,36 +6,43 @@ import (
 	"encoding/json"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flowlb/flowlb/internal/lab"
 	labload "github.com/flowlb/flowlb/internal/lab/load"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // TestEBPFPodProcessTraffic runs the agents on the eBPF data plane
 // whatever FLOWLB_E2E_DATAPLANE says: connections from a process of a pod
 // (in its node's cgroup) are translated at connect(), so they reach the
-// members with no conntrack entry to the VIP and see the VIP as their
-// peer, while the test process's own connections (no node cgroup) still
-// go through nftables.
+// members with no conntrack entry to the VIP, while the test process's
+// own connections (no node cgroup) still go through nftables. A member
+// the health monitor finds dead leaves the pinned map and gets no more
+// of the pod process's connections.
 func TestEBPFPodProcessTraffic(t *testing.T) {
 	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 2, dataplane: lab.DataplaneEBPF})
-	members := []any{}
-	for _, p := range []lab.Host{c.lab.Pod(1, 1), c.lab.Pod(2, 1), c.lab.Pod(2, 2)} {
-		members = append(members, map[string]any{"address": p.Addr.String(), "protocol_port": 8080, "name": p.Name})
-	}
-	id, vipAddr := createTCPLB(c, members)
-	c.waitActive(id)
+	victim, client := c.lab.Pod(1, 1), c.lab.Pod(1, 2)
+	lb, pool, members := c.createLB(c.subnet("flowlb-vip-subnet"), nil, "ROUND_ROBIN", []lab.Host{victim, c.lab.Pod(2, 1), c.lab.Pod(2, 2)})
+	lbID, vipAddr := lb["id"].(string), lb["vip_address"].(string)
 	vip := net.JoinHostPort(vipAddr, "80")
-	n1, client := c.lab.Node(1), c.lab.Pod(1, 2)
+	c.waitActive(lbID)
+	n1 := c.lab.Node(1)
 
-	var dump bytes.Buffer
-	if err := n1.Run(context.Background(), nil, &dump, &dump, flowlb(t), "agent", "dump", "--bpf-pin-dir", c.lab.BPFPinDir(1)); err != nil {
-		t.Fatalf("agent dump: %v\n%s", err, dump.String())
+	// dump is node 1's pinned services map, as `agent dump` prints it.
+	dump := func() string {
+		var out bytes.Buffer
+		if err := n1.Run(context.Background(), nil, &out, &out, flowlb(t), "agent", "dump", "--bpf-pin-dir", c.lab.BPFPinDir(1)); err != nil {
+			t.Fatalf("agent dump: %v\n%s", err, out.String())
+		}
+		return out.String()
 	}
-	if !strings.Contains(dump.String(), vipAddr) {
-		t.Fatalf("n1's pinned services map lacks %s:\n%s", vip, dump.String())
+	victimBackend := net.JoinHostPort(victim.Addr.String(), "8080") + " "
+	if d := dump(); !strings.Contains(d, vip+" TCP") || !strings.Contains(d, victimBackend) {
+		t.Fatalf("n1's pinned services map lacks %s or its member %s:\n%s", vip, victimBackend, d)
 	}
 
 	flush := func() {
@@ -48,6 +55,23 @@ func TestEBPFPodProcessTraffic(t *testing.T) {
 		_ = n1.Run(context.Background(), nil, &out, &out, "conntrack", "-L", "-p", "tcp", "--orig-dst", vipAddr)
 		return strings.Count(out.String(), "dport=80 ")
 	}
+	// podLoad makes n connections to the VIP from `flowlb lab load` run in
+	// the client pod's namespace and cgroup.
+	podLoad := func(n int) labload.Result {
+		var out, errb bytes.Buffer
+		if err := client.Run(context.Background(), nil, &out, &errb, flowlb(t), "lab", "load", "--name", c.lab.Name(),
+			"--state-dir", filepath.Dir(c.lab.Dir()), "--from", client.Name, "--to", vip, "-n", strconv.Itoa(n), "-c", "2", "-o", "json"); err != nil {
+			t.Fatalf("lab load from %s: %v\n%s", client.Name, err, errb.String())
+		}
+		var r labload.Result
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatalf("load result: %v\n%s", err, out.String())
+		}
+		if r.Count != n || r.Errors != 0 {
+			t.Fatalf("%d connections from %s: %d answered, %d failed (%v)", n, client.Name, r.Count, r.Errors, r.ErrorSample)
+		}
+		return r
+	}
 
 	// Control: the test process is in no node's cgroup; its connection
 	// from the pod's namespace is NATed by nftables in n1.
@@ -58,54 +82,31 @@ func TestEBPFPodProcessTraffic(t *testing.T) {
 	if n := toVIP(); n == 0 {
 		t.Fatalf("no conntrack entry to %s in n1 after a connection through nftables: the check below would prove nothing", vip)
 	}
-
-	// A process of the pod: `flowlb lab load` run in n1-p2's namespace and
-	// cgroup.
 	flush()
-	var out, errb bytes.Buffer
-	if err := client.Run(context.Background(), nil, &out, &errb, flowlb(t), "lab", "load", "--name", c.lab.Name(),
-		"--state-dir", filepath.Dir(c.lab.Dir()), "--from", client.Name, "--to", vip, "-n", "60", "-c", "2", "-o", "json"); err != nil {
-		t.Fatalf("lab load from %s: %v\n%s", client.Name, err, errb.String())
-	}
-	var r labload.Result
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		t.Fatalf("load result: %v\n%s", err, out.String())
-	}
-	if r.Count != 60 || r.Errors != 0 || len(r.ByPod) < 2 {
-		t.Fatalf("60 connections from %s: %d answered, %d failed, by pod %v, want 60 spread over the members", client.Name, r.Count, r.Errors, r.ByPod)
+	r := podLoad(60)
+	if len(r.ByPod) != 3 {
+		t.Errorf("60 connections from %s answered by %v, want all 3 members", client.Name, r.ByPod)
 	}
 	if n := toVIP(); n != 0 {
 		t.Errorf("%d conntrack entries to %s in n1 after 60 connections from a pod process: not translated at connect()", n, vip)
 	}
-	t.Logf("pod process: %d connections, by pod %v, peers %v, none in n1's conntrack to the VIP", r.Count, r.ByPod, r.Peers)
-}
+	t.Logf("pod process: %d connections, by pod %v, none in n1's conntrack to the VIP", r.Count, r.ByPod)
 
-// createTCPLB creates a load balancer with a TCP listener on port 80 and
-// a ROUND_ROBIN pool of members; it returns its id and VIP.
-func createTCPLB(c *cluster, members []any) (id, vip string) {
-	c.t.Helper()
-	resp, err := c.http.Get(c.api + "/v2.0/subnets?name=flowlb-vip-subnet")
-	if err != nil {
-		c.t.Fatal(err)
+	// Health pull-out: the monitor marks the stopped member ERROR, the
+	// agent deletes it from the map, the pod process no longer reaches it.
+	c.createMonitor(lbID, pool, map[string]any{"type": "TCP", "delay": 1, "timeout": 1, "max_retries": 1, "max_retries_down": 2})
+	c.waitMemberStatus(pool, members[victim.Name], "ONLINE", 5*time.Second)
+	if err := c.lab.StopEcho(victim.Name); err != nil {
+		t.Fatal(err)
 	}
-	var subnets struct {
-		Subnets []struct {
-			ID string `json:"id"`
-		} `json:"subnets"`
+	c.waitMemberStatus(pool, members[victim.Name], "ERROR", 4*time.Second)
+	testutil.Eventually(t, 5*time.Second, "the dead member out of n1's pinned map", func() (bool, string) {
+		d := dump()
+		return !strings.Contains(d, victimBackend), d
+	})
+	r = podLoad(60)
+	if r.ByPod[victim.Name] != 0 || len(r.ByPod) != 2 {
+		t.Errorf("with %s dead: answers by %v, want the 2 live members only", victim.Name, r.ByPod)
 	}
-	err = json.NewDecoder(resp.Body).Decode(&subnets)
-	resp.Body.Close()
-	if err != nil || len(subnets.Subnets) == 0 {
-		c.t.Fatalf("VIP subnet: %v %v", err, subnets)
-	}
-	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
-		"name": "e2e", "vip_subnet_id": subnets.Subnets[0].ID,
-		"listeners": []any{map[string]any{"protocol": "TCP", "protocol_port": 80, "default_pool": map[string]any{
-			"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "members": members}}},
-	}})
-	if code != 201 {
-		c.t.Fatalf("create: %d %v", code, body)
-	}
-	lb := body["loadbalancer"].(map[string]any)
-	return lb["id"].(string), lb["vip_address"].(string)
+	t.Logf("with %s dead: by pod %v", victim.Name, r.ByPod)
 }
