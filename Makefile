@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK = $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build image test lint unit compat demo deps deps-test fuzz fuzz-short bench bench-kube bench-lbaas bench-page bench-smoke generate generate-check
+.PHONY: build image test lint unit compat demo deps deps-test fuzz fuzz-short bench bench-kube bench-lbaas bench-page bench-smoke generate generate-check e2e-ebpf
 
 # Where build and image write (tests point it at a temporary directory).
 BIN ?= bin
@@ -80,6 +80,14 @@ generate-check:
 unit:
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_POSTGRES=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 40m ./...
 
+# A subset of the end-to-end tests with the agents on the eBPF data plane
+# (FLOWLB_E2E_DATAPLANE=ebpf; docs/lab.md): VIP traffic from every node
+# and from outside, health monitors and backups, Kubernetes Services, and
+# the connections of a pod's own process (translated at connect()).
+E2E_EBPF = TestEBPFPodProcessTraffic|TestTrafficThroughVIPFromEveryNode|TestExternalClientThroughRouter|TestHealthMonitorRemovesDeadMembers|TestBackupMemberTakesOver|TestKubernetesServices
+e2e-ebpf:
+	FLOWLB_E2E_DATAPLANE=ebpf FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 15m -run '^($(E2E_EBPF))$$' ./test/e2e/
+
 # The real openstack CLI against a real flowlb server, and
 # octavia-tempest-plugin's whole API suite behind a real Keystone with
 # Octavia's default (advanced) RBAC.
@@ -138,7 +146,7 @@ bench-smoke:
 	grep -q "kube-proxy nftables" $$d/bench-suite.md; \
 	grep -q "| 3 | octavia | 1 |" $$d/bench-suite.md
 
-test: deps-test lint generate-check fuzz-short unit bench-smoke compat
+test: deps-test lint generate-check fuzz-short unit e2e-ebpf bench-smoke compat
 
 demo: deps build
 	hack/demo.sh $(BIN)/flowlb

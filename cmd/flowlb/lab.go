@@ -150,6 +150,7 @@ func labUpCmd(f *labFlags) *cobra.Command {
 	c.Flags().StringVar(&udp, "udp", "9090", "echo UDP ports, comma separated")
 	c.Flags().StringVar(&httpPorts, "http", "80", "echo HTTP ports, comma separated")
 	c.Flags().BoolVar(&o.NoEcho, "no-echo", false, "start no echo servers")
+	c.Flags().StringVar(&o.Dataplane, "dataplane", lab.DataplaneNftables, "the agents' data plane: nftables, or ebpf (a cgroup per node holding its processes and pods, a bpffs for pins; start node I's agent with --dataplane ebpf --cgroup /sys/fs/cgroup/unified/flb-NAME/nI --bpf-pin-dir STATE-DIR/NAME/bpf/nI)")
 	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "log progress")
 	return c
 }

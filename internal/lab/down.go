@@ -63,7 +63,11 @@ func Down(name, root string) error {
 	if err := killCgroup(cgroupDir(name)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	// The agents are dead: unmounting frees the eBPF data plane's pins,
+	// programs and maps, and lets RemoveAll remove the mount point.
+	if err := unmountBPFFS(dir); err != nil {
+		errs = append(errs, err)
+	} else if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

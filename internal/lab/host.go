@@ -10,11 +10,13 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"syscall"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 func (l *Lab) hasNode(i int) bool {
@@ -176,6 +178,14 @@ func (h Host) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	// In the host's cgroup, as what Start starts: a pod's command is then
+	// balanced by its node's eBPF data plane like the pod's own processes.
+	if cg := h.lab.cgroup(h.Name); cg != "" && os.MkdirAll(cg, 0o755) == nil {
+		if fd, err := unix.Open(cg, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			defer unix.Close(fd)
+			cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+		}
+	}
 	if err := h.Do(cmd.Start); err != nil {
 		return err
 	}

@@ -43,10 +43,16 @@ func (l *Lab) startProc(host, name string, spec ProcState, extra ...*os.File) (P
 	return p, err
 }
 
+// cgroup is the cgroup of host's processes. A pod's is below its node's,
+// so that a program attached to the node's cgroup (the eBPF data plane's
+// agent) acts on the node's pods too.
 func (l *Lab) cgroup(host string) string {
 	cg := cgroupDir(l.name)
 	if cg == "" {
 		return ""
+	}
+	if kind, i, _, err := ParseHost(host); err == nil && kind == KindPod {
+		return filepath.Join(cg, NodeName(i), host)
 	}
 	return filepath.Join(cg, host)
 }

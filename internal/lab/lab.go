@@ -52,7 +52,11 @@ type Options struct {
 	// Postgres adds the database host and starts the lab's PostgreSQL
 	// (StartPostgres) once the rest is up.
 	Postgres bool
-	Log      *slog.Logger
+	// Dataplane is the agents' data plane (AgentDataplaneArgs): "" or
+	// DataplaneNftables, or DataplaneEBPF, for which the lab mounts a
+	// bpffs of its own for the nodes' pins.
+	Dataplane string
+	Log       *slog.Logger
 }
 
 // DefaultPorts are the echo server ports when Options.Ports is empty.
@@ -138,6 +142,12 @@ func (o *Options) validate() error {
 	if o.Servers < 0 || o.Servers > MaxServers {
 		return fmt.Errorf("servers %d: want 0-%d", o.Servers, MaxServers)
 	}
+	if o.Dataplane != "" && o.Dataplane != DataplaneNftables && o.Dataplane != DataplaneEBPF {
+		return fmt.Errorf("dataplane %q: want %s or %s", o.Dataplane, DataplaneNftables, DataplaneEBPF)
+	}
+	if o.Dataplane == DataplaneEBPF && cgroup2Root() == "" {
+		return fmt.Errorf("dataplane %s: no cgroup v2 mount for the nodes' cgroups", DataplaneEBPF)
+	}
 	if o.Postgres {
 		// Before building anything.
 		if _, err := pgserver.Find(); err != nil {
@@ -175,6 +185,9 @@ func (o *Options) fillDefaults() error {
 // node with its pods, and every node a next hop of the router.
 func initialState(o Options) (State, error) {
 	st := State{Name: o.Name, Created: time.Now().UTC(), Ports: o.Ports, Echo: o.Echo, EchoEnv: o.EchoEnv, Zones: o.Zones}
+	if o.Dataplane == DataplaneEBPF {
+		st.Dataplane = DataplaneEBPF
+	}
 	if o.Owned {
 		start, err := procStart(os.Getpid())
 		if err != nil {
@@ -227,6 +240,11 @@ func claimStateDir(name, root string) (string, error) {
 // the lab ready.
 func (l *Lab) bringUp(ctx context.Context, o Options) error {
 	t0 := time.Now()
+	if o.Dataplane == DataplaneEBPF {
+		if err := mountBPFFS(l.dir); err != nil {
+			return err
+		}
+	}
 	if err := l.build(ctx); err != nil {
 		return err
 	}

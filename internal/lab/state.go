@@ -40,6 +40,8 @@ type State struct {
 	Owner *ProcState `json:"owner,omitempty"`
 	// Kube is set once a Kubernetes control plane runs in the lab.
 	Kube *KubeState `json:"kube,omitempty"`
+	// Dataplane is the agents' data plane, "" for nftables (AgentDataplaneArgs).
+	Dataplane string `json:"dataplane,omitempty"`
 }
 
 // Ports are the echo server ports every pod listens on.

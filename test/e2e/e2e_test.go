@@ -61,6 +61,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// dataplane is the agents' data plane for this run: FLOWLB_E2E_DATAPLANE
+// (nftables or ebpf; `make e2e-ebpf`), nftables by default.
+func dataplane() string {
+	if d := os.Getenv("FLOWLB_E2E_DATAPLANE"); d != "" {
+		return d
+	}
+	return lab.DataplaneNftables
+}
+
 // cluster is a lab with a flowlb server (or replicas) and agents running.
 type cluster struct {
 	t       testing.TB
@@ -91,7 +100,7 @@ type cluster struct {
 func (c *cluster) agentArgv(i int) []string {
 	return append([]string{flowlb(c.t), "agent", "--server", c.agentServers, "--token-file", c.token,
 		"--ca-file", c.caFile, "--identity-dir", c.lab.IdentityDir(lab.NodeName(i)), "--node", lab.NodeName(i),
-		"--zone", c.lab.Zone(i), "--pod-cidrs", podCIDRs(c.lab)}, c.agentArgs...)
+		"--zone", c.lab.Zone(i), "--pod-cidrs", podCIDRs(c.lab)}, append(c.lab.AgentDataplaneArgs(i), c.agentArgs...)...)
 }
 
 // startServer starts the server in the fabric namespace (again, after a
@@ -171,6 +180,8 @@ type clusterOptions struct {
 	nodes, pods, zones    int
 	replicas              int
 	serverArgs, agentArgs []string
+	// dataplane overrides FLOWLB_E2E_DATAPLANE for this cluster.
+	dataplane string
 	// beforeServer runs once the lab is up, before the server starts
 	// (e.g. to start what the server's flags point at).
 	beforeServer func(*cluster)
@@ -178,7 +189,10 @@ type clusterOptions struct {
 
 func newClusterOpts(t testing.TB, o clusterOptions) *cluster {
 	flowlb(t)
-	opts := []func(*lab.Options){func(lo *lab.Options) { lo.Zones = o.zones }}
+	if o.dataplane == "" {
+		o.dataplane = dataplane()
+	}
+	opts := []func(*lab.Options){func(lo *lab.Options) { lo.Zones, lo.Dataplane = o.zones, o.dataplane }}
 	if o.replicas > 0 {
 		opts = append(opts, labtest.WithServers(o.replicas), labtest.WithPostgres)
 	}

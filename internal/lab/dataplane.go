@@ -1,0 +1,75 @@
+package lab
+
+// The eBPF data plane in the lab. Its cgroup programs act on the
+// processes of a cgroup in any network namespace, and all lab nodes share
+// one kernel, so each node's agent attaches to a cgroup of its own: the
+// node's (flb-<lab>/nI), which holds the node's processes and, nested
+// below it, its pods' (flb-<lab>/nI/nI-pJ). Pins go to a bpffs that the
+// lab mounts in its state directory, one directory per node.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// Data planes a lab's agents can run (Options.Dataplane).
+const (
+	DataplaneNftables = "nftables"
+	DataplaneEBPF     = "ebpf"
+)
+
+// bpffsDir is the bpffs the lab mounts in its state directory dir.
+func bpffsDir(dir string) string { return filepath.Join(dir, "bpf") }
+
+// mountBPFFS mounts the lab's own bpffs, so that nodes' pins never meet
+// another lab's or the host's.
+func mountBPFFS(dir string) error {
+	d := bpffsDir(dir)
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return err
+	}
+	if err := unix.Mount("bpf", d, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mount bpffs at %s: %w", d, err)
+	}
+	return nil
+}
+
+// unmountBPFFS detaches the lab's bpffs if it is mounted: its pins go
+// with it, and the programs and maps are freed once no agent holds them.
+func unmountBPFFS(dir string) error {
+	err := unix.Unmount(bpffsDir(dir), unix.MNT_DETACH)
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return fmt.Errorf("unmount %s: %w", bpffsDir(dir), err)
+}
+
+// Dataplane is the data plane the lab's agents are to run: nftables
+// unless the lab was brought up with Options.Dataplane ebpf.
+func (l *Lab) Dataplane() string {
+	if d := l.snapshot().Dataplane; d != "" {
+		return d
+	}
+	return DataplaneNftables
+}
+
+// NodeCgroup is the cgroup v2 directory of node i: its processes, and its
+// pods' in cgroups below it ("" without a cgroup v2 mount).
+func (l *Lab) NodeCgroup(i int) string { return l.cgroup(NodeName(i)) }
+
+// BPFPinDir is where node i's agent pins its eBPF maps and links.
+func (l *Lab) BPFPinDir(i int) string { return filepath.Join(bpffsDir(l.dir), NodeName(i)) }
+
+// AgentDataplaneArgs are the flags that give node i's agent the lab's
+// data plane: none for nftables; for eBPF the node's cgroup and pin
+// directory.
+func (l *Lab) AgentDataplaneArgs(i int) []string {
+	if l.Dataplane() != DataplaneEBPF {
+		return nil
+	}
+	return []string{"--dataplane", DataplaneEBPF, "--cgroup", l.NodeCgroup(i), "--bpf-pin-dir", l.BPFPinDir(i)}
+}

@@ -1,0 +1,83 @@
+package lab_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/lab/labtest"
+)
+
+// TestEBPFDataplaneLayout: a lab with the eBPF data plane has a bpffs of
+// its own, its pods' processes (echo servers and commands run with
+// Host.Run) in cgroups below their node's, agent flags naming the node's
+// cgroup and pins, and down leaves no mount, cgroup or state behind.
+func TestEBPFDataplaneLayout(t *testing.T) {
+	l := labtest.New(t, 2, 1, func(o *lab.Options) { o.Dataplane = lab.DataplaneEBPF })
+	name, dir := l.Name(), l.Dir()
+	t.Cleanup(func() { _ = lab.Down(name, "") })
+	bpffs := filepath.Dir(l.BPFPinDir(1))
+	var st unix.Statfs_t
+	if err := unix.Statfs(bpffs, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
+		t.Fatalf("%s: not a bpffs (%v)", bpffs, err)
+	}
+	if l.BPFPinDir(1) == l.BPFPinDir(2) || !strings.HasPrefix(bpffs, dir) {
+		t.Errorf("pin dirs %s and %s: want distinct, in the lab's state dir %s", l.BPFPinDir(1), l.BPFPinDir(2), dir)
+	}
+	want := []string{"--dataplane", "ebpf", "--cgroup", l.NodeCgroup(1), "--bpf-pin-dir", l.BPFPinDir(1)}
+	if got := l.AgentDataplaneArgs(1); !slices.Equal(got, want) {
+		t.Errorf("agent args %q, want %q", got, want)
+	}
+
+	for i := 1; i <= 2; i++ {
+		pod := l.Pod(i, 1)
+		rel := fmt.Sprintf("/flb-%s/n%d/n%d-p1", name, i, i)
+		if !strings.HasSuffix(filepath.Clean(l.NodeCgroup(i)+"/"+pod.Name), rel) {
+			t.Errorf("node cgroup %s does not hold %s", l.NodeCgroup(i), rel)
+		}
+		p, err := pod.Proc(lab.EchoProc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "0::"+rel+"\n") {
+			t.Errorf("echo of %s in cgroups\n%s\nwant 0::%s", pod.Name, b, rel)
+		}
+		var out bytes.Buffer
+		if err := pod.Run(context.Background(), nil, &out, &out, "cat", "/proc/self/cgroup"); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "0::"+rel+"\n") {
+			t.Errorf("a command run in %s is in cgroups\n%s\nwant 0::%s", pod.Name, out.String(), rel)
+		}
+	}
+
+	if err := lab.Down(name, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Statfs(bpffs, &st); err == nil {
+		t.Errorf("%s still there after down (fs type %#x)", bpffs, st.Type)
+	}
+	if left := leftovers(name, nil); len(left) > 0 {
+		t.Errorf("after down: %v", left)
+	}
+}
+
+// TestDataplaneOption refuses an unknown data plane before building.
+func TestDataplaneOption(t *testing.T) {
+	_, err := lab.Up(context.Background(), lab.Options{Name: "dpbad", Nodes: 1, Dataplane: "xdp"})
+	if err == nil || !strings.Contains(err.Error(), `dataplane "xdp"`) {
+		t.Fatalf("Up with dataplane xdp: %v, want it refused", err)
+	}
+}
