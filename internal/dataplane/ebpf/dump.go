@@ -94,18 +94,23 @@ func WriteDump(w io.Writer, services []Service) {
 			continue
 		}
 		fmt.Fprintf(w, "%s: %s\n", head, s.Algorithm)
-		bs := make([]netip.AddrPort, 0, len(s.Backends))
-		for b := range s.Backends {
-			bs = append(bs, b)
-		}
-		slices.SortFunc(bs, func(a, b netip.AddrPort) int {
-			return cmp.Or(s.Backends[b]-s.Backends[a], a.Compare(b))
-		})
-		for _, b := range bs {
+		for _, b := range sortedBackends(&s) {
 			fmt.Fprintf(w, "  %s %d/%d slots\n", b, s.Backends[b], Slots)
 		}
 	}
 	if len(services) == 0 {
 		fmt.Fprintln(w, "no services")
 	}
+}
+
+// sortedBackends is s's backends, most slots first.
+func sortedBackends(s *Service) []netip.AddrPort {
+	bs := make([]netip.AddrPort, 0, len(s.Backends))
+	for b := range s.Backends {
+		bs = append(bs, b)
+	}
+	slices.SortFunc(bs, func(a, b netip.AddrPort) int {
+		return cmp.Or(s.Backends[b]-s.Backends[a], a.Compare(b))
+	})
+	return bs
 }
