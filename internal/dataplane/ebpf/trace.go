@@ -50,6 +50,17 @@ func lookup[K, V any](pin string, k K) (v V, ok bool, err error) {
 	return v, true, nil
 }
 
+// Trace writes what the programs whose maps are pinned in pinDir do
+// with a connection to k: agent trace --bpf-pin-dir.
+func Trace(w io.Writer, pinDir string, k flows.Key) error {
+	s, err := Lookup(pinDir, k)
+	if err != nil {
+		return err
+	}
+	WriteTrace(w, k, s)
+	return nil
+}
+
 // choices says, per algorithm, what picks the slot of a connection;
 // none of it is known before the socket exists, so a trace shows the
 // whole table.

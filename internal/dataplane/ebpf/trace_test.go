@@ -2,10 +2,18 @@ package ebpf
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"net/netip"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // A trace of a decoded entry names the VIP and, by the entry's
@@ -69,5 +77,75 @@ func TestWriteTrace(t *testing.T) {
 		if out.String() != c.want {
 			t.Errorf("%s:\n%s\nwant:\n%s", c.name, out.String(), c.want)
 		}
+	}
+}
+
+// TestTracePinned: Trace, as agent trace --bpf-pin-dir runs it, reads
+// the pinned maps of a running data plane without changing them, and
+// names each VIP's backends and shares, the refusal of a service
+// without backends, and the services left to nftables.
+func TestTracePinned(t *testing.T) {
+	testutil.RequireRoot(t)
+	cg := testCgroup(t)
+	fs := t.TempDir()
+	if err := MountBPFFS(fs); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(fs, 0); err != nil {
+			t.Errorf("unmount the test bpffs: %v", err)
+		}
+	})
+	pins := filepath.Join(fs, "flowlb")
+	dp, err := New(Config{Node: "n1", Cgroup: cg, PinDir: pins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := dp.Remove(); err != nil {
+			t.Error(err)
+		}
+	}()
+	web, sticky, empty, acl := service(80, flows.TCP, 1, 1, 2), service(81, flows.TCP, 1, 0, 2), service(82, flows.TCP), service(83, flows.TCP, 1)
+	sticky.Algorithm = flows.SourceIP
+	acl.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}
+	if err := dp.Sync(context.Background(), tableOf(web, sticky, empty, acl)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := Dump(pins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key  flows.Key
+		want []string
+	}{
+		{web.Key, []string{"198.19.0.10:80 TCP: ROUND_ROBIN,", "chosen by a random slot per connect()",
+			"198.18.17.4:8080 31/61 slots (50.8%)", "198.18.17.2:8080 15/61 slots (24.6%)", "198.18.17.3:8080 15/61 slots (24.6%)"}},
+		{sticky.Key, []string{"198.19.0.10:81 TCP: SOURCE_IP,", "client's network namespace",
+			"198.18.17.4:8080 41/61 slots (67.2%)", "198.18.17.2:8080 20/61 slots (32.8%)"}},
+		{empty.Key, []string{"198.19.0.10:82 TCP: refused: no usable backend"}},
+		{acl.Key, []string{"198.19.0.10:83 TCP: not in the eBPF maps (nftables serves it)"}},
+		{flows.Key{VIP: vip, Protocol: flows.UDP, Port: 80}, []string{"198.19.0.10:80 UDP: not in the eBPF maps (nftables serves it)"}},
+	} {
+		var out bytes.Buffer
+		if err := Trace(&out, pins, c.key); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("trace of %v lacks %q:\n%s", c.key, w, out.String())
+			}
+		}
+	}
+	after, err := Dump(pins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(before, after) {
+		t.Fatalf("the maps changed under the trace:\n%+v\nthen\n%+v", before, after)
+	}
+	if err := Trace(io.Discard, filepath.Join(fs, "none"), web.Key); err == nil {
+		t.Fatal("a trace of a directory without pins did not fail")
 	}
 }
