@@ -47,7 +47,7 @@ backends with their share of slots.`,
 }
 
 func agentTraceCmd() *cobra.Command {
-	var src, dst, proto, podCIDRs string
+	var src, dst, proto, podCIDRs, pins string
 	var sport int
 	var local bool
 	cmd := &cobra.Command{
@@ -56,9 +56,32 @@ func agentTraceCmd() *cobra.Command {
 		Long: `Evaluates flowlb's rules over the elements in this network namespace's
 kernel for the first packet of a connection, and prints the verdict: which
 backend it is sent to (or the candidates, for ROUND_ROBIN), whether it is
-masqueraded, dropped or refused, and why.`,
+masqueraded, dropped or refused, and why.
+With --bpf-pin-dir, reads the eBPF data plane's services maps pinned there
+instead (read-only) and prints what the socket programs do with a
+connect() to --dst from a socket of the agent's cgroup: refused, left to
+nftables (not in the maps), or translated to a backend of the slot table,
+listed with each backend's share. The slot is chosen by a random number
+(ROUND_ROBIN), the client's network namespace (SOURCE_IP) or socket
+(SOURCE_IP_PORT), not by an address, so --src is not taken there.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, err := netip.ParseAddrPort(dst)
+			if err != nil {
+				return fmt.Errorf("--dst: %w", err)
+			}
+			p := flows.Protocol(strings.ToUpper(proto))
+			if pins != "" {
+				for _, f := range []string{"src", "sport", "pod-cidrs", "from-node"} {
+					if cmd.Flags().Changed(f) {
+						return fmt.Errorf("--%s does not apply with --bpf-pin-dir: the socket programs do not choose by the source address", f)
+					}
+				}
+				return ebpf.Trace(cmd.OutOrStdout(), pins, flows.Key{VIP: d.Addr(), Protocol: p, Port: d.Port()})
+			}
+			if src == "" {
+				return fmt.Errorf("--src is required (without --bpf-pin-dir)")
+			}
 			s, err := netip.ParseAddrPort(src)
 			if err != nil {
 				if a, err2 := netip.ParseAddr(src); err2 == nil {
@@ -67,11 +90,6 @@ masqueraded, dropped or refused, and why.`,
 					return fmt.Errorf("--src: %w", err)
 				}
 			}
-			d, err := netip.ParseAddrPort(dst)
-			if err != nil {
-				return fmt.Errorf("--dst: %w", err)
-			}
-			p := flows.Protocol(strings.ToUpper(proto))
 			dp, err := nftables.Open(-1)
 			if err != nil {
 				return err
@@ -100,7 +118,7 @@ masqueraded, dropped or refused, and why.`,
 	f.StringVar(&proto, "proto", "TCP", "TCP, UDP or SCTP")
 	f.StringVar(&podCIDRs, "pod-cidrs", "", "pod networks (default: those programmed)")
 	f.BoolVar(&local, "from-node", false, "the connection is opened by the node itself")
-	_ = cmd.MarkFlagRequired("src")
+	f.StringVar(&pins, "bpf-pin-dir", "", "trace the eBPF maps pinned in this directory (the agent's --bpf-pin-dir) instead of the nftables table")
 	_ = cmd.MarkFlagRequired("dst")
 	return cmd
 }

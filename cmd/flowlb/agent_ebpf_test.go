@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +70,13 @@ func TestAgentEBPFFlags(t *testing.T) {
 	if err := dump.Execute(); err != nil || out.String() != "no services\n" {
 		t.Fatalf("agent dump --bpf-pin-dir: %q, %v", out.String(), err)
 	}
+	trace := agentTraceCmd()
+	out.Reset()
+	trace.SetOut(&out)
+	trace.SetArgs([]string{"--bpf-pin-dir", pins, "--dst", "198.19.0.1:80", "--proto", "udp"})
+	if err := trace.Execute(); err != nil || out.String() != "198.19.0.1:80 UDP: not in the eBPF maps (nftables serves it): connect() keeps the VIP; trace it without --bpf-pin-dir\n" {
+		t.Fatalf("agent trace --bpf-pin-dir: %q, %v", out.String(), err)
+	}
 	cleanup := agentCleanupEBPFCmd()
 	cleanup.SetArgs([]string{"--bpf-pin-dir", pins})
 	if err := cleanup.ExecuteContext(context.Background()); err != nil {
@@ -96,4 +105,28 @@ func connect4Programs(t *testing.T, cg string) int {
 		t.Fatal(err)
 	}
 	return len(r.Programs)
+}
+
+// agent trace takes --src for the nftables rules only: the socket
+// programs do not choose by the source address.
+func TestAgentTraceFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dst", "198.19.0.1:80"}, "--src is required (without --bpf-pin-dir)"},
+		{[]string{"--bpf-pin-dir", "/nonexistent", "--dst", "198.19.0.1:80", "--src", "198.18.0.1"},
+			"--src does not apply with --bpf-pin-dir: the socket programs do not choose by the source address"},
+		{[]string{"--bpf-pin-dir", "/nonexistent", "--dst", "198.19.0.1:80", "--from-node"},
+			"--from-node does not apply with --bpf-pin-dir: the socket programs do not choose by the source address"},
+		{[]string{"--bpf-pin-dir", "/nonexistent", "--dst", "198.19.0.1"}, "--dst: "},
+	} {
+		cmd := agentTraceCmd()
+		cmd.SetArgs(c.args)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("agent trace %v: %v, want %q", c.args, err, c.want)
+		}
+	}
 }
