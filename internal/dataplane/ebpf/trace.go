@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
@@ -17,7 +18,11 @@ import (
 // connect() on untouched, to the nftables rules).
 func Lookup(pinDir string, k flows.Key) (*Service, error) {
 	if protos[k.Protocol] == 0 || !k.VIP.Is4() && (!k.VIP.Is6() || k.VIP.Is4In6()) {
-		return nil, nil // no map can hold it
+		// No map can hold k; but a wrong pinDir is still an error.
+		if _, err := os.Stat(filepath.Join(pinDir, socklbMapServices)); err != nil {
+			return nil, fmt.Errorf("open the pinned map: %w", err)
+		}
+		return nil, nil
 	}
 	if k.VIP.Is4() {
 		v, ok, err := lookup[svcKey, svcVal](filepath.Join(pinDir, socklbMapServices), encodeKey(k))

@@ -127,6 +127,8 @@ func TestTracePinned(t *testing.T) {
 		{empty.Key, []string{"198.19.0.10:82 TCP: refused: no usable backend"}},
 		{acl.Key, []string{"198.19.0.10:83 TCP: not in the eBPF maps (nftables serves it)"}},
 		{flows.Key{VIP: vip, Protocol: flows.UDP, Port: 80}, []string{"198.19.0.10:80 UDP: not in the eBPF maps (nftables serves it)"}},
+		{flows.Key{VIP: vip, Protocol: flows.SCTP, Port: 80}, []string{"198.19.0.10:80 SCTP: not in the eBPF maps (nftables serves it)"}},
+		{flows.Key{VIP: netip.MustParseAddr("2001:2::10"), Protocol: flows.TCP, Port: 80}, []string{"[2001:2::10]:80 TCP: not in the eBPF maps (nftables serves it)"}},
 	} {
 		var out bytes.Buffer
 		if err := Trace(&out, pins, c.key); err != nil {
@@ -145,7 +147,9 @@ func TestTracePinned(t *testing.T) {
 	if !reflect.DeepEqual(before, after) {
 		t.Fatalf("the maps changed under the trace:\n%+v\nthen\n%+v", before, after)
 	}
-	if err := Trace(io.Discard, filepath.Join(fs, "none"), web.Key); err == nil {
-		t.Fatal("a trace of a directory without pins did not fail")
+	for _, k := range []flows.Key{web.Key, {VIP: vip, Protocol: flows.SCTP, Port: 80}} {
+		if err := Trace(io.Discard, filepath.Join(fs, "none"), k); err == nil {
+			t.Fatalf("a trace of %v in a directory without pins did not fail", k)
+		}
 	}
 }
