@@ -27,33 +27,19 @@ import (
 // one with loopback up, removed afterwards); the thread ends with fn.
 func inNamespace(t *testing.T, ns *netns.NsHandle, fn func(ns netns.NsHandle)) {
 	t.Helper()
+	if ns == nil {
+		testutil.InNewNetns(t, fn)
+		return
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		runtime.LockOSThread() // never unlocked: the thread dies in the namespace
-		if ns != nil {
-			if err := netns.Set(*ns); err != nil {
-				t.Error(err)
-				return
-			}
-			fn(*ns)
-			return
-		}
-		fresh, err := netns.New()
-		if err != nil {
+		if err := netns.Set(*ns); err != nil {
 			t.Error(err)
 			return
 		}
-		defer fresh.Close()
-		lo, err := netlink.LinkByName("lo")
-		if err == nil {
-			err = netlink.LinkSetUp(lo)
-		}
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		fn(fresh)
+		fn(*ns)
 	}()
 	<-done
 }

@@ -1,20 +1,17 @@
 package ebpf
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/flowlb/flowlb/internal/agent"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // services makes n TCP services of 10 backends each, VIPs 198.19.x.y:80
@@ -55,13 +52,13 @@ func program(b *testing.B, dp agent.Programmer, n int) programmed {
 		p.encode = time.Since(t0)
 	}
 	runtime.GC()
-	slab0 := unreclaimableSlab(b)
+	slab0 := testutil.UnreclaimableSlab(b)
 	t0 := time.Now()
 	if err := dp.Sync(ctx, tab); err != nil {
 		b.Fatal(err)
 	}
 	p.load = time.Since(t0)
-	p.kernelMiB = float64(unreclaimableSlab(b)-slab0) / (1 << 20)
+	p.kernelMiB = float64(testutil.UnreclaimableSlab(b)-slab0) / (1 << 20)
 	one := services(n + 1).Services[flows.Key{VIP: netip.AddrFrom4([4]byte{198, 19, byte(n >> 8), byte(n)}), Protocol: flows.TCP, Port: 80}]
 	t0 = time.Now()
 	if err := dp.Apply(ctx, []flows.Service{one}, nil); err != nil {
@@ -118,28 +115,6 @@ func BenchmarkFullLoad(b *testing.B) {
 			}
 		})
 	}
-}
-
-// unreclaimableSlab is the kernel's SUnreclaim (bytes), where map and set
-// elements live. Machine-wide: other activity adds noise.
-func unreclaimableSlab(b *testing.B) int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "SUnreclaim:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	b.Fatal("no SUnreclaim in /proc/meminfo")
-	return 0
 }
 
 // BenchmarkEncode is the Go side of a full load: every service's Maglev

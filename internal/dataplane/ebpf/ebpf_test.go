@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -85,22 +84,8 @@ func enterCgroup(t testing.TB, cg string) (leave func()) {
 // loopback up and the backends' addresses on it, and removes it afterwards.
 func inNetns(t testing.TB, addrs []netip.Addr, fn func()) {
 	t.Helper()
-	testutil.RequireRoot(t)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// The thread ends with its goroutine, namespace and all.
-		runtime.LockOSThread()
-		ns, err := netns.New()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer ns.Close()
+	testutil.InNewNetns(t, func(netns.NsHandle) {
 		lo, err := netlink.LinkByName("lo")
-		if err == nil {
-			err = netlink.LinkSetUp(lo)
-		}
 		for _, a := range addrs {
 			if err == nil {
 				err = netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}, Flags: unix.IFA_F_NODAD})
@@ -111,8 +96,7 @@ func inNetns(t testing.TB, addrs []netip.Addr, fn func()) {
 			return
 		}
 		fn()
-	}()
-	<-done
+	})
 }
 
 var (

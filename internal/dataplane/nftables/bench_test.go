@@ -1,16 +1,12 @@
 package nftables
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +16,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/testutil"
 )
 
 // services makes n services of 10 backends each, VIPs 198.19.x.y:80.
@@ -49,7 +46,7 @@ func BenchmarkProgram(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				var load, add, del, syncAdd time.Duration
 				var heap, kernel float64
-				inNetnsB(b, func(ns netns.NsHandle) {
+				testutil.InNewNetns(b, func(ns netns.NsHandle) {
 					dp, err := New(int(ns), "n1")
 					if err != nil {
 						b.Fatal(err)
@@ -57,7 +54,7 @@ func BenchmarkProgram(b *testing.B) {
 					defer dp.Remove()
 					ctx := context.Background()
 					tab := services(n)
-					heap0, slab0 := heapBytes(), unreclaimableSlab(b)
+					heap0, slab0 := heapBytes(), testutil.UnreclaimableSlab(b)
 					t0 := time.Now()
 					if err := dp.Sync(ctx, tab); err != nil {
 						b.Fatal(err)
@@ -67,7 +64,7 @@ func BenchmarkProgram(b *testing.B) {
 					// elements; the table itself is the caller's) and what
 					// the kernel allocated for the elements.
 					heap = float64(heapBytes()-heap0) / (1 << 20)
-					kernel = float64(unreclaimableSlab(b)-slab0) / (1 << 20)
+					kernel = float64(testutil.UnreclaimableSlab(b)-slab0) / (1 << 20)
 					runtime.KeepAlive(tab)
 					extra := services(n + 1).Services
 					var one flows.Service
@@ -112,28 +109,6 @@ func heapBytes() int64 {
 	return int64(m.HeapAlloc)
 }
 
-// unreclaimableSlab is the kernel's SUnreclaim (bytes), where nftables
-// set elements live. Machine-wide: other activity adds noise.
-func unreclaimableSlab(b *testing.B) int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "SUnreclaim:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	b.Fatal("no SUnreclaim in /proc/meminfo")
-	return 0
-}
-
 // BenchmarkIPv6TableFamily is the measurement behind carrying IPv6 in an
 // ip6 table beside the ip one rather than in one inet table for both
 // (docs/dataplane.md): the same IPv6 rules and 10,000 IPv6 services in
@@ -166,7 +141,7 @@ func BenchmarkIPv6TableFamily(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		prog := map[string][]float64{}
 		rate := map[string][]float64{}
-		inNetnsB(b, func(ns netns.NsHandle) {
+		testutil.InNewNetns(b, func(ns netns.NsHandle) {
 			setup(b)
 			setup6(b)
 			defer serveAll(b)()

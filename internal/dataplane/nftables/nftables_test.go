@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -21,41 +20,7 @@ import (
 
 // inNetns runs fn on a thread inside a fresh network namespace with
 // loopback up, and removes the namespace afterwards.
-func inNetns(t *testing.T, fn func(ns netns.NsHandle)) { inNetnsB(t, fn) }
-
-func inNetnsB(t testing.TB, fn func(ns netns.NsHandle)) {
-	t.Helper()
-	testutil.RequireRoot(t)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		// The thread ends with its goroutine, namespace and all: never
-		// unlock it back into the pool.
-		orig, err := netns.Get()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.New()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer ns.Close()
-		lo, err := netlink.LinkByName("lo")
-		if err == nil {
-			err = netlink.LinkSetUp(lo)
-		}
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		fn(ns)
-	}()
-	<-done
-}
+func inNetns(t *testing.T, fn func(ns netns.NsHandle)) { testutil.InNewNetns(t, fn) }
 
 // backendAddrs go on lo; the VIP range is routed to lo so that a connect
 // finds a route before the output hook translates it.
