@@ -392,10 +392,8 @@ func (c *Controller) confirm(ctx context.Context, svc *corev1.Service, key, lbNa
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "%v", err)
 		return err
 	case status != "ACTIVE":
-		c.mu.Lock()
 		a.checks++
-		c.applied[key] = a
-		c.mu.Unlock()
+		c.keep(key, a)
 		return errAwaiting
 	}
 	c.ensured(ctx, svc, lbName, a)
@@ -403,9 +401,7 @@ func (c *Controller) confirm(ctx context.Context, svc *corev1.Service, key, lbNa
 		return err
 	}
 	a.pending = ""
-	c.mu.Lock()
-	c.applied[key] = a
-	c.mu.Unlock()
+	c.keep(key, a)
 	return nil
 }
 
@@ -511,10 +507,16 @@ func (c *Controller) unchanged(key string, want *kubelb.LB) (applied, bool) {
 	return a, true
 }
 
+// remember keeps a as what key's reconcile applied now.
 func (c *Controller) remember(key string, a applied) {
+	a.at = c.now()
+	c.keep(key, a)
+}
+
+// keep stores a for key as it is (its time too).
+func (c *Controller) keep(key string, a applied) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a.at = c.now()
 	c.applied[key] = a
 }
 
