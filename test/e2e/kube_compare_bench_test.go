@@ -277,7 +277,7 @@ func measureConnRates(b *testing.B, e *kubeEnv, pairs int) connRates {
 	slices.Sort(ratios)
 	slices.Sort(directs)
 	slices.Sort(viaP50)
-	return connRates{ratio: ratios[len(ratios)/2], direct: directs[len(directs)/2], viaP50: viaP50[len(viaP50)/2]}
+	return connRates{ratio: results.Median(ratios), direct: results.Median(directs), viaP50: viaP50[len(viaP50)/2]}
 }
 
 // measureEndpointChanges adds, changes times, one endpoint to a Service
