@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -61,6 +62,10 @@ var (
 		Unit: "s", Size: "Services", LowerIsBetter: true}
 	contestControlCPU = results.Contest{Name: "kube-control-cpu", Title: "flowlb control side CPU time (server, kube-controller)",
 		Unit: "CPU s", Size: "Services", LowerIsBetter: true}
+	contestControlRSS = results.Contest{Name: "kube-control-rss", Title: "flowlb control side peak resident memory (server + kube-controller)",
+		Unit: "MiB", Size: "Services", LowerIsBetter: true}
+	contestNodeKernel = results.Contest{Name: "kube-node-kernel-memory", Title: "Kernel memory charged to the per-node proxy for N Services (largest node)",
+		Unit: "MiB", Size: "Services", LowerIsBetter: true}
 	contestConnRatio = results.Contest{Name: "kube-conn-rate-ratio", Title: "New connections/s through a Service ÷ direct to its pod, at the same time",
 		Unit: "ratio", Size: "Services"}
 	contestDirectRate = results.Contest{Name: "kube-direct-conn-rate", Title: "New connections/s pod to pod, not through a Service (with N Services loaded)",
@@ -120,8 +125,8 @@ func BenchmarkKubeProxyVsFlowlb(b *testing.B) {
 				who := contenders[(i+r)%len(contenders)]
 				b.Run(fmt.Sprintf("%s/services=%d/round=%d", strings.ReplaceAll(who, " ", "-"), n, r+1), func(b *testing.B) {
 					m := measureKubeProgramming(b, who, n)
-					fmt.Printf("%-20s %6d Services, round %d: all forwarded after %s (per Service p50 %s, p99 %s); node proxy %.2f CPU s, %.0f MiB peak; control %.2f CPU s\n",
-						who, n, r+1, m.all.Round(time.Millisecond), m.p50.Round(time.Millisecond), m.p99.Round(time.Millisecond), m.nodeCPU, m.nodeRSS, m.controlCPU)
+					fmt.Printf("%-20s %6d Services, round %d: all forwarded after %s (per Service p50 %s, p99 %s); node proxy %.2f CPU s, %.0f MiB peak, %.1f MiB kernel; control %.2f CPU s, %.0f MiB peak\n",
+						who, n, r+1, m.all.Round(time.Millisecond), m.p50.Round(time.Millisecond), m.p99.Round(time.Millisecond), m.nodeCPU, m.nodeRSS, m.nodeKernel, m.controlCPU, m.controlRSS)
 					add := func(c results.Contest, v float64) {
 						rec.Add(c, results.Sample{Contender: who, Size: n, Round: r + 1, Value: v})
 					}
@@ -136,8 +141,10 @@ func BenchmarkKubeProxyVsFlowlb(b *testing.B) {
 						add(contestEndpointChange, m.changes[len(m.changes)/2].Seconds())
 						add(contestEndpointChangeMax, m.changes[len(m.changes)-1].Seconds())
 					}
+					add(contestNodeKernel, m.nodeKernel)
 					if who == contenderFlowlb {
 						add(contestControlCPU, m.controlCPU)
+						add(contestControlRSS, m.controlRSS)
 					}
 					if m.kpOwnP50 > 0 {
 						add(contestKPOwnProgramming, m.kpOwnP50)
@@ -176,7 +183,10 @@ type kubeProgramming struct {
 	all, p50, p99    time.Duration
 	perService       []time.Duration // each Service's create → last node, sorted
 	nodeCPU, nodeRSS float64         // CPU seconds (mean per node), MiB (largest node)
-	controlCPU       float64
+	// nodeKernel: kernel memory charged to the proxy and its children
+	// while the Services were programmed (MiB, largest node).
+	nodeKernel             float64
+	controlCPU, controlRSS float64 // CPU seconds, MiB (peaks summed)
 	// changes: one endpoint added to a Service, until every node
 	// forwards to it, with N Services programmed.
 	changes []time.Duration
@@ -435,6 +445,10 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 		controlPIDs = []int{procPID(b, e.lab.Fabric(), "server"), procPID(b, e.lab.Fabric(), "kube-controller-1")}
 	}
 	nodeCPU0, controlCPU0 := cpuSeconds(b, nodePIDs), cpuSeconds(b, controlPIDs)
+	var kernel []func() float64
+	for i, pid := range nodePIDs {
+		kernel = append(kernel, kernelMemory(b, fmt.Sprintf("flowlb-bench-%s-%d", strings.ReplaceAll(who, " ", "-"), i+1), pid))
+	}
 
 	w := newTableWatcher(b, e.lab, who)
 	defer w.stop()
@@ -463,6 +477,12 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 	}
 	for _, pid := range nodePIDs {
 		m.nodeRSS = max(m.nodeRSS, peakRSSMiB(b, pid))
+	}
+	for _, read := range kernel {
+		m.nodeKernel = max(m.nodeKernel, read())
+	}
+	for _, pid := range controlPIDs {
+		m.controlRSS += peakRSSMiB(b, pid)
 	}
 	var kpBefore []results.Bucket
 	if proxy == "kube-proxy" {
@@ -747,6 +767,45 @@ func cpuSeconds(b *testing.B, pids []int) float64 {
 		}
 	}
 	return sum
+}
+
+// kernelMemory moves pid into a memory cgroup (v1, whose kmem counter
+// this host keeps) of its own and returns a reader of the kernel memory
+// charged to it since: nftables and x_tables objects, like eBPF maps, are
+// charged to the cgroup of the process whose request made them, and the
+// children a proxy runs (iptables-restore, nft) start in its cgroup. A
+// host-wide figure (slab in /proc/meminfo) would count whatever else the
+// machine does meanwhile.
+func kernelMemory(b *testing.B, name string, pid int) func() float64 {
+	const root = "/sys/fs/cgroup/memory"
+	dir := filepath.Join(root, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		b.Fatalf("memory cgroup for the node proxy: %v", err)
+	}
+	b.Cleanup(func() {
+		// Back to the root first: a cgroup with tasks cannot be removed;
+		// the charges are the parent's once it is.
+		if err := os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil && !errors.Is(err, syscall.ESRCH) {
+			b.Error(err)
+		}
+		if err := os.Remove(dir); err != nil {
+			b.Error(err)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		b.Fatalf("moving %d into %s: %v", pid, dir, err)
+	}
+	return func() float64 {
+		v, err := os.ReadFile(filepath.Join(dir, "memory.kmem.usage_in_bytes"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(string(v)), 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return n / (1 << 20)
+	}
 }
 
 // peakRSSMiB is pid's peak resident set size (VmHWM).
