@@ -276,8 +276,14 @@ func measureConnRates(b *testing.B, e *kubeEnv, pairs int) connRates {
 		}
 		wg.Wait()
 		for i, r := range res {
-			if errs[i] != nil || r.Count == 0 || r.Errors > r.Count/100 {
+			// A few failed connections are the contender's to answer for,
+			// not the harness's: they are printed, and only answers count
+			// in the rate.
+			if errs[i] != nil || r.Count == 0 || r.Errors > r.Count/20 {
 				b.Fatalf("load to %s: %v, %d answers, %d errors %v", r.Target, errs[i], r.Count, r.Errors, r.ErrorSample)
+			}
+			if r.Errors > 0 {
+				fmt.Printf("load to %s: %d answers, %d failed connections %v\n", r.Target, r.Count, r.Errors, r.ErrorSample)
 			}
 		}
 		ratios = append(ratios, res[0].Rate/res[1].Rate)
@@ -783,14 +789,23 @@ func kernelMemory(b *testing.B, name string, pid int) func() float64 {
 		b.Fatalf("memory cgroup for the node proxy: %v", err)
 	}
 	b.Cleanup(func() {
-		// Back to the root first: a cgroup with tasks cannot be removed;
-		// the charges are the parent's once it is.
-		if err := os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil && !errors.Is(err, syscall.ESRCH) {
-			b.Error(err)
+		// Back to the root first: a cgroup with tasks cannot be removed
+		// (the charges are the parent's once it is). The proxy may have
+		// started a child (nft, iptables-restore) in it just before.
+		var err error
+		for range 100 {
+			procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+			for _, p := range strings.Fields(string(procs)) {
+				if err := os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(p), 0); err != nil && !errors.Is(err, syscall.ESRCH) {
+					b.Error(err)
+				}
+			}
+			if err = os.Remove(dir); err == nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		if err := os.Remove(dir); err != nil {
-			b.Error(err)
-		}
+		b.Error(err)
 	})
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 		b.Fatalf("moving %d into %s: %v", pid, dir, err)
