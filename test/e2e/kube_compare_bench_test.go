@@ -263,6 +263,18 @@ func measureConnRates(b *testing.B, e *kubeEnv, pairs int) connRates {
 	via := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80).String()
 	direct := netip.AddrPortFrom(netip.MustParseAddr(pods[0]), 8080).String()
 	client := e.lab.Pod(1, 1)
+	// The endpoint changes before left the Service one pod in
+	// Kubernetes; a contender may still send some connections to the
+	// pod that left. Measure from when 30 in a row reach the one pod.
+	testutil.Eventually(b, time.Minute, "30 connections in a row through "+via+" to "+pods[0], func() (bool, string) {
+		for i := range 30 {
+			r, err := client.Ask(e.ctx, via, time.Second)
+			if err != nil || !strings.HasPrefix(r.Addr, pods[0]+":") {
+				return false, fmt.Sprintf("connection %d: %v %v", i+1, r.Addr, err)
+			}
+		}
+		return true, ""
+	})
 	var ratios, directs []float64
 	var viaP50 []time.Duration
 	for range pairs {
