@@ -478,6 +478,9 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 		lat = w.lastNode(created)
 		return len(lat) == n, fmt.Sprintf("%d of %d", len(lat), n)
 	})
+	// The watcher reads the tables every 100 ms: not while connections
+	// are measured.
+	w.stop()
 	m := kubeProgramming{}
 	start := slices.MinFunc(slices.Collect(maps.Values(created)), func(a, b time.Time) int { return a.Compare(b) })
 	for vip, t0 := range created {
@@ -601,6 +604,7 @@ type tableWatcher struct {
 	nodes int
 	seen  []map[string]time.Time
 	done  chan struct{}
+	once  sync.Once
 	wg    sync.WaitGroup
 }
 
@@ -636,7 +640,10 @@ func newTableWatcher(b *testing.B, l *lab.Lab, who string) *tableWatcher {
 	return w
 }
 
-func (w *tableWatcher) stop() { close(w.done); w.wg.Wait() }
+func (w *tableWatcher) stop() {
+	w.once.Do(func() { close(w.done) })
+	w.wg.Wait()
+}
 
 // lastAt is when the last node first held vip (zero: not every node yet).
 func (w *tableWatcher) lastAt(vip string) time.Time {
@@ -674,67 +681,65 @@ func (w *tableWatcher) lastNode(created map[string]time.Time) []time.Duration {
 // the KUBE-SERVICES chain of iptables' nat table (which jumps to a
 // KUBE-SVC chain only for a Service with endpoints).
 func programmedReader(b *testing.B, h lab.Host, who string) func() ([]string, error) {
+	// Each reader asks the kernel for as little as says "forwarded", so
+	// that watching weighs on no contender more than on another: one set
+	// per algorithm for flowlb (a service is in one only with a usable
+	// backend, written with its slots in one transaction), kube-proxy's
+	// service-ips map, the KUBE-SERVICES chain of iptables.
 	switch who {
 	case contenderFlowlb:
 		return func() ([]string, error) {
-			f, err := os.Open(lab.NSPath(h.NS))
-			if err != nil {
-				return nil, err
-			}
-			defer f.Close()
-			dp, err := nftables.Open(int(f.Fd()))
-			if err != nil {
-				return nil, err
-			}
-			defer dp.Close()
-			var out []string
-			for _, s := range dp.Dump() {
-				if s.Key.Port == 80 && len(s.Slots) > 0 {
-					out = append(out, s.Key.VIP.String())
-				}
-			}
-			return out, nil
+			return setVIPs(h, "flowlb", nftables.PickSets...)
 		}
 	case contenderKPNFT:
 		return func() ([]string, error) {
-			f, err := os.Open(lab.NSPath(h.NS))
-			if err != nil {
-				return nil, err
-			}
-			defer f.Close()
-			c, err := gnft.New(gnft.WithNetNSFd(int(f.Fd())))
-			if err != nil {
-				return nil, err
-			}
-			defer c.CloseLasting()
-			set, err := c.GetSetByName(&gnft.Table{Name: "kube-proxy", Family: gnft.TableFamilyIPv4}, "service-ips")
-			if err != nil {
-				return nil, err
-			}
-			els, err := c.GetSetElements(set)
-			if err != nil {
-				return nil, err
-			}
-			var out []string
-			for _, e := range els {
-				// ipv4_addr . inet_proto . inet_service, each in a 4-byte register.
-				if len(e.Key) >= 12 && e.Key[8] == 0 && e.Key[9] == 80 {
-					out = append(out, netip.AddrFrom4([4]byte(e.Key[:4])).String())
-				}
-			}
-			return out, nil
+			return setVIPs(h, "kube-proxy", "service-ips")
 		}
 	case contenderKPIPTable:
 		return func() ([]string, error) {
 			var stdout, stderr bytes.Buffer
-			if err := h.Run(context.Background(), nil, &stdout, &stderr, "iptables-save", "-t", "nat"); err != nil {
-				return nil, fmt.Errorf("iptables-save: %v: %s", err, stderr.String())
+			if err := h.Run(context.Background(), nil, &stdout, &stderr, "iptables", "-t", "nat", "-S", "KUBE-SERVICES"); err != nil {
+				return nil, fmt.Errorf("iptables -S: %v: %s", err, stderr.String())
 			}
 			return kubeServicesWithEndpoints(stdout.Bytes()), nil
 		}
 	}
 	b.Fatalf("unknown contender %q", who)
 	return nil
+}
+
+// setVIPs reads the named sets (or maps) of IPv4 table in h's namespace,
+// keyed ipv4_addr . inet_proto . inet_service first, and returns the
+// addresses of their elements on port 80.
+func setVIPs(h lab.Host, table string, sets ...string) ([]string, error) {
+	f, err := os.Open(lab.NSPath(h.NS))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	c, err := gnft.New(gnft.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		return nil, err
+	}
+	defer c.CloseLasting()
+	var out []string
+	for _, name := range sets {
+		set, err := c.GetSetByName(&gnft.Table{Name: table, Family: gnft.TableFamilyIPv4}, name)
+		if err != nil {
+			return nil, err
+		}
+		els, err := c.GetSetElements(set)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range els {
+			// Each field in a 4-byte register: the port's two bytes at 8.
+			if len(e.Key) >= 12 && e.Key[8] == 0 && e.Key[9] == 80 {
+				out = append(out, netip.AddrFrom4([4]byte(e.Key[:4])).String())
+			}
+		}
+	}
+	return out, nil
 }
 
 // kubeServicesWithEndpoints parses iptables-save's nat table: the cluster

@@ -102,6 +102,11 @@ const (
 // ipsDstNAT is conntrack's IPS_DST_NAT status bit.
 const ipsDstNAT = 1 << 5
 
+// PickSets are the sets that publish a service with a usable backend,
+// one per algorithm: what a reader outside the data plane (the
+// benchmarks) asks to learn which services forward, without a dump.
+var PickSets = []string{rrSet, srcSet, srcPortSet}
+
 // pickNames maps each algorithm to its pick set.
 var pickNames = map[flows.Algorithm]string{flows.RoundRobin: rrSet, flows.SourceIP: srcSet, flows.SourceIPPort: srcPortSet}
 
