@@ -14,6 +14,8 @@ type metrics struct {
 	renewals    prometheus.Counter
 	renewErrors prometheus.Counter
 	statsErrors prometheus.Counter
+	statsRead   prometheus.Histogram
+	statsWait   prometheus.Gauge
 }
 
 // newMetrics registers the agent's metrics on reg (nil: unregistered).
@@ -37,13 +39,17 @@ func newMetrics(reg prometheus.Registerer, id *Identity) *metrics {
 			Help: "Times the node's TLS identity was renewed."}),
 		renewErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_agent_identity_renewal_errors_total",
 			Help: "Renewals of the node's TLS identity that failed (retried)."}),
+		statsRead: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_agent_stats_read_duration_seconds",
+			Help: "Time to read (and zero) the kernel's counters once.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
+		statsWait: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_agent_stats_interval_seconds",
+			Help: "Time until the next counter read: --stats-interval, or longer when a read costs more than a twentieth of it."}),
 		statsErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_agent_stats_read_errors_total",
 			Help: "Reads of the kernel's counters that failed."}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.connected, m.server, m.switches, m.received, m.programmed, m.services, m.syncSeconds, m.errors, m.statsErrors)
+	reg.MustRegister(m.connected, m.server, m.switches, m.received, m.programmed, m.services, m.syncSeconds, m.errors, m.statsErrors, m.statsRead, m.statsWait)
 	if id != nil {
 		reg.MustRegister(m.renewals, m.renewErrors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_agent_identity_expiry_timestamp_seconds",
 			Help: "When the node's TLS identity expires (0 before enrollment)."}, func() float64 {

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/flowlb/flowlb/internal/flows"
 )
@@ -90,5 +91,23 @@ func TestMergeStats(t *testing.T) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestStatsWait(t *testing.T) {
+	for _, c := range []struct {
+		interval, read, want time.Duration
+	}{
+		{5 * time.Second, 10 * time.Millisecond, 5 * time.Second},     // cheap: as configured
+		{5 * time.Second, 250 * time.Millisecond, 5 * time.Second},    // a twentieth exactly
+		{5 * time.Second, 300 * time.Millisecond, 6 * time.Second},    // 1,000 services × 10 backends
+		{5 * time.Second, 20 * time.Second, 400 * time.Second},        // 10,000: a read every few minutes
+		{time.Second, 0, time.Second},                                 // a failed read takes no time
+		{30 * time.Second, 1500 * time.Millisecond, 30 * time.Second}, // a long interval stays
+		{30 * time.Second, 1600 * time.Millisecond, 32 * time.Second}, // until a read exceeds its twentieth
+	} {
+		if got := statsWait(c.interval, c.read); got != c.want {
+			t.Errorf("statsWait(%v, %v) = %v, want %v", c.interval, c.read, got, c.want)
+		}
 	}
 }
