@@ -269,7 +269,7 @@ func BenchmarkReadStats(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				b.ReportMetric((cpuTime(b) - c0).Seconds()/float64(b.N), "cpu-s/read")
+				b.ReportMetric((cpuTime(b)-c0).Seconds()/float64(b.N), "cpu-s/read")
 			})
 		})
 	}
