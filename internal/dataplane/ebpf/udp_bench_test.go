@@ -1,0 +1,355 @@
+package ebpf
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/flowlb/flowlb/internal/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/flows"
+)
+
+// BenchmarkUDPRate asks a UDP service one question at a time (send a
+// datagram, read the answer) straight to its backend and through a VIP,
+// on the eBPF data plane and on nftables in the same run, beside N other
+// services of 10 backends. Two kinds of client: "connected" makes a
+// socket per question (socket, connect, send, receive, close, as a stub
+// resolver does), so eBPF translates at every connect and nftables sets
+// up a conntrack entry and its NAT for every question; "unconnected" asks
+// every question with sendto on one socket, so eBPF translates every
+// sendmsg and every recvmsg, and nftables finds the same conntrack entry.
+//
+// Each data plane has a namespace of its own with the backend on its
+// loopback; the eBPF side's sockets are made by this process inside the
+// data plane's cgroup, the nftables side's outside it. Within a block the
+// four ways of asking of one data plane take turns question by question
+// (whatever else the shared machine does in a given millisecond slows
+// them alike); the blocks of the two data planes alternate. Each block
+// gives the ratio of the median question times, VIP against direct.
+// Target (issue 21, as for TCP): VIP / direct ≥ 1.0 with eBPF.
+//
+//	FLOWLB_REQUIRE_ROOT=1 go test -run '^$' -bench UDPRate -benchtime 1x ./internal/dataplane/ebpf/
+func BenchmarkUDPRate(b *testing.B) {
+	const turns, span = 100, 6 * time.Second
+	backend := netip.MustParseAddr("198.18.17.2")
+	direct := netip.AddrPortFrom(backend, 8080)
+	vip := netip.AddrPortFrom(netip.MustParseAddr("198.19.127.250"), 53)
+	for _, n := range []int{10, 10000, 30000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			for range b.N {
+				tab := services(n)
+				k := flows.Key{VIP: vip.Addr(), Protocol: flows.UDP, Port: vip.Port()}
+				tab.Services[k] = flows.Service{Key: k, Algorithm: flows.RoundRobin, Backends: []flows.Backend{{Address: backend, Port: direct.Port(), Weight: 1}}}
+				orig := originalCgroup(b)
+				cg := testCgroup(b)
+				// Out of cg before testCgroup removes it, even on failure.
+				b.Cleanup(func() { moveSelf(b, orig) })
+				dp, err := New(Config{Node: "n1", Cgroup: cg})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer dp.Remove()
+				if err := dp.Sync(context.Background(), tab); err != nil {
+					b.Fatal(err)
+				}
+				var times map[string][][]time.Duration
+				inNetns(b, []netip.Addr{backend}, func() {
+					serveAt(b, backend)
+					ebpfNS, err := netns.Get()
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					defer ebpfNS.Close()
+					inNetns(b, []netip.Addr{backend}, func() {
+						serveAt(b, backend)
+						routeVIPsToLoopback(b)
+						nftNS, err := netns.Get()
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						defer nftNS.Close()
+						nft, err := nftables.New(-1, "n1")
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						defer nft.Remove()
+						if err := nft.Sync(context.Background(), tab); err != nil {
+							b.Error(err)
+							return
+						}
+						planes := []plane{
+							{name: "eBPF", ns: ebpfNS, cgroup: cg},
+							{name: "nftables", ns: nftNS, cgroup: orig},
+						}
+						times = alternate(b, planes, direct, vip, backend.String(), turns, span)
+					})
+				})
+				if b.Failed() {
+					return
+				}
+				report(b, n, times)
+			}
+		})
+	}
+}
+
+// plane is where one data plane's questions are asked from: a network
+// namespace for the thread and a cgroup v2 for the process.
+type plane struct {
+	name   string
+	ns     netns.NsHandle
+	cgroup string
+}
+
+// ways are the ways of asking, in the order of the keys of alternate's
+// result: plane name + " " + way.
+var ways = []string{"connected direct", "connected VIP", "unconnected direct", "unconnected VIP"}
+
+// alternate runs blocks of turns of each plane in turn for span (on the
+// calling goroutine, which must be locked to its thread) and returns,
+// per plane and way, every block's question times.
+func alternate(b *testing.B, planes []plane, direct, vip netip.AddrPort, want string, turns int, span time.Duration) map[string][][]time.Duration {
+	times := map[string][][]time.Duration{}
+	buf := make([]byte, 64)
+	for t0 := time.Now(); time.Since(t0) < span || len(times) == 0; {
+		for _, p := range planes {
+			if err := netns.Set(p.ns); err != nil {
+				b.Fatal(err)
+			}
+			moveSelf(b, p.cgroup)
+			// Sockets made now are of this plane's cgroup and namespace.
+			ud, err := net.ListenUDP("udp4", &net.UDPAddr{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			uv, err := net.ListenUDP("udp4", &net.UDPAddr{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			asks := []func() error{
+				func() error { return askConnected(direct, want, buf) },
+				func() error { return askConnected(vip, want, buf) },
+				func() error { return askUnconnected(ud, direct, want, buf) },
+				func() error { return askUnconnected(uv, vip, want, buf) },
+			}
+			block := make([][]time.Duration, len(asks))
+			for turn := range turns {
+				for i := range asks {
+					// Each turn starts with another way of asking.
+					w := (turn + i) % len(asks)
+					s := time.Now()
+					if err := asks[w](); err != nil {
+						b.Fatalf("%s %s: %v", p.name, ways[w], err)
+					}
+					block[w] = append(block[w], time.Since(s))
+				}
+			}
+			ud.Close()
+			uv.Close()
+			for w, ts := range block {
+				name := p.name + " " + ways[w]
+				times[name] = append(times[name], ts)
+			}
+		}
+	}
+	return times
+}
+
+var question = []byte("q")
+
+// askConnected asks through a socket of its own, connected to to.
+func askConnected(to netip.AddrPort, want string, buf []byte) error {
+	c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(to))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
+		return err
+	}
+	if _, err := c.Write(question); err != nil {
+		return err
+	}
+	n, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	if got := string(buf[:n]); got != want {
+		return fmt.Errorf("answered by %s, want %s", got, want)
+	}
+	return nil
+}
+
+// askUnconnected asks with sendto on c; the answer must come from to as
+// the client sees it (the VIP again, for a VIP).
+func askUnconnected(c *net.UDPConn, to netip.AddrPort, want string, buf []byte) error {
+	if err := c.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
+		return err
+	}
+	if _, err := c.WriteToUDPAddrPort(question, to); err != nil {
+		return err
+	}
+	n, from, err := c.ReadFromUDPAddrPort(buf)
+	if err != nil {
+		return err
+	}
+	if got := string(buf[:n]); got != want || netip.AddrPortFrom(from.Addr().Unmap(), from.Port()) != to {
+		return fmt.Errorf("answered by %s from %s, want %s from %s", got, from, want, to)
+	}
+	return nil
+}
+
+// report prints, per data plane and kind of client, the rates (one over
+// the median of the blocks' median question times) and the median of
+// the blocks' VIP / direct ratios, and eBPF's VIP rate against
+// nftables' from the blocks taken one after the other.
+func report(b *testing.B, n int, times map[string][][]time.Duration) {
+	fmt.Printf("\nUDP questions, %d other services (%d blocks per data plane)\n", n, len(times["eBPF connected VIP"]))
+	fmt.Printf("| data plane | client | direct q/s | VIP q/s | VIP / direct, median (range) of blocks |\n|---|---|---:|---:|---|\n")
+	for _, p := range []string{"eBPF", "nftables"} {
+		for _, kind := range []string{"connected", "unconnected"} {
+			d, v := times[p+" "+kind+" direct"], times[p+" "+kind+" VIP"]
+			r := blockRatios(d, v)
+			fmt.Printf("| %s | %s | %.0f | %.0f | %.3f (%.3f–%.3f) |\n", p, kind, rate(d), rate(v), median(r), slices.Min(r), slices.Max(r))
+			b.ReportMetric(median(r), "vip/direct-"+strings.ToLower(p)+"-"+kind)
+		}
+	}
+	for _, kind := range []string{"connected", "unconnected"} {
+		r := blockRatios(times["nftables "+kind+" VIP"], times["eBPF "+kind+" VIP"])
+		fmt.Printf("eBPF VIP / nftables VIP, %s: %.3f (%.3f–%.3f)\n", kind, median(r), slices.Min(r), slices.Max(r))
+		b.ReportMetric(median(r), "ebpf/nft-vip-"+kind)
+	}
+}
+
+// blockRatios is, block by block, the median time of base over the
+// median time of other: other's rate against base's.
+func blockRatios(base, other [][]time.Duration) []float64 {
+	var r []float64
+	for i := range min(len(base), len(other)) {
+		if o := medianDur(other[i]); o > 0 {
+			r = append(r, float64(medianDur(base[i]))/float64(o))
+		}
+	}
+	return r
+}
+
+// rate is questions per second from the median of the blocks' medians.
+func rate(blocks [][]time.Duration) float64 {
+	var ms []time.Duration
+	for _, ts := range blocks {
+		ms = append(ms, medianDur(ts))
+	}
+	if m := medianDur(ms); m > 0 {
+		return float64(time.Second) / float64(m)
+	}
+	return 0
+}
+
+func medianDur(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// routeVIPsToLoopback routes the VIP range to lo in the current
+// namespace, so that a local socket finds a route to a VIP before
+// nftables' output hook translates it (the eBPF programs translate
+// before the route lookup and need none).
+func routeVIPsToLoopback(t testing.TB) {
+	t.Helper()
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, vips, _ := net.ParseCIDR("198.19.0.0/16")
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: lo.Attrs().Index, Dst: vips, Scope: netlink.SCOPE_HOST, Type: unix.RTN_LOCAL}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// originalCgroup is the cgroup v2 directory this process is in now.
+func originalCgroup(t testing.TB) string {
+	t.Helper()
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := CgroupV2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(self), "\n") {
+		if p, ok := strings.CutPrefix(l, "0::"); ok {
+			return filepath.Join(root, p)
+		}
+	}
+	t.Fatal("no cgroup v2 line in /proc/self/cgroup")
+	return ""
+}
+
+// moveSelf moves this process into the cgroup v2 directory dir (testCgroup
+// moves it back out before removing its cgroup).
+func moveSelf(t testing.TB, dir string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBlockRatios: each block's ratio is the median time of the base
+// over the other's, so a faster other gives more than 1.
+func TestBlockRatios(t *testing.T) {
+	ms := func(xs ...int) []time.Duration {
+		var ds []time.Duration
+		for _, x := range xs {
+			ds = append(ds, time.Duration(x)*time.Millisecond)
+		}
+		return ds
+	}
+	base := [][]time.Duration{ms(1, 9, 2), ms(4, 4), ms(3)}
+	other := [][]time.Duration{ms(1, 1, 100), ms(2, 6, 8, 100)}
+	got := blockRatios(base, other)
+	want := []float64{2, 4.0 / 7}
+	if !slices.Equal(got, want) {
+		t.Errorf("blockRatios = %v, want %v", got, want)
+	}
+	if r := rate([][]time.Duration{ms(1, 2, 3), ms(4), ms(5, 5)}); r != 250 {
+		t.Errorf("rate = %v, want 250 (median of 2, 4, 5 ms)", r)
+	}
+	if m := median([]float64{3, 1, 2, 10}); m != 2.5 {
+		t.Errorf("median = %v, want 2.5", m)
+	}
+}
