@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -65,6 +66,7 @@ func BenchmarkUDPRate(b *testing.B) {
 					b.Fatal(err)
 				}
 				var times map[string][][]time.Duration
+				var lost map[string]int
 				inNetns(b, []netip.Addr{backend}, func() {
 					serveAt(b, backend)
 					ebpfNS, err := netns.Get()
@@ -96,13 +98,13 @@ func BenchmarkUDPRate(b *testing.B) {
 							{name: "eBPF", ns: ebpfNS, cgroup: cg},
 							{name: "nftables", ns: nftNS, cgroup: orig},
 						}
-						times = alternate(b, planes, direct, vip, backend.String(), turns, span)
+						times, lost = alternate(b, planes, direct, vip, backend.String(), turns, span)
 					})
 				})
 				if b.Failed() {
 					return
 				}
-				report(b, n, times)
+				report(b, n, times, lost)
 			}
 		})
 	}
@@ -122,9 +124,10 @@ var ways = []string{"connected direct", "connected VIP", "unconnected direct", "
 
 // alternate runs blocks of turns for span (on the calling goroutine,
 // which must be locked to its thread) and returns, per plane and way,
-// every block's question times.
-func alternate(b *testing.B, planes []plane, direct, vip netip.AddrPort, want string, turns int, span time.Duration) map[string][][]time.Duration {
-	times := map[string][][]time.Duration{}
+// every block's question times, and the questions lost (no answer
+// within a second: UDP may lose them, and the report says how many).
+func alternate(b *testing.B, planes []plane, direct, vip netip.AddrPort, want string, turns int, span time.Duration) (map[string][][]time.Duration, map[string]int) {
+	times, lost := map[string][][]time.Duration{}, map[string]int{}
 	buf := make([]byte, 64)
 	for t0 := time.Now(); time.Since(t0) < span || len(times) == 0; {
 		var names []string
@@ -156,7 +159,12 @@ func alternate(b *testing.B, planes []plane, direct, vip netip.AddrPort, want st
 				// Each turn starts with another way of asking.
 				w := (turn + i) % len(asks)
 				s := time.Now()
-				if err := asks[w](); err != nil {
+				err := asks[w]()
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					lost[names[w]]++
+					continue
+				}
+				if err != nil {
 					b.Fatalf("%s: %v", names[w], err)
 				}
 				block[w] = append(block[w], time.Since(s))
@@ -169,7 +177,7 @@ func alternate(b *testing.B, planes []plane, direct, vip netip.AddrPort, want st
 			times[names[w]] = append(times[names[w]], ts)
 		}
 	}
-	return times
+	return times, lost
 }
 
 // udpConns makes n IPv4 UDP sockets in this thread's namespace and this
@@ -255,15 +263,25 @@ func askUnconnected(c *net.UDPConn, to netip.AddrPort, want string, buf []byte) 
 // the median of the blocks' median question times) and the median of
 // the blocks' VIP / direct ratios; then eBPF's rates against nftables',
 // through the VIP and direct, block by block.
-func report(b *testing.B, n int, times map[string][][]time.Duration) {
+func report(b *testing.B, n int, times map[string][][]time.Duration, lost map[string]int) {
 	fmt.Printf("\nUDP questions, %d other services (%d blocks)\n", n, len(times["eBPF connected VIP"]))
-	fmt.Printf("| data plane | client | direct q/s | VIP q/s | VIP / direct, median (range) of blocks |\n|---|---|---:|---:|---|\n")
+	fmt.Printf("| data plane | client | direct q/s | VIP q/s | VIP / direct, median (range) of blocks | lost direct, VIP |\n|---|---|---:|---:|---|---|\n")
 	for _, p := range []string{"eBPF", "nftables"} {
 		for _, kind := range []string{"connected", "unconnected"} {
 			d, v := times[p+" "+kind+" direct"], times[p+" "+kind+" VIP"]
 			r := blockRatios(d, v)
-			fmt.Printf("| %s | %s | %.0f | %.0f | %.3f (%.3f–%.3f) |\n", p, kind, rate(d), rate(v), median(r), slices.Min(r), slices.Max(r))
+			fmt.Printf("| %s | %s | %.0f | %.0f | %.3f (%.3f–%.3f) | %d, %d |\n", p, kind, rate(d), rate(v), median(r), slices.Min(r), slices.Max(r),
+				lost[p+" "+kind+" direct"], lost[p+" "+kind+" VIP"])
 			b.ReportMetric(median(r), "vip/direct-"+strings.ToLower(p)+"-"+kind)
+		}
+	}
+	for name, n := range lost {
+		asked := n
+		for _, ts := range times[name] {
+			asked += len(ts)
+		}
+		if n*100 > asked {
+			b.Errorf("%s: %d of %d questions lost", name, n, asked)
 		}
 	}
 	for _, kind := range []string{"connected", "unconnected"} {
