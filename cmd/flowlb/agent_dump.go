@@ -22,8 +22,9 @@ on the node, or with "ip netns exec" / "flowlb lab exec NODE --") and prints
 every service: VIP, protocol and port, algorithm, backends with their share
 of slots, and what else applies (local-only, persistence, limits, ACLs).
 With --bpf-pin-dir, prints the eBPF data plane's services maps pinned there
-instead (--dataplane ebpf): each service's refusal or algorithm and its
-backends with their share of slots.`,
+instead (--dataplane ebpf): each service's refusal or algorithm, its
+SOURCE_IP persistence timeout if any, and its backends with their share
+of slots.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if pins != "" {
@@ -61,7 +62,8 @@ With --bpf-pin-dir, reads the eBPF data plane's services maps pinned there
 instead (read-only) and prints what the socket programs do with a
 connect() to --dst from a socket of the agent's cgroup: refused, left to
 nftables (not in the maps), or translated to a backend of the slot table,
-listed with each backend's share. The slot is chosen by a random number
+listed with each backend's share and the SOURCE_IP persistence that may
+keep a client on the backend it used. The slot is chosen by a random number
 (ROUND_ROBIN), the client's network namespace (SOURCE_IP) or socket
 (SOURCE_IP_PORT), not by an address, so --src is not taken there.`,
 		Args: cobra.NoArgs,

@@ -55,7 +55,7 @@ func TestAgentEBPFFlags(t *testing.T) {
 	if err := unix.Statfs(fs, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
 		t.Fatalf("no bpffs mounted at %s: %v", fs, err)
 	}
-	for _, pin := range []string{"services", "services6", "revnat", "revnat6", "link_connect4", "link_getpeername6"} {
+	for _, pin := range []string{"services", "services6", "revnat", "revnat6", "affinity", "affinity6", "link_connect4", "link_getpeername6"} {
 		if _, err := os.Stat(filepath.Join(pins, pin)); err != nil {
 			t.Errorf("pin %s: %v", pin, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -19,6 +20,8 @@ type Service struct {
 	// Refuse: connect() and sendmsg() fail with ECONNREFUSED.
 	Refuse    bool
 	Algorithm flows.Algorithm
+	// Persistence is the SOURCE_IP persistence timeout, 0 for none.
+	Persistence time.Duration
 	// Slots per backend address:port, of Slots.
 	Backends map[netip.AddrPort]int
 }
@@ -36,7 +39,7 @@ func init() {
 // decode is encode's entry read back.
 func decode(k svcKey, v svcVal) Service {
 	s := Service{Key: flows.Key{VIP: decodeAddr(k.Vip), Protocol: protoNames[k.Proto], Port: decodePort(k.Port)},
-		Refuse: v.Flags&flagRefuse != 0, Algorithm: algNames[v.Alg], Backends: map[netip.AddrPort]int{}}
+		Refuse: v.Flags&flagRefuse != 0, Algorithm: algNames[v.Alg], Persistence: time.Duration(v.Persist), Backends: map[netip.AddrPort]int{}}
 	if !s.Refuse {
 		for _, b := range v.Slots {
 			s.Backends[netip.AddrPortFrom(decodeAddr(b.Addr), decodePort(b.Port))]++
@@ -48,7 +51,7 @@ func decode(k svcKey, v svcVal) Service {
 // decode6 is encode6's entry read back.
 func decode6(k svcKey6, v svcVal6) Service {
 	s := Service{Key: flows.Key{VIP: decodeAddr6(k.Vip), Protocol: protoNames[k.Proto], Port: decodePort(k.Port)},
-		Refuse: v.Flags&flagRefuse != 0, Algorithm: algNames[v.Alg], Backends: map[netip.AddrPort]int{}}
+		Refuse: v.Flags&flagRefuse != 0, Algorithm: algNames[v.Alg], Persistence: time.Duration(v.Persist), Backends: map[netip.AddrPort]int{}}
 	if !s.Refuse {
 		for _, b := range v.Slots {
 			s.Backends[netip.AddrPortFrom(decodeAddr6(b.Addr), decodePort(b.Port))]++
@@ -93,7 +96,11 @@ func WriteDump(w io.Writer, services []Service) {
 			fmt.Fprintf(w, "%s: refused (no usable backend)\n", head)
 			continue
 		}
-		fmt.Fprintf(w, "%s: %s\n", head, s.Algorithm)
+		if s.Persistence > 0 {
+			fmt.Fprintf(w, "%s: %s, SOURCE_IP persistence %s\n", head, s.Algorithm, s.Persistence)
+		} else {
+			fmt.Fprintf(w, "%s: %s\n", head, s.Algorithm)
+		}
 		for _, b := range sortedBackends(&s) {
 			fmt.Fprintf(w, "  %s %d/%d slots\n", b, s.Backends[b], Slots)
 		}

@@ -250,7 +250,8 @@ func (d *Dataplane) Remove() error {
 		}
 	}
 	if d.cfg.PinDir != "" {
-		for _, m := range []*ebpf.Map{d.objs.Services, d.objs.Revnat, d.objs.Counters, d.objs.Services6, d.objs.Revnat6, d.objs.Counters6} {
+		for _, m := range []*ebpf.Map{d.objs.Services, d.objs.Revnat, d.objs.Counters, d.objs.Affinity,
+			d.objs.Services6, d.objs.Revnat6, d.objs.Counters6, d.objs.Affinity6} {
 			errs = append(errs, m.Unpin())
 		}
 	}

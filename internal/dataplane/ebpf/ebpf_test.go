@@ -384,7 +384,8 @@ func TestSocketLB(t *testing.T) {
 	})
 }
 
-// TestSocketLB6: the IPv6 programs, as TestSocketLB's first steps.
+// TestSocketLB6: the IPv6 programs, as TestSocketLB's first steps, and
+// SOURCE_IP persistence.
 func TestSocketLB6(t *testing.T) {
 	testutil.RequireRoot(t)
 	cg := testCgroup(t)
@@ -406,11 +407,14 @@ func TestSocketLB6(t *testing.T) {
 		}
 		return s
 	}
-	if err := dp.Sync(context.Background(), tableOf(svc(80, flows.TCP, b6...), svc(53, flows.UDP, b6[0]), svc(81, flows.TCP))); err != nil {
+	// ROUND_ROBIN with SOURCE_IP persistence: one backend for this client.
+	sticky := svc(82, flows.TCP, b6...)
+	sticky.Persistence = &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Hour}
+	if err := dp.Sync(context.Background(), tableOf(svc(80, flows.TCP, b6...), svc(53, flows.UDP, b6[0]), svc(81, flows.TCP), sticky)); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(dp.t6.kernel); n != 3 {
-		t.Fatalf("%d IPv6 services in the map, want 3", n)
+	if n := len(dp.t6.kernel); n != 4 {
+		t.Fatalf("%d IPv6 services in the map, want 4", n)
 	}
 	enterCgroup(t, cg)
 	inNetns(t, b6, func() {
@@ -439,6 +443,17 @@ func TestSocketLB6(t *testing.T) {
 		}
 		if len(got) != 2 {
 			t.Errorf("60 connections reached %v, want both backends", got)
+		}
+		kept := map[string]int{}
+		for range 30 {
+			who, _, err := dial(netip.AddrPortFrom(vip6, 82))
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept[who]++
+		}
+		if len(kept) != 1 {
+			t.Errorf("30 connections of one client with persistence reached %v, want one backend", kept)
 		}
 		pc, err := net.ListenPacket("udp", "[2001:2:0:2::2]:0")
 		if err != nil {

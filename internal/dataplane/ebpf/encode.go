@@ -3,6 +3,7 @@ package ebpf
 import (
 	"encoding/binary"
 	"net/netip"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -44,12 +45,22 @@ var protos = map[flows.Protocol]uint8{flows.TCP: unix.IPPROTO_TCP, flows.UDP: un
 // node ports (no socket connects to 0.0.0.0 for them), SCTP (no
 // programs yet), and the services whose rules need the packet's
 // source address or a count of connections, which connect() does not
-// know (allowed_cidrs, SOURCE_IP persistence with a timeout, connection
-// limits).
+// know (allowed_cidrs: an unbound socket has no source address yet at
+// connect(), see docs/dataplane.md; connection limits).
 func Carried(s flows.Service) bool {
 	k := s.Key
 	return (k.VIP.Is4() || k.VIP.Is6() && !k.VIP.Is4In6()) && !k.NodePort() && protos[k.Protocol] != 0 &&
-		len(s.AllowedCIDRs) == 0 && s.Persistence == nil && s.ConnectionLimit <= 0
+		len(s.AllowedCIDRs) == 0 && s.ConnectionLimit <= 0
+}
+
+// persistence is the affinity timeout the programs keep for s, 0 for
+// none: as in nftables, whose affinity timeouts are whole seconds, a
+// SOURCE_IP persistence shorter than a second keeps none.
+func persistence(s flows.Service) uint64 {
+	if s.Persistence == nil || s.Persistence.Timeout < time.Second {
+		return 0
+	}
+	return uint64(s.Persistence.Timeout)
 }
 
 // encodeKey is the services map key of k.
@@ -76,7 +87,7 @@ func encode(s flows.Service, node, zone string) (k svcKey, v svcVal, ok bool) {
 		v.Flags = flagRefuse
 		return k, v, true
 	}
-	v.Alg = alg
+	v.Alg, v.Persist = alg, persistence(s)
 	for i, idx := range flows.Maglev(pick, Slots) {
 		a := pick[idx].Address.As4()
 		v.Slots[i].Addr = binary.NativeEndian.Uint32(a[:])
@@ -96,7 +107,7 @@ func encode6(s flows.Service, node, zone string) (k svcKey6, v svcVal6, ok bool)
 		v.Flags = flagRefuse
 		return k, v, true
 	}
-	v.Alg = alg
+	v.Alg, v.Persist = alg, persistence(s)
 	for i, idx := range flows.Maglev(pick, Slots) {
 		v.Slots[i].Addr = words(pick[idx].Address)
 		v.Slots[i].Port = netPort(pick[idx].Port)

@@ -41,6 +41,7 @@ func TestEncode(t *testing.T) {
 		notOurs bool
 		refuse  bool
 		alg     uint32
+		persist time.Duration
 		spread  map[string]int // slots per backend
 	}{
 		{name: "even", svc: flows.Service{Key: key, Algorithm: flows.RoundRobin, Backends: two}, alg: algRandom,
@@ -67,7 +68,16 @@ func TestEncode(t *testing.T) {
 		{name: "UDP", svc: flows.Service{Key: flows.Key{VIP: vip, Protocol: flows.UDP, Port: 53}, Algorithm: flows.RoundRobin, Backends: two[:1]},
 			spread: map[string]int{"198.18.17.2:8080": 61}},
 		{name: "allowed cidrs are nftables'", svc: flows.Service{Key: key, AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}, Backends: two}, notOurs: true},
-		{name: "persistence is nftables'", svc: flows.Service{Key: key, Persistence: &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Minute}, Backends: two}, notOurs: true},
+		{name: "persistence", svc: flows.Service{Key: key, Algorithm: flows.RoundRobin, Persistence: &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Minute}, Backends: two},
+			alg: algRandom, persist: time.Minute, spread: map[string]int{"198.18.17.2:8080": 31, "198.18.18.2:8080": 30}},
+		{name: "persistence of a second", svc: flows.Service{Key: key, Algorithm: flows.SourceIP, Persistence: &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Second}, Backends: two[:1]},
+			alg: algNetns, persist: time.Second, spread: map[string]int{"198.18.17.2:8080": 61}},
+		{name: "persistence under a second is none, as in nftables", svc: flows.Service{Key: key, Algorithm: flows.RoundRobin,
+			Persistence: &flows.Persistence{Type: "SOURCE_IP", Timeout: 999 * time.Millisecond}, Backends: two[:1]},
+			spread: map[string]int{"198.18.17.2:8080": 61}},
+		{name: "internal local keeps persistence among this node's", svc: flows.Service{Key: key, InternalLocal: true, Algorithm: flows.RoundRobin,
+			Persistence: &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Hour}, Backends: two}, persist: time.Hour, spread: map[string]int{"198.18.17.2:8080": 61}},
+		{name: "persistent without backend refuses", svc: flows.Service{Key: key, Persistence: &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Minute}}, refuse: true},
 		{name: "connection limit is nftables'", svc: flows.Service{Key: key, ConnectionLimit: 10, Backends: two}, notOurs: true},
 		{name: "node port is nftables'", svc: flows.Service{Key: flows.Key{VIP: flows.NodePortVIP, Protocol: flows.TCP, Port: 30080}, Backends: two}, notOurs: true},
 		{name: "IPv6 VIP is encode6's", svc: flows.Service{Key: flows.Key{VIP: netip.MustParseAddr("2001:2::80"), Protocol: flows.TCP, Port: 80}, Backends: two}, notOurs: true},
@@ -88,13 +98,16 @@ func TestEncode(t *testing.T) {
 				t.Fatalf("refuse = %v, want %v", got, tc.refuse)
 			}
 			if tc.refuse {
-				if v.Slots != (svcVal{}).Slots {
-					t.Fatal("a refusing service has slots")
+				if v.Slots != (svcVal{}).Slots || v.Persist != 0 {
+					t.Fatalf("a refusing service has slots or persistence (%d ns)", v.Persist)
 				}
 				return
 			}
 			if v.Alg != tc.alg {
 				t.Errorf("alg = %d, want %d", v.Alg, tc.alg)
+			}
+			if v.Persist != uint64(tc.persist) {
+				t.Errorf("persist = %d ns, want %d", v.Persist, tc.persist)
 			}
 			got := spread(v)
 			if len(got) != len(tc.spread) {
@@ -139,6 +152,7 @@ func TestEncode6(t *testing.T) {
 		name    string
 		svc     flows.Service
 		notOurs bool
+		persist time.Duration
 		spread  map[string]int // nil: refuse
 	}{
 		{name: "IPv6 backends only, by weight", svc: flows.Service{Key: key, Algorithm: flows.RoundRobin, Backends: mixed},
@@ -146,6 +160,8 @@ func TestEncode6(t *testing.T) {
 		{name: "internal local", svc: flows.Service{Key: key, InternalLocal: true, Backends: mixed},
 			spread: map[string]int{"[2001:2:0:2::2]:8053": 61}},
 		{name: "IPv4 backends only refuse", svc: flows.Service{Key: key, Backends: mixed[:1]}},
+		{name: "persistence", svc: flows.Service{Key: key, Algorithm: flows.RoundRobin, Persistence: &flows.Persistence{Type: "SOURCE_IP", Timeout: 90 * time.Second}, Backends: mixed[1:2]},
+			persist: 90 * time.Second, spread: map[string]int{"[2001:2:0:2::2]:8053": 61}},
 		{name: "IPv4 VIP is encode's", svc: flows.Service{Key: flows.Key{VIP: netip.MustParseAddr("198.19.0.1"), Protocol: flows.TCP, Port: 80}, Backends: mixed}, notOurs: true},
 		{name: "IPv4-mapped VIP is nftables'", svc: flows.Service{Key: flows.Key{VIP: netip.MustParseAddr("::ffff:198.19.0.1"), Protocol: flows.TCP, Port: 80}, Backends: mixed}, notOurs: true},
 	} {
@@ -162,6 +178,9 @@ func TestEncode6(t *testing.T) {
 			}
 			if got := v.Flags&flagRefuse != 0; got != (tc.spread == nil) {
 				t.Fatalf("refuse = %v", got)
+			}
+			if v.Persist != uint64(tc.persist) {
+				t.Errorf("persist = %d ns, want %d", v.Persist, tc.persist)
 			}
 			got := map[string]int{}
 			for _, s := range v.Slots {

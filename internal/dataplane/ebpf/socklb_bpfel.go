@@ -13,6 +13,42 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type socklbAffKey struct {
+	_      structs.HostLayout
+	Svc    socklbSvcKey
+	Client uint64
+}
+
+type socklbAffKey6 struct {
+	_      structs.HostLayout
+	Svc    socklbSvcKey6
+	Pad    uint32
+	Client uint64
+}
+
+type socklbAffVal struct {
+	_       structs.HostLayout
+	Backend struct {
+		_    structs.HostLayout
+		Addr uint32
+		Port uint16
+		Pad  uint16
+	}
+	Used uint64
+}
+
+type socklbAffVal6 struct {
+	_       structs.HostLayout
+	Backend struct {
+		_    structs.HostLayout
+		Addr [4]uint32
+		Port uint16
+		Pad  uint16
+	}
+	Pad  uint32
+	Used uint64
+}
+
 type socklbCounters struct {
 	_           structs.HostLayout
 	Connections uint64
@@ -67,10 +103,11 @@ type socklbSvcKey6 struct {
 }
 
 type socklbSvcVal struct {
-	_     structs.HostLayout
-	Flags uint32
-	Alg   uint32
-	Slots [61]struct {
+	_       structs.HostLayout
+	Flags   uint32
+	Alg     uint32
+	Persist uint64
+	Slots   [61]struct {
 		_    structs.HostLayout
 		Addr uint32
 		Port uint16
@@ -79,21 +116,25 @@ type socklbSvcVal struct {
 }
 
 type socklbSvcVal6 struct {
-	_     structs.HostLayout
-	Flags uint32
-	Alg   uint32
-	Slots [61]struct {
+	_       structs.HostLayout
+	Flags   uint32
+	Alg     uint32
+	Persist uint64
+	Slots   [61]struct {
 		_    structs.HostLayout
 		Addr [4]uint32
 		Port uint16
 		Pad  uint16
 	}
+	_ [4]byte
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	socklbMapAffinity      = "affinity"
+	socklbMapAffinity6     = "affinity6"
 	socklbMapCounters      = "counters"
 	socklbMapCounters6     = "counters6"
 	socklbMapRevnat        = "revnat"
@@ -166,6 +207,8 @@ type socklbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type socklbMapSpecs struct {
+	Affinity  *ebpf.MapSpec `ebpf:"affinity"`
+	Affinity6 *ebpf.MapSpec `ebpf:"affinity6"`
 	Counters  *ebpf.MapSpec `ebpf:"counters"`
 	Counters6 *ebpf.MapSpec `ebpf:"counters6"`
 	Revnat    *ebpf.MapSpec `ebpf:"revnat"`
@@ -200,6 +243,8 @@ func (o *socklbObjects) Close() error {
 //
 // It can be passed to loadSocklbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socklbMaps struct {
+	Affinity  *ebpf.Map `ebpf:"affinity"`
+	Affinity6 *ebpf.Map `ebpf:"affinity6"`
 	Counters  *ebpf.Map `ebpf:"counters"`
 	Counters6 *ebpf.Map `ebpf:"counters6"`
 	Revnat    *ebpf.Map `ebpf:"revnat"`
@@ -210,6 +255,8 @@ type socklbMaps struct {
 
 func (m *socklbMaps) Close() error {
 	return _SocklbClose(
+		m.Affinity,
+		m.Affinity6,
 		m.Counters,
 		m.Counters6,
 		m.Revnat,

@@ -92,6 +92,10 @@ func WriteTrace(w io.Writer, k flows.Key, s *Service) {
 	}
 	fmt.Fprintf(w, "%s: %s, translated at connect() to the backend of one of %d slots:\n", head, s.Algorithm, Slots)
 	fmt.Fprintf(w, "  chosen by %s\n", choices[s.Algorithm])
+	if s.Persistence > 0 {
+		fmt.Fprintf(w, "  SOURCE_IP persistence %s: a client (its network namespace) that used a backend of this service within that time, "+
+			"and whose backend still has slots, keeps it\n", s.Persistence)
+	}
 	for _, b := range sortedBackends(s) {
 		fmt.Fprintf(w, "  %s %d/%d slots (%.1f%%)\n", b, s.Backends[b], Slots, 100*float64(s.Backends[b])/Slots)
 	}

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -66,6 +67,13 @@ func TestWriteTrace(t *testing.T) {
   [2001:2:0:2::2]:8053 31/61 slots (50.8%)
   [2001:2:0:2::3]:8053 30/61 slots (49.2%)
 `}, {
+		"persistence", web, entry(flows.Service{Key: web, Algorithm: flows.RoundRobin, Backends: two[:1],
+			Persistence: &flows.Persistence{Type: "SOURCE_IP", Timeout: 30 * time.Second}}),
+		`198.19.0.1:80 TCP: ROUND_ROBIN, translated at connect() to the backend of one of 61 slots:
+  chosen by a random slot per connect(); an unconnected UDP socket's datagrams keep one slot per socket (its cookie's hash)
+  SOURCE_IP persistence 30s: a client (its network namespace) that used a backend of this service within that time, and whose backend still has slots, keeps it
+  198.18.17.2:8080 61/61 slots (100.0%)
+`}, {
 		"no backend", dns, entry(flows.Service{Key: dns}),
 		"198.19.0.1:53 UDP: refused: no usable backend (connect() and sendmsg() fail with ECONNREFUSED)\n",
 	}, {
@@ -108,6 +116,7 @@ func TestTracePinned(t *testing.T) {
 	}()
 	web, sticky, empty, acl := service(80, flows.TCP, 1, 1, 2), service(81, flows.TCP, 1, 0, 2), service(82, flows.TCP), service(83, flows.TCP, 1)
 	sticky.Algorithm = flows.SourceIP
+	sticky.Persistence = &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Minute}
 	acl.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}
 	if err := dp.Sync(context.Background(), tableOf(web, sticky, empty, acl)); err != nil {
 		t.Fatal(err)
@@ -122,7 +131,7 @@ func TestTracePinned(t *testing.T) {
 	}{
 		{web.Key, []string{"198.19.0.10:80 TCP: ROUND_ROBIN,", "chosen by a random slot per connect()",
 			"198.18.17.4:8080 31/61 slots (50.8%)", "198.18.17.2:8080 15/61 slots (24.6%)", "198.18.17.3:8080 15/61 slots (24.6%)"}},
-		{sticky.Key, []string{"198.19.0.10:81 TCP: SOURCE_IP,", "client's network namespace",
+		{sticky.Key, []string{"198.19.0.10:81 TCP: SOURCE_IP,", "client's network namespace", "SOURCE_IP persistence 1m0s: a client",
 			"198.18.17.4:8080 41/61 slots (67.2%)", "198.18.17.2:8080 20/61 slots (32.8%)"}},
 		{empty.Key, []string{"198.19.0.10:82 TCP: refused: no usable backend"}},
 		{acl.Key, []string{"198.19.0.10:83 TCP: not in the eBPF maps (nftables serves it)"}},

@@ -44,6 +44,7 @@ struct backend {
 struct svc_val {
 	__u32 flags;
 	__u32 alg;
+	__u64 persist; // SOURCE_IP persistence: its timeout in ns, 0 for none
 	struct backend slots[SLOTS];
 };
 
@@ -110,6 +111,56 @@ struct {
 	__type(value, struct rev_val);
 } revnat SEC(".maps");
 
+// SOURCE_IP persistence: the backend a client last connected to, per
+// service. The client is its network namespace, the identity SOURCE_IP
+// hashes (no source address exists yet at connect()).
+struct aff_key {
+	struct svc_key svc;
+	__u64 client; // network namespace cookie
+};
+
+struct aff_val {
+	struct backend backend;
+	__u64 used; // bpf_ktime_get_ns() of the last connect() or sendmsg()
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct aff_key);
+	__type(value, struct aff_val);
+} affinity SEC(".maps");
+
+// has tells whether b still holds a slot of v: an affinity to a backend
+// that has left the service (or lost all its slots) is ignored.
+static __always_inline int has(struct svc_val *v, struct backend b)
+{
+	for (int j = 0; j < SLOTS; j++)
+		if (v->slots[j].addr == b.addr && v->slots[j].port == b.port)
+			return 1;
+	return 0;
+}
+
+// persist returns the backend the client used within the service's
+// timeout if the service still has it, and otherwise picked, which it
+// remembers; either way the timeout starts again.
+static __always_inline struct backend persist(struct bpf_sock_addr *ctx, struct svc_key *k, struct svc_val *v, struct backend picked)
+{
+	struct aff_key ak = { .svc = *k, .client = bpf_get_netns_cookie(ctx) };
+	__u64 now = bpf_ktime_get_ns();
+	struct aff_val *a = bpf_map_lookup_elem(&affinity, &ak);
+	if (a) {
+		struct backend last = a->backend;
+		if (now < a->used + v->persist && has(v, last)) {
+			a->used = now;
+			return last;
+		}
+	}
+	struct aff_val nv = { .backend = picked, .used = now };
+	bpf_map_update_elem(&affinity, &ak, &nv, BPF_ANY);
+	return picked;
+}
+
 static __always_inline __u32 mix(__u64 x)
 {
 	return (__u32)((x * 0x9E3779B97F4A7C15ULL) >> 32);
@@ -159,16 +210,18 @@ static __always_inline int xlate(struct bpf_sock_addr *ctx, int per_socket)
 	asm volatile("" : "+r"(i));
 	if (i >= SLOTS)
 		return 1;
-	struct backend *b = &v->slots[i];
+	struct backend b = v->slots[i];
+	if (v->persist)
+		b = persist(ctx, &k, v, b);
 	struct rev_key rk = {
 		.cookie = bpf_get_socket_cookie(ctx),
-		.addr = b->addr,
-		.port = b->port,
+		.addr = b.addr,
+		.port = b.port,
 	};
 	struct rev_val rv = { .vip = k.vip, .port = k.port };
 	bpf_map_update_elem(&revnat, &rk, &rv, BPF_ANY);
-	ctx->user_ip4 = b->addr;
-	ctx->user_port = b->port;
+	ctx->user_ip4 = b.addr;
+	ctx->user_port = b.port;
 	return 1;
 }
 
@@ -231,6 +284,7 @@ struct backend6 {
 struct svc_val6 {
 	__u32 flags;
 	__u32 alg;
+	__u64 persist;
 	struct backend6 slots[SLOTS];
 };
 
@@ -271,6 +325,53 @@ struct {
 	__type(value, struct rev_val6);
 } revnat6 SEC(".maps");
 
+struct aff_key6 {
+	struct svc_key6 svc;
+	__u32 pad;
+	__u64 client;
+};
+
+struct aff_val6 {
+	struct backend6 backend;
+	__u32 pad;
+	__u64 used;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct aff_key6);
+	__type(value, struct aff_val6);
+} affinity6 SEC(".maps");
+
+static __always_inline int has6(struct svc_val6 *v, struct backend6 *b)
+{
+	for (int j = 0; j < SLOTS; j++) {
+		struct backend6 *s = &v->slots[j];
+		if (s->addr[0] == b->addr[0] && s->addr[1] == b->addr[1] && s->addr[2] == b->addr[2] &&
+		    s->addr[3] == b->addr[3] && s->port == b->port)
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline struct backend6 persist6(struct bpf_sock_addr *ctx, struct svc_key6 *k, struct svc_val6 *v, struct backend6 picked)
+{
+	struct aff_key6 ak = { .svc = *k, .client = bpf_get_netns_cookie(ctx) };
+	__u64 now = bpf_ktime_get_ns();
+	struct aff_val6 *a = bpf_map_lookup_elem(&affinity6, &ak);
+	if (a) {
+		struct backend6 last = a->backend;
+		if (now < a->used + v->persist && has6(v, &last)) {
+			a->used = now;
+			return last;
+		}
+	}
+	struct aff_val6 nv = { .backend = picked, .used = now };
+	bpf_map_update_elem(&affinity6, &ak, &nv, BPF_ANY);
+	return picked;
+}
+
 static __always_inline int xlate6(struct bpf_sock_addr *ctx, int per_socket)
 {
 	struct svc_key6 k = {
@@ -292,20 +393,22 @@ static __always_inline int xlate6(struct bpf_sock_addr *ctx, int per_socket)
 	asm volatile("" : "+r"(i));
 	if (i >= SLOTS)
 		return 1;
-	struct backend6 *b = &v->slots[i];
+	struct backend6 b = v->slots[i];
+	if (v->persist)
+		b = persist6(ctx, &k, v, b);
 	struct rev_key6 rk = {
 		.cookie = bpf_get_socket_cookie(ctx),
-		.addr = { b->addr[0], b->addr[1], b->addr[2], b->addr[3] },
-		.port = b->port,
+		.addr = { b.addr[0], b.addr[1], b.addr[2], b.addr[3] },
+		.port = b.port,
 	};
 	struct rev_val6 rv = { .port = k.port };
 	__builtin_memcpy(rv.vip, k.vip, sizeof(rv.vip));
 	bpf_map_update_elem(&revnat6, &rk, &rv, BPF_ANY);
-	ctx->user_ip6[0] = b->addr[0];
-	ctx->user_ip6[1] = b->addr[1];
-	ctx->user_ip6[2] = b->addr[2];
-	ctx->user_ip6[3] = b->addr[3];
-	ctx->user_port = b->port;
+	ctx->user_ip6[0] = b.addr[0];
+	ctx->user_ip6[1] = b.addr[1];
+	ctx->user_ip6[2] = b.addr[2];
+	ctx->user_ip6[3] = b.addr[3];
+	ctx->user_port = b.port;
 	return 1;
 }
 
