@@ -72,6 +72,29 @@ type Dataplane struct {
 	lastOps int
 }
 
+// removeIncompatiblePins removes the pinned maps in dir whose shape
+// differs from spec's.
+func removeIncompatiblePins(spec *ebpf.CollectionSpec, dir string) error {
+	for name, ms := range spec.Maps {
+		pin := filepath.Join(dir, name)
+		m, err := ebpf.LoadPinnedMap(pin, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		incompatible := ms.Compatible(m) != nil
+		m.Close()
+		if incompatible {
+			if err := os.Remove(pin); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // New loads the programs and attaches them to cfg.Cgroup. With PinDir,
 // pinned maps and links are adopted: their programs are replaced by
 // these (never added beside them, where both would translate), and the
@@ -95,7 +118,18 @@ func New(cfg Config) (_ *Dataplane, err error) {
 		opts.Maps.PinPath = cfg.PinDir
 	}
 	d := &Dataplane{cfg: cfg}
-	if err := spec.LoadAndAssign(&d.objs, &opts); err != nil {
+	err = spec.LoadAndAssign(&d.objs, &opts)
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		// Pins of another version's maps (an entry that grew): they go,
+		// and new maps take their place. Until the next Sync fills them
+		// the programs translate nothing and nftables, which holds every
+		// service too, serves those connections.
+		if rmErr := removeIncompatiblePins(spec, cfg.PinDir); rmErr != nil {
+			return nil, fmt.Errorf("load the socket programs: %w (%v)", err, rmErr)
+		}
+		err = spec.LoadAndAssign(&d.objs, &opts)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("load the socket programs: %w", err)
 	}
 	d.c4 = &counted[svcKey]{m: d.objs.Counters, last: map[svcKey]counters{}, flowKey: flowKey}

@@ -650,3 +650,75 @@ func TestBesideNftables(t *testing.T) {
 		}
 	})
 }
+
+// TestIncompatiblePinsReplaced: a pinned map of another version's shape
+// (a service entry that grew) is replaced, not a reason to fail; the
+// pins that fit are kept.
+func TestIncompatiblePinsReplaced(t *testing.T) {
+	testutil.RequireRoot(t)
+	cg := testCgroup(t)
+	fs := t.TempDir()
+	if err := MountBPFFS(fs); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(fs, 0); err != nil {
+			t.Errorf("unmount the test bpffs: %v", err)
+		}
+	})
+	pins := filepath.Join(fs, "flowlb")
+	cfg := Config{Node: "n1", Cgroup: cg, PinDir: pins}
+	first, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	spec, err := loadSocklb()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The services map as an older agent made it: a shorter value.
+	old := spec.Maps["services"].Copy()
+	old.ValueSize -= 8
+	old.Pinning = ebpf.PinNone
+	if err := os.Remove(filepath.Join(pins, "services")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Pin(filepath.Join(pins, "services")); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	keptBefore, err := os.Stat(filepath.Join(pins, "counters"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	second, err := New(cfg)
+	if err != nil {
+		Cleanup(pins)
+		t.Fatalf("New over an older services map: %v", err)
+	}
+	defer second.Remove()
+	pinned, err := ebpf.LoadPinnedMap(filepath.Join(pins, "services"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinned.Close()
+	if err := spec.Maps["services"].Compatible(pinned); err != nil {
+		t.Errorf("the pinned services map is still the old one: %v", err)
+	}
+	keptAfter, err := os.Stat(filepath.Join(pins, "counters"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(keptBefore, keptAfter) {
+		t.Error("the counters map, of the same shape, was replaced too")
+	}
+	if err := second.Sync(context.Background(), tableOf(service(80, flows.TCP, 1, 0, 0))); err != nil || len(second.t4.kernel) != 1 {
+		t.Fatalf("Sync into the new map: %v, %d services", err, len(second.t4.kernel))
+	}
+}
