@@ -286,9 +286,15 @@ func (r *run) ct(e *expr.Ct) (bool, result, error) {
 		// A trace follows a first packet: the original direction.
 		return true, result{}, r.store(e.Register, []byte{0})
 	// The original tuple: as the client sent it.
-	case e.Key == expr.CtKeyDST && e.Direction == 0:
+	case e.Key == expr.CtKeyDST && ctDirection(e) == 0:
 		return true, result{}, r.store(e.Register, r.pkt.origDaddr.AsSlice())
-	case e.Key == expr.CtKeyPROTODST && e.Direction == 0:
+	case e.Key == expr.CtKeyPROTODST && ctDirection(e) == 0:
+		return true, result{}, r.store(e.Register, binary.BigEndian.AppendUint16(nil, r.pkt.origDport))
+	// The reply tuple of a first packet's connection, not yet
+	// translated: the original one inverted, from the service.
+	case e.Key == expr.CtKeySRC && ctDirection(e) == ctDirReply:
+		return true, result{}, r.store(e.Register, r.pkt.origDaddr.AsSlice())
+	case e.Key == expr.CtKeyPROTOSRC && ctDirection(e) == ctDirReply:
 		return true, result{}, r.store(e.Register, binary.BigEndian.AppendUint16(nil, r.pkt.origDport))
 	}
 	return false, result{}, fmt.Errorf("cannot evaluate ct key %d", e.Key)

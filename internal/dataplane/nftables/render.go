@@ -267,7 +267,11 @@ func exprString(e expr.Any) string {
 			expr.CmpOpLte: "<=", expr.CmpOpGt: ">", expr.CmpOpGte: ">="}[e.Op], e.Data)
 	case *expr.Ct:
 		name := map[expr.CtKey]string{expr.CtKeySTATE: "state", expr.CtKeySTATUS: "status", expr.CtKeyDIRECTION: "direction",
-			expr.CtKeyDST: "original daddr", expr.CtKeyPROTODST: "original proto-dst"}[e.Key]
+			expr.CtKeySRC: "saddr", expr.CtKeyDST: "daddr", expr.CtKeyPROTOSRC: "proto-src", expr.CtKeyPROTODST: "proto-dst"}[e.Key]
+		switch e.Key {
+		case expr.CtKeySRC, expr.CtKeyDST, expr.CtKeyPROTOSRC, expr.CtKeyPROTODST:
+			name = map[uint32]string{0: "original ", ctDirReply: "reply "}[ctDirection(e)] + name
+		}
 		return fmt.Sprintf("ct %s > r%d", name, e.Register)
 	case *expr.Immediate:
 		return fmt.Sprintf("0x%x > r%d", e.Data, e.Register)

@@ -54,8 +54,6 @@ const (
 	preBindChain          = "prerouting_bind"
 	outBindChain          = "output_bind"
 	postChain             = "postrouting"
-	memberChainName       = "member"
-	memberOutChainName    = "member_out"
 )
 
 // rule joins expression lists into a rule.
@@ -72,7 +70,7 @@ func rule(reason string, parts ...[]expr.Any) ruleSpec {
 // let rules refer to sets created in the same transaction).
 // counted says whether they count (stats.go).
 func baseChains(sc schema, counted bool) []chainSpec {
-	chains := []chainSpec{
+	return []chainSpec{
 		rejectChain(sc, counted),
 		nodePortRewrite(nodePortChain, nftables.ChainHookPrerouting, sc),
 		nodePortRewrite(nodePortOutChain, nftables.ChainHookOutput, sc),
@@ -82,14 +80,9 @@ func baseChains(sc schema, counted bool) []chainSpec {
 		balanceChain(sc),
 		dstNATChain(preChain, nftables.ChainHookPrerouting, sc),
 		dstNATChain(outChain, nftables.ChainHookOutput, sc),
-		bindChain(preBindChain, nftables.ChainHookPrerouting, sc.fam),
-		bindChain(outBindChain, nftables.ChainHookOutput, sc.fam),
+		bindChain(preBindChain, nftables.ChainHookPrerouting, sc, counted),
+		bindChain(outBindChain, nftables.ChainHookOutput, sc, counted),
 	}
-	if counted {
-		chains = append(chains, memberChain(memberChainName, nftables.ChainHookPrerouting, sc),
-			memberChain(memberOutChainName, nftables.ChainHookOutput, sc))
-	}
-	return chains
 }
 
 // Priorities of the NAT chains. flowlb picks a backend and rewrites the
@@ -103,9 +96,6 @@ func baseChains(sc schema, counted bool) []chainSpec {
 var (
 	rewritePriority = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 10)
 	bindPriority    = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest + 10)
-	// memberPriority: after the translation is bound, so that the first
-	// packet, too, is addressed to its backend.
-	memberPriority = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest + 20)
 )
 
 // nodePortPriority is where node ports are recognised: after conntrack
@@ -159,13 +149,28 @@ func rejectChain(sc schema, counted bool) chainSpec {
 //
 // It also counts (stats.go): every drop counts the attempt in stats_err
 // (the service's element always exists, so the lookup always matches),
-// and what passes counts, in this order, a new connection in stats_new,
-// a packet from a client (addressed to the service) in stats_in, a
-// packet to a client (a reply, whose original destination was the
-// service) in stats_out. Only the node that translated a connection has
-// its VIP in conntrack's original tuple, so each packet is counted once
-// in the cluster; a client's packets enter by prerouting (acl) or, from
-// the node itself, output (acl_out), and so do the replies.
+// and what passes counts a new connection in stats_new, then each packet
+// once, under its connection's service and backend (one lookup) or,
+// when no backend can be named, its service:
+//
+//	ct direction original  [iif not loopback]  ct original ip daddr . meta l4proto . ct original proto-dst . ct reply ip saddr . ct reply proto-src @member_in accept
+//	ip daddr . meta l4proto . th dport @stats_in
+//	ct direction reply  [iif not loopback]  ct original ip daddr . meta l4proto . ct original proto-dst . ip saddr . th sport @member_out accept
+//	ct direction reply  [iif not loopback]  ct original ip daddr . meta l4proto . ct original proto-dst @stats_out
+//
+// A packet from a client is still addressed to the service here (the
+// translation comes at dstnat), so its backend is conntrack's reply
+// source; a reply still comes from its backend (it is translated back at
+// srcnat). stats_in takes what member_in misses: each connection's first
+// packet, whose backend is not chosen yet (bindChain counts it under the
+// backend in member_new), and the packets of a connection another NAT
+// table translated further (kube-proxy's node port on this node), whose
+// reply source is none of the service's backends; stats_out likewise.
+// Only the node that translated a connection has its VIP in conntrack's
+// original tuple, so each packet is counted once in the cluster; a
+// client's packets enter by prerouting (acl) or, from the node itself,
+// output (acl_out), and so do the replies. A packet that came in on
+// loopback was counted in acl_out already.
 func filterChain(name string, hook *nftables.ChainHook, sc schema, counted bool) chainSpec {
 	f, sets := sc.fam, sc.sets
 	svcKey := f.svcKey
@@ -193,38 +198,11 @@ func filterChain(name string, hook *nftables.ChainHook, sc schema, counted bool)
 		return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityMangle}, rules: rules}
 	}
 	rules = append(rules, rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[statsNewSet], regDaddr)),
+		rule("", ctOriginal(), notLoopback(name), f.ctMemberKey(), lookup(sets[memberInSet], regDaddr), accept()),
 		rule("", svcKey(), lookup(sets[statsInSet], regDaddr)),
+		rule("", ctReply(), notLoopback(name), f.memberKey(true), lookup(sets[memberOutSet], regDaddr), accept()),
 		rule("", ctReply(), notLoopback(name), f.ctOrigKey(), lookup(sets[statsOutSet], regDaddr)))
 	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityMangle}, rules: rules}
-}
-
-// memberChain counts by backend (stats.go): a new connection in
-// member_new, a packet from a client in member_in, one to a client in
-// member_out, each under the connection's service (its original
-// destination) and backend (where the packet goes or comes from: past
-// the translation, before the reply's source is translated back). Only
-// the node that translated a connection has a service in conntrack's
-// original tuple, so each packet is counted once in the cluster, as by
-// the acl chains. A packet that came in on loopback was counted in
-// member_out (output) already. Four rules whatever the number of
-// services and backends; a packet of no service's connection costs a
-// key and a failed lookup.
-//
-//	meta iiftype loopback return   (prerouting only)
-//	ct state new  ct original ip daddr . meta l4proto . ct original proto-dst . ip daddr . th dport @member_new
-//	ct direction original  … . ip daddr . th dport @member_in
-//	ct direction reply  … . ip saddr . th sport @member_out
-func memberChain(name string, hook *nftables.ChainHook, sc schema) chainSpec {
-	f, sets := sc.fam, sc.sets
-	var rules []ruleSpec
-	if name == memberChainName {
-		rules = append(rules, rule("", fromLoopback(), one(&expr.Verdict{Kind: expr.VerdictReturn})))
-	}
-	rules = append(rules,
-		rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), f.memberKey(false), lookup(sets[memberNewSet], regDaddr)),
-		rule("", ctOriginal(), f.memberKey(false), lookup(sets[memberInSet], regDaddr)),
-		rule("", ctReply(), f.memberKey(true), lookup(sets[memberOutSet], regDaddr)))
-	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: memberPriority}, rules: rules}
 }
 
 // postroutingChain masquerades hairpin connections, and connections from
@@ -303,15 +281,23 @@ func (f *family) pickRules(reason string, parts ...[]expr.Any) []ruleSpec {
 
 // bindChain translates a connection flowlb rewrote and no other NAT
 // table translated to where its first packet now goes, and marks it
-// flowlb's: dnat to ip daddr : th dport.
-func bindChain(name string, hook *nftables.ChainHook, f *family) chainSpec {
+// flowlb's: dnat to ip daddr : th dport. Counted, it first counts the
+// connection, and its first packet's bytes, under its service and
+// backend in member_new (stats.go): a NAT chain sees each connection's
+// first packet only, and here that packet is addressed to its backend.
+//
+//	ct original ip daddr . meta l4proto . ct original proto-dst . ip daddr . th dport @member_new
+func bindChain(name string, hook *nftables.ChainHook, sc schema, counted bool) chainSpec {
+	f := sc.fam
 	port := f.regBackendPort()
-	return chainSpec{
-		chain: nftables.Chain{Name: name, Type: nftables.ChainTypeNAT, Hooknum: hook, Priority: bindPriority},
-		rules: []ruleSpec{rule("", markSet(handoffMark),
-			f.daddr(regDaddr), load(port, expr.PayloadBaseTransportHeader, 2, 2),
-			markBit(ownedMark), f.dnat(regDaddr, port))},
+	var rules []ruleSpec
+	if counted {
+		rules = append(rules, rule("", markSet(handoffMark), f.memberKey(false), lookup(sc.sets[memberNewSet], regDaddr)))
 	}
+	rules = append(rules, rule("", markSet(handoffMark),
+		f.daddr(regDaddr), load(port, expr.PayloadBaseTransportHeader, 2, 2),
+		markBit(ownedMark), f.dnat(regDaddr, port)))
+	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeNAT, Hooknum: hook, Priority: bindPriority}, rules: rules}
 }
 
 // classChainSets are the sets a class chain owns: a limit chain's

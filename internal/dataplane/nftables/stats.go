@@ -14,14 +14,16 @@ import (
 	"github.com/flowlb/flowlb/internal/flows"
 )
 
-// Statistics come from four sets with a counter on every element, one
-// element per service in each (part of its footprint), that the acl
-// chains look up: stats_new for each connection admitted, stats_in for
-// each packet from a client, stats_out for each packet to a client,
-// stats_err for each refused connection attempt. They are read and
+// Statistics come from sets with a counter on every element, read and
 // zeroed in one kernel operation (NFT_MSG_GETSETELEM_RESET, Linux 6.5), so
-// every read is a delta: what the kernel counted while no agent ran is
-// read by the next one, and no baseline has to survive a restart.
+// that every read is a delta: what the kernel counted while no agent ran
+// is read by the next one, and no baseline has to survive a restart.
+// Four hold one element per service each (part of its footprint), looked
+// up by the acl chains: stats_new for each connection admitted,
+// stats_err for each refused connection attempt, and stats_in and
+// stats_out for each packet from and to a client that no backend's
+// element took (rules.go: a connection's first packet, and the packets
+// of one whose backend cannot be named).
 const (
 	statsNewSet = "stats_new"
 	statsInSet  = "stats_in"
@@ -32,8 +34,10 @@ const (
 var statsSets = []string{statsNewSet, statsInSet, statsOutSet, statsErrSet}
 
 // Per backend, three more sets count the same way, one element per
-// service and backend (service . address . port), looked up by the
-// member chains after the translation: member_new, member_in, member_out.
+// service and backend (service . address . port): member_new each
+// connection and its first packet (the bind chains), member_in and
+// member_out every other packet from and to a client (the acl chains).
+// A service's bytes are its own elements' and its backends' together.
 const (
 	memberNewSet = "member_new"
 	memberInSet  = "member_in"
@@ -123,11 +127,17 @@ func statsOf(read map[string]map[counterKey]counter, active map[flows.Key]uint64
 	for k, c := range read[statsNewSet] {
 		put(k.svc, func(s *flows.Stats) { s.Connections += c.packets })
 	}
-	for k, c := range read[statsInSet] {
-		put(k.svc, func(s *flows.Stats) { s.BytesIn += c.bytes })
+	// A first packet is in stats_in and, when its backend is flowlb's,
+	// member_new: the service counts it once, from stats_in.
+	for _, set := range []string{statsInSet, memberInSet} {
+		for k, c := range read[set] {
+			put(k.svc, func(s *flows.Stats) { s.BytesIn += c.bytes })
+		}
 	}
-	for k, c := range read[statsOutSet] {
-		put(k.svc, func(s *flows.Stats) { s.BytesOut += c.bytes })
+	for _, set := range []string{statsOutSet, memberOutSet} {
+		for k, c := range read[set] {
+			put(k.svc, func(s *flows.Stats) { s.BytesOut += c.bytes })
+		}
 	}
 	for k, c := range read[statsErrSet] {
 		put(k.svc, func(s *flows.Stats) { s.Refused += c.packets })
@@ -141,6 +151,7 @@ func statsOf(read map[string]map[counterKey]counter, active map[flows.Key]uint64
 				switch set {
 				case memberNewSet:
 					m.Connections += c.packets
+					m.BytesIn += c.bytes
 				case memberInSet:
 					m.BytesIn += c.bytes
 				case memberOutSet:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	vnl "github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -165,20 +166,25 @@ func TestStatsOf(t *testing.T) {
 	svc := func(k flows.Key) counterKey { return counterKey{svc: k} }
 	mem := func(k flows.Key, b netip.AddrPort) counterKey { return counterKey{svc: k, backend: b} }
 	read := map[string]map[counterKey]counter{
-		// stats_new and stats_err count packets (attempts), stats_in and
-		// stats_out bytes; so do the member sets.
-		statsNewSet:  {svc(a): {packets: 3, bytes: 180}, svc(idle): {}},
-		statsInSet:   {svc(a): {packets: 20, bytes: 1500}, svc(b): {packets: 1, bytes: 128}},
-		statsOutSet:  {svc(a): {packets: 15, bytes: 9000}},
-		statsErrSet:  {svc(b): {packets: 2, bytes: 120}},
+		// stats_new and stats_err count packets (attempts); stats_in and
+		// stats_out the bytes no backend's element took (a's 3 first
+		// packets; a reply of a's from a backend flowlb did not name).
+		statsNewSet: {svc(a): {packets: 3, bytes: 180}, svc(idle): {}},
+		statsInSet:  {svc(a): {packets: 3, bytes: 180}, svc(b): {packets: 1, bytes: 128}},
+		statsOutSet: {svc(a): {packets: 1, bytes: 60}},
+		statsErrSet: {svc(b): {packets: 2, bytes: 120}},
+		// member_new counts connections and their first packets' bytes,
+		// member_in and member_out every other packet's.
 		memberNewSet: {mem(a, be1): {packets: 2, bytes: 120}, mem(a, be2): {packets: 1, bytes: 60}, mem(idle, be1): {}},
-		memberInSet:  {mem(a, be1): {packets: 14, bytes: 1000}, mem(a, be2): {packets: 6, bytes: 500}},
+		memberInSet:  {mem(a, be1): {packets: 12, bytes: 880}, mem(a, be2): {packets: 5, bytes: 440}},
 		memberOutSet: {mem(a, be1): {packets: 10, bytes: 6000}, mem(a, be2): {packets: 5, bytes: 3000}},
 	}
 	got := statsOf(read, map[flows.Key]uint64{a: 1, b: 4})
+	// A service's bytes are its own elements' and its backends' (its
+	// first packets once); a backend's, its own.
 	want := map[flows.Key]flows.Stats{
-		a: {Counters: flows.Counters{Connections: 3, BytesIn: 1500, BytesOut: 9000}, Active: 1,
-			Members: map[netip.AddrPort]flows.Counters{be1: {Connections: 2, BytesIn: 1000, BytesOut: 6000}, be2: {Connections: 1, BytesIn: 500, BytesOut: 3000}}},
+		a: {Counters: flows.Counters{Connections: 3, BytesIn: 180 + 880 + 440, BytesOut: 60 + 6000 + 3000}, Active: 1,
+			Members: map[netip.AddrPort]flows.Counters{be1: {Connections: 2, BytesIn: 120 + 880, BytesOut: 6000}, be2: {Connections: 1, BytesIn: 60 + 440, BytesOut: 3000}}},
 		b: {Counters: flows.Counters{BytesIn: 128, Refused: 2}, Active: 4},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -233,15 +239,30 @@ func TestWithoutCounters(t *testing.T) {
 		if _, err := dp.ReadStats(); err != ErrNoStats {
 			t.Errorf("ReadStats without counters: %v", err)
 		}
-		// No counting chain at all: the acl chains without their
-		// counting rules, no member chains.
+		// No rule looks up a counter set (and so none asks conntrack
+		// for a tuple, which the library could not read back).
 		chains, err := dp.conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
 		if err != nil {
 			t.Fatal(err)
 		}
+		counters := map[string]bool{}
+		for _, set := range counterSets {
+			counters[set] = true
+		}
 		for _, c := range chains {
-			if c.Table.Name == tableName && (c.Name == memberChainName || c.Name == memberOutChainName) {
-				t.Errorf("chain %s in a table without counters", c.Name)
+			if c.Table.Name != tableName {
+				continue
+			}
+			rules, err := dp.conn.GetRules(c.Table, c)
+			if err != nil {
+				t.Fatalf("chain %s: %v", c.Name, err)
+			}
+			for _, r := range rules {
+				for _, e := range r.Exprs {
+					if l, ok := e.(*expr.Lookup); ok && counters[l.SetName] {
+						t.Errorf("chain %s counts in %s in a table without counters", c.Name, l.SetName)
+					}
+				}
 			}
 		}
 		counted, err := New(int(ns), "n1")
@@ -411,6 +432,60 @@ func TestMemberStatsCountTraffic(t *testing.T) {
 					t.Errorf("%v backend %v counted again after a read: %+v", k, b, m)
 				}
 			}
+		}
+	})
+}
+
+// TestCtReplyDirection shows the kernel reading ctDirReplyAttr (the
+// direction in the top byte of the library's 4) as the reply direction:
+// of each connection's packets from the client, the first is counted
+// under the service (stats_in: its backend is not chosen yet) and every
+// later one under its backend (member_in, keyed by conntrack's reply
+// source). Were the attribute read as the original direction, the key
+// would carry the client's address, match no element, and every packet
+// would land in stats_in.
+func TestCtReplyDirection(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		defer serveAll(t)()
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		if err := dp.Sync(context.Background(), svc(flows.RoundRobin, backendAddrs...)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dp.ReadStats(); err != nil { // start from zero
+			t.Fatal(err)
+		}
+		const conns = 5
+		for i := 0; i < conns; i++ {
+			if got := ask(t, "198.19.0.10:80", ""); got == "" || got[0] == 'e' {
+				t.Fatalf("connection %d: %q", i, got)
+			}
+		}
+		tk := flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}
+		in, err := dp.stats.readReset(ipv4, statsInSet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := in[counterKey{svc: tk}].packets; got != conns {
+			t.Errorf("stats_in counted %d packets, want the %d first ones", got, conns)
+		}
+		members, err := dp.stats.readReset(ipv4, memberInSet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var later uint64
+		for k, c := range members {
+			if k.svc == tk {
+				later += c.packets
+			}
+		}
+		// The handshake's ACK and the FIN at least, per connection.
+		if later < 2*conns {
+			t.Errorf("member_in counted %d packets, want 2 or more per connection (%d)", later, conns)
 		}
 	})
 }
