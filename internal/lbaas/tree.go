@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/flowlb/flowlb/internal/jsondoc"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -64,7 +65,9 @@ func (o *L7Rule) parentID() string        { return o.L7PolicyID }
 
 func decode[T any](rec store.Record) (*T, error) {
 	v := new(T)
-	if err := json.Unmarshal(rec.Data, v); err != nil {
+	// Stored objects are read far more often than written (the fan-out,
+	// completions, every show and list): the fast decoder.
+	if err := jsondoc.Unmarshal(rec.Data, v); err != nil {
 		return nil, fmt.Errorf("decode %s %s: %w", rec.Kind, rec.ID, err)
 	}
 	return v, nil

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flowlb/flowlb/internal/jsondoc"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -188,7 +189,7 @@ func putNetwork(tx store.Tx, n Network, insert bool) error {
 
 func decodeSubnet(rec store.Record) (subnetDoc, error) {
 	var d subnetDoc
-	if err := json.Unmarshal(rec.Data, &d); err != nil {
+	if err := jsondoc.Unmarshal(rec.Data, &d); err != nil {
 		return d, fmt.Errorf("decode subnet %s: %w", rec.ID, err)
 	}
 	return d, nil

@@ -1,8 +1,7 @@
 package octavia
 
 import (
-	"encoding/json"
-
+	"github.com/flowlb/flowlb/internal/jsondoc"
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/store"
 )
@@ -11,15 +10,14 @@ import (
 // (Octavia's data-model columns) that are not in Octavia's response types.
 var internalKeys = []string{"x_owns_vip_port", "x_health", "loadbalancer_id", "listener_id", "pool_id", "l7policy_id"}
 
-// toMap renders a domain object through its JSON form.
+// toMap renders a domain object as its JSON form decoded into a map.
 func toMap(v any) map[string]any {
-	b, err := json.Marshal(v)
+	m, err := jsondoc.ToMap(v)
 	if err != nil {
 		panic(err) // domain types always marshal
 	}
-	m := map[string]any{}
-	if err := json.Unmarshal(b, &m); err != nil {
-		panic(err)
+	if m == nil {
+		m = map[string]any{}
 	}
 	if p, ok := m["project_id"]; ok {
 		m["tenant_id"] = p
