@@ -3,6 +3,7 @@ package ebpf
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -208,10 +209,13 @@ func BenchmarkConnRate(b *testing.B) {
 // reports the median and quartiles of the blocks' ratios. Each connection
 // reads the backend's answer (its address) and closes. connect4's write
 // to the socket's storage is in both sides. Issue 22's target: ≥ 0.98.
+// The blocks are few (as run on a busy machine, where a turn's attach
+// and detach took seconds): docs/benchmarks.md says why this run's
+// figure is not the programs' cost.
 //
 //	FLOWLB_REQUIRE_ROOT=1 go test -run '^$' -bench Counting -benchtime 1x ./internal/dataplane/ebpf/
 func BenchmarkCounting(b *testing.B) {
-	const blocks, turns = 40, 200
+	const blocks, turns = 2, 50
 	backend := netip.MustParseAddr("198.18.17.2")
 	vip := netip.AddrPortFrom(netip.MustParseAddr("198.19.127.250"), 80)
 	counting := map[string]bool{socklbProgCountEgress: true, socklbProgCountIngress: true, socklbProgSockRelease: true}
@@ -263,11 +267,21 @@ func BenchmarkCounting(b *testing.B) {
 			defer enterCgroup(b, cg)()
 			inNetns(b, []netip.Addr{backend}, func() {
 				serveAt(b, backend)
+				// As dial, with room for a machine busy with other work.
+				done := 0
 				one := func() time.Duration {
 					t0 := time.Now()
-					if _, _, err := dial(vip); err != nil {
-						b.Fatal(err)
+					c, err := net.DialTimeout("tcp", vip.String(), 20*time.Second)
+					if err != nil {
+						b.Fatalf("connection %d: %v", done, err)
 					}
+					c.SetDeadline(time.Now().Add(20 * time.Second))
+					_, err = c.Read(make([]byte, 64))
+					c.Close()
+					if err != nil {
+						b.Fatalf("connection %d: %v", done, err)
+					}
+					done++
 					return time.Since(t0)
 				}
 				for range blocks {
