@@ -55,12 +55,13 @@ func TestAgentEBPFFlags(t *testing.T) {
 	if err := unix.Statfs(fs, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
 		t.Fatalf("no bpffs mounted at %s: %v", fs, err)
 	}
-	for _, pin := range []string{"services", "services6", "revnat", "revnat6", "affinity", "affinity6", "link_connect4", "link_getpeername6"} {
+	for _, pin := range []string{"services", "services6", "revnat", "revnat6", "affinity", "affinity6", "link_connect4", "link_getpeername6",
+		"traffic", "traffic6", "sk_lb", "link_count_egress", "link_count_ingress", "link_sock_release"} {
 		if _, err := os.Stat(filepath.Join(pins, pin)); err != nil {
 			t.Errorf("pin %s: %v", pin, err)
 		}
 	}
-	if n := connect4Programs(t, cg); n != 1 {
+	if n := programs(t, cg, cebpf.AttachCGroupInet4Connect); n != 1 {
 		t.Fatalf("%d connect4 programs attached by the pins, want 1", n)
 	}
 	dump := agentDumpCmd()
@@ -88,19 +89,20 @@ func TestAgentEBPFFlags(t *testing.T) {
 	// The kernel releases a link whose last holder was its pin from a
 	// work queue: shortly after the unlink.
 	testutil.Eventually(t, 5*time.Second, "programs detached after cleanup-ebpf", func() (bool, string) {
-		n := connect4Programs(t, cg)
-		return n == 0, fmt.Sprintf("%d connect4 programs attached", n)
+		n, c := programs(t, cg, cebpf.AttachCGroupInet4Connect), programs(t, cg, cebpf.AttachCGroupInetEgress)+programs(t, cg, cebpf.AttachCgroupInetSockRelease)
+		return n+c == 0, fmt.Sprintf("%d connect4 and %d counting programs attached", n, c)
 	})
 }
 
-func connect4Programs(t *testing.T, cg string) int {
+// programs counts the programs of typ attached to the cgroup cg.
+func programs(t *testing.T, cg string, typ cebpf.AttachType) int {
 	t.Helper()
 	f, err := os.Open(cg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := link.QueryPrograms(link.QueryOptions{Target: int(f.Fd()), Attach: cebpf.AttachCGroupInet4Connect})
+	r, err := link.QueryPrograms(link.QueryOptions{Target: int(f.Fd()), Attach: typ})
 	if err != nil {
 		t.Fatal(err)
 	}

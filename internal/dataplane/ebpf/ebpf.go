@@ -39,6 +39,10 @@ var hooks = []struct {
 	{socklbProgSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
 	{socklbProgRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
 	{socklbProgGetpeername6, ebpf.AttachCgroupInet6GetPeername},
+	// Counting: the translated sockets' bytes and their release.
+	{socklbProgCountEgress, ebpf.AttachCGroupInetEgress},
+	{socklbProgCountIngress, ebpf.AttachCGroupInetIngress},
+	{socklbProgSockRelease, ebpf.AttachCgroupInetSockRelease},
 }
 
 // Config of a Dataplane.
@@ -64,9 +68,11 @@ type Dataplane struct {
 	// The services maps of IPv4 and IPv6.
 	t4 *table[svcKey, svcVal]
 	t6 *table[svcKey6, svcVal6]
-	// Their counters.
+	// Their counters, and the traffic of the translated connections.
 	c4 *counted[svcKey]
 	c6 *counted[svcKey6]
+	f4 *flowed[pairKey]
+	f6 *flowed[pairKey6]
 	// lastOps counts the map entries the last Sync or Apply wrote or
 	// deleted.
 	lastOps int
@@ -136,6 +142,14 @@ func New(cfg Config) (_ *Dataplane, err error) {
 	d.c6 = &counted[svcKey6]{m: d.objs.Counters6, last: map[svcKey6]counters{}, flowKey: flowKey6}
 	d.t4 = &table[svcKey, svcVal]{m: d.objs.Services, deleted: d.c4.forget}
 	d.t6 = &table[svcKey6, svcVal6]{m: d.objs.Services6, deleted: d.c6.forget}
+	d.f4 = &flowed[pairKey]{m: d.objs.Traffic, last: map[pairKey]traffic{}, split: splitPair, held: func(k pairKey) bool {
+		v, ok := d.t4.kernel[k.Svc]
+		return ok && holds4(v, k)
+	}}
+	d.f6 = &flowed[pairKey6]{m: d.objs.Traffic6, last: map[pairKey6]traffic{}, split: splitPair6, held: func(k pairKey6) bool {
+		v, ok := d.t6.kernel[k.Svc]
+		return ok && holds6(v, k)
+	}}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -146,6 +160,8 @@ func New(cfg Config) (_ *Dataplane, err error) {
 		socklbProgRecvmsg4: d.objs.Recvmsg4, socklbProgGetpeername4: d.objs.Getpeername4,
 		socklbProgConnect6: d.objs.Connect6, socklbProgSendmsg6: d.objs.Sendmsg6,
 		socklbProgRecvmsg6: d.objs.Recvmsg6, socklbProgGetpeername6: d.objs.Getpeername6,
+		socklbProgCountEgress: d.objs.CountEgress, socklbProgCountIngress: d.objs.CountIngress,
+		socklbProgSockRelease: d.objs.SockRelease,
 	}
 	for _, h := range hooks {
 		l, err := d.attach(h.name, h.attach, progs[h.name])
@@ -160,12 +176,12 @@ func New(cfg Config) (_ *Dataplane, err error) {
 	if err := d.t6.read(); err != nil {
 		return nil, err
 	}
-	// Adopted counters were another agent's to report.
-	if err := d.c4.read(map[flows.Key]flows.Stats{}); err != nil {
-		return nil, err
-	}
-	if err := d.c6.read(map[flows.Key]flows.Stats{}); err != nil {
-		return nil, err
+	// Adopted counters were another agent's to report (open connections
+	// are not counters: every read reports them whole).
+	for _, read := range []func(map[flows.Key]flows.Stats) error{d.c4.read, d.c6.read, d.f4.read, d.f6.read} {
+		if err := read(map[flows.Key]flows.Stats{}); err != nil {
+			return nil, err
+		}
 	}
 	return d, nil
 }
@@ -285,7 +301,8 @@ func (d *Dataplane) Remove() error {
 	}
 	if d.cfg.PinDir != "" {
 		for _, m := range []*ebpf.Map{d.objs.Services, d.objs.Revnat, d.objs.Counters, d.objs.Affinity,
-			d.objs.Services6, d.objs.Revnat6, d.objs.Counters6, d.objs.Affinity6} {
+			d.objs.Services6, d.objs.Revnat6, d.objs.Counters6, d.objs.Affinity6,
+			d.objs.Traffic, d.objs.Traffic6, d.objs.SkLb} {
 			errs = append(errs, m.Unpin())
 		}
 	}

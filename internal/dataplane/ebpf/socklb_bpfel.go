@@ -55,6 +55,28 @@ type socklbCounters struct {
 	Refused     uint64
 }
 
+type socklbFlowKey struct {
+	_   structs.HostLayout
+	Svc socklbSvcKey
+	Be  struct {
+		_    structs.HostLayout
+		Addr uint32
+		Port uint16
+		Pad  uint16
+	}
+}
+
+type socklbFlowKey6 struct {
+	_   structs.HostLayout
+	Svc socklbSvcKey6
+	Be  struct {
+		_    structs.HostLayout
+		Addr [4]uint32
+		Port uint16
+		Pad  uint16
+	}
+}
+
 type socklbRevKey struct {
 	_      structs.HostLayout
 	Cookie uint64
@@ -84,6 +106,14 @@ type socklbRevVal6 struct {
 	Vip  [4]uint32
 	Port uint16
 	Pad  uint16
+}
+
+type socklbSkLb struct {
+	_      structs.HostLayout
+	Family uint32
+	Open   uint32
+	K4     socklbFlowKey
+	K6     socklbFlowKey6
 }
 
 type socklbSvcKey struct {
@@ -129,6 +159,14 @@ type socklbSvcVal6 struct {
 	_ [4]byte
 }
 
+type socklbTraffic struct {
+	_        structs.HostLayout
+	BytesIn  uint64
+	BytesOut uint64
+	Opened   uint64
+	Closed   uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -141,14 +179,20 @@ const (
 	socklbMapRevnat6       = "revnat6"
 	socklbMapServices      = "services"
 	socklbMapServices6     = "services6"
+	socklbMapSkLb          = "sk_lb"
+	socklbMapTraffic       = "traffic"
+	socklbMapTraffic6      = "traffic6"
 	socklbProgConnect4     = "connect4"
 	socklbProgConnect6     = "connect6"
+	socklbProgCountEgress  = "count_egress"
+	socklbProgCountIngress = "count_ingress"
 	socklbProgGetpeername4 = "getpeername4"
 	socklbProgGetpeername6 = "getpeername6"
 	socklbProgRecvmsg4     = "recvmsg4"
 	socklbProgRecvmsg6     = "recvmsg6"
 	socklbProgSendmsg4     = "sendmsg4"
 	socklbProgSendmsg6     = "sendmsg6"
+	socklbProgSockRelease  = "sock_release"
 )
 
 // loadSocklb returns the embedded CollectionSpec for socklb.
@@ -195,12 +239,15 @@ type socklbSpecs struct {
 type socklbProgramSpecs struct {
 	Connect4     *ebpf.ProgramSpec `ebpf:"connect4"`
 	Connect6     *ebpf.ProgramSpec `ebpf:"connect6"`
+	CountEgress  *ebpf.ProgramSpec `ebpf:"count_egress"`
+	CountIngress *ebpf.ProgramSpec `ebpf:"count_ingress"`
 	Getpeername4 *ebpf.ProgramSpec `ebpf:"getpeername4"`
 	Getpeername6 *ebpf.ProgramSpec `ebpf:"getpeername6"`
 	Recvmsg4     *ebpf.ProgramSpec `ebpf:"recvmsg4"`
 	Recvmsg6     *ebpf.ProgramSpec `ebpf:"recvmsg6"`
 	Sendmsg4     *ebpf.ProgramSpec `ebpf:"sendmsg4"`
 	Sendmsg6     *ebpf.ProgramSpec `ebpf:"sendmsg6"`
+	SockRelease  *ebpf.ProgramSpec `ebpf:"sock_release"`
 }
 
 // socklbMapSpecs contains maps before they are loaded into the kernel.
@@ -215,6 +262,9 @@ type socklbMapSpecs struct {
 	Revnat6   *ebpf.MapSpec `ebpf:"revnat6"`
 	Services  *ebpf.MapSpec `ebpf:"services"`
 	Services6 *ebpf.MapSpec `ebpf:"services6"`
+	SkLb      *ebpf.MapSpec `ebpf:"sk_lb"`
+	Traffic   *ebpf.MapSpec `ebpf:"traffic"`
+	Traffic6  *ebpf.MapSpec `ebpf:"traffic6"`
 }
 
 // socklbVariableSpecs contains global variables before they are loaded into the kernel.
@@ -251,6 +301,9 @@ type socklbMaps struct {
 	Revnat6   *ebpf.Map `ebpf:"revnat6"`
 	Services  *ebpf.Map `ebpf:"services"`
 	Services6 *ebpf.Map `ebpf:"services6"`
+	SkLb      *ebpf.Map `ebpf:"sk_lb"`
+	Traffic   *ebpf.Map `ebpf:"traffic"`
+	Traffic6  *ebpf.Map `ebpf:"traffic6"`
 }
 
 func (m *socklbMaps) Close() error {
@@ -263,6 +316,9 @@ func (m *socklbMaps) Close() error {
 		m.Revnat6,
 		m.Services,
 		m.Services6,
+		m.SkLb,
+		m.Traffic,
+		m.Traffic6,
 	)
 }
 
@@ -278,24 +334,30 @@ type socklbVariables struct {
 type socklbPrograms struct {
 	Connect4     *ebpf.Program `ebpf:"connect4"`
 	Connect6     *ebpf.Program `ebpf:"connect6"`
+	CountEgress  *ebpf.Program `ebpf:"count_egress"`
+	CountIngress *ebpf.Program `ebpf:"count_ingress"`
 	Getpeername4 *ebpf.Program `ebpf:"getpeername4"`
 	Getpeername6 *ebpf.Program `ebpf:"getpeername6"`
 	Recvmsg4     *ebpf.Program `ebpf:"recvmsg4"`
 	Recvmsg6     *ebpf.Program `ebpf:"recvmsg6"`
 	Sendmsg4     *ebpf.Program `ebpf:"sendmsg4"`
 	Sendmsg6     *ebpf.Program `ebpf:"sendmsg6"`
+	SockRelease  *ebpf.Program `ebpf:"sock_release"`
 }
 
 func (p *socklbPrograms) Close() error {
 	return _SocklbClose(
 		p.Connect4,
 		p.Connect6,
+		p.CountEgress,
+		p.CountIngress,
 		p.Getpeername4,
 		p.Getpeername6,
 		p.Recvmsg4,
 		p.Recvmsg6,
 		p.Sendmsg4,
 		p.Sendmsg6,
+		p.SockRelease,
 	)
 }
 

@@ -62,11 +62,12 @@ func (c *counted[K]) forget(keys []K) error {
 
 // ReadStats reports, per service, the connect()s the programs translated
 // and the connect()s and sendmsg()s they refused since the previous read
-// (the first read after New reports what grew since New). Bytes and open
-// connections are not counted here: a translated connection's packets
-// are addressed to the backend and meet no per-service rule. Like Sync
-// and Apply, it must not run concurrently with them (the agent holds
-// one lock around all three).
+// (the first read after New reports what grew since New), the bytes of
+// the translated connections in each direction since then, in all and
+// per backend (with the connections sent to each), and the connections
+// open now. A datagram of an unconnected UDP socket is neither a
+// connection nor counted in bytes. Like Sync and Apply, it must not run
+// concurrently with them (the agent holds one lock around all three).
 func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
 	out := map[flows.Key]flows.Stats{}
 	if err := d.c4.read(out); err != nil {
@@ -74,6 +75,12 @@ func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
 	}
 	if err := d.c6.read(out); err != nil {
 		return out, fmt.Errorf("read the IPv6 counters: %w", err)
+	}
+	if err := d.f4.read(out); err != nil {
+		return out, fmt.Errorf("read the IPv4 traffic: %w", err)
+	}
+	if err := d.f6.read(out); err != nil {
+		return out, fmt.Errorf("read the IPv6 traffic: %w", err)
 	}
 	return out, nil
 }

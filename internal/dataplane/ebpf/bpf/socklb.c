@@ -161,6 +161,11 @@ static __always_inline struct backend persist(struct bpf_sock_addr *ctx, struct 
 	return picked;
 }
 
+// Defined with the counting programs, at the end: connect() remembers
+// where a translated socket was sent, a connect() elsewhere forgets it.
+static __always_inline void remember(struct bpf_sock_addr *ctx, struct svc_key *k, struct backend *b);
+static __always_inline void forget(struct bpf_sock_addr *ctx);
+
 static __always_inline __u32 mix(__u64 x)
 {
 	return (__u32)((x * 0x9E3779B97F4A7C15ULL) >> 32);
@@ -194,8 +199,11 @@ static __always_inline int xlate(struct bpf_sock_addr *ctx, int per_socket)
 		.proto = (__u8)ctx->protocol,
 	};
 	struct svc_val *v = bpf_map_lookup_elem(&services, &k);
-	if (!v)
+	if (!v) {
+		if (!per_socket)
+			forget(ctx);
 		return 1;
+	}
 	if (v->flags & SVC_REFUSE) {
 		count(&counters, &k, 1);
 		bpf_set_retval(-ECONNREFUSED);
@@ -220,6 +228,8 @@ static __always_inline int xlate(struct bpf_sock_addr *ctx, int per_socket)
 	};
 	struct rev_val rv = { .vip = k.vip, .port = k.port };
 	bpf_map_update_elem(&revnat, &rk, &rv, BPF_ANY);
+	if (!per_socket)
+		remember(ctx, &k, &b);
 	ctx->user_ip4 = b.addr;
 	ctx->user_port = b.port;
 	return 1;
@@ -372,6 +382,8 @@ static __always_inline struct backend6 persist6(struct bpf_sock_addr *ctx, struc
 	return picked;
 }
 
+static __always_inline void remember6(struct bpf_sock_addr *ctx, struct svc_key6 *k, struct backend6 *b);
+
 static __always_inline int xlate6(struct bpf_sock_addr *ctx, int per_socket)
 {
 	struct svc_key6 k = {
@@ -380,8 +392,11 @@ static __always_inline int xlate6(struct bpf_sock_addr *ctx, int per_socket)
 		.proto = (__u8)ctx->protocol,
 	};
 	struct svc_val6 *v = bpf_map_lookup_elem(&services6, &k);
-	if (!v)
+	if (!v) {
+		if (!per_socket)
+			forget(ctx);
 		return 1;
+	}
 	if (v->flags & SVC_REFUSE) {
 		count(&counters6, &k, 1);
 		bpf_set_retval(-ECONNREFUSED);
@@ -404,6 +419,8 @@ static __always_inline int xlate6(struct bpf_sock_addr *ctx, int per_socket)
 	struct rev_val6 rv = { .port = k.port };
 	__builtin_memcpy(rv.vip, k.vip, sizeof(rv.vip));
 	bpf_map_update_elem(&revnat6, &rk, &rv, BPF_ANY);
+	if (!per_socket)
+		remember6(ctx, &k, &b);
 	ctx->user_ip6[0] = b.addr[0];
 	ctx->user_ip6[1] = b.addr[1];
 	ctx->user_ip6[2] = b.addr[2];
@@ -452,6 +469,189 @@ SEC("cgroup/getpeername6")
 int getpeername6(struct bpf_sock_addr *ctx)
 {
 	unxlate6(ctx);
+	return 1;
+}
+
+// Traffic of the translated connections. Their packets carry the
+// backend's address and meet no per-service rule, so they are counted by
+// socket: connect() remembers the service and backend in the socket's
+// local storage, cgroup_skb programs add each packet's IP length
+// (headers included, as nftables counts) to that pair's bytes, and
+// sock_release counts the socket closed. Open connections are opened -
+// closed. Like the counters, the values only grow: the agent reports
+// what grew since its previous read, and deletes a pair once its backend
+// has left the service and its sockets are all closed.
+struct flow_key {
+	struct svc_key svc;
+	struct backend be;
+};
+
+struct flow_key6 {
+	struct svc_key6 svc;
+	struct backend6 be;
+};
+
+struct traffic {
+	__u64 bytes_in;  // from the client (to the load balancer, as Octavia counts)
+	__u64 bytes_out; // to the client
+	__u64 opened;    // sockets translated to the backend
+	__u64 closed;    // of them, released or connected elsewhere since
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1048576);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct flow_key);
+	__type(value, struct traffic);
+} traffic SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1048576);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct flow_key6);
+	__type(value, struct traffic);
+} traffic6 SEC(".maps");
+
+#define FAMILY4 4
+#define FAMILY6 6
+
+// A socket's own: where connect() sent it. Its packets count until it
+// connects elsewhere: those it exchanges after close() (FIN, the last
+// ACKs) are its connection's too.
+struct sk_lb {
+	__u32 family; // FAMILY4 (k4) or FAMILY6 (k6); 0: not counted
+	__u32 open;   // 1 until counted closed
+	struct flow_key k4;
+	struct flow_key6 k6;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sk_lb);
+} sk_lb SEC(".maps");
+
+// traffic_of finds the socket's pair (NULL if it is not counted).
+static __always_inline struct traffic *traffic_of(struct sk_lb *s)
+{
+	if (s->family == FAMILY4)
+		return bpf_map_lookup_elem(&traffic, &s->k4);
+	if (s->family == FAMILY6)
+		return bpf_map_lookup_elem(&traffic6, &s->k6);
+	return 0;
+}
+
+// closed counts the socket's connection closed, once. Atomic adds on the
+// per-CPU values: a softirq's packet may interrupt a count on its CPU.
+static __always_inline void closed(struct sk_lb *s)
+{
+	if (!s->open)
+		return;
+	struct traffic *t = traffic_of(s);
+	if (t)
+		__sync_fetch_and_add(&t->closed, 1);
+	s->open = 0;
+}
+
+// opened makes the pair's entry if needed and counts a connection; the
+// socket is counted only if that worked, so that closed never counts a
+// socket opened did not.
+static __always_inline void opened(void *map, void *key, struct sk_lb *s, __u32 family)
+{
+	struct traffic *t = bpf_map_lookup_elem(map, key);
+	if (!t) {
+		struct traffic zero = {};
+		bpf_map_update_elem(map, key, &zero, BPF_NOEXIST);
+		t = bpf_map_lookup_elem(map, key);
+		if (!t)
+			return;
+	}
+	__sync_fetch_and_add(&t->opened, 1);
+	s->family = family;
+	s->open = 1;
+}
+
+static __always_inline void remember(struct bpf_sock_addr *ctx, struct svc_key *k, struct backend *b)
+{
+	struct sk_lb *s = bpf_sk_storage_get(&sk_lb, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!s)
+		return;
+	// A socket connected again (UDP, or TCP after a failed connect())
+	// leaves the connection it had.
+	closed(s);
+	s->family = 0;
+	s->k4.svc = *k;
+	s->k4.be = *b;
+	opened(&traffic, &s->k4, s, FAMILY4);
+}
+
+static __always_inline void remember6(struct bpf_sock_addr *ctx, struct svc_key6 *k, struct backend6 *b)
+{
+	struct sk_lb *s = bpf_sk_storage_get(&sk_lb, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!s)
+		return;
+	closed(s);
+	s->family = 0;
+	s->k6.svc = *k;
+	s->k6.be = *b;
+	opened(&traffic6, &s->k6, s, FAMILY6);
+}
+
+static __always_inline void forget(struct bpf_sock_addr *ctx)
+{
+	struct sk_lb *s = bpf_sk_storage_get(&sk_lb, ctx->sk, 0, 0);
+	if (s) {
+		closed(s);
+		s->family = 0;
+	}
+}
+
+// count_bytes adds a packet of a translated socket to its pair. A packet
+// sent by the socket goes from the client, one it receives to it.
+static __always_inline void count_bytes(struct __sk_buff *skb, int from_client)
+{
+	struct bpf_sock *sk = skb->sk;
+	if (!sk)
+		return;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return;
+	struct sk_lb *s = bpf_sk_storage_get(&sk_lb, sk, 0, 0);
+	if (!s)
+		return;
+	struct traffic *t = traffic_of(s);
+	if (!t)
+		return;
+	if (from_client)
+		__sync_fetch_and_add(&t->bytes_in, skb->len);
+	else
+		__sync_fetch_and_add(&t->bytes_out, skb->len);
+}
+
+// The counting programs always let the packet through.
+SEC("cgroup_skb/egress")
+int count_egress(struct __sk_buff *skb)
+{
+	count_bytes(skb, 1);
+	return 1;
+}
+
+SEC("cgroup_skb/ingress")
+int count_ingress(struct __sk_buff *skb)
+{
+	count_bytes(skb, 0);
+	return 1;
+}
+
+SEC("cgroup/sock_release")
+int sock_release(struct bpf_sock *ctx)
+{
+	struct sk_lb *s = bpf_sk_storage_get(&sk_lb, ctx, 0, 0);
+	if (s)
+		closed(s);
 	return 1;
 }
 
