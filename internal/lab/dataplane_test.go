@@ -61,6 +61,17 @@ func TestEBPFDataplaneLayout(t *testing.T) {
 		if !strings.Contains(out.String(), "0::"+rel+"\n") {
 			t.Errorf("a command run in %s is in cgroups\n%s\nwant 0::%s", pod.Name, out.String(), rel)
 		}
+		// The pod's and its node's dials: sockets of their cgroups, as
+		// the processes' that eBPF translates.
+		node := l.Node(i)
+		for _, from := range []struct {
+			h   lab.Host
+			rel string
+		}{{pod, rel}, {node, filepath.Dir(rel)}} {
+			if cg := socketCgroup(t, from.h, pod.Addr.String()+":8080"); cg != from.rel {
+				t.Errorf("a connection dialled from %s has a socket of cgroup %q, want %q", from.h.Name, cg, from.rel)
+			}
+		}
 	}
 
 	if err := lab.Down(name, ""); err != nil {
@@ -72,6 +83,26 @@ func TestEBPFDataplaneLayout(t *testing.T) {
 	if left := leftovers(name, nil); len(left) > 0 {
 		t.Errorf("after down: %v", left)
 	}
+}
+
+// socketCgroup dials addr from h and returns the cgroup of the socket,
+// as ss reports it.
+func socketCgroup(t *testing.T, h lab.Host, addr string) string {
+	t.Helper()
+	c, err := h.Dial(context.Background(), "tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s from %s: %v", addr, h.Name, err)
+	}
+	defer c.Close()
+	var out bytes.Buffer
+	if err := h.Run(context.Background(), nil, &out, &out, "ss", "-tnH", "--cgroup", "state", "established", "src", c.LocalAddr().String()); err != nil {
+		t.Fatalf("ss in %s: %v\n%s", h.Name, err, out.String())
+	}
+	_, cg, ok := strings.Cut(out.String(), "cgroup:")
+	if !ok {
+		t.Fatalf("ss in %s shows no cgroup for %s:\n%s", h.Name, c.LocalAddr(), out.String())
+	}
+	return strings.Fields(cg)[0]
 }
 
 // TestDataplaneOption refuses an unknown data plane before building.
