@@ -74,6 +74,20 @@ func TestEBPFDataplaneLayout(t *testing.T) {
 		}
 	}
 
+	// A pod removed and added again: its socket maker died with it, the
+	// next dial starts another in the new pod.
+	if err := l.DelPod(lab.PodName(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := l.AddPod(context.Background(), 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := fmt.Sprintf("/flb-%s/n1/n1-p1", name)
+	if cg := socketCgroup(t, pod, pod.Addr.String()+":8080"); cg != rel {
+		t.Errorf("a connection dialled from %s after it was added again has a socket of cgroup %q, want %q", pod.Name, cg, rel)
+	}
+
 	if err := lab.Down(name, ""); err != nil {
 		t.Fatal(err)
 	}

@@ -123,12 +123,9 @@ func (m *socketMaker) socket(l *Lab, host string, family, typ, proto int) (int, 
 			return -1, err
 		}
 		var fd int
-		if fd, err = m.ask(family, typ, proto); err == nil {
-			return fd, nil
-		}
-		var errno unix.Errno
-		if errors.As(err, &errno) {
-			return -1, err // the maker's socket(2) failed
+		var broken bool
+		if fd, broken, err = m.ask(family, typ, proto); err == nil || !broken {
+			return fd, err // a socket, or the maker's socket(2) failed
 		}
 		m.c.Close()
 		m.c = nil
@@ -136,34 +133,36 @@ func (m *socketMaker) socket(l *Lab, host string, family, typ, proto int) (int, 
 	return -1, fmt.Errorf("socket maker of %s: %w", host, err)
 }
 
-func (m *socketMaker) ask(family, typ, proto int) (int, error) {
+// ask sends one request; broken says the error is the unix socket's
+// (the maker is gone), not the maker's socket(2).
+func (m *socketMaker) ask(family, typ, proto int) (fd int, broken bool, err error) {
 	req := make([]byte, sockReqLen)
 	binary.LittleEndian.PutUint32(req, uint32(int32(family)))
 	binary.LittleEndian.PutUint32(req[4:], uint32(int32(typ)))
 	binary.LittleEndian.PutUint32(req[8:], uint32(int32(proto)))
 	if _, _, err := m.c.WriteMsgUnix(req, nil, nil); err != nil {
-		return -1, err
+		return -1, true, err
 	}
 	ans, oob := make([]byte, 4), make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := m.c.ReadMsgUnix(ans, oob)
 	if err != nil {
-		return -1, err
+		return -1, true, err
 	}
 	if n != len(ans) {
-		return -1, errors.New("short answer")
+		return -1, true, errors.New("short answer")
 	}
 	if e := binary.LittleEndian.Uint32(ans); e != 0 {
-		return -1, os.NewSyscallError("socket", unix.Errno(e))
+		return -1, false, os.NewSyscallError("socket", unix.Errno(e))
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil || len(msgs) != 1 {
-		return -1, fmt.Errorf("answer without a socket (%v)", err)
+		return -1, true, fmt.Errorf("answer without a socket (%v)", err)
 	}
 	fds, err := unix.ParseUnixRights(&msgs[0])
 	if err != nil || len(fds) != 1 {
-		return -1, fmt.Errorf("answer without a socket (%v)", err)
+		return -1, true, fmt.Errorf("answer without a socket (%v)", err)
 	}
-	return fds[0], nil
+	return fds[0], false, nil
 }
 
 // startSocketMaker re-executes this binary as host's socket maker, in the
