@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -74,18 +75,32 @@ func TestEBPFDataplaneLayout(t *testing.T) {
 		}
 	}
 
-	// A pod removed and added again: its socket maker died with it, the
-	// next dial starts another in the new pod.
-	if err := l.DelPod(lab.PodName(1, 1)); err != nil {
-		t.Fatal(err)
-	}
-	pod, err := l.AddPod(context.Background(), 1, 1)
+	// The socket maker of a pod killed (as a pod's removal does): the
+	// next dial starts another.
+	pod := l.Pod(1, 1)
+	echoProc, err := pod.Proc(lab.EchoProc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	procs, err := os.ReadFile(filepath.Join(l.NodeCgroup(1), pod.Name, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	for _, f := range strings.Fields(string(procs)) {
+		if pid, _ := strconv.Atoi(f); pid > 0 && pid != echoProc.PID {
+			if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed++
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("%s's cgroup holds %q: want its echo server (%d) and one socket maker", pod.Name, procs, echoProc.PID)
+	}
 	rel := fmt.Sprintf("/flb-%s/n1/n1-p1", name)
 	if cg := socketCgroup(t, pod, pod.Addr.String()+":8080"); cg != rel {
-		t.Errorf("a connection dialled from %s after it was added again has a socket of cgroup %q, want %q", pod.Name, cg, rel)
+		t.Errorf("a connection dialled from %s after its socket maker was killed has a socket of cgroup %q, want %q", pod.Name, cg, rel)
 	}
 
 	if err := lab.Down(name, ""); err != nil {
