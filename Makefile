@@ -83,7 +83,9 @@ unit:
 # A subset of the end-to-end tests with the agents on the eBPF data plane
 # (FLOWLB_E2E_DATAPLANE=ebpf; docs/lab.md): VIP traffic from every node
 # and from outside, health monitors and backups, Kubernetes Services, and
-# the connections of a pod's own process (translated at connect()).
+# the connections of a pod's own process. The clients in nodes and pods
+# have their sockets made in their cgroup (the lab's socket maker), so
+# their connections are translated at connect().
 E2E_EBPF = TestEBPFPodProcessTraffic|TestTrafficThroughVIPFromEveryNode|TestExternalClientThroughRouter|TestHealthMonitorRemovesDeadMembers|TestBackupMemberTakesOver|TestKubernetesServices
 e2e-ebpf:
 	FLOWLB_E2E_DATAPLANE=ebpf FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 15m -run '^($(E2E_EBPF))$$' ./test/e2e/

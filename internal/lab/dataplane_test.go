@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -61,6 +62,45 @@ func TestEBPFDataplaneLayout(t *testing.T) {
 		if !strings.Contains(out.String(), "0::"+rel+"\n") {
 			t.Errorf("a command run in %s is in cgroups\n%s\nwant 0::%s", pod.Name, out.String(), rel)
 		}
+		// The pod's and its node's dials: sockets of their cgroups, as
+		// the processes' that eBPF translates.
+		node := l.Node(i)
+		for _, from := range []struct {
+			h   lab.Host
+			rel string
+		}{{pod, rel}, {node, filepath.Dir(rel)}} {
+			if cg := socketCgroup(t, from.h, pod.Addr.String()+":8080"); cg != from.rel {
+				t.Errorf("a connection dialled from %s has a socket of cgroup %q, want %q", from.h.Name, cg, from.rel)
+			}
+		}
+	}
+
+	// The socket maker of a pod killed (as a pod's removal does): the
+	// next dial starts another.
+	pod := l.Pod(1, 1)
+	echoProc, err := pod.Proc(lab.EchoProc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs, err := os.ReadFile(filepath.Join(l.NodeCgroup(1), pod.Name, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	for _, f := range strings.Fields(string(procs)) {
+		if pid, _ := strconv.Atoi(f); pid > 0 && pid != echoProc.PID {
+			if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed++
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("%s's cgroup holds %q: want its echo server (%d) and one socket maker", pod.Name, procs, echoProc.PID)
+	}
+	rel := fmt.Sprintf("/flb-%s/n1/n1-p1", name)
+	if cg := socketCgroup(t, pod, pod.Addr.String()+":8080"); cg != rel {
+		t.Errorf("a connection dialled from %s after its socket maker was killed has a socket of cgroup %q, want %q", pod.Name, cg, rel)
 	}
 
 	if err := lab.Down(name, ""); err != nil {
@@ -72,6 +112,26 @@ func TestEBPFDataplaneLayout(t *testing.T) {
 	if left := leftovers(name, nil); len(left) > 0 {
 		t.Errorf("after down: %v", left)
 	}
+}
+
+// socketCgroup dials addr from h and returns the cgroup of the socket,
+// as ss reports it.
+func socketCgroup(t *testing.T, h lab.Host, addr string) string {
+	t.Helper()
+	c, err := h.Dial(context.Background(), "tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s from %s: %v", addr, h.Name, err)
+	}
+	defer c.Close()
+	var out bytes.Buffer
+	if err := h.Run(context.Background(), nil, &out, &out, "ss", "-tnH", "--cgroup", "state", "established", "src", c.LocalAddr().String()); err != nil {
+		t.Fatalf("ss in %s: %v\n%s", h.Name, err, out.String())
+	}
+	_, cg, ok := strings.Cut(out.String(), "cgroup:")
+	if !ok {
+		t.Fatalf("ss in %s shows no cgroup for %s:\n%s", h.Name, c.LocalAddr(), out.String())
+	}
+	return strings.Fields(cg)[0]
 }
 
 // TestDataplaneOption refuses an unknown data plane before building.

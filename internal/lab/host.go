@@ -135,12 +135,13 @@ func (h Host) Do(fn func() error) error { return InNS(h.NS, fn) }
 func (h Host) Netlink() (*netlink.Handle, error) { return Handle(h.NS) }
 
 // Dial opens a connection from inside the host's namespace; the returned
-// connection can be used from any goroutine.
+// connection can be used from any goroutine. In a lab on eBPF, a node's
+// or a pod's connection is made as its own processes' (DialControl).
 func (h Host) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var c net.Conn
 	err := h.Do(func() error {
 		var err error
-		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		c, err = (&net.Dialer{Control: h.DialControl()}).DialContext(ctx, network, addr)
 		return err
 	})
 	return c, err

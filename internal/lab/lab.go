@@ -71,6 +71,11 @@ type Lab struct {
 
 	mu sync.Mutex
 	st State
+
+	// makers are the socket makers of hosts whose dials a lab on eBPF
+	// makes in their node's cgroup (sockets.go).
+	makersMu sync.Mutex
+	makers   map[string]*socketMaker
 }
 
 // Name is the lab's name.

@@ -107,6 +107,21 @@ func TestPodsReachPodsAcrossNodes(t *testing.T) {
 			})
 		}
 	}
+	// On nftables a pod's dial is the test process's own socket: no
+	// socket maker in the pod's cgroup (TestEBPFDataplaneLayout).
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own string
+	for line := range strings.Lines(string(self)) {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
+			own = p
+		}
+	}
+	if cg := socketCgroup(t, l.Pod(1, 1), hostport(l.Pod(1, 2).Addr, "8080")); cg != own {
+		t.Errorf("a pod's dial on nftables has a socket of cgroup %q, want the test process's %q", cg, own)
+	}
 }
 
 // TestMain lets the test binary act as a `lab up` process that the

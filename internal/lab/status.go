@@ -13,10 +13,11 @@ import (
 )
 
 // Load runs a load generator from inside the host's namespace (see
-// package load); cfg.Enter is set by this method.
+// package load); cfg.Enter and cfg.Control are set by this method.
 func (h Host) Load(ctx context.Context, cfg load.Config) (load.Result, error) {
 	ns := h.NS
 	cfg.Enter = func() (func() bool, error) { return EnterNS(ns) }
+	cfg.Control = h.DialControl()
 	return load.Run(ctx, cfg)
 }
 

@@ -19,8 +19,8 @@ import (
 // TestEBPFPodProcessTraffic runs the agents on the eBPF data plane
 // whatever FLOWLB_E2E_DATAPLANE says: connections from a process of a pod
 // (in its node's cgroup) are translated at connect(), so they reach the
-// members with no conntrack entry to the VIP, while the test process's
-// own connections (no node cgroup) still go through nftables. A member
+// members with no conntrack entry to the VIP, while a socket of the test
+// process's own (no node cgroup) still goes through nftables. A member
 // the health monitor finds dead leaves the pinned map and gets no more
 // of the pod process's connections.
 func TestEBPFPodProcessTraffic(t *testing.T) {
@@ -73,11 +73,18 @@ func TestEBPFPodProcessTraffic(t *testing.T) {
 		return r
 	}
 
-	// Control: the test process is in no node's cgroup; its connection
-	// from the pod's namespace is NATed by nftables in n1.
+	// Control: a socket of the test process (in no node's cgroup, unlike
+	// what client.Dial makes on eBPF) from the pod's namespace is NATed by
+	// nftables in n1.
 	flush()
-	if _, err := ask(client, vip); err != nil {
-		t.Fatal(err)
+	if err := client.Do(func() error {
+		conn, err := net.DialTimeout("tcp", vip, 3*time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("dial %s from the test process in %s: %v", vip, client.Name, err)
 	}
 	if n := toVIP(); n == 0 {
 		t.Fatalf("no conntrack entry to %s in n1 after a connection through nftables: the check below would prove nothing", vip)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
@@ -37,20 +38,48 @@ func (c *cluster) memberStatus(pool, member string) string {
 
 // waitFlows waits until the flows of node n hold backend (present) or do
 // not: the API reports a member's health before every agent has applied it.
+// On eBPF, node n's pinned services map too (the agent writes it after
+// nftables).
 func (c *cluster) waitFlows(n lab.Host, backend lab.Host, present bool) {
 	c.t.Helper()
-	addr := netip.AddrPortFrom(backend.Addr, 8080).String()
+	addr := netip.AddrPortFrom(backend.Addr, 8080)
 	what := fmt.Sprintf("%s out of %s's flows", addr, n.Name)
 	if present {
 		what = fmt.Sprintf("%s in %s's flows", addr, n.Name)
 	}
 	testutil.Eventually(c.t, 5*time.Second, what, func() (bool, string) {
-		found, err := backendInFlows(n, addr)
+		found, err := backendInFlows(n, addr.String())
 		if err != nil {
 			return false, err.Error()
 		}
-		return found == present, fmt.Sprintf("in the flows: %v", found)
+		if found != present {
+			return false, fmt.Sprintf("in the nftables flows: %v", found)
+		}
+		if c.lab.Dataplane() != lab.DataplaneEBPF {
+			return true, ""
+		}
+		_, i, _, _ := lab.ParseHost(n.Name)
+		found, err = backendInBPF(c.lab.BPFPinDir(i), addr)
+		if err != nil {
+			return false, err.Error()
+		}
+		return found == present, fmt.Sprintf("in the pinned services map: %v", found)
 	})
+}
+
+// backendInBPF reports whether a service of the services maps pinned in
+// pinDir has backend.
+func backendInBPF(pinDir string, backend netip.AddrPort) (bool, error) {
+	services, err := ebpf.Dump(pinDir)
+	if err != nil {
+		return false, err
+	}
+	for _, s := range services {
+		if s.Backends[backend] > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // waitMemberStatus waits until the member's operating_status is want and

@@ -19,8 +19,10 @@ import (
 
 // TestPlayground runs the README's "Try it" through the CLI: `lab up
 // --kubernetes --flowlb`, the printed KUBECONFIG, a LoadBalancer Service
-// made with kubectl, reached from the external client, and `lab down`
-// leaving no namespace behind.
+// made with kubectl, reached from the external client and from a pod on
+// its cluster IP, and `lab down` leaving no namespace behind. With
+// FLOWLB_E2E_DATAPLANE=ebpf the lab runs `--dataplane ebpf`, and the
+// agents the manifests deploy run on eBPF.
 func TestPlayground(t *testing.T) {
 	labtest.SkipUnlessRoot(t)
 	kubetest.SkipUnlessKube(t)
@@ -43,7 +45,7 @@ func TestPlayground(t *testing.T) {
 			t.Errorf("lab down left namespaces %v", left)
 		}
 	})
-	out, err := run("up", "--nodes", "2", "--pods-per-node", "0", "--kubernetes", "--flowlb")
+	out, err := run("up", "--nodes", "2", "--pods-per-node", "0", "--kubernetes", "--flowlb", "--dataplane", dataplane())
 	if err != nil {
 		t.Fatalf("lab up --kubernetes --flowlb: %v\n%s", err, out)
 	}
@@ -85,6 +87,8 @@ func TestPlayground(t *testing.T) {
 		}
 		return len(pods) == 2, o
 	})
+	podToClusterIP(t, name, k("get", "service", "web", "-o", "jsonpath={.spec.clusterIP}")+":80")
+
 	// The printed dashboard URL opens from this machine and lists the
 	// Service's load balancer (among those of the cluster's other
 	// Services), with the agents of both nodes.
@@ -115,4 +119,62 @@ func TestPlayground(t *testing.T) {
 		}
 		return false, fmt.Sprintf("load balancers %+v, agents %+v", st.LoadBalancers, st.Agents)
 	})
+}
+
+// podToClusterIP: a web pod's connections to the Service's cluster IP
+// vip are answered; in the pod's node they leave conntrack entries to
+// the cluster IP on nftables, and none on eBPF, where the agent's pinned
+// map holds the cluster IP and the connections are translated at
+// connect() (lab.Host.Dial makes them in the pod's cgroup).
+func podToClusterIP(t *testing.T, name, vip string) {
+	t.Helper()
+	l, err := lab.Open(name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod lab.Host
+	for host, kp := range l.State().Kube.Pods {
+		if kp.Namespace == "default" && strings.HasPrefix(kp.Name, "web-") && !kp.HostNetwork {
+			if pod, err = l.Host(host); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if pod.Name == "" {
+		t.Fatalf("no web pod among %v", l.State().Kube.Pods)
+	}
+	_, i, _, err := lab.ParseHost(pod.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := l.Node(i)
+	ip, _, _ := strings.Cut(vip, ":")
+	if dataplane() == lab.DataplaneEBPF {
+		var out strings.Builder
+		if err := node.Run(t.Context(), nil, &out, &out, flowlb(t), "agent", "dump", "--bpf-pin-dir", l.BPFPinDir(i)); err != nil {
+			t.Fatalf("agent dump in %s: %v\n%s", node.Name, err, out.String())
+		}
+		if !strings.Contains(out.String(), vip+" TCP") {
+			t.Fatalf("%s's pinned services map lacks the cluster IP %s: the agent is not on eBPF\n%s", node.Name, vip, out.String())
+		}
+	}
+	if err := node.Run(t.Context(), nil, nil, nil, "conntrack", "-F"); err != nil {
+		t.Fatalf("conntrack -F in %s: %v", node.Name, err)
+	}
+	for range 10 {
+		if _, err := pod.Ask(t.Context(), vip, 3*time.Second); err != nil {
+			t.Fatalf("%s to the cluster IP %s: %v", pod.Name, vip, err)
+		}
+	}
+	var out strings.Builder
+	_ = node.Run(t.Context(), nil, &out, &out, "conntrack", "-L", "-p", "tcp", "--orig-dst", ip)
+	n := strings.Count(out.String(), "dport=80 ")
+	switch {
+	case dataplane() == lab.DataplaneEBPF && n != 0:
+		t.Errorf("%d conntrack entries to %s in %s after 10 connections from %s: not translated at connect()\n%s", n, vip, node.Name, pod.Name, out.String())
+	case dataplane() != lab.DataplaneEBPF && n == 0:
+		t.Errorf("no conntrack entry to %s in %s after 10 connections from %s through nftables", vip, node.Name, pod.Name)
+	}
+	t.Logf("%s to the cluster IP %s on %s: 10 answers, %d conntrack entries to it in %s", pod.Name, vip, dataplane(), n, node.Name)
 }

@@ -105,6 +105,9 @@ func (k *Kubelet) startFlowlb(ctx context.Context, pod *corev1.Pod, node int, ip
 		if err != nil {
 			return err
 		}
+		if len(argv) > 1 && argv[1] == "agent" && k.cfg.AgentArgs != nil {
+			argv = append(argv, k.cfg.AgentArgs(node)...)
+		}
 		ms, err := containerMounts(c, vols)
 		if err != nil {
 			return err

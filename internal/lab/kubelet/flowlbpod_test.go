@@ -21,7 +21,8 @@ import (
 // TestFlowlbPod: a hostNetwork pod of flowlb's image whose Secret appears
 // only after it was bound is started once the Secret exists, as the
 // lab's flowlb binary under exec-pod with its volume bound and its
-// environment resolved; it reports the node's address; on deletion its
+// environment resolved, and the lab's data plane for its node appended to
+// the agent's flags; it reports the node's address; on deletion its
 // volume directory goes.
 func TestFlowlbPod(t *testing.T) {
 	ctx := context.Background()
@@ -29,7 +30,10 @@ func TestFlowlbPod(t *testing.T) {
 	rt := newFakeRuntime(1, 2)
 	vdir := t.TempDir()
 	k, err := New(Config{Lab: "x", Client: cs, Runtime: rt, FlowlbBin: "/opt/flowlb", VolumeDir: vdir, APIHost: "198.18.0.250", APIPort: 6443,
-		HeartbeatPeriod: 50 * time.Millisecond, StatusPeriod: 100 * time.Millisecond})
+		HeartbeatPeriod: 50 * time.Millisecond, StatusPeriod: 100 * time.Millisecond,
+		AgentArgs: func(node int) []string {
+			return []string{"--dataplane", "ebpf", "--cgroup", fmt.Sprintf("/cg/n%d", node)}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +77,7 @@ func TestFlowlbPod(t *testing.T) {
 	rt.mu.Unlock()
 	secretDir := filepath.Join(vdir, "pods", "uid-agent", "volumes", "bootstrap")
 	wantArgv := []string{"/opt/flowlb", "lab", "exec-pod", "--mount", secretDir + ":/etc/flowlb/agent:ro", "--",
-		"/opt/flowlb", "agent", "--node=n2", "--token-file=/etc/flowlb/agent/token"}
+		"/opt/flowlb", "agent", "--node=n2", "--token-file=/etc/flowlb/agent/token", "--dataplane", "ebpf", "--cgroup", "/cg/n2"}
 	if !slices.Equal(proc.Argv, wantArgv) {
 		t.Errorf("argv\n got %q\nwant %q", proc.Argv, wantArgv)
 	}

@@ -115,6 +115,11 @@ type Config struct {
 	FlowlbBin, VolumeDir string
 	APIHost              string
 	APIPort              int
+	// AgentArgs, if set, are appended to the command line of a flowlb
+	// pod's `flowlb agent` on node i: the lab's data plane for the node
+	// (lab.Lab.AgentDataplaneArgs), which the manifests cannot name, as
+	// each lab node's cgroup is its own.
+	AgentArgs func(node int) []string
 	// Timing (defaults: lease 40s renewed every 10s, status every 60s).
 	LeaseDuration   time.Duration
 	HeartbeatPeriod time.Duration

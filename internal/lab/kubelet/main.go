@@ -72,8 +72,9 @@ func Main(args []string, stderr io.Writer) error {
 	}
 	cfg := Config{Lab: name, Client: client, Runtime: LabRuntime{Lab: l}, Zones: zones,
 		FlowlbBin: bin, VolumeDir: filepath.Join(l.KubeDir(), "volumes"), APIHost: lab.ControlAddr.String(), APIPort: lab.KubeAPIPort,
-		APIAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(lab.KubeAPIPort)),
-		Log:     slog.New(slog.NewTextHandler(stderr, nil))}
+		AgentArgs: l.AgentDataplaneArgs,
+		APIAddr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(lab.KubeAPIPort)),
+		Log:       slog.New(slog.NewTextHandler(stderr, nil))}
 	if fd >= 0 {
 		if cfg.APIListener, err = lab.ListenerFromFD(fd); err != nil {
 			return err

@@ -44,6 +44,9 @@ type Config struct {
 	// when the worker ends, undoes that and reports success; on failure
 	// the thread stays locked and the runtime discards it.
 	Enter func() (back func() bool, err error)
+	// Control, if set, is every dial's net.Dialer Control (the lab's
+	// sockets made in a node's cgroup).
+	Control func(network, address string, c syscall.RawConn) error
 }
 
 // Latency percentiles of successful operations.
@@ -270,7 +273,7 @@ func once(ctx context.Context, c *Config) (echo.Reply, error) {
 	if c.Proto == "udp" {
 		network = "udp"
 	}
-	conn, err := (&net.Dialer{}).DialContext(ctx, network, c.Target)
+	conn, err := (&net.Dialer{Control: c.Control}).DialContext(ctx, network, c.Target)
 	if err != nil {
 		return echo.Reply{}, err
 	}
