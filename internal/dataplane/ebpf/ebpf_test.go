@@ -490,15 +490,7 @@ func TestSocketLB6(t *testing.T) {
 func TestPinnedStateOutlivesTheAgent(t *testing.T) {
 	testutil.RequireRoot(t)
 	cg := testCgroup(t)
-	fs := t.TempDir()
-	if err := MountBPFFS(fs); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(fs, 0); err != nil {
-			t.Errorf("unmount the test bpffs: %v", err)
-		}
-	})
+	fs := testBPFFS(t)
 	if err := MountBPFFS(fs); err != nil { // already there: no second mount
 		t.Fatal(err)
 	}
@@ -656,12 +648,10 @@ func TestBesideNftables(t *testing.T) {
 	})
 }
 
-// TestIncompatiblePinsReplaced: a pinned map of another version's shape
-// (a service entry that grew) is replaced, not a reason to fail; the
-// pins that fit are kept.
-func TestIncompatiblePinsReplaced(t *testing.T) {
-	testutil.RequireRoot(t)
-	cg := testCgroup(t)
+// testBPFFS mounts a bpffs of the test's own in a temporary directory,
+// unmounted when the test ends, and returns the directory.
+func testBPFFS(t *testing.T) string {
+	t.Helper()
 	fs := t.TempDir()
 	if err := MountBPFFS(fs); err != nil {
 		t.Fatal(err)
@@ -671,6 +661,16 @@ func TestIncompatiblePinsReplaced(t *testing.T) {
 			t.Errorf("unmount the test bpffs: %v", err)
 		}
 	})
+	return fs
+}
+
+// TestIncompatiblePinsReplaced: a pinned map of another version's shape
+// (a service entry that grew) is replaced, not a reason to fail; the
+// pins that fit are kept.
+func TestIncompatiblePinsReplaced(t *testing.T) {
+	testutil.RequireRoot(t)
+	cg := testCgroup(t)
+	fs := testBPFFS(t)
 	pins := filepath.Join(fs, "flowlb")
 	cfg := Config{Node: "n1", Cgroup: cg, PinDir: pins}
 	first, err := New(cfg)

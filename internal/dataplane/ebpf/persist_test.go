@@ -100,15 +100,7 @@ func askAll(t testing.TB, port uint16, n int, want, why string) {
 func TestPersistence(t *testing.T) {
 	testutil.RequireRoot(t)
 	cg := testCgroup(t)
-	fs := t.TempDir()
-	if err := MountBPFFS(fs); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(fs, 0); err != nil {
-			t.Errorf("unmount the test bpffs: %v", err)
-		}
-	})
+	fs := testBPFFS(t)
 	cfg := Config{Node: "n1", Cgroup: cg, PinDir: filepath.Join(fs, "flowlb")}
 	dp, err := New(cfg)
 	if err != nil {

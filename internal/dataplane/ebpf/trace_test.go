@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
@@ -95,15 +93,7 @@ func TestWriteTrace(t *testing.T) {
 func TestTracePinned(t *testing.T) {
 	testutil.RequireRoot(t)
 	cg := testCgroup(t)
-	fs := t.TempDir()
-	if err := MountBPFFS(fs); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(fs, 0); err != nil {
-			t.Errorf("unmount the test bpffs: %v", err)
-		}
-	})
+	fs := testBPFFS(t)
 	pins := filepath.Join(fs, "flowlb")
 	dp, err := New(Config{Node: "n1", Cgroup: cg, PinDir: pins})
 	if err != nil {

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
@@ -283,15 +281,7 @@ func TestSocketLBTraffic(t *testing.T) {
 func TestTrafficAdopted(t *testing.T) {
 	testutil.RequireRoot(t)
 	cg := testCgroup(t)
-	fs := t.TempDir()
-	if err := MountBPFFS(fs); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(fs, 0); err != nil {
-			t.Errorf("unmount the test bpffs: %v", err)
-		}
-	})
+	fs := testBPFFS(t)
 	cfg := Config{Node: "n1", Cgroup: cg, PinDir: filepath.Join(fs, "flowlb")}
 	dns := service(53, flows.UDP, 1, 0, 0)
 	first, err := New(cfg)
