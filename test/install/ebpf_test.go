@@ -195,7 +195,7 @@ func TestEBPFDropInSandbox(t *testing.T) {
 	for _, l := range strings.Split(string(dropIn), "\n") {
 		lines[strings.TrimSpace(l)] = true
 	}
-	for _, w := range []string{"CapabilityBoundingSet=CAP_BPF", "AmbientCapabilities=CAP_BPF", "SystemCallFilter=bpf",
+	for _, w := range []string{"CapabilityBoundingSet=CAP_BPF CAP_PERFMON", "AmbientCapabilities=CAP_BPF CAP_PERFMON", "SystemCallFilter=bpf",
 		"ReadWritePaths=/sys/fs/bpf",
 		"ExecStartPre=+/bin/sh -c 'mountpoint -q /sys/fs/bpf || mount -t bpf -o mode=0700 bpf /sys/fs/bpf'"} {
 		if !lines[w] {
