@@ -29,6 +29,13 @@ func (l listingTx) List(kind store.Kind, f store.Filter) ([]store.Record, error)
 	return l.ReadTx.List(kind, f)
 }
 
+func (l listingTx) ListKinds(kinds []store.Kind, f store.Filter) ([]store.Record, error) {
+	l.s.mu.Lock()
+	l.s.kinds = append(l.s.kinds, kinds...)
+	l.s.mu.Unlock()
+	return l.ReadTx.ListKinds(kinds, f)
+}
+
 func (l *listingStore) View(ctx context.Context, fn func(tx store.ReadTx) error) error {
 	return l.Store.View(ctx, func(tx store.ReadTx) error { return fn(listingTx{tx, l}) })
 }

@@ -111,61 +111,68 @@ func loadChildren(tx store.ReadTx, f store.Filter, trees map[string]*Tree) error
 	return loadChildrenOf(tx, f, trees, nil)
 }
 
-// loadChildrenOf is loadChildren for the given kinds only (all when nil).
+// childKinds are the kinds of a tree's descendants, in the order a tree
+// holds them.
+var childKinds = []store.Kind{store.KindListener, store.KindPool, store.KindMember, store.KindHealthMonitor,
+	store.KindL7Policy, store.KindL7Rule, store.KindFloatingIP}
+
+// loadChildrenOf is loadChildren for the given kinds only (all when nil),
+// read in one query: the fan-out and every completion load a tree, and on
+// PostgreSQL each query is a round trip.
 func loadChildrenOf(tx store.ReadTx, f store.Filter, trees map[string]*Tree, kinds []store.Kind) error {
-	loaders := []struct {
-		kind store.Kind
-		load func() error
-	}{
-		{store.KindListener, func() error {
-			return attach(tx, store.KindListener, f, trees, func(t *Tree, v *Listener) { t.Listeners = append(t.Listeners, v) })
-		}},
-		{store.KindPool, func() error {
-			return attach(tx, store.KindPool, f, trees, func(t *Tree, v *Pool) { t.Pools = append(t.Pools, v) })
-		}},
-		{store.KindMember, func() error {
-			return attach(tx, store.KindMember, f, trees, func(t *Tree, v *Member) { v.LoadBalancerID = t.LB.ID; t.Members = append(t.Members, v) })
-		}},
-		{store.KindHealthMonitor, func() error {
-			return attach(tx, store.KindHealthMonitor, f, trees, func(t *Tree, v *HealthMonitor) { v.LoadBalancerID = t.LB.ID; t.Monitors = append(t.Monitors, v) })
-		}},
-		{store.KindL7Policy, func() error {
-			return attach(tx, store.KindL7Policy, f, trees, func(t *Tree, v *L7Policy) { v.LoadBalancerID = t.LB.ID; t.L7Policies = append(t.L7Policies, v) })
-		}},
-		{store.KindL7Rule, func() error {
-			return attach(tx, store.KindL7Rule, f, trees, func(t *Tree, v *L7Rule) { v.LoadBalancerID = t.LB.ID; t.L7Rules = append(t.L7Rules, v) })
-		}},
-		{store.KindFloatingIP, func() error {
-			return attach(tx, store.KindFloatingIP, f, trees, func(t *Tree, v *FloatingIP) { t.FloatingIPs = append(t.FloatingIPs, v) })
-		}},
+	want := childKinds
+	if kinds != nil {
+		want = nil
+		for _, k := range childKinds {
+			if slices.Contains(kinds, k) {
+				want = append(want, k)
+			}
+		}
 	}
-	for _, l := range loaders {
-		if kinds != nil && !slices.Contains(kinds, l.kind) {
+	recs, err := tx.ListKinds(want, f)
+	if err != nil {
+		return fmt.Errorf("load children: %w", err)
+	}
+	for _, r := range recs {
+		t := trees[r.LoadBalancerID]
+		if t == nil {
 			continue
 		}
-		if err := l.load(); err != nil {
+		if err := t.attach(r); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// attach decodes the objects of kind f selects and adds each to the tree
-// of its load balancer.
-func attach[T any](tx store.ReadTx, kind store.Kind, f store.Filter, trees map[string]*Tree, add func(t *Tree, v *T)) error {
-	recs, err := tx.List(kind, f)
+// attach decodes a descendant's record and adds it to the tree; records
+// come in (created_at, id) order, which each kind's slice keeps.
+func (t *Tree) attach(r store.Record) error {
+	switch r.Kind {
+	case store.KindListener:
+		return add(r, func(v *Listener) { t.Listeners = append(t.Listeners, v) })
+	case store.KindPool:
+		return add(r, func(v *Pool) { t.Pools = append(t.Pools, v) })
+	case store.KindMember:
+		return add(r, func(v *Member) { v.LoadBalancerID = t.LB.ID; t.Members = append(t.Members, v) })
+	case store.KindHealthMonitor:
+		return add(r, func(v *HealthMonitor) { v.LoadBalancerID = t.LB.ID; t.Monitors = append(t.Monitors, v) })
+	case store.KindL7Policy:
+		return add(r, func(v *L7Policy) { v.LoadBalancerID = t.LB.ID; t.L7Policies = append(t.L7Policies, v) })
+	case store.KindL7Rule:
+		return add(r, func(v *L7Rule) { v.LoadBalancerID = t.LB.ID; t.L7Rules = append(t.L7Rules, v) })
+	case store.KindFloatingIP:
+		return add(r, func(v *FloatingIP) { t.FloatingIPs = append(t.FloatingIPs, v) })
+	}
+	return fmt.Errorf("load children: unexpected %s %s", r.Kind, r.ID)
+}
+
+func add[T any](r store.Record, to func(*T)) error {
+	v, err := decode[T](r)
 	if err != nil {
-		return fmt.Errorf("list %s: %w", kind, err)
+		return err
 	}
-	for _, r := range recs {
-		v, err := decode[T](r)
-		if err != nil {
-			return err
-		}
-		if t := trees[r.LoadBalancerID]; t != nil {
-			add(t, v)
-		}
-	}
+	to(v)
 	return nil
 }
 

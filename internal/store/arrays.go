@@ -47,10 +47,10 @@ func (t *sqlTx) updateArrays(rs []Record) error {
 	if len(rs) == 0 {
 		return nil
 	}
-	kinds, ids, projects, lbs, parents, names, data, _ := columns(rs)
-	res, err := t.tx.ExecContext(t.ctx, "UPDATE objects SET project_id = v.p, loadbalancer_id = v.l, parent_id = v.pa, name = v.n, data = v.d "+
-		"FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[]) AS v(k, i, p, l, pa, n, d) "+
-		"WHERE objects.kind = v.k AND objects.id = v.i", kinds, ids, projects, lbs, parents, names, data)
+	kinds, ids, _, _, _, names, data, _ := columns(rs)
+	res, err := t.tx.ExecContext(t.ctx, "UPDATE objects SET name = v.n, data = v.d "+
+		"FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS v(k, i, n, d) "+
+		"WHERE objects.kind = v.k AND objects.id = v.i", kinds, ids, names, data)
 	if err != nil {
 		return fmt.Errorf("update %d records: %w", len(rs), err)
 	}

@@ -335,26 +335,63 @@ func where(f Filter) (string, []any) {
 // load balancers' names (objects_lb_name), which a parameter cannot
 // prove applies. Kinds are this package's constants, never input.
 func ofKind(kind Kind) string {
+	return "kind = " + kindLiteral(kind)
+}
+
+// ofKinds is ofKind for any of several kinds: both engines look each up
+// in the (kind, …) indexes.
+func ofKinds(kinds []Kind) string {
+	lits := make([]string, len(kinds))
+	for i, k := range kinds {
+		lits[i] = kindLiteral(k)
+	}
+	return "kind IN (" + strings.Join(lits, ", ") + ")"
+}
+
+func kindLiteral(kind Kind) string {
 	for _, c := range kind {
 		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
 			panic(fmt.Sprintf("store: kind %q is not an identifier", kind))
 		}
 	}
-	return "kind = '" + string(kind) + "'"
+	return "'" + string(kind) + "'"
 }
 
 func (t *sqlTx) List(kind Kind, f Filter) ([]Record, error) {
-	w, args := where(f)
-	rows, err := t.tx.QueryContext(t.ctx, t.q("SELECT "+cols+" FROM objects WHERE "+ofKind(kind)+w+" ORDER BY created_at, id"), args...)
+	out, err := t.list(ofKind(kind), f)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", kind, err)
+	}
+	return out, nil
+}
+
+func (t *sqlTx) ListKinds(kinds []Kind, f Filter) ([]Record, error) {
+	switch len(kinds) {
+	case 0:
+		return nil, nil
+	case 1:
+		return t.List(kinds[0], f)
+	}
+	out, err := t.list(ofKinds(kinds), f)
+	if err != nil {
+		return nil, fmt.Errorf("list %v: %w", kinds, err)
+	}
+	return out, nil
+}
+
+// list returns the records that the condition on kind and f select.
+func (t *sqlTx) list(kindCond string, f Filter) ([]Record, error) {
+	w, args := where(f)
+	rows, err := t.tx.QueryContext(t.ctx, t.q("SELECT "+cols+" FROM objects WHERE "+kindCond+w+" ORDER BY created_at, id"), args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []Record
 	for rows.Next() {
 		r, err := scan(rows)
 		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", kind, err)
+			return nil, err
 		}
 		out = append(out, r)
 	}
@@ -453,7 +490,9 @@ func (t *sqlTx) Update(r Record) error {
 }
 
 // UpdateMany rewrites many rows with one UPDATE … FROM (VALUES …): one
-// round trip for all the objects a change touched.
+// round trip for all the objects a change touched. It sets only data and
+// name: SQLite rewrites the entries of every index over a column an
+// UPDATE sets, whether or not its value changes.
 func (t *sqlTx) UpdateMany(rs []Record) error {
 	if t.s.eng.name() == "postgres" {
 		return t.updateArrays(rs)
@@ -462,24 +501,17 @@ func (t *sqlTx) UpdateMany(rs []Record) error {
 		n := min(len(rs), insertChunk)
 		chunk := rs[:n]
 		rs = rs[n:]
-		// SQLite names VALUES columns column1…; PostgreSQL takes aliases.
-		c := []string{"column1", "column2", "column3", "column4", "column5", "column6", "column7"}
-		alias := "v"
-		if t.s.eng.name() == "postgres" {
-			c = []string{"k", "i", "p", "l", "pa", "n", "d"}
-			alias = "v(k, i, p, l, pa, n, d)"
-		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "UPDATE objects SET project_id = v.%s, loadbalancer_id = v.%s, parent_id = v.%s, name = v.%s, data = v.%s FROM (VALUES ", c[2], c[3], c[4], c[5], c[6])
-		args := make([]any, 0, 7*len(chunk))
+		b.WriteString("UPDATE objects SET name = v.column3, data = v.column4 FROM (VALUES ")
+		args := make([]any, 0, 4*len(chunk))
 		for i, r := range chunk {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
-			args = append(args, string(r.Kind), r.ID, r.ProjectID, r.LoadBalancerID, r.ParentID, r.Name, string(r.Data))
+			b.WriteString("(?, ?, ?, ?)")
+			args = append(args, string(r.Kind), r.ID, r.Name, string(r.Data))
 		}
-		fmt.Fprintf(&b, ") AS %s WHERE objects.kind = v.%s AND objects.id = v.%s", alias, c[0], c[1])
+		b.WriteString(") AS v WHERE objects.kind = v.column1 AND objects.id = v.column2")
 		res, err := t.tx.ExecContext(t.ctx, t.q(b.String()), args...)
 		if err != nil {
 			return fmt.Errorf("update %d records: %w", len(chunk), err)

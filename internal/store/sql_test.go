@@ -300,7 +300,17 @@ func TestInsertMany(t *testing.T) {
 			if !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("update of a missing record: %v, want ErrNotFound", err)
 			}
+			// UpdateMany keeps a record's placement: a record sent with
+			// another load balancer and parent stays where it was.
+			moved := rec(store.KindMember, "m0002", "other-lb", `{"i":2}`)
+			moved.ParentID = "other-pool"
+			if _, err := e.Store.Update(ctx, func(tx store.Tx) error { return tx.UpdateMany([]store.Record{moved}) }); err != nil {
+				t.Fatalf("update many with another placement: %v", err)
+			}
 			err = e.Store.View(ctx, func(tx store.ReadTx) error {
+				if n, err := tx.Count(store.KindMember, store.Filter{ParentID: "other-pool"}); err != nil || n != 0 {
+					t.Errorf("members under the other parent: %d, %v; want 0", n, err)
+				}
 				got, err := tx.List(store.KindMember, store.Filter{LoadBalancerID: "lb"})
 				if len(got) != 1200 {
 					t.Errorf("%d members, want 1200 (the failed batch must add none)", len(got))

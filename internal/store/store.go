@@ -163,6 +163,10 @@ type ReadTx interface {
 	Get(kind Kind, id string) (Record, error)
 	// List returns matching records ordered by (created_at, id).
 	List(kind Kind, f Filter) ([]Record, error)
+	// ListKinds is List over several kinds in one query (a load
+	// balancer's tree is one round trip, not one per kind), ordered by
+	// (created_at, id) across them.
+	ListKinds(kinds []Kind, f Filter) ([]Record, error)
 	Count(kind Kind, f Filter) (int, error)
 	// Claimed returns the keys held in a claim space from `from` on, in
 	// bytewise order, at most limit of them.
@@ -206,8 +210,11 @@ type Tx interface {
 	// Update replaces Data (and ParentID, LoadBalancerID) of an existing
 	// record; ErrNotFound if it does not exist.
 	Update(r Record) error
-	// UpdateMany replaces Data (and ParentID, LoadBalancerID, ProjectID)
-	// of existing records in one statement; ErrNotFound if any is missing.
+	// UpdateMany replaces Data and Name of existing records in one
+	// statement; ErrNotFound if any is missing. A record's placement
+	// (ProjectID, LoadBalancerID, ParentID) stays as inserted, so that
+	// the indexes over it are not rewritten (an LBaaS object never
+	// moves); the memstore refuses records that would move.
 	UpdateMany(rs []Record) error
 	// Delete removes a record; ErrNotFound if it does not exist.
 	Delete(kind Kind, id string) error

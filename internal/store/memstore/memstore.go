@@ -7,6 +7,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sort"
 	"sync"
@@ -95,16 +96,20 @@ func match(r store.Record, f store.Filter) bool {
 }
 
 func (t *tx) List(kind store.Kind, f store.Filter) ([]store.Record, error) {
+	return t.ListKinds([]store.Kind{kind}, f)
+}
+
+func (t *tx) ListKinds(kinds []store.Kind, f store.Filter) ([]store.Record, error) {
 	seen := map[key]bool{}
 	var out []store.Record
 	for k, w := range t.writes {
 		seen[k] = true
-		if w != nil && k.kind == kind && match(*w, f) {
+		if w != nil && slices.Contains(kinds, k.kind) && match(*w, f) {
 			out = append(out, *w)
 		}
 	}
 	for k, r := range t.s.objs {
-		if !seen[k] && k.kind == kind && match(r, f) {
+		if !seen[k] && slices.Contains(kinds, k.kind) && match(r, f) {
 			out = append(out, r)
 		}
 	}
@@ -163,8 +168,15 @@ func (t *tx) Update(r store.Record) error {
 
 func (t *tx) UpdateMany(rs []store.Record) error {
 	for _, r := range rs {
-		if _, ok := t.lookup(key{r.Kind, r.ID}); !ok {
+		old, ok := t.lookup(key{r.Kind, r.ID})
+		if !ok {
 			return store.ErrNotFound
+		}
+		// The SQL stores keep a record's placement in UpdateMany: a
+		// caller that moves one is a bug the API tests should see.
+		if old.ProjectID != r.ProjectID || old.LoadBalancerID != r.LoadBalancerID || old.ParentID != r.ParentID {
+			return fmt.Errorf("memstore: UpdateMany would move %s %s (project %q→%q, load balancer %q→%q, parent %q→%q)",
+				r.Kind, r.ID, old.ProjectID, r.ProjectID, old.LoadBalancerID, r.LoadBalancerID, old.ParentID, r.ParentID)
 		}
 	}
 	for _, r := range rs {
