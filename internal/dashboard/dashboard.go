@@ -20,6 +20,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/fanout"
 	"github.com/flowlb/flowlb/internal/identity"
+	"github.com/flowlb/flowlb/internal/jsondoc"
 	"github.com/flowlb/flowlb/internal/lbaas"
 )
 
@@ -209,7 +210,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	_ = jsondoc.Encode(w, v)
 }
 
 // writeError answers in the API's error body.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/httpedge"
 	"github.com/flowlb/flowlb/internal/identity"
+	"github.com/flowlb/flowlb/internal/jsondoc"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -150,7 +151,7 @@ func toMap(v any) (map[string]any, error) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_ = jsondoc.Encode(w, v)
 }
 
 // writeErr sends a NeutronError body: the one place where the subset's

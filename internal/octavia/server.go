@@ -6,7 +6,6 @@ package octavia
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -14,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/flowlb/flowlb/internal/httpedge"
+	"github.com/flowlb/flowlb/internal/jsondoc"
 	"github.com/flowlb/flowlb/internal/lbaas"
 )
 
@@ -197,6 +197,6 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	if v != nil {
-		_ = json.NewEncoder(w).Encode(v)
+		_ = jsondoc.Encode(w, v)
 	}
 }

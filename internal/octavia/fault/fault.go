@@ -3,10 +3,11 @@
 package fault
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/flowlb/flowlb/internal/jsondoc"
 )
 
 // Error is an API error with the HTTP status Octavia answers and its message.
@@ -68,5 +69,5 @@ func Write(w http.ResponseWriter, err error) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(fe.Status)
-	_ = json.NewEncoder(w).Encode(body{FaultCode: code, FaultString: fe.Message})
+	_ = jsondoc.Encode(w, body{FaultCode: code, FaultString: fe.Message})
 }
