@@ -73,7 +73,7 @@ generate-check:
 	for f in $$(cd $$d && ls); do \
 		cmp -s $$d/$$f internal/dataplane/ebpf/$$f || { echo "generate-check: internal/dataplane/ebpf/$$f differs from its sources: run make generate"; exit 1; }; \
 	done; \
-	n=$$(ls internal/dataplane/ebpf/socklb_* | wc -l); [ $$n -eq $$(ls $$d | wc -l) ] || { echo "generate-check: generated file sets differ"; exit 1; }
+	n=$$(ls internal/dataplane/ebpf/*_bpfel.* | wc -l); [ $$n -eq $$(ls $$d | wc -l) ] || { echo "generate-check: generated file sets differ"; exit 1; }
 
 # Unit, store (SQLite and PostgreSQL), API, root (namespace) and
 # Kubernetes-in-the-lab tests.

@@ -12,6 +12,11 @@ out=$(realpath "${1:-$pkg}")
 # directory (clang's bpf target does not look there).
 multiarch=$(gcc -print-multiarch)
 cd "$pkg"
-go tool bpf2go -cc clang -strip llvm-strip -target bpfel -go-package ebpf -output-dir "$out" \
-	-cflags "-O2 -g -Wall -Werror -I/usr/include/$multiarch" \
-	socklb bpf/socklb.c
+# socklb: the socket programs; sockterm: the iterators that destroy
+# translated sockets (a separate object, so that a kernel refusing them
+# still balances).
+for obj in socklb sockterm; do
+	go tool bpf2go -cc clang -strip llvm-strip -target bpfel -go-package ebpf -output-dir "$out" \
+		-cflags "-O2 -g -Wall -Werror -I/usr/include/$multiarch" \
+		"$obj" "bpf/$obj.c"
+done

@@ -326,7 +326,7 @@ func openSocketLB(o agentOptions, log *slog.Logger) (*ebpf.Dataplane, error) {
 	if err := ebpf.MountBPFFS(filepath.Dir(o.bpfPinDir)); err != nil {
 		return nil, fmt.Errorf("--bpf-pin-dir: %w", err)
 	}
-	d, err := ebpf.New(ebpf.Config{Node: o.node, Zone: o.zone, Cgroup: cg, PinDir: o.bpfPinDir})
+	d, err := ebpf.New(ebpf.Config{Node: o.node, Zone: o.zone, Cgroup: cg, PinDir: o.bpfPinDir, Log: log})
 	if err != nil {
 		return nil, err
 	}

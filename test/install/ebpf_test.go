@@ -120,6 +120,9 @@ func ebpfAgentSteps(t *testing.T) {
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
+	if err := d.SocketTermination(); err != nil {
+		t.Errorf("the socket iterators (destroying the sockets of removed UDP backends): %v", err)
+	}
 	if err := d.Sync(context.Background(), tab); err != nil {
 		t.Fatalf("sync: %v", err)
 	}

@@ -6,8 +6,10 @@
 // Traffic that does not start on a local socket of the cgroup (clients
 // from outside, node ports, forwarded packets) and the services the
 // programs do not carry (Carried) stay with the nftables data plane,
-// which the agent runs beside this one. The programs and bindings are
-// generated from bpf/socklb.c by bpf2go (make generate).
+// which the agent runs beside this one. When a UDP backend leaves its
+// service, the connected sockets translated to it are destroyed
+// (terminate.go). The programs and bindings are generated from
+// bpf/socklb.c and bpf/sockterm.c by bpf2go (make generate).
 package ebpf
 
 //go:generate ../../../hack/gen-bpf.sh
@@ -16,9 +18,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -57,6 +61,9 @@ type Config struct {
 	// agent with the same PinDir adopts them. Empty: nothing is pinned
 	// and Close detaches the programs.
 	PinDir string
+	// Log, if set, hears of the sockets destroyed when UDP backends
+	// leave their services, and of what kept them from being destroyed.
+	Log *slog.Logger
 }
 
 // Dataplane is the socket programs attached to one cgroup and the
@@ -76,6 +83,15 @@ type Dataplane struct {
 	// lastOps counts the map entries the last Sync or Apply wrote or
 	// deleted.
 	lastOps int
+	// term destroys the sockets of the pairs a Sync or an Apply ended
+	// (ended4, ended6): nil where the kernel refused its iterators
+	// (termErr says why). lastTerm is what its last run did.
+	term     *terminator
+	termErr  error
+	ended4   []pairKey
+	ended6   []pairKey6
+	lastTerm termination
+	log      *slog.Logger
 }
 
 // removeIncompatiblePins removes the pinned maps in dir whose shape
@@ -123,7 +139,10 @@ func New(cfg Config) (_ *Dataplane, err error) {
 		}
 		opts.Maps.PinPath = cfg.PinDir
 	}
-	d := &Dataplane{cfg: cfg}
+	d := &Dataplane{cfg: cfg, log: cfg.Log}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
 	err = spec.LoadAndAssign(&d.objs, &opts)
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
 		// Pins of another version's maps (an entry that grew): they go,
@@ -140,8 +159,16 @@ func New(cfg Config) (_ *Dataplane, err error) {
 	}
 	d.c4 = &counted[svcKey]{m: d.objs.Counters, last: map[svcKey]counters{}, flowKey: flowKey}
 	d.c6 = &counted[svcKey6]{m: d.objs.Counters6, last: map[svcKey6]counters{}, flowKey: flowKey6}
-	d.t4 = &table[svcKey, svcVal]{m: d.objs.Services, deleted: d.c4.forget}
-	d.t6 = &table[svcKey6, svcVal6]{m: d.objs.Services6, deleted: d.c6.forget}
+	d.t4 = &table[svcKey, svcVal]{m: d.objs.Services, deleted: d.c4.forget, replaced: func(k svcKey, old, now *svcVal) {
+		if terminates(k.Proto) {
+			d.ended4 = append(d.ended4, endedPairs4(k, old, now)...)
+		}
+	}}
+	d.t6 = &table[svcKey6, svcVal6]{m: d.objs.Services6, deleted: d.c6.forget, replaced: func(k svcKey6, old, now *svcVal6) {
+		if terminates(k.Proto) {
+			d.ended6 = append(d.ended6, endedPairs6(k, old, now)...)
+		}
+	}}
 	d.f4 = &flowed[pairKey]{m: d.objs.Traffic, last: map[pairKey]traffic{}, split: splitPair, held: func(k pairKey) bool {
 		v, ok := d.t4.kernel[k.Svc]
 		return ok && holds4(v, k)
@@ -169,6 +196,11 @@ func New(cfg Config) (_ *Dataplane, err error) {
 			return nil, fmt.Errorf("attach %s to %s: %w", h.name, cfg.Cgroup, err)
 		}
 		d.links = append(d.links, l)
+	}
+	// Without the iterators (a kernel before 6.5) the programs balance
+	// all the same; only the sockets of a backend that leaves are kept.
+	if d.term, d.termErr = newTerminator(d.objs.SkLb); d.termErr != nil {
+		d.log.Warn("connected UDP sockets of backends that leave their service will not be destroyed", "err", d.termErr)
 	}
 	if err := d.t4.read(); err != nil {
 		return nil, err
@@ -218,6 +250,7 @@ func (d *Dataplane) attach(name string, typ ebpf.AttachType, prog *ebpf.Program)
 // writing only the entries that differ (a first load writes them all in
 // one batch per family).
 func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
+	defer d.terminateEnded()
 	var ss4, ss6 []flows.Service
 	for _, s := range t.Services {
 		if s.Key.VIP.Is4() {
@@ -243,6 +276,7 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 	if d.t4.stale || d.t6.stale {
 		return errors.New("ebpf data plane: a services map is out of step after a failed write; a Sync repairs it")
 	}
+	defer d.terminateEnded()
 	var b4 batch[svcKey, svcVal]
 	var b6 batch[svcKey6, svcVal6]
 	del := func(k flows.Key) {
@@ -281,9 +315,41 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 	return err
 }
 
+// terminateEnded destroys the sockets of the pairs that the writes since
+// the last call ended, in every network namespace of the cgroup's
+// threads. It is best effort and fails no change: the services map is
+// what new connections follow, and it is written.
+func (d *Dataplane) terminateEnded() {
+	p4, p6 := d.ended4, d.ended6
+	d.ended4, d.ended6 = nil, nil
+	if len(p4)+len(p6) == 0 || d.term == nil {
+		return
+	}
+	start := time.Now()
+	nss, err := socketNetns(d.cfg.Cgroup)
+	res := termination{Pairs: len(p4) + len(p6)}
+	if err != nil {
+		res.Err = fmt.Errorf("list the network namespaces of %s: %w", d.cfg.Cgroup, err)
+	} else {
+		res = d.term.run(nss, p4, p6)
+	}
+	d.lastTerm = res
+	attrs := []any{"pairs", res.Pairs, "namespaces", res.Namespaces, "destroyed", res.Destroyed, "failed", res.Failed, "took", time.Since(start)}
+	switch {
+	case res.Err != nil:
+		d.log.Warn("destroying the sockets of backends that left their service", append(attrs, "err", res.Err)...)
+	case res.Destroyed > 0 || res.Failed > 0:
+		d.log.Info("sockets of backends that left their service destroyed", attrs...)
+	}
+}
+
 // Close releases this process's hold. Without PinDir that detaches the
 // programs and frees the maps; with it, the pins keep them working.
 func (d *Dataplane) Close() error {
+	if d.term != nil {
+		d.term.close()
+		d.term = nil
+	}
 	for _, l := range d.links {
 		l.Close()
 	}

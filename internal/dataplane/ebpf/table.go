@@ -18,6 +18,9 @@ type table[K, V comparable] struct {
 	stale  bool
 	// deleted, if set, is told the services a write deleted.
 	deleted func([]K) error
+	// replaced, if set, is told each entry a write replaced or deleted
+	// (now nil), with its value before.
+	replaced func(k K, old, now *V)
 }
 
 // read makes kernel what the map holds.
@@ -74,6 +77,9 @@ func (t *table[K, V]) write(b batch[K, V]) (int, error) {
 			t.kernel = make(map[K]*V, len(b.keys))
 		}
 		for i, k := range b.keys {
+			if old, ok := t.kernel[k]; ok && t.replaced != nil {
+				t.replaced(k, old, &b.vals[i])
+			}
 			t.kernel[k] = &b.vals[i]
 		}
 	}
@@ -83,6 +89,9 @@ func (t *table[K, V]) write(b batch[K, V]) (int, error) {
 			return len(b.keys), fmt.Errorf("delete %d services: %w", len(b.dels), err)
 		}
 		for _, k := range b.dels {
+			if old, ok := t.kernel[k]; ok && t.replaced != nil {
+				t.replaced(k, old, nil)
+			}
 			delete(t.kernel, k)
 		}
 		if t.deleted != nil {

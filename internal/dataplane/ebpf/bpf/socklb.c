@@ -14,6 +14,8 @@
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
 
+#include "socklb.h" // the service and backend keys, the socket storage
+
 #define ECONNREFUSED 111
 
 // SLOTS is the length of every service's Maglev lookup table; it is the
@@ -27,19 +29,6 @@
 #define ALG_RANDOM 0    // ROUND_ROBIN: a random slot per connection
 #define ALG_NETNS 1     // SOURCE_IP: the client's network namespace (its address)
 #define ALG_SOCKET 2    // SOURCE_IP_PORT: the socket (its address and port)
-
-struct svc_key {
-	__u32 vip;   // network order
-	__u16 port;  // network order
-	__u8 proto;  // IPPROTO_TCP or IPPROTO_UDP
-	__u8 pad;
-};
-
-struct backend {
-	__u32 addr;  // network order
-	__u16 port;  // network order
-	__u16 pad;
-};
 
 struct svc_val {
 	__u32 flags;
@@ -277,20 +266,7 @@ int getpeername4(struct bpf_sock_addr *ctx)
 }
 
 // IPv6: the same, with 16-byte addresses (IPv4-mapped addresses of
-// dual-stack sockets are not looked up).
-struct svc_key6 {
-	__u32 vip[4];
-	__u16 port;
-	__u8 proto;
-	__u8 pad;
-};
-
-struct backend6 {
-	__u32 addr[4];
-	__u16 port;
-	__u16 pad;
-};
-
+// dual-stack sockets are not looked up; the keys are in socklb.h).
 struct svc_val6 {
 	__u32 flags;
 	__u32 alg;
@@ -480,17 +456,8 @@ int getpeername6(struct bpf_sock_addr *ctx)
 // sock_release counts the socket closed. Open connections are opened -
 // closed. Like the counters, the values only grow: the agent reports
 // what grew since its previous read, and deletes a pair once its backend
-// has left the service and its sockets are all closed.
-struct flow_key {
-	struct svc_key svc;
-	struct backend be;
-};
-
-struct flow_key6 {
-	struct svc_key6 svc;
-	struct backend6 be;
-};
-
+// has left the service and its sockets are all closed. (The pair,
+// struct flow_key, is in socklb.h.)
 struct traffic {
 	__u64 bytes_in;  // from the client (to the load balancer, as Octavia counts)
 	__u64 bytes_out; // to the client
@@ -514,25 +481,7 @@ struct {
 	__type(value, struct traffic);
 } traffic6 SEC(".maps");
 
-#define FAMILY4 4
-#define FAMILY6 6
-
-// A socket's own: where connect() sent it. Its packets count until it
-// connects elsewhere: those it exchanges after close() (FIN, the last
-// ACKs) are its connection's too.
-struct sk_lb {
-	__u32 family; // FAMILY4 (k4) or FAMILY6 (k6); 0: not counted
-	__u32 open;   // 1 until counted closed
-	struct flow_key k4;
-	struct flow_key6 k6;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct sk_lb);
-} sk_lb SEC(".maps");
+// Each socket's pair is in its sk_lb storage (socklb.h).
 
 // traffic_of finds the socket's pair (NULL if it is not counted).
 static __always_inline struct traffic *traffic_of(struct sk_lb *s)
