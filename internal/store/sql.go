@@ -226,6 +226,8 @@ func (s *SQL) Close() error {
 type sqlTx struct {
 	s       *SQL
 	tx      *sql.Tx
+	conn    *sql.Conn // the write transaction's connection, for COPY on PostgreSQL
+	batched bool      // PostgreSQL: objects_batch has rows of this transaction
 	ctx     context.Context
 	touched map[string]bool
 	pend    map[string]string // load balancer → owner of its pending change
@@ -408,10 +410,35 @@ func stamped(rs []Record) []Record {
 }
 
 func (t *sqlTx) InsertMany(rs []Record) error {
-	rs = stamped(rs)
-	if t.s.eng.name() == "postgres" {
-		return t.insertArrays(rs)
+	if len(rs) == 0 {
+		return nil
 	}
+	rs = stamped(rs)
+	// Under a savepoint, so that a conflict (or any failure) adds none of
+	// rs and leaves the transaction usable, whatever went in before it.
+	if _, err := t.tx.ExecContext(t.ctx, "SAVEPOINT insert_many"); err != nil {
+		return fmt.Errorf("insert %d records: %w", len(rs), err)
+	}
+	var err error
+	if t.s.eng.name() == "postgres" {
+		err = t.insertCopy(rs)
+	} else {
+		err = t.insertChunks(rs)
+	}
+	if err != nil {
+		if _, rerr := t.tx.ExecContext(t.ctx, "ROLLBACK TO SAVEPOINT insert_many"); rerr != nil {
+			return fmt.Errorf("insert %d records: %w (and rolling back: %v)", len(rs), err, rerr)
+		}
+		return err
+	}
+	if _, err := t.tx.ExecContext(t.ctx, "RELEASE SAVEPOINT insert_many"); err != nil {
+		return fmt.Errorf("insert %d records: %w", len(rs), err)
+	}
+	return nil
+}
+
+// insertChunks adds rs with multi-row INSERTs of insertChunk rows.
+func (t *sqlTx) insertChunks(rs []Record) error {
 	for len(rs) > 0 {
 		n := min(len(rs), insertChunk)
 		chunk := rs[:n]
@@ -432,9 +459,7 @@ func (t *sqlTx) InsertMany(rs []Record) error {
 			return fmt.Errorf("insert %d records: %w", len(chunk), err)
 		}
 		if got, _ := res.RowsAffected(); got != int64(len(chunk)) {
-			// Callers abort the transaction on ErrConflict, which undoes the
-			// rows that did go in.
-			return ErrConflict
+			return ErrConflict // the caller rolls back to its savepoint
 		}
 	}
 	return nil
@@ -452,25 +477,19 @@ func (t *sqlTx) Update(r Record) error {
 	return nil
 }
 
-// UpdateMany rewrites many rows with one UPDATE … FROM (VALUES …): one
-// round trip for all the objects a change touched.
+// UpdateMany rewrites many rows in few statements: on SQLite an UPDATE …
+// FROM (VALUES …) per chunk, on PostgreSQL a COPY and one UPDATE.
 func (t *sqlTx) UpdateMany(rs []Record) error {
 	if t.s.eng.name() == "postgres" {
-		return t.updateArrays(rs)
+		return t.updateCopy(rs)
 	}
 	for len(rs) > 0 {
 		n := min(len(rs), insertChunk)
 		chunk := rs[:n]
 		rs = rs[n:]
-		// SQLite names VALUES columns column1…; PostgreSQL takes aliases.
-		c := []string{"column1", "column2", "column3", "column4", "column5", "column6", "column7"}
-		alias := "v"
-		if t.s.eng.name() == "postgres" {
-			c = []string{"k", "i", "p", "l", "pa", "n", "d"}
-			alias = "v(k, i, p, l, pa, n, d)"
-		}
+		// SQLite names the VALUES columns column1, column2, …
 		var b strings.Builder
-		fmt.Fprintf(&b, "UPDATE objects SET project_id = v.%s, loadbalancer_id = v.%s, parent_id = v.%s, name = v.%s, data = v.%s FROM (VALUES ", c[2], c[3], c[4], c[5], c[6])
+		b.WriteString("UPDATE objects SET project_id = v.column3, loadbalancer_id = v.column4, parent_id = v.column5, name = v.column6, data = v.column7 FROM (VALUES ")
 		args := make([]any, 0, 7*len(chunk))
 		for i, r := range chunk {
 			if i > 0 {
@@ -479,7 +498,7 @@ func (t *sqlTx) UpdateMany(rs []Record) error {
 			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
 			args = append(args, string(r.Kind), r.ID, r.ProjectID, r.LoadBalancerID, r.ParentID, r.Name, string(r.Data))
 		}
-		fmt.Fprintf(&b, ") AS %s WHERE objects.kind = v.%s AND objects.id = v.%s", alias, c[0], c[1])
+		b.WriteString(") AS v WHERE objects.kind = v.column1 AND objects.id = v.column2")
 		res, err := t.tx.ExecContext(t.ctx, t.q(b.String()), args...)
 		if err != nil {
 			return fmt.Errorf("update %d records: %w", len(chunk), err)
@@ -503,6 +522,13 @@ func (t *sqlTx) Delete(kind Kind, id string) error {
 }
 
 func (t *sqlTx) DeleteMany(kind Kind, ids []string) error {
+	if t.s.eng.name() == "postgres" && len(ids) > 0 {
+		// One statement for any number, the ids as an array.
+		if _, err := t.tx.ExecContext(t.ctx, "DELETE FROM objects WHERE kind = $1 AND id = ANY($2::text[])", string(kind), ids); err != nil {
+			return fmt.Errorf("delete %d %s: %w", len(ids), kind, err)
+		}
+		return nil
+	}
 	for len(ids) > 0 {
 		n := min(len(ids), insertChunk)
 		args := make([]any, 0, n+1)
@@ -581,11 +607,17 @@ func (s *SQL) Update(ctx context.Context, fn func(tx Tx) error) (Commit, error) 
 }
 
 func (s *SQL) update(ctx context.Context, fn func(tx Tx) error) (Commit, error) {
-	tx, err := s.writer.BeginTx(ctx, nil)
+	// The transaction's own connection, so that a COPY can go on it.
+	conn, err := s.writer.Conn(ctx)
 	if err != nil {
 		return Commit{}, fmt.Errorf("begin: %w", err)
 	}
-	t := &sqlTx{s: s, tx: tx, ctx: ctx, touched: map[string]bool{}, pend: map[string]string{}, write: true}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return Commit{}, fmt.Errorf("begin: %w", err)
+	}
+	t := &sqlTx{s: s, tx: tx, conn: conn, ctx: ctx, touched: map[string]bool{}, pend: map[string]string{}, write: true}
 	committed := false
 	defer func() {
 		if !committed {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -319,6 +320,140 @@ func TestInsertMany(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestManyInOneTransaction: a conflicting InsertMany adds nothing and the
+// transaction goes on (PostgreSQL's COPY runs under a savepoint); two
+// UpdateMany in one transaction, and one after a rolled-back transaction
+// on the same connections, each update their own rows only (PostgreSQL
+// stages them in a temporary table); DeleteMany takes any number of ids.
+func TestManyInOneTransaction(t *testing.T) {
+	ctx := context.Background()
+	for _, e := range storetest.Engines(t) {
+		t.Run(e.Name, func(t *testing.T) {
+			s := e.Store
+			if _, err := s.Update(ctx, func(tx store.Tx) error {
+				return tx.InsertMany([]store.Record{rec(store.KindMember, "a", "lb", `{"v":0}`), rec(store.KindMember, "b", "lb", `{"v":0}`)})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Update(ctx, func(tx store.Tx) error {
+				err := tx.InsertMany([]store.Record{rec(store.KindMember, "c", "lb", "{}"), rec(store.KindMember, "a", "lb", "{}")})
+				if !errors.Is(err, store.ErrConflict) {
+					t.Errorf("batch with an existing id: %v, want ErrConflict", err)
+				}
+				if err := tx.InsertMany([]store.Record{rec(store.KindMember, "d", "lb", `{"v":0}`)}); err != nil {
+					return fmt.Errorf("insert after the conflict: %w", err)
+				}
+				if err := tx.UpdateMany([]store.Record{rec(store.KindMember, "a", "lb", `{"v":1}`)}); err != nil {
+					return err
+				}
+				return tx.UpdateMany([]store.Record{rec(store.KindMember, "b", "lb", `{"v":2}`), rec(store.KindMember, "d", "lb", `{"v":2}`)})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			// Rolled back: its staged rows must not reach a later update.
+			failed := errors.New("roll back")
+			for range 3 {
+				if _, err := s.Update(ctx, func(tx store.Tx) error {
+					if err := tx.UpdateMany([]store.Record{rec(store.KindMember, "a", "lb", `{"v":9}`)}); err != nil {
+						return err
+					}
+					return failed
+				}); !errors.Is(err, failed) {
+					t.Fatalf("rolled-back update: %v", err)
+				}
+			}
+			if _, err := s.Update(ctx, func(tx store.Tx) error {
+				return tx.UpdateMany([]store.Record{rec(store.KindMember, "b", "lb", `{"v":3}`)})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{"a": `{"v":1}`, "b": `{"v":3}`, "d": `{"v":2}`}
+			err := s.View(ctx, func(tx store.ReadTx) error {
+				got, err := tx.List(store.KindMember, store.Filter{LoadBalancerID: "lb"})
+				if len(got) != len(want) {
+					t.Errorf("%d members, want %d (c's failed batch adds none): %v", len(got), len(want), got)
+				}
+				for _, r := range got {
+					if string(r.Data) != want[r.ID] {
+						t.Errorf("%s: %s, want %s", r.ID, r.Data, want[r.ID])
+					}
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Update(ctx, func(tx store.Tx) error { return tx.DeleteMany(store.KindMember, []string{"a", "d", "gone"}) }); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.View(ctx, func(tx store.ReadTx) error {
+				got, err := tx.List(store.KindMember, store.Filter{LoadBalancerID: "lb"})
+				if len(got) != 1 || got[0].ID != "b" {
+					t.Errorf("after deleting a and d: %v, want b alone", got)
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestPostgresObjectsLayout: on PostgreSQL the objects' pages are filled
+// to half (room for heap-only updates) and the parent index leaves
+// members out, yet a lookup by parent of another kind still uses it.
+func TestPostgresObjectsLayout(t *testing.T) {
+	ctx := context.Background()
+	for _, e := range storetest.Engines(t) {
+		if e.Name != "postgres" {
+			continue
+		}
+		db, err := sql.Open("pgx", e.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var opts string
+		if err := db.QueryRowContext(ctx, "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE relname = 'objects'").Scan(&opts); err != nil {
+			t.Fatal(err)
+		}
+		if opts != "fillfactor=50" {
+			t.Errorf("objects' options %q, want fillfactor=50", opts)
+		}
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		// Any usable index beats a scan; the parent index is the one
+		// that matches both conditions.
+		if _, err := conn.ExecContext(ctx, "SET enable_seqscan = off"); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			kind store.Kind
+			uses bool
+		}{{store.KindPort, true}, {store.KindSecurityGroupRule, true}, {store.KindMember, false}} {
+			var plan strings.Builder
+			rows, err := conn.QueryContext(ctx, "EXPLAIN SELECT id FROM objects WHERE kind = '"+string(tc.kind)+"' AND parent_id = $1", "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan.WriteString(line + "\n")
+			}
+			rows.Close()
+			if got := strings.Contains(plan.String(), "objects_parent"); got != tc.uses {
+				t.Errorf("%s by parent uses objects_parent: %v, want %v\n%s", tc.kind, got, tc.uses, plan.String())
+			}
+		}
 	}
 }
 

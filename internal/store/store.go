@@ -200,8 +200,8 @@ type Tx interface {
 	// Insert adds a record; ErrConflict if the kind and id exist.
 	// A zero CreatedAt is set to the current time.
 	Insert(r Record) error
-	// InsertMany adds records in one statement; ErrConflict if any exists
-	// (then none is added).
+	// InsertMany adds records in few statements; ErrConflict if any exists
+	// (then none is added, and the transaction goes on).
 	InsertMany(rs []Record) error
 	// Update replaces Data (and ParentID, LoadBalancerID) of an existing
 	// record; ErrNotFound if it does not exist.

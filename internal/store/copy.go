@@ -1,0 +1,93 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// PostgreSQL takes many rows by COPY, its bulk path: the rows stream in
+// binary, go into the heap a page at a time and need no plan. Profiled
+// with 20,000 members, an INSERT … SELECT FROM unnest($1::text[], …)
+// cost the server three times the CPU of a COPY of the same rows (the
+// function scan stores each array's elements before the insert reads
+// them), and an UPDATE … FROM unnest(…) twice that of a COPY into a
+// temporary table and an UPDATE … FROM it.
+
+// copyCols are the columns COPY writes, in Record's order.
+var copyCols = strings.Split(cols, ", ")
+
+// recordRows feeds records to CopyFrom, one row of cols per record.
+type recordRows struct {
+	rs  []Record
+	i   int
+	row [8]any
+}
+
+func (r *recordRows) Next() bool { r.i++; return r.i <= len(r.rs) }
+
+func (r *recordRows) Values() ([]any, error) {
+	rec := &r.rs[r.i-1]
+	r.row = [8]any{string(rec.Kind), rec.ID, rec.ProjectID, rec.LoadBalancerID, rec.ParentID, rec.Name, string(rec.Data), rec.CreatedAt.UnixMicro()}
+	return r.row[:], nil
+}
+
+func (r *recordRows) Err() error { return nil }
+
+// copyInto copies rs into table on the transaction's connection, inside
+// the transaction.
+func (t *sqlTx) copyInto(table string, rs []Record) error {
+	return t.conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("copy into %s: connection is a %T, not pgx's", table, dc)
+		}
+		_, err := c.Conn().CopyFrom(t.ctx, pgx.Identifier{table}, copyCols, &recordRows{rs: rs})
+		return err
+	})
+}
+
+// insertCopy adds rs (stamped) by COPY, under InsertMany's savepoint: a
+// COPY has no ON CONFLICT, and a duplicate key fails the statement.
+func (t *sqlTx) insertCopy(rs []Record) error {
+	if err := t.copyInto("objects", rs); err != nil {
+		if pgCode(err) == "23505" { // unique_violation
+			return ErrConflict
+		}
+		return fmt.Errorf("insert %d records: %w", len(rs), err)
+	}
+	return nil
+}
+
+// updateCopy copies the new rows into a temporary table of the session
+// (made once per connection, emptied at each commit) and updates the
+// objects from it in one statement.
+func (t *sqlTx) updateCopy(rs []Record) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	if t.batched {
+		// An earlier batch of this transaction left its rows. (DELETE:
+		// a TRUNCATE would give the table a new file, a catalog update.)
+		if _, err := t.tx.ExecContext(t.ctx, "DELETE FROM objects_batch"); err != nil {
+			return fmt.Errorf("update %d records: %w", len(rs), err)
+		}
+	} else if _, err := t.tx.ExecContext(t.ctx, "CREATE TEMPORARY TABLE IF NOT EXISTS objects_batch (LIKE objects) ON COMMIT DELETE ROWS"); err != nil {
+		return fmt.Errorf("update %d records: %w", len(rs), err)
+	}
+	t.batched = true
+	if err := t.copyInto("objects_batch", rs); err != nil {
+		return fmt.Errorf("update %d records: %w", len(rs), err)
+	}
+	res, err := t.tx.ExecContext(t.ctx, "UPDATE objects SET project_id = v.project_id, loadbalancer_id = v.loadbalancer_id, "+
+		"parent_id = v.parent_id, name = v.name, data = v.data FROM objects_batch AS v WHERE objects.kind = v.kind AND objects.id = v.id")
+	if err != nil {
+		return fmt.Errorf("update %d records: %w", len(rs), err)
+	}
+	if got, _ := res.RowsAffected(); got != int64(len(rs)) {
+		return ErrNotFound
+	}
+	return nil
+}
