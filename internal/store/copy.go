@@ -8,16 +8,86 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// PostgreSQL takes many rows by COPY, its bulk path: the rows stream in
-// binary, go into the heap a page at a time and need no plan. Profiled
-// with 20,000 members, an INSERT … SELECT FROM unnest($1::text[], …)
-// cost the server three times the CPU of a COPY of the same rows (the
-// function scan stores each array's elements before the insert reads
-// them), and an UPDATE … FROM unnest(…) twice that of a COPY into a
-// temporary table and an UPDATE … FROM it.
+// PostgreSQL writes many rows in few round trips. A few rows go in one
+// statement of a constant text whose columns are arrays, unnested on the
+// server. From copyMin rows on, they go by COPY, PostgreSQL's bulk path:
+// the rows stream in binary and go into the heap a page at a time.
+// Profiled with 20,000 members, an INSERT … SELECT FROM unnest(…) cost
+// the server three times the CPU of a COPY of the same rows (the function
+// scan stores the arrays' elements before the insert reads them), and an
+// UPDATE … FROM unnest(…) twice that of a COPY into a temporary table and
+// an UPDATE … FROM it. A COPY costs two or three round trips more, which
+// a few rows do not earn back.
+const copyMin = 32
 
 // copyCols are the columns COPY writes, in Record's order.
 var copyCols = strings.Split(cols, ", ")
+
+// pgInsertMany adds rs (stamped).
+func (t *sqlTx) pgInsertMany(rs []Record) error {
+	if len(rs) >= copyMin {
+		return t.insertCopy(rs)
+	}
+	return t.insertArrays(rs)
+}
+
+// pgUpdateMany rewrites rs.
+func (t *sqlTx) pgUpdateMany(rs []Record) error {
+	if len(rs) >= copyMin {
+		return t.updateCopy(rs)
+	}
+	return t.updateArrays(rs)
+}
+
+// columns are the objects columns of rs as arrays, in cols' order (rs
+// stamped: every created_at set).
+func columns(rs []Record) (kinds, ids, projects, lbs, parents, names, data []string, created []int64) {
+	for _, r := range rs {
+		kinds = append(kinds, string(r.Kind))
+		ids = append(ids, r.ID)
+		projects = append(projects, r.ProjectID)
+		lbs = append(lbs, r.LoadBalancerID)
+		parents = append(parents, r.ParentID)
+		names = append(names, r.Name)
+		data = append(data, string(r.Data))
+		created = append(created, r.CreatedAt.UnixMicro())
+	}
+	return
+}
+
+func (t *sqlTx) insertArrays(rs []Record) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	kinds, ids, projects, lbs, parents, names, data, created := columns(rs)
+	res, err := t.tx.ExecContext(t.ctx, "INSERT INTO objects ("+cols+") "+
+		"SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[]) "+
+		"ON CONFLICT DO NOTHING", kinds, ids, projects, lbs, parents, names, data, created)
+	if err != nil {
+		return fmt.Errorf("insert %d records: %w", len(rs), err)
+	}
+	if got, _ := res.RowsAffected(); got != int64(len(rs)) {
+		return ErrConflict // the caller abandons the transaction
+	}
+	return nil
+}
+
+func (t *sqlTx) updateArrays(rs []Record) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	kinds, ids, projects, lbs, parents, names, data, _ := columns(rs)
+	res, err := t.tx.ExecContext(t.ctx, "UPDATE objects SET project_id = v.p, loadbalancer_id = v.l, parent_id = v.pa, name = v.n, data = v.d "+
+		"FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[]) AS v(k, i, p, l, pa, n, d) "+
+		"WHERE objects.kind = v.k AND objects.id = v.i", kinds, ids, projects, lbs, parents, names, data)
+	if err != nil {
+		return fmt.Errorf("update %d records: %w", len(rs), err)
+	}
+	if got, _ := res.RowsAffected(); got != int64(len(rs)) {
+		return ErrNotFound
+	}
+	return nil
+}
 
 // recordRows feeds records to CopyFrom, one row of cols per record.
 type recordRows struct {
@@ -49,8 +119,9 @@ func (t *sqlTx) copyInto(table string, rs []Record) error {
 	})
 }
 
-// insertCopy adds rs (stamped) by COPY, under InsertMany's savepoint: a
-// COPY has no ON CONFLICT, and a duplicate key fails the statement.
+// insertCopy adds rs (stamped) by COPY, which has no ON CONFLICT: a
+// duplicate key fails it, and with it the transaction, which the caller
+// abandons on ErrConflict anyway.
 func (t *sqlTx) insertCopy(rs []Record) error {
 	if err := t.copyInto("objects", rs); err != nil {
 		if pgCode(err) == "23505" { // unique_violation
@@ -65,9 +136,6 @@ func (t *sqlTx) insertCopy(rs []Record) error {
 // (made once per connection, emptied at each commit) and updates the
 // objects from it in one statement.
 func (t *sqlTx) updateCopy(rs []Record) error {
-	if len(rs) == 0 {
-		return nil
-	}
 	if t.batched {
 		// An earlier batch of this transaction left its rows. (DELETE:
 		// a TRUNCATE would give the table a new file, a catalog update.)

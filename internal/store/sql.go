@@ -410,31 +410,11 @@ func stamped(rs []Record) []Record {
 }
 
 func (t *sqlTx) InsertMany(rs []Record) error {
-	if len(rs) == 0 {
-		return nil
-	}
 	rs = stamped(rs)
-	// Under a savepoint, so that a conflict (or any failure) adds none of
-	// rs and leaves the transaction usable, whatever went in before it.
-	if _, err := t.tx.ExecContext(t.ctx, "SAVEPOINT insert_many"); err != nil {
-		return fmt.Errorf("insert %d records: %w", len(rs), err)
-	}
-	var err error
 	if t.s.eng.name() == "postgres" {
-		err = t.insertCopy(rs)
-	} else {
-		err = t.insertChunks(rs)
+		return t.pgInsertMany(rs)
 	}
-	if err != nil {
-		if _, rerr := t.tx.ExecContext(t.ctx, "ROLLBACK TO SAVEPOINT insert_many"); rerr != nil {
-			return fmt.Errorf("insert %d records: %w (and rolling back: %v)", len(rs), err, rerr)
-		}
-		return err
-	}
-	if _, err := t.tx.ExecContext(t.ctx, "RELEASE SAVEPOINT insert_many"); err != nil {
-		return fmt.Errorf("insert %d records: %w", len(rs), err)
-	}
-	return nil
+	return t.insertChunks(rs)
 }
 
 // insertChunks adds rs with multi-row INSERTs of insertChunk rows.
@@ -459,7 +439,7 @@ func (t *sqlTx) insertChunks(rs []Record) error {
 			return fmt.Errorf("insert %d records: %w", len(chunk), err)
 		}
 		if got, _ := res.RowsAffected(); got != int64(len(chunk)) {
-			return ErrConflict // the caller rolls back to its savepoint
+			return ErrConflict // the caller abandons the transaction
 		}
 	}
 	return nil
@@ -478,10 +458,10 @@ func (t *sqlTx) Update(r Record) error {
 }
 
 // UpdateMany rewrites many rows in few statements: on SQLite an UPDATE …
-// FROM (VALUES …) per chunk, on PostgreSQL a COPY and one UPDATE.
+// FROM (VALUES …) per chunk, on PostgreSQL see pgUpdateMany.
 func (t *sqlTx) UpdateMany(rs []Record) error {
 	if t.s.eng.name() == "postgres" {
-		return t.updateCopy(rs)
+		return t.pgUpdateMany(rs)
 	}
 	for len(rs) > 0 {
 		n := min(len(rs), insertChunk)

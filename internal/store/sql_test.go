@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -323,82 +324,100 @@ func TestInsertMany(t *testing.T) {
 	}
 }
 
-// TestManyInOneTransaction: a conflicting InsertMany adds nothing and the
-// transaction goes on (PostgreSQL's COPY runs under a savepoint); two
-// UpdateMany in one transaction, and one after a rolled-back transaction
-// on the same connections, each update their own rows only (PostgreSQL
-// stages them in a temporary table); DeleteMany takes any number of ids.
+// TestManyInOneTransaction: batches of a few rows and of many (which
+// PostgreSQL writes by COPY): a conflicting InsertMany gives ErrConflict
+// and, its transaction abandoned, adds none; two UpdateMany in one
+// transaction, and one after rolled-back transactions on the same
+// connections, each update their own rows only (PostgreSQL stages many
+// rows in a temporary table); DeleteMany takes any number of ids.
 func TestManyInOneTransaction(t *testing.T) {
 	ctx := context.Background()
 	for _, e := range storetest.Engines(t) {
-		t.Run(e.Name, func(t *testing.T) {
-			s := e.Store
-			if _, err := s.Update(ctx, func(tx store.Tx) error {
-				return tx.InsertMany([]store.Record{rec(store.KindMember, "a", "lb", `{"v":0}`), rec(store.KindMember, "b", "lb", `{"v":0}`)})
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Update(ctx, func(tx store.Tx) error {
-				err := tx.InsertMany([]store.Record{rec(store.KindMember, "c", "lb", "{}"), rec(store.KindMember, "a", "lb", "{}")})
-				if !errors.Is(err, store.ErrConflict) {
-					t.Errorf("batch with an existing id: %v, want ErrConflict", err)
+		for _, n := range []int{2, 100} {
+			t.Run(fmt.Sprintf("%s/%d", e.Name, n), func(t *testing.T) {
+				s := e.Store
+				lb := fmt.Sprintf("lb%d", n)
+				batch := func(prefix, data string) []store.Record {
+					var rs []store.Record
+					for i := range n {
+						rs = append(rs, rec(store.KindMember, fmt.Sprintf("%s-%s%03d", lb, prefix, i), lb, data))
+					}
+					return rs
 				}
-				if err := tx.InsertMany([]store.Record{rec(store.KindMember, "d", "lb", `{"v":0}`)}); err != nil {
-					return fmt.Errorf("insert after the conflict: %w", err)
+				if _, err := s.Update(ctx, func(tx store.Tx) error { return tx.InsertMany(batch("a", `{"v":0}`)) }); err != nil {
+					t.Fatal(err)
 				}
-				if err := tx.UpdateMany([]store.Record{rec(store.KindMember, "a", "lb", `{"v":1}`)}); err != nil {
-					return err
+				conflicting := append(batch("c", "{}"), batch("a", "{}")[n-1])
+				if _, err := s.Update(ctx, func(tx store.Tx) error { return tx.InsertMany(conflicting) }); !errors.Is(err, store.ErrConflict) {
+					t.Fatalf("batch with an existing id: %v, want ErrConflict", err)
 				}
-				return tx.UpdateMany([]store.Record{rec(store.KindMember, "b", "lb", `{"v":2}`), rec(store.KindMember, "d", "lb", `{"v":2}`)})
-			}); err != nil {
-				t.Fatal(err)
-			}
-			// Rolled back: its staged rows must not reach a later update.
-			failed := errors.New("roll back")
-			for range 3 {
 				if _, err := s.Update(ctx, func(tx store.Tx) error {
-					if err := tx.UpdateMany([]store.Record{rec(store.KindMember, "a", "lb", `{"v":9}`)}); err != nil {
+					if err := tx.InsertMany(batch("d", `{"v":0}`)); err != nil {
 						return err
 					}
-					return failed
-				}); !errors.Is(err, failed) {
-					t.Fatalf("rolled-back update: %v", err)
+					if err := tx.UpdateMany(batch("a", `{"v":1}`)); err != nil {
+						return err
+					}
+					return tx.UpdateMany(batch("d", `{"v":2}`))
+				}); err != nil {
+					t.Fatal(err)
 				}
-			}
-			if _, err := s.Update(ctx, func(tx store.Tx) error {
-				return tx.UpdateMany([]store.Record{rec(store.KindMember, "b", "lb", `{"v":3}`)})
-			}); err != nil {
-				t.Fatal(err)
-			}
-			want := map[string]string{"a": `{"v":1}`, "b": `{"v":3}`, "d": `{"v":2}`}
-			err := s.View(ctx, func(tx store.ReadTx) error {
-				got, err := tx.List(store.KindMember, store.Filter{LoadBalancerID: "lb"})
-				if len(got) != len(want) {
-					t.Errorf("%d members, want %d (c's failed batch adds none): %v", len(got), len(want), got)
-				}
-				for _, r := range got {
-					if string(r.Data) != want[r.ID] {
-						t.Errorf("%s: %s, want %s", r.ID, r.Data, want[r.ID])
+				// Rolled back: their staged rows must not reach a later
+				// update on the same connection.
+				failed := errors.New("roll back")
+				for range 3 {
+					if _, err := s.Update(ctx, func(tx store.Tx) error {
+						if err := tx.UpdateMany(batch("a", `{"v":9}`)); err != nil {
+							return err
+						}
+						return failed
+					}); !errors.Is(err, failed) {
+						t.Fatalf("rolled-back update: %v", err)
 					}
 				}
-				return err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Update(ctx, func(tx store.Tx) error { return tx.DeleteMany(store.KindMember, []string{"a", "d", "gone"}) }); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.View(ctx, func(tx store.ReadTx) error {
-				got, err := tx.List(store.KindMember, store.Filter{LoadBalancerID: "lb"})
-				if len(got) != 1 || got[0].ID != "b" {
-					t.Errorf("after deleting a and d: %v, want b alone", got)
+				if _, err := s.Update(ctx, func(tx store.Tx) error { return tx.UpdateMany(batch("d", `{"v":3}`)) }); err != nil {
+					t.Fatal(err)
 				}
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-		})
+				missing := append(batch("d", "{}"), rec(store.KindMember, "missing", lb, "{}"))
+				if _, err := s.Update(ctx, func(tx store.Tx) error { return tx.UpdateMany(missing) }); !errors.Is(err, store.ErrNotFound) {
+					t.Fatalf("update with a missing record: %v, want ErrNotFound", err)
+				}
+				list := func() map[string]string {
+					got := map[string]string{}
+					if err := s.View(ctx, func(tx store.ReadTx) error {
+						rs, err := tx.List(store.KindMember, store.Filter{LoadBalancerID: lb})
+						for _, r := range rs {
+							got[r.ID] = string(r.Data)
+						}
+						return err
+					}); err != nil {
+						t.Fatal(err)
+					}
+					return got
+				}
+				want := map[string]string{}
+				for _, r := range batch("a", `{"v":1}`) {
+					want[r.ID] = string(r.Data)
+				}
+				for _, r := range batch("d", `{"v":3}`) {
+					want[r.ID] = string(r.Data)
+				}
+				if got := list(); !maps.Equal(got, want) {
+					t.Errorf("members %v, want %v (the conflicting batch adds none)", got, want)
+				}
+				var ids []string
+				for _, r := range batch("d", "") {
+					ids = append(ids, r.ID)
+					delete(want, r.ID)
+				}
+				if _, err := s.Update(ctx, func(tx store.Tx) error { return tx.DeleteMany(store.KindMember, append(ids, "gone")) }); err != nil {
+					t.Fatal(err)
+				}
+				if got := list(); !maps.Equal(got, want) {
+					t.Errorf("after deleting the d batch: %v, want %v", got, want)
+				}
+			})
+		}
 	}
 }
 

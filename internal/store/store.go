@@ -200,8 +200,10 @@ type Tx interface {
 	// Insert adds a record; ErrConflict if the kind and id exist.
 	// A zero CreatedAt is set to the current time.
 	Insert(r Record) error
-	// InsertMany adds records in few statements; ErrConflict if any exists
-	// (then none is added, and the transaction goes on).
+	// InsertMany adds records in few statements; ErrConflict if any
+	// exists, and then the caller abandons the transaction (returns an
+	// error), which undoes what went in: on PostgreSQL a conflict in a
+	// large batch fails the transaction.
 	InsertMany(rs []Record) error
 	// Update replaces Data (and ParentID, LoadBalancerID) of an existing
 	// record; ErrNotFound if it does not exist.
