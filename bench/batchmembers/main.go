@@ -155,7 +155,7 @@ type dbClock func() (time.Duration, bool)
 
 func noDBClock() (time.Duration, bool) { return 0, false }
 
-func run(ctx context.Context, engine, dsn string, dbCPU dbClock, sizes []int) ([]result, error) {
+func run(ctx context.Context, engine, dsn string, dbCPU dbClock, sizes []int, otherWriter bool) ([]result, error) {
 	dir, err := os.MkdirTemp("", "flowlb-bench-")
 	if err != nil {
 		return nil, err
@@ -194,7 +194,9 @@ func run(ctx context.Context, engine, dsn string, dbCPU dbClock, sizes []int) ([
 		var starts []time.Time
 		var lat []time.Duration
 		var werr error
-		wg.Go(func() { starts, lat, werr = writer(a, other, stop) })
+		if otherWriter {
+			wg.Go(func() { starts, lat, werr = writer(a, other, stop) })
+		}
 		time.Sleep(200 * time.Millisecond) // the writer is going
 		db0, hasDB := dbCPU()
 		t0, cpu0 := time.Now(), cpuTime()
@@ -257,6 +259,7 @@ func main() {
 	sqlite := flag.Bool("sqlite", true, "measure the embedded SQLite store")
 	pg := flag.String("postgres", "", `PostgreSQL DSN to measure, or "auto" to start a throwaway cluster`)
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	otherWriter := flag.Bool("other-writer", true, "update another load balancer in a loop during each batch (false: the CPU times are the batch's own)")
 	flag.Parse()
 	sizes, err := benchkit.Counts("sizes", "member count", *sizeList)
 	if err != nil {
@@ -275,7 +278,7 @@ func main() {
 			fatal(err)
 		}
 		defer os.RemoveAll(dir)
-		rs, err := run(ctx, "sqlite", filepath.Join(dir, "flowlb.db"), noDBClock, sizes)
+		rs, err := run(ctx, "sqlite", filepath.Join(dir, "flowlb.db"), noDBClock, sizes, *otherWriter)
 		if err != nil {
 			fatal(err)
 		}
@@ -291,7 +294,7 @@ func main() {
 		if err != nil {
 			fatal(err)
 		}
-		rs, err := run(ctx, "postgres", dsn, pgs.CPUTime, sizes)
+		rs, err := run(ctx, "postgres", dsn, pgs.CPUTime, sizes, *otherWriter)
 		if err != nil {
 			fatal(err)
 		}
