@@ -592,11 +592,17 @@ func (s *SQL) update(ctx context.Context, fn func(tx Tx) error) (Commit, error) 
 	if err != nil {
 		return Commit{}, fmt.Errorf("begin: %w", err)
 	}
-	defer conn.Close()
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
+		conn.Close()
 		return Commit{}, fmt.Errorf("begin: %w", err)
 	}
+	defer func() {
+		// The connection goes back to the pool only once the transaction
+		// is over (Close waits for it): end it if fn panicked.
+		_ = tx.Rollback()
+		conn.Close()
+	}()
 	t := &sqlTx{s: s, tx: tx, conn: conn, ctx: ctx, touched: map[string]bool{}, pend: map[string]string{}, write: true}
 	committed := false
 	defer func() {

@@ -647,3 +647,39 @@ func BenchmarkInsertThenUpdateMany(b *testing.B) {
 		})
 	}
 }
+
+// TestUpdatePanics: a transaction whose fn panics is rolled back and its
+// connection returned, so that the next write gets one (SQLite has a
+// single writer connection).
+func TestUpdatePanics(t *testing.T) {
+	for _, e := range storetest.Engines(t) {
+		t.Run(e.Name, func(t *testing.T) {
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Error("the panic did not come through")
+					}
+				}()
+				_, _ = e.Store.Update(context.Background(), func(tx store.Tx) error {
+					if err := tx.Insert(rec(store.KindMember, "panicked", "lb", "{}")); err != nil {
+						return err
+					}
+					panic("in the transaction")
+				})
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := e.Store.Update(ctx, func(tx store.Tx) error { return tx.Insert(rec(store.KindMember, "next", "lb", "{}")) }); err != nil {
+				t.Fatalf("the write after the panic: %v", err)
+			}
+			if err := e.Store.View(ctx, func(tx store.ReadTx) error {
+				if _, err := tx.Get(store.KindMember, "panicked"); !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("the panicked transaction's insert: %v, want it rolled back", err)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
