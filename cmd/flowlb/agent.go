@@ -142,7 +142,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		return err
 	}
 	if unusable != nil {
-		log.Warn("the node's identity does not load; enrolling again with the bootstrap token", "err", unusable)
+		log.Warn("the node's identity does not load; enrolling again with the bootstrap token, which the servers refuse while the identity they issued last is valid (`flowlb server node forget NODE` releases the name)", "err", unusable)
 	}
 	var nets []netip.Prefix
 	for _, c := range o.podCIDRs {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/flowlb/flowlb/internal/config"
 	"github.com/flowlb/flowlb/internal/identity"
@@ -37,7 +38,15 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 			return runServer(cmd.Context(), o, logLevel)
 		},
 	}
-	f := cmd.Flags()
+	serverFlags(cmd.Flags(), &o, &logLevel, &agentSecret)
+	cmd.AddCommand(newServerNodeCmd())
+	return withConfig(cmd)
+}
+
+// serverFlags are the server's flags, into o: the node subcommands take
+// them too, so that they read the server's own configuration file and
+// find its database.
+func serverFlags(f *pflag.FlagSet, o *server.Options, logLevel, agentSecret *string) {
 	f.StringVar(&o.Listen, "listen", "127.0.0.1:9876", "address to serve the API on")
 	f.StringVar(&o.DataDir, "data-dir", defaultDataDir(), "directory of the embedded SQLite database")
 	f.StringVar(&o.Database, "database", "", "database DSN: a SQLite path or postgres://... (default: <data-dir>/flowlb.db)")
@@ -57,12 +66,12 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 	f.StringVar(&o.ExternalVIPCIDR, "external-vip-cidr", "198.19.128.0/17", "CIDR of the default external VIP subnet created at start (empty: none)")
 	f.StringVar(&o.VIPCIDR6, "vip-cidr6", "", "IPv6 CIDR of a second default VIP subnet, on the network of --vip-cidr, created at start (empty: none; e.g. 2001:2:0:8000::/65)")
 	f.StringVar(&o.ExternalVIPCIDR6, "external-vip-cidr6", "", "IPv6 CIDR of a second default external VIP subnet, on the network of --external-vip-cidr, created at start (empty: none; e.g. 2001:2:0:8000:8000::/65)")
-	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.AgentListen, "agent-listen", "127.0.0.1:9877", "address of the agent stream (gRPC)")
 	f.StringVar(&o.AgentTokenFile, "agent-token-file", "", "file holding the agents' bootstrap token, created if missing (default: <data-dir>/agent-token); a node presents it once, to get its identity")
 	f.StringVar(&o.AgentCACert, "agent-ca-cert", "", "CA certificate of the agents' and replicas' identities, created with its key if both are missing (default: <data-dir>/agent-ca.crt); replicas share it, agents trust it (--ca-file)")
 	f.StringVar(&o.AgentCAKey, "agent-ca-key", "", "the CA's private key (default: <data-dir>/agent-ca.key)")
-	f.StringVar(&agentSecret, "agent-secret", "", "NAMESPACE/NAME: keep the agents' CA and token in Kubernetes Secrets NAME-ca (replicas) and NAME (ca.crt and token, for agents), made by the first replica to start (in-cluster config or $KUBECONFIG); overrides --agent-ca-cert, --agent-ca-key and --agent-token-file")
+	f.StringVar(agentSecret, "agent-secret", "", "NAMESPACE/NAME: keep the agents' CA and token in Kubernetes Secrets NAME-ca (replicas) and NAME (ca.crt and token, for agents), made by the first replica to start (in-cluster config or $KUBECONFIG); overrides --agent-ca-cert, --agent-ca-key and --agent-token-file")
 	f.DurationVar(&o.IdentityTTL, "agent-identity-ttl", 24*time.Hour, "lifetime of a node's identity; agents renew it past two thirds")
 	f.DurationVar(&o.HTTP.Read, "http-read-timeout", 60*time.Second, "longest time to read a request, body included (its headers: 10 s)")
 	f.DurationVar(&o.HTTP.Write, "http-write-timeout", 60*time.Second, "longest time to write a response")
@@ -83,7 +92,6 @@ embedded SQLite database in the data directory and serves noauth requests.`,
 	config.OneOf(f, "network", "neutron", "noop")
 	config.OneOf(f, "stats-metrics", "member", "listener", "loadbalancer", "none")
 	config.Check(f, "log-level", checkLogLevel)
-	return withConfig(cmd)
 }
 
 func defaultDataDir() string {

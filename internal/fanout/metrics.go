@@ -11,20 +11,21 @@ import (
 
 // metrics are the hub's, on the server's /metrics.
 type metrics struct {
-	timeouts       prometheus.Counter
-	agents         prometheus.Gauge
-	lagRevisions   prometheus.Gauge
-	lagSeconds     prometheus.Gauge
-	realized       prometheus.Histogram
-	programmed     prometheus.Histogram
-	healthResults  *prometheus.CounterVec
-	statsErrors    prometheus.Counter
-	healthReaction prometheus.Histogram
-	authFailures   prometheus.Counter
-	identities     *prometheus.CounterVec
-	keyConflicts   prometheus.Counter
-	keyMoves       prometheus.Counter
-	h              *Hub
+	timeouts        prometheus.Counter
+	agents          prometheus.Gauge
+	lagRevisions    prometheus.Gauge
+	lagSeconds      prometheus.Gauge
+	realized        prometheus.Histogram
+	programmed      prometheus.Histogram
+	healthResults   *prometheus.CounterVec
+	statsErrors     prometheus.Counter
+	healthReaction  prometheus.Histogram
+	authFailures    prometheus.Counter
+	identities      *prometheus.CounterVec
+	bindingRefusals *prometheus.CounterVec
+	keyConflicts    prometheus.Counter
+	keyMoves        prometheus.Counter
+	h               *Hub
 }
 
 func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
@@ -52,6 +53,8 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 			Help: "Agent calls refused: no or another node's identity, bad bootstrap token."}),
 		identities: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_fanout_identities_issued_total",
 			Help: "Node identities issued, by kind (enrollment with the bootstrap token, renewal)."}, []string{"kind"}),
+		bindingRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_fanout_identity_refusals_total",
+			Help: "Node identities refused because the name is bound to another: by kind, enrollment (the bootstrap token asked for a name whose identity is valid) or renewal (by an identity the name is no longer bound to)."}, []string{"kind"}),
 		keyConflicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_key_conflicts_total",
 			Help: "Claims of a VIP, protocol and port that a senior load balancer holds: the claimant's service is not programmed (each counted when it starts to lose)."}),
 		keyMoves: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_key_owner_changes_total",
@@ -59,7 +62,7 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.timeouts, m.agents, m.lagRevisions, m.lagSeconds, m.realized, m.programmed, m.healthResults, m.healthReaction, m.statsErrors,
-			m.authFailures, m.identities, m.keyConflicts, m.keyMoves,
+			m.authFailures, m.identities, m.bindingRefusals, m.keyConflicts, m.keyMoves,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_acks_pending", Help: "Changes waiting for the agents' acks."}, func() float64 {
 				h.mu.Lock()
 				defer h.mu.Unlock()

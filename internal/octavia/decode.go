@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/flowlb/flowlb/internal/httpedge"
+	"github.com/flowlb/flowlb/internal/jsondoc"
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 )
 
@@ -65,7 +66,8 @@ func typed[T any](attrs any) (T, error) {
 	var out T
 	b, err := json.Marshal(attrs)
 	if err == nil {
-		err = json.Unmarshal(b, &out)
+		// encoding/json's result, faster: the document is our own.
+		err = jsondoc.Unmarshal(b, &out)
 	}
 	if err != nil {
 		return out, fault.BadRequest("Invalid input: %v", err)

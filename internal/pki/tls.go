@@ -5,9 +5,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -173,9 +175,28 @@ func NewNodeRequest(node string) (*ecdsa.PrivateKey, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: node}}, key)
+	csr, err := NodeRequest(key, node)
 	if err != nil {
 		return nil, nil, err
 	}
 	return key, csr, nil
+}
+
+// NodeRequest makes node's certificate request for a key it has already.
+func NodeRequest(key crypto.Signer, node string) ([]byte, error) {
+	if err := checkName(node); err != nil {
+		return nil, err
+	}
+	return x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: node}}, key)
+}
+
+// KeyID names a public key: the SHA-256 of its DER form
+// (SubjectPublicKeyInfo), in hex.
+func KeyID(pub crypto.PublicKey) (string, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:]), nil
 }

@@ -6,8 +6,11 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +24,7 @@ import (
 	"github.com/flowlb/flowlb/internal/agent"
 	"github.com/flowlb/flowlb/internal/pki"
 	"github.com/flowlb/flowlb/internal/server"
+	"github.com/flowlb/flowlb/internal/store"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
 
@@ -130,6 +134,113 @@ func TestAgentIdentities(t *testing.T) {
 	stranger := rawClient(t, c, s, &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key})
 	if err := subscribe(t, stranger, "n1"); err == nil {
 		t.Error("an identity of another CA was accepted")
+	}
+}
+
+// renew asks for a new identity of node with the identity cert.
+func renew(t *testing.T, c *cluster, s *server.Server, cert *tls.Certificate, node string) (*tls.Certificate, error) {
+	t.Helper()
+	return enroll(t, rawClient(t, c, s, cert), "", node)
+}
+
+// metricOf reads a sample of a replica's /metrics, 0 if absent.
+func metricOf(t *testing.T, s *server.Server, sample string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + s.APIAddr.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, sample+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
+}
+
+// A node name is bound to the identity last issued for it, on every
+// replica: the token does not enroll it again while that identity is
+// valid, except for the same key (an enrollment whose answer was lost);
+// renewals go from identity to identity; forgetting the name frees it
+// for the token and stops the old identity from renewing.
+func TestNodeNameBound(t *testing.T) {
+	c := newCluster(t)
+	a := c.start("a", 5*time.Second)
+	b := c.start("b", 5*time.Second)
+	anonymousA, anonymousB := rawClient(t, c, a, nil), rawClient(t, c, b, nil)
+
+	key, csr, err := pki.NewNodeRequest("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(client agentv1.AgentClient) (*tls.Certificate, error) {
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+c.token), 5*time.Second)
+		defer cancel()
+		resp, err := client.Enroll(ctx, &agentv1.EnrollRequest{Node: "n1", CertificateRequest: csr})
+		if err != nil {
+			return nil, err
+		}
+		return &tls.Certificate{Certificate: [][]byte{resp.GetCertificate()}, PrivateKey: key}, nil
+	}
+	first, err := ask(anonymousA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same request again, at the other replica: its answer was lost.
+	if _, err := ask(anonymousB); err != nil {
+		t.Errorf("the same key enrolling again: %v", err)
+	}
+	before := metricOf(t, b, `flowlb_fanout_identity_refusals_total{kind="enrollment"}`)
+	_, err = enroll(t, anonymousB, c.token, "n1")
+	wantCode(t, "another key enrolling n1 with the token", err, codes.PermissionDenied)
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, `node "n1" is enrolled already, with an identity valid until`) ||
+		!strings.Contains(msg, "flowlb server node forget n1") {
+		t.Errorf("the refusal says %q", msg)
+	}
+	if got := metricOf(t, b, `flowlb_fanout_identity_refusals_total{kind="enrollment"}`); got != before+1 {
+		t.Errorf("refused enrollments counted %v, want %v", got, before+1)
+	}
+	if _, err := enroll(t, anonymousB, c.token, "n2"); err != nil {
+		t.Errorf("enrolling another name: %v", err)
+	}
+
+	second, err := renew(t, c, b, first, "n1")
+	if err != nil {
+		t.Fatalf("n1 renewing at the other replica: %v", err)
+	}
+	// The answer to that renewal lost: n1 renews with the first again.
+	third, err := renew(t, c, a, first, "n1")
+	if err != nil {
+		t.Fatalf("n1 renewing with the identity before its last: %v", err)
+	}
+	_, err = renew(t, c, a, second, "n1")
+	wantCode(t, "n1 renewing with an identity two renewals back", err, codes.PermissionDenied)
+	if got := metricOf(t, a, `flowlb_fanout_identity_refusals_total{kind="renewal"}`); got != 1 {
+		t.Errorf("refused renewals counted %v, want 1", got)
+	}
+
+	st, err := store.Open(context.Background(), c.dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, bound, err := st.ForgetNode(context.Background(), "n1"); err != nil || !bound {
+		t.Fatalf("forget n1: %v %v", bound, err)
+	}
+	_, err = renew(t, c, b, third, "n1")
+	wantCode(t, "the forgotten identity renewing", err, codes.PermissionDenied)
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "no longer the one the name is bound to") {
+		t.Errorf("the refusal says %q", msg)
+	}
+	fresh, err := enroll(t, anonymousA, c.token, "n1")
+	if err != nil {
+		t.Fatalf("the token enrolling a forgotten name: %v", err)
+	}
+	if err := subscribe(t, rawClient(t, c, b, fresh), "n1"); err != nil {
+		t.Errorf("the new identity subscribing: %v", err)
 	}
 }
 

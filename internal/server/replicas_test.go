@@ -29,8 +29,10 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 type cluster struct {
 	// identityTTL, if set, is the replicas' node identity lifetime.
 	identityTTL time.Duration
-	// identityDirs, if set, keep the identities of the named nodes'
-	// agents from one agent to the next.
+	// identityDirs keep the identities of the nodes' agents from one
+	// agent to the next, as a node's disk does (a test may set a node's
+	// beforehand); the servers do not enroll a name again while the
+	// identity they issued for it is valid.
 	identityDirs map[string]string
 	// options, if set, changes each replica's options.
 	options func(*server.Options)
@@ -178,13 +180,16 @@ func (c *cluster) startAgentWith(cfg agent.Config, k *kernel) *agent.Agent {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if cfg.Identity == nil && cfg.Node != "" && c.identityDirs != nil {
-		if cfg.Identity, _, err = agent.LoadIdentity(c.identityDirs[cfg.Node], caPEM); err != nil {
-			c.t.Fatal(err)
-		}
-	}
 	if cfg.Identity == nil {
-		if cfg.Identity, _, err = agent.LoadIdentity(c.t.TempDir(), caPEM); err != nil {
+		if c.identityDirs == nil {
+			c.identityDirs = map[string]string{}
+		}
+		dir, ok := c.identityDirs[cfg.Node]
+		if !ok || cfg.Node == "" {
+			dir = c.t.TempDir()
+			c.identityDirs[cfg.Node] = dir
+		}
+		if cfg.Identity, _, err = agent.LoadIdentity(dir, caPEM); err != nil {
 			c.t.Fatal(err)
 		}
 	}

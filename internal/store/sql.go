@@ -226,6 +226,8 @@ func (s *SQL) Close() error {
 type sqlTx struct {
 	s       *SQL
 	tx      *sql.Tx
+	conn    *sql.Conn // the write transaction's connection, for COPY on PostgreSQL
+	batched bool      // PostgreSQL: objects_batch has rows of this transaction
 	ctx     context.Context
 	touched map[string]bool
 	pend    map[string]string // load balancer → owner of its pending change
@@ -447,8 +449,13 @@ func stamped(rs []Record) []Record {
 func (t *sqlTx) InsertMany(rs []Record) error {
 	rs = stamped(rs)
 	if t.s.eng.name() == "postgres" {
-		return t.insertArrays(rs)
+		return t.pgInsertMany(rs)
 	}
+	return t.insertChunks(rs)
+}
+
+// insertChunks adds rs with multi-row INSERTs of insertChunk rows.
+func (t *sqlTx) insertChunks(rs []Record) error {
 	for len(rs) > 0 {
 		n := min(len(rs), insertChunk)
 		chunk := rs[:n]
@@ -469,9 +476,7 @@ func (t *sqlTx) InsertMany(rs []Record) error {
 			return fmt.Errorf("insert %d records: %w", len(chunk), err)
 		}
 		if got, _ := res.RowsAffected(); got != int64(len(chunk)) {
-			// Callers abort the transaction on ErrConflict, which undoes the
-			// rows that did go in.
-			return ErrConflict
+			return ErrConflict // the caller abandons the transaction
 		}
 	}
 	return nil
@@ -489,13 +494,13 @@ func (t *sqlTx) Update(r Record) error {
 	return nil
 }
 
-// UpdateMany rewrites many rows with one UPDATE … FROM (VALUES …): one
-// round trip for all the objects a change touched. It sets only data and
-// name: SQLite rewrites the entries of every index over a column an
-// UPDATE sets, whether or not its value changes.
+// UpdateMany rewrites many rows in few statements: on SQLite an UPDATE …
+// FROM (VALUES …) per chunk, on PostgreSQL see pgUpdateMany. It sets only
+// data and name: SQLite rewrites the entries of every index over a column
+// an UPDATE sets, whether or not its value changes.
 func (t *sqlTx) UpdateMany(rs []Record) error {
 	if t.s.eng.name() == "postgres" {
-		return t.updateArrays(rs)
+		return t.pgUpdateMany(rs)
 	}
 	for len(rs) > 0 {
 		n := min(len(rs), insertChunk)
@@ -535,6 +540,13 @@ func (t *sqlTx) Delete(kind Kind, id string) error {
 }
 
 func (t *sqlTx) DeleteMany(kind Kind, ids []string) error {
+	if t.s.eng.name() == "postgres" && len(ids) > 0 {
+		// One statement for any number, the ids as an array.
+		if _, err := t.tx.ExecContext(t.ctx, "DELETE FROM objects WHERE kind = $1 AND id = ANY($2::text[])", string(kind), ids); err != nil {
+			return fmt.Errorf("delete %d %s: %w", len(ids), kind, err)
+		}
+		return nil
+	}
 	for len(ids) > 0 {
 		n := min(len(ids), insertChunk)
 		args := make([]any, 0, n+1)
@@ -613,11 +625,23 @@ func (s *SQL) Update(ctx context.Context, fn func(tx Tx) error) (Commit, error) 
 }
 
 func (s *SQL) update(ctx context.Context, fn func(tx Tx) error) (Commit, error) {
-	tx, err := s.writer.BeginTx(ctx, nil)
+	// The transaction's own connection, so that a COPY can go on it.
+	conn, err := s.writer.Conn(ctx)
 	if err != nil {
 		return Commit{}, fmt.Errorf("begin: %w", err)
 	}
-	t := &sqlTx{s: s, tx: tx, ctx: ctx, touched: map[string]bool{}, pend: map[string]string{}, write: true}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		conn.Close()
+		return Commit{}, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		// The connection goes back to the pool only once the transaction
+		// is over (Close waits for it): end it if fn panicked.
+		_ = tx.Rollback()
+		conn.Close()
+	}()
+	t := &sqlTx{s: s, tx: tx, conn: conn, ctx: ctx, touched: map[string]bool{}, pend: map[string]string{}, write: true}
 	committed := false
 	defer func() {
 		if !committed {

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -332,6 +334,158 @@ func TestInsertMany(t *testing.T) {
 	}
 }
 
+// TestManyInOneTransaction: batches of a few rows and of many (which
+// PostgreSQL writes by COPY): a conflicting InsertMany gives ErrConflict
+// and, its transaction abandoned, adds none; two UpdateMany in one
+// transaction, and one after rolled-back transactions on the same
+// connections, each update their own rows only (PostgreSQL stages many
+// rows in a temporary table); DeleteMany takes any number of ids.
+func TestManyInOneTransaction(t *testing.T) {
+	ctx := context.Background()
+	for _, e := range storetest.Engines(t) {
+		for _, n := range []int{2, 100} {
+			t.Run(fmt.Sprintf("%s/%d", e.Name, n), func(t *testing.T) {
+				s := e.Store
+				lb := fmt.Sprintf("lb%d", n)
+				batch := func(prefix, data string) []store.Record {
+					var rs []store.Record
+					for i := range n {
+						rs = append(rs, rec(store.KindMember, fmt.Sprintf("%s-%s%03d", lb, prefix, i), lb, data))
+					}
+					return rs
+				}
+				if _, err := s.Update(ctx, func(tx store.Tx) error { return tx.InsertMany(batch("a", `{"v":0}`)) }); err != nil {
+					t.Fatal(err)
+				}
+				conflicting := append(batch("c", "{}"), batch("a", "{}")[n-1])
+				if _, err := s.Update(ctx, func(tx store.Tx) error { return tx.InsertMany(conflicting) }); !errors.Is(err, store.ErrConflict) {
+					t.Fatalf("batch with an existing id: %v, want ErrConflict", err)
+				}
+				if _, err := s.Update(ctx, func(tx store.Tx) error {
+					if err := tx.InsertMany(batch("d", `{"v":0}`)); err != nil {
+						return err
+					}
+					if err := tx.UpdateMany(batch("a", `{"v":1}`)); err != nil {
+						return err
+					}
+					return tx.UpdateMany(batch("d", `{"v":2}`))
+				}); err != nil {
+					t.Fatal(err)
+				}
+				// Rolled back: their staged rows must not reach a later
+				// update on the same connection.
+				failed := errors.New("roll back")
+				for range 3 {
+					if _, err := s.Update(ctx, func(tx store.Tx) error {
+						if err := tx.UpdateMany(batch("a", `{"v":9}`)); err != nil {
+							return err
+						}
+						return failed
+					}); !errors.Is(err, failed) {
+						t.Fatalf("rolled-back update: %v", err)
+					}
+				}
+				if _, err := s.Update(ctx, func(tx store.Tx) error { return tx.UpdateMany(batch("d", `{"v":3}`)) }); err != nil {
+					t.Fatal(err)
+				}
+				missing := append(batch("d", "{}"), rec(store.KindMember, "missing", lb, "{}"))
+				if _, err := s.Update(ctx, func(tx store.Tx) error { return tx.UpdateMany(missing) }); !errors.Is(err, store.ErrNotFound) {
+					t.Fatalf("update with a missing record: %v, want ErrNotFound", err)
+				}
+				list := func() map[string]string {
+					got := map[string]string{}
+					if err := s.View(ctx, func(tx store.ReadTx) error {
+						rs, err := tx.List(store.KindMember, store.Filter{LoadBalancerID: lb})
+						for _, r := range rs {
+							got[r.ID] = string(r.Data)
+						}
+						return err
+					}); err != nil {
+						t.Fatal(err)
+					}
+					return got
+				}
+				want := map[string]string{}
+				for _, r := range batch("a", `{"v":1}`) {
+					want[r.ID] = string(r.Data)
+				}
+				for _, r := range batch("d", `{"v":3}`) {
+					want[r.ID] = string(r.Data)
+				}
+				if got := list(); !maps.Equal(got, want) {
+					t.Errorf("members %v, want %v (the conflicting batch adds none)", got, want)
+				}
+				var ids []string
+				for _, r := range batch("d", "") {
+					ids = append(ids, r.ID)
+					delete(want, r.ID)
+				}
+				if _, err := s.Update(ctx, func(tx store.Tx) error { return tx.DeleteMany(store.KindMember, append(ids, "gone")) }); err != nil {
+					t.Fatal(err)
+				}
+				if got := list(); !maps.Equal(got, want) {
+					t.Errorf("after deleting the d batch: %v, want %v", got, want)
+				}
+			})
+		}
+	}
+}
+
+// TestPostgresObjectsLayout: on PostgreSQL the objects' pages are filled
+// to half (room for heap-only updates) and the parent index leaves
+// members out, yet a lookup by parent of another kind still uses it.
+func TestPostgresObjectsLayout(t *testing.T) {
+	ctx := context.Background()
+	for _, e := range storetest.Engines(t) {
+		if e.Name != "postgres" {
+			continue
+		}
+		db, err := sql.Open("pgx", e.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var opts string
+		if err := db.QueryRowContext(ctx, "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE relname = 'objects'").Scan(&opts); err != nil {
+			t.Fatal(err)
+		}
+		if opts != "fillfactor=50" {
+			t.Errorf("objects' options %q, want fillfactor=50", opts)
+		}
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		// Any usable index beats a scan; the parent index is the one
+		// that matches both conditions.
+		if _, err := conn.ExecContext(ctx, "SET enable_seqscan = off"); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			kind store.Kind
+			uses bool
+		}{{store.KindPort, true}, {store.KindSecurityGroupRule, true}, {store.KindMember, false}} {
+			var plan strings.Builder
+			rows, err := conn.QueryContext(ctx, "EXPLAIN SELECT id FROM objects WHERE kind = '"+string(tc.kind)+"' AND parent_id = $1", "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan.WriteString(line + "\n")
+			}
+			rows.Close()
+			if got := strings.Contains(plan.String(), "objects_parent"); got != tc.uses {
+				t.Errorf("%s by parent uses objects_parent: %v, want %v\n%s", tc.kind, got, tc.uses, plan.String())
+			}
+		}
+	}
+}
+
 // TestNameFilter: a load balancer's name is a column, so that a lookup by
 // name is an index lookup; a database from before the column gets it
 // filled from the documents when it is opened.
@@ -499,6 +653,42 @@ func BenchmarkInsertThenUpdateMany(b *testing.B) {
 				if _, err := e.Store.Update(ctx, func(tx store.Tx) error { return tx.UpdateMany(batch) }); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// TestUpdatePanics: a transaction whose fn panics is rolled back and its
+// connection returned, so that the next write gets one (SQLite has a
+// single writer connection).
+func TestUpdatePanics(t *testing.T) {
+	for _, e := range storetest.Engines(t) {
+		t.Run(e.Name, func(t *testing.T) {
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Error("the panic did not come through")
+					}
+				}()
+				_, _ = e.Store.Update(context.Background(), func(tx store.Tx) error {
+					if err := tx.Insert(rec(store.KindMember, "panicked", "lb", "{}")); err != nil {
+						return err
+					}
+					panic("in the transaction")
+				})
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := e.Store.Update(ctx, func(tx store.Tx) error { return tx.Insert(rec(store.KindMember, "next", "lb", "{}")) }); err != nil {
+				t.Fatalf("the write after the panic: %v", err)
+			}
+			if err := e.Store.View(ctx, func(tx store.ReadTx) error {
+				if _, err := tx.Get(store.KindMember, "panicked"); !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("the panicked transaction's insert: %v, want it rolled back", err)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

@@ -104,9 +104,53 @@ type Store interface {
 	View(ctx context.Context, fn func(tx ReadTx) error) error
 	Log
 	Cluster
+	Nodes
 	Stats
 	Close() error
 }
+
+// Nodes binds each node name to the identity last issued for it, so that
+// whoever holds the bootstrap token cannot get an identity for a name in
+// use: the replicas share the bindings.
+type Nodes interface {
+	// EnrollNode binds id.Node to id, an identity issued against the
+	// bootstrap token, unless the name is bound to an identity of
+	// another key, from the same CA, that is still valid (by the
+	// database's clock): then ErrConflict, with that binding.
+	EnrollNode(ctx context.Context, id NodeIdentity) (NodeIdentity, error)
+	// RenewNode binds id.Node to id, issued to a node that presented an
+	// identity of key presented, if that is the key the name is bound
+	// to or the one before it (whose renewal's answer may have been
+	// lost), or if the name was never bound (an identity from before
+	// bindings); else ErrConflict, with the binding.
+	RenewNode(ctx context.Context, id NodeIdentity, presented string) (NodeIdentity, error)
+	// ForgetNode releases a name: the token may enroll it again at once,
+	// and no identity issued for it before may renew it. It returns the
+	// binding the name had, if it had one.
+	ForgetNode(ctx context.Context, node string) (NodeIdentity, bool, error)
+	// NodeIdentities lists the bindings, released names included, by
+	// name.
+	NodeIdentities(ctx context.Context) ([]NodeIdentity, error)
+}
+
+// NodeIdentity is the identity a node name is bound to.
+type NodeIdentity struct {
+	Node string
+	// Key is the identity's public key, hashed (pki.KeyID); empty once
+	// the name is released.
+	Key string
+	// CA is the issuing CA's public key, hashed: a binding to an
+	// identity of another CA (rotated since) does not hold.
+	CA string
+	// NotAfter is when the identity expires (zero once released).
+	NotAfter time.Time
+	// Issued is when it was issued, or the name released.
+	Issued time.Time
+}
+
+// Released reports whether the name was released (ForgetNode) and not
+// enrolled since.
+func (n NodeIdentity) Released() bool { return n.Key == "" }
 
 // Stats keeps what the agents count, per listener and per member, summed
 // over nodes.
@@ -204,14 +248,16 @@ type Tx interface {
 	// Insert adds a record; ErrConflict if the kind and id exist.
 	// A zero CreatedAt is set to the current time.
 	Insert(r Record) error
-	// InsertMany adds records in one statement; ErrConflict if any exists
-	// (then none is added).
+	// InsertMany adds records in few statements; ErrConflict if any
+	// exists, and then the caller abandons the transaction (returns an
+	// error), which undoes what went in: on PostgreSQL a conflict in a
+	// large batch fails the transaction.
 	InsertMany(rs []Record) error
 	// Update replaces Data (and ParentID, LoadBalancerID) of an existing
 	// record; ErrNotFound if it does not exist.
 	Update(r Record) error
-	// UpdateMany replaces Data and Name of existing records in one
-	// statement; ErrNotFound if any is missing. A record's placement
+	// UpdateMany replaces Data and Name of existing records in few
+	// statements; ErrNotFound if any is missing. A record's placement
 	// (ProjectID, LoadBalancerID, ParentID) stays as inserted, so that
 	// the indexes over it are not rewritten (an LBaaS object never
 	// moves); the memstore refuses records that would move.

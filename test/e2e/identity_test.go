@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,7 +34,9 @@ func agentMetrics(n lab.Host) (string, error) {
 // VIP and its stream stays up (no reconnection, no connection lost); an
 // agent started with a wrong token gets no identity and no flows; an
 // agent started with another node's identity files cannot subscribe as
-// itself.
+// itself; a second node with the right token cannot enroll under the
+// name of a node whose identity is valid, and the server's database
+// shows both names bound.
 func TestAgentIdentitiesInTheLab(t *testing.T) {
 	c := newClusterWith(t, 2, 3, "--agent-identity-ttl", "6s")
 	pods := []lab.Host{c.lab.Pod(1, 1), c.lab.Pod(2, 1)}
@@ -105,6 +108,46 @@ func TestAgentIdentitiesInTheLab(t *testing.T) {
 	})
 	if b, _ := os.ReadFile(c.lab.LogPath(n1.Name, "impostor")); strings.Contains(string(b), "agent connected") {
 		t.Error("the impostor connected")
+	}
+
+	// A second node with the right token, enrolling under the name of
+	// n2, whose identity is valid: refused, and it says why and what
+	// the operator may do; the name stays n2's.
+	argv = []string{flowlb(t), "agent", "--server", c.agentServers, "--token-file", c.token, "--ca-file", c.caFile,
+		"--identity-dir", filepath.Join(t.TempDir(), "second"), "--node", "n2", "--metrics-listen", ""}
+	if _, err := n1.Start("second", argv); err != nil {
+		t.Fatal(err)
+	}
+	defer n1.Stop("second")
+	testutil.Eventually(t, 10*time.Second, "the second n2 refused", func() (bool, string) {
+		b, _ := os.ReadFile(c.lab.LogPath(n1.Name, "second"))
+		return strings.Contains(string(b), `node \"n2\" is enrolled already, with an identity valid until`) &&
+			strings.Contains(string(b), "flowlb server node forget n2"), lastLine(string(b))
+	})
+	if b, _ := os.ReadFile(c.lab.LogPath(n1.Name, "second")); strings.Contains(string(b), "agent connected") {
+		t.Error("the second n2 connected")
+	}
+	resp, err := c.http.Get(c.api + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if v, _ := metricValue(string(m), `flowlb_fanout_identity_refusals_total{kind="enrollment"}`); v < 1 {
+		t.Errorf("refused enrollments counted %v, want at least 1", v)
+	}
+	if err := agentConnected(c.lab.Node(2)); err != nil {
+		t.Errorf("the agent of n2 after the refusal: %v", err)
+	}
+	// What the operator sees, on the server's database.
+	out, err := exec.Command(flowlb(t), "server", "node", "list", "--data-dir", c.dataDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("flowlb server node list: %v\n%s", err, out)
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if !strings.Contains(string(out), n+"  ") || strings.Count(string(out), "valid until") != 2 {
+			t.Errorf("flowlb server node list does not show %s bound:\n%s", n, out)
+		}
 	}
 }
 

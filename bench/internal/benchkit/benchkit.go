@@ -77,6 +77,17 @@ func (p *Postgres) Database() (string, error) {
 	return p.cluster.NewDatabase()
 }
 
+// CPUTime is the throwaway cluster's CPU time so far (see
+// storetest.Cluster.CPUTime); false for a database given by DSN, whose
+// server may be anywhere.
+func (p *Postgres) CPUTime() (time.Duration, bool) {
+	if p.cluster == nil {
+		return 0, false
+	}
+	d, err := p.cluster.CPUTime()
+	return d, err == nil
+}
+
 // Stop stops the throwaway cluster, if one was started.
 func (p *Postgres) Stop() {
 	if p.cluster != nil {

@@ -15,6 +15,7 @@ type cluster struct {
 	cmu      sync.Mutex
 	replicas map[string]replica
 	acks     map[string]store.AgentAck
+	nodes    map[string]binding
 }
 
 type replica struct {
@@ -23,7 +24,7 @@ type replica struct {
 }
 
 func newCluster() cluster {
-	return cluster{replicas: map[string]replica{}, acks: map[string]store.AgentAck{}}
+	return cluster{replicas: map[string]replica{}, acks: map[string]store.AgentAck{}, nodes: map[string]binding{}}
 }
 
 func (c *cluster) live(id string) bool {

@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -101,6 +103,74 @@ func (c *Cluster) Stop() {
 	}
 	_ = c.as("pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "stop").Run()
 	os.RemoveAll(c.dir)
+}
+
+// CPUTime is the CPU time (user and system) the cluster's processes have
+// used so far: the postmaster's own, its children's that it has reaped
+// and its live children's, read from /proc (Linux, 100 ticks a second).
+// Benchmarks take the difference over what they time.
+func (c *Cluster) CPUTime() (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join(c.dir, "data", "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	pm, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	if err != nil {
+		return 0, fmt.Errorf("postmaster.pid: %w", err)
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	var ticks int64
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		f, err := procStat(pid)
+		if err != nil || (pid != pm && f.ppid != int64(pm)) {
+			continue // gone meanwhile, or not the cluster's
+		}
+		ticks += f.utime + f.stime
+		if pid == pm {
+			ticks += f.cutime + f.cstime
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+type statFields struct{ ppid, utime, stime, cutime, cstime int64 }
+
+// procStat reads the fields of /proc/PID/stat that CPUTime needs.
+func procStat(pid int) (statFields, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return statFields{}, err
+	}
+	// The command name, in parentheses, may hold spaces: fields start
+	// after its closing one, with the state (field 3).
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 > len(s) {
+		return statFields{}, fmt.Errorf("/proc/%d/stat: %q", pid, s)
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 15 {
+		return statFields{}, fmt.Errorf("/proc/%d/stat: %q", pid, s)
+	}
+	var out statFields
+	for _, v := range []struct {
+		field int // as numbered in proc(5)
+		to    *int64
+	}{{4, &out.ppid}, {14, &out.utime}, {15, &out.stime}, {16, &out.cutime}, {17, &out.cstime}} {
+		n, err := strconv.ParseInt(f[v.field-3], 10, 64)
+		if err != nil {
+			return statFields{}, fmt.Errorf("/proc/%d/stat field %d: %w", pid, v.field, err)
+		}
+		*v.to = n
+	}
+	return out, nil
 }
 
 var (
