@@ -85,8 +85,9 @@ unit:
 # runs it on nftables. The clients in nodes and pods have their sockets
 # made in their cgroup (the lab's socket maker), so their connections are
 # translated at connect(); the checks that differ by design say so in
-# their test (docs/dataplane.md, "End to end"). It took 13.5 minutes at a
-# load average of 4-10 on 2 cores: the timeout leaves twice that.
+# their test (docs/dataplane.md, "End to end"). It took 9.4 and 13.5
+# minutes in two runs on 2 cores shared with other work (load average
+# 2-14): the timeout leaves twice the longer.
 e2e-ebpf:
 	FLOWLB_E2E_DATAPLANE=ebpf FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_POSTGRES=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 30m ./test/e2e/
 
