@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowlb/flowlb/internal/config"
 	"github.com/flowlb/flowlb/internal/lab"
 )
 
@@ -29,6 +30,7 @@ import (
 func labDemoCmd() *cobra.Command {
 	var nodes, requests, servers int
 	var hold time.Duration
+	dataplane := lab.DataplaneNftables
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Bring up a lab, balance traffic through a flowlb VIP, print the spread, tear down",
@@ -37,13 +39,15 @@ func labDemoCmd() *cobra.Command {
 			// Ctrl-C ends a hold, and any other step, with the lab removed.
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runDemo(ctx, cmd.OutOrStdout(), nodes, requests, servers, hold)
+			return runDemo(ctx, cmd.OutOrStdout(), nodes, requests, servers, dataplane, hold)
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "lab nodes")
 	cmd.Flags().IntVar(&requests, "requests", 60, "requests from each client pod")
 	cmd.Flags().DurationVar(&hold, "hold", 0, "before deleting the load balancer, keep everything up this long (Ctrl-C ends it) to look at the dashboard")
 	cmd.Flags().IntVar(&servers, "servers", 0, fmt.Sprintf("run this many flowlb server replicas, one per server host s1…sN, on the lab's PostgreSQL, instead of one server in the fabric (at most %d)", lab.MaxServers))
+	cmd.Flags().StringVar(&dataplane, "dataplane", dataplane, "the agents' data plane: nftables, or ebpf (the pods' connections are balanced at connect() by each node's agent's socket programs)")
+	config.OneOf(cmd.Flags(), "dataplane", lab.DataplaneNftables, lab.DataplaneEBPF)
 	return cmd
 }
 
@@ -74,7 +78,7 @@ type demoLB struct {
 	members []string // pod names, sorted
 }
 
-func runDemo(ctx context.Context, out io.Writer, nodes, requests, servers int, hold time.Duration) error {
+func runDemo(ctx context.Context, out io.Writer, nodes, requests, servers int, dataplane string, hold time.Duration) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("the demo builds network namespaces: run it as root")
 	}
@@ -85,7 +89,7 @@ func runDemo(ctx context.Context, out io.Writer, nodes, requests, servers int, h
 	d := &demo{ctx: ctx, out: out, bin: bin, api: "https://" + demoControl + ":9876", replicas: servers > 0, servers: demoControl + ":9877"}
 	name := fmt.Sprintf("demo%d", os.Getpid()%10000)
 	t0 := time.Now()
-	d.lab, err = lab.Up(ctx, lab.Options{Name: name, Nodes: nodes, PodsPerNode: 3, Servers: servers, Postgres: servers > 0,
+	d.lab, err = lab.Up(ctx, lab.Options{Name: name, Nodes: nodes, PodsPerNode: 3, Servers: servers, Postgres: servers > 0, Dataplane: dataplane,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return fmt.Errorf("lab up: %w", err)
@@ -206,8 +210,9 @@ func (d *demo) serverLogs() []string {
 func (d *demo) startAgents() error {
 	nodes := d.lab.Nodes()
 	for i, n := range nodes {
-		if _, err := n.Start("agent", []string{d.bin, "agent", "--server", d.servers, "--token-file", d.token,
-			"--ca-file", d.caFile, "--identity-dir", d.lab.IdentityDir(n.Name), "--node", n.Name, "--zone", d.lab.Zone(i + 1), "--pod-cidrs", podCIDRs(d.lab)}); err != nil {
+		if _, err := n.Start("agent", append([]string{d.bin, "agent", "--server", d.servers, "--token-file", d.token,
+			"--ca-file", d.caFile, "--identity-dir", d.lab.IdentityDir(n.Name), "--node", n.Name, "--zone", d.lab.Zone(i + 1), "--pod-cidrs", podCIDRs(d.lab)},
+			d.lab.AgentDataplaneArgs(i+1)...)); err != nil {
 			return err
 		}
 	}
@@ -221,7 +226,7 @@ func (d *demo) startAgents() error {
 	}); err != nil {
 		return fmt.Errorf("agents did not connect")
 	}
-	d.say("flowlb agent on each of the %d nodes, connected over mutual TLS, each with an identity of its own", len(nodes))
+	d.say("flowlb agent on each of the %d nodes, connected over mutual TLS, each with an identity of its own; data plane %s", len(nodes), d.lab.Dataplane())
 	return nil
 }
 

@@ -138,7 +138,7 @@ func labUpCmd(f *labFlags) *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().BoolVar(&withFlowlb, "flowlb", false, "with --kubernetes: deploy flowlb from its manifests (deploy/kubernetes, overlay lab) with kubectl and wait for it: a playground")
+	c.Flags().BoolVar(&withFlowlb, "flowlb", false, "with --kubernetes: deploy flowlb from its manifests (deploy/kubernetes, overlay lab, or lab-ebpf with --dataplane ebpf) with kubectl and wait for it: a playground")
 	c.Flags().BoolVar(&kube, "kubernetes", false, "also run a Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) and the lab kubelet; binaries from hack/kube-bins.sh")
 	c.Flags().StringVar(&kubeBin, "kube-bin", "", "directory of kube-apiserver and kube-controller-manager (default $FLOWLB_KUBE_BIN, else the hack/kube-bins.sh cache)")
 	c.Flags().IntVar(&o.Servers, "servers", 0, fmt.Sprintf("server hosts s1…sN on the fabric (198.18.0.241…), for flowlb server replicas; at most %d", lab.MaxServers))
@@ -150,7 +150,7 @@ func labUpCmd(f *labFlags) *cobra.Command {
 	c.Flags().StringVar(&udp, "udp", "9090", "echo UDP ports, comma separated")
 	c.Flags().StringVar(&httpPorts, "http", "80", "echo HTTP ports, comma separated")
 	c.Flags().BoolVar(&o.NoEcho, "no-echo", false, "start no echo servers")
-	c.Flags().StringVar(&o.Dataplane, "dataplane", lab.DataplaneNftables, "the agents' data plane: nftables, or ebpf (a cgroup per node holding its processes and pods, a bpffs for pins; start node I's agent with --dataplane ebpf --cgroup /sys/fs/cgroup/unified/flb-NAME/nI --bpf-pin-dir STATE-DIR/NAME/bpf/nI)")
+	c.Flags().StringVar(&o.Dataplane, "dataplane", lab.DataplaneNftables, "the agents' data plane: nftables, or ebpf (a cgroup per node holding its processes and pods, a bpffs for pins; start node I's agent with --dataplane ebpf --cgroup /sys/fs/cgroup/unified/flb-NAME/nI --bpf-pin-dir STATE-DIR/NAME/bpf/nI/flowlb)")
 	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "log progress")
 	return c
 }

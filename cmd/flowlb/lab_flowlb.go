@@ -18,8 +18,8 @@ import (
 // flowlbRollouts are what `lab up --flowlb` waits for.
 var flowlbRollouts = []string{"deployment/flowlb-server", "daemonset/flowlb-agent", "deployment/flowlb-kube-controller"}
 
-// deployFlowlb applies the manifests this binary carries (overlay lab)
-// with kubectl and waits for the rollouts.
+// deployFlowlb applies the manifests this binary carries (overlay lab,
+// or lab-ebpf for a lab on eBPF) with kubectl and waits for the rollouts.
 func deployFlowlb(ctx context.Context, out io.Writer, l *lab.Lab, kc *kubelet.Cluster) error {
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
@@ -29,7 +29,7 @@ func deployFlowlb(ctx context.Context, out io.Writer, l *lab.Lab, kc *kubelet.Cl
 	if err != nil {
 		return err
 	}
-	overlay := filepath.Join(dir, "overlays", "lab")
+	overlay := filepath.Join(dir, "overlays", labOverlayName(l.Dataplane()))
 	run := func(args ...string) ([]byte, error) {
 		cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kc.State.Kubeconfig}, args...)...)
 		var stderr strings.Builder
@@ -85,4 +85,13 @@ the flowlb dashboard, in this machine's browser (forwarded from loopback):
 flowlb lab down removes it all
 `, overlay, kc.State.Kubeconfig, caFile, caFile, dash)
 	return nil
+}
+
+// labOverlayName is the overlay of deploy/kubernetes for a lab on
+// dataplane: the agents' data plane is the manifests' to say.
+func labOverlayName(dataplane string) string {
+	if dataplane == lab.DataplaneEBPF {
+		return "lab-ebpf"
+	}
+	return "lab"
 }

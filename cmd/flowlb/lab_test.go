@@ -94,3 +94,24 @@ func hasLinePrefix(out, prefix string) bool {
 	}
 	return false
 }
+
+// TestLabDemoDataplane: `lab demo --dataplane` takes the two data planes
+// only, refusing another before building anything; `lab up --flowlb`
+// deploys the overlay of the lab's data plane.
+func TestLabDemoDataplane(t *testing.T) {
+	cmd := labDemoCmd()
+	cmd.SetArgs([]string{"--dataplane", "xdp"})
+	cmd.SetOut(new(bytes.Buffer))
+	cmd.SetErr(new(bytes.Buffer))
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), `"xdp" is not one of nftables, ebpf`) {
+		t.Errorf("lab demo --dataplane xdp: %v", err)
+	}
+	for dp, want := range map[string]string{lab.DataplaneNftables: "lab", lab.DataplaneEBPF: "lab-ebpf"} {
+		if got := labOverlayName(dp); got != want {
+			t.Errorf("overlay for %s: %s, want %s", dp, got, want)
+		}
+		if _, err := os.Stat(filepath.Join("..", "..", "deploy", "kubernetes", "overlays", want, "kustomization.yaml")); err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -10,11 +10,11 @@ import (
 	"path/filepath"
 )
 
-//go:embed kustomization.yaml base overlays
+//go:embed kustomization.yaml base components overlays
 var files embed.FS
 
 // WriteTo copies the manifests into dir (kustomization.yaml, base/,
-// overlays/) and returns dir.
+// components/, overlays/) and returns dir.
 func WriteTo(dir string) (string, error) {
 	return dir, fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

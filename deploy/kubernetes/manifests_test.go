@@ -12,7 +12,8 @@ func TestWriteTo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"kustomization.yaml", "base/agent.yaml", "base/kustomization.yaml", "overlays/lab/kustomization.yaml", "overlays/postgres/kustomization.yaml"} {
+	for _, p := range []string{"kustomization.yaml", "base/agent.yaml", "base/kustomization.yaml", "overlays/lab/kustomization.yaml", "overlays/postgres/kustomization.yaml",
+		"components/ebpf/kustomization.yaml", "overlays/ebpf/kustomization.yaml", "overlays/lab-ebpf/kustomization.yaml"} {
 		got, err := os.ReadFile(filepath.Join(dir, p))
 		if err != nil {
 			t.Fatal(err)

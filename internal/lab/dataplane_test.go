@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,13 +26,24 @@ func TestEBPFDataplaneLayout(t *testing.T) {
 	l := labtest.New(t, 2, 1, func(o *lab.Options) { o.Dataplane = lab.DataplaneEBPF })
 	name, dir := l.Name(), l.Dir()
 	t.Cleanup(func() { _ = lab.Down(name, "") })
-	bpffs := filepath.Dir(l.BPFPinDir(1))
+	bpffs := filepath.Dir(l.NodeBPFFS(1))
 	var st unix.Statfs_t
-	if err := unix.Statfs(bpffs, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
-		t.Fatalf("%s: not a bpffs (%v)", bpffs, err)
+	for i := 1; i <= 2; i++ {
+		// Each node's directory is on the lab's bpffs, and its agent pins
+		// below it as at /sys/fs/bpf/flowlb on a real node.
+		if err := unix.Statfs(l.NodeBPFFS(i), &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
+			t.Fatalf("%s: not on a bpffs (%v)", l.NodeBPFFS(i), err)
+		}
+		if l.BPFPinDir(i) != filepath.Join(l.NodeBPFFS(i), "flowlb") {
+			t.Errorf("node %d pins in %s, want %s/flowlb", i, l.BPFPinDir(i), l.NodeBPFFS(i))
+		}
+		want := map[string]string{"/sys/fs/cgroup": l.NodeCgroup(i), "/sys/fs/bpf": l.NodeBPFFS(i)}
+		if got := l.NodeHostPaths(i); !maps.Equal(got, want) {
+			t.Errorf("node %d's host paths %v, want %v", i, got, want)
+		}
 	}
-	if l.BPFPinDir(1) == l.BPFPinDir(2) || !strings.HasPrefix(bpffs, dir) {
-		t.Errorf("pin dirs %s and %s: want distinct, in the lab's state dir %s", l.BPFPinDir(1), l.BPFPinDir(2), dir)
+	if filepath.Dir(l.NodeBPFFS(2)) != bpffs || l.NodeBPFFS(1) == l.NodeBPFFS(2) || !strings.HasPrefix(bpffs, dir) {
+		t.Errorf("node bpffs dirs %s and %s: want distinct, on one bpffs in the lab's state dir %s", l.NodeBPFFS(1), l.NodeBPFFS(2), dir)
 	}
 	want := []string{"--dataplane", "ebpf", "--cgroup", l.NodeCgroup(1), "--bpf-pin-dir", l.BPFPinDir(1)}
 	if got := l.AgentDataplaneArgs(1); !slices.Equal(got, want) {

@@ -246,7 +246,7 @@ func claimStateDir(name, root string) (string, error) {
 func (l *Lab) bringUp(ctx context.Context, o Options) error {
 	t0 := time.Now()
 	if o.Dataplane == DataplaneEBPF {
-		if err := mountBPFFS(l.dir); err != nil {
+		if err := mountBPFFS(l.dir, o.Nodes); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -121,6 +122,10 @@ func TestPodsReachPodsAcrossNodes(t *testing.T) {
 	}
 	if cg := socketCgroup(t, l.Pod(1, 1), hostport(l.Pod(1, 2).Addr, "8080")); cg != own {
 		t.Errorf("a pod's dial on nftables has a socket of cgroup %q, want the test process's %q", cg, own)
+	}
+	// No bpffs on nftables: a hostPath /sys/fs/bpf is the node's tree's.
+	if got, want := l.NodeHostPaths(1), map[string]string{"/sys/fs/cgroup": l.NodeCgroup(1)}; !maps.Equal(got, want) {
+		t.Errorf("node 1's host paths on nftables %v, want %v", got, want)
 	}
 }
 

@@ -12,15 +12,17 @@ import (
 
 // TestDemoWithReplicas: `flowlb lab demo --servers 3` runs three server
 // replicas on the lab's PostgreSQL, balances the demo's traffic through
-// them and removes everything.
+// them and removes everything, with the agents on the run's data plane
+// (--dataplane).
 func TestDemoWithReplicas(t *testing.T) {
 	labtest.SkipUnlessRoot(t)
 	labtest.RequirePostgres(t)
-	out, err := exec.Command(flowlb(t), "lab", "demo", "--servers", "3", "--nodes", "2", "--requests", "10").CombinedOutput()
+	out, err := exec.Command(flowlb(t), "lab", "demo", "--servers", "3", "--nodes", "2", "--requests", "10", "--dataplane", dataplane()).CombinedOutput()
 	if err != nil {
-		t.Fatalf("lab demo --servers 3: %v\n%s", err, out)
+		t.Fatalf("lab demo --servers 3 --dataplane %s: %v\n%s", dataplane(), err, out)
 	}
-	for _, want := range []string{"3 flowlb server replicas on PostgreSQL", "s3 198.18.0.243:9876", "10 requests from pod n1-p3 (198.18.17.4) on node n1, 0 failed",
+	for _, want := range []string{"3 flowlb server replicas on PostgreSQL", "s3 198.18.0.243:9876", "data plane " + dataplane() + "\n",
+		"10 requests from pod n1-p3 (198.18.17.4) on node n1, 0 failed",
 		"the VIP no longer answers (true)", "removed: namespaces, processes and kernel state", "dashboard: http://127.0.0.1:"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the demo's output lacks %q:\n%s", want, out)

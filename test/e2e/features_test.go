@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"net"
+	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/echo"
 )
@@ -28,9 +32,15 @@ func askUDP(c net.Conn) (echo.Reply, error) {
 
 // TestListenerFeaturesOnLab drives, through the API and every node's
 // agent, what a listener and pool can ask of the flows: SOURCE_IP
-// persistence holds a client on one member, allowed_cidrs drops other
-// sources, and a UDP listener keeps a client's flow working when the
-// member serving it is deleted.
+// persistence holds a client on one member, with allowed_cidrs (port 80)
+// and without (port 81); allowed_cidrs drops other sources; and a UDP
+// listener keeps a client's flow working when the member serving it is
+// deleted (on nftables the same socket moves; on eBPF it is destroyed,
+// and a socket dialled again reaches a member left), and sends new flows
+// elsewhere. On eBPF the socket programs
+// carry ports 81 and 53 and nftables port 80 (the programs do not see a
+// source address at connect(): docs/dataplane.md), which the nodes'
+// pinned maps show.
 func TestListenerFeaturesOnLab(t *testing.T) {
 	c := newCluster(t, 2, 3)
 	members := []lab.Host{c.lab.Pod(1, 1), c.lab.Pod(1, 2), c.lab.Pod(2, 1)}
@@ -47,6 +57,9 @@ func TestListenerFeaturesOnLab(t *testing.T) {
 			map[string]any{"protocol": "TCP", "protocol_port": 80, "allowed_cidrs": []string{allowed.Addr.String() + "/32", c.lab.Pod(1, 3).Addr.String() + "/32"},
 				"default_pool": map[string]any{"name": "tcp", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN",
 					"session_persistence": map[string]any{"type": "SOURCE_IP", "persistence_timeout": 60}, "members": tcpMembers}},
+			map[string]any{"protocol": "TCP", "protocol_port": 81,
+				"default_pool": map[string]any{"name": "persist", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN",
+					"session_persistence": map[string]any{"type": "SOURCE_IP", "persistence_timeout": 60}, "members": tcpMembers}},
 			map[string]any{"protocol": "UDP", "protocol_port": 53,
 				"default_pool": map[string]any{"name": "udp", "protocol": "UDP", "lb_algorithm": "SOURCE_IP_PORT", "members": udpMembers}},
 		}}})
@@ -55,26 +68,49 @@ func TestListenerFeaturesOnLab(t *testing.T) {
 	}
 	lb := c.waitActive(body["loadbalancer"].(map[string]any)["id"].(string))
 	lbID, vipAddr := lb["id"].(string), lb["vip_address"].(string)
-	vip := net.JoinHostPort(vipAddr, "80")
-
-	// Persistence: every new connection of a client lands on one member,
-	// from either node.
-	for _, from := range []lab.Host{allowed, c.lab.Pod(1, 3)} {
-		seen := map[string]int{}
-		for range 20 {
-			r, err := ask(from, vip)
-			if err != nil {
-				t.Fatalf("%s -> %s: %v", from.Name, vip, err)
-			}
-			seen[r.Pod]++
+	vip, vipOpen := net.JoinHostPort(vipAddr, "80"), net.JoinHostPort(vipAddr, "81")
+	if c.lab.Dataplane() == lab.DataplaneEBPF {
+		key := func(port uint16, p flows.Protocol) flows.Key {
+			return flows.Key{VIP: netip.MustParseAddr(vipAddr), Protocol: p, Port: port}
 		}
-		if len(seen) != 1 {
-			t.Errorf("SOURCE_IP persistence: %s reached %v, want one member", from.Name, seen)
+		for i := 1; i <= 2; i++ {
+			svcs := c.bpfServices(i)
+			if s, ok := svcs[key(81, flows.TCP)]; !ok || s.Algorithm != flows.RoundRobin || s.Persistence != time.Minute || len(s.Backends) != 3 {
+				t.Errorf("n%d's pinned map: port 81 %+v (present %v), want ROUND_ROBIN with SOURCE_IP persistence of 60 s over 3 backends", i, s, ok)
+			}
+			if s, ok := svcs[key(53, flows.UDP)]; !ok || len(s.Backends) != 3 {
+				t.Errorf("n%d's pinned map: UDP port 53 %+v (present %v), want 3 backends", i, s, ok)
+			}
+			if _, ok := svcs[key(80, flows.TCP)]; ok {
+				t.Errorf("n%d's pinned map holds port 80, whose allowed_cidrs only nftables can apply", i)
+			}
 		}
 	}
-	// allowed_cidrs: another source gets nothing.
+
+	// Persistence: every new connection of a client lands on one member,
+	// from either node, with allowed_cidrs and without.
+	for _, to := range []string{vip, vipOpen} {
+		for _, from := range []lab.Host{allowed, c.lab.Pod(1, 3)} {
+			seen := map[string]int{}
+			for range 20 {
+				r, err := ask(from, to)
+				if err != nil {
+					t.Fatalf("%s -> %s: %v", from.Name, to, err)
+				}
+				seen[r.Pod]++
+			}
+			if len(seen) != 1 {
+				t.Errorf("SOURCE_IP persistence: %s -> %s reached %v, want one member", from.Name, to, seen)
+			}
+		}
+	}
+	// allowed_cidrs: another source gets nothing, and reaches the
+	// listener without allowed_cidrs.
 	if r, err := blocked.Ask(context.Background(), vip, time.Second); err == nil {
 		t.Errorf("%s is outside allowed_cidrs but reached %s", blocked.Name, r.Pod)
+	}
+	if _, err := blocked.Ask(context.Background(), vipOpen, 3*time.Second); err != nil {
+		t.Errorf("%s -> %s (no allowed_cidrs): %v", blocked.Name, vipOpen, err)
 	}
 
 	// UDP: one socket (one 5-tuple) keeps working when its member goes.
@@ -82,7 +118,7 @@ func TestListenerFeaturesOnLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { conn.Close() }() // conn is dialled again on eBPF
 	first, err := askUDP(conn)
 	if err != nil {
 		t.Fatalf("UDP through the VIP: %v", err)
@@ -104,6 +140,39 @@ func TestListenerFeaturesOnLab(t *testing.T) {
 		t.Fatalf("delete member: %d", code)
 	}
 	c.waitActive(lbID)
+	// New flows go to the members left.
+	for range 10 {
+		fresh, err := allowed.Dial(context.Background(), "udp", net.JoinHostPort(vipAddr, "53"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := askUDP(fresh)
+		fresh.Close()
+		if err != nil {
+			t.Fatalf("UDP on a new socket after a member was deleted: %v", err)
+		}
+		if r.Pod == first.Pod {
+			t.Errorf("a new UDP socket reached deleted member %s", first.Pod)
+		}
+	}
+	if c.lab.Dataplane() == lab.DataplaneEBPF {
+		// The programs translated this connected socket once, at
+		// connect(), to the member now deleted; the agent destroyed it
+		// before it acknowledged the change (docs/dataplane.md, "Sockets
+		// of a backend that leaves"): its next write fails, and the
+		// application dials again, through the VIP, to a member left.
+		// On nftables the same socket goes on, its conntrack entry
+		// flushed and its next datagram picked again (below).
+		_, err := askUDP(conn)
+		if !errors.Is(err, syscall.EDESTADDRREQ) && !errors.Is(err, syscall.ECONNABORTED) {
+			t.Fatalf("on eBPF, the connected UDP socket of deleted member %s: %v, want it destroyed (EDESTADDRREQ or ECONNABORTED)", first.Pod, err)
+		}
+		conn.Close()
+		if conn, err = allowed.Dial(context.Background(), "udp", net.JoinHostPort(vipAddr, "53")); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("eBPF: the connected UDP socket of deleted member %s was destroyed; dialled again", first.Pod)
+	}
 	next, err := askUDP(conn)
 	if err != nil {
 		t.Fatalf("UDP after its member was deleted: %v (the flow was black-holed)", err)

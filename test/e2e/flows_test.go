@@ -316,7 +316,8 @@ func TestEstablishedConnectionsSurvive(t *testing.T) {
 }
 
 // TestAgentMetricsAndDump: an agent serves /metrics and `flowlb agent
-// dump` prints what it programmed.
+// dump` and `trace` show what it programmed: the nftables table, and on
+// eBPF the pinned maps too (--bpf-pin-dir).
 func TestAgentMetricsAndDump(t *testing.T) {
 	c := newCluster(t, 1, 2)
 	lb, _, _ := c.createLB(c.subnet("flowlb-vip-subnet"), nil, "SOURCE_IP", c.lab.Pods())
@@ -348,5 +349,27 @@ func TestAgentMetricsAndDump(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "dnat") || !strings.Contains(out.String(), "backend 198.18.17.") {
 		t.Errorf("trace:\n%s", out.String())
+	}
+	if c.lab.Dataplane() != lab.DataplaneEBPF {
+		return
+	}
+	// On eBPF the node's own sockets meet the programs: the pinned maps
+	// hold the service too, and dump and trace read them.
+	pins := c.lab.BPFPinDir(1)
+	out.Reset()
+	if err := c.lab.Node(1).Run(context.Background(), nil, &out, &out, flowlb(t), "agent", "dump", "--bpf-pin-dir", pins); err != nil {
+		t.Fatalf("dump --bpf-pin-dir: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{vip + ":80 TCP: SOURCE_IP", c.lab.Pod(1, 1).Addr.String() + ":8080 ", c.lab.Pod(1, 2).Addr.String() + ":8080 "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("dump --bpf-pin-dir lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := c.lab.Node(1).Run(context.Background(), nil, &out, &out, flowlb(t), "agent", "trace", "--bpf-pin-dir", pins, "--dst", vip+":80"); err != nil {
+		t.Fatalf("trace --bpf-pin-dir: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "translated at connect()") || !strings.Contains(out.String(), c.lab.Pod(1, 1).Addr.String()+":8080") {
+		t.Errorf("trace --bpf-pin-dir:\n%s", out.String())
 	}
 }

@@ -335,20 +335,29 @@ func (h *haRun) checkNothingElse(known map[string]bool) {
 	}
 }
 
-// checkFlows: every node's kernel holds the API's state.
+// checkFlows: every node's kernel holds the API's state: its nftables
+// table, and on eBPF its pinned services maps too (the test's services
+// are all the programs' to carry).
 func (h *haRun) checkFlows() {
 	want, err := apiFlows(h.api)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	for _, n := range h.c.lab.Nodes() {
+	ebpfToo := h.c.lab.Dataplane() == lab.DataplaneEBPF
+	for i, n := range h.c.lab.Nodes() {
 		testutil.Eventually(h.t, 10*time.Second, n.Name+"'s flows match the API", func() (bool, string) {
 			have, err := kernelFlows(n)
 			if err != nil {
 				return false, err.Error()
 			}
+			if d := flowDiff(want, have); d != "" || !ebpfToo {
+				return d == "", "nftables: " + d
+			}
+			if have, err = bpfFlows(h.c.lab.BPFPinDir(i + 1)); err != nil {
+				return false, err.Error()
+			}
 			d := flowDiff(want, have)
-			return d == "", d
+			return d == "", "pinned maps: " + d
 		})
 	}
 	h.logf("the flows of every node match the API: %d services", len(want))

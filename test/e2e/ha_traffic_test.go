@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/echo"
@@ -190,6 +191,25 @@ func kernelFlows(n lab.Host) (map[string][]string, error) {
 	have := map[string][]string{}
 	for _, s := range dp.Dump() {
 		have[s.Key.String()] = slices.Sorted(maps.Keys(s.Slots))
+	}
+	return have, nil
+}
+
+// bpfFlows is what the services maps pinned in pinDir hold: for each
+// service, the backends that have slots (none for a refusal).
+func bpfFlows(pinDir string) (map[string][]string, error) {
+	ss, err := ebpf.Dump(pinDir)
+	if err != nil {
+		return nil, err
+	}
+	have := map[string][]string{}
+	for _, s := range ss {
+		var bs []string
+		for b := range s.Backends {
+			bs = append(bs, b.String())
+		}
+		slices.Sort(bs)
+		have[s.Key.String()] = bs
 	}
 	return have, nil
 }

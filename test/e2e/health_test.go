@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
+	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
@@ -65,6 +66,21 @@ func (c *cluster) waitFlows(n lab.Host, backend lab.Host, present bool) {
 		}
 		return found == present, fmt.Sprintf("in the pinned services map: %v", found)
 	})
+}
+
+// bpfServices is node i's pinned services maps by key, as `agent dump
+// --bpf-pin-dir` reads them; t fails if they cannot be read.
+func (c *cluster) bpfServices(i int) map[flows.Key]ebpf.Service {
+	c.t.Helper()
+	ss, err := ebpf.Dump(c.lab.BPFPinDir(i))
+	if err != nil {
+		c.t.Fatalf("n%d's pinned services maps: %v", i, err)
+	}
+	out := map[flows.Key]ebpf.Service{}
+	for _, s := range ss {
+		out[s.Key] = s
+	}
+	return out
 }
 
 // backendInBPF reports whether a service of the services maps pinned in

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -27,21 +28,31 @@ import (
 	"github.com/flowlb/flowlb/internal/testutil"
 )
 
-// labOverlay is deploy/kubernetes/overlays/lab of this repository.
+// labOverlay is deploy/kubernetes/overlays/lab of this repository, or
+// overlays/lab-ebpf for a run on eBPF: the agents' data plane is the
+// manifests' to say.
 func labOverlay(t *testing.T) string {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		t.Fatal("no caller")
 	}
-	return filepath.Join(filepath.Dir(file), "..", "..", "deploy", "kubernetes", "overlays", "lab")
+	overlay := "lab"
+	if dataplane() == lab.DataplaneEBPF {
+		overlay = "lab-ebpf"
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..", "deploy", "kubernetes", "overlays", overlay)
 }
 
 // TestKubernetesDeploy does what a user does: on a lab with Kubernetes and
-// no flowlb, `kubectl apply -k` of the manifests (the lab overlay), wait
-// for the rollouts, then a Deployment with a ClusterIP and a LoadBalancer
-// Service made with kubectl, reached from a pod and from the external
-// client; rolling updates of the agent DaemonSet and of the server under
-// a stream of held connections and new ones; `kubectl delete -k`.
+// no flowlb, `kubectl apply -k` of the manifests (the lab overlay, on
+// eBPF lab-ebpf), wait for the rollouts, then a Deployment with a
+// ClusterIP and a LoadBalancer Service made with kubectl, reached from a
+// pod (on eBPF translated at connect(), by the agent the manifests
+// configured: podToClusterIP) and from the external client; rolling
+// updates of the agent DaemonSet and of the server under a stream of
+// held connections (the client's to the external address, a pod's to
+// the cluster IP) and new ones; `kubectl delete -k`, which leaves no
+// flowlb state in any node's kernel.
 func TestKubernetesDeploy(t *testing.T) {
 	kubetest.SkipUnlessKube(t)
 	kubectl, err := exec.LookPath("kubectl")
@@ -49,7 +60,7 @@ func TestKubernetesDeploy(t *testing.T) {
 		t.Fatalf("kubectl is missing (Debian kubernetes-client, installed by hack/kube-bins.sh)")
 	}
 	bin := flowlb(t)
-	l := labtest.New(t, 3, 0)
+	l := labtest.New(t, 3, 0, func(o *lab.Options) { o.Dataplane = dataplane() })
 	ctx := t.Context()
 	kc, err := kubelet.Up(ctx, l, lab.KubeOptions{Kubelet: []string{bin, "lab", "kubelet"}})
 	if err != nil {
@@ -112,11 +123,14 @@ func TestKubernetesDeploy(t *testing.T) {
 	}
 	reach(podHost, net.JoinHostPort(clusterIP, "80"))
 	reach(l.Client(), net.JoinHostPort(extIP, "80"))
+	podToClusterIP(t, l.Name(), net.JoinHostPort(clusterIP, "80"))
 
-	// Held connections from the client, each asked every 100 ms, and new
-	// connections at 50/s, while the agents and then the server roll.
+	// Held connections from the client and from a pod, each asked every
+	// 100 ms, and new connections at 50/s, while the agents and then the
+	// server roll.
 	extVIP := net.JoinHostPort(extIP, "80")
 	held := holdConnections(t, l.Client(), extVIP, 8)
+	heldPod := holdConnections(t, podHost, net.JoinHostPort(clusterIP, "80"), 4)
 	lctx, stopLoad := context.WithCancel(ctx)
 	loadDone := make(chan labload.Result, 1)
 	go func() {
@@ -131,11 +145,11 @@ func TestKubernetesDeploy(t *testing.T) {
 	k("-n", "flowlb-system", "rollout", "status", "deployment/flowlb-server", "--timeout=180s")
 	stopLoad()
 	res := <-loadDone
-	lost := held.stop()
-	t.Logf("rolling updates: agents in %s, server in %s; held connections: %d of 8 lost; new connections: %d ok, %d failed %v",
-		agentsRolled.Round(time.Millisecond), (time.Since(start) - agentsRolled).Round(time.Millisecond), lost, res.Count, res.Errors, res.ByError)
-	if lost > 0 {
-		t.Errorf("%d established connections lost during the rolling updates", lost)
+	lost, lostPod := held.stop(), heldPod.stop()
+	t.Logf("rolling updates: agents in %s, server in %s; held connections: %d of 8 from the client and %d of 4 from %s lost; new connections: %d ok, %d failed %v",
+		agentsRolled.Round(time.Millisecond), (time.Since(start) - agentsRolled).Round(time.Millisecond), lost, lostPod, podHost.Name, res.Count, res.Errors, res.ByError)
+	if lost+lostPod > 0 {
+		t.Errorf("%d established connections lost during the rolling updates", lost+lostPod)
 	}
 	if res.Count == 0 || res.Errors*100 > res.Count {
 		t.Errorf("new connections during the rolling updates: %d ok, %d failed (%v); the bound is 1%%", res.Count, res.Errors, res.ErrorSample)
@@ -154,11 +168,18 @@ func TestKubernetesDeploy(t *testing.T) {
 		}
 		return true, ""
 	})
-	for _, n := range l.Nodes() {
+	for i, n := range l.Nodes() {
 		var b strings.Builder
 		_ = n.Run(ctx, nil, &b, &b, "nft", "list", "tables")
 		if strings.Contains(b.String(), "flowlb") {
 			t.Errorf("node %s keeps flowlb's nftables state after kubectl delete -k:\n%s", n.Name, b.String())
+		}
+		if l.Dataplane() == lab.DataplaneEBPF {
+			// --remove-on-delete takes the pins too, and with them the
+			// programs and maps.
+			if _, err := os.Stat(l.BPFPinDir(i + 1)); !os.IsNotExist(err) {
+				t.Errorf("node %s keeps flowlb's eBPF pins after kubectl delete -k (%s: %v)", n.Name, l.BPFPinDir(i+1), err)
+			}
 		}
 	}
 }

@@ -56,6 +56,28 @@ func TestEBPFDropInCapabilities(t *testing.T) {
 		ebpfAgentSteps(t)
 		return
 	}
+	run, pins := ebpfStepsRunner(t, "TestEBPFDropInCapabilities")
+	unit := unitCapabilities(t, "flowlb-agent.service")
+	if out, err := run(unit); err == nil {
+		t.Errorf("the eBPF data plane started with the unit's capabilities alone (%v): the drop-in adds nothing needed\n%s", unit, out)
+	}
+	if err := ebpf.Cleanup(pins); err != nil {
+		t.Fatal(err)
+	}
+	withDropIn := unitCapabilities(t, "flowlb-agent.service", ebpfDropIn)
+	if out, err := run(withDropIn); err != nil {
+		t.Fatalf("the eBPF data plane with the unit's and the drop-in's capabilities (%v): %v\n%s", withDropIn, err, out)
+	}
+	if _, err := os.Stat(pins); !os.IsNotExist(err) {
+		t.Errorf("pins left after cleanup: %v", err)
+	}
+}
+
+// ebpfStepsRunner makes a cgroup and a bpffs for the agent's steps and
+// returns a function that runs them (ebpfAgentSteps, in the test binary
+// re-executed as the test named test) as root with no capability but
+// caps (setpriv's names), and the pins' directory.
+func ebpfStepsRunner(t *testing.T, test string) (run func(caps []string) ([]byte, error), pins string) {
 	testutil.RequireRoot(t)
 	root, err := ebpf.CgroupV2Root()
 	if err != nil {
@@ -79,31 +101,17 @@ func TestEBPFDropInCapabilities(t *testing.T) {
 			t.Errorf("unmount the test bpffs: %v", err)
 		}
 	})
-	pins := filepath.Join(fs, "flowlb")
+	pins = filepath.Join(fs, "flowlb")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(caps []string) ([]byte, error) {
+	return func(caps []string) ([]byte, error) {
 		cmd := exec.Command("setpriv", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all,+"+strings.Join(caps, ",+"),
-			exe, "-test.run=^TestEBPFDropInCapabilities$", "-test.v")
+			exe, "-test.run=^"+test+"$", "-test.v")
 		cmd.Env = append(os.Environ(), "FLOWLB_EBPF_CHILD=1", "FLOWLB_EBPF_CGROUP="+cg, "FLOWLB_EBPF_PINS="+pins)
 		return cmd.CombinedOutput()
-	}
-	unit := unitCapabilities(t, "flowlb-agent.service")
-	if out, err := run(unit); err == nil {
-		t.Errorf("the eBPF data plane started with the unit's capabilities alone (%v): the drop-in adds nothing needed\n%s", unit, out)
-	}
-	if err := ebpf.Cleanup(pins); err != nil {
-		t.Fatal(err)
-	}
-	withDropIn := unitCapabilities(t, "flowlb-agent.service", ebpfDropIn)
-	if out, err := run(withDropIn); err != nil {
-		t.Fatalf("the eBPF data plane with the unit's and the drop-in's capabilities (%v): %v\n%s", withDropIn, err, out)
-	}
-	if _, err := os.Stat(pins); !os.IsNotExist(err) {
-		t.Errorf("pins left after cleanup: %v", err)
-	}
+	}, pins
 }
 
 // ebpfAgentSteps is the child's part: the agent's steps against the

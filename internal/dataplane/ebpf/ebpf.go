@@ -80,6 +80,9 @@ type Dataplane struct {
 	c6 *counted[svcKey6]
 	f4 *flowed[pairKey]
 	f6 *flowed[pairKey6]
+	// reported are the maps of the sums reported from those four, pinned
+	// with the rest (none without PinDir).
+	reported []*ebpf.Map
 	// lastOps counts the map entries the last Sync or Apply wrote or
 	// deleted.
 	lastOps int
@@ -143,6 +146,9 @@ func New(cfg Config) (_ *Dataplane, err error) {
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
+	// The counting maps adopted, not made anew, have sums another agent
+	// may have reported (reported.go).
+	had := pinnedCounting(cfg.PinDir)
 	err = spec.LoadAndAssign(&d.objs, &opts)
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
 		// Pins of another version's maps (an entry that grew): they go,
@@ -152,13 +158,14 @@ func New(cfg Config) (_ *Dataplane, err error) {
 		if rmErr := removeIncompatiblePins(spec, cfg.PinDir); rmErr != nil {
 			return nil, fmt.Errorf("load the socket programs: %w (%v)", err, rmErr)
 		}
+		had = pinnedCounting(cfg.PinDir)
 		err = spec.LoadAndAssign(&d.objs, &opts)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load the socket programs: %w", err)
 	}
-	d.c4 = &counted[svcKey]{m: d.objs.Counters, last: map[svcKey]counters{}, flowKey: flowKey}
-	d.c6 = &counted[svcKey6]{m: d.objs.Counters6, last: map[svcKey6]counters{}, flowKey: flowKey6}
+	d.c4 = &counted[svcKey]{m: d.objs.Counters, flowKey: flowKey}
+	d.c6 = &counted[svcKey6]{m: d.objs.Counters6, flowKey: flowKey6}
 	d.t4 = &table[svcKey, svcVal]{m: d.objs.Services, deleted: d.c4.forget, replaced: func(k svcKey, old, now *svcVal) {
 		if terminates(k.Proto) {
 			d.ended4 = append(d.ended4, endedPairs4(k, old, now)...)
@@ -169,11 +176,11 @@ func New(cfg Config) (_ *Dataplane, err error) {
 			d.ended6 = append(d.ended6, endedPairs6(k, old, now)...)
 		}
 	}}
-	d.f4 = &flowed[pairKey]{m: d.objs.Traffic, last: map[pairKey]traffic{}, split: splitPair, held: func(k pairKey) bool {
+	d.f4 = &flowed[pairKey]{m: d.objs.Traffic, split: splitPair, held: func(k pairKey) bool {
 		v, ok := d.t4.kernel[k.Svc]
 		return ok && holds4(v, k)
 	}}
-	d.f6 = &flowed[pairKey6]{m: d.objs.Traffic6, last: map[pairKey6]traffic{}, split: splitPair6, held: func(k pairKey6) bool {
+	d.f6 = &flowed[pairKey6]{m: d.objs.Traffic6, split: splitPair6, held: func(k pairKey6) bool {
 		v, ok := d.t6.kernel[k.Svc]
 		return ok && holds6(v, k)
 	}}
@@ -182,6 +189,30 @@ func New(cfg Config) (_ *Dataplane, err error) {
 			d.Close()
 		}
 	}()
+	var primes []func(map[flows.Key]flows.Stats) error
+	for _, r := range []struct {
+		start func(*ebpf.Map, string, string, bool) (bool, error)
+		m     *ebpf.Map
+		name  string
+		saved **ebpf.Map
+		read  func(map[flows.Key]flows.Stats) error
+	}{
+		{d.c4.start, d.objs.Counters, socklbMapCounters, &d.c4.reported.m, d.c4.read},
+		{d.c6.start, d.objs.Counters6, socklbMapCounters6, &d.c6.reported.m, d.c6.read},
+		{d.f4.start, d.objs.Traffic, socklbMapTraffic, &d.f4.reported.m, d.f4.read},
+		{d.f6.start, d.objs.Traffic6, socklbMapTraffic6, &d.f6.reported.m, d.f6.read},
+	} {
+		prime, err := r.start(r.m, cfg.PinDir, reportedNames[r.name], had[r.name])
+		if *r.saved != nil {
+			d.reported = append(d.reported, *r.saved)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if prime {
+			primes = append(primes, r.read)
+		}
+	}
 	progs := map[string]*ebpf.Program{
 		socklbProgConnect4: d.objs.Connect4, socklbProgSendmsg4: d.objs.Sendmsg4,
 		socklbProgRecvmsg4: d.objs.Recvmsg4, socklbProgGetpeername4: d.objs.Getpeername4,
@@ -208,9 +239,10 @@ func New(cfg Config) (_ *Dataplane, err error) {
 	if err := d.t6.read(); err != nil {
 		return nil, err
 	}
-	// Adopted counters were another agent's to report (open connections
-	// are not counters: every read reports them whole).
-	for _, read := range []func(map[flows.Key]flows.Stats) error{d.c4.read, d.c6.read, d.f4.read, d.f6.read} {
+	// Counters adopted from an agent that kept no reported sums: what
+	// they hold is taken as reported (open connections are not counters:
+	// every read reports them whole).
+	for _, read := range primes {
 		if err := read(map[flows.Key]flows.Stats{}); err != nil {
 			return nil, err
 		}
@@ -354,6 +386,9 @@ func (d *Dataplane) Close() error {
 		l.Close()
 	}
 	d.links = nil
+	for _, m := range d.reported {
+		m.Close()
+	}
 	return d.objs.Close()
 }
 
@@ -369,6 +404,9 @@ func (d *Dataplane) Remove() error {
 		for _, m := range []*ebpf.Map{d.objs.Services, d.objs.Revnat, d.objs.Counters, d.objs.Affinity,
 			d.objs.Services6, d.objs.Revnat6, d.objs.Counters6, d.objs.Affinity6,
 			d.objs.Traffic, d.objs.Traffic6, d.objs.SkLb} {
+			errs = append(errs, m.Unpin())
+		}
+		for _, m := range d.reported {
 			errs = append(errs, m.Unpin())
 		}
 	}

@@ -11,11 +11,12 @@ import (
 
 type counters = socklbCounters
 
-// counted is a family's counters map and the sums last read from it: the
-// map only grows, so a read reports the growth since the previous one.
+// counted is a family's counters map and the sums last reported from it
+// (reported.go): the map only grows, so a read reports the growth since
+// the previous one.
 type counted[K comparable] struct {
-	m    *ebpf.Map
-	last map[K]counters
+	m *ebpf.Map
+	reported[K, counters]
 	// flowKey is the service of a map key.
 	flowKey func(K) flows.Key
 }
@@ -24,6 +25,8 @@ type counted[K comparable] struct {
 func (c *counted[K]) read(out map[flows.Key]flows.Stats) error {
 	var k K
 	var perCPU []counters
+	var moved []K
+	var sums []counters
 	it := c.m.Iterate()
 	for it.Next(&k, &perCPU) {
 		var sum counters
@@ -32,6 +35,10 @@ func (c *counted[K]) read(out map[flows.Key]flows.Stats) error {
 			sum.Refused += v.Refused
 		}
 		last := c.last[k]
+		if sum == last {
+			continue
+		}
+		moved, sums = append(moved, k), append(sums, sum)
 		if sum.Connections < last.Connections || sum.Refused < last.Refused {
 			last = counters{} // the entry was made anew
 		}
@@ -45,14 +52,16 @@ func (c *counted[K]) read(out map[flows.Key]flows.Stats) error {
 		s.Counters = s.Counters.Add(grown)
 		out[fk] = s
 	}
-	return it.Err()
+	if err := it.Err(); err != nil {
+		return err
+	}
+	return c.save(moved, sums)
 }
 
 // forget drops the counters of deleted services.
 func (c *counted[K]) forget(keys []K) error {
-	var errs []error
+	errs := []error{c.reported.forget(keys)}
 	for _, k := range keys {
-		delete(c.last, k)
 		if err := c.m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, err)
 		}

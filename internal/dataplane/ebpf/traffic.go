@@ -17,11 +17,11 @@ type (
 
 // flowed is a family's traffic map (the bytes and sockets of the
 // translated connections, per service and backend) and the sums last
-// read from it. Like counted, the map only grows and a read reports the
-// growth; open connections are reported whole at every read.
+// reported from it. Like counted, the map only grows and a read reports
+// the growth; open connections are reported whole at every read.
 type flowed[K comparable] struct {
-	m    *ebpf.Map
-	last map[K]traffic
+	m *ebpf.Map
+	reported[K, traffic]
 	// split is the service and backend of a map key.
 	split func(K) (flows.Key, netip.AddrPort)
 	// held reports whether the backend is in its service's slots now:
@@ -35,12 +35,16 @@ type flowed[K comparable] struct {
 func (f *flowed[K]) read(out map[flows.Key]flows.Stats) error {
 	var k K
 	var perCPU []traffic
-	var done []K
+	var done, moved []K
+	var sums []traffic
 	it := f.m.Iterate()
 	for it.Next(&k, &perCPU) {
 		sum := sumTraffic(perCPU)
 		grown, open := growth(f.last[k], sum)
-		f.last[k] = sum
+		if sum != f.last[k] {
+			moved, sums = append(moved, k), append(sums, sum)
+			f.last[k] = sum
+		}
 		if open == 0 && !f.held(k) {
 			done = append(done, k)
 		}
@@ -63,11 +67,13 @@ func (f *flowed[K]) read(out map[flows.Key]flows.Stats) error {
 	if err := it.Err(); err != nil {
 		return err
 	}
+	if err := f.save(moved, sums); err != nil {
+		return err
+	}
 	// What the closing packets of such a pair's last sockets add between
 	// the read and the delete is lost: a few acknowledgements at most.
-	var errs []error
+	errs := []error{f.forget(done)}
 	for _, k := range done {
-		delete(f.last, k)
 		if err := f.m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -275,15 +276,19 @@ func TestSocketLBTraffic(t *testing.T) {
 	})
 }
 
-// TestTrafficAdopted: a restarted data plane takes the pinned traffic
-// counters as reported (nothing is reported twice), keeps counting the
-// sockets translated before it, and reports their open connections.
+// TestTrafficAdopted: a restarted data plane reports what the pinned
+// counters grew by after the last read of the one before it (a socket's
+// datagrams and a new connection while no data plane ran), nothing it
+// reported, keeps counting the sockets translated before it, and reports
+// their open connections. Restarted over the pins of a data plane that
+// kept no reported sums, it takes what the counters hold as reported.
 func TestTrafficAdopted(t *testing.T) {
 	testutil.RequireRoot(t)
 	cg := testCgroup(t)
 	fs := testBPFFS(t)
 	cfg := Config{Node: "n1", Cgroup: cg, PinDir: filepath.Join(fs, "flowlb")}
 	dns := service(53, flows.UDP, 1, 0, 0)
+	be := netip.AddrPortFrom(backends[0], 8080)
 	first, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -295,14 +300,16 @@ func TestTrafficAdopted(t *testing.T) {
 	enterCgroup(t, cg)
 	inNetns(t, backends[:1], func() {
 		serveTraffic(t, backends[0])
-		c, err := net.Dial("udp", "198.19.0.10:53")
-		if err != nil {
-			first.Remove()
-			t.Fatal(err)
+		dial := func() net.Conn {
+			c, err := net.Dial("udp", "198.19.0.10:53")
+			if err != nil {
+				Cleanup(cfg.PinDir)
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			return c
 		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(2 * time.Second))
-		echo := func(size int) uint64 {
+		echo := func(c net.Conn, size int) uint64 {
 			if _, err := c.Write(make([]byte, size)); err != nil {
 				t.Fatal(err)
 			}
@@ -311,40 +318,62 @@ func TestTrafficAdopted(t *testing.T) {
 			}
 			return uint64(28 + size)
 		}
-		b := echo(100)
-		if got, err := first.ReadStats(); err != nil || got[dns.Key].BytesIn != b {
-			t.Errorf("first read: %v, %v; want %d bytes in", got, err, b)
+		// check reads dp and wants exactly want for the service and its
+		// one backend, and open sockets open.
+		check := func(what string, dp *Dataplane, want flows.Counters, open uint64) {
+			t.Helper()
+			got, err := dp.ReadStats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := got[dns.Key]
+			if s.Counters != want || s.Active != open || s.Members[be] != want {
+				t.Errorf("%s: %+v, want %+v and %d open", what, s, want, open)
+			}
 		}
-		echo(50) // counted, not reported: the next agent takes it as reported
+		c := dial()
+		defer c.Close()
+		b := echo(c, 100)
+		check("first read", first, flows.Counters{Connections: 1, BytesIn: b, BytesOut: b}, 1)
+		b = echo(c, 50) // counted, not reported
 		first.Close()
+		// While no data plane runs: a new connection and its datagram.
+		c2 := dial()
+		b += echo(c2, 70)
+		c2.Close()
 		second, err := New(cfg)
 		if err != nil {
 			Cleanup(cfg.PinDir)
 			t.Fatal(err)
 		}
+		check("after the restart", second, flows.Counters{Connections: 1, BytesIn: b, BytesOut: b}, 1)
+		b = echo(c, 300) + echo(c, 10)
+		check("after the restart, counting on", second, flows.Counters{BytesIn: b, BytesOut: b}, 1)
+
+		// Pins of a data plane that kept no reported sums.
+		echo(c, 20) // counted, not reported, and not known to be
+		second.Close()
+		for _, name := range reportedNames {
+			if err := os.Remove(filepath.Join(cfg.PinDir, name)); err != nil {
+				Cleanup(cfg.PinDir)
+				t.Fatal(err)
+			}
+		}
+		third, err := New(cfg)
+		if err != nil {
+			Cleanup(cfg.PinDir)
+			t.Fatal(err)
+		}
 		defer func() {
-			if err := second.Remove(); err != nil {
+			if err := third.Remove(); err != nil {
 				t.Error(err)
 			}
 		}()
-		got, err := second.ReadStats()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s := got[dns.Key]; !s.Counters.IsZero() || s.Active != 1 {
-			t.Errorf("after the restart: %+v, want no counts and the one socket open", s)
-		}
-		b = echo(300) + echo(10)
-		want := flows.Counters{BytesIn: b, BytesOut: b}
-		got, err = second.ReadStats()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s := got[dns.Key]; s.Counters != want || s.Active != 1 || s.Members[netip.AddrPortFrom(backends[0], 8080)] != want {
-			t.Errorf("after the restart: %+v, want %+v and the one socket open", s, want)
-		}
+		check("over pins without reported sums", third, flows.Counters{}, 1)
+		b = echo(c, 7)
+		check("over pins without reported sums, counting on", third, flows.Counters{BytesIn: b, BytesOut: b}, 1)
 		c.Close()
-		if got, err = second.ReadStats(); err != nil || len(got) != 0 {
+		if got, err := third.ReadStats(); err != nil || len(got) != 0 {
 			t.Errorf("after close: %v, %v; want nothing", got, err)
 		}
 	})

@@ -147,8 +147,13 @@ func TestPodVolumes(t *testing.T) {
 		{Name: "identity", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/flowlb/agent"}}},
 		{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "db"}}},
 		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "cgroup", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs/cgroup"}}},
+		{Name: "pins", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs/bpf/flowlb/"}}},
+		{Name: "not-cgroup", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs/cgroupx"}}},
+		{Name: "above", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs"}}},
 	}
-	dirs := volumeDirs{pod: "/lab/pods/u1", node: "/lab/nodes/n2", claims: "/lab/claims"}
+	dirs := volumeDirs{pod: "/lab/pods/u1", node: "/lab/nodes/n2", claims: "/lab/claims",
+		host: map[string]string{"/sys/fs/cgroup": "/cg/lab/n2", "/sys/fs/bpf": "/lab/bpf/n2"}}
 	vols, err := podVolumes(pod, testSources, testPodEnv, dirs)
 	if err != nil {
 		t.Fatal(err)
@@ -160,6 +165,11 @@ func TestPodVolumes(t *testing.T) {
 		"identity":        {dir: "/lab/nodes/n2/var/lib/flowlb/agent"},
 		"data":            {dir: "/lab/claims/ns/db"},
 		"scratch":         {dir: "/lab/pods/u1/volumes/scratch"},
+		// The node's kernel file systems, as the lab stands them in.
+		"cgroup":     {dir: "/cg/lab/n2"},
+		"pins":       {dir: "/lab/bpf/n2/flowlb"},
+		"not-cgroup": {dir: "/lab/nodes/n2/sys/fs/cgroupx"},
+		"above":      {dir: "/lab/nodes/n2/sys/fs"},
 	}
 	if !reflect.DeepEqual(vols, want) {
 		t.Errorf("volumes\n got %v\nwant %v", vols, want)

@@ -76,8 +76,12 @@ func (a apiSources) Token(pod *corev1.Pod, audience string, seconds int64) (stri
 // podVolumeDirs are the roots of pod's volumes under the kubelet's
 // VolumeDir.
 func (k *Kubelet) podVolumeDirs(pod *corev1.Pod, node int) volumeDirs {
-	return volumeDirs{pod: filepath.Join(k.cfg.VolumeDir, "pods", string(pod.UID)),
+	d := volumeDirs{pod: filepath.Join(k.cfg.VolumeDir, "pods", string(pod.UID)),
 		node: filepath.Join(k.cfg.VolumeDir, "nodes", lab.NodeName(node)), claims: filepath.Join(k.cfg.VolumeDir, "claims")}
+	if k.cfg.HostPaths != nil {
+		d.host = k.cfg.HostPaths(node)
+	}
+	return d
 }
 
 // startFlowlb writes the volumes of a flowlb pod running as host and
@@ -104,9 +108,6 @@ func (k *Kubelet) startFlowlb(ctx context.Context, pod *corev1.Pod, node int, ip
 		argv, err := containerArgv(k.cfg.FlowlbBin, c, vars)
 		if err != nil {
 			return err
-		}
-		if len(argv) > 1 && argv[1] == "agent" && k.cfg.AgentArgs != nil {
-			argv = append(argv, k.cfg.AgentArgs(node)...)
 		}
 		ms, err := containerMounts(c, vols)
 		if err != nil {

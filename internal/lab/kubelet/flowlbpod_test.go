@@ -20,10 +20,10 @@ import (
 
 // TestFlowlbPod: a hostNetwork pod of flowlb's image whose Secret appears
 // only after it was bound is started once the Secret exists, as the
-// lab's flowlb binary under exec-pod with its volume bound and its
-// environment resolved, and the lab's data plane for its node appended to
-// the agent's flags; it reports the node's address; on deletion its
-// volume directory goes.
+// lab's flowlb binary under exec-pod with its volumes bound (a hostPath
+// at the cgroup v2 root: its node's cgroup in the lab) and its
+// environment resolved, its flags as the manifest wrote them; it reports
+// the node's address; on deletion its volume directory goes.
 func TestFlowlbPod(t *testing.T) {
 	ctx := context.Background()
 	cs := fakeClient(t)
@@ -31,8 +31,8 @@ func TestFlowlbPod(t *testing.T) {
 	vdir := t.TempDir()
 	k, err := New(Config{Lab: "x", Client: cs, Runtime: rt, FlowlbBin: "/opt/flowlb", VolumeDir: vdir, APIHost: "198.18.0.250", APIPort: 6443,
 		HeartbeatPeriod: 50 * time.Millisecond, StatusPeriod: 100 * time.Millisecond,
-		AgentArgs: func(node int) []string {
-			return []string{"--dataplane", "ebpf", "--cgroup", fmt.Sprintf("/cg/n%d", node)}
+		HostPaths: func(node int) map[string]string {
+			return map[string]string{"/sys/fs/cgroup": fmt.Sprintf("%s/cg/n%d", vdir, node)}
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -45,10 +45,12 @@ func TestFlowlbPod(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "flowlb-system", Name: "agent-a", UID: types.UID("uid-agent")},
 		Spec: corev1.PodSpec{NodeName: "n2", HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](1),
 			Containers: []corev1.Container{{Name: "agent", Image: "flowlb:0.1.0-dev",
-				Args:         []string{"agent", "--node=$(NODE_NAME)", "--token-file=/etc/flowlb/agent/token"},
-				Env:          []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
-				VolumeMounts: []corev1.VolumeMount{{Name: "bootstrap", MountPath: "/etc/flowlb/agent"}}}},
-			Volumes: []corev1.Volume{{Name: "bootstrap", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "flowlb-agent"}}}}}}
+				Args: []string{"agent", "--node=$(NODE_NAME)", "--token-file=/etc/flowlb/agent/token", "--cgroup=/run/flowlb/cgroup"},
+				Env:  []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "bootstrap", MountPath: "/etc/flowlb/agent"},
+					{Name: "cgroup", MountPath: "/run/flowlb/cgroup", ReadOnly: true}}}},
+			Volumes: []corev1.Volume{{Name: "bootstrap", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "flowlb-agent"}}},
+				{Name: "cgroup", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs/cgroup"}}}}}}
 	if _, err := cs.CoreV1().Pods("flowlb-system").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +78,9 @@ func TestFlowlbPod(t *testing.T) {
 	proc := rt.procs[key][0]
 	rt.mu.Unlock()
 	secretDir := filepath.Join(vdir, "pods", "uid-agent", "volumes", "bootstrap")
-	wantArgv := []string{"/opt/flowlb", "lab", "exec-pod", "--mount", secretDir + ":/etc/flowlb/agent:ro", "--",
-		"/opt/flowlb", "agent", "--node=n2", "--token-file=/etc/flowlb/agent/token", "--dataplane", "ebpf", "--cgroup", "/cg/n2"}
+	wantArgv := []string{"/opt/flowlb", "lab", "exec-pod", "--mount", secretDir + ":/etc/flowlb/agent:ro",
+		"--mount", vdir + "/cg/n2:/run/flowlb/cgroup:ro", "--",
+		"/opt/flowlb", "agent", "--node=n2", "--token-file=/etc/flowlb/agent/token", "--cgroup=/run/flowlb/cgroup"}
 	if !slices.Equal(proc.Argv, wantArgv) {
 		t.Errorf("argv\n got %q\nwant %q", proc.Argv, wantArgv)
 	}

@@ -115,11 +115,13 @@ type Config struct {
 	FlowlbBin, VolumeDir string
 	APIHost              string
 	APIPort              int
-	// AgentArgs, if set, are appended to the command line of a flowlb
-	// pod's `flowlb agent` on node i: the lab's data plane for the node
-	// (lab.Lab.AgentDataplaneArgs), which the manifests cannot name, as
-	// each lab node's cgroup is its own.
-	AgentArgs func(node int) []string
+	// HostPaths, if set, are the directories that stand for node i's
+	// kernel file systems, by their path on a real node
+	// (lab.Lab.NodeHostPaths): a hostPath volume at or below one of those
+	// paths is that directory, not one of the node's tree, so that the
+	// agent DaemonSet on eBPF finds its node's cgroup and bpffs where the
+	// manifests mount them.
+	HostPaths func(node int) map[string]string
 	// Timing (defaults: lease 40s renewed every 10s, status every 60s).
 	LeaseDuration   time.Duration
 	HeartbeatPeriod time.Duration

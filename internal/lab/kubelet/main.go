@@ -72,7 +72,7 @@ func Main(args []string, stderr io.Writer) error {
 	}
 	cfg := Config{Lab: name, Client: client, Runtime: LabRuntime{Lab: l}, Zones: zones,
 		FlowlbBin: bin, VolumeDir: filepath.Join(l.KubeDir(), "volumes"), APIHost: lab.ControlAddr.String(), APIPort: lab.KubeAPIPort,
-		AgentArgs: l.AgentDataplaneArgs,
+		HostPaths: l.NodeHostPaths,
 		APIAddr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(lab.KubeAPIPort)),
 		Log:       slog.New(slog.NewTextHandler(stderr, nil))}
 	if fd >= 0 {

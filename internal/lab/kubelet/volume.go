@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -12,8 +13,10 @@ import (
 // projected, downward API) become files the kubelet writes into the pod's
 // directory; emptyDir an empty directory there; a hostPath a directory of
 // the node's own tree (lab nodes share the machine's file system, so each
-// gets one); a persistentVolumeClaim a directory per claim that outlives
-// its pods (the claim is not bound: the lab has no volume provisioner).
+// gets one), or, at a kernel file system's path, the lab's directory that
+// stands for it on that node (its cgroup, its bpffs directory); a
+// persistentVolumeClaim a directory per claim that outlives its pods (the
+// claim is not bound: the lab has no volume provisioner).
 
 // volume is where one pod volume's content lives.
 type volume struct {
@@ -26,6 +29,22 @@ type volumeDirs struct {
 	pod    string // this pod's directory (content volumes, emptyDirs)
 	node   string // the node's tree (hostPath)
 	claims string // claims of the lab, <claims>/<namespace>/<claim>
+	// host maps a real node's path to the lab's directory that stands
+	// for it on this node (hostPaths at or below it).
+	host map[string]string
+}
+
+// hostPath is the directory of a hostPath volume at path p: below the
+// longest path of host that holds p, else in the node's tree.
+func (d volumeDirs) hostPath(p string) string {
+	p = filepath.Clean("/" + p)
+	out, longest := filepath.Join(d.node, p), -1
+	for root, dir := range d.host {
+		if rest, ok := strings.CutPrefix(p, root); ok && (rest == "" || rest[0] == '/') && len(root) > longest {
+			out, longest = filepath.Join(dir, rest), len(root)
+		}
+	}
+	return out
 }
 
 // podVolumes resolves every volume of pod.
@@ -45,7 +64,7 @@ func podVolumes(pod *corev1.Pod, src Sources, pe podEnv, dirs volumeDirs) (map[s
 			vol.files, err = downwardFiles(pod, v.DownwardAPI.Items, pe)
 		case v.EmptyDir != nil:
 		case v.HostPath != nil:
-			vol.dir = filepath.Join(dirs.node, filepath.Clean("/"+v.HostPath.Path))
+			vol.dir = dirs.hostPath(v.HostPath.Path)
 		case v.PersistentVolumeClaim != nil:
 			vol.dir = filepath.Join(dirs.claims, pod.Namespace, v.PersistentVolumeClaim.ClaimName)
 		default:
