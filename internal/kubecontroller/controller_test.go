@@ -705,3 +705,52 @@ func TestNoWorkerWaitsForActive(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClassOnly: with ClassOnly, a LoadBalancer Service of no class (the
+// cloud provider's: cloud-provider-openstack takes exactly those) is
+// served on its cluster IP and node port only, its ingress left to the
+// cloud provider; one of the controller's class is still its own.
+func TestClassOnly(t *testing.T) {
+	api := lbtest.New(t)
+	o := &kubelb.Octavia{Client: api.Client, Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet, ClassOnly: true}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	cloud := svc("cloud", corev1.ServiceTypeLoadBalancer, "198.19.64.11")
+	cloud.Spec.Ports[0].NodePort = 30080
+	theirs := []corev1.LoadBalancerIngress{{IP: "198.18.99.1"}}
+	cloud.Status.LoadBalancer.Ingress = theirs
+	ours := svc("ours", corev1.ServiceTypeLoadBalancer, "198.19.64.10")
+	ours.Spec.LoadBalancerClass = ptr.To(kubelb.DefaultClass)
+	client := fake.NewClientset(cloud, epSlice("cloud", "198.18.17.3"), ours, epSlice("ours", "198.18.17.2"))
+	statusOnly(client)
+	h := &harness{t: t, api: api, o: o, client: client}
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 2) }()
+
+	ingressOf := func(name string) []corev1.LoadBalancerIngress {
+		s, err := client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Status.LoadBalancer.Ingress
+	}
+	testutil.Eventually(t, within, "ours' LB and ingress", func() (bool, string) {
+		in := ingressOf("ours")
+		return len(h.members("ours")) == 1 && len(in) == 1 && in[0].IP != "198.19.64.10", fmt.Sprintf("members %v, ingress %v", h.members("ours"), in)
+	})
+	// Both ports' listeners (the Service port's and the node port's).
+	testutil.Eventually(t, within, "cloud's LB on its cluster IP and node port", h.memberCount("cloud", 2))
+	lb, err := o.Find(ctx, kubelb.Name("lab", "default", "cloud"))
+	if err != nil || lb == nil || lb.VIPAddress != "198.19.64.11" || len(lb.AdditionalVIPs) != 0 {
+		t.Fatalf("cloud's LB %+v (%v): want the cluster IP as its only VIP", lb, err)
+	}
+	if got := ingressOf("cloud"); !reflect.DeepEqual(got, theirs) {
+		t.Errorf("cloud's ingress %+v, want the cloud provider's %+v", got, theirs)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
