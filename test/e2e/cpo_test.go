@@ -99,6 +99,7 @@ const flowlbCluster = "lab-flowlb"
 
 func testCPO(t *testing.T, cpo string, alone bool) {
 	ctx := t.Context()
+	t0 := time.Now()
 	var ks *keystone.Keystone
 	var agentArgs []string
 	if alone {
@@ -142,6 +143,8 @@ func testCPO(t *testing.T, cpo string, alone bool) {
 	_, body := e.call("GET", "/v2.0/networks?name=flowlb-external", nil)
 	extNet := dig(body, "networks")[0].(map[string]any)["id"].(string)
 	startCPO(t, e, cpo, vipSubnet)
+	t.Logf("set up in %s: the lab, Keystone, flowlb, Kubernetes, %s and CPO", time.Since(t0).Round(100*time.Millisecond),
+		map[bool]string{false: "kube-proxy", true: "flowlb's kube-controller"}[alone])
 
 	e.deploy("web", 2)
 	created := map[string]time.Time{}
@@ -185,8 +188,32 @@ func testCPO(t *testing.T, cpo string, alone bool) {
 		}
 		return nil
 	}
+	// memberStatus is the operating status of each member of Service
+	// name's load balancer, by address.
+	memberStatus := func(name string) map[string]any {
+		st, _ := e.statusTree(name)
+		on := map[string]any{}
+		for _, l := range dig(st, "statuses", "loadbalancer", "listeners") {
+			for _, p := range dig(l.(map[string]any), "pools") {
+				for _, m := range dig(p.(map[string]any), "members") {
+					on[m.(map[string]any)["address"].(string)] = m.(map[string]any)["operating_status"]
+				}
+			}
+		}
+		return on
+	}
 	reach := func(name, addr string) {
 		ext := net.JoinHostPort(addr, "80")
+		// CPO's monitor (TCP, on the node port) says when both nodes
+		// serve the Service's node port: CPO's load balancer is ACTIVE
+		// within a second of the Service, kube-proxy (or flowlb's
+		// kube-controller) may program the node port later, and a
+		// connection sent to a node that does not serve it yet is
+		// refused.
+		testutil.Eventually(t, 30*time.Second, name+"'s members ONLINE", func() (bool, string) {
+			on := memberStatus(name)
+			return on[nodes[0]] == "ONLINE" && on[nodes[1]] == "ONLINE", fmt.Sprint(on)
+		})
 		// Through each node first: an ingress address (a floating IP's
 		// association above all) is in status as soon as the API has it,
 		// and each node's agent programs it a moment later.
@@ -266,15 +293,7 @@ func testCPO(t *testing.T, cpo string, alone bool) {
 	})
 	lfip, _ := ingress("local")
 	testutil.Eventually(t, 30*time.Second, "local's member on n1 ONLINE, on n2 not", func() (bool, string) {
-		st, _ := e.statusTree("local")
-		on := map[string]any{}
-		for _, l := range dig(st, "statuses", "loadbalancer", "listeners") {
-			for _, p := range dig(l.(map[string]any), "pools") {
-				for _, m := range dig(p.(map[string]any), "members") {
-					on[m.(map[string]any)["address"].(string)] = m.(map[string]any)["operating_status"]
-				}
-			}
-		}
+		on := memberStatus("local")
 		return on[nodes[0]] == "ONLINE" && on[nodes[1]] == "ERROR", fmt.Sprint(on)
 	})
 	if err := e.lab.SetNextHops(1); err != nil {
@@ -316,7 +335,7 @@ func testCPO(t *testing.T, cpo string, alone bool) {
 			t.Fatal(err)
 		}
 	}
-	t0 := time.Now()
+	t0 = time.Now()
 	testutil.Eventually(t, 60*time.Second, "the load balancers, the floating IPs and the Services gone", func() (bool, string) {
 		var left []string
 		for _, name := range []string{"novip", "withfip", "local"} {
