@@ -79,6 +79,9 @@ const keystoneURL = "http://" + control + ":5000"
 func TestCloudProviderOpenStack(t *testing.T) {
 	kubetest.SkipUnlessKube(t)
 	cpo := cpoBinary(t)
+	// One Keystone prepared for both (keystone-manage takes a minute or
+	// two of CPU), each serving a copy of its own.
+	prepared := keystone.Prepare(t, control+":5000", keystoneURL)
 	for _, alone := range []bool{false, true} {
 		name := "kube-proxy"
 		if alone {
@@ -86,7 +89,7 @@ func TestCloudProviderOpenStack(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t0 := time.Now()
-			testCPO(t, cpo, alone)
+			testCPO(t, cpo, prepared, alone)
 			t.Logf("%s: %s", name, time.Since(t0).Round(time.Second))
 		})
 	}
@@ -97,7 +100,7 @@ func TestCloudProviderOpenStack(t *testing.T) {
 // kube_service_<cluster>_<namespace>_<name>, so the two must differ.
 const flowlbCluster = "lab-flowlb"
 
-func testCPO(t *testing.T, cpo string, alone bool) {
+func testCPO(t *testing.T, cpo string, prepared *keystone.Keystone, alone bool) {
 	ctx := t.Context()
 	t0 := time.Now()
 	var ks *keystone.Keystone
@@ -112,7 +115,7 @@ func testCPO(t *testing.T, cpo string, alone bool) {
 			"--keystone-user", "octavia", "--keystone-password", "octaviapw", "--keystone-project", "service",
 			"--provider-alias", "amphora=flow"},
 		beforeServer: func(c *cluster) {
-			ks = startLabKeystone(t, c, alone)
+			ks = startLabKeystone(t, c, prepared.Copy(t), alone)
 		}})
 	hc := &http.Client{Transport: &http.Transport{DialContext: c.lab.Node(1).Dial}, Timeout: 10 * time.Second}
 	var err error
@@ -457,19 +460,19 @@ func startKeystoneKubeController(t *testing.T, e *kubeEnv) {
 	})
 }
 
-// startLabKeystone starts a Keystone in the lab's fabric (before the
+// startLabKeystone starts ks, prepared to listen at control:5000 and be
+// reached at keystoneURL, in the lab's fabric (before the
 // server, which validates tokens with it) and registers flowlb as its
 // load-balancer and network endpoints, the service user the server
 // validates tokens as, and the project and user CPO works as (and, with
 // kubeController, flowlb's kube-controller's user in that project).
-func startLabKeystone(t *testing.T, c *cluster, kubeController bool) *keystone.Keystone {
-	ks := keystone.Prepare(t, control+":5000", keystoneURL)
+func startLabKeystone(t *testing.T, c *cluster, ks *keystone.Keystone, kubeController bool) *keystone.Keystone {
 	argv, env := ks.Argv()
 	if _, err := c.lab.Fabric().Start("keystone", argv, env...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// Before Prepare's directory goes (cleanups run last first);
+		// Before the copy's directory goes (cleanups run last first);
 		// lab down would stop it only after.
 		defer func() { _ = c.lab.Fabric().Stop("keystone") }()
 		if t.Failed() {
