@@ -81,7 +81,9 @@ func TestCloudProviderOpenStack(t *testing.T) {
 	cpo := cpoBinary(t)
 	// One Keystone prepared for both (keystone-manage takes a minute or
 	// two of CPU), each serving a copy of its own.
+	t0 := time.Now()
 	prepared := keystone.Prepare(t, control+":5000", keystoneURL)
+	t.Logf("Keystone prepared in %s", time.Since(t0).Round(100*time.Millisecond))
 	for _, alone := range []bool{false, true} {
 		name := "kube-proxy"
 		if alone {
