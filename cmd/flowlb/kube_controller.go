@@ -52,7 +52,7 @@ func newKubeControllerCmd() *cobra.Command {
 		Use:   "kube-controller",
 		Short: "Serve Kubernetes Services with load balancers whose members are the pods",
 		Long: `Watch Services, EndpointSlices and Nodes and keep one Octavia load balancer per
-ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
+ClusterIP, NodePort and LoadBalancer Service, through any Octavia v2 API: flowlb's
 (--octavia-endpoint, noauth, one URL per server replica) or a cloud's
 (--os-cloud, clouds.yaml, the endpoint of Keystone's catalog).`,
 		Args: cobra.NoArgs,
@@ -76,7 +76,9 @@ ClusterIP and LoadBalancer Service, through any Octavia v2 API: flowlb's
 	f.StringVar(&o.subnets.External, "external-cidr", "", "with --cluster-ip-cidr: the LoadBalancer addresses' range, instead of --external-subnet")
 	f.StringVar(&o.subnets.ClusterIP6, "cluster-ip-cidr6", "", "the Services' IPv6 cluster-IP range, instead of --cluster-ip-subnet6 (a subnet on the same network as --cluster-ip-cidr's)")
 	f.StringVar(&o.subnets.External6, "external-cidr6", "", "with --cluster-ip-cidr6: the IPv6 LoadBalancer addresses' range, instead of --external-subnet6")
-	f.StringVar(&o.opts.Class, "load-balancer-class", kubelb.DefaultClass, "loadBalancerClass whose external addresses are ours, besides none; a LoadBalancer Service of another class is served as a NodePort one (cluster IP, node ports, external IPs), its ingress left to its implementation")
+	f.StringVar(&o.opts.Class, "load-balancer-class", kubelb.DefaultClass, "loadBalancerClass whose external addresses are ours, besides none (unless --load-balancer-class-only); a LoadBalancer Service of another class is served as a NodePort one (cluster IP, node ports, external IPs), its ingress left to its implementation")
+	f.BoolVar(&o.opts.ClassOnly, "load-balancer-class-only", false, "take only the LoadBalancer Services of --load-balancer-class: those of no class are served as NodePort ones (cluster IP, node ports, health-check node port), their load balancer and ingress left to the cluster's cloud provider "+
+		"(cloud-provider-openstack's service controller; give it another --cluster-name than this controller's, since both name load balancers kube_service_<cluster>_<namespace>_<name>)")
 	f.StringSliceVar(&o.opts.PodCIDRs, "pod-cidrs", nil, "pod networks besides the Nodes' spec.podCIDRs, let through when loadBalancerSourceRanges restrict a Service")
 	f.IntVar(&o.workers, "workers", 8, "Services reconciled at once")
 	f.IntVar(&o.qps, "kube-api-qps", 100, "requests per second to the Kubernetes API (burst: twice that)")

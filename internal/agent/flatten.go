@@ -23,7 +23,8 @@ import (
 // address is one of self and whose port is a node port of s's protocol
 // that lookup finds (a node-port service of the address's family) is
 // replaced by that node port's endpoints for this node: with
-// externalTrafficPolicy Local (LocalOnly) those on node only, with
+// externalTrafficPolicy Local (LocalOnly) those on node only, which keep
+// the client's address as the node port does (KeepClient), with
 // PreferClose those Near node and zone, else all of them. The backend's
 // weight is spread over them in proportion to their own weights, and
 // weights are then made whole (see wholeWeights). A replaced backend
@@ -54,7 +55,10 @@ func flatten(s flows.Service, lookup func(flows.Key) (flows.Service, bool), self
 		}
 		for _, e := range eps {
 			// The member is still s's: what its endpoints count is its.
-			out = append(out, flows.Backend{MemberID: b.MemberID, Address: e.Address, Port: e.Port, Node: e.Node, Zones: b.Zones, ForNodes: b.ForNodes})
+			// A local-only node port keeps the client's address; so do
+			// its endpoints in s (docs/dataplane.md).
+			out = append(out, flows.Backend{MemberID: b.MemberID, Address: e.Address, Port: e.Port, Node: e.Node, Zones: b.Zones, ForNodes: b.ForNodes,
+				KeepClient: np.LocalOnly})
 			weights = append(weights, float64(b.Weight)*float64(e.Weight)/float64(total))
 		}
 	}
@@ -124,7 +128,9 @@ func endpointsHere(np flows.Service, node, zone string) []flows.Backend {
 
 // mergeSame folds backends of the same address and port into the first,
 // adding their weights: two members on two addresses of this node, or a
-// member that is also an endpoint, lead to one backend.
+// member that is also an endpoint, lead to one backend. It keeps the
+// client's address only if each of them does: a member of the VIP's own
+// follows the VIP's masquerade.
 func mergeSame(bs []flows.Backend, ws []float64) ([]flows.Backend, []float64) {
 	at := map[netip.AddrPort]int{}
 	var out []flows.Backend
@@ -133,6 +139,7 @@ func mergeSame(bs []flows.Backend, ws []float64) ([]flows.Backend, []float64) {
 		ap := netip.AddrPortFrom(b.Address, b.Port)
 		if j, ok := at[ap]; ok {
 			outW[j] += ws[i]
+			out[j].KeepClient = out[j].KeepClient && b.KeepClient
 			continue
 		}
 		at[ap] = len(out)

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,6 +194,113 @@ func TestKernelVIPToOwnNodePort(t *testing.T) {
 		}
 		if got := fromClient("198.18.0.1:30080"); !strings.HasPrefix(got, "198.18.17.3:8080 ") {
 			t.Errorf("the node port after it moved: %q", got)
+		}
+	})
+}
+
+// TestKernelVIPToOwnLocalOnlyNodePort: a VIP whose member is this node's
+// own node port, in a real kernel, with the pod behind a veth of its own
+// (its connections forwarded, so postrouting decides the masquerade) and
+// a client outside the pod networks behind another. With
+// externalTrafficPolicy Local on the node port, the client reaches the
+// pod through the VIP with its own address, as through the node port
+// itself; with Cluster, it is masqueraded to the node, as the VIP's
+// clients from outside are.
+func TestKernelVIPToOwnLocalOnlyNodePort(t *testing.T) {
+	testutil.RequireRoot(t)
+	inNamespace(t, nil, func(node netns.NsHandle) {
+		addAddr(t, "lo", "198.18.0.1/32")
+		lo, _ := netlink.LinkByName("lo")
+		_, vips, _ := net.ParseCIDR("198.19.0.0/17")
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: lo.Attrs().Index, Dst: vips,
+			Scope: netlink.SCOPE_HOST, Type: unix.RTN_LOCAL}); err != nil {
+			t.Fatal(err)
+		}
+		// peer makes a namespace behind a veth from the node: the node's
+		// side gets gw/24, the other side addr/24 and a default route.
+		peer := func(link, gw, addr string) netns.NsHandle {
+			ns, err := netns.New() // switches this thread to it
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ns.Close() })
+			if err := netns.Set(node); err != nil {
+				t.Fatal(err)
+			}
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: link}, PeerName: "eth0", PeerNamespace: netlink.NsFd(ns)}); err != nil {
+				t.Fatal(err)
+			}
+			addAddr(t, link, gw+"/24")
+			inNamespace(t, &ns, func(netns.NsHandle) {
+				addAddr(t, "lo", "127.0.0.1/8")
+				addAddr(t, "eth0", addr+"/24")
+				eth0, _ := netlink.LinkByName("eth0")
+				if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: net.ParseIP(gw)}); err != nil {
+					t.Error(err)
+				}
+			})
+			return ns
+		}
+		client := peer("vc", "198.18.1.1", "198.18.1.2")
+		pod := peer("vp", "198.18.17.1", "198.18.17.2")
+		if err := os.WriteFile("/proc/sys/net/ipv4/conf/all/forwarding", []byte("1"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		inNamespace(t, &pod, func(netns.NsHandle) { answer(t, "198.18.17.2:8080") })
+
+		dp, err := nftables.New(int(node), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		if err := dp.SetPodNetworks([]netip.Prefix{netip.MustParsePrefix("198.18.16.0/20")}); err != nil {
+			t.Fatal(err)
+		}
+		nodeAddrs := []netip.Addr{netip.MustParseAddr("198.18.0.1")}
+		if err := dp.SetNodeAddresses(nodeAddrs); err != nil {
+			t.Fatal(err)
+		}
+		a := New(Config{Node: "n1", NoHealth: true, Metrics: prometheus.NewRegistry()}, dp, quiet)
+		if err := a.SetNodeAddresses(t.Context(), nodeAddrs); err != nil {
+			t.Fatal(err)
+		}
+		vip := flows.Service{Key: vipKey, LoadBalancerID: "cpo", Algorithm: flows.RoundRobin, ConnectionLimit: -1,
+			Backends: []flows.Backend{be("198.18.0.1", 30080, 1, "")}}
+		port := np(flows.TCP, 30080, false, be("198.18.17.2", 8080, 1, "n1"))
+		fromClient := func(dst string) (got string) {
+			inNamespace(t, &client, func(netns.NsHandle) { got = dialOnce(dst) })
+			return got
+		}
+		for i, tc := range []struct {
+			policy    string
+			localOnly bool
+			want      string
+		}{
+			{"Local", true, "198.18.17.2:8080 198.18.1.2"},
+			{"Cluster", false, "198.18.17.2:8080 198.18.17.1"},
+		} {
+			port.LocalOnly = tc.localOnly
+			if err := a.apply(t.Context(), &agentv1.Update{Snapshot: true, Revision: int64(i + 1),
+				Upserts: []*agentv1.Service{flowpb.ServiceToProto(vip), flowpb.ServiceToProto(port)}}); err != nil {
+				t.Fatal(err)
+			}
+			if got := fromClient("198.18.0.1:30080"); got != tc.want {
+				t.Errorf("externalTrafficPolicy %s: client -> node port: %q, want %q", tc.policy, got, tc.want)
+			}
+			for try := range 3 {
+				if got := fromClient("198.19.0.10:80"); got != tc.want {
+					t.Errorf("externalTrafficPolicy %s: client -> VIP, try %d: %q, want %q", tc.policy, try, got, tc.want)
+				}
+			}
+			var kept []string
+			if tc.localOnly {
+				kept = []string{"198.18.17.2:8080"}
+			}
+			for _, d := range dp.Dump() {
+				if d.Key == vipKey && !slices.Equal(d.KeepClient, kept) {
+					t.Errorf("externalTrafficPolicy %s: the VIP dumped keeping the client to %v, want %v", tc.policy, d.KeepClient, kept)
+				}
+			}
 		}
 	})
 }

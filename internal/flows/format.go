@@ -50,8 +50,9 @@ func (k Key) String() string {
 	return netip.AddrPortFrom(k.VIP, k.Port).String() + "/" + string(k.Protocol)
 }
 
-// String is a backend as address:port*weight, with its node, zones and
-// the nodes that prefer it.
+// String is a backend as address:port*weight, with its node, zones, the
+// nodes that prefer it and, marked "+keep-client", whether it keeps the
+// client's address.
 func (b Backend) String() string {
 	s := fmt.Sprintf("%s*%d", netip.AddrPortFrom(b.Address, b.Port), b.Weight)
 	if b.Node != "" {
@@ -62,6 +63,9 @@ func (b Backend) String() string {
 	}
 	if len(b.ForNodes) > 0 {
 		s += "[" + strings.Join(b.ForNodes, ",") + "]"
+	}
+	if b.KeepClient {
+		s += "+keep-client"
 	}
 	return s
 }

@@ -72,13 +72,20 @@ type Backend struct {
 	// services): the node hints of Kubernetes' trafficDistribution
 	// PreferSameNode, its own node.
 	ForNodes []string
+	// KeepClient: a connection to this backend from outside the pod
+	// networks keeps the client's address, where a service that is not
+	// local-only masquerades it. The agent sets it on the endpoints of
+	// its node's own local-only node port (externalTrafficPolicy Local)
+	// that it puts in place of a VIP's member on that node port
+	// (internal/agent/flatten.go): the node port would have kept it.
+	KeepClient bool
 }
 
 // SameBackend reports whether two backends are equal in every field (a
 // nil and an empty list are equal).
 func SameBackend(a, b Backend) bool {
 	return a.MemberID == b.MemberID && a.Address == b.Address && a.Port == b.Port && a.Weight == b.Weight && a.Node == b.Node &&
-		slices.Equal(a.Zones, b.Zones) && slices.Equal(a.ForNodes, b.ForNodes)
+		slices.Equal(a.Zones, b.Zones) && slices.Equal(a.ForNodes, b.ForNodes) && a.KeepClient == b.KeepClient
 }
 
 // Persistence pins a client to a backend for Timeout after its last packet.

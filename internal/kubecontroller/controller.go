@@ -535,6 +535,11 @@ func (c *Controller) apply(ctx context.Context, svc *corev1.Service, want *kubel
 	if err != nil {
 		return kubelb.Result{}, 0, err
 	}
+	if actual.LB != nil && !kubelb.Ours(actual.LB, c.opts.Cluster) {
+		// Retried with backoff: the name is free once the other goes.
+		return kubelb.Result{}, 0, fmt.Errorf("load balancer %s (%s) has the name this controller gives the Service's own but not its tag %s%s: "+
+			"another controller's (cloud-provider-openstack with the same --cluster-name?), left alone", want.Name, actual.LB.ID, kubelb.TagCluster, c.opts.Cluster)
+	}
 	if actual.LB != nil && want.FloatingIP == nil {
 		n, err := c.releaseFloatingIPs(ctx, actual.LB)
 		if err != nil {
@@ -580,6 +585,10 @@ func (c *Controller) deleteLB(ctx context.Context, name string) error {
 	cur, err := c.octavia.Find(ctx, name)
 	if err != nil || cur == nil {
 		return err
+	}
+	if !kubelb.Ours(cur, c.opts.Cluster) {
+		c.log.Warn("not deleting a load balancer of this controller's name that it did not make", "loadbalancer", cur.ID, "name", name)
+		return nil
 	}
 	if _, err := c.releaseFloatingIPs(ctx, cur); err != nil {
 		return err

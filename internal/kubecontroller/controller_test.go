@@ -705,3 +705,110 @@ func TestNoWorkerWaitsForActive(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClassOnly: with ClassOnly, a LoadBalancer Service of no class (the
+// cloud provider's: cloud-provider-openstack takes exactly those) is
+// served on its cluster IP and node port only, its ingress left to the
+// cloud provider; one of the controller's class is still its own.
+func TestClassOnly(t *testing.T) {
+	api := lbtest.New(t)
+	o := &kubelb.Octavia{Client: api.Client, Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet, ClassOnly: true}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	cloud := svc("cloud", corev1.ServiceTypeLoadBalancer, "198.19.64.11")
+	cloud.Spec.Ports[0].NodePort = 30080
+	theirs := []corev1.LoadBalancerIngress{{IP: "198.18.99.1"}}
+	cloud.Status.LoadBalancer.Ingress = theirs
+	ours := svc("ours", corev1.ServiceTypeLoadBalancer, "198.19.64.10")
+	ours.Spec.LoadBalancerClass = ptr.To(kubelb.DefaultClass)
+	client := fake.NewClientset(cloud, epSlice("cloud", "198.18.17.3"), ours, epSlice("ours", "198.18.17.2"))
+	statusOnly(client)
+	h := &harness{t: t, api: api, o: o, client: client}
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 2) }()
+
+	ingressOf := func(name string) []corev1.LoadBalancerIngress {
+		s, err := client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Status.LoadBalancer.Ingress
+	}
+	testutil.Eventually(t, within, "ours' LB and ingress", func() (bool, string) {
+		in := ingressOf("ours")
+		return len(h.members("ours")) == 1 && len(in) == 1 && in[0].IP != "198.19.64.10", fmt.Sprintf("members %v, ingress %v", h.members("ours"), in)
+	})
+	// Both ports' listeners (the Service port's and the node port's).
+	testutil.Eventually(t, within, "cloud's LB on its cluster IP and node port", h.memberCount("cloud", 2))
+	lb, err := o.Find(ctx, kubelb.Name("lab", "default", "cloud"))
+	if err != nil || lb == nil || lb.VIPAddress != "198.19.64.11" || len(lb.AdditionalVIPs) != 0 {
+		t.Fatalf("cloud's LB %+v (%v): want the cluster IP as its only VIP", lb, err)
+	}
+	if got := ingressOf("cloud"); !reflect.DeepEqual(got, theirs) {
+		t.Errorf("cloud's ingress %+v, want the cloud provider's %+v", got, theirs)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestForeignLoadBalancerOfOurName: a load balancer that has the name the
+// controller gives a Service's but not its cluster tag (another
+// controller's, such as cloud-provider-openstack's under the same cluster
+// name) is neither replaced nor deleted: the Service gets a warning event,
+// and its deletion leaves that load balancer alone.
+func TestForeignLoadBalancerOfOurName(t *testing.T) {
+	api := lbtest.New(t)
+	o := &kubelb.Octavia{Client: api.Client, Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	name := kubelb.Name("lab", "default", "web")
+	var created struct {
+		LB kubelb.ActualLB `json:"loadbalancer"`
+	}
+	if _, err := api.Client.Post(ctx, api.Client.ServiceURL("lbaas", "loadbalancers"), map[string]any{"loadbalancer": map[string]any{
+		"name": name, "vip_subnet_id": api.ExternalSubnet, "tags": []string{name}}}, &created, nil); err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset(svc("web", corev1.ServiceTypeLoadBalancer, "198.19.64.10"), epSlice("web", "198.18.17.2"),
+		svc("mine", corev1.ServiceTypeClusterIP, "198.19.64.11"), epSlice("mine", "198.18.17.3"))
+	statusOnly(client)
+	h := &harness{t: t, api: api, o: o, client: client}
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	done := make(chan error, 1)
+	// One worker: web's deletion is done before mine's, queued after it.
+	go func() { done <- c.Run(ctx, 1) }()
+
+	testutil.Eventually(t, within, "web's warning", event(ctx, client, "web", "SyncLoadBalancerFailed", "left alone"))
+	testutil.Eventually(t, within, "mine's LB", h.memberCount("mine", 1))
+	same := func(when string) {
+		t.Helper()
+		lb, err := o.Find(ctx, name)
+		if err != nil || lb == nil || lb.ID != created.LB.ID || lb.VIPSubnetID != api.ExternalSubnet || !reflect.DeepEqual(lb.Tags, []string{name}) {
+			t.Fatalf("%s: %s is %+v (%v), want the other controller's %+v unchanged", when, name, lb, err, created.LB)
+		}
+		if got := h.members("web"); len(got) != 0 {
+			t.Errorf("%s: %s has members %v", when, name, got)
+		}
+	}
+	same("served")
+	if s, _ := client.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{}); len(s.Status.LoadBalancer.Ingress) != 0 {
+		t.Errorf("web's ingress %+v: none is the controller's", s.Status.LoadBalancer.Ingress)
+	}
+
+	for _, n := range []string{"web", "mine"} {
+		if err := client.CoreV1().Services("default").Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, within, "mine's LB deleted", h.lbGone("mine"))
+	same("deleted")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -79,6 +79,21 @@ type (
 	}
 )
 
+// Ours reports whether lb, found by the name the controller of cluster
+// gives a Service's load balancer, is that controller's: it carries
+// TagCluster of cluster, as every load balancer the controller makes
+// does. Another one of that name (cloud-provider-openstack names its own
+// kube_service_<cluster>_<namespace>_<name> too) is neither changed nor
+// deleted.
+func Ours(lb *ActualLB, cluster string) bool {
+	for _, t := range lb.Tags {
+		if t == TagCluster+cluster {
+			return true
+		}
+	}
+	return false
+}
+
 // key identifies a listener within its load balancer, as listenerKey
 // does a desired one.
 func (l ActualListener) key() string { return fmt.Sprintf("%s/%d", l.Protocol, l.ProtocolPort) }

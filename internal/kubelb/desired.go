@@ -34,8 +34,14 @@ type Options struct {
 	// address.
 	ClusterIPSubnet6, ExternalSubnet6 string
 	// Class is the loadBalancerClass whose external addresses are ours,
-	// besides none (OwnsExternal).
+	// besides none unless ClassOnly (OwnsExternal).
 	Class string
+	// ClassOnly leaves the LoadBalancer Services of no class to another
+	// controller, the cluster's cloud provider (cloud-provider-openstack's
+	// service controller takes exactly those): they are served as
+	// NodePort ones, their load balancer and ingress are that
+	// controller's.
+	ClassOnly bool
 	// FloatingNetwork (an ID or a name) turns on the Kuryr model: a
 	// LoadBalancer Service keeps its cluster IP as its only VIP and is
 	// reached through a floating IP of this network associated with the
@@ -220,15 +226,19 @@ func Serves(svc *corev1.Service, o Options) bool {
 
 // OwnsExternal reports whether svc's external address is the
 // controller's to allocate and write to status.loadBalancer.ingress: a
-// LoadBalancer Service of no loadBalancerClass or ours. Another class's
-// implementation gives it its address; its cluster IP, node ports and
-// external IPs are still served, as kube-proxy serves them.
+// LoadBalancer Service of our loadBalancerClass, or of none unless
+// o.ClassOnly. Another implementation (another class's, or the cloud
+// provider's for no class) gives it its address; its cluster IP, node
+// ports, health-check node port and external IPs are still served, as
+// kube-proxy serves them.
 func OwnsExternal(svc *corev1.Service, o Options) bool {
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		return false
 	}
-	c := svc.Spec.LoadBalancerClass
-	return c == nil || *c == cmp.Or(o.Class, DefaultClass)
+	if c := svc.Spec.LoadBalancerClass; c != nil {
+		return *c == cmp.Or(o.Class, DefaultClass)
+	}
+	return !o.ClassOnly
 }
 
 // Desired is the load balancer svc should have, given its EndpointSlices.

@@ -462,6 +462,42 @@ func TestDesired(t *testing.T) {
 					t.Errorf("external %v, VIP %+v", lb.External, lb.VIP)
 				}
 			}},
+		{name: "ClassOnly: a LoadBalancer Service of no class is the cloud provider's, served as NodePort with its health-check node port",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.HealthCheckNodePort = 31234
+				s.Spec.Ports[0].NodePort = 30080
+				s.Annotations = map[string]string{AnnFloatingNetwork: "public"}
+			}),
+			opts: &Options{Cluster: "lab", ClusterIPSubnet: "sub-cluster", ExternalSubnet: "sub-ext", FloatingNetwork: "public", ClassOnly: true},
+			check: func(t *testing.T, lb *LB) {
+				if lb.External || lb.FloatingIP != nil || len(lb.AdditionalVIPs) != 0 || lb.VIP != (VIP{SubnetID: "sub-cluster", Address: "198.19.64.10"}) {
+					t.Errorf("external %v, floating IP %+v, VIP %+v, additional %+v: want the cluster IP only", lb.External, lb.FloatingIP, lb.VIP, lb.AdditionalVIPs)
+				}
+				if slices.Contains(lb.Tags, TagFloatingIP) {
+					t.Errorf("tags %v: no floating IP is the controller's", lb.Tags)
+				}
+				if len(lb.Listeners) != 2 {
+					t.Fatalf("listeners %+v", lb.Listeners)
+				}
+				if l := lb.Listeners[0]; l.Port != 80 || len(l.Tags) != 0 {
+					t.Errorf("cluster IP listener %d %v: externalTrafficPolicy does not apply to it", l.Port, l.Tags)
+				}
+				want := []string{flows.TagNodePort, flows.TagLocalOnly, flows.TagHealthCheckNodePortPrefix + "31234"}
+				if l := lb.Listeners[1]; l.Port != 30080 || !reflect.DeepEqual(l.Tags, want) {
+					t.Errorf("node port listener %d %v, want 30080 %v", l.Port, l.Tags, want)
+				}
+			}},
+		{name: "ClassOnly: our class is still ours", svc: service(func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Spec.LoadBalancerClass = ptr.To(DefaultClass)
+		}), opts: &Options{Cluster: "lab", ClusterIPSubnet: "sub-cluster", ExternalSubnet: "sub-ext", ClassOnly: true},
+			check: func(t *testing.T, lb *LB) {
+				if !lb.External || lb.VIP.SubnetID != "sub-ext" {
+					t.Errorf("external %v, VIP %+v", lb.External, lb.VIP)
+				}
+			}},
 		{name: "ClientIP affinity without a timeout: kube-proxy's 10800 s", svc: service(func(s *corev1.Service) {
 			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 		}), check: func(t *testing.T, lb *LB) {
@@ -531,6 +567,40 @@ func TestDesired(t *testing.T) {
 				tc.check(t, lb)
 			}
 		})
+	}
+}
+
+// TestOwnsExternal: whose external address a Service's is, by type,
+// loadBalancerClass and the controller's class options.
+func TestOwnsExternal(t *testing.T) {
+	lb := func(class *string) *corev1.Service {
+		return service(func(s *corev1.Service) { s.Spec.Type, s.Spec.LoadBalancerClass = corev1.ServiceTypeLoadBalancer, class })
+	}
+	def, ours, other := Options{}, Options{Class: "example.com/ours"}, Options{ClassOnly: true}
+	both := Options{Class: "example.com/ours", ClassOnly: true}
+	tests := []struct {
+		name string
+		svc  *corev1.Service
+		opts Options
+		want bool
+	}{
+		{"no class, default options", lb(nil), def, true},
+		{"no class, another class configured", lb(nil), ours, true},
+		{"no class, ClassOnly: the cloud provider's", lb(nil), other, false},
+		{"no class, ClassOnly with a configured class", lb(nil), both, false},
+		{"the default class", lb(ptr.To(DefaultClass)), def, true},
+		{"the default class, ClassOnly", lb(ptr.To(DefaultClass)), other, true},
+		{"the default class when another is configured", lb(ptr.To(DefaultClass)), both, false},
+		{"the configured class, ClassOnly", lb(ptr.To("example.com/ours")), both, true},
+		{"another class", lb(ptr.To("example.com/other")), def, false},
+		{"another class, ClassOnly", lb(ptr.To("example.com/other")), other, false},
+		{"NodePort", service(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort }), def, false},
+		{"ClusterIP", service(), def, false},
+	}
+	for _, tc := range tests {
+		if got := OwnsExternal(tc.svc, tc.opts); got != tc.want {
+			t.Errorf("%s: OwnsExternal = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
 

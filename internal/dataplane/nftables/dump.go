@@ -37,6 +37,10 @@ type ServiceDump struct {
 	AllowNone   bool
 	Persistence time.Duration
 	Limit       int
+	// KeepClient are the backends ("address:port", sorted) whose
+	// connections from outside the pod networks keep the client's
+	// address (flows.Backend.KeepClient).
+	KeepClient []string
 }
 
 // Dump describes every programmed service from its kernel elements,
@@ -84,6 +88,9 @@ func (f *family) describe(k flows.Key, fp footprint) ServiceDump {
 		case limitsMap:
 			n, _ := chainParam(e.jump, limitPrefix)
 			s.Limit = int(n)
+		case keepClientSet:
+			b := f.parseBackend(e.key[f.keyLen():])
+			s.KeepClient = append(s.KeepClient, netip.AddrPortFrom(b.addr, b.port).String())
 		default:
 			for alg, set := range pickNames {
 				if e.set == set {
@@ -93,6 +100,7 @@ func (f *family) describe(k flows.Key, fp footprint) ServiceDump {
 		}
 	}
 	slices.SortFunc(s.AllowedCIDRs, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	slices.Sort(s.KeepClient)
 	s.AllowNone = s.AllowNone && len(s.AllowedCIDRs) == 0
 	return s
 }

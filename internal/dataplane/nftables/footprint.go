@@ -149,6 +149,12 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 			f.add(elem{set: iLocalNoneSet, key: kb})
 		}
 	}
+	// The backends that keep the client's address, of those a slot names.
+	for _, b := range all {
+		if bk := (backend{b.Address, b.Port}); b.KeepClient && members[bk] {
+			f.add(elem{set: keepClientSet, key: append(append([]byte{}, kb...), backendVal(bk)...)})
+		}
+	}
 	// Every backend a slot names has its counters (stats.go).
 	for b := range members {
 		mk := append(append([]byte{}, kb...), backendVal(b)...)

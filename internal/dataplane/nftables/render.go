@@ -128,16 +128,17 @@ var svcFields = []field{fieldAddr, fieldProto, fieldPort}
 
 // setFields are the key and data fields of each set.
 var setFields = map[string]struct{ key, data []field }{
-	slotsMap:     {key: []field{fieldAddr, fieldProto, fieldPort, fieldSlot}, data: []field{fieldAddr, fieldPort}},
-	aclAllowSet:  {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr}},
-	membersSet:   {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
-	memberNewSet: {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
-	memberInSet:  {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
-	memberOutSet: {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
-	affinityMap:  {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr}, data: []field{fieldAddr, fieldPort}},
-	hairpinSet:   {key: []field{fieldAddr, fieldAddr}},
-	podNetsSet:   {key: []field{fieldAddr}},
-	nodeAddrsSet: {key: []field{fieldAddr}},
+	slotsMap:      {key: []field{fieldAddr, fieldProto, fieldPort, fieldSlot}, data: []field{fieldAddr, fieldPort}},
+	aclAllowSet:   {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr}},
+	membersSet:    {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
+	keepClientSet: {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
+	memberNewSet:  {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
+	memberInSet:   {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
+	memberOutSet:  {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
+	affinityMap:   {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr}, data: []field{fieldAddr, fieldPort}},
+	hairpinSet:    {key: []field{fieldAddr, fieldAddr}},
+	podNetsSet:    {key: []field{fieldAddr}},
+	nodeAddrsSet:  {key: []field{fieldAddr}},
 }
 
 // elementString renders an element as nft writes it: fields joined by

@@ -56,6 +56,9 @@ func dumpOptions(s ServiceDump) []string {
 	if s.NoLocal {
 		extra = append(extra, "local-only: no local backend, outside traffic dropped")
 	}
+	if len(s.KeepClient) > 0 {
+		extra = append(extra, "client address kept to "+strings.Join(s.KeepClient, ","))
+	}
 	return extra
 }
 

@@ -46,6 +46,7 @@ const (
 	reasonNotAService     = "not a service"
 	reasonNodePort        = "node port: masqueraded to the node"
 	reasonNodePortDrop    = "node port: dropped, as a refusal cannot come from the node's address"
+	reasonKeepClient      = "this node's local-only node port's endpoint: client address kept"
 	nodePortChain         = "nodeport"
 	nodePortOutChain      = "nodeport_out"
 	refuseChain, lbChain  = "refuse", "lb"
@@ -285,14 +286,20 @@ func (f *family) pickRules(reason string, parts ...[]expr.Any) []ruleSpec {
 // connection, and its first packet's bytes, under its service and
 // backend in member_new (stats.go): a NAT chain sees each connection's
 // first packet only, and here that packet is addressed to its backend.
+// In prerouting, a connection to a backend in keep_client is marked as a
+// local-only one's, which keeps the client's address (postrouting).
 //
 //	ct original ip daddr . meta l4proto . ct original proto-dst . ip daddr . th dport @member_new
+//	ct original ip daddr . meta l4proto . ct original proto-dst . ip daddr . th dport @keep_client  meta mark |= 0x100000
 func bindChain(name string, hook *nftables.ChainHook, sc schema, counted bool) chainSpec {
 	f := sc.fam
 	port := f.regBackendPort()
 	var rules []ruleSpec
 	if counted {
 		rules = append(rules, rule("", markSet(handoffMark), f.memberKey(false), lookup(sc.sets[memberNewSet], regDaddr)))
+	}
+	if name == preBindChain {
+		rules = append(rules, rule(reasonKeepClient, markSet(handoffMark), f.memberKey(false), lookup(sc.sets[keepClientSet], regDaddr), markBit(localMark)))
 	}
 	rules = append(rules, rule("", markSet(handoffMark),
 		f.daddr(regDaddr), load(port, expr.PayloadBaseTransportHeader, 2, 2),

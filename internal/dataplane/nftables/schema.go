@@ -46,6 +46,13 @@ const (
 	persistMap  = "persist"
 	affinityMap = "affinity"
 	membersSet  = "members"
+	// keepClientSet holds service . backend pairs whose connections from
+	// outside the pod networks keep the client's address
+	// (flows.Backend.KeepClient): the endpoints of the node's own
+	// local-only node port that the agent put in place of a VIP's member
+	// on it. prerouting_bind marks such a connection as a local-only
+	// one's, which postrouting does not masquerade.
+	keepClientSet = "keep_client"
 	// limitsMap: service → jump to the connection-limit chain of its limit.
 	limitsMap = "limits"
 	// hairpinSet holds "b . b" for every backend b: a connection whose
@@ -69,7 +76,7 @@ const (
 	// layoutMarker names the rule layout: a table without it (made by an
 	// agent with other rules) is rebuilt instead of adopted. Bump it with
 	// any change to the rules of rules.go or to setSpecs.
-	layoutMarker = "layout_11"
+	layoutMarker = "layout_12"
 	// uncountedMarker marks a table built without the statistics rules
 	// (WithoutCounters); a table with it is rebuilt for an agent that
 	// counts, and one without it for an agent that does not.
@@ -148,6 +155,8 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 			DataType: backendType},
 		{Table: t, Name: membersSet, Concatenation: true,
 			KeyType: nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, addr, nftables.TypeInetService)},
+		{Table: t, Name: keepClientSet, Concatenation: true,
+			KeyType: nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, addr, nftables.TypeInetService)},
 		{Table: t, Name: limitsMap, IsMap: true, Concatenation: true, KeyType: keyType, DataType: nftables.TypeVerdict},
 		{Table: t, Name: hairpinSet, Concatenation: true, KeyType: nftables.MustConcatSetType(addr, addr)},
 		{Table: t, Name: podNetsSet, Interval: true, KeyType: addr},
@@ -169,7 +178,7 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 }
 
 // serviceSets are the sets whose elements belong to one service each.
-var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, zoneOnSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, limitsMap, nodePortsSet,
+var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, zoneOnSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, keepClientSet, limitsMap, nodePortsSet,
 	statsNewSet, statsInSet, statsOutSet, statsErrSet, memberNewSet, memberInSet, memberOutSet}
 
 // algs are the algorithms in the flow model's fixed order, so that rules

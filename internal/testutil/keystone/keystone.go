@@ -116,6 +116,49 @@ expiration = 14400
 	return k
 }
 
+// Copy returns a Keystone like k (its configuration, database, keys and
+// addresses) in a directory of t's own, so that tests that each serve one
+// share one Prepare, which takes keystone-manage a minute or two of CPU
+// on a loaded machine. k must not be served (its database is copied as
+// it stands).
+func (k *Keystone) Copy(t testing.TB) *Keystone {
+	t.Helper()
+	dir := t.TempDir()
+	err := filepath.WalkDir(k.dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(k.dir, path)
+		if err != nil || rel == "." {
+			return err
+		}
+		to := filepath.Join(dir, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return os.Mkdir(to, info.Mode().Perm())
+		}
+		if filepath.Dir(rel) == "log" {
+			return nil // the copy's own
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if rel == "keystone.conf" {
+			// Its paths are the directory's.
+			b = bytes.ReplaceAll(b, []byte(k.dir), []byte(dir))
+		}
+		return os.WriteFile(to, b, info.Mode().Perm())
+	})
+	if err != nil {
+		t.Fatalf("copy Keystone's directory: %v", err)
+	}
+	return &Keystone{URL: k.URL, Listen: k.Listen, dir: dir}
+}
+
 // Argv is the uwsgi command line and environment that serve k. One
 // process, one thread: SQLite has one writer. Each response says
 // "Connection: close", so that no client reuses a connection uwsgi may be

@@ -3,22 +3,36 @@ package keystone
 import (
 	"encoding/json"
 	"net/http"
+	"os"
 	"testing"
 
 	"github.com/flowlb/flowlb/internal/testutil"
 )
 
-// TestKeystone starts a Keystone on loopback, registers a service and a
-// user, and reads them back from the user's token: the catalog holds the
-// endpoint, the token the project and role.
+// TestKeystone starts a copy of a prepared Keystone on loopback,
+// registers a service and a user, and reads them back from the user's
+// token: the catalog holds the endpoint, the token the project and role.
+// The copy keeps its log in its own directory.
 func TestKeystone(t *testing.T) {
 	testutil.RequireRoot(t) // keystone-manage sets its keys' owner
 	addr, err := FreeLoopbackAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := Prepare(t, addr, "http://"+addr)
+	prepared := Prepare(t, addr, "http://"+addr)
+	k := prepared.Copy(t)
+	if k.dir == prepared.dir {
+		t.Fatal("the copy is in the prepared directory")
+	}
 	k.Start(t)
+	t.Cleanup(func() {
+		if _, err := os.Stat(k.LogPath()); err != nil {
+			t.Errorf("the copy's log: %v", err)
+		}
+		if _, err := os.Stat(prepared.LogPath()); err == nil {
+			t.Error("the copy logged in the prepared directory")
+		}
+	})
 	a, err := k.Admin(t.Context(), http.DefaultClient)
 	if err != nil {
 		t.Fatal(err)
