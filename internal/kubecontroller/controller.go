@@ -67,6 +67,8 @@ type Controller struct {
 	// applied: see unchanged; now is the clock (tests move it).
 	applied map[string]applied
 	now     func() time.Time
+	// settle is when awaited load balancers are read.
+	settle settle
 
 	m *metrics
 }
@@ -433,9 +435,11 @@ func (c *Controller) confirm(ctx context.Context, svc *corev1.Service, key, lbNa
 		return err
 	case status != "ACTIVE":
 		a.checks++
+		a.checked = c.now()
 		c.keep(key, a)
 		return errAwaiting
 	}
+	c.learnSettle(a)
 	c.ensured(ctx, svc, lbName, a)
 	if err := c.setIngressOf(ctx, svc, a.want, a.ingress); err != nil {
 		return err
@@ -445,13 +449,25 @@ func (c *Controller) confirm(ctx context.Context, svc *corev1.Service, key, lbNa
 	return nil
 }
 
-// checkAfter is when a load balancer awaited for key is read again:
-// soon at first, as flowlb's changes take milliseconds, then less often.
+// checkAfter is when a load balancer awaited for key is read again: at
+// first after the time changes have recently taken to become ACTIVE,
+// then more often (settle).
 func (c *Controller) checkAfter(key string) time.Duration {
 	c.mu.Lock()
-	n := c.applied[key].checks
-	c.mu.Unlock()
-	return min(5*time.Millisecond<<min(n, 10), 200*time.Millisecond)
+	defer c.mu.Unlock()
+	return c.settle.after(c.applied[key].checks)
+}
+
+// learnSettle learns from a, just read ACTIVE, how long its change took.
+func (c *Controller) learnSettle(a applied) {
+	now := c.now()
+	notYet := time.Duration(0)
+	if !a.checked.IsZero() {
+		notYet = a.checked.Sub(a.at)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.settle.observe(notYet, now.Sub(a.at))
 }
 
 func (c *Controller) activeTimeout() time.Duration {
@@ -525,7 +541,8 @@ const appliedTTL = 5 * time.Minute
 // applied is what the last successful reconcile of a Service made the API
 // hold, the external address it wrote, and when; or, while pending names
 // its load balancer, what the reconcile under way applied and waits to
-// see ACTIVE (after calls API calls and checks reads of its status).
+// see ACTIVE (after calls API calls and checks reads of its status, the
+// last at checked).
 type applied struct {
 	want    *kubelb.LB
 	ingress []string
@@ -533,6 +550,7 @@ type applied struct {
 	pending string
 	calls   int
 	checks  int
+	checked time.Time
 }
 
 // unchanged reports whether the last successful reconcile of key, within
