@@ -69,6 +69,11 @@ type Controller struct {
 	now     func() time.Time
 	// settle is when awaited load balancers are read.
 	settle settle
+	// born is when each Service created since the start was seen, until
+	// its first load balancer is applied; sliceGrace how long such a
+	// Service waits for its EndpointSlice (sliceWait).
+	born       map[string]time.Time
+	sliceGrace time.Duration
 
 	m *metrics
 }
@@ -96,15 +101,18 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 	c := &Controller{
 		client: client, octavia: octavia, neutron: neutron, opts: opts, log: log, factory: f,
 		services: svcInf.Lister(), slices: sliceInf.Informer().GetIndexer(), nodes: nodeInf.Lister(),
-		synced:   []cache.InformerSynced{svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced, nodeInf.Informer().HasSynced},
-		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flowlb-kube-controller"}),
-		seen:     map[string]time.Time{},
-		applied:  map[string]applied{},
-		now:      time.Now,
+		synced:     []cache.InformerSynced{svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced, nodeInf.Informer().HasSynced},
+		queue:      workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		recorder:   b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flowlb-kube-controller"}),
+		seen:       map[string]time.Time{},
+		applied:    map[string]applied{},
+		born:       map[string]time.Time{},
+		sliceGrace: defaultSliceGrace,
+		now:        time.Now,
 		m: &metrics{
 			reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_kube_reconciles_total",
-				Help: "Service reconciliations by result (ok, error, invalid, awaiting: the load balancer took the change and is not ACTIVE yet)."}, []string{"result"}),
+				Help: "Service reconciliations by result (ok, error, invalid, awaiting: the load balancer took the change and is not ACTIVE yet, " +
+					"awaiting_slice: a new Service waits for its EndpointSlice)."}, []string{"result"}),
 			latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_kube_sync_latency_seconds",
 				Help:    "From a Service or EndpointSlice change to its load balancer ACTIVE.",
 				Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
@@ -116,8 +124,13 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 	if err := sliceInf.Informer().AddIndexers(cache.Indexers{byService: sliceServiceIndex}); err != nil {
 		panic(err) // only before the informer starts, which New does not do
 	}
-	_, _ = svcInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { c.enqueue(o) },
+	_, _ = svcInf.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(o any, initial bool) {
+			if !initial {
+				c.created(o)
+			}
+			c.enqueue(o)
+		},
 		UpdateFunc: func(_, o any) { c.enqueue(o) },
 		DeleteFunc: func(o any) { c.enqueue(o) },
 	})
@@ -324,6 +337,13 @@ func (c *Controller) next(ctx context.Context) bool {
 		c.keepSeen(key, since)
 		c.queue.Forget(key)
 		c.queue.AddAfter(key, c.checkAfter(key))
+	case errors.As(err, new(awaitingSlice)):
+		c.m.reconciles.WithLabelValues("awaiting_slice").Inc()
+		c.keepSeen(key, since)
+		c.queue.Forget(key)
+		var w awaitingSlice
+		errors.As(err, &w)
+		c.queue.AddAfter(key, time.Duration(w)) // or sooner, queued by the slice
 	default:
 		c.m.reconciles.WithLabelValues("error").Inc()
 		c.log.Error("reconcile", "service", key, "err", err)
@@ -350,6 +370,14 @@ var (
 	// waiting for it (see confirm).
 	errAwaiting = errors.New("load balancer not ACTIVE yet")
 )
+
+// awaitingSlice: a new Service with a selector has no EndpointSlice yet;
+// it is reconciled when one comes, or after this long.
+type awaitingSlice time.Duration
+
+func (w awaitingSlice) Error() string {
+	return fmt.Sprintf("no EndpointSlice yet, waiting %s for one", time.Duration(w))
+}
 
 func (c *Controller) reconcile(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
@@ -384,11 +412,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		}
 		return c.setIngress(ctx, svc, nil)
 	}
-	if err := c.setFinalizer(ctx, svc, true); err != nil {
-		return err
-	}
 	eps, err := c.slicesOf(key)
 	if err != nil {
+		return err
+	}
+	if wait := c.sliceWait(key, svc, eps); wait > 0 {
+		return awaitingSlice(wait)
+	}
+	if err := c.setFinalizer(ctx, svc, true); err != nil {
 		return err
 	}
 	opts := c.opts
@@ -582,6 +613,54 @@ func (c *Controller) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.applied, key)
+	delete(c.born, key)
+}
+
+// defaultSliceGrace is how long a new Service with a selector waits for
+// its EndpointSlice. Kubernetes' EndpointSlice controller makes one for
+// every such Service (without endpoints if no pod is ready) within
+// milliseconds to a few hundred when Services arrive in bulk; a Service
+// applied before it came cost a second change, the batch member update,
+// with the reads before it and the agents programming twice (a third of
+// the Services when 1,000 were made at once, issue 20).
+const defaultSliceGrace = time.Second
+
+// created notes when a Service created since the start was first seen.
+func (c *Controller) created(o any) {
+	key, err := cache.MetaNamespaceKeyFunc(o)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.born[key] = c.now()
+}
+
+// sliceWait is how long the Service key, with its EndpointSlices eps,
+// waits for its first EndpointSlice before it is applied (0: not at
+// all); see sliceWaitLeft.
+func (c *Controller) sliceWait(key string, svc *corev1.Service, eps []*discoveryv1.EndpointSlice) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	born, ok := c.born[key]
+	wait := sliceWaitLeft(svc, len(eps), born, ok, c.now(), c.sliceGrace)
+	if wait == 0 {
+		delete(c.born, key) // waits once: the slice came, or the grace ended
+	}
+	return wait
+}
+
+// sliceWaitLeft is how much of grace a Service first seen at born (new:
+// created since the controller started) still waits for its first
+// EndpointSlice, with slices of them: only a new Service with a selector,
+// whose slices Kubernetes makes. A Service without one (its slices, if
+// any, are made by hand) and the Services of the initial list (their
+// slices are in the same cache) are applied at once.
+func sliceWaitLeft(svc *corev1.Service, slices int, born time.Time, isNew bool, now time.Time, grace time.Duration) time.Duration {
+	if !isNew || slices > 0 || len(svc.Spec.Selector) == 0 {
+		return 0
+	}
+	return max(born.Add(grace).Sub(now), 0)
 }
 
 // apply makes Octavia hold want. A load balancer that had a floating IP

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -699,6 +700,91 @@ func TestNoWorkerWaitsForActive(t *testing.T) {
 	testutil.Eventually(t, within, "c's SyncLoadBalancerFailed", event(ctx, client, "c", "SyncLoadBalancerFailed", "ERROR after"))
 	if ing := ingress("c"); len(ing) != 0 {
 		t.Errorf("c's ingress %+v published for a load balancer in ERROR", ing)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNewServiceWaitsForItsSlice: a Service with a selector created while
+// the controller runs is applied when its EndpointSlice comes, in one
+// create with its members (not a create without them and a batch member
+// update); one whose slice does not come is applied, without members,
+// once sliceGrace is over.
+func TestNewServiceWaitsForItsSlice(t *testing.T) {
+	api := lbtest.New(t)
+	target, _ := url.Parse(api.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var mu sync.Mutex
+	var calls []string
+	counted := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls = append(calls, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	defer counted.Close()
+	count := func(method, suffix string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, c := range calls {
+			if strings.HasPrefix(c, method+" ") && strings.HasSuffix(c, suffix) {
+				n++
+			}
+		}
+		return n
+	}
+	o := &kubelb.Octavia{Client: lbtest.NoAuthClient(counted.URL), Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	client := fake.NewClientset()
+	h := &harness{t: t, api: api, o: &kubelb.Octavia{Client: api.Client}, client: client}
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.sliceGrace = time.Hour // the first Service can only be applied once its slice comes
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 2) }()
+	testutil.Eventually(t, within, "caches synced", func() (bool, string) { return c.queue.Len() == 0 && c.synced[0](), "" })
+
+	web := svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10")
+	web.Spec.Selector = map[string]string{"app": "web"}
+	if _, err := client.CoreV1().Services("default").Create(ctx, web, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, within, "web waiting for its slice", func() (bool, string) {
+		n := promtest.ToFloat64(c.m.reconciles.WithLabelValues("awaiting_slice"))
+		return n >= 1, fmt.Sprint(n)
+	})
+	if n := count("POST", "/loadbalancers"); n != 0 || h.members("web") != nil {
+		t.Fatalf("web applied before its slice came (%d creates)", n)
+	}
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Create(ctx, epSlice("web", "198.18.17.2", "198.18.18.2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, within, "web's LB with its two pods", h.memberCount("web", 2))
+	if creates, updates := count("POST", "/loadbalancers"), count("PUT", "/members"); creates != 1 || updates != 0 {
+		t.Errorf("web: %d creates and %d batch member updates, want one create with the members", creates, updates)
+	}
+
+	c.mu.Lock()
+	c.sliceGrace = 100 * time.Millisecond
+	c.mu.Unlock()
+	lonely := svc("lonely", corev1.ServiceTypeClusterIP, "198.19.64.11")
+	lonely.Spec.Selector = map[string]string{"app": "nothing"}
+	if _, err := client.CoreV1().Services("default").Create(ctx, lonely, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, within, "lonely's LB, without members, after the grace", func() (bool, string) {
+		got := h.members("lonely")
+		return got != nil && len(got) == 0, fmt.Sprintf("members %v", got)
+	})
+	c.mu.Lock()
+	left := len(c.born)
+	c.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d Services still noted as new after being applied", left)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -3,6 +3,7 @@ package kubecontroller
 import (
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -65,6 +66,33 @@ func TestSlicesOf(t *testing.T) {
 		}
 		if !slices.Equal(names, wantNames) {
 			t.Errorf("%s: %v, want %v", key, names, wantNames)
+		}
+	}
+}
+
+func TestSliceWaitLeft(t *testing.T) {
+	born := time.Unix(1000, 0)
+	selected := svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10")
+	selected.Spec.Selector = map[string]string{"app": "web"}
+	manual := svc("manual", corev1.ServiceTypeClusterIP, "198.19.64.11")
+	for _, c := range []struct {
+		name   string
+		svc    *corev1.Service
+		slices int
+		isNew  bool
+		now    time.Time
+		want   time.Duration
+	}{
+		{"new, with a selector, no slice yet: waits the rest of the grace", selected, 0, true, born.Add(300 * time.Millisecond), 700 * time.Millisecond},
+		{"the same, just seen", selected, 0, true, born, time.Second},
+		{"the same, grace over", selected, 0, true, born.Add(time.Second), 0},
+		{"the same, long after", selected, 0, true, born.Add(time.Hour), 0},
+		{"its slice came", selected, 1, true, born.Add(300 * time.Millisecond), 0},
+		{"from the initial list: its slices are in the cache already", selected, 0, false, born, 0},
+		{"no selector: slices made by hand, if any", manual, 0, true, born, 0},
+	} {
+		if got := sliceWaitLeft(c.svc, c.slices, born, c.isNew, c.now, time.Second); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}
 	}
 }
