@@ -3,6 +3,7 @@ package kubecontroller
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -789,5 +790,48 @@ func TestNewServiceWaitsForItsSlice(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestConfirmReadsWhenDue: a Service queued while its load balancer's
+// change is awaited (its own finalizer or status update, an EndpointSlice
+// update) reads the status only when the read is due; a read that does
+// not see ACTIVE makes the next one due on the settle schedule.
+func TestConfirmReadsWhenDue(t *testing.T) {
+	var reads atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reads.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"loadbalancer": {"id": %q, "provisioning_status": "PENDING_UPDATE"}}`, path.Base(r.URL.Path))
+	}))
+	defer srv.Close()
+	o := &kubelb.Octavia{Client: lbtest.NoAuthClient(srv.URL)}
+	client := fake.NewClientset()
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, kubelb.Options{Cluster: "lab"}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10")
+	c.remember("default/web", applied{want: &kubelb.LB{}, pending: "lb-1"})
+	a := c.applied["default/web"]
+	if first := time.Until(a.due); first <= 0 || first > minFirstCheck {
+		t.Fatalf("first read due in %s, want within %s", first, minFirstCheck)
+	}
+	a.due = time.Now().Add(time.Hour)
+	c.keep("default/web", a)
+	if err := c.confirm(t.Context(), s, "default/web", "lb", a); !errors.Is(err, errAwaiting) || reads.Load() != 0 {
+		t.Fatalf("before the read is due: %v and %d reads, want awaiting and none", err, reads.Load())
+	}
+	if after := c.checkAfter("default/web"); after < 59*time.Minute {
+		t.Errorf("queued again after %s, want when the read is due (1 h)", after)
+	}
+	a.due = time.Now().Add(-time.Millisecond)
+	c.keep("default/web", a)
+	if err := c.confirm(t.Context(), s, "default/web", "lb", a); !errors.Is(err, errAwaiting) || reads.Load() != 1 {
+		t.Fatalf("when due: %v and %d reads, want awaiting after one", err, reads.Load())
+	}
+	a = c.applied["default/web"]
+	if a.checks != 1 || a.checked.IsZero() {
+		t.Errorf("after a read: %d checks, last at %v", a.checks, a.checked)
+	}
+	if next := a.due.Sub(a.checked); next != c.settle.after(1) {
+		t.Errorf("next read due %s after the last, want %s", next, c.settle.after(1))
 	}
 }
