@@ -64,7 +64,7 @@ type Controller struct {
 	// for the change → ACTIVE latency.
 	mu   sync.Mutex
 	seen map[string]time.Time
-	// applied: see unchanged; now is the clock (tests move it).
+	// applied: see appliedTTL; now is the clock (tests move it).
 	applied map[string]applied
 	now     func() time.Time
 	// settle is when awaited load balancers are read.
@@ -432,13 +432,30 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "InvalidService", "%v", err)
 		return fmt.Errorf("%w: %v", errInvalid, err)
 	}
-	if a, ok := c.unchanged(key, want); ok {
-		if a.pending != "" {
-			return c.confirm(ctx, svc, key, lbName, a)
+	a, known := c.last(key)
+	if known && a.pending != "" {
+		// The last change first: at ACTIVE it is complete (the event,
+		// then the ingress: an address is published once every node
+		// serves it), and Octavia takes the next, whose ingress comes
+		// when it is ACTIVE in turn.
+		if err := c.settled(ctx, svc, key, lbName, a); err != nil {
+			return err
 		}
-		return c.setIngressOf(ctx, svc, want, a.ingress)
+		a.pending = ""
+		c.keep(key, a)
+		if reflect.DeepEqual(a.want, want) {
+			return c.setIngressOf(ctx, svc, want, a.ingress)
+		}
 	}
-	a, err := c.ensure(ctx, svc, lbName, want)
+	if known && c.now().Sub(a.loaded) < appliedTTL {
+		if reflect.DeepEqual(a.want, want) {
+			return c.setIngressOf(ctx, svc, want, a.ingress)
+		}
+		if calls, ok := kubelb.PlanMembers(a.lbID, a.pools, a.want, want); ok {
+			return c.sendMembers(ctx, svc, key, lbName, a, want, calls)
+		}
+	}
+	a, err = c.ensure(ctx, svc, lbName, want)
 	if err != nil {
 		c.forget(key)
 		return err
@@ -450,15 +467,37 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	return c.setIngressOf(ctx, svc, want, a.ingress)
 }
 
-// confirm reads once how the change a is waiting for is going. ACTIVE
-// completes the reconcile (the event, then the ingress: an address is
-// published once every node serves it); anything else but ERROR is
-// checked again later.
+// sendMembers applies want, which differs from what the last reconcile
+// applied (a, within appliedTTL of reading the load balancer in full) in
+// its members alone, with calls (kubelb.PlanMembers): a batch member
+// update per changed pool, with nothing read first. The batch sets the
+// pool's members to the list, so sending it again changes nothing; a
+// pool gone behind the controller's back (404), or another's change
+// under way (409), fails the reconcile, which forgets a and so reads
+// everything at its retry.
+func (c *Controller) sendMembers(ctx context.Context, svc *corev1.Service, key, lbName string, a applied, want *kubelb.LB, calls []kubelb.Call) error {
+	pending, n, err := c.octavia.Send(ctx, calls)
+	if err != nil {
+		c.forget(key)
+		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "load balancer %s: %v", lbName, err)
+		return err
+	}
+	c.remember(key, applied{want: want, ingress: a.ingress, calls: n, pending: pending, lbID: a.lbID, pools: a.pools, loaded: a.loaded})
+	if pending != "" {
+		return errAwaiting
+	}
+	return c.setIngressOf(ctx, svc, want, a.ingress)
+}
+
+// settled reads once, when the read is due, how a's pending change is
+// going: nil at ACTIVE (the Service told, when the change made calls),
+// errAwaiting while under way (read again later), an error at ERROR,
+// when the load balancer is gone or after activeTimeout.
 //
 // A Service queued before the read is due (its own finalizer update comes
 // right after the change was sent) reads nothing: such reads were one in
 // three when 1,000 Services were made at once.
-func (c *Controller) confirm(ctx context.Context, svc *corev1.Service, key, lbName string, a applied) error {
+func (c *Controller) settled(ctx context.Context, svc *corev1.Service, key, lbName string, a applied) error {
 	if time.Now().Before(a.due) {
 		return errAwaiting
 	}
@@ -482,11 +521,6 @@ func (c *Controller) confirm(ctx context.Context, svc *corev1.Service, key, lbNa
 	}
 	c.learnSettle(a)
 	c.ensured(ctx, svc, lbName, a)
-	if err := c.setIngressOf(ctx, svc, a.want, a.ingress); err != nil {
-		return err
-	}
-	a.pending = ""
-	c.keep(key, a)
 	return nil
 }
 
@@ -530,7 +564,7 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service, lbName str
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "load balancer %s: %v", lbName, err)
 		return applied{}, err
 	}
-	a := applied{want: want, calls: calls, pending: vip.Pending}
+	a := applied{want: want, calls: calls, pending: vip.Pending, lbID: vip.ID, pools: vip.Pools}
 	if a.pending == "" {
 		c.ensured(ctx, svc, lbName, a)
 	}
@@ -581,11 +615,17 @@ const appliedTTL = 5 * time.Minute
 // applied is what the last successful reconcile of a Service made the API
 // hold, the external address it wrote, and when; or, while pending names
 // its load balancer, what the reconcile under way applied (after calls
-// API calls) and waits to see ACTIVE.
+// API calls) and waits to see ACTIVE. loaded is when the load balancer
+// was last read (or created) in full: within appliedTTL of it, a
+// reconcile that wants the same reads nothing, and one that wants other
+// members sends them alone, to lbID's pools (kubelb.Result.Pools).
 type applied struct {
 	want    *kubelb.LB
 	ingress []string
 	at      time.Time
+	loaded  time.Time
+	lbID    string
+	pools   map[string]string
 	pending string
 	calls   int
 	// The pending change's status reads, on the real clock whatever c.now
@@ -595,22 +635,23 @@ type applied struct {
 	checks             int
 }
 
-// unchanged reports whether the last successful reconcile of key, within
-// appliedTTL, wanted exactly want, with the external address it wrote.
-func (c *Controller) unchanged(key string, want *kubelb.LB) (applied, bool) {
+// last is what the last reconcile of key applied, if it succeeded or
+// awaits ACTIVE.
+func (c *Controller) last(key string) (applied, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, ok := c.applied[key]
-	if !ok || c.now().Sub(a.at) >= appliedTTL || !reflect.DeepEqual(a.want, want) {
-		return applied{}, false
-	}
-	return a, true
+	return a, ok
 }
 
-// remember keeps a as what key's reconcile applied now, with the first
-// read of its pending change due, if any.
+// remember keeps a as what key's reconcile applied now (and read in full
+// now, unless a says when), with the first read of its pending change
+// due, if any.
 func (c *Controller) remember(key string, a applied) {
 	a.at = c.now()
+	if a.loaded.IsZero() {
+		a.loaded = a.at
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if a.pending != "" {
