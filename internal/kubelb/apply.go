@@ -139,16 +139,35 @@ func (o *Octavia) Find(ctx context.Context, name string) (*ActualLB, error) {
 	return &out.LBs[0], nil
 }
 
-// Owned lists the load balancers carrying every tag in tags.
+// Owned lists the load balancers carrying every tag in tags, page after
+// page: Octavia answers at most pagination_max_limit (1,000 by default,
+// flowlb's too) per call, with a link to the next page.
 func (o *Octavia) Owned(ctx context.Context, tags ...string) ([]ActualLB, error) {
-	var out struct {
-		LBs []ActualLB `json:"loadbalancers"`
-	}
 	q := url.Values{"tags": {strings.Join(tags, ",")}}
-	if err := o.get(ctx, o.url("loadbalancers")+"?"+q.Encode(), &out); err != nil {
-		return nil, err
+	var all []ActualLB
+	for {
+		var out struct {
+			LBs   []ActualLB `json:"loadbalancers"`
+			Links []struct {
+				Href string `json:"href"`
+				Rel  string `json:"rel"`
+			} `json:"loadbalancers_links"`
+		}
+		if err := o.get(ctx, o.url("loadbalancers")+"?"+q.Encode(), &out); err != nil {
+			return nil, err
+		}
+		all = append(all, out.LBs...)
+		marker := ""
+		for _, l := range out.Links {
+			if u, err := url.Parse(l.Href); err == nil && l.Rel == "next" {
+				marker = u.Query().Get("marker")
+			}
+		}
+		if marker == "" || len(out.LBs) == 0 || marker == q.Get("marker") {
+			return all, nil
+		}
+		q.Set("marker", marker)
 	}
-	return out.LBs, nil
 }
 
 func (o *Octavia) url(parts ...string) string {

@@ -1,11 +1,13 @@
 package kubelb
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
 
 	"github.com/flowlb/flowlb/internal/kubelb/lbtest"
+	"github.com/flowlb/flowlb/internal/octavia"
 )
 
 func TestApplyMinimalCalls(t *testing.T) {
@@ -159,5 +161,39 @@ func TestResultPoolsAndPlanMembers(t *testing.T) {
 	check("nothing changed (the pools loaded)", r)
 	if len(r.Pools) != 2 {
 		t.Errorf("pools %v, want both ports'", r.Pools)
+	}
+}
+
+// TestOwnedReadsEveryPage: the API answers at most a page of load
+// balancers per call; Owned follows the pages to the last, and lists
+// only the load balancers with every tag asked for.
+func TestOwnedReadsEveryPage(t *testing.T) {
+	api := lbtest.NewWithConfig(t, octavia.Config{PaginationMaxLimit: 2})
+	o := &Octavia{Client: api.Client}
+	ctx := t.Context()
+	var want []string
+	for i := range 5 {
+		lb := &LB{Name: fmt.Sprintf("kube_service_lab_default_s%d", i), Tags: []string{"flowlb:kube-cluster=lab"},
+			VIP: VIP{SubnetID: api.ClusterSubnet, Address: fmt.Sprintf("198.19.64.%d", 10+i)}}
+		if i == 4 {
+			lb.Tags = []string{"flowlb:kube-cluster=other"}
+		} else {
+			want = append(want, lb.Name)
+		}
+		if _, _, err := o.Apply(ctx, lb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owned, err := o.Owned(ctx, "flowlb:kube-cluster=lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, lb := range owned {
+		got = append(got, lb.Name)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("owned %v, want %v", got, want)
 	}
 }
