@@ -437,13 +437,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		// The last change first: at ACTIVE it is complete (the event,
 		// then the ingress: an address is published once every node
 		// serves it), and Octavia takes the next, whose ingress comes
-		// when it is ACTIVE in turn.
-		if err := c.settled(ctx, svc, key, lbName, a); err != nil {
+		// when it is ACTIVE in turn. A new change is worth a read now.
+		same := reflect.DeepEqual(a.want, want)
+		if err := c.settled(ctx, svc, key, lbName, a, !same); err != nil {
 			return err
 		}
 		a.pending = ""
 		c.keep(key, a)
-		if reflect.DeepEqual(a.want, want) {
+		if same {
 			return c.setIngressOf(ctx, svc, want, a.ingress)
 		}
 	}
@@ -489,16 +490,19 @@ func (c *Controller) sendMembers(ctx context.Context, svc *corev1.Service, key, 
 	return c.setIngressOf(ctx, svc, want, a.ingress)
 }
 
-// settled reads once, when the read is due, how a's pending change is
-// going: nil at ACTIVE (the Service told, when the change made calls),
-// errAwaiting while under way (read again later), an error at ERROR,
-// when the load balancer is gone or after activeTimeout.
+// settled reads once, when the read is due or now, how a's pending
+// change is going: nil at ACTIVE (the Service told, when the change made
+// calls), errAwaiting while under way (read again later), an error at
+// ERROR, when the load balancer is gone or after activeTimeout.
 //
-// A Service queued before the read is due (its own finalizer update comes
-// right after the change was sent) reads nothing: such reads were one in
-// three when 1,000 Services were made at once.
-func (c *Controller) settled(ctx context.Context, svc *corev1.Service, key, lbName string, a applied) error {
-	if time.Now().Before(a.due) {
+// A Service queued with nothing new before the read is due (its own
+// finalizer update comes right after the change was sent) reads
+// nothing: such reads were one in three when 1,000 Services were made at
+// once. One with a new change to send reads now: the due read comes
+// after the time changes have recently taken, which a bulk of Services
+// can make long.
+func (c *Controller) settled(ctx context.Context, svc *corev1.Service, key, lbName string, a applied, now bool) error {
+	if !now && time.Now().Before(a.due) {
 		return errAwaiting
 	}
 	status, gone, err := c.octavia.Status(ctx, a.pending)

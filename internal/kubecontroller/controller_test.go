@@ -794,9 +794,10 @@ func TestNewServiceWaitsForItsSlice(t *testing.T) {
 }
 
 // TestSettledReadsWhenDue: a Service queued while its load balancer's
-// change is awaited (its own finalizer or status update, an EndpointSlice
-// update) reads the status only when the read is due; a read that does
-// not see ACTIVE makes the next one due on the settle schedule.
+// change is awaited (its own finalizer or status update) reads the
+// status only when the read is due, unless it has a new change to send;
+// a read that does not see ACTIVE makes the next one due on the settle
+// schedule.
 func TestSettledReadsWhenDue(t *testing.T) {
 	var reads atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -816,15 +817,20 @@ func TestSettledReadsWhenDue(t *testing.T) {
 	}
 	a.due = time.Now().Add(time.Hour)
 	c.keep("default/web", a)
-	if err := c.settled(t.Context(), s, "default/web", "lb", a); !errors.Is(err, errAwaiting) || reads.Load() != 0 {
+	if err := c.settled(t.Context(), s, "default/web", "lb", a, false); !errors.Is(err, errAwaiting) || reads.Load() != 0 {
 		t.Fatalf("before the read is due: %v and %d reads, want awaiting and none", err, reads.Load())
 	}
 	if after := c.checkAfter("default/web"); after < 59*time.Minute {
 		t.Errorf("queued again after %s, want when the read is due (1 h)", after)
 	}
+	// With a new change to send, the read is now.
+	if err := c.settled(t.Context(), s, "default/web", "lb", a, true); !errors.Is(err, errAwaiting) || reads.Load() != 1 {
+		t.Fatalf("with a new change: %v and %d reads, want awaiting after one", err, reads.Load())
+	}
+	reads.Store(0)
 	a.due = time.Now().Add(-time.Millisecond)
 	c.keep("default/web", a)
-	if err := c.settled(t.Context(), s, "default/web", "lb", a); !errors.Is(err, errAwaiting) || reads.Load() != 1 {
+	if err := c.settled(t.Context(), s, "default/web", "lb", a, false); !errors.Is(err, errAwaiting) || reads.Load() != 1 {
 		t.Fatalf("when due: %v and %d reads, want awaiting after one", err, reads.Load())
 	}
 	a = c.applied["default/web"]
