@@ -29,7 +29,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -51,7 +50,11 @@ type Controller struct {
 
 	factory  informers.SharedInformerFactory
 	services corelisters.ServiceLister
-	slices   discoverylisters.EndpointSliceLister
+	// slices are the EndpointSlices indexed by their Service's key
+	// (byService): a lister's label selection walks every slice of the
+	// namespace, which made each reconcile O(Services) and took a third of
+	// the controller's CPU with 1,000 Services in one namespace.
+	slices   cache.Indexer
 	nodes    corelisters.NodeLister
 	synced   []cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[string]
@@ -61,9 +64,16 @@ type Controller struct {
 	// for the change → ACTIVE latency.
 	mu   sync.Mutex
 	seen map[string]time.Time
-	// applied: see unchanged; now is the clock (tests move it).
+	// applied: see appliedTTL; now is the clock (tests move it).
 	applied map[string]applied
 	now     func() time.Time
+	// settle is when awaited load balancers are read.
+	settle settle
+	// born is when each Service created since the start was seen, until
+	// its first load balancer is applied; sliceGrace how long such a
+	// Service waits for its EndpointSlice (sliceWait).
+	born       map[string]time.Time
+	sliceGrace time.Duration
 
 	m *metrics
 }
@@ -90,16 +100,19 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	c := &Controller{
 		client: client, octavia: octavia, neutron: neutron, opts: opts, log: log, factory: f,
-		services: svcInf.Lister(), slices: sliceInf.Lister(), nodes: nodeInf.Lister(),
-		synced:   []cache.InformerSynced{svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced, nodeInf.Informer().HasSynced},
-		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flowlb-kube-controller"}),
-		seen:     map[string]time.Time{},
-		applied:  map[string]applied{},
-		now:      time.Now,
+		services: svcInf.Lister(), slices: sliceInf.Informer().GetIndexer(), nodes: nodeInf.Lister(),
+		synced:     []cache.InformerSynced{svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced, nodeInf.Informer().HasSynced},
+		queue:      workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		recorder:   b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flowlb-kube-controller"}),
+		seen:       map[string]time.Time{},
+		applied:    map[string]applied{},
+		born:       map[string]time.Time{},
+		sliceGrace: defaultSliceGrace,
+		now:        time.Now,
 		m: &metrics{
 			reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_kube_reconciles_total",
-				Help: "Service reconciliations by result (ok, error, invalid, awaiting: the load balancer took the change and is not ACTIVE yet)."}, []string{"result"}),
+				Help: "Service reconciliations by result (ok, error, invalid, awaiting: the load balancer took the change and is not ACTIVE yet, " +
+					"awaiting_slice: a new Service waits for its EndpointSlice)."}, []string{"result"}),
 			latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_kube_sync_latency_seconds",
 				Help:    "From a Service or EndpointSlice change to its load balancer ACTIVE.",
 				Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
@@ -108,8 +121,16 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 	if reg != nil {
 		reg.MustRegister(c.m.reconciles, c.m.latency)
 	}
-	_, _ = svcInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { c.enqueue(o) },
+	if err := sliceInf.Informer().AddIndexers(cache.Indexers{byService: sliceServiceIndex}); err != nil {
+		panic(err) // only before the informer starts, which New does not do
+	}
+	_, _ = svcInf.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(o any, initial bool) {
+			if !initial {
+				c.created(o)
+			}
+			c.enqueue(o)
+		},
 		UpdateFunc: func(_, o any) { c.enqueue(o) },
 		DeleteFunc: func(o any) { c.enqueue(o) },
 	})
@@ -191,13 +212,48 @@ func (c *Controller) enqueueSlice(o any) {
 	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o = t.Obj
 	}
+	if key := sliceService(o); key != "" {
+		c.add(key)
+	}
+}
+
+// byService indexes EndpointSlices by sliceService.
+const byService = "service"
+
+// sliceService is the key (namespace/name) of the Service an
+// EndpointSlice belongs to, "" for none.
+func sliceService(o any) string {
 	s, ok := o.(*discoveryv1.EndpointSlice)
 	if !ok {
-		return
+		return ""
 	}
-	if name := s.Labels[discoveryv1.LabelServiceName]; name != "" {
-		c.add(s.Namespace + "/" + name)
+	name := s.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return ""
 	}
+	return s.Namespace + "/" + name
+}
+
+func sliceServiceIndex(o any) ([]string, error) {
+	if key := sliceService(o); key != "" {
+		return []string{key}, nil
+	}
+	return nil, nil
+}
+
+// slicesOf returns the EndpointSlices of the Service key.
+func (c *Controller) slicesOf(key string) ([]*discoveryv1.EndpointSlice, error) {
+	objs, err := c.slices.ByIndex(byService, key)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 // Run serves until ctx ends: informers, a garbage collection of load
@@ -281,6 +337,13 @@ func (c *Controller) next(ctx context.Context) bool {
 		c.keepSeen(key, since)
 		c.queue.Forget(key)
 		c.queue.AddAfter(key, c.checkAfter(key))
+	case errors.As(err, new(awaitingSlice)):
+		c.m.reconciles.WithLabelValues("awaiting_slice").Inc()
+		c.keepSeen(key, since)
+		c.queue.Forget(key)
+		var w awaitingSlice
+		errors.As(err, &w)
+		c.queue.AddAfter(key, time.Duration(w)) // or sooner, queued by the slice
 	default:
 		c.m.reconciles.WithLabelValues("error").Inc()
 		c.log.Error("reconcile", "service", key, "err", err)
@@ -307,6 +370,14 @@ var (
 	// waiting for it (see confirm).
 	errAwaiting = errors.New("load balancer not ACTIVE yet")
 )
+
+// awaitingSlice: a new Service with a selector has no EndpointSlice yet;
+// it is reconciled when one comes, or after this long.
+type awaitingSlice time.Duration
+
+func (w awaitingSlice) Error() string {
+	return fmt.Sprintf("no EndpointSlice yet, waiting %s for one", time.Duration(w))
+}
 
 func (c *Controller) reconcile(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
@@ -341,12 +412,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		}
 		return c.setIngress(ctx, svc, nil)
 	}
-	if err := c.setFinalizer(ctx, svc, true); err != nil {
+	eps, err := c.slicesOf(key)
+	if err != nil {
 		return err
 	}
-	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name})
-	eps, err := c.slices.EndpointSlices(ns).List(sel)
-	if err != nil {
+	if wait := c.sliceWait(key, svc, eps); wait > 0 {
+		return awaitingSlice(wait)
+	}
+	if err := c.setFinalizer(ctx, svc, true); err != nil {
 		return err
 	}
 	opts := c.opts
@@ -359,13 +432,31 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "InvalidService", "%v", err)
 		return fmt.Errorf("%w: %v", errInvalid, err)
 	}
-	if a, ok := c.unchanged(key, want); ok {
-		if a.pending != "" {
-			return c.confirm(ctx, svc, key, lbName, a)
+	a, known := c.last(key)
+	if known && a.pending != "" {
+		// The last change first: at ACTIVE it is complete (the event,
+		// then the ingress: an address is published once every node
+		// serves it), and Octavia takes the next, whose ingress comes
+		// when it is ACTIVE in turn. A new change is worth a read now.
+		same := reflect.DeepEqual(a.want, want)
+		if err := c.settled(ctx, svc, key, lbName, a, !same); err != nil {
+			return err
 		}
-		return c.setIngressOf(ctx, svc, want, a.ingress)
+		a.pending = ""
+		c.keep(key, a)
+		if same {
+			return c.setIngressOf(ctx, svc, want, a.ingress)
+		}
 	}
-	a, err := c.ensure(ctx, svc, lbName, want)
+	if known && c.now().Sub(a.loaded) < appliedTTL {
+		if reflect.DeepEqual(a.want, want) {
+			return c.setIngressOf(ctx, svc, want, a.ingress)
+		}
+		if calls, ok := kubelb.PlanMembers(a.lbID, a.pools, a.want, want); ok {
+			return c.sendMembers(ctx, svc, key, lbName, a, want, calls)
+		}
+	}
+	a, err = c.ensure(ctx, svc, lbName, want)
 	if err != nil {
 		c.forget(key)
 		return err
@@ -377,11 +468,43 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	return c.setIngressOf(ctx, svc, want, a.ingress)
 }
 
-// confirm reads once how the change a is waiting for is going. ACTIVE
-// completes the reconcile (the event, then the ingress: an address is
-// published once every node serves it); anything else but ERROR is
-// checked again later.
-func (c *Controller) confirm(ctx context.Context, svc *corev1.Service, key, lbName string, a applied) error {
+// sendMembers applies want, which differs from what the last reconcile
+// applied (a, within appliedTTL of reading the load balancer in full) in
+// its members alone, with calls (kubelb.PlanMembers): a batch member
+// update per changed pool, with nothing read first. The batch sets the
+// pool's members to the list, so sending it again changes nothing; a
+// pool gone behind the controller's back (404), or another's change
+// under way (409), fails the reconcile, which forgets a and so reads
+// everything at its retry.
+func (c *Controller) sendMembers(ctx context.Context, svc *corev1.Service, key, lbName string, a applied, want *kubelb.LB, calls []kubelb.Call) error {
+	pending, n, err := c.octavia.Send(ctx, calls)
+	if err != nil {
+		c.forget(key)
+		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "load balancer %s: %v", lbName, err)
+		return err
+	}
+	c.remember(key, applied{want: want, ingress: a.ingress, calls: n, pending: pending, lbID: a.lbID, pools: a.pools, loaded: a.loaded})
+	if pending != "" {
+		return errAwaiting
+	}
+	return c.setIngressOf(ctx, svc, want, a.ingress)
+}
+
+// settled reads once, when the read is due or now, how a's pending
+// change is going: nil at ACTIVE (the Service told, when the change made
+// calls), errAwaiting while under way (read again later), an error at
+// ERROR, when the load balancer is gone or after activeTimeout.
+//
+// A Service queued with nothing new before the read is due (its own
+// finalizer update comes right after the change was sent) reads
+// nothing: such reads were one in three when 1,000 Services were made at
+// once. One with a new change to send reads now: the due read comes
+// after the time changes have recently taken, which a bulk of Services
+// can make long.
+func (c *Controller) settled(ctx context.Context, svc *corev1.Service, key, lbName string, a applied, now bool) error {
+	if !now && time.Now().Before(a.due) {
+		return errAwaiting
+	}
 	status, gone, err := c.octavia.Status(ctx, a.pending)
 	switch {
 	case err != nil:
@@ -392,26 +515,37 @@ func (c *Controller) confirm(ctx context.Context, svc *corev1.Service, key, lbNa
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "%v", err)
 		return err
 	case status != "ACTIVE":
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		a.checks++
-		c.keep(key, a)
+		a.checked = time.Now()
+		a.due = a.checked.Add(c.settle.after(a.checks))
+		c.applied[key] = a
 		return errAwaiting
 	}
+	c.learnSettle(a)
 	c.ensured(ctx, svc, lbName, a)
-	if err := c.setIngressOf(ctx, svc, a.want, a.ingress); err != nil {
-		return err
-	}
-	a.pending = ""
-	c.keep(key, a)
 	return nil
 }
 
-// checkAfter is when a load balancer awaited for key is read again:
-// soon at first, as flowlb's changes take milliseconds, then less often.
+// checkAfter is when a load balancer awaited for key is read next: at
+// first after the time changes have recently taken to become ACTIVE,
+// then more often (settle).
 func (c *Controller) checkAfter(key string) time.Duration {
 	c.mu.Lock()
-	n := c.applied[key].checks
-	c.mu.Unlock()
-	return min(5*time.Millisecond<<min(n, 10), 200*time.Millisecond)
+	defer c.mu.Unlock()
+	return max(time.Until(c.applied[key].due), 0)
+}
+
+// learnSettle learns from a, just read ACTIVE, how long its change took.
+func (c *Controller) learnSettle(a applied) {
+	notYet := time.Duration(0)
+	if !a.checked.IsZero() {
+		notYet = a.checked.Sub(a.sent)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.settle.observe(notYet, time.Since(a.sent))
 }
 
 func (c *Controller) activeTimeout() time.Duration {
@@ -434,7 +568,7 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service, lbName str
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "load balancer %s: %v", lbName, err)
 		return applied{}, err
 	}
-	a := applied{want: want, calls: calls, pending: vip.Pending}
+	a := applied{want: want, calls: calls, pending: vip.Pending, lbID: vip.ID, pools: vip.Pools}
 	if a.pending == "" {
 		c.ensured(ctx, svc, lbName, a)
 	}
@@ -484,33 +618,51 @@ const appliedTTL = 5 * time.Minute
 
 // applied is what the last successful reconcile of a Service made the API
 // hold, the external address it wrote, and when; or, while pending names
-// its load balancer, what the reconcile under way applied and waits to
-// see ACTIVE (after calls API calls and checks reads of its status).
+// its load balancer, what the reconcile under way applied (after calls
+// API calls) and waits to see ACTIVE. loaded is when the load balancer
+// was last read (or created) in full: within appliedTTL of it, a
+// reconcile that wants the same reads nothing, and one that wants other
+// members sends them alone, to lbID's pools (kubelb.Result.Pools).
 type applied struct {
 	want    *kubelb.LB
 	ingress []string
 	at      time.Time
+	loaded  time.Time
+	lbID    string
+	pools   map[string]string
 	pending string
 	calls   int
-	checks  int
+	// The pending change's status reads, on the real clock whatever c.now
+	// is (they are scheduled): when the change was sent, how many reads
+	// were made, the last at checked, and when the next is due.
+	sent, checked, due time.Time
+	checks             int
 }
 
-// unchanged reports whether the last successful reconcile of key, within
-// appliedTTL, wanted exactly want, with the external address it wrote.
-func (c *Controller) unchanged(key string, want *kubelb.LB) (applied, bool) {
+// last is what the last reconcile of key applied, if it succeeded or
+// awaits ACTIVE.
+func (c *Controller) last(key string) (applied, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, ok := c.applied[key]
-	if !ok || c.now().Sub(a.at) >= appliedTTL || !reflect.DeepEqual(a.want, want) {
-		return applied{}, false
-	}
-	return a, true
+	return a, ok
 }
 
-// remember keeps a as what key's reconcile applied now.
+// remember keeps a as what key's reconcile applied now (and read in full
+// now, unless a says when), with the first read of its pending change
+// due, if any.
 func (c *Controller) remember(key string, a applied) {
 	a.at = c.now()
-	c.keep(key, a)
+	if a.loaded.IsZero() {
+		a.loaded = a.at
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a.pending != "" {
+		a.sent = time.Now()
+		a.due = a.sent.Add(c.settle.after(0))
+	}
+	c.applied[key] = a
 }
 
 // keep stores a for key as it is (its time too).
@@ -524,6 +676,54 @@ func (c *Controller) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.applied, key)
+	delete(c.born, key)
+}
+
+// defaultSliceGrace is how long a new Service with a selector waits for
+// its EndpointSlice. Kubernetes' EndpointSlice controller makes one for
+// every such Service (without endpoints if no pod is ready) within
+// milliseconds to a few hundred when Services arrive in bulk; a Service
+// applied before it came cost a second change, the batch member update,
+// with the reads before it and the agents programming twice (a third of
+// the Services when 1,000 were made at once, issue 20).
+const defaultSliceGrace = time.Second
+
+// created notes when a Service created since the start was first seen.
+func (c *Controller) created(o any) {
+	key, err := cache.MetaNamespaceKeyFunc(o)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.born[key] = c.now()
+}
+
+// sliceWait is how long the Service key, with its EndpointSlices eps,
+// waits for its first EndpointSlice before it is applied (0: not at
+// all); see sliceWaitLeft.
+func (c *Controller) sliceWait(key string, svc *corev1.Service, eps []*discoveryv1.EndpointSlice) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	born, ok := c.born[key]
+	wait := sliceWaitLeft(svc, len(eps), born, ok, c.now(), c.sliceGrace)
+	if wait == 0 {
+		delete(c.born, key) // waits once: the slice came, or the grace ended
+	}
+	return wait
+}
+
+// sliceWaitLeft is how much of grace a Service first seen at born (new:
+// created since the controller started) still waits for its first
+// EndpointSlice, with slices of them: only a new Service with a selector,
+// whose slices Kubernetes makes. A Service without one (its slices, if
+// any, are made by hand) and the Services of the initial list (their
+// slices are in the same cache) are applied at once.
+func sliceWaitLeft(svc *corev1.Service, slices int, born time.Time, isNew bool, now time.Time, grace time.Duration) time.Duration {
+	if !isNew || slices > 0 || len(svc.Spec.Selector) == 0 {
+		return 0
+	}
+	return max(born.Add(grace).Sub(now), 0)
 }
 
 // apply makes Octavia hold want. A load balancer that had a floating IP

@@ -3,6 +3,7 @@ package kubecontroller
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -807,6 +809,264 @@ func TestForeignLoadBalancerOfOurName(t *testing.T) {
 	}
 	testutil.Eventually(t, within, "mine's LB deleted", h.lbGone("mine"))
 	same("deleted")
+}
+
+// TestNewServiceWaitsForItsSlice: a Service with a selector created while
+// the controller runs is applied when its EndpointSlice comes, in one
+// create with its members (not a create without them and a batch member
+// update); one whose slice does not come is applied, without members,
+// once sliceGrace is over.
+func TestNewServiceWaitsForItsSlice(t *testing.T) {
+	api := lbtest.New(t)
+	target, _ := url.Parse(api.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var mu sync.Mutex
+	var calls []string
+	counted := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls = append(calls, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	defer counted.Close()
+	count := func(method, suffix string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, c := range calls {
+			if strings.HasPrefix(c, method+" ") && strings.HasSuffix(c, suffix) {
+				n++
+			}
+		}
+		return n
+	}
+	o := &kubelb.Octavia{Client: lbtest.NoAuthClient(counted.URL), Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	client := fake.NewClientset()
+	h := &harness{t: t, api: api, o: &kubelb.Octavia{Client: api.Client}, client: client}
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.sliceGrace = time.Hour // the first Service can only be applied once its slice comes
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 2) }()
+	testutil.Eventually(t, within, "caches synced", func() (bool, string) { return c.queue.Len() == 0 && c.synced[0](), "" })
+
+	web := svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10")
+	web.Spec.Selector = map[string]string{"app": "web"}
+	if _, err := client.CoreV1().Services("default").Create(ctx, web, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, within, "web waiting for its slice", func() (bool, string) {
+		n := promtest.ToFloat64(c.m.reconciles.WithLabelValues("awaiting_slice"))
+		return n >= 1, fmt.Sprint(n)
+	})
+	if n := count("POST", "/loadbalancers"); n != 0 || h.members("web") != nil {
+		t.Fatalf("web applied before its slice came (%d creates)", n)
+	}
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Create(ctx, epSlice("web", "198.18.17.2", "198.18.18.2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, within, "web's LB with its two pods", h.memberCount("web", 2))
+	if creates, updates := count("POST", "/loadbalancers"), count("PUT", "/members"); creates != 1 || updates != 0 {
+		t.Errorf("web: %d creates and %d batch member updates, want one create with the members", creates, updates)
+	}
+
+	c.mu.Lock()
+	c.sliceGrace = 100 * time.Millisecond
+	c.mu.Unlock()
+	lonely := svc("lonely", corev1.ServiceTypeClusterIP, "198.19.64.11")
+	lonely.Spec.Selector = map[string]string{"app": "nothing"}
+	if _, err := client.CoreV1().Services("default").Create(ctx, lonely, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, within, "lonely's LB, without members, after the grace", func() (bool, string) {
+		got := h.members("lonely")
+		return got != nil && len(got) == 0, fmt.Sprintf("members %v", got)
+	})
+	c.mu.Lock()
+	left := len(c.born)
+	c.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d Services still noted as new after being applied", left)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSettledReadsWhenDue: a Service queued while its load balancer's
+// change is awaited (its own finalizer or status update) reads the
+// status only when the read is due, unless it has a new change to send;
+// a read that does not see ACTIVE makes the next one due on the settle
+// schedule.
+func TestSettledReadsWhenDue(t *testing.T) {
+	var reads atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reads.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"loadbalancer": {"id": %q, "provisioning_status": "PENDING_UPDATE"}}`, path.Base(r.URL.Path))
+	}))
+	defer srv.Close()
+	o := &kubelb.Octavia{Client: lbtest.NoAuthClient(srv.URL)}
+	client := fake.NewClientset()
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, kubelb.Options{Cluster: "lab"}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10")
+	c.remember("default/web", applied{want: &kubelb.LB{}, pending: "lb-1"})
+	a := c.applied["default/web"]
+	if first := time.Until(a.due); first <= 0 || first > minFirstCheck {
+		t.Fatalf("first read due in %s, want within %s", first, minFirstCheck)
+	}
+	a.due = time.Now().Add(time.Hour)
+	c.keep("default/web", a)
+	if err := c.settled(t.Context(), s, "default/web", "lb", a, false); !errors.Is(err, errAwaiting) || reads.Load() != 0 {
+		t.Fatalf("before the read is due: %v and %d reads, want awaiting and none", err, reads.Load())
+	}
+	if after := c.checkAfter("default/web"); after < 59*time.Minute {
+		t.Errorf("queued again after %s, want when the read is due (1 h)", after)
+	}
+	// With a new change to send, the read is now.
+	if err := c.settled(t.Context(), s, "default/web", "lb", a, true); !errors.Is(err, errAwaiting) || reads.Load() != 1 {
+		t.Fatalf("with a new change: %v and %d reads, want awaiting after one", err, reads.Load())
+	}
+	reads.Store(0)
+	a.due = time.Now().Add(-time.Millisecond)
+	c.keep("default/web", a)
+	if err := c.settled(t.Context(), s, "default/web", "lb", a, false); !errors.Is(err, errAwaiting) || reads.Load() != 1 {
+		t.Fatalf("when due: %v and %d reads, want awaiting after one", err, reads.Load())
+	}
+	a = c.applied["default/web"]
+	if a.checks != 1 || a.checked.IsZero() {
+		t.Errorf("after a read: %d checks, last at %v", a.checks, a.checked)
+	}
+	if next := a.due.Sub(a.checked); next != c.settle.after(1) {
+		t.Errorf("next read due %s after the last, want %s", next, c.settle.after(1))
+	}
+}
+
+// TestEndpointChangeSendsMembersOnly: an endpoint change after the
+// controller applied the Service is one batch member update, with
+// nothing read first; not before the change under way is ACTIVE (Octavia
+// refuses a change while PENDING). A conflict (409) or a load balancer
+// gone behind the controller's back fails that update, and the retry
+// reads everything and converges.
+func TestEndpointChangeSendsMembersOnly(t *testing.T) {
+	api := lbtest.New(t)
+	target, _ := url.Parse(api.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var mu sync.Mutex
+	var calls []string
+	var pending atomic.Bool // status reads answer PENDING_UPDATE
+	var conflicts atomic.Int64
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls = append(calls, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+		mu.Unlock()
+		status := r.Method == http.MethodGet && strings.Contains(r.URL.RawQuery, "provisioning_status")
+		switch {
+		case status && pending.Load():
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"loadbalancer": {"id": %q, "provisioning_status": "PENDING_UPDATE"}}`, path.Base(r.URL.Path))
+		case r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/members") && conflicts.Load() > 0:
+			conflicts.Add(-1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			fmt.Fprint(w, `{"faultcode": "Client", "faultstring": "Load Balancer is immutable and cannot be updated.", "debuginfo": null}`)
+		default:
+			proxy.ServeHTTP(w, r)
+		}
+	}))
+	defer front.Close()
+	since := func() func(what string) int {
+		mu.Lock()
+		from := len(calls)
+		mu.Unlock()
+		return func(what string) int {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, c := range calls[from:] {
+				if strings.Contains(c, what) {
+					n++
+				}
+			}
+			return n
+		}
+	}
+	o := &kubelb.Octavia{Client: lbtest.NoAuthClient(front.URL), Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	pending.Store(true)
+	client := fake.NewClientset(svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10"), epSlice("web", "198.18.17.2"))
+	h := &harness{t: t, api: api, o: &kubelb.Octavia{Client: api.Client}, client: client}
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 2) }()
+	awaiting := func() float64 { return promtest.ToFloat64(c.m.reconciles.WithLabelValues("awaiting")) }
+	testutil.Eventually(t, within, "web's LB", h.memberCount("web", 1))
+	testutil.Eventually(t, within, "web awaiting ACTIVE", func() (bool, string) { return awaiting() >= 2, fmt.Sprint(awaiting()) })
+	slice := func(addrs ...string) {
+		t.Helper()
+		if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, epSlice("web", addrs...), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// While the create is under way, the new members wait.
+	count := since()
+	before := awaiting()
+	slice("198.18.17.2", "198.18.18.2")
+	testutil.Eventually(t, within, "the change read as under way", func() (bool, string) { return awaiting() >= before+2, fmt.Sprint(awaiting()) })
+	if n := count("PUT"); n != 0 {
+		t.Errorf("%d updates sent while the load balancer is PENDING", n)
+	}
+	pending.Store(false)
+	testutil.Eventually(t, within, "two members once ACTIVE", h.memberCount("web", 2))
+	testutil.Eventually(t, within, "the change ACTIVE", func() (bool, string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		a := c.applied["default/web"]
+		return a.pending == "" && len(a.want.Listeners[0].Pool.Members) == 2, fmt.Sprintf("pending %q", a.pending)
+	})
+	for what, want := range map[string]int{"PUT /v2.0/lbaas/pools/": 1, "GET /v2.0/lbaas/loadbalancers?name=": 0, "/listeners": 0, "GET /v2.0/lbaas/pools/": 0} {
+		if n := count(what); n != want {
+			t.Errorf("members change: %d calls %q, want %d", n, what, want)
+		}
+	}
+
+	// Another's change under way: the batch is refused once, the retry
+	// reads everything.
+	count = since()
+	conflicts.Store(1)
+	slice("198.18.17.2", "198.18.18.2", "198.18.19.2")
+	testutil.Eventually(t, within, "three members after the conflict", h.memberCount("web", 3))
+	if n := count("GET /v2.0/lbaas/listeners"); n == 0 || conflicts.Load() != 0 {
+		t.Errorf("after a 409: %d listener reads, %d conflicts left; want the retry to read the load balancer", n, conflicts.Load())
+	}
+
+	// The load balancer deleted behind the controller's back: the next
+	// change's batch finds no pool, the retry makes it again.
+	testutil.Eventually(t, within, "the change ACTIVE", func() (bool, string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		a, ok := c.applied["default/web"]
+		return ok && a.pending == "", fmt.Sprintf("pending %q", a.pending)
+	})
+	lb, err := h.o.Find(ctx, kubelb.Name("lab", "default", "web"))
+	if err != nil || lb == nil {
+		t.Fatalf("find: %v %v", lb, err)
+	}
+	if err := h.o.Delete(ctx, lb.ID); err != nil {
+		t.Fatal(err)
+	}
+	count = since()
+	slice("198.18.17.2")
+	testutil.Eventually(t, within, "web's LB made again with its one member", h.memberCount("web", 1))
+	if n := count("POST /v2.0/lbaas/loadbalancers"); n != 1 {
+		t.Errorf("%d creates, want 1", n)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

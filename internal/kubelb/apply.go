@@ -38,6 +38,11 @@ type Result struct {
 	// Pending, with Octavia.Defer, is the load balancer whose last change
 	// was not waited for ("" when the plan was empty or ended waiting).
 	Pending string
+	// ID is the load balancer's id; Pools the ids of the pools of the
+	// desired listeners, by listener ("TCP/80"), as far as the API's
+	// answers told them: what PlanMembers needs.
+	ID    string
+	Pools map[string]string
 }
 
 // IngressIPs are the addresses of lb's external VIPs (VIP.External) once
@@ -79,13 +84,40 @@ func (o *Octavia) Sync(ctx context.Context, actual *Actual, want *LB) (vip Resul
 	if err := e.run(ctx, Plan(actual, want)); err != nil {
 		return Result{}, e.calls, err
 	}
-	if _, created := e.ids[RefLoadBalancer]; created {
+	pools := map[string]string{}
+	if id, created := e.ids[RefLoadBalancer]; created {
 		vip = e.vip
+		vip.ID = id
+		for _, l := range e.listeners {
+			pools[l.key()] = l.DefaultPoolID
+		}
 	} else {
-		vip = Result{VIPAddress: actual.LB.VIPAddress, VIPPortID: actual.LB.VIPPortID, AdditionalVIPs: actual.LB.AdditionalVIPs}
+		vip = Result{ID: actual.LB.ID, VIPAddress: actual.LB.VIPAddress, VIPPortID: actual.LB.VIPPortID, AdditionalVIPs: actual.LB.AdditionalVIPs}
+		for _, l := range actual.Listeners {
+			pools[l.key()] = l.DefaultPoolID
+		}
+	}
+	vip.Pools = map[string]string{}
+	for _, l := range want.Listeners {
+		id := pools[listenerKey(l)]
+		if made, ok := e.ids[poolRef(l)]; ok {
+			id = made
+		}
+		if id != "" {
+			vip.Pools[listenerKey(l)] = id
+		}
 	}
 	vip.Pending = e.pending
 	return vip, e.calls, nil
+}
+
+// Send sends calls (a PlanMembers plan) as Sync sends a plan's: it
+// returns the load balancer left to become ACTIVE with Defer, and the
+// number of calls sent.
+func (o *Octavia) Send(ctx context.Context, calls []Call) (pending string, n int, err error) {
+	e := o.execution()
+	err = e.run(ctx, calls)
+	return e.pending, e.calls, err
 }
 
 // Delete removes a load balancer and everything under it.
@@ -107,16 +139,35 @@ func (o *Octavia) Find(ctx context.Context, name string) (*ActualLB, error) {
 	return &out.LBs[0], nil
 }
 
-// Owned lists the load balancers carrying every tag in tags.
+// Owned lists the load balancers carrying every tag in tags, page after
+// page: Octavia answers at most pagination_max_limit (1,000 by default,
+// flowlb's too) per call, with a link to the next page.
 func (o *Octavia) Owned(ctx context.Context, tags ...string) ([]ActualLB, error) {
-	var out struct {
-		LBs []ActualLB `json:"loadbalancers"`
-	}
 	q := url.Values{"tags": {strings.Join(tags, ",")}}
-	if err := o.get(ctx, o.url("loadbalancers")+"?"+q.Encode(), &out); err != nil {
-		return nil, err
+	var all []ActualLB
+	for {
+		var out struct {
+			LBs   []ActualLB `json:"loadbalancers"`
+			Links []struct {
+				Href string `json:"href"`
+				Rel  string `json:"rel"`
+			} `json:"loadbalancers_links"`
+		}
+		if err := o.get(ctx, o.url("loadbalancers")+"?"+q.Encode(), &out); err != nil {
+			return nil, err
+		}
+		all = append(all, out.LBs...)
+		marker := ""
+		for _, l := range out.Links {
+			if u, err := url.Parse(l.Href); err == nil && l.Rel == "next" {
+				marker = u.Query().Get("marker")
+			}
+		}
+		if marker == "" || len(out.LBs) == 0 || marker == q.Get("marker") {
+			return all, nil
+		}
+		q.Set("marker", marker)
 	}
-	return out.LBs, nil
 }
 
 func (o *Octavia) url(parts ...string) string {

@@ -1,9 +1,13 @@
 package kubelb
 
 import (
+	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/flowlb/flowlb/internal/kubelb/lbtest"
+	"github.com/flowlb/flowlb/internal/octavia"
 )
 
 func TestApplyMinimalCalls(t *testing.T) {
@@ -81,5 +85,115 @@ func TestApplyMinimalCalls(t *testing.T) {
 	}
 	if cur, _ := o.Find(ctx, want.Name); cur != nil {
 		t.Error("LB still there after delete")
+	}
+}
+
+// TestResultPoolsAndPlanMembers: Sync names the load balancer and the
+// pools of the desired listeners, from the create's answer, the loaded
+// listeners or the pools its plan created; with them, PlanMembers
+// changes the members with one call and no read, and leaves exactly what
+// was wanted.
+func TestResultPoolsAndPlanMembers(t *testing.T) {
+	api := lbtest.New(t)
+	o := &Octavia{Client: api.Client}
+	ctx := t.Context()
+	want := &LB{Name: "kube_service_lab_default_web", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{SubnetID: api.ClusterSubnet, Address: "198.19.64.10"},
+		Listeners: []Listener{{Name: "http", Protocol: "TCP", Port: 80, Timeouts: DefaultTimeouts, Pool: Pool{Name: "http", Protocol: "TCP", Algorithm: "ROUND_ROBIN",
+			Members: []Member{member("198.18.17.2", 8080, "web-1", "n1")}}}}}
+	// poolsHeld are the pools' ids by listener, as the API lists them.
+	poolsHeld := func(lbID string) map[string]string {
+		var ls struct {
+			Listeners []ActualListener `json:"listeners"`
+		}
+		if err := o.get(ctx, o.url("listeners")+"?loadbalancer_id="+lbID, &ls); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, l := range ls.Listeners {
+			out[l.key()] = l.DefaultPoolID
+		}
+		return out
+	}
+	check := func(step string, r Result) {
+		t.Helper()
+		cur, err := o.Find(ctx, want.Name)
+		if err != nil || cur == nil {
+			t.Fatalf("%s: find: %v %v", step, cur, err)
+		}
+		if r.ID != cur.ID {
+			t.Errorf("%s: id %q, want %q", step, r.ID, cur.ID)
+		}
+		if held := poolsHeld(cur.ID); !maps.Equal(r.Pools, held) {
+			t.Errorf("%s: pools %v, want %v", step, r.Pools, held)
+		}
+	}
+	r, _, err := o.Apply(ctx, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("created", r)
+
+	have := want
+	want = &LB{Name: have.Name, Tags: have.Tags, VIP: have.VIP, Listeners: slices.Clone(have.Listeners)}
+	want.Listeners[0].Pool.Members = []Member{member("198.18.17.2", 8080, "web-1", "n1"), member("198.18.18.2", 8080, "web-2", "n2")}
+	calls, ok := PlanMembers(r.ID, r.Pools, have, want)
+	if !ok || len(calls) != 1 {
+		t.Fatalf("PlanMembers: %v, %d calls, want one", ok, len(calls))
+	}
+	if _, n, err := o.Send(ctx, calls); err != nil || n != 1 {
+		t.Fatalf("Send: %d calls, %v", n, err)
+	}
+	if _, n, err := o.Apply(ctx, want); err != nil || n != 0 {
+		t.Errorf("after the members' batch, Apply made %d calls (%v): want 0, the API holds what is wanted", n, err)
+	}
+
+	want.Listeners = append(want.Listeners, Listener{Name: "dns", Protocol: "UDP", Port: 53, Timeouts: DefaultTimeouts,
+		Pool: Pool{Name: "dns", Protocol: "UDP", Algorithm: "ROUND_ROBIN", Members: []Member{member("198.18.17.2", 5353, "web-1", "n1")}}})
+	r, n, err := o.Apply(ctx, want)
+	if err != nil || n != 3 {
+		t.Fatalf("a port added: %d calls, %v", n, err)
+	}
+	check("a port added (its pool made by the plan)", r)
+	r, n, err = o.Apply(ctx, want)
+	if err != nil || n != 0 {
+		t.Fatalf("nothing changed: %d calls, %v", n, err)
+	}
+	check("nothing changed (the pools loaded)", r)
+	if len(r.Pools) != 2 {
+		t.Errorf("pools %v, want both ports'", r.Pools)
+	}
+}
+
+// TestOwnedReadsEveryPage: the API answers at most a page of load
+// balancers per call; Owned follows the pages to the last, and lists
+// only the load balancers with every tag asked for.
+func TestOwnedReadsEveryPage(t *testing.T) {
+	api := lbtest.NewWithConfig(t, octavia.Config{PaginationMaxLimit: 2})
+	o := &Octavia{Client: api.Client}
+	ctx := t.Context()
+	var want []string
+	for i := range 5 {
+		lb := &LB{Name: fmt.Sprintf("kube_service_lab_default_s%d", i), Tags: []string{"flowlb:kube-cluster=lab"},
+			VIP: VIP{SubnetID: api.ClusterSubnet, Address: fmt.Sprintf("198.19.64.%d", 10+i)}}
+		if i == 4 {
+			lb.Tags = []string{"flowlb:kube-cluster=other"}
+		} else {
+			want = append(want, lb.Name)
+		}
+		if _, _, err := o.Apply(ctx, lb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owned, err := o.Owned(ctx, "flowlb:kube-cluster=lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, lb := range owned {
+		got = append(got, lb.Name)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("owned %v, want %v", got, want)
 	}
 }

@@ -15,10 +15,13 @@ import (
 // the plan says. It stops at the first failure.
 type execution struct {
 	*Octavia
-	ids     map[Ref]string
-	vip     Result // the load balancer the plan created
-	calls   int    // calls sent, the failed one included
-	pending string // with Defer, the load balancer the last call left to wait for
+	ids map[Ref]string
+	vip Result // the load balancer the plan created
+	// listeners are the created load balancer's, as its fully populated
+	// create answered them (each with its default pool's id).
+	listeners []ActualListener
+	calls     int    // calls sent, the failed one included
+	pending   string // with Defer, the load balancer the last call left to wait for
 }
 
 func (o *Octavia) execution() *execution {
@@ -48,10 +51,11 @@ func (e *execution) run(ctx context.Context, plan []Call) error {
 // created is the part of a create's answer ({"listener": {...}}) an
 // execution keeps.
 type created struct {
-	ID             string      `json:"id"`
-	VIPAddress     string      `json:"vip_address"`
-	VIPPortID      string      `json:"vip_port_id"`
-	AdditionalVIPs []ActualVIP `json:"additional_vips"`
+	ID             string           `json:"id"`
+	VIPAddress     string           `json:"vip_address"`
+	VIPPortID      string           `json:"vip_port_id"`
+	AdditionalVIPs []ActualVIP      `json:"additional_vips"`
+	Listeners      []ActualListener `json:"listeners"`
 }
 
 func (e *execution) call(ctx context.Context, c Call) error {
@@ -112,6 +116,7 @@ func (e *execution) record(ref Ref, out map[string]created) error {
 		e.ids[ref] = obj.ID
 		if ref == RefLoadBalancer {
 			e.vip = Result{VIPAddress: obj.VIPAddress, VIPPortID: obj.VIPPortID, AdditionalVIPs: obj.AdditionalVIPs}
+			e.listeners = obj.Listeners
 		}
 	}
 	return nil

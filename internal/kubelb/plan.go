@@ -3,6 +3,7 @@ package kubelb
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"slices"
 )
 
@@ -91,6 +92,51 @@ func Plan(actual *Actual, want *LB) []Call {
 		calls = append(calls, change(cur.ID, http.MethodPut, "loadbalancers/"+cur.ID, map[string]any{"loadbalancer": map[string]any{"tags": want.Tags}}))
 	}
 	return append(calls, planListeners(cur.ID, actual.Listeners, want.Listeners)...)
+}
+
+// PlanMembers is the calls that take a load balancer (lbID) holding
+// have, as a reconcile applied it, to want when the two differ in their
+// members alone: one batch member update per pool whose members changed,
+// found by its listener's key in pools (as Result.Pools names them),
+// without reading anything back. ok is false when anything else differs
+// or a changed pool's id is not known: the caller then loads what Octavia
+// holds and plans in full. The batch update sets a pool's members to the
+// list, so a stale have costs at most a call that changes nothing.
+func PlanMembers(lbID string, pools map[string]string, have, want *LB) (calls []Call, ok bool) {
+	if lbID == "" || have == nil || want == nil || !reflect.DeepEqual(withoutMembers(have), withoutMembers(want)) {
+		return nil, false
+	}
+	for i, l := range want.Listeners {
+		if sameMemberList(have.Listeners[i].Pool.Members, l.Pool.Members) {
+			continue
+		}
+		id := pools[listenerKey(l)]
+		if id == "" {
+			return nil, false
+		}
+		calls = append(calls, change(lbID, http.MethodPut, "pools/"+id+"/members", map[string]any{"members": membersBody(l.Pool.Members)}))
+	}
+	return calls, true
+}
+
+// withoutMembers is lb with its pools' members left out.
+func withoutMembers(lb *LB) *LB {
+	out := *lb
+	out.Listeners = slices.Clone(lb.Listeners)
+	for i := range out.Listeners {
+		out.Listeners[i].Pool.Members = nil
+	}
+	return &out
+}
+
+// sameMemberList compares two desired member lists as sameMembers
+// compares an actual one with a desired one: in any order.
+func sameMemberList(a, b []Member) bool {
+	cur := make([]ActualMember, len(a))
+	for i, m := range a {
+		cur[i] = ActualMember{Name: m.Name, Address: m.Address, ProtocolPort: m.Port, Tags: m.Tags}
+	}
+	return sameMembers(cur, b)
 }
 
 func createLB(want *LB) Call {

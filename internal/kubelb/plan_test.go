@@ -327,3 +327,110 @@ func TestPlanLeavesInputs(t *testing.T) {
 		t.Errorf("Plan changed its inputs:\n%s\n%s", before, after)
 	}
 }
+
+func TestPlanMembers(t *testing.T) {
+	dns := Listener{Name: "dns", Protocol: "UDP", Port: 53, Timeouts: DefaultTimeouts,
+		Pool: Pool{Name: "dns", Protocol: "UDP", Algorithm: "ROUND_ROBIN", Members: []Member{member("198.18.17.2", 5353, "web-1", "n1")}}}
+	twoPorts := func(lb *LB) { lb.Listeners = append(lb.Listeners, dns) }
+	pools := map[string]string{"TCP/80": "p-80", "UDP/53": "p-53"}
+	cases := []struct {
+		name       string
+		have, want func(*LB) // edit planWeb
+		pools      map[string]string
+		lbID       string
+		ok         bool
+		calls      []call
+	}{
+		{name: "nothing changed: no call", ok: true},
+		{name: "members in another order: no call", ok: true,
+			want: func(lb *LB) { m := lb.Listeners[0].Pool.Members; m[0], m[1] = m[1], m[0] }},
+		{name: "an endpoint added: one batch", ok: true,
+			want: func(lb *LB) {
+				lb.Listeners[0].Pool.Members = append(lb.Listeners[0].Pool.Members, member("198.18.19.2", 8080, "web-3", "n3"))
+			},
+			calls: []call{put("lbaas/pools/p-80/members", `{"members": [
+				{"name": "web-1", "address": "198.18.17.2", "protocol_port": 8080, "tags": ["flowlb:node=n1"]},
+				{"name": "web-2", "address": "198.18.18.2", "protocol_port": 8080, "tags": ["flowlb:node=n2"]},
+				{"name": "web-3", "address": "198.18.19.2", "protocol_port": 8080, "tags": ["flowlb:node=n3"]}]}`)}},
+		{name: "an endpoint moved to another node: its tags, one batch", ok: true,
+			want: func(lb *LB) { lb.Listeners[0].Pool.Members[1].Tags = []string{"flowlb:node=n3"} },
+			calls: []call{put("lbaas/pools/p-80/members", `{"members": [
+				{"name": "web-1", "address": "198.18.17.2", "protocol_port": 8080, "tags": ["flowlb:node=n1"]},
+				{"name": "web-2", "address": "198.18.18.2", "protocol_port": 8080, "tags": ["flowlb:node=n3"]}]}`)}},
+		{name: "no endpoints left: an empty batch", ok: true,
+			want:  func(lb *LB) { lb.Listeners[0].Pool.Members = nil },
+			calls: []call{put("lbaas/pools/p-80/members", `{"members": []}`)}},
+		{name: "two ports, both changed: a batch each, in the listeners' order", ok: true,
+			have: twoPorts,
+			want: func(lb *LB) {
+				twoPorts(lb)
+				lb.Listeners[0].Pool.Members = lb.Listeners[0].Pool.Members[:1]
+				lb.Listeners[1].Pool.Members = nil
+			},
+			calls: []call{
+				put("lbaas/pools/p-80/members", `{"members": [{"name": "web-1", "address": "198.18.17.2", "protocol_port": 8080, "tags": ["flowlb:node=n1"]}]}`),
+				put("lbaas/pools/p-53/members", `{"members": []}`)}},
+		{name: "the unchanged port's pool unknown: still a batch for the other", ok: true,
+			pools: map[string]string{"TCP/80": "p-80"},
+			have:  twoPorts,
+			want:  func(lb *LB) { twoPorts(lb); lb.Listeners[0].Pool.Members = nil },
+			calls: []call{put("lbaas/pools/p-80/members", `{"members": []}`)}},
+		{name: "the changed pool unknown: plan in full",
+			pools: map[string]string{"UDP/53": "p-53"},
+			want:  func(lb *LB) { lb.Listeners[0].Pool.Members = nil }},
+		{name: "no load balancer id: plan in full", lbID: "-",
+			want: func(lb *LB) { lb.Listeners[0].Pool.Members = nil }},
+		{name: "members and the algorithm: plan in full",
+			want: func(lb *LB) { lb.Listeners[0].Pool.Members = nil; lb.Listeners[0].Pool.Algorithm = "SOURCE_IP" }},
+		{name: "a listener's source ranges: plan in full",
+			want: func(lb *LB) { lb.Listeners[0].AllowedCIDRs = []string{"198.18.1.0/24"} }},
+		{name: "a port added: plan in full", want: twoPorts},
+		{name: "a port removed: plan in full", have: twoPorts},
+		{name: "the load balancer's tags: plan in full",
+			want: func(lb *LB) { lb.Tags = append(lb.Tags, "flowlb:kube-uid=u2") }},
+		{name: "the VIP: plan in full",
+			want: func(lb *LB) { lb.VIP.Address = "198.19.64.11" }},
+		{name: "a floating IP asked for: plan in full",
+			want: func(lb *LB) { lb.FloatingIP = &FloatingIP{Network: "public"} }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			have, want := planWeb(), planWeb()
+			if tc.have != nil {
+				tc.have(have)
+			}
+			if tc.want != nil {
+				tc.want(want)
+			}
+			ps := tc.pools
+			if ps == nil {
+				ps = pools
+			}
+			lbID := tc.lbID
+			switch lbID {
+			case "":
+				lbID = "lb-1"
+			case "-":
+				lbID = ""
+			}
+			before, _ := json.Marshal([]any{have, want})
+			got, ok := PlanMembers(lbID, ps, have, want)
+			if ok != tc.ok {
+				t.Fatalf("ok %v, want %v (calls:\n%s)", ok, tc.ok, describe(got))
+			}
+			if len(got) != len(tc.calls) {
+				t.Errorf("%d calls, want %d:\n%s", len(got), len(tc.calls), describe(got))
+			}
+			for i := range min(len(got), len(tc.calls)) {
+				exp := tc.calls[i]
+				exp.body = canonicalJSON(t, exp.body)
+				if g := asCall(t, got[i]); g != exp {
+					t.Errorf("call %d:\n got %+v\nwant %+v", i, g, exp)
+				}
+			}
+			if after, _ := json.Marshal([]any{have, want}); string(after) != string(before) {
+				t.Errorf("PlanMembers changed its inputs")
+			}
+		})
+	}
+}

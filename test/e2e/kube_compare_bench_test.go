@@ -492,7 +492,7 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 	m.nodeCPU = (cpuSeconds(b, nodePIDs) - nodeCPU0) / float64(len(nodePIDs))
 	m.controlCPU = cpuSeconds(b, controlPIDs) - controlCPU0
 	if who == contenderFlowlb {
-		e.apiTimes() // where the control side's time went
+		e.apiTimes(n) // where the control side's time went
 		fmt.Printf("control side CPU: server %.2f s, kube-controller %.2f s (with the time before the Services)\n",
 			cpuSeconds(b, controlPIDs[:1]), cpuSeconds(b, controlPIDs[1:]))
 	}

@@ -37,6 +37,13 @@ type API struct {
 // New starts the server for the duration of t.
 func New(t testing.TB) *API {
 	t.Helper()
+	return NewWithConfig(t, octavia.Config{})
+}
+
+// NewWithConfig is New with the Octavia API's configuration cfg (a small
+// PaginationMaxLimit, say).
+func NewWithConfig(t testing.TB, cfg octavia.Config) *API {
+	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st := memstore.New()
@@ -48,7 +55,7 @@ func New(t testing.TB) *API {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(identity.NoAuth("kube", octavia.New(svc, neutron.NewHandler(st, log), log, octavia.Config{})))
+	srv := httptest.NewServer(identity.NoAuth("kube", octavia.New(svc, neutron.NewHandler(st, log), log, cfg)))
 	t.Cleanup(srv.Close)
 	api := &API{URL: srv.URL, Client: NoAuthClient(srv.URL), ClusterSubnet: clusterSub.ID, NetworkID: net.ID}
 	api.ExternalSubnet = api.post(t, "subnets", map[string]any{"network_id": net.ID, "cidr": "198.19.128.0/17", "ip_version": 4, "name": "ext"})
