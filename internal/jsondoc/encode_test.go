@@ -185,3 +185,33 @@ func BenchmarkEncode(b *testing.B) {
 		}
 	})
 }
+
+// FuzzEncode: any JSON document, decoded by encoding/json into what the
+// APIs render (maps, slices, strings, float64 or json.Number, bools,
+// nulls), is written by Encode byte for byte as encoding/json writes it,
+// or refused with its error.
+func FuzzEncode(f *testing.F) {
+	f.Add(`{"loadbalancer": {"name": "a<b>&c", "tags": ["\u2028", "é"], "weight": 1, "x": 1e21, "y": 1.5e-7, "n": null}}`)
+	f.Add(`[0, -0, 1e-6, 123456789012345678901234567890, "\u0000\u001f\"\\/"]`)
+	f.Fuzz(func(t *testing.T, data string) {
+		for _, useNumber := range []bool{false, true} {
+			d := json.NewDecoder(strings.NewReader(data))
+			if useNumber {
+				d.UseNumber()
+			}
+			var v any
+			if d.Decode(&v) != nil {
+				return
+			}
+			want, wantErr := encodingJSON(v)
+			var got bytes.Buffer
+			err := jsondoc.Encode(&got, v)
+			if (err == nil) != (wantErr == nil) {
+				t.Fatalf("%q: error %v, encoding/json's %v", data, err, wantErr)
+			}
+			if !bytes.Equal(got.Bytes(), want) {
+				t.Fatalf("%q (UseNumber %v): Encode wrote\n%s\nencoding/json\n%s", data, useNumber, got.Bytes(), want)
+			}
+		}
+	})
+}
