@@ -301,6 +301,22 @@ func testCPO(t *testing.T, cpo string, prepared *keystone.Keystone, alone bool) 
 		on := memberStatus("local")
 		return on[nodes[0]] == "ONLINE" && on[nodes[1]] == "ERROR", fmt.Sprint(on)
 	})
+	// The API shows a member ERROR once its prober said so, before every
+	// agent has dropped it (a health verdict passes through no PENDING
+	// state): wait until no node's kernel sends to n2's node port, which
+	// kube-proxy drops for an ETP=Local Service without a pod there (CI
+	// under load once caught n1 still sending there: a timeout).
+	lsvc, err := e.k.CoreV1().Services("default").Get(ctx, "local", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2Member := net.JoinHostPort(nodes[1], fmt.Sprint(lsvc.Spec.Ports[0].NodePort))
+	for _, n := range e.lab.Nodes() {
+		testutil.Eventually(t, 30*time.Second, n2Member+" out of "+n.Name+"'s flows", func() (bool, string) {
+			found, err := backendInFlows(n, n2Member)
+			return err == nil && !found, fmt.Sprintf("in the flows: %v, %v", found, err)
+		})
+	}
 	if err := e.lab.SetNextHops(1); err != nil {
 		t.Fatal(err)
 	}
