@@ -61,10 +61,7 @@ func ServiceFromProto(p *agentv1.Service) flows.Service {
 		s.HealthCheckNodePort = uint16(hc)
 	}
 	if ms := p.GetPersistenceTimeoutMs(); ms > 0 {
-		// Beyond what a Duration holds, the product would wrap (to zero
-		// or below, which reads as no persistence): the longest it holds.
-		ms = min(ms, int64(math.MaxInt64/time.Millisecond))
-		s.Persistence = &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Duration(ms) * time.Millisecond}
+		s.Persistence = &flows.Persistence{Type: "SOURCE_IP", Timeout: millis(ms)}
 	}
 	for _, c := range p.GetAllowedCidrs() {
 		if pf, err := netip.ParsePrefix(c); err == nil {
@@ -124,13 +121,20 @@ func ProbeToProto(p flows.Probe) *agentv1.Probe {
 	}
 }
 
+// millis is a count of milliseconds from the wire as a Duration. Below
+// zero is zero (no interval the server sends is negative); beyond what a
+// Duration holds the product would wrap, so it is the longest it holds.
+func millis(ms int64) time.Duration {
+	return time.Duration(min(max(ms, 0), int64(math.MaxInt64/time.Millisecond))) * time.Millisecond
+}
+
 // ProbeFromProto is the inverse of ProbeToProto (Node stays empty). An
 // address that does not decode gives an invalid Address.
 func ProbeFromProto(p *agentv1.Probe) flows.Probe {
 	a, _ := netip.AddrFromSlice(p.GetAddress())
 	return flows.Probe{
 		MemberID: p.GetMemberId(), Address: a, Port: uint16(p.GetPort()), Type: flows.MonitorType(p.GetType()),
-		Delay: time.Duration(p.GetDelayMs()) * time.Millisecond, Timeout: time.Duration(p.GetTimeoutMs()) * time.Millisecond,
+		Delay: millis(p.GetDelayMs()), Timeout: millis(p.GetTimeoutMs()),
 		MaxRetries: int(p.GetMaxRetries()), MaxRetriesDown: int(p.GetMaxRetriesDown()),
 		HTTPMethod: p.GetHttpMethod(), URLPath: p.GetUrlPath(), ExpectedCodes: p.GetExpectedCodes(), HTTPVersion: p.GetHttpVersion(),
 		DomainName: p.GetDomainName(), InitialStatus: p.GetInitialStatus(),

@@ -1,6 +1,7 @@
 package flowpb
 
 import (
+	"math"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -20,6 +21,9 @@ func FuzzUpdate(f *testing.F) {
 		{Revision: 1, Snapshot: true, Upserts: []*agentv1.Service{ServiceToProto(s)}},
 		{Revision: 2, Deletes: []*agentv1.ServiceKey{KeyToProto(s.Key)}, ProbesSet: true, Probes: []*agentv1.Probe{ProbeToProto(fullProbe())}},
 		{Revision: 3, Upserts: []*agentv1.Service{{PersistenceTimeoutMs: 1 << 62, ConnectionLimit: -1}}},
+		// A negative interval wrapped in the product and lost its last
+		// digits on the way back (found by fuzzing in CI).
+		{Revision: 5, ProbesSet: true, Probes: []*agentv1.Probe{{TimeoutMs: 9_300_000_000_000, DelayMs: -9_300_000_000_000}, {TimeoutMs: math.MaxInt64, DelayMs: math.MinInt64}}},
 		{Revision: 4, Loadbalancers: []*agentv1.LoadBalancerServices{LoadBalancerServicesToProto("lb", []flows.Service{s})}},
 	}
 	for _, u := range seeds {
