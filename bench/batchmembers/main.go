@@ -300,7 +300,11 @@ func main() {
 		}
 		results = append(results, rs...)
 	}
-	fmt.Printf("batch member update of a fresh pool, another load balancer updated in a loop meanwhile, %s\n", time.Now().UTC().Format("2006-01-02"))
+	meanwhile := "nothing else written meanwhile"
+	if *otherWriter {
+		meanwhile = "another load balancer updated in a loop meanwhile"
+	}
+	fmt.Printf("batch member update of a fresh pool, %s, %s\n", meanwhile, time.Now().UTC().Format("2006-01-02"))
 	fmt.Println("| engine | members | batch answered | its CPU time | its database CPU | LB ACTIVE again | CPU until then | other writes during | their p50 | their p99 | their max |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
