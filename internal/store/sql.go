@@ -83,6 +83,7 @@ type SQL struct {
 	dsn    string
 	writer *sql.DB // SQLite: one connection, so one writer at a time
 	reader *sql.DB
+	ckpt   *walCheckpointer // SQLite: folds the write-ahead log in
 	log    *slog.Logger
 
 	signals *signals
@@ -112,7 +113,8 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (*SQL, error) {
 		s = &SQL{eng: pgEngine{}, dsn: dsn, writer: db, reader: db, log: log}
 	default:
 		path := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite://"), "file:")
-		params := "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(OFF)&_pragma=temp_store(MEMORY)"
+		params := "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(OFF)&_pragma=temp_store(MEMORY)" +
+			fmt.Sprintf("&_pragma=wal_autocheckpoint(0)&_pragma=journal_size_limit(%d)", walKeepBytes) // checkpoint.go
 		w, err := openCachingSQLite("file:" + path + params + "&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite: %w", err)
@@ -129,7 +131,13 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (*SQL, error) {
 		// time than the reads.
 		r.SetMaxOpenConns(4)
 		r.SetMaxIdleConns(4)
-		s = &SQL{eng: sqliteEngine{}, dsn: dsn, writer: w, reader: r, log: log}
+		ckpt, err := startCheckpointer("file:"+path+params, log)
+		if err != nil {
+			w.Close()
+			r.Close()
+			return nil, fmt.Errorf("open sqlite: %w", err)
+		}
+		s = &SQL{eng: sqliteEngine{}, dsn: dsn, writer: w, reader: r, ckpt: ckpt, log: log}
 	}
 	s.signals = newSignals(s)
 	if err := s.migrate(ctx); err != nil {
@@ -214,7 +222,15 @@ func (s *SQL) migrate(ctx context.Context) error {
 // Close closes the database handles.
 func (s *SQL) Close() error {
 	s.signals.close()
-	err := s.writer.Close()
+	var err error
+	if s.ckpt != nil {
+		// Before the other connections close: the last one to close
+		// would otherwise checkpoint too.
+		if cerr := s.ckpt.close(); cerr != nil {
+			s.log.Warn("sqlite checkpoint at close", "err", cerr)
+		}
+	}
+	err = s.writer.Close()
 	if s.reader != s.writer {
 		if rerr := s.reader.Close(); err == nil {
 			err = rerr
