@@ -224,8 +224,8 @@ func (s *SQL) Close() error {
 	s.signals.close()
 	var err error
 	if s.ckpt != nil {
-		// Before the other connections close: the last one to close
-		// would otherwise checkpoint too.
+		// First, so that no checkpoint of the loop races the last
+		// connection's, which folds the log in at close.
 		if cerr := s.ckpt.close(); cerr != nil {
 			s.log.Warn("sqlite checkpoint at close", "err", cerr)
 		}
