@@ -90,30 +90,56 @@ func (s *Service) withLock(ctx context.Context, lbID, to string, allowed func(st
 
 // commit is one change's transaction: build yields the changed tree, which
 // the provider checks, quotas bound and the store keeps, pending with this
-// replica as owner; once committed, the provider realizes it.
+// replica as owner; once committed, the provider realizes it. On a store
+// with a single writer, changes that arrive together share a transaction
+// (commits.go).
 func (s *Service) commit(ctx context.Context, build func(tx store.Tx) (*Tree, error)) (*Tree, error) {
-	var tree *Tree
-	who, _ := identity.FromContext(ctx)
-	c, err := s.st.Update(ctx, func(tx store.Tx) error {
-		t, err := build(tx)
-		if err != nil {
-			return err
-		}
-		if err := s.checkMemberSubnets(tx, t, who); err != nil {
-			return err
-		}
-		if err := s.commitChange(tx, t); err != nil {
-			return err
-		}
-		tx.Pend(t.LB.ID, s.cfg.Replica)
-		tree = t
-		return nil
-	})
+	var (
+		tree *Tree
+		p    store.Pending
+		err  error
+	)
+	if sw, ok := s.st.(SingleWriter); ok && sw.SingleWriter() {
+		tree, p, err = s.commitQueued(ctx, build)
+	} else {
+		tree, p, err = s.commitOne(ctx, build)
+	}
 	if err != nil {
 		return nil, err
 	}
-	s.realize(store.Pending{LoadBalancerID: tree.LB.ID, Owner: s.cfg.Replica, Change: c.Changes[tree.LB.ID]}, tree.LB.Provider)
+	s.realize(p, tree.LB.Provider)
 	return tree, nil
+}
+
+// commitOne commits one change in a transaction of its own.
+func (s *Service) commitOne(ctx context.Context, build func(tx store.Tx) (*Tree, error)) (*Tree, store.Pending, error) {
+	var tree *Tree
+	c, err := s.st.Update(ctx, func(tx store.Tx) error {
+		t, err := s.commitIn(ctx, tx, build)
+		tree = t
+		return err
+	})
+	if err != nil {
+		return nil, store.Pending{}, err
+	}
+	return tree, store.Pending{LoadBalancerID: tree.LB.ID, Owner: s.cfg.Replica, Change: c.Changes[tree.LB.ID]}, nil
+}
+
+// commitIn is a change's work within tx; ctx is its request's.
+func (s *Service) commitIn(ctx context.Context, tx store.Tx, build func(tx store.Tx) (*Tree, error)) (*Tree, error) {
+	who, _ := identity.FromContext(ctx)
+	t, err := build(tx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkMemberSubnets(tx, t, who); err != nil {
+		return nil, err
+	}
+	if err := s.commitChange(tx, t); err != nil {
+		return nil, err
+	}
+	tx.Pend(t.LB.ID, s.cfg.Replica)
+	return t, nil
 }
 
 // commitChange is the end of every change: the provider refuses what it

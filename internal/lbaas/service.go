@@ -79,6 +79,7 @@ type Service struct {
 
 	inflight    sync.WaitGroup
 	completions completionGroups
+	commits     commitGroups
 }
 
 // New builds a service; providers must include cfg.DefaultProvider.

@@ -220,6 +220,10 @@ func (s *SQL) migrate(ctx context.Context) error {
 }
 
 // Close closes the database handles.
+// SingleWriter says whether the database runs one write transaction at a
+// time (SQLite), which lbaas then gives several changes at once.
+func (s *SQL) SingleWriter() bool { return s.eng.name() == "sqlite" }
+
 func (s *SQL) Close() error {
 	s.signals.close()
 	var err error
