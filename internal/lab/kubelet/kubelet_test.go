@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
@@ -156,7 +157,41 @@ func fakeClient(t *testing.T, objs ...runtime.Object) *fake.Clientset {
 		p.Spec.NodeName = b.Target.Name
 		return true, b, cs.Tracker().Update(podsGVR, p, p.Namespace)
 	})
+	// The fake clientset's watch sends only what changes after it
+	// starts: an object created between an informer's list and its
+	// watch is never seen. Tests wait for the pods' watch before they
+	// create pods (podsWatched).
+	started := make(chan struct{})
+	var once sync.Once
+	podWatches.Store(cs, started)
+	cs.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if wa, ok := a.(k8stesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		w, err := cs.Tracker().Watch(a.GetResource(), a.GetNamespace(), opts)
+		if err != nil {
+			return false, nil, err
+		}
+		once.Do(func() { close(started) })
+		return true, w, nil
+	})
 	return cs
+}
+
+// podWatches holds, for each fake clientset, a channel closed once pods
+// are watched.
+var podWatches sync.Map
+
+// podsWatched waits until an informer watches the pods of cs.
+func podsWatched(t *testing.T, cs *fake.Clientset) {
+	t.Helper()
+	ch, _ := podWatches.Load(cs)
+	select {
+	case <-ch.(chan struct{}):
+	case <-time.After(settle):
+		t.Fatal("no informer watches pods")
+	}
 }
 
 func runKubelet(t *testing.T, cs *fake.Clientset, rt *fakeRuntime) {
@@ -232,6 +267,7 @@ func TestKubeletLifecycle(t *testing.T) {
 		return true, ""
 	})
 
+	podsWatched(t, cs)
 	for k := range 4 {
 		if _, err := cs.CoreV1().Pods("default").Create(ctx, rsPod(fmt.Sprintf("web-%d", k)), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
