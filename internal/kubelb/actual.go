@@ -117,25 +117,23 @@ func (o *Octavia) Load(ctx context.Context, want *LB) (*Actual, error) {
 	if err := o.waitActive(ctx, cur.ID); err != nil {
 		return nil, err
 	}
-	var ls struct {
-		Listeners []ActualListener `json:"listeners"`
-	}
-	if err := o.get(ctx, o.url("listeners")+"?loadbalancer_id="+url.QueryEscape(cur.ID), &ls); err != nil {
+	listeners, err := listAll[ActualListener](ctx, o, o.url("listeners"), "listeners", url.Values{"loadbalancer_id": {cur.ID}})
+	if err != nil {
 		return nil, fmt.Errorf("list listeners of %s: %w", cur.ID, err)
 	}
 	kept := map[string]bool{}
 	for _, l := range want.Listeners {
 		kept[listenerKey(l)] = true
 	}
-	for i, l := range ls.Listeners {
+	for i, l := range listeners {
 		if !kept[l.key()] || l.DefaultPoolID == "" {
 			continue
 		}
-		if ls.Listeners[i].Pool, err = o.loadPool(ctx, l.DefaultPoolID); err != nil {
+		if listeners[i].Pool, err = o.loadPool(ctx, l.DefaultPoolID); err != nil {
 			return nil, err
 		}
 	}
-	actual.Listeners = ls.Listeners
+	actual.Listeners = listeners
 	return actual, nil
 }
 
@@ -147,14 +145,12 @@ func (o *Octavia) loadPool(ctx context.Context, id string) (*ActualPool, error) 
 	if err := o.get(ctx, o.url("pools", id), &pr); err != nil {
 		return nil, fmt.Errorf("get pool %s: %w", id, err)
 	}
-	var mr struct {
-		Members []ActualMember `json:"members"`
-	}
-	if err := o.get(ctx, o.url("pools", id, "members"), &mr); err != nil {
+	members, err := listAll[ActualMember](ctx, o, o.url("pools", id, "members"), "members", nil)
+	if err != nil {
 		return nil, fmt.Errorf("list members of pool %s: %w", id, err)
 	}
 	p := &pr.P
-	p.Members = mr.Members
+	p.Members = members
 	if p.HealthMonitorID != "" {
 		var out struct {
 			M ActualMonitor `json:"healthmonitor"`

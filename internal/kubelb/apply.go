@@ -2,6 +2,7 @@ package kubelb
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -143,27 +144,47 @@ func (o *Octavia) Find(ctx context.Context, name string) (*ActualLB, error) {
 // page: Octavia answers at most pagination_max_limit (1,000 by default,
 // flowlb's too) per call, with a link to the next page.
 func (o *Octavia) Owned(ctx context.Context, tags ...string) ([]ActualLB, error) {
-	q := url.Values{"tags": {strings.Join(tags, ",")}}
-	var all []ActualLB
+	return listAll[ActualLB](ctx, o, o.url("loadbalancers"), "loadbalancers", url.Values{"tags": {strings.Join(tags, ",")}})
+}
+
+// listAll reads every page of a list (Octavia answers at most its page
+// limit, 1,000 by default, and a next link), following the next link's
+// marker; key is the list's field in the answer.
+func listAll[T any](ctx context.Context, o *Octavia, base, key string, q url.Values) ([]T, error) {
+	if q == nil {
+		q = url.Values{}
+	}
+	var all []T
 	for {
-		var out struct {
-			LBs   []ActualLB `json:"loadbalancers"`
-			Links []struct {
-				Href string `json:"href"`
-				Rel  string `json:"rel"`
-			} `json:"loadbalancers_links"`
+		var out map[string]json.RawMessage
+		u := base
+		if len(q) > 0 {
+			u += "?" + q.Encode()
 		}
-		if err := o.get(ctx, o.url("loadbalancers")+"?"+q.Encode(), &out); err != nil {
+		if err := o.get(ctx, u, &out); err != nil {
 			return nil, err
 		}
-		all = append(all, out.LBs...)
+		var page []T
+		if err := json.Unmarshal(out[key], &page); err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		var links []struct {
+			Href string `json:"href"`
+			Rel  string `json:"rel"`
+		}
+		if raw, ok := out[key+"_links"]; ok {
+			if err := json.Unmarshal(raw, &links); err != nil {
+				return nil, fmt.Errorf("%s_links: %w", key, err)
+			}
+		}
+		all = append(all, page...)
 		marker := ""
-		for _, l := range out.Links {
+		for _, l := range links {
 			if u, err := url.Parse(l.Href); err == nil && l.Rel == "next" {
 				marker = u.Query().Get("marker")
 			}
 		}
-		if marker == "" || len(out.LBs) == 0 || marker == q.Get("marker") {
+		if marker == "" || len(page) == 0 || marker == q.Get("marker") {
 			return all, nil
 		}
 		q.Set("marker", marker)

@@ -197,3 +197,33 @@ func TestOwnedReadsEveryPage(t *testing.T) {
 		t.Errorf("owned %v, want %v", got, want)
 	}
 }
+
+// TestApplyReadsEveryMemberPage: a pool with more members than the API's
+// page limit is read whole, so that applying what is there changes
+// nothing (read from one page, the members past it looked missing, and
+// every Apply sent a batch update).
+func TestApplyReadsEveryMemberPage(t *testing.T) {
+	api := lbtest.NewWithConfig(t, octavia.Config{PaginationMaxLimit: 2})
+	o := &Octavia{Client: api.Client}
+	ctx := t.Context()
+	var members []Member
+	for i := range 5 {
+		members = append(members, member(fmt.Sprintf("198.18.%d.2", 17+i), 8080, fmt.Sprintf("web-%d", i), "n1"))
+	}
+	want := &LB{Name: "kube_service_lab_default_web", Tags: []string{"flowlb:kube-cluster=lab"}, VIP: VIP{SubnetID: api.ClusterSubnet, Address: "198.19.64.10"},
+		Listeners: []Listener{{Name: "http", Protocol: "TCP", Port: 80, Timeouts: DefaultTimeouts, Pool: Pool{Name: "http", Protocol: "TCP", Algorithm: "ROUND_ROBIN",
+			Members: members}}}}
+	if _, n, err := o.Apply(ctx, want); err != nil || n != 1 {
+		t.Fatalf("create: %d calls, %v", n, err)
+	}
+	if _, n, err := o.Apply(ctx, want); err != nil || n != 0 {
+		t.Errorf("re-apply made %d calls (%v), want 0", n, err)
+	}
+	r, err := o.Load(ctx, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Listeners) != 1 || r.Listeners[0].Pool == nil || len(r.Listeners[0].Pool.Members) != 5 {
+		t.Errorf("loaded %+v, want one listener whose pool has all 5 members", r.Listeners)
+	}
+}
