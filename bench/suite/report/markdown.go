@@ -27,7 +27,7 @@ func Markdown(w io.Writer, r results.Run, images map[string]string) error {
 		fmt.Fprintf(&b, "- Command: `%s`\n", m.Command)
 	}
 	if len(r.Sources) > 1 {
-		b.WriteString("- Gathered from records measured apart:\n")
+		b.WriteString("- Gathered from records measured apart, oldest first (where two measured the same contender at the same size, the later one's samples are shown):\n")
 		for _, s := range r.Sources {
 			fmt.Fprintf(&b, "  - `%s` (%s): %s, commit `%s`, load average %.2f at the start, `%s`\n", s.File,
 				strings.Join(s.Contests, ", "), s.Date.UTC().Format("2006-01-02 15:04 UTC"), s.Commit, s.Machine.Load1, s.Machine.Command)

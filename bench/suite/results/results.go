@@ -117,26 +117,68 @@ func (r *Run) Merge(o Run) {
 	}
 }
 
-// Gather merges records read from files (in that order) into one run,
-// dated by the latest, and lists each as a source.
+// Gather merges records read from files into one run, dated by the
+// latest, and lists each as a source. Records merge oldest first, and a
+// record's samples of a contender at a size replace an older record's
+// of the same contest, contender and size (and its distributions those
+// of the same name): each figure of the page comes from one run, the
+// latest, since its contenders alternate within a run, not across runs.
 func Gather(files []string) (Run, error) {
-	var out Run
+	var runs []Run
+	var srcs []Source
 	for _, f := range files {
 		r, err := Read(f)
 		if err != nil {
 			return Run{}, err
 		}
-		if r.Date.After(out.Date) {
-			out.Date, out.Commit, out.Machine = r.Date, r.Commit, r.Machine
-		}
 		src := Source{File: filepath.Base(f), Date: r.Date, Commit: r.Commit, Machine: r.Machine}
 		for _, c := range r.Contests {
 			src.Contests = append(src.Contests, c.Name)
 		}
-		out.Sources = append(out.Sources, src)
+		runs, srcs = append(runs, r), append(srcs, src)
+	}
+	order := make([]int, len(runs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return runs[a].Date.Compare(runs[b].Date) })
+	var out Run
+	for _, i := range order {
+		r := runs[i]
+		if r.Date.After(out.Date) {
+			out.Date, out.Commit, out.Machine = r.Date, r.Commit, r.Machine
+		}
+		out.Sources = append(out.Sources, srcs[i])
+		out.supersede(r)
 		out.Merge(r)
 	}
 	return out, nil
+}
+
+// cell is one contender at one size of a contest or distribution.
+type cell struct {
+	name, contender string
+	size            int
+}
+
+// supersede drops r's samples and distributions of every cell that the
+// newer record o measured.
+func (r *Run) supersede(o Run) {
+	measured := map[cell]bool{}
+	for _, c := range o.Contests {
+		for _, s := range c.Samples {
+			measured[cell{c.Name, s.Contender, s.Size}] = true
+		}
+	}
+	for i := range r.Contests {
+		c := &r.Contests[i]
+		c.Samples = slices.DeleteFunc(c.Samples, func(s Sample) bool { return measured[cell{c.Name, s.Contender, s.Size}] })
+	}
+	shown := map[cell]bool{}
+	for _, d := range o.Distributions {
+		shown[cell{d.Name, d.Contender, d.Size}] = true
+	}
+	r.Distributions = slices.DeleteFunc(r.Distributions, func(d Distribution) bool { return shown[cell{d.Name, d.Contender, d.Size}] })
 }
 
 // Write writes r as indented JSON to path, through a temporary file so

@@ -127,3 +127,51 @@ func TestGatherMergesRecordsAndKeepsTheirSources(t *testing.T) {
 		t.Error("a missing record gathered")
 	}
 }
+
+// TestGatherKeepsEachCellFromItsLatestRecord: a newer record's samples
+// of a contender at a size replace an older record's, whatever the files'
+// order; other cells of the older record stay.
+func TestGatherKeepsEachCellFromItsLatestRecord(t *testing.T) {
+	dir := t.TempDir()
+	old := Run{Date: time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC), Commit: "old"}
+	old.Add(Contest{Name: "full"}, Sample{"flowlb", 1000, 1, 17})
+	old.Add(Contest{Name: "full"}, Sample{"flowlb", 100, 1, 1.1})
+	old.Add(Contest{Name: "plain"}, Sample{"octavia", 1000, 1, 1415})
+	old.Distributions = []Distribution{{Name: "lat", Contender: "flowlb", Size: 1000, Values: []float64{9}},
+		{Name: "lat", Contender: "flowlb", Size: 100, Values: []float64{1}}}
+	latest := Run{Date: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC), Commit: "new"}
+	latest.Add(Contest{Name: "full"}, Sample{"flowlb", 1000, 1, 6})
+	latest.Add(Contest{Name: "full"}, Sample{"octavia", 1000, 1, 900})
+	latest.Distributions = []Distribution{{Name: "lat", Contender: "flowlb", Size: 1000, Values: []float64{2}}}
+	// The newer record's file sorts first.
+	for name, r := range map[string]Run{"a-new.json": latest, "b-old.json": old} {
+		if err := r.Write(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := Gather([]string{filepath.Join(dir, "a-new.json"), filepath.Join(dir, "b-old.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := map[string][]Sample{}
+	for _, c := range got.Contests {
+		samples[c.Name] = c.Samples
+	}
+	wantFull := []Sample{{"flowlb", 100, 1, 1.1}, {"flowlb", 1000, 1, 6}, {"octavia", 1000, 1, 900}}
+	if !reflect.DeepEqual(samples["full"], wantFull) {
+		t.Errorf("full: %+v, want %+v", samples["full"], wantFull)
+	}
+	if want := []Sample{{"octavia", 1000, 1, 1415}}; !reflect.DeepEqual(samples["plain"], want) {
+		t.Errorf("plain: %+v, want %+v", samples["plain"], want)
+	}
+	var lat []float64
+	for _, d := range got.Distributions {
+		lat = append(lat, d.Values...)
+	}
+	if !reflect.DeepEqual(lat, []float64{1, 2}) {
+		t.Errorf("distributions' values %v, want the old record's size 100 and the new one's size 1000", lat)
+	}
+	if got.Commit != "new" || len(got.Sources) != 2 || got.Sources[0].File != "b-old.json" {
+		t.Errorf("commit %s, sources %+v: want the latest and both, oldest first", got.Commit, got.Sources)
+	}
+}
