@@ -160,10 +160,18 @@ func TestKubeProxySideBySide(t *testing.T) {
 	// flowlb's agents take from the Nodes' podCIDRs), as kubeadm runs it.
 	startKubeProxies(t, e, "nftables", "--detect-local-mode", "ClusterCIDR", "--cluster-cidr", sideBySidePods.String())
 	web, solo := e.readyPods("web"), e.readyPods("solo")
-	testutil.Eventually(t, 30*time.Second, "kube-proxy serves web's cluster IP and solo's node port", func() (bool, string) {
+	// Each Service's endpoints reach kube-proxy's rules on their own
+	// (one EndpointSlice each): wait for web's through both Services
+	// that carry all four and through every node, not one alone.
+	testutil.Eventually(t, 30*time.Second, "kube-proxy serves web's cluster IP and node port on both nodes, and solo's node port", func() (bool, string) {
 		o := observe(pods[0], clusterIP(cip), 12, false)
 		l := observe(client, viaNode(npLocal, nodes[0]), 1, false)
-		return o.pods == strings.Join(web, " ") && l.pods == solo[0], fmt.Sprintf("%v; %v", o, l)
+		ok, seen := o.pods == strings.Join(web, " ") && l.pods == solo[0], fmt.Sprintf("%v; %v", o, l)
+		for _, n := range nodes {
+			v := observe(pods[1], viaNode(np, n), 12, false)
+			ok, seen = ok && v.pods == strings.Join(web, " "), seen+fmt.Sprintf("; np via %s: %v", n.Name, v)
+		}
+		return ok, seen
 	})
 	kubeProxy := observeAll(probes)
 	// The scenarios mean something: kube-proxy balanced, masqueraded,
