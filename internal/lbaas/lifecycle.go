@@ -107,6 +107,9 @@ func (s *Service) commit(ctx context.Context, build func(tx store.Tx) (*Tree, er
 	if err != nil {
 		return nil, err
 	}
+	if s.keepsBuilt() && p.Change != 0 {
+		s.built.keep(p, tree)
+	}
 	s.realize(p, tree.LB.Provider)
 	return tree, nil
 }
@@ -219,6 +222,7 @@ func (s *Service) complete(ctx context.Context, p store.Pending, perr error) err
 
 // completeIn is complete's work within tx.
 func (s *Service) completeIn(tx store.Tx, p store.Pending, perr error) error {
+	built, fromBuilt := s.builtTree(p)
 	rec, err := tx.GetForUpdate(store.KindLoadBalancer, p.LoadBalancerID)
 	gone := errors.Is(err, store.ErrNotFound)
 	if err != nil && !gone {
@@ -235,9 +239,11 @@ func (s *Service) completeIn(tx store.Tx, p store.Pending, perr error) error {
 	if err := tx.Settle(p); err != nil || gone {
 		return err
 	}
-	t, err := loadTree(tx, rec)
-	if err != nil {
-		return err
+	t := built
+	if !fromBuilt {
+		if t, err = loadTree(tx, rec); err != nil {
+			return err
+		}
 	}
 	if perr != nil {
 		s.log.Warn("provider failed", "loadbalancer", p.LoadBalancerID, "err", perr)

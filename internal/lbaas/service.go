@@ -80,6 +80,7 @@ type Service struct {
 	inflight    sync.WaitGroup
 	completions completionGroups
 	commits     commitGroups
+	built       builtTrees
 }
 
 // New builds a service; providers must include cfg.DefaultProvider.

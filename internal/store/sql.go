@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -88,6 +89,47 @@ type SQL struct {
 
 	signals *signals
 	epoch   string
+
+	// lastChange: see LastChange (SQLite only).
+	lastMu     sync.Mutex
+	lastChange map[string]int64
+}
+
+// LastChange is the change-log entry of the last write transaction that
+// logged a change of load balancer lbID, as this process saw it. On
+// SQLite, where this process is the one writer, that is every write's;
+// on PostgreSQL, where other replicas write too, it is never known
+// (false). An entry is noted before its transaction commits, under the
+// single writer, so a later write transaction reads every earlier one's;
+// one noted for a transaction that then failed can only make the entry a
+// caller compares with not match.
+func (s *SQL) LastChange(lbID string) (int64, bool) {
+	if !s.SingleWriter() {
+		return 0, false
+	}
+	s.lastMu.Lock()
+	defer s.lastMu.Unlock()
+	c, ok := s.lastChange[lbID]
+	return c, ok
+}
+
+// maxLastChanges bounds the load balancers LastChange remembers.
+const maxLastChanges = 200_000
+
+func (s *SQL) noteChanges(changes map[string]int64) {
+	if !s.SingleWriter() || len(changes) == 0 {
+		return
+	}
+	s.lastMu.Lock()
+	defer s.lastMu.Unlock()
+	if s.lastChange == nil || len(s.lastChange) >= maxLastChanges {
+		// Deleted load balancers' entries would stay: start again (what
+		// is forgotten reads as unknown, never as unchanged).
+		s.lastChange = map[string]int64{}
+	}
+	for lb, c := range changes {
+		s.lastChange[lb] = c
+	}
 }
 
 // Open opens (and migrates) the database named by dsn: a SQLite file path
@@ -725,6 +767,7 @@ func (t *sqlTx) logChanges() (Commit, error) {
 	if err := rows.Close(); err != nil {
 		return c, fmt.Errorf("log changes: %w", err)
 	}
+	t.s.noteChanges(c.Changes)
 	for lb, owner := range t.pend {
 		if _, err := t.tx.ExecContext(t.ctx, t.q("INSERT INTO pending_changes (loadbalancer_id, owner, change) VALUES (?, ?, ?) "+
 			"ON CONFLICT (loadbalancer_id) DO UPDATE SET owner = excluded.owner, change = excluded.change"), lb, owner, c.Changes[lb]); err != nil {
