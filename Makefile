@@ -107,13 +107,13 @@ fuzz:
 	GO=$(GO) hack/fuzz.sh 100s
 
 # The benchmark suite (bench/suite, docs/bench-suite.md): bench-kube
-# runs the Kubernetes contests (flowlb vs kube-proxy, about 40 minutes
+# runs the Kubernetes contests (flowlb vs kube-proxy, 12 minutes on 2026-11-24
 # at the default 1,000 Services, 3 rounds), bench-lbaas the LBaaS API
 # contests (flowlb vs the real Octavia: its worker needs 1.5–6 minutes
 # per 100 load balancers on a 2-core machine, so about 20–30 minutes at
 # the default 100, 3 rounds), each into its own record under
-# $(BENCH_RAW): `make bench` takes about an hour. The large sizes are
-# runs of their own, hours of the machine each (2026-11-28, 2 cores):
+# $(BENCH_RAW): `make bench` takes about 45 minutes. The large sizes are
+# runs of their own, about an hour of the machine each (2026-11-28):
 # BENCH_SERVICES=10000 BENCH_ROUNDS=1 about 65 minutes (the record
 # kube-10000.json), BENCH_LBS=1000 BENCH_LB_ROUNDS=1 about an hour per
 # mode (Octavia's 1,000 full load balancers took 36 minutes to ACTIVE).
