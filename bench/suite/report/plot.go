@@ -47,7 +47,7 @@ func Plot(c results.Contest, path string) error {
 	p.Y.Label.Text = c.Unit
 	p.X.Label.Text = c.Size
 	p.Y.Min = 0
-	width := vg.Points(float64(min(60, 240/len(contenders))))
+	w, width := barLayout(len(sizes), len(contenders))
 	for i, who := range contenders {
 		med := make(plotter.Values, len(sizes))
 		errs := make(spread, len(sizes))
@@ -82,8 +82,18 @@ func Plot(c results.Contest, path string) error {
 		top = max(top, s.Max)
 	}
 	p.Y.Max = top * (1.15 + 0.12*float64(len(contenders)))
-	w := max(165*vg.Millimeter, vg.Length(30+14*len(sizes)*len(contenders))*vg.Millimeter)
 	return p.Save(w, 85*vg.Millimeter, path)
+}
+
+// barLayout is the image's width and each bar's for groups of bars (one
+// per size, one bar per contender): the image widens with the bars, up
+// to a point; past it the bars narrow, so that each group stays within
+// its own slot of the axis (the axis and its labels take about 70 points
+// of the width).
+func barLayout(sizes, contenders int) (image, bar vg.Length) {
+	image = max(165*vg.Millimeter, vg.Length(30+14*sizes*contenders)*vg.Millimeter)
+	slot := (image.Points() - 70) / float64(sizes)
+	return image, vg.Points(min(60, 240/float64(contenders), 0.8*slot/float64(contenders)))
 }
 
 // spread holds, per size, the median and how far below and above it the

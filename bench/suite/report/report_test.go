@@ -183,3 +183,19 @@ func TestMarkdownNamesTheContestsBaselineAndSources(t *testing.T) {
 		}
 	}
 }
+
+// TestBarGroupsStayInTheirSlots: however many sizes and contenders, a
+// size's group of bars is narrower than its share of the axis (three
+// sizes of three contenders overlapped their neighbours with a fixed
+// bar width).
+func TestBarGroupsStayInTheirSlots(t *testing.T) {
+	for sizes := 1; sizes <= 6; sizes++ {
+		for contenders := 1; contenders <= 4; contenders++ {
+			image, bar := barLayout(sizes, contenders)
+			slot := (image.Points() - 70) / float64(sizes)
+			if group := bar.Points() * float64(contenders); group > slot || bar <= 0 {
+				t.Errorf("%d sizes × %d contenders: group %.0f pt in a slot of %.0f pt", sizes, contenders, group, slot)
+			}
+		}
+	}
+}
