@@ -17,7 +17,7 @@ func TestCompletionFromTheBuiltTree(t *testing.T) {
 	eachEngine(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, false, st)
 		keeps := e.svc.keepsBuilt()
-		if _, sqlite := st.(*store.SQL); sqlite && st.(*store.SQL).SingleWriter() != keeps {
+		if sq, ok := st.(*store.SQL); ok && sq.SingleWriter() != keeps {
 			t.Fatalf("keepsBuilt %v on SQL SingleWriter %v", keeps, !keeps)
 		}
 		realizeNext := func() {

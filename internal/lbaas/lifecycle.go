@@ -222,7 +222,7 @@ func (s *Service) complete(ctx context.Context, p store.Pending, perr error) err
 
 // completeIn is complete's work within tx.
 func (s *Service) completeIn(tx store.Tx, p store.Pending, perr error) error {
-	built, fromBuilt := s.builtTree(p)
+	t, fromBuilt := s.builtTree(p)
 	rec, err := tx.GetForUpdate(store.KindLoadBalancer, p.LoadBalancerID)
 	gone := errors.Is(err, store.ErrNotFound)
 	if err != nil && !gone {
@@ -239,7 +239,6 @@ func (s *Service) completeIn(tx store.Tx, p store.Pending, perr error) error {
 	if err := tx.Settle(p); err != nil || gone {
 		return err
 	}
-	t := built
 	if !fromBuilt {
 		if t, err = loadTree(tx, rec); err != nil {
 			return err

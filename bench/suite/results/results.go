@@ -124,8 +124,11 @@ func (r *Run) Merge(o Run) {
 // of the same name): each figure of the page comes from one run, the
 // latest, since its contenders alternate within a run, not across runs.
 func Gather(files []string) (Run, error) {
-	var runs []Run
-	var srcs []Source
+	type record struct {
+		run Run
+		src Source
+	}
+	var recs []record
 	for _, f := range files {
 		r, err := Read(f)
 		if err != nil {
@@ -135,20 +138,16 @@ func Gather(files []string) (Run, error) {
 		for _, c := range r.Contests {
 			src.Contests = append(src.Contests, c.Name)
 		}
-		runs, srcs = append(runs, r), append(srcs, src)
+		recs = append(recs, record{r, src})
 	}
-	order := make([]int, len(runs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return runs[a].Date.Compare(runs[b].Date) })
+	slices.SortStableFunc(recs, func(a, b record) int { return a.run.Date.Compare(b.run.Date) })
 	var out Run
-	for _, i := range order {
-		r := runs[i]
+	for _, rec := range recs {
+		r := rec.run
 		if r.Date.After(out.Date) {
 			out.Date, out.Commit, out.Machine = r.Date, r.Commit, r.Machine
 		}
-		out.Sources = append(out.Sources, srcs[i])
+		out.Sources = append(out.Sources, rec.src)
 		out.supersede(r)
 		out.Merge(r)
 	}
