@@ -243,7 +243,9 @@ func (a *Agent) programLoop(ctx context.Context, stream agentv1.Agent_SubscribeC
 }
 
 // nextBatch waits for an update, then for MinInterval since the last
-// change, and returns it with every update queued meanwhile.
+// change, and returns it with every update queued meanwhile. The end of
+// ctx ends the wait: the receiver may have stopped on it with an update
+// in hand, leaving neither an update nor an error to come.
 func (a *Agent) nextBatch(ctx context.Context, updates <-chan *agentv1.Update, recvErr <-chan error) ([]*agentv1.Update, error) {
 	var batch []*agentv1.Update
 	select {
@@ -251,6 +253,8 @@ func (a *Agent) nextBatch(ctx context.Context, updates <-chan *agentv1.Update, r
 		batch = append(batch, u)
 	case err := <-recvErr:
 		return nil, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 	if wait := a.cfg.MinInterval - time.Since(a.lastSync); wait > 0 {
 		select {

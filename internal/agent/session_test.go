@@ -52,3 +52,26 @@ func TestNextBatchMinInterval(t *testing.T) {
 		t.Errorf("cancelled wait: %v", err)
 	}
 }
+
+// TestNextBatchEndsWithTheSession: a session's end ends the wait for an
+// update though nothing comes: the receiver stops on the session's end
+// without a word when an update is in hand (it once left the agent
+// waiting for good, and Run with it).
+func TestNextBatchEndsWithTheSession(t *testing.T) {
+	a := New(Config{NoHealth: true}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.nextBatch(ctx, make(chan *agentv1.Update), make(chan error))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("ended session: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nextBatch still waits for an update 10 s after its session ended")
+	}
+}
