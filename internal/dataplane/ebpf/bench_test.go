@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -226,13 +228,22 @@ func BenchmarkConnRate(b *testing.B) {
 // reports the median and quartiles of the blocks' ratios. Each connection
 // reads the backend's answer (its address) and closes. connect4's write
 // to the socket's storage is in both sides. Issue 22's target: ≥ 0.98.
-// The blocks are few (as run on a busy machine, where a turn's attach
-// and detach took seconds): docs/benchmarks.md says why this run's
-// figure is not the programs' cost.
+// After each attach or detach one connection goes untimed, so that the
+// timed one does not pay for what the switch left running (the cgroup's
+// program arrays rebuilt, the old ones freed after an RCU grace period),
+// and the side that opens a turn alternates by block. FLOWLB_BENCH_BLOCKS
+// sets the blocks (20, of 100 turns); FLOWLB_BENCH_SAME=1 keeps the
+// programs attached on both sides (detached and attached again at each
+// switch): the method measured against itself.
 //
 //	FLOWLB_REQUIRE_ROOT=1 go test -run '^$' -bench Counting -benchtime 1x ./internal/dataplane/ebpf/
 func BenchmarkCounting(b *testing.B) {
-	const blocks, turns = 2, 50
+	const turns = 100
+	blocks := 20
+	same := os.Getenv("FLOWLB_BENCH_SAME") == "1"
+	if v, err := strconv.Atoi(os.Getenv("FLOWLB_BENCH_BLOCKS")); err == nil && v > 0 {
+		blocks = v
+	}
 	backend := netip.MustParseAddr("198.18.17.2")
 	vip := netip.AddrPortFrom(netip.MustParseAddr("198.19.127.250"), 80)
 	counting := map[string]bool{socklbProgCountEgress: true, socklbProgCountIngress: true, socklbProgSockRelease: true}
@@ -301,13 +312,36 @@ func BenchmarkCounting(b *testing.B) {
 					done++
 					return time.Since(t0)
 				}
-				for range blocks {
+				// timed switches the programs to attached (or not), makes
+				// the untimed connection and times the next.
+				attached := true
+				timed := func(want bool) time.Duration {
+					if want != attached {
+						switch {
+						case same: // detached and attached again, both sides
+							off()
+							on()
+						case want:
+							on()
+						default:
+							off()
+						}
+						attached = want
+						one()
+					}
+					return one()
+				}
+				for blk := range blocks {
 					ton, toff := make([]time.Duration, turns), make([]time.Duration, turns)
+					first := blk%2 == 0 // on first in even blocks
 					for i := range turns {
-						ton[i] = one()
-						off()
-						toff[i] = one()
-						on()
+						if first {
+							ton[i] = timed(true)
+							toff[i] = timed(false)
+						} else {
+							toff[i] = timed(false)
+							ton[i] = timed(true)
+						}
 					}
 					mOn, mOff := medianDur(ton), medianDur(toff)
 					medOn, medOff = append(medOn, mOn), append(medOff, mOff)
