@@ -14,8 +14,9 @@ multiarch=$(gcc -print-multiarch)
 cd "$pkg"
 # socklb: the socket programs; sockterm: the iterators that destroy
 # translated sockets (a separate object, so that a kernel refusing them
-# still balances).
-for obj in socklb sockterm; do
+# still balances); socktcp: TCP counting from TCP's own counts (the
+# same, for a kernel without BTF).
+for obj in socklb sockterm socktcp; do
 	go tool bpf2go -cc clang -strip llvm-strip -target bpfel -go-package ebpf -output-dir "$out" \
 		-cflags "-O2 -g -Wall -Werror -I/usr/include/$multiarch" \
 		"$obj" "bpf/$obj.c"

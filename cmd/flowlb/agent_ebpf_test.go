@@ -56,7 +56,7 @@ func TestAgentEBPFFlags(t *testing.T) {
 		t.Fatalf("no bpffs mounted at %s: %v", fs, err)
 	}
 	for _, pin := range []string{"services", "services6", "revnat", "revnat6", "affinity", "affinity6", "link_connect4", "link_getpeername6",
-		"traffic", "traffic6", "sk_lb", "link_count_egress", "link_count_ingress", "link_sock_release"} {
+		"traffic", "traffic6", "sk_lb", "link_count_tcp"} {
 		if _, err := os.Stat(filepath.Join(pins, pin)); err != nil {
 			t.Errorf("pin %s: %v", pin, err)
 		}
@@ -89,7 +89,7 @@ func TestAgentEBPFFlags(t *testing.T) {
 	// The kernel releases a link whose last holder was its pin from a
 	// work queue: shortly after the unlink.
 	testutil.Eventually(t, 5*time.Second, "programs detached after cleanup-ebpf", func() (bool, string) {
-		n, c := programs(t, cg, cebpf.AttachCGroupInet4Connect), programs(t, cg, cebpf.AttachCGroupInetEgress)+programs(t, cg, cebpf.AttachCgroupInetSockRelease)
+		n, c := programs(t, cg, cebpf.AttachCGroupInet4Connect), programs(t, cg, cebpf.AttachCGroupSockOps)
 		return n+c == 0, fmt.Sprintf("%d connect4 and %d counting programs attached", n, c)
 	})
 }

@@ -131,6 +131,9 @@ func ebpfAgentSteps(t *testing.T) {
 	if err := d.SocketTermination(); err != nil {
 		t.Errorf("the socket iterators (destroying the sockets of removed UDP backends): %v", err)
 	}
+	if err := d.TCPCounting(); err != nil {
+		t.Errorf("the TCP counting programs: %v", err)
+	}
 	if err := d.Sync(context.Background(), tab); err != nil {
 		t.Fatalf("sync: %v", err)
 	}

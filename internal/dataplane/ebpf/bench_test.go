@@ -218,8 +218,8 @@ func BenchmarkConnRate(b *testing.B) {
 }
 
 // BenchmarkCounting measures new TCP connections through a VIP among
-// 10,000 services with the counting programs (cgroup_skb egress and
-// ingress, sock_release) attached against without them, from a process
+// 10,000 services with the counting program (the TCP counting's
+// sock_ops) attached against without it, from a process
 // of the cgroup in a namespace of its own. The two take turns connection
 // by connection (the programs attached and detached between turns, out
 // of the timing), so that whatever else the machine does in a given
@@ -234,58 +234,76 @@ func BenchmarkConnRate(b *testing.B) {
 // and the side that opens a turn alternates by block. FLOWLB_BENCH_BLOCKS
 // sets the blocks (20, of 100 turns); FLOWLB_BENCH_SAME=1 keeps the
 // programs attached on both sides (detached and attached again at each
-// switch): the method measured against itself.
+// switch): the method measured against itself. FLOWLB_BENCH_UDP=1 adds
+// a UDP service, so that the datagram counting programs (cgroup_skb,
+// run for every packet, TCP's too, and sock_release) are attached and
+// switched with it.
 //
 //	FLOWLB_REQUIRE_ROOT=1 go test -run '^$' -bench Counting -benchtime 1x ./internal/dataplane/ebpf/
 func BenchmarkCounting(b *testing.B) {
 	const turns = 100
 	blocks := 20
 	same := os.Getenv("FLOWLB_BENCH_SAME") == "1"
+	udp := os.Getenv("FLOWLB_BENCH_UDP") == "1"
 	if v, err := strconv.Atoi(os.Getenv("FLOWLB_BENCH_BLOCKS")); err == nil && v > 0 {
 		blocks = v
 	}
 	backend := netip.MustParseAddr("198.18.17.2")
 	vip := netip.AddrPortFrom(netip.MustParseAddr("198.19.127.250"), 80)
-	counting := map[string]bool{socklbProgCountEgress: true, socklbProgCountIngress: true, socklbProgSockRelease: true}
 	for range b.N {
 		cg := testCgroup(b)
 		dp, err := New(Config{Node: "n1", Cgroup: cg})
 		if err != nil {
 			b.Fatal(err)
 		}
+		if err := dp.TCPCounting(); err != nil {
+			dp.Remove()
+			b.Fatal(err)
+		}
 		tab := services(10000)
 		k := flows.Key{VIP: vip.Addr(), Protocol: flows.TCP, Port: 80}
 		tab.Services[k] = flows.Service{Key: k, Algorithm: flows.RoundRobin, Backends: []flows.Backend{{Address: backend, Port: 8080, Weight: 1}}}
+		if udp {
+			k := flows.Key{VIP: vip.Addr(), Protocol: flows.UDP, Port: 53}
+			tab.Services[k] = flows.Service{Key: k, Algorithm: flows.RoundRobin, Backends: []flows.Backend{{Address: backend, Port: 8080, Weight: 1}}}
+		}
 		if err := dp.Sync(context.Background(), tab); err != nil {
 			dp.Remove()
 			b.Fatal(err)
 		}
-		// on attaches the counting programs again, off detaches them.
-		var progs []*ebpf.Program
-		var types []ebpf.AttachType
-		var idx []int
-		for i, h := range hooks {
-			if counting[h.name] {
-				idx = append(idx, i)
-				types = append(types, h.attach)
-				progs = append(progs, map[string]*ebpf.Program{socklbProgCountEgress: dp.objs.CountEgress,
-					socklbProgCountIngress: dp.objs.CountIngress, socklbProgSockRelease: dp.objs.SockRelease}[h.name])
+		// The counting programs' links, where the data plane keeps them:
+		// on attaches them again, off detaches them.
+		type counting struct {
+			typ  ebpf.AttachType
+			prog *ebpf.Program
+			l    *link.Link
+		}
+		cs := []counting{{ebpf.AttachCGroupSockOps, dp.tcp.objs.CountTcp, &dp.tcpLink}}
+		if len(dp.datagramLinks) != map[bool]int{true: len(datagramHooks)}[udp] {
+			dp.Remove()
+			b.Fatalf("%d datagram counting programs attached, UDP service %v", len(dp.datagramLinks), udp)
+		}
+		progs := map[string]*ebpf.Program{socklbProgCountEgress: dp.objs.CountEgress,
+			socklbProgCountIngress: dp.objs.CountIngress, socklbProgSockRelease: dp.objs.SockRelease}
+		for i, h := range datagramHooks {
+			if udp {
+				cs = append(cs, counting{h.attach, progs[h.name], &dp.datagramLinks[i]})
 			}
 		}
 		off := func() {
-			for _, i := range idx {
-				if err := dp.links[i].Close(); err != nil {
+			for _, c := range cs {
+				if err := (*c.l).Close(); err != nil {
 					b.Fatal(err)
 				}
 			}
 		}
 		on := func() {
-			for j, i := range idx {
-				l, err := link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: types[j], Program: progs[j]})
+			for _, c := range cs {
+				l, err := link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: c.typ, Program: c.prog})
 				if err != nil {
 					b.Fatal(err)
 				}
-				dp.links[i] = l
+				*c.l = l
 			}
 		}
 		var ratios []float64

@@ -22,10 +22,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowlb/flowlb/internal/flows"
 )
@@ -43,7 +45,16 @@ var hooks = []struct {
 	{socklbProgSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
 	{socklbProgRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
 	{socklbProgGetpeername6, ebpf.AttachCgroupInet6GetPeername},
-	// Counting: the translated sockets' bytes and their release.
+}
+
+// datagramHooks count the translated UDP sockets' datagrams, and their
+// connections closed at release. Two of them run for every packet of
+// the cgroup's sockets, TCP's too: attached only while a UDP service is
+// carried (countDatagrams).
+var datagramHooks = []struct {
+	name   string
+	attach ebpf.AttachType
+}{
 	{socklbProgCountEgress, ebpf.AttachCGroupInetEgress},
 	{socklbProgCountIngress, ebpf.AttachCGroupInetIngress},
 	{socklbProgSockRelease, ebpf.AttachCgroupInetSockRelease},
@@ -72,6 +83,13 @@ type Dataplane struct {
 	cfg   Config
 	objs  socklbObjects
 	links []link.Link
+	// datagramLinks are datagramHooks' links while attached (nil while
+	// not); tcpLink is the TCP counting's sock_ops program (nil where
+	// the kernel refused tcp, tcpErr says why).
+	datagramLinks []link.Link
+	tcp           *tcpCounter
+	tcpErr        error
+	tcpLink       link.Link
 	// The services maps of IPv4 and IPv6.
 	t4 *table[svcKey, svcVal]
 	t6 *table[svcKey6, svcVal6]
@@ -98,8 +116,18 @@ type Dataplane struct {
 }
 
 // removeIncompatiblePins removes the pinned maps in dir whose shape
-// differs from spec's.
+// differs from spec's. A socket storage map made anew forgets every
+// socket's pair, so the traffic maps go with it: the connections they
+// count open would never be counted closed.
 func removeIncompatiblePins(spec *ebpf.CollectionSpec, dir string) error {
+	removed := false
+	defer func() {
+		if removed {
+			for _, name := range []string{socklbMapTraffic, socklbMapTraffic6} {
+				os.Remove(filepath.Join(dir, name))
+			}
+		}
+	}()
 	for name, ms := range spec.Maps {
 		pin := filepath.Join(dir, name)
 		m, err := ebpf.LoadPinnedMap(pin, nil)
@@ -115,6 +143,7 @@ func removeIncompatiblePins(spec *ebpf.CollectionSpec, dir string) error {
 			if err := os.Remove(pin); err != nil {
 				return err
 			}
+			removed = removed || name == socklbMapSkLb
 		}
 	}
 	return nil
@@ -179,11 +208,11 @@ func New(cfg Config) (_ *Dataplane, err error) {
 	d.f4 = &flowed[pairKey]{m: d.objs.Traffic, split: splitPair, held: func(k pairKey) bool {
 		v, ok := d.t4.kernel[k.Svc]
 		return ok && holds4(v, k)
-	}}
+	}, uncounted: func(k pairKey) bool { return k.Svc.Proto == unix.IPPROTO_UDP && d.datagramLinks == nil }}
 	d.f6 = &flowed[pairKey6]{m: d.objs.Traffic6, split: splitPair6, held: func(k pairKey6) bool {
 		v, ok := d.t6.kernel[k.Svc]
 		return ok && holds6(v, k)
-	}}
+	}, uncounted: func(k pairKey6) bool { return k.Svc.Proto == unix.IPPROTO_UDP && d.datagramLinks == nil }}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -218,8 +247,6 @@ func New(cfg Config) (_ *Dataplane, err error) {
 		socklbProgRecvmsg4: d.objs.Recvmsg4, socklbProgGetpeername4: d.objs.Getpeername4,
 		socklbProgConnect6: d.objs.Connect6, socklbProgSendmsg6: d.objs.Sendmsg6,
 		socklbProgRecvmsg6: d.objs.Recvmsg6, socklbProgGetpeername6: d.objs.Getpeername6,
-		socklbProgCountEgress: d.objs.CountEgress, socklbProgCountIngress: d.objs.CountIngress,
-		socklbProgSockRelease: d.objs.SockRelease,
 	}
 	for _, h := range hooks {
 		l, err := d.attach(h.name, h.attach, progs[h.name])
@@ -227,6 +254,13 @@ func New(cfg Config) (_ *Dataplane, err error) {
 			return nil, fmt.Errorf("attach %s to %s: %w", h.name, cfg.Cgroup, err)
 		}
 		d.links = append(d.links, l)
+	}
+	if d.tcp, d.tcpErr = newTCPCounter(&d.objs.socklbMaps); d.tcpErr == nil {
+		if d.tcpLink, err = d.attach(socktcpProgCountTcp, ebpf.AttachCGroupSockOps, d.tcp.objs.CountTcp); err != nil {
+			return nil, fmt.Errorf("attach %s to %s: %w", socktcpProgCountTcp, cfg.Cgroup, err)
+		}
+	} else {
+		d.log.Warn("the bytes of translated TCP connections will not be counted", "err", d.tcpErr)
 	}
 	// Without the iterators (a kernel before 6.5) the programs balance
 	// all the same; only the sockets of a backend that leaves are kept.
@@ -237,6 +271,9 @@ func New(cfg Config) (_ *Dataplane, err error) {
 		return nil, err
 	}
 	if err := d.t6.read(); err != nil {
+		return nil, err
+	}
+	if err := d.countDatagrams(d.carriesUDP()); err != nil {
 		return nil, err
 	}
 	// Counters adopted from an agent that kept no reported sums: what
@@ -283,14 +320,18 @@ func (d *Dataplane) attach(name string, typ ebpf.AttachType, prog *ebpf.Program)
 // one batch per family).
 func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
 	defer d.terminateEnded()
+	defer d.countDatagramsAfter()
 	var ss4, ss6 []flows.Service
+	udp := false
 	for _, s := range t.Services {
+		udp = udp || s.Key.Protocol == flows.UDP && Carried(s)
 		if s.Key.VIP.Is4() {
 			ss4 = append(ss4, s)
 		} else {
 			ss6 = append(ss6, s)
 		}
 	}
+	d.countDatagramsBefore(udp)
 	cpus := runtime.GOMAXPROCS(0)
 	n4, err := d.t4.sync(ss4, func(s flows.Service) (svcKey, svcVal, bool) { return encode(s, d.cfg.Node, d.cfg.Zone) }, cpus)
 	d.lastOps = n4
@@ -309,6 +350,12 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 		return errors.New("ebpf data plane: a services map is out of step after a failed write; a Sync repairs it")
 	}
 	defer d.terminateEnded()
+	defer d.countDatagramsAfter()
+	udp := false
+	for _, s := range upserts {
+		udp = udp || s.Key.Protocol == flows.UDP && Carried(s)
+	}
+	d.countDatagramsBefore(udp)
 	var b4 batch[svcKey, svcVal]
 	var b6 batch[svcKey6, svcVal6]
 	del := func(k flows.Key) {
@@ -347,6 +394,86 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 	return err
 }
 
+// countDatagramsBefore attaches the datagram counting programs before a
+// write that brings a UDP service (udp), so that its first datagrams
+// are counted; countDatagramsAfter detaches them after a write that
+// leaves none. Counting fails no change: what it could not do is logged.
+func (d *Dataplane) countDatagramsBefore(udp bool) {
+	if udp {
+		if err := d.countDatagrams(true); err != nil {
+			d.log.Warn("the datagrams of translated UDP sockets will not be counted", "err", err)
+		}
+	}
+}
+
+func (d *Dataplane) countDatagramsAfter() {
+	if d.datagramLinks != nil && !d.carriesUDP() {
+		if err := d.countDatagrams(false); err != nil {
+			d.log.Warn("detaching the datagram counting programs", "err", err)
+		}
+	}
+}
+
+// carriesUDP reports whether the services maps hold a UDP service.
+func (d *Dataplane) carriesUDP() bool {
+	for k := range d.t4.kernel {
+		if k.Proto == unix.IPPROTO_UDP {
+			return true
+		}
+	}
+	for k := range d.t6.kernel {
+		if k.Proto == unix.IPPROTO_UDP {
+			return true
+		}
+	}
+	return false
+}
+
+// countDatagrams attaches datagramHooks (on) or detaches them and
+// removes their pins, those of an earlier agent too.
+func (d *Dataplane) countDatagrams(on bool) error {
+	progs := map[string]*ebpf.Program{socklbProgCountEgress: d.objs.CountEgress, socklbProgCountIngress: d.objs.CountIngress,
+		socklbProgSockRelease: d.objs.SockRelease}
+	if on {
+		if d.datagramLinks != nil {
+			return nil
+		}
+		var ls []link.Link
+		for _, h := range datagramHooks {
+			l, err := d.attach(h.name, h.attach, progs[h.name])
+			if err != nil {
+				d.datagramLinks = ls
+				return errors.Join(fmt.Errorf("attach %s to %s: %w", h.name, d.cfg.Cgroup, err), d.countDatagrams(false))
+			}
+			ls = append(ls, l)
+		}
+		d.datagramLinks = ls
+		return nil
+	}
+	ls := d.datagramLinks
+	d.datagramLinks = nil
+	if d.cfg.PinDir != "" && ls == nil {
+		for _, h := range datagramHooks {
+			l, err := link.LoadPinnedLink(filepath.Join(d.cfg.PinDir, "link_"+h.name), nil)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			ls = append(ls, l)
+		}
+	}
+	var errs []error
+	for _, l := range ls {
+		if d.cfg.PinDir != "" {
+			errs = append(errs, l.Unpin())
+		}
+		errs = append(errs, l.Close())
+	}
+	return errors.Join(errs...)
+}
+
 // terminateEnded destroys the sockets of the pairs that the writes since
 // the last call ended, in every network namespace of the cgroup's
 // threads. It is best effort and fails no change: the services map is
@@ -382,20 +509,32 @@ func (d *Dataplane) Close() error {
 		d.term.close()
 		d.term = nil
 	}
-	for _, l := range d.links {
+	if d.tcp != nil {
+		d.tcp.close()
+		d.tcp = nil
+	}
+	for _, l := range append(d.allLinks(), d.datagramLinks...) {
 		l.Close()
 	}
-	d.links = nil
+	d.links, d.tcpLink, d.datagramLinks = nil, nil, nil
 	for _, m := range d.reported {
 		m.Close()
 	}
 	return d.objs.Close()
 }
 
+// allLinks are the links attached for good: hooks' and the TCP counting's.
+func (d *Dataplane) allLinks() []link.Link {
+	if d.tcpLink == nil {
+		return d.links
+	}
+	return append(slices.Clip(d.links), d.tcpLink)
+}
+
 // Remove detaches the programs, frees the maps and removes the pins.
 func (d *Dataplane) Remove() error {
-	var errs []error
-	for _, l := range d.links {
+	errs := []error{d.countDatagrams(false)}
+	for _, l := range d.allLinks() {
 		if d.cfg.PinDir != "" {
 			errs = append(errs, l.Unpin())
 		}

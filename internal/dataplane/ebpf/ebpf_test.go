@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -666,20 +667,45 @@ func testBPFFS(t *testing.T) string {
 	return fs
 }
 
-// TestIncompatiblePinsReplaced: a pinned map of another version's shape
-// (a service entry that grew) is replaced, not a reason to fail; the
-// pins that fit are kept.
-func TestIncompatiblePinsReplaced(t *testing.T) {
-	testutil.RequireRoot(t)
-	cg := testCgroup(t)
-	fs := testBPFFS(t)
-	pins := filepath.Join(fs, "flowlb")
-	cfg := Config{Node: "n1", Cgroup: cg, PinDir: pins}
+// pinnedDataplane makes a data plane pinned in a bpffs of the test's and
+// closes it, leaving its pins: the Config that adopts them, and where.
+func pinnedDataplane(t *testing.T) (Config, string) {
+	t.Helper()
+	pins := filepath.Join(testBPFFS(t), "flowlb")
+	cfg := Config{Node: "n1", Cgroup: testCgroup(t), PinDir: pins}
 	first, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	first.Close()
+	return cfg, pins
+}
+
+// pinAnew replaces the pinned map of spec's name in pins with a map made
+// from spec (another version's shape).
+func pinAnew(t *testing.T, pins string, spec *ebpf.MapSpec) {
+	t.Helper()
+	spec.Pinning = ebpf.PinNone
+	pin := filepath.Join(pins, spec.Name)
+	if err := os.Remove(pin); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Pin(pin); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIncompatiblePinsReplaced: a pinned map of another version's shape
+// (a service entry that grew) is replaced, not a reason to fail; the
+// pins that fit are kept.
+func TestIncompatiblePinsReplaced(t *testing.T) {
+	testutil.RequireRoot(t)
+	cfg, pins := pinnedDataplane(t)
 	spec, err := loadSocklb()
 	if err != nil {
 		t.Fatal(err)
@@ -687,18 +713,7 @@ func TestIncompatiblePinsReplaced(t *testing.T) {
 	// The services map as an older agent made it: a shorter value.
 	old := spec.Maps["services"].Copy()
 	old.ValueSize -= 8
-	old.Pinning = ebpf.PinNone
-	if err := os.Remove(filepath.Join(pins, "services")); err != nil {
-		t.Fatal(err)
-	}
-	m, err := ebpf.NewMap(old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Pin(filepath.Join(pins, "services")); err != nil {
-		t.Fatal(err)
-	}
-	m.Close()
+	pinAnew(t, pins, old)
 	keptBefore, err := os.Stat(filepath.Join(pins, "counters"))
 	if err != nil {
 		t.Fatal(err)
@@ -727,5 +742,48 @@ func TestIncompatiblePinsReplaced(t *testing.T) {
 	}
 	if err := second.Sync(context.Background(), tableOf(service(80, flows.TCP, 1, 0, 0))); err != nil || len(second.t4.kernel) != 1 {
 		t.Fatalf("Sync into the new map: %v, %d services", err, len(second.t4.kernel))
+	}
+}
+
+// TestIncompatibleSocketStorageTakesTraffic: a pinned sk_lb storage map
+// of another version's shape is replaced, and the traffic maps with it
+// (the connections they count open belong to sockets the new storage
+// does not know: they would never be counted closed), with their
+// reported sums (the new maps count from nothing); the counters stay.
+func TestIncompatibleSocketStorageTakesTraffic(t *testing.T) {
+	testutil.RequireRoot(t)
+	cfg, pins := pinnedDataplane(t)
+	spec, err := loadSocklb()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stat := func(name string) os.FileInfo {
+		t.Helper()
+		fi, err := os.Stat(filepath.Join(pins, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi
+	}
+	before := map[string]os.FileInfo{}
+	for _, name := range []string{"traffic", "traffic6", "counters", reportedTraffic} {
+		before[name] = stat(name)
+	}
+	// sk_lb as an older agent made it: a shorter value.
+	old := spec.Maps["sk_lb"].Copy()
+	old.ValueSize -= 16
+	old.Value = &btf.Array{Index: &btf.Int{Name: "int", Size: 4}, Type: &btf.Int{Name: "char", Size: 1}, Nelems: old.ValueSize}
+	pinAnew(t, pins, old)
+	second, err := New(cfg)
+	if err != nil {
+		Cleanup(pins)
+		t.Fatalf("New over an older sk_lb map: %v", err)
+	}
+	defer second.Remove()
+	for name, fi := range before {
+		replaced := !os.SameFile(fi, stat(name))
+		if want := name != "counters"; replaced != want {
+			t.Errorf("%s replaced: %v, want %v", name, replaced, want)
+		}
 	}
 }

@@ -109,11 +109,13 @@ type socklbRevVal6 struct {
 }
 
 type socklbSkLb struct {
-	_      structs.HostLayout
-	Family uint32
-	Open   uint32
-	K4     socklbFlowKey
-	K6     socklbFlowKey6
+	_        structs.HostLayout
+	Family   uint32
+	Open     uint32
+	K4       socklbFlowKey
+	K6       socklbFlowKey6
+	Sent     uint64
+	Received uint64
 }
 
 type socklbSvcKey struct {

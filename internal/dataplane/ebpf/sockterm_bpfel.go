@@ -48,11 +48,13 @@ type socktermFlowKey6 struct {
 }
 
 type socktermSkLb struct {
-	_      structs.HostLayout
-	Family uint32
-	Open   uint32
-	K4     socktermFlowKey
-	K6     socktermFlowKey6
+	_        structs.HostLayout
+	Family   uint32
+	Open     uint32
+	K4       socktermFlowKey
+	K6       socktermFlowKey6
+	Sent     uint64
+	Received uint64
 }
 
 // Names of all BPF objects in the ELF.

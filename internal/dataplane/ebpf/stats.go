@@ -71,13 +71,15 @@ func (c *counted[K]) forget(keys []K) error {
 
 // ReadStats reports, per service, the connect()s the programs translated
 // and the connect()s and sendmsg()s they refused since the previous read
-// (the first read after New reports what grew since New), the bytes of
-// the translated connections in each direction since then, in all and
-// per backend (with the connections sent to each), and the connections
-// open now. A datagram of an unconnected UDP socket is neither a
+// (the first read after New reports what grew since New), the payload
+// bytes of the translated connections in each direction since then, in
+// all and per backend (with the connections sent to each), and the
+// connections open now. The open TCP connections give their bytes so far
+// first (giveTCP). A datagram of an unconnected UDP socket is neither a
 // connection nor counted in bytes. Like Sync and Apply, it must not run
 // concurrently with them (the agent holds one lock around all three).
 func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
+	d.giveTCP()
 	out := map[flows.Key]flows.Stats{}
 	if err := d.c4.read(out); err != nil {
 		return out, fmt.Errorf("read the IPv4 counters: %w", err)

@@ -27,6 +27,11 @@ type flowed[K comparable] struct {
 	// held reports whether the backend is in its service's slots now:
 	// a pair that is not gets no new sockets.
 	held func(K) bool
+	// uncounted reports whether the closing of a pair's sockets goes
+	// uncounted now (a UDP pair while no UDP service is carried, and so
+	// no sock_release program attached): its open sockets are not
+	// reported, and once not held the pair goes.
+	uncounted func(K) bool
 }
 
 // read adds to out what grew since the last read and the connections
@@ -41,6 +46,9 @@ func (f *flowed[K]) read(out map[flows.Key]flows.Stats) error {
 	for it.Next(&k, &perCPU) {
 		sum := sumTraffic(perCPU)
 		grown, open := growth(f.last[k], sum)
+		if f.uncounted(k) {
+			open = 0
+		}
 		if sum != f.last[k] {
 			moved, sums = append(moved, k), append(sums, sum)
 			f.last[k] = sum

@@ -3,17 +3,18 @@ package ebpf
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/testutil"
@@ -68,12 +69,13 @@ func serveTraffic(t testing.TB, a netip.Addr) {
 	}()
 }
 
-// converse sends upSize bytes on c, reads the answer to its end and
-// returns the backend that sent it.
-func converse(t testing.TB, c net.Conn) netip.Addr {
+// converse sends what is left of upSize bytes on c (sent were sent
+// already), reads the answer to its end and returns the backend that
+// sent it.
+func converse(t testing.TB, c net.Conn, sent int) netip.Addr {
 	t.Helper()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write(make([]byte, upSize)); err != nil {
+	if _, err := c.Write(make([]byte, upSize-sent)); err != nil {
 		t.Fatal(err)
 	}
 	b, err := io.ReadAll(c)
@@ -85,52 +87,6 @@ func converse(t testing.TB, c net.Conn) netip.Addr {
 		t.Fatal(err)
 	}
 	return a
-}
-
-// refCounters counts in nftables, as a reference, the IP bytes each way
-// between this namespace's sockets and each backend's TCP port 8080: a
-// rule in the output hook, which every packet over loopback passes once.
-func refCounters(t testing.TB, bs []netip.Addr) {
-	t.Helper()
-	var b strings.Builder
-	b.WriteString("table ip flowlb_ref {\n")
-	for i := range bs {
-		fmt.Fprintf(&b, "counter in%d {}\ncounter out%d {}\n", i, i)
-	}
-	b.WriteString("chain out {\ntype filter hook output priority 0;\n")
-	for i, a := range bs {
-		fmt.Fprintf(&b, "ip daddr %s tcp dport 8080 counter name in%d\nip saddr %s tcp sport 8080 counter name out%d\n", a, i, a, i)
-	}
-	b.WriteString("}\n}\n")
-	cmd := exec.Command("nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(b.String())
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("nft: %v: %s", err, out)
-	}
-}
-
-// refBytes reads a reference counter's bytes.
-func refBytes(t testing.TB, name string) uint64 {
-	t.Helper()
-	out, err := exec.Command("nft", "-j", "list", "counter", "ip", "flowlb_ref", name).Output()
-	if err != nil {
-		t.Fatalf("nft list counter %s: %v", name, err)
-	}
-	var r struct {
-		Nftables []struct {
-			Counter *struct{ Bytes uint64 } `json:"counter"`
-		} `json:"nftables"`
-	}
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range r.Nftables {
-		if o.Counter != nil {
-			return o.Counter.Bytes
-		}
-	}
-	t.Fatalf("no counter %s in %s", name, out)
-	return 0
 }
 
 // readAll adds a read of dp's statistics to sum.
@@ -150,11 +106,11 @@ func readAll(t testing.TB, dp *Dataplane, sum map[flows.Key]flows.Stats) map[flo
 	return got
 }
 
-// TestSocketLBTraffic: the bytes of connections translated at connect()
-// are counted per service and per backend, each way, exactly as an
-// nftables counter of the same packets counts them; open connections are
-// the sockets open, and none once closed; a connected UDP socket's
-// datagrams count exactly (IP and UDP headers and the payload).
+// TestSocketLBTraffic: the payload of connections translated at
+// connect() is counted exactly, per service and per backend, each way:
+// an open TCP connection's bytes so far at each read, the rest when TCP
+// closes it; open connections are the sockets open, and none once
+// closed; a connected UDP socket's datagrams count their payload.
 func TestSocketLBTraffic(t *testing.T) {
 	testutil.RequireRoot(t)
 	cg := testCgroup(t)
@@ -167,18 +123,20 @@ func TestSocketLBTraffic(t *testing.T) {
 			t.Error(err)
 		}
 	}()
+	if err := dp.TCPCounting(); err != nil {
+		t.Fatal(err)
+	}
 	web, dns := service(80, flows.TCP, 1, 1, 0), service(53, flows.UDP, 1, 0, 0)
 	if err := dp.Sync(context.Background(), tableOf(web, dns)); err != nil {
 		t.Fatal(err)
 	}
 	enterCgroup(t, cg)
 	inNetns(t, backends, func() {
-		refCounters(t, backends[:2])
 		for _, a := range backends[:2] {
 			serveTraffic(t, a)
 		}
-		func() { // TCP: exact bytes, open connections
-			const held, conns = 4, 20
+		func() { // TCP: exact payload, open connections
+			const held, conns, early = 4, 20, 1000
 			var open []net.Conn
 			defer func() {
 				for _, c := range open {
@@ -192,51 +150,48 @@ func TestSocketLBTraffic(t *testing.T) {
 				}
 				open = append(open, c)
 			}
-			got, err := dp.ReadStats()
-			if err != nil {
+			sum := map[flows.Key]flows.Stats{}
+			if got := readAll(t, dp, sum); got[web.Key].Active != held {
+				t.Fatalf("%d connections open, want %d: %v", got[web.Key].Active, held, got)
+			}
+			// An open connection's bytes come with the next read.
+			if _, err := open[0].Write(make([]byte, early)); err != nil {
 				t.Fatal(err)
 			}
-			sum := got
-			if a := got[web.Key].Active; a != held {
-				t.Fatalf("%d connections open, want %d: %v", a, held, got)
-			}
+			testutil.Eventually(t, 5*time.Second, "an open connection's bytes", func() (bool, string) {
+				readAll(t, dp, sum)
+				s := sum[web.Key]
+				return s.BytesIn == early && s.BytesOut == 0 && s.Active == held, fmt.Sprintf("%+v, want %d bytes in", s, early)
+			})
 			to := map[netip.Addr]uint64{}
 			for i := range conns {
 				var c net.Conn
+				sent := 0
 				if i < held {
 					c = open[i]
 				} else if c, err = net.DialTimeout("tcp", "198.19.0.10:80", 2*time.Second); err != nil {
 					t.Fatal(err)
 				}
-				to[converse(t, c)]++
+				if i == 0 {
+					sent = early
+				}
+				to[converse(t, c, sent)]++
 				c.Close()
 			}
 			open = nil
-			// The last acknowledgements cross loopback within close();
-			// read until the sums match the reference or time is up.
-			var ref map[netip.Addr]flows.Counters
-			testutil.Eventually(t, 5*time.Second, "the counts match nftables' counters", func() (bool, string) {
-				readAll(t, dp, sum)
-				ref = map[netip.Addr]flows.Counters{}
-				for i, a := range backends[:2] {
-					ref[a] = flows.Counters{Connections: to[a], BytesIn: refBytes(t, fmt.Sprint("in", i)), BytesOut: refBytes(t, fmt.Sprint("out", i))}
-				}
-				s := sum[web.Key]
-				for a, r := range ref {
-					if s.Members[netip.AddrPortFrom(a, 8080)] != r {
-						return false, fmt.Sprintf("%v, want by backend %v", s, ref)
-					}
-				}
-				return s.Active == 0, fmt.Sprintf("%d still open", s.Active)
-			})
-			s := sum[web.Key]
-			r0, r1 := ref[backends[0]], ref[backends[1]]
-			if want := (flows.Counters{Connections: conns, BytesIn: r0.BytesIn + r1.BytesIn, BytesOut: r0.BytesOut + r1.BytesOut}); s.Counters != want || len(s.Members) != 2 {
-				t.Errorf("service %+v, want %+v over 2 backends", s, want)
+			// TCP closes the sockets after close() returns: read until
+			// every connection has closed.
+			want := map[netip.AddrPort]flows.Counters{}
+			for a, n := range to {
+				want[netip.AddrPortFrom(a, 8080)] = flows.Counters{Connections: n, BytesIn: n * upSize, BytesOut: n * downSize}
 			}
-			// The reference is not zero: each way, the payload and more.
-			if r0.Connections+r1.Connections != conns || s.BytesIn < conns*upSize || s.BytesOut < conns*downSize {
-				t.Errorf("reference %v: fewer bytes than sent", ref)
+			testutil.Eventually(t, 5*time.Second, "the payload of every connection", func() (bool, string) {
+				readAll(t, dp, sum)
+				s := sum[web.Key]
+				return s.Active == 0 && maps.Equal(s.Members, want), fmt.Sprintf("%+v, want by backend %v and none open", s, want)
+			})
+			if s, want := sum[web.Key], (flows.Counters{Connections: conns, BytesIn: conns * upSize, BytesOut: conns * downSize}); s.Counters != want || len(to) != 2 {
+				t.Errorf("service %+v, want %+v over 2 backends (reached %v)", s.Counters, want, to)
 			}
 		}()
 		func() { // connected UDP
@@ -255,8 +210,7 @@ func TestSocketLBTraffic(t *testing.T) {
 					t.Fatalf("echo of %d bytes, %v", m, err)
 				}
 			}
-			each := uint64(n * (20 + 8 + size))
-			want := flows.Counters{Connections: 1, BytesIn: each, BytesOut: each}
+			want := flows.Counters{Connections: 1, BytesIn: n * size, BytesOut: n * size}
 			got, err := dp.ReadStats()
 			if err != nil {
 				t.Fatal(err)
@@ -271,6 +225,29 @@ func TestSocketLBTraffic(t *testing.T) {
 			}
 			if s, ok := got[dns.Key]; ok {
 				t.Errorf("after close: %+v, want nothing", s)
+			}
+			// A socket open when the last UDP service goes: its release is
+			// no longer counted, and its pair goes with the service.
+			c, err = net.Dial("udp", "198.19.0.10:53")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if got, err = dp.ReadStats(); err != nil || got[dns.Key].Active != 1 {
+				t.Fatalf("a connected UDP socket: %+v, %v; want 1 open", got[dns.Key], err)
+			}
+			if err := dp.Apply(context.Background(), nil, []flows.Key{dns.Key}); err != nil {
+				t.Fatal(err)
+			}
+			if got, err = dp.ReadStats(); err != nil || got[dns.Key].Active != 0 {
+				t.Errorf("the UDP service deleted: %+v, %v; want none open", got[dns.Key], err)
+			}
+			var k pairKey
+			var v []traffic
+			for it := dp.objs.Traffic.Iterate(); it.Next(&k, &v); {
+				if k.Svc.Proto == unix.IPPROTO_UDP {
+					t.Errorf("the UDP service deleted, its pair %+v is still counted", k)
+				}
 			}
 		}()
 	})
@@ -316,7 +293,7 @@ func TestTrafficAdopted(t *testing.T) {
 			if m, err := c.Read(make([]byte, 2048)); err != nil || m != size {
 				t.Fatalf("echo of %d bytes, %v", m, err)
 			}
-			return uint64(28 + size)
+			return uint64(size)
 		}
 		// check reads dp and wants exactly want for the service and its
 		// one backend, and open sockets open.
@@ -377,4 +354,88 @@ func TestTrafficAdopted(t *testing.T) {
 			t.Errorf("after close: %v, %v; want nothing", got, err)
 		}
 	})
+}
+
+// TestDatagramCountingFollowsUDP: the per-packet datagram counting
+// programs are attached while a UDP service is carried and only then
+// (by Sync, by Apply, and by a new data plane over pins, which adopts
+// them or removes an earlier agent's), never twice; the TCP counting's
+// sock_ops program is attached once and replaced, not added, by a new
+// data plane over pins.
+func TestDatagramCountingFollowsUDP(t *testing.T) {
+	testutil.RequireRoot(t)
+	cfg, pins := pinnedDataplane(t)
+	cg := cfg.Cgroup
+	ctx := context.Background()
+	web, dns := service(80, flows.TCP, 1), service(53, flows.UDP, 1)
+	// want checks the programs attached to the cgroup and the pins.
+	want := func(what string, datagrams int) {
+		t.Helper()
+		for _, h := range datagramHooks {
+			if n := attached(t, cg, h.attach); n != datagrams {
+				t.Errorf("%s: %d %s programs attached, want %d", what, n, h.name, datagrams)
+			}
+			_, err := os.Stat(filepath.Join(pins, "link_"+h.name))
+			if pinned := err == nil; pinned != (datagrams == 1) {
+				t.Errorf("%s: %s pinned: %v (%v)", what, h.name, pinned, err)
+			}
+		}
+		if n := attached(t, cg, ebpf.AttachCGroupSockOps); n != 1 {
+			t.Errorf("%s: %d sock_ops programs attached, want 1", what, n)
+		}
+	}
+	dp, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := dp.Remove(); err != nil {
+			t.Error(err)
+		}
+		for _, typ := range []ebpf.AttachType{ebpf.AttachCGroupInetEgress, ebpf.AttachCGroupInetIngress, ebpf.AttachCGroupSockOps} {
+			if n := attached(t, cg, typ); n != 0 {
+				t.Errorf("after Remove: %d programs of %v attached", n, typ)
+			}
+		}
+	}()
+	if err := dp.Sync(ctx, tableOf(web)); err != nil {
+		t.Fatal(err)
+	}
+	want("TCP only", 0)
+	if err := dp.Apply(ctx, []flows.Service{dns}, nil); err != nil {
+		t.Fatal(err)
+	}
+	want("a UDP service applied", 1)
+	if err := dp.Sync(ctx, tableOf(web, dns)); err != nil {
+		t.Fatal(err)
+	}
+	want("the same synced", 1)
+	dp.Close()
+	if dp, err = New(cfg); err != nil {
+		Cleanup(pins)
+		t.Fatal(err)
+	}
+	want("adopted with a UDP service", 1)
+	if err := dp.Apply(ctx, nil, []flows.Key{dns.Key}); err != nil {
+		t.Fatal(err)
+	}
+	want("the UDP service deleted", 0)
+	if err := dp.Sync(ctx, tableOf(web, dns)); err != nil {
+		t.Fatal(err)
+	}
+	want("a UDP service synced", 1)
+	// An earlier agent's programs, pinned, over maps without a UDP
+	// service: the next one removes them.
+	if err := dp.Sync(ctx, tableOf(web)); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.countDatagrams(true); err != nil {
+		t.Fatal(err)
+	}
+	dp.Close()
+	if dp, err = New(cfg); err != nil {
+		Cleanup(pins)
+		t.Fatal(err)
+	}
+	want("adopted without a UDP service", 0)
 }

@@ -11,10 +11,13 @@
 // object is the same on every machine with Debian's toolchain.
 
 #include <linux/bpf.h>
+#include <linux/if_ether.h>
 #include <linux/in.h>
+#include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
-#include "socklb.h" // the service and backend keys, the socket storage
+#include "socklb.h"  // the service and backend keys, the socket storage
+#include "traffic.h" // the translated connections' counts
 
 #define ECONNREFUSED 111
 
@@ -448,81 +451,13 @@ int getpeername6(struct bpf_sock_addr *ctx)
 	return 1;
 }
 
-// Traffic of the translated connections. Their packets carry the
-// backend's address and meet no per-service rule, so they are counted by
-// socket: connect() remembers the service and backend in the socket's
-// local storage, cgroup_skb programs add each packet's IP length
-// (headers included, as nftables counts) to that pair's bytes, and
-// sock_release counts the socket closed. Open connections are opened -
-// closed. Like the counters, the values only grow: the agent reports
-// what grew since its previous read, and deletes a pair once its backend
-// has left the service and its sockets are all closed. (The pair,
-// struct flow_key, is in socklb.h.)
-struct traffic {
-	__u64 bytes_in;  // from the client (to the load balancer, as Octavia counts)
-	__u64 bytes_out; // to the client
-	__u64 opened;    // sockets translated to the backend
-	__u64 closed;    // of them, released or connected elsewhere since
-};
+// Traffic of the translated connections (traffic.h): connect()
+// remembers a socket's pair; a UDP socket's connection and datagrams are
+// counted here, a TCP socket's by socktcp.c.
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 1048576);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct flow_key);
-	__type(value, struct traffic);
-} traffic SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 1048576);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct flow_key6);
-	__type(value, struct traffic);
-} traffic6 SEC(".maps");
-
-// Each socket's pair is in its sk_lb storage (socklb.h).
-
-// traffic_of finds the socket's pair (NULL if it is not counted).
-static __always_inline struct traffic *traffic_of(struct sk_lb *s)
-{
-	if (s->family == FAMILY4)
-		return bpf_map_lookup_elem(&traffic, &s->k4);
-	if (s->family == FAMILY6)
-		return bpf_map_lookup_elem(&traffic6, &s->k6);
-	return 0;
-}
-
-// closed counts the socket's connection closed, once. Atomic adds on the
-// per-CPU values: a softirq's packet may interrupt a count on its CPU.
-static __always_inline void closed(struct sk_lb *s)
-{
-	if (!s->open)
-		return;
-	struct traffic *t = traffic_of(s);
-	if (t)
-		__sync_fetch_and_add(&t->closed, 1);
-	s->open = 0;
-}
-
-// opened makes the pair's entry if needed and counts a connection; the
-// socket is counted only if that worked, so that closed never counts a
-// socket opened did not.
-static __always_inline void opened(void *map, void *key, struct sk_lb *s, __u32 family)
-{
-	struct traffic *t = bpf_map_lookup_elem(map, key);
-	if (!t) {
-		struct traffic zero = {};
-		bpf_map_update_elem(map, key, &zero, BPF_NOEXIST);
-		t = bpf_map_lookup_elem(map, key);
-		if (!t)
-			return;
-	}
-	__sync_fetch_and_add(&t->opened, 1);
-	s->family = family;
-	s->open = 1;
-}
-
+// remember records the pair a socket was translated to. A UDP socket's
+// connection is counted opened now; a TCP socket's when TCP starts it
+// (socktcp.c), so that a connect() that fails before is none.
 static __always_inline void remember(struct bpf_sock_addr *ctx, struct svc_key *k, struct backend *b)
 {
 	struct sk_lb *s = bpf_sk_storage_get(&sk_lb, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
@@ -531,10 +466,11 @@ static __always_inline void remember(struct bpf_sock_addr *ctx, struct svc_key *
 	// A socket connected again (UDP, or TCP after a failed connect())
 	// leaves the connection it had.
 	closed(s);
-	s->family = 0;
 	s->k4.svc = *k;
 	s->k4.be = *b;
-	opened(&traffic, &s->k4, s, FAMILY4);
+	s->family = FAMILY4;
+	if (ctx->protocol != IPPROTO_TCP)
+		opened(s);
 }
 
 static __always_inline void remember6(struct bpf_sock_addr *ctx, struct svc_key6 *k, struct backend6 *b)
@@ -543,10 +479,11 @@ static __always_inline void remember6(struct bpf_sock_addr *ctx, struct svc_key6
 	if (!s)
 		return;
 	closed(s);
-	s->family = 0;
 	s->k6.svc = *k;
 	s->k6.be = *b;
-	opened(&traffic6, &s->k6, s, FAMILY6);
+	s->family = FAMILY6;
+	if (ctx->protocol != IPPROTO_TCP)
+		opened(s);
 }
 
 static __always_inline void forget(struct bpf_sock_addr *ctx)
@@ -558,15 +495,22 @@ static __always_inline void forget(struct bpf_sock_addr *ctx)
 	}
 }
 
-// count_bytes adds a packet of a translated socket to its pair. A packet
-// sent by the socket goes from the client, one it receives to it.
-static __always_inline void count_bytes(struct __sk_buff *skb, int from_client)
+// IP and UDP headers, when the IP header has no options or extensions.
+#define IPV4_UDP_HEADERS 28
+#define IPV6_UDP_HEADERS 48
+
+// count_datagram adds a datagram of a translated UDP socket to its pair,
+// in payload bytes: the packet's length less its IP (IPv4: as its header
+// says; IPv6: 40 bytes, an extension header counts as payload) and UDP
+// headers. One sent by the socket goes from the client, one it receives
+// to it. A TCP socket's packets return at once (socktcp.c counts them).
+static __always_inline void count_datagram(struct __sk_buff *skb, int from_client)
 {
 	struct bpf_sock *sk = skb->sk;
 	if (!sk)
 		return;
 	sk = bpf_sk_fullsock(sk);
-	if (!sk)
+	if (!sk || sk->protocol != IPPROTO_UDP)
 		return;
 	struct sk_lb *s = bpf_sk_storage_get(&sk_lb, sk, 0, 0);
 	if (!s)
@@ -574,30 +518,44 @@ static __always_inline void count_bytes(struct __sk_buff *skb, int from_client)
 	struct traffic *t = traffic_of(s);
 	if (!t)
 		return;
+	__u32 headers = IPV6_UDP_HEADERS;
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		__u8 vihl;
+		if (bpf_skb_load_bytes(skb, 0, &vihl, 1))
+			return;
+		headers = (vihl & 0xf) * 4 + 8;
+	}
+	if (skb->len < headers)
+		return;
 	if (from_client)
-		__sync_fetch_and_add(&t->bytes_in, skb->len);
+		__sync_fetch_and_add(&t->bytes_in, skb->len - headers);
 	else
-		__sync_fetch_and_add(&t->bytes_out, skb->len);
+		__sync_fetch_and_add(&t->bytes_out, skb->len - headers);
 }
 
-// The counting programs always let the packet through.
+// The datagram counting programs always let the packet through.
 SEC("cgroup_skb/egress")
 int count_egress(struct __sk_buff *skb)
 {
-	count_bytes(skb, 1);
+	count_datagram(skb, 1);
 	return 1;
 }
 
 SEC("cgroup_skb/ingress")
 int count_ingress(struct __sk_buff *skb)
 {
-	count_bytes(skb, 0);
+	count_datagram(skb, 0);
 	return 1;
 }
 
+// A UDP socket released counts its connection closed (a TCP socket's
+// connection ends when TCP closes it, socktcp.c). Attached with the
+// datagram counting programs.
 SEC("cgroup/sock_release")
 int sock_release(struct bpf_sock *ctx)
 {
+	if (ctx->protocol != IPPROTO_UDP)
+		return 1;
 	struct sk_lb *s = bpf_sk_storage_get(&sk_lb, ctx, 0, 0);
 	if (s)
 		closed(s);

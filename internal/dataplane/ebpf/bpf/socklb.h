@@ -50,15 +50,18 @@ struct flow_key6 {
 #define FAMILY4 4
 #define FAMILY6 6
 
-// A socket's own: where connect() sent it. Its packets count until it
-// connects elsewhere: those it exchanges after close() (FIN, the last
-// ACKs) are its connection's too. The terminator destroys a socket
-// whose pair it is told has ended.
+// A socket's own: where connect() sent it. What it carries counts for
+// that pair until it connects elsewhere, after close() too (traffic.h).
+// The terminator destroys a socket whose pair it is told has ended.
 struct sk_lb {
 	__u32 family; // FAMILY4 (k4) or FAMILY6 (k6); 0: not counted
-	__u32 open;   // 1 until counted closed
+	__u32 open;   // 1 from counted opened until counted closed
 	struct flow_key k4;
 	struct flow_key6 k6;
+	// A TCP socket counted from TCP's own counts (socktcp.c): how much
+	// of them its pair has been given, while open.
+	__u64 sent;     // payload sent, first transmissions only
+	__u64 received; // payload received in order
 };
 
 struct {
