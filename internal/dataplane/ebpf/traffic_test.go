@@ -356,6 +356,69 @@ func TestTrafficAdopted(t *testing.T) {
 	})
 }
 
+// TestTCPTrafficAdopted: an open TCP connection's bytes are counted once
+// across a restart of the data plane over its pins: what it carried
+// after the old one's last read comes with the new one's first, open
+// all along, and the rest when TCP closes it.
+func TestTCPTrafficAdopted(t *testing.T) {
+	testutil.RequireRoot(t)
+	cfg, pins := pinnedDataplane(t)
+	web := service(80, flows.TCP, 1)
+	be := netip.AddrPortFrom(backends[0], 8080)
+	first, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Sync(context.Background(), tableOf(web)); err != nil {
+		first.Remove()
+		t.Fatal(err)
+	}
+	enterCgroup(t, cfg.Cgroup)
+	inNetns(t, backends[:1], func() {
+		serveTraffic(t, backends[0])
+		// read reads dp until it has want for the service and its one
+		// backend, and open connections open.
+		read := func(what string, dp *Dataplane, want flows.Counters, open uint64) {
+			t.Helper()
+			sum := map[flows.Key]flows.Stats{}
+			testutil.Eventually(t, 5*time.Second, what, func() (bool, string) {
+				readAll(t, dp, sum)
+				s := sum[web.Key]
+				return s.Counters == want && s.Active == open && s.Members[be] == want, fmt.Sprintf("%+v, want %+v and %d open", s, want, open)
+			})
+		}
+		c, err := net.DialTimeout("tcp", "198.19.0.10:80", 2*time.Second)
+		if err != nil {
+			Cleanup(pins)
+			t.Fatal(err)
+		}
+		defer c.Close()
+		write := func(n int) {
+			if _, err := c.Write(make([]byte, n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write(1000)
+		read("before the restart", first, flows.Counters{Connections: 1, BytesIn: 1000}, 1)
+		write(500) // carried, not read
+		first.Close()
+		second, err := New(cfg)
+		if err != nil {
+			Cleanup(pins)
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := second.Remove(); err != nil {
+				t.Error(err)
+			}
+		}()
+		read("after the restart", second, flows.Counters{BytesIn: 500}, 1)
+		converse(t, c, 1500)
+		c.Close()
+		read("closed", second, flows.Counters{BytesIn: upSize - 1500, BytesOut: downSize}, 0)
+	})
+}
+
 // TestDatagramCountingFollowsUDP: the per-packet datagram counting
 // programs are attached while a UDP service is carried and only then
 // (by Sync, by Apply, and by a new data plane over pins, which adopts
