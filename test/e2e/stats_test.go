@@ -51,10 +51,14 @@ func TestStatistics(t *testing.T) {
 	want := stats{active: -1}
 	// Per member, by the pod that answered.
 	wantMember := map[string]*stats{}
+	// Each datagram from a source port of its own: an ephemeral port
+	// picked again within conntrack's 30 s would make two one flow.
+	port := 20000
 	send := func(from lab.Host, n int) {
 		t.Helper()
 		for i := 0; i < n; i++ {
-			in, out, pod, err := udpExchange(from, udpVIP, fmt.Sprintf("datagram %d from %s", i, from.Name))
+			port++
+			in, out, pod, err := udpExchange(from, port, udpVIP, fmt.Sprintf("datagram %d from %s", i, from.Name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -212,10 +216,17 @@ func (c *cluster) waitStats(path string, want stats) stats {
 	return got
 }
 
-// udpExchange sends one datagram from a socket of its own and reads the
-// answer: the payload sizes each way, and the pod that answered.
-func udpExchange(from lab.Host, vip, msg string) (int, int, string, error) {
-	conn, err := from.Dial(context.Background(), "udp", vip)
+// udpExchange sends one datagram from a socket of its own, bound to port,
+// and reads the answer: the payload sizes each way, and the pod that
+// answered.
+func udpExchange(from lab.Host, port int, vip, msg string) (int, int, string, error) {
+	var conn net.Conn
+	err := from.Do(func() error {
+		var err error
+		d := net.Dialer{Control: from.DialControl(), LocalAddr: &net.UDPAddr{Port: port}}
+		conn, err = d.DialContext(context.Background(), "udp", vip)
+		return err
+	})
 	if err != nil {
 		return 0, 0, "", err
 	}

@@ -66,9 +66,11 @@ func TestStatsCountTraffic(t *testing.T) {
 			t.Fatal(err)
 		}
 
+		// Each flow from a source port of its own (an ephemeral port
+		// picked again would make two sockets one conntrack flow).
 		const flowsN, size = 7, 100
 		for i := 0; i < flowsN; i++ {
-			c, err := net.Dial("udp4", "198.19.0.11:53")
+			c, err := net.DialUDP("udp4", &net.UDPAddr{Port: 20001 + i}, net.UDPAddrFromAddrPort(netip.MustParseAddrPort("198.19.0.11:53")))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -353,11 +355,15 @@ func TestMemberStatsCountTraffic(t *testing.T) {
 		}
 
 		// traffic sends n UDP flows and n TCP connections and returns
-		// how many went to each backend.
+		// how many went to each backend. Each UDP flow has a source port
+		// of its own: an ephemeral port picked again within conntrack's
+		// 30 s would make two sockets one flow.
+		port := 20000
 		traffic := func(n int) (udpTo, tcpTo map[string]uint64) {
 			udpTo, tcpTo = map[string]uint64{}, map[string]uint64{}
 			for i := 0; i < n; i++ {
-				c, err := net.Dial("udp4", "198.19.0.11:53")
+				port++
+				c, err := net.DialUDP("udp4", &net.UDPAddr{Port: port}, net.UDPAddrFromAddrPort(netip.MustParseAddrPort("198.19.0.11:53")))
 				if err != nil {
 					t.Fatal(err)
 				}
