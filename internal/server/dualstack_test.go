@@ -27,6 +27,8 @@ func TestDualStackLoadBalancer(t *testing.T) {
 	a := c.start("a", time.Minute)
 	k := newKernel()
 	c.startAgent("node-1", k, a.AgentAddr.String())
+	// Until the replica knows of the agent, ACTIVE waits for nobody.
+	waitAgentSeen(t, a)
 
 	var subs struct {
 		Subnets []struct {

@@ -57,6 +57,8 @@ func TestFloatingIPReachesTheDataPlane(t *testing.T) {
 	b := c.start("b", time.Minute)
 	k := newKernel()
 	c.startAgent("node-1", k, b.AgentAddr.String())
+	// Until both replicas know of the agent, ACTIVE waits for nobody.
+	waitAgentSeen(t, b, a)
 
 	lb := createLB(t, a, "web", "198.18.1.1", "198.18.1.2")
 	waitStatus(t, a, lb.LoadBalancer.ID, "ACTIVE", 5*time.Second)
