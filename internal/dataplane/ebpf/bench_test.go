@@ -279,16 +279,17 @@ func BenchmarkCounting(b *testing.B) {
 			l    *link.Link
 		}
 		cs := []counting{{ebpf.AttachCGroupSockOps, dp.tcp.objs.CountTcp, &dp.tcpLink}}
-		if len(dp.datagramLinks) != map[bool]int{true: len(datagramHooks)}[udp] {
-			dp.Remove()
-			b.Fatalf("%d datagram counting programs attached, UDP service %v", len(dp.datagramLinks), udp)
-		}
-		progs := map[string]*ebpf.Program{socklbProgCountEgress: dp.objs.CountEgress,
-			socklbProgCountIngress: dp.objs.CountIngress, socklbProgSockRelease: dp.objs.SockRelease}
-		for i, h := range datagramHooks {
-			if udp {
-				cs = append(cs, counting{h.attach, progs[h.name], &dp.datagramLinks[i]})
+		if udp {
+			if len(dp.datagramLinks) != len(datagramHooks) {
+				dp.Remove()
+				b.Fatalf("%d datagram counting programs attached with a UDP service", len(dp.datagramLinks))
 			}
+			for i, h := range datagramHooks {
+				cs = append(cs, counting{h.attach, h.prog(&dp.objs.socklbPrograms), &dp.datagramLinks[i]})
+			}
+		} else if dp.datagramLinks != nil {
+			dp.Remove()
+			b.Fatalf("%d datagram counting programs attached without a UDP service", len(dp.datagramLinks))
 		}
 		off := func() {
 			for _, c := range cs {

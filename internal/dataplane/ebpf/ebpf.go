@@ -32,32 +32,34 @@ import (
 	"github.com/flowlb/flowlb/internal/flows"
 )
 
-// hooks are the programs and where they attach.
-var hooks = []struct {
+// hook is a socket program, where it attaches, and how to find it
+// among the loaded ones.
+type hook struct {
 	name   string
 	attach ebpf.AttachType
-}{
-	{socklbProgConnect4, ebpf.AttachCGroupInet4Connect},
-	{socklbProgSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
-	{socklbProgRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
-	{socklbProgGetpeername4, ebpf.AttachCgroupInet4GetPeername},
-	{socklbProgConnect6, ebpf.AttachCGroupInet6Connect},
-	{socklbProgSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
-	{socklbProgRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
-	{socklbProgGetpeername6, ebpf.AttachCgroupInet6GetPeername},
+	prog   func(*socklbPrograms) *ebpf.Program
+}
+
+// hooks are the programs attached for good.
+var hooks = []hook{
+	{socklbProgConnect4, ebpf.AttachCGroupInet4Connect, func(p *socklbPrograms) *ebpf.Program { return p.Connect4 }},
+	{socklbProgSendmsg4, ebpf.AttachCGroupUDP4Sendmsg, func(p *socklbPrograms) *ebpf.Program { return p.Sendmsg4 }},
+	{socklbProgRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg, func(p *socklbPrograms) *ebpf.Program { return p.Recvmsg4 }},
+	{socklbProgGetpeername4, ebpf.AttachCgroupInet4GetPeername, func(p *socklbPrograms) *ebpf.Program { return p.Getpeername4 }},
+	{socklbProgConnect6, ebpf.AttachCGroupInet6Connect, func(p *socklbPrograms) *ebpf.Program { return p.Connect6 }},
+	{socklbProgSendmsg6, ebpf.AttachCGroupUDP6Sendmsg, func(p *socklbPrograms) *ebpf.Program { return p.Sendmsg6 }},
+	{socklbProgRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg, func(p *socklbPrograms) *ebpf.Program { return p.Recvmsg6 }},
+	{socklbProgGetpeername6, ebpf.AttachCgroupInet6GetPeername, func(p *socklbPrograms) *ebpf.Program { return p.Getpeername6 }},
 }
 
 // datagramHooks count the translated UDP sockets' datagrams, and their
 // connections closed at release. Two of them run for every packet of
 // the cgroup's sockets, TCP's too: attached only while a UDP service is
 // carried (countDatagrams).
-var datagramHooks = []struct {
-	name   string
-	attach ebpf.AttachType
-}{
-	{socklbProgCountEgress, ebpf.AttachCGroupInetEgress},
-	{socklbProgCountIngress, ebpf.AttachCGroupInetIngress},
-	{socklbProgSockRelease, ebpf.AttachCgroupInetSockRelease},
+var datagramHooks = []hook{
+	{socklbProgCountEgress, ebpf.AttachCGroupInetEgress, func(p *socklbPrograms) *ebpf.Program { return p.CountEgress }},
+	{socklbProgCountIngress, ebpf.AttachCGroupInetIngress, func(p *socklbPrograms) *ebpf.Program { return p.CountIngress }},
+	{socklbProgSockRelease, ebpf.AttachCgroupInetSockRelease, func(p *socklbPrograms) *ebpf.Program { return p.SockRelease }},
 }
 
 // Config of a Dataplane.
@@ -120,14 +122,7 @@ type Dataplane struct {
 // socket's pair, so the traffic maps go with it: the connections they
 // count open would never be counted closed.
 func removeIncompatiblePins(spec *ebpf.CollectionSpec, dir string) error {
-	removed := false
-	defer func() {
-		if removed {
-			for _, name := range []string{socklbMapTraffic, socklbMapTraffic6} {
-				os.Remove(filepath.Join(dir, name))
-			}
-		}
-	}()
+	skLbRemoved := false
 	for name, ms := range spec.Maps {
 		pin := filepath.Join(dir, name)
 		m, err := ebpf.LoadPinnedMap(pin, nil)
@@ -143,7 +138,14 @@ func removeIncompatiblePins(spec *ebpf.CollectionSpec, dir string) error {
 			if err := os.Remove(pin); err != nil {
 				return err
 			}
-			removed = removed || name == socklbMapSkLb
+			skLbRemoved = skLbRemoved || name == socklbMapSkLb
+		}
+	}
+	if skLbRemoved {
+		for _, name := range []string{socklbMapTraffic, socklbMapTraffic6} {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
 		}
 	}
 	return nil
@@ -242,14 +244,8 @@ func New(cfg Config) (_ *Dataplane, err error) {
 			primes = append(primes, r.read)
 		}
 	}
-	progs := map[string]*ebpf.Program{
-		socklbProgConnect4: d.objs.Connect4, socklbProgSendmsg4: d.objs.Sendmsg4,
-		socklbProgRecvmsg4: d.objs.Recvmsg4, socklbProgGetpeername4: d.objs.Getpeername4,
-		socklbProgConnect6: d.objs.Connect6, socklbProgSendmsg6: d.objs.Sendmsg6,
-		socklbProgRecvmsg6: d.objs.Recvmsg6, socklbProgGetpeername6: d.objs.Getpeername6,
-	}
 	for _, h := range hooks {
-		l, err := d.attach(h.name, h.attach, progs[h.name])
+		l, err := d.attach(h.name, h.attach, h.prog(&d.objs.socklbPrograms))
 		if err != nil {
 			return nil, fmt.Errorf("attach %s to %s: %w", h.name, cfg.Cgroup, err)
 		}
@@ -322,16 +318,14 @@ func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
 	defer d.terminateEnded()
 	defer d.countDatagramsAfter()
 	var ss4, ss6 []flows.Service
-	udp := false
 	for _, s := range t.Services {
-		udp = udp || s.Key.Protocol == flows.UDP && Carried(s)
 		if s.Key.VIP.Is4() {
 			ss4 = append(ss4, s)
 		} else {
 			ss6 = append(ss6, s)
 		}
 	}
-	d.countDatagramsBefore(udp)
+	d.countDatagramsBefore(ss4, ss6)
 	cpus := runtime.GOMAXPROCS(0)
 	n4, err := d.t4.sync(ss4, func(s flows.Service) (svcKey, svcVal, bool) { return encode(s, d.cfg.Node, d.cfg.Zone) }, cpus)
 	d.lastOps = n4
@@ -350,15 +344,18 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 		return errors.New("ebpf data plane: a services map is out of step after a failed write; a Sync repairs it")
 	}
 	defer d.terminateEnded()
-	defer d.countDatagramsAfter()
-	udp := false
-	for _, s := range upserts {
-		udp = udp || s.Key.Protocol == flows.UDP && Carried(s)
-	}
-	d.countDatagramsBefore(udp)
+	// Only a UDP service deleted can leave none: then a scan tells.
+	udpDeleted := false
+	defer func() {
+		if udpDeleted {
+			d.countDatagramsAfter()
+		}
+	}()
+	d.countDatagramsBefore(upserts)
 	var b4 batch[svcKey, svcVal]
 	var b6 batch[svcKey6, svcVal6]
 	del := func(k flows.Key) {
+		udpDeleted = udpDeleted || k.Protocol == flows.UDP
 		switch {
 		case !Carried(flows.Service{Key: k}):
 		case k.VIP.Is4():
@@ -395,13 +392,18 @@ func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []
 }
 
 // countDatagramsBefore attaches the datagram counting programs before a
-// write that brings a UDP service (udp), so that its first datagrams
+// write of services that brings a UDP one, so that its first datagrams
 // are counted; countDatagramsAfter detaches them after a write that
 // leaves none. Counting fails no change: what it could not do is logged.
-func (d *Dataplane) countDatagramsBefore(udp bool) {
-	if udp {
-		if err := d.countDatagrams(true); err != nil {
-			d.log.Warn("the datagrams of translated UDP sockets will not be counted", "err", err)
+func (d *Dataplane) countDatagramsBefore(services ...[]flows.Service) {
+	for _, ss := range services {
+		for _, s := range ss {
+			if s.Key.Protocol == flows.UDP && Carried(s) {
+				if err := d.countDatagrams(true); err != nil {
+					d.log.Warn("the datagrams of translated UDP sockets will not be counted", "err", err)
+				}
+				return
+			}
 		}
 	}
 }
@@ -432,15 +434,13 @@ func (d *Dataplane) carriesUDP() bool {
 // countDatagrams attaches datagramHooks (on) or detaches them and
 // removes their pins, those of an earlier agent too.
 func (d *Dataplane) countDatagrams(on bool) error {
-	progs := map[string]*ebpf.Program{socklbProgCountEgress: d.objs.CountEgress, socklbProgCountIngress: d.objs.CountIngress,
-		socklbProgSockRelease: d.objs.SockRelease}
 	if on {
 		if d.datagramLinks != nil {
 			return nil
 		}
 		var ls []link.Link
 		for _, h := range datagramHooks {
-			l, err := d.attach(h.name, h.attach, progs[h.name])
+			l, err := d.attach(h.name, h.attach, h.prog(&d.objs.socklbPrograms))
 			if err != nil {
 				d.datagramLinks = ls
 				return errors.Join(fmt.Errorf("attach %s to %s: %w", h.name, d.cfg.Cgroup, err), d.countDatagrams(false))

@@ -2,7 +2,6 @@ package ebpf
 
 import (
 	"fmt"
-	"io"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -57,12 +56,7 @@ func (d *Dataplane) giveTCP() {
 	if d.tcp == nil {
 		return
 	}
-	r, err := d.tcp.iter.Open()
-	if err == nil {
-		_, err = io.Copy(io.Discard, r)
-		r.Close()
-	}
-	if err != nil {
+	if err := drain(d.tcp.iter); err != nil {
 		d.log.Warn("the bytes of open TCP connections wait for the next read", "err", err)
 	}
 }

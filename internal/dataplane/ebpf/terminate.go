@@ -236,15 +236,23 @@ func walkIn(ns netnsRef, iters []*link.Iter) error {
 		}
 	}
 	for _, it := range iters {
-		r, err := it.Open()
-		if err != nil {
-			return fmt.Errorf("open a socket iterator: %w", err)
+		if err := drain(it); err != nil {
+			return err
 		}
-		_, err = io.Copy(io.Discard, r)
-		r.Close()
-		if err != nil {
-			return fmt.Errorf("iterate the sockets: %w", err)
-		}
+	}
+	return nil
+}
+
+// drain runs an iterator over what it walks, its programs' output
+// discarded.
+func drain(it *link.Iter) error {
+	r, err := it.Open()
+	if err != nil {
+		return fmt.Errorf("open a socket iterator: %w", err)
+	}
+	defer r.Close()
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return fmt.Errorf("iterate the sockets: %w", err)
 	}
 	return nil
 }

@@ -70,18 +70,7 @@ func TestStatsCountTraffic(t *testing.T) {
 		// picked again would make two sockets one conntrack flow).
 		const flowsN, size = 7, 100
 		for i := 0; i < flowsN; i++ {
-			c, err := net.DialUDP("udp4", &net.UDPAddr{Port: 20001 + i}, net.UDPAddrFromAddrPort(netip.MustParseAddrPort("198.19.0.11:53")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Write(make([]byte, size)); err != nil {
-				t.Fatal(err)
-			}
-			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-			if n, err := c.Read(make([]byte, 2048)); err != nil || n != size {
-				t.Fatalf("udp echo: %d bytes, %v", n, err)
-			}
-			c.Close()
+			udpEcho(t, 20001+i, "198.19.0.11:53", size)
 		}
 		// TCP: connections, two of them held open.
 		const conns = 12
@@ -363,21 +352,8 @@ func TestMemberStatsCountTraffic(t *testing.T) {
 			udpTo, tcpTo = map[string]uint64{}, map[string]uint64{}
 			for i := 0; i < n; i++ {
 				port++
-				c, err := net.DialUDP("udp4", &net.UDPAddr{Port: port}, net.UDPAddrFromAddrPort(netip.MustParseAddrPort("198.19.0.11:53")))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := c.Write(make([]byte, size)); err != nil {
-					t.Fatal(err)
-				}
-				_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-				buf := make([]byte, 2048)
-				m, err := c.Read(buf)
-				if err != nil || m != size {
-					t.Fatalf("udp echo: %d bytes, %v", m, err)
-				}
-				c.Close()
-				udpTo[string(bytes.TrimRight(buf[:m], "\x00"))]++
+				answer := udpEcho(t, port, "198.19.0.11:53", size)
+				udpTo[string(bytes.TrimRight(answer, "\x00"))]++
 				got := ask(t, "198.19.0.10:80", "")
 				if got == "" || got[0] == 'e' {
 					t.Fatalf("connection %d: %q", i, got)
@@ -506,4 +482,25 @@ func TestCtReplyDirection(t *testing.T) {
 			t.Errorf("member_in counted %d packets, want 2 or more per connection (%d)", later, conns)
 		}
 	})
+}
+
+// udpEcho sends size bytes to addr from a socket of its own bound to
+// port and returns the answer, which must be as long.
+func udpEcho(t *testing.T, port int, addr string, size int) []byte {
+	t.Helper()
+	c, err := net.DialUDP("udp4", &net.UDPAddr{Port: port}, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 2048)
+	n, err := c.Read(buf)
+	if err != nil || n != size {
+		t.Fatalf("udp echo: %d bytes, %v", n, err)
+	}
+	return buf[:n]
 }

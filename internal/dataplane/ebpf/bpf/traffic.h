@@ -9,16 +9,14 @@
 // connection opened (a UDP socket's at connect(), a TCP socket's when
 // TCP starts it) and closed (a UDP socket's at its release or next
 // connect(), a TCP socket's when TCP closes it). What a socket carried
-// is counted in payload bytes,
-// as Octavia's Amphora counts a stream's: a TCP socket's from TCP's own
-// per-socket counts, with no program on the packet path (socktcp.c); a
-// UDP socket's datagram by datagram, by cgroup_skb programs that the
-// agent attaches, with sock_release, only while a UDP service is carried
-// (socklb.c). Open
-// connections are opened - closed. Like the counters, the values only
-// grow: the agent reports what grew since its previous read, and deletes
-// a pair once its backend has left the service and its sockets are all
-// closed.
+// is counted in payload bytes, as Octavia's Amphora counts a stream's: a
+// TCP socket's from TCP's own per-socket counts, with no program on the
+// packet path (socktcp.c); a UDP socket's datagram by datagram, by
+// cgroup_skb programs that the agent attaches, with sock_release, only
+// while a UDP service is carried (socklb.c). Open connections are
+// opened - closed. Like the counters, the values only grow: the agent
+// reports what grew since its previous read, and deletes a pair once its
+// backend has left the service and its sockets are all closed.
 
 #ifndef TRAFFIC_H
 #define TRAFFIC_H
