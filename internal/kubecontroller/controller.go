@@ -37,8 +37,19 @@ import (
 	"github.com/flowlb/flowlb/internal/provider/flow"
 )
 
-// Finalizer keeps a served Service until its load balancer is deleted.
+// Finalizer keeps a LoadBalancer Service whose external address is this
+// controller's until its load balancer and floating IP are released, as a
+// cloud provider's service controller keeps its own. ClusterIP and
+// NodePort Services get none, as kube-proxy puts none on them: Kubernetes
+// deletes them at once (its own conformance tests expect so), and their
+// load balancers are removed on the delete event, or at the next start's
+// garbage collection when no controller saw it.
 const Finalizer = "flowlb.io/load-balancer"
+
+// wantsFinalizer says whether svc, served, carries Finalizer.
+func wantsFinalizer(svc *corev1.Service, o kubelb.Options) bool {
+	return kubelb.OwnsExternal(svc, o)
+}
 
 // Controller reconciles Services into load balancers.
 type Controller struct {
@@ -74,6 +85,12 @@ type Controller struct {
 	// Service waits for its EndpointSlice (sliceWait).
 	born       map[string]time.Time
 	sliceGrace time.Duration
+	// made are the Services that have (or may have) a load balancer of
+	// this controller's: the garbage collection's list at start, and
+	// every Service applied since. A Service that stops being served, or
+	// goes, is looked up only if it is here: an unserved Service
+	// (ExternalName, headless, another proxy's) costs no API read.
+	made map[string]bool
 
 	m *metrics
 }
@@ -107,6 +124,7 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 		seen:       map[string]time.Time{},
 		applied:    map[string]applied{},
 		born:       map[string]time.Time{},
+		made:       map[string]bool{},
 		sliceGrace: defaultSliceGrace,
 		now:        time.Now,
 		m: &metrics{
@@ -281,7 +299,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 }
 
 // collectGarbage deletes this cluster's load balancers whose Service no
-// longer exists (deleted while no controller ran).
+// longer exists or is no longer served (deleted or changed while no
+// controller ran), and notes the others' Services as made.
 func (c *Controller) collectGarbage(ctx context.Context) error {
 	owned, err := c.octavia.Owned(ctx, kubelb.TagCluster+c.opts.Cluster)
 	if err != nil {
@@ -298,16 +317,53 @@ func (c *Controller) collectGarbage(ctx context.Context) error {
 		if key == "" || lb.Name != kubelb.Name(c.opts.Cluster, ns, name) {
 			continue // not one of ours after all
 		}
-		if _, err := c.services.Services(ns).Get(name); apierrors.IsNotFound(err) {
+		svc, err := c.services.Services(ns).Get(name)
+		switch {
+		case apierrors.IsNotFound(err):
 			c.log.Info("deleting the load balancer of a Service that is gone", "service", key, "loadbalancer", lb.ID)
-			if _, err := c.releaseFloatingIPs(ctx, &lb); err != nil {
-				return err
-			}
-			if err := c.octavia.Delete(ctx, lb.ID); err != nil {
-				return err
-			}
+		case err == nil && !kubelb.Serves(svc, c.opts):
+			c.log.Info("deleting the load balancer of a Service no longer served", "service", key, "loadbalancer", lb.ID)
+		default:
+			c.noteMade(key, true)
+			continue
+		}
+		if _, err := c.releaseFloatingIPs(ctx, &lb); err != nil {
+			return err
+		}
+		if err := c.octavia.Delete(ctx, lb.ID); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// noteMade notes whether the Service key has a load balancer.
+func (c *Controller) noteMade(key string, made bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if made {
+		c.made[key] = true
+	} else {
+		delete(c.made, key)
+	}
+}
+
+func (c *Controller) isMade(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.made[key]
+}
+
+// release deletes the load balancer of the Service key, gone or no longer
+// served, when it has one.
+func (c *Controller) release(ctx context.Context, key, lbName string) error {
+	if !c.isMade(key) {
+		return nil
+	}
+	if err := c.deleteLB(ctx, lbName); err != nil {
+		return err
+	}
+	c.noteMade(key, false)
 	return nil
 }
 
@@ -388,7 +444,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	svc, err := c.services.Services(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.forget(key)
-		return c.deleteLB(ctx, lbName)
+		return c.release(ctx, key, lbName)
 	}
 	if err != nil {
 		return err
@@ -396,10 +452,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	served := kubelb.Serves(svc, c.opts)
 	if svc.DeletionTimestamp != nil || !served {
 		c.forget(key)
-		if !slices.Contains(svc.Finalizers, Finalizer) {
+		finalized := slices.Contains(svc.Finalizers, Finalizer)
+		if !finalized && !c.isMade(key) {
 			return nil
 		}
-		if err := c.deleteLB(ctx, lbName); err != nil {
+		if finalized {
+			c.noteMade(key, true) // an older controller's, or another replica's
+		}
+		if err := c.release(ctx, key, lbName); err != nil {
 			c.recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteLoadBalancerFailed", "deleting load balancer %s: %v", lbName, err)
 			return err
 		}
@@ -419,9 +479,14 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if wait := c.sliceWait(key, svc, eps); wait > 0 {
 		return awaitingSlice(wait)
 	}
-	if err := c.setFinalizer(ctx, svc, true); err != nil {
+	// Set before the load balancer is made, so that no LoadBalancer
+	// Service can go without its release; taken off a Service that no
+	// longer needs one (type changed, or set by an older version on every
+	// Service).
+	if err := c.setFinalizer(ctx, svc, wantsFinalizer(svc, c.opts)); err != nil {
 		return err
 	}
+	c.noteMade(key, true)
 	opts := c.opts
 	if kubelb.SourceRestricted(svc) {
 		opts.PodCIDRs = c.podCIDRs() // only source ranges list them

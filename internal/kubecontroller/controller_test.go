@@ -161,7 +161,18 @@ func TestController(t *testing.T) {
 	if _, _, err := o.Apply(ctx, stale); err != nil {
 		t.Fatal(err)
 	}
-	client := fake.NewClientset(svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10"), epSlice("web", "198.18.17.2", "198.18.18.2"),
+	// And one of a Service made headless meanwhile.
+	headless := svc("headless", corev1.ServiceTypeClusterIP, "198.19.64.98")
+	if stale, err := kubelb.Desired(headless, nil, opts); err != nil {
+		t.Fatal(err)
+	} else if _, _, err := o.Apply(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	headless.Spec.ClusterIP, headless.Spec.ClusterIPs = corev1.ClusterIPNone, []string{corev1.ClusterIPNone}
+	old := svc("old", corev1.ServiceTypeNodePort, "198.19.64.97")
+	old.Spec.Ports[0].NodePort = 30097
+	old.Finalizers = []string{Finalizer}
+	client := fake.NewClientset(svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10"), epSlice("web", "198.18.17.2", "198.18.18.2"), headless, old,
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "ext"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}})
 	h := &harness{t: t, api: api, o: o, client: client}
 	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -170,13 +181,23 @@ func TestController(t *testing.T) {
 
 	testutil.Eventually(t, within, "web's LB with its two pods", h.memberCount("web", 2))
 	testutil.Eventually(t, within, "the stale LB collected", h.lbGone("gone"))
+	testutil.Eventually(t, within, "the headless Service's LB collected", h.lbGone("headless"))
 	if h.members("ext") != nil {
 		t.Error("an ExternalName Service got a load balancer")
 	}
-	got, _ := client.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
-	if len(got.Finalizers) != 1 || got.Finalizers[0] != Finalizer {
-		t.Errorf("finalizers %v", got.Finalizers)
+	// A ClusterIP Service gets no finalizer (kube-proxy puts none: its
+	// delete is not held up), and one an older version put there is taken
+	// off.
+	if got, _ := client.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{}); len(got.Finalizers) != 0 {
+		t.Errorf("web's finalizers %v, want none", got.Finalizers)
 	}
+	testutil.Eventually(t, within, "old's finalizer taken off", func() (bool, string) {
+		got, err := client.CoreV1().Services("default").Get(ctx, "old", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(got.Finalizers) == 0 && h.members("old") != nil, fmt.Sprintf("finalizers %v, members %v", got.Finalizers, h.members("old"))
+	})
 
 	// Scaling: the slice changes, the members follow.
 	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, epSlice("web", "198.18.17.2", "198.18.18.2", "198.18.19.2"), metav1.UpdateOptions{}); err != nil {
@@ -199,6 +220,11 @@ func TestController(t *testing.T) {
 	})
 	if !strings.HasPrefix(ingress[0].IP, "198.19.1") || ingress[0].IPMode == nil || *ingress[0].IPMode != corev1.LoadBalancerIPModeVIP {
 		t.Errorf("ingress %+v, want an address of the external subnet with ipMode VIP", ingress[0])
+	}
+	// A LoadBalancer Service whose address is the controller's has the
+	// finalizer until its load balancer and address are released.
+	if got, _ := client.CoreV1().Services("default").Get(ctx, "pub", metav1.GetOptions{}); !slices.Equal(got.Finalizers, []string{Finalizer}) {
+		t.Errorf("pub's finalizers %v, want %s", got.Finalizers, Finalizer)
 	}
 
 	// An invalid Service gets a warning event and no LB.

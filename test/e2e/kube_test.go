@@ -600,7 +600,7 @@ func TestKubernetesServices(t *testing.T) {
 			n := e.lbCount("web")
 			return n == 0, fmt.Sprintf("%d LBs", n)
 		})
-		testutil.Eventually(t, 20*time.Second, "the Service gone (finalizer released)", func() (bool, string) {
+		testutil.Eventually(t, 20*time.Second, "the Service gone (no finalizer holds it)", func() (bool, string) {
 			_, err := e.k.CoreV1().Services("default").Get(e.ctx, "web", metav1.GetOptions{})
 			return err != nil, "still there"
 		})
