@@ -66,7 +66,11 @@ type file struct {
 
 // baseFiles are what a program running as UID expects of a system: a
 // passwd and group entry (user name lookups, $HOME), a writable /tmp,
-// and a state directory it owns for the server's SQLite database.
+// and a state directory it owns for the server's SQLite database. That
+// directory is searchable by others: the agent runs as root with no
+// CAP_DAC_OVERRIDE and keeps its identity in a volume mounted below it
+// (/var/lib/flowlb/agent), which a 0700 parent owned by UID would put
+// out of its reach (the server's volume is mounted over it anyway).
 func baseFiles() []file {
 	passwd := fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nflowlb:x:%d:%d:flowlb:/var/lib/flowlb:/sbin/nologin\n", UID, UID)
 	group := fmt.Sprintf("root:x:0:\nflowlb:x:%d:\n", UID)
@@ -78,7 +82,7 @@ func baseFiles() []file {
 		{name: "tmp/", dir: true, mode: 0o1777},
 		{name: "var/", dir: true, mode: 0o755},
 		{name: "var/lib/", dir: true, mode: 0o755},
-		{name: "var/lib/flowlb/", dir: true, mode: 0o700, uid: UID},
+		{name: "var/lib/flowlb/", dir: true, mode: 0o755, uid: UID},
 	}
 }
 

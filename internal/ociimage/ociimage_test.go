@@ -124,8 +124,8 @@ func TestBuild(t *testing.T) {
 		if e := base["tmp/"]; e.mode != 0o1777 {
 			t.Errorf("%s: /tmp mode %o", arch, e.mode)
 		}
-		if e := base["var/lib/flowlb/"]; e.uid != UID || e.gid != UID || e.mode != 0o700 {
-			t.Errorf("%s: /var/lib/flowlb %+v, want 0700 owned by %d", arch, e, UID)
+		if e := base["var/lib/flowlb/"]; e.uid != UID || e.gid != UID || e.mode != 0o755 {
+			t.Errorf("%s: /var/lib/flowlb %+v, want 0755 owned by %d", arch, e, UID)
 		}
 		bin := layerEntries(t, layers[1])
 		want := entry{mode: 0o755, body: arch + " flowlb"}
