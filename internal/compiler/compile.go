@@ -187,7 +187,7 @@ func backends(members []*lbaas.Member) []flows.Backend {
 		}
 		// An IPv4-mapped IPv6 address is the IPv4 member it names.
 		b := flows.Backend{MemberID: m.ID, Address: a.Unmap(), Port: uint16(m.ProtocolPort), Weight: m.Weight, Node: flows.NodeOf(m.Tags), Zones: flows.ZonesOf(m.Tags),
-			ForNodes: flows.ForNodesOf(m.Tags)}
+			ForNodes: flows.ForNodesOf(m.Tags), Terminating: flows.IsTerminating(m.Tags)}
 		if m.Backup {
 			backup = append(backup, b)
 		} else {

@@ -100,13 +100,13 @@ func LoadBalancerServicesFromProto(p *agentv1.LoadBalancerServices) (string, []f
 
 // BackendToProto encodes a backend.
 func BackendToProto(b flows.Backend) *agentv1.Backend {
-	return &agentv1.Backend{MemberId: b.MemberID, Address: b.Address.AsSlice(), Port: uint32(b.Port), Weight: uint32(b.Weight), Node: b.Node, Zones: b.Zones, ForNodes: b.ForNodes}
+	return &agentv1.Backend{MemberId: b.MemberID, Address: b.Address.AsSlice(), Port: uint32(b.Port), Weight: uint32(b.Weight), Node: b.Node, Zones: b.Zones, ForNodes: b.ForNodes, Terminating: b.Terminating}
 }
 
 // BackendFromProto is the inverse of BackendToProto.
 func BackendFromProto(p *agentv1.Backend) flows.Backend {
 	a, _ := netip.AddrFromSlice(p.GetAddress())
-	return flows.Backend{MemberID: p.GetMemberId(), Address: a, Port: uint16(p.GetPort()), Weight: int(p.GetWeight()), Node: p.GetNode(), Zones: p.GetZones(), ForNodes: p.GetForNodes()}
+	return flows.Backend{MemberID: p.GetMemberId(), Address: a, Port: uint16(p.GetPort()), Weight: int(p.GetWeight()), Node: p.GetNode(), Zones: p.GetZones(), ForNodes: p.GetForNodes(), Terminating: p.GetTerminating()}
 }
 
 // ProbeToProto encodes a probe for the agent that runs it. The member's

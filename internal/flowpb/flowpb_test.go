@@ -21,7 +21,7 @@ func fullService() flows.Service {
 		AllowedCIDRs:    []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
 		ConnectionLimit: 10,
 		Backends: []flows.Backend{
-			{MemberID: "m1", Address: netip.MustParseAddr("198.18.17.2"), Port: 5353, Weight: 3, Node: "n1", Zones: []string{"zone-a", "zone-b"}, ForNodes: []string{"n1"}},
+			{MemberID: "m1", Address: netip.MustParseAddr("198.18.17.2"), Port: 5353, Weight: 3, Node: "n1", Zones: []string{"zone-a", "zone-b"}, ForNodes: []string{"n1"}, Terminating: true},
 			{MemberID: "m2", Address: netip.MustParseAddr("198.18.18.2"), Port: 5353, Weight: 1},
 		},
 		// Every field set for the wire tests, though AllowNone never

@@ -79,13 +79,17 @@ type Backend struct {
 	// that it puts in place of a VIP's member on that node port
 	// (internal/agent/flatten.go): the node port would have kept it.
 	KeepClient bool
+	// Terminating: the member is terminating and still serves
+	// (TagTerminating); it counts for no health check.
+	Terminating bool
 }
 
 // SameBackend reports whether two backends are equal in every field (a
 // nil and an empty list are equal).
 func SameBackend(a, b Backend) bool {
 	return a.MemberID == b.MemberID && a.Address == b.Address && a.Port == b.Port && a.Weight == b.Weight && a.Node == b.Node &&
-		slices.Equal(a.Zones, b.Zones) && slices.Equal(a.ForNodes, b.ForNodes) && a.KeepClient == b.KeepClient
+		slices.Equal(a.Zones, b.Zones) && slices.Equal(a.ForNodes, b.ForNodes) && a.KeepClient == b.KeepClient &&
+		a.Terminating == b.Terminating
 }
 
 // Persistence pins a client to a backend for Timeout after its last packet.

@@ -77,14 +77,15 @@ func TestServiceEqual(t *testing.T) {
 func TestSameBackend(t *testing.T) {
 	base := fullService().Backends[0]
 	changes := map[string]func(b *Backend){
-		"MemberID":   func(b *Backend) { b.MemberID = "other" },
-		"Address":    func(b *Backend) { b.Address = netip.MustParseAddr("198.18.17.3") },
-		"Port":       func(b *Backend) { b.Port++ },
-		"Weight":     func(b *Backend) { b.Weight++ },
-		"Node":       func(b *Backend) { b.Node = "n2" },
-		"Zones":      func(b *Backend) { b.Zones = append([]string{}, "zone-a", "zone-b") },
-		"ForNodes":   func(b *Backend) { b.ForNodes = []string{"n9"} },
-		"KeepClient": func(b *Backend) { b.KeepClient = true },
+		"MemberID":    func(b *Backend) { b.MemberID = "other" },
+		"Address":     func(b *Backend) { b.Address = netip.MustParseAddr("198.18.17.3") },
+		"Port":        func(b *Backend) { b.Port++ },
+		"Weight":      func(b *Backend) { b.Weight++ },
+		"Node":        func(b *Backend) { b.Node = "n2" },
+		"Zones":       func(b *Backend) { b.Zones = append([]string{}, "zone-a", "zone-b") },
+		"ForNodes":    func(b *Backend) { b.ForNodes = []string{"n9"} },
+		"KeepClient":  func(b *Backend) { b.KeepClient = true },
+		"Terminating": func(b *Backend) { b.Terminating = true },
 	}
 	fields := reflect.TypeFor[Backend]()
 	for i := range fields.NumField() {

@@ -51,6 +51,11 @@ const (
 	// TagForNodePrefix on a member, "flowlb:for-node=<name>", once per
 	// node: the nodes that prefer it (Kubernetes' node hints).
 	TagForNodePrefix = "flowlb:for-node="
+	// TagTerminating on a member: it is terminating and still serving (a
+	// Kubernetes endpoint taken because no ready one is left). Traffic
+	// still goes to it; a health check node port does not count it, as
+	// kube-proxy counts ready endpoints only.
+	TagTerminating = "flowlb:terminating"
 )
 
 // NodeOf returns the node a member's tags name (the first
@@ -92,6 +97,10 @@ func KubeServiceOf(tags []string) string {
 // ZonesOf lists the zones a member's flowlb:zone= tags name, sorted,
 // without repeats or empty names; nil when there are none.
 func ZonesOf(tags []string) []string { return valuesOf(tags, TagZonePrefix) }
+
+// IsTerminating reports whether a member's tags say it is terminating
+// (TagTerminating).
+func IsTerminating(tags []string) bool { return slices.Contains(tags, TagTerminating) }
 
 // ForNodesOf lists the nodes a member's flowlb:for-node= tags name, as
 // ZonesOf.

@@ -24,8 +24,10 @@ type Check struct {
 
 // Checks maps each health-check node port among services to its check on
 // node: the Service whose services carry the port, and its backends on
-// node, counted once per address across the Service's ports, as
-// kube-proxy counts endpoints, not endpoint ports. Should two Services
+// node that are not terminating, counted once per address across the
+// Service's ports, as kube-proxy counts ready endpoints, not endpoint
+// ports (traffic still goes to a terminating one when no ready one is
+// left; the health check sends new clients elsewhere). Should two Services
 // claim one port (the API server allocates them apart), the first by
 // name wins.
 func Checks(services map[flows.Key]flows.Service, node string) map[uint16]Check {
@@ -51,7 +53,7 @@ func Checks(services map[flows.Key]flows.Service, node string) map[uint16]Check 
 			local[p] = map[netip.Addr]struct{}{}
 		}
 		for _, b := range s.Backends {
-			if node != "" && b.Node == node {
+			if node != "" && b.Node == node && !b.Terminating {
 				local[p][b.Address] = struct{}{}
 			}
 		}

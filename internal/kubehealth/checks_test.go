@@ -35,6 +35,13 @@ func TestChecks(t *testing.T) {
 				svc(vip(443), 30500, "ns/web", be("198.18.17.2", "n1", 8443)),
 			},
 			want: map[uint16]Check{30500: {Namespace: "ns", Name: "web", LocalEndpoints: 2}}},
+		{name: "terminating backends count for nothing (kube-proxy counts ready endpoints)", node: "n1",
+			services: []flows.Service{svc(vip(80), 30500, "ns/web", func() flows.Backend {
+				b := be("198.18.17.2", "n1", 8080)
+				b.Terminating = true
+				return b
+			}(), be("198.18.17.3", "n1", 8080))},
+			want: map[uint16]Check{30500: {Namespace: "ns", Name: "web", LocalEndpoints: 1}}},
 		{name: "a node without backends: a check of 0", node: "n3",
 			services: []flows.Service{svc(vip(80), 30500, "ns/web", be("198.18.17.2", "n1", 8080))},
 			want:     map[uint16]Check{30500: {Namespace: "ns", Name: "web"}}},

@@ -74,6 +74,11 @@ const (
 // another proxy: kube-proxy leaves such Services alone, and so does flowlb.
 const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 
+// LabelHeadless on a Service, whatever its value, makes it headless for
+// the service proxies (its cluster IP is not served, as for a Service of
+// clusterIP None): kube-proxy's informers select Services without it.
+const LabelHeadless = "service.kubernetes.io/headless"
+
 // Annotations of cloud-provider-openstack that are read.
 const (
 	AnnLBMethod         = "loadbalancer.openstack.org/lb-method"
@@ -211,6 +216,9 @@ func Name(cluster, namespace, name string) string {
 // (OwnsExternal).
 func Serves(svc *corev1.Service, o Options) bool {
 	if _, ok := svc.Labels[LabelServiceProxyName]; ok {
+		return false
+	}
+	if _, ok := svc.Labels[LabelHeadless]; ok {
 		return false
 	}
 	switch svc.Spec.Type {
@@ -662,9 +670,9 @@ func slicesOf(s []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
 
 // members are the endpoints of the families fam serving Service port sp
 // (a pool holds both families; each VIP uses its own family's): the ready
-// ones, or, when none is ready, the serving ones that are terminating (so
-// that a rolling update or a scale-down to zero drains instead of
-// failing).
+// ones, or, when none is ready, the serving ones that are terminating,
+// tagged so (so that a rolling update or a scale-down to zero drains
+// instead of failing, while health checks send new clients elsewhere).
 func members(sp corev1.ServicePort, es []*discoveryv1.EndpointSlice, fam families) []Member {
 	var ready, terminating []Member
 	seen := map[string]bool{}
@@ -706,6 +714,7 @@ func members(sp corev1.ServicePort, es []*discoveryv1.EndpointSlice, fam familie
 					seen[m.Key()] = true
 					ready = append(ready, m)
 				case serving && isTerminating:
+					m.Tags = append(m.Tags, flows.TagTerminating)
 					terminating = append(terminating, m)
 				}
 			}

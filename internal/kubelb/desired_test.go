@@ -117,8 +117,8 @@ func TestDesired(t *testing.T) {
 			slices: []*discoveryv1.EndpointSlice{slice("a", 8080, "http",
 				ep{"198.18.17.2", "n1", "old", false, true, true}, ep{"198.18.17.3", "n1", "gone", false, false, true})},
 			check: func(t *testing.T, lb *LB) {
-				if ms := lb.Listeners[0].Pool.Members; len(ms) != 1 || ms[0].Name != "old" {
-					t.Errorf("members %+v, want the serving terminating one", ms)
+				if ms := lb.Listeners[0].Pool.Members; len(ms) != 1 || ms[0].Name != "old" || !slices.Contains(ms[0].Tags, flows.TagTerminating) {
+					t.Errorf("members %+v, want the serving terminating one, tagged terminating", ms)
 				}
 			}},
 		{name: "a ready endpoint wins over terminating ones",
@@ -126,8 +126,8 @@ func TestDesired(t *testing.T) {
 			slices: []*discoveryv1.EndpointSlice{slice("a", 8080, "http",
 				ep{"198.18.17.2", "n1", "old", false, true, true}, ready("198.18.17.4", "n1", "new"))},
 			check: func(t *testing.T, lb *LB) {
-				if ms := lb.Listeners[0].Pool.Members; len(ms) != 1 || ms[0].Name != "new" {
-					t.Errorf("members %+v, want only the ready one", ms)
+				if ms := lb.Listeners[0].Pool.Members; len(ms) != 1 || ms[0].Name != "new" || slices.Contains(ms[0].Tags, flows.TagTerminating) {
+					t.Errorf("members %+v, want only the ready one, not tagged terminating", ms)
 				}
 			}},
 		{name: "LoadBalancer: external VIP (loadBalancerIP), cluster IP as additional VIP, source ranges, ETP Local",
@@ -406,6 +406,9 @@ func TestDesired(t *testing.T) {
 		}},
 		{name: "headless is ignored", svc: service(func(s *corev1.Service) { s.Spec.ClusterIP = "None" })},
 		{name: "ExternalName is ignored", svc: service(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeExternalName })},
+		{name: "the headless label, even empty, makes a Service with a cluster IP headless", svc: service(func(s *corev1.Service) {
+			s.Labels = map[string]string{LabelHeadless: ""}
+		})},
 		{name: "service-proxy-name label, even empty, leaves the Service to that proxy", svc: service(func(s *corev1.Service) {
 			s.Labels = map[string]string{LabelServiceProxyName: ""}
 		})},

@@ -1107,7 +1107,9 @@ type Backend struct {
 	// The topology zones whose nodes prefer this backend (PreferClose).
 	Zones []string `protobuf:"bytes,6,rep,name=zones,proto3" json:"zones,omitempty"`
 	// The nodes that prefer this backend (PreferSameNode's node hints).
-	ForNodes      []string `protobuf:"bytes,7,rep,name=for_nodes,json=forNodes,proto3" json:"for_nodes,omitempty"`
+	ForNodes []string `protobuf:"bytes,7,rep,name=for_nodes,json=forNodes,proto3" json:"for_nodes,omitempty"`
+	// Terminating and still serving: no health check counts it.
+	Terminating   bool `protobuf:"varint,8,opt,name=terminating,proto3" json:"terminating,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1189,6 +1191,13 @@ func (x *Backend) GetForNodes() []string {
 		return x.ForNodes
 	}
 	return nil
+}
+
+func (x *Backend) GetTerminating() bool {
+	if x != nil {
+		return x.Terminating
+	}
+	return false
 }
 
 type Service struct {
@@ -1446,7 +1455,7 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"ServiceKey\x12\x10\n" +
 	"\x03vip\x18\x01 \x01(\fR\x03vip\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
-	"\x04port\x18\x03 \x01(\rR\x04port\"\xb3\x01\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\"\xd5\x01\n" +
 	"\aBackend\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\fR\aaddress\x12\x12\n" +
@@ -1454,7 +1463,8 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\x06weight\x18\x04 \x01(\rR\x06weight\x12\x12\n" +
 	"\x04node\x18\x05 \x01(\tR\x04node\x12\x14\n" +
 	"\x05zones\x18\x06 \x03(\tR\x05zones\x12\x1b\n" +
-	"\tfor_nodes\x18\a \x03(\tR\bforNodes\"\xe4\x04\n" +
+	"\tfor_nodes\x18\a \x03(\tR\bforNodes\x12 \n" +
+	"\vterminating\x18\b \x01(\bR\vterminating\"\xe4\x04\n" +
 	"\aService\x12-\n" +
 	"\x03key\x18\x01 \x01(\v2\x1b.flowlb.agent.v1.ServiceKeyR\x03key\x12'\n" +
 	"\x0floadbalancer_id\x18\x02 \x01(\tR\x0eloadbalancerId\x12\x1f\n" +
