@@ -38,6 +38,9 @@ type agentOptions struct {
 	node      string
 	zone      string
 	nodeZone  bool
+	// nodePods: the pod networks are this node's own (its Node's
+	// spec.podCIDRs).
+	nodePods bool
 	// removeOnDelete: NAMESPACE/NAME of the agent's DaemonSet.
 	removeOnDelete string
 	logLevel       string
@@ -81,6 +84,7 @@ func newAgentCmd() *cobra.Command {
 	f.BoolVar(&o.nodeZone, "zone-from-node", false, "when --zone is empty, read the zone from this node's topology.kubernetes.io/zone label (Kubernetes API, in-cluster config or $KUBECONFIG; needs get on nodes)")
 	f.StringVar(&o.removeOnDelete, "remove-on-delete", "", "NAMESPACE/NAME of this agent's DaemonSet: stopped by a signal while that DaemonSet is gone or being deleted, remove flowlb's nftables table instead of keeping the flows (an update or restart keeps them)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.BoolVar(&o.nodePods, "pod-cidrs-from-node", false, "on Kubernetes, the pod networks are this node's own, its Node's spec.podCIDRs (read once at start, in-cluster config or $KUBECONFIG; needs get on nodes): a pod of another node is then a client from outside, to which a node port of externalTrafficPolicy Local answers only with this node's endpoints, as kube-proxy with --detect-local-mode NodeCIDR does; --pod-cidrs is kept for a Node without podCIDRs")
 	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks of either family, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address; given some, a family without one has every client masqueraded)")
 	f.StringSliceVar(&o.nodePortCIDRs, "nodeport-addresses", nil, "CIDRs: the node's addresses within them serve node ports, as kube-proxy's flag of that name (default: every address of the node but loopback; looked up every 10 s)")
 	f.StringVar(&o.healthz, "healthz-bind-address", "", "address of kube-proxy's node health endpoint, /healthz and /livez, 200 while the agent's table is in sync; 0.0.0.0:10256 where flowlb replaces kube-proxy (empty, the default: none, leaving kube-proxy its port); Services' health-check node ports are served on the --nodeport-addresses")
@@ -144,6 +148,18 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	if unusable != nil {
 		log.Warn("the node's identity does not load; enrolling again with the bootstrap token, which the servers refuse while the identity they issued last is valid (`flowlb server node forget NODE` releases the name)", "err", unusable)
 	}
+	var node *nodeFacts
+	if (o.zone == "" && o.nodeZone) || o.nodePods {
+		if node, err = readNode(ctx, o.node); err != nil {
+			return err
+		}
+	}
+	if o.zone == "" && o.nodeZone {
+		o.zone = node.zone
+	}
+	if o.nodePods && len(node.podCIDRs) > 0 {
+		o.podCIDRs = node.podCIDRs
+	}
 	var nets []netip.Prefix
 	for _, c := range o.podCIDRs {
 		p, err := netip.ParsePrefix(c)
@@ -159,11 +175,6 @@ func runAgent(ctx context.Context, o agentOptions) error {
 			return fmt.Errorf("--nodeport-addresses: %w", err)
 		}
 		nodePortCIDRs = append(nodePortCIDRs, p.Masked())
-	}
-	if o.zone == "" && o.nodeZone {
-		if o.zone, err = nodeZone(ctx, o.node); err != nil {
-			return err
-		}
 	}
 	dpOpts := []nftables.Option{nftables.WithZone(o.zone)}
 	if o.statsInterval <= 0 {

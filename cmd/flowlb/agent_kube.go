@@ -25,19 +25,31 @@ import (
 // zoneLabel is the well-known label of a Node's topology zone.
 const zoneLabel = "topology.kubernetes.io/zone"
 
-// nodeZone reads node's zone label through the Kubernetes API ($KUBECONFIG,
+// nodeFacts are what the agent reads of its Node: its zone label and its
+// pod networks.
+type nodeFacts struct {
+	zone     string
+	podCIDRs []string
+}
+
+// readNode reads node's Node through the Kubernetes API ($KUBECONFIG,
 // else in-cluster config). The downward API cannot give a pod its node's
-// labels, hence the one read at start (zones of nodes do not change).
-func nodeZone(ctx context.Context, node string) (string, error) {
+// labels or pod networks, hence the one read at start (neither changes
+// for a node).
+func readNode(ctx context.Context, node string) (*nodeFacts, error) {
 	c, err := kubeClient()
 	if err != nil {
-		return "", fmt.Errorf("--zone-from-node: kubeconfig: %w", err)
+		return nil, fmt.Errorf("read node %s: kubeconfig: %w", node, err)
 	}
 	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
-		return "", fmt.Errorf("--zone-from-node: %w", err)
+		return nil, fmt.Errorf("read node %s: %w", node, err)
 	}
-	return n.Labels[zoneLabel], nil
+	cidrs := n.Spec.PodCIDRs
+	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+		cidrs = []string{n.Spec.PodCIDR}
+	}
+	return &nodeFacts{zone: n.Labels[zoneLabel], podCIDRs: cidrs}, nil
 }
 
 // kubeClient is a client of the Kubernetes API from $KUBECONFIG, else the

@@ -3,6 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +103,46 @@ func TestDaemonSetGone(t *testing.T) {
 				t.Fatalf("daemonSetGone = %v, %v; want %v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestReadNode: the agent reads its zone and pod networks from its Node
+// (--zone-from-node, --pod-cidrs-from-node), the single podCIDR of an
+// older Node too.
+func TestReadNode(t *testing.T) {
+	nodes := map[string]string{
+		"n1": `{"kind":"Node","apiVersion":"v1","metadata":{"name":"n1","labels":{"topology.kubernetes.io/zone":"zone-a"}},
+			"spec":{"podCIDR":"198.18.17.0/24","podCIDRs":["198.18.17.0/24","2001:2:0:4001::/64"]}}`,
+		"old": `{"kind":"Node","apiVersion":"v1","metadata":{"name":"old"},"spec":{"podCIDR":"198.18.18.0/24"}}`,
+	}
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := nodes[strings.TrimPrefix(r.URL.Path, "/api/v1/nodes/")]
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, body)
+	}))
+	defer api.Close()
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "+api.URL+"}}]\n"+
+		"contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {}}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", kc)
+	got, err := readNode(t.Context(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.zone != "zone-a" || !slices.Equal(got.podCIDRs, []string{"198.18.17.0/24", "2001:2:0:4001::/64"}) {
+		t.Errorf("n1: %+v", got)
+	}
+	if got, err := readNode(t.Context(), "old"); err != nil || got.zone != "" || !slices.Equal(got.podCIDRs, []string{"198.18.18.0/24"}) {
+		t.Errorf("old: %+v, %v", got, err)
+	}
+	if _, err := readNode(t.Context(), "gone"); err == nil || !strings.Contains(err.Error(), "read node gone") {
+		t.Errorf("a missing node: %v", err)
 	}
 }
