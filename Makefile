@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK = $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build image test lint unit compat demo deps deps-test fuzz fuzz-short bench bench-kube bench-lbaas bench-page bench-smoke generate generate-check e2e-ebpf
+.PHONY: build image test lint unit upstream upstream-kube-proxy compat demo deps deps-test fuzz fuzz-short bench bench-kube bench-lbaas bench-page bench-smoke generate generate-check e2e-ebpf
 
 # Where build and image write (tests point it at a temporary directory).
 BIN ?= bin
@@ -76,9 +76,29 @@ generate-check:
 	n=$$(ls internal/dataplane/ebpf/*_bpfel.* | wc -l); [ $$n -eq $$(ls $$d | wc -l) ] || { echo "generate-check: generated file sets differ"; exit 1; }
 
 # Unit, store (SQLite and PostgreSQL), API, root (namespace) and
-# Kubernetes-in-the-lab tests.
+# Kubernetes-in-the-lab tests; Kubernetes' own e2e tests on real nodes
+# are the upstream target's.
 unit:
-	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_POSTGRES=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 40m ./...
+	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_POSTGRES=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v /test/upstream)
+
+# Kubernetes' own e2e tests (the pinned e2e.test: every [sig-network]
+# Services spec and every [sig-network] Conformance spec the bed can
+# run, docs/kubernetes.md) on the lab with real nodes (kubelets with
+# containerd) and flowlb installed by kubectl apply -k as the only
+# service proxy; and that such a lab leaves nothing on the machine. The
+# junit report stays in _artifacts/upstream-e2e.
+upstream:
+	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 80m -v -run 'TestKubernetesE2E$$|TestRealNodesLeaveNothing' ./test/upstream/
+
+# The same specs with the real kube-proxy (nftables, then iptables) in
+# place of flowlb, on the same bed, and the side-by-side table of
+# docs/kubernetes.md from the three junit reports (run upstream first).
+upstream-kube-proxy:
+	FLOWLB_E2E_KUBE_PROXY=nftables,iptables FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 150m -v -run 'TestKubernetesE2EKubeProxy' ./test/upstream/
+	$(GO) run ./hack/e2etable flowlb=_artifacts/upstream-e2e/junit.xml \
+		"kube-proxy nftables=_artifacts/upstream-e2e-kube-proxy-nftables/junit.xml" \
+		"kube-proxy iptables=_artifacts/upstream-e2e-kube-proxy-iptables/junit.xml" > _artifacts/upstream-e2e-table.md
+	cat _artifacts/upstream-e2e-table.md
 
 # The whole end-to-end suite again with the agents on the eBPF data plane
 # (FLOWLB_E2E_DATAPLANE=ebpf; docs/lab.md, docs/dataplane.md): `unit`
@@ -162,7 +182,7 @@ bench-smoke:
 	grep -q "kube-proxy nftables" $$d/bench-suite.md; \
 	grep -q "| 3 | octavia | 1 |" $$d/bench-suite.md
 
-test: deps-test lint generate-check fuzz-short unit e2e-ebpf bench-smoke compat
+test: deps-test lint generate-check fuzz-short unit e2e-ebpf upstream bench-smoke compat
 
 demo: deps build
 	hack/demo.sh $(BIN)/flowlb

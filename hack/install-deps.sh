@@ -27,6 +27,10 @@ if $test; then
 	# a contender of the benchmark suite (bench/lbaas, smoke run in the
 	# tests); it starts them itself, in a temporary directory.
 	packages+=(octavia-api octavia-worker mariadb-server rabbitmq-server)
+	# Real Kubernetes nodes in the lab (docs/lab.md, "Real nodes"): a
+	# containerd and runc per node, the CNI plugins, and debootstrap for
+	# the root of the e2e tests' image (hack/test-images.sh).
+	packages+=(containerd runc containernetworking-plugins debootstrap)
 fi
 
 missing=()
@@ -64,6 +68,10 @@ go mod download
 if $test; then
 	"$(dirname "$0")/kube-bins.sh" >/dev/null
 	"$(dirname "$0")/cpo-bins.sh" >/dev/null
+	# CoreDNS for the real nodes' cluster DNS, and the images those
+	# nodes import (agnhost's, pause, CoreDNS): no registry is reachable.
+	"$(dirname "$0")/coredns-bins.sh" >/dev/null
+	"$(dirname "$0")/test-images.sh" >/dev/null
 	# The Terraform OpenStack provider, only where a Terraform CLI is
 	# installed (it has no Debian package): TestTerraformOpenStack skips
 	# without one.

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds the pinned Kubernetes control-plane binaries the lab runs
-# (kube-apiserver, kube-controller-manager, kube-proxy) from the
-# k8s.io/kubernetes module, through the Go module proxy, and caches them in
+# Builds the pinned Kubernetes binaries the lab runs (kube-apiserver,
+# kube-controller-manager, kube-proxy; for real nodes kubelet and
+# kube-scheduler; kubectl of the same release) and Kubernetes' own e2e
+# tests with their test server and runner (e2e.test, agnhost, ginkgo)
+# from the k8s.io/kubernetes module, through the Go module proxy, and
+# caches them in
 #   ${FLOWLB_KUBE_CACHE:-/var/cache/flowlb/kube}/<version>/
 # A second run finds them there and returns at once. Also installs Debian's
 # etcd-server (etcd) and kubernetes-client (kubectl) when they are missing.
@@ -17,7 +20,11 @@ set -euo pipefail
 version="${FLOWLB_KUBE_VERSION:-v1.34.4}"
 staging="v0.${version#v1.}"
 cache="${FLOWLB_KUBE_CACHE:-/var/cache/flowlb/kube}/$version"
-bins=(kube-apiserver kube-controller-manager kube-proxy)
+bins=(kube-apiserver kube-controller-manager kube-proxy kubelet kube-scheduler kubectl)
+# Built apart: agnhost from test/images, e2e.test with go test -c, and
+# the ginkgo CLI of the version e2e.test is built with, which runs it in
+# parallel processes.
+extra=(agnhost e2e.test ginkgo)
 
 log() { echo "kube-bins: $*" >&2; }
 
@@ -41,7 +48,7 @@ install_debs() {
 
 have_bins() {
 	local b
-	for b in "${bins[@]}"; do
+	for b in "${bins[@]}" "${extra[@]}"; do
 		[ -x "$cache/$b" ] || return 1
 	done
 	[ -f "$cache/VERSION" ] && [ "$(cat "$cache/VERSION")" = "$version" ]
@@ -71,13 +78,21 @@ build() {
 
 	local pkgs=()
 	for b in "${bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+	pkgs+=(k8s.io/kubernetes/test/images/agnhost github.com/onsi/ginkgo/v2/ginkgo)
+	# e2e.test is the test binary of test/e2e: the module graph must also
+	# hold what its test files import (a dependency's tests are not part
+	# of this module's "all").
+	local root
+	root="$(go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/.*"Dir": "\(.*\)",*/\1/p')"
+	local testimports
+	testimports="$(sed -n '/^import (/,/^)/p' "$root/test/e2e/e2e_test.go" | grep -o '"[^"]*\.[^"]*"' | tr -d '"' | sort -u)"
 	cat >tools.go <<EOF
 //go:build tools
 
 package tools
 
 import (
-$(for p in "${pkgs[@]}"; do echo "	_ \"$p\""; done)
+$(for p in "${pkgs[@]}" $testimports; do echo "	_ \"$p\""; done)
 )
 EOF
 	# Some proxies have no checksum database: fall back to go.sum from the
@@ -105,10 +120,12 @@ EOF
 	mkdir -p "$cache"
 	local out="$cache/.build.$$"
 	mkdir -p "$out"
-	log "building ${bins[*]} $version (about 12 minutes on 2 cores)"
+	log "building ${bins[*]} ${extra[*]} $version (about 25 minutes on 2 cores)"
 	local start=$SECONDS
 	go build -trimpath -ldflags "-s -w$ld" -o "$out/" "${pkgs[@]}"
-	for b in "${bins[@]}"; do mv -f "$out/$b" "$cache/$b"; done
+	log "built ${bins[*]} agnhost in $((SECONDS - start)) s; building e2e.test"
+	go test -c -trimpath -ldflags "-s -w$ld" -o "$out/e2e.test" k8s.io/kubernetes/test/e2e
+	for b in "${bins[@]}" "${extra[@]}"; do mv -f "$out/$b" "$cache/$b"; done
 	rmdir "$out"
 	echo "$version" >"$cache/VERSION"
 	log "built in $((SECONDS - start)) s"

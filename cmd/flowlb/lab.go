@@ -24,6 +24,8 @@ import (
 	"github.com/flowlb/flowlb/internal/lab/echo"
 	"github.com/flowlb/flowlb/internal/lab/kubelet"
 	"github.com/flowlb/flowlb/internal/lab/load"
+	"github.com/flowlb/flowlb/internal/lab/realkube"
+	"github.com/flowlb/flowlb/internal/lab/realnode"
 )
 
 // labFlags are shared by every lab subcommand.
@@ -52,7 +54,7 @@ every pod. See docs/lab.md for the topology and address plan.`,
 	_ = cmd.PersistentFlags().MarkHidden("state-dir")
 	cmd.AddCommand(labUpCmd(f), labDownCmd(f), labStatusCmd(f), labExecCmd(f),
 		labAddPodCmd(f), labDelPodCmd(f), labPodCmd(f), labProcCmd(f), labPostgresCmd(f), labECMPCmd(f), labRoutesCmd(f),
-		labLoadCmd(f), labEchoCmd(), labKubeletCmd(), labExecPodCmd(), labDemoCmd(), labDashboardProxyCmd())
+		labLoadCmd(f), labEchoCmd(), labKubeletCmd(), labNodeRuntimeCmd(), labExecPodCmd(), labDemoCmd(), labDashboardProxyCmd())
 	rootCmd.AddCommand(cmd)
 }
 
@@ -75,7 +77,7 @@ func labUpCmd(f *labFlags) *cobra.Command {
 	var o lab.Options
 	var tcp, udp, httpPorts string
 	var verbose, kube, withFlowlb bool
-	var kubeBin string
+	var kubeBin, nodeKind string
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Bring a lab up: N nodes × M pods, fabric, router and client",
@@ -95,6 +97,14 @@ func labUpCmd(f *labFlags) *cobra.Command {
 			if withFlowlb && !kube {
 				return fmt.Errorf("--flowlb needs --kubernetes")
 			}
+			if nodeKind != kubeletLab && nodeKind != kubeletReal {
+				return fmt.Errorf("--kubelet %q: want %s or %s", nodeKind, kubeletLab, kubeletReal)
+			}
+			real := nodeKind == kubeletReal
+			if real && !kube {
+				return fmt.Errorf("--kubelet real needs --kubernetes")
+			}
+			var images []string
 			if kube {
 				if kubeBin == "" {
 					kubeBin = lab.KubeBinDir()
@@ -102,6 +112,13 @@ func labUpCmd(f *labFlags) *cobra.Command {
 				// Before building anything.
 				if _, err := lab.KubeBinaries(kubeBin); err != nil {
 					return fmt.Errorf("kubernetes: %w", err)
+				}
+				if real {
+					img, err := realkube.TestImages()
+					if err != nil {
+						return fmt.Errorf("real nodes: %w", err)
+					}
+					images = append(images, img)
 				}
 			}
 			if verbose {
@@ -120,7 +137,24 @@ func labUpCmd(f *labFlags) *cobra.Command {
 			if !kube {
 				return nil
 			}
-			kc, err := kubelet.Up(ctx, l, lab.KubeOptions{BinDir: kubeBin})
+			var flowlbImage string
+			if real && withFlowlb {
+				exe, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				ref, path, err := realkube.FlowlbImage(exe, l.Dir())
+				if err != nil {
+					return err
+				}
+				flowlbImage, images = ref, append(images, path)
+			}
+			var kc *kubelet.Cluster
+			if real {
+				kc, err = realkube.Up(ctx, l, realkube.Options{Kube: lab.KubeOptions{BinDir: kubeBin}, Images: images})
+			} else {
+				kc, err = kubelet.Up(ctx, l, lab.KubeOptions{BinDir: kubeBin})
+			}
 			if err != nil {
 				// The lab stays up for a look; show the control plane's
 				// last words.
@@ -130,7 +164,7 @@ func labUpCmd(f *labFlags) *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "kubernetes %s: API ready in %s, %d nodes ready in %s\nkubeconfig: %s\n",
 				kc.State.Version, kc.APIReady.Round(time.Millisecond), o.Nodes, kc.NodesReady.Round(time.Millisecond), kc.State.Kubeconfig)
 			if withFlowlb {
-				if err := deployFlowlb(ctx, cmd.OutOrStdout(), l, kc); err != nil {
+				if err := deployFlowlb(ctx, cmd.OutOrStdout(), l, kc, flowlbImage); err != nil {
 					kubeLogTails(cmd.ErrOrStderr(), l)
 					return fmt.Errorf("deploy flowlb: %w (the lab stays up; flowlb lab down removes it)", err)
 				}
@@ -139,8 +173,11 @@ func labUpCmd(f *labFlags) *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&withFlowlb, "flowlb", false, "with --kubernetes: deploy flowlb from its manifests (deploy/kubernetes, overlay lab, or lab-ebpf with --dataplane ebpf) with kubectl and wait for it: a playground")
+	c.Flags().StringVar(&nodeKind, "kubelet", kubeletLab, "with --kubernetes, what runs the nodes: lab (the lab kubelet: pods as network namespaces, fast) or real (a real kubelet and containerd per node, docs/lab.md \"Real nodes\"; images from hack/test-images.sh)")
 	c.Flags().BoolVar(&kube, "kubernetes", false, "also run a Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) and the lab kubelet; binaries from hack/kube-bins.sh")
 	c.Flags().StringVar(&kubeBin, "kube-bin", "", "directory of kube-apiserver and kube-controller-manager (default $FLOWLB_KUBE_BIN, else the hack/kube-bins.sh cache)")
+	c.Flags().IntVar(&o.OwnerPID, "owner-pid", 0, "tie the lab to this process: once it has exited, the next test binary's lab removes the lab (tests)")
+	_ = c.Flags().MarkHidden("owner-pid")
 	c.Flags().IntVar(&o.Servers, "servers", 0, fmt.Sprintf("server hosts s1…sN on the fabric (198.18.0.241…), for flowlb server replicas; at most %d", lab.MaxServers))
 	c.Flags().BoolVar(&o.Postgres, "postgres", false, "also run a PostgreSQL database (Debian's postgresql package) in host db, "+lab.PostgresDSN)
 	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of nodes")
@@ -154,6 +191,12 @@ func labUpCmd(f *labFlags) *cobra.Command {
 	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "log progress")
 	return c
 }
+
+// The kinds of nodes of lab up --kubelet.
+const (
+	kubeletLab  = "lab"
+	kubeletReal = "real"
+)
 
 // printControlPlaneHosts names the lab's server hosts and its database.
 func printControlPlaneHosts(w io.Writer, l *lab.Lab) {
@@ -604,6 +647,27 @@ func labKubeletCmd() *cobra.Command {
 			return kubelet.Main(args, cmd.ErrOrStderr())
 		},
 	}
+}
+
+func labNodeRuntimeCmd() *cobra.Command {
+	var spec string
+	c := &cobra.Command{
+		Use:    "node-runtime --spec FILE",
+		Short:  "Run a real node's containerd and kubelet (started by lab up --kubelet real on each node)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := realnode.ReadSpec(spec)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return realnode.Run(ctx, s, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
+		},
+	}
+	c.Flags().StringVar(&spec, "spec", "", "the node's spec (written by the lab)")
+	return c
 }
 
 func labDashboardProxyCmd() *cobra.Command {

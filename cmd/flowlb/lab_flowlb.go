@@ -19,8 +19,10 @@ import (
 var flowlbRollouts = []string{"deployment/flowlb-server", "daemonset/flowlb-agent", "deployment/flowlb-kube-controller"}
 
 // deployFlowlb applies the manifests this binary carries (overlay lab,
-// or lab-ebpf for a lab on eBPF) with kubectl and waits for the rollouts.
-func deployFlowlb(ctx context.Context, out io.Writer, l *lab.Lab, kc *kubelet.Cluster) error {
+// or lab-ebpf for a lab on eBPF; lab-real on real nodes, with image, the
+// reference of flowlb's image the nodes imported) with kubectl and waits
+// for the rollouts.
+func deployFlowlb(ctx context.Context, out io.Writer, l *lab.Lab, kc *kubelet.Cluster, image string) error {
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
 		return fmt.Errorf("--flowlb needs kubectl (Debian kubernetes-client): %w", err)
@@ -30,6 +32,11 @@ func deployFlowlb(ctx context.Context, out io.Writer, l *lab.Lab, kc *kubelet.Cl
 		return err
 	}
 	overlay := filepath.Join(dir, "overlays", labOverlayName(l.Dataplane()))
+	if kc.State.RealNodes {
+		if overlay, err = realOverlay(dir, l.Dataplane(), image); err != nil {
+			return err
+		}
+	}
 	run := func(args ...string) ([]byte, error) {
 		cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kc.State.Kubeconfig}, args...)...)
 		var stderr strings.Builder
@@ -94,4 +101,23 @@ func labOverlayName(dataplane string) string {
 		return "lab-ebpf"
 	}
 	return "lab"
+}
+
+// realOverlay writes the kustomization a lab of real nodes applies: the
+// lab-real overlay with flowlb's image the nodes imported, as a user
+// names their own registry's.
+func realOverlay(dir, dataplane, image string) (string, error) {
+	if dataplane == lab.DataplaneEBPF {
+		return "", fmt.Errorf("real nodes run flowlb on nftables only for now")
+	}
+	name, tag, ok := strings.Cut(image, ":")
+	if !ok {
+		return "", fmt.Errorf("image %q has no tag", image)
+	}
+	out := filepath.Join(dir, "lab-real-image")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", err
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../overlays/lab-real\nimages:\n  - name: flowlb\n    newName: %s\n    newTag: %s\n", name, tag)
+	return out, os.WriteFile(filepath.Join(out, "kustomization.yaml"), []byte(k), 0o644)
 }

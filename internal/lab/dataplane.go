@@ -8,7 +8,6 @@ package lab
 // lab mounts in its state directory, one directory per node.
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,16 +41,6 @@ func mountBPFFS(dir string, nodes int) error {
 		}
 	}
 	return nil
-}
-
-// unmountBPFFS detaches the lab's bpffs if it is mounted: its pins go
-// with it, and the programs and maps are freed once no agent holds them.
-func unmountBPFFS(dir string) error {
-	err := unix.Unmount(bpffsDir(dir), unix.MNT_DETACH)
-	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	return fmt.Errorf("unmount %s: %w", bpffsDir(dir), err)
 }
 
 // Dataplane is the data plane the lab's agents are to run: nftables

@@ -11,6 +11,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/flowlb/flowlb/internal/lab/realnode"
 )
 
 // Down removes the lab.
@@ -60,12 +64,20 @@ func Down(name, root string) error {
 			errs = append(errs, err)
 		}
 	}
+	// Real nodes' pods have cgroups of the lab's name in the cgroup v1
+	// hierarchies too (the kubelet's cgroupfs driver): their processes
+	// are waited for until gone from every hierarchy (a container's
+	// take a while to die), then the trees removed.
+	if err := realnode.RemoveRoot("/flb-" + name); err != nil {
+		errs = append(errs, err)
+	}
 	if err := killCgroup(cgroupDir(name)); err != nil {
 		errs = append(errs, err)
 	}
 	// The agents are dead: unmounting frees the eBPF data plane's pins,
-	// programs and maps, and lets RemoveAll remove the mount point.
-	if err := unmountBPFFS(dir); err != nil {
+	// programs and maps (its bpffs) and etcd's memory (its tmpfs), and
+	// lets RemoveAll remove the mount points.
+	if err := unmountUnder(dir); err != nil {
 		errs = append(errs, err)
 	} else if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
@@ -139,4 +151,29 @@ func Labs(root string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// unmountUnder detaches every mount below dir (the lab's bpffs, etcd's
+// tmpfs), deepest first.
+func unmountUnder(dir string) error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		// ID parent major:minor root mountpoint ...; a mount point's
+		// spaces are escaped (\040), and a lab's paths have none.
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			points = append(points, f[4])
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	var errs []error
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
 }

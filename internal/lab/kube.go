@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The Kubernetes control plane of a lab (docs/lab.md, "Kubernetes"):
@@ -53,6 +55,10 @@ const (
 	ProcAPIServer  = "kube-apiserver"
 	ProcController = "kube-controller-manager"
 	ProcKubelet    = "kubelet"
+	ProcScheduler  = "kube-scheduler"
+	// ProcNodeRuntime is a real node's runtime (containerd and the
+	// kubelet, package realnode), on the node.
+	ProcNodeRuntime = "node-runtime"
 )
 
 // DefaultKubeCache is where hack/kube-bins.sh caches the binaries, one
@@ -109,6 +115,8 @@ type KubeState struct {
 	// UpSeconds is how long the control plane took to come up (processes
 	// started until the API answered ready).
 	UpSeconds float64 `json:"up_seconds"`
+	// RealNodes: the nodes run real kubelets (KubeOptions.RealNodes).
+	RealNodes bool `json:"real_nodes,omitempty"`
 	// Pods maps lab pods (nI-pJ) to the Kubernetes pods they run.
 	Pods map[string]KubePod `json:"pods,omitempty"`
 }
@@ -123,6 +131,11 @@ type KubeOptions struct {
 	KubeletEnv []string
 	// Timeout bounds the wait for the API server (default 3 minutes).
 	Timeout time.Duration
+	// RealNodes: the nodes are real kubelets (package realnode, started
+	// by the caller), so the control plane also runs kube-scheduler and
+	// authorizes nodes, and the lab kubelet only forwards the API to the
+	// machine's loopback.
+	RealNodes bool
 }
 
 // KubeDir is where the lab keeps its Kubernetes files.
@@ -158,6 +171,9 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 		return nil, fmt.Errorf("lab %s already runs Kubernetes", l.name)
 	}
 	etcd, err := o.fillDefaults()
+	if err == nil && o.RealNodes {
+		err = realNodeBinaries(o.BinDir)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +182,20 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 	if err := os.MkdirAll(filepath.Join(dir, "etcd"), 0o700); err != nil {
 		return nil, err
 	}
-	pki, err := newKubePKI(filepath.Join(dir, "pki"))
+	// etcd's data in memory: a lab's cluster lives as long as the lab,
+	// and etcd syncing every write to a disk that other work shares made
+	// requests time out ("etcdserver: request timed out") under load.
+	// lab down unmounts it.
+	if err := unix.Mount("tmpfs", filepath.Join(dir, "etcd"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size=1g"); err != nil {
+		return nil, fmt.Errorf("etcd's tmpfs: %w", err)
+	}
+	var nodes []string
+	if o.RealNodes {
+		for _, n := range l.State().Nodes {
+			nodes = append(nodes, NodeName(n.Index))
+		}
+	}
+	pki, err := newKubePKI(filepath.Join(dir, "pki"), nodes...)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes certificates: %w", err)
 	}
@@ -178,6 +207,7 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 	defer ln.Close()
 	defer lnf.Close()
 	ks := newKubeState(dir, "https://"+ln.Addr().String())
+	ks.RealNodes = o.RealNodes
 	if err := l.writeKubeconfigs(ks, pki); err != nil {
 		return nil, err
 	}
@@ -195,16 +225,28 @@ func (l *Lab) StartKube(ctx context.Context, o KubeOptions) (*KubeState, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := l.startKubeProc(ctx, ProcAPIServer, apiServerArgv(o.BinDir, pki), apiInFabricURL+"/readyz", tc); err != nil {
+	apiArgv := apiServerArgv(o.BinDir, pki)
+	controllers := KubeControllers
+	if o.RealNodes {
+		apiArgv = realNodesAPIServerArgv(o.BinDir, pki)
+		controllers = RealNodeControllers
+	}
+	if err := l.startKubeProc(ctx, ProcAPIServer, apiArgv, apiInFabricURL+"/readyz", tc); err != nil {
 		return nil, err
 	}
 	ks.UpSeconds = time.Since(t0).Seconds()
 	l.log.Info("kube-apiserver ready", "lab", l.name, "elapsed", time.Since(t0))
 
-	if _, err := l.Fabric().Start(ProcController, controllerManagerArgv(o.BinDir, dir, l.kubeClusterName(), pki)); err != nil {
+	if _, err := l.Fabric().Start(ProcController, controllerManagerArgv(o.BinDir, dir, l.kubeClusterName(), pki, controllers)); err != nil {
 		return nil, err
 	}
 	kubeletArgv := append(append([]string{}, o.Kubelet...), l.kubeletArgs()...)
+	if o.RealNodes {
+		if _, err := l.Fabric().Start(ProcScheduler, schedulerArgv(o.BinDir, dir)); err != nil {
+			return nil, err
+		}
+		kubeletArgv = append(kubeletArgv, "--forward-only")
+	}
 	if _, err := l.startProc(HostFabric, ProcKubelet, ProcState{Argv: kubeletArgv, Env: o.KubeletEnv}, lnf); err != nil {
 		return nil, err
 	}
@@ -272,14 +314,22 @@ func newKubeState(dir, local string) *KubeState {
 // writeKubeconfigs writes the admin kubeconfigs of ks (the shell's and the
 // lab's) and those of the controller manager and the kubelet.
 func (l *Lab) writeKubeconfigs(ks *KubeState, pki *kubePKI) error {
-	kcs := []struct {
+	type kubeconfig struct {
 		path, server string
 		cred         keyPair
-	}{
+	}
+	kcs := []kubeconfig{
 		{ks.Kubeconfig, ks.Server, pki.admin},
 		{ks.LabKubeconfig, ks.LabServer, pki.admin},
 		{filepath.Join(ks.Dir, "controller-manager.kubeconfig"), apiInFabricURL, pki.controller},
 		{filepath.Join(ks.Dir, "kubelet.kubeconfig"), apiInFabricURL, pki.kubelet},
+	}
+	if pki.nodes != nil {
+		kcs = append(kcs, kubeconfig{filepath.Join(ks.Dir, "scheduler.kubeconfig"), apiInFabricURL, pki.scheduler})
+	}
+	for name, cred := range pki.nodes {
+		// Nodes reach the API on the control address.
+		kcs = append(kcs, kubeconfig{NodeKubeconfig(ks, name), apiLabURL, cred})
 	}
 	for _, kc := range kcs {
 		if err := writeKubeconfig(kc.path, l.kubeClusterName(), kc.server, pki.ca.cert, kc.cred); err != nil {
@@ -373,3 +423,27 @@ func ListenerFromFD(fd int) (net.Listener, error) {
 // ErrNoKube is returned by lab methods that need Kubernetes in a lab
 // without it.
 var ErrNoKube = errors.New("the lab runs no Kubernetes (lab up --kubernetes)")
+
+// NodeKubeconfig is the kubeconfig of real node name (its identity).
+func NodeKubeconfig(ks *KubeState, name string) string {
+	return filepath.Join(ks.Dir, "kubelet-"+name+".kubeconfig")
+}
+
+// ClientCAFile is the lab CA's certificate: real kubelets take the API
+// server's client certificate, which it signed.
+func ClientCAFile(ks *KubeState) string { return filepath.Join(ks.Dir, "pki", "ca.crt") }
+
+// realNodeBinaries checks that dir holds what real nodes need besides the
+// control plane: kube-scheduler and the kubelet.
+func realNodeBinaries(dir string) error {
+	var missing []string
+	for _, b := range []string{ProcScheduler, ProcKubelet} {
+		if st, err := os.Stat(filepath.Join(dir, b)); err != nil || st.Mode()&0o111 == 0 {
+			missing = append(missing, filepath.Join(dir, b))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing %s: run hack/kube-bins.sh", strings.Join(missing, ", "))
+	}
+	return nil
+}

@@ -4,6 +4,7 @@ package lab
 
 import (
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -46,9 +47,43 @@ func apiServerArgv(binDir string, pki *kubePKI) []string {
 	}
 }
 
-// controllerManagerArgv runs the KubeControllers with the kubeconfig that
-// StartKube wrote under dir.
-func controllerManagerArgv(binDir, dir, cluster string, pki *kubePKI) []string {
+// realNodesAPIServerArgv is the API server's command line for real
+// nodes: the Node authorizer before RBAC (each kubelet acts as its node
+// only) and the client certificate it shows the kubelets (exec, logs,
+// port-forward).
+func realNodesAPIServerArgv(binDir string, pki *kubePKI) []string {
+	argv := apiServerArgv(binDir, pki)
+	for i, a := range argv {
+		if a == "--authorization-mode" {
+			argv[i+1] = "Node,RBAC"
+		}
+	}
+	return append(argv,
+		"--kubelet-client-certificate", pki.apiKubelet.certFile,
+		"--kubelet-client-key", pki.apiKubelet.keyFile,
+	)
+}
+
+// schedulerArgv runs kube-scheduler, which real nodes need (the lab
+// kubelet places pods itself), with the kubeconfig StartKube wrote under
+// dir.
+func schedulerArgv(binDir, dir string) []string {
+	kc := filepath.Join(dir, "scheduler.kubeconfig")
+	return []string{filepath.Join(binDir, ProcScheduler),
+		"--kubeconfig", kc,
+		"--authentication-kubeconfig", kc,
+		"--authorization-kubeconfig", kc,
+		"--bind-address", "127.0.0.1",
+		"--leader-elect=false",
+		"--kube-api-qps", "200", "--kube-api-burst", "400",
+		"--profiling=false",
+	}
+}
+
+// controllerManagerArgv runs controllers (KubeControllers, or with real
+// nodes RealNodeControllers) with the kubeconfig that StartKube wrote
+// under dir.
+func controllerManagerArgv(binDir, dir, cluster string, pki *kubePKI, controllers []string) []string {
 	kcm := filepath.Join(dir, "controller-manager.kubeconfig")
 	return []string{filepath.Join(binDir, ProcController),
 		"--kubeconfig", kcm,
@@ -59,7 +94,7 @@ func controllerManagerArgv(binDir, dir, cluster string, pki *kubePKI) []string {
 		"--authentication-skip-lookup",
 		"--bind-address", "127.0.0.1",
 		"--cluster-name", cluster,
-		"--controllers", strings.Join(KubeControllers, ","),
+		"--controllers", strings.Join(controllers, ","),
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file", pki.sa.keyFile,
 		"--root-ca-file", pki.ca.certFile,
@@ -90,3 +125,27 @@ var KubeControllers = []string{
 	"persistentvolumeclaim-protection-controller",
 	"node-lifecycle-controller",
 }
+
+// RealNodeControllers are the controllers of a lab of real nodes, where
+// Kubernetes' own e2e tests run: those of KubeControllers and what the
+// specs and real kubelets use besides (ReplicationControllers, Endpoints
+// and their mirroring, Jobs, StatefulSets, the pods' garbage collection,
+// the binding of the server's volume, the aggregated roles the tests'
+// namespaces are given, quotas and the Service CIDRs' finalizers).
+var RealNodeControllers = append(slices.Clone(KubeControllers),
+	"replicationcontroller-controller",
+	"endpoints-controller",
+	"endpointslice-mirroring-controller",
+	"job-controller",
+	"statefulset-controller",
+	"pod-garbage-collector-controller",
+	"persistentvolume-binder-controller",
+	"persistentvolume-protection-controller",
+	"clusterrole-aggregation-controller",
+	"resourcequota-controller",
+	"service-cidr-controller",
+	"ttl-controller",
+	"ttl-after-finished-controller",
+	"disruption-controller",
+	"cronjob-controller",
+)

@@ -40,6 +40,12 @@ type kubePKI struct {
 	controller keyPair // system:kube-controller-manager
 	kubelet    keyPair // the lab kubelet (system:masters: it is every node and the scheduler)
 	sa         keyPair // service-account token signing key; certFile holds the public key
+	// With real nodes: the API server's client certificate towards the
+	// kubelets, the scheduler's, and each node's (system:node:nI, for
+	// the Node authorizer), by node name.
+	apiKubelet keyPair
+	scheduler  keyPair
+	nodes      map[string]keyPair
 }
 
 // KubeAdminUser is the admin's user name; its group is system:masters.
@@ -54,7 +60,9 @@ func kubeAPISANs() (dns []string, ips []net.IP) {
 		[]net.IP{net.ParseIP("127.0.0.1"), ControlAddr.AsSlice(), first.AsSlice()}
 }
 
-func newKubePKI(dir string) (*kubePKI, error) {
+// newKubePKI makes the lab's certificates in dir; nodes, if any, are the
+// names of real nodes, which get an identity each.
+func newKubePKI(dir string, nodes ...string) (*kubePKI, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -87,20 +95,33 @@ func newKubePKI(dir string) (*kubePKI, error) {
 	if p.serving, err = issue(dir, "apiserver", serving, &p.ca); err != nil {
 		return nil, err
 	}
-	clients := []struct {
-		dst  *keyPair
-		file string
-		cn   string
-		orgs []string
-	}{
+	type client struct {
+		dst      *keyPair
+		file, cn string
+		orgs     []string
+	}
+	clients := []client{
 		{&p.admin, "admin", KubeAdminUser, []string{"system:masters"}},
 		{&p.controller, "controller-manager", "system:kube-controller-manager", nil},
 		{&p.kubelet, "kubelet", "flowlb-lab-kubelet", []string{"system:masters"}},
+	}
+	if len(nodes) > 0 {
+		p.nodes = map[string]keyPair{}
+		clients = append(clients,
+			client{&p.apiKubelet, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", nil},
+			client{&p.scheduler, "scheduler", "system:kube-scheduler", nil})
 	}
 	for _, c := range clients {
 		if *c.dst, err = issue(dir, c.file, leaf(c.cn, c.orgs, x509.ExtKeyUsageClientAuth), &p.ca); err != nil {
 			return nil, err
 		}
+	}
+	for _, n := range nodes {
+		kp, err := issue(dir, "node-"+n, leaf("system:node:"+n, []string{"system:nodes"}, x509.ExtKeyUsageClientAuth), &p.ca)
+		if err != nil {
+			return nil, err
+		}
+		p.nodes[n] = kp
 	}
 	if p.sa, err = saKey(dir); err != nil {
 		return nil, err

@@ -40,6 +40,9 @@ type Options struct {
 	// Owned ties the lab to the calling process: once it has exited (a
 	// test binary killed by a timeout, say), DownOrphans removes the lab.
 	Owned bool
+	// OwnerPID, if set, ties the lab to that process instead (a test
+	// binary that runs `flowlb lab up --owner-pid`).
+	OwnerPID int
 	// ReadyTimeout bounds the wait for echo servers to listen (default 30s).
 	ReadyTimeout time.Duration
 	// Zones is how many topology zones the nodes are dealt into (Zone;
@@ -193,12 +196,16 @@ func initialState(o Options) (State, error) {
 	if o.Dataplane == DataplaneEBPF {
 		st.Dataplane = DataplaneEBPF
 	}
-	if o.Owned {
-		start, err := procStart(os.Getpid())
-		if err != nil {
-			return State{}, err
+	if o.Owned || o.OwnerPID != 0 {
+		pid := o.OwnerPID
+		if pid == 0 {
+			pid = os.Getpid()
 		}
-		st.Owner = &ProcState{PID: os.Getpid(), Start: start}
+		start, err := procStart(pid)
+		if err != nil {
+			return State{}, fmt.Errorf("owner %d: %w", pid, err)
+		}
+		st.Owner = &ProcState{PID: pid, Start: start}
 	}
 	for i := 1; i <= o.Nodes; i++ {
 		n := NodeState{Index: i}

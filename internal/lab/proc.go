@@ -171,6 +171,11 @@ func spawnCmd(spec ProcState, logf *os.File, extra []*os.File) *exec.Cmd {
 	if spec.Container {
 		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNS
 	}
+	if spec.OwnMounts {
+		// As an unshare, Go makes / private (MS_REC|MS_PRIVATE) in the
+		// child before exec.
+		cmd.SysProcAttr.Unshareflags |= syscall.CLONE_NEWNS
+	}
 	return cmd
 }
 

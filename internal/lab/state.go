@@ -85,6 +85,10 @@ type ProcState struct {
 	// Container marks a Kubernetes pod's container: it gets a mount
 	// namespace of its own and only Env as its environment.
 	Container bool `json:"container,omitempty"`
+	// OwnMounts gives it a mount namespace of its own whose mounts are
+	// private (nothing it mounts reaches the machine's): a real node's
+	// runtime.
+	OwnMounts bool `json:"own_mounts,omitempty"`
 	// Fds is how many descriptors it inherited (3, 4, ...); such a process
 	// cannot be restarted from the state.
 	Fds int `json:"fds,omitempty"`

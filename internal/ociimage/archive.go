@@ -41,7 +41,7 @@ func WriteArchive(w io.Writer, idx v1.ImageIndex, ref string) error {
 	if _, err := layout.Write(dir, top); err != nil {
 		return err
 	}
-	return tarDir(w, dir)
+	return TarDir(w, dir)
 }
 
 // Unpack extracts a WriteArchive tar (directories and regular files
@@ -108,8 +108,9 @@ func LoadArchiveDir(dir, ref string) (v1.ImageIndex, error) {
 	return nil, fmt.Errorf("%s: no index named %s", dir, ref)
 }
 
-// tarDir archives dir's tree; filepath.WalkDir visits in lexical order.
-func tarDir(w io.Writer, dir string) error {
+// TarDir archives dir's tree (an image layout WriteArchive or the caller
+// wrote); filepath.WalkDir visits in lexical order.
+func TarDir(w io.Writer, dir string) error {
 	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || path == dir {

@@ -42,6 +42,7 @@ func Main(args []string, stderr io.Writer) error {
 	fs.IntVar(&fd, "api-listen-fd", -1, "listening socket to forward to the API server")
 	fs.StringVar(&bin, "flowlb-bin", "", "flowlb binary that runs pods of flowlb's image (default: this executable)")
 	fs.IntVar(&zones, "zones", 0, "topology zones the nodes are dealt into (default: the lab's)")
+	forwardOnly := fs.Bool("forward-only", false, "only forward the API listener to the API server: the nodes are real kubelets (lab up --kubelet real)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -80,12 +81,20 @@ func Main(args []string, stderr io.Writer) error {
 			return err
 		}
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if *forwardOnly {
+		if cfg.APIListener == nil {
+			return errors.New("--forward-only needs --api-listen-fd")
+		}
+		k := &Kubelet{cfg: cfg, log: cfg.Log}
+		k.forward(ctx)
+		return nil
+	}
 	k, err := New(cfg)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	return k.Run(ctx)
 }
 
