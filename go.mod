@@ -7,11 +7,11 @@ require (
 	github.com/cilium/ebpf v0.22.0
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875
 	github.com/google/go-containerregistry v0.22.1
-	github.com/google/nftables v0.3.0
+	github.com/google/nftables v0.3.1-0.20251119083706-1db35da82052
 	github.com/google/uuid v1.6.0
 	github.com/gophercloud/gophercloud/v2 v2.15.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42
+	github.com/mdlayher/netlink v1.8.1-0.20251028132421-dcc6cab9a6eb
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
 	github.com/spf13/cobra v1.10.2

@@ -72,6 +72,9 @@ if $test; then
 	# nodes import (agnhost's, pause, CoreDNS): no registry is reachable.
 	"$(dirname "$0")/coredns-bins.sh" >/dev/null
 	"$(dirname "$0")/test-images.sh" >/dev/null
+	# Debian unstable's nft beside the machine's, for TestNftCLIReadsTables
+	# (seconds: binary packages, no build).
+	"$(dirname "$0")/nft-bins.sh" >/dev/null
 	# The Terraform OpenStack provider, only where a Terraform CLI is
 	# installed (it has no Debian package): TestTerraformOpenStack skips
 	# without one.

@@ -3,6 +3,7 @@ package nftables
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/nftables"
@@ -25,7 +26,8 @@ func (d *plane) adopt(uncounted bool) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read sets: %w", err)
 	}
-	if !sameLayout(t, sets) || hasSet(sets, uncountedMarker) != uncounted {
+	upgrade := upgradableFrom(t, sets)
+	if (!sameLayout(t, sets) && upgrade == "") || hasSet(sets, uncountedMarker) != uncounted {
 		return false, nil
 	}
 	programmed, ok, err := d.readFootprints(t)
@@ -35,6 +37,12 @@ func (d *plane) adopt(uncounted bool) (bool, error) {
 	chains, err := d.readClassChains()
 	if err != nil {
 		return false, err
+	}
+	if upgrade != "" {
+		if err := d.upgradeRules(t, upgrade, chains, uncounted); err != nil {
+			return false, err
+		}
+		sets = append(sets, &nftables.Set{Table: t, Name: layoutMarker, KeyType: nftables.TypeInteger})
 	}
 	d.table, d.sets = t, setsByName(sets)
 	d.programmed, d.chains = programmed, chains
@@ -62,6 +70,54 @@ func sameLayout(t *nftables.Table, sets []*nftables.Set) bool {
 		}
 	}
 	return true
+}
+
+// upgradableFrom is the marker of an earlier layout the table has whose
+// sets are this layout's ("": none).
+func upgradableFrom(t *nftables.Table, sets []*nftables.Set) string {
+	for _, old := range rulesOnlyUpgrades {
+		if !hasSet(sets, old) {
+			continue
+		}
+		renamed := slices.Clone(sets)
+		renamed = append(renamed, &nftables.Set{Table: t, Name: layoutMarker, KeyType: nftables.TypeInteger})
+		if sameLayout(t, renamed) {
+			return old
+		}
+	}
+	return ""
+}
+
+// upgradeRules replaces the rules of a table of an earlier layout with
+// this layout's, in one transaction: each chain is flushed and refilled
+// (the base chains and the table's class chains), and the layout marker
+// is renamed. The sets and their elements stay as they are, and a packet
+// meets either the old rules or the new.
+func (d *plane) upgradeRules(t *nftables.Table, from string, classChains map[string]bool, uncounted bool) error {
+	sc := schema{fam: d.fam, table: t, sets: setsByName(setSpecs(t))}
+	specs := baseChains(sc, !uncounted)
+	for name := range classChains {
+		spec, err := classChain(name, sc)
+		if err != nil {
+			return err
+		}
+		specs = append(specs, spec)
+	}
+	for _, spec := range specs {
+		ch := &nftables.Chain{Name: spec.chain.Name, Table: t}
+		d.conn.FlushChain(ch)
+		for _, r := range spec.rules {
+			d.conn.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r.exprs})
+		}
+	}
+	d.conn.DelSet(&nftables.Set{Table: t, Name: from})
+	if err := d.conn.AddSet(&nftables.Set{Table: t, Name: layoutMarker, KeyType: nftables.TypeInteger}, nil); err != nil {
+		return fmt.Errorf("add set %s: %w", layoutMarker, err)
+	}
+	if err := d.conn.Flush(); err != nil {
+		return fmt.Errorf("upgrade table %s %s from %s: %w", d.fam.name, tableName, from, err)
+	}
+	return nil
 }
 
 func hasSet(sets []*nftables.Set, name string) bool {

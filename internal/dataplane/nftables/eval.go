@@ -285,16 +285,20 @@ func (r *run) ct(e *expr.Ct) (bool, result, error) {
 	case e.Key == expr.CtKeyDIRECTION:
 		// A trace follows a first packet: the original direction.
 		return true, result{}, r.store(e.Register, []byte{0})
+	}
+	addr, dst := ctAddrKey(e.Key)
+	switch {
+	case e.SourceRegister:
 	// The original tuple: as the client sent it.
-	case e.Key == expr.CtKeyDST && ctDirection(e) == 0:
+	case addr && dst && e.Direction == 0:
 		return true, result{}, r.store(e.Register, r.pkt.origDaddr.AsSlice())
-	case e.Key == expr.CtKeyPROTODST && ctDirection(e) == 0:
+	case e.Key == expr.CtKeyPROTODST && e.Direction == 0:
 		return true, result{}, r.store(e.Register, binary.BigEndian.AppendUint16(nil, r.pkt.origDport))
 	// The reply tuple of a first packet's connection, not yet
 	// translated: the original one inverted, from the service.
-	case e.Key == expr.CtKeySRC && ctDirection(e) == ctDirReply:
+	case addr && !dst && e.Direction == ctDirReply:
 		return true, result{}, r.store(e.Register, r.pkt.origDaddr.AsSlice())
-	case e.Key == expr.CtKeyPROTOSRC && ctDirection(e) == ctDirReply:
+	case e.Key == expr.CtKeyPROTOSRC && e.Direction == ctDirReply:
 		return true, result{}, r.store(e.Register, binary.BigEndian.AppendUint16(nil, r.pkt.origDport))
 	}
 	return false, result{}, fmt.Errorf("cannot evaluate ct key %d", e.Key)

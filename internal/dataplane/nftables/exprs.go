@@ -64,9 +64,13 @@ func (f *family) pickSlot(alg flows.Algorithm, offset uint32) []expr.Any {
 		return append(f.saddr(f.regHashIn),
 			&expr.Hash{SourceRegister: f.regHashIn, DestRegister: f.regSlot, Length: f.addrLen, Modulus: Slots, Seed: hashSeed, Offset: offset, Type: expr.HashTypeJenkins})
 	default:
+		// The port takes a register of its own, whose last two bytes
+		// the load zeroes: the hash covers them too, as nft's own
+		// "jhash ip saddr . th sport" does, so that nft can split its
+		// input back into address and port.
 		return append(f.saddr(f.regHashIn),
 			&expr.Payload{DestRegister: f.regHashIn + words(f.addrLen), Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
-			&expr.Hash{SourceRegister: f.regHashIn, DestRegister: f.regSlot, Length: f.addrLen + 2, Modulus: Slots, Seed: hashSeed, Offset: offset, Type: expr.HashTypeJenkins})
+			&expr.Hash{SourceRegister: f.regHashIn, DestRegister: f.regSlot, Length: f.addrLen + 4, Modulus: Slots, Seed: hashSeed, Offset: offset, Type: expr.HashTypeJenkins})
 	}
 }
 
@@ -106,22 +110,6 @@ func markSet(bit uint32) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: regMark, Data: make([]byte, 4)})
 }
 
-// copyReg copies n bytes from register src to register dst, at most 16
-// bytes (what a bitwise takes) at a time. The kernel refuses a copy
-// between overlapping registers.
-func copyReg(dst, src, n uint32) []expr.Any {
-	var out []expr.Any
-	for done := uint32(0); done < n; done += 16 {
-		m := min(n-done, 16)
-		mask := make([]byte, m)
-		for i := range mask {
-			mask[i] = 0xff
-		}
-		out = append(out, &expr.Bitwise{SourceRegister: src + done/4, DestRegister: dst + done/4, Len: m, Mask: mask, Xor: make([]byte, m)})
-	}
-	return out
-}
-
 // l4proto matches the packet's transport protocol.
 func l4proto(p byte) []expr.Any {
 	return one(
@@ -138,8 +126,12 @@ const csumTypeSCTP expr.PayloadCsumType = 2
 // transport checksum's pseudo-header part (skipped by the kernel where
 // the protocol has none, or a UDP packet carries none) and the transport
 // checksum over the port as the protocol p computes it.
-func (f *family) writeDst(p byte) []expr.Any {
-	port := &expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: f.regBackendPort(), Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2,
+func (f *family) writeDst(p byte) []expr.Any { return f.writeDstFrom(p, regDaddr) }
+
+// writeDstFrom is writeDst of the backend at reg: its address, its port
+// right after it.
+func (f *family) writeDstFrom(p byte, reg uint32) []expr.Any {
+	port := &expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: reg + words(f.addrLen), Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2,
 		CsumType: expr.CsumTypeInet, CsumOffset: 16}
 	switch p {
 	case unix.IPPROTO_UDP:
@@ -147,7 +139,7 @@ func (f *family) writeDst(p byte) []expr.Any {
 	case unix.IPPROTO_SCTP:
 		port.CsumType, port.CsumOffset = csumTypeSCTP, 8
 	}
-	return append(f.writeDaddr(), port)
+	return append(f.writeDaddrFrom(reg), port)
 }
 
 // writeDaddr writes regDaddr into the destination address, updating the
@@ -157,16 +149,32 @@ func (f *family) writeDst(p byte) []expr.Any {
 // the destination address itself, which the kernel updates first and
 // then overwrites with the new address (nft_payload_set_eval), so that
 // only the pseudo-header update remains.
-func (f *family) writeDaddr() []expr.Any {
-	return one(&expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: regDaddr, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddrOff, Len: f.addrLen,
+func (f *family) writeDaddr() []expr.Any { return f.writeDaddrFrom(regDaddr) }
+
+func (f *family) writeDaddrFrom(reg uint32) []expr.Any {
+	return one(&expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddrOff, Len: f.addrLen,
 		CsumType: expr.CsumTypeInet, CsumOffset: f.daddrCsum, CsumFlags: unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR})
 }
 
+// dport loads the packet's destination port.
+func (f *family) dport(reg uint32) []expr.Any {
+	return load(reg, expr.PayloadBaseTransportHeader, 2, 2)
+}
+
+// zeroAddr loads the unspecified address (0.0.0.0, ::).
+func (f *family) zeroAddr(reg uint32) []expr.Any {
+	return one(&expr.Immediate{Register: reg, Data: make([]byte, f.addrLen)})
+}
+
 // nodePortKey loads <any> . l4proto . dport from regDaddr: a node-port
-// service's key.
+// service's key. The unspecified address is the packet's destination
+// masked to nothing ("ip daddr & 0.0.0.0"), not an immediate: nft can
+// name a concatenation's part only by the expression that loaded it,
+// and an immediate has no type.
 func (f *family) nodePortKey() []expr.Any {
 	return one(
-		&expr.Immediate{Register: regDaddr, Data: make([]byte, f.addrLen)},
+		&expr.Payload{DestRegister: regDaddr, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddrOff, Len: f.addrLen},
+		&expr.Bitwise{SourceRegister: regDaddr, DestRegister: regDaddr, Len: f.addrLen, Mask: make([]byte, f.addrLen), Xor: make([]byte, f.addrLen)},
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: f.regProto},
 		&expr.Payload{DestRegister: f.regDport, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
 }
@@ -213,9 +221,20 @@ const ctDirReply = 1
 // regDaddr.
 func (f *family) ctOrigKey() []expr.Any {
 	return one(
-		&expr.Ct{Register: regDaddr, Key: expr.CtKeyDST, Direction: 0},
+		&expr.Ct{Register: regDaddr, Key: f.ctAddr(true), Direction: 0},
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: f.regProto},
 		&expr.Ct{Register: f.regDport, Key: expr.CtKeyPROTODST, Direction: 0})
+}
+
+// ctOrigService loads the connection's original destination and port
+// (the service as the client addressed it) at reg: a backend's place.
+func (f *family) ctOrigService(reg uint32) []expr.Any {
+	return append(one(&expr.Ct{Register: reg, Key: f.ctAddr(true), Direction: 0}), f.ctOrigPort(reg+words(f.addrLen))...)
+}
+
+// ctOrigPort loads the connection's original destination port at reg.
+func (f *family) ctOrigPort(reg uint32) []expr.Any {
+	return one(&expr.Ct{Register: reg, Key: expr.CtKeyPROTODST, Direction: 0})
 }
 
 // memberKey loads the connection's service (ctOrigKey) . backend
@@ -238,24 +257,39 @@ func (f *family) memberKey(reply bool) []expr.Any {
 // its key names no backend.
 func (f *family) ctMemberKey() []expr.Any {
 	return append(f.ctOrigKey(),
-		&expr.Ct{Register: f.regSlot, Key: expr.CtKeySRC, Direction: ctDirReplyAttr},
-		&expr.Ct{Register: f.regSlot + words(f.addrLen), Key: expr.CtKeyPROTOSRC, Direction: ctDirReplyAttr})
+		&expr.Ct{Register: f.regSlot, Key: f.ctAddr(false), Direction: ctDirReply},
+		&expr.Ct{Register: f.regSlot + words(f.addrLen), Key: expr.CtKeyPROTOSRC, Direction: ctDirReply})
 }
 
-// ctDirReplyAttr asks a ct expression for the reply tuple. The kernel
-// reads NFTA_CT_DIRECTION as one byte (nla_get_u8, and it parses
-// expressions without strict attribute lengths), while
-// google/nftables v0.3.0 sends Direction as 4 big-endian bytes: so the
-// direction goes in the top byte, the one the kernel reads.
-// TestCtReplyDirection shows the kernel counting by it. The library
-// cannot decode the one byte the kernel answers with, so the chains
-// holding it are not read back (rulesMatch); the tracer and the dumps
-// read it as the reply direction (ctDirection).
-const ctDirReplyAttr = ctDirReply << 24
+// ctAddr is the ct key of the family's fixed-width address
+// (NFT_CT_SRC_IP, NFT_CT_DST_IP and their IPv6 twins), what nft itself
+// emits for "ct original ip daddr": the generic NFT_CT_SRC and
+// NFT_CT_DST have a width only beside a network-layer match, so that
+// nft's reader cannot split a concatenation holding one (it aborts).
+func (f *family) ctAddr(dst bool) expr.CtKey {
+	switch {
+	case f.addrLen == 4 && dst:
+		return expr.CtKeyDSTIP
+	case f.addrLen == 4:
+		return expr.CtKeySRCIP
+	case dst:
+		return expr.CtKeyDSTIP6
+	default:
+		return expr.CtKeySRCIP6
+	}
+}
 
-// ctDirection is the tuple direction the kernel reads from a ct
-// expression the library sends: the top byte of Direction.
-func ctDirection(e *expr.Ct) uint32 { return e.Direction >> 24 }
+// ctAddrKey reports whether a ct key loads an address of a tuple, and
+// which one.
+func ctAddrKey(k expr.CtKey) (addr, dst bool) {
+	switch k {
+	case expr.CtKeySRCIP, expr.CtKeySRCIP6, expr.CtKeySRC:
+		return true, false
+	case expr.CtKeyDSTIP, expr.CtKeyDSTIP6, expr.CtKeyDST:
+		return true, true
+	}
+	return false, false
+}
 
 // accept ends a base chain, here after a counter's lookup hit, so
 // that the fallback after it is not counted too.
@@ -285,8 +319,11 @@ func (f *family) rejectICMP() []expr.Any {
 }
 
 // localMarkClear: meta mark & localMark == 0.
-func localMarkClear() []expr.Any {
+func localMarkClear() []expr.Any { return markClear(localMark) }
+
+// markClear: meta mark & bit == 0.
+func markClear(bit uint32) []expr.Any {
 	return one(&expr.Meta{Key: expr.MetaKeyMARK, Register: regMark},
-		&expr.Bitwise{SourceRegister: regMark, DestRegister: regMark, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(localMark), Xor: make([]byte, 4)},
+		&expr.Bitwise{SourceRegister: regMark, DestRegister: regMark, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(bit), Xor: make([]byte, 4)},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: regMark, Data: make([]byte, 4)})
 }

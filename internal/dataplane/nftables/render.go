@@ -268,10 +268,10 @@ func exprString(e expr.Any) string {
 			expr.CmpOpLte: "<=", expr.CmpOpGt: ">", expr.CmpOpGte: ">="}[e.Op], e.Data)
 	case *expr.Ct:
 		name := map[expr.CtKey]string{expr.CtKeySTATE: "state", expr.CtKeySTATUS: "status", expr.CtKeyDIRECTION: "direction",
-			expr.CtKeySRC: "saddr", expr.CtKeyDST: "daddr", expr.CtKeyPROTOSRC: "proto-src", expr.CtKeyPROTODST: "proto-dst"}[e.Key]
-		switch e.Key {
-		case expr.CtKeySRC, expr.CtKeyDST, expr.CtKeyPROTOSRC, expr.CtKeyPROTODST:
-			name = map[uint32]string{0: "original ", ctDirReply: "reply "}[ctDirection(e)] + name
+			expr.CtKeySRC: "saddr", expr.CtKeyDST: "daddr", expr.CtKeySRCIP: "ip saddr", expr.CtKeyDSTIP: "ip daddr",
+			expr.CtKeySRCIP6: "ip6 saddr", expr.CtKeyDSTIP6: "ip6 daddr", expr.CtKeyPROTOSRC: "proto-src", expr.CtKeyPROTODST: "proto-dst"}[e.Key]
+		if addr, _ := ctAddrKey(e.Key); addr || e.Key == expr.CtKeyPROTOSRC || e.Key == expr.CtKeyPROTODST {
+			name = map[uint32]string{0: "original ", ctDirReply: "reply "}[e.Direction] + name
 		}
 		return fmt.Sprintf("ct %s > r%d", name, e.Register)
 	case *expr.Immediate:

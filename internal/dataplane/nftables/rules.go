@@ -112,15 +112,15 @@ var nodePortPriority = nftables.ChainPriorityRef(*nftables.ChainPriorityConntrac
 // connection as any other service's, and conntrack keeps the address the
 // client used, to which replies are translated back.
 //
-//	ct state new  ip daddr @nodeaddrs  0.0.0.0 . l4proto . th dport @nodeports
-//	  ip daddr set 0.0.0.0  meta mark |= 0x800000
+//	ct state new  ip daddr @nodeaddrs  ip daddr & 0.0.0.0 . meta l4proto . th dport @nodeports
+//	  ip daddr set 0.0.0.0  meta mark set meta mark | 0x00800000
 func nodePortRewrite(name string, hook *nftables.ChainHook, sc schema) chainSpec {
 	f, sets := sc.fam, sc.sets
 	return chainSpec{
 		chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nodePortPriority},
 		rules: []ruleSpec{rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW),
 			f.daddr(f.regScratch), lookup(sets[nodeAddrsSet], f.regScratch),
-			f.nodePortKey(), lookup(sets[nodePortsSet], regDaddr), f.writeDaddr(), markBit(nodePortMark))},
+			f.nodePortKey(), lookup(sets[nodePortsSet], regDaddr), f.zeroAddr(regDaddr), f.writeDaddr(), markBit(nodePortMark))},
 	}
 }
 
@@ -272,13 +272,27 @@ func dstNATChain(name string, hook *nftables.ChainHook, sc schema) chainSpec {
 // kernel takes a register only from the rule that stored it, so the
 // write cannot be a chain of its own.)
 func (f *family) pickRules(reason string, parts ...[]expr.Any) []ruleSpec {
+	return f.pickRulesThen(reason, nil, parts...)
+}
+
+// pickRulesThen are pickRules with then's expressions between the write
+// and the mark (then may be nil).
+func (f *family) pickRulesThen(reason string, then func([]expr.Any) []expr.Any, parts ...[]expr.Any) []ruleSpec {
 	var rules []ruleSpec
-	for _, p := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_SCTP} {
-		r := rule(reason, append(append([][]expr.Any{l4proto(p)}, parts...), f.writeDst(p), markBit(handoffMark), one(&expr.Verdict{Kind: expr.VerdictAccept}))...)
+	for _, p := range pickProtos {
+		var after []expr.Any
+		if then != nil {
+			after = then(nil)
+		}
+		r := rule(reason, append(append([][]expr.Any{l4proto(p)}, parts...), f.writeDst(p), after, markBit(handoffMark), one(&expr.Verdict{Kind: expr.VerdictAccept}))...)
 		rules = append(rules, r)
 	}
 	return rules
 }
+
+// pickProtos are the protocols a pick rule is laid out for, each with its
+// transport checksum.
+var pickProtos = []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_SCTP}
 
 // bindChain translates a connection flowlb rewrote and no other NAT
 // table translated to where its first packet now goes, and marks it
@@ -341,35 +355,65 @@ func classChain(name string, sc schema) (chainSpec, error) {
 
 // persistenceChain keeps a client on the backend it used within timeout.
 // The affinity map's key is the service key followed by the client's
-// address, loaded at regDaddr: an IPv6 key takes ten of the sixteen
-// registers, so the rules reuse them in place rather than keep the
-// service key, the affinity key and a backend apart.
+// address, loaded at regDaddr.
+//
+// Every key is made of expressions that load the packet or conntrack,
+// never of a value another lookup returned: nft reads a rule back by
+// naming each part of a key after the expression that loaded it, and
+// aborts on a looked-up value in a key. So a remembered backend is
+// written into the packet first and checked against the service's
+// members as the packet's destination; when it has left the service,
+// the restore rules put the service back into the destination for the
+// picks after them.
 func persistenceChain(name string, timeout time.Duration, sc schema) chainSpec {
 	f, sets := sc.fam, sc.sets
 	aff := sets[affinityMap]
+	w := words(f.addrLen)
 	update := func(key, data uint32) []expr.Any {
 		return one(&expr.Dynset{SrcRegKey: key, SrcRegData: data, SetName: aff.Name, SetID: aff.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: timeout})
 	}
-	// A remembered backend lands past the members key's backend part (the
-	// kernel refuses a copy between overlapping registers); after a
-	// backend picked at regDaddr comes the affinity key again.
-	remembered := f.regSlot + words(f.backendLen())
+	// backendAt loads the packet's destination, as written, at reg.
+	backendAt := func(reg uint32) []expr.Any { return append(f.daddr(reg), f.dport(reg+w)...) }
+	affKeyLen := words(f.keyLen()) + w // service . client
+	// The service key again (loaded before the write) past the backend
+	// a lookup leaves at regDaddr, and the client or a backend after it.
+	svcAgain := regDaddr + words(f.backendLen())
+	after := svcAgain + words(f.keyLen())
+	var rules []ruleSpec
+	// A remembered backend still in the service: use it, and refresh
+	// the affinity to it. (The backend lands at regDaddr, as a slot's
+	// does, so that nft prints its port's write as it prints a pick's.)
+	//
+	//	ip daddr set ip daddr . meta l4proto . th dport . ip saddr map @affinity  th dport set …
+	//	ip daddr . meta l4proto . th dport . ip daddr . th dport @members  (the service as it came, the backend as written)
+	//	update @affinity { ip daddr . meta l4proto . th dport . ip saddr timeout T : ip daddr . th dport }
+	for _, p := range pickProtos {
+		rules = append(rules, rule(reasonRemembered, l4proto(p), f.affKeyAt(regDaddr),
+			one(&expr.Lookup{SourceRegister: regDaddr, SetName: aff.Name, SetID: aff.ID, DestRegister: regDaddr, IsDestRegSet: true}),
+			f.svcKeyAt(svcAgain), f.writeDst(p),
+			backendAt(after), lookup(sets[membersSet], svcAgain),
+			f.saddr(after), backendAt(regDaddr), update(svcAgain, regDaddr),
+			markBit(handoffMark), accept()))
+	}
+	// Otherwise the service again, as it came: conntrack's original
+	// destination, or the unspecified address of a node port (the
+	// nodeport chain rewrote it to that; conntrack holds the node's).
+	for _, p := range pickProtos {
+		rules = append(rules,
+			rule("", l4proto(p), markClear(nodePortMark), f.ctOrigService(regDaddr), f.writeDst(p)),
+			rule("", l4proto(p), markSet(nodePortMark), f.zeroAddr(regDaddr), f.ctOrigPort(regDaddr+w), f.writeDst(p)))
+	}
+	// And pick as usual, remembering the choice (an affinity to a
+	// backend that has left is deleted first: an update keeps the data
+	// of an element that exists).
 	keyAgain := regDaddr + words(f.backendLen())
-	// A remembered backend still in the service: use it and refresh it.
-	// The refresh comes first, as the members key overwrites the
-	// affinity key; a refreshed affinity to a backend that has left is
-	// deleted by the next rule.
-	rules := f.pickRules(reasonRemembered, f.affKeyAt(regDaddr),
-		one(&expr.Lookup{SourceRegister: regDaddr, SetName: aff.Name, SetID: aff.ID, DestRegister: remembered, IsDestRegSet: true}),
-		update(regDaddr, remembered),
-		copyReg(f.regSlot, remembered, f.backendLen()), lookup(sets[membersSet], regDaddr),
-		copyReg(regDaddr, f.regSlot, f.backendLen()))
-	// Otherwise pick as usual and remember the choice, replacing an
-	// affinity to a backend that has left.
-	forget := one(&expr.Dynset{SrcRegKey: regDaddr, SrcRegData: regDaddr, SetName: aff.Name, SetID: aff.ID, Operation: dynsetOpDelete})
+	forgetData := regDaddr + affKeyLen
+	forget := one(&expr.Dynset{SrcRegKey: regDaddr, SrcRegData: forgetData, SetName: aff.Name, SetID: aff.ID, Operation: dynsetOpDelete})
 	for _, alg := range algs {
-		rules = append(rules, f.pickRules(reasonEveryBackend, f.svcKey(), lookup(sets[pickNames[alg]], regDaddr), f.saddr(f.regSlot), forget,
-			f.pickSlot(alg, 0), slotLookup(sets[slotsMap]), f.affKeyAt(keyAgain), update(keyAgain, regDaddr))...)
+		rules = append(rules, f.pickRulesThen(reasonEveryBackend,
+			func([]expr.Any) []expr.Any { return append(backendAt(regDaddr), update(keyAgain, regDaddr)...) },
+			f.svcKey(), lookup(sets[pickNames[alg]], regDaddr), f.saddr(f.regSlot), backendAt(forgetData), forget,
+			f.pickSlot(alg, 0), slotLookup(sets[slotsMap]), f.affKeyAt(keyAgain))...)
 	}
 	return chainSpec{chain: nftables.Chain{Name: name}, rules: rules}
 }

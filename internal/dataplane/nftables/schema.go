@@ -74,9 +74,10 @@ const (
 	nodeAddrsSet = "nodeaddrs"
 
 	// layoutMarker names the rule layout: a table without it (made by an
-	// agent with other rules) is rebuilt instead of adopted. Bump it with
-	// any change to the rules of rules.go or to setSpecs.
-	layoutMarker = "layout_12"
+	// agent with other rules) is rebuilt instead of adopted, unless its
+	// marker is one of rulesOnlyUpgrades. Bump it with any change to the
+	// rules of rules.go or to setSpecs.
+	layoutMarker = "layout_13"
 	// uncountedMarker marks a table built without the statistics rules
 	// (WithoutCounters); a table with it is rebuilt for an agent that
 	// counts, and one without it for an agent that does not.
@@ -193,3 +194,14 @@ func setsByName(sets []*nftables.Set) map[string]*nftables.Set {
 	}
 	return out
 }
+
+// rulesOnlyUpgrades are the markers of earlier layouts whose sets are
+// this layout's, element for element, and whose rules alone differ: a
+// table of one is adopted, and its rules are replaced in one
+// transaction (upgradeRules), which keeps every element, the
+// affinities and counters with the rest, and drops no packet. layout_12
+// loaded conntrack's addresses with the generic ct keys, the node-port
+// key with an immediate, a SOURCE_IP_PORT hash over six bytes and a
+// looked-up backend inside a key (all of which nft's reader aborts on or
+// cannot name).
+var rulesOnlyUpgrades = []string{"layout_12"}

@@ -430,8 +430,9 @@ func TestMemberStatsCountTraffic(t *testing.T) {
 	})
 }
 
-// TestCtReplyDirection shows the kernel reading ctDirReplyAttr (the
-// direction in the top byte of the library's 4) as the reply direction:
+// TestCtReplyDirection shows the kernel reading the ct expressions of
+// member_in's key (ct reply ip saddr . ct reply proto-src) as the reply
+// direction:
 // of each connection's packets from the client, the first is counted
 // under the service (stats_in: its backend is not chosen yet) and every
 // later one under its backend (member_in, keyed by conntrack's reply

@@ -26,12 +26,14 @@ func addrPort(b flows.Backend) netip.AddrPort { return netip.AddrPortFrom(b.Addr
 
 // expectedBackend computes without the rules which backend a SOURCE_*
 // service's slot table gives the packet: Maglev over the backends the
-// table holds, the slot from the kernel's jhash of the source.
+// table holds, the slot from the kernel's jhash of the source (the port
+// in a register of its own, zero-padded to its 4 bytes).
 func expectedBackend(backends []flows.Backend, alg flows.Algorithm, p Packet) netip.AddrPort {
 	table := flows.Maglev(backends, Slots)
 	in := p.Src.AsSlice()
 	if alg == flows.SourceIPPort {
 		in = binary.BigEndian.AppendUint16(in, p.SrcPort)
+		in = append(in, 0, 0)
 	}
 	return addrPort(backends[table[int(uint64(jhash(in, hashSeed))*Slots>>32)]])
 }

@@ -78,6 +78,18 @@ func TestRefusals(t *testing.T) {
 		{"lookup in no set", func(c *Conn) {
 			c.AddRule(&nftables.Rule{Table: tab, Chain: base, Exprs: []expr.Any{&expr.Lookup{SourceRegister: 1, SetName: "nothing"}}})
 		}, unix.ENOENT},
+		{"lookup past the last register", func(c *Conn) {
+			c.AddRule(&nftables.Rule{Table: tab, Chain: base, Exprs: []expr.Any{&expr.Lookup{SourceRegister: 24, SetName: "addrs"}}})
+		}, unix.ERANGE},
+		{"map data to no register", func(c *Conn) {
+			c.AddRule(&nftables.Rule{Table: tab, Chain: base, Exprs: []expr.Any{&expr.Lookup{SourceRegister: 8, SetName: "ports", DestRegister: 24, IsDestRegSet: true}}})
+		}, unix.ERANGE},
+		{"map updated without data", func(c *Conn) {
+			c.AddRule(&nftables.Rule{Table: tab, Chain: base, Exprs: []expr.Any{&expr.Dynset{SrcRegKey: 8, SetName: "ports", Operation: unix.NFT_DYNSET_OP_UPDATE}}})
+		}, unix.EINVAL},
+		{"conntrack address of neither direction", func(c *Conn) {
+			c.AddRule(&nftables.Rule{Table: tab, Chain: base, Exprs: []expr.Any{&expr.Ct{Register: 8, Key: expr.CtKeyDSTIP, Direction: 2}}})
+		}, unix.EINVAL},
 		{"chain jumped to deleted", func(c *Conn) { c.DelChain(side) }, unix.EBUSY},
 		{"chain with rules deleted", func(c *Conn) { c.DelChain(base) }, unix.EBUSY},
 		{"set in use deleted", func(c *Conn) { c.DelSet(addrs) }, unix.EBUSY},

@@ -264,8 +264,65 @@ func (tb *table) checkRule(exprs []expr.Any) error {
 		if setName != "" && tb.sets[setName] == nil {
 			return fmt.Errorf("set %s: %w", setName, errNotFound)
 		}
+		if err := tb.checkRegisters(e); err != nil {
+			return err
+		}
 		if chainName != "" && tb.chains[chainName] == nil {
 			return fmt.Errorf("jump to chain %s: %w", chainName, errNotFound)
+		}
+	}
+	return nil
+}
+
+// checkRegisters refuses what the kernel refuses of an expression's
+// registers and conntrack keys: a key or data reaching past the last
+// register (ERANGE), a set update of a map without data, and a
+// conntrack tuple's address or port of a direction other than original
+// or reply (EINVAL).
+func (tb *table) checkRegisters(e expr.Any) error {
+	// The register file: the verdict's 16 bytes, then 64 bytes that
+	// registers 1–4 (16 bytes each) and 8–23 (4 bytes each) name.
+	within := func(reg, n uint32) error {
+		var off uint32
+		switch {
+		case reg >= 1 && reg <= 4:
+			off = 16 * reg
+		case reg >= 8 && reg <= 23:
+			off = 16 + (reg-8)*4
+		default:
+			return fmt.Errorf("register %d: %w", reg, unix.ERANGE)
+		}
+		if off+n > 80 {
+			return fmt.Errorf("register %d length %d: %w", reg, n, unix.ERANGE)
+		}
+		return nil
+	}
+	switch e := e.(type) {
+	case *expr.Lookup:
+		d := tb.sets[e.SetName].decl
+		if err := within(e.SourceRegister, d.KeyType.Bytes); err != nil {
+			return err
+		}
+		if e.IsDestRegSet && e.DestRegister != 0 {
+			return within(e.DestRegister, d.DataType.Bytes)
+		}
+	case *expr.Dynset:
+		d := tb.sets[e.SetName].decl
+		if err := within(e.SrcRegKey, d.KeyType.Bytes); err != nil {
+			return err
+		}
+		if d.IsMap && e.SrcRegData == 0 {
+			return fmt.Errorf("update of map %s without data: %w", e.SetName, errInvalid)
+		}
+		if e.SrcRegData != 0 {
+			return within(e.SrcRegData, d.DataType.Bytes)
+		}
+	case *expr.Ct:
+		switch e.Key {
+		case expr.CtKeySRC, expr.CtKeyDST, expr.CtKeySRCIP, expr.CtKeyDSTIP, expr.CtKeySRCIP6, expr.CtKeyDSTIP6, expr.CtKeyPROTOSRC, expr.CtKeyPROTODST:
+			if e.Direction > 1 {
+				return fmt.Errorf("ct key %d direction %d: %w", e.Key, e.Direction, errInvalid)
+			}
 		}
 	}
 	return nil
