@@ -275,16 +275,12 @@ func (f *family) pickRules(reason string, parts ...[]expr.Any) []ruleSpec {
 	return f.pickRulesThen(reason, nil, parts...)
 }
 
-// pickRulesThen are pickRules with then's expressions between the write
-// and the mark (then may be nil).
-func (f *family) pickRulesThen(reason string, then func([]expr.Any) []expr.Any, parts ...[]expr.Any) []ruleSpec {
+// pickRulesThen are pickRules with the expressions then between the
+// write and the mark.
+func (f *family) pickRulesThen(reason string, then []expr.Any, parts ...[]expr.Any) []ruleSpec {
 	var rules []ruleSpec
 	for _, p := range pickProtos {
-		var after []expr.Any
-		if then != nil {
-			after = then(nil)
-		}
-		r := rule(reason, append(append([][]expr.Any{l4proto(p)}, parts...), f.writeDst(p), after, markBit(handoffMark), one(&expr.Verdict{Kind: expr.VerdictAccept}))...)
+		r := rule(reason, append(append([][]expr.Any{l4proto(p)}, parts...), f.writeDst(p), then, markBit(handoffMark), one(&expr.Verdict{Kind: expr.VerdictAccept}))...)
 		rules = append(rules, r)
 	}
 	return rules
@@ -410,8 +406,7 @@ func persistenceChain(name string, timeout time.Duration, sc schema) chainSpec {
 	forgetData := regDaddr + affKeyLen
 	forget := one(&expr.Dynset{SrcRegKey: regDaddr, SrcRegData: forgetData, SetName: aff.Name, SetID: aff.ID, Operation: dynsetOpDelete})
 	for _, alg := range algs {
-		rules = append(rules, f.pickRulesThen(reasonEveryBackend,
-			func([]expr.Any) []expr.Any { return append(backendAt(regDaddr), update(keyAgain, regDaddr)...) },
+		rules = append(rules, f.pickRulesThen(reasonEveryBackend, append(backendAt(regDaddr), update(keyAgain, regDaddr)...),
 			f.svcKey(), lookup(sets[pickNames[alg]], regDaddr), f.saddr(f.regSlot), backendAt(forgetData), forget,
 			f.pickSlot(alg, 0), slotLookup(sets[slotsMap]), f.affKeyAt(keyAgain))...)
 	}
