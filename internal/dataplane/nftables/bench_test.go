@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -41,14 +42,23 @@ func services(n int) flows.Table {
 // service on top of 10k ≈ 0.3 ms).
 //
 //	go test -run '^$' -bench Program -benchtime 1x ./internal/dataplane/nftables/
+//
+// FLOWLB_BENCH_UNCOUNTED=1 programs the tables without the statistics
+// rules (WithoutCounters, the agent's --stats-interval 0), to tell what
+// counting costs; the counter sets and their elements are there either
+// way.
 func BenchmarkProgram(b *testing.B) {
+	var opts []Option
+	if os.Getenv("FLOWLB_BENCH_UNCOUNTED") == "1" {
+		opts = append(opts, WithoutCounters())
+	}
 	for _, n := range []int{1000, 10000, 30000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				var load, add, del, syncAdd time.Duration
 				var heap, kernel float64
 				testutil.InNewNetns(b, func(ns netns.NsHandle) {
-					dp, err := New(int(ns), "n1")
+					dp, err := New(int(ns), "n1", opts...)
 					if err != nil {
 						b.Fatal(err)
 					}
