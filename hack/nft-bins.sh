@@ -18,8 +18,11 @@
 # machine's apt state: nothing of sid is installed on the machine.
 set -euo pipefail
 
+# The version measured last; sid moves on, and then its current one is
+# taken (and cached under its own version) rather than failing.
 version="${FLOWLB_NFT_VERSION:-1.1.7-3}"
-cache="${FLOWLB_NFT_CACHE:-/var/cache/flowlb/nft}/$version"
+root="${FLOWLB_NFT_CACHE:-/var/cache/flowlb/nft}"
+cache="$root/$version"
 mirror="${FLOWLB_NFT_MIRROR:-http://deb.debian.org/debian}"
 # nft, its libraries, theirs, and sid's C library with its loader.
 packages=(nftables libnftables1 libnftnl11 libmnl0 libjansson4 libgmp10 libxtables12 libedit2 libbsd0 libmd0 libtinfo6 libc6)
@@ -30,6 +33,13 @@ if [ -x "$cache/bin/nft" ] && [ "$("$cache/bin/nft" --version 2>/dev/null | awk 
 	echo "$cache/bin/nft"
 	exit 0
 fi
+# Another version of sid's, cached when sid had moved on.
+for other in "$root"/*/bin/nft; do
+	if [ -z "${FLOWLB_NFT_VERSION:-}" ] && [ -x "$other" ] && "$other" --version >/dev/null 2>&1; then
+		echo "$other"
+		exit 0
+	fi
+done
 if [ "$(id -u)" -ne 0 ]; then
 	log "need root to write $cache"
 	exit 1
@@ -48,9 +58,14 @@ log "fetching sid's package list"
 have="$(apt-cache -o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null \
 	-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o Dir::State::status=/dev/null \
 	show nftables 2>/dev/null | awk '/^Version:/ {print $2; exit}')"
-if [ "$have" != "$version" ]; then
-	log "sid has nftables $have, not $version: set FLOWLB_NFT_VERSION=$have"
+if [ -z "$have" ]; then
+	log "sid lists no nftables"
 	exit 1
+fi
+if [ "$have" != "$version" ]; then
+	log "sid has nftables $have now, not $version: taking $have"
+	version="$have"
+	cache="$root/$version"
 fi
 log "downloading nftables $version and what it runs on"
 (cd "$work/debs" && "${apt[@]}" download "${packages[@]}" >/dev/null)
