@@ -171,7 +171,7 @@ func BenchmarkIPv6TableFamily(b *testing.B) {
 					planes := []*plane{{conn: conn, schema: schema{fam: ipv4}, state: newState("n1")}, {conn: conn, schema: schema{fam: f}, state: newState("n1")}}
 					for pi, p := range planes {
 						tab := []flows.Table{v4, v6}[pi]
-						if err := p.create(false); err != nil {
+						if err := p.create(false, []netip.Prefix{p.fam.prefix()}); err != nil {
 							b.Fatal(err)
 						}
 						var ups []flows.Service

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
@@ -31,10 +32,34 @@ const Slots = 61
 // Dataplane programs one network namespace's nftables: one plane, a
 // table and what it holds, per address family.
 type Dataplane struct {
+	// mu serialises what uses the connection: a change, a check, a
+	// counter read, the node's addresses and pod networks.
+	mu     sync.Mutex
 	conn   Conn
 	netns  int
 	planes []*plane
 	zone   string
+	// podNets and nodeAddrs are as last set (SetPodNetworks,
+	// SetNodeAddresses): a table rebuilt gets them again.
+	podNets   []netip.Prefix
+	nodeAddrs []netip.Addr
+	// Verification (verify.go): probe reads the generation, rule counts
+	// and single elements; mon hears others' changes (nil without, monErr
+	// says why), and drift is told when it has; covered counts the
+	// notifications' overflows seen, needFull says every element must be
+	// read (notifications were lost); the last check that completed saw
+	// generation verifiedGen.
+	probe       probe
+	reader      *kernelReader
+	watch       bool // a real kernel: notifications can be heard
+	self        uint32
+	mon         *monitor
+	monErr      error
+	drift       chan struct{}
+	covered     uint64
+	needFull    bool
+	verified    bool
+	verifiedGen uint32
 	// lastOps counts the element operations of the last Apply.
 	lastOps int
 	// conntrack forgets, after each Apply, the UDP flows to backends that
@@ -87,7 +112,13 @@ func WithZone(zone string) Option { return func(d *Dataplane) { d.zone = zone } 
 func New(netnsFd int, node string, options ...Option) (*Dataplane, error) {
 	// One netlink socket for the agent's life: a change is then one
 	// transaction on it, with no socket set-up.
-	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigBuffers)}
+	// Its port tells its own changes from others' in notifications.
+	var self uint32
+	port := func(c *netlink.Conn) (err error) {
+		self, err = portID(c)
+		return err
+	}
+	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigBuffers, port)}
 	if netnsFd >= 0 {
 		opts = append(opts, nftables.WithNetNSFd(netnsFd))
 	}
@@ -95,10 +126,27 @@ func New(netnsFd int, node string, options ...Option) (*Dataplane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	d, err := newDataplane(c, node, options)
+	rc, err := dialNetfilter(netnsFd)
 	if err != nil {
+		_ = c.CloseLasting()
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	reader := &kernelReader{c: rc}
+	// Notifications from before the table is read or made, so that no
+	// change another makes meanwhile goes unheard. Without them (they
+	// need what programming needs, so this is unlikely) every check
+	// reads every element.
+	drift := make(chan struct{}, 1)
+	mon, monErr := startMonitor(netnsFd, self, drift)
+	d, err := newDataplane(c, node, netlinkProbe{k: reader}, options)
+	if err != nil {
+		rc.Close()
+		if mon != nil {
+			_ = mon.close()
+		}
 		return nil, err
 	}
+	d.reader, d.mon, d.monErr, d.drift, d.self, d.watch = reader, mon, monErr, drift, self, true
 	d.netns, d.conntrack = netnsFd, netlinkConntrack{netns: netnsFd}
 	d.stats = netlinkStats{netns: netnsFd, programmed: func(k flows.Key) bool {
 		p := d.planeOf(k)
@@ -114,11 +162,11 @@ func New(netnsFd int, node string, options ...Option) (*Dataplane, error) {
 // NewWithConn is New on a connection of the caller's, such as an
 // nftfake.Conn in tests. It forgets no conntrack entries.
 func NewWithConn(conn Conn, node string, options ...Option) (*Dataplane, error) {
-	return newDataplane(conn, node, options)
+	return newDataplane(conn, node, connProbe{c: conn}, options)
 }
 
-func newDataplane(conn Conn, node string, options []Option) (*Dataplane, error) {
-	d := &Dataplane{conn: conn, netns: -1}
+func newDataplane(conn Conn, node string, pr probe, options []Option) (*Dataplane, error) {
+	d := &Dataplane{conn: conn, netns: -1, probe: pr}
 	for _, o := range options {
 		o(d)
 	}
@@ -130,7 +178,7 @@ func newDataplane(conn Conn, node string, options []Option) (*Dataplane, error) 
 			return nil, err
 		}
 		if !adopted {
-			if err := p.create(d.uncounted); err != nil {
+			if err := p.create(d.uncounted, d.podNetsOf(f)); err != nil {
 				return nil, err
 			}
 		}
@@ -144,6 +192,9 @@ func newDataplane(conn Conn, node string, options []Option) (*Dataplane, error) 
 // node. None at all (the default) puts every source inside; otherwise a
 // family without a network of its own has every source outside.
 func (d *Dataplane) SetPodNetworks(nets []netip.Prefix) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	given := slices.Clone(nets)
 	if len(nets) == 0 {
 		nets = []netip.Prefix{ipv4.prefix(), ipv6.prefix()}
 	}
@@ -156,6 +207,7 @@ func (d *Dataplane) SetPodNetworks(nets []netip.Prefix) error {
 	if err := d.conn.Flush(); err != nil {
 		return fmt.Errorf("set pod networks: %w", err)
 	}
+	d.podNets = given
 	return nil
 }
 
@@ -163,6 +215,8 @@ func (d *Dataplane) SetPodNetworks(nets []netip.Prefix) error {
 // agent's --nodeport-addresses), of both families; until it is called,
 // none does.
 func (d *Dataplane) SetNodeAddresses(addrs []netip.Addr) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	for _, p := range d.planes {
 		var els []nftables.SetElement
 		for _, a := range addrs {
@@ -178,6 +232,7 @@ func (d *Dataplane) SetNodeAddresses(addrs []netip.Addr) error {
 	if err := d.conn.Flush(); err != nil {
 		return fmt.Errorf("set node addresses: %w", err)
 	}
+	d.nodeAddrs = slices.Clone(addrs)
 	return nil
 }
 
@@ -211,7 +266,9 @@ func bigBuffers(c *netlink.Conn) error {
 // Sync makes the kernel hold exactly t: it compares t with what is
 // programmed (O(services), no Maglev for unchanged ones) and applies the
 // differences.
-func (d *Dataplane) Sync(ctx context.Context, t flows.Table) error {
+func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	var upserts []flows.Service
 	var deletes []flows.Key
 	for k, s := range t.Services {
@@ -230,7 +287,7 @@ func (d *Dataplane) Sync(ctx context.Context, t flows.Table) error {
 			}
 		}
 	}
-	return d.Apply(ctx, upserts, deletes)
+	return d.apply(upserts, deletes)
 }
 
 // Apply programs changed services and removes deleted ones in one
@@ -239,6 +296,12 @@ func (d *Dataplane) Sync(ctx context.Context, t flows.Table) error {
 // programmed. If the kernel refuses the transaction, neither it nor the
 // data plane's record of it changes.
 func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []flows.Key) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.apply(upserts, deletes)
+}
+
+func (d *Dataplane) apply(upserts []flows.Service, deletes []flows.Key) error {
 	p, err := d.Plan(upserts, deletes)
 	if err != nil {
 		return err
@@ -347,11 +410,31 @@ func sortKeys(out []flows.Key) { slices.SortFunc(out, compareKeys) }
 
 // Close releases the connection and leaves the flows in the kernel: an
 // agent that stops must not take traffic down with it (fail-static).
-func (d *Dataplane) Close() error { return d.conn.CloseLasting() }
+func (d *Dataplane) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closeWatch()
+	return d.conn.CloseLasting()
+}
+
+// closeWatch closes the verification's sockets.
+func (d *Dataplane) closeWatch() {
+	if d.mon != nil {
+		_ = d.mon.close()
+		d.mon = nil
+	}
+	d.watch = false
+	if d.reader != nil {
+		d.reader.c.Close()
+	}
+}
 
 // Remove deletes the tables and everything in them, and closes the data
 // plane.
 func (d *Dataplane) Remove() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closeWatch()
 	for _, p := range d.planes {
 		d.conn.DelTable(p.table)
 	}

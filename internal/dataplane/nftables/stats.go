@@ -80,6 +80,8 @@ type statsReader interface {
 // connections are open through it now. On an error it still returns what
 // it read (and the kernel zeroed) before it, for the caller to keep.
 func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.stats == nil || d.uncounted {
 		return nil, ErrNoStats
 	}

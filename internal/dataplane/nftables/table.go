@@ -8,8 +8,21 @@ import (
 )
 
 // create (re)builds the plane's table: flushed and recreated, so that it
-// always has exactly the expected shape.
-func (d *plane) create(uncounted bool) error {
+// always has exactly the expected shape; podNets fill its pod networks.
+func (d *plane) create(uncounted bool, podNets []netip.Prefix) error {
+	if err := d.queueCreate(uncounted, podNets); err != nil {
+		return err
+	}
+	if err := d.conn.Flush(); err != nil {
+		return fmt.Errorf("create table %s %s: %w", d.fam.name, tableName, err)
+	}
+	return nil
+}
+
+// queueCreate queues what create sends: the table deleted and made anew
+// (in one transaction, whatever it held before), its sets and its
+// constant chains.
+func (d *plane) queueCreate(uncounted bool, podNets []netip.Prefix) error {
 	d.table = &nftables.Table{Family: d.fam.table, Name: tableName}
 	d.conn.AddTable(d.table)
 	d.conn.DelTable(d.table)
@@ -21,8 +34,7 @@ func (d *plane) create(uncounted bool) error {
 	for _, s := range specs {
 		var els []nftables.SetElement
 		if s.Name == podNetsSet {
-			// Until SetPodNetworks says otherwise every source is inside.
-			els = d.fam.intervals([]netip.Prefix{d.fam.prefix()})
+			els = d.fam.intervals(podNets)
 		}
 		if err := d.conn.AddSet(s, els); err != nil {
 			return fmt.Errorf("add set %s: %w", s.Name, err)
@@ -32,9 +44,6 @@ func (d *plane) create(uncounted bool) error {
 	d.sets = setsByName(specs)
 	for _, c := range baseChains(d.schema, !uncounted) {
 		d.queueChain(c)
-	}
-	if err := d.conn.Flush(); err != nil {
-		return fmt.Errorf("create table %s %s: %w", d.fam.name, tableName, err)
 	}
 	return nil
 }

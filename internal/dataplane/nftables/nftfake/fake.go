@@ -88,6 +88,14 @@ func (c *Conn) Flushes() (applied, refused int) {
 	return c.applied, c.refused
 }
 
+// Generation moves with every Flush applied, as the kernel's ruleset
+// generation moves with every transaction that commits.
+func (c *Conn) Generation() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return uint32(c.applied)
+}
+
 // Flush applies the queued operations in order, or none of them.
 func (c *Conn) Flush() error {
 	c.mu.Lock()

@@ -1,0 +1,495 @@
+package nftables
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// What the library does not do, over netlink sockets of the data plane's
+// own: read the ruleset's generation, read one set element, and hear of
+// the changes others make (verify.go uses all three).
+
+// dialNetfilter opens a netfilter netlink socket in netns (-1: the
+// caller's).
+func dialNetfilter(netns int) (*netlink.Conn, error) {
+	cfg := &netlink.Config{}
+	if netns >= 0 {
+		cfg.NetNS = netns
+	}
+	return netlink.Dial(unix.NETLINK_NETFILTER, cfg)
+}
+
+// portID is the netlink port of a socket: the kernel stamps it on the
+// notifications of the changes that socket makes.
+func portID(c *netlink.Conn) (uint32, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var pid uint32
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		sa, err := unix.Getsockname(int(fd))
+		if err != nil {
+			serr = err
+			return
+		}
+		nl, ok := sa.(*unix.SockaddrNetlink)
+		if !ok {
+			serr = fmt.Errorf("not a netlink socket: %T", sa)
+			return
+		}
+		pid = nl.Pid
+	})
+	if err != nil {
+		return 0, err
+	}
+	return pid, serr
+}
+
+// nftMsg is the header type of an nf_tables message.
+func nftMsg(t int) netlink.HeaderType { return netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | t) }
+
+// kernelReader reads what the library cannot: the generation and single
+// elements. Its socket is used by one goroutine at a time (the data
+// plane's lock).
+type kernelReader struct {
+	c *netlink.Conn
+}
+
+// generation is the ruleset's generation: the kernel moves it with every
+// transaction that commits in the namespace, whoever sends it (packets
+// updating dynamic sets do not move it). One small request.
+func (k *kernelReader) generation() (uint32, error) {
+	replies, err := k.c.Execute(netlink.Message{Header: netlink.Header{Type: nftMsg(unix.NFT_MSG_GETGEN), Flags: netlink.Request},
+		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0}})
+	if err != nil {
+		return 0, fmt.Errorf("read the nftables generation: %w", err)
+	}
+	for _, m := range replies {
+		if m.Header.Type != nftMsg(unix.NFT_MSG_NEWGEN) || len(m.Data) < 4 {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return 0, err
+		}
+		ad.ByteOrder = binary.BigEndian
+		for ad.Next() {
+			if ad.Type() == unix.NFTA_GEN_ID {
+				return ad.Uint32(), nil
+			}
+		}
+	}
+	return 0, errors.New("read the nftables generation: no NFTA_GEN_ID in the answer")
+}
+
+// element reads the element of a set with exactly key (a plain or
+// concatenated key, not an interval); ok is false when the set has none.
+func (k *kernelReader) element(fam *family, set string, key []byte) (rawElem, bool, error) {
+	ae := netlink.NewAttributeEncoder()
+	ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, tableName)
+	ae.String(unix.NFTA_SET_ELEM_LIST_SET, set)
+	ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(ae *netlink.AttributeEncoder) error {
+		ae.Nested(unix.NFTA_LIST_ELEM, func(ae *netlink.AttributeEncoder) error {
+			ae.Nested(unix.NFTA_SET_ELEM_KEY, func(ae *netlink.AttributeEncoder) error {
+				ae.Bytes(unix.NFTA_DATA_VALUE, key)
+				return nil
+			})
+			return nil
+		})
+		return nil
+	})
+	attrs, err := ae.Encode()
+	if err != nil {
+		return rawElem{}, false, err
+	}
+	// No acknowledgement asked: the answer is the element, or an error.
+	replies, err := k.c.Execute(netlink.Message{Header: netlink.Header{Type: nftMsg(unix.NFT_MSG_GETSETELEM), Flags: netlink.Request},
+		Data: append([]byte{byte(fam.table), unix.NFNETLINK_V0, 0, 0}, attrs...)})
+	if errors.Is(err, unix.ENOENT) {
+		return rawElem{}, false, nil
+	}
+	if err != nil {
+		return rawElem{}, false, fmt.Errorf("read an element of %s %s: %w", fam.name, set, err)
+	}
+	for _, m := range replies {
+		ev, ok := parseEvent(m)
+		if ok && len(ev.elems) == 1 {
+			return ev.elems[0], true, nil
+		}
+	}
+	return rawElem{}, false, fmt.Errorf("read an element of %s %s: no element in the answer", fam.name, set)
+}
+
+// ruleCounts counts the rules of each chain of a family's flowlb table,
+// from one dump whose rules are not decoded further than their chain.
+func (k *kernelReader) ruleCounts(fam *family) (map[string]int, error) {
+	ae := netlink.NewAttributeEncoder()
+	ae.String(unix.NFTA_RULE_TABLE, tableName)
+	attrs, err := ae.Encode()
+	if err != nil {
+		return nil, err
+	}
+	replies, err := k.c.Execute(netlink.Message{Header: netlink.Header{Type: nftMsg(unix.NFT_MSG_GETRULE), Flags: netlink.Request | netlink.Dump},
+		Data: append([]byte{byte(fam.table), unix.NFNETLINK_V0, 0, 0}, attrs...)})
+	if err != nil {
+		return nil, fmt.Errorf("dump the rules of %s %s: %w", fam.name, tableName, err)
+	}
+	out := map[string]int{}
+	for _, m := range replies {
+		if ev, ok := parseEvent(m); ok && ev.typ == unix.NFT_MSG_NEWRULE && ev.table == tableName {
+			out[ev.chain]++
+		}
+	}
+	return out, nil
+}
+
+// event is one nf_tables message: a change as the kernel notifies it, or
+// an element read.
+type event struct {
+	typ    int // NFT_MSG_*
+	pid    uint32
+	family byte
+	table  string
+	// chain is a chain's or a rule's chain; set, a set's or elements'.
+	chain, set string
+	elems      []rawElem
+}
+
+// rawElem is a set element as the kernel sends it.
+type rawElem struct {
+	key, keyEnd []byte
+	// val is a map element's data, jump a verdict map element's chain.
+	val  []byte
+	jump string
+	end  bool // an interval's end
+}
+
+// parseEvent decodes an nf_tables message; false for another
+// subsystem's, or one that does not decode.
+func parseEvent(m netlink.Message) (event, bool) {
+	if int(m.Header.Type>>8) != unix.NFNL_SUBSYS_NFTABLES || len(m.Data) < 4 {
+		return event{}, false
+	}
+	ev := event{typ: int(m.Header.Type & 0xff), pid: m.Header.PID, family: m.Data[0]}
+	ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+	if err != nil {
+		return event{}, false
+	}
+	ad.ByteOrder = binary.BigEndian
+	// Every table-scoped message names its table in attribute 1.
+	for ad.Next() {
+		switch t := ad.Type(); {
+		case t == 1 && ev.typ != unix.NFT_MSG_NEWGEN:
+			ev.table = ad.String()
+		case t == unix.NFTA_CHAIN_NAME && (ev.typ == unix.NFT_MSG_NEWCHAIN || ev.typ == unix.NFT_MSG_DELCHAIN):
+			ev.chain = ad.String()
+		case t == unix.NFTA_RULE_CHAIN && (ev.typ == unix.NFT_MSG_NEWRULE || ev.typ == unix.NFT_MSG_DELRULE):
+			ev.chain = ad.String()
+		case t == unix.NFTA_SET_NAME && (ev.typ == unix.NFT_MSG_NEWSET || ev.typ == unix.NFT_MSG_DELSET):
+			ev.set = ad.String()
+		case t == unix.NFTA_SET_ELEM_LIST_SET && isElemMsg(ev.typ):
+			ev.set = ad.String()
+		case t == unix.NFTA_SET_ELEM_LIST_ELEMENTS && isElemMsg(ev.typ):
+			ad.Nested(func(nad *netlink.AttributeDecoder) error {
+				for nad.Next() {
+					if nad.Type() == unix.NFTA_LIST_ELEM {
+						var e rawElem
+						nad.Nested(e.decode)
+						ev.elems = append(ev.elems, e)
+					}
+				}
+				return nil
+			})
+		}
+	}
+	if ad.Err() != nil {
+		return event{}, false
+	}
+	return ev, true
+}
+
+func isElemMsg(t int) bool { return t == unix.NFT_MSG_NEWSETELEM || t == unix.NFT_MSG_DELSETELEM }
+
+// decode reads an NFTA_LIST_ELEM's attributes.
+func (e *rawElem) decode(ad *netlink.AttributeDecoder) error {
+	value := func(dst *[]byte) func(*netlink.AttributeDecoder) error {
+		return func(ad *netlink.AttributeDecoder) error {
+			for ad.Next() {
+				if ad.Type() == unix.NFTA_DATA_VALUE {
+					*dst = ad.Bytes()
+				}
+			}
+			return nil
+		}
+	}
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.NFTA_SET_ELEM_KEY:
+			ad.Nested(value(&e.key))
+		case nftables.NFTA_SET_ELEM_KEY_END:
+			ad.Nested(value(&e.keyEnd))
+		case unix.NFTA_SET_ELEM_FLAGS:
+			e.end = ad.Uint32()&unix.NFT_SET_ELEM_INTERVAL_END != 0
+		case unix.NFTA_SET_ELEM_DATA:
+			ad.Nested(func(ad *netlink.AttributeDecoder) error {
+				for ad.Next() {
+					switch ad.Type() {
+					case unix.NFTA_DATA_VALUE:
+						e.val = ad.Bytes()
+					case unix.NFTA_DATA_VERDICT:
+						_, e.jump = decodeVerdict(ad.Bytes())
+					}
+				}
+				return nil
+			})
+		}
+	}
+	return nil
+}
+
+// monitor hears the nf_tables notifications of the namespace and keeps,
+// of the changes other processes make to flowlb's tables, what to check:
+// the changes the data plane makes itself (its socket's port) are
+// dropped by a socket filter before they are queued, so that a large
+// transaction of its own cannot overflow the socket. An overflow loses
+// notifications: the monitor counts it, and the next check reads
+// everything.
+type monitor struct {
+	c      *netlink.Conn
+	self   uint32
+	notify chan struct{}
+
+	mu      sync.Mutex
+	pending map[byte]*suspects // by family (NFPROTO_*)
+	first   time.Time          // when the oldest pending change was heard
+	losses  uint64             // overflows so far
+	err     error              // why it stopped (nil while it runs)
+}
+
+// monitorBuffer is the receive buffer of the monitor's socket (forced
+// past the system maximum, as root): room for the notifications of
+// transactions of about 100,000 elements before an overflow.
+const monitorBuffer = 32 << 20
+
+// startMonitor joins the nf_tables notifications of netns, leaving out
+// those of the socket with port self; notify (of capacity 1) gets a
+// value whenever something is pending.
+func startMonitor(netns int, self uint32, notify chan struct{}) (*monitor, error) {
+	c, err := dialNetfilter(netns)
+	if err != nil {
+		return nil, err
+	}
+	m := &monitor{c: c, self: self, notify: notify, pending: map[byte]*suspects{}}
+	if err := m.setup(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("nftables notifications: %w", err)
+	}
+	go m.run()
+	return m, nil
+}
+
+func (m *monitor) setup() error {
+	raw, err := m.c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, monitorBuffer)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return serr
+	}
+	filter, err := dropPort(m.self)
+	if err != nil {
+		return err
+	}
+	if err := m.c.SetBPF(filter); err != nil {
+		return err
+	}
+	return m.c.JoinGroup(unix.NFNLGRP_NFTABLES)
+}
+
+// dropPort is a socket filter that drops the netlink messages whose
+// header names port pid (nlmsg_pid, at offset 12, in host order). All
+// the notifications of one transaction carry its sender's port, also
+// when the kernel packs them into one buffer.
+func dropPort(pid uint32) ([]bpf.RawInstruction, error) {
+	b := binary.NativeEndian.AppendUint32(nil, pid)
+	return bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 12, Size: 4}, // loads in network order
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: binary.BigEndian.Uint32(b), SkipTrue: 1},
+		bpf.RetConstant{Val: 0xffffffff},
+		bpf.RetConstant{Val: 0},
+	})
+}
+
+func (m *monitor) run() {
+	for {
+		msgs, err := m.c.Receive()
+		if errors.Is(err, unix.ENOBUFS) {
+			m.mu.Lock()
+			m.losses++
+			m.mu.Unlock()
+			m.wake()
+			continue
+		}
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				err = errors.New("closed")
+			}
+			m.mu.Lock()
+			m.err = err
+			m.mu.Unlock()
+			m.wake()
+			return
+		}
+		now := time.Now()
+		heard := false
+		m.mu.Lock()
+		for _, msg := range msgs {
+			ev, ok := parseEvent(msg)
+			if !ok || ev.pid == m.self || ev.table != tableName {
+				continue
+			}
+			s := m.pending[ev.family]
+			if s == nil {
+				s = newSuspects()
+				m.pending[ev.family] = s
+			}
+			if s.note(ev) {
+				heard = true
+				if m.first.IsZero() {
+					m.first = now
+				}
+			}
+		}
+		m.mu.Unlock()
+		if heard {
+			m.wake()
+		}
+	}
+}
+
+func (m *monitor) wake() {
+	select {
+	case m.notify <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the pending suspects by family and when the first was
+// heard, and how many overflows there have been; err is why the monitor
+// stopped, if it did.
+func (m *monitor) take() (map[byte]*suspects, time.Time, uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, first := m.pending, m.first
+	m.pending, m.first = map[byte]*suspects{}, time.Time{}
+	return p, first, m.losses, m.err
+}
+
+// putBack returns suspects a check could not settle, to be checked again.
+func (m *monitor) putBack(p map[byte]*suspects, first time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for fam, s := range p {
+		if m.pending[fam] == nil {
+			m.pending[fam] = newSuspects()
+		}
+		m.pending[fam].merge(s)
+	}
+	if !first.IsZero() && (m.first.IsZero() || first.Before(m.first)) {
+		m.first = first
+	}
+}
+
+func (m *monitor) close() error { return m.c.Close() }
+
+// suspects are what others changed in one family's table, to check.
+type suspects struct {
+	// structure: the table, a chain or a set was changed.
+	structure bool
+	// chains whose rules another changed: written again whatever the
+	// count says (a rule replaced keeps the count).
+	chains map[string]bool
+	// sets read whole: changed as sets, or with too many elements
+	// changed to read one by one.
+	sets map[string]bool
+	// elems are the elements changed, by set.
+	elems map[string][]rawElem
+	n     int
+}
+
+// maxSuspectElems bounds the elements kept to be read one by one; past
+// it, their sets are read whole.
+const maxSuspectElems = 4096
+
+func newSuspects() *suspects {
+	return &suspects{chains: map[string]bool{}, sets: map[string]bool{}, elems: map[string][]rawElem{}}
+}
+
+func (s *suspects) empty() bool {
+	return s == nil || (!s.structure && len(s.chains) == 0 && len(s.sets) == 0 && len(s.elems) == 0)
+}
+
+// note records what an event of another process touched; false for
+// events that need no check (the generation).
+func (s *suspects) note(ev event) bool {
+	switch ev.typ {
+	case unix.NFT_MSG_NEWGEN:
+		return false
+	case unix.NFT_MSG_NEWRULE, unix.NFT_MSG_DELRULE:
+		s.structure = true
+		if ev.chain != "" {
+			s.chains[ev.chain] = true
+		}
+	case unix.NFT_MSG_NEWSET, unix.NFT_MSG_DELSET:
+		s.structure = true
+		if ev.set != "" {
+			s.sets[ev.set] = true
+		}
+	case unix.NFT_MSG_NEWSETELEM, unix.NFT_MSG_DELSETELEM:
+		if s.sets[ev.set] {
+			return true
+		}
+		if s.n+len(ev.elems) > maxSuspectElems {
+			s.sets[ev.set] = true
+			s.n -= len(s.elems[ev.set])
+			delete(s.elems, ev.set)
+			return true
+		}
+		s.elems[ev.set] = append(s.elems[ev.set], ev.elems...)
+		s.n += len(ev.elems)
+	default: // tables, chains, objects, flowtables
+		s.structure = true
+	}
+	return true
+}
+
+// merge adds o's suspects to s.
+func (s *suspects) merge(o *suspects) {
+	s.structure = s.structure || o.structure
+	for c := range o.chains {
+		s.chains[c] = true
+	}
+	for set := range o.sets {
+		s.sets[set] = true
+	}
+	for set, els := range o.elems {
+		s.note(event{typ: unix.NFT_MSG_NEWSETELEM, set: set, elems: els})
+	}
+}
