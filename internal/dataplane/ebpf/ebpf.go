@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -82,9 +83,13 @@ type Config struct {
 // Dataplane is the socket programs attached to one cgroup and the
 // services maps they read.
 type Dataplane struct {
-	cfg   Config
-	objs  socklbObjects
-	links []link.Link
+	// mu serialises changes, checks and counter reads.
+	mu  sync.Mutex
+	cfg Config
+	// cgroupID is the cgroup's, as the links report it attached.
+	cgroupID uint64
+	objs     socklbObjects
+	links    []link.Link
 	// datagramLinks are datagramHooks' links while attached (nil while
 	// not); tcpLink is the TCP counting's sock_ops program (nil where
 	// the kernel refused tcp, tcpErr says why).
@@ -159,6 +164,10 @@ func New(cfg Config) (_ *Dataplane, err error) {
 	if cfg.Cgroup == "" {
 		return nil, errors.New("ebpf data plane: no cgroup")
 	}
+	cgID, err := cgroupID(cfg.Cgroup)
+	if err != nil {
+		return nil, err
+	}
 	spec, err := loadSocklb()
 	if err != nil {
 		return nil, err
@@ -173,7 +182,7 @@ func New(cfg Config) (_ *Dataplane, err error) {
 		}
 		opts.Maps.PinPath = cfg.PinDir
 	}
-	d := &Dataplane{cfg: cfg, log: cfg.Log}
+	d := &Dataplane{cfg: cfg, log: cfg.Log, cgroupID: cgID}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -217,7 +226,7 @@ func New(cfg Config) (_ *Dataplane, err error) {
 	}, uncounted: func(k pairKey6) bool { return k.Svc.Proto == unix.IPPROTO_UDP && d.datagramLinks == nil }}
 	defer func() {
 		if err != nil {
-			d.Close()
+			d.close()
 		}
 	}()
 	var primes []func(map[flows.Key]flows.Stats) error
@@ -315,6 +324,8 @@ func (d *Dataplane) attach(name string, typ ebpf.AttachType, prog *ebpf.Program)
 // writing only the entries that differ (a first load writes them all in
 // one batch per family).
 func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	defer d.terminateEnded()
 	defer d.countDatagramsAfter()
 	var ss4, ss6 []flows.Service
@@ -340,6 +351,8 @@ func (d *Dataplane) Sync(_ context.Context, t flows.Table) error {
 // Apply writes the upserted services that differ from the maps and
 // deletes the others.
 func (d *Dataplane) Apply(_ context.Context, upserts []flows.Service, deletes []flows.Key) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.t4.stale || d.t6.stale {
 		return errors.New("ebpf data plane: a services map is out of step after a failed write; a Sync repairs it")
 	}
@@ -505,6 +518,12 @@ func (d *Dataplane) terminateEnded() {
 // Close releases this process's hold. Without PinDir that detaches the
 // programs and frees the maps; with it, the pins keep them working.
 func (d *Dataplane) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.close()
+}
+
+func (d *Dataplane) close() error {
 	if d.term != nil {
 		d.term.close()
 		d.term = nil
@@ -533,6 +552,8 @@ func (d *Dataplane) allLinks() []link.Link {
 
 // Remove detaches the programs, frees the maps and removes the pins.
 func (d *Dataplane) Remove() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	errs := []error{d.countDatagrams(false)}
 	for _, l := range d.allLinks() {
 		if d.cfg.PinDir != "" {
@@ -549,7 +570,7 @@ func (d *Dataplane) Remove() error {
 			errs = append(errs, m.Unpin())
 		}
 	}
-	errs = append(errs, d.Close())
+	errs = append(errs, d.close())
 	if d.cfg.PinDir != "" {
 		errs = append(errs, os.Remove(d.cfg.PinDir))
 	}

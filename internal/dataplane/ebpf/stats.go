@@ -79,6 +79,8 @@ func (c *counted[K]) forget(keys []K) error {
 // connection nor counted in bytes. Like Sync and Apply, it must not run
 // concurrently with them (the agent holds one lock around all three).
 func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.giveTCP()
 	out := map[flows.Key]flows.Stats{}
 	if err := d.c4.read(out); err != nil {
