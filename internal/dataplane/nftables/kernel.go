@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -54,6 +55,37 @@ func portID(c *netlink.Conn) (uint32, error) {
 		return 0, err
 	}
 	return pid, serr
+}
+
+// drainingConn is the library's connection, whose socket is emptied
+// after a refused transaction: the library stops reading at the first
+// EPERM (or ENOBUFS) of a batch, and the kernel's answers to the batch's
+// other messages, queued on the lasting socket, would answer the next
+// requests instead (every read then fails with the old error).
+type drainingConn struct {
+	*nftables.Conn
+	sock *netlink.Conn
+}
+
+// maxDrain bounds the answers read after a refused transaction (one per
+// message of the batch, at most).
+const maxDrain = 1 << 20
+
+func (c drainingConn) Flush() error {
+	err := c.Conn.Flush()
+	if err != nil && c.sock != nil {
+		// The kernel handled the whole batch in the send: what it had to
+		// say is queued already.
+		// Each of them may be an error itself: read until none is left.
+		_ = c.sock.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		for range maxDrain {
+			if _, rerr := c.sock.Receive(); errors.Is(rerr, os.ErrDeadlineExceeded) || errors.Is(rerr, net.ErrClosed) {
+				break
+			}
+		}
+		_ = c.sock.SetReadDeadline(time.Time{})
+	}
+	return err
 }
 
 // nftMsg is the header type of an nf_tables message.
@@ -270,11 +302,20 @@ type monitor struct {
 	self   uint32
 	notify chan struct{}
 
-	mu      sync.Mutex
-	pending map[byte]*suspects // by family (NFPROTO_*)
-	first   time.Time          // when the oldest pending change was heard
-	losses  uint64             // overflows so far
-	err     error              // why it stopped (nil while it runs)
+	mu sync.Mutex
+	// pending are the changes of whole transactions (each ends with its
+	// NEWGEN), by family (NFPROTO_*); current, those of the transaction
+	// being heard. A check acts on whole transactions only: one that
+	// acted on part of a transaction would meet the rest afterwards and
+	// take it for a new change (a table deletion's rules, heard after
+	// the table was rebuilt).
+	pending map[byte]*suspects
+	current map[byte]*suspects
+	heard   bool      // current holds something
+	first   time.Time // when the oldest pending change was heard
+	started time.Time // when the current transaction's first change was
+	losses  uint64    // overflows so far
+	err     error     // why it stopped (nil while it runs)
 }
 
 // monitorBuffer is the receive buffer of the monitor's socket (forced
@@ -290,7 +331,7 @@ func startMonitor(netns int, self uint32, notify chan struct{}) (*monitor, error
 	if err != nil {
 		return nil, err
 	}
-	m := &monitor{c: c, self: self, notify: notify, pending: map[byte]*suspects{}}
+	m := &monitor{c: c, self: self, notify: notify, pending: map[byte]*suspects{}, current: map[byte]*suspects{}}
 	if err := m.setup(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("nftables notifications: %w", err)
@@ -342,7 +383,8 @@ func (m *monitor) run() {
 		msgs, err := m.c.Receive()
 		if errors.Is(err, unix.ENOBUFS) {
 			m.mu.Lock()
-			m.losses++
+			m.losses++ // the next check reads everything
+			m.current, m.heard = map[byte]*suspects{}, false
 			m.mu.Unlock()
 			m.wake()
 			continue
@@ -358,27 +400,43 @@ func (m *monitor) run() {
 			return
 		}
 		now := time.Now()
-		heard := false
+		ended := false
 		m.mu.Lock()
 		for _, msg := range msgs {
 			ev, ok := parseEvent(msg)
-			if !ok || ev.pid == m.self || ev.table != tableName {
+			if !ok || ev.pid == m.self {
 				continue
 			}
-			s := m.pending[ev.family]
+			if ev.typ == unix.NFT_MSG_NEWGEN {
+				// The end of a transaction: its changes are whole.
+				if m.heard {
+					for fam, s := range m.current {
+						if m.pending[fam] == nil {
+							m.pending[fam] = newSuspects()
+						}
+						m.pending[fam].merge(s)
+					}
+					if m.first.IsZero() {
+						m.first = m.started
+					}
+					m.current, m.heard, ended = map[byte]*suspects{}, false, true
+				}
+				continue
+			}
+			if ev.table != tableName {
+				continue
+			}
+			s := m.current[ev.family]
 			if s == nil {
 				s = newSuspects()
-				m.pending[ev.family] = s
+				m.current[ev.family] = s
 			}
-			if s.note(ev) {
-				heard = true
-				if m.first.IsZero() {
-					m.first = now
-				}
+			if s.note(ev) && !m.heard {
+				m.heard, m.started = true, now
 			}
 		}
 		m.mu.Unlock()
-		if heard {
+		if ended {
 			m.wake()
 		}
 	}

@@ -114,7 +114,9 @@ func New(netnsFd int, node string, options ...Option) (*Dataplane, error) {
 	// transaction on it, with no socket set-up.
 	// Its port tells its own changes from others' in notifications.
 	var self uint32
+	var sock *netlink.Conn
 	port := func(c *netlink.Conn) (err error) {
+		sock = c
 		self, err = portID(c)
 		return err
 	}
@@ -138,7 +140,7 @@ func New(netnsFd int, node string, options ...Option) (*Dataplane, error) {
 	// reads every element.
 	drift := make(chan struct{}, 1)
 	mon, monErr := startMonitor(netnsFd, self, drift)
-	d, err := newDataplane(c, node, netlinkProbe{k: reader}, options)
+	d, err := newDataplane(drainingConn{Conn: c, sock: sock}, node, netlinkProbe{k: reader}, options)
 	if err != nil {
 		rc.Close()
 		if mon != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowlb/flowlb/internal/dataplane"
 	"github.com/flowlb/flowlb/internal/flows"
@@ -203,6 +204,43 @@ func TestVerifyRepairsForeignChanges(t *testing.T) {
 				check, err := dp.Verify(ctx)
 				return err == nil && check.Repairs() == 0, check.Scope
 			})
+		}
+	})
+}
+
+// TestRefusedTransactionLeavesTheSocketClean: after the kernel refuses a
+// transaction with EPERM (flowlb's table taken by another process that
+// owns it), the data plane's next requests get their own answers, not
+// the refused batch's: once the other process is gone, a check rebuilds
+// the table and a change applies. (The library stops reading a batch's
+// answers at its first EPERM; they answered the next requests, each of
+// which then failed with the old error.)
+func TestRefusedTransactionLeavesTheSocketClean(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		ctx := context.Background()
+		tab := svc(flows.RoundRobin, backendAddrs...)
+		if err := dp.Sync(ctx, tab); err != nil {
+			t.Fatal(err)
+		}
+		release := testutil.TakeNftablesTable(t, unix.NFPROTO_IPV4, tableName)
+		if err := dp.Sync(ctx, svc(flows.RoundRobin, backendAddrs[:2]...)); err == nil {
+			t.Fatal("a change to a table another owns was not refused")
+		}
+		if _, err := dp.conn.ListTableOfFamily(tableName, nftables.TableFamilyIPv6); err != nil {
+			t.Fatalf("reading the other table after the refusal: %v", err)
+		}
+		release()
+		check, err := dp.Verify(ctx)
+		if err != nil || check.Repaired[dataplane.Table] != 1 {
+			t.Fatalf("check once the other process is gone: %+v, %v", check, err)
+		}
+		if err := dp.Sync(ctx, svc(flows.RoundRobin, backendAddrs[:2]...)); err != nil {
+			t.Fatalf("change after the rebuild: %v", err)
 		}
 	})
 }
