@@ -1,8 +1,13 @@
 // Package agent is the node side of the agent stream: it subscribes to
-// one of the server replicas with its node name and last programmed
-// revision, applies snapshots and deltas to the data plane, acknowledges
-// what it programmed, and moves to another replica when it loses one. It
-// is fail-static: losing the servers changes nothing in the kernel.
+// one of the server replicas with its node name and the revision its
+// kernel holds, takes snapshots and deltas into the node's desired state
+// (desired.go), and moves to another replica when it loses one. Apart
+// from the stream, a reconciler (reconcile.go) makes the kernel hold the
+// desired state: it writes what changed, retries what the kernel refuses
+// with backoff, checks the kernel periodically and when a data plane
+// hears of another process's change, repairs it, and acknowledges each
+// revision once the kernel holds it. It is fail-static: losing the
+// servers changes nothing in the kernel.
 package agent
 
 import (
@@ -76,20 +81,36 @@ type Config struct {
 	// NoHealth disables health probing (the server then sees no verdicts
 	// from this agent; another agent should probe).
 	NoHealth bool
+	// Verifiers check the kernel against what the data planes programmed
+	// and repair it (nil: the Programmer, if it is a Verifier).
+	Verifiers []Verifier
+	// VerifyInterval is how often they check (0: DefaultVerifyInterval;
+	// negative: only when a data plane hears of another's change).
+	VerifyInterval time.Duration
 }
 
 // Agent runs the loop.
 type Agent struct {
-	cfg Config
-	dp  Programmer
-	log *slog.Logger
+	cfg       Config
+	dp        Programmer
+	verifiers []Verifier
+	log       *slog.Logger
 
-	mu         sync.Mutex
-	epoch      string
-	rev        int64
-	programmed bool      // a snapshot is in the kernel
-	table      *table    // as received
-	flat       *flatView // as programmed: flattened for this node
+	// want is what the kernel should hold; the stream writes it.
+	want *desired
+
+	// kmu serialises the data planes' use (writes, checks, counter
+	// reads) and guards what the reconciler knows the kernel holds:
+	// kernel, as this node serves it, and force, a whole write next.
+	kmu    sync.Mutex
+	kernel map[flows.Key]flows.Service
+	force  bool
+
+	// stMu guards ks, the kernel's state against the desired one; news
+	// wakes the live session when there is an ack or a status to send.
+	stMu sync.Mutex
+	ks   kernelState
+	news chan struct{}
 
 	// The newest update received (it may still wait to be programmed).
 	recvMu    sync.Mutex
@@ -97,7 +118,7 @@ type Agent struct {
 	recvRev   int64
 
 	m        *metrics
-	lastSync time.Time
+	lastSync time.Time // the last update taken (MinInterval)
 
 	// Health: the probes this agent runs and where their transitions go.
 	health      *health.Runner
@@ -115,8 +136,13 @@ type Agent struct {
 
 // New returns an agent programming dp.
 func New(cfg Config, dp Programmer, log *slog.Logger) *Agent {
-	a := &Agent{cfg: cfg, dp: dp, log: log, table: newTable(), flat: newFlatView(cfg.Node, cfg.Zone, nil), m: newMetrics(cfg.Metrics, cfg.Identity), resolved: map[string][]string{},
-		transitions: make(chan health.Transition, 1024)}
+	a := &Agent{cfg: cfg, dp: dp, log: log, want: newDesired(cfg.Node, cfg.Zone), kernel: map[flows.Key]flows.Service{},
+		ks: kernelState{repaired: map[string]uint64{}}, news: make(chan struct{}, 1),
+		m: newMetrics(cfg.Metrics, cfg.Identity), resolved: map[string][]string{}, transitions: make(chan health.Transition, 1024)}
+	a.verifiers = cfg.Verifiers
+	if v, ok := dp.(Verifier); ok && a.verifiers == nil {
+		a.verifiers = []Verifier{v}
+	}
 	if !cfg.NoHealth {
 		a.health = health.NewRunner(a.transitions, health.NewMetrics(cfg.Metrics))
 	}
@@ -141,11 +167,11 @@ func (a *Agent) IdentityExpiry() time.Time {
 	return time.Time{}
 }
 
-// Revision is the last programmed revision.
+// Revision is the revision the kernel holds.
 func (a *Agent) Revision() (string, int64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.epoch, a.rev
+	a.stMu.Lock()
+	defer a.stMu.Unlock()
+	return a.ks.epoch, a.ks.rev
 }
 
 // noteReceived records the newest update received.
@@ -155,23 +181,41 @@ func (a *Agent) noteReceived(u *agentv1.Update) {
 	a.recvMu.Unlock()
 }
 
-// Ready is nil when the kernel holds the flows of the newest revision
-// received: a snapshot was programmed and no received update waits. It
-// stays nil between sessions, as the flows do (fail-static); the error
-// says what is missing. This is the agent's /readyz.
-func (a *Agent) Ready() error {
+func (a *Agent) received() (string, int64) {
 	a.recvMu.Lock()
-	re, rr := a.recvEpoch, a.recvRev
-	a.recvMu.Unlock()
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.recvMu.Unlock()
+	return a.recvEpoch, a.recvRev
+}
+
+// Ready is nil when the kernel holds the flows of the newest revision
+// received: a snapshot was programmed, no received update waits, and the
+// kernel takes the agent's writes and repairs. It stays nil between
+// sessions, as the flows do (fail-static); the error says what is
+// missing. This is the agent's /readyz.
+func (a *Agent) Ready() error {
+	re, rr := a.received()
+	_, _, version, _ := a.want.at()
+	a.stMu.Lock()
+	defer a.stMu.Unlock()
+	ks := a.ks
+	refusing := func() string {
+		if !ks.refusing {
+			return ""
+		}
+		return fmt.Sprintf("; the kernel refuses the agent's writes since %s (%d attempts): %v", ks.since.Format(time.RFC3339), ks.attempts, ks.lastErr)
+	}
 	switch {
-	case !a.programmed && rr == 0 && re == "":
+	case !ks.snapshot && rr == 0 && re == "":
 		return errors.New("no snapshot received from a server yet")
-	case !a.programmed:
-		return fmt.Errorf("snapshot (revision %d) not programmed yet", rr)
-	case re != a.epoch || rr != a.rev:
-		return fmt.Errorf("revision %d received, %d programmed", rr, a.rev)
+	case !ks.snapshot:
+		return fmt.Errorf("snapshot (revision %d) not programmed yet%s", rr, refusing())
+	case re != ks.epoch || rr != ks.rev:
+		return fmt.Errorf("revision %d received, %d programmed%s", rr, ks.rev, refusing())
+	case ks.version != version:
+		return fmt.Errorf("the node's addresses changed, not programmed yet%s", refusing())
+	case ks.refusing:
+		return fmt.Errorf("the kernel is not as programmed: the repair of another process's change is refused since %s (%d attempts): %v",
+			ks.since.Format(time.RFC3339), ks.attempts, ks.lastErr)
 	}
 	return nil
 }
@@ -187,6 +231,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.Stats != nil && a.cfg.StatsInterval > 0 {
 		go a.reportStats(ctx)
 	}
+	go a.reconcile(ctx)
 	backoff := minBackoff
 	lost := ""
 	for ctx.Err() == nil {
@@ -209,72 +254,28 @@ func (a *Agent) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// apply programs one update; the in-memory table changes only when the
-// kernel did. A snapshot syncs the whole table, a delta applies only
-// what differs from the table.
-func (a *Agent) apply(ctx context.Context, u *agentv1.Update) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	start := time.Now()
-	kind := "delta"
-	if u.GetSnapshot() {
-		kind = "snapshot"
+// desire takes one (merged) update into the desired state, and hands
+// its probes to the health runner; the reconciler programs it.
+func (a *Agent) desire(ctx context.Context, u *agentv1.Update) {
+	a.want.receive(u)
+	a.lastSync = time.Now()
+	if u.GetProbesSet() && a.health != nil {
+		a.health.Set(context.WithoutCancel(ctx), checks(u.GetProbes()))
 	}
-	defer func() { a.m.syncSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds()) }()
-	if u.GetSnapshot() {
-		next := newTable()
-		next.apply(plan(next, u))
-		held := a.flat.all(next.services)
-		if err := a.dp.Sync(ctx, flows.Table{Revision: u.GetRevision(), Services: held}); err != nil {
-			return err
-		}
-		a.table = next
-		a.flat.reset(next, held)
-	} else {
-		c := plan(a.table, u)
-		kc := a.flat.translate(a.table, c)
-		if err := a.dp.Apply(ctx, kc.upserts, kc.deletes); err != nil {
-			return err
-		}
-		a.flat.commit(a.table, c, kc)
-		a.table.apply(c)
-	}
-	a.epoch, a.rev, a.programmed = u.GetEpoch(), u.GetRevision(), true
-	a.m.programmed.Set(float64(a.rev))
-	a.m.services.Set(float64(len(a.table.services)))
-	if a.cfg.OnProgrammed != nil {
-		a.cfg.OnProgrammed(a.table.services)
-	}
-	return nil
 }
 
 // SetNodeAddresses sets the node's addresses that serve node ports (the
 // data plane's): a VIP's backend on one of them whose port is a node port
 // of the table stands for that node port's endpoints (flatten.go). The
-// services this changes are programmed at once; on an error nothing
-// changes and the caller tries again.
-func (a *Agent) SetNodeAddresses(ctx context.Context, addrs []netip.Addr) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.flat.sameAddresses(addrs) {
-		return nil
-	}
-	v := newFlatView(a.cfg.Node, a.cfg.Zone, addrs)
-	held := v.all(a.table.services)
-	if a.programmed {
-		c := diffAll(a.flat.held, held)
-		if err := a.dp.Apply(ctx, c.upserts, c.deletes); err != nil {
-			return fmt.Errorf("node addresses: %w", err)
-		}
-	}
-	v.reset(a.table, held)
-	a.flat = v
+// reconciler programs the services this changes.
+func (a *Agent) SetNodeAddresses(_ context.Context, addrs []netip.Addr) error {
+	a.want.setAddresses(a.cfg.Node, a.cfg.Zone, addrs)
 	return nil
 }
 
 // Table returns a copy of the table as received (before flattening).
 func (a *Agent) Table() map[flows.Key]flows.Service {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.table.clone()
+	a.want.mu.Lock()
+	defer a.want.mu.Unlock()
+	return a.want.table.clone()
 }

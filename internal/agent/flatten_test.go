@@ -258,17 +258,20 @@ func TestAgentFlattensOwnNodePorts(t *testing.T) {
 		want string
 	}{
 		{"snapshot", func() error {
-			return a.apply(ctx, &agentv1.Update{Snapshot: true, Revision: 1, Upserts: []*agentv1.Service{flowpb.ServiceToProto(vip), flowpb.ServiceToProto(port)}})
+			return a.program(ctx, &agentv1.Update{Snapshot: true, Revision: 1, Upserts: []*agentv1.Service{flowpb.ServiceToProto(vip), flowpb.ServiceToProto(port)}})
 		}, "198.19.0.10:80/TCP SOURCE_IP_PORT 198.18.17.2:8080*1@n1 198.18.0.2:30080*1"},
 		{"the node port's endpoints change: the VIP follows", func() error {
 			p := np(flows.TCP, 30080, false, be("198.18.17.3", 8080, 1, "n1"), be("198.18.18.3", 8080, 1, "n2"))
-			return a.apply(ctx, &agentv1.Update{Revision: 2, Upserts: []*agentv1.Service{flowpb.ServiceToProto(p)}})
+			return a.program(ctx, &agentv1.Update{Revision: 2, Upserts: []*agentv1.Service{flowpb.ServiceToProto(p)}})
 		}, "198.19.0.10:80/TCP SOURCE_IP_PORT 198.18.17.3:8080*1@n1 198.18.18.3:8080*1@n2 198.18.0.2:30080*2"},
 		{"the node's address changes: the other member is this node's", func() error {
-			return a.SetNodeAddresses(ctx, []netip.Addr{netip.MustParseAddr("198.18.0.2")})
+			if err := a.SetNodeAddresses(ctx, []netip.Addr{netip.MustParseAddr("198.18.0.2")}); err != nil {
+				return err
+			}
+			return a.kernelRound(ctx, false)
 		}, "198.19.0.10:80/TCP SOURCE_IP_PORT 198.18.0.1:30080*2 198.18.17.3:8080*1@n1 198.18.18.3:8080*1@n2"},
 		{"the node port goes: the member as received", func() error {
-			return a.apply(ctx, &agentv1.Update{Revision: 3, Deletes: []*agentv1.ServiceKey{flowpb.KeyToProto(port.Key)}})
+			return a.program(ctx, &agentv1.Update{Revision: 3, Deletes: []*agentv1.ServiceKey{flowpb.KeyToProto(port.Key)}})
 		}, "198.19.0.10:80/TCP SOURCE_IP_PORT 198.18.0.1:30080*1 198.18.0.2:30080*1"},
 	}
 	for _, s := range steps {

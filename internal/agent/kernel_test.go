@@ -173,7 +173,7 @@ func TestKernelVIPToOwnNodePort(t *testing.T) {
 		if err := a.SetNodeAddresses(t.Context(), nodeAddrs); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.apply(t.Context(), &agentv1.Update{Snapshot: true, Revision: 1,
+		if err := a.program(t.Context(), &agentv1.Update{Snapshot: true, Revision: 1,
 			Upserts: []*agentv1.Service{flowpb.ServiceToProto(vip), flowpb.ServiceToProto(port)}}); err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +186,7 @@ func TestKernelVIPToOwnNodePort(t *testing.T) {
 			}
 		}
 		port.Backends = []flows.Backend{be("198.18.17.3", 8080, 1, "n1")}
-		if err := a.apply(t.Context(), &agentv1.Update{Revision: 2, Upserts: []*agentv1.Service{flowpb.ServiceToProto(port)}}); err != nil {
+		if err := a.program(t.Context(), &agentv1.Update{Revision: 2, Upserts: []*agentv1.Service{flowpb.ServiceToProto(port)}}); err != nil {
 			t.Fatal(err)
 		}
 		if got := fromClient("198.19.0.10:80"); got != "198.18.17.3:8080 198.18.1.2" {
@@ -280,7 +280,7 @@ func TestKernelVIPToOwnLocalOnlyNodePort(t *testing.T) {
 			{"Cluster", false, "198.18.17.2:8080 198.18.17.1"},
 		} {
 			port.LocalOnly = tc.localOnly
-			if err := a.apply(t.Context(), &agentv1.Update{Snapshot: true, Revision: int64(i + 1),
+			if err := a.program(t.Context(), &agentv1.Update{Snapshot: true, Revision: int64(i + 1),
 				Upserts: []*agentv1.Service{flowpb.ServiceToProto(vip), flowpb.ServiceToProto(port)}}); err != nil {
 				t.Fatal(err)
 			}

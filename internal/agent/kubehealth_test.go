@@ -70,7 +70,7 @@ func TestHealthCheckNodePortFollowsUpdates(t *testing.T) {
 		{&agentv1.Update{Epoch: "e", Revision: 4, Loadbalancers: []*agentv1.LoadBalancerServices{lb("lb")}}, 0, -1},
 	} {
 		a.noteReceived(step.u)
-		if err := a.apply(ctx, step.u); err != nil {
+		if err := a.program(ctx, step.u); err != nil {
 			t.Fatal(err)
 		}
 		if status, eps := get(); status != step.status || eps != step.eps {

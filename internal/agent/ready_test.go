@@ -33,7 +33,7 @@ func TestReady(t *testing.T) {
 	for i, s := range steps {
 		a.noteReceived(s.u)
 		if s.program {
-			if err := a.apply(ctx, s.u); err != nil {
+			if err := a.program(ctx, s.u); err != nil {
 				t.Fatal(err)
 			}
 		}

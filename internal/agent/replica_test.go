@@ -65,6 +65,14 @@ type replica struct {
 
 	mu     sync.Mutex
 	hellos []*agentv1.Hello
+	acks   []int64 // in the order received
+}
+
+// acked returns the revisions acknowledged so far.
+func (r *replica) acked() []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.acks)
 }
 
 // startReplica serves log on ln until the test ends or kill.
@@ -89,7 +97,7 @@ func (r *replica) lastHello() *agentv1.Hello {
 }
 
 // Subscribe sends what the agent lacks, then every new revision; acks
-// are read and dropped.
+// are recorded.
 func (r *replica) Subscribe(stream agentv1.Agent_SubscribeServer) error {
 	m, err := stream.Recv()
 	if err != nil {
@@ -101,8 +109,14 @@ func (r *replica) Subscribe(stream agentv1.Agent_SubscribeServer) error {
 	r.mu.Unlock()
 	go func() {
 		for {
-			if _, err := stream.Recv(); err != nil {
+			m, err := stream.Recv()
+			if err != nil {
 				return
+			}
+			if ack := m.GetAck(); ack != nil {
+				r.mu.Lock()
+				r.acks = append(r.acks, ack.GetRevision())
+				r.mu.Unlock()
 			}
 		}
 	}()

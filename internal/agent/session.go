@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -18,10 +17,11 @@ import (
 
 // session runs one subscription to addr: connect and say hello within
 // handshakeTimeout, then receive in the background while the updates are
-// programmed and acknowledged in batches, until the stream or the data
-// plane fails. It was useful if the server took the hello and sent an
-// update or kept the stream for usefulAfter, and the data plane took
-// what it was given.
+// taken into the desired state in batches, and send what the reconciler
+// has for the server (acknowledgements, the kernel's status), until the
+// stream fails. The kernel refusing a write does not end it. It was
+// useful if the server took the hello and sent an update or kept the
+// stream for usefulAfter.
 func (a *Agent) session(ctx context.Context, addr string) (bool, error) {
 	if id := a.cfg.Identity; id != nil && !id.usable(a.cfg.Node, time.Now()) {
 		// On a connection of its own: the stream's must present the
@@ -41,7 +41,7 @@ func (a *Agent) session(ctx context.Context, addr string) (bool, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := a.handshake(ctx, cancel, conn)
+	stream, hello, err := a.handshake(ctx, cancel, conn)
 	if err != nil {
 		return false, fmt.Errorf("server %s: %w", addr, err)
 	}
@@ -53,15 +53,10 @@ func (a *Agent) session(ctx context.Context, addr string) (bool, error) {
 	}
 	var received atomic.Bool
 	updates, recvErr := a.receive(ctx, stream, &received)
-	err = a.programLoop(ctx, stream, updates, recvErr)
-	useful := (received.Load() || time.Since(start) >= usefulAfter) && !errors.Is(err, errProgram)
+	err = a.programLoop(ctx, stream, updates, recvErr, told{epoch: hello.GetEpoch(), acked: hello.GetLastRevision()})
+	useful := received.Load() || time.Since(start) >= usefulAfter
 	return useful, fmt.Errorf("server %s: %w", addr, err)
 }
-
-// errProgram marks a session ended by the data plane, not the server: it
-// was not useful, so that a kernel refusing a change leads to backoff
-// rather than to reconnecting at once for the same change.
-var errProgram = errors.New("program the data plane")
 
 const (
 	serverPing        = 10 * time.Second
@@ -142,27 +137,28 @@ func (a *Agent) renew(ctx context.Context, addr string) error {
 
 // handshake opens the stream and says hello, or gives up after
 // handshakeTimeout (cancel ends the stream's context).
-func (a *Agent) handshake(ctx context.Context, cancel context.CancelFunc, conn *grpc.ClientConn) (agentv1.Agent_SubscribeClient, error) {
+func (a *Agent) handshake(ctx context.Context, cancel context.CancelFunc, conn *grpc.ClientConn) (agentv1.Agent_SubscribeClient, *agentv1.Hello, error) {
 	timer := time.AfterFunc(handshakeTimeout, cancel)
-	stream, err := a.hello(ctx, conn)
+	stream, hello, err := a.hello(ctx, conn)
 	if !timer.Stop() {
-		return nil, fmt.Errorf("no answer within %s", handshakeTimeout)
+		return nil, nil, fmt.Errorf("no answer within %s", handshakeTimeout)
 	}
-	return stream, err
+	return stream, hello, err
 }
 
-// hello opens the stream and names this node and the revision it has
-// programmed, so that the server sends only what it lacks.
-func (a *Agent) hello(ctx context.Context, conn *grpc.ClientConn) (agentv1.Agent_SubscribeClient, error) {
+// hello opens the stream and names this node and the revision its kernel
+// holds, so that the server sends only what it lacks.
+func (a *Agent) hello(ctx context.Context, conn *grpc.ClientConn) (agentv1.Agent_SubscribeClient, *agentv1.Hello, error) {
 	stream, err := agentv1.NewAgentClient(conn).Subscribe(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	epoch, rev := a.Revision()
-	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{Node: a.cfg.Node, LastRevision: rev, Epoch: epoch}}}); err != nil {
-		return nil, err
+	hello := &agentv1.Hello{Node: a.cfg.Node, LastRevision: rev, Epoch: epoch}
+	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: hello}}); err != nil {
+		return nil, nil, err
 	}
-	return stream, nil
+	return stream, hello, nil
 }
 
 // attach makes stream, to the server at addr, the live session, on
@@ -228,29 +224,49 @@ func (a *Agent) receive(ctx context.Context, stream agentv1.Agent_SubscribeClien
 	return updates, recvErr
 }
 
-// programLoop programs the queued updates in merged batches and
-// acknowledges each batch's revision.
-func (a *Agent) programLoop(ctx context.Context, stream agentv1.Agent_SubscribeClient, updates <-chan *agentv1.Update, recvErr <-chan error) error {
+// told is what one session has told the server: the epoch of its
+// revisions (the hello's, then the updates'), the revision acknowledged
+// (the hello's counts), and the kernel's status sent (its news).
+type told struct {
+	epoch  string
+	acked  int64
+	news   uint64
+	status bool
+}
+
+// programLoop takes the queued updates into the desired state in merged
+// batches, and sends what the reconciler has for the server: an Ack for
+// each revision the kernel reaches, and the kernel's status at the start
+// and when it changes.
+func (a *Agent) programLoop(ctx context.Context, stream agentv1.Agent_SubscribeClient, updates <-chan *agentv1.Update, recvErr <-chan error, t told) error {
 	for {
+		if err := a.sendNews(stream, &t); err != nil {
+			return err
+		}
 		batch, err := a.nextBatch(ctx, updates, recvErr)
 		if err != nil {
 			return err
 		}
-		if err := a.programAndAck(ctx, stream, merge(batch)); err != nil {
-			return err
+		if len(batch) > 0 {
+			u := merge(batch)
+			t.epoch = u.GetEpoch()
+			a.desire(ctx, u)
 		}
 	}
 }
 
 // nextBatch waits for an update, then for MinInterval since the last
-// change, and returns it with every update queued meanwhile. The end of
-// ctx ends the wait: the receiver may have stopped on it with an update
-// in hand, leaving neither an update nor an error to come.
+// one taken, and returns it with every update queued meanwhile; or
+// returns nothing when the reconciler has news to send. The end of ctx
+// ends the wait: the receiver may have stopped on it with an update in
+// hand, leaving neither an update nor an error to come.
 func (a *Agent) nextBatch(ctx context.Context, updates <-chan *agentv1.Update, recvErr <-chan error) ([]*agentv1.Update, error) {
 	var batch []*agentv1.Update
 	select {
 	case u := <-updates:
 		batch = append(batch, u)
+	case <-a.news:
+		return nil, nil
 	case err := <-recvErr:
 		return nil, err
 	case <-ctx.Done():
@@ -273,16 +289,22 @@ func (a *Agent) nextBatch(ctx context.Context, updates <-chan *agentv1.Update, r
 	}
 }
 
-// programAndAck programs one merged update, hands its probes to the
-// health runner, and acknowledges its revision.
-func (a *Agent) programAndAck(ctx context.Context, stream agentv1.Agent_SubscribeClient, u *agentv1.Update) error {
-	if err := a.apply(ctx, u); err != nil {
-		a.m.errors.Inc()
-		return fmt.Errorf("%w: revision %d: %w", errProgram, u.GetRevision(), err)
+// sendNews acknowledges the revision the kernel holds, if it is newer
+// than the last acknowledged and of the session's epoch, and sends the
+// kernel's status if it changed.
+func (a *Agent) sendNews(stream agentv1.Agent_SubscribeClient, t *told) error {
+	epoch, rev := a.Revision()
+	if epoch == t.epoch && rev > t.acked {
+		if err := a.send(stream, &agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Ack{Ack: &agentv1.Ack{Revision: rev}}}); err != nil {
+			return err
+		}
+		t.acked = rev
 	}
-	a.lastSync = time.Now()
-	if u.GetProbesSet() && a.health != nil {
-		a.health.Set(context.WithoutCancel(ctx), checks(u.GetProbes()))
+	if msg, news := a.statusMessage(); !t.status || news != t.news {
+		if err := a.send(stream, msg); err != nil {
+			return err
+		}
+		t.status, t.news = true, news
 	}
-	return a.send(stream, &agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Ack{Ack: &agentv1.Ack{Revision: u.GetRevision()}}})
+	return nil
 }

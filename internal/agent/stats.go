@@ -116,17 +116,17 @@ func (a *Agent) reportStats(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		// Under the agent's lock: the data plane's record of what is
+		// Under the kernel's lock: the data plane's record of what is
 		// programmed must not change during the read. What a failed read
 		// returns was zeroed in the kernel already: kept all the same.
-		a.mu.Lock()
+		a.kmu.Lock()
 		t0 := time.Now()
 		read, err := a.cfg.Stats.ReadStats()
 		took := time.Since(t0)
 		// The services as the kernel holds them: a member flattened into
 		// its node port's endpoints is counted at their addresses.
-		pending = mergeStats(pending, read, a.flat.held)
-		a.mu.Unlock()
+		pending = mergeStats(pending, read, a.kernel)
+		a.kmu.Unlock()
 		a.m.statsRead.Observe(took.Seconds())
 		if next := statsWait(a.cfg.StatsInterval, took); next != wait {
 			if next > a.cfg.StatsInterval || wait > a.cfg.StatsInterval {

@@ -130,6 +130,7 @@ type AgentMessage struct {
 	//	*AgentMessage_Ack
 	//	*AgentMessage_Health
 	//	*AgentMessage_Stats
+	//	*AgentMessage_Kernel
 	Msg           isAgentMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -208,6 +209,15 @@ func (x *AgentMessage) GetStats() *StatsReport {
 	return nil
 }
 
+func (x *AgentMessage) GetKernel() *KernelStatus {
+	if x != nil {
+		if x, ok := x.Msg.(*AgentMessage_Kernel); ok {
+			return x.Kernel
+		}
+	}
+	return nil
+}
+
 type isAgentMessage_Msg interface {
 	isAgentMessage_Msg()
 }
@@ -228,6 +238,10 @@ type AgentMessage_Stats struct {
 	Stats *StatsReport `protobuf:"bytes,4,opt,name=stats,proto3,oneof"`
 }
 
+type AgentMessage_Kernel struct {
+	Kernel *KernelStatus `protobuf:"bytes,5,opt,name=kernel,proto3,oneof"`
+}
+
 func (*AgentMessage_Hello) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Ack) isAgentMessage_Msg() {}
@@ -235,6 +249,104 @@ func (*AgentMessage_Ack) isAgentMessage_Msg() {}
 func (*AgentMessage_Health) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Stats) isAgentMessage_Msg() {}
+
+func (*AgentMessage_Kernel) isAgentMessage_Msg() {}
+
+// KernelStatus is how the node's kernel stands against the flows the
+// agent was sent: whether it refuses the agent's writes (the agent
+// retries with backoff, on the same stream), and the repairs of changes
+// other processes made to it. Sent at the start of a session and when it
+// changes, never per retry.
+type KernelStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why the kernel refuses writes: the last refusal's error, empty while
+	// it takes them.
+	Refusal string `protobuf:"bytes,1,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	// When the refusals began (Unix milliseconds), and how many writes
+	// were refused since.
+	RefusingSinceUnixMs int64  `protobuf:"varint,2,opt,name=refusing_since_unix_ms,json=refusingSinceUnixMs,proto3" json:"refusing_since_unix_ms,omitempty"`
+	RefusedAttempts     uint64 `protobuf:"varint,3,opt,name=refused_attempts,json=refusedAttempts,proto3" json:"refused_attempts,omitempty"`
+	// Objects repaired since the agent started (tables, chains, sets,
+	// elements, eBPF map entries and attachments), and the last repair:
+	// when (Unix milliseconds) and what.
+	Repairs          uint64 `protobuf:"varint,4,opt,name=repairs,proto3" json:"repairs,omitempty"`
+	LastRepairUnixMs int64  `protobuf:"varint,5,opt,name=last_repair_unix_ms,json=lastRepairUnixMs,proto3" json:"last_repair_unix_ms,omitempty"`
+	LastRepair       string `protobuf:"bytes,6,opt,name=last_repair,json=lastRepair,proto3" json:"last_repair,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *KernelStatus) Reset() {
+	*x = KernelStatus{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelStatus) ProtoMessage() {}
+
+func (x *KernelStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelStatus.ProtoReflect.Descriptor instead.
+func (*KernelStatus) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *KernelStatus) GetRefusal() string {
+	if x != nil {
+		return x.Refusal
+	}
+	return ""
+}
+
+func (x *KernelStatus) GetRefusingSinceUnixMs() int64 {
+	if x != nil {
+		return x.RefusingSinceUnixMs
+	}
+	return 0
+}
+
+func (x *KernelStatus) GetRefusedAttempts() uint64 {
+	if x != nil {
+		return x.RefusedAttempts
+	}
+	return 0
+}
+
+func (x *KernelStatus) GetRepairs() uint64 {
+	if x != nil {
+		return x.Repairs
+	}
+	return 0
+}
+
+func (x *KernelStatus) GetLastRepairUnixMs() int64 {
+	if x != nil {
+		return x.LastRepairUnixMs
+	}
+	return 0
+}
+
+func (x *KernelStatus) GetLastRepair() string {
+	if x != nil {
+		return x.LastRepair
+	}
+	return ""
+}
 
 // StatsReport is what the node counted per service since its previous
 // report (deltas: the kernel's counters are zeroed as they are read), and
@@ -252,7 +364,7 @@ type StatsReport struct {
 
 func (x *StatsReport) Reset() {
 	*x = StatsReport{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -264,7 +376,7 @@ func (x *StatsReport) String() string {
 func (*StatsReport) ProtoMessage() {}
 
 func (x *StatsReport) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -277,7 +389,7 @@ func (x *StatsReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsReport.ProtoReflect.Descriptor instead.
 func (*StatsReport) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StatsReport) GetServices() []*ServiceStats {
@@ -317,7 +429,7 @@ type ServiceStats struct {
 
 func (x *ServiceStats) Reset() {
 	*x = ServiceStats{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -329,7 +441,7 @@ func (x *ServiceStats) String() string {
 func (*ServiceStats) ProtoMessage() {}
 
 func (x *ServiceStats) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -342,7 +454,7 @@ func (x *ServiceStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceStats.ProtoReflect.Descriptor instead.
 func (*ServiceStats) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ServiceStats) GetKey() *ServiceKey {
@@ -426,7 +538,7 @@ type MemberStats struct {
 
 func (x *MemberStats) Reset() {
 	*x = MemberStats{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +550,7 @@ func (x *MemberStats) String() string {
 func (*MemberStats) ProtoMessage() {}
 
 func (x *MemberStats) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +563,7 @@ func (x *MemberStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStats.ProtoReflect.Descriptor instead.
 func (*MemberStats) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MemberStats) GetMemberId() string {
@@ -507,7 +619,7 @@ type HealthReport struct {
 
 func (x *HealthReport) Reset() {
 	*x = HealthReport{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +631,7 @@ func (x *HealthReport) String() string {
 func (*HealthReport) ProtoMessage() {}
 
 func (x *HealthReport) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +644,7 @@ func (x *HealthReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthReport.ProtoReflect.Descriptor instead.
 func (*HealthReport) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HealthReport) GetResults() []*MemberHealth {
@@ -557,7 +669,7 @@ type MemberHealth struct {
 
 func (x *MemberHealth) Reset() {
 	*x = MemberHealth{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +681,7 @@ func (x *MemberHealth) String() string {
 func (*MemberHealth) ProtoMessage() {}
 
 func (x *MemberHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +694,7 @@ func (x *MemberHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberHealth.ProtoReflect.Descriptor instead.
 func (*MemberHealth) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MemberHealth) GetMemberId() string {
@@ -627,7 +739,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +751,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +764,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Hello) GetNode() string {
@@ -676,6 +788,7 @@ func (x *Hello) GetEpoch() string {
 	return ""
 }
 
+// Ack says the node's kernel holds every revision up to revision.
 type Ack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Revision      int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -685,7 +798,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +810,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +823,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Ack) GetRevision() int64 {
@@ -747,7 +860,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +872,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +885,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Update) GetRevision() int64 {
@@ -843,7 +956,7 @@ type LoadBalancerServices struct {
 
 func (x *LoadBalancerServices) Reset() {
 	*x = LoadBalancerServices{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +968,7 @@ func (x *LoadBalancerServices) String() string {
 func (*LoadBalancerServices) ProtoMessage() {}
 
 func (x *LoadBalancerServices) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +981,7 @@ func (x *LoadBalancerServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerServices.ProtoReflect.Descriptor instead.
 func (*LoadBalancerServices) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LoadBalancerServices) GetLoadbalancerId() string {
@@ -911,7 +1024,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +1036,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +1049,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Probe) GetMemberId() string {
@@ -1048,7 +1161,7 @@ type ServiceKey struct {
 
 func (x *ServiceKey) Reset() {
 	*x = ServiceKey{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1173,7 @@ func (x *ServiceKey) String() string {
 func (*ServiceKey) ProtoMessage() {}
 
 func (x *ServiceKey) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1186,7 @@ func (x *ServiceKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceKey.ProtoReflect.Descriptor instead.
 func (*ServiceKey) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ServiceKey) GetVip() []byte {
@@ -1116,7 +1229,7 @@ type Backend struct {
 
 func (x *Backend) Reset() {
 	*x = Backend{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1241,7 @@ func (x *Backend) String() string {
 func (*Backend) ProtoMessage() {}
 
 func (x *Backend) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1254,7 @@ func (x *Backend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backend.ProtoReflect.Descriptor instead.
 func (*Backend) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Backend) GetMemberId() string {
@@ -1233,7 +1346,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1358,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1371,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Service) GetKey() *ServiceKey {
@@ -1375,13 +1488,22 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12/\n" +
 	"\x13certificate_request\x18\x02 \x01(\fR\x12certificateRequest\"2\n" +
 	"\x0eEnrollResponse\x12 \n" +
-	"\vcertificate\x18\x01 \x01(\fR\vcertificate\"\xde\x01\n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\"\x97\x02\n" +
 	"\fAgentMessage\x12.\n" +
 	"\x05hello\x18\x01 \x01(\v2\x16.flowlb.agent.v1.HelloH\x00R\x05hello\x12(\n" +
 	"\x03ack\x18\x02 \x01(\v2\x14.flowlb.agent.v1.AckH\x00R\x03ack\x127\n" +
 	"\x06health\x18\x03 \x01(\v2\x1d.flowlb.agent.v1.HealthReportH\x00R\x06health\x124\n" +
-	"\x05stats\x18\x04 \x01(\v2\x1c.flowlb.agent.v1.StatsReportH\x00R\x05statsB\x05\n" +
-	"\x03msg\"i\n" +
+	"\x05stats\x18\x04 \x01(\v2\x1c.flowlb.agent.v1.StatsReportH\x00R\x05stats\x127\n" +
+	"\x06kernel\x18\x05 \x01(\v2\x1d.flowlb.agent.v1.KernelStatusH\x00R\x06kernelB\x05\n" +
+	"\x03msg\"\xf2\x01\n" +
+	"\fKernelStatus\x12\x18\n" +
+	"\arefusal\x18\x01 \x01(\tR\arefusal\x123\n" +
+	"\x16refusing_since_unix_ms\x18\x02 \x01(\x03R\x13refusingSinceUnixMs\x12)\n" +
+	"\x10refused_attempts\x18\x03 \x01(\x04R\x0frefusedAttempts\x12\x18\n" +
+	"\arepairs\x18\x04 \x01(\x04R\arepairs\x12-\n" +
+	"\x13last_repair_unix_ms\x18\x05 \x01(\x03R\x10lastRepairUnixMs\x12\x1f\n" +
+	"\vlast_repair\x18\x06 \x01(\tR\n" +
+	"lastRepair\"i\n" +
 	"\vStatsReport\x129\n" +
 	"\bservices\x18\x01 \x03(\v2\x1d.flowlb.agent.v1.ServiceStatsR\bservices\x12\x1f\n" +
 	"\vinterval_ms\x18\x02 \x01(\x03R\n" +
@@ -1501,50 +1623,52 @@ func file_flowlb_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_flowlb_agent_v1_agent_proto_rawDescData
 }
 
-var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_flowlb_agent_v1_agent_proto_goTypes = []any{
 	(*EnrollRequest)(nil),        // 0: flowlb.agent.v1.EnrollRequest
 	(*EnrollResponse)(nil),       // 1: flowlb.agent.v1.EnrollResponse
 	(*AgentMessage)(nil),         // 2: flowlb.agent.v1.AgentMessage
-	(*StatsReport)(nil),          // 3: flowlb.agent.v1.StatsReport
-	(*ServiceStats)(nil),         // 4: flowlb.agent.v1.ServiceStats
-	(*MemberStats)(nil),          // 5: flowlb.agent.v1.MemberStats
-	(*HealthReport)(nil),         // 6: flowlb.agent.v1.HealthReport
-	(*MemberHealth)(nil),         // 7: flowlb.agent.v1.MemberHealth
-	(*Hello)(nil),                // 8: flowlb.agent.v1.Hello
-	(*Ack)(nil),                  // 9: flowlb.agent.v1.Ack
-	(*Update)(nil),               // 10: flowlb.agent.v1.Update
-	(*LoadBalancerServices)(nil), // 11: flowlb.agent.v1.LoadBalancerServices
-	(*Probe)(nil),                // 12: flowlb.agent.v1.Probe
-	(*ServiceKey)(nil),           // 13: flowlb.agent.v1.ServiceKey
-	(*Backend)(nil),              // 14: flowlb.agent.v1.Backend
-	(*Service)(nil),              // 15: flowlb.agent.v1.Service
+	(*KernelStatus)(nil),         // 3: flowlb.agent.v1.KernelStatus
+	(*StatsReport)(nil),          // 4: flowlb.agent.v1.StatsReport
+	(*ServiceStats)(nil),         // 5: flowlb.agent.v1.ServiceStats
+	(*MemberStats)(nil),          // 6: flowlb.agent.v1.MemberStats
+	(*HealthReport)(nil),         // 7: flowlb.agent.v1.HealthReport
+	(*MemberHealth)(nil),         // 8: flowlb.agent.v1.MemberHealth
+	(*Hello)(nil),                // 9: flowlb.agent.v1.Hello
+	(*Ack)(nil),                  // 10: flowlb.agent.v1.Ack
+	(*Update)(nil),               // 11: flowlb.agent.v1.Update
+	(*LoadBalancerServices)(nil), // 12: flowlb.agent.v1.LoadBalancerServices
+	(*Probe)(nil),                // 13: flowlb.agent.v1.Probe
+	(*ServiceKey)(nil),           // 14: flowlb.agent.v1.ServiceKey
+	(*Backend)(nil),              // 15: flowlb.agent.v1.Backend
+	(*Service)(nil),              // 16: flowlb.agent.v1.Service
 }
 var file_flowlb_agent_v1_agent_proto_depIdxs = []int32{
-	8,  // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
-	9,  // 1: flowlb.agent.v1.AgentMessage.ack:type_name -> flowlb.agent.v1.Ack
-	6,  // 2: flowlb.agent.v1.AgentMessage.health:type_name -> flowlb.agent.v1.HealthReport
-	3,  // 3: flowlb.agent.v1.AgentMessage.stats:type_name -> flowlb.agent.v1.StatsReport
-	4,  // 4: flowlb.agent.v1.StatsReport.services:type_name -> flowlb.agent.v1.ServiceStats
-	13, // 5: flowlb.agent.v1.ServiceStats.key:type_name -> flowlb.agent.v1.ServiceKey
-	5,  // 6: flowlb.agent.v1.ServiceStats.members:type_name -> flowlb.agent.v1.MemberStats
-	7,  // 7: flowlb.agent.v1.HealthReport.results:type_name -> flowlb.agent.v1.MemberHealth
-	15, // 8: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
-	13, // 9: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
-	12, // 10: flowlb.agent.v1.Update.probes:type_name -> flowlb.agent.v1.Probe
-	11, // 11: flowlb.agent.v1.Update.loadbalancers:type_name -> flowlb.agent.v1.LoadBalancerServices
-	15, // 12: flowlb.agent.v1.LoadBalancerServices.services:type_name -> flowlb.agent.v1.Service
-	13, // 13: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
-	14, // 14: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
-	2,  // 15: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
-	0,  // 16: flowlb.agent.v1.Agent.Enroll:input_type -> flowlb.agent.v1.EnrollRequest
-	10, // 17: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
-	1,  // 18: flowlb.agent.v1.Agent.Enroll:output_type -> flowlb.agent.v1.EnrollResponse
-	17, // [17:19] is the sub-list for method output_type
-	15, // [15:17] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	9,  // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
+	10, // 1: flowlb.agent.v1.AgentMessage.ack:type_name -> flowlb.agent.v1.Ack
+	7,  // 2: flowlb.agent.v1.AgentMessage.health:type_name -> flowlb.agent.v1.HealthReport
+	4,  // 3: flowlb.agent.v1.AgentMessage.stats:type_name -> flowlb.agent.v1.StatsReport
+	3,  // 4: flowlb.agent.v1.AgentMessage.kernel:type_name -> flowlb.agent.v1.KernelStatus
+	5,  // 5: flowlb.agent.v1.StatsReport.services:type_name -> flowlb.agent.v1.ServiceStats
+	14, // 6: flowlb.agent.v1.ServiceStats.key:type_name -> flowlb.agent.v1.ServiceKey
+	6,  // 7: flowlb.agent.v1.ServiceStats.members:type_name -> flowlb.agent.v1.MemberStats
+	8,  // 8: flowlb.agent.v1.HealthReport.results:type_name -> flowlb.agent.v1.MemberHealth
+	16, // 9: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
+	14, // 10: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
+	13, // 11: flowlb.agent.v1.Update.probes:type_name -> flowlb.agent.v1.Probe
+	12, // 12: flowlb.agent.v1.Update.loadbalancers:type_name -> flowlb.agent.v1.LoadBalancerServices
+	16, // 13: flowlb.agent.v1.LoadBalancerServices.services:type_name -> flowlb.agent.v1.Service
+	14, // 14: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
+	15, // 15: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
+	2,  // 16: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
+	0,  // 17: flowlb.agent.v1.Agent.Enroll:input_type -> flowlb.agent.v1.EnrollRequest
+	11, // 18: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
+	1,  // 19: flowlb.agent.v1.Agent.Enroll:output_type -> flowlb.agent.v1.EnrollResponse
+	18, // [18:20] is the sub-list for method output_type
+	16, // [16:18] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_flowlb_agent_v1_agent_proto_init() }
@@ -1557,6 +1681,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 		(*AgentMessage_Ack)(nil),
 		(*AgentMessage_Health)(nil),
 		(*AgentMessage_Stats)(nil),
+		(*AgentMessage_Kernel)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1564,7 +1689,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flowlb_agent_v1_agent_proto_rawDesc), len(file_flowlb_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

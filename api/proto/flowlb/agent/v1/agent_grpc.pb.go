@@ -30,8 +30,9 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type AgentClient interface {
-	// Subscribe: the agent sends Hello, then an Ack after each update it has
-	// programmed; the server sends a snapshot or the deltas since the
+	// Subscribe: the agent sends Hello, then an Ack whenever the kernel has
+	// reached a newer revision, and a KernelStatus at the start and when
+	// it changes; the server sends a snapshot or the deltas since the
 	// agent's last revision, then every later delta.
 	Subscribe(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AgentMessage, Update], error)
 	// Enroll issues a node's identity, the TLS client certificate Subscribe
@@ -76,8 +77,9 @@ func (c *agentClient) Enroll(ctx context.Context, in *EnrollRequest, opts ...grp
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
 type AgentServer interface {
-	// Subscribe: the agent sends Hello, then an Ack after each update it has
-	// programmed; the server sends a snapshot or the deltas since the
+	// Subscribe: the agent sends Hello, then an Ack whenever the kernel has
+	// reached a newer revision, and a KernelStatus at the start and when
+	// it changes; the server sends a snapshot or the deltas since the
 	// agent's last revision, then every later delta.
 	Subscribe(grpc.BidiStreamingServer[AgentMessage, Update]) error
 	// Enroll issues a node's identity, the TLS client certificate Subscribe
