@@ -92,4 +92,11 @@ func TestPageKeystoneSignIn(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS(`#token-form input[name="token"]`), "admin"),
 		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)))
 	wait("the admin's view", `!!document.querySelector('[data-lb="lb2"]') && document.querySelectorAll("[data-agent]").length === 2`)
+	// Each agent's kernel: n1's refuses its writes, and was repaired
+	// once; n2's is another replica's to know.
+	wait("the agents' kernels", `(() => {
+		const n1 = document.querySelector('[data-agent="n1"] [data-kernel]'), n2 = document.querySelector('[data-agent="n2"] [data-kernel]');
+		return n1.dataset.kernel === "refusing" && n1.dataset.repairs === "1" && n1.textContent.includes("operation not permitted") &&
+			n1.textContent.includes("table rebuilt") && n2.dataset.kernel === "unknown";
+	})()`)
 }

@@ -34,6 +34,7 @@ type Hub interface {
 	Probed() map[string][]string
 	Changes() []fanout.ChangeTrace
 	HealthTransitions() []fanout.HealthTransition
+	KernelStatuses() map[string]fanout.KernelStatus
 }
 
 // Trees returns the load balancer trees the context's caller may see
@@ -198,7 +199,7 @@ func (d *Dashboard) state(w http.ResponseWriter, r *http.Request) {
 	}
 	h := d.o.Hub
 	view := hubView{revision: h.Revision(), agents: h.ClusterAgents(), probed: h.Probed(),
-		changes: h.Changes(), transitions: h.HealthTransitions()}
+		changes: h.Changes(), transitions: h.HealthTransitions(), kernels: h.KernelStatuses()}
 	// The agents, their nodes and probes are the deployment's, seen by
 	// those who see every project.
 	infra := c.IsAdmin || c.ReadAll

@@ -52,6 +52,10 @@ func hub() hubView {
 		revision: 12,
 		agents:   map[string]int64{"n1": 12, "n2": 10},
 		probed:   map[string][]string{"n1": {"lb1-m1"}, "n2": {"lb1-m2", "other-m"}},
+		// n1's kernel refuses its agent's writes and was repaired once;
+		// n2 is another replica's (no status).
+		kernels: map[string]fanout.KernelStatus{"n1": {Refusal: "program revision 12: operation not permitted", RefusingSince: at(-3), RefusedAttempts: 4,
+			Repairs: 1, LastRepair: at(-60), LastRepairWhat: "ip flowlb: table rebuilt (table missing)"}},
 		changes: []fanout.ChangeTrace{
 			{LoadBalancerID: "lb1", Entry: 40, Revision: 12, Written: at(0), Applied: at(3), Programmed: map[string]time.Time{"n1": at(9)}},
 			{LoadBalancerID: "hidden", Entry: 39, Revision: 11, Written: at(0), Applied: at(3), Programmed: map[string]time.Time{}},
@@ -110,7 +114,9 @@ func TestBuildInfrastructure(t *testing.T) {
 		name:  "admin",
 		infra: true,
 		wantAgents: []Agent{
-			{Node: "n1", Revision: 12, Lag: 0, Probes: []ProbedEntry{{MemberID: "lb1-m1", Label: "a 198.18.17.2:8080"}}},
+			{Node: "n1", Revision: 12, Lag: 0, Probes: []ProbedEntry{{MemberID: "lb1-m1", Label: "a 198.18.17.2:8080"}},
+				Kernel: &Kernel{Refusal: "program revision 12: operation not permitted", RefusingSince: ptr(at(-3)), RefusedAttempts: 4,
+					Repairs: 1, LastRepair: ptr(at(-60)), LastRepairWhat: "ip flowlb: table rebuilt (table missing)"}},
 			{Node: "n2", Revision: 10, Lag: 2, Probes: []ProbedEntry{{MemberID: "lb1-m2", Label: "198.18.18.2:8080"}, {MemberID: "other-m"}}},
 		},
 		// The admin sees the change of a load balancer gone since.
@@ -172,6 +178,9 @@ func (f fakeHub) ClusterAgents() map[string]int64              { return f.v.agen
 func (f fakeHub) Probed() map[string][]string                  { return f.v.probed }
 func (f fakeHub) Changes() []fanout.ChangeTrace                { return f.v.changes }
 func (f fakeHub) HealthTransitions() []fanout.HealthTransition { return f.v.transitions }
+func (f fakeHub) KernelStatuses() map[string]fanout.KernelStatus {
+	return f.v.kernels
+}
 
 // testAuth stands for the API's middleware: token "admin" is an admin,
 // "member" a member of project p1, anything else is refused.

@@ -108,12 +108,43 @@ type Member struct {
 }
 
 // Agent is one node's agent: the revision it programmed and how far
-// behind this replica's table that is.
+// behind this replica's table that is, and its kernel as it reported it.
 type Agent struct {
 	Node     string        `json:"node"`
 	Revision int64         `json:"revision"`
 	Lag      int64         `json:"lag"`
 	Probes   []ProbedEntry `json:"probes"`
+	// Kernel is null for a node connected to another replica (or whose
+	// agent reports none).
+	Kernel *Kernel `json:"kernel"`
+}
+
+// Kernel is how a node's kernel stands against its agent's flows: the
+// writes it refuses (the agent retries; the node's changes are not
+// ACTIVE meanwhile), and the repairs of other processes' changes.
+type Kernel struct {
+	// Refusal is why the kernel refuses the agent's writes, "" while it
+	// takes them.
+	Refusal         string     `json:"refusal"`
+	RefusingSince   *time.Time `json:"refusing_since"`
+	RefusedAttempts uint64     `json:"refused_attempts"`
+	Repairs         uint64     `json:"repairs"`
+	LastRepair      *time.Time `json:"last_repair"`
+	LastRepairWhat  string     `json:"last_repair_what"`
+}
+
+// kernelOf is a node's reported kernel status as the page shows it.
+func kernelOf(ks fanout.KernelStatus) *Kernel {
+	k := &Kernel{Refusal: ks.Refusal, RefusedAttempts: ks.RefusedAttempts, Repairs: ks.Repairs, LastRepairWhat: ks.LastRepairWhat}
+	if !ks.RefusingSince.IsZero() {
+		t := ks.RefusingSince
+		k.RefusingSince = &t
+	}
+	if !ks.LastRepair.IsZero() {
+		t := ks.LastRepair
+		k.LastRepair = &t
+	}
+	return k
 }
 
 // ProbedEntry is a member an agent probes.
@@ -163,6 +194,7 @@ type hubView struct {
 	probed      map[string][]string
 	changes     []fanout.ChangeTrace
 	transitions []fanout.HealthTransition
+	kernels     map[string]fanout.KernelStatus
 }
 
 // build is the state for a caller who sees trees; infra says whether the
@@ -238,6 +270,9 @@ func agentsOf(hub hubView, members map[string]*lbaas.Member) []Agent {
 	out := []Agent{}
 	for n, rev := range hub.agents {
 		a := Agent{Node: n, Revision: rev, Lag: max(hub.revision-rev, 0), Probes: []ProbedEntry{}}
+		if ks, ok := hub.kernels[n]; ok {
+			a.Kernel = kernelOf(ks)
+		}
 		for _, id := range hub.probed[n] {
 			p := ProbedEntry{MemberID: id}
 			if m := members[id]; m != nil {

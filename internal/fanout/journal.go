@@ -1,8 +1,10 @@
 package fanout
 
 import (
+	"maps"
 	"time"
 
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -35,11 +37,43 @@ type HealthTransition struct {
 	Node           string // the agent that probed
 }
 
+// KernelStatus is a node's kernel as its agent last reported it: whether
+// it refuses the agent's writes, and the repairs of other processes'
+// changes to it (agentv1.KernelStatus).
+type KernelStatus struct {
+	// Refusal is the last refusal's error ("" while the kernel takes the
+	// agent's writes); since when, and how many attempts so far.
+	Refusal         string
+	RefusingSince   time.Time
+	RefusedAttempts uint64
+	// Repairs counts the objects repaired since the agent started; the
+	// last repair, when and what.
+	Repairs        uint64
+	LastRepair     time.Time
+	LastRepairWhat string
+	// Reported is when this replica received it.
+	Reported time.Time
+}
+
+// kernelStatusOf is the report as the hub keeps it.
+func kernelStatusOf(m *agentv1.KernelStatus, now time.Time) KernelStatus {
+	ks := KernelStatus{Refusal: m.GetRefusal(), RefusedAttempts: m.GetRefusedAttempts(), Repairs: m.GetRepairs(), LastRepairWhat: m.GetLastRepair(), Reported: now}
+	if ms := m.GetRefusingSinceUnixMs(); ms != 0 {
+		ks.RefusingSince = time.UnixMilli(ms)
+	}
+	if ms := m.GetLastRepairUnixMs(); ms != 0 {
+		ks.LastRepair = time.UnixMilli(ms)
+	}
+	return ks
+}
+
 // journal keeps what the dashboard shows of the hub's recent past, in
-// bounded rings. Called with the hub's lock held.
+// bounded rings, and this replica's nodes' kernel status. Called with the
+// hub's lock held.
 type journal struct {
 	changes []ChangeTrace
 	health  []HealthTransition
+	kernel  map[string]KernelStatus
 	// progress are, per node, the revisions it acknowledged and when,
 	// oldest first; a change's per-node time is the first at or past it.
 	progress map[string][]ackPoint
@@ -86,6 +120,14 @@ func (j *journal) settled(entry int64, now time.Time) {
 			j.changes[i].Settled = now
 		}
 	}
+}
+
+// kernelReport keeps a node's last kernel status.
+func (j *journal) kernelReport(node string, ks KernelStatus) {
+	if j.kernel == nil {
+		j.kernel = map[string]KernelStatus{}
+	}
+	j.kernel[node] = ks
 }
 
 func (j *journal) transition(t HealthTransition) {
@@ -144,6 +186,15 @@ func (h *Hub) HealthTransitions() []HealthTransition {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]HealthTransition(nil), h.journal.health...)
+}
+
+// KernelStatuses returns, for each node connected to this replica, its
+// kernel's status as its agent last reported it (agents that report none
+// are left out).
+func (h *Hub) KernelStatuses() map[string]KernelStatus {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.journal.kernel)
 }
 
 // Probed returns, per node, the members it probes (Probers inverted).

@@ -86,14 +86,17 @@ func (h *Hub) attach(hello *agentv1.Hello) *agent {
 func (h *Hub) detach(a *agent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.acks.part(a)
+	if h.acks.part(a) {
+		delete(h.journal.kernel, a.node)
+	}
 	h.sendProbes(h.reassign())
 	h.settleReady()
 	h.m.agents.Set(float64(len(h.acks.local)))
 	h.log.Info("agent disconnected", "node", a.node)
 }
 
-// receive reads an agent's acks, health and statistics reports until its stream ends.
+// receive reads an agent's acks, kernel status, health and statistics
+// reports until its stream ends.
 func (h *Hub) receive(stream agentv1.Agent_SubscribeServer, a *agent, errc chan<- error) {
 	for {
 		m, err := stream.Recv()
@@ -111,6 +114,14 @@ func (h *Hub) receive(stream agentv1.Agent_SubscribeServer, a *agent, errc chan<
 			h.journal.acked(a.node, a.acked, now)
 			h.settleReady()
 			h.mu.Unlock()
+		}
+		if ks := m.GetKernel(); ks != nil {
+			h.mu.Lock()
+			h.journal.kernelReport(a.node, kernelStatusOf(ks, time.Now()))
+			h.mu.Unlock()
+			if ks.GetRefusal() != "" {
+				h.log.Warn("a node's kernel refuses its agent's writes", "node", a.node, "since", time.UnixMilli(ks.GetRefusingSinceUnixMs()), "err", ks.GetRefusal())
+			}
 		}
 		if hr := m.GetHealth(); hr != nil {
 			h.report(a.node, hr)

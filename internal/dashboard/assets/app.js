@@ -140,6 +140,21 @@ function lbCard(lb) {
     el("ul", { class: "tree" }, ...lb.listeners.map(listenerItem), ...lb.pools.map(poolItem)));
 }
 
+// kernelCell says how a node's kernel stands against its agent's flows:
+// refusing the agent's writes (and since when, why), or in step, and the
+// repairs of other processes' changes; unknown for a node of another
+// replica.
+function kernelCell(k) {
+  if (!k) return el("td", { class: "muted", "data-kernel": "unknown" }, "another replica's");
+  const state = k.refusal
+    ? el("span", { class: "refusing" }, `refuses writes since ${fmtTime(k.refusing_since)} (${k.refused_attempts} attempts): ${k.refusal}`)
+    : el("span", { class: "lag0" }, "takes writes");
+  const repairs = k.repairs
+    ? el("span", { class: "muted" }, ` · ${k.repairs} repaired, last at ${fmtTime(k.last_repair)}: ${k.last_repair_what}`)
+    : null;
+  return el("td", { "data-kernel": k.refusal ? "refusing" : "ok", "data-repairs": k.repairs }, state, repairs);
+}
+
 function render(s) {
   pollSeconds = pollSeconds || 2;
   const agents = s.agents;
@@ -155,6 +170,7 @@ function render(s) {
     $("agents").tBodies[0].replaceChildren(...agents.map(a => el("tr", { "data-agent": a.node, "data-revision": a.revision, "data-lag": a.lag },
       el("td", null, a.node), el("td", { class: "num" }, a.revision),
       el("td", { class: "num " + (a.lag ? "lagging" : "lag0") }, a.lag),
+      kernelCell(a.kernel),
       el("td", null, a.probes.length + (a.probes.length ? ": " + a.probes.map(p => p.label || p.member_id).join(", ") : "")))));
   }
 
