@@ -53,6 +53,9 @@ type agentOptions struct {
 	metrics       string
 	minSync       time.Duration
 	statsInterval time.Duration
+	// verifyInterval: how often the kernel is checked (0: only when
+	// nftables notifies another process's change).
+	verifyInterval time.Duration
 	// announce: VIP ranges to announce, in routing table announceTable.
 	announce      []string
 	announceTable int
@@ -88,8 +91,9 @@ func newAgentCmd() *cobra.Command {
 	f.StringSliceVar(&o.podCIDRs, "pod-cidrs", nil, "pod networks of either family, whose clients keep their address; connections from elsewhere are masqueraded to the node (default: none, every client keeps its address; given some, a family without one has every client masqueraded)")
 	f.StringSliceVar(&o.nodePortCIDRs, "nodeport-addresses", nil, "CIDRs: the node's addresses within them serve node ports, as kube-proxy's flag of that name (default: every address of the node but loopback; looked up every 10 s)")
 	f.StringVar(&o.healthz, "healthz-bind-address", "", "address of kube-proxy's node health endpoint, /healthz and /livez, 200 while the agent's table is in sync; 0.0.0.0:10256 where flowlb replaces kube-proxy (empty, the default: none, leaving kube-proxy its port); Services' health-check node ports are served on the --nodeport-addresses")
-	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics and /readyz (empty: none)")
+	f.StringVar(&o.metrics, "metrics-listen", "127.0.0.1:9878", "address of the agent's /metrics, /readyz and /status (what `agent dump` shows of the kernel; empty: none)")
 	f.DurationVar(&o.minSync, "min-sync-interval", 0, "least time between two programming rounds; updates arriving meanwhile are merged")
+	f.DurationVar(&o.verifyInterval, "verify-interval", agent.DefaultVerifyInterval, "how often the kernel is checked against the flows the agent programmed, and what another process removed or changed written again (nftables changes are also repaired at once from their notifications; 0: no periodic check, so eBPF changes are not repaired)")
 	f.DurationVar(&o.statsInterval, "stats-interval", 5*time.Second, "how often the kernel's per-service and per-backend counters are read and reported to the server (0: never, and the table counts nothing)")
 	f.StringSliceVar(&o.announce, "announce-cidrs", nil, "VIP ranges to announce: every VIP within them that this node can serve (a local-only one only with a backend on this node) gets a host route in --announce-table, for a routing daemon to export (default: none)")
 	f.IntVar(&o.announceTable, "announce-table", 200, "routing table of the announcement routes (protocol 249)")
@@ -205,7 +209,11 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	defer hc.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := dp.Watching(); err != nil {
+		log.Warn("nftables changes by other processes will be found by the periodic check only (--verify-interval), reading every element", "err", err)
+	}
 	var prog agent.Programmer = dp
+	verifiers := []agent.Verifier{dp}
 	var sockets *ebpf.Dataplane
 	if o.dataplane == "ebpf" {
 		if sockets, err = openSocketLB(o, log); err != nil {
@@ -215,6 +223,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		// down (fail-static); cleanup-ebpf or --remove-on-delete remove them.
 		defer sockets.Close()
 		prog = agent.Chain(dp, sockets)
+		verifiers = append(verifiers, sockets)
 	}
 	if len(o.announce) > 0 {
 		var ranges []netip.Prefix
@@ -238,8 +247,12 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	if sockets != nil {
 		stats = agent.SumStats(dp, sockets)
 	}
+	verifyEvery := o.verifyInterval
+	if verifyEvery <= 0 {
+		verifyEvery = -1 // the agent's "never"
+	}
 	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, Zone: o.zone, MinInterval: o.minSync, Metrics: reg,
-		Stats: stats, StatsInterval: o.statsInterval,
+		Stats: stats, StatsInterval: o.statsInterval, Verifiers: verifiers, VerifyInterval: verifyEvery,
 		OnProgrammed: func(s map[flows.Key]flows.Service) { hc.SetChecks(kubehealth.Checks(s, o.node)) }}, prog, log)
 	ready = a.Ready
 	// The agent learns the addresses too: a VIP's member that is one of
@@ -276,6 +289,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.Handle("/readyz", readyz(a.Ready))
+		mux.Handle("/status", statusz(a.KernelStatus))
 		srv := &http.Server{Handler: mux}
 		ln = httpserve.Serve(srv, ln, metricsLimits, log)
 		go func() { _ = srv.Serve(ln) }()

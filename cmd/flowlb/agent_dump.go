@@ -1,19 +1,55 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowlb/flowlb/internal/agent"
 	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/flows"
 )
 
+// statusz serves the agent's kernel status as JSON (agent dump reads it).
+func statusz(status func() agent.KernelStatus) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(status())
+	})
+}
+
+// agentStatus reads the kernel status of the agent whose --metrics-listen
+// is addr.
+func agentStatus(ctx context.Context, addr string) (agent.KernelStatus, error) {
+	var s agent.KernelStatus
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/status", nil)
+	if err != nil {
+		return s, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return s, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
 func agentDumpCmd() *cobra.Command {
-	var pins string
+	var pins, agentAddr string
 	cmd := &cobra.Command{
 		Use:   "dump",
 		Short: "Print the flows programmed in this network namespace's kernel",
@@ -24,9 +60,21 @@ of slots, and what else applies (local-only, persistence, limits, ACLs).
 With --bpf-pin-dir, prints the eBPF data plane's services maps pinned there
 instead (--dataplane ebpf): each service's refusal or algorithm, its
 SOURCE_IP persistence timeout if any, and its backends with their share
-of slots.`,
+of slots.
+First it prints what the node's agent (its /status, at --agent) says of the
+kernel: whether it holds the newest revision received, whether it refuses
+the agent's writes (since when, why), when the agent last checked it, and
+what it repaired of other processes' changes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if agentAddr != "" {
+				if s, err := agentStatus(cmd.Context(), agentAddr); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "no status from the agent at %s (--agent): %v\n", agentAddr, err)
+				} else {
+					s.Write(cmd.OutOrStdout())
+					fmt.Fprintln(cmd.OutOrStdout())
+				}
+			}
 			if pins != "" {
 				ss, err := ebpf.Dump(pins)
 				if err != nil {
@@ -44,6 +92,7 @@ of slots.`,
 		},
 	}
 	cmd.Flags().StringVar(&pins, "bpf-pin-dir", "", "print the eBPF maps pinned in this directory (the agent's --bpf-pin-dir) instead of the nftables table")
+	cmd.Flags().StringVar(&agentAddr, "agent", "127.0.0.1:9878", "the agent's --metrics-listen, whose /status says how the kernel stands against its flows (empty: do not ask)")
 	return cmd
 }
 
