@@ -128,39 +128,97 @@ func (k *kernelReader) generation() (uint32, error) {
 // element reads the element of a set with exactly key (a plain or
 // concatenated key, not an interval); ok is false when the set has none.
 func (k *kernelReader) element(fam *family, set string, key []byte) (rawElem, bool, error) {
+	got, err := k.elements(fam, set, [][]byte{key})
+	if err != nil || got[0] == nil {
+		return rawElem{}, false, err
+	}
+	return *got[0], true, nil
+}
+
+// elementBatch is how many keys one request asks for: the kernel answers
+// each with a message of its own, queued at once on the socket.
+const elementBatch = 128
+
+// readerBuffer is the reader's receive buffer (forced past the system
+// maximum, as root): room for a batch's answers.
+const readerBuffer = 4 << 20
+
+// elements reads the elements of a set with exactly these keys (nil: the
+// set has none): a request per elementBatch keys, the kernel looking
+// each up in the set's own index, where a dump of a large set walks it
+// from its start for every message (minutes for the 610,000 slots of
+// 10,000 services). The kernel stops at the first key it does not find;
+// the request goes on after it.
+func (k *kernelReader) elements(fam *family, set string, keys [][]byte) ([]*rawElem, error) {
+	out := make([]*rawElem, len(keys))
+	for i := 0; i < len(keys); {
+		n := min(elementBatch, len(keys)-i)
+		got, stopped, err := k.getElements(fam, set, keys[i:i+n])
+		if err != nil {
+			return nil, fmt.Errorf("read elements of %s %s: %w", fam.name, set, err)
+		}
+		copy(out[i:], got)
+		i += len(got)
+		if stopped {
+			i++ // not in the set
+		}
+	}
+	return out, nil
+}
+
+// getElements asks for keys in one request: the elements found in order
+// up to the first key not found (stopped), or all of them.
+func (k *kernelReader) getElements(fam *family, set string, keys [][]byte) (got []*rawElem, stopped bool, err error) {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, tableName)
 	ae.String(unix.NFTA_SET_ELEM_LIST_SET, set)
 	ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(ae *netlink.AttributeEncoder) error {
-		ae.Nested(unix.NFTA_LIST_ELEM, func(ae *netlink.AttributeEncoder) error {
-			ae.Nested(unix.NFTA_SET_ELEM_KEY, func(ae *netlink.AttributeEncoder) error {
-				ae.Bytes(unix.NFTA_DATA_VALUE, key)
+		for _, key := range keys {
+			ae.Nested(unix.NFTA_LIST_ELEM, func(ae *netlink.AttributeEncoder) error {
+				ae.Nested(unix.NFTA_SET_ELEM_KEY, func(ae *netlink.AttributeEncoder) error {
+					ae.Bytes(unix.NFTA_DATA_VALUE, key)
+					return nil
+				})
 				return nil
 			})
-			return nil
-		})
+		}
 		return nil
 	})
 	attrs, err := ae.Encode()
 	if err != nil {
-		return rawElem{}, false, err
+		return nil, false, err
 	}
-	// No acknowledgement asked: the answer is the element, or an error.
-	replies, err := k.c.Execute(netlink.Message{Header: netlink.Header{Type: nftMsg(unix.NFT_MSG_GETSETELEM), Flags: netlink.Request},
+	// An acknowledgement ends the answers: the elements, then an ack, or
+	// an error at the first key not found.
+	req, err := k.c.Send(netlink.Message{Header: netlink.Header{Type: nftMsg(unix.NFT_MSG_GETSETELEM), Flags: netlink.Request | netlink.Acknowledge},
 		Data: append([]byte{byte(fam.table), unix.NFNETLINK_V0, 0, 0}, attrs...)})
-	if errors.Is(err, unix.ENOENT) {
-		return rawElem{}, false, nil
-	}
 	if err != nil {
-		return rawElem{}, false, fmt.Errorf("read an element of %s %s: %w", fam.name, set, err)
+		return nil, false, err
 	}
-	for _, m := range replies {
-		ev, ok := parseEvent(m)
-		if ok && len(ev.elems) == 1 {
-			return ev.elems[0], true, nil
+	for {
+		msgs, err := k.c.Receive()
+		if errors.Is(err, unix.ENOENT) {
+			return got, true, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		for _, m := range msgs {
+			if m.Header.Sequence != req.Header.Sequence {
+				continue // an answer to an earlier request given up on
+			}
+			if m.Header.Type == netlink.Error {
+				return got, false, nil // the ack: every key found
+			}
+			if ev, ok := parseEvent(m); ok && len(ev.elems) == 1 {
+				e := ev.elems[0]
+				got = append(got, &e)
+			}
+		}
+		if len(got) > len(keys) {
+			return nil, false, errors.New("more answers than keys")
 		}
 	}
-	return rawElem{}, false, fmt.Errorf("read an element of %s %s: no element in the answer", fam.name, set)
 }
 
 // ruleCounts counts the rules of each chain of a family's flowlb table,
@@ -340,19 +398,25 @@ func startMonitor(netns int, self uint32, notify chan struct{}) (*monitor, error
 	return m, nil
 }
 
-func (m *monitor) setup() error {
-	raw, err := m.c.SyscallConn()
+// forceReadBuffer sets a socket's receive buffer past the system maximum
+// (root only).
+func forceReadBuffer(c *netlink.Conn, size int) error {
+	raw, err := c.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, monitorBuffer)
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size)
 	}); err != nil {
 		return err
 	}
-	if serr != nil {
-		return serr
+	return serr
+}
+
+func (m *monitor) setup() error {
+	if err := forceReadBuffer(m.c, monitorBuffer); err != nil {
+		return err
 	}
 	filter, err := dropPort(m.self)
 	if err != nil {

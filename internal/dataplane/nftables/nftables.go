@@ -133,6 +133,11 @@ func New(netnsFd int, node string, options ...Option) (*Dataplane, error) {
 		_ = c.CloseLasting()
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
+	if err := forceReadBuffer(rc, readerBuffer); err != nil {
+		rc.Close()
+		_ = c.CloseLasting()
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
 	reader := &kernelReader{c: rc}
 	// Notifications from before the table is read or made, so that no
 	// change another makes meanwhile goes unheard. Without them (they

@@ -38,8 +38,11 @@ import (
 //     written again.
 //   - scopeFull: no notifications (none started, the monitor stopped, or
 //     it lost some to an overflow since the last full check): the
-//     structure, and every element of every set flowlb writes, read and
-//     compared.
+//     structure, and every element flowlb wrote, read and compared: the
+//     small sets whole (those that decide whether a service is looked up
+//     at all: the pick sets, local_*, empty, acl_*, persist, limits,
+//     nodeports, keep_client, hairpin and the node's sets), the large
+//     per-service ones by the keys flowlb programmed (keyedSets).
 //
 // The dynamic sets the packets write (affinity, conns_*) and the
 // counters' values are not checked.
@@ -55,7 +58,8 @@ const (
 type probe interface {
 	generation() (uint32, error)
 	ruleCounts(p *plane) (map[string]int, error)
-	element(fam *family, set string, key []byte) (rawElem, bool, error)
+	// elements reads a set's elements of exactly these keys (nil: none).
+	elements(fam *family, set string, keys [][]byte) ([]*rawElem, error)
 }
 
 // Verify checks the kernel's tables against what the data plane
@@ -194,15 +198,19 @@ func (d *Dataplane) verifyPlane(p *plane, s *suspects, full bool, detected time.
 	for _, name := range diff.addSets {
 		readded[name] = true
 	}
-	// The sets read whole: all of them in a full check, else those
-	// notifications named as sets, and the small shared ones whose
-	// elements were named (intervals are not read one by one).
-	whole := map[string]bool{}
+	// The sets read whole or by key: all of them in a full check, else
+	// those notifications named as sets; and whole, the small shared
+	// ones whose elements were named (intervals are not read one by one).
+	whole, byKey := map[string]bool{}, map[string]bool{}
 	for _, name := range checkedSets {
 		switch {
 		case readded[name]:
 		case full, s.sets[name]:
-			whole[name] = true
+			if keyedSets[name] {
+				byKey[name] = true
+			} else {
+				whole[name] = true
+			}
 		case len(s.elems[name]) > 0 && !elementwise(name):
 			whole[name] = true
 		}
@@ -233,30 +241,35 @@ func (d *Dataplane) verifyPlane(p *plane, s *suspects, full bool, detected time.
 	for name := range readded {
 		r.add[name] = sortedElems(expected[name])
 	}
+	if err := d.checkByKey(p, byKey, &r); err != nil {
+		return err
+	}
 	fps := map[string]footprint{}
 	for _, name := range slices.Sorted(maps.Keys(s.elems)) {
-		if whole[name] || readded[name] || !slices.Contains(checkedSets, name) {
+		if whole[name] || byKey[name] || readded[name] || !slices.Contains(checkedSets, name) {
 			continue
 		}
+		var keys [][]byte
+		var want []*rawElem
 		seen := map[string]bool{}
 		for _, el := range s.elems[name] {
 			if seen[el.id()] {
 				continue
 			}
 			seen[el.id()] = true
-			want, ok := p.expectedElement(name, el.key, fps)
-			got, present, err := d.probe.element(p.fam, name, el.key)
-			if err != nil {
-				return err
+			keys = append(keys, el.key)
+			var w *rawElem
+			if e, ok := p.expectedElement(name, el.key, fps); ok {
+				w = &e
 			}
-			var w, g *rawElem
-			if ok {
-				w = &want
-			}
-			if present {
-				g = &got
-			}
-			del, add := settle(w, g)
+			want = append(want, w)
+		}
+		got, err := d.probe.elements(p.fam, name, keys)
+		if err != nil {
+			return err
+		}
+		for i := range keys {
+			del, add := settle(want[i], got[i])
 			if del != nil {
 				r.del[name] = append(r.del[name], *del)
 			}
@@ -284,6 +297,90 @@ func (d *Dataplane) verifyPlane(p *plane, s *suspects, full bool, detected time.
 // checkedSets are the sets whose elements are checked: the per-service
 // ones and the shared ones the data plane writes.
 var checkedSets = append(append([]string{}, serviceSets...), hairpinSet, podNetsSet, nodeAddrsSet)
+
+// keyedSets are the large per-service sets a full check reads by the
+// keys flowlb programmed rather than whole: an element of theirs under
+// another key is never looked up by flowlb's rules (a slot outside a
+// service's tables, a service no pick set publishes, a counter), and
+// the kernel dumps such a set at a cost that grows with its square (it
+// walks the set from its start for every message of a dump): about 3
+// CPU minutes for the 610,000 slots of 10,000 services.
+var keyedSets = map[string]bool{slotsMap: true, membersSet: true,
+	statsNewSet: true, statsInSet: true, statsOutSet: true, statsErrSet: true, memberNewSet: true, memberInSet: true, memberOutSet: true}
+
+// massLoss is how many elements found missing make a set written again
+// whole rather than read on (another flushed it).
+const massLoss = 64
+
+// checkByKey reads, in the named sets, the elements of every programmed
+// service by their keys, and plans what differs: an element missing or
+// of other data is written again. A set missing more than massLoss of
+// them is written again whole (flushed and filled in the repair's
+// transaction) without reading the rest.
+func (d *Dataplane) checkByKey(p *plane, sets map[string]bool, r *repairPlan) error {
+	if len(sets) == 0 {
+		return nil
+	}
+	type batch struct {
+		keys [][]byte
+		want []rawElem
+	}
+	batches := map[string]*batch{}
+	missing := map[string]int{}
+	read := func(set string) error {
+		b := batches[set]
+		if b == nil || len(b.keys) == 0 || missing[set] > massLoss {
+			return nil
+		}
+		got, err := d.probe.elements(p.fam, set, b.keys)
+		if err != nil {
+			return err
+		}
+		for i, g := range got {
+			del, add := settle(&b.want[i], g)
+			if del != nil {
+				r.del[set] = append(r.del[set], *del)
+			}
+			if add != nil {
+				r.add[set] = append(r.add[set], *add)
+			}
+			if g == nil {
+				missing[set]++
+			}
+		}
+		b.keys, b.want = b.keys[:0], b.want[:0]
+		return nil
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(p.programmed), compareKeys) {
+		for _, e := range p.footprint(p.programmed[k]) {
+			if !sets[e.set] || missing[e.set] > massLoss {
+				continue
+			}
+			b := batches[e.set]
+			if b == nil {
+				b = &batch{}
+				batches[e.set] = b
+			}
+			b.keys, b.want = append(b.keys, e.key), append(b.want, rawOf(e))
+			if len(b.keys) >= 8*elementBatch {
+				if err := read(e.set); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, set := range slices.Sorted(maps.Keys(batches)) {
+		if err := read(set); err != nil {
+			return err
+		}
+		if missing[set] > massLoss {
+			r.rewriteSets = append(r.rewriteSets, set)
+			r.del[set] = nil
+			r.add[set] = sortedElems(p.expectedElements(nil, nil, map[string]bool{set: true})[set])
+		}
+	}
+	return nil
+}
 
 // elementwise reports whether a set's elements are read one by one when
 // notifications name them: plain keys only, not intervals, and not the
@@ -648,8 +745,9 @@ func (r repairPlan) empty() bool {
 // counted once each, deleted and added again or not.
 func (r repairPlan) count(fam *family, detected time.Time, check *dataplane.Check) {
 	where := fam.name + " " + tableName + ": "
-	if n := len(r.addSets) + len(r.dropSets); n > 0 {
-		check.Repair(dataplane.Set, n, detected, where+describe("sets added again", r.addSets, "another's sets removed", r.dropSets))
+	if n := len(r.addSets) + len(r.dropSets) + len(r.rewriteSets); n > 0 {
+		check.Repair(dataplane.Set, n, detected, where+describe("sets added again", r.addSets, "sets written again whole", r.rewriteSets,
+			"another's sets removed", r.dropSets))
 	}
 	if n := len(r.newChains) + len(r.rewriteChains) + len(r.dropChains); n > 0 {
 		check.Repair(dataplane.Chain, n, detected,
@@ -673,7 +771,7 @@ func (r repairPlan) count(fam *family, detected time.Time, check *dataplane.Chec
 			}
 		}
 	}
-	n := len(r.rewriteSets)
+	n := 0
 	var sets []string
 	for _, set := range slices.Sorted(maps.Keys(elems)) {
 		if len(elems[set]) > 0 {
@@ -681,7 +779,6 @@ func (r repairPlan) count(fam *family, detected time.Time, check *dataplane.Chec
 			sets = append(sets, fmt.Sprintf("%s %d", set, len(elems[set])))
 		}
 	}
-	sets = append(sets, r.rewriteSets...)
 	if n > 0 {
 		check.Repair(dataplane.Element, n, detected, where+"elements written again or removed: "+strings.Join(sets, ", "))
 	}
@@ -832,8 +929,8 @@ type netlinkProbe struct{ k *kernelReader }
 
 func (n netlinkProbe) generation() (uint32, error) { return n.k.generation() }
 
-func (n netlinkProbe) element(fam *family, set string, key []byte) (rawElem, bool, error) {
-	return n.k.element(fam, set, key)
+func (n netlinkProbe) elements(fam *family, set string, keys [][]byte) ([]*rawElem, error) {
+	return n.k.elements(fam, set, keys)
 }
 
 // ruleCounts counts a table's rules per chain in one dump, without
@@ -844,8 +941,7 @@ func (n netlinkProbe) ruleCounts(p *plane) (map[string]int, error) {
 }
 
 // connProbe reads a Conn that is no kernel (nftfake): its generation if
-// it keeps one, its rules through GetRules; it has no notifications, so
-// no element is ever read alone.
+// it keeps one, its rules through GetRules, elements from a dump.
 type connProbe struct{ c Conn }
 
 func (n connProbe) generation() (uint32, error) {
@@ -874,16 +970,22 @@ func (n connProbe) ruleCounts(p *plane) (map[string]int, error) {
 	return out, nil
 }
 
-func (n connProbe) element(fam *family, set string, key []byte) (rawElem, bool, error) {
-	spec := &nftables.Set{Table: &nftables.Table{Name: tableName, Family: fam.table}, Name: set}
+func (n connProbe) elements(fam *family, set string, keys [][]byte) ([]*rawElem, error) {
+	p := &plane{schema: schema{fam: fam, table: &nftables.Table{Name: tableName, Family: fam.table}}}
+	spec := p.declared(set)
 	els, err := n.c.GetSetElements(spec)
 	if err != nil {
-		return rawElem{}, false, err
+		return nil, err
 	}
+	byKey := map[string]rawElem{}
 	for _, e := range rawElems(spec, els) {
-		if bytes.Equal(e.key, key) {
-			return e, true, nil
+		byKey[string(e.key)] = e
+	}
+	out := make([]*rawElem, len(keys))
+	for i, k := range keys {
+		if e, ok := byKey[string(k)]; ok {
+			out[i] = &e
 		}
 	}
-	return rawElem{}, false, nil
+	return out, nil
 }

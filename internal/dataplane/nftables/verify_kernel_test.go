@@ -168,16 +168,23 @@ func TestVerifyRepairsForeignChanges(t *testing.T) {
 			name   string
 			change func()
 			want   map[string]int
+			full   bool // check as if notifications had been lost
 		}{
-			{"table deleted", func() { nft(t, "delete", "table", "ip", "flowlb") }, map[string]int{dataplane.Table: 1}},
-			{"both tables deleted", func() { nft(t, "delete", "table", "ip", "flowlb"); nft(t, "delete", "table", "ip6", "flowlb") }, map[string]int{dataplane.Table: 2}},
-			{"ruleset flushed", func() { nft(t, "flush", "ruleset") }, map[string]int{dataplane.Table: 2}},
+			{"full: slot and counter elements deleted", func() {
+				nft(t, "delete", "element", "ip", "flowlb", "slots", "{ 198.19.0.10 . tcp . 80 . 7 }") // slot 7
+				nft(t, "delete", "element", "ip", "flowlb", "stats_in", "{ 198.19.0.10 . tcp . 80 }")
+			}, map[string]int{dataplane.Element: 2}, true},
+			{"full: slots flushed", func() { nft(t, "flush", "map", "ip", "flowlb", "slots") }, map[string]int{dataplane.Set: 1}, true},
+			{"table deleted", func() { nft(t, "delete", "table", "ip", "flowlb") }, map[string]int{dataplane.Table: 1}, false},
+			{"both tables deleted", func() { nft(t, "delete", "table", "ip", "flowlb"); nft(t, "delete", "table", "ip6", "flowlb") }, map[string]int{dataplane.Table: 2}, false},
+			{"ruleset flushed", func() { nft(t, "flush", "ruleset") }, map[string]int{dataplane.Table: 2}, false},
 			{"element deleted", func() {
 				nft(t, "delete", "element", "ip", "flowlb", "pick_src", "{ 198.19.0.10 . tcp . 80 }")
-			}, map[string]int{dataplane.Element: 1}},
-			{"chain flushed", func() { nft(t, "flush", "chain", "ip6", "flowlb", "lb") }, map[string]int{dataplane.Chain: 1}},
-			{"chain deleted", func() { nft(t, "delete", "chain", "ip", "flowlb", "output") }, map[string]int{dataplane.Chain: 1}},
-			{"rule added", func() { nft(t, "insert", "rule", "ip", "flowlb", "lb", "drop") }, map[string]int{dataplane.Chain: 1}},
+			}, map[string]int{dataplane.Element: 1}, false},
+			{"slots flushed", func() { nft(t, "flush", "map", "ip", "flowlb", "slots") }, map[string]int{dataplane.Element: 122}, false},
+			{"chain flushed", func() { nft(t, "flush", "chain", "ip6", "flowlb", "lb") }, map[string]int{dataplane.Chain: 1}, false},
+			{"chain deleted", func() { nft(t, "delete", "chain", "ip", "flowlb", "output") }, map[string]int{dataplane.Chain: 1}, false},
+			{"rule added", func() { nft(t, "insert", "rule", "ip", "flowlb", "lb", "drop") }, map[string]int{dataplane.Chain: 1}, false},
 		} {
 			// Not t.Run: a subtest's goroutine would leave the
 			// namespace's thread.
@@ -186,9 +193,17 @@ func TestVerifyRepairsForeignChanges(t *testing.T) {
 			if !drifted(time.Second) {
 				t.Fatalf("%s: no notification within 1 s", tc.name)
 			}
+			if tc.full {
+				dp.mu.Lock()
+				dp.needFull = true
+				dp.mu.Unlock()
+			}
 			check, err := dp.Verify(ctx)
 			if err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
+			}
+			if tc.full != (check.Scope == scopeFull) {
+				t.Errorf("%s: checked %s", tc.name, check.Scope)
 			}
 			if !reflect.DeepEqual(check.Repaired, tc.want) {
 				t.Errorf("%s: repaired %v (%v), want %v", tc.name, check.Repaired, check.What, tc.want)
