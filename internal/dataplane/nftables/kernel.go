@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/nftables"
@@ -96,6 +97,9 @@ func nftMsg(t int) netlink.HeaderType { return netlink.HeaderType(unix.NFNL_SUBS
 // plane's lock).
 type kernelReader struct {
 	c *netlink.Conn
+	// raw and buf read answers without the netlink package (receive).
+	raw syscall.RawConn
+	buf []byte
 }
 
 // generation is the ruleset's generation: the kernel moves it with every
@@ -123,16 +127,6 @@ func (k *kernelReader) generation() (uint32, error) {
 		}
 	}
 	return 0, errors.New("read the nftables generation: no NFTA_GEN_ID in the answer")
-}
-
-// element reads the element of a set with exactly key (a plain or
-// concatenated key, not an interval); ok is false when the set has none.
-func (k *kernelReader) element(fam *family, set string, key []byte) (rawElem, bool, error) {
-	got, err := k.elements(fam, set, [][]byte{key})
-	if err != nil || got[0] == nil {
-		return rawElem{}, false, err
-	}
-	return *got[0], true, nil
 }
 
 // elementBatch is how many keys one request asks for: the kernel answers
@@ -196,21 +190,29 @@ func (k *kernelReader) getElements(fam *family, set string, keys [][]byte) (got 
 		return nil, false, err
 	}
 	for {
-		msgs, err := k.c.Receive()
-		if errors.Is(err, unix.ENOENT) {
-			return got, true, nil
-		}
+		msgs, err := k.receive()
 		if err != nil {
 			return nil, false, err
 		}
 		for _, m := range msgs {
-			if m.Header.Sequence != req.Header.Sequence {
+			if m.Header.Seq != req.Header.Sequence {
 				continue // an answer to an earlier request given up on
 			}
-			if m.Header.Type == netlink.Error {
-				return got, false, nil // the ack: every key found
+			if m.Header.Type == unix.NLMSG_ERROR {
+				if len(m.Data) < 4 {
+					return nil, false, errors.New("short netlink error")
+				}
+				switch errno := -int32(binary.NativeEndian.Uint32(m.Data)); errno {
+				case 0:
+					return got, false, nil // the ack: every key found
+				case int32(unix.ENOENT):
+					return got, true, nil
+				default:
+					return nil, false, unix.Errno(errno)
+				}
 			}
-			if ev, ok := parseEvent(m); ok && len(ev.elems) == 1 {
+			if ev, ok := parseEvent(netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(m.Header.Type), PID: m.Header.Pid},
+				Data: m.Data}); ok && len(ev.elems) == 1 {
 				e := ev.elems[0]
 				got = append(got, &e)
 			}
@@ -219,6 +221,33 @@ func (k *kernelReader) getElements(fam *family, set string, keys [][]byte) (got 
 			return nil, false, errors.New("more answers than keys")
 		}
 	}
+}
+
+// receive reads one datagram of answers into the reader's buffer, with
+// one system call: the kernel answers each key with a message of its
+// own, and the netlink package would peek at each and allocate for it.
+// The messages' data points into the buffer until the next receive.
+func (k *kernelReader) receive() ([]syscall.NetlinkMessage, error) {
+	if k.buf == nil {
+		k.buf = make([]byte, 64<<10)
+		raw, err := k.c.SyscallConn()
+		if err != nil {
+			return nil, err
+		}
+		k.raw = raw
+	}
+	var n int
+	var rerr error
+	if err := k.raw.Read(func(fd uintptr) bool {
+		n, _, rerr = unix.Recvfrom(int(fd), k.buf, unix.MSG_DONTWAIT)
+		return rerr != unix.EAGAIN
+	}); err != nil {
+		return nil, err
+	}
+	if rerr != nil {
+		return nil, rerr
+	}
+	return syscall.ParseNetlinkMessage(k.buf[:n])
 }
 
 // ruleCounts counts the rules of each chain of a family's flowlb table,
