@@ -222,7 +222,8 @@ func (a *Agent) Ready() error {
 
 // Run subscribes until ctx ends: to the servers in turn, at once to the
 // next when one fails, with jittered exponential backoff (50 ms to 5 s)
-// after a round in which none answered (round.go).
+// after a round in which none answered (round.go); and runs the
+// reconciler (reconcile.go) until then.
 func (a *Agent) Run(ctx context.Context) error {
 	if a.health != nil {
 		go a.forwardHealth(ctx)
@@ -231,7 +232,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.Stats != nil && a.cfg.StatsInterval > 0 {
 		go a.reportStats(ctx)
 	}
-	go a.reconcile(ctx)
+	// The reconciler is done with the data planes when Run returns: the
+	// caller may close them then.
+	var reconciler sync.WaitGroup
+	reconciler.Go(func() { a.reconcile(ctx) })
+	defer reconciler.Wait()
 	backoff := minBackoff
 	lost := ""
 	for ctx.Err() == nil {
