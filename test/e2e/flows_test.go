@@ -316,8 +316,9 @@ func TestEstablishedConnectionsSurvive(t *testing.T) {
 }
 
 // TestAgentMetricsAndDump: an agent serves /metrics and `flowlb agent
-// dump` and `trace` show what it programmed: the nftables table, and on
-// eBPF the pinned maps too (--bpf-pin-dir).
+// dump` and `trace` show what it programmed: the agent's view of the
+// kernel, the nftables table, and on eBPF the pinned maps too
+// (--bpf-pin-dir).
 func TestAgentMetricsAndDump(t *testing.T) {
 	c := newCluster(t, 1, 2)
 	lb, _, _ := c.createLB(c.subnet("flowlb-vip-subnet"), nil, "SOURCE_IP", c.lab.Pods())
@@ -329,7 +330,8 @@ func TestAgentMetricsAndDump(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"flowlb_agent_connected 1", "flowlb_agent_services 1", "flowlb_agent_sync_duration_seconds_count"} {
+	for _, want := range []string{"flowlb_agent_connected 1", "flowlb_agent_services 1", "flowlb_agent_sync_duration_seconds_count",
+		`flowlb_agent_kernel_repairs_total{kind="table"} 0`, "flowlb_agent_kernel_refusing 0"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %q", want)
 		}
@@ -338,7 +340,9 @@ func TestAgentMetricsAndDump(t *testing.T) {
 	if err := c.lab.Node(1).Run(context.Background(), nil, &out, &out, flowlb(t), "agent", "dump"); err != nil {
 		t.Fatalf("dump: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"1 services", "TCP " + vip + ":80 SOURCE_IP", c.lab.Pod(1, 1).Addr.String() + ":8080"} {
+	// First what the agent says of the kernel (its /status), then the
+	// services.
+	for _, want := range []string{"kernel: holds revision", "kernel: last checked", "1 services", "TCP " + vip + ":80 SOURCE_IP", c.lab.Pod(1, 1).Addr.String() + ":8080"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("dump lacks %q:\n%s", want, out.String())
 		}
