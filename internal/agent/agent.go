@@ -212,7 +212,8 @@ func (a *Agent) Ready() error {
 	case re != ks.epoch || rr != ks.rev:
 		return fmt.Errorf("revision %d received, %d programmed%s", rr, ks.rev, refusing())
 	case ks.version != version:
-		return fmt.Errorf("the node's addresses changed, not programmed yet%s", refusing())
+		// The same revision, changed since: the node's addresses.
+		return fmt.Errorf("changes of revision %d received, not programmed yet%s", rr, refusing())
 	case ks.refusing:
 		return fmt.Errorf("the kernel is not as programmed: the repair of another process's change is refused since %s (%d attempts): %v",
 			ks.since.Format(time.RFC3339), ks.attempts, ks.lastErr)

@@ -317,10 +317,11 @@ func (a *Agent) kernelVersion() uint64 {
 	return a.ks.version
 }
 
+// joinWhat joins the first few repairs' descriptions, for the server.
 func joinWhat(what []string) string {
-	const max = 3
-	if len(what) > max {
-		return fmt.Sprintf("%s; and %d more", joinWhat(what[:max]), len(what)-max)
+	const shown = 3
+	if len(what) > shown {
+		return fmt.Sprintf("%s; and %d more", joinWhat(what[:shown]), len(what)-shown)
 	}
 	out := ""
 	for i, w := range what {
