@@ -250,9 +250,10 @@ func (k *kernelReader) receive() ([]syscall.NetlinkMessage, error) {
 	return syscall.ParseNetlinkMessage(k.buf[:n])
 }
 
-// ruleCounts counts the rules of each chain of a family's flowlb table,
-// from one dump whose rules are not decoded further than their chain.
-func (k *kernelReader) ruleCounts(fam *family) (map[string]int, error) {
+// rules lists the handles of the rules of each chain of a family's
+// flowlb table, from one dump whose rules are not decoded further than
+// their chain and handle.
+func (k *kernelReader) rules(fam *family) (map[string][]uint64, error) {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(unix.NFTA_RULE_TABLE, tableName)
 	attrs, err := ae.Encode()
@@ -264,10 +265,10 @@ func (k *kernelReader) ruleCounts(fam *family) (map[string]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dump the rules of %s %s: %w", fam.name, tableName, err)
 	}
-	out := map[string]int{}
+	out := map[string][]uint64{}
 	for _, m := range replies {
 		if ev, ok := parseEvent(m); ok && ev.typ == unix.NFT_MSG_NEWRULE && ev.table == tableName {
-			out[ev.chain]++
+			out[ev.chain] = append(out[ev.chain], ev.handle)
 		}
 	}
 	return out, nil
@@ -282,7 +283,9 @@ type event struct {
 	table  string
 	// chain is a chain's or a rule's chain; set, a set's or elements'.
 	chain, set string
-	elems      []rawElem
+	// handle is a rule's.
+	handle uint64
+	elems  []rawElem
 }
 
 // rawElem is a set element as the kernel sends it.
@@ -315,6 +318,8 @@ func parseEvent(m netlink.Message) (event, bool) {
 			ev.chain = ad.String()
 		case t == unix.NFTA_RULE_CHAIN && (ev.typ == unix.NFT_MSG_NEWRULE || ev.typ == unix.NFT_MSG_DELRULE):
 			ev.chain = ad.String()
+		case t == unix.NFTA_RULE_HANDLE && (ev.typ == unix.NFT_MSG_NEWRULE || ev.typ == unix.NFT_MSG_DELRULE):
+			ev.handle = ad.Uint64()
 		case t == unix.NFTA_SET_NAME && (ev.typ == unix.NFT_MSG_NEWSET || ev.typ == unix.NFT_MSG_DELSET):
 			ev.set = ad.String()
 		case t == unix.NFTA_SET_ELEM_LIST_SET && isElemMsg(ev.typ):
@@ -574,9 +579,10 @@ func (m *monitor) close() error { return m.c.Close() }
 type suspects struct {
 	// structure: the table, a chain or a set was changed.
 	structure bool
-	// chains whose rules another changed: written again whatever the
-	// count says (a rule replaced keeps the count).
-	chains map[string]bool
+	// added are, by chain, the handles of the rules another added (or
+	// put in place of one: a rule replaced gets a new handle). A chain
+	// still holding one is written again whatever its rule count says.
+	added map[string]map[uint64]bool
 	// sets read whole: changed as sets, or with too many elements
 	// changed to read one by one.
 	sets map[string]bool
@@ -590,11 +596,11 @@ type suspects struct {
 const maxSuspectElems = 4096
 
 func newSuspects() *suspects {
-	return &suspects{chains: map[string]bool{}, sets: map[string]bool{}, elems: map[string][]rawElem{}}
+	return &suspects{added: map[string]map[uint64]bool{}, sets: map[string]bool{}, elems: map[string][]rawElem{}}
 }
 
 func (s *suspects) empty() bool {
-	return s == nil || (!s.structure && len(s.chains) == 0 && len(s.sets) == 0 && len(s.elems) == 0)
+	return s == nil || (!s.structure && len(s.added) == 0 && len(s.sets) == 0 && len(s.elems) == 0)
 }
 
 // note records what an event of another process touched; false for
@@ -603,11 +609,16 @@ func (s *suspects) note(ev event) bool {
 	switch ev.typ {
 	case unix.NFT_MSG_NEWGEN:
 		return false
-	case unix.NFT_MSG_NEWRULE, unix.NFT_MSG_DELRULE:
+	case unix.NFT_MSG_NEWRULE:
 		s.structure = true
 		if ev.chain != "" {
-			s.chains[ev.chain] = true
+			s.addRule(ev.chain, ev.handle)
 		}
+	case unix.NFT_MSG_DELRULE:
+		// A rule deleted changes the count, which the check compares;
+		// one deleted and put back by a repair since must not have the
+		// chain written again.
+		s.structure = true
 	case unix.NFT_MSG_NEWSET, unix.NFT_MSG_DELSET:
 		s.structure = true
 		if ev.set != "" {
@@ -631,11 +642,33 @@ func (s *suspects) note(ev event) bool {
 	return true
 }
 
+func (s *suspects) addRule(chain string, handle uint64) {
+	if s.added[chain] == nil {
+		s.added[chain] = map[uint64]bool{}
+	}
+	s.added[chain][handle] = true
+}
+
+// forced are the chains that still hold a rule another added.
+func (s *suspects) forced(rules map[string][]uint64) map[string]bool {
+	out := map[string]bool{}
+	for chain, hs := range s.added {
+		for _, h := range rules[chain] {
+			if hs[h] {
+				out[chain] = true
+			}
+		}
+	}
+	return out
+}
+
 // merge adds o's suspects to s.
 func (s *suspects) merge(o *suspects) {
 	s.structure = s.structure || o.structure
-	for c := range o.chains {
-		s.chains[c] = true
+	for c, hs := range o.added {
+		for h := range hs {
+			s.addRule(c, h)
+		}
 	}
 	for set := range o.sets {
 		s.sets[set] = true

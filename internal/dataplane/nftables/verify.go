@@ -33,9 +33,9 @@ import (
 //     (hooks, priorities) and each chain's rule count are read; the
 //     elements that notifications said another process changed are read
 //     one by one (whole sets when a set was changed as such, or more
-//     than maxSuspectElems of them). Rules another process changed in
-//     place are caught by their notification, which has the chain
-//     written again.
+//     than maxSuspectElems of them). A chain that still holds a rule
+//     another process added (or put in place of one) is written again,
+//     whatever its count.
 //   - scopeFull: no notifications (none started, the monitor stopped, or
 //     it lost some to an overflow since the last full check): the
 //     structure, and every element flowlb wrote, read and compared: the
@@ -57,7 +57,8 @@ const (
 // derived from its Conn.
 type probe interface {
 	generation() (uint32, error)
-	ruleCounts(p *plane) (map[string]int, error)
+	// rules lists the handles of each chain's rules.
+	rules(p *plane) (map[string][]uint64, error)
 	// elements reads a set's elements of exactly these keys (nil: none).
 	elements(fam *family, set string, keys [][]byte) ([]*rawElem, error)
 }
@@ -185,7 +186,7 @@ func (d *Dataplane) verifyPlane(p *plane, s *suspects, full bool, detected time.
 		return err
 	}
 	want := p.expectedStructure(d.uncounted)
-	diff := diffStructure(want, got, s.chains)
+	diff := diffStructure(want, got, s.forced(got.handles))
 	if diff.rebuild != "" {
 		if err := d.rebuild(p); err != nil {
 			return fmt.Errorf("rebuild (%s): %w", diff.rebuild, err)
@@ -391,10 +392,11 @@ func elementwise(set string) bool {
 
 // structure is what the kernel holds of a table, read for a check.
 type structure struct {
-	table  bool
-	sets   map[string]*nftables.Set
-	chains map[string]*nftables.Chain
-	rules  map[string]int // rules per chain
+	table   bool
+	sets    map[string]*nftables.Set
+	chains  map[string]*nftables.Chain
+	rules   map[string]int      // rules per chain
+	handles map[string][]uint64 // their handles
 }
 
 // wantStructure is what the data plane programmed of a table.
@@ -524,8 +526,12 @@ func (d *Dataplane) readStructure(p *plane) (structure, error) {
 			got.chains[c.Name] = c
 		}
 	}
-	if got.rules, err = d.probe.ruleCounts(p); err != nil {
-		return got, fmt.Errorf("count the rules: %w", err)
+	if got.handles, err = d.probe.rules(p); err != nil {
+		return got, fmt.Errorf("read the rules: %w", err)
+	}
+	got.rules = map[string]int{}
+	for chain, hs := range got.handles {
+		got.rules[chain] = len(hs)
 	}
 	return got, nil
 }
@@ -933,11 +939,11 @@ func (n netlinkProbe) elements(fam *family, set string, keys [][]byte) ([]*rawEl
 	return n.k.elements(fam, set, keys)
 }
 
-// ruleCounts counts a table's rules per chain in one dump, without
+// rules reads a table's rules' handles per chain in one dump, without
 // decoding their expressions (the library cannot decode some of
 // flowlb's).
-func (n netlinkProbe) ruleCounts(p *plane) (map[string]int, error) {
-	return n.k.ruleCounts(p.fam)
+func (n netlinkProbe) rules(p *plane) (map[string][]uint64, error) {
+	return n.k.rules(p.fam)
 }
 
 // connProbe reads a Conn that is no kernel (nftfake): its generation if
@@ -951,12 +957,12 @@ func (n connProbe) generation() (uint32, error) {
 	return 0, errors.New("no generation")
 }
 
-func (n connProbe) ruleCounts(p *plane) (map[string]int, error) {
+func (n connProbe) rules(p *plane) (map[string][]uint64, error) {
 	chains, err := n.c.ListChainsOfTableFamily(p.fam.table)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int{}
+	out := map[string][]uint64{}
 	for _, c := range chains {
 		if c.Table == nil || c.Table.Name != tableName {
 			continue
@@ -965,7 +971,10 @@ func (n connProbe) ruleCounts(p *plane) (map[string]int, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[c.Name] = len(rules)
+		out[c.Name] = []uint64{}
+		for _, r := range rules {
+			out[c.Name] = append(out[c.Name], r.Handle)
+		}
 	}
 	return out, nil
 }

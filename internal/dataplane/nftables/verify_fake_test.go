@@ -46,12 +46,12 @@ func kernelState(t *testing.T, c Conn) string {
 			slices.Sort(ids)
 			fmt.Fprintf(&b, "%s set %s: %s\n", f.name, s.Name, strings.Join(ids, " "))
 		}
-		counts, err := connProbe{c: c}.ruleCounts(p)
+		rules, err := connProbe{c: c}.rules(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range slices.Sorted(maps.Keys(counts)) {
-			fmt.Fprintf(&b, "%s chain %s: %d rules\n", f.name, name, counts[name])
+		for _, name := range slices.Sorted(maps.Keys(rules)) {
+			fmt.Fprintf(&b, "%s chain %s: %d rules\n", f.name, name, len(rules[name]))
 		}
 	}
 	return b.String()

@@ -157,7 +157,7 @@ func TestVerifyRepairsForeignChanges(t *testing.T) {
 		dp.mon.putBack(sus, time.Now())
 		dp.mu.Unlock()
 		got := sus[byte(nftables.TableFamilyIPv4)]
-		if stopped != nil || losses != 0 || got == nil || !got.sets["foreign"] || len(got.sets) != 1 || len(got.elems) != 0 || len(got.chains) != 0 || sus[byte(nftables.TableFamilyIPv6)] != nil {
+		if stopped != nil || losses != 0 || got == nil || !got.sets["foreign"] || len(got.sets) != 1 || len(got.elems) != 0 || len(got.added) != 0 || sus[byte(nftables.TableFamilyIPv6)] != nil {
 			t.Fatalf("pending after a change of flowlb's own and another's set: %+v (%d lost, %v)", got, losses, stopped)
 		}
 		if check, err := dp.Verify(ctx); err != nil || !reflect.DeepEqual(check.Repaired, map[string]int{dataplane.Set: 1}) || check.Scope != scopeStructure {

@@ -222,7 +222,9 @@ func TestParseEvent(t *testing.T) {
 		{"rule added", nftMessage(t, unix.NFT_MSG_NEWRULE, 7, unix.NFPROTO_IPV4, func(ae *netlink.AttributeEncoder) {
 			ae.String(unix.NFTA_RULE_TABLE, "flowlb")
 			ae.String(unix.NFTA_RULE_CHAIN, "lb")
-		}), event{typ: unix.NFT_MSG_NEWRULE, pid: 7, family: unix.NFPROTO_IPV4, table: "flowlb", chain: "lb"}, true},
+			ae.ByteOrder = binary.BigEndian
+			ae.Uint64(unix.NFTA_RULE_HANDLE, 42)
+		}), event{typ: unix.NFT_MSG_NEWRULE, pid: 7, family: unix.NFPROTO_IPV4, table: "flowlb", chain: "lb", handle: 42}, true},
 		{"chain deleted", nftMessage(t, unix.NFT_MSG_DELCHAIN, 7, unix.NFPROTO_IPV4, func(ae *netlink.AttributeEncoder) {
 			ae.String(unix.NFTA_CHAIN_TABLE, "other")
 			ae.String(unix.NFTA_CHAIN_NAME, "acl")
@@ -246,7 +248,8 @@ func TestParseEvent(t *testing.T) {
 }
 
 // TestSuspects: what notifications leave to check; past maxSuspectElems
-// a set is read whole.
+// a set is read whole; a chain is written again whatever its count only
+// while it still holds a rule another added.
 func TestSuspects(t *testing.T) {
 	s := newSuspects()
 	if s.note(event{typ: unix.NFT_MSG_NEWGEN}) || !s.empty() {
@@ -256,10 +259,23 @@ func TestSuspects(t *testing.T) {
 	if s.structure || len(s.elems[rrSet]) != 1 {
 		t.Fatalf("an element deleted: %+v", s)
 	}
-	s.note(event{typ: unix.NFT_MSG_DELRULE, chain: "lb"})
+	s.note(event{typ: unix.NFT_MSG_DELRULE, chain: "lb", handle: 4})
+	s.note(event{typ: unix.NFT_MSG_NEWRULE, chain: "prerouting", handle: 7})
 	s.note(event{typ: unix.NFT_MSG_NEWSETELEM, set: slotsMap, elems: make([]rawElem, maxSuspectElems)})
-	if !s.structure || !s.chains["lb"] || !s.sets[slotsMap] || len(s.elems[slotsMap]) != 0 || len(s.elems[rrSet]) != 1 {
-		t.Fatalf("after a rule deleted and too many elements: %+v", s)
+	if !s.structure || !s.sets[slotsMap] || len(s.elems[slotsMap]) != 0 || len(s.elems[rrSet]) != 1 {
+		t.Fatalf("after rules deleted and added, and too many elements: %+v", s)
+	}
+	for _, tc := range []struct {
+		rules map[string][]uint64
+		want  map[string]bool
+	}{
+		{map[string][]uint64{"prerouting": {1, 7, 9}, "lb": {2, 3}}, map[string]bool{"prerouting": true}},
+		// The rule another added is gone (a repair came first): nothing.
+		{map[string][]uint64{"prerouting": {11, 12}, "lb": {4}}, map[string]bool{}},
+	} {
+		if got := s.forced(tc.rules); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("forced(%v) = %v, want %v", tc.rules, got, tc.want)
+		}
 	}
 	o := newSuspects()
 	o.merge(s)
