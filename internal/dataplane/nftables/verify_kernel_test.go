@@ -21,28 +21,6 @@ import (
 	"github.com/flowlb/flowlb/internal/testutil"
 )
 
-// echo serves addr: every line a connection sends comes back.
-func echo(t testing.TB, addr string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
-		}
-	}()
-}
-
 // held is a TCP connection through a VIP, kept open across a repair.
 type held struct {
 	c net.Conn
@@ -93,8 +71,10 @@ func TestVerifyRepairsForeignChanges(t *testing.T) {
 		setup6(t)
 		defer serveAll(t)()
 		defer serveAll6(t)()
-		echo(t, "198.18.17.2:9090")
-		echo(t, "[2001:2:0:17::2]:9090")
+		for _, a := range []string{"198.18.17.2:9090", "[2001:2:0:17::2]:9090"} {
+			ln := echo(t, a)
+			t.Cleanup(func() { ln.Close() })
+		}
 		dp, err := New(int(ns), "n1")
 		if err != nil {
 			t.Fatal(err)
