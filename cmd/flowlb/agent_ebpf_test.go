@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -50,13 +51,23 @@ func TestAgentEBPFFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	counting := d.TCPCounting()
 	d.Close()
 	var st unix.Statfs_t
 	if err := unix.Statfs(fs, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
 		t.Fatalf("no bpffs mounted at %s: %v", fs, err)
 	}
-	for _, pin := range []string{"services", "services6", "revnat", "revnat6", "affinity", "affinity6", "link_connect4", "link_getpeername6",
-		"traffic", "traffic6", "sk_lb", "link_count_tcp"} {
+	want := []string{"services", "services6", "revnat", "revnat6", "affinity", "affinity6", "link_connect4", "link_getpeername6",
+		"traffic", "traffic6", "sk_lb", "link_count_tcp"}
+	if errors.Is(counting, unix.EPERM) && os.Getenv(testutil.RequireBPFTracingEnv) != "1" {
+		// A kernel that refuses the TCP counting iterator (a BPF LSM
+		// policy): the programs balance without it.
+		t.Logf("no TCP counting here (%v): its program is not pinned", counting)
+		want = want[:len(want)-1]
+	} else if counting != nil {
+		t.Fatal(counting)
+	}
+	for _, pin := range want {
 		if _, err := os.Stat(filepath.Join(pins, pin)); err != nil {
 			t.Errorf("pin %s: %v", pin, err)
 		}

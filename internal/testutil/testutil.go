@@ -14,6 +14,12 @@ import (
 // plane cannot pass without it.
 const RequireRootEnv = "FLOWLB_REQUIRE_ROOT"
 
+// RequireBPFTracingEnv, set to 1, makes a kernel that refuses the eBPF
+// data plane's TCP counting iterator (a BPF LSM policy that blocks
+// tracing programs, as some sandboxes have) fail the tests that count
+// TCP bytes, which otherwise skip what needs it.
+const RequireBPFTracingEnv = "FLOWLB_REQUIRE_BPF_TRACING"
+
 // RequireRoot skips t unless the process is root (network namespaces,
 // nftables, netlink), or fails it when FLOWLB_REQUIRE_ROOT=1.
 func RequireRoot(t testing.TB) {

@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -106,10 +107,26 @@ func ebpfStepsRunner(t *testing.T, test string) (run func(caps []string) ([]byte
 	if err != nil {
 		t.Fatal(err)
 	}
+	// With every capability: a kernel whose BPF policy refuses the TCP
+	// counting iterator to root itself refuses it to the agent too, for
+	// no capability's sake; the child is told so.
+	env := []string{"FLOWLB_EBPF_CHILD=1", "FLOWLB_EBPF_CGROUP=" + cg, "FLOWLB_EBPF_PINS=" + pins}
+	if probe, err := ebpf.New(ebpf.Config{Node: "n1", Cgroup: cg}); err != nil {
+		t.Fatal(err)
+	} else {
+		counting := probe.TCPCounting()
+		if err := probe.Remove(); err != nil {
+			t.Fatal(err)
+		}
+		if errors.Is(counting, unix.EPERM) && os.Getenv(testutil.RequireBPFTracingEnv) != "1" {
+			t.Logf("this kernel refuses the TCP counting iterator to root too (%v): not a capability's matter", counting)
+			env = append(env, "FLOWLB_EBPF_NO_TCP_COUNTING=1")
+		}
+	}
 	return func(caps []string) ([]byte, error) {
 		cmd := exec.Command("setpriv", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all,+"+strings.Join(caps, ",+"),
 			exe, "-test.run=^"+test+"$", "-test.v")
-		cmd.Env = append(os.Environ(), "FLOWLB_EBPF_CHILD=1", "FLOWLB_EBPF_CGROUP="+cg, "FLOWLB_EBPF_PINS="+pins)
+		cmd.Env = append(os.Environ(), env...)
 		return cmd.CombinedOutput()
 	}, pins
 }
@@ -131,7 +148,7 @@ func ebpfAgentSteps(t *testing.T) {
 	if err := d.SocketTermination(); err != nil {
 		t.Errorf("the socket iterators (destroying the sockets of removed UDP backends): %v", err)
 	}
-	if err := d.TCPCounting(); err != nil {
+	if err := d.TCPCounting(); err != nil && os.Getenv("FLOWLB_EBPF_NO_TCP_COUNTING") != "1" {
 		t.Errorf("the TCP counting programs: %v", err)
 	}
 	if err := d.Sync(context.Background(), tab); err != nil {

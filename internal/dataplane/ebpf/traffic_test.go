@@ -3,6 +3,7 @@ package ebpf
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -123,9 +124,7 @@ func TestSocketLBTraffic(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	if err := dp.TCPCounting(); err != nil {
-		t.Fatal(err)
-	}
+	requireTCPCounting(t, dp, nil)
 	web, dns := service(80, flows.TCP, 1, 1, 0), service(53, flows.UDP, 1, 0, 0)
 	if err := dp.Sync(context.Background(), tableOf(web, dns)); err != nil {
 		t.Fatal(err)
@@ -369,6 +368,7 @@ func TestTCPTrafficAdopted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	requireTCPCounting(t, first, func() { first.Remove() })
 	if err := first.Sync(context.Background(), tableOf(web)); err != nil {
 		first.Remove()
 		t.Fatal(err)
@@ -461,6 +461,7 @@ func TestDatagramCountingFollowsUDP(t *testing.T) {
 			}
 		}
 	}()
+	requireTCPCounting(t, dp, nil)
 	if err := dp.Sync(ctx, tableOf(web)); err != nil {
 		t.Fatal(err)
 	}
@@ -501,4 +502,27 @@ func TestDatagramCountingFollowsUDP(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("adopted without a UDP service", 0)
+}
+
+// requireTCPCounting stops a test that counts TCP bytes (after cleanup,
+// if given) when this kernel refuses the TCP counting iterator with
+// EPERM: a sandbox's BPF LSM policy that blocks tracing programs, as on
+// some machines of this project's CI kind, where iterators over sockets
+// load and report_tcp, which reads a socket's TCP counts, does not. The
+// data plane balances and counts connections all the same (the agent
+// warns). With FLOWLB_REQUIRE_BPF_TRACING=1 that is a failure; any other
+// error always is.
+func requireTCPCounting(t *testing.T, dp *Dataplane, cleanup func()) {
+	t.Helper()
+	err := dp.TCPCounting()
+	if err == nil {
+		return
+	}
+	if cleanup != nil {
+		cleanup()
+	}
+	if errors.Is(err, unix.EPERM) && os.Getenv(testutil.RequireBPFTracingEnv) != "1" {
+		t.Skipf("this kernel refuses the TCP counting iterator (%v); set %s=1 to fail instead", err, testutil.RequireBPFTracingEnv)
+	}
+	t.Fatal(err)
 }
