@@ -174,7 +174,7 @@ func spawnCmd(spec ProcState, logf *os.File, extra []*os.File) *exec.Cmd {
 	if spec.OwnMounts {
 		// As an unshare, Go makes / private (MS_REC|MS_PRIVATE) in the
 		// child before exec.
-		cmd.SysProcAttr.Unshareflags |= syscall.CLONE_NEWNS
+		cmd.SysProcAttr.Unshareflags |= syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
 	}
 	return cmd
 }

@@ -86,7 +86,8 @@ type ProcState struct {
 	// namespace of its own and only Env as its environment.
 	Container bool `json:"container,omitempty"`
 	// OwnMounts gives it a mount namespace of its own whose mounts are
-	// private (nothing it mounts reaches the machine's): a real node's
+	// private (nothing it mounts reaches the machine's), and a UTS
+	// namespace of its own (a host name of its own): a real node's
 	// runtime.
 	OwnMounts bool `json:"own_mounts,omitempty"`
 	// Fds is how many descriptors it inherited (3, 4, ...); such a process

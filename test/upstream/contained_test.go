@@ -28,7 +28,7 @@ var hostPaths = []string{
 // hostSysctls are the machine-wide settings a kubelet (and a kube-proxy)
 // would change.
 func hostSysctls() []string {
-	out := []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding", "net/bridge/bridge-nf-call-iptables", "net/netfilter/nf_conntrack_max"}
+	out := []string{"kernel/hostname", "net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding", "net/bridge/bridge-nf-call-iptables", "net/netfilter/nf_conntrack_max"}
 	for k := range realnode.KernelTunables {
 		out = append(out, k)
 	}
@@ -82,7 +82,7 @@ func hostState(t *testing.T) map[string]string {
 		ents, err := os.ReadDir(h)
 		var names []string
 		for _, e := range ents {
-			if e.IsDir() && e.Name() != ours {
+			if e.IsDir() && !strings.HasPrefix(e.Name(), ours) {
 				names = append(names, e.Name())
 			}
 		}

@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Run is the node's runtime: in the mount namespace its spawn made (and
-// the node's network namespace and cgroup), it isolates the node's paths
-// (isolate), writes the configurations, starts containerd, imports the
+// Run is the node's runtime: in the mount and UTS namespaces its spawn
+// made (and the node's network namespace and cgroup), it isolates the
+// node's paths (isolate), takes the node's name as its host name, writes the configurations, starts containerd, imports the
 // images, starts the kubelet, and keeps both running (a process that
 // exits is started again after a pause) until ctx ends. Then it stops
 // the kubelet, every pod (the processes of the node's cgroup tree but
@@ -26,6 +26,12 @@ import (
 func Run(ctx context.Context, s *Spec, log *slog.Logger) error {
 	if err := isolate(s); err != nil {
 		return err
+	}
+	// The node's host name (its spawn gave it a UTS namespace): a
+	// hostNetwork pod shares it, and Kubernetes' specs expect the node's
+	// name there.
+	if err := unix.Sethostname([]byte(s.Node)); err != nil {
+		return fmt.Errorf("host name %s: %w", s.Node, err)
 	}
 	if err := writeConfigs(s); err != nil {
 		return err
