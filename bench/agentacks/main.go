@@ -375,7 +375,7 @@ func main() {
 			benchkit.MS(quantile(r.acked, 0.5)), benchkit.MS(quantile(r.acked, 0.99)), benchkit.MS(quantile(r.active, 0.5)), benchkit.MS(quantile(r.active, 0.99)),
 			r.rssPerAgent/1024, r.heapPerAgent/1024)
 	}
-	fmt.Println("| target (issue 14) | 1000 on 3 replicas, 2 cores | | ≤ 200 ms | | | | |")
+	fmt.Println("| target | 1000 on 3 replicas, 2 cores | | ≤ 200 ms | | | | |")
 }
 
 func fatal(err error) {

@@ -315,7 +315,7 @@ func main() {
 		fmt.Printf("| flowlb %s | %d | %.2f s | %.2f s | %s | %.2f s | %.2f s | %d | %.1f ms | %.1f ms | %.1f ms |\n", r.engine, r.members,
 			r.batch.Seconds(), r.cpu.Seconds(), db, r.active.Seconds(), r.cpuAll.Seconds(), r.writes, benchkit.MS(r.p50), benchkit.MS(r.p99), benchkit.MS(r.max))
 	}
-	fmt.Println("before (issue 15, SQLite, batch answered): 1k 0.24 s, 5k 2.3 s, 10k 10.5 s, 20k 42 s, other writes blocked throughout; target 20k ≤ 1 s")
+	fmt.Println("before (2026-11, SQLite, batch answered): 1k 0.24 s, 5k 2.3 s, 10k 10.5 s, 20k 42 s, other writes blocked throughout; target 20k ≤ 1 s")
 }
 
 // cpuTime is the process's user and system CPU time: on a shared

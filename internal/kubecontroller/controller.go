@@ -750,7 +750,7 @@ func (c *Controller) forget(key string) {
 // milliseconds to a few hundred when Services arrive in bulk; a Service
 // applied before it came cost a second change, the batch member update,
 // with the reads before it and the agents programming twice (a third of
-// the Services when 1,000 were made at once, issue 20).
+// the Services when 1,000 were made at once).
 const defaultSliceGrace = time.Second
 
 // created notes when a Service created since the start was first seen.

@@ -6,7 +6,7 @@ import "time"
 // agents programming it), so that the first status read of an awaited
 // load balancer comes about when the change is done. A fixed 5 ms first
 // read, doubling, cost 4.1 reads per Service with 1,000 Services made at
-// once (issue 20), where the agents take tens of milliseconds; on a quiet
+// once, where the agents take tens of milliseconds; on a quiet
 // cluster changes take a few, and the first read stays at 5 ms.
 //
 // The estimate is an average of samples, each the midpoint between the

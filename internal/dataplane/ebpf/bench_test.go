@@ -98,7 +98,7 @@ const changeRounds = 51
 // plane (a fresh cgroup of its own) and into nftables (a fresh namespace)
 // in the same run, then adds and removes one service on top of each
 // (changeRounds times: the medians, and the slowest add).
-// Targets (issue 21): eBPF load ≤ 0.5 s at 30,000, one change ≤ 0.1 ms.
+// Targets: eBPF load ≤ 0.5 s at 30,000, one change ≤ 0.1 ms.
 //
 //	FLOWLB_REQUIRE_ROOT=1 go test -run '^$' -bench FullLoad -benchtime 1x ./internal/dataplane/ebpf/
 func BenchmarkFullLoad(b *testing.B) {
@@ -160,7 +160,7 @@ func BenchmarkEncode(b *testing.B) {
 // straight to a backend and through a VIP that the connect4 program
 // translates, beside N other
 // services of 10 backends, from a process of the cgroup in a namespace
-// of its own; it reports both rates and their ratio (issue 21's target:
+// of its own; it reports both rates and their ratio (the target:
 // ≥ 1.0 of direct).
 //
 //	FLOWLB_REQUIRE_ROOT=1 go test -run '^$' -bench ConnRate -benchtime 1x ./internal/dataplane/ebpf/
@@ -227,7 +227,7 @@ func BenchmarkConnRate(b *testing.B) {
 // the median connection times (= rate on / rate off), and the benchmark
 // reports the median and quartiles of the blocks' ratios. Each connection
 // reads the backend's answer (its address) and closes. connect4's write
-// to the socket's storage is in both sides. Issue 22's target: ≥ 0.98.
+// to the socket's storage is in both sides. The target: ≥ 0.98.
 // After each attach or detach one connection goes untimed, so that the
 // timed one does not pay for what the switch left running (the cgroup's
 // program arrays rebuilt, the old ones freed after an RCU grace period),

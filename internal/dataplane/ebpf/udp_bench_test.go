@@ -39,7 +39,7 @@ import (
 // question (whatever else the shared machine does in a given millisecond
 // slows them alike), and each block gives the ratios of the median
 // question times: VIP against direct, and eBPF against nftables.
-// Target (issue 21, as for TCP): VIP / direct ≥ 1.0 with eBPF.
+// Target (as for TCP): VIP / direct ≥ 1.0 with eBPF.
 //
 //	FLOWLB_REQUIRE_ROOT=1 go test -run '^$' -bench UDPRate -benchtime 1x ./internal/dataplane/ebpf/
 func BenchmarkUDPRate(b *testing.B) {
