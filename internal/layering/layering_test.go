@@ -1,6 +1,11 @@
 package layering
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -156,4 +161,189 @@ func TestDomainKnowsNoHTTP(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sqlPackages are the SQL drivers and database/sql: what marks a file of
+// the store as an engine's.
+var sqlPackages = []string{"database/sql/...", "modernc.org/sqlite/...", "github.com/jackc/pgx/...", "github.com/lib/pq/..."}
+
+// TestDomainKnowsNoEngine: the LBaaS domain imports no SQL driver and no
+// store of one engine (memstore, storetest), and names nothing of the
+// store that belongs to one engine: no identifier declared in a store
+// file that imports database/sql or a driver (store.SQL, store.Open),
+// and no method of such a type that no store interface has
+// (SQL.LastChange, SQL.SingleWriter), in a call or an interface of its
+// own. How a change runs on the engine is the store's (store.Changes).
+func TestDomainKnowsNoEngine(t *testing.T) {
+	forbidden := append(slices.Clone(sqlPackages), module+"internal/store/memstore/...", module+"internal/store/storetest/...", module+"internal/pgserver/...")
+	for pkg, imps := range deps(t, module+"internal/lbaas/...") {
+		if !matches(pkg, module+"internal/lbaas/...") {
+			continue
+		}
+		for _, imp := range imps {
+			if slices.ContainsFunc(forbidden, func(f string) bool { return matches(imp, f) }) {
+				t.Errorf("%s imports %s", pkg, imp)
+			}
+		}
+	}
+	names, methods := engineSpecific(t)
+	if !names["SQL"] || !methods["LastChange"] {
+		t.Fatalf("the store's engine-specific names %v and methods %v miss SQL or LastChange: the check would find nothing", names, methods)
+	}
+	for _, pkg := range goFiles(t, module+"internal/lbaas/...") {
+		for _, file := range pkg {
+			src, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range engineUses(t, file, src, names, methods) {
+				t.Error(v)
+			}
+		}
+	}
+}
+
+// TestEngineCheckCatchesEngineNames: the check finds a use of store.SQL,
+// of an engine's method and an interface asking for one.
+func TestEngineCheckCatchesEngineNames(t *testing.T) {
+	names, methods := engineSpecific(t)
+	src := `package lbaas
+import st "github.com/flowlb/flowlb/internal/store"
+type singleWriter interface{ SingleWriter() bool }
+func last(s *st.SQL, id string) { s.LastChange(id) }
+`
+	got := engineUses(t, "fixture.go", []byte(src), names, methods)
+	for _, want := range []string{"SingleWriter", "st.SQL", "LastChange"} {
+		if !slices.ContainsFunc(got, func(v string) bool { return strings.Contains(v, want) }) {
+			t.Errorf("no use of %s found among %q", want, got)
+		}
+	}
+}
+
+// goFiles lists the non-test Go files of each package of pattern.
+func goFiles(t *testing.T, pattern string) map[string][]string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .GoFiles}} {{$.Dir}}/{{.}}{{end}}`, pattern).Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", pattern, err)
+	}
+	files := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		files[fields[0]] = fields[1:]
+	}
+	return files
+}
+
+// engineSpecific reads the store package: the exported names declared
+// in its files that import a SQL package, and the methods of the types
+// among them that no exported interface of the store declares.
+func engineSpecific(t *testing.T) (names, methods map[string]bool) {
+	t.Helper()
+	names, methods = map[string]bool{}, map[string]bool{}
+	interfaceMethods := map[string]bool{}
+	byType := map[string][]string{}
+	fset := token.NewFileSet()
+	for _, file := range goFiles(t, module+"internal/store")[module+"internal/store"] {
+		f, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		engine := slices.ContainsFunc(f.Imports, func(is *ast.ImportSpec) bool {
+			path := strings.Trim(is.Path.Value, `"`)
+			return slices.ContainsFunc(sqlPackages, func(p string) bool { return matches(path, p) })
+		})
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					if engine && d.Name.IsExported() {
+						names[d.Name.Name] = true
+					}
+					continue
+				}
+				recv := d.Recv.List[0].Type
+				if star, ok := recv.(*ast.StarExpr); ok {
+					recv = star.X
+				}
+				if id, ok := recv.(*ast.Ident); ok && d.Name.IsExported() {
+					byType[id.Name] = append(byType[id.Name], d.Name.Name)
+				}
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					switch s := spec.(type) {
+					case *ast.TypeSpec:
+						if engine && s.Name.IsExported() {
+							names[s.Name.Name] = true
+						}
+						if it, ok := s.Type.(*ast.InterfaceType); ok && s.Name.IsExported() {
+							for _, m := range it.Methods.List {
+								for _, n := range m.Names {
+									interfaceMethods[n.Name] = true
+								}
+							}
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							if engine && n.IsExported() {
+								names[n.Name] = true
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	for typ, ms := range byType {
+		if !names[typ] {
+			continue
+		}
+		for _, m := range ms {
+			if !interfaceMethods[m] {
+				methods[m] = true
+			}
+		}
+	}
+	return names, methods
+}
+
+// engineUses lists where file names one of the store's engine-specific
+// names (through its import of the store) or methods.
+func engineUses(t *testing.T, file string, src []byte, names, methods map[string]bool) []string {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, file, src, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeName := ""
+	for _, is := range f.Imports {
+		if strings.Trim(is.Path.Value, `"`) == module+"internal/store" {
+			storeName = "store"
+			if is.Name != nil {
+				storeName = is.Name.Name
+			}
+		}
+	}
+	var out []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.SelectorExpr:
+			if x, ok := n.X.(*ast.Ident); ok && storeName != "" && x.Name == storeName && names[n.Sel.Name] {
+				out = append(out, fmt.Sprintf("%s: %s.%s", fset.Position(n.Pos()), storeName, n.Sel.Name))
+			} else if methods[n.Sel.Name] {
+				out = append(out, fmt.Sprintf("%s: method %s", fset.Position(n.Pos()), n.Sel.Name))
+			}
+		case *ast.InterfaceType:
+			for _, m := range n.Methods.List {
+				for _, name := range m.Names {
+					if methods[name.Name] {
+						out = append(out, fmt.Sprintf("%s: interface method %s", fset.Position(name.Pos()), name.Name))
+					}
+				}
+			}
+		}
+		return true
+	})
+	return out
 }

@@ -90,42 +90,25 @@ func (s *Service) withLock(ctx context.Context, lbID, to string, allowed func(st
 
 // commit is one change's transaction: build yields the changed tree, which
 // the provider checks, quotas bound and the store keeps, pending with this
-// replica as owner; once committed, the provider realizes it. On a store
-// with a single writer, changes that arrive together share a transaction
-// (commits.go).
+// replica as owner; once committed, the provider realizes it. The store
+// runs the change its way (store.Changes: alone, or sharing a transaction
+// with the changes beside it, each as if alone) and may keep the tree for
+// the change's completion.
 func (s *Service) commit(ctx context.Context, build func(tx store.Tx) (*Tree, error)) (*Tree, error) {
-	var (
-		tree *Tree
-		p    store.Pending
-		err  error
-	)
-	if sw, ok := s.st.(SingleWriter); ok && sw.SingleWriter() {
-		tree, p, err = s.commitQueued(ctx, build)
-	} else {
-		tree, p, err = s.commitOne(ctx, build)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if s.keepsBuilt() && p.Change != 0 {
-		s.built.keep(p, tree)
-	}
-	s.realize(p, tree.LB.Provider)
-	return tree, nil
-}
-
-// commitOne commits one change in a transaction of its own.
-func (s *Service) commitOne(ctx context.Context, build func(tx store.Tx) (*Tree, error)) (*Tree, store.Pending, error) {
+	changes := store.ChangesOf(s.st)
 	var tree *Tree
-	c, err := s.st.Update(ctx, func(tx store.Tx) error {
+	c, err := changes.Change(ctx, func(tx store.Tx) error {
 		t, err := s.commitIn(ctx, tx, build)
-		tree = t
+		tree = t // a change run again builds it again
 		return err
 	})
 	if err != nil {
-		return nil, store.Pending{}, err
+		return nil, err
 	}
-	return tree, store.Pending{LoadBalancerID: tree.LB.ID, Owner: s.cfg.Replica, Change: c.Changes[tree.LB.ID]}, nil
+	p := store.Pending{LoadBalancerID: tree.LB.ID, Owner: s.cfg.Replica, Change: c.Changes[tree.LB.ID]}
+	changes.Keep(p, func() any { return tree.clone() })
+	s.realize(p, tree.LB.Provider)
+	return tree, nil
 }
 
 // commitIn is a change's work within tx; ctx is its request's.
@@ -220,9 +203,14 @@ func (s *Service) complete(ctx context.Context, p store.Pending, perr error) err
 	return err
 }
 
-// completeIn is complete's work within tx.
+// completeIn is complete's work within tx. It starts from the tree p
+// built if the store kept it and nothing changed the load balancer since
+// (taken first, so that a completion that returns early leaves nothing
+// kept), else from the tree read back.
 func (s *Service) completeIn(tx store.Tx, p store.Pending, perr error) error {
-	t, fromBuilt := s.builtTree(p)
+	kept, fromBuilt := store.ChangesOf(s.st).Built(p)
+	t, _ := kept.(*Tree)
+	fromBuilt = fromBuilt && t != nil
 	rec, err := tx.GetForUpdate(store.KindLoadBalancer, p.LoadBalancerID)
 	gone := errors.Is(err, store.ErrNotFound)
 	if err != nil && !gone {

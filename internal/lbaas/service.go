@@ -79,8 +79,6 @@ type Service struct {
 
 	inflight    sync.WaitGroup
 	completions completionGroups
-	commits     commitGroups
-	built       builtTrees
 }
 
 // New builds a service; providers must include cfg.DefaultProvider.

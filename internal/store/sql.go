@@ -93,6 +93,35 @@ type SQL struct {
 	// lastChange: see LastChange (SQLite only).
 	lastMu     sync.Mutex
 	lastChange map[string]int64
+	// grouped runs the changes on SQLite, the one writer (changes.go).
+	grouped *Grouped
+}
+
+// Change runs a change (Changes): on SQLite in a transaction shared with
+// the changes waiting for the writer beside it, on PostgreSQL, whose
+// writers run in parallel, alone.
+func (s *SQL) Change(ctx context.Context, fn func(tx Tx) error) (Commit, error) {
+	if s.grouped != nil {
+		return s.grouped.Change(ctx, fn)
+	}
+	return s.Update(ctx, fn)
+}
+
+// Keep keeps what change p built for its completion, on SQLite
+// (Changes); on PostgreSQL, where other replicas write too, nothing.
+func (s *SQL) Keep(p Pending, clone func() any) {
+	if s.grouped != nil {
+		s.grouped.Keep(p, clone)
+	}
+}
+
+// Built gives back what Keep kept for p, while p is its load balancer's
+// last change (Changes).
+func (s *SQL) Built(p Pending) (any, bool) {
+	if s.grouped != nil {
+		return s.grouped.Built(p)
+	}
+	return nil, false
 }
 
 // LastChange is the change-log entry of the last write transaction that
@@ -180,6 +209,7 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (*SQL, error) {
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
 		s = &SQL{eng: sqliteEngine{}, dsn: dsn, writer: w, reader: r, ckpt: ckpt, log: log}
+		s.grouped = NewGrouped(s, log)
 	}
 	s.signals = newSignals(s)
 	if err := s.migrate(ctx); err != nil {
@@ -261,11 +291,11 @@ func (s *SQL) migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the database handles.
 // SingleWriter says whether the database runs one write transaction at a
-// time (SQLite), which lbaas then gives several changes at once.
+// time (SQLite), whose changes then share transactions (Change).
 func (s *SQL) SingleWriter() bool { return s.eng.name() == "sqlite" }
 
+// Close closes the database handles.
 func (s *SQL) Close() error {
 	s.signals.close()
 	var err error

@@ -1,0 +1,26 @@
+package store
+
+// What the tests of package store_test look at inside a Grouped.
+
+// Waiting is how many changes wait in g's queue.
+func (g *Grouped) Waiting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.queue)
+}
+
+// Transactions is how many write transactions g's changes took.
+func (g *Grouped) Transactions() int64 { return g.transactions.Load() }
+
+// BuiltUsed is how many kept values Built gave back.
+func (g *Grouped) BuiltUsed() int64 { return g.builtUsed.Load() }
+
+// Kept is how many values g keeps.
+func (g *Grouped) Kept() int {
+	g.builtMu.Lock()
+	defer g.builtMu.Unlock()
+	return len(g.built)
+}
+
+// GroupedOf is the Grouped that runs s's changes (SQLite), or nil.
+func GroupedOf(s *SQL) *Grouped { return s.grouped }
