@@ -278,7 +278,7 @@ func BenchmarkCounting(b *testing.B) {
 			prog *ebpf.Program
 			l    *link.Link
 		}
-		cs := []counting{{ebpf.AttachCGroupSockOps, dp.tcp.objs.CountTcp, &dp.tcpLink}}
+		cs := []counting{{ebpf.AttachCGroupSockOps, dp.tcp.sockops.CountTcp, &dp.tcpLink}}
 		if udp {
 			if len(dp.datagramLinks) != len(datagramHooks) {
 				dp.Remove()

@@ -261,8 +261,11 @@ func New(cfg Config) (_ *Dataplane, err error) {
 		d.links = append(d.links, l)
 	}
 	if d.tcp, d.tcpErr = newTCPCounter(&d.objs.socklbMaps); d.tcpErr == nil {
-		if d.tcpLink, err = d.attach(socktcpProgCountTcp, ebpf.AttachCGroupSockOps, d.tcp.objs.CountTcp); err != nil {
+		if d.tcpLink, err = d.attach(socktcpProgCountTcp, ebpf.AttachCGroupSockOps, d.tcp.sockops.CountTcp); err != nil {
 			return nil, fmt.Errorf("attach %s to %s: %w", socktcpProgCountTcp, cfg.Cgroup, err)
+		}
+		if d.tcp.iterErr != nil {
+			d.log.Warn("the bytes of open TCP connections will be counted only when they close", "err", d.tcp.iterErr)
 		}
 	} else {
 		d.log.Warn("the bytes of translated TCP connections will not be counted", "err", d.tcpErr)

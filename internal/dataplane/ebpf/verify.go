@@ -160,7 +160,7 @@ func (d *Dataplane) verifyLinks(now time.Time, check *dataplane.Check) error {
 		}
 	}
 	if d.tcpLink != nil {
-		fix(&d.tcpLink, socktcpProgCountTcp, ebpf.AttachCGroupSockOps, d.tcp.objs.CountTcp)
+		fix(&d.tcpLink, socktcpProgCountTcp, ebpf.AttachCGroupSockOps, d.tcp.sockops.CountTcp)
 	}
 	for i, h := range datagramHooks {
 		if i < len(d.datagramLinks) {
