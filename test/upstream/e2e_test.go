@@ -76,6 +76,10 @@ func (r *realLab) runE2E(t *testing.T, dir, focus, skip string, procs int) *juni
 		// The cluster's kube-system pods are CoreDNS; give them time
 		// on a busy machine.
 		"--system-pods-startup-timeout=5m",
+		// Told, not counted: e2e.test counts the schedulable nodes in
+		// its first ginkgo process only, so a spec that needs two nodes
+		// ran or was skipped by which process it fell to.
+		"--num-nodes=" + strconv.Itoa(r.nodes),
 	}
 	t0 := time.Now()
 	out, err := r.run(100*time.Minute, argv...)

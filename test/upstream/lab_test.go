@@ -90,6 +90,7 @@ type realLab struct {
 	flowlb string
 	kube   string // the Kubernetes binaries
 	dir    string // the lab's state directory
+	nodes  int
 }
 
 // upRealLab runs `flowlb lab up --kubernetes --kubelet real` with nodes
@@ -102,7 +103,7 @@ func upRealLab(t *testing.T, nodes int, args ...string) *realLab {
 	if gone, err := lab.DownOrphans(""); len(gone) > 0 || err != nil {
 		t.Logf("removed orphaned labs %v (err %v)", gone, err)
 	}
-	r := &realLab{t: t, name: labtest.Name(), flowlb: flowlb, kube: kube}
+	r := &realLab{t: t, name: labtest.Name(), flowlb: flowlb, kube: kube, nodes: nodes}
 	r.dir = filepath.Join(lab.DefaultStateRoot, r.name)
 	t.Cleanup(r.down)
 	argv := append([]string{"lab", "up", "--name", r.name, "--nodes", strconv.Itoa(nodes), "--pods-per-node", "0",
