@@ -11,10 +11,10 @@ import (
 )
 
 // FuzzUpdate decodes arbitrary bytes as the agent protocol's Update, as
-// an agent does with what its stream brings, and converts every service
-// and probe in it to the flow model: that never panics, and what it
-// yields survives the wire unchanged (encoding a decoded value and
-// decoding it again gives the same value).
+// an agent does with what its stream brings, and translates it into the
+// flow model (UpdateFromProto): that never panics, and what it yields
+// survives the wire unchanged (encoding a translated update and
+// translating it again gives the same values).
 func FuzzUpdate(f *testing.F) {
 	s := fullService()
 	seeds := []*agentv1.Update{
@@ -38,29 +38,9 @@ func FuzzUpdate(f *testing.F) {
 		if proto.Unmarshal(b, &u) != nil {
 			return
 		}
-		services := []flows.Service{}
-		for _, p := range u.GetUpserts() {
-			services = append(services, ServiceFromProto(p))
-		}
-		for _, lb := range u.GetLoadbalancers() {
-			_, ss := LoadBalancerServicesFromProto(lb)
-			services = append(services, ss...)
-		}
-		for _, s := range services {
-			if again := ServiceFromProto(wire(t, ServiceToProto(s))); !again.Equal(s) || again.Key != s.Key {
-				t.Fatalf("service changed on the wire:\n %+v\n %+v", s, again)
-			}
-		}
-		for _, k := range u.GetDeletes() {
-			if key := KeyFromProto(k); KeyFromProto(wire(t, KeyToProto(key))) != key {
-				t.Fatalf("key %+v changed on the wire", key)
-			}
-		}
-		for _, p := range u.GetProbes() {
-			pr := ProbeFromProto(p)
-			if again := ProbeFromProto(wire(t, ProbeToProto(pr))); again != pr {
-				t.Fatalf("probe changed on the wire:\n %+v\n %+v", pr, again)
-			}
+		got := UpdateFromProto(&u)
+		if again := UpdateFromProto(wire(t, UpdateToProto(got))); !updatesEqual(again, got) {
+			t.Fatalf("update changed on the wire:\n %+v\n %+v", got, again)
 		}
 	})
 }
