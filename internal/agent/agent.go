@@ -175,9 +175,9 @@ func (a *Agent) Revision() (string, int64) {
 }
 
 // noteReceived records the newest update received.
-func (a *Agent) noteReceived(u *agentv1.Update) {
+func (a *Agent) noteReceived(epoch string, rev int64) {
 	a.recvMu.Lock()
-	a.recvEpoch, a.recvRev = u.GetEpoch(), u.GetRevision()
+	a.recvEpoch, a.recvRev = epoch, rev
 	a.recvMu.Unlock()
 }
 
@@ -262,11 +262,11 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // desire takes one (merged) update into the desired state, and hands
 // its probes to the health runner; the reconciler programs it.
-func (a *Agent) desire(ctx context.Context, u *agentv1.Update) {
+func (a *Agent) desire(ctx context.Context, u flows.Update) {
 	a.want.receive(u)
 	a.lastSync = time.Now()
-	if u.GetProbesSet() && a.health != nil {
-		a.health.Set(context.WithoutCancel(ctx), checks(u.GetProbes()))
+	if u.ProbesSet && a.health != nil {
+		a.health.Set(context.WithoutCancel(ctx), checks(u.Probes))
 	}
 }
 

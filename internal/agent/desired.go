@@ -1,31 +1,32 @@
 package agent
 
 import (
-	"maps"
 	"net/netip"
 	"sync"
 
-	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/flows"
 )
 
 // desired is what the node's kernel should hold: the table as received
-// from the server, the same flattened for this node (flat.held), and the
-// revision they come from. The stream writes it (updates, and the node's
-// addresses); the reconciler reads it and makes the kernel match. No I/O
-// happens here: an update is taken at once, whatever the kernel does.
+// from the server, in flow values, and the revision it comes from; how
+// this node serves it (flat) is computed when the reconciler takes it.
+// The stream writes it (updates, and the node's addresses); the
+// reconciler reads it and makes the kernel match. No I/O happens here:
+// an update is taken at once, whatever the kernel does.
 type desired struct {
 	mu       sync.Mutex
 	epoch    string
 	rev      int64
 	snapshot bool      // a snapshot has been received
-	table    *table    // as received
-	flat     *flatView // flat.held: as the kernel should hold it
-	// version moves with every change of the revision or of flat.held,
-	// so that the reconciler can tell it has caught up.
+	table    *table    // as received: the only copy of the services
+	flat     *flatView // how this node serves them (keys only)
+	// version moves with every change of the revision or of what the
+	// kernel should hold, so that the reconciler can tell it has caught
+	// up.
 	version uint64
-	// dirty are the keys of flat.held changed since the reconciler last
-	// took them; full says it must take everything (a snapshot came).
+	// dirty are the keys whose service as this node serves it may have
+	// changed since the reconciler last took them; full says it must
+	// take everything (a snapshot came).
 	dirty map[flows.Key]struct{}
 	full  bool
 	// changed wakes the reconciler (capacity 1).
@@ -38,30 +39,31 @@ func newDesired(node, zone string) *desired {
 
 // receive takes one (merged) update: a snapshot replaces the table, a
 // delta changes what it names.
-func (d *desired) receive(u *agentv1.Update) {
+func (d *desired) receive(u flows.Update) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if u.GetSnapshot() {
+	if u.Snapshot {
 		next := newTable()
 		next.apply(plan(next, u))
-		held := d.flat.all(next.services)
 		d.table = next
-		d.flat.reset(next, held)
+		d.flat.reset(next)
 		d.full, d.snapshot = true, true
+		d.dirty = map[flows.Key]struct{}{}
 	} else {
 		c := plan(d.table, u)
-		kc := d.flat.translate(d.table, c)
-		d.flat.commit(d.table, c, kc)
+		d.flat.touched(c, d.dirty)
+		d.flat.commit(d.table, c)
 		d.table.apply(c)
-		d.mark(kc)
 	}
-	d.epoch, d.rev = u.GetEpoch(), u.GetRevision()
+	d.epoch, d.rev = u.Epoch, u.Revision
 	d.version++
 	d.wake()
 }
 
-// setAddresses flattens the table again for the node's new node-port
-// addresses; it reports whether they changed.
+// setAddresses indexes the table again for the node's new node-port
+// addresses, and marks the services they flatten differently: those
+// with a backend at an old or a new address. It reports whether they
+// changed.
 func (d *desired) setAddresses(node, zone string, addrs []netip.Addr) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -69,22 +71,16 @@ func (d *desired) setAddresses(node, zone string, addrs []netip.Addr) bool {
 		return false
 	}
 	v := newFlatView(node, zone, addrs)
-	held := v.all(d.table.services)
-	d.mark(diffAll(d.flat.held, held))
-	v.reset(d.table, held)
+	for k, s := range d.table.services {
+		if !k.NodePort() && (dependsOnSelf(s, d.flat.self) || dependsOnSelf(s, v.self)) {
+			d.dirty[k] = struct{}{}
+		}
+	}
+	v.reset(d.table)
 	d.flat = v
 	d.version++
 	d.wake()
 	return true
-}
-
-func (d *desired) mark(c change) {
-	for _, s := range c.upserts {
-		d.dirty[s.Key] = struct{}{}
-	}
-	for _, k := range c.deletes {
-		d.dirty[k] = struct{}{}
-	}
 }
 
 func (d *desired) wake() {
@@ -95,9 +91,9 @@ func (d *desired) wake() {
 }
 
 // work is what the reconciler takes to write: everything (full), or the
-// keys changed since it last took them, each with its service as it
-// should be (nil: gone); and the revision and version that writing it
-// reaches.
+// keys that may have changed since it last took them, each with its
+// service as this node serves it (nil: gone); and the revision and
+// version that writing it reaches.
 type work struct {
 	full     bool
 	services map[flows.Key]flows.Service // full
@@ -109,22 +105,17 @@ type work struct {
 }
 
 // take hands the reconciler what changed; force asks for everything (a
-// write failed: the kernel's state is uncertain).
+// write failed: the kernel's state is uncertain). The services are
+// flattened here, from the table as it is now: what the kernel should
+// hold is not kept apart from what it holds.
 func (d *desired) take(force bool) work {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	w := work{epoch: d.epoch, rev: d.rev, version: d.version, snapshot: d.snapshot}
 	if force || d.full {
-		w.full, w.services = true, maps.Clone(d.flat.held)
+		w.full, w.services = true, d.flat.all(d.table.services)
 	} else {
-		w.next = make(map[flows.Key]*flows.Service, len(d.dirty))
-		for k := range d.dirty {
-			if s, ok := d.flat.held[k]; ok {
-				w.next[k] = &s
-			} else {
-				w.next[k] = nil
-			}
-		}
+		w.next = d.flat.of(d.table.services, d.dirty)
 	}
 	d.full, d.dirty = false, map[flows.Key]struct{}{}
 	return w

@@ -7,15 +7,15 @@ import (
 	"github.com/flowlb/flowlb/internal/flows"
 )
 
-// flatView is the kernel's side of the agent's table: the table's
-// services as this node serves them (flatten), and, for each node-port
-// key, the services with a backend on it at one of the node's
-// addresses, so that a change to a node port recomputes those services
-// and no others.
+// flatView is how this node serves the table (flatten): its node and
+// zone, its addresses, and, for each node-port key, the services with a
+// backend on it at one of the node's addresses, so that a change to a
+// node port recomputes those services and no others. It holds keys, not
+// services: a service is flattened when the reconciler takes it, from
+// the table as it is then.
 type flatView struct {
 	node, zone string
 	self       map[netip.Addr]bool
-	held       map[flows.Key]flows.Service          // what the kernel holds
 	deps       map[flows.Key]map[flows.Key]struct{} // node-port key → services reading it
 }
 
@@ -24,7 +24,7 @@ func newFlatView(node, zone string, addrs []netip.Addr) *flatView {
 	for _, a := range addrs {
 		self[a.Unmap()] = true
 	}
-	return &flatView{node: node, zone: zone, self: self, held: map[flows.Key]flows.Service{}, deps: map[flows.Key]map[flows.Key]struct{}{}}
+	return &flatView{node: node, zone: zone, self: self, deps: map[flows.Key]map[flows.Key]struct{}{}}
 }
 
 // sameAddresses reports whether addrs are the view's node addresses.
@@ -43,53 +43,44 @@ func (v *flatView) all(services map[flows.Key]flows.Service) map[flows.Key]flows
 	return out
 }
 
-// translate returns what change c of table t (before c) does to the
-// kernel: the services c touches, and those that read a node port c
-// touches, flattened against t as c leaves it, less what the kernel
-// already holds.
-func (v *flatView) translate(t *table, c change) change {
-	next := map[flows.Key]*flows.Service{}
-	for _, k := range c.deletes {
-		next[k] = nil
-	}
-	for i := range c.upserts {
-		next[c.upserts[i].Key] = &c.upserts[i]
-	}
-	lookup := func(k flows.Key) (flows.Service, bool) {
-		if s, ok := next[k]; ok {
-			if s == nil {
-				return flows.Service{}, false
-			}
-			return *s, true
-		}
-		s, ok := t.services[k]
-		return s, ok
-	}
-	out := map[flows.Key]*flows.Service{}
-	touch := func(k flows.Key) {
-		if _, done := out[k]; done {
-			return
-		}
+// of returns the services of keys as this node serves them (nil: the
+// table has none).
+func (v *flatView) of(services map[flows.Key]flows.Service, keys map[flows.Key]struct{}) map[flows.Key]*flows.Service {
+	lookup := func(k flows.Key) (flows.Service, bool) { s, ok := services[k]; return s, ok }
+	out := make(map[flows.Key]*flows.Service, len(keys))
+	for k := range keys {
 		out[k] = nil
-		if s, ok := lookup(k); ok {
+		if s, ok := services[k]; ok {
 			f := flatten(s, lookup, v.self, v.node, v.zone)
 			out[k] = &f
 		}
 	}
-	for k := range next {
-		touch(k)
+	return out
+}
+
+// touched adds to keys those whose flattened service change c of table t
+// may change: the keys c changes, and the services that read a node
+// port c changes.
+func (v *flatView) touched(c change, keys map[flows.Key]struct{}) {
+	touch := func(k flows.Key) {
+		keys[k] = struct{}{}
 		if k.NodePort() {
 			for d := range v.deps[k] {
-				touch(d)
+				keys[d] = struct{}{}
 			}
 		}
 	}
-	return diff(v.held, out)
+	for _, s := range c.upserts {
+		touch(s.Key)
+	}
+	for _, k := range c.deletes {
+		touch(k)
+	}
 }
 
-// commit records that the kernel took kc, translated from change c of
-// table t; call it before t applies c.
-func (v *flatView) commit(t *table, c change, kc change) {
+// commit follows change c of table t in the node-port index; call it
+// before t applies c.
+func (v *flatView) commit(t *table, c change) {
 	for _, k := range c.deletes {
 		v.untrack(t.services[k])
 	}
@@ -99,17 +90,11 @@ func (v *flatView) commit(t *table, c change, kc change) {
 		}
 		v.track(s)
 	}
-	for _, k := range kc.deletes {
-		delete(v.held, k)
-	}
-	for _, s := range kc.upserts {
-		v.held[s.Key] = s
-	}
 }
 
-// reset records that the kernel holds held, the view of table t.
-func (v *flatView) reset(t *table, held map[flows.Key]flows.Service) {
-	v.held, v.deps = held, map[flows.Key]map[flows.Key]struct{}{}
+// reset indexes table t afresh.
+func (v *flatView) reset(t *table) {
+	v.deps = map[flows.Key]map[flows.Key]struct{}{}
 	for _, s := range t.services {
 		v.track(s)
 	}
@@ -131,16 +116,4 @@ func (v *flatView) untrack(s flows.Service) {
 			delete(v.deps, np)
 		}
 	}
-}
-
-// diffAll is the change from the services held to those wanted.
-func diffAll(held, want map[flows.Key]flows.Service) change {
-	next := make(map[flows.Key]*flows.Service, len(held)+len(want))
-	for k := range held {
-		next[k] = nil
-	}
-	for k, s := range want {
-		next[k] = &s
-	}
-	return diff(held, next)
 }

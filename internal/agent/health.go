@@ -4,7 +4,6 @@ import (
 	"context"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/health"
 )
@@ -36,10 +35,10 @@ func (a *Agent) forwardHealth(ctx context.Context) {
 
 // checks turns the server's probe list into the runner's checks; a probe
 // without a usable address is left out.
-func checks(ps []*agentv1.Probe) []health.Check {
+func checks(ps []flows.Probe) []health.Check {
 	out := make([]health.Check, 0, len(ps))
-	for _, pb := range ps {
-		if p := flowpb.ProbeFromProto(pb); p.Address.IsValid() {
+	for _, p := range ps {
+		if p.Address.IsValid() {
 			out = append(out, check(p))
 		}
 	}

@@ -7,10 +7,13 @@ import (
 	"time"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/flowpb"
+	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/health"
 )
 
-// TestChecks: the server's probes as the health runner takes them.
+// TestChecks: the server's probes, translated as the stream translates
+// them, as the health runner takes them.
 func TestChecks(t *testing.T) {
 	v4 := netip.MustParseAddr("198.18.17.2")
 	mapped := netip.MustParseAddr("::ffff:198.18.17.2").As16()
@@ -30,7 +33,7 @@ func TestChecks(t *testing.T) {
 		{"no usable address", &agentv1.Probe{MemberId: "m1", Address: []byte{1, 2, 3}, Type: "TCP"}, []health.Check{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := checks([]*agentv1.Probe{tc.probe}); !reflect.DeepEqual(got, tc.want) {
+			if got := checks([]flows.Probe{flowpb.ProbeFromProto(tc.probe)}); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
 			}
 		})

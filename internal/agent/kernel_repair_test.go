@@ -28,7 +28,6 @@ import (
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
-	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
@@ -49,7 +48,7 @@ func repairTable() *agentv1.LoadBalancerServices {
 	}
 	echo := flows.Service{Key: flows.Key{VIP: repairVIP, Protocol: flows.TCP, Port: 90}, LoadBalancerID: "lb", Algorithm: flows.RoundRobin, ConnectionLimit: -1,
 		Backends: []flows.Backend{{Address: netip.MustParseAddr(repairBackends[0]), Port: 9090, Weight: 1}}}
-	return lb("lb", flowpb.ServiceToProto(web), flowpb.ServiceToProto(echo))
+	return wireLB("lb", web, echo)
 }
 
 // serveRepairNode puts the backends on lo and serves them; withVIPRoute
@@ -250,8 +249,8 @@ func TestAgentKernelRefusesForeignTable(t *testing.T) {
 			st := a.KernelStatus()
 			return st.Refusing && strings.Contains(st.LastRefusal, "operation not permitted"), fmt.Sprintf("%+v", st)
 		})
-		log.publish(lb("lb", flowpb.ServiceToProto(flows.Service{Key: flows.Key{VIP: repairVIP, Protocol: flows.TCP, Port: 80}, LoadBalancerID: "lb",
-			Algorithm: flows.RoundRobin, ConnectionLimit: -1, Backends: []flows.Backend{{Address: netip.MustParseAddr(repairBackends[1]), Port: 8080, Weight: 1}}})))
+		log.publish(wireLB("lb", flows.Service{Key: flows.Key{VIP: repairVIP, Protocol: flows.TCP, Port: 80}, LoadBalancerID: "lb",
+			Algorithm: flows.RoundRobin, ConnectionLimit: -1, Backends: []flows.Backend{{Address: netip.MustParseAddr(repairBackends[1]), Port: 8080, Weight: 1}}}))
 		testutil.Eventually(t, 5*time.Second, "revision 2 received and refused", func() (bool, string) {
 			st := a.KernelStatus()
 			return st.Received == 2 && st.Refusing && st.RefusedAttempts >= 3, fmt.Sprintf("%+v", st)

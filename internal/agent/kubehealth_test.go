@@ -13,6 +13,7 @@ import (
 	"time"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/kubehealth"
 )
@@ -37,7 +38,7 @@ func TestHealthCheckNodePortFollowsUpdates(t *testing.T) {
 	ln.Close()
 	url := "http://127.0.0.1:" + strconv.Itoa(int(port)) + "/"
 	service := func(nodes ...string) *agentv1.Service {
-		s := &agentv1.Service{Key: key("198.19.128.10"), LoadbalancerId: "lb", LocalOnly: true, HealthCheckNodePort: port, HealthCheckService: "ns/web"}
+		s := &agentv1.Service{Key: flowpb.KeyToProto(key("198.19.128.10")), LoadbalancerId: "lb", LocalOnly: true, HealthCheckNodePort: port, HealthCheckService: "ns/web"}
 		for i, n := range nodes {
 			s.Backends = append(s.Backends, &agentv1.Backend{Address: netip.AddrFrom4([4]byte{198, 18, 17, byte(2 + i)}).AsSlice(), Port: 8080, Weight: 1, Node: n})
 		}
@@ -64,12 +65,12 @@ func TestHealthCheckNodePortFollowsUpdates(t *testing.T) {
 		u           *agentv1.Update
 		status, eps int
 	}{
-		{&agentv1.Update{Epoch: "e", Revision: 1, Snapshot: true, Loadbalancers: []*agentv1.LoadBalancerServices{lb("lb", service("n1", "n1", "n2"))}}, 200, 2},
-		{&agentv1.Update{Epoch: "e", Revision: 2, Loadbalancers: []*agentv1.LoadBalancerServices{lb("lb", service("n2"))}}, 503, 0},
-		{&agentv1.Update{Epoch: "e", Revision: 3, Loadbalancers: []*agentv1.LoadBalancerServices{lb("lb", service("n2", "n1"))}}, 200, 1},
-		{&agentv1.Update{Epoch: "e", Revision: 4, Loadbalancers: []*agentv1.LoadBalancerServices{lb("lb")}}, 0, -1},
+		{&agentv1.Update{Epoch: "e", Revision: 1, Snapshot: true, Loadbalancers: []*agentv1.LoadBalancerServices{&agentv1.LoadBalancerServices{LoadbalancerId: "lb", Services: []*agentv1.Service{service("n1", "n1", "n2")}}}}, 200, 2},
+		{&agentv1.Update{Epoch: "e", Revision: 2, Loadbalancers: []*agentv1.LoadBalancerServices{&agentv1.LoadBalancerServices{LoadbalancerId: "lb", Services: []*agentv1.Service{service("n2")}}}}, 503, 0},
+		{&agentv1.Update{Epoch: "e", Revision: 3, Loadbalancers: []*agentv1.LoadBalancerServices{&agentv1.LoadBalancerServices{LoadbalancerId: "lb", Services: []*agentv1.Service{service("n2", "n1")}}}}, 200, 1},
+		{&agentv1.Update{Epoch: "e", Revision: 4, Loadbalancers: []*agentv1.LoadBalancerServices{&agentv1.LoadBalancerServices{LoadbalancerId: "lb"}}}, 0, -1},
 	} {
-		a.noteReceived(step.u)
+		a.noteReceived(step.u.GetEpoch(), step.u.GetRevision())
 		if err := a.program(ctx, step.u); err != nil {
 			t.Fatal(err)
 		}

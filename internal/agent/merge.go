@@ -5,10 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"google.golang.org/protobuf/proto"
-
-	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 )
 
@@ -16,7 +12,7 @@ import (
 // applying them in order: from the last snapshot on, the last
 // replacement of a load balancer wins, a later key upsert or delete
 // replaces an earlier one, and the last probe list wins.
-func merge(batch []*agentv1.Update) *agentv1.Update {
+func merge(batch []flows.Update) flows.Update {
 	if len(batch) == 1 {
 		return batch[0]
 	}
@@ -26,11 +22,11 @@ func merge(batch []*agentv1.Update) *agentv1.Update {
 	}
 	last := batch[len(batch)-1]
 	out := f.update()
-	out.Epoch, out.Revision = last.GetEpoch(), last.GetRevision()
+	out.Epoch, out.Revision = last.Epoch, last.Revision
 	// Probe lists are whole: the last one wins, snapshot or not.
 	for _, u := range batch {
-		if u.GetProbesSet() {
-			out.ProbesSet, out.Probes = true, u.GetProbes()
+		if u.ProbesSet {
+			out.ProbesSet, out.Probes = true, u.Probes
 		}
 	}
 	return out
@@ -39,7 +35,7 @@ func merge(batch []*agentv1.Update) *agentv1.Update {
 // fold rewrites one update so that each load balancer is listed once and
 // no key is claimed twice (revision, epoch and probes are left out: plan
 // needs none of them).
-func fold(u *agentv1.Update) *agentv1.Update {
+func fold(u flows.Update) flows.Update {
 	f := newFolder(false)
 	f.add(u)
 	return f.update()
@@ -47,39 +43,39 @@ func fold(u *agentv1.Update) *agentv1.Update {
 
 // folder holds updates folded so far in the form of one update: the
 // load balancers replaced, then key operations. No key is claimed twice
-// or both claimed and operated on.
+// or both claimed and operated on. A nil service is a delete.
 type folder struct {
 	snapshot bool
-	lbs      map[string]map[flows.Key]*agentv1.Service
-	claim    map[flows.Key]string           // key → the replaced load balancer listing it
-	ops      map[flows.Key]*agentv1.Service // nil: delete
+	lbs      map[string]map[flows.Key]flows.Service
+	claim    map[flows.Key]string         // key → the replaced load balancer listing it
+	ops      map[flows.Key]*flows.Service // nil: delete
 }
 
 func newFolder(snapshot bool) *folder {
-	return &folder{snapshot: snapshot, lbs: map[string]map[flows.Key]*agentv1.Service{},
-		claim: map[flows.Key]string{}, ops: map[flows.Key]*agentv1.Service{}}
+	return &folder{snapshot: snapshot, lbs: map[string]map[flows.Key]flows.Service{},
+		claim: map[flows.Key]string{}, ops: map[flows.Key]*flows.Service{}}
 }
 
 // add folds one more update in; a snapshot starts over.
-func (f *folder) add(u *agentv1.Update) {
-	if u.GetSnapshot() {
+func (f *folder) add(u flows.Update) {
+	if u.Snapshot {
 		*f = *newFolder(true)
 	}
-	for _, lb := range u.GetLoadbalancers() {
+	for _, lb := range u.LoadBalancers {
 		f.replace(lb)
 	}
-	for _, p := range u.GetDeletes() {
-		f.operate(flowpb.KeyFromProto(p), nil)
+	for _, k := range u.Deletes {
+		f.operate(k, nil)
 	}
-	for _, p := range u.GetUpserts() {
-		f.operate(flowpb.KeyFromProto(p.GetKey()), p)
+	for i := range u.Upserts {
+		f.operate(u.Upserts[i].Key, &u.Upserts[i])
 	}
 }
 
 // operate folds a key upsert (s) or delete (nil); it overrides any
 // replacement's claim on the key, so that claims and operations never
 // share a key.
-func (f *folder) operate(k flows.Key, s *agentv1.Service) {
+func (f *folder) operate(k flows.Key, s *flows.Service) {
 	if id, ok := f.claim[k]; ok {
 		delete(f.lbs[id], k)
 		delete(f.claim, k)
@@ -91,20 +87,21 @@ func (f *folder) operate(k flows.Key, s *agentv1.Service) {
 // their earlier operations and other claims; keys it had from earlier
 // updates (a replacement or an upsert) and no longer lists are deleted
 // explicitly, as the table may hold them under another load balancer.
-func (f *folder) replace(lb *agentv1.LoadBalancerServices) {
-	id := lb.GetLoadbalancerId()
-	set := map[flows.Key]*agentv1.Service{}
-	for _, s := range lb.GetServices() {
-		set[flowpb.KeyFromProto(s.GetKey())] = ownedBy(s, id)
+func (f *folder) replace(lb flows.LoadBalancerServices) {
+	id := lb.ID
+	set := make(map[flows.Key]flows.Service, len(lb.Services))
+	for _, s := range lb.Services {
+		s.LoadBalancerID = id // the entry is the claim
+		set[s.Key] = s
 	}
 	for k := range f.lbs[id] {
-		if set[k] == nil {
+		if _, listed := set[k]; !listed {
 			delete(f.claim, k)
 			f.ops[k] = nil
 		}
 	}
 	for k, s := range f.ops {
-		if s != nil && s.GetLoadbalancerId() == id && set[k] == nil {
+		if _, listed := set[k]; s != nil && s.LoadBalancerID == id && !listed {
 			f.ops[k] = nil
 		}
 	}
@@ -118,43 +115,32 @@ func (f *folder) replace(lb *agentv1.LoadBalancerServices) {
 	f.lbs[id] = set
 }
 
-// ownedBy returns s as a service of load balancer id (the entry is the
-// claim, whatever the service's own field says).
-func ownedBy(s *agentv1.Service, id string) *agentv1.Service {
-	if s.GetLoadbalancerId() == id {
-		return s
-	}
-	c := proto.CloneOf(s)
-	c.LoadbalancerId = id
-	return c
-}
-
 // update writes the folded state as one update, in a stable order. A
 // snapshot lists what exists; deletes only matter in deltas.
-func (f *folder) update() *agentv1.Update {
-	out := &agentv1.Update{Snapshot: f.snapshot}
+func (f *folder) update() flows.Update {
+	out := flows.Update{Snapshot: f.snapshot}
 	for _, id := range slices.SortedFunc(maps.Keys(f.lbs), strings.Compare) {
 		services := sortedServices(f.lbs[id])
 		if f.snapshot {
 			out.Upserts = append(out.Upserts, services...)
 		} else {
-			out.Loadbalancers = append(out.Loadbalancers, &agentv1.LoadBalancerServices{LoadbalancerId: id, Services: services})
+			out.LoadBalancers = append(out.LoadBalancers, flows.LoadBalancerServices{ID: id, Services: services})
 		}
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(f.ops), flows.CompareKeys) {
 		switch s := f.ops[k]; {
 		case s != nil:
-			out.Upserts = append(out.Upserts, s)
+			out.Upserts = append(out.Upserts, *s)
 		case !f.snapshot:
-			out.Deletes = append(out.Deletes, flowpb.KeyToProto(k))
+			out.Deletes = append(out.Deletes, k)
 		}
 	}
 	return out
 }
 
 // sortedServices lists a set's services in key order.
-func sortedServices(set map[flows.Key]*agentv1.Service) []*agentv1.Service {
-	out := make([]*agentv1.Service, 0, len(set))
+func sortedServices(set map[flows.Key]flows.Service) []flows.Service {
+	out := make([]flows.Service, 0, len(set))
 	for _, k := range slices.SortedFunc(maps.Keys(set), flows.CompareKeys) {
 		out = append(out, set[k])
 	}

@@ -4,8 +4,6 @@ import (
 	"maps"
 	"slices"
 
-	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 )
 
@@ -23,28 +21,27 @@ type change struct {
 // then the key upserts. Entries apply in order, so a load balancer listed
 // twice ends as its later entry says. Only keys the update names or the replaced load
 // balancers hold are looked at.
-func plan(t *table, u *agentv1.Update) change {
+func plan(t *table, u flows.Update) change {
 	if listsALoadBalancerTwice(u) {
 		u = fold(u)
 	}
 	next := map[flows.Key]*flows.Service{} // nil: the key goes
-	var claimed []flows.Service
-	for _, lb := range u.GetLoadbalancers() {
-		_, services := flowpb.LoadBalancerServicesFromProto(lb)
-		claimed = append(claimed, services...)
-		for k := range t.byLB[lb.GetLoadbalancerId()] {
+	for _, lb := range u.LoadBalancers {
+		for k := range t.byLB[lb.ID] {
 			next[k] = nil
 		}
 	}
-	for _, s := range claimed {
-		next[s.Key] = &s
+	for _, lb := range u.LoadBalancers {
+		for _, s := range lb.Services {
+			s.LoadBalancerID = lb.ID // the entry is the claim
+			next[s.Key] = &s
+		}
 	}
-	for _, p := range u.GetDeletes() {
-		next[flowpb.KeyFromProto(p)] = nil
+	for _, k := range u.Deletes {
+		next[k] = nil
 	}
-	for _, p := range u.GetUpserts() {
-		s := flowpb.ServiceFromProto(p)
-		next[s.Key] = &s
+	for i := range u.Upserts {
+		next[u.Upserts[i].Key] = &u.Upserts[i]
 	}
 	return diff(t.services, next)
 }
@@ -68,13 +65,13 @@ func diff(services map[flows.Key]flows.Service, next map[flows.Key]*flows.Servic
 
 // listsALoadBalancerTwice reports whether two entries of u replace the
 // same load balancer.
-func listsALoadBalancerTwice(u *agentv1.Update) bool {
+func listsALoadBalancerTwice(u flows.Update) bool {
 	seen := map[string]bool{}
-	for _, lb := range u.GetLoadbalancers() {
-		if seen[lb.GetLoadbalancerId()] {
+	for _, lb := range u.LoadBalancers {
+		if seen[lb.ID] {
 			return true
 		}
-		seen[lb.GetLoadbalancerId()] = true
+		seen[lb.ID] = true
 	}
 	return false
 }

@@ -7,16 +7,14 @@ import (
 	"slices"
 	"testing"
 
-	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/flowpb"
 	"github.com/flowlb/flowlb/internal/flows"
 )
 
 // tableOf builds a table from services.
-func tableOf(services ...*agentv1.Service) *table {
+func tableOf(services ...flows.Service) *table {
 	t := newTable()
 	for _, p := range services {
-		t.set(flowpb.ServiceFromProto(p))
+		t.set(p)
 	}
 	return t
 }
@@ -36,48 +34,48 @@ func describeChange(c change) []string {
 // TestPlan: the kernel change of one update on a table.
 func TestPlan(t *testing.T) {
 	const b1 = "198.18.17.2"
-	held := []*agentv1.Service{lbSvc("a", "198.19.0.1"), lbSvc("a", "198.19.0.2"), lbSvc("b", "198.19.0.3")}
+	held := []flows.Service{lbSvc("a", "198.19.0.1"), lbSvc("a", "198.19.0.2"), lbSvc("b", "198.19.0.3")}
 	cases := []struct {
 		name string
-		held []*agentv1.Service
-		u    *agentv1.Update
+		held []flows.Service
+		u    flows.Update
 		want []string
 	}{
 		{"key upserts and deletes; an unchanged upsert and a delete of nothing do nothing", held,
-			&agentv1.Update{Upserts: []*agentv1.Service{lbSvc("a", "198.19.0.1", b1), lbSvc("a", "198.19.0.2"), lbSvc("c", "198.19.0.4")},
-				Deletes: []*agentv1.ServiceKey{key("198.19.0.3"), key("198.19.0.9")}},
+			flows.Update{Upserts: []flows.Service{lbSvc("a", "198.19.0.1", b1), lbSvc("a", "198.19.0.2"), lbSvc("c", "198.19.0.4")},
+				Deletes: []flows.Key{key("198.19.0.3"), key("198.19.0.9")}},
 			[]string{"+198.19.0.1/a/1", "+198.19.0.4/c/0", "-198.19.0.3"}},
 		{"a replacement deletes the keys it no longer lists and upserts what changed", held,
-			&agentv1.Update{Loadbalancers: []*agentv1.LoadBalancerServices{lb("a", lbSvc("a", "198.19.0.1", b1))}},
+			flows.Update{LoadBalancers: []flows.LoadBalancerServices{lb("a", lbSvc("a", "198.19.0.1", b1))}},
 			[]string{"+198.19.0.1/a/1", "-198.19.0.2"}},
 		{"an empty list deletes every key of its load balancer and no other", held,
-			&agentv1.Update{Loadbalancers: []*agentv1.LoadBalancerServices{lb("a")}},
+			flows.Update{LoadBalancers: []flows.LoadBalancerServices{lb("a")}},
 			[]string{"-198.19.0.1", "-198.19.0.2"}},
 		{"an unchanged replacement does nothing", held,
-			&agentv1.Update{Loadbalancers: []*agentv1.LoadBalancerServices{lb("a", lbSvc("a", "198.19.0.1"), lbSvc("a", "198.19.0.2"))}},
+			flows.Update{LoadBalancers: []flows.LoadBalancerServices{lb("a", lbSvc("a", "198.19.0.1"), lbSvc("a", "198.19.0.2"))}},
 			nil},
 		{"a load balancer the agent does not know yet", held,
-			&agentv1.Update{Loadbalancers: []*agentv1.LoadBalancerServices{lb("c", lbSvc("c", "198.19.0.4"))}},
+			flows.Update{LoadBalancers: []flows.LoadBalancerServices{lb("c", lbSvc("c", "198.19.0.4"))}},
 			[]string{"+198.19.0.4/c/0"}},
 		{"a key moves to a load balancer listed after the one it leaves", held,
-			&agentv1.Update{Loadbalancers: []*agentv1.LoadBalancerServices{lb("a", lbSvc("a", "198.19.0.2")), lb("b", lbSvc("b", "198.19.0.1"), lbSvc("b", "198.19.0.3"))}},
+			flows.Update{LoadBalancers: []flows.LoadBalancerServices{lb("a", lbSvc("a", "198.19.0.2")), lb("b", lbSvc("b", "198.19.0.1"), lbSvc("b", "198.19.0.3"))}},
 			[]string{"+198.19.0.1/b/0"}},
 		{"a key moves to a load balancer listed before the one it leaves", held,
-			&agentv1.Update{Loadbalancers: []*agentv1.LoadBalancerServices{lb("b", lbSvc("b", "198.19.0.1")), lb("a")}},
+			flows.Update{LoadBalancers: []flows.LoadBalancerServices{lb("b", lbSvc("b", "198.19.0.1")), lb("a")}},
 			[]string{"+198.19.0.1/b/0", "-198.19.0.2", "-198.19.0.3"}},
 		{"a key two entries claim is the later one's", held,
-			&agentv1.Update{Loadbalancers: []*agentv1.LoadBalancerServices{lb("c", lbSvc("c", "198.19.0.4")), lb("d", lbSvc("d", "198.19.0.4"))}},
+			flows.Update{LoadBalancers: []flows.LoadBalancerServices{lb("c", lbSvc("c", "198.19.0.4")), lb("d", lbSvc("d", "198.19.0.4"))}},
 			[]string{"+198.19.0.4/d/0"}},
 		{"a load balancer listed twice ends as its later entry says", held,
-			&agentv1.Update{Loadbalancers: []*agentv1.LoadBalancerServices{lb("a", lbSvc("a", "198.19.0.1"), lbSvc("a", "198.19.0.4")), lb("a", lbSvc("a", "198.19.0.2"))}},
+			flows.Update{LoadBalancers: []flows.LoadBalancerServices{lb("a", lbSvc("a", "198.19.0.1"), lbSvc("a", "198.19.0.4")), lb("a", lbSvc("a", "198.19.0.2"))}},
 			[]string{"-198.19.0.1"}},
 		{"key operations apply after the replacements", held,
-			&agentv1.Update{Loadbalancers: []*agentv1.LoadBalancerServices{lb("a", lbSvc("a", "198.19.0.1"), lbSvc("a", "198.19.0.2"))},
-				Deletes: []*agentv1.ServiceKey{key("198.19.0.1")}, Upserts: []*agentv1.Service{lbSvc("b", "198.19.0.2")}},
+			flows.Update{LoadBalancers: []flows.LoadBalancerServices{lb("a", lbSvc("a", "198.19.0.1"), lbSvc("a", "198.19.0.2"))},
+				Deletes: []flows.Key{key("198.19.0.1")}, Upserts: []flows.Service{lbSvc("b", "198.19.0.2")}},
 			[]string{"+198.19.0.2/b/0", "-198.19.0.1"}},
 		{"a snapshot on an empty table lists replacements and upserts", nil,
-			&agentv1.Update{Snapshot: true, Loadbalancers: []*agentv1.LoadBalancerServices{lb("a", lbSvc("a", "198.19.0.2"))},
-				Upserts: []*agentv1.Service{lbSvc("b", "198.19.0.1")}},
+			flows.Update{Snapshot: true, LoadBalancers: []flows.LoadBalancerServices{lb("a", lbSvc("a", "198.19.0.2"))},
+				Upserts: []flows.Service{lbSvc("b", "198.19.0.1")}},
 			[]string{"+198.19.0.1/b/0", "+198.19.0.2/a/0"}},
 	}
 	for _, tc := range cases {
@@ -91,43 +89,43 @@ func TestPlan(t *testing.T) {
 
 // reference applies one update to a table the plain way, one step after
 // the other, as the protocol describes it.
-func reference(held map[flows.Key]flows.Service, u *agentv1.Update) map[flows.Key]flows.Service {
+func reference(held map[flows.Key]flows.Service, u flows.Update) map[flows.Key]flows.Service {
 	out := maps.Clone(held)
-	if u.GetSnapshot() {
+	if u.Snapshot {
 		out = map[flows.Key]flows.Service{}
 	}
-	for _, e := range u.GetLoadbalancers() {
-		id, services := flowpb.LoadBalancerServicesFromProto(e)
+	for _, e := range u.LoadBalancers {
+		id, services := e.ID, e.Services
 		maps.DeleteFunc(out, func(_ flows.Key, s flows.Service) bool { return s.LoadBalancerID == id })
 		for _, s := range services {
+			s.LoadBalancerID = id
 			out[s.Key] = s
 		}
 	}
-	for _, p := range u.GetDeletes() {
-		delete(out, flowpb.KeyFromProto(p))
+	for _, p := range u.Deletes {
+		delete(out, p)
 	}
-	for _, p := range u.GetUpserts() {
-		s := flowpb.ServiceFromProto(p)
-		out[s.Key] = s
+	for _, p := range u.Upserts {
+		out[p.Key] = p
 	}
 	return out
 }
 
 // randomUpdate draws an update over few keys and load balancers, so that
 // claims, moves and overrides collide often.
-func randomUpdate(r *rand.Rand) *agentv1.Update {
+func randomUpdate(r *rand.Rand) flows.Update {
 	lbs := []string{"a", "b", "c"}
-	service := func(lbID string) *agentv1.Service {
+	service := func(lbID string) flows.Service {
 		backends := []string{"198.18.17.2", "198.18.17.3"}[:r.IntN(3)]
 		return lbSvc(lbID, fmt.Sprintf("198.19.0.%d", 1+r.IntN(6)), backends...)
 	}
-	u := &agentv1.Update{Snapshot: r.IntN(10) == 0}
+	u := flows.Update{Snapshot: r.IntN(10) == 0}
 	for range r.IntN(3) {
 		e := lb(lbs[r.IntN(len(lbs))])
 		for range r.IntN(4) {
-			e.Services = append(e.Services, service(e.LoadbalancerId))
+			e.Services = append(e.Services, service(e.ID))
 		}
-		u.Loadbalancers = append(u.Loadbalancers, e)
+		u.LoadBalancers = append(u.LoadBalancers, e)
 	}
 	for range r.IntN(3) {
 		u.Deletes = append(u.Deletes, key(fmt.Sprintf("198.19.0.%d", 1+r.IntN(6))))
@@ -147,7 +145,7 @@ func TestMergeEqualsSequence(t *testing.T) {
 	for i := range 5000 {
 		start := tableOf()
 		start.apply(plan(start, randomUpdate(r)))
-		batch := make([]*agentv1.Update, 1+r.IntN(5))
+		batch := make([]flows.Update, 1+r.IntN(5))
 		want := start.clone()
 		for j := range batch {
 			batch[j] = randomUpdate(r)
@@ -155,7 +153,7 @@ func TestMergeEqualsSequence(t *testing.T) {
 		}
 		u := merge(batch)
 		got := newTable()
-		if !u.GetSnapshot() {
+		if !u.Snapshot {
 			for _, s := range start.services {
 				got.set(s)
 			}
@@ -191,9 +189,9 @@ func checkChange(t *testing.T, held *table, c change) {
 // TestTableIndex: the per-load-balancer index follows moves and removals.
 func TestTableIndex(t *testing.T) {
 	tb := tableOf(lbSvc("a", "198.19.0.1"), lbSvc("a", "198.19.0.2"))
-	tb.set(flowpb.ServiceFromProto(lbSvc("b", "198.19.0.1")))
-	tb.remove(flowpb.KeyFromProto(key("198.19.0.2")))
-	tb.remove(flowpb.KeyFromProto(key("198.19.0.9")))
+	tb.set((lbSvc("b", "198.19.0.1")))
+	tb.remove((key("198.19.0.2")))
+	tb.remove((key("198.19.0.9")))
 	if len(tb.byLB) != 1 || len(tb.byLB["b"]) != 1 || len(tb.services) != 1 {
 		t.Errorf("index %v, services %v: want only b with one key", tb.byLB, tb.services)
 	}

@@ -31,7 +31,7 @@ func TestReady(t *testing.T) {
 		{&agentv1.Update{Epoch: "e2", Revision: 4, Snapshot: true}, true, true},
 	}
 	for i, s := range steps {
-		a.noteReceived(s.u)
+		a.noteReceived(s.u.GetEpoch(), s.u.GetRevision())
 		if s.program {
 			if err := a.program(ctx, s.u); err != nil {
 				t.Fatal(err)

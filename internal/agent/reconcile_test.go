@@ -8,12 +8,14 @@ import (
 	"time"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/flowpb"
 )
 
-// program takes u into the desired state and runs one round of the
-// reconciler: nil means the kernel holds it.
+// program takes u, translated as the stream translates it, into the
+// desired state and runs one round of the reconciler: nil means the
+// kernel holds it.
 func (a *Agent) program(ctx context.Context, u *agentv1.Update) error {
-	a.desire(ctx, u)
+	a.desire(ctx, flowpb.UpdateFromProto(u))
 	return a.kernelRound(ctx, false)
 }
 

@@ -52,7 +52,7 @@ func TestRefusedWriteRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := newChangeLog("db-1")
-	log.publish(lb("a", lbSvc("a", "198.19.0.1", "198.18.17.2")))
+	log.publish(wireLB("a", lbSvc("a", "198.19.0.1", "198.18.17.2")))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func TestRefusedWriteRetried(t *testing.T) {
 	}
 
 	conn.FailFraction(1, 1) // every transaction refused
-	log.publish(lb("a", lbSvc("a", "198.19.0.1", "198.18.17.2", "198.18.17.3")))
+	log.publish(wireLB("a", lbSvc("a", "198.19.0.1", "198.18.17.2", "198.18.17.3")))
 	testutil.Eventually(t, 5*time.Second, "three refusals", func() (bool, string) {
 		_, refused := conn.Flushes()
 		return refused >= 3, fmt.Sprint(refused, " refused")
@@ -118,7 +118,7 @@ func TestAgentRepairsFakeKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := newChangeLog("db-1")
-	log.publish(lb("a", lbSvc("a", "198.19.0.1", "198.18.17.2", "198.18.17.3")))
+	log.publish(wireLB("a", lbSvc("a", "198.19.0.1", "198.18.17.2", "198.18.17.3")))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestAgentRepairsFakeKernel(t *testing.T) {
 	if st.Repairs["table"] != 1 || !strings.Contains(st.LastRepairWhat, "table rebuilt") || st.Behind != "" {
 		t.Errorf("status after the repair: %+v", st)
 	}
-	log.publish(lb("a", lbSvc("a", "198.19.0.1", "198.18.17.2")))
+	log.publish(wireLB("a", lbSvc("a", "198.19.0.1", "198.18.17.2")))
 	testutil.Eventually(t, 5*time.Second, "revision 2 acknowledged", func() (bool, string) {
 		return slices.Contains(r.acked(), 2), fmt.Sprint(r.acked())
 	})

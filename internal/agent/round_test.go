@@ -45,8 +45,8 @@ func samePortListeners(t *testing.T) (net.Listener, net.Listener, string) {
 // sends deltas, not a snapshot.
 func TestFailover(t *testing.T) {
 	log := newChangeLog("db-1")
-	log.publish(lb("a", lbSvc("a", "198.19.0.1")))
-	log.publish(lb("b", lbSvc("b", "198.19.0.2")))
+	log.publish(wireLB("a", lbSvc("a", "198.19.0.1")))
+	log.publish(wireLB("b", lbSvc("b", "198.19.0.2")))
 	lnA, lnB, port := samePortListeners(t)
 	replicas := []*replica{startReplica(t, log, lnA), startReplica(t, log, lnB)}
 	lookup := func(_ context.Context, host string) ([]string, error) {
@@ -70,7 +70,7 @@ func TestFailover(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 5*time.Second, "first revisions programmed", atRevision(2))
-	log.publish(lb("a", lbSvc("a", "198.19.0.1", "198.18.17.2")))
+	log.publish(wireLB("a", lbSvc("a", "198.19.0.1", "198.18.17.2")))
 	testutil.Eventually(t, 5*time.Second, "revision 3 programmed", atRevision(3))
 
 	first := a.Server()
@@ -90,7 +90,7 @@ func TestFailover(t *testing.T) {
 		t.Errorf("hello %v: want node n1 at revision 3 of db-1", h)
 	}
 
-	log.publish(lb("a"), lb("c", lbSvc("c", "198.19.0.3")))
+	log.publish(wireLB("a"), wireLB("c", lbSvc("c", "198.19.0.3")))
 	testutil.Eventually(t, 5*time.Second, "revision 4 programmed", atRevision(4))
 	syncs, applies, vips := dp.calls()
 	if syncs != 1 || applies < 2 || !slices.Equal(vips, []string{"198.19.0.2/b", "198.19.0.3/c"}) {
@@ -143,7 +143,7 @@ func TestRoundSkipsDeadServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := newChangeLog("db-1")
-	log.publish(lb("a", lbSvc("a", "198.19.0.1")))
+	log.publish(wireLB("a", lbSvc("a", "198.19.0.1")))
 	live := startReplica(t, log, ln)
 	a := New(Config{Servers: []string{deadAddr}, Server: live.addr, Node: "n1", NoHealth: true}, &recorder{}, quiet)
 	ctx, cancel := context.WithCancel(context.Background())

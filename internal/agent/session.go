@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/flowpb"
+	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/pki"
 )
 
@@ -198,11 +200,12 @@ func (a *Agent) Server() string {
 }
 
 // receive reads the stream in the background, so that the receiver never
-// waits for the kernel: updates queue on the first channel and are merged
-// while a change is being programmed. The second gets the error that ends
+// waits for the kernel: each update is translated into flow values here,
+// once, and queues on the first channel, to be merged while a change is
+// being programmed. The second gets the error that ends
 // the stream. received turns true with the first update.
-func (a *Agent) receive(ctx context.Context, stream agentv1.Agent_SubscribeClient, received *atomic.Bool) (<-chan *agentv1.Update, <-chan error) {
-	updates := make(chan *agentv1.Update, 1024)
+func (a *Agent) receive(ctx context.Context, stream agentv1.Agent_SubscribeClient, received *atomic.Bool) (<-chan flows.Update, <-chan error) {
+	updates := make(chan flows.Update, 1024)
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
@@ -212,10 +215,10 @@ func (a *Agent) receive(ctx context.Context, stream agentv1.Agent_SubscribeClien
 				return
 			}
 			a.m.received.Set(float64(u.GetRevision()))
-			a.noteReceived(u)
+			a.noteReceived(u.GetEpoch(), u.GetRevision())
 			received.Store(true)
 			select {
-			case updates <- u:
+			case updates <- flowpb.UpdateFromProto(u):
 			case <-ctx.Done():
 				return
 			}
@@ -238,7 +241,7 @@ type told struct {
 // batches, and sends what the reconciler has for the server: an Ack for
 // each revision the kernel reaches, and the kernel's status at the start
 // and when it changes.
-func (a *Agent) programLoop(ctx context.Context, stream agentv1.Agent_SubscribeClient, updates <-chan *agentv1.Update, recvErr <-chan error, t told) error {
+func (a *Agent) programLoop(ctx context.Context, stream agentv1.Agent_SubscribeClient, updates <-chan flows.Update, recvErr <-chan error, t told) error {
 	for {
 		if err := a.sendNews(stream, &t); err != nil {
 			return err
@@ -249,7 +252,7 @@ func (a *Agent) programLoop(ctx context.Context, stream agentv1.Agent_SubscribeC
 		}
 		if len(batch) > 0 {
 			u := merge(batch)
-			t.epoch = u.GetEpoch()
+			t.epoch = u.Epoch
 			a.desire(ctx, u)
 		}
 	}
@@ -260,8 +263,8 @@ func (a *Agent) programLoop(ctx context.Context, stream agentv1.Agent_SubscribeC
 // returns nothing when the reconciler has news to send. The end of ctx
 // ends the wait: the receiver may have stopped on it with an update in
 // hand, leaving neither an update nor an error to come.
-func (a *Agent) nextBatch(ctx context.Context, updates <-chan *agentv1.Update, recvErr <-chan error) ([]*agentv1.Update, error) {
-	var batch []*agentv1.Update
+func (a *Agent) nextBatch(ctx context.Context, updates <-chan flows.Update, recvErr <-chan error) ([]flows.Update, error) {
+	var batch []flows.Update
 	select {
 	case u := <-updates:
 		batch = append(batch, u)

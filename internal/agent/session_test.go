@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/flows"
 )
 
 // TestNextBatch: a batch is the first update and every one queued behind
@@ -16,13 +16,13 @@ import (
 func TestNextBatch(t *testing.T) {
 	a := New(Config{NoHealth: true}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx := context.Background()
-	updates := make(chan *agentv1.Update, 8)
+	updates := make(chan flows.Update, 8)
 	recvErr := make(chan error, 1)
 	for rev := range int64(3) {
-		updates <- &agentv1.Update{Revision: rev + 1}
+		updates <- flows.Update{Revision: rev + 1}
 	}
 	batch, err := a.nextBatch(ctx, updates, recvErr)
-	if err != nil || len(batch) != 3 || batch[0].GetRevision() != 1 || batch[2].GetRevision() != 3 {
+	if err != nil || len(batch) != 3 || batch[0].Revision != 1 || batch[2].Revision != 3 {
 		t.Fatalf("batch %v, %v: want revisions 1 to 3", batch, err)
 	}
 	end := errors.New("stream ended")
@@ -37,8 +37,8 @@ func TestNextBatch(t *testing.T) {
 func TestNextBatchMinInterval(t *testing.T) {
 	a := New(Config{NoHealth: true, MinInterval: 200 * time.Millisecond}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	a.lastSync = time.Now()
-	updates := make(chan *agentv1.Update, 8)
-	updates <- &agentv1.Update{Revision: 1}
+	updates := make(chan flows.Update, 8)
+	updates <- flows.Update{Revision: 1}
 	start := time.Now()
 	batch, err := a.nextBatch(context.Background(), updates, nil)
 	if err != nil || len(batch) != 1 || time.Since(start) < 150*time.Millisecond {
@@ -47,7 +47,7 @@ func TestNextBatchMinInterval(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	a.lastSync = time.Now()
-	updates <- &agentv1.Update{Revision: 3}
+	updates <- flows.Update{Revision: 3}
 	if _, err := a.nextBatch(ctx, updates, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled wait: %v", err)
 	}
@@ -63,7 +63,7 @@ func TestNextBatchEndsWithTheSession(t *testing.T) {
 	cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := a.nextBatch(ctx, make(chan *agentv1.Update), make(chan error))
+		_, err := a.nextBatch(ctx, make(chan flows.Update), make(chan error))
 		done <- err
 	}()
 	select {
