@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -16,18 +13,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/flowlb/flowlb/internal/agent"
-	"github.com/flowlb/flowlb/internal/announce"
 	"github.com/flowlb/flowlb/internal/config"
 	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
-	"github.com/flowlb/flowlb/internal/dataplane/nftables"
-	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/httpserve"
-	"github.com/flowlb/flowlb/internal/kubehealth"
+	"github.com/flowlb/flowlb/internal/node"
 )
 
 type agentOptions struct {
@@ -152,211 +144,83 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	if unusable != nil {
 		log.Warn("the node's identity does not load; enrolling again with the bootstrap token, which the servers refuse while the identity they issued last is valid (`flowlb server node forget NODE` releases the name)", "err", unusable)
 	}
-	var node *nodeFacts
+	var facts *nodeFacts
 	if (o.zone == "" && o.nodeZone) || o.nodePods {
-		if node, err = readNode(ctx, o.node); err != nil {
+		if facts, err = readNode(ctx, o.node); err != nil {
 			return err
 		}
 	}
 	if o.zone == "" && o.nodeZone {
-		o.zone = node.zone
+		o.zone = facts.zone
 	}
-	if o.nodePods && len(node.podCIDRs) > 0 {
-		o.podCIDRs = node.podCIDRs
+	if o.nodePods && len(facts.podCIDRs) > 0 {
+		o.podCIDRs = facts.podCIDRs
 	}
-	var nets []netip.Prefix
-	for _, c := range o.podCIDRs {
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			return fmt.Errorf("--pod-cidrs: %w", err)
-		}
-		nets = append(nets, p)
-	}
-	var nodePortCIDRs []netip.Prefix
-	for _, c := range o.nodePortCIDRs {
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			return fmt.Errorf("--nodeport-addresses: %w", err)
-		}
-		nodePortCIDRs = append(nodePortCIDRs, p.Masked())
-	}
-	dpOpts := []nftables.Option{nftables.WithZone(o.zone)}
-	if o.statsInterval <= 0 {
-		// Nothing reads the counters: leave out the rules that count.
-		dpOpts = append(dpOpts, nftables.WithoutCounters())
-	}
-	dp, err := nftables.New(-1, o.node, dpOpts...)
-	if err != nil {
-		return err
-	}
-	removed := false
-	defer func() {
-		if !removed {
-			_ = dp.Close()
-		}
-	}()
-	if len(nets) > 0 {
-		if err := dp.SetPodNetworks(nets); err != nil {
-			return err
-		}
-	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// kube-proxy serves health-check node ports on every address unless
-	// --nodeport-addresses narrows them, and then on those.
-	var ready func() error // the agent's, once it exists
-	hc := kubehealth.NewServer(nil, func() error { return ready() }, log)
-	defer hc.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := dp.Watching(); err != nil {
-		log.Warn("nftables changes by other processes will be found by the periodic check only (--verify-interval), reading every element", "err", err)
-	}
-	var prog agent.Programmer = dp
-	verifiers := []agent.Verifier{dp}
-	var sockets *ebpf.Dataplane
-	if o.dataplane == "ebpf" {
-		if sockets, err = openSocketLB(o, log); err != nil {
-			return err
-		}
-		// Not removed on exit: the pins keep balancing while the agent is
-		// down (fail-static); cleanup-ebpf or --remove-on-delete remove them.
-		defer sockets.Close()
-		prog = agent.Chain(dp, sockets)
-		verifiers = append(verifiers, sockets)
-	}
-	if len(o.announce) > 0 {
-		var ranges []netip.Prefix
-		for _, c := range o.announce {
-			p, err := netip.ParsePrefix(c)
-			if err != nil {
-				return fmt.Errorf("--announce-cidrs: %w", err)
-			}
-			ranges = append(ranges, p.Masked())
-		}
-		rt, err := announce.OpenTable(o.announceTable)
-		if err != nil {
-			return err
-		}
-		defer rt.Close()
-		if prog, err = announce.New(prog, o.node, ranges, rt, reg, log); err != nil {
-			return err
-		}
-	}
-	var stats agent.StatsReader = dp
-	if sockets != nil {
-		stats = agent.SumStats(dp, sockets)
-	}
-	verifyEvery := o.verifyInterval
-	if verifyEvery <= 0 {
-		verifyEvery = -1 // the agent's "never"
-	}
-	a := agent.New(agent.Config{Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, Zone: o.zone, MinInterval: o.minSync, Metrics: reg,
-		Stats: stats, StatsInterval: o.statsInterval, Verifiers: verifiers, VerifyInterval: verifyEvery,
-		OnProgrammed: func(s map[flows.Key]flows.Service) { hc.SetChecks(kubehealth.Checks(s, o.node)) }}, prog, log)
-	ready = a.Ready
-	// The agent learns the addresses too: a VIP's member that is one of
-	// this node's own node ports is replaced by its endpoints.
-	setNodeAddrs := func(addrs []netip.Addr) error {
-		if len(nodePortCIDRs) > 0 {
-			hc.SetAddresses(append([]netip.Addr{}, addrs...))
-		}
-		if err := dp.SetNodeAddresses(addrs); err != nil {
-			return err
-		}
-		return a.SetNodeAddresses(ctx, addrs)
-	}
-	if err := agent.WatchNodePortAddresses(ctx, 10*time.Second, nodePortCIDRs, setNodeAddrs, log); err != nil {
+	cfg := node.Config{Registry: reg, Servers: servers, Token: strings.TrimSpace(string(b)), Identity: id, Node: o.node, Zone: o.zone,
+		HealthCheckNodePorts: true, Healthz: o.healthz, Metrics: o.metrics, HTTPLimits: metricsLimits,
+		MinSync: o.minSync, StatsInterval: o.statsInterval, VerifyInterval: o.verifyInterval, AnnounceTable: o.announceTable,
+		// Nothing reads the counters: leave out the rules that count.
+		Uncounted: o.statsInterval <= 0}
+	if cfg.PodNetworks, err = parsePrefixes("--pod-cidrs", o.podCIDRs, false); err != nil {
 		return err
 	}
-	if o.healthz != "" {
-		// Not fatal: where kube-proxy still runs it holds the port, and
-		// the flows matter more than this endpoint.
-		if ln, err := net.Listen("tcp", o.healthz); err != nil {
-			log.Warn("node health endpoint not served", "flag", "--healthz-bind-address", "err", err)
-		} else {
-			srv := &http.Server{Handler: kubehealth.NodeHandler(a.Ready, hc.LastUpdated)}
-			ln = httpserve.Serve(srv, ln, metricsLimits, log)
-			go func() { _ = srv.Serve(ln) }()
-			defer srv.Close()
-		}
+	if cfg.NodePortCIDRs, err = parsePrefixes("--nodeport-addresses", o.nodePortCIDRs, true); err != nil {
+		return err
 	}
-	if o.metrics != "" {
-		ln, err := net.Listen("tcp", o.metrics)
-		if err != nil {
-			return fmt.Errorf("--metrics-listen: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.Handle("/readyz", readyz(a.Ready))
-		mux.Handle("/status", statusz(a.KernelStatus))
-		srv := &http.Server{Handler: mux}
-		ln = httpserve.Serve(srv, ln, metricsLimits, log)
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
+	if cfg.Announce, err = parsePrefixes("--announce-cidrs", o.announce, true); err != nil {
+		return err
 	}
-	var deletion *deletionWatch
-	var kc kubernetes.Interface
-	var dsNS, dsName string
+	cfg.EBPF = ebpfConfig(o)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	if o.removeOnDelete != "" {
-		if dsNS, dsName, err = splitRef(o.removeOnDelete); err != nil {
+		dsNS, dsName, err := splitRef(o.removeOnDelete)
+		if err != nil {
 			return err
 		}
-		if kc, err = kubeClient(); err != nil {
+		kc, err := kubeClient()
+		if err != nil {
 			return fmt.Errorf("--remove-on-delete: kubeconfig: %w", err)
 		}
-		deletion = watchDeletion(ctx, kc, dsNS, dsName)
+		deletion := watchDeletion(ctx, kc, dsNS, dsName)
+		cfg.RemoveOnStop = func() (bool, error) {
+			if deletion.doomed() {
+				return true, nil
+			}
+			return daemonSetGone(kc, dsNS, dsName)
+		}
 	}
-	log.Info("flowlb agent starting", "node", o.node, "zone", o.zone, "servers", servers, "metrics", o.metrics, "announce", o.announce, "dataplane", o.dataplane)
-	if err := a.Run(ctx); err != nil && ctx.Err() == nil {
+	n, err := node.Start(ctx, cfg, log)
+	if err != nil {
 		return err
 	}
-	if deletion != nil {
-		gone := deletion.doomed()
-		var err error
-		if !gone {
-			gone, err = daemonSetGone(kc, dsNS, dsName)
-		}
-		switch {
-		case err != nil:
-			log.Warn("cannot tell whether the agent is being deleted; flows kept", "err", err)
-		case gone:
-			removed = true
-			if err := dp.Remove(); err != nil {
-				return fmt.Errorf("remove the nftables table: %w", err)
-			}
-			log.Info("DaemonSet deleted: flowlb's nftables table removed", "daemonset", o.removeOnDelete)
-			if sockets != nil {
-				if err := sockets.Remove(); err != nil {
-					return fmt.Errorf("remove the eBPF data plane: %w", err)
-				}
-				log.Info("DaemonSet deleted: flowlb's eBPF programs, maps and pins removed", "pins", o.bpfPinDir)
-			}
-		}
-	}
-	return nil
+	return n.Wait()
 }
 
-// openSocketLB mounts a bpffs for the pins if needed and loads the eBPF
-// socket programs onto the agent's cgroup, adopting pinned ones.
-func openSocketLB(o agentOptions, log *slog.Logger) (*ebpf.Dataplane, error) {
-	cg := o.cgroup
-	if cg == "" {
-		root, err := ebpf.CgroupV2Root()
+// ebpfConfig is --dataplane ebpf's configuration (nil: nftables alone).
+func ebpfConfig(o agentOptions) *node.EBPF {
+	if o.dataplane != "ebpf" {
+		return nil
+	}
+	return &node.EBPF{Cgroup: o.cgroup, PinDir: o.bpfPinDir}
+}
+
+// parsePrefixes parses a flag's CIDRs, masked if asked.
+func parsePrefixes(flag string, cidrs []string, masked bool) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
 		if err != nil {
-			return nil, fmt.Errorf("--cgroup: %w", err)
+			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
-		cg = root
+		if masked {
+			p = p.Masked()
+		}
+		out = append(out, p)
 	}
-	if err := ebpf.MountBPFFS(filepath.Dir(o.bpfPinDir)); err != nil {
-		return nil, fmt.Errorf("--bpf-pin-dir: %w", err)
-	}
-	d, err := ebpf.New(ebpf.Config{Node: o.node, Zone: o.zone, Cgroup: cg, PinDir: o.bpfPinDir, Log: log})
-	if err != nil {
-		return nil, err
-	}
-	log.Info("eBPF socket load balancing attached", "cgroup", cg, "pins", o.bpfPinDir)
-	return d, nil
+	return out, nil
 }
 
 func agentCleanupEBPFCmd() *cobra.Command {

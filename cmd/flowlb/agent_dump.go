@@ -18,14 +18,6 @@ import (
 	"github.com/flowlb/flowlb/internal/flows"
 )
 
-// statusz serves the agent's kernel status as JSON (agent dump reads it).
-func statusz(status func() agent.KernelStatus) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(status())
-	})
-}
-
 // agentStatus reads the kernel status of the agent whose --metrics-listen
 // is addr.
 func agentStatus(ctx context.Context, addr string) (agent.KernelStatus, error) {

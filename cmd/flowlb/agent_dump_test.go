@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/internal/agent"
+	"github.com/flowlb/flowlb/internal/node"
 )
 
 // TestAgentStatusServed: the agent's /status, as agent dump reads it.
@@ -16,7 +17,7 @@ func TestAgentStatusServed(t *testing.T) {
 	want := agent.KernelStatus{Received: 9, Programmed: 7, Behind: "revision 9 received, 7 programmed", Refusing: true,
 		RefusingSince: time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC), RefusedAttempts: 3, LastRefusal: "operation not permitted",
 		Refusals: 5, Repairs: map[string]uint64{"table": 1}, VerifyInterval: "10s"}
-	srv := httptest.NewServer(statusz(func() agent.KernelStatus { return want }))
+	srv := httptest.NewServer(node.StatusHandler(func() agent.KernelStatus { return want }))
 	defer srv.Close()
 	got, err := agentStatus(context.Background(), strings.TrimPrefix(srv.URL, "http://"))
 	if err != nil || !reflect.DeepEqual(got, want) {

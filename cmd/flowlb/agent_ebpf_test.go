@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
+	"github.com/flowlb/flowlb/internal/node"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
 
@@ -47,7 +48,7 @@ func TestAgentEBPFFlags(t *testing.T) {
 	})
 	pins := filepath.Join(fs, "flowlb")
 	o := agentOptions{dataplane: "ebpf", cgroup: cg, bpfPinDir: pins, node: "n1"}
-	d, err := openSocketLB(o, slog.New(slog.DiscardHandler))
+	d, err := node.OpenSocketLB(*ebpfConfig(o), o.node, o.zone, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -156,18 +155,4 @@ func daemonSetGone(c kubernetes.Interface, ns, name string) (bool, error) {
 		return false, err
 	}
 	return ds.DeletionTimestamp != nil, nil
-}
-
-// readyz serves ready: 200 "ok" when it returns nil, else 503 with the
-// reason.
-func readyz(ready func() error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := ready(); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, err)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
 }

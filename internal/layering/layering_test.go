@@ -27,7 +27,7 @@ var serverSide = []string{
 
 // kernelSide are the packages a node runs, and whether they must not
 // reach net/http at all. The agent does, legitimately, through gRPC and
-// its Prometheus registry, health through its HTTP probes and flowpb
+// its Prometheus registry (and the node's assembly, which serves it), health through its HTTP probes and flowpb
 // through the generated gRPC code; for them the server packages above
 // are the rule.
 var kernelSide = []struct {
@@ -35,6 +35,7 @@ var kernelSide = []struct {
 	noHTTP  bool
 }{
 	{"internal/agent", false},
+	{"internal/node", false},
 	{"internal/dataplane/...", true},
 	{"internal/health", false},
 	{"internal/flows", true},

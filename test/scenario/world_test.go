@@ -26,6 +26,7 @@ import (
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/neutron"
+	flowlbnode "github.com/flowlb/flowlb/internal/node"
 	"github.com/flowlb/flowlb/internal/octavia"
 	"github.com/flowlb/flowlb/internal/provider/flow"
 	"github.com/flowlb/flowlb/internal/store/memstore"
@@ -158,34 +159,19 @@ func (w *world) addNode(name, zone string, podNets []netip.Prefix, addrs []netip
 	return nil
 }
 
-// startAgent starts a node's agent on its kernel: on a kernel that holds
-// a table already, the data plane adopts it.
+// startAgent starts a node's agent on its kernel, assembled as the
+// agent's binary assembles it (internal/node): on a kernel that holds a
+// table already, the data plane adopts it.
 func (w *world) startAgent(n *node) error {
-	dp, err := nftables.NewWithConn(n.conn, n.name, nftables.WithZone(n.zone), nftables.WithPlanObserver(n.record))
-	if err != nil {
-		return err
-	}
-	if len(n.podNets) > 0 {
-		if err := dp.SetPodNetworks(n.podNets); err != nil {
-			return err
-		}
-	}
-	if err := dp.SetNodeAddresses(n.addrs); err != nil {
-		return err
-	}
-	// As the agent's binary does: the node's addresses go to the agent
-	// too, which flattens a VIP's members that are its own node ports.
-	n.agent = agent.New(agent.Config{Server: w.agentAddr, Token: w.token, Node: n.name, Zone: n.zone, NoHealth: true}, dp, w.log)
-	if err := n.agent.SetNodeAddresses(w.ctx, n.addrs); err != nil {
-		return err
-	}
 	ctx, stop := context.WithCancel(w.ctx)
-	done := make(chan struct{})
-	n.stop = func() { stop(); <-done }
-	go func() {
-		defer close(done)
-		_ = n.agent.Run(ctx)
-	}()
+	nd, err := flowlbnode.Start(ctx, flowlbnode.Config{Servers: []string{w.agentAddr}, Token: w.token, Node: n.name, Zone: n.zone,
+		PodNetworks: n.podNets, NodeAddresses: n.addrs, NoHealth: true, Kernel: n.conn, Observe: n.record}, w.log)
+	if err != nil {
+		stop()
+		return err
+	}
+	n.agent = nd.Agent()
+	n.stop = func() { stop(); _ = nd.Wait() }
 	w.t.Cleanup(n.stop)
 	return nil
 }

@@ -1,0 +1,385 @@
+// Package node assembles one flowlb agent process: the node's data
+// planes (nftables, and the eBPF socket programs beside it), the agent
+// that streams the servers' flows into them, the announcement of VIPs,
+// the node's node-port addresses, kube-proxy's health checks and the
+// agent's HTTP endpoints. cmd/flowlb turns flags into a Config; the
+// scenarios start nodes in-process on fake kernels, as internal/server
+// does for replicas.
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/flowlb/flowlb/internal/agent"
+	"github.com/flowlb/flowlb/internal/announce"
+	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
+	"github.com/flowlb/flowlb/internal/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/httpserve"
+	"github.com/flowlb/flowlb/internal/kubehealth"
+)
+
+// Config of a node; cmd/flowlb's agent flags document each.
+type Config struct {
+	// Servers are the replicas' agent stream addresses (host:port).
+	Servers []string
+	// Token is the bootstrap token; Identity, if set, the node's TLS
+	// identity (agent.Config).
+	Token    string
+	Identity *agent.Identity
+	Node     string
+	Zone     string
+	// PodNetworks are the networks whose clients keep their address.
+	PodNetworks []netip.Prefix
+	// NodePortCIDRs narrow the node's addresses that serve node ports
+	// (none: every address but loopback), looked up every
+	// addressInterval; they also narrow where the health-check node
+	// ports are served.
+	NodePortCIDRs []netip.Prefix
+	// NodeAddresses, if set, are the node's node-port addresses, given
+	// once: nothing is looked up (a node on a fake kernel).
+	NodeAddresses []netip.Addr
+	// HealthCheckNodePorts serves the Services' health-check node ports,
+	// as kube-proxy does.
+	HealthCheckNodePorts bool
+	// Healthz, if set, is the address of kube-proxy's node health
+	// endpoint; Metrics, if set, that of /metrics, /readyz and /status.
+	// Both are served with HTTPLimits.
+	Healthz    string
+	Metrics    string
+	HTTPLimits httpserve.Limits
+	// Registry takes the node's metrics, and /metrics serves it (nil: a
+	// registry of the node's own; the process's runtime collectors are
+	// the caller's to add, as they pull in database/sql).
+	Registry *prometheus.Registry
+	// MinSync, StatsInterval (0: counters are never read) and
+	// VerifyInterval (0: only when nftables hears of another's change)
+	// are the agent's.
+	MinSync        time.Duration
+	StatsInterval  time.Duration
+	VerifyInterval time.Duration
+	// Uncounted leaves out the rules that count (nothing reads them).
+	Uncounted bool
+	// NoHealth: this node probes no member.
+	NoHealth bool
+	// Announce are the VIP ranges announced in routing table
+	// AnnounceTable (none: nothing announced).
+	Announce      []netip.Prefix
+	AnnounceTable int
+	// EBPF, if set, balances the connections of local sockets with the
+	// eBPF socket programs, beside nftables.
+	EBPF *EBPF
+	// Kernel, if set, is the nftables kernel to program (nftfake in the
+	// scenarios); nil: this host's, through netlink. Observe, if set, is
+	// told every nftables plan and the kernel's answer.
+	Kernel  nftables.Conn
+	Observe func(nftables.Plan, error)
+	// RemoveOnStop, if set, is asked when the agent stops: true removes
+	// the node's flows from its kernel instead of keeping them (the
+	// agent's DaemonSet is being deleted).
+	RemoveOnStop func() (bool, error)
+}
+
+// addressInterval is how often the node's addresses are looked up: an
+// address added to the node serves node ports within that time.
+const addressInterval = 10 * time.Second
+
+// EBPF configures the eBPF socket programs.
+type EBPF struct {
+	// Cgroup is the cgroup v2 directory whose processes are served
+	// (empty: the cgroup v2 root).
+	Cgroup string
+	// PinDir is where the maps and links are pinned; a bpffs is mounted
+	// on its parent if none is there.
+	PinDir string
+}
+
+// Node is a running agent process.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	agent   *agent.Agent
+	dp      *nftables.Dataplane
+	sockets *ebpf.Dataplane // nil: nftables only
+	removed bool            // the nftables table was removed (and closed)
+	done    chan struct{}
+	err     error
+	// undo closes what Start opened, last first.
+	undo []func()
+	once sync.Once
+}
+
+// Start opens the node's data planes and endpoints and runs its agent
+// until ctx ends; Wait returns when it has stopped. On an error nothing
+// it opened stays open.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err error) {
+	n := &Node{cfg: cfg, log: log, done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			n.close()
+		}
+	}()
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if err := n.openDataplanes(); err != nil {
+		return nil, err
+	}
+	var prog agent.Programmer = n.dp
+	verifiers := []agent.Verifier{n.dp}
+	var stats agent.StatsReader = n.dp
+	if n.sockets != nil {
+		prog = agent.Chain(n.dp, n.sockets)
+		verifiers = append(verifiers, n.sockets)
+		stats = agent.SumStats(n.dp, n.sockets)
+	}
+	if prog, err = n.announcer(prog, reg); err != nil {
+		return nil, err
+	}
+	// kube-proxy serves health-check node ports on every address unless
+	// --nodeport-addresses narrows them, and then on those.
+	var hc *kubehealth.Server
+	var onProgrammed func(map[flows.Key]flows.Service)
+	if cfg.HealthCheckNodePorts {
+		hc = kubehealth.NewServer(nil, func() error { return n.agent.Ready() }, log)
+		n.undo = append(n.undo, hc.Close)
+		onProgrammed = func(s map[flows.Key]flows.Service) { hc.SetChecks(kubehealth.Checks(s, cfg.Node)) }
+	}
+	verifyEvery := cfg.VerifyInterval
+	if verifyEvery <= 0 {
+		verifyEvery = -1 // the agent's "never"
+	}
+	n.agent = agent.New(agent.Config{Servers: cfg.Servers, Token: cfg.Token, Identity: cfg.Identity, Node: cfg.Node, Zone: cfg.Zone,
+		MinInterval: cfg.MinSync, Metrics: reg, Stats: stats, StatsInterval: cfg.StatsInterval, NoHealth: cfg.NoHealth,
+		Verifiers: verifiers, VerifyInterval: verifyEvery, OnProgrammed: onProgrammed}, prog, log)
+	runCtx, stop := context.WithCancel(ctx)
+	n.undo = append(n.undo, stop)
+	if err := n.followAddresses(runCtx, hc); err != nil {
+		return nil, err
+	}
+	if err := n.serveHTTP(reg, hc); err != nil {
+		return nil, err
+	}
+	go n.run(runCtx)
+	return n, nil
+}
+
+// openDataplanes opens nftables on the node's kernel, and the eBPF
+// socket programs if configured.
+func (n *Node) openDataplanes() error {
+	cfg := n.cfg
+	opts := []nftables.Option{nftables.WithZone(cfg.Zone)}
+	if cfg.Uncounted {
+		opts = append(opts, nftables.WithoutCounters())
+	}
+	if cfg.Observe != nil {
+		opts = append(opts, nftables.WithPlanObserver(cfg.Observe))
+	}
+	var err error
+	if cfg.Kernel != nil {
+		n.dp, err = nftables.NewWithConn(cfg.Kernel, cfg.Node, opts...)
+	} else {
+		n.dp, err = nftables.New(-1, cfg.Node, opts...)
+	}
+	if err != nil {
+		return err
+	}
+	n.undo = append(n.undo, func() {
+		if !n.removed {
+			_ = n.dp.Close()
+		}
+	})
+	if len(cfg.PodNetworks) > 0 {
+		if err := n.dp.SetPodNetworks(cfg.PodNetworks); err != nil {
+			return err
+		}
+	}
+	if cfg.Kernel == nil {
+		if err := n.dp.Watching(); err != nil {
+			n.log.Warn("nftables changes by other processes will be found by the periodic check only (--verify-interval), reading every element", "err", err)
+		}
+	}
+	if cfg.EBPF == nil {
+		return nil
+	}
+	if n.sockets, err = OpenSocketLB(*cfg.EBPF, cfg.Node, cfg.Zone, n.log); err != nil {
+		return err
+	}
+	// Closed, not removed: the pins keep balancing while the agent is
+	// down (fail-static); cleanup-ebpf or RemoveOnStop remove them.
+	n.undo = append(n.undo, func() { _ = n.sockets.Close() })
+	return nil
+}
+
+// OpenSocketLB mounts a bpffs for the pins if needed and loads the eBPF
+// socket programs onto the cgroup, adopting pinned ones.
+func OpenSocketLB(c EBPF, node, zone string, log *slog.Logger) (*ebpf.Dataplane, error) {
+	cg := c.Cgroup
+	if cg == "" {
+		root, err := ebpf.CgroupV2Root()
+		if err != nil {
+			return nil, fmt.Errorf("cgroup: %w", err)
+		}
+		cg = root
+	}
+	if err := ebpf.MountBPFFS(filepath.Dir(c.PinDir)); err != nil {
+		return nil, fmt.Errorf("bpf pin dir: %w", err)
+	}
+	d, err := ebpf.New(ebpf.Config{Node: node, Zone: zone, Cgroup: cg, PinDir: c.PinDir, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("eBPF socket load balancing attached", "cgroup", cg, "pins", c.PinDir)
+	return d, nil
+}
+
+// announcer wraps prog with the announcement of VIPs, if configured.
+func (n *Node) announcer(prog agent.Programmer, reg prometheus.Registerer) (agent.Programmer, error) {
+	if len(n.cfg.Announce) == 0 {
+		return prog, nil
+	}
+	rt, err := announce.OpenTable(n.cfg.AnnounceTable)
+	if err != nil {
+		return nil, err
+	}
+	n.undo = append(n.undo, rt.Close)
+	return announce.New(prog, n.cfg.Node, n.cfg.Announce, rt, reg, n.log)
+}
+
+// followAddresses gives the node's node-port addresses to nftables, to
+// the agent (a VIP's member that is one of this node's own node ports is
+// replaced by its endpoints) and to the health-check node ports: once if
+// they are given, else now and whenever they change.
+func (n *Node) followAddresses(ctx context.Context, hc *kubehealth.Server) error {
+	set := func(addrs []netip.Addr) error {
+		if hc != nil && len(n.cfg.NodePortCIDRs) > 0 {
+			hc.SetAddresses(append([]netip.Addr{}, addrs...))
+		}
+		if err := n.dp.SetNodeAddresses(addrs); err != nil {
+			return err
+		}
+		return n.agent.SetNodeAddresses(ctx, addrs)
+	}
+	if n.cfg.NodeAddresses != nil {
+		return set(n.cfg.NodeAddresses)
+	}
+	return agent.WatchNodePortAddresses(ctx, addressInterval, n.cfg.NodePortCIDRs, set, n.log)
+}
+
+// serveHTTP serves kube-proxy's node health endpoint and the agent's
+// metrics, readiness and status, as configured.
+func (n *Node) serveHTTP(reg *prometheus.Registry, hc *kubehealth.Server) error {
+	if n.cfg.Healthz != "" {
+		lastUpdated := func() time.Time { return time.Time{} }
+		if hc != nil {
+			lastUpdated = hc.LastUpdated
+		}
+		// Not fatal: where kube-proxy still runs it holds the port, and
+		// the flows matter more than this endpoint.
+		if err := n.serve(n.cfg.Healthz, kubehealth.NodeHandler(n.agent.Ready, lastUpdated)); err != nil {
+			n.log.Warn("node health endpoint not served", "flag", "--healthz-bind-address", "err", err)
+		}
+	}
+	if n.cfg.Metrics == "" {
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/readyz", ReadyHandler(n.agent.Ready))
+	mux.Handle("/status", StatusHandler(n.agent.KernelStatus))
+	if err := n.serve(n.cfg.Metrics, mux); err != nil {
+		return fmt.Errorf("--metrics-listen: %w", err)
+	}
+	return nil
+}
+
+// serve serves h on addr until the node stops.
+func (n *Node) serve(addr string, h http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h}
+	ln = httpserve.Serve(srv, ln, n.cfg.HTTPLimits, n.log)
+	go func() { _ = srv.Serve(ln) }()
+	// The listener too: Serve may not have taken it yet, and the port
+	// must be free once the node has stopped.
+	n.undo = append(n.undo, func() { _ = srv.Close(); _ = ln.Close() })
+	return nil
+}
+
+// run runs the agent until ctx ends, removes the flows if asked to, and
+// closes what Start opened.
+func (n *Node) run(ctx context.Context) {
+	defer close(n.done)
+	defer n.close()
+	n.log.Info("flowlb agent starting", "node", n.cfg.Node, "zone", n.cfg.Zone, "servers", n.cfg.Servers, "metrics", n.cfg.Metrics,
+		"announce", n.cfg.Announce, "ebpf", n.sockets != nil)
+	if err := n.agent.Run(ctx); err != nil && ctx.Err() == nil {
+		n.err = err
+		return
+	}
+	if n.cfg.RemoveOnStop == nil {
+		return
+	}
+	remove, err := n.cfg.RemoveOnStop()
+	switch {
+	case err != nil:
+		n.log.Warn("cannot tell whether the agent is being deleted; flows kept", "err", err)
+	case remove:
+		n.err = n.remove()
+	}
+}
+
+// remove takes the node's flows out of its kernel: the nftables table,
+// and the eBPF programs, maps and pins.
+func (n *Node) remove() error {
+	n.removed = true
+	if err := n.dp.Remove(); err != nil {
+		return fmt.Errorf("remove the nftables table: %w", err)
+	}
+	n.log.Info("flowlb's nftables table removed")
+	if n.sockets == nil {
+		return nil
+	}
+	if err := n.sockets.Remove(); err != nil {
+		return fmt.Errorf("remove the eBPF data plane: %w", err)
+	}
+	n.log.Info("flowlb's eBPF programs, maps and pins removed", "pins", n.cfg.EBPF.PinDir)
+	return nil
+}
+
+// close undoes Start, last first, once.
+func (n *Node) close() {
+	n.once.Do(func() {
+		for i := len(n.undo) - 1; i >= 0; i-- {
+			n.undo[i]()
+		}
+	})
+}
+
+// Agent is the node's agent.
+func (n *Node) Agent() *agent.Agent { return n.agent }
+
+// Wait waits until the node has stopped (its context ended, or the agent
+// failed) and everything it opened is closed; the error is the agent's,
+// or the removal's.
+func (n *Node) Wait() error {
+	<-n.done
+	return n.err
+}
+
+// Done is closed when the node has stopped.
+func (n *Node) Done() <-chan struct{} { return n.done }
