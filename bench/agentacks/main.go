@@ -5,8 +5,10 @@
 // over the replicas in a child process, and makes changes through the
 // API one after the other: for each, the time from the API's answer
 // (committed, PENDING) until every agent acknowledged a revision holding
-// it, and until the load balancer reads ACTIVE; and the servers' memory
-// per connected agent.
+// it, and until the load balancer reads ACTIVE; the servers' memory
+// per connected agent; and the CPU each change cost the servers' process
+// (the simulated agents run in another) and the PostgreSQL cluster, with
+// and without the polls for ACTIVE.
 //
 //	go run ./bench/agentacks -n 1000 -changes 100 -replicas 1,3
 package main
@@ -30,6 +32,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowlb/flowlb/bench/internal/benchkit"
@@ -52,10 +55,16 @@ type result struct {
 	replicas, agents, changes int
 	acked, active             []time.Duration // per change
 	rssPerAgent, heapPerAgent float64         // bytes
+	// cpu is this process's CPU over the changes (servers and the API
+	// client with its polls for ACTIVE); polls the number of those polls
+	// and pollCPU what one costs, measured apart; dbCPU the PostgreSQL
+	// cluster's over the changes (0: not known).
+	cpu, pollCPU, dbCPU time.Duration
+	polls               int
 }
 
 // run measures one cluster of replicas servers on a fresh database.
-func run(ctx context.Context, dsn string, replicas, agents, changes, lbs int) (result, error) {
+func run(ctx context.Context, dsn string, replicas, agents, changes, lbs int, dbCPU func() (time.Duration, bool)) (result, error) {
 	res := result{replicas: replicas, agents: agents, changes: changes}
 	dir, err := os.MkdirTemp("", "flowlb-agentacks-")
 	if err != nil {
@@ -112,7 +121,20 @@ func run(ctx context.Context, dsn string, replicas, agents, changes, lbs int) (r
 	res.rssPerAgent = float64(rss1-rss0) / float64(agents)
 	res.heapPerAgent = float64(int64(heap1)-int64(heap0)) / float64(agents)
 
+	// What one poll for ACTIVE costs, to tell the changes' CPU from the
+	// polls'.
+	const calibration = 200
+	cpu0 := benchkit.ProcessCPU()
+	for range calibration {
+		if _, err := api.status(lbIDs[0]); err != nil {
+			return res, err
+		}
+	}
+	res.pollCPU = (benchkit.ProcessCPU() - cpu0) / calibration
+
 	committed := make([]time.Time, changes)
+	cpu0, polls0 := benchkit.ProcessCPU(), polls.Load()
+	db0, dbKnown := dbCPU()
 	for i := range changes {
 		// The changes go to the replicas in turn.
 		c := &client{base: "http://" + srvs[i%len(srvs)].APIAddr.String()}
@@ -127,6 +149,10 @@ func run(ctx context.Context, dsn string, replicas, agents, changes, lbs int) (r
 			return res, fmt.Errorf("change %d: %w", i, err)
 		}
 		res.active = append(res.active, at.Sub(t0))
+	}
+	res.cpu, res.polls = benchkit.ProcessCPU()-cpu0, int(polls.Load()-polls0)
+	if db1, ok := dbCPU(); ok && dbKnown {
+		res.dbCPU = db1 - db0
 	}
 	seen, err := child.dump()
 	if err != nil {
@@ -295,20 +321,31 @@ func (c *client) addMember(pool string, addr netip.Addr) (time.Time, error) {
 	return time.Now(), err
 }
 
+// polls counts the polls for ACTIVE.
+var polls atomic.Int64
+
+// status reads a load balancer's provisioning status.
+func (c *client) status(id string) (string, error) {
+	var out struct {
+		LoadBalancer struct {
+			Status string `json:"provisioning_status"`
+		} `json:"loadbalancer"`
+	}
+	polls.Add(1)
+	err := c.do("GET", "/v2/lbaas/loadbalancers/"+id+"?fields=provisioning_status", nil, 200, &out)
+	return out.LoadBalancer.Status, err
+}
+
 // waitActive polls a load balancer every 2 ms (a GET costs the servers
 // well under that) and returns when it first read ACTIVE.
 func (c *client) waitActive(id string) (time.Time, error) {
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		var out struct {
-			LoadBalancer struct {
-				Status string `json:"provisioning_status"`
-			} `json:"loadbalancer"`
-		}
-		if err := c.do("GET", "/v2/lbaas/loadbalancers/"+id+"?fields=provisioning_status", nil, 200, &out); err != nil {
+		st, err := c.status(id)
+		if err != nil {
 			return time.Time{}, err
 		}
-		if out.LoadBalancer.Status == "ACTIVE" {
+		if st == "ACTIVE" {
 			return time.Now(), nil
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -359,7 +396,7 @@ func main() {
 			pgs.Stop()
 			fatal(err)
 		}
-		r, err := run(ctx, dsn, k, *n, *changes, *lbs)
+		r, err := run(ctx, dsn, k, *n, *changes, *lbs, pgs.CPUTime)
 		if err != nil {
 			pgs.Stop() // fatal exits without running the deferred Stop
 			fatal(err)
@@ -368,14 +405,16 @@ func main() {
 	}
 	fmt.Printf("%d simulated agents (mutual TLS, enrolled), %d changes one after the other (a member added), PostgreSQL, %d CPUs, %s\n",
 		*n, *changes, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"))
-	fmt.Println("| replicas | agents | all acked p50 | all acked p99 | ACTIVE p50 | ACTIVE p99 | RSS / agent | heap / agent |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| replicas | agents | all acked p50 | all acked p99 | ACTIVE p50 | ACTIVE p99 | RSS / agent | heap / agent | CPU / change | less polls | PostgreSQL CPU / change |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
-		fmt.Printf("| %d | %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.0f KiB | %.0f KiB |\n", r.replicas, r.agents,
+		perChange := func(d time.Duration) float64 { return benchkit.MS(d) / float64(r.changes) }
+		fmt.Printf("| %d | %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.0f KiB | %.0f KiB | %.2f ms | %.2f ms | %.2f ms |\n", r.replicas, r.agents,
 			benchkit.MS(quantile(r.acked, 0.5)), benchkit.MS(quantile(r.acked, 0.99)), benchkit.MS(quantile(r.active, 0.5)), benchkit.MS(quantile(r.active, 0.99)),
-			r.rssPerAgent/1024, r.heapPerAgent/1024)
+			r.rssPerAgent/1024, r.heapPerAgent/1024, perChange(r.cpu), perChange(r.cpu-time.Duration(r.polls)*r.pollCPU), perChange(r.dbCPU))
 	}
-	fmt.Println("| target | 1000 on 3 replicas, 2 cores | | ≤ 200 ms | | | | |")
+	fmt.Println("| target | 1000 on 3 replicas, 2 cores | | ≤ 200 ms | | | | | | | |")
+	fmt.Println("CPU / change: the servers' process over the changes (with the API client and its polls for ACTIVE, every 2 ms); less polls: without those, at the cost of one poll measured apart")
 }
 
 func fatal(err error) {

@@ -4,7 +4,10 @@
 // creates/s and the time until all are ACTIVE, per database engine and
 // number of server replicas (each with the production wiring: change log,
 // sequencer, fan-out; no agents connected),
-// next to the figure of real Octavia measured on this kind of machine.
+// next to the figure of real Octavia measured on this kind of machine,
+// and the CPU each load balancer cost, from the first create until all
+// are ACTIVE: this process's (the servers, the clients and their polls)
+// and the throwaway PostgreSQL cluster's.
 //
 //	go run ./bench/apicreate -n 1000 -sqlite -postgres auto -replicas 1,3
 package main
@@ -38,6 +41,9 @@ type result struct {
 	p50, p99     time.Duration
 	errors       int
 	objectsPerLB int
+	// cpu is this process's CPU from the first create until all are
+	// ACTIVE; dbCPU the throwaway PostgreSQL cluster's (0: not known).
+	cpu, dbCPU time.Duration
 }
 
 func body(i, members int, subnet string) []byte {
@@ -185,7 +191,7 @@ func countActive(client *http.Client, url string) (int, error) {
 	return active, nil
 }
 
-func run(ctx context.Context, engine, dsn string, n, members, conc, replicas int) (result, error) {
+func run(ctx context.Context, engine, dsn string, n, members, conc, replicas int, dbCPU func() (time.Duration, bool)) (result, error) {
 	dir, err := os.MkdirTemp("", "flowlb-bench-")
 	if err != nil {
 		return result{}, err
@@ -209,7 +215,8 @@ func run(ctx context.Context, engine, dsn string, n, members, conc, replicas int
 	for i := range bodies {
 		bodies[i] = body(i, members, srvs[0].subnet)
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), benchkit.ProcessCPU()
+	db0, dbKnown := dbCPU()
 	lat, errs := createAll(client, urls, bodies, conc)
 	createWall := time.Since(start)
 	// Polled every 100 ms (one list of the load balancers' statuses,
@@ -228,9 +235,14 @@ func run(ctx context.Context, engine, dsn string, n, members, conc, replicas int
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	activeWall := time.Since(start)
+	activeWall, cpu := time.Since(start), benchkit.ProcessCPU()-cpu0
+	var db time.Duration
+	if db1, ok := dbCPU(); ok && dbKnown {
+		db = db1 - db0
+	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	return result{engine: engine, servers: replicas, n: n, createWall: createWall, activeWall: activeWall, p50: lat[n/2], p99: lat[n*99/100], errors: int(errs), objectsPerLB: 4 + members}, nil
+	return result{engine: engine, servers: replicas, n: n, createWall: createWall, activeWall: activeWall, p50: lat[n/2], p99: lat[n*99/100], errors: int(errs),
+		objectsPerLB: 4 + members, cpu: cpu, dbCPU: db}, nil
 }
 
 func main() {
@@ -256,7 +268,7 @@ func main() {
 			fatal(err)
 		}
 		defer os.RemoveAll(dir)
-		r, err := run(ctx, "sqlite", filepath.Join(dir, "flowlb.db"), *n, *members, *conc, 1)
+		r, err := run(ctx, "sqlite", filepath.Join(dir, "flowlb.db"), *n, *members, *conc, 1, func() (time.Duration, bool) { return 0, false })
 		if err != nil {
 			fatal(err)
 		}
@@ -279,7 +291,7 @@ func main() {
 			if err != nil {
 				fatal(err)
 			}
-			r, err := run(ctx, "postgres", db, *n, *members, *conc, k)
+			r, err := run(ctx, "postgres", db, *n, *members, *conc, k, pgs.CPUTime)
 			if err != nil {
 				fatal(err)
 			}
@@ -288,13 +300,18 @@ func main() {
 	}
 	fmt.Printf("%d fully populated load balancers (1 listener, 1 pool, %d members, 1 health monitor), %d concurrent clients, %s\n",
 		*n, *members, *conc, time.Now().UTC().Format("2006-01-02"))
-	fmt.Println("| engine | servers | creates/s | all created | all ACTIVE | create p50 | create p99 | errors |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| engine | servers | creates/s | all created | all ACTIVE | create p50 | create p99 | errors | CPU / LB | PostgreSQL CPU / LB |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
-		fmt.Printf("| flowlb %s | %d | %.0f | %.2f s | %.2f s | %.1f ms | %.1f ms | %d |\n", r.engine, r.servers, float64(r.n)/r.createWall.Seconds(),
-			r.createWall.Seconds(), r.activeWall.Seconds(), benchkit.MS(r.p50), benchkit.MS(r.p99), r.errors)
+		db := ""
+		if r.dbCPU > 0 {
+			db = fmt.Sprintf("%.2f ms", benchkit.MS(r.dbCPU)/float64(r.n))
+		}
+		fmt.Printf("| flowlb %s | %d | %.0f | %.2f s | %.2f s | %.1f ms | %.1f ms | %d | %.2f ms | %s |\n", r.engine, r.servers, float64(r.n)/r.createWall.Seconds(),
+			r.createWall.Seconds(), r.activeWall.Seconds(), benchkit.MS(r.p50), benchkit.MS(r.p99), r.errors, benchkit.MS(r.cpu)/float64(r.n), db)
 	}
-	fmt.Println("| Octavia amphora+noop (anchor: 100 plain LBs) | 1 | ≈8 | 11–13 s | 71–73 s | | | |")
+	fmt.Println("| Octavia amphora+noop (anchor: 100 plain LBs) | 1 | ≈8 | 11–13 s | 71–73 s | | | | | |")
+	fmt.Println("CPU / LB: this process's (servers, clients, the 100 ms polls for ACTIVE) from the first create until all are ACTIVE, per load balancer")
 	fmt.Println("targets: 1,000 full LBs ACTIVE in ≤ 3 s on SQLite, ≤ 5 s through 3 PostgreSQL replicas")
 }
 

@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/flowlb/flowlb/bench/internal/benchkit"
@@ -199,15 +198,15 @@ func run(ctx context.Context, engine, dsn string, dbCPU dbClock, sizes []int, ot
 		}
 		time.Sleep(200 * time.Millisecond) // the writer is going
 		db0, hasDB := dbCPU()
-		t0, cpu0 := time.Now(), cpuTime()
+		t0, cpu0 := time.Now(), benchkit.ProcessCPU()
 		_, _, berr := a.do("PUT", "/v2/lbaas/pools/"+pool+"/members", body)
-		batch, cpu := time.Since(t0), cpuTime()-cpu0
+		batch, cpu := time.Since(t0), benchkit.ProcessCPU()-cpu0
 		db1, hasDB1 := dbCPU()
 		if berr == nil {
 			berr = a.waitActive(lb, 10*time.Minute)
 		}
 		active := time.Since(t0)
-		cpuAll := cpuTime() - cpu0
+		cpuAll := benchkit.ProcessCPU() - cpu0
 		if db2, ok := dbCPU(); ok {
 			cpuAll += db2 - db0
 		}
@@ -316,16 +315,6 @@ func main() {
 			r.batch.Seconds(), r.cpu.Seconds(), db, r.active.Seconds(), r.cpuAll.Seconds(), r.writes, benchkit.MS(r.p50), benchkit.MS(r.p99), benchkit.MS(r.max))
 	}
 	fmt.Println("before (2026-11, SQLite, batch answered): 1k 0.24 s, 5k 2.3 s, 10k 10.5 s, 20k 42 s, other writes blocked throughout; target 20k ≤ 1 s")
-}
-
-// cpuTime is the process's user and system CPU time: on a shared
-// machine it is the figure that does not depend on the other load.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func fatal(err error) {
