@@ -2,9 +2,11 @@ package fanout
 
 import (
 	"context"
+	"slices"
+	"strings"
 
-	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/store"
 )
 
 // TreeSource reads load balancer trees for the fan-out.
@@ -15,20 +17,38 @@ type TreeSource interface {
 	TreesByID(ctx context.Context, ids []string) (map[string]*lbaas.Tree, error)
 }
 
-// ServiceSource reads trees from the LBaaS service with an admin identity:
-// the fan-out serves every project.
-type ServiceSource struct{ Svc *lbaas.Service }
-
-func admin(ctx context.Context) context.Context {
-	return identity.WithCaller(ctx, identity.Caller{IsAdmin: true})
+// StoreSource reads trees from the store as its reader
+// (lbaas.ReadFlowTrees): the fan-out serves every project and acts for
+// no API caller. Security gives the VIP ports' security rules (nil:
+// none).
+type StoreSource struct {
+	Store    store.Store
+	Security lbaas.PortSecurity
 }
 
 // Trees returns every load balancer tree.
-func (s ServiceSource) Trees(ctx context.Context) ([]*lbaas.Tree, error) {
-	return s.Svc.FlowTrees(admin(ctx))
+func (s StoreSource) Trees(ctx context.Context) ([]*lbaas.Tree, error) {
+	var out []*lbaas.Tree
+	err := s.Store.View(ctx, func(tx store.ReadTx) error {
+		trees, err := lbaas.ReadFlowTrees(tx, nil, s.Security)
+		for _, t := range trees {
+			out = append(out, t)
+		}
+		return err
+	})
+	// In a stable order, which the hub does not need: it sorts by
+	// seniority.
+	slices.SortFunc(out, func(a, b *lbaas.Tree) int { return strings.Compare(a.LB.ID, b.LB.ID) })
+	return out, err
 }
 
 // TreesByID returns the trees of the load balancers that exist.
-func (s ServiceSource) TreesByID(ctx context.Context, ids []string) (map[string]*lbaas.Tree, error) {
-	return s.Svc.TreesByID(admin(ctx), ids)
+func (s StoreSource) TreesByID(ctx context.Context, ids []string) (map[string]*lbaas.Tree, error) {
+	var out map[string]*lbaas.Tree
+	err := s.Store.View(ctx, func(tx store.ReadTx) error {
+		var err error
+		out, err = lbaas.ReadFlowTrees(tx, ids, s.Security)
+		return err
+	})
+	return out, err
 }

@@ -143,13 +143,31 @@ func deps(t *testing.T, pattern string) map[string][]string {
 // the Octavia API's packages (its refusals are its own; the API maps
 // them), and the Neutron subset does not speak Octavia's wire format.
 func TestDomainKnowsNoHTTP(t *testing.T) {
-	for _, tc := range []struct {
-		pattern   string
-		forbidden []string
-	}{
+	noDirectImports(t, []rule{
 		{"internal/lbaas/...", []string{"net/http", module + "internal/octavia/...", module + "internal/neutron/..."}},
 		{"internal/neutron/...", []string{module + "internal/octavia/..."}},
-	} {
+	})
+}
+
+// TestFanOutIsNoCaller: the fan-out and the compiler read the trees as
+// the store's reader and act for no API caller, so they have no use for
+// the callers' identities (a forged admin caller would need them).
+func TestFanOutIsNoCaller(t *testing.T) {
+	noDirectImports(t, []rule{
+		{"internal/fanout/...", []string{module + "internal/identity/..."}},
+		{"internal/compiler/...", []string{module + "internal/identity/..."}},
+	})
+}
+
+// rule: the packages of pattern import none of forbidden themselves.
+type rule struct {
+	pattern   string
+	forbidden []string
+}
+
+func noDirectImports(t *testing.T, rules []rule) {
+	t.Helper()
+	for _, tc := range rules {
 		imports := deps(t, module+tc.pattern)
 		for pkg, imps := range imports {
 			if !matches(pkg, module+tc.pattern) {

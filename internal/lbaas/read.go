@@ -98,7 +98,7 @@ func (s *Service) TreesOf(ctx context.Context, id, name string) ([]*Tree, error)
 // what listing load balancers needs. Empty id and name list them all.
 func (s *Service) LoadBalancers(ctx context.Context, id, name string) ([]*Tree, error) {
 	if id == "" && name == "" {
-		return s.trees(ctx, false, loadBalancerKinds)
+		return s.trees(ctx, loadBalancerKinds)
 	}
 	return s.treesOf(ctx, id, name, loadBalancerKinds)
 }
@@ -129,48 +129,41 @@ func (s *Service) treesOf(ctx context.Context, id, name string, kinds []store.Ki
 	return out, err
 }
 
-// TreesByID returns the trees of the given load balancers that exist and
-// the caller may see, by id, in one read of nine queries, with the
-// security rules of their VIP ports (for the data plane).
-func (s *Service) TreesByID(ctx context.Context, ids []string) (map[string]*Tree, error) {
-	c, err := caller(ctx)
+// ReadFlowTrees reads the trees the data plane serves, as the store's
+// reader: of the load balancers ids that exist, or of every load balancer
+// when ids is nil, in every project and for no caller (the fan-out serves
+// them all, and answers to no one), with the security rules of their VIP
+// ports when sec is set.
+func ReadFlowTrees(tx store.ReadTx, ids []string, sec PortSecurity) (map[string]*Tree, error) {
+	out := map[string]*Tree{}
+	if ids != nil && len(ids) == 0 {
+		return out, nil // an empty filter would select everything
+	}
+	f := store.Filter{LoadBalancerIDs: ids}
+	lbs, err := tx.List(store.KindLoadBalancer, f)
 	if err != nil {
 		return nil, err
 	}
-	f := visibleFilter(c)
-	f.LoadBalancerIDs = ids
-	out := map[string]*Tree{}
-	err = s.st.View(ctx, func(tx store.ReadTx) error {
-		lbs, err := tx.List(store.KindLoadBalancer, f)
+	for _, r := range lbs {
+		lb, err := decode[LoadBalancer](r)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		for _, r := range lbs {
-			lb, err := decode[LoadBalancer](r)
-			if err != nil {
-				return err
-			}
-			out[lb.ID] = &Tree{LB: lb}
-		}
-		if err := loadChildren(tx, f, out); err != nil {
-			return err
-		}
-		return s.loadSecurity(tx, f, out)
-	})
-	return out, err
+		out[lb.ID] = &Tree{LB: lb}
+	}
+	if err := loadChildren(tx, f, out); err != nil {
+		return nil, err
+	}
+	return out, loadSecurity(tx, f, out, sec)
 }
 
 // Trees returns every tree the caller may see (all projects for admins),
 // ordered by creation; list endpoints filter and page over them.
-func (s *Service) Trees(ctx context.Context) ([]*Tree, error) { return s.trees(ctx, false, nil) }
-
-// FlowTrees is Trees with the security rules of the VIP ports, which
-// only the data plane needs.
-func (s *Service) FlowTrees(ctx context.Context) ([]*Tree, error) { return s.trees(ctx, true, nil) }
+func (s *Service) Trees(ctx context.Context) ([]*Tree, error) { return s.trees(ctx, nil) }
 
 // trees loads every visible tree, with descendants of the given kinds
 // only (all when nil).
-func (s *Service) trees(ctx context.Context, security bool, kinds []store.Kind) ([]*Tree, error) {
+func (s *Service) trees(ctx context.Context, kinds []store.Kind) ([]*Tree, error) {
 	c, err := caller(ctx)
 	if err != nil {
 		return nil, err
@@ -192,11 +185,7 @@ func (s *Service) trees(ctx context.Context, security bool, kinds []store.Kind) 
 			byLB[lb.ID] = t
 			out = append(out, t)
 		}
-		// Children are listed per kind, not per tree: eight queries in all.
-		if err := loadChildrenOf(tx, f, byLB, kinds); err != nil || !security {
-			return err
-		}
-		return s.loadSecurity(tx, f, byLB)
+		return loadChildrenOf(tx, f, byLB, kinds)
 	})
 	sort.SliceStable(out, func(i, j int) bool { return out[i].LB.CreatedAt < out[j].LB.CreatedAt })
 	return out, err
@@ -272,10 +261,10 @@ type PortSecurity interface {
 	VIPSecurity(tx store.ReadTx, f store.Filter) (map[string]*SecurityRules, error)
 }
 
-// loadSecurity gives the trees the security rules of their VIP ports.
-func (s *Service) loadSecurity(tx store.ReadTx, f store.Filter, trees map[string]*Tree) error {
-	ps, ok := s.vips.(PortSecurity)
-	if !ok {
+// loadSecurity gives the trees the security rules of their VIP ports
+// (none without ps).
+func loadSecurity(tx store.ReadTx, f store.Filter, trees map[string]*Tree, ps PortSecurity) error {
+	if ps == nil {
 		return nil
 	}
 	rules, err := ps.VIPSecurity(tx, f)

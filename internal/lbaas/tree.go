@@ -26,7 +26,7 @@ type Tree struct {
 	FloatingIPs []*FloatingIP
 	// Security restricts the VIP's sources by the VIP port's security
 	// groups; nil when the port has none. Loaded only for the data plane
-	// (FlowTrees, TreesByID), read only.
+	// (ReadFlowTrees), read only.
 	Security *SecurityRules
 
 	dirty   map[string]bool

@@ -146,7 +146,11 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	}
 	s.Replica = o.ReplicaID
 	provider := flow.New(nil)
-	if s.svc, err = newService(st, provider, o, log); err != nil {
+	vips, err := vipAllocator(o, log)
+	if err != nil {
+		return nil, err
+	}
+	if s.svc, err = newService(st, vips, provider, o, log); err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
@@ -154,7 +158,8 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	if err != nil {
 		return nil, err
 	}
-	if err := s.serveAgents(ctx, provider, ca, reg, o); err != nil {
+	security, _ := vips.(lbaas.PortSecurity)
+	if err := s.serveAgents(ctx, provider, fanout.StoreSource{Store: st, Security: security}, ca, reg, o); err != nil {
 		return nil, err
 	}
 	s.rep = replica.New(st, s.svc, s.Hub.Revision, replica.Options{ID: o.ReplicaID, Address: o.Listen, LeaseTTL: o.LeaseTTL, Log: log}, reg)
@@ -340,24 +345,30 @@ func flowsOf(t *lbaas.Tree) any {
 	}{compiler.Compile(t), compiler.Probes(t)}
 }
 
-// newService is the LBaaS domain with the flow provider and the Network
-// VIP allocation.
-func newService(st store.Store, provider *flow.Provider, o Options, log *slog.Logger) (*lbaas.Service, error) {
-	var vips lbaas.VIPAllocator = neutron.NewAllocator()
+// vipAllocator is the Network's VIP allocation: the Neutron subset's, or
+// none (noop).
+func vipAllocator(o Options, log *slog.Logger) (lbaas.VIPAllocator, error) {
+	switch o.Network {
+	case "neutron", "":
+		return neutron.NewAllocator(), nil
+	case "noop":
+		log.Warn("--network noop: VIPs are not allocated and operating statuses stay OFFLINE; for API conformance runs only")
+		return neutron.NoopAllocator{}, nil
+	}
+	return nil, fmt.Errorf("unknown --network %q: use neutron or noop", o.Network)
+}
+
+// newService is the LBaaS domain with the flow provider and the VIP
+// allocation.
+func newService(st store.Store, vips lbaas.VIPAllocator, provider *flow.Provider, o Options, log *slog.Logger) (*lbaas.Service, error) {
 	aliases, err := parseAliases(o.ProviderAliases)
 	if err != nil {
 		return nil, err
 	}
 	cfg := lbaas.Config{DefaultProvider: flow.Name, Replica: o.ReplicaID, ProviderAliases: aliases, FlowsOf: flowsOf}
-	switch o.Network {
-	case "neutron", "":
-	case "noop":
-		vips = neutron.NoopAllocator{}
+	if _, noop := vips.(neutron.NoopAllocator); noop {
 		// No VIP is on any network, so nothing is measured either.
 		cfg.Unmeasured = true
-		log.Warn("--network noop: VIPs are not allocated and operating statuses stay OFFLINE; for API conformance runs only")
-	default:
-		return nil, fmt.Errorf("unknown --network %q: use neutron or noop", o.Network)
 	}
 	return lbaas.New(st, vips, []lbaas.Provider{provider}, cfg, log)
 }
@@ -396,7 +407,7 @@ const agentPingMin = 10 * time.Second
 
 // serveAgents starts the fan-out hub and the agent stream; the flow
 // provider realizes changes through the hub.
-func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, ca *pki.CA, reg *prometheus.Registry, o Options) error {
+func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, src fanout.TreeSource, ca *pki.CA, reg *prometheus.Registry, o Options) error {
 	token, err := agentToken(o)
 	if err != nil {
 		return err
@@ -405,7 +416,7 @@ func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, ca *p
 	if err != nil {
 		return fmt.Errorf("agent stream TLS: %w", err)
 	}
-	hub, err := fanout.NewHub(ctx, s.st, fanout.ServiceSource{Svc: s.svc}, fanout.Options{Replica: o.ReplicaID, Token: token,
+	hub, err := fanout.NewHub(ctx, s.st, src, fanout.Options{Replica: o.ReplicaID, Token: token,
 		Identities: ca, IdentityTTL: o.IdentityTTL, AckTimeout: o.AckTimeout, Registerer: reg, Log: s.log})
 	if err != nil {
 		return err

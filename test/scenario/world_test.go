@@ -88,7 +88,7 @@ func newWorld(t *testing.T) *world {
 	if w.svc, err = lbaas.New(st, neutron.Allocator{}, []lbaas.Provider{provider}, lbaas.Config{DefaultProvider: flow.Name}, log); err != nil {
 		t.Fatal(err)
 	}
-	if w.hub, err = fanout.NewHub(ctx, st, fanout.ServiceSource{Svc: w.svc}, fanout.Options{Replica: "local", Token: token, AckTimeout: 5 * time.Second, Log: log}); err != nil {
+	if w.hub, err = fanout.NewHub(ctx, st, fanout.StoreSource{Store: st, Security: neutron.Allocator{}}, fanout.Options{Replica: "local", Token: token, AckTimeout: 5 * time.Second, Log: log}); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = w.hub.Run(ctx) }()
