@@ -128,9 +128,7 @@ func (c *contestRun) checkSameAsFresh() {
 // every load balancer whose keys changed.
 func (c *contestRun) checkHandovers(before map[flows.Key]string, rev int64, counted float64) {
 	after := owners(c.hub.Table().Services)
-	c.hub.mu.Lock()
-	resent := c.hub.ring.since(rev)
-	c.hub.mu.Unlock()
+	resent := c.hub.served.changedSince(rev)
 	moved := 0
 	for k, was := range before {
 		now, held := after[k]

@@ -16,7 +16,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"sync"
 	"time"
 
@@ -55,11 +54,27 @@ type Options struct {
 	Log        *slog.Logger
 }
 
-// ringSize bounds the log entries kept for agents' catch-up; an agent
-// further behind gets a snapshot.
-const ringSize = 100000
-
-// Hub holds the table, this replica's agents and the cluster's acks.
+// Hub is one replica's side of the agent stream, wired from parts that
+// each keep their own state under their own lock:
+//
+//   - the tail (tail.go) follows the log, compiles the load balancers of
+//     each batch and hands the result to
+//   - served (served.go): the flow table at the log's revision and the
+//     recent entries, which orders each change with the update broadcast
+//     for it through
+//   - streams (streams.go): this replica's agents and their queues;
+//   - acks (acks.go): the agents' acknowledged revisions, this replica's
+//     and the cluster's, and the changes waiting for them (realize.go);
+//   - probes (probes.go): which agent probes each monitored member;
+//   - verdicts (health.go) and stats (stats.go): the agents' health
+//     verdicts and statistics on their way to the store;
+//   - journal (journal.go) and taken (progress.go): the recent past, for
+//     the dashboard and the metrics.
+//
+// Locks are taken in that order (served, probes, acks, streams, journal,
+// taken), never back: a part that needs another's lock later in the
+// order may take it inside its own; one earlier, only after releasing
+// its own.
 type Hub struct {
 	agentv1.UnimplementedAgentServer
 	st    store.Store
@@ -69,33 +84,14 @@ type Hub struct {
 	epoch string
 	m     *metrics
 
-	mu       sync.Mutex
-	rev      int64 // the table holds every entry up to rev
-	services *serviceTable
-	ring     ring
-	acks     acks
-	// waiting are the changes waiting for the agents (realize.go).
-	waiting map[*waiter]bool
-	// readsStarted counts the reads of the cluster's agents begun,
-	// readsDone is the number of the last one finished: a waiter settles
-	// only on a view of the agents read after it came (acks.go).
-	readsStarted, readsDone int64
-	readNow                 chan struct{}
-
-	// Health: every monitored member's probe, the node probing it, and
-	// each load balancer's probed members.
-	probes     map[string]flows.Probe
-	probeOwner map[string]string
-	lbProbes   map[string][]string
-	sink       HealthSink
-	healthQ    chan healthEvent
-	statsSink  StatsSink
-	statsQ     chan statsEvent
-
-	// journal is the recent past the dashboard shows.
-	journal journal
-	// taken times the recent revisions, for the agents' programming time.
-	taken takenTimes
+	served   *served
+	streams  *streams
+	acks     *acks
+	probes   *probes
+	verdicts *verdicts
+	stats    *statsReports
+	journal  *journal
+	taken    *takenTimes
 }
 
 // NewHub loads the flow table at the log's head.
@@ -109,16 +105,19 @@ func NewHub(ctx context.Context, st store.Store, src TreeSource, o Options) (*Hu
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	h := &Hub{st: st, src: src, o: o, log: o.Log,
-		services: newServiceTable(), waiting: map[*waiter]bool{},
-		acks:   newAcks(),
-		probes: map[string]flows.Probe{}, probeOwner: map[string]string{}, lbProbes: map[string][]string{},
-		healthQ: make(chan healthEvent, 4096), statsQ: make(chan statsEvent, 1024), readNow: make(chan struct{}, 1),
-	}
-	h.m = newMetrics(h, o.Registerer)
-	var err error
-	if h.epoch, err = st.Epoch(ctx); err != nil {
+	epoch, err := st.Epoch(ctx)
+	if err != nil {
 		return nil, err
+	}
+	h := &Hub{st: st, src: src, o: o, log: o.Log, epoch: epoch,
+		streams: newStreams(epoch), acks: newAcks(o.Replica, o.AckTimeout),
+		verdicts: newVerdicts(healthQueue), stats: newStatsReports(statsQueue), journal: &journal{}, taken: &takenTimes{}}
+	h.served = newServed(epoch, h.streams)
+	h.probes = newProbes(h.acks.nodes, h.streams.sendProbes)
+	h.m = newMetrics(h, o.Registerer)
+	h.acks.settled = func(w *waiter, now time.Time) {
+		h.m.realized.Observe(now.Sub(w.start).Seconds())
+		h.journal.settled(w.change, now)
 	}
 	if err := h.load(ctx); err != nil {
 		return nil, fmt.Errorf("load flow table: %w", err)
@@ -134,9 +133,9 @@ func (h *Hub) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	from := max(oldest, head-ringSize)
-	h.ring.start = from
-	for from < head {
+	start := max(oldest, head-ringSize)
+	var recent []store.LogEntry
+	for from := start; from < head; {
 		es, err := h.st.Log(ctx, from, tailBatch)
 		if err != nil {
 			return err
@@ -148,7 +147,7 @@ func (h *Hub) load(ctx context.Context) error {
 			if e.Revision > head {
 				break
 			}
-			h.ring.add(e)
+			recent = append(recent, e)
 		}
 		from = es[len(es)-1].Revision
 	}
@@ -156,37 +155,29 @@ func (h *Hub) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Senior first: a contested key goes to its holder at once, and
-	// only the claims that lose are reported.
+	var cs []change
+	probed := map[string][]flows.Probe{}
 	for _, t := range compiler.BySeniority(trees) {
-		h.setLBProbes(t.LB.ID, compiler.Probes(t))
-		h.reportContested(h.services.set(t.LB.ID, compiler.SeniorityOf(t.LB), compiler.Compile(t)))
+		out := compiler.Of(t)
+		cs = append(cs, change{lbID: t.LB.ID, seniority: compiler.SeniorityOf(t.LB), services: out.Services})
+		probed[t.LB.ID] = out.Probes
 	}
-	h.rev = head
+	for _, r := range h.served.load(start, head, recent, cs) {
+		h.reportContested(r)
+	}
+	h.probes.set(probed)
+	h.acks.tableAt(head, nil)
 	return nil
 }
 
-// reportContested logs and counts what a replacement did to contested keys.
-// Called with h.mu held.
-func (h *Hub) reportContested(r replaced) {
-	for _, c := range r.conflicts {
-		h.m.keyConflicts.Inc()
-		h.log.Warn("two load balancers claim one VIP, protocol and port; the senior keeps it, the other's service is not programmed",
-			"key", c.key, "holder", c.holder, "refused", c.claimant)
-	}
-	for _, m := range r.moves {
-		h.m.keyMoves.Inc()
-		h.log.Warn("a contested VIP, protocol and port changed hands", "key", m.key, "from", m.from, "to", m.to)
-	}
-}
-
 // Run follows the log, shares this replica's acks and reads the others',
-// until ctx ends.
+// ends the waits whose time is up and records the agents' health
+// verdicts and statistics, until ctx ends; it returns once all of that
+// has stopped.
 func (h *Hub) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for _, loop := range []func(context.Context){h.followLog, h.flushAcks, h.readAgents, h.expire} {
-		wg.Add(1)
-		go func() { defer wg.Done(); loop(ctx) }()
+	for _, loop := range []func(context.Context){h.followLog, h.flushAcks, h.readAgents, h.expire, h.healthLoop, h.statsLoop} {
+		wg.Go(func() { loop(ctx) })
 	}
 	wg.Wait()
 	return ctx.Err()
@@ -196,37 +187,76 @@ func (h *Hub) Run(ctx context.Context) error {
 func (h *Hub) Register(s *grpc.Server) { agentv1.RegisterAgentServer(s, h) }
 
 // Revision is the log revision the table holds.
-func (h *Hub) Revision() int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.rev
-}
+func (h *Hub) Revision() int64 { return h.served.revision() }
 
 // Agents returns this replica's connected nodes with their acked
 // revisions.
-func (h *Hub) Agents() map[string]int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := map[string]int64{}
-	for a := range h.acks.local {
-		out[a.node] = a.acked
-	}
-	return out
-}
+func (h *Hub) Agents() map[string]int64 { return h.acks.localRevisions() }
 
 // ClusterAgents returns the live agents of the whole cluster, on any
 // replica, with their acknowledged revisions, as this replica knows them
 // (the others' as the store last had them): the agents its changes wait
 // for.
-func (h *Hub) ClusterAgents() map[string]int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.acks.revisions()
-}
+func (h *Hub) ClusterAgents() map[string]int64 { return h.acks.revisions() }
 
 // Table returns the flow table the hub serves, at its revision.
-func (h *Hub) Table() flows.Table {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return flows.Table{Revision: h.rev, Services: maps.Clone(h.services.byKey)}
+func (h *Hub) Table() flows.Table { return h.served.table() }
+
+// Probers returns, for each member probed, the node probing it.
+func (h *Hub) Probers() map[string]string { return h.probes.owners() }
+
+// flushAcks writes this replica's agents' acks to the store as they come,
+// a batch at a time, and tells the other replicas.
+func (h *Hub) flushAcks(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.acks.flush:
+		}
+		batch, gone := h.acks.takeDirty()
+		if err := h.st.RecordAgents(ctx, h.o.Replica, batch, gone); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			h.log.Warn("recording the agents' acks", "err", err)
+			h.acks.requeue(batch, gone)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		h.st.Notify(ctx, store.TopicAgents)
+	}
+}
+
+// readAgents reads the cluster's agents from the store when a replica
+// tells of news, when a change starts waiting, and every few polls
+// besides.
+func (h *Hub) readAgents(ctx context.Context) {
+	news := h.st.Watch(store.TopicAgents)
+	tick := time.NewTicker(2 * h.o.Poll)
+	defer tick.Stop()
+	for {
+		ticket := h.acks.startRead()
+		all, err := h.st.Agents(ctx)
+		if err != nil && ctx.Err() == nil {
+			h.log.Warn("reading the cluster's agents", "err", err)
+		}
+		if err == nil {
+			h.journal.noteCluster(all, h.o.Replica, h.acks.streaming(), time.Now())
+			if h.acks.readDone(ticket, all) {
+				h.probes.reassign("")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-news:
+		case <-h.acks.readNow:
+		case <-tick.C:
+		}
+	}
 }

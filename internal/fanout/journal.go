@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"maps"
+	"sync"
 	"time"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
@@ -68,9 +69,10 @@ func kernelStatusOf(m *agentv1.KernelStatus, now time.Time) KernelStatus {
 }
 
 // journal keeps what the dashboard shows of the hub's recent past, in
-// bounded rings, and this replica's nodes' kernel status. Called with the
-// hub's lock held.
+// bounded rings, and this replica's nodes' kernel status. Its lock is
+// taken last: it calls nothing.
 type journal struct {
+	mu      sync.Mutex
 	changes []ChangeTrace
 	health  []HealthTransition
 	kernel  map[string]KernelStatus
@@ -92,6 +94,8 @@ const (
 
 // applied records the entries the table took at now.
 func (j *journal) applied(es []store.LogEntry, now time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	if len(es) > journalChanges {
 		es = es[len(es)-journalChanges:]
 	}
@@ -103,6 +107,13 @@ func (j *journal) applied(es []store.LogEntry, now time.Time) {
 
 // acked records that node is at rev at now; only raises are kept.
 func (j *journal) acked(node string, rev int64, now time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.ack(node, rev, now)
+}
+
+// ack is acked with j.mu held.
+func (j *journal) ack(node string, rev int64, now time.Time) {
 	if j.progress == nil {
 		j.progress = map[string][]ackPoint{}
 	}
@@ -115,6 +126,8 @@ func (j *journal) acked(node string, rev int64, now time.Time) {
 
 // settled records that the wait for entry ended at now.
 func (j *journal) settled(entry int64, now time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	for i := range j.changes {
 		if j.changes[i].Entry == entry && j.changes[i].Settled.IsZero() {
 			j.changes[i].Settled = now
@@ -124,19 +137,39 @@ func (j *journal) settled(entry int64, now time.Time) {
 
 // kernelReport keeps a node's last kernel status.
 func (j *journal) kernelReport(node string, ks KernelStatus) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	if j.kernel == nil {
 		j.kernel = map[string]KernelStatus{}
 	}
 	j.kernel[node] = ks
 }
 
+// forgetKernel forgets the kernel status of a node that left.
+func (j *journal) forgetKernel(node string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	delete(j.kernel, node)
+}
+
+// kernelStatuses are the nodes' last kernel statuses.
+func (j *journal) kernelStatuses() map[string]KernelStatus {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return maps.Clone(j.kernel)
+}
+
 func (j *journal) transition(t HealthTransition) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	j.health = appendBounded(j.health, t, journalHealth)
 }
 
 // traces returns the recorded changes, newest first, each with the time
 // every node in nodes programmed it (absent: not yet).
 func (j *journal) traces(nodes map[string]int64) []ChangeTrace {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	out := make([]ChangeTrace, 0, len(j.changes))
 	for i := len(j.changes) - 1; i >= 0; i-- {
 		c := j.changes[i]
@@ -172,30 +205,25 @@ func appendBounded[T any](s []T, v T, limit int) []T {
 	return append(s, v)
 }
 
+// healthTransitions are the recorded health transitions, oldest first.
+func (j *journal) healthTransitions() []HealthTransition {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]HealthTransition(nil), j.health...)
+}
+
 // Changes returns the last log entries this replica applied, newest
 // first, with the time each live agent programmed them.
-func (h *Hub) Changes() []ChangeTrace {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.journal.traces(h.acks.revisions())
-}
+func (h *Hub) Changes() []ChangeTrace { return h.journal.traces(h.acks.revisions()) }
 
 // HealthTransitions returns the last member health changes recorded
 // through this replica's agents, oldest first.
-func (h *Hub) HealthTransitions() []HealthTransition {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]HealthTransition(nil), h.journal.health...)
-}
+func (h *Hub) HealthTransitions() []HealthTransition { return h.journal.healthTransitions() }
 
 // KernelStatuses returns, for each node connected to this replica, its
 // kernel's status as its agent last reported it (agents that report none
 // are left out).
-func (h *Hub) KernelStatuses() map[string]KernelStatus {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return maps.Clone(h.journal.kernel)
-}
+func (h *Hub) KernelStatuses() map[string]KernelStatus { return h.journal.kernelStatuses() }
 
 // Probed returns, per node, the members it probes (Probers inverted).
 func (h *Hub) Probed() map[string][]string {
@@ -206,19 +234,22 @@ func (h *Hub) Probed() map[string][]string {
 	return out
 }
 
-// noteCluster records the other replicas' agents' acks, and forgets the
-// nodes that are gone from the cluster. Called with h.mu held.
-func (h *Hub) noteCluster(all []store.AgentAck, now time.Time) {
+// noteCluster records the other replicas' agents' acks, as the store
+// has the cluster's agents (all), and forgets the nodes that are gone
+// from the cluster, but for those streaming to this replica (replica).
+func (j *journal) noteCluster(all []store.AgentAck, replica string, streaming map[string]bool, now time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	live := make(map[string]bool, len(all))
 	for _, c := range all {
 		live[c.Node] = true
-		if c.Replica != h.o.Replica {
-			h.journal.acked(c.Node, c.Revision, now)
+		if c.Replica != replica {
+			j.ack(c.Node, c.Revision, now)
 		}
 	}
-	for n := range h.journal.progress {
-		if !live[n] && h.acks.perNode[n] == 0 {
-			delete(h.journal.progress, n)
+	for n := range j.progress {
+		if !live[n] && !streaming[n] {
+			delete(j.progress, n)
 		}
 	}
 }

@@ -69,22 +69,22 @@ func TestJournalBounded(t *testing.T) {
 // The other replicas' acks are recorded from the store's view; a node gone
 // from the cluster is forgotten unless it streams to this replica.
 func TestJournalNoteCluster(t *testing.T) {
-	h := &Hub{o: Options{Replica: "r1"}, acks: newAcks()}
+	var j journal
 	now := time.Unix(2000, 0)
-	h.journal.acked("local", 5, now)
-	h.journal.acked("gone", 5, now)
-	h.acks.perNode["local"] = 1
-	h.noteCluster([]store.AgentAck{{Replica: "r2", Node: "remote", Revision: 7}, {Replica: "r1", Node: "mine", Revision: 9}}, now.Add(time.Second))
-	if ps := h.journal.progress["remote"]; len(ps) != 1 || ps[0].rev != 7 || !ps[0].at.Equal(now.Add(time.Second)) {
+	j.acked("local", 5, now)
+	j.acked("gone", 5, now)
+	j.noteCluster([]store.AgentAck{{Replica: "r2", Node: "remote", Revision: 7}, {Replica: "r1", Node: "mine", Revision: 9}}, "r1",
+		map[string]bool{"local": true}, now.Add(time.Second))
+	if ps := j.progress["remote"]; len(ps) != 1 || ps[0].rev != 7 || !ps[0].at.Equal(now.Add(time.Second)) {
 		t.Errorf("remote node: %+v", ps)
 	}
-	if _, ok := h.journal.progress["mine"]; ok {
+	if _, ok := j.progress["mine"]; ok {
 		t.Error("this replica's own row in the store was taken for an ack; its agents' acks come from their streams")
 	}
-	if _, ok := h.journal.progress["gone"]; ok {
+	if _, ok := j.progress["gone"]; ok {
 		t.Error("a node gone from the cluster is kept")
 	}
-	if _, ok := h.journal.progress["local"]; !ok {
+	if _, ok := j.progress["local"]; !ok {
 		t.Error("a node streaming here, not yet in the store, was forgotten")
 	}
 }

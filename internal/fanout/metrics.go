@@ -64,27 +64,21 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.timeouts, m.agents, m.lagRevisions, m.lagSeconds, m.realized, m.programmed, m.healthResults, m.healthReaction, m.statsErrors,
 			m.authFailures, m.identities, m.bindingRefusals, m.keyConflicts, m.keyMoves,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_acks_pending", Help: "Changes waiting for the agents' acks."}, func() float64 {
-				h.mu.Lock()
-				defer h.mu.Unlock()
-				return float64(len(h.waiting))
+				return float64(h.acks.pending())
 			}),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_cluster_agents", Help: "Agents connected to any live replica."}, func() float64 {
-				h.mu.Lock()
-				defer h.mu.Unlock()
 				return float64(len(h.acks.revisions()))
 			}),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_key_conflicts",
 				Help: "Services not programmed now because a senior load balancer holds their VIP, protocol and port."}, func() float64 {
-				h.mu.Lock()
-				defer h.mu.Unlock()
-				return float64(h.services.waitingClaims())
+				return float64(h.served.waitingClaims())
 			}),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_revision", Help: "The log revision this replica's flow table holds."}, func() float64 {
 				return float64(h.Revision())
 			}),
 			lagCollector{h: h, desc: prometheus.NewDesc("flowlb_fanout_agent_lag_revisions",
 				"Revisions each agent of this replica has not acknowledged yet, by node.", []string{"node"}, nil)},
-			memberCollector{h: h, desc: prometheus.NewDesc("flowlb_health_members", "Monitored members by health verdict.", []string{"status"}, nil)})
+			memberCollector{p: h.probes, desc: prometheus.NewDesc("flowlb_health_members", "Monitored members by health verdict.", []string{"status"}, nil)})
 	}
 	return m
 }

@@ -2,14 +2,16 @@ package fanout
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // takenTimes remembers when this replica's table took each recent
-// revision, so that an ack can be timed from it.
+// revision, so that an ack can be timed from it. Its lock is taken last.
 type takenTimes struct {
+	mu    sync.Mutex
 	revs  []int64
 	times []time.Time
 }
@@ -20,6 +22,8 @@ const takenBound = 4096
 
 // add records that revision rev (above every one before) was taken at t.
 func (k *takenTimes) add(rev int64, t time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if n := len(k.revs); n > 0 && rev <= k.revs[n-1] {
 		return
 	}
@@ -34,6 +38,8 @@ func (k *takenTimes) add(rev int64, t time.Time) {
 // most upTo, was taken: what an ack raising an agent from after to upTo
 // newly covers; false when none is recorded.
 func (k *takenTimes) firstAfter(after, upTo int64) (time.Time, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	i, _ := slices.BinarySearch(k.revs, after+1)
 	if i == len(k.revs) || k.revs[i] > upTo {
 		return time.Time{}, false
@@ -51,17 +57,10 @@ type lagCollector struct {
 func (c lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c lagCollector) Collect(ch chan<- prometheus.Metric) {
-	c.h.mu.Lock()
-	lag := map[string]int64{}
-	for a := range c.h.acks.local {
-		// A node with two streams (moving between them) is as far
-		// behind as its newest.
-		if l, ok := lag[a.node]; !ok || c.h.rev-a.acked < l {
-			lag[a.node] = c.h.rev - a.acked
-		}
-	}
-	c.h.mu.Unlock()
-	for node, l := range lag {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(max(l, 0)), node)
+	rev := c.h.served.revision()
+	// A node with two streams (moving between them) is as far behind as
+	// its newest.
+	for node, acked := range c.h.acks.localRevisions() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(max(rev-acked, 0)), node)
 	}
 }

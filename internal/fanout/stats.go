@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
@@ -13,16 +14,30 @@ import (
 // StatsSink records what one node counted (store.Stats.AddStats).
 type StatsSink func(ctx context.Context, node string, counts []store.ListenerCounts, ttl time.Duration) error
 
+// statsQueue bounds the reports waiting to be recorded; a stream whose
+// report finds it full waits for room (or for its own end), rather than
+// lose counts.
+const statsQueue = 1024
+
+// statsDrain bounds how long the reports still queued when the hub stops
+// are given to be recorded: the agents report what they counted since
+// their last report, so a report dropped is counts lost.
+const statsDrain = 2 * time.Second
+
+// statsReports are the agents' statistics reports on their way to the
+// sink, recorded one at a time by the hub's statistics loop, which ends
+// with the hub's Run after writing what is still queued (for at most
+// statsDrain).
+type statsReports struct {
+	q    chan statsEvent
+	sink atomic.Pointer[StatsSink]
+}
+
+func newStatsReports(size int) *statsReports { return &statsReports{q: make(chan statsEvent, size)} }
+
 // SetStatsSink makes the hub record its agents' statistics reports with
 // sink. Without a sink, reports are ignored.
-func (h *Hub) SetStatsSink(sink StatsSink) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.statsSink == nil {
-		go h.statsLoop()
-	}
-	h.statsSink = sink
-}
+func (h *Hub) SetStatsSink(sink StatsSink) { h.stats.sink.Store(&sink) }
 
 type statsEvent struct {
 	node   string
@@ -88,27 +103,58 @@ func activeTTL(r *agentv1.StatsReport) time.Duration {
 	return 10 * time.Second
 }
 
-// stats queues a node's report for the sink (the stream's receiver
-// waits when the queue is full, rather than lose counts).
-func (h *Hub) stats(node string, r *agentv1.StatsReport) {
-	h.mu.Lock()
-	sink := h.statsSink
-	h.mu.Unlock()
+// reportStats queues a node's report for the sink, waiting for room
+// until ctx (its stream's) ends.
+func (h *Hub) reportStats(ctx context.Context, node string, r *agentv1.StatsReport) error {
+	if h.stats.sink.Load() == nil {
+		return nil
+	}
+	return enqueue(ctx, h.stats.q, statsEvent{node: node, counts: listenerCounts(r), ttl: activeTTL(r)})
+}
+
+// statsLoop records reports one at a time, in arrival order, until ctx
+// ends; then those still queued, for at most statsDrain.
+func (h *Hub) statsLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			h.drainStats(nil)
+			return
+		case ev := <-h.stats.q:
+			if ctx.Err() != nil {
+				h.drainStats(&ev)
+				return
+			}
+			h.recordStats(ctx, ev)
+		}
+	}
+}
+
+// drainStats records the reports queued when the hub stops, first taken
+// already (nil: none).
+func (h *Hub) drainStats(first *statsEvent) {
+	ctx, cancel := context.WithTimeout(context.Background(), statsDrain)
+	defer cancel()
+	if first != nil {
+		h.recordStats(ctx, *first)
+	}
+	for {
+		select {
+		case ev := <-h.stats.q:
+			h.recordStats(ctx, ev)
+		default:
+			return
+		}
+	}
+}
+
+func (h *Hub) recordStats(ctx context.Context, ev statsEvent) {
+	sink := h.stats.sink.Load()
 	if sink == nil {
 		return
 	}
-	h.statsQ <- statsEvent{node: node, counts: listenerCounts(r), ttl: activeTTL(r)}
-}
-
-// statsLoop records reports one at a time, in arrival order.
-func (h *Hub) statsLoop() {
-	for ev := range h.statsQ {
-		h.mu.Lock()
-		sink := h.statsSink
-		h.mu.Unlock()
-		if err := sink(context.Background(), ev.node, ev.counts, ev.ttl); err != nil {
-			h.m.statsErrors.Inc()
-			h.log.Error("record statistics", "node", ev.node, "err", err)
-		}
+	if err := (*sink)(ctx, ev.node, ev.counts, ev.ttl); err != nil {
+		h.m.statsErrors.Inc()
+		h.log.Error("record statistics", "node", ev.node, "err", err)
 	}
 }
