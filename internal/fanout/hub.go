@@ -57,8 +57,11 @@ type Options struct {
 // Hub is one replica's side of the agent stream, wired from parts that
 // each keep their own state under their own lock:
 //
+//   - written (written.go) holds the trees this replica's writes hand
+//     over until the tail takes them;
 //   - the tail (tail.go) follows the log, compiles the load balancers of
-//     each batch and hands the result to
+//     each batch once (a tree a write handed over, else one read from
+//     the store) and hands the result to
 //   - served (served.go): the flow table at the log's revision and the
 //     recent entries, which orders each change with the update broadcast
 //     for it through
@@ -74,7 +77,7 @@ type Options struct {
 // Locks are taken in that order (served, probes, acks, streams, journal,
 // taken), never back: a part that needs another's lock later in the
 // order may take it inside its own; one earlier, only after releasing
-// its own.
+// its own. written's is taken under no other.
 type Hub struct {
 	agentv1.UnimplementedAgentServer
 	st    store.Store
@@ -92,6 +95,7 @@ type Hub struct {
 	stats    *statsReports
 	journal  *journal
 	taken    *takenTimes
+	written  *written
 }
 
 // NewHub loads the flow table at the log's head.
@@ -111,7 +115,7 @@ func NewHub(ctx context.Context, st store.Store, src TreeSource, o Options) (*Hu
 	}
 	h := &Hub{st: st, src: src, o: o, log: o.Log, epoch: epoch,
 		streams: newStreams(epoch), acks: newAcks(o.Replica, o.AckTimeout),
-		verdicts: newVerdicts(healthQueue), stats: newStatsReports(statsQueue), journal: &journal{}, taken: &takenTimes{}}
+		verdicts: newVerdicts(healthQueue), stats: newStatsReports(statsQueue), journal: &journal{}, taken: &takenTimes{}, written: newWritten()}
 	h.served = newServed(epoch, h.streams)
 	h.probes = newProbes(h.acks.nodes, h.streams.sendProbes)
 	h.m = newMetrics(h, o.Registerer)
@@ -155,12 +159,13 @@ func (h *Hub) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	readEnd := time.Now()
 	var cs []change
 	probed := map[string][]flows.Probe{}
 	for _, t := range compiler.BySeniority(trees) {
-		out := compiler.Of(t)
-		cs = append(cs, change{lbID: t.LB.ID, seniority: compiler.SeniorityOf(t.LB), services: out.Services})
-		probed[t.LB.ID] = out.Probes
+		c, probes := compile(t, &lbInput{floatingIPs: t.FloatingIPs, security: t.Security, readEnd: readEnd})
+		cs = append(cs, c)
+		probed[t.LB.ID] = probes
 	}
 	for _, r := range h.served.load(start, head, recent, cs) {
 		h.reportContested(r)

@@ -25,6 +25,7 @@ type metrics struct {
 	bindingRefusals *prometheus.CounterVec
 	keyConflicts    prometheus.Counter
 	keyMoves        prometheus.Counter
+	trees           *prometheus.CounterVec
 	h               *Hub
 }
 
@@ -57,12 +58,14 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 			Help: "Node identities refused because the name is bound to another: by kind, enrollment (the bootstrap token asked for a name whose identity is valid) or renewal (by an identity the name is no longer bound to)."}, []string{"kind"}),
 		keyConflicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_key_conflicts_total",
 			Help: "Claims of a VIP, protocol and port that a senior load balancer holds: the claimant's service is not programmed (each counted when it starts to lose)."}),
+		trees: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_fanout_trees_total",
+			Help: "Load balancer trees the tail compiled, by where it took them: as the write on this replica handed it over (write) or read from the store (store)."}, []string{"from"}),
 		keyMoves: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_fanout_key_owner_changes_total",
 			Help: "Contested VIPs, protocols and ports that changed hands: taken by a senior claimant, or handed to a waiting one when the holder let go."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.timeouts, m.agents, m.lagRevisions, m.lagSeconds, m.realized, m.programmed, m.healthResults, m.healthReaction, m.statsErrors,
-			m.authFailures, m.identities, m.bindingRefusals, m.keyConflicts, m.keyMoves,
+			m.authFailures, m.identities, m.bindingRefusals, m.keyConflicts, m.keyMoves, m.trees,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_acks_pending", Help: "Changes waiting for the agents' acks."}, func() float64 {
 				return float64(h.acks.pending())
 			}),

@@ -28,13 +28,16 @@ type served struct {
 	rev      int64 // the table holds every entry up to rev
 	services *serviceTable
 	ring     ring
-	out      *streams
+	// inputs are what each load balancer's services were compiled from
+	// (written.go).
+	inputs map[string]*lbInput
+	out    *streams
 	// revNow is rev, for readers that need no consistent view.
 	revNow atomic.Int64
 }
 
 func newServed(epoch string, out *streams) *served {
-	return &served{epoch: epoch, services: newServiceTable(), out: out}
+	return &served{epoch: epoch, services: newServiceTable(), inputs: map[string]*lbInput{}, out: out}
 }
 
 // load fills an empty table at revision head: the recent entries, those
@@ -51,6 +54,7 @@ func (s *served) load(start, head int64, es []store.LogEntry, cs []change) []rep
 	var reports []replaced
 	for _, c := range cs {
 		reports = append(reports, s.services.set(c.lbID, c.seniority, c.services))
+		s.inputs[c.lbID] = c.input
 	}
 	s.rev = head
 	s.revNow.Store(head)
@@ -58,12 +62,13 @@ func (s *served) load(start, head int64, es []store.LogEntry, cs []change) []rep
 }
 
 // change is one load balancer's part of a step of the tail: what it
-// compiles to now, or gone.
+// compiles to now, and from what, or gone.
 type change struct {
 	lbID      string
 	gone      bool
 	seniority compiler.Seniority
 	services  []flows.Service
+	input     *lbInput
 }
 
 // applied is what a step did to the table.
@@ -95,8 +100,10 @@ func (s *served) apply(es []store.LogEntry, cs []change) (applied, bool) {
 		var r replaced
 		if c.gone {
 			r = s.services.drop(c.lbID)
+			delete(s.inputs, c.lbID)
 		} else {
 			r = s.services.set(c.lbID, c.seniority, c.services)
+			s.inputs[c.lbID] = c.input
 		}
 		a.reports = append(a.reports, r)
 		for _, other := range r.others {
@@ -175,6 +182,32 @@ func (s *served) revisionOf(entry int64) (int64, bool) {
 	defer s.mu.RUnlock()
 	rev, ok := s.ring.revOf[entry]
 	return rev, ok
+}
+
+// inputsOf returns what the table has of the load balancers ids (absent:
+// nothing). The tail, the only writer, reads them for its next step.
+func (s *served) inputsOf(ids []string) map[string]*lbInput {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string]*lbInput, len(ids))
+	for _, id := range ids {
+		if in := s.inputs[id]; in != nil {
+			out[id] = in
+		}
+	}
+	return out
+}
+
+// inputOf returns what a load balancer's services were compiled from, if
+// the table has taken its change-log entry change.
+func (s *served) inputOf(lbID string, change int64) (*lbInput, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	in := s.inputs[lbID]
+	if _, taken := s.ring.revOf[change]; !taken || in == nil {
+		return nil, false
+	}
+	return in, true
 }
 
 // waitingClaims counts the claims that do not hold their key.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/compiler"
 	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -45,36 +46,65 @@ func (h *Hub) catchUpLog(ctx context.Context) error {
 	}
 }
 
-// applyEntries recompiles the load balancers a batch of entries touched
+// applyEntries compiles the load balancers a batch of entries touched
 // and sends every agent, at the batch's last revision, the services each
-// of them has now, then the probe lists that changed. The trees are read
-// after the entries, so the table holds at least what the entries
-// committed.
+// of them has now, then the probe lists that changed. Each tree is the
+// one its last entry's write handed over (written.go) or, failing that,
+// read from the store after the entries, so that the table holds at
+// least what the entries committed.
 func (h *Hub) applyEntries(ctx context.Context, es []store.LogEntry) error {
 	var ids []string
-	seen := map[string]bool{}
+	entries := map[string][]int64{}
 	for _, e := range es {
-		if !seen[e.LoadBalancerID] {
-			seen[e.LoadBalancerID] = true
+		if _, seen := entries[e.LoadBalancerID]; !seen {
 			ids = append(ids, e.LoadBalancerID)
 		}
+		entries[e.LoadBalancerID] = append(entries[e.LoadBalancerID], e.ID)
 	}
-	trees, err := h.src.TreesByID(ctx, ids)
-	if err != nil {
-		return err
+	ws := h.written.take(es)
+	// What the table does not have yet may be taken after this step
+	// began, or never: forgotten too once the step is done.
+	defer h.written.take(es)
+	prev := h.served.inputsOf(ids)
+	sources := map[string]*source{}
+	var read []string
+	for _, id := range ids {
+		if src := sourceOf(entries[id], ws, prev[id]); src != nil {
+			sources[id] = src
+		} else {
+			read = append(read, id)
+		}
 	}
+	var trees map[string]*lbaas.Tree
+	var readEnd time.Time
+	if len(read) > 0 {
+		var err error
+		if trees, err = h.src.TreesByID(ctx, read); err != nil {
+			return err
+		}
+		readEnd = time.Now()
+	}
+	h.m.trees.WithLabelValues("write").Add(float64(len(sources)))
+	h.m.trees.WithLabelValues("store").Add(float64(len(read)))
 	cs := make([]change, 0, len(ids))
 	probed := make(map[string][]flows.Probe, len(ids))
 	for _, id := range ids {
-		t := trees[id]
+		var t *lbaas.Tree
+		var in *lbInput
+		if src := sources[id]; src != nil {
+			t = withNeutron(src.w.Tree, src.neutron)
+			in = &lbInput{floatingIPs: src.neutron.floatingIPs, security: src.neutron.security, readEnd: src.neutron.readEnd}
+		} else if t = trees[id]; t != nil {
+			in = &lbInput{floatingIPs: t.FloatingIPs, security: t.Security, readEnd: readEnd}
+		}
 		if t == nil {
 			cs = append(cs, change{lbID: id, gone: true})
 			probed[id] = nil
 			continue
 		}
-		out := compiler.Of(t)
-		cs = append(cs, change{lbID: id, seniority: compiler.SeniorityOf(t.LB), services: out.Services})
-		probed[id] = out.Probes
+		c, probes := compile(t, in)
+		cs = append(cs, c)
+		probed[id] = probes
 	}
 	a, ok := h.served.apply(es, cs)
 	if !ok {
@@ -91,6 +121,14 @@ func (h *Hub) applyEntries(ctx context.Context, es []store.LogEntry) error {
 	h.journal.applied(es, now)
 	h.acks.tableAt(last.Revision, es)
 	return nil
+}
+
+// compile is a load balancer's change of a step and its probes: t
+// compiled, with in, what it was compiled from, and its digest.
+func compile(t *lbaas.Tree, in *lbInput) (change, []flows.Probe) {
+	out := compiler.Of(t)
+	in.digest = out.Digest()
+	return change{lbID: t.LB.ID, seniority: compiler.SeniorityOf(t.LB), services: out.Services, input: in}, out.Probes
 }
 
 // reportContested logs and counts what a replacement did to contested keys.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,24 +135,40 @@ func (l *loggingStore) take() (commits, logged int) {
 	return commits, logged
 }
 
-// TestCompletionThatChangesNoFlowsIsNotLogged: with FlowsOf set, a
-// successful completion (PENDING_* to ACTIVE) writes no change-log entry,
-// so the fan-out sends nothing for it; a failed one, whose PENDING_DELETE
-// member becomes ERROR and live again, is logged. Without FlowsOf every
-// completion is logged.
+// TestCompletionThatChangesNoFlowsIsNotLogged: each change hands its
+// tree to Written, with its entry; with FlowsUnchanged set, a successful
+// completion (PENDING_* to ACTIVE) writes no change-log entry, so the
+// fan-out sends nothing for it; a failed one, whose PENDING_DELETE
+// member becomes ERROR and live again, is logged. Without FlowsUnchanged
+// every completion is logged.
 func TestCompletionThatChangesNoFlowsIsNotLogged(t *testing.T) {
 	eachEngine(t, func(t *testing.T, st store.Store) {
 		ls := &loggingStore{Store: st}
 		e := newEnv(t, false, ls)
-		// What the data plane would see: the live members' addresses.
-		e.svc.cfg.FlowsOf = func(tr *Tree) any {
-			var live []string
+		// What the data plane would see: the live members' addresses,
+		// as the fan-out keeps them from each change's tree.
+		live := func(tr *Tree) []string {
+			var out []string
 			for _, m := range tr.Members {
 				if m.ProvisioningStatus != PendingDelete {
-					live = append(live, m.Address)
+					out = append(out, m.Address)
 				}
 			}
-			return live
+			return out
+		}
+		var mu sync.Mutex
+		kept := map[string][]string{}
+		var written []Written
+		e.svc.cfg.Written = func(w Written) {
+			mu.Lock()
+			defer mu.Unlock()
+			kept[w.Tree.LB.ID] = live(w.Tree)
+			written = append(written, w)
+		}
+		e.svc.cfg.FlowsUnchanged = func(lbID string, _ int64, tr *Tree) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Equal(kept[lbID], live(tr))
 		}
 		tree, err := e.svc.CreateLoadBalancer(e.ctx, fullLB(t))
 		if err != nil {
@@ -161,6 +178,9 @@ func TestCompletionThatChangesNoFlowsIsNotLogged(t *testing.T) {
 		e.waitActive(tree.LB.ID)
 		if commits, logged := ls.take(); commits != 2 || logged != 1 {
 			t.Fatalf("create and its completion: %d commits, %d logged; want 2, 1 (the create's)", commits, logged)
+		}
+		if len(written) != 1 || written[0].Tree != tree || written[0].Entry == 0 || !written[0].FreshPorts || written[0].Began.IsZero() {
+			t.Fatalf("the create handed over %+v", written)
 		}
 
 		m := tree.Members[0]
@@ -175,8 +195,11 @@ func TestCompletionThatChangesNoFlowsIsNotLogged(t *testing.T) {
 		if commits, logged := ls.take(); commits != 2 || logged != 2 {
 			t.Fatalf("failed delete and its completion: %d commits, %d logged; want 2, 2", commits, logged)
 		}
+		if len(written) != 2 || written[1].Entry <= written[0].Entry || written[1].FreshPorts {
+			t.Fatalf("the delete handed over %+v", written[1:])
+		}
 
-		e.svc.cfg.FlowsOf = nil
+		e.svc.cfg.FlowsUnchanged = nil
 		second, err := e.svc.CreateLoadBalancer(e.ctx, fullLB(t))
 		if err != nil {
 			t.Fatal(err)
@@ -184,7 +207,25 @@ func TestCompletionThatChangesNoFlowsIsNotLogged(t *testing.T) {
 		e.prov.finish(nil)
 		e.waitActive(second.LB.ID)
 		if commits, logged := ls.take(); commits != 2 || logged != 2 {
-			t.Fatalf("without FlowsOf: %d commits, %d logged; want 2, 2", commits, logged)
+			t.Fatalf("without FlowsUnchanged: %d commits, %d logged; want 2, 2", commits, logged)
 		}
 	})
+}
+
+// A create on a user's port, which may have security groups and floating
+// IPs, is no create on fresh ports.
+func TestWrittenFreshPorts(t *testing.T) {
+	for _, tc := range []struct {
+		req  LoadBalancerCreate
+		want bool
+	}{
+		{LoadBalancerCreate{VIPSubnetID: "s"}, true},
+		{LoadBalancerCreate{VIPPortID: "p"}, false},
+		{LoadBalancerCreate{VIPSubnetID: "s", AdditionalVIPs: []AdditionalVIP{{SubnetID: "s2"}}}, true},
+		{LoadBalancerCreate{VIPSubnetID: "s", AdditionalVIPs: []AdditionalVIP{{SubnetID: "s2", PortID: "p2"}}}, false},
+	} {
+		if got := freshPorts(tc.req); got != tc.want {
+			t.Errorf("%+v: fresh %v, want %v", tc.req, got, tc.want)
+		}
+	}
 }

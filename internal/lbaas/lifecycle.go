@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/flowlb/flowlb/internal/identity"
@@ -95,6 +94,7 @@ func (s *Service) withLock(ctx context.Context, lbID, to string, allowed func(st
 // with the changes beside it, each as if alone) and may keep the tree for
 // the change's completion.
 func (s *Service) commit(ctx context.Context, build func(tx store.Tx) (*Tree, error)) (*Tree, error) {
+	began := time.Now()
 	changes := store.ChangesOf(s.st)
 	var tree *Tree
 	c, err := changes.Change(ctx, func(tx store.Tx) error {
@@ -107,6 +107,9 @@ func (s *Service) commit(ctx context.Context, build func(tx store.Tx) (*Tree, er
 	}
 	p := store.Pending{LoadBalancerID: tree.LB.ID, Owner: s.cfg.Replica, Change: c.Changes[tree.LB.ID]}
 	changes.Keep(p, func() any { return tree.clone() })
+	if s.cfg.Written != nil && p.Change != 0 {
+		s.cfg.Written(Written{Entry: p.Change, Tree: tree, Began: began, FreshPorts: tree.freshPorts})
+	}
 	s.realize(p, tree.LB.Provider)
 	return tree, nil
 }
@@ -238,13 +241,9 @@ func (s *Service) completeIn(tx store.Tx, p store.Pending, perr error) error {
 	if t.LB.ProvisioningStatus == PendingDelete && perr == nil {
 		return s.purge(tx, t)
 	}
-	var before any
-	if s.cfg.FlowsOf != nil {
-		before = s.cfg.FlowsOf(t)
-	}
 	s.settle(t, perr)
 	s.rollUp(t)
-	if s.cfg.FlowsOf != nil && reflect.DeepEqual(before, s.cfg.FlowsOf(t)) {
+	if s.cfg.FlowsUnchanged != nil && s.cfg.FlowsUnchanged(p.LoadBalancerID, p.Change, t) {
 		return t.saveUnlogged(tx)
 	}
 	return t.save(tx)

@@ -34,11 +34,25 @@ func (s *Service) buildTree(tx store.Tx, project string, req LoadBalancerCreate)
 	if err := s.allocateVIPs(tx, lb, req); err != nil {
 		return nil, err
 	}
-	t := &Tree{LB: lb, created: map[string]bool{lb.ID: true}}
+	t := &Tree{LB: lb, created: map[string]bool{lb.ID: true}, freshPorts: freshPorts(req)}
 	if err := s.addGraph(t, req.Listeners.Value, req.Pools.Value); err != nil {
 		return nil, err
 	}
 	return t, nil
+}
+
+// freshPorts reports whether a create allocates every VIP port rather
+// than taking a user's, which may have security groups and floating IPs.
+func freshPorts(req LoadBalancerCreate) bool {
+	if req.VIPPortID != "" {
+		return false
+	}
+	for _, av := range req.AdditionalVIPs {
+		if av.PortID != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // sameProvider reports whether two names (or aliases) are one provider.

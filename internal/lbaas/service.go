@@ -59,13 +59,39 @@ type Config struct {
 	// OFFLINE and members NO_MONITOR, as under Octavia's noop drivers,
 	// instead of claiming ONLINE for traffic nothing forwards.
 	Unmeasured bool
-	// FlowsOf, when set, is what the data plane derives from a tree (its
-	// compiled services and probes). A completion that leaves it as it
-	// was, as a successful one moving objects from PENDING_* to ACTIVE
-	// does, writes no change-log entry, so that the fan-out sends no
-	// agent a second update per change for nothing. Nil: every
-	// completion is logged.
-	FlowsOf func(t *Tree) any
+	// Written, when set, is given each committed change's tree as its
+	// transaction wrote it, with its change-log entry, so that the
+	// data plane's fan-out compiles that tree instead of reading it back.
+	Written func(w Written)
+	// FlowsUnchanged, when set, says whether the data plane serves a
+	// load balancer's tree, as its completion leaves it, as it serves the
+	// load balancer now (the fan-out compares the digest of the tree's
+	// compiled services and probes with the one it kept from compiling
+	// the change). A completion it answers true for, as a successful one
+	// moving objects from PENDING_* to ACTIVE, writes no change-log
+	// entry, so that the fan-out sends no agent a second update per
+	// change for nothing. Nil: every completion is logged.
+	FlowsUnchanged func(lbID string, change int64, t *Tree) bool
+}
+
+// Written is a committed change's tree as its transaction wrote it.
+type Written struct {
+	// Entry is the change-log entry of the tree's load balancer.
+	Entry int64
+	// Tree is read only: the request answers from it too. Its floating
+	// IPs are those its transaction saw (a concurrent Neutron write may
+	// have changed them since, logging a change of its own), and it has
+	// no security rules (Tree.Security is loaded for the data plane
+	// only).
+	Tree *Tree
+	// Began is when the change's transaction began, or earlier: a read of
+	// the store that ended before it cannot have seen the change, nor
+	// any later change of the load balancer.
+	Began time.Time
+	// FreshPorts: the change created the load balancer on VIP ports it
+	// allocated, which have no security groups and no floating IPs yet,
+	// so that the tree's (none) are all the load balancer has.
+	FreshPorts bool
 }
 
 // Service implements the LBaaS operations.

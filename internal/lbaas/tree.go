@@ -29,6 +29,10 @@ type Tree struct {
 	// (ReadFlowTrees), read only.
 	Security *SecurityRules
 
+	// freshPorts: created by this change on VIP ports it allocated
+	// (Written.FreshPorts).
+	freshPorts bool
+
 	dirty   map[string]bool
 	created map[string]bool
 	removed []removal

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,9 +31,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flowlb/flowlb/internal/apimetrics"
-	"github.com/flowlb/flowlb/internal/compiler"
 	"github.com/flowlb/flowlb/internal/fanout"
-	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/httpserve"
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/lbaas"
@@ -105,6 +104,7 @@ type Server struct {
 	log        *slog.Logger
 	st         store.Store
 	svc        *lbaas.Service
+	link       hubLink
 	rep        *replica.Replica
 	http       *http.Server
 	grpc       *grpc.Server
@@ -150,7 +150,7 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	if err != nil {
 		return nil, err
 	}
-	if s.svc, err = newService(st, vips, provider, o, log); err != nil {
+	if s.svc, err = newService(st, vips, provider, &s.link, o, log); err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
@@ -337,12 +337,23 @@ func ensureVIPSubnets(ctx context.Context, st store.Store, o Options, log *slog.
 	return nil
 }
 
-// flowsOf is what the agents get of a tree: its services and probes.
-func flowsOf(t *lbaas.Tree) any {
-	return struct {
-		services []flows.Service
-		probes   []flows.Probe
-	}{compiler.Compile(t), compiler.Probes(t)}
+// hubLink hands the domain's changes to the fan-out hub, which is made
+// after the domain: each change's tree as its write produced it, for the
+// hub to compile instead of reading it back, and a completion's question
+// whether it changes what the agents get (the hub compares digests).
+// Before the hub is set, nothing is handed over and every completion is
+// logged.
+type hubLink struct{ hub atomic.Pointer[fanout.Hub] }
+
+func (l *hubLink) written(w lbaas.Written) {
+	if h := l.hub.Load(); h != nil {
+		h.Written(w)
+	}
+}
+
+func (l *hubLink) flowsUnchanged(lbID string, change int64, t *lbaas.Tree) bool {
+	h := l.hub.Load()
+	return h != nil && h.FlowsUnchanged(lbID, change, t)
 }
 
 // vipAllocator is the Network's VIP allocation: the Neutron subset's, or
@@ -360,12 +371,13 @@ func vipAllocator(o Options, log *slog.Logger) (lbaas.VIPAllocator, error) {
 
 // newService is the LBaaS domain with the flow provider and the VIP
 // allocation.
-func newService(st store.Store, vips lbaas.VIPAllocator, provider *flow.Provider, o Options, log *slog.Logger) (*lbaas.Service, error) {
+func newService(st store.Store, vips lbaas.VIPAllocator, provider *flow.Provider, link *hubLink, o Options, log *slog.Logger) (*lbaas.Service, error) {
 	aliases, err := parseAliases(o.ProviderAliases)
 	if err != nil {
 		return nil, err
 	}
-	cfg := lbaas.Config{DefaultProvider: flow.Name, Replica: o.ReplicaID, ProviderAliases: aliases, FlowsOf: flowsOf}
+	cfg := lbaas.Config{DefaultProvider: flow.Name, Replica: o.ReplicaID, ProviderAliases: aliases,
+		Written: link.written, FlowsUnchanged: link.flowsUnchanged}
 	if _, noop := vips.(neutron.NoopAllocator); noop {
 		// No VIP is on any network, so nothing is measured either.
 		cfg.Unmeasured = true
@@ -422,6 +434,7 @@ func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, src f
 		return err
 	}
 	s.Hub = hub
+	s.link.hub.Store(hub)
 	provider.Realizer = hub
 	// Agents' health verdicts become member operating statuses, and the
 	// flows follow them.
