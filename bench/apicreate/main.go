@@ -24,6 +24,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +46,11 @@ type result struct {
 	// cpu is this process's CPU from the first create until all are
 	// ACTIVE; dbCPU the throwaway PostgreSQL cluster's (0: not known).
 	cpu, dbCPU time.Duration
+	// treesWritten and treesRead are the trees the fan-outs compiled
+	// from the writes and from the store (treesCounted: the servers
+	// count them).
+	treesWritten, treesRead float64
+	treesCounted            bool
 }
 
 func body(i, members int, subnet string) []byte {
@@ -63,6 +70,7 @@ func body(i, members int, subnet string) []byte {
 // server is an in-process flowlb server with the production wiring:
 // the change log, its sequencer and the fan-out that completes changes.
 type server struct {
+	base   string
 	url    string
 	subnet string
 	close  func()
@@ -89,7 +97,7 @@ func startServer(ctx context.Context, dsn, dir string, i int) (*server, error) {
 		closeIt()
 		return nil, err
 	}
-	return &server{url: base + "/v2/lbaas/loadbalancers", subnet: subnet, close: closeIt}, nil
+	return &server{base: base, url: base + "/v2/lbaas/loadbalancers", subnet: subnet, close: closeIt}, nil
 }
 
 // vipSubnet finds the default VIP subnet through the Neutron API.
@@ -167,6 +175,36 @@ func createAll(client *http.Client, urls []string, bodies [][]byte, conc int) ([
 	return lat, errs.Load()
 }
 
+// treesFrom sums, over the servers' metrics, the trees their fan-outs
+// compiled as a write handed them over and as read from the store
+// (flowlb_fanout_trees_total); ok is false if no server counts them.
+func treesFrom(client *http.Client, srvs []*server) (written, read float64, ok bool, err error) {
+	for _, s := range srvs {
+		resp, err := client.Get(s.base + "/metrics")
+		if err != nil {
+			return 0, 0, false, err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return 0, 0, false, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			for from, sum := range map[string]*float64{"write": &written, "store": &read} {
+				if v, found := strings.CutPrefix(line, `flowlb_fanout_trees_total{from="`+from+`"} `); found {
+					f, err := strconv.ParseFloat(v, 64)
+					if err != nil {
+						return 0, 0, false, fmt.Errorf("%s: %w", line, err)
+					}
+					*sum += f
+					ok = true
+				}
+			}
+		}
+	}
+	return written, read, ok, nil
+}
+
 // countActive counts the load balancers the API lists as ACTIVE.
 func countActive(client *http.Client, url string) (int, error) {
 	resp, err := client.Get(url + "?fields=provisioning_status")
@@ -240,8 +278,12 @@ func run(ctx context.Context, engine, dsn string, n, members, conc, replicas int
 	if db1, ok := dbCPU(); ok && dbKnown {
 		db = db1 - db0
 	}
+	written, read, counted, err := treesFrom(client, srvs)
+	if err != nil {
+		return result{}, err
+	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	return result{engine: engine, servers: replicas, n: n, createWall: createWall, activeWall: activeWall, p50: lat[n/2], p99: lat[n*99/100], errors: int(errs),
+	return result{treesWritten: written, treesRead: read, treesCounted: counted, engine: engine, servers: replicas, n: n, createWall: createWall, activeWall: activeWall, p50: lat[n/2], p99: lat[n*99/100], errors: int(errs),
 		objectsPerLB: 4 + members, cpu: cpu, dbCPU: db}, nil
 }
 
@@ -300,18 +342,23 @@ func main() {
 	}
 	fmt.Printf("%d fully populated load balancers (1 listener, 1 pool, %d members, 1 health monitor), %d concurrent clients, %s\n",
 		*n, *members, *conc, time.Now().UTC().Format("2006-01-02"))
-	fmt.Println("| engine | servers | creates/s | all created | all ACTIVE | create p50 | create p99 | errors | CPU / LB | PostgreSQL CPU / LB |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| engine | servers | creates/s | all created | all ACTIVE | create p50 | create p99 | errors | CPU / LB | PostgreSQL CPU / LB | trees from writes / store |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		db := ""
 		if r.dbCPU > 0 {
 			db = fmt.Sprintf("%.2f ms", benchkit.MS(r.dbCPU)/float64(r.n))
 		}
-		fmt.Printf("| flowlb %s | %d | %.0f | %.2f s | %.2f s | %.1f ms | %.1f ms | %d | %.2f ms | %s |\n", r.engine, r.servers, float64(r.n)/r.createWall.Seconds(),
-			r.createWall.Seconds(), r.activeWall.Seconds(), benchkit.MS(r.p50), benchkit.MS(r.p99), r.errors, benchkit.MS(r.cpu)/float64(r.n), db)
+		trees := ""
+		if r.treesCounted {
+			trees = fmt.Sprintf("%.0f / %.0f", r.treesWritten, r.treesRead)
+		}
+		fmt.Printf("| flowlb %s | %d | %.0f | %.2f s | %.2f s | %.1f ms | %.1f ms | %d | %.2f ms | %s | %s |\n", r.engine, r.servers, float64(r.n)/r.createWall.Seconds(),
+			r.createWall.Seconds(), r.activeWall.Seconds(), benchkit.MS(r.p50), benchkit.MS(r.p99), r.errors, benchkit.MS(r.cpu)/float64(r.n), db, trees)
 	}
-	fmt.Println("| Octavia amphora+noop (anchor: 100 plain LBs) | 1 | ≈8 | 11–13 s | 71–73 s | | | | | |")
+	fmt.Println("| Octavia amphora+noop (anchor: 100 plain LBs) | 1 | ≈8 | 11–13 s | 71–73 s | | | | | | |")
 	fmt.Println("CPU / LB: this process's (servers, clients, the 100 ms polls for ACTIVE) from the first create until all are ACTIVE, per load balancer")
+	fmt.Println("trees: the load balancer trees the servers' fan-outs compiled from what a write on their replica handed over, and read back from the store")
 	fmt.Println("targets: 1,000 full LBs ACTIVE in ≤ 3 s on SQLite, ≤ 5 s through 3 PostgreSQL replicas")
 }
 
