@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -143,8 +144,10 @@ func (j *junit) results() (passed, failed []junitCase) {
 			case c.Failure != nil || c.Status == "failed" || c.Status == "panicked" || c.Status == "timedout":
 				failed = append(failed, c)
 			case c.Skipped != nil || c.Status == "skipped" || c.Status == "pending":
-			case strings.HasPrefix(c.Name, "[SynchronizedBeforeSuite]") || strings.HasPrefix(c.Name, "[SynchronizedAfterSuite]") ||
-				strings.HasPrefix(c.Name, "[ReportAfterSuite]") || strings.HasPrefix(c.Name, "[BeforeSuite]") || strings.HasPrefix(c.Name, "[AfterSuite]"):
+			case !strings.HasPrefix(c.Name, "[It] "):
+				// The suite's own nodes ([SynchronizedBeforeSuite],
+				// [ReportBeforeSuite], ...) are no specs; they count only
+				// when they fail.
 			default:
 				passed = append(passed, c)
 			}
@@ -225,4 +228,35 @@ func (r *realLab) startKubeProxies(t *testing.T, mode string) {
 		})
 	}
 
+}
+
+// TestJUnitResults: only specs count as passed; the suite's own nodes
+// count when they fail.
+func TestJUnitResults(t *testing.T) {
+	var j junit
+	doc := `<testsuites><testsuite>
+<testcase name="[ReportBeforeSuite]" status="passed"></testcase>
+<testcase name="[SynchronizedBeforeSuite]" status="failed"><failure message="m">t</failure></testcase>
+<testcase name="[It] [sig-network] Services should a [Conformance]" status="passed"></testcase>
+<testcase name="[It] [sig-network] Services should b" status="skipped"><skipped message="skipped - Need at least 3 schedulable nodes"></skipped></testcase>
+<testcase name="[It] [sig-network] Services should c" status="failed"><failure message="m">t</failure></testcase>
+<testcase name="[ReportAfterSuite] Kubernetes e2e suite report" status="passed"></testcase>
+</testsuite></testsuites>`
+	if err := xml.Unmarshal([]byte(doc), &j); err != nil {
+		t.Fatal(err)
+	}
+	passed, failed := j.results()
+	var p, f []string
+	for _, c := range passed {
+		p = append(p, c.Name)
+	}
+	for _, c := range failed {
+		f = append(f, c.Name)
+	}
+	if want := []string{"[It] [sig-network] Services should a [Conformance]"}; !slices.Equal(p, want) {
+		t.Errorf("passed %q, want %q", p, want)
+	}
+	if want := []string{"[SynchronizedBeforeSuite]", "[It] [sig-network] Services should c"}; !slices.Equal(f, want) {
+		t.Errorf("failed %q, want %q", f, want)
+	}
 }
