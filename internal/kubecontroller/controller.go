@@ -101,6 +101,9 @@ type Controller struct {
 	// how long after a change is seen ACTIVE its Service's AnnApplied is
 	// written.
 	auditEvery, recordDelay time.Duration
+	// picks are the Stages of the reconciles under way; stages each
+	// Service's last applied change's (StagesHandler).
+	picks, stages map[string]Stages
 
 	m *metrics
 }
@@ -109,6 +112,7 @@ type metrics struct {
 	reconciles *prometheus.CounterVec
 	latency    prometheus.Histogram
 	drifted    prometheus.Counter
+	stage      *prometheus.HistogramVec
 }
 
 // New builds a controller; Run starts it. neutron gives LoadBalancer
@@ -137,6 +141,8 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 		born:        map[string]time.Time{},
 		made:        map[string]bool{},
 		listed:      map[string]kubelb.ActualLB{},
+		picks:       map[string]Stages{},
+		stages:      map[string]Stages{},
 		sliceGrace:  defaultSliceGrace,
 		auditEvery:  defaultAuditEvery,
 		recordDelay: defaultRecordDelay,
@@ -150,10 +156,14 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 				Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 			drifted: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_kube_drifted_total",
 				Help: "Load balancers the periodic list found changed or gone behind the controller's back, each then read in full and repaired."}),
+			stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flowlb_kube_stage_seconds",
+				Help: "A change's stages in the controller: queue (informer event to a worker taking the reconcile that applies it, " +
+					"a new Service's wait for its EndpointSlice included), calls (the API's answers), active (answered to ACTIVE seen).",
+				Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"stage"}),
 		},
 	}
 	if reg != nil {
-		reg.MustRegister(c.m.reconciles, c.m.latency, c.m.drifted)
+		reg.MustRegister(c.m.reconciles, c.m.latency, c.m.drifted, c.m.stage)
 	}
 	if err := sliceInf.Informer().AddIndexers(cache.Indexers{byService: sliceServiceIndex}); err != nil {
 		panic(err) // only before the informer starts, which New does not do
@@ -414,7 +424,9 @@ func (c *Controller) next(ctx context.Context) bool {
 	since := c.seen[key]
 	delete(c.seen, key)
 	c.mu.Unlock()
+	c.picked(key, since)
 	err := c.reconcile(ctx, key)
+	c.unpicked(key)
 	switch {
 	case err == nil:
 		c.queue.Forget(key)
@@ -481,6 +493,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	svc, err := c.services.Services(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.forget(key)
+		c.mu.Lock()
+		delete(c.stages, key)
+		c.mu.Unlock()
 		return c.release(ctx, key, lbName)
 	}
 	if err != nil {
@@ -632,6 +647,7 @@ func (c *Controller) sendMembers(ctx context.Context, svc *corev1.Service, key, 
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "load balancer %s: %v", lbName, err)
 		return err
 	}
+	c.sent(key)
 	c.remember(key, applied{want: want, ingress: a.ingress, calls: n, pending: pending, lbID: a.lbID, pools: a.pools, loaded: a.loaded})
 	if pending != "" {
 		return errAwaiting
@@ -674,6 +690,7 @@ func (c *Controller) settled(ctx context.Context, svc *corev1.Service, key, lbNa
 		return "", errAwaiting
 	}
 	c.learnSettle(a)
+	c.activeSeen(key)
 	c.ensured(ctx, svc, lbName, a)
 	return chk.UpdatedAt, nil
 }
@@ -719,7 +736,13 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service, lbName str
 		return applied{}, err
 	}
 	a := applied{want: want, calls: calls, pending: vip.Pending, lbID: vip.ID, pools: vip.Pools, stamp: vip.UpdatedAt}
+	if calls > 0 {
+		c.sent(svc.Namespace + "/" + svc.Name)
+	}
 	if a.pending == "" {
+		if calls > 0 {
+			c.activeSeen(svc.Namespace + "/" + svc.Name)
+		}
 		c.ensured(ctx, svc, lbName, a)
 	}
 	if want.FloatingIP == nil {
