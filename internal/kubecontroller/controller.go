@@ -175,7 +175,11 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 			}
 			c.enqueue(o)
 		},
-		UpdateFunc: func(_, o any) { c.enqueue(o) },
+		UpdateFunc: func(old, o any) {
+			if !onlyRecorded(old, o) {
+				c.enqueue(o)
+			}
+		},
 		DeleteFunc: func(o any) { c.enqueue(o) },
 	})
 	_, _ = sliceInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

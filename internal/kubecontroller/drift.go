@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"time"
 
@@ -179,4 +180,25 @@ func (c *Controller) audit(ctx context.Context) error {
 		c.add(key)
 	}
 	return nil
+}
+
+// onlyRecorded says whether a Service update changed nothing but
+// AnnApplied (the controller's own write, which changes nothing it
+// applies): such an update is not queued. A resync (the same object
+// again) still is.
+func onlyRecorded(old, cur any) bool {
+	a, ok1 := old.(*corev1.Service)
+	b, ok2 := cur.(*corev1.Service)
+	if !ok1 || !ok2 || a.ResourceVersion == b.ResourceVersion || a.Annotations[AnnApplied] == b.Annotations[AnnApplied] {
+		return false
+	}
+	x, y := a.DeepCopy(), b.DeepCopy()
+	for _, s := range []*corev1.Service{x, y} {
+		delete(s.Annotations, AnnApplied)
+		if len(s.Annotations) == 0 {
+			s.Annotations = nil
+		}
+		s.ResourceVersion, s.ManagedFields, s.Generation = "", nil, 0
+	}
+	return reflect.DeepEqual(x, y)
 }

@@ -392,3 +392,30 @@ func TestRestartReadsNothing(t *testing.T) {
 	}
 	testutil.Eventually(t, within, "web3's pool repaired", h.algorithm("web3", "ROUND_ROBIN"))
 }
+
+func TestOnlyRecorded(t *testing.T) {
+	base := svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10")
+	base.ResourceVersion = "1"
+	with := func(f func(s *corev1.Service)) *corev1.Service {
+		s := base.DeepCopy()
+		s.ResourceVersion = "2"
+		f(s)
+		return s
+	}
+	recorded := func(s *corev1.Service) { s.Annotations = map[string]string{AnnApplied: "v1 d lb-1 t1"} }
+	for _, c := range []struct {
+		name     string
+		old, cur *corev1.Service
+		want     bool
+	}{
+		{"the annotation written", base, with(recorded), true},
+		{"the annotation and a label", base, with(func(s *corev1.Service) { recorded(s); s.Labels = map[string]string{"a": "b"} }), false},
+		{"the annotation and the spec", base, with(func(s *corev1.Service) { recorded(s); s.Spec.Ports[0].Port = 81 }), false},
+		{"a label alone", base, with(func(s *corev1.Service) { s.Labels = map[string]string{"a": "b"} }), false},
+		{"a resync: the same object", base, base, false},
+	} {
+		if got := onlyRecorded(c.old, c.cur); got != c.want {
+			t.Errorf("%s: onlyRecorded = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
