@@ -574,12 +574,12 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		fresh = true
 		c.keep(key, a)
 		if same {
-			return c.done(ctx, svc, key, a)
+			return c.done(ctx, svc, a)
 		}
 	}
 	if known && c.trusted(a) {
 		if reflect.DeepEqual(a.want, want) {
-			return c.done(ctx, svc, key, a)
+			return c.done(ctx, svc, a)
 		}
 		if calls, ok := kubelb.PlanMembers(a.lbID, a.pools, a.want, want); ok {
 			if err := c.sendMembers(ctx, svc, key, lbName, a, want, calls, fresh); !errors.Is(err, errDrifted) {
@@ -596,16 +596,16 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if a.pending != "" {
 		return errAwaiting
 	}
-	return c.done(ctx, svc, key, a)
+	return c.done(ctx, svc, a)
 }
 
 // done ends a reconcile whose load balancer holds a.want, ACTIVE: the
 // Service's ingress, then (later) its AnnApplied.
-func (c *Controller) done(ctx context.Context, svc *corev1.Service, key string, a applied) error {
+func (c *Controller) done(ctx context.Context, svc *corev1.Service, a applied) error {
 	if err := c.setIngressOf(ctx, svc, a.want, a.ingress); err != nil {
 		return err
 	}
-	return c.record(ctx, svc, key, a)
+	return c.record(ctx, svc, a)
 }
 
 // trusted says whether a, what the last reconcile applied, may be taken

@@ -33,7 +33,9 @@ import (
 //   - a restart lists the load balancers once (the garbage collection's
 //     list) and trusts a Service whose annotation AnnApplied names the
 //     digest of the load balancer it wants now, that load balancer's id
-//     and the stamp the list shows.
+//     and the stamp the list shows. The annotation is written at the
+//     Service's first reconcile 30 s or more after its change was seen
+//     ACTIVE (in bulk, the next resync's).
 
 // AnnApplied is written on a served Service by the controller: "v1
 // <digest of the desired load balancer> <load balancer id> <its
@@ -45,10 +47,10 @@ const (
 	// defaultAuditEvery bounds how long a change made behind the
 	// controller's back stays: it is found by the next list.
 	defaultAuditEvery = 5 * time.Minute
-	// defaultRecordDelay: a Service's annotation is written this long
-	// after its change is seen ACTIVE, if no other came meanwhile, so
-	// that a rolling update's many endpoint changes cost one write. A
-	// restart within it reads that Service's load balancer in full.
+	// defaultRecordDelay: a Service's annotation is written at its
+	// first reconcile at least this long after its change was seen
+	// ACTIVE (record). A restart before that reads that Service's load
+	// balancer in full.
 	defaultRecordDelay = 30 * time.Second
 )
 
@@ -119,9 +121,14 @@ func (c *Controller) restored(key string, svc *corev1.Service, want *kubelb.LB) 
 	return a, true
 }
 
-// record writes AnnApplied for a on the Service, recordDelay after a was
-// seen ACTIVE (the key is queued for then), unless it says so already.
-func (c *Controller) record(ctx context.Context, svc *corev1.Service, key string, a applied) error {
+// record writes AnnApplied for a on the Service, unless it says so
+// already or a was seen ACTIVE less than recordDelay ago: at the first
+// reconcile after that, which the informers' resync brings within 10
+// minutes if nothing else does. Not sooner: a write per Service while
+// Services are made in bulk slowed the Kubernetes API's creates (two
+// runs of 1,000 in docs/benchmarks.md), and a rolling update's endpoint
+// changes so cost one write in all.
+func (c *Controller) record(ctx context.Context, svc *corev1.Service, a applied) error {
 	if a.stamp == "" || a.lbID == "" {
 		return nil
 	}
@@ -129,8 +136,7 @@ func (c *Controller) record(ctx context.Context, svc *corev1.Service, key string
 	if svc.Annotations[AnnApplied] == v {
 		return nil
 	}
-	if wait := c.recordDelay - time.Since(a.stampedAt); wait > 0 {
-		c.queue.AddAfter(key, wait)
+	if time.Since(a.stampedAt) < c.recordDelay {
 		return nil
 	}
 	cp := svc.DeepCopy()

@@ -419,3 +419,36 @@ func TestOnlyRecorded(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordWaitsForDelay: the annotation is written by the first
+// reconcile recordDelay after the change was seen ACTIVE, not sooner,
+// and once.
+func TestRecordWaitsForDelay(t *testing.T) {
+	s := svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10")
+	client := fake.NewClientset(s)
+	c := New(client, &kubelb.Octavia{}, &kubelb.Neutron{}, kubelb.Options{Cluster: "lab"}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a := applied{want: &kubelb.LB{Name: "x"}, lbID: "lb-1", stamp: "t1", stampedAt: time.Now()}
+	updates := func() int {
+		n := 0
+		for _, act := range client.Actions() {
+			if act.GetVerb() == "update" {
+				n++
+			}
+		}
+		return n
+	}
+	if err := c.record(t.Context(), s, a); err != nil || updates() != 0 {
+		t.Fatalf("within recordDelay: %v, %d updates", err, updates())
+	}
+	a.stampedAt = time.Now().Add(-defaultRecordDelay)
+	if err := c.record(t.Context(), s, a); err != nil || updates() != 1 {
+		t.Fatalf("after recordDelay: %v, %d updates", err, updates())
+	}
+	got, err := client.CoreV1().Services("default").Get(t.Context(), "web", metav1.GetOptions{})
+	if err != nil || got.Annotations[AnnApplied] != appliedValue(a.want, "lb-1", "t1") {
+		t.Fatalf("annotation %q (%v)", got.Annotations[AnnApplied], err)
+	}
+	if err := c.record(t.Context(), got, a); err != nil || updates() != 1 {
+		t.Fatalf("written already: %v, %d updates", err, updates())
+	}
+}
