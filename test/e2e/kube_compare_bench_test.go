@@ -562,7 +562,9 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 // the slowest 1 %, and the slowest five.
 func controllerStages(b *testing.B, e *kubeEnv, created map[string]time.Time, w *tableWatcher) {
 	type stages struct{ Event, Picked, Sent, Active time.Time }
-	c := &http.Client{Timeout: 30 * time.Second}
+	// Dialled from the lab's fabric, where the controller listens: from
+	// the test's own namespace the address may be another lab's.
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: e.lab.Fabric().Dial}}
 	resp, err := c.Get("http://" + controllerMetrics(1) + "/debug/stages")
 	if err != nil {
 		fmt.Printf("controller stages: %v\n", err)
