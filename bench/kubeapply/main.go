@@ -142,6 +142,39 @@ func main() {
 		fmt.Printf("  %-70s %5d calls  %5.2f per Apply  p50 %7.2f ms  mean %7.2f ms\n", k, len(d), float64(len(d))/float64(len(per)),
 			float64(d[len(d)/2].Microseconds())/1000, float64(sum.Microseconds())/1000/float64(len(d)))
 	}
+	resync(ctx, o, *n, sub.ID)
+}
+
+// resync compares, alternately, what the kube-controller's resync of N
+// unchanged Services costs the API: the list of the cluster's load
+// balancers that finds drift now (every page), against the full read of
+// each load balancer (kubelb.Octavia.Load) that it made before.
+func resync(ctx context.Context, o *kubelb.Octavia, n int, subnet string) {
+	var list, reads []time.Duration
+	for range 3 {
+		t := time.Now()
+		lbs, err := o.Owned(ctx, "flowlb:kube-cluster=bench")
+		check(err)
+		list = append(list, time.Since(t))
+		if len(lbs) != n {
+			check(fmt.Errorf("listed %d load balancers, want %d", len(lbs), n))
+		}
+		t = time.Now()
+		for i := range n {
+			_, err := o.Load(ctx, desired(i, 3, subnet))
+			check(err)
+		}
+		reads = append(reads, time.Since(t))
+	}
+	fmt.Printf("resync of %d unchanged Services: the list %v, each read in full %v (3 rounds, alternately)\n", n, round(list), round(reads))
+}
+
+func round(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
+	}
+	return out
 }
 
 func check(err error) {

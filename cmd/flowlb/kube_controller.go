@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -147,12 +148,25 @@ func runKubeController(ctx context.Context, o kubeControllerOptions) error {
 	if err != nil {
 		return fmt.Errorf("load-balancer API client: %w", err)
 	}
+	// leading is the controller at work, once this replica leads: its
+	// /debug/stages.
+	var leading atomic.Pointer[kubecontroller.Controller]
 	if o.metrics != "" {
 		ln, err := net.Listen("tcp", o.metrics)
 		if err != nil {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
-		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+		mux := http.NewServeMux()
+		mux.Handle("/", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/debug/stages", func(w http.ResponseWriter, r *http.Request) {
+			c := leading.Load()
+			if c == nil {
+				http.Error(w, "not the leader", http.StatusServiceUnavailable)
+				return
+			}
+			c.StagesHandler().ServeHTTP(w, r)
+		})
+		srv := &http.Server{Handler: mux}
 		ln = httpserve.Serve(srv, ln, metricsLimits, log)
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
@@ -184,7 +198,9 @@ func runKubeController(ctx context.Context, o kubeControllerOptions) error {
 			log.Info("VIP subnets ready", "network", kubelb.NetworkName(opts.Cluster), "cluster_ip_subnet", opts.ClusterIPSubnet, "external_subnet", opts.ExternalSubnet,
 				"cluster_ip_subnet6", opts.ClusterIPSubnet6, "external_subnet6", opts.ExternalSubnet6)
 		}
-		return kubecontroller.New(client, &kubelb.Octavia{Client: lbClient}, &kubelb.Neutron{Client: netClient}, opts, reg, log).Run(ctx, o.workers)
+		c := kubecontroller.New(client, &kubelb.Octavia{Client: lbClient}, &kubelb.Neutron{Client: netClient}, opts, reg, log)
+		leading.Store(c)
+		return c.Run(ctx, o.workers)
 	}
 	if !o.leaderElect {
 		return run(ctx)

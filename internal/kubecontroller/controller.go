@@ -91,6 +91,19 @@ type Controller struct {
 	// goes, is looked up only if it is here: an unserved Service
 	// (ExternalName, headless, another proxy's) costs no API read.
 	made map[string]bool
+	// listed are this cluster's load balancers by Service key as the
+	// list at start found them, for restoring what each Service's
+	// annotation says was applied (restored); each is dropped once used.
+	listed   map[string]kubelb.ActualLB
+	listedAt time.Time
+	// auditEvery is how often the load balancers are listed to find
+	// those changed behind the controller's back (audit); recordDelay
+	// how long after a change is seen ACTIVE its Service's AnnApplied is
+	// written.
+	auditEvery, recordDelay time.Duration
+	// picks are the Stages of the reconciles under way; stages each
+	// Service's last applied change's (StagesHandler).
+	picks, stages map[string]Stages
 
 	m *metrics
 }
@@ -98,6 +111,8 @@ type Controller struct {
 type metrics struct {
 	reconciles *prometheus.CounterVec
 	latency    prometheus.Histogram
+	drifted    prometheus.Counter
+	stage      *prometheus.HistogramVec
 }
 
 // New builds a controller; Run starts it. neutron gives LoadBalancer
@@ -118,15 +133,20 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 	c := &Controller{
 		client: client, octavia: octavia, neutron: neutron, opts: opts, log: log, factory: f,
 		services: svcInf.Lister(), slices: sliceInf.Informer().GetIndexer(), nodes: nodeInf.Lister(),
-		synced:     []cache.InformerSynced{svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced, nodeInf.Informer().HasSynced},
-		queue:      workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		recorder:   b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flowlb-kube-controller"}),
-		seen:       map[string]time.Time{},
-		applied:    map[string]applied{},
-		born:       map[string]time.Time{},
-		made:       map[string]bool{},
-		sliceGrace: defaultSliceGrace,
-		now:        time.Now,
+		synced:      []cache.InformerSynced{svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced, nodeInf.Informer().HasSynced},
+		queue:       workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		recorder:    b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flowlb-kube-controller"}),
+		seen:        map[string]time.Time{},
+		applied:     map[string]applied{},
+		born:        map[string]time.Time{},
+		made:        map[string]bool{},
+		listed:      map[string]kubelb.ActualLB{},
+		picks:       map[string]Stages{},
+		stages:      map[string]Stages{},
+		sliceGrace:  defaultSliceGrace,
+		auditEvery:  defaultAuditEvery,
+		recordDelay: defaultRecordDelay,
+		now:         time.Now,
 		m: &metrics{
 			reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_kube_reconciles_total",
 				Help: "Service reconciliations by result (ok, error, invalid, awaiting: the load balancer took the change and is not ACTIVE yet, " +
@@ -134,10 +154,16 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 			latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_kube_sync_latency_seconds",
 				Help:    "From a Service or EndpointSlice change to its load balancer ACTIVE.",
 				Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+			drifted: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_kube_drifted_total",
+				Help: "Load balancers the periodic list found changed or gone behind the controller's back, each then read in full and repaired."}),
+			stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flowlb_kube_stage_seconds",
+				Help: "A change's stages in the controller: queue (informer event to a worker taking the reconcile that applies it, " +
+					"a new Service's wait for its EndpointSlice included), calls (the API's answers), active (answered to ACTIVE seen).",
+				Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"stage"}),
 		},
 	}
 	if reg != nil {
-		reg.MustRegister(c.m.reconciles, c.m.latency)
+		reg.MustRegister(c.m.reconciles, c.m.latency, c.m.drifted, c.m.stage)
 	}
 	if err := sliceInf.Informer().AddIndexers(cache.Indexers{byService: sliceServiceIndex}); err != nil {
 		panic(err) // only before the informer starts, which New does not do
@@ -149,7 +175,11 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 			}
 			c.enqueue(o)
 		},
-		UpdateFunc: func(_, o any) { c.enqueue(o) },
+		UpdateFunc: func(old, o any) {
+			if !onlyRecorded(old, o) {
+				c.enqueue(o)
+			}
+		},
 		DeleteFunc: func(o any) { c.enqueue(o) },
 	})
 	_, _ = sliceInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -292,6 +322,20 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			}
 		})
 	}
+	wg.Go(func() {
+		t := time.NewTicker(c.auditEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := c.audit(ctx); err != nil && ctx.Err() == nil {
+					c.log.Error("listing the load balancers for changes behind the controller's back", "err", err)
+				}
+			}
+		}
+	})
 	<-ctx.Done()
 	c.queue.ShutDown()
 	wg.Wait()
@@ -302,10 +346,14 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 // longer exists or is no longer served (deleted or changed while no
 // controller ran), and notes the others' Services as made.
 func (c *Controller) collectGarbage(ctx context.Context) error {
+	start := time.Now()
 	owned, err := c.octavia.Owned(ctx, kubelb.TagCluster+c.opts.Cluster)
 	if err != nil {
 		return err
 	}
+	c.mu.Lock()
+	c.listedAt = start
+	c.mu.Unlock()
 	for _, lb := range owned {
 		key := ""
 		for _, t := range lb.Tags {
@@ -325,6 +373,9 @@ func (c *Controller) collectGarbage(ctx context.Context) error {
 			c.log.Info("deleting the load balancer of a Service no longer served", "service", key, "loadbalancer", lb.ID)
 		default:
 			c.noteMade(key, true)
+			c.mu.Lock()
+			c.listed[key] = lb
+			c.mu.Unlock()
 			continue
 		}
 		if _, err := c.releaseFloatingIPs(ctx, &lb); err != nil {
@@ -377,7 +428,9 @@ func (c *Controller) next(ctx context.Context) bool {
 	since := c.seen[key]
 	delete(c.seen, key)
 	c.mu.Unlock()
+	c.picked(key, since)
 	err := c.reconcile(ctx, key)
+	c.unpicked(key)
 	switch {
 	case err == nil:
 		c.queue.Forget(key)
@@ -444,6 +497,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	svc, err := c.services.Services(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.forget(key)
+		c.mu.Lock()
+		delete(c.stages, key)
+		c.mu.Unlock()
 		return c.release(ctx, key, lbName)
 	}
 	if err != nil {
@@ -498,27 +554,37 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 		return fmt.Errorf("%w: %v", errInvalid, err)
 	}
 	a, known := c.last(key)
+	if !known {
+		a, known = c.restored(key, svc, want)
+	}
+	// fresh: a's stamp was read in this reconcile.
+	fresh := false
 	if known && a.pending != "" {
 		// The last change first: at ACTIVE it is complete (the event,
 		// then the ingress: an address is published once every node
 		// serves it), and Octavia takes the next, whose ingress comes
 		// when it is ACTIVE in turn. A new change is worth a read now.
 		same := reflect.DeepEqual(a.want, want)
-		if err := c.settled(ctx, svc, key, lbName, a, !same); err != nil {
+		stamp, err := c.settled(ctx, svc, key, lbName, a, !same)
+		if err != nil {
 			return err
 		}
 		a.pending = ""
+		a.stamp, a.stampedAt = stamp, time.Now()
+		fresh = true
 		c.keep(key, a)
 		if same {
-			return c.setIngressOf(ctx, svc, want, a.ingress)
+			return c.done(ctx, svc, a)
 		}
 	}
-	if known && c.now().Sub(a.loaded) < appliedTTL {
+	if known && c.trusted(a) {
 		if reflect.DeepEqual(a.want, want) {
-			return c.setIngressOf(ctx, svc, want, a.ingress)
+			return c.done(ctx, svc, a)
 		}
 		if calls, ok := kubelb.PlanMembers(a.lbID, a.pools, a.want, want); ok {
-			return c.sendMembers(ctx, svc, key, lbName, a, want, calls)
+			if err := c.sendMembers(ctx, svc, key, lbName, a, want, calls, fresh); !errors.Is(err, errDrifted) {
+				return err
+			}
 		}
 	}
 	a, err = c.ensure(ctx, svc, lbName, want)
@@ -530,24 +596,62 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if a.pending != "" {
 		return errAwaiting
 	}
-	return c.setIngressOf(ctx, svc, want, a.ingress)
+	return c.done(ctx, svc, a)
 }
 
+// done ends a reconcile whose load balancer holds a.want, ACTIVE: the
+// Service's ingress, then (later) its AnnApplied.
+func (c *Controller) done(ctx context.Context, svc *corev1.Service, a applied) error {
+	if err := c.setIngressOf(ctx, svc, a.want, a.ingress); err != nil {
+		return err
+	}
+	return c.record(ctx, svc, a)
+}
+
+// trusted says whether a, what the last reconcile applied, may be taken
+// as what the API holds without reading it: when its load balancer's
+// updated_at is known (the periodic audit compares it with the API's),
+// or, without one, within appliedTTL of the last full read.
+func (c *Controller) trusted(a applied) bool {
+	return a.stamp != "" || c.now().Sub(a.loaded) < appliedTTL
+}
+
+// errDrifted: the load balancer was changed behind the controller's back
+// since what it last applied; it is read in full.
+var errDrifted = errors.New("load balancer changed since it was last applied")
+
 // sendMembers applies want, which differs from what the last reconcile
-// applied (a, within appliedTTL of reading the load balancer in full) in
-// its members alone, with calls (kubelb.PlanMembers): a batch member
-// update per changed pool, with nothing read first. The batch sets the
-// pool's members to the list, so sending it again changes nothing; a
+// applied (a, trusted) in its members alone, with calls
+// (kubelb.PlanMembers): a batch member update per changed pool, with
+// the load balancer's row read first (errDrifted when it is not as a
+// left it: the caller reads it in full) and nothing else. The batch sets
+// the pool's members to the list, so sending it again changes nothing; a
 // pool gone behind the controller's back (404), or another's change
 // under way (409), fails the reconcile, which forgets a and so reads
 // everything at its retry.
-func (c *Controller) sendMembers(ctx context.Context, svc *corev1.Service, key, lbName string, a applied, want *kubelb.LB, calls []kubelb.Call) error {
+func (c *Controller) sendMembers(ctx context.Context, svc *corev1.Service, key, lbName string, a applied, want *kubelb.LB, calls []kubelb.Call, fresh bool) error {
+	if a.stamp != "" && !fresh {
+		// One row read first (unless this reconcile just read it): the
+		// completion of the batch stamps the load balancer anew, which
+		// would hide from the audit a change made behind the
+		// controller's back since a.stamp.
+		chk, err := c.octavia.Check(ctx, a.lbID)
+		if err != nil {
+			return err
+		}
+		if chk.Gone || chk.Status != "ACTIVE" || chk.UpdatedAt != a.stamp {
+			c.forget(key)
+			c.m.drifted.Inc()
+			return errDrifted
+		}
+	}
 	pending, n, err := c.octavia.Send(ctx, calls)
 	if err != nil {
 		c.forget(key)
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "load balancer %s: %v", lbName, err)
 		return err
 	}
+	c.sent(key)
 	c.remember(key, applied{want: want, ingress: a.ingress, calls: n, pending: pending, lbID: a.lbID, pools: a.pools, loaded: a.loaded})
 	if pending != "" {
 		return errAwaiting
@@ -566,19 +670,20 @@ func (c *Controller) sendMembers(ctx context.Context, svc *corev1.Service, key, 
 // once. One with a new change to send reads now: the due read comes
 // after the time changes have recently taken, which a bulk of Services
 // can make long.
-func (c *Controller) settled(ctx context.Context, svc *corev1.Service, key, lbName string, a applied, now bool) error {
+func (c *Controller) settled(ctx context.Context, svc *corev1.Service, key, lbName string, a applied, now bool) (stamp string, err error) {
 	if !now && time.Now().Before(a.due) {
-		return errAwaiting
+		return "", errAwaiting
 	}
-	status, gone, err := c.octavia.Status(ctx, a.pending)
+	chk, err := c.octavia.Check(ctx, a.pending)
+	status := chk.Status
 	switch {
 	case err != nil:
-		return err
-	case gone || status == "ERROR" || c.now().Sub(a.at) > c.activeTimeout():
+		return "", err
+	case chk.Gone || status == "ERROR" || c.now().Sub(a.at) > c.activeTimeout():
 		c.forget(key)
 		err := fmt.Errorf("load balancer %s: %s after %s", lbName, cmp.Or(status, "gone"), c.now().Sub(a.at).Round(time.Millisecond))
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "%v", err)
-		return err
+		return "", err
 	case status != "ACTIVE":
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -586,11 +691,12 @@ func (c *Controller) settled(ctx context.Context, svc *corev1.Service, key, lbNa
 		a.checked = time.Now()
 		a.due = a.checked.Add(c.settle.after(a.checks))
 		c.applied[key] = a
-		return errAwaiting
+		return "", errAwaiting
 	}
 	c.learnSettle(a)
+	c.activeSeen(key)
 	c.ensured(ctx, svc, lbName, a)
-	return nil
+	return chk.UpdatedAt, nil
 }
 
 // checkAfter is when a load balancer awaited for key is read next: at
@@ -633,8 +739,14 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service, lbName str
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncLoadBalancerFailed", "load balancer %s: %v", lbName, err)
 		return applied{}, err
 	}
-	a := applied{want: want, calls: calls, pending: vip.Pending, lbID: vip.ID, pools: vip.Pools}
+	a := applied{want: want, calls: calls, pending: vip.Pending, lbID: vip.ID, pools: vip.Pools, stamp: vip.UpdatedAt}
+	if calls > 0 {
+		c.sent(svc.Namespace + "/" + svc.Name)
+	}
 	if a.pending == "" {
+		if calls > 0 {
+			c.activeSeen(svc.Namespace + "/" + svc.Name)
+		}
 		c.ensured(ctx, svc, lbName, a)
 	}
 	if want.FloatingIP == nil {
@@ -672,13 +784,12 @@ func (c *Controller) setIngressOf(ctx context.Context, svc *corev1.Service, want
 	return c.setIngress(ctx, svc, ingress)
 }
 
-// appliedTTL is how long a Service's last successful reconcile is trusted:
-// within it, a reconcile that wants the same reads nothing from the API.
-// A Service is queued again right after its load balancer is made (its
-// finalizer and status are updates of the Service), which without this
-// read the whole load balancer back a second time. It is shorter than the
-// informers' resync (10 min), which therefore finds what was changed
-// behind the controller's back.
+// appliedTTL is how long a Service's last successful reconcile is trusted
+// when its load balancer's updated_at is not known (see trusted): within
+// it, a reconcile that wants the same reads nothing from the API. Every
+// reconcile that sees its load balancer ACTIVE knows it, so this is the
+// exception; with it, the audit (not a timer per Service) finds what was
+// changed behind the controller's back.
 const appliedTTL = 5 * time.Minute
 
 // applied is what the last successful reconcile of a Service made the API
@@ -702,6 +813,11 @@ type applied struct {
 	// were made, the last at checked, and when the next is due.
 	sent, checked, due time.Time
 	checks             int
+	// stamp is the load balancer's updated_at when it was last seen
+	// ACTIVE holding want, at stampedAt (real clock): the audit and the
+	// read before a batch member update compare it with the API's.
+	stamp     string
+	stampedAt time.Time
 }
 
 // last is what the last reconcile of key applied, if it succeeded or
@@ -720,6 +836,9 @@ func (c *Controller) remember(key string, a applied) {
 	a.at = c.now()
 	if a.loaded.IsZero() {
 		a.loaded = a.at
+	}
+	if a.stamp != "" && a.stampedAt.IsZero() {
+		a.stampedAt = time.Now()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -538,92 +538,6 @@ func TestKubeProxyOptOuts(t *testing.T) {
 // queue it right after it is made) costs no API call within appliedTTL;
 // after it, the reconcile reads the load balancer again and repairs what
 // was changed behind the controller's back.
-func TestUnchangedServiceReadsNothing(t *testing.T) {
-	api := lbtest.New(t)
-	target, _ := url.Parse(api.URL)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	var calls atomic.Int64
-	counted := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		proxy.ServeHTTP(w, r)
-	}))
-	defer counted.Close()
-	o := &kubelb.Octavia{Client: lbtest.NoAuthClient(counted.URL), Poll: 5 * time.Millisecond}
-	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	client := fake.NewClientset(svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10"), epSlice("web", "198.18.17.2", "198.18.18.2"))
-	h := &harness{t: t, api: api, o: &kubelb.Octavia{Client: api.Client}, client: client}
-	reg := prometheus.NewRegistry()
-	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	c.now = func() time.Time { return time.Unix(0, clock.Load()) }
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx, 2) }()
-	testutil.Eventually(t, within, "web's LB with its two pods", h.memberCount("web", 2))
-
-	reconciled := func() float64 {
-		return promtest.ToFloat64(c.m.reconciles.WithLabelValues("ok"))
-	}
-	// touch queues web again with an update that changes nothing of its
-	// load balancer, and waits until it was reconciled.
-	touch := func(label string) {
-		t.Helper()
-		before := reconciled()
-		s, err := client.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Labels = map[string]string{"touched": label}
-		if _, err := client.CoreV1().Services("default").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		testutil.Eventually(t, within, "web reconciled again", func() (bool, string) {
-			return reconciled() > before, fmt.Sprint(reconciled())
-		})
-	}
-	// The first reconcile awaits ACTIVE; the one that sees it is ok, and
-	// every reconcile after it (the finalizer's update queues one) reads
-	// nothing.
-	testutil.Eventually(t, within, "web's reconcile done", func() (bool, string) {
-		return reconciled() >= 1, fmt.Sprint(reconciled())
-	})
-	before := calls.Load()
-	touch("1")
-	if n := calls.Load() - before; n != 0 {
-		t.Errorf("an unchanged Service cost %d API calls", n)
-	}
-
-	// Behind the controller's back: the load balancer is deleted. Within
-	// appliedTTL nothing looks; after it, the next reconcile makes it again.
-	lb, err := h.o.Find(ctx, kubelb.Name("lab", "default", "web"))
-	if err != nil || lb == nil {
-		t.Fatalf("find: %v %v", lb, err)
-	}
-	if err := h.o.Delete(ctx, lb.ID); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, within, "web's LB gone", h.lbGone("web"))
-	clock.Add(int64(appliedTTL))
-	before = calls.Load()
-	touch("2")
-	if calls.Load() == before {
-		t.Error("no API call after appliedTTL")
-	}
-	testutil.Eventually(t, within, "web's LB made again", h.memberCount("web", 2))
-
-	// A change of what the Service wants is applied at once.
-	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, epSlice("web", "198.18.17.2", "198.18.18.2", "198.18.19.2"), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, within, "three members", h.memberCount("web", 3))
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
-
 // statusOnly makes the fake clientset's Service status updates change the
 // status alone, as the API server's status subresource does: the fake
 // stores the whole object sent, so a status write made from an informer's
@@ -946,20 +860,20 @@ func TestSettledReadsWhenDue(t *testing.T) {
 	}
 	a.due = time.Now().Add(time.Hour)
 	c.keep("default/web", a)
-	if err := c.settled(t.Context(), s, "default/web", "lb", a, false); !errors.Is(err, errAwaiting) || reads.Load() != 0 {
+	if _, err := c.settled(t.Context(), s, "default/web", "lb", a, false); !errors.Is(err, errAwaiting) || reads.Load() != 0 {
 		t.Fatalf("before the read is due: %v and %d reads, want awaiting and none", err, reads.Load())
 	}
 	if after := c.checkAfter("default/web"); after < 59*time.Minute {
 		t.Errorf("queued again after %s, want when the read is due (1 h)", after)
 	}
 	// With a new change to send, the read is now.
-	if err := c.settled(t.Context(), s, "default/web", "lb", a, true); !errors.Is(err, errAwaiting) || reads.Load() != 1 {
+	if _, err := c.settled(t.Context(), s, "default/web", "lb", a, true); !errors.Is(err, errAwaiting) || reads.Load() != 1 {
 		t.Fatalf("with a new change: %v and %d reads, want awaiting after one", err, reads.Load())
 	}
 	reads.Store(0)
 	a.due = time.Now().Add(-time.Millisecond)
 	c.keep("default/web", a)
-	if err := c.settled(t.Context(), s, "default/web", "lb", a, false); !errors.Is(err, errAwaiting) || reads.Load() != 1 {
+	if _, err := c.settled(t.Context(), s, "default/web", "lb", a, false); !errors.Is(err, errAwaiting) || reads.Load() != 1 {
 		t.Fatalf("when due: %v and %d reads, want awaiting after one", err, reads.Load())
 	}
 	a = c.applied["default/web"]

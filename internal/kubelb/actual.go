@@ -14,6 +14,9 @@ type Actual struct {
 	// Listeners are LB's, read only when its VIPs are the wanted ones
 	// (otherwise it is replaced and they do not matter).
 	Listeners []ActualListener
+	// UpdatedAt is LB's updated_at as read ACTIVE before its listeners
+	// were (Check): what was read is at least that new.
+	UpdatedAt string
 }
 
 // The parts of Octavia's objects that Plan compares, as the API returns
@@ -29,6 +32,7 @@ type (
 		ProvisioningStatus string      `json:"provisioning_status"`
 		Provider           string      `json:"provider"`
 		Tags               []string    `json:"tags"`
+		UpdatedAt          string      `json:"updated_at"`
 	}
 	ActualVIP struct {
 		SubnetID  string `json:"subnet_id"`
@@ -114,9 +118,11 @@ func (o *Octavia) Load(ctx context.Context, want *LB) (*Actual, error) {
 	if cur == nil || !sameVIPs(cur, want) {
 		return actual, nil
 	}
-	if err := o.waitActive(ctx, cur.ID); err != nil {
+	seen, err := o.waitActive(ctx, cur.ID)
+	if err != nil {
 		return nil, err
 	}
+	actual.UpdatedAt = seen.UpdatedAt
 	listeners, err := listAll[ActualListener](ctx, o, o.url("listeners"), "listeners", url.Values{"loadbalancer_id": {cur.ID}})
 	if err != nil {
 		return nil, fmt.Errorf("list listeners of %s: %w", cur.ID, err)

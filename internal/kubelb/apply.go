@@ -44,6 +44,9 @@ type Result struct {
 	// answers told them: what PlanMembers needs.
 	ID    string
 	Pools map[string]string
+	// UpdatedAt, when the plan was empty, is the load balancer's
+	// updated_at as read ACTIVE before its children were (Actual).
+	UpdatedAt string
 }
 
 // IngressIPs are the addresses of lb's external VIPs (VIP.External) once
@@ -94,6 +97,9 @@ func (o *Octavia) Sync(ctx context.Context, actual *Actual, want *LB) (vip Resul
 		}
 	} else {
 		vip = Result{ID: actual.LB.ID, VIPAddress: actual.LB.VIPAddress, VIPPortID: actual.LB.VIPPortID, AdditionalVIPs: actual.LB.AdditionalVIPs}
+		if e.calls == 0 {
+			vip.UpdatedAt = actual.UpdatedAt
+		}
 		for _, l := range actual.Listeners {
 			pools[l.key()] = l.DefaultPoolID
 		}
@@ -201,7 +207,8 @@ func (o *Octavia) get(ctx context.Context, u string, into any) error {
 }
 
 // waitActive waits until the load balancer is ACTIVE; ERROR is a failure.
-func (o *Octavia) waitActive(ctx context.Context, id string) error {
+// It returns the read that saw ACTIVE.
+func (o *Octavia) waitActive(ctx context.Context, id string) (Check, error) {
 	return o.wait(ctx, id, func(status string, gone bool) (bool, error) {
 		switch {
 		case gone:
@@ -216,25 +223,46 @@ func (o *Octavia) waitActive(ctx context.Context, id string) error {
 }
 
 func (o *Octavia) waitGone(ctx context.Context, id string) error {
-	return o.wait(ctx, id, func(_ string, gone bool) (bool, error) { return gone, nil })
+	_, err := o.wait(ctx, id, func(_ string, gone bool) (bool, error) { return gone, nil })
+	return err
+}
+
+// Check is one read of a load balancer's state.
+type Check struct {
+	Status string
+	// UpdatedAt is the load balancer's updated_at. Octavia stamps it
+	// whenever a change anywhere in the load balancer's tree completes
+	// (every change locks the load balancer, PENDING_UPDATE, and its
+	// completion stamps it ACTIVE again; flowlb to the microsecond), so
+	// the same value at ACTIVE later means nothing was changed since.
+	UpdatedAt string
+	// Gone: the load balancer does not exist.
+	Gone bool
+}
+
+// Check reads the load balancer's provisioning status and updated_at
+// once.
+func (o *Octavia) Check(ctx context.Context, id string) (Check, error) {
+	var out struct {
+		LB ActualLB `json:"loadbalancer"`
+	}
+	// Only these fields: flowlb then reads the load balancer's row alone,
+	// not its listeners and pools, however often it is asked.
+	err := o.get(ctx, o.url("loadbalancers", id)+"?fields=id&fields=provisioning_status&fields=updated_at", &out)
+	if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		return Check{Gone: true}, nil
+	}
+	return Check{Status: out.LB.ProvisioningStatus, UpdatedAt: out.LB.UpdatedAt}, err
 }
 
 // Status reads the load balancer's provisioning status once; gone when
 // it does not exist.
 func (o *Octavia) Status(ctx context.Context, id string) (status string, gone bool, err error) {
-	var out struct {
-		LB ActualLB `json:"loadbalancer"`
-	}
-	// Only the status: flowlb then reads the load balancer's row alone,
-	// not its listeners and pools, however often it is asked.
-	err = o.get(ctx, o.url("loadbalancers", id)+"?fields=id&fields=provisioning_status", &out)
-	if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
-		return "", true, nil
-	}
-	return out.LB.ProvisioningStatus, false, err
+	c, err := o.Check(ctx, id)
+	return c.Status, c.Gone, err
 }
 
-func (o *Octavia) wait(ctx context.Context, id string, done func(status string, gone bool) (bool, error)) error {
+func (o *Octavia) wait(ctx context.Context, id string, done func(status string, gone bool) (bool, error)) (Check, error) {
 	maxPoll, timeout := o.Poll, o.Timeout
 	if maxPoll == 0 {
 		maxPoll = 100 * time.Millisecond
@@ -245,19 +273,19 @@ func (o *Octavia) wait(ctx context.Context, id string, done func(status string, 
 	}
 	deadline := time.Now().Add(timeout)
 	for {
-		status, gone, err := o.Status(ctx, id)
+		c, err := o.Check(ctx, id)
 		if err != nil {
-			return err
+			return Check{}, err
 		}
-		if ok, err := done(status, gone); ok || err != nil {
-			return err
+		if ok, err := done(c.Status, c.Gone); ok || err != nil {
+			return c, err
 		}
 		if time.Now().After(deadline) {
-			return errors.New("timed out waiting for load balancer " + id)
+			return Check{}, errors.New("timed out waiting for load balancer " + id)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return Check{}, ctx.Err()
 		case <-time.After(poll):
 		}
 		poll = min(2*poll, maxPoll)

@@ -133,7 +133,8 @@ func (e *execution) await(ctx context.Context, c Call) error {
 	if c.Await == AwaitGone {
 		return e.waitGone(ctx, lb)
 	}
-	return e.waitActive(ctx, lb)
+	_, err = e.waitActive(ctx, lb)
+	return err
 }
 
 var refPattern = regexp.MustCompile(`\{[^{}]*\}`)

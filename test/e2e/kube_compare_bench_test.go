@@ -3,7 +3,9 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -492,6 +494,7 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 	m.nodeCPU = (cpuSeconds(b, nodePIDs) - nodeCPU0) / float64(len(nodePIDs))
 	m.controlCPU = cpuSeconds(b, controlPIDs) - controlCPU0
 	if who == contenderFlowlb {
+		controllerStages(b, e, created, w)
 		e.apiTimes(n) // where the control side's time went
 		fmt.Printf("control side CPU: server %.2f s, kube-controller %.2f s (with the time before the Services)\n",
 			cpuSeconds(b, controlPIDs[:1]), cpuSeconds(b, controlPIDs[1:]))
@@ -518,6 +521,14 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 	m.conn = measureConnRates(b, e, 5)
 	fmt.Printf("%s: new connections/s through a Service ÷ direct %.3f (direct %.0f/s), through the Service p50 %s\n",
 		who, m.conn.ratio, m.conn.direct, m.conn.viaP50)
+	if who == contenderFlowlb {
+		// The control side's work that comes after the Services are
+		// forwarded (the endpoint changes above, and what the controller
+		// does later of its own) is not in controlCPU: this is the whole.
+		whole := cpuSeconds(b, controlPIDs) - controlCPU0
+		fmt.Printf("control side CPU: %.2f s while the Services were made (%.2f ms per Service), %.2f s to the end of the round (%.2f ms per Service)\n",
+			m.controlCPU, 1000*m.controlCPU/float64(n), whole, 1000*whole/float64(n))
+	}
 	if o.serverArgs != nil {
 		// The profiles are written when the processes end cleanly.
 		for _, name := range []string{"kube-controller-1", "server"} {
@@ -539,6 +550,81 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 		}
 	}
 	return m
+}
+
+// controllerStages prints where the Services' time went up to the
+// kube-controller's view of them (its /debug/stages): from the create
+// sent to the informer event (the Kubernetes API accepting it and the
+// watch), to a worker taking it (the queue, a new Service's wait for its
+// EndpointSlice included), to the API having answered its calls, and
+// from there to every node forwarding it (the table watcher) and to the
+// controller seeing it ACTIVE; the medians over all Services and over
+// the slowest 1 %, and the slowest five.
+func controllerStages(b *testing.B, e *kubeEnv, created map[string]time.Time, w *tableWatcher) {
+	type stages struct{ Event, Picked, Sent, Active time.Time }
+	// Dialled from the lab's fabric, where the controller listens: from
+	// the test's own namespace the address may be another lab's.
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: e.lab.Fabric().Dial}}
+	resp, err := c.Get("http://" + controllerMetrics(1) + "/debug/stages")
+	if err != nil {
+		fmt.Printf("controller stages: %v\n", err)
+		return
+	}
+	defer resp.Body.Close()
+	var byName map[string]stages
+	if err := json.NewDecoder(resp.Body).Decode(&byName); err != nil || resp.StatusCode != http.StatusOK {
+		fmt.Printf("controller stages: %s %v\n", resp.Status, err) // a controller without them
+		return
+	}
+	svcs, err := e.k.CoreV1().Services("default").List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	type row struct {
+		name                                    string
+		total, api, queue, calls, nodes, active time.Duration
+	}
+	var rows []row
+	for _, s := range svcs.Items {
+		t0, ok := created[s.Spec.ClusterIP]
+		st, known := byName["default/"+s.Name]
+		last := w.lastAt(s.Spec.ClusterIP)
+		if !ok || !known || last.IsZero() || st.Sent.IsZero() {
+			continue
+		}
+		r := row{name: s.Name, total: last.Sub(t0), api: st.Event.Sub(t0), queue: st.Picked.Sub(st.Event), calls: st.Sent.Sub(st.Picked), nodes: last.Sub(st.Sent)}
+		if !st.Active.IsZero() {
+			r.active = st.Active.Sub(st.Sent)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) == 0 {
+		fmt.Println("controller stages: none")
+		return
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(a.total, b.total) })
+	median := func(rs []row, f func(row) time.Duration) time.Duration {
+		ds := make([]time.Duration, len(rs))
+		for i, r := range rs {
+			ds[i] = f(r)
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2].Round(time.Millisecond)
+	}
+	tail := rows[len(rows)-max(1, len(rows)/100):]
+	for _, g := range []struct {
+		what string
+		rs   []row
+	}{{"all", rows}, {"slowest 1 %", tail}} {
+		fmt.Printf("stages, median of %s (%d Services): create → every node %s = to the controller's informer %s + queue %s + API calls %s + to every node %s; ACTIVE seen %s after the calls\n",
+			g.what, len(g.rs), median(g.rs, func(r row) time.Duration { return r.total }), median(g.rs, func(r row) time.Duration { return r.api }),
+			median(g.rs, func(r row) time.Duration { return r.queue }), median(g.rs, func(r row) time.Duration { return r.calls }),
+			median(g.rs, func(r row) time.Duration { return r.nodes }), median(g.rs, func(r row) time.Duration { return r.active }))
+	}
+	for _, r := range rows[max(0, len(rows)-5):] {
+		fmt.Printf("  %s: %s = %s + %s + %s + %s; ACTIVE seen after %s\n", r.name, r.total.Round(time.Millisecond), r.api.Round(time.Millisecond),
+			r.queue.Round(time.Millisecond), r.calls.Round(time.Millisecond), r.nodes.Round(time.Millisecond), r.active.Round(time.Millisecond))
+	}
 }
 
 // createServices creates n Services selecting the Deployment web, 8 at a

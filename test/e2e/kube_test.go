@@ -133,7 +133,7 @@ func (e *kubeEnv) startController(t testing.TB, i int) {
 	if _, err := e.lab.Fabric().Start(name, append([]string{flowlb(t), "kube-controller",
 		"--kubeconfig", e.kc.State.LabKubeconfig, "--octavia-endpoint", e.api, "--octavia-ca-file", e.tls.CACert,
 		"--cluster-name", "lab", "--cluster-ip-subnet", e.clusterSub,
-		"--metrics-listen", ""}, e.controllerArgs...)); err != nil { // pod networks: from the Nodes
+		"--metrics-listen", controllerMetrics(i)}, e.controllerArgs...)); err != nil { // pod networks: from the Nodes
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -143,6 +143,10 @@ func (e *kubeEnv) startController(t testing.TB, i int) {
 		}
 	})
 }
+
+// controllerMetrics is the metrics address of kube-controller replica i
+// (from 1) in the fabric: /metrics and /debug/stages.
+func controllerMetrics(i int) string { return fmt.Sprintf("%s:%d", control, 9880+i) }
 
 func (e *kubeEnv) deploy(name string, replicas int32) { e.deployWith(name, replicas, nil) }
 
