@@ -27,6 +27,10 @@ if $test; then
 	# a contender of the benchmark suite (bench/lbaas, smoke run in the
 	# tests); it starts them itself, in a temporary directory.
 	packages+=(octavia-api octavia-worker mariadb-server rabbitmq-server)
+	# A real Neutron (ML2/OVN) on OVN with the userspace datapath, the
+	# test bed of make openstack (internal/testutil/openstack); it
+	# starts every daemon itself, in the lab.
+	packages+=(neutron-server ovn-central ovn-host openvswitch-switch ethtool iputils-arping)
 	# Real Kubernetes nodes in the lab (docs/lab.md, "Real nodes"): a
 	# containerd and runc per node, the CNI plugins, and debootstrap for
 	# the root of the e2e tests' image (hack/test-images.sh).

@@ -202,7 +202,7 @@ func TestConfigRefusedAtStart(t *testing.T) {
 		{newServerCmd, "listen: x:1\nlisten-adress: y:1\n", `:2: unknown key "listen-adress" (did you mean "listen"?)`},
 		{newServerCmd, "auth: ldap\n", `:1: auth: "ldap" is not one of noauth, keystone`},
 		{newServerCmd, "rbac: owner\n", `:1: rbac: "owner" is not one of advanced, keystone_default_roles`},
-		{newServerCmd, "network: nova\n", `:1: network: "nova" is not one of neutron, noop`},
+		{newServerCmd, "network: nova\n", `:1: network: "nova" is not one of neutron, neutron-api, noop`},
 		{newServerCmd, "ack-timeout: 10\n", `:1: ack-timeout: time: missing unit in duration "10"`},
 		{newServerCmd, "log-level: loud\n", `:1: log-level: slog: level string "loud": unknown name`},
 		{newAgentCmd, "server: 198.18.0.1:9877\ntoken-file: /t\nannounce-table: main\n", `:3: announce-table: strconv.ParseInt: parsing "main": invalid syntax`},

@@ -140,3 +140,20 @@ func TestVIPCIDRFamilyChecked(t *testing.T) {
 		}
 	}
 }
+
+// --network neutron-api without Keystone (or a Neutron endpoint) stops
+// the server at start, naming what it needs; the default VIP subnets of
+// the embedded subset are not made.
+func TestNeutronAPINeedsKeystone(t *testing.T) {
+	dir := t.TempDir()
+	o := server.Options{Network: "neutron-api", Listen: "127.0.0.1:0", AgentListen: "127.0.0.1:0", DataDir: dir,
+		AgentTokenFile: filepath.Join(dir, "agent-token"), VIPCIDR: "198.19.0.0/17"}
+	s, err := server.Start(context.Background(), o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil {
+		_ = s.Shutdown(context.Background())
+		t.Fatal("started without Keystone")
+	}
+	if !strings.Contains(err.Error(), "--keystone-url") {
+		t.Fatalf("error %q does not name --keystone-url", err)
+	}
+}

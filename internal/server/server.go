@@ -36,6 +36,7 @@ import (
 	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/neutron"
+	"github.com/flowlb/flowlb/internal/neutronapi"
 	"github.com/flowlb/flowlb/internal/octavia"
 	"github.com/flowlb/flowlb/internal/pki"
 	"github.com/flowlb/flowlb/internal/provider/flow"
@@ -65,9 +66,13 @@ type Options struct {
 	StatsMetrics string
 	ReplicaID    string
 	Network      string
-	Keystone     identity.KeystoneConfig
-	PasswordFile string
-	RBAC         string
+	// NeutronRegion and NeutronEndpoint locate the real Neutron of
+	// --network neutron-api: the network endpoint of the region in
+	// Keystone's catalog, or the endpoint given.
+	NeutronRegion, NeutronEndpoint string
+	Keystone                       identity.KeystoneConfig
+	PasswordFile                   string
+	RBAC                           string
 	// TLSCert and TLSKey, if set, serve the API over TLS; the files are
 	// read again when they change.
 	TLSCert, TLSKey string
@@ -138,15 +143,19 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 			s.abort()
 		}
 	}()
-	if err := ensureVIPSubnets(ctx, st, o, log); err != nil {
-		return nil, err
+	if o.Network == "neutron" || o.Network == "" {
+		// The default VIP subnets are the embedded subset's; a real
+		// Neutron has its own.
+		if err := ensureVIPSubnets(ctx, st, o, log); err != nil {
+			return nil, err
+		}
 	}
 	if o.ReplicaID == "" {
 		o.ReplicaID = replica.NewID()
 	}
 	s.Replica = o.ReplicaID
 	provider := flow.New(nil)
-	vips, err := vipAllocator(o, log)
+	vips, err := vipAllocator(ctx, o, log)
 	if err != nil {
 		return nil, err
 	}
@@ -356,17 +365,37 @@ func (l *hubLink) flowsUnchanged(lbID string, change int64, t *lbaas.Tree) bool 
 	return h != nil && h.FlowsUnchanged(lbID, change, t)
 }
 
-// vipAllocator is the Network's VIP allocation: the Neutron subset's, or
-// none (noop).
-func vipAllocator(o Options, log *slog.Logger) (lbaas.VIPAllocator, error) {
+// vipAllocator is the Network's VIP allocation: the Neutron subset's, a
+// real Neutron's (neutron-api), or none (noop).
+func vipAllocator(ctx context.Context, o Options, log *slog.Logger) (lbaas.VIPAllocator, error) {
 	switch o.Network {
 	case "neutron", "":
 		return neutron.NewAllocator(), nil
 	case "noop":
 		log.Warn("--network noop: VIPs are not allocated and operating statuses stay OFFLINE; for API conformance runs only")
 		return neutron.NoopAllocator{}, nil
+	case "neutron-api":
+		kc, err := keystoneConfig(o)
+		if err != nil {
+			return nil, err
+		}
+		if kc.URL == "" && o.NeutronEndpoint == "" {
+			return nil, errors.New("--network neutron-api needs --keystone-url and the service user's credentials (--keystone-user, --keystone-password...)")
+		}
+		authURL := strings.TrimRight(kc.URL, "/")
+		if authURL != "" && !strings.HasSuffix(authURL, "/v3") {
+			authURL += "/v3"
+		}
+		a, err := neutronapi.New(ctx, neutronapi.Options{AuthURL: authURL, User: kc.User, Password: kc.Password,
+			UserDomain: kc.UserDomain, Project: kc.Project, ProjectDomain: kc.ProjectDomain,
+			Region: o.NeutronRegion, Endpoint: o.NeutronEndpoint})
+		if err != nil {
+			return nil, err
+		}
+		log.Info("VIPs from Neutron", "keystone", authURL, "user", kc.User, "region", o.NeutronRegion, "device_owner", neutronapi.DeviceOwner)
+		return a, nil
 	}
-	return nil, fmt.Errorf("unknown --network %q: use neutron or noop", o.Network)
+	return nil, fmt.Errorf("unknown --network %q: use neutron, neutron-api or noop", o.Network)
 }
 
 // newService is the LBaaS domain with the flow provider and the VIP
@@ -541,6 +570,20 @@ func agentToken(o Options) (string, error) {
 	return t, nil
 }
 
+// keystoneConfig is the service user's Keystone configuration, its
+// password read from --keystone-password-file if not given.
+func keystoneConfig(o Options) (identity.KeystoneConfig, error) {
+	kc := o.Keystone
+	if kc.Password == "" && o.PasswordFile != "" {
+		b, err := os.ReadFile(o.PasswordFile)
+		if err != nil {
+			return kc, fmt.Errorf("--keystone-password-file: %w", err)
+		}
+		kc.Password = strings.TrimSpace(string(b))
+	}
+	return kc, nil
+}
+
 // authMiddleware builds the Auth mode: every request gets a caller, or
 // is refused before it reaches the API.
 func authMiddleware(o Options, log *slog.Logger) (func(http.Handler) http.Handler, *identity.Keystone, error) {
@@ -555,13 +598,9 @@ func authMiddleware(o Options, log *slog.Logger) (func(http.Handler) http.Handle
 	if err != nil {
 		return nil, nil, err
 	}
-	kc := o.Keystone
-	if kc.Password == "" && o.PasswordFile != "" {
-		b, err := os.ReadFile(o.PasswordFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--keystone-password-file: %w", err)
-		}
-		kc.Password = strings.TrimSpace(string(b))
+	kc, err := keystoneConfig(o)
+	if err != nil {
+		return nil, nil, err
 	}
 	k, err := identity.NewKeystone(kc)
 	if err != nil {

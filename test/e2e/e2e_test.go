@@ -92,6 +92,8 @@ type cluster struct {
 	// authToken, if set, is call's X-Auth-Token (a server with --auth
 	// keystone) instead of a noauth X-Project-Id.
 	authToken string
+	// serverWait bounds the wait for the server's API (default 20 s).
+	serverWait time.Duration
 }
 
 // agentArgv is the command line of the agent of node i (1-based): its
@@ -111,7 +113,11 @@ func (c *cluster) startServer() {
 		"--data-dir", c.dataDir, "--agent-token-file", c.token, "--tls-cert", c.tls.Cert, "--tls-key", c.tls.Key, "--ack-timeout", "5s"}, c.serverArgs...)); err != nil {
 		c.t.Fatal(err)
 	}
-	testutil.Eventually(c.t, 20*time.Second, "the server's API", func() (bool, string) {
+	wait := c.serverWait
+	if wait == 0 {
+		wait = 20 * time.Second
+	}
+	testutil.Eventually(c.t, wait, "the server's API", func() (bool, string) {
 		resp, err := c.http.Get(c.api + "/healthcheck")
 		if err != nil {
 			return false, err.Error()
@@ -185,6 +191,8 @@ type clusterOptions struct {
 	// beforeServer runs once the lab is up, before the server starts
 	// (e.g. to start what the server's flags point at).
 	beforeServer func(*cluster)
+	// serverWait bounds the wait for the server's API (default 20 s).
+	serverWait time.Duration
 }
 
 func newClusterOpts(t testing.TB, o clusterOptions) *cluster {
@@ -201,6 +209,7 @@ func newClusterOpts(t testing.TB, o clusterOptions) *cluster {
 	// The test process reaches the API from inside node 1's namespace.
 	c := &cluster{t: t, lab: l, api: "https://" + control + ":9876", dataDir: filepath.Join(dir, "data"), serverArgs: o.serverArgs, agentArgs: o.agentArgs,
 		token: filepath.Join(dir, "agent-token"), caFile: filepath.Join(dir, "data", "agent-ca.crt"), agentServers: control + ":9877",
+		serverWait: o.serverWait,
 	}
 	var err error
 	if c.tls, err = l.APITLS(); err != nil {

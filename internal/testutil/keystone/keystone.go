@@ -40,6 +40,8 @@ type Keystone struct {
 	// URL is where clients reach it, Listen where uwsgi binds (host:port).
 	URL, Listen string
 	dir         string
+	// origin is the directory its configuration names, if not dir.
+	origin string
 }
 
 // Missing reports what of Keystone is not installed (nil: all is).
@@ -65,12 +67,18 @@ func Missing() error {
 // serves yet: see Start and Argv.
 func Prepare(t testing.TB, listen, u string) *Keystone {
 	t.Helper()
+	return PrepareIn(t, t.TempDir(), listen, u)
+}
+
+// PrepareIn is Prepare in dir, an empty directory the caller removes
+// (a lab's state directory, say).
+func PrepareIn(t testing.TB, dir, listen, u string) *Keystone {
+	t.Helper()
 	if err := Missing(); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	for _, d := range []string{"log", "fernet", "cred"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,7 +131,30 @@ expiration = 14400
 // it stands).
 func (k *Keystone) Copy(t testing.TB) *Keystone {
 	t.Helper()
-	dir := t.TempDir()
+	return k.CopyTo(t, t.TempDir())
+}
+
+// At is the Keystone prepared (PrepareIn) in dir, to Copy; dir may be a
+// copy of the directory it was prepared in, whose paths its
+// configuration still names.
+func At(dir, listen, u string) *Keystone {
+	k := &Keystone{URL: strings.TrimRight(u, "/"), Listen: listen, dir: dir}
+	if b, err := os.ReadFile(filepath.Join(dir, "keystone.conf")); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "log_dir = "); ok {
+				k.origin = strings.TrimSuffix(strings.TrimSpace(v), "/log")
+			}
+		}
+	}
+	return k
+}
+
+// CopyTo is Copy into dir, an empty or missing directory.
+func (k *Keystone) CopyTo(t testing.TB, dir string) *Keystone {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	err := filepath.WalkDir(k.dir, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -149,7 +180,11 @@ func (k *Keystone) Copy(t testing.TB) *Keystone {
 		}
 		if rel == "keystone.conf" {
 			// Its paths are the directory's.
-			b = bytes.ReplaceAll(b, []byte(k.dir), []byte(dir))
+			from := k.dir
+			if k.origin != "" {
+				from = k.origin
+			}
+			b = bytes.ReplaceAll(b, []byte(from), []byte(dir))
 		}
 		return os.WriteFile(to, b, info.Mode().Perm())
 	})
