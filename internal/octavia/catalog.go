@@ -132,7 +132,7 @@ func (s *Server) quotaRoutes() {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"quota": renderQuota(q)})
 	})
-	s.handle("PUT /quotas/{project}", s.updateQuota)
+	s.handle("PUT /quotas/{project}", s.updateQuota(newRequestDecoder[quotaRequest]("quota", "quota", update)))
 	s.handle("DELETE /quotas/{project}", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.svc.ResetQuota(r.Context(), r.PathValue("project")); err != nil {
 			s.fail(w, r, err)
@@ -186,22 +186,24 @@ func firstSet(limits ...*int) *int {
 	return nil
 }
 
-func (s *Server) updateQuota(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeRequest[quotaRequest](r, "quota", "quota", update)
-	if err != nil {
-		s.fail(w, r, err)
-		return
+func (s *Server) updateQuota(decoder requestDecoder[quotaRequest]) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req, err := decoder.read(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		q := lbaas.Quota{
+			LoadBalancer: firstSet(req.LoadBalancer, req.LoadBalancerOld), Listener: req.Listener, Member: req.Member, Pool: req.Pool,
+			HealthMonitor: firstSet(req.HealthMonitor, req.HealthMonitorOld), L7Policy: req.L7Policy, L7Rule: req.L7Rule,
+		}
+		eff, err := s.svc.SetQuota(r.Context(), r.PathValue("project"), q)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusAccepted, map[string]any{"quota": renderQuota(eff)})
 	}
-	q := lbaas.Quota{
-		LoadBalancer: firstSet(req.LoadBalancer, req.LoadBalancerOld), Listener: req.Listener, Member: req.Member, Pool: req.Pool,
-		HealthMonitor: firstSet(req.HealthMonitor, req.HealthMonitorOld), L7Policy: req.L7Policy, L7Rule: req.L7Rule,
-	}
-	eff, err := s.svc.SetQuota(r.Context(), r.PathValue("project"), q)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"quota": renderQuota(eff)})
 }
 
 // ---- providers

@@ -20,7 +20,7 @@ func (s *Server) loadBalancerRoutes() {
 		}
 		return items, err
 	}))
-	s.handle("POST /loadbalancers", s.createLB)
+	s.handle("POST /loadbalancers", s.createLB(newRequestDecoder[lbaas.LoadBalancerCreate]("loadbalancer", "loadbalancer", create)))
 	s.handle("GET /loadbalancers/{id}", shown(s, "loadbalancer", func(r *http.Request) (map[string]any, error) {
 		load := s.svc.LoadBalancer
 		if f := fieldList(r.URL.Query()); len(f) > 0 && !slices.Contains(f, "listeners") && !slices.Contains(f, "pools") {
@@ -57,22 +57,24 @@ func (s *Server) loadBalancerRoutes() {
 }
 
 // createLB answers a fully populated create with the whole tree.
-func (s *Server) createLB(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeRequest[lbaas.LoadBalancerCreate](r, "loadbalancer", "loadbalancer", create)
-	if err != nil {
-		s.fail(w, r, err)
-		return
+func (s *Server) createLB(decoder requestDecoder[lbaas.LoadBalancerCreate]) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req, err := decoder.read(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		t, err := s.svc.CreateLoadBalancer(r.Context(), req)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if req.FullyPopulated() {
+			writeJSON(w, http.StatusCreated, map[string]any{"loadbalancer": renderFull(t)})
+			return
+		}
+		s.show(w, r, http.StatusCreated, "loadbalancer", renderLB(t))
 	}
-	t, err := s.svc.CreateLoadBalancer(r.Context(), req)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if req.FullyPopulated() {
-		writeJSON(w, http.StatusCreated, map[string]any{"loadbalancer": renderFull(t)})
-		return
-	}
-	s.show(w, r, http.StatusCreated, "loadbalancer", renderLB(t))
 }
 
 // stats answers what the agents counted, summed over the nodes (zeros
@@ -209,13 +211,14 @@ func (s *Server) memberRoutes() {
 		}
 		return renderMember(t, m), nil
 	}))
+	batch := newMembersDecoder[lbaas.MemberCreate]()
 	s.handle("PUT /pools/{pool}/members", func(w http.ResponseWriter, r *http.Request) {
 		body, err := readBody(r)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		members, err := decodeMembers[lbaas.MemberCreate](body)
+		members, err := batch.decode(body)
 		if err != nil {
 			s.fail(w, r, err)
 			return

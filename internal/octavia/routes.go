@@ -39,8 +39,9 @@ func (s *Server) handle(pattern string, h http.HandlerFunc) {
 // created decodes a POST body into the typed request Req, makes the
 // object and answers 201 with it.
 func created[Req any](s *Server, root, kind string, build func(r *http.Request, req Req) (map[string]any, error)) http.HandlerFunc {
+	decoder := newRequestDecoder[Req](root, kind, create)
 	return func(w http.ResponseWriter, r *http.Request) {
-		req, err := decodeRequest[Req](r, root, kind, create)
+		req, err := decoder.read(r)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -57,8 +58,9 @@ func created[Req any](s *Server, root, kind string, build func(r *http.Request, 
 // updated decodes a PUT body into Req, changes the object and answers 200
 // with it.
 func updated[Req any](s *Server, root, kind string, change func(r *http.Request, req Req) (map[string]any, error)) http.HandlerFunc {
+	decoder := newRequestDecoder[Req](root, kind, update)
 	return func(w http.ResponseWriter, r *http.Request) {
-		req, err := decodeRequest[Req](r, root, kind, update)
+		req, err := decoder.read(r)
 		if err != nil {
 			s.fail(w, r, err)
 			return
