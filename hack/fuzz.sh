@@ -13,7 +13,7 @@ targets=(
 	"./internal/octavia FuzzRequestBody"     # every Octavia body type, through the real handlers
 	"./internal/octavia FuzzListQuery"       # list filters, sorting, paging, fields=
 	"./internal/neutron FuzzNeutronBody"     # the Neutron subset's bodies
-	"./internal/jsondoc FuzzObject"          # request bodies: the fast decoder against encoding/json
+	"./internal/octavia FuzzDecode"          # request bodies: the one-pass decoder against the map validator
 	"./internal/jsondoc FuzzEncode"          # answers: the fast encoder against encoding/json
 	"./internal/compiler FuzzCompile"        # random trees -> flows, one owner per key
 	"./internal/dataplane/nftables FuzzPlan" # the pure nftables planner

@@ -28,8 +28,8 @@ var encodeOpts = jsonv2.JoinOptions(jsonv1.DefaultOptionsV1(),
 var errNotANumber = errors.New("not a number literal")
 
 // Encode writes v followed by a newline, as encoding/json's
-// Encoder.Encode does, about three times as fast on the maps the APIs
-// render (encoding/json sorts map keys through reflection). The one
+// Encoder.Encode does, faster on the APIs' answers (response types, and
+// maps, whose keys encoding/json sorts through reflection). The one
 // difference: invalid UTF-8 in a string is written as U+FFFD itself where
 // encoding/json writes the escape \ufffd, which decodes to the same
 // string (the APIs refuse invalid UTF-8 in requests, so stored strings

@@ -7,12 +7,14 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/flowlb/flowlb/internal/jsondoc"
 	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/flowlb/flowlb/internal/octavia"
 )
 
 // encodingJSON is what Encode must write.
@@ -23,10 +25,9 @@ func encodingJSON(v any) ([]byte, error) {
 }
 
 // TestEncodeIsEncodingJSON compares Encode's bytes with encoding/json's
-// on the values the APIs render (the maps ToMap makes of every domain
-// object, empty and filled, as the API wraps them), on values needing
-// encoding/json's own rules, and on random maps of random strings and
-// numbers.
+// on the values the APIs render (every Octavia answer's root type, empty
+// and filled, and the domain's objects), on values needing encoding/json's
+// own rules, and on random maps of random strings and numbers.
 func TestEncodeIsEncodingJSON(t *testing.T) {
 	seven := 7
 	values := map[string]any{
@@ -52,19 +53,13 @@ func TestEncodeIsEncodingJSON(t *testing.T) {
 			"empty": json.Number(""), "in a slice": []any{json.Number("0")}},
 		"json.RawMessage": map[string]any{"raw": json.RawMessage(` { "b" : [1, 2] , "a":"<"} `), "nil": json.RawMessage(nil)},
 	}
-	for _, v := range []any{&lbaas.LoadBalancer{}, &lbaas.Listener{}, &lbaas.Pool{}, &lbaas.Member{}, &lbaas.HealthMonitor{},
-		&lbaas.L7Policy{}, &lbaas.L7Rule{}, &lbaas.Flavor{}, &lbaas.FlavorProfile{}, &lbaas.AvailabilityZone{}, &lbaas.AZProfile{}} {
+	for _, v := range append(answers(), &lbaas.LoadBalancer{}, &lbaas.Listener{}, &lbaas.Pool{}, &lbaas.Member{}, &lbaas.HealthMonitor{},
+		&lbaas.L7Policy{}, &lbaas.L7Rule{}, &lbaas.Flavor{}, &lbaas.FlavorProfile{}, &lbaas.AvailabilityZone{}, &lbaas.AZProfile{}) {
 		name := reflect.TypeOf(v).Elem().Name()
 		filled := reflect.New(reflect.TypeOf(v).Elem())
 		fill(filled.Elem(), 0)
-		for state, obj := range map[string]any{"empty": v, "filled": filled.Interface()} {
-			m, err := jsondoc.ToMap(obj)
-			if err != nil {
-				t.Fatal(err)
-			}
-			values[name+", "+state+", as rendered"] = map[string]any{strings.ToLower(name): m}
-			values[name+", "+state+", the struct"] = obj
-		}
+		values[name+", empty"] = v
+		values[name+", filled"] = filled.Interface()
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 200 {
@@ -159,18 +154,19 @@ func TestEncodeRefusesAsEncodingJSON(t *testing.T) {
 	}
 }
 
+// answers are the root types of the Octavia API's answers, zero, each
+// behind a pointer.
+func answers() []any {
+	return []any{&octavia.LoadBalancerRoot{}, &octavia.LoadBalancerFullRoot{}, &octavia.LoadBalancersPage{}, &octavia.ListenersPage{},
+		&octavia.PoolsPage{}, &octavia.MembersPage{}, &octavia.HealthMonitorsPage{}, &octavia.L7PoliciesPage{}, &octavia.L7RulesPage{},
+		&octavia.FlavorsPage{}, &octavia.FlavorProfilesPage{}, &octavia.AvailabilityZonesPage{}, &octavia.AvailabilityZoneProfilesPage{},
+		&octavia.QuotasPage{}, &octavia.StatusRoot{}, &octavia.StatsRoot{}, &octavia.ProvidersRoot{}, &octavia.VersionsRoot{}}
+}
+
 func BenchmarkEncode(b *testing.B) {
-	x := &lbaas.Member{}
-	fill(reflect.ValueOf(x).Elem(), 0)
-	m, err := jsondoc.ToMap(x)
-	if err != nil {
-		b.Fatal(err)
-	}
-	members := make([]any, 10)
-	for i := range members {
-		members[i] = m
-	}
-	v := map[string]any{"pool": map[string]any{"members": members}}
+	var v octavia.MembersPage
+	fill(reflect.ValueOf(&v).Elem(), 0)
+	v.Members = slices.Repeat(v.Members[:1], 10)
 	var buf bytes.Buffer
 	b.Run("encoding/json", func(b *testing.B) {
 		for b.Loop() {
@@ -188,12 +184,26 @@ func BenchmarkEncode(b *testing.B) {
 
 // FuzzEncode: any JSON document, decoded by encoding/json into what the
 // APIs render (maps, slices, strings, float64 or json.Number, bools,
-// nulls), is written by Encode byte for byte as encoding/json writes it,
-// or refused with its error.
+// nulls, and the Octavia answers' types), is written by Encode byte for
+// byte as encoding/json writes it, or refused with its error.
 func FuzzEncode(f *testing.F) {
 	f.Add(`{"loadbalancer": {"name": "a<b>&c", "tags": ["\u2028", "é"], "weight": 1, "x": 1e21, "y": 1.5e-7, "n": null}}`)
 	f.Add(`[0, -0, 1e-6, 123456789012345678901234567890, "\u0000\u001f\"\\/"]`)
+	f.Add(`{"loadbalancer": {"listeners": [{"l7policies": [{"rules": [{"key": "<&>", "tags": ["\u2028"]}]}], "insert_headers": {"b": "1", "a": "2"},
+		"hsts_max_age": 9007199254740993}], "pools": [{"healthmonitor": {"http_version": 1e21}, "session_persistence": {"type": "x"}}], "additional_vips": [{}]}}`)
 	f.Fuzz(func(t *testing.T, data string) {
+		// Into every answer's type, as far as the document fits.
+		for _, v := range answers() {
+			if json.Unmarshal([]byte(data), v) != nil {
+				continue
+			}
+			want, wantErr := encodingJSON(v)
+			var got bytes.Buffer
+			err := jsondoc.Encode(&got, v)
+			if (err == nil) != (wantErr == nil) || !bytes.Equal(got.Bytes(), want) {
+				t.Fatalf("%q into %T: Encode wrote\n%s (%v)\nencoding/json\n%s (%v)", data, v, got.Bytes(), err, want, wantErr)
+			}
+		}
 		for _, useNumber := range []bool{false, true} {
 			d := json.NewDecoder(strings.NewReader(data))
 			if useNumber {
@@ -214,4 +224,90 @@ func FuzzEncode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fill sets every settable field of v to a non-zero value derived from
+// seed, allocating pointers, slices and maps.
+func fill(v reflect.Value, seed int) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("s" + string(rune('a'+seed%26)))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int64:
+		v.SetInt(int64(seed + 1))
+	case reflect.Float64:
+		v.SetFloat(float64(seed) + 0.1)
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem(), seed+1)
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 2, 2))
+		fill(v.Index(0), seed+1)
+		fill(v.Index(1), seed+2)
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(k, seed+1)
+		fill(e, seed+2)
+		v.SetMapIndex(k, e)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if f := v.Field(i); f.CanSet() {
+				fill(f, seed+i)
+			}
+		}
+	}
+}
+
+type named string
+
+type marshals struct{ X int }
+
+func (marshals) MarshalJSON() ([]byte, error) { return []byte(`{"y":1}`), nil }
+
+type inner struct {
+	A string `json:"a"`
+	B int    `json:"b,omitempty"`
+}
+
+type embedded struct {
+	ID string `json:"id"`
+}
+
+type odd struct {
+	embedded
+	Inner    inner    `json:"inner,omitempty"`
+	Inners   []inner  `json:"inners"`
+	Empty    []string `json:"empty,omitempty"`
+	Zero     float64  `json:"zero,omitempty"`
+	Untagged int
+	Keys     map[named]string  `json:"keys"`
+	Nested   map[string][]*int `json:"nested"`
+	hidden   int
+}
+
+type conflict struct {
+	embedded
+	ID string `json:"id"`
+}
+
+type withMarshaler struct {
+	M marshals `json:"m"`
+}
+
+type withInterface struct {
+	V any `json:"v"`
+}
+
+type withFloat32 struct {
+	F float32 `json:"f"`
+}
+
+type withString struct {
+	N int `json:"n,string"`
+}
+
+type withInt struct {
+	N int64 `json:"n"`
 }

@@ -1,15 +1,14 @@
 // Package jsondoc decodes the JSON documents flowlb wrote itself with
-// encoding/json (stored objects, rendered responses) faster than
-// encoding/json does, with encoding/json's result.
+// encoding/json (stored objects) and encodes the APIs' answers, faster
+// than encoding/json does, with encoding/json's result.
 //
-// The decoder is github.com/go-json-experiment/json, the prototype of
-// Go's encoding/json/v2, about three times faster on the store's objects.
-// Where its rules are stricter than encoding/json's (duplicate names,
-// invalid UTF-8 or escapes, anything else it refuses), encoding/json
-// decodes the document instead. A client's request body goes through
-// Object, into encoding/json's generic map; what the fast decoder refuses
-// goes to encoding/json, so that clients get its result and its error
-// messages.
+// The decoder and the encoder are github.com/go-json-experiment/json, the
+// prototype of Go's encoding/json/v2, about three times faster on the
+// store's objects. Where its rules are stricter than encoding/json's
+// (duplicate names, invalid UTF-8 or escapes, anything else it refuses),
+// encoding/json decodes (or encodes) the document instead. Clients'
+// request bodies are not this package's: the Octavia API reads them with
+// a decoder of its own (internal/octavia, decode.go).
 package jsondoc
 
 import (

@@ -95,27 +95,3 @@ func BenchmarkUnmarshal(b *testing.B) {
 		})
 	}
 }
-
-// TestWalked: the structs of plain fields that ToMap is for are walked,
-// not round-tripped (TestToMapIsTheRoundTrip holds either way).
-func TestWalked(t *testing.T) {
-	for _, tc := range []struct {
-		typ  reflect.Type
-		walk bool
-	}{
-		{reflect.TypeFor[doc](), true},
-		{reflect.TypeFor[base](), true},
-		{reflect.TypeFor[struct{ V any }](), false},
-		{reflect.TypeFor[struct{ F float32 }](), true}, // walked, but each float32 value takes the round trip
-		{reflect.TypeFor[struct {
-			B []byte `json:"b"`
-		}](), false},
-		{reflect.TypeFor[struct {
-			N int `json:"n,string"`
-		}](), false},
-	} {
-		if got := fieldsOf(tc.typ) != nil; got != tc.walk {
-			t.Errorf("%v walked: %v, want %v", tc.typ, got, tc.walk)
-		}
-	}
-}

@@ -6,8 +6,10 @@ import "encoding/json"
 // object, as Octavia's API types define it. Updates carry only mutable
 // attributes, each an Opt so that an attribute left out stays as it is;
 // creates embed their kind's update and add what is fixed at creation.
-// The API layer has validated the values against Octavia's wire types
-// before they get here.
+// The API layer decodes a body into them and checks every value against
+// Octavia's wire types in the same pass (internal/octavia); the JSON
+// methods below give encoding/json the same meaning, which that
+// decoder's tests hold it to.
 
 // Opt is an attribute a request may leave out. Given as null, it holds
 // T's zero value: the attribute is cleared, as Octavia clears one set to

@@ -1,9 +1,10 @@
 // Package lbaas is flowlb's domain: load balancers and their children, the
 // provisioning state machine (all locking on the parent load balancer),
 // cascade delete, quotas and provider dispatch. It knows the rules, not
-// HTTP: requests arrive as attribute maps already validated against
-// Octavia's wire types, and objects leave as the structs below, whose JSON
-// form is Octavia's response body.
+// HTTP: requests arrive as the typed requests of requests.go, which the
+// API has decoded and checked against Octavia's wire types, and objects
+// leave as the structs below (their JSON form is the stored document),
+// which the API renders as Octavia's response types.
 package lbaas
 
 import "net/netip"

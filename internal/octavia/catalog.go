@@ -2,7 +2,6 @@ package octavia
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -17,23 +16,39 @@ import (
 
 func (s *Server) catalogRoutes() {
 	cat := s.svc.Catalog()
-	catalogKindRoutes(s, catalogKind[lbaas.Flavor, lbaas.FlavorCreate, lbaas.FlavorUpdate]{
-		path: "flavors", root: "flavor", plural: "flavors", links: "flavors_links", kind: "flavor", idKey: "id",
+	catalogKindRoutes(s, catalogKind[lbaas.Flavor, lbaas.FlavorCreate, lbaas.FlavorUpdate, FlavorResponse]{
+		path: "flavors", root: "flavor", kind: "flavor", render: renderFlavor,
+		shape: shape[FlavorResponse]{plural: "flavors", idKey: "id",
+			one:  func(x FlavorResponse) any { return FlavorRoot{x} },
+			page: func(xs []FlavorResponse, l []Link) any { return FlavorsPage{xs, l} }},
 		storeKind: store.KindFlavor, resource: "Flavor",
 		create: cat.CreateFlavor, update: cat.UpdateFlavor, remove: cat.DeleteFlavor,
 	})
-	catalogKindRoutes(s, catalogKind[lbaas.FlavorProfile, lbaas.FlavorProfileRequest, lbaas.FlavorProfileRequest]{
-		path: "flavorprofiles", root: "flavorprofile", plural: "flavorprofiles", links: "flavorprofile_links", kind: "flavorprofile", idKey: "id",
+	catalogKindRoutes(s, catalogKind[lbaas.FlavorProfile, lbaas.FlavorProfileRequest, lbaas.FlavorProfileRequest, FlavorProfileResponse]{
+		path: "flavorprofiles", root: "flavorprofile", kind: "flavorprofile", render: renderFlavorProfile,
+		shape: shape[FlavorProfileResponse]{plural: "flavorprofiles", idKey: "id",
+			one: func(x FlavorProfileResponse) any { return FlavorProfileRoot{x} },
+			page: func(xs []FlavorProfileResponse, l []Link) any {
+				return FlavorProfilesPage{Links: l, FlavorProfiles: xs}
+			}},
 		storeKind: store.KindFlavorProfile, resource: "Flavor profile", adminOnlyRead: true,
 		create: cat.CreateFlavorProfile, update: cat.UpdateFlavorProfile, remove: cat.DeleteFlavorProfile,
 	})
-	catalogKindRoutes(s, catalogKind[lbaas.AvailabilityZone, lbaas.AZCreate, lbaas.AZUpdate]{
-		path: "availabilityzones", root: "availability_zone", plural: "availability_zones", links: "availability_zones_links", kind: "availability_zone", idKey: "name",
+	catalogKindRoutes(s, catalogKind[lbaas.AvailabilityZone, lbaas.AZCreate, lbaas.AZUpdate, AvailabilityZoneResponse]{
+		path: "availabilityzones", root: "availability_zone", kind: "availability_zone", render: renderAZ,
+		shape: shape[AvailabilityZoneResponse]{plural: "availability_zones", idKey: "name",
+			one:  func(x AvailabilityZoneResponse) any { return AvailabilityZoneRoot{x} },
+			page: func(xs []AvailabilityZoneResponse, l []Link) any { return AvailabilityZonesPage{xs, l} }},
 		storeKind: store.KindAvailabilityZone, resource: "Availability Zone",
 		create: cat.CreateAZ, update: cat.UpdateAZ, remove: cat.DeleteAZ,
 	})
-	catalogKindRoutes(s, catalogKind[lbaas.AZProfile, lbaas.AZProfileRequest, lbaas.AZProfileRequest]{
-		path: "availabilityzoneprofiles", root: "availability_zone_profile", plural: "availability_zone_profiles", links: "availability_zone_profile_links", kind: "availability_zone_profile", idKey: "id",
+	catalogKindRoutes(s, catalogKind[lbaas.AZProfile, lbaas.AZProfileRequest, lbaas.AZProfileRequest, AvailabilityZoneProfileResponse]{
+		path: "availabilityzoneprofiles", root: "availability_zone_profile", kind: "availability_zone_profile", render: renderAZProfile,
+		shape: shape[AvailabilityZoneProfileResponse]{plural: "availability_zone_profiles", idKey: "id",
+			one: func(x AvailabilityZoneProfileResponse) any { return AvailabilityZoneProfileRoot{x} },
+			page: func(xs []AvailabilityZoneProfileResponse, l []Link) any {
+				return AvailabilityZoneProfilesPage{Links: l, AvailabilityZoneProfiles: xs}
+			}},
 		storeKind: store.KindAZProfile, resource: "Availability Zone Profile", adminOnlyRead: true,
 		create: cat.CreateAZProfile, update: cat.UpdateAZProfile, remove: cat.DeleteAZProfile,
 	})
@@ -42,8 +57,7 @@ func (s *Server) catalogRoutes() {
 	s.handle("GET /providers/{name}/flavor_capabilities", s.adminOnly(s.capabilities(false)))
 	s.handle("GET /providers/{name}/availability_zone_capabilities", s.adminOnly(s.capabilities(true)))
 	s.handle("GET /octavia/amphorae", s.adminOnly(func(w http.ResponseWriter, r *http.Request) {
-		// The flow provider runs no amphorae.
-		writeJSON(w, http.StatusOK, map[string]any{"amphorae": []any{}, "amphorae_links": []any{}})
+		writeJSON(w, http.StatusOK, AmphoraePage{Amphorae: []struct{}{}, Links: []Link{}})
 	}))
 	noAmphora := s.adminOnly(func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, lbaas.NotFound("Amphora", r.PathValue("id")))
@@ -53,12 +67,13 @@ func (s *Server) catalogRoutes() {
 }
 
 // catalogKind describes one catalog collection: T is its object, C and U
-// its create and update requests. Octavia's list keys are irregular here
-// and kept so.
-type catalogKind[T, C, U any] struct {
-	path, root, plural, links, kind, idKey string
-	storeKind                              store.Kind
-	resource                               string
+// its create and update requests, R its response type.
+type catalogKind[T, C, U, R any] struct {
+	path, root, kind string
+	render           func(*T) R
+	shape            shape[R]
+	storeKind        store.Kind
+	resource         string
 	// adminOnlyRead: profiles are visible to admins only, as in Octavia.
 	adminOnlyRead bool
 	create        func(ctx context.Context, req C) (*T, error)
@@ -66,28 +81,35 @@ type catalogKind[T, C, U any] struct {
 	remove        func(ctx context.Context, id string) error
 }
 
-func catalogKindRoutes[T, C, U any](s *Server, c catalogKind[T, C, U]) {
+func catalogKindRoutes[T, C, U, R any](s *Server, c catalogKind[T, C, U, R]) {
 	read := func(h http.HandlerFunc) http.HandlerFunc {
 		if c.adminOnlyRead {
 			return s.adminOnly(h)
 		}
 		return h
 	}
-	s.handle("GET /"+c.path, read(listed(s, c.plural, c.links, c.idKey, func(r *http.Request) ([]map[string]any, error) {
+	rendered := func(x *T, err error) (R, error) {
+		if err != nil {
+			var zero R
+			return zero, err
+		}
+		return c.render(x), nil
+	}
+	s.handle("GET /"+c.path, read(listed(s, c.shape, func(r *http.Request) ([]R, error) {
 		xs, err := lbaas.List[T](r.Context(), s.svc.Catalog(), c.storeKind)
-		out := make([]map[string]any, 0, len(xs))
+		out := make([]R, 0, len(xs))
 		for _, x := range xs {
-			out = append(out, toMap(x))
+			out = append(out, c.render(x))
 		}
 		return out, err
 	})))
-	s.handle("GET /"+c.path+"/{id}", read(shown(s, c.root, func(r *http.Request) (map[string]any, error) {
+	s.handle("GET /"+c.path+"/{id}", read(shown(s, c.shape, func(r *http.Request) (R, error) {
 		return rendered(lbaas.Get[T](r.Context(), s.svc.Catalog(), c.storeKind, r.PathValue("id"), c.resource))
 	})))
-	s.handle("POST /"+c.path, s.adminOnly(created(s, c.root, c.kind, func(r *http.Request, req C) (map[string]any, error) {
+	s.handle("POST /"+c.path, s.adminOnly(created(s, c.root, c.kind, c.shape, func(r *http.Request, req C) (R, error) {
 		return rendered(c.create(r.Context(), req))
 	})))
-	s.handle("PUT /"+c.path+"/{id}", s.adminOnly(updated(s, c.root, c.kind, func(r *http.Request, req U) (map[string]any, error) {
+	s.handle("PUT /"+c.path+"/{id}", s.adminOnly(updated(s, c.root, c.kind, c.shape, func(r *http.Request, req U) (R, error) {
 		return rendered(c.update(r.Context(), r.PathValue("id"), req))
 	})))
 	s.handle("DELETE /"+c.path+"/{id}", s.adminOnly(removed(s, func(r *http.Request) error {
@@ -95,34 +117,15 @@ func catalogKindRoutes[T, C, U any](s *Server, c catalogKind[T, C, U]) {
 	})))
 }
 
-func rendered[T any](x *T, err error) (map[string]any, error) {
-	if err != nil {
-		return nil, err
-	}
-	return toMap(x), nil
-}
-
 // ---- quotas
 
-func renderQuota(q lbaas.Quota) map[string]any {
-	v := func(p *int) int {
-		if p == nil {
-			return -1
-		}
-		return *p
-	}
-	return map[string]any{
-		"load_balancer": v(q.LoadBalancer), "loadbalancer": v(q.LoadBalancer),
-		"listener": v(q.Listener), "member": v(q.Member), "pool": v(q.Pool),
-		"health_monitor": v(q.HealthMonitor), "healthmonitor": v(q.HealthMonitor),
-		"l7policy": v(q.L7Policy), "l7rule": v(q.L7Rule),
-	}
-}
+var quotaShape = shape[QuotaAllResponse]{plural: "quotas", idKey: "project_id",
+	page: func(xs []QuotaAllResponse, l []Link) any { return QuotasPage{xs, l} }}
 
 func (s *Server) quotaRoutes() {
 	s.handle("GET /quotas", s.listQuotas)
 	s.handle("GET /quotas/defaults", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"quota": renderQuota(s.svc.QuotaDefaults())})
+		writeJSON(w, http.StatusOK, QuotaRoot{renderQuota(s.svc.QuotaDefaults())})
 	})
 	s.handle("GET /quotas/{project}", func(w http.ResponseWriter, r *http.Request) {
 		q, err := s.svc.GetQuota(r.Context(), r.PathValue("project"))
@@ -130,9 +133,9 @@ func (s *Server) quotaRoutes() {
 			s.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"quota": renderQuota(q)})
+		writeJSON(w, http.StatusOK, QuotaRoot{renderQuota(q)})
 	})
-	s.handle("PUT /quotas/{project}", s.updateQuota)
+	s.handle("PUT /quotas/{project}", s.updateQuota(newRequestDecoder[quotaRequest]("quota", "quota", update)))
 	s.handle("DELETE /quotas/{project}", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.svc.ResetQuota(r.Context(), r.PathValue("project")); err != nil {
 			s.fail(w, r, err)
@@ -150,16 +153,14 @@ func (s *Server) listQuotas(w http.ResponseWriter, r *http.Request) {
 	}
 	// Without the global quota rule a caller lists its own project's only.
 	c, _ := identity.FromContext(r.Context())
-	items := []map[string]any{}
+	items := []QuotaAllResponse{}
 	for _, q := range qs {
 		if q.ProjectID != c.ProjectID && !c.Allow(identity.RuleReadQuotaGlobal, "") {
 			continue
 		}
-		m := renderQuota(q.Quota)
-		m["project_id"] = q.ProjectID
-		items = append(items, m)
+		items = append(items, QuotaAllResponse{QuotaResponse: renderQuota(q.Quota), ProjectID: q.ProjectID})
 	}
-	listed(s, "quotas", "quotas_links", "project_id", func(*http.Request) ([]map[string]any, error) { return items, nil })(w, r)
+	writePage(s, w, r, quotaShape, items)
 }
 
 // quotaRequest is PUT /quotas/{project}: Octavia takes both spellings of
@@ -186,49 +187,51 @@ func firstSet(limits ...*int) *int {
 	return nil
 }
 
-func (s *Server) updateQuota(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeRequest[quotaRequest](r, "quota", "quota", update)
-	if err != nil {
-		s.fail(w, r, err)
-		return
+func (s *Server) updateQuota(decoder requestDecoder[quotaRequest]) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req, err := decoder.read(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		q := lbaas.Quota{
+			LoadBalancer: firstSet(req.LoadBalancer, req.LoadBalancerOld), Listener: req.Listener, Member: req.Member, Pool: req.Pool,
+			HealthMonitor: firstSet(req.HealthMonitor, req.HealthMonitorOld), L7Policy: req.L7Policy, L7Rule: req.L7Rule,
+		}
+		eff, err := s.svc.SetQuota(r.Context(), r.PathValue("project"), q)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusAccepted, QuotaRoot{renderQuota(eff)})
 	}
-	q := lbaas.Quota{
-		LoadBalancer: firstSet(req.LoadBalancer, req.LoadBalancerOld), Listener: req.Listener, Member: req.Member, Pool: req.Pool,
-		HealthMonitor: firstSet(req.HealthMonitor, req.HealthMonitorOld), L7Policy: req.L7Policy, L7Rule: req.L7Rule,
-	}
-	eff, err := s.svc.SetQuota(r.Context(), r.PathValue("project"), q)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"quota": renderQuota(eff)})
 }
 
 // ---- providers
 
 func (s *Server) listProviders(w http.ResponseWriter, r *http.Request) {
-	items := []map[string]any{}
+	items := []ProviderResponse{}
 	for _, p := range s.svc.Providers() {
-		items = append(items, map[string]any{"name": p.Name(), "description": p.Description()})
+		items = append(items, ProviderResponse{Description: p.Description(), Name: p.Name()})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"providers": narrow(items, r.URL.Query())})
+	items = narrow(items, r.URL.Query(), func(p ProviderResponse) (string, string) { return p.Name, p.Description })
+	writeFields(w, r, http.StatusOK, ProvidersRoot{items}, "providers")
 }
 
 // narrow filters name/description lists (providers, capabilities) by
-// name= and description= and keeps only the requested fields=, as Octavia
-// does for these collections, which have no ids, paging or sorting.
-func narrow(items []map[string]any, q url.Values) []map[string]any {
-	out := []map[string]any{}
+// name= and description=, as Octavia does for these collections, which
+// have no ids, paging or sorting (fields= is the writer's).
+func narrow[T any](items []T, q url.Values, nameDescription func(T) (string, string)) []T {
+	out := []T{}
 	for _, it := range items {
-		keep := true
-		for _, k := range []string{"name", "description"} {
-			if vs, ok := q[k]; ok && !slices.Contains(vs, fmt.Sprint(it[k])) {
-				keep = false
-			}
+		name, description := nameDescription(it)
+		if vs, ok := q["name"]; ok && !slices.Contains(vs, name) {
+			continue
 		}
-		if keep {
-			out = append(out, pickFields(it, fieldList(q)))
+		if vs, ok := q["description"]; ok && !slices.Contains(vs, description) {
+			continue
 		}
+		out = append(out, it)
 	}
 	return out
 }
@@ -241,14 +244,19 @@ func (s *Server) capabilities(az bool) http.HandlerFunc {
 			s.fail(w, r, err)
 			return
 		}
-		key, caps := "flavor_capabilities", p.FlavorCapabilities()
+		caps := p.FlavorCapabilities()
 		if az {
-			key, caps = "availability_zone_capabilities", p.AZCapabilities()
+			caps = p.AZCapabilities()
 		}
-		items := []map[string]any{}
+		items := []CapabilityResponse{}
 		for _, c := range caps {
-			items = append(items, map[string]any{"name": c.Name, "description": c.Description})
+			items = append(items, CapabilityResponse{Description: c.Description, Name: c.Name})
 		}
-		writeJSON(w, http.StatusOK, map[string]any{key: narrow(items, r.URL.Query())})
+		items = narrow(items, r.URL.Query(), func(c CapabilityResponse) (string, string) { return c.Name, c.Description })
+		if az {
+			writeFields(w, r, http.StatusOK, AvailabilityZoneCapabilitiesRoot{items}, "availability_zone_capabilities")
+			return
+		}
+		writeFields(w, r, http.StatusOK, FlavorCapabilitiesRoot{items}, "flavor_capabilities")
 	}
 }

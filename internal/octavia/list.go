@@ -1,16 +1,20 @@
 package octavia
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 
-	"github.com/flowlb/flowlb/internal/lbaas"
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 )
 
@@ -26,78 +30,96 @@ type sortKey struct {
 }
 
 // page applies Octavia's list conventions (octavia/api/common/pagination.py)
-// to rendered objects: attribute filters with AND semantics, tag filters,
-// sort, limit/marker/page_reverse paging with <plural>_links, and fields.
-func (s *Server) page(r *http.Request, plural, linksKey string, items []map[string]any, idKey string) (map[string]any, error) {
+// to a list's items (response types): attribute filters with AND
+// semantics, tag filters, sort, limit/marker/page_reverse paging, and
+// the page's links. fields= is the writer's (pick).
+func page[T any](s *Server, r *http.Request, items []T, idKey string) ([]T, []Link, error) {
 	q := r.URL.Query()
-	known := knownKeys(plural, items)
-	filtered, err := filter(items, q, known)
+	tab := table[T]{items: items, columns: columnsOf(reflect.TypeFor[T]())}
+	filtered, err := tab.filter(q)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := sortItems(filtered, q, known, idKey); err != nil {
-		return nil, err
+	if err := filtered.sort(q, idKey); err != nil {
+		return nil, nil, err
 	}
-	limit, err := s.pageLimit(q, len(filtered))
+	limit, err := s.pageLimit(q, len(filtered.items))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	pageItems, err := slicePage(filtered, q, idKey, limit)
+	pageItems, err := filtered.slicePage(q, idKey, limit)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	links := []any{}
-	if len(pageItems) > 0 {
-		if len(pageItems) == limit {
-			links = append(links, link(r, "next", fmt.Sprint(pageItems[len(pageItems)-1][idKey]), limit, false))
+	links := []Link{}
+	if n := len(pageItems.items); n > 0 {
+		if n == limit {
+			links = append(links, link(r, "next", pageItems.id(n-1, idKey), limit, false))
 		}
 		if q.Get("marker") != "" {
-			links = append(links, link(r, "previous", fmt.Sprint(pageItems[0][idKey]), limit, true))
+			links = append(links, link(r, "previous", pageItems.id(0, idKey), limit, true))
 		}
 	}
-	fields := fieldList(q)
-	out := make([]any, 0, len(pageItems))
-	for _, it := range pageItems {
-		out = append(out, pickFields(strip(it), fields))
+	if pageItems.items == nil {
+		pageItems.items = []T{} // a page lists [], never null
 	}
-	return map[string]any{plural: out, linksKey: links}, nil
+	return pageItems.items, links, nil
 }
 
-// knownKeys are the attributes a list may filter and sort on: those of
-// the collection, and any its objects have.
-func knownKeys(plural string, items []map[string]any) map[string]bool {
-	known := map[string]bool{}
-	for k := range attributes()[plural] {
-		known[k] = true
+// table is a list's items with their attributes by name.
+type table[T any] struct {
+	items   []T
+	columns map[string]column
+}
+
+// get is item i's attribute key as JSON decodes it (nil if it has none).
+func (tab table[T]) get(i int, key string) any {
+	c, ok := tab.columns[key]
+	if !ok {
+		return nil
 	}
-	for _, it := range items {
-		for k := range it {
-			known[k] = true
+	return c.value(reflect.ValueOf(&tab.items[i]).Elem())
+}
+
+func (tab table[T]) id(i int, idKey string) string { return fmt.Sprint(tab.get(i, idKey)) }
+
+// known reports whether the list may filter and sort on key: an
+// attribute of its items' type (one that is given only sometimes, when
+// an item has it).
+func (tab table[T]) known(key string) bool {
+	c, ok := tab.columns[key]
+	if !ok || !c.omitEmpty {
+		return ok
+	}
+	for i := range tab.items {
+		if tab.get(i, key) != nil {
+			return true
 		}
 	}
-	return known
+	return false
 }
 
 // filter keeps the items that match every attribute and tag filter; an
 // unknown attribute is refused.
-func filter(items []map[string]any, q url.Values, known map[string]bool) ([]map[string]any, error) {
+func (tab table[T]) filter(q url.Values) (table[T], error) {
 	for k := range q {
-		if !listParams[k] && !known[k] {
-			return nil, fault.BadRequest("One or more arguments are either duplicate or invalid")
+		if !listParams[k] && !tab.known(k) {
+			return tab, fault.BadRequest("One or more arguments are either duplicate or invalid")
 		}
 	}
-	out := items[:0:0]
-	for _, it := range items {
-		if matches(it, q) {
-			out = append(out, it)
+	out := tab
+	out.items = nil
+	for i := range tab.items {
+		if matches(func(key string) any { return tab.get(i, key) }, q) {
+			out.items = append(out.items, tab.items[i])
 		}
 	}
 	return out, nil
 }
 
-// sortItems orders the items by the query's sort keys, or by created_at
+// sort orders the items by the query's sort keys, or by created_at
 // then id (flavors, AZs and quotas by their key) when it names none.
-func sortItems(items []map[string]any, q url.Values, known map[string]bool, idKey string) error {
+func (tab table[T]) sort(q url.Values, idKey string) error {
 	keys, err := sortKeys(q)
 	if err != nil {
 		return err
@@ -105,25 +127,39 @@ func sortItems(items []map[string]any, q url.Values, known map[string]bool, idKe
 	if len(q["sort"])+len(q["sort_key"]) == 0 {
 		keys = keys[:0]
 		for _, k := range []string{"created_at", "id", idKey} {
-			if known[k] && !slices.ContainsFunc(keys, func(x sortKey) bool { return x.key == k }) {
+			if tab.known(k) && !slices.ContainsFunc(keys, func(x sortKey) bool { return x.key == k }) {
 				keys = append(keys, sortKey{key: k})
 			}
 		}
 	}
 	for _, k := range keys {
-		if !known[k.key] {
+		if !tab.known(k.key) {
 			return fault.BadRequest("Supplied sort key '%s' is not valid.", k.key)
 		}
 	}
-	sort.SliceStable(items, func(i, j int) bool {
+	// Each item's sort values, once.
+	order := make([]int, len(tab.items))
+	values := make([][]any, len(tab.items))
+	for i := range tab.items {
+		order[i] = i
 		for _, k := range keys {
-			c := compare(items[i][k.key], items[j][k.key])
+			values[i] = append(values[i], tab.get(i, k.key))
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		for j, k := range keys {
+			c := compare(values[order[a]][j], values[order[b]][j])
 			if c != 0 {
 				return (c < 0) != k.desc
 			}
 		}
 		return false
 	})
+	sorted := make([]T, len(order))
+	for i, o := range order {
+		sorted[i] = tab.items[o]
+	}
+	copy(tab.items, sorted)
 	return nil
 }
 
@@ -146,14 +182,20 @@ func (s *Server) pageLimit(q url.Values, total int) (int, error) {
 
 // slicePage cuts the page after (or, with page_reverse, before) the
 // marker.
-func slicePage(items []map[string]any, q url.Values, idKey string, limit int) ([]map[string]any, error) {
+func (tab table[T]) slicePage(q url.Values, idKey string, limit int) (table[T], error) {
 	reverse := strings.EqualFold(q.Get("page_reverse"), "true")
 	marker := q.Get("marker")
-	start, end := 0, len(items)
+	start, end := 0, len(tab.items)
 	if marker != "" {
-		pos := slices.IndexFunc(items, func(it map[string]any) bool { return fmt.Sprint(it[idKey]) == marker })
+		pos := -1
+		for i := range tab.items {
+			if tab.id(i, idKey) == marker {
+				pos = i
+				break
+			}
+		}
 		if pos < 0 {
-			return nil, fault.BadRequest("Supplied pagination marker '%s' is not valid.", marker)
+			return tab, fault.BadRequest("Supplied pagination marker '%s' is not valid.", marker)
 		}
 		if reverse {
 			end = pos
@@ -162,21 +204,25 @@ func slicePage(items []map[string]any, q url.Values, idKey string, limit int) ([
 		}
 	}
 	if reverse {
-		return items[max(end-limit, 0):end], nil
+		tab.items = tab.items[max(end-limit, 0):end]
+	} else {
+		tab.items = tab.items[start:min(start+limit, end)]
 	}
-	return items[start:min(start+limit, end)], nil
+	return tab, nil
 }
 
-// matches applies attribute and tag filters.
-func matches(it map[string]any, q url.Values) bool {
+// matches applies attribute and tag filters to an item whose attributes
+// get gives.
+func matches(get func(key string) any, q url.Values) bool {
 	for k, vs := range q {
 		if listParams[k] {
 			continue
 		}
-		got := scalar(it[k])
+		attr := get(k)
+		got := scalar(attr)
 		ok := false
 		for _, v := range vs {
-			if got == v || (isBool(it[k]) && strings.EqualFold(got, v)) {
+			if got == v || (isBool(attr) && strings.EqualFold(got, v)) {
 				ok = true
 			}
 		}
@@ -185,7 +231,7 @@ func matches(it map[string]any, q url.Values) bool {
 		}
 	}
 	tags := map[string]bool{}
-	if ts, ok := it["tags"].([]any); ok {
+	if ts, ok := get("tags").([]any); ok {
 		for _, t := range ts {
 			tags[fmt.Sprint(t)] = true
 		}
@@ -316,7 +362,7 @@ func sortKeys(q url.Values) ([]sortKey, error) {
 	return keys, nil
 }
 
-func link(r *http.Request, rel, marker string, limit int, reverse bool) map[string]any {
+func link(r *http.Request, rel, marker string, limit int, reverse bool) Link {
 	u := *requestURL(r)
 	u.Scheme = "http"
 	if r.TLS != nil {
@@ -331,7 +377,7 @@ func link(r *http.Request, rel, marker string, limit int, reverse bool) map[stri
 		q.Set("page_reverse", "True")
 	}
 	u.RawQuery = q.Encode()
-	return map[string]any{"rel": rel, "href": u.String()}
+	return Link{Href: u.String(), Rel: rel}
 }
 
 // fieldList reads fields=a&fields=b (or comma-separated).
@@ -347,46 +393,180 @@ func fieldList(q url.Values) []string {
 	return out
 }
 
-// pickFields keeps only the requested fields (all when none is named).
-func pickFields(m map[string]any, fields []string) map[string]any {
-	if len(fields) == 0 {
-		return m
-	}
-	out := map[string]any{}
+// pick keeps, in an answer as encoded, only the fields= asked for: in
+// the one object of a single-object answer (list ""), or in each item of
+// the page's list. Members keep their order; a field asked for twice
+// comes once, one the object lacks not at all.
+func pick(answer []byte, list string, fields []string) ([]byte, error) {
+	keep := make(map[string]bool, len(fields))
 	for _, f := range fields {
-		if v, ok := m[f]; ok {
-			out[f] = v
+		keep[f] = true
+	}
+	d := jsontext.NewDecoder(bytes.NewBuffer(answer))
+	out := make([]byte, 0, len(answer))
+	object := func(keep map[string]bool) error {
+		if _, err := d.ReadToken(); err != nil { // {
+			return err
+		}
+		out = append(out, '{')
+		n := 0
+		for d.PeekKind() != '}' {
+			name, err := d.ReadToken()
+			if err != nil {
+				return err
+			}
+			k := name.String()
+			v, err := d.ReadValue()
+			if err != nil {
+				return err
+			}
+			if keep != nil && !keep[k] {
+				continue
+			}
+			if n++; n > 1 {
+				out = append(out, ',')
+			}
+			if out, err = jsontext.AppendQuote(out, k); err != nil {
+				return err
+			}
+			out = append(append(out, ':'), v...)
+		}
+		_, err := d.ReadToken() // }
+		out = append(out, '}')
+		return err
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return nil, err
+	}
+	out = append(out, '{')
+	for n := 0; d.PeekKind() != '}'; n++ {
+		name, err := d.ReadToken()
+		if err != nil {
+			return nil, err
+		}
+		k := name.String()
+		if n > 0 {
+			out = append(out, ',')
+		}
+		if out, err = jsontext.AppendQuote(out, k); err != nil {
+			return nil, err
+		}
+		out = append(out, ':')
+		switch {
+		case list == "":
+			err = object(keep)
+		case k == list && d.PeekKind() == '[':
+			_, err = d.ReadToken()
+			out = append(out, '[')
+			for i := 0; err == nil && d.PeekKind() != ']'; i++ {
+				if i > 0 {
+					out = append(out, ',')
+				}
+				err = object(keep)
+			}
+			if err == nil {
+				_, err = d.ReadToken()
+				out = append(out, ']')
+			}
+		default:
+			var v jsontext.Value
+			v, err = d.ReadValue()
+			out = append(out, v...)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
-	return out
+	return append(out, '}', '\n'), nil
 }
 
-// attributes are the filterable and sortable keys of each collection: the
-// keys of an empty object's rendering, so that a filter is refused even
-// when the list is empty.
-var attributes = sync.OnceValue(func() map[string]map[string]bool {
-	keys := func(m map[string]any) map[string]bool {
-		out := map[string]bool{}
-		for k := range m {
-			out[k] = true
+// A column is an attribute a list filters and sorts on: a member of its
+// items' JSON, or an attribute only the list sees (a filter tag, see
+// response.go).
+type column struct {
+	index []int
+	// omitEmpty: the attribute is absent from an item whose value is the
+	// zero value.
+	omitEmpty bool
+}
+
+var columnCache sync.Map // reflect.Type → map[string]column
+
+// columnsOf are the columns of the response type t.
+func columnsOf(t reflect.Type) map[string]column {
+	if c, ok := columnCache.Load(t); ok {
+		return c.(map[string]column)
+	}
+	cols := map[string]column{}
+	var walk func(t reflect.Type, index []int)
+	walk = func(t reflect.Type, index []int) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			idx := append(append([]int(nil), index...), i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			switch {
+			case f.Anonymous && f.Type.Kind() == reflect.Struct:
+				walk(f.Type, idx)
+			case name == "-":
+				if tag := f.Tag.Get("filter"); tag != "" {
+					name, opt, _ := strings.Cut(tag, ",")
+					cols[name] = column{index: idx, omitEmpty: opt == "omitempty"}
+				}
+			case name != "" && f.IsExported():
+				cols[name] = column{index: idx}
+			}
 		}
-		return out
 	}
-	t := &lbaas.Tree{LB: &lbaas.LoadBalancer{}}
-	quota := renderQuota(lbaas.Quota{})
-	quota["project_id"] = ""
-	return map[string]map[string]bool{
-		"loadbalancers":              keys(renderLB(t)),
-		"listeners":                  keys(renderListener(t, &lbaas.Listener{})),
-		"pools":                      keys(renderPool(t, &lbaas.Pool{})),
-		"members":                    keys(renderMember(t, &lbaas.Member{})),
-		"healthmonitors":             keys(renderMonitor(t, &lbaas.HealthMonitor{})),
-		"l7policies":                 keys(renderPolicy(t, &lbaas.L7Policy{})),
-		"rules":                      keys(renderRule(t, &lbaas.L7Rule{})),
-		"flavors":                    keys(toMap(&lbaas.Flavor{})),
-		"flavorprofiles":             keys(toMap(&lbaas.FlavorProfile{})),
-		"availability_zones":         keys(toMap(&lbaas.AvailabilityZone{})),
-		"availability_zone_profiles": keys(toMap(&lbaas.AZProfile{})),
-		"quotas":                     keys(quota),
+	walk(t, nil)
+	columnCache.Store(t, cols)
+	return cols
+}
+
+// value is the column's value in item v as its JSON decodes to (numbers
+// as float64, lists as []any, objects as maps), which the filters and
+// the sort compare.
+func (c column) value(v reflect.Value) any {
+	f := v.FieldByIndex(c.index)
+	if c.omitEmpty && f.IsZero() {
+		return nil
 	}
-})
+	return jsonValue(f)
+}
+
+func jsonValue(v reflect.Value) any {
+	switch v.Kind() {
+	case reflect.String:
+		return v.String()
+	case reflect.Bool:
+		return v.Bool()
+	case reflect.Int, reflect.Int64:
+		return float64(v.Int())
+	case reflect.Float64:
+		return v.Float()
+	case reflect.Pointer:
+		if v.IsNil() {
+			return nil
+		}
+		return jsonValue(v.Elem())
+	case reflect.Slice, reflect.Map:
+		if v.IsNil() {
+			return nil
+		}
+		if xs, ok := v.Interface().([]string); ok {
+			out := make([]any, len(xs))
+			for i, x := range xs {
+				out[i] = x
+			}
+			return out
+		}
+	}
+	// Lists of objects and objects take the long way, and only when a
+	// list filters or sorts on them.
+	b, err := json.Marshal(v.Interface())
+	if err != nil {
+		return nil
+	}
+	var x any
+	_ = json.Unmarshal(b, &x)
+	return x
+}

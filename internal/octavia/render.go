@@ -1,139 +1,195 @@
 package octavia
 
 import (
-	"github.com/flowlb/flowlb/internal/jsondoc"
 	"github.com/flowlb/flowlb/internal/lbaas"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
-// internalKeys are document fields flowlb keeps for itself or for filters
-// (Octavia's data-model columns) that are not in Octavia's response types.
-var internalKeys = []string{"x_owns_vip_port", "x_health", "loadbalancer_id", "listener_id", "pool_id", "l7policy_id"}
+// The domain's objects as Octavia's response types (response.go), each
+// with what it refers to in its tree.
 
-// toMap renders a domain object as its JSON form decoded into a map.
-func toMap(v any) map[string]any {
-	m, err := jsondoc.ToMap(v)
-	if err != nil {
-		panic(err) // domain types always marshal
-	}
-	if m == nil {
-		m = map[string]any{}
-	}
-	if p, ok := m["project_id"]; ok {
-		m["tenant_id"] = p
-	}
-	return m
-}
-
-// strip removes internal keys before a map leaves the server.
-func strip(m map[string]any, keep ...string) map[string]any {
-	for _, k := range internalKeys {
-		keepIt := false
-		for _, x := range keep {
-			keepIt = keepIt || x == k
-		}
-		if !keepIt {
-			delete(m, k)
-		}
-	}
-	return m
-}
-
-func refs[T any](xs []*T, id func(*T) string) []any {
-	out := make([]any, 0, len(xs))
+func refs[T any](xs []*T, id func(*T) string) []lbaas.Ref {
+	out := make([]lbaas.Ref, 0, len(xs))
 	for _, x := range xs {
-		out = append(out, map[string]any{"id": id(x)})
+		out = append(out, lbaas.Ref{ID: id(x)})
 	}
 	return out
 }
 
-func renderLB(t *lbaas.Tree) map[string]any {
-	m := toMap(t.LB)
-	m["listeners"] = refs(t.Listeners, func(l *lbaas.Listener) string { return l.ID })
-	m["pools"] = refs(t.Pools, func(p *lbaas.Pool) string { return p.ID })
-	return m
-}
+func listenerID(l *lbaas.Listener) string { return l.ID }
+func poolID(p *lbaas.Pool) string         { return p.ID }
+func memberID(m *lbaas.Member) string     { return m.ID }
+func policyID(p *lbaas.L7Policy) string   { return p.ID }
+func ruleID(r *lbaas.L7Rule) string       { return r.ID }
 
-func renderListener(t *lbaas.Tree, l *lbaas.Listener) map[string]any {
-	m := toMap(l)
-	m["loadbalancers"] = []any{map[string]any{"id": t.LB.ID}}
-	m["l7policies"] = refs(t.ListenerPolicies(l.ID), func(p *lbaas.L7Policy) string { return p.ID })
-	return m
-}
-
-func renderPool(t *lbaas.Tree, p *lbaas.Pool) map[string]any {
-	m := toMap(p)
-	m["loadbalancers"] = []any{map[string]any{"id": t.LB.ID}}
-	m["listeners"] = refs(t.ListenersOfPool(p.ID), func(l *lbaas.Listener) string { return l.ID })
-	m["members"] = refs(t.PoolMembers(p.ID), func(x *lbaas.Member) string { return x.ID })
-	m["healthmonitor_id"] = nil
-	if h := t.PoolMonitor(p.ID); h != nil {
-		m["healthmonitor_id"] = h.ID
+func additionalVIPs(xs []lbaas.AdditionalVIP) []AdditionalVIPResponse {
+	if xs == nil {
+		return nil
 	}
-	return m
+	out := make([]AdditionalVIPResponse, len(xs))
+	for i, x := range xs {
+		out[i] = AdditionalVIPResponse{IPAddress: x.IPAddress, PortID: x.PortID, SubnetID: x.SubnetID}
+	}
+	return out
 }
 
-func renderMember(_ *lbaas.Tree, x *lbaas.Member) map[string]any { return toMap(x) }
-
-func renderMonitor(_ *lbaas.Tree, h *lbaas.HealthMonitor) map[string]any {
-	m := toMap(h)
-	m["pools"] = []any{map[string]any{"id": h.PoolID}}
-	return m
+func sessionPersistence(sp *lbaas.SessionPersistence) *SessionPersistenceResponse {
+	if sp == nil {
+		return nil
+	}
+	return &SessionPersistenceResponse{CookieName: sp.CookieName, PersistenceGranularity: sp.PersistenceGranularity,
+		PersistenceTimeout: sp.PersistenceTimeout, Type: sp.Type}
 }
 
-func renderPolicy(t *lbaas.Tree, p *lbaas.L7Policy) map[string]any {
-	m := toMap(p)
-	m["rules"] = refs(t.PolicyRules(p.ID), func(r *lbaas.L7Rule) string { return r.ID })
-	return m
+func loadBalancerOf[L, P any](lb *lbaas.LoadBalancer, listeners []L, pools []P) loadBalancerResponse[L, P] {
+	return loadBalancerResponse[L, P]{
+		AdditionalVIPs: additionalVIPs(lb.AdditionalVIPs), AdminStateUp: lb.AdminStateUp, AvailabilityZone: lb.AvailabilityZone,
+		CreatedAt: lb.CreatedAt, Description: lb.Description, FlavorID: lb.FlavorID, ID: lb.ID, Listeners: listeners, Name: lb.Name,
+		OperatingStatus: lb.OperatingStatus, Pools: pools, ProjectID: lb.ProjectID, Provider: lb.Provider,
+		ProvisioningStatus: lb.ProvisioningStatus, Tags: lb.Tags, TenantID: lb.ProjectID, UpdatedAt: lb.UpdatedAt,
+		VIPAddress: lb.VIPAddress, VIPNetworkID: lb.VIPNetworkID, VIPPortID: lb.VIPPortID, VIPQoSPolicyID: lb.VIPQoSPolicyID,
+		VIPSGIDs: lb.VIPSGIDs, VIPSubnetID: lb.VIPSubnetID, VIPVnicType: lb.VIPVnicType, OwnsVIPPort: lb.OwnsVIPPort,
+	}
 }
 
-func renderRule(_ *lbaas.Tree, r *lbaas.L7Rule) map[string]any { return toMap(r) }
+func renderLB(t *lbaas.Tree) LoadBalancerResponse {
+	return loadBalancerOf(t.LB, refs(t.Listeners, listenerID), refs(t.Pools, poolID))
+}
+
+func listenerOf[P any](t *lbaas.Tree, l *lbaas.Listener, policies []P) listenerResponse[P] {
+	return listenerResponse[P]{
+		AdminStateUp: l.AdminStateUp, AllowedCIDRs: l.AllowedCIDRs, ALPNProtocols: l.ALPNProtocols,
+		ClientAuthentication: l.ClientAuthentication, ClientCATLSContainerRef: l.ClientCATLSContainerRef,
+		ClientCRLContainerRef: l.ClientCRLContainerRef, ConnectionLimit: l.ConnectionLimit, CreatedAt: l.CreatedAt,
+		DefaultPoolID: l.DefaultPoolID, DefaultTLSContainerRef: l.DefaultTLSContainerRef, Description: l.Description,
+		HSTSIncludeSubdomains: l.HSTSIncludeSubdomains, HSTSMaxAge: l.HSTSMaxAge, HSTSPreload: l.HSTSPreload, ID: l.ID,
+		InsertHeaders: l.InsertHeaders, L7Policies: policies, LoadBalancers: []lbaas.Ref{{ID: t.LB.ID}}, Name: l.Name,
+		OperatingStatus: l.OperatingStatus, ProjectID: l.ProjectID, Protocol: l.Protocol, ProtocolPort: l.ProtocolPort,
+		ProvisioningStatus: l.ProvisioningStatus, SNIContainerRefs: l.SNIContainerRefs, Tags: l.Tags, TenantID: l.ProjectID,
+		TimeoutClientData: l.TimeoutClientData, TimeoutMemberConnect: l.TimeoutMemberConnect, TimeoutMemberData: l.TimeoutMemberData,
+		TimeoutTCPInspect: l.TimeoutTCPInspect, TLSCiphers: l.TLSCiphers, TLSVersions: l.TLSVersions, UpdatedAt: l.UpdatedAt,
+		LoadBalancerID: l.LoadBalancerID,
+	}
+}
+
+func renderListener(t *lbaas.Tree, l *lbaas.Listener) ListenerResponse {
+	return listenerOf(t, l, refs(t.ListenerPolicies(l.ID), policyID))
+}
+
+// monitorID is the pool's health monitor's id, or nil.
+func monitorID(t *lbaas.Tree, p *lbaas.Pool) *string {
+	if h := t.PoolMonitor(p.ID); h != nil {
+		return &h.ID
+	}
+	return nil
+}
+
+func renderPool(t *lbaas.Tree, p *lbaas.Pool) PoolResponse {
+	return PoolResponse{
+		ALPNProtocols: p.ALPNProtocols, AdminStateUp: p.AdminStateUp, CATLSContainerRef: p.CATLSContainerRef,
+		CRLContainerRef: p.CRLContainerRef, CreatedAt: p.CreatedAt, Description: p.Description, HealthMonitorID: monitorID(t, p),
+		ID: p.ID, LBAlgorithm: p.LBAlgorithm, Listeners: refs(t.ListenersOfPool(p.ID), listenerID),
+		LoadBalancers: []lbaas.Ref{{ID: t.LB.ID}}, Members: refs(t.PoolMembers(p.ID), memberID), Name: p.Name,
+		OperatingStatus: p.OperatingStatus, ProjectID: p.ProjectID, Protocol: p.Protocol, ProvisioningStatus: p.ProvisioningStatus,
+		SessionPersistence: sessionPersistence(p.SessionPersistence), TLSCiphers: p.TLSCiphers, TLSContainerRef: p.TLSContainerRef,
+		TLSEnabled: p.TLSEnabled, TLSVersions: p.TLSVersions, Tags: p.Tags, TenantID: p.ProjectID, UpdatedAt: p.UpdatedAt,
+		LoadBalancerID: p.LoadBalancerID, ListenerID: p.ListenerID,
+	}
+}
+
+// renderPoolFull is a pool of a fully populated create's answer: its
+// members and health monitor in full.
+func renderPoolFull(t *lbaas.Tree, p *lbaas.Pool) PoolFullResponse {
+	members := []MemberResponse{}
+	for _, m := range t.PoolMembers(p.ID) {
+		members = append(members, renderMember(m))
+	}
+	var monitor *HealthMonitorResponse
+	if h := t.PoolMonitor(p.ID); h != nil {
+		r := renderMonitor(h)
+		monitor = &r
+	}
+	return PoolFullResponse{
+		ALPNProtocols: p.ALPNProtocols, AdminStateUp: p.AdminStateUp, CATLSContainerRef: p.CATLSContainerRef,
+		CRLContainerRef: p.CRLContainerRef, CreatedAt: p.CreatedAt, Description: p.Description, HealthMonitor: monitor,
+		HealthMonitorID: monitorID(t, p), ID: p.ID, LBAlgorithm: p.LBAlgorithm, Listeners: refs(t.ListenersOfPool(p.ID), listenerID),
+		LoadBalancers: []lbaas.Ref{{ID: t.LB.ID}}, Members: members, Name: p.Name, OperatingStatus: p.OperatingStatus,
+		ProjectID: p.ProjectID, Protocol: p.Protocol, ProvisioningStatus: p.ProvisioningStatus,
+		SessionPersistence: sessionPersistence(p.SessionPersistence), TLSCiphers: p.TLSCiphers, TLSContainerRef: p.TLSContainerRef,
+		TLSEnabled: p.TLSEnabled, TLSVersions: p.TLSVersions, Tags: p.Tags, TenantID: p.ProjectID, UpdatedAt: p.UpdatedAt,
+	}
+}
+
+func renderMember(m *lbaas.Member) MemberResponse {
+	return MemberResponse{
+		Address: m.Address, AdminStateUp: m.AdminStateUp, Backup: m.Backup, CreatedAt: m.CreatedAt, ID: m.ID,
+		MonitorAddress: m.MonitorAddress, MonitorPort: m.MonitorPort, Name: m.Name, OperatingStatus: m.OperatingStatus,
+		ProjectID: m.ProjectID, ProtocolPort: m.ProtocolPort, ProvisioningStatus: m.ProvisioningStatus, SubnetID: m.SubnetID,
+		Tags: m.Tags, TenantID: m.ProjectID, UpdatedAt: m.UpdatedAt, VnicType: m.VnicType, Weight: m.Weight,
+		PoolID: m.PoolID, Health: m.Health,
+	}
+}
+
+func renderMonitor(h *lbaas.HealthMonitor) HealthMonitorResponse {
+	return HealthMonitorResponse{
+		AdminStateUp: h.AdminStateUp, CreatedAt: h.CreatedAt, Delay: h.Delay, DomainName: h.DomainName,
+		ExpectedCodes: h.ExpectedCodes, HTTPMethod: h.HTTPMethod, HTTPVersion: h.HTTPVersion, ID: h.ID, MaxRetries: h.MaxRetries,
+		MaxRetriesDown: h.MaxRetriesDown, Name: h.Name, OperatingStatus: h.OperatingStatus, Pools: []lbaas.Ref{{ID: h.PoolID}},
+		ProjectID: h.ProjectID, ProvisioningStatus: h.ProvisioningStatus, Tags: h.Tags, TenantID: h.ProjectID, Timeout: h.Timeout,
+		Type: h.Type, URLPath: h.URLPath, UpdatedAt: h.UpdatedAt, PoolID: h.PoolID,
+	}
+}
+
+func policyOf[R any](p *lbaas.L7Policy, rules []R) l7PolicyResponse[R] {
+	return l7PolicyResponse[R]{
+		Action: p.Action, AdminStateUp: p.AdminStateUp, CreatedAt: p.CreatedAt, Description: p.Description, ID: p.ID,
+		Name: p.Name, OperatingStatus: p.OperatingStatus, Position: p.Position, ProjectID: p.ProjectID,
+		ProvisioningStatus: p.ProvisioningStatus, RedirectHTTPCode: p.RedirectHTTPCode, RedirectPoolID: p.RedirectPoolID,
+		RedirectPrefix: p.RedirectPrefix, RedirectURL: p.RedirectURL, Rules: rules, Tags: p.Tags, TenantID: p.ProjectID,
+		UpdatedAt: p.UpdatedAt, ListenerID: p.ListenerID,
+	}
+}
+
+func renderPolicy(t *lbaas.Tree, p *lbaas.L7Policy) L7PolicyResponse {
+	return policyOf(p, refs(t.PolicyRules(p.ID), ruleID))
+}
+
+func renderRule(r *lbaas.L7Rule) L7RuleResponse {
+	return L7RuleResponse{
+		AdminStateUp: r.AdminStateUp, CompareType: r.CompareType, CreatedAt: r.CreatedAt, ID: r.ID, Invert: r.Invert, Key: r.Key,
+		OperatingStatus: r.OperatingStatus, ProjectID: r.ProjectID, ProvisioningStatus: r.ProvisioningStatus, Tags: r.Tags,
+		TenantID: r.ProjectID, Type: r.Type, UpdatedAt: r.UpdatedAt, Value: r.Value, L7PolicyID: r.L7PolicyID,
+	}
+}
 
 // renderFull is the LoadBalancerFullResponse of a single-call create:
 // listeners and pools as full objects with their own children inlined.
-func renderFull(t *lbaas.Tree) map[string]any {
-	m := strip(renderLB(t))
-	ls := []any{}
+func renderFull(t *lbaas.Tree) LoadBalancerFullResponse {
+	listeners := []ListenerFullResponse{}
 	for _, l := range t.Listeners {
-		lm := strip(renderListener(t, l))
-		pols := []any{}
+		policies := []L7PolicyFullResponse{}
 		for _, p := range t.ListenerPolicies(l.ID) {
-			pm := strip(renderPolicy(t, p))
-			rules := []any{}
+			rules := []L7RuleResponse{}
 			for _, r := range t.PolicyRules(p.ID) {
-				rules = append(rules, strip(renderRule(t, r)))
+				rules = append(rules, renderRule(r))
 			}
-			pm["rules"] = rules
-			pols = append(pols, pm)
+			policies = append(policies, policyOf(p, rules))
 		}
-		lm["l7policies"] = pols
-		ls = append(ls, lm)
+		listeners = append(listeners, listenerOf(t, l, policies))
 	}
-	ps := []any{}
+	pools := []PoolFullResponse{}
 	for _, p := range t.Pools {
-		pm := strip(renderPool(t, p))
-		ms := []any{}
-		for _, x := range t.PoolMembers(p.ID) {
-			ms = append(ms, strip(renderMember(t, x)))
-		}
-		pm["members"] = ms
-		pm["healthmonitor"] = nil
-		if h := t.PoolMonitor(p.ID); h != nil {
-			pm["healthmonitor"] = strip(renderMonitor(t, h))
-		}
-		ps = append(ps, pm)
+		pools = append(pools, renderPoolFull(t, p))
 	}
-	m["listeners"] = ls
-	m["pools"] = ps
-	return m
+	return loadBalancerOf(t.LB, listeners, pools)
 }
 
 // statusTree is GET /loadbalancers/{id}/status, in the shape Octavia's
 // code returns (health_monitor key; only pools reachable from listeners).
-func statusTree(t *lbaas.Tree) map[string]any {
-	ls := []any{}
+func statusTree(t *lbaas.Tree) StatusRoot {
+	listeners := []ListenerStatus{}
 	for _, l := range t.Listeners {
-		pools := []any{}
+		pools := []PoolStatus{}
 		seen := map[string]bool{}
 		addPool := func(id string) {
 			p := t.Pool(id)
@@ -141,15 +197,17 @@ func statusTree(t *lbaas.Tree) map[string]any {
 				return
 			}
 			seen[id] = true
-			members := []any{}
+			members := []MemberStatus{}
 			for _, x := range t.PoolMembers(p.ID) {
-				members = append(members, map[string]any{"id": x.ID, "name": x.Name, "operating_status": x.OperatingStatus, "provisioning_status": x.ProvisioningStatus, "address": x.Address, "protocol_port": x.ProtocolPort})
+				members = append(members, MemberStatus{Address: x.Address, ID: x.ID, Name: x.Name, OperatingStatus: x.OperatingStatus,
+					ProtocolPort: x.ProtocolPort, ProvisioningStatus: x.ProvisioningStatus})
 			}
-			pm := map[string]any{"id": p.ID, "name": p.Name, "provisioning_status": p.ProvisioningStatus, "operating_status": p.OperatingStatus, "members": members}
+			ps := PoolStatus{ID: p.ID, Members: members, Name: p.Name, OperatingStatus: p.OperatingStatus, ProvisioningStatus: p.ProvisioningStatus}
 			if h := t.PoolMonitor(p.ID); h != nil {
-				pm["health_monitor"] = map[string]any{"id": h.ID, "name": h.Name, "type": h.Type, "provisioning_status": h.ProvisioningStatus, "operating_status": h.OperatingStatus}
+				ps.HealthMonitor = &HealthMonitorStatus{ID: h.ID, Name: h.Name, OperatingStatus: h.OperatingStatus,
+					ProvisioningStatus: h.ProvisioningStatus, Type: h.Type}
 			}
-			pools = append(pools, pm)
+			pools = append(pools, ps)
 		}
 		if l.DefaultPoolID != nil {
 			addPool(*l.DefaultPoolID)
@@ -159,16 +217,46 @@ func statusTree(t *lbaas.Tree) map[string]any {
 				addPool(*pol.RedirectPoolID)
 			}
 		}
-		ls = append(ls, map[string]any{"id": l.ID, "name": l.Name, "operating_status": l.OperatingStatus, "provisioning_status": l.ProvisioningStatus, "pools": pools})
+		listeners = append(listeners, ListenerStatus{ID: l.ID, Name: l.Name, OperatingStatus: l.OperatingStatus, Pools: pools,
+			ProvisioningStatus: l.ProvisioningStatus})
 	}
-	return map[string]any{"statuses": map[string]any{"loadbalancer": map[string]any{
-		"id": t.LB.ID, "name": t.LB.Name, "operating_status": t.LB.OperatingStatus, "provisioning_status": t.LB.ProvisioningStatus, "listeners": ls,
-	}}}
+	var root StatusRoot
+	root.Statuses.LoadBalancer = LoadBalancerStatus{ID: t.LB.ID, Listeners: listeners, Name: t.LB.Name,
+		OperatingStatus: t.LB.OperatingStatus, ProvisioningStatus: t.LB.ProvisioningStatus}
+	return root
 }
 
-// renderStats is Octavia's statistics object (LoadBalancerStatisticsResponse,
-// ListenerStatisticsResponse).
-func renderStats(c store.Counts) map[string]any {
-	return map[string]any{"bytes_in": c.BytesIn, "bytes_out": c.BytesOut, "active_connections": c.ActiveConnections,
-		"total_connections": c.TotalConnections, "request_errors": c.RequestErrors}
+func renderStats(c store.Counts) StatsResponse {
+	return StatsResponse{ActiveConnections: c.ActiveConnections, BytesIn: c.BytesIn, BytesOut: c.BytesOut,
+		RequestErrors: c.RequestErrors, TotalConnections: c.TotalConnections}
+}
+
+func renderFlavor(f *lbaas.Flavor) FlavorResponse {
+	return FlavorResponse{Description: f.Description, Enabled: f.Enabled, FlavorProfileID: f.FlavorProfileID, ID: f.ID, Name: f.Name}
+}
+
+func renderFlavorProfile(p *lbaas.FlavorProfile) FlavorProfileResponse {
+	return FlavorProfileResponse{FlavorData: p.FlavorData, ID: p.ID, Name: p.Name, ProviderName: p.ProviderName}
+}
+
+func renderAZ(az *lbaas.AvailabilityZone) AvailabilityZoneResponse {
+	return AvailabilityZoneResponse{AvailabilityZoneProfileID: az.AvailabilityZoneProfileID, Description: az.Description,
+		Enabled: az.Enabled, Name: az.Name}
+}
+
+func renderAZProfile(p *lbaas.AZProfile) AvailabilityZoneProfileResponse {
+	return AvailabilityZoneProfileResponse{AvailabilityZoneData: p.AvailabilityZoneData, ID: p.ID, Name: p.Name, ProviderName: p.ProviderName}
+}
+
+// renderQuota gives -1 for no limit.
+func renderQuota(q lbaas.Quota) QuotaResponse {
+	v := func(p *int) int {
+		if p == nil {
+			return -1
+		}
+		return *p
+	}
+	return QuotaResponse{HealthMonitor: v(q.HealthMonitor), HealthMonitorOld: v(q.HealthMonitor), L7Policy: v(q.L7Policy),
+		L7Rule: v(q.L7Rule), Listener: v(q.Listener), LoadBalancer: v(q.LoadBalancer), LoadBalancerOld: v(q.LoadBalancer),
+		Member: v(q.Member), Pool: v(q.Pool)}
 }

@@ -11,31 +11,55 @@ import (
 // The load balancer tree's routes: each is its domain call and its
 // rendering, in one of the handler shapes of routes.go.
 
+var (
+	lbShape = shape[LoadBalancerResponse]{plural: "loadbalancers", idKey: "id",
+		one:  func(x LoadBalancerResponse) any { return LoadBalancerRoot{x} },
+		page: func(xs []LoadBalancerResponse, l []Link) any { return LoadBalancersPage{xs, l} }}
+	listenerShape = shape[ListenerResponse]{plural: "listeners", idKey: "id",
+		one:  func(x ListenerResponse) any { return ListenerRoot{x} },
+		page: func(xs []ListenerResponse, l []Link) any { return ListenersPage{xs, l} }}
+	poolShape = shape[PoolResponse]{plural: "pools", idKey: "id",
+		one:  func(x PoolResponse) any { return PoolRoot{x} },
+		page: func(xs []PoolResponse, l []Link) any { return PoolsPage{xs, l} }}
+	memberShape = shape[MemberResponse]{plural: "members", idKey: "id",
+		one:  func(x MemberResponse) any { return MemberRoot{x} },
+		page: func(xs []MemberResponse, l []Link) any { return MembersPage{xs, l} }}
+	monitorShape = shape[HealthMonitorResponse]{plural: "healthmonitors", idKey: "id",
+		one:  func(x HealthMonitorResponse) any { return HealthMonitorRoot{x} },
+		page: func(xs []HealthMonitorResponse, l []Link) any { return HealthMonitorsPage{xs, l} }}
+	policyShape = shape[L7PolicyResponse]{plural: "l7policies", idKey: "id",
+		one:  func(x L7PolicyResponse) any { return L7PolicyRoot{x} },
+		page: func(xs []L7PolicyResponse, l []Link) any { return L7PoliciesPage{xs, l} }}
+	ruleShape = shape[L7RuleResponse]{plural: "rules", idKey: "id",
+		one:  func(x L7RuleResponse) any { return L7RuleRoot{x} },
+		page: func(xs []L7RuleResponse, l []Link) any { return L7RulesPage{xs, l} }}
+)
+
 func (s *Server) loadBalancerRoutes() {
-	s.handle("GET /loadbalancers", listed(s, "loadbalancers", "loadbalancers_links", "id", func(r *http.Request) ([]map[string]any, error) {
+	s.handle("GET /loadbalancers", listed(s, lbShape, func(r *http.Request) ([]LoadBalancerResponse, error) {
 		trees, err := s.svc.LoadBalancers(r.Context(), single(r, "id"), single(r, "name"))
-		items := make([]map[string]any, 0, len(trees))
+		items := make([]LoadBalancerResponse, 0, len(trees))
 		for _, t := range trees {
 			items = append(items, renderLB(t))
 		}
 		return items, err
 	}))
-	s.handle("POST /loadbalancers", s.createLB)
-	s.handle("GET /loadbalancers/{id}", shown(s, "loadbalancer", func(r *http.Request) (map[string]any, error) {
+	s.handle("POST /loadbalancers", s.createLB(newRequestDecoder[lbaas.LoadBalancerCreate]("loadbalancer", "loadbalancer", create)))
+	s.handle("GET /loadbalancers/{id}", shown(s, lbShape, func(r *http.Request) (LoadBalancerResponse, error) {
 		load := s.svc.LoadBalancer
 		if f := fieldList(r.URL.Query()); len(f) > 0 && !slices.Contains(f, "listeners") && !slices.Contains(f, "pools") {
 			load = s.svc.LoadBalancerAlone // a status poll reads one row
 		}
 		t, err := load(r.Context(), r.PathValue("id"))
 		if err != nil {
-			return nil, err
+			return LoadBalancerResponse{}, err
 		}
 		return renderLB(t), nil
 	}))
-	s.handle("PUT /loadbalancers/{id}", updated(s, "loadbalancer", "loadbalancer", func(r *http.Request, req lbaas.LoadBalancerUpdate) (map[string]any, error) {
+	s.handle("PUT /loadbalancers/{id}", updated(s, "loadbalancer", "loadbalancer", lbShape, func(r *http.Request, req lbaas.LoadBalancerUpdate) (LoadBalancerResponse, error) {
 		t, err := s.svc.UpdateLoadBalancer(r.Context(), r.PathValue("id"), req)
 		if err != nil {
-			return nil, err
+			return LoadBalancerResponse{}, err
 		}
 		return renderLB(t), nil
 	}))
@@ -57,22 +81,24 @@ func (s *Server) loadBalancerRoutes() {
 }
 
 // createLB answers a fully populated create with the whole tree.
-func (s *Server) createLB(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeRequest[lbaas.LoadBalancerCreate](r, "loadbalancer", "loadbalancer", create)
-	if err != nil {
-		s.fail(w, r, err)
-		return
+func (s *Server) createLB(decoder requestDecoder[lbaas.LoadBalancerCreate]) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req, err := decoder.read(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		t, err := s.svc.CreateLoadBalancer(r.Context(), req)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if req.FullyPopulated() {
+			writeJSON(w, http.StatusCreated, LoadBalancerFullRoot{renderFull(t)})
+			return
+		}
+		s.show(w, r, http.StatusCreated, LoadBalancerRoot{renderLB(t)})
 	}
-	t, err := s.svc.CreateLoadBalancer(r.Context(), req)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if req.FullyPopulated() {
-		writeJSON(w, http.StatusCreated, map[string]any{"loadbalancer": renderFull(t)})
-		return
-	}
-	s.show(w, r, http.StatusCreated, "loadbalancer", renderLB(t))
 }
 
 // stats answers what the agents counted, summed over the nodes (zeros
@@ -84,7 +110,7 @@ func (s *Server) stats(kind store.Kind) http.HandlerFunc {
 			s.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"stats": renderStats(c)})
+		writeJSON(w, http.StatusOK, StatsRoot{renderStats(c)})
 	}
 }
 
@@ -108,13 +134,13 @@ func single(r *http.Request, key string) string {
 }
 
 // children lists rendered children of the trees a list needs.
-func (s *Server) children(fn func(t *lbaas.Tree) []map[string]any) func(r *http.Request) ([]map[string]any, error) {
-	return func(r *http.Request) ([]map[string]any, error) {
+func children[R any](s *Server, fn func(t *lbaas.Tree) []R) func(r *http.Request) ([]R, error) {
+	return func(r *http.Request) ([]R, error) {
 		trees, err := s.trees(r)
 		if err != nil {
 			return nil, err
 		}
-		var out []map[string]any
+		var out []R
 		for _, t := range trees {
 			out = append(out, fn(t)...)
 		}
@@ -123,38 +149,39 @@ func (s *Server) children(fn func(t *lbaas.Tree) []map[string]any) func(r *http.
 }
 
 // inTree shows one object of the tree holding (kind, id).
-func (s *Server) inTree(kind store.Kind, render func(t *lbaas.Tree, id string) map[string]any) func(r *http.Request) (map[string]any, error) {
-	return func(r *http.Request) (map[string]any, error) {
+func inTree[R any](s *Server, kind store.Kind, render func(t *lbaas.Tree, id string) R) func(r *http.Request) (R, error) {
+	return func(r *http.Request) (R, error) {
 		id := r.PathValue("id")
 		t, err := s.svc.Tree(r.Context(), kind, id)
 		if err != nil {
-			return nil, err
+			var zero R
+			return zero, err
 		}
 		return render(t, id), nil
 	}
 }
 
 func (s *Server) listenerRoutes() {
-	s.handle("GET /listeners", listed(s, "listeners", "listeners_links", "id", s.children(func(t *lbaas.Tree) (out []map[string]any) {
+	s.handle("GET /listeners", listed(s, listenerShape, children(s, func(t *lbaas.Tree) (out []ListenerResponse) {
 		for _, l := range t.Listeners {
 			out = append(out, renderListener(t, l))
 		}
 		return out
 	})))
-	s.handle("POST /listeners", created(s, "listener", "listener", func(r *http.Request, req lbaas.ListenerCreate) (map[string]any, error) {
+	s.handle("POST /listeners", created(s, "listener", "listener", listenerShape, func(r *http.Request, req lbaas.ListenerCreate) (ListenerResponse, error) {
 		t, l, err := s.svc.CreateListener(r.Context(), req)
 		if err != nil {
-			return nil, err
+			return ListenerResponse{}, err
 		}
 		return renderListener(t, l), nil
 	}))
-	s.handle("GET /listeners/{id}", shown(s, "listener", s.inTree(store.KindListener, func(t *lbaas.Tree, id string) map[string]any {
+	s.handle("GET /listeners/{id}", shown(s, listenerShape, inTree(s, store.KindListener, func(t *lbaas.Tree, id string) ListenerResponse {
 		return renderListener(t, t.Listener(id))
 	})))
-	s.handle("PUT /listeners/{id}", updated(s, "listener", "listener", func(r *http.Request, req lbaas.ListenerUpdate) (map[string]any, error) {
+	s.handle("PUT /listeners/{id}", updated(s, "listener", "listener", listenerShape, func(r *http.Request, req lbaas.ListenerUpdate) (ListenerResponse, error) {
 		t, l, err := s.svc.UpdateListener(r.Context(), r.PathValue("id"), req)
 		if err != nil {
-			return nil, err
+			return ListenerResponse{}, err
 		}
 		return renderListener(t, l), nil
 	}))
@@ -163,26 +190,26 @@ func (s *Server) listenerRoutes() {
 }
 
 func (s *Server) poolRoutes() {
-	s.handle("GET /pools", listed(s, "pools", "pools_links", "id", s.children(func(t *lbaas.Tree) (out []map[string]any) {
+	s.handle("GET /pools", listed(s, poolShape, children(s, func(t *lbaas.Tree) (out []PoolResponse) {
 		for _, p := range t.Pools {
 			out = append(out, renderPool(t, p))
 		}
 		return out
 	})))
-	s.handle("POST /pools", created(s, "pool", "pool", func(r *http.Request, req lbaas.PoolCreate) (map[string]any, error) {
+	s.handle("POST /pools", created(s, "pool", "pool", poolShape, func(r *http.Request, req lbaas.PoolCreate) (PoolResponse, error) {
 		t, p, err := s.svc.CreatePool(r.Context(), req)
 		if err != nil {
-			return nil, err
+			return PoolResponse{}, err
 		}
 		return renderPool(t, p), nil
 	}))
-	s.handle("GET /pools/{id}", shown(s, "pool", s.inTree(store.KindPool, func(t *lbaas.Tree, id string) map[string]any {
+	s.handle("GET /pools/{id}", shown(s, poolShape, inTree(s, store.KindPool, func(t *lbaas.Tree, id string) PoolResponse {
 		return renderPool(t, t.Pool(id))
 	})))
-	s.handle("PUT /pools/{id}", updated(s, "pool", "pool", func(r *http.Request, req lbaas.PoolUpdate) (map[string]any, error) {
+	s.handle("PUT /pools/{id}", updated(s, "pool", "pool", poolShape, func(r *http.Request, req lbaas.PoolUpdate) (PoolResponse, error) {
 		t, p, err := s.svc.UpdatePool(r.Context(), r.PathValue("id"), req)
 		if err != nil {
-			return nil, err
+			return PoolResponse{}, err
 		}
 		return renderPool(t, p), nil
 	}))
@@ -190,32 +217,33 @@ func (s *Server) poolRoutes() {
 }
 
 func (s *Server) memberRoutes() {
-	s.handle("GET /pools/{pool}/members", listed(s, "members", "members_links", "id", func(r *http.Request) ([]map[string]any, error) {
+	s.handle("GET /pools/{pool}/members", listed(s, memberShape, func(r *http.Request) ([]MemberResponse, error) {
 		pool := r.PathValue("pool")
 		t, err := s.svc.Tree(r.Context(), store.KindPool, pool)
 		if err != nil {
 			return nil, err
 		}
-		var items []map[string]any
+		var items []MemberResponse
 		for _, m := range t.PoolMembers(pool) {
-			items = append(items, renderMember(t, m))
+			items = append(items, renderMember(m))
 		}
 		return items, nil
 	}))
-	s.handle("POST /pools/{pool}/members", created(s, "member", "member", func(r *http.Request, req lbaas.MemberCreate) (map[string]any, error) {
-		t, m, err := s.svc.CreateMember(r.Context(), r.PathValue("pool"), req)
+	s.handle("POST /pools/{pool}/members", created(s, "member", "member", memberShape, func(r *http.Request, req lbaas.MemberCreate) (MemberResponse, error) {
+		_, m, err := s.svc.CreateMember(r.Context(), r.PathValue("pool"), req)
 		if err != nil {
-			return nil, err
+			return MemberResponse{}, err
 		}
-		return renderMember(t, m), nil
+		return renderMember(m), nil
 	}))
+	batch := newMembersDecoder[lbaas.MemberCreate]()
 	s.handle("PUT /pools/{pool}/members", func(w http.ResponseWriter, r *http.Request) {
 		body, err := readBody(r)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		members, err := decodeMembers[lbaas.MemberCreate](body)
+		members, err := batch.decode(body)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -226,24 +254,24 @@ func (s *Server) memberRoutes() {
 		}
 		w.WriteHeader(http.StatusAccepted)
 	})
-	s.handle("GET /pools/{pool}/members/{id}", shown(s, "member", func(r *http.Request) (map[string]any, error) {
+	s.handle("GET /pools/{pool}/members/{id}", shown(s, memberShape, func(r *http.Request) (MemberResponse, error) {
 		pool, id := r.PathValue("pool"), r.PathValue("id")
 		t, err := s.svc.Tree(r.Context(), store.KindPool, pool)
 		if err != nil {
-			return nil, err
+			return MemberResponse{}, err
 		}
 		m := t.Member(id)
 		if m == nil || m.PoolID != pool {
-			return nil, lbaas.NotFound("Member", id)
+			return MemberResponse{}, lbaas.NotFound("Member", id)
 		}
-		return renderMember(t, m), nil
+		return renderMember(m), nil
 	}))
-	s.handle("PUT /pools/{pool}/members/{id}", updated(s, "member", "member", func(r *http.Request, req lbaas.MemberUpdate) (map[string]any, error) {
-		t, m, err := s.svc.UpdateMember(r.Context(), r.PathValue("pool"), r.PathValue("id"), req)
+	s.handle("PUT /pools/{pool}/members/{id}", updated(s, "member", "member", memberShape, func(r *http.Request, req lbaas.MemberUpdate) (MemberResponse, error) {
+		_, m, err := s.svc.UpdateMember(r.Context(), r.PathValue("pool"), r.PathValue("id"), req)
 		if err != nil {
-			return nil, err
+			return MemberResponse{}, err
 		}
-		return renderMember(t, m), nil
+		return renderMember(m), nil
 	}))
 	s.handle("DELETE /pools/{pool}/members/{id}", removed(s, func(r *http.Request) error {
 		return s.svc.DeleteMember(r.Context(), r.PathValue("pool"), r.PathValue("id"))
@@ -251,94 +279,94 @@ func (s *Server) memberRoutes() {
 }
 
 func (s *Server) monitorRoutes() {
-	s.handle("GET /healthmonitors", listed(s, "healthmonitors", "healthmonitors_links", "id", s.children(func(t *lbaas.Tree) (out []map[string]any) {
+	s.handle("GET /healthmonitors", listed(s, monitorShape, children(s, func(t *lbaas.Tree) (out []HealthMonitorResponse) {
 		for _, h := range t.Monitors {
-			out = append(out, renderMonitor(t, h))
+			out = append(out, renderMonitor(h))
 		}
 		return out
 	})))
-	s.handle("POST /healthmonitors", created(s, "healthmonitor", "healthmonitor", func(r *http.Request, req lbaas.MonitorCreate) (map[string]any, error) {
-		t, h, err := s.svc.CreateMonitor(r.Context(), req)
+	s.handle("POST /healthmonitors", created(s, "healthmonitor", "healthmonitor", monitorShape, func(r *http.Request, req lbaas.MonitorCreate) (HealthMonitorResponse, error) {
+		_, h, err := s.svc.CreateMonitor(r.Context(), req)
 		if err != nil {
-			return nil, err
+			return HealthMonitorResponse{}, err
 		}
-		return renderMonitor(t, h), nil
+		return renderMonitor(h), nil
 	}))
-	s.handle("GET /healthmonitors/{id}", shown(s, "healthmonitor", s.inTree(store.KindHealthMonitor, func(t *lbaas.Tree, id string) map[string]any {
-		return renderMonitor(t, t.Monitor(id))
+	s.handle("GET /healthmonitors/{id}", shown(s, monitorShape, inTree(s, store.KindHealthMonitor, func(t *lbaas.Tree, id string) HealthMonitorResponse {
+		return renderMonitor(t.Monitor(id))
 	})))
-	s.handle("PUT /healthmonitors/{id}", updated(s, "healthmonitor", "healthmonitor", func(r *http.Request, req lbaas.MonitorUpdate) (map[string]any, error) {
-		t, h, err := s.svc.UpdateMonitor(r.Context(), r.PathValue("id"), req)
+	s.handle("PUT /healthmonitors/{id}", updated(s, "healthmonitor", "healthmonitor", monitorShape, func(r *http.Request, req lbaas.MonitorUpdate) (HealthMonitorResponse, error) {
+		_, h, err := s.svc.UpdateMonitor(r.Context(), r.PathValue("id"), req)
 		if err != nil {
-			return nil, err
+			return HealthMonitorResponse{}, err
 		}
-		return renderMonitor(t, h), nil
+		return renderMonitor(h), nil
 	}))
 	s.handle("DELETE /healthmonitors/{id}", removed(s, func(r *http.Request) error { return s.svc.DeleteMonitor(r.Context(), r.PathValue("id")) }))
 }
 
 func (s *Server) l7Routes() {
-	s.handle("GET /l7policies", listed(s, "l7policies", "l7policies_links", "id", s.children(func(t *lbaas.Tree) (out []map[string]any) {
+	s.handle("GET /l7policies", listed(s, policyShape, children(s, func(t *lbaas.Tree) (out []L7PolicyResponse) {
 		for _, p := range t.L7Policies {
 			out = append(out, renderPolicy(t, p))
 		}
 		return out
 	})))
-	s.handle("POST /l7policies", created(s, "l7policy", "l7policy", func(r *http.Request, req lbaas.L7PolicyCreate) (map[string]any, error) {
+	s.handle("POST /l7policies", created(s, "l7policy", "l7policy", policyShape, func(r *http.Request, req lbaas.L7PolicyCreate) (L7PolicyResponse, error) {
 		t, p, err := s.svc.CreatePolicy(r.Context(), req)
 		if err != nil {
-			return nil, err
+			return L7PolicyResponse{}, err
 		}
 		return renderPolicy(t, p), nil
 	}))
-	s.handle("GET /l7policies/{id}", shown(s, "l7policy", s.inTree(store.KindL7Policy, func(t *lbaas.Tree, id string) map[string]any {
+	s.handle("GET /l7policies/{id}", shown(s, policyShape, inTree(s, store.KindL7Policy, func(t *lbaas.Tree, id string) L7PolicyResponse {
 		return renderPolicy(t, t.Policy(id))
 	})))
-	s.handle("PUT /l7policies/{id}", updated(s, "l7policy", "l7policy", func(r *http.Request, req lbaas.L7PolicyUpdate) (map[string]any, error) {
+	s.handle("PUT /l7policies/{id}", updated(s, "l7policy", "l7policy", policyShape, func(r *http.Request, req lbaas.L7PolicyUpdate) (L7PolicyResponse, error) {
 		t, p, err := s.svc.UpdatePolicy(r.Context(), r.PathValue("id"), req)
 		if err != nil {
-			return nil, err
+			return L7PolicyResponse{}, err
 		}
 		return renderPolicy(t, p), nil
 	}))
 	s.handle("DELETE /l7policies/{id}", removed(s, func(r *http.Request) error { return s.svc.DeletePolicy(r.Context(), r.PathValue("id")) }))
-	s.handle("GET /l7policies/{policy}/rules", listed(s, "rules", "rules_links", "id", func(r *http.Request) ([]map[string]any, error) {
+	s.handle("GET /l7policies/{policy}/rules", listed(s, ruleShape, func(r *http.Request) ([]L7RuleResponse, error) {
 		policy := r.PathValue("policy")
 		t, err := s.svc.Tree(r.Context(), store.KindL7Policy, policy)
 		if err != nil {
 			return nil, err
 		}
-		var items []map[string]any
+		var items []L7RuleResponse
 		for _, x := range t.PolicyRules(policy) {
-			items = append(items, renderRule(t, x))
+			items = append(items, renderRule(x))
 		}
 		return items, nil
 	}))
-	s.handle("POST /l7policies/{policy}/rules", created(s, "rule", "l7rule", func(r *http.Request, req lbaas.L7RuleCreate) (map[string]any, error) {
-		t, x, err := s.svc.CreateRule(r.Context(), r.PathValue("policy"), req)
+	s.handle("POST /l7policies/{policy}/rules", created(s, "rule", "l7rule", ruleShape, func(r *http.Request, req lbaas.L7RuleCreate) (L7RuleResponse, error) {
+		_, x, err := s.svc.CreateRule(r.Context(), r.PathValue("policy"), req)
 		if err != nil {
-			return nil, err
+			return L7RuleResponse{}, err
 		}
-		return renderRule(t, x), nil
+		return renderRule(x), nil
 	}))
-	s.handle("GET /l7policies/{policy}/rules/{id}", shown(s, "rule", func(r *http.Request) (map[string]any, error) {
+	s.handle("GET /l7policies/{policy}/rules/{id}", shown(s, ruleShape, func(r *http.Request) (L7RuleResponse, error) {
 		policy, id := r.PathValue("policy"), r.PathValue("id")
 		t, err := s.svc.Tree(r.Context(), store.KindL7Policy, policy)
 		if err != nil {
-			return nil, err
+			return L7RuleResponse{}, err
 		}
 		x := t.Rule(id)
 		if x == nil || x.L7PolicyID != policy {
-			return nil, lbaas.NotFound("L7 Rule", id)
+			return L7RuleResponse{}, lbaas.NotFound("L7 Rule", id)
 		}
-		return renderRule(t, x), nil
+		return renderRule(x), nil
 	}))
-	s.handle("PUT /l7policies/{policy}/rules/{id}", updated(s, "rule", "l7rule", func(r *http.Request, req lbaas.L7RuleUpdate) (map[string]any, error) {
-		t, x, err := s.svc.UpdateRule(r.Context(), r.PathValue("policy"), r.PathValue("id"), req)
+	s.handle("PUT /l7policies/{policy}/rules/{id}", updated(s, "rule", "l7rule", ruleShape, func(r *http.Request, req lbaas.L7RuleUpdate) (L7RuleResponse, error) {
+		_, x, err := s.svc.UpdateRule(r.Context(), r.PathValue("policy"), r.PathValue("id"), req)
 		if err != nil {
-			return nil, err
+			return L7RuleResponse{}, err
 		}
-		return renderRule(t, x), nil
+		return renderRule(x), nil
 	}))
 	s.handle("DELETE /l7policies/{policy}/rules/{id}", removed(s, func(r *http.Request) error {
 		return s.svc.DeleteRule(r.Context(), r.PathValue("policy"), r.PathValue("id"))

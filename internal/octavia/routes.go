@@ -36,11 +36,21 @@ func (s *Server) handle(pattern string, h http.HandlerFunc) {
 // The handler shapes. Each route supplies only its call into the domain
 // and its rendering; decoding, errors, status codes and fields= are here.
 
+// shape is how a kind's objects are answered: R is its response type,
+// one wraps one object in its root type and page a page of them with
+// their links (under plural), idKey is the attribute pages are marked by.
+type shape[R any] struct {
+	plural, idKey string
+	one           func(R) any
+	page          func([]R, []Link) any
+}
+
 // created decodes a POST body into the typed request Req, makes the
 // object and answers 201 with it.
-func created[Req any](s *Server, root, kind string, build func(r *http.Request, req Req) (map[string]any, error)) http.HandlerFunc {
+func created[Req, R any](s *Server, root, kind string, sh shape[R], build func(r *http.Request, req Req) (R, error)) http.HandlerFunc {
+	decoder := newRequestDecoder[Req](root, kind, create)
 	return func(w http.ResponseWriter, r *http.Request) {
-		req, err := decodeRequest[Req](r, root, kind, create)
+		req, err := decoder.read(r)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -50,15 +60,16 @@ func created[Req any](s *Server, root, kind string, build func(r *http.Request, 
 			s.fail(w, r, err)
 			return
 		}
-		s.show(w, r, http.StatusCreated, root, obj)
+		s.show(w, r, http.StatusCreated, sh.one(obj))
 	}
 }
 
 // updated decodes a PUT body into Req, changes the object and answers 200
 // with it.
-func updated[Req any](s *Server, root, kind string, change func(r *http.Request, req Req) (map[string]any, error)) http.HandlerFunc {
+func updated[Req, R any](s *Server, root, kind string, sh shape[R], change func(r *http.Request, req Req) (R, error)) http.HandlerFunc {
+	decoder := newRequestDecoder[Req](root, kind, update)
 	return func(w http.ResponseWriter, r *http.Request) {
-		req, err := decodeRequest[Req](r, root, kind, update)
+		req, err := decoder.read(r)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -68,19 +79,19 @@ func updated[Req any](s *Server, root, kind string, change func(r *http.Request,
 			s.fail(w, r, err)
 			return
 		}
-		s.show(w, r, http.StatusOK, root, obj)
+		s.show(w, r, http.StatusOK, sh.one(obj))
 	}
 }
 
 // shown answers 200 with one object.
-func shown(s *Server, root string, get func(r *http.Request) (map[string]any, error)) http.HandlerFunc {
+func shown[R any](s *Server, sh shape[R], get func(r *http.Request) (R, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		obj, err := get(r)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		s.show(w, r, http.StatusOK, root, obj)
+		s.show(w, r, http.StatusOK, sh.one(obj))
 	}
 }
 
@@ -97,25 +108,30 @@ func removed(s *Server, remove func(r *http.Request) error) http.HandlerFunc {
 
 // listed answers a collection with Octavia's filters, sorting, paging and
 // fields=.
-func listed(s *Server, plural, linksKey, idKey string, items func(r *http.Request) ([]map[string]any, error)) http.HandlerFunc {
+func listed[R any](s *Server, sh shape[R], items func(r *http.Request) ([]R, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		all, err := items(r)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		body, err := s.page(r, plural, linksKey, all, idKey)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, body)
+		writePage(s, w, r, sh, all)
 	}
 }
 
-// show writes one object, honouring fields=.
-func (s *Server) show(w http.ResponseWriter, r *http.Request, code int, root string, obj map[string]any) {
-	writeJSON(w, code, map[string]any{root: pickFields(strip(obj), fieldList(r.URL.Query()))})
+// writePage answers a page of items.
+func writePage[R any](s *Server, w http.ResponseWriter, r *http.Request, sh shape[R], items []R) {
+	pageItems, links, err := page(s, r, items, sh.idKey)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeFields(w, r, http.StatusOK, sh.page(pageItems, links), sh.plural)
+}
+
+// show writes one object in its root type, honouring fields=.
+func (s *Server) show(w http.ResponseWriter, r *http.Request, code int, root any) {
+	writeFields(w, r, code, root, "")
 }
 
 // requireAdmin refuses non-admin callers as Octavia's admin-only policies do.

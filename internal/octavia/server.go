@@ -5,6 +5,7 @@
 package octavia
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
@@ -172,16 +173,15 @@ func unrouted(w http.ResponseWriter, segs []string) {
 
 func (s *Server) versions(w http.ResponseWriter, r *http.Request) {
 	base := baseURL(r)
-	out := []any{}
+	out := []VersionResponse{}
 	for i, v := range versions {
 		status := "SUPPORTED"
 		if i == len(versions)-1 {
 			status = "CURRENT"
 		}
-		out = append(out, map[string]any{"id": v, "status": status, "updated": "2024-10-01T00:00:00Z",
-			"links": []any{map[string]any{"href": base + "/v2", "rel": "self"}}})
+		out = append(out, VersionResponse{ID: v, Links: []Link{{Href: base + "/v2", Rel: "self"}}, Status: status, Updated: "2024-10-01T00:00:00Z"})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"versions": out})
+	writeJSON(w, http.StatusOK, VersionsRoot{Versions: out})
 }
 
 // baseURL is the scheme and host the client used.
@@ -199,4 +199,24 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	if v != nil {
 		_ = jsondoc.Encode(w, v)
 	}
+}
+
+// writeFields writes an answer, an object's root type (list "") or a
+// page's (its items under list), keeping in the object or in each item
+// only the fields= the query names, if any.
+func writeFields(w http.ResponseWriter, r *http.Request, code int, v any, list string) {
+	fields := fieldList(r.URL.Query())
+	if len(fields) == 0 {
+		writeJSON(w, code, v)
+		return
+	}
+	var b bytes.Buffer
+	_ = jsondoc.Encode(&b, v)
+	picked, err := pick(b.Bytes(), list, fields)
+	if err != nil {
+		picked = b.Bytes() // cannot be: the encoder wrote it
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(picked)
 }

@@ -1,23 +1,24 @@
 package octavia
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/netip"
 	"net/url"
 	"regexp"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
-	"github.com/flowlb/flowlb/internal/httpedge"
-	"github.com/flowlb/flowlb/internal/jsondoc"
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 )
 
 // Wire validation: what Octavia's wsme types accept and refuse, declared
 // per object kind close to octavia/api/v2/types/*.py, so that bad input is
-// refused with Octavia's messages before the domain sees it.
+// refused with Octavia's messages before the domain sees it. The decoder
+// (decode.go) checks every value against its field here while it reads
+// the body into the typed request.
 
 type ftype int
 
@@ -242,6 +243,8 @@ func invalid(name string, v any, why string) error {
 	return fault.BadRequest("Invalid input for field/attribute %s. Value: '%v'. %s", name, render(v), why)
 }
 
+// render shows a value as wsme does in its messages; v is what
+// encoding/json decodes a JSON value to (with UseNumber).
 func render(v any) string {
 	switch x := v.(type) {
 	case nil:
@@ -260,270 +263,6 @@ func render(v any) string {
 	return string(b)
 }
 
-func isUUID(s string) bool {
-	s = strings.ReplaceAll(s, "-", "")
-	if len(s) != 32 {
-		return false
-	}
-	for _, c := range s {
-		if !strings.ContainsRune("0123456789abcdefABCDEF", c) {
-			return false
-		}
-	}
-	return true
-}
-
-// validate checks obj against kind's fields for a request of the given
-// place and returns the accepted attributes, with integers as int64.
-func validate(kind string, at where, obj map[string]any, argument string) (map[string]any, error) {
-	fields, byName := kinds[kind], fieldsByName[kind]
-	var unknown []string
-	for k := range obj {
-		if f, ok := byName[k]; !ok || f.where&at == 0 {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return nil, fault.BadRequest("Unknown attribute for argument %s: %s", argument, strings.Join(unknown, ", "))
-	}
-	out := map[string]any{}
-	for _, f := range fields {
-		if f.where&at == 0 {
-			continue
-		}
-		v, present := obj[f.name]
-		if !present {
-			if f.mandatory&at != 0 {
-				return nil, fault.BadRequest("Invalid input for field/attribute %s. Value: 'Unset'. Mandatory field missing.", f.name)
-			}
-			// Defaults are the domain's: filling them here would make a
-			// by-name pool reference look like a pool definition.
-			continue
-		}
-		if v == nil {
-			if f.mandatory&at != 0 {
-				return nil, fault.BadRequest("Invalid input for field/attribute %s. Value: 'None'. Mandatory field missing.", f.name)
-			}
-			out[f.name] = nil
-			continue
-		}
-		got, err := check(f, at, v, argument)
-		if err != nil {
-			return nil, err
-		}
-		out[f.name] = got
-	}
-	return out, nil
-}
-
-// check validates one present, non-null value of field f.
-func check(f field, at where, v any, argument string) (any, error) {
-	switch f.t {
-	case tString, tURL, tURLPath:
-		return checkString(f, v)
-	case tInt:
-		return checkInt(f, v)
-	case tBool:
-		b, ok := v.(bool)
-		if !ok {
-			return nil, wrongType(f, v, "<class 'bool'>")
-		}
-		return b, nil
-	case tUUID:
-		s, ok := v.(string)
-		if !ok || !isUUID(s) {
-			return nil, invalid(f.name, v, "Value should be UUID format")
-		}
-		return s, nil
-	case tIP:
-		s, ok := v.(string)
-		if _, err := netip.ParseAddr(s); !ok || err != nil {
-			return nil, invalid(f.name, v, "Value should be IPv4 or IPv6 format")
-		}
-		return s, nil
-	case tFloatEnum:
-		return checkFloatEnum(f, v)
-	case tStringList, tCIDRList, tUUIDList:
-		return checkStringList(f, v)
-	case tDict:
-		return checkDict(f, v)
-	case tObject:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil, wrongType(f, v, "dict")
-		}
-		// Session persistence is validated as its pool is; every other
-		// nested object as part of a create.
-		nestedAt := nested
-		if f.nested == "session_persistence" {
-			nestedAt = at
-		}
-		return validate(f.nested, nestedAt, m, argument+"."+f.name)
-	case tObjectList:
-		return checkObjectList(f, v, argument)
-	}
-	return nil, fmt.Errorf("field %s: unhandled type", f.name)
-}
-
-func wrongType(f field, v any, want string) error {
-	return invalid(f.name, v, fmt.Sprintf("Wrong type. Expected '%s', got '%s'", want, typeName(v)))
-}
-
-// checkString validates a string, an enumeration, a URL or a URL path.
-func checkString(f field, v any) (any, error) {
-	s, ok := v.(string)
-	if !ok {
-		return nil, wrongType(f, v, "<class 'str'>")
-	}
-	if f.maxLen > 0 && len([]rune(s)) > f.maxLen {
-		return nil, invalid(f.name, v, fmt.Sprintf("Value should have a maximum character requirement of %d", f.maxLen))
-	}
-	if f.pattern != nil && !f.pattern.MatchString(s) {
-		return nil, invalid(f.name, v, fmt.Sprintf("Value should match the pattern %s", f.pattern))
-	}
-	if len(f.enum) > 0 && !contains(f.enum, s) {
-		return nil, invalid(f.name, v, "Value should be one of: "+strings.Join(f.enum, ", "))
-	}
-	switch f.t {
-	case tURL:
-		if u, err := url.Parse(s); err != nil || u.Scheme == "" || u.Host == "" {
-			return nil, invalid(f.name, v, "Value must be a valid URL.")
-		}
-	case tURLPath:
-		if u, err := url.Parse(s); err != nil || !strings.HasPrefix(s, "/") || u.Scheme != "" || u.Host != "" {
-			return nil, fault.BadRequest("Not a valid URLPath: %s", s)
-		}
-	}
-	return s, nil
-}
-
-// checkInt validates an integer within the field's bounds and values.
-func checkInt(f field, v any) (any, error) {
-	n, ok := v.(json.Number)
-	if s, isStr := v.(string); isStr {
-		// wsme converts numeric strings, and the openstack CLI sends
-		// some integers (connection_limit, weight) as strings.
-		n, ok = json.Number(strings.TrimSpace(s)), true
-	}
-	if !ok {
-		return nil, wrongType(f, v, "<class 'int'>")
-	}
-	i, err := n.Int64()
-	if err != nil {
-		return nil, wrongType(f, v, "<class 'int'>")
-	}
-	if f.min != nil && i < *f.min {
-		return nil, invalid(f.name, v, fmt.Sprintf("Value should be greater or equal to %d", *f.min))
-	}
-	if f.max != nil && i > *f.max {
-		return nil, invalid(f.name, v, fmt.Sprintf("Value should be lower or equal to %d", *f.max))
-	}
-	if len(f.enum) > 0 && !contains(f.enum, n.String()) {
-		return nil, invalid(f.name, v, "Value should be one of: "+strings.Join(f.enum, ", "))
-	}
-	return i, nil
-}
-
-// checkFloatEnum validates a number (or, as gophercloud sends
-// http_version, a numeric string) that must be one of the field's values.
-func checkFloatEnum(f field, v any) (any, error) {
-	var x float64
-	switch n := v.(type) {
-	case json.Number:
-		x, _ = n.Float64()
-	case string:
-		if _, err := fmt.Sscanf(n, "%g", &x); err != nil {
-			return nil, wrongType(f, v, "<class 'float'>")
-		}
-	default:
-		return nil, wrongType(f, v, "<class 'float'>")
-	}
-	for _, ok := range f.floats {
-		if ok == x {
-			return x, nil
-		}
-	}
-	return nil, invalid(f.name, v, "Value should be one of: 1.0, 1.1")
-}
-
-// checkStringList validates a list of strings, CIDRs or UUIDs.
-func checkStringList(f field, v any) (any, error) {
-	xs, ok := v.([]any)
-	if !ok {
-		return nil, wrongType(f, v, "list")
-	}
-	out := make([]any, 0, len(xs))
-	for _, x := range xs {
-		s, ok := x.(string)
-		if !ok {
-			return nil, invalid(f.name, v, "Value should be a list of strings")
-		}
-		switch f.t {
-		case tCIDRList:
-			if _, err := netip.ParsePrefix(s); err != nil {
-				return nil, invalid(f.name, s, "Value should be a valid CIDR.")
-			}
-		case tUUIDList:
-			if !isUUID(s) {
-				return nil, invalid(f.name, s, "Value should be UUID format")
-			}
-		default:
-			if f.maxLen > 0 && len([]rune(s)) > f.maxLen {
-				return nil, invalid(f.name, s, fmt.Sprintf("Value should have a maximum character requirement of %d", f.maxLen))
-			}
-		}
-		out = append(out, s)
-	}
-	return out, nil
-}
-
-// checkDict validates a string-to-string map.
-func checkDict(f field, v any) (any, error) {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil, wrongType(f, v, "dict")
-	}
-	for k, x := range m {
-		s, ok := x.(string)
-		if !ok || len(s) > f.maxLen {
-			return nil, invalid(f.name+"."+k, x, "Value should be a string of at most 255 characters")
-		}
-	}
-	return m, nil
-}
-
-// checkObjectList validates a list of nested objects, each as part of a
-// create.
-func checkObjectList(f field, v any, argument string) (any, error) {
-	xs, ok := v.([]any)
-	if !ok {
-		return nil, wrongType(f, v, "list")
-	}
-	out := make([]any, 0, len(xs))
-	for _, x := range xs {
-		m, ok := x.(map[string]any)
-		if !ok {
-			return nil, wrongType(f, v, "list of dict")
-		}
-		got, err := validate(f.nested, nested, m, argument+"."+f.name)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, got)
-	}
-	return out, nil
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 func typeName(v any) string {
 	switch v.(type) {
 	case string:
@@ -540,56 +279,108 @@ func typeName(v any) string {
 	return "NoneType"
 }
 
-// fieldsByName indexes each kind's fields by name, once: a batch of
-// 20,000 members is validated 20,000 times.
-var fieldsByName = func() map[string]map[string]field {
-	out := make(map[string]map[string]field, len(kinds))
-	for kind, fields := range kinds {
-		byName := make(map[string]field, len(fields))
-		for _, f := range fields {
-			byName[f.name] = f
-		}
-		out[kind] = byName
-	}
-	return out
-}()
+func wrongType(f *field, v any, want string) error {
+	return invalid(f.name, v, fmt.Sprintf("Wrong type. Expected '%s', got '%s'", want, typeName(v)))
+}
 
-// decodeRoot parses a JSON body and returns the object under root. A
-// string holding a NUL character is refused here, before it can reach
-// the database (PostgreSQL refuses NUL in text; SQLite would store it).
-func decodeRoot(body []byte, root string) (any, error) {
-	// The fast decoder gives encoding/json's map for the bodies it takes;
-	// encoding/json decodes the rest, with its result or its message.
-	m, ok := jsondoc.Object(body)
-	if !ok {
-		d := json.NewDecoder(bytes.NewReader(body))
-		d.UseNumber()
-		if err := d.Decode(&m); err != nil {
-			return nil, fault.BadRequest("Invalid JSON body: %v", err)
-		}
-		if d.More() {
-			return nil, fault.BadRequest("Invalid JSON body: trailing data")
+func isUUID(s string) bool {
+	// 32 hexadecimal digits, dashes anywhere (wsme's UuidType strips them).
+	digits := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '-':
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f', 'A' <= c && c <= 'F':
+			digits++
+		default:
+			return false
 		}
 	}
-	v, ok := m[root]
-	if !ok {
-		return nil, fault.BadRequest("Missing argument: \"%s\"", root)
+	return digits == 32
+}
+
+// The checks of one value each get the value as the JSON text had it
+// (scalar) and answer the Go value the typed request holds, or the
+// refusal in wsme's words.
+
+// checkString validates a string, an enumeration, a URL or a URL path.
+func checkString(f *field, s string) error {
+	if f.maxLen > 0 && utf8.RuneCountInString(s) > f.maxLen {
+		return invalid(f.name, s, fmt.Sprintf("Value should have a maximum character requirement of %d", f.maxLen))
 	}
-	for k := range m {
-		if k != root {
-			return nil, fault.BadRequest("Unknown argument: \"%s\"", k)
+	if f.pattern != nil && !f.pattern.MatchString(s) {
+		return invalid(f.name, s, fmt.Sprintf("Value should match the pattern %s", f.pattern))
+	}
+	if len(f.enum) > 0 && !slices.Contains(f.enum, s) {
+		return invalid(f.name, s, "Value should be one of: "+strings.Join(f.enum, ", "))
+	}
+	switch f.t {
+	case tURL:
+		if u, err := url.Parse(s); err != nil || u.Scheme == "" || u.Host == "" {
+			return invalid(f.name, s, "Value must be a valid URL.")
+		}
+	case tURLPath:
+		if u, err := url.Parse(s); err != nil || !strings.HasPrefix(s, "/") || u.Scheme != "" || u.Host != "" {
+			return fault.BadRequest("Not a valid URLPath: %s", s)
 		}
 	}
-	// JSON has a NUL in a string only as the escape \u0000 (four zeros:
-	// no letter case); a body without one needs no walk.
-	if !bytes.Contains(body, []byte(`\u0000`)) {
-		return v, nil
+	return nil
+}
+
+// checkInt validates an integer within the field's bounds and values: a
+// JSON number, or a numeric string, which wsme converts (the openstack
+// CLI sends some integers, connection_limit and weight, as strings). v is
+// the value as given, for the message.
+func checkInt(f *field, text string, v any) (int64, error) {
+	i, err := strconv.ParseInt(text, 10, 64)
+	if err != nil {
+		return 0, wrongType(f, v, "<class 'int'>")
 	}
-	if attr, val, found := httpedge.FindNUL(v); found {
-		if attr == "" {
-			attr = root
+	if f.min != nil && i < *f.min {
+		return 0, invalid(f.name, v, fmt.Sprintf("Value should be greater or equal to %d", *f.min))
+	}
+	if f.max != nil && i > *f.max {
+		return 0, invalid(f.name, v, fmt.Sprintf("Value should be lower or equal to %d", *f.max))
+	}
+	if len(f.enum) > 0 && !slices.Contains(f.enum, text) {
+		return 0, invalid(f.name, v, "Value should be one of: "+strings.Join(f.enum, ", "))
+	}
+	return i, nil
+}
+
+// checkFloatEnum validates a number that must be one of the field's
+// values; x is the number read, v the value as given.
+func checkFloatEnum(f *field, x float64, v any) (float64, error) {
+	if slices.Contains(f.floats, x) {
+		return x, nil
+	}
+	return 0, invalid(f.name, v, "Value should be one of: 1.0, 1.1")
+}
+
+// checkListItem validates one string of a list of strings, CIDRs or
+// UUIDs.
+func checkListItem(f *field, s string) error {
+	switch f.t {
+	case tCIDRList:
+		if _, err := netip.ParsePrefix(s); err != nil {
+			return invalid(f.name, s, "Value should be a valid CIDR.")
 		}
-		return nil, invalid(attr, val, "Value should not contain NUL characters")
+	case tUUIDList:
+		if !isUUID(s) {
+			return invalid(f.name, s, "Value should be UUID format")
+		}
+	default:
+		if f.maxLen > 0 && utf8.RuneCountInString(s) > f.maxLen {
+			return invalid(f.name, s, fmt.Sprintf("Value should have a maximum character requirement of %d", f.maxLen))
+		}
 	}
-	return v, nil
+	return nil
+}
+
+// checkDictValue validates one entry of a string-to-string map; v is the
+// value as given (a string or anything else), s the string if it is one.
+func checkDictValue(f *field, key string, v any, isString bool, s string) error {
+	if !isString || len(s) > f.maxLen {
+		return invalid(f.name+"."+key, v, "Value should be a string of at most 255 characters")
+	}
+	return nil
 }

@@ -10,19 +10,31 @@ import (
 	"github.com/flowlb/flowlb/internal/octavia/fault"
 )
 
-func TestValidateBody(t *testing.T) {
+// decodeAs decodes body as the route of root, kind and at does, into its
+// typed request.
+func decodeAs(body []byte, root, kind string, at where) (any, error) {
+	for _, c := range decodeCases {
+		if c.root == root && c.kind == kind && c.at == at {
+			return c.decode(body)
+		}
+	}
+	panic("no route decodes " + root + " as " + kind)
+}
+
+func TestDecodeBody(t *testing.T) {
 	const uuid = "8a4e6b3e-7f3c-4a7e-9bc9-4d3b6c2d7e11"
 	for _, tc := range []struct {
 		name, root, kind string
 		at               where
 		body             string
 		err              string // "" = accepted
-		check            func(t *testing.T, got map[string]any)
+		check            func(t *testing.T, got any)
 	}{
 		{name: "plain LB", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": {"vip_subnet_id": "` + uuid + `", "name": "a"}}`,
-			check: func(t *testing.T, got map[string]any) {
-				if got["name"] != "a" || len(got) != 2 {
-					t.Errorf("accepted %v", got)
+			check: func(t *testing.T, got any) {
+				lb := got.(lbaas.LoadBalancerCreate)
+				if lb.Name != lbaas.Some("a") || lb.VIPSubnetID != uuid || lb.Description.Set || lb.FullyPopulated() {
+					t.Errorf("accepted %+v", lb)
 				}
 			}},
 		{name: "unknown attribute", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": {"bogus": 1}}`,
@@ -46,9 +58,9 @@ func TestValidateBody(t *testing.T) {
 		{name: "port wrong type", root: "listener", kind: "listener", body: `{"listener": {"loadbalancer_id": "` + uuid + `", "protocol": "TCP", "protocol_port": true}}`,
 			err: "Wrong type"},
 		{name: "numeric string as wsme converts it", root: "listener", kind: "listener", at: update, body: `{"listener": {"connection_limit": "5"}}`,
-			check: func(t *testing.T, got map[string]any) {
-				if got["connection_limit"] != int64(5) {
-					t.Errorf("connection_limit %v (%T)", got["connection_limit"], got["connection_limit"])
+			check: func(t *testing.T, got any) {
+				if l := got.(lbaas.ListenerUpdate); l.ConnectionLimit != lbaas.Some(5) {
+					t.Errorf("connection_limit %+v", l.ConnectionLimit)
 				}
 			}},
 		{name: "non-numeric string", root: "listener", kind: "listener", at: update, body: `{"listener": {"connection_limit": "five"}}`,
@@ -60,9 +72,9 @@ func TestValidateBody(t *testing.T) {
 		{name: "weight 257", root: "member", kind: "member", body: `{"member": {"address": "198.18.17.2", "protocol_port": 80, "weight": 257}}`,
 			err: "Value should be lower or equal to 256"},
 		{name: "weight 0 is fine", root: "member", kind: "member", body: `{"member": {"address": "198.18.17.2", "protocol_port": 80, "weight": 0}}`,
-			check: func(t *testing.T, got map[string]any) {
-				if got["weight"] != int64(0) {
-					t.Errorf("weight %v (%T)", got["weight"], got["weight"])
+			check: func(t *testing.T, got any) {
+				if m := got.(lbaas.MemberCreate); m.Weight != lbaas.Some(0) {
+					t.Errorf("weight %+v", m.Weight)
 				}
 			}},
 		{name: "expected codes pattern", root: "healthmonitor", kind: "healthmonitor", body: `{"healthmonitor": {"pool_id": "` + uuid + `", "type": "HTTP", "delay": 5, "timeout": 3, "max_retries": 3, "expected_codes": "200-"}}`,
@@ -71,17 +83,17 @@ func TestValidateBody(t *testing.T) {
 		{name: "url path", root: "healthmonitor", kind: "healthmonitor", at: update, body: `{"healthmonitor": {"url_path": "health"}}`,
 			err: "Not a valid URLPath: health"},
 		{name: "http version as string (gophercloud)", root: "healthmonitor", kind: "healthmonitor", at: update, body: `{"healthmonitor": {"http_version": "1.1"}}`,
-			check: func(t *testing.T, got map[string]any) {
-				if got["http_version"] != 1.1 {
-					t.Errorf("http_version %v", got["http_version"])
+			check: func(t *testing.T, got any) {
+				if v := got.(lbaas.MonitorUpdate).HTTPVersion; !v.Set || v.Value == nil || *v.Value != 1.1 {
+					t.Errorf("http_version %+v", v)
 				}
 			}},
 		{name: "max retries", root: "healthmonitor", kind: "healthmonitor", at: update, body: `{"healthmonitor": {"max_retries": 11}}`,
 			err: "Value should be lower or equal to 10"},
 		{name: "PUT null clears", root: "pool", kind: "pool", at: update, body: `{"pool": {"session_persistence": null}}`,
-			check: func(t *testing.T, got map[string]any) {
-				if v, ok := got["session_persistence"]; !ok || v != nil {
-					t.Errorf("explicit null lost: %v", got)
+			check: func(t *testing.T, got any) {
+				if p := got.(lbaas.PoolUpdate); !p.SessionPersistence.Set || p.SessionPersistence.Value != nil || p.Name.Set {
+					t.Errorf("explicit null lost: %+v", p)
 				}
 			}},
 		{name: "cookie name pattern", root: "pool", kind: "pool", at: update, body: `{"pool": {"session_persistence": {"type": "APP_COOKIE", "cookie_name": "a b"}}}`,
@@ -89,10 +101,10 @@ func TestValidateBody(t *testing.T) {
 		{name: "nested unknown attribute", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": {"vip_subnet_id": "` + uuid + `", "pools": [{"name": "p", "members": [{"address": "198.18.17.2", "protocol_port": 80, "pool_id": "x"}]}]}}`,
 			err: "Unknown attribute for argument loadbalancer.pools.members: pool_id"},
 		{name: "nested pool reference stays minimal", root: "loadbalancer", kind: "loadbalancer", body: `{"loadbalancer": {"vip_subnet_id": "` + uuid + `", "listeners": [{"protocol": "TCP", "protocol_port": 80, "default_pool": {"name": "p"}}]}}`,
-			check: func(t *testing.T, got map[string]any) {
-				dp := got["listeners"].([]any)[0].(map[string]any)["default_pool"].(map[string]any)
-				if len(dp) != 1 {
-					t.Errorf("reference grew: %v", dp)
+			check: func(t *testing.T, got any) {
+				dp := got.(lbaas.LoadBalancerCreate).Listeners.Value[0].DefaultPool
+				if dp == nil || dp.Name != "p" || dp.Def != nil {
+					t.Errorf("reference became %+v", dp)
 				}
 			}},
 		{name: "l7 rule value CRLF", root: "rule", kind: "l7rule", body: `{"rule": {"type": "PATH", "compare_type": "EQUAL_TO", "value": "a\r\nb"}}`,
@@ -105,7 +117,7 @@ func TestValidateBody(t *testing.T) {
 			if at == 0 {
 				at = create
 			}
-			got, err := validateBody([]byte(tc.body), tc.root, tc.kind, at)
+			got, err := decodeAs([]byte(tc.body), tc.root, tc.kind, at)
 			if tc.err == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -124,11 +136,11 @@ func TestValidateBody(t *testing.T) {
 }
 
 func TestBatchMembersValidation(t *testing.T) {
-	if _, err := decodeMembers[lbaas.MemberCreate]([]byte(`{"members": [{"address": "198.18.17.2", "protocol_port": 80}, {"address": "x", "protocol_port": 80}]}`)); err == nil ||
+	if _, err := newMembersDecoder[lbaas.MemberCreate]().decode([]byte(`{"members": [{"address": "198.18.17.2", "protocol_port": 80}, {"address": "x", "protocol_port": 80}]}`)); err == nil ||
 		!strings.Contains(err.Error(), "IPv4 or IPv6") {
 		t.Errorf("bad address in a batch: %v", err)
 	}
-	got, err := decodeMembers[lbaas.MemberCreate]([]byte(`{"members": []}`))
+	got, err := newMembersDecoder[lbaas.MemberCreate]().decode([]byte(`{"members": []}`))
 	if err != nil || len(got) != 0 {
 		t.Errorf("empty batch: %v %v", got, err)
 	}
@@ -148,7 +160,7 @@ func TestBatchMembersValidation(t *testing.T) {
 		{body: `{"members": [1]}`, err: "Invalid input for field/attribute members. Value: '1'. Wrong type. Expected 'dict'"},
 		{body: `null`, err: `Missing argument: "members"`},
 	} {
-		got, err := decodeMembers[lbaas.MemberCreate]([]byte(tc.body))
+		got, err := newMembersDecoder[lbaas.MemberCreate]().decode([]byte(tc.body))
 		if tc.err != "" {
 			var fe *fault.Error
 			if !errors.As(err, &fe) || fe.Status != 400 || !strings.Contains(fe.Message, tc.err) {
@@ -163,7 +175,8 @@ func TestBatchMembersValidation(t *testing.T) {
 }
 
 // BenchmarkDecodeMembers: the body of a batch update of 20,000 members,
-// read, validated and typed.
+// read, validated and typed, by the one-pass decoder and by the map
+// validator it replaced (legacy_test.go).
 func BenchmarkDecodeMembers(b *testing.B) {
 	var body strings.Builder
 	body.WriteString(`{"members": [`)
@@ -174,36 +187,35 @@ func BenchmarkDecodeMembers(b *testing.B) {
 		fmt.Fprintf(&body, `{"address": "198.18.%d.%d", "protocol_port": 8080}`, 16+i/250, 2+i%250)
 	}
 	body.WriteString("]}")
-	data := []byte(body.String())
-	for range b.N {
-		if _, err := decodeMembers[lbaas.MemberCreate](data); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchmarkDecode(b, []byte(body.String()), len(decodeCases)-1)
 }
 
-func FuzzValidateBody(f *testing.F) {
-	f.Add(`{"loadbalancer": {"name": "x", "listeners": [{"protocol": "TCP", "protocol_port": 1}]}}`)
-	f.Add(`{"loadbalancer": {"pools": [{"members": [{}]}]}}`)
-	f.Fuzz(func(t *testing.T, body string) {
-		got, err := validateBody([]byte(body), "loadbalancer", "loadbalancer", create)
-		if err != nil {
-			var fe *fault.Error
-			if !errors.As(err, &fe) || fe.Status != 400 {
-				t.Fatalf("non-400 error %v", err)
+// BenchmarkDecodeFullLoadBalancer: the body bench/apicreate sends, a load
+// balancer with a listener, a pool of 10 members and a health monitor.
+func BenchmarkDecodeFullLoadBalancer(b *testing.B) {
+	var members []string
+	for j := range 10 {
+		members = append(members, fmt.Sprintf(`{"address":"198.18.%d.2","protocol_port":8000}`, 16+j))
+	}
+	body := `{"loadbalancer":{"listeners":[{"default_pool":{"name":"p"},"name":"l","protocol":"TCP","protocol_port":80}],"name":"bench-1",` +
+		`"pools":[{"healthmonitor":{"delay":5,"max_retries":3,"timeout":3,"type":"TCP"},"lb_algorithm":"SOURCE_IP_PORT","members":[` +
+		strings.Join(members, ",") + `],"name":"p","protocol":"TCP"}],"vip_subnet_id":"8a4e6b3e-7f3c-4a7e-9bc9-4d3b6c2d7e11"}}`
+	benchmarkDecode(b, []byte(body), 0)
+}
+
+func benchmarkDecode(b *testing.B, body []byte, route int) {
+	c := decodeCases[route]
+	for _, d := range []struct {
+		name   string
+		decode func([]byte) (any, error)
+	}{{"one-pass", c.decode}, {"map-then-struct", c.legacy}} {
+		b.Run(d.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := d.decode(body); err != nil {
+					b.Fatal(err)
+				}
 			}
-			return
-		}
-		allowed := map[string]bool{}
-		for _, f := range kinds["loadbalancer"] {
-			if f.where&create != 0 {
-				allowed[f.name] = true
-			}
-		}
-		for k := range got {
-			if !allowed[k] {
-				t.Fatalf("accepted unknown key %q", k)
-			}
-		}
-	})
+		})
+	}
 }
