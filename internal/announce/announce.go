@@ -93,9 +93,9 @@ func New(inner Programmer, node string, ranges []netip.Prefix, routes Routes, re
 	a := &Announcer{inner: inner, node: node, ranges: ranges, routes: routes, log: log,
 		servable: map[flows.Key]bool{}, count: map[netip.Addr]int{}, announced: map[netip.Addr]bool{},
 		vips: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_agent_announced_vips",
-			Help: "VIPs this node announces (a route in its announcement table)."}),
+			Help: "VIPs this node announces (in its announcement table, or by BGP)."}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_agent_announce_errors_total",
-			Help: "Announcement routes the kernel refused (retried at the next change)."}),
+			Help: "Announcements the routing table or the BGP speaker refused (retried at the next change)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(a.vips, a.errors)
