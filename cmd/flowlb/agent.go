@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowlb/flowlb/internal/agent"
+	"github.com/flowlb/flowlb/internal/bgp"
 	"github.com/flowlb/flowlb/internal/config"
 	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
 	"github.com/flowlb/flowlb/internal/httpserve"
@@ -51,6 +53,9 @@ type agentOptions struct {
 	// announce: VIP ranges to announce, in routing table announceTable.
 	announce      []string
 	announceTable int
+	// bgpConfig: the BGP speaker's configuration file (empty: the
+	// announcements go to announceTable).
+	bgpConfig string
 	// dataplane: nftables, or ebpf (socket programs on cgroup, pinned
 	// in bpfPinDir, beside nftables for the rest).
 	dataplane string
@@ -89,6 +94,7 @@ func newAgentCmd() *cobra.Command {
 	f.DurationVar(&o.statsInterval, "stats-interval", 5*time.Second, "how often the kernel's per-service and per-backend counters are read and reported to the server (0: never, and the table counts nothing)")
 	f.StringSliceVar(&o.announce, "announce-cidrs", nil, "VIP ranges to announce: every VIP within them that this node can serve (a local-only one only with a backend on this node) gets a host route in --announce-table, for a routing daemon to export (default: none)")
 	f.IntVar(&o.announceTable, "announce-table", 200, "routing table of the announcement routes (protocol 249)")
+	f.StringVar(&o.bgpConfig, "bgp-config", "", "YAML file of the agent's own BGP speaker (ASN, peers, next hops, ranges' communities): the VIPs of --announce-cidrs this node can serve are advertised to the peers instead of written to --announce-table (default: none)")
 	f.StringVar(&o.dataplane, "dataplane", "nftables", "data plane: nftables, or ebpf: connections that start on a local socket of --cgroup are balanced at connect() by cgroup eBPF programs (no NAT, no conntrack), and nftables stays for the rest (clients from outside, node ports, forwarded packets)")
 	f.StringVar(&o.cgroup, "cgroup", "", "with --dataplane ebpf: the cgroup v2 directory whose processes (and those below it) are served (default: the cgroup v2 root, every process of the host)")
 	f.StringVar(&o.bpfPinDir, "bpf-pin-dir", "/sys/fs/bpf/flowlb", "with --dataplane ebpf: where the maps and links are pinned, so that balancing outlives the agent and a restarted agent adopts them; a bpffs is mounted on its parent if none is there")
@@ -171,6 +177,16 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	}
 	if cfg.Announce, err = parsePrefixes("--announce-cidrs", o.announce, true); err != nil {
 		return err
+	}
+	if o.bgpConfig != "" {
+		if len(cfg.Announce) == 0 {
+			return errors.New("--bgp-config: --announce-cidrs names no range to announce")
+		}
+		c, err := bgp.Load(o.bgpConfig)
+		if err != nil {
+			return fmt.Errorf("--bgp-config: %w", err)
+		}
+		cfg.BGP = &c
 	}
 	cfg.EBPF = ebpfConfig(o)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

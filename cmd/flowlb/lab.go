@@ -536,7 +536,9 @@ serve; a routing daemon would export it. In the lab, "routes --reflect"
 plays that part: it routes every announced VIP from the router to the
 nodes announcing it (ECMP), until stopped. Run it as a lab process:
   flowlb lab proc start router routes -- flowlb lab --name NAME routes --reflect
-Without --reflect it prints the router's announced routes.`,
+Without --reflect it prints the router's announced routes. When the
+router runs FRR (the nodes' agents speak BGP, --bgp-config), it prints
+FRR's view: its sessions with the nodes and its BGP routes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, err := f.open()
@@ -544,6 +546,11 @@ Without --reflect it prints the router's announced routes.`,
 				return err
 			}
 			a := l.Announcements(table)
+			if !reflect && l.RouterRunsBGP() {
+				out, err := l.Vtysh(cmd.Context(), lab.HostRouter, "show bgp summary", "show bgp ipv4 unicast", "show bgp ipv6 unicast")
+				fmt.Fprint(cmd.OutOrStdout(), out)
+				return err
+			}
 			if reflect {
 				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 				defer stop()

@@ -45,6 +45,19 @@ type Routes interface {
 	Del(vip netip.Addr) error
 }
 
+// Batch is a Routes that takes the announcements and withdrawals of a
+// change at once (a BGP speaker sends them in one update).
+type Batch interface {
+	Update(add, del []netip.Addr) error
+}
+
+// Starter is a Routes told when the first whole table has been
+// announced: a BGP speaker starts its sessions then, so that its first
+// update to a router already holds every VIP.
+type Starter interface {
+	Synced()
+}
+
 // Programmer is the data plane as the agent drives it.
 type Programmer interface {
 	Sync(ctx context.Context, t flows.Table) error
@@ -80,9 +93,9 @@ func New(inner Programmer, node string, ranges []netip.Prefix, routes Routes, re
 	a := &Announcer{inner: inner, node: node, ranges: ranges, routes: routes, log: log,
 		servable: map[flows.Key]bool{}, count: map[netip.Addr]int{}, announced: map[netip.Addr]bool{},
 		vips: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_agent_announced_vips",
-			Help: "VIPs this node announces (a route in its announcement table)."}),
+			Help: "VIPs this node announces (in its announcement table, or by BGP)."}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_agent_announce_errors_total",
-			Help: "Announcement routes the kernel refused (retried at the next change)."}),
+			Help: "Announcements the routing table or the BGP speaker refused (retried at the next change)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(a.vips, a.errors)
@@ -131,6 +144,9 @@ func (a *Announcer) Sync(ctx context.Context, t flows.Table) error {
 		a.set(k, Servable(s, a.node))
 	}
 	a.reconcile()
+	if st, ok := a.routes.(Starter); ok {
+		st.Synced()
+	}
 	return nil
 }
 
@@ -155,6 +171,10 @@ func (a *Announcer) Apply(ctx context.Context, upserts []flows.Service, deletes 
 // kernel refuses is logged and counted, not returned: the flows are
 // programmed and acknowledged regardless, and the next change retries.
 func (a *Announcer) reconcile() {
+	if b, ok := a.routes.(Batch); ok {
+		a.reconcileBatch(b)
+		return
+	}
 	var errs []error
 	for v := range a.announced {
 		if a.count[v] > 0 {
@@ -183,6 +203,39 @@ func (a *Announcer) reconcile() {
 		a.errors.Add(float64(len(errs)))
 		a.log.Warn("announcements", "err", err)
 	}
+}
+
+// reconcileBatch is reconcile in one call.
+func (a *Announcer) reconcileBatch(b Batch) {
+	var add, del []netip.Addr
+	for v := range a.announced {
+		if a.count[v] <= 0 {
+			del = append(del, v)
+		}
+	}
+	for v := range a.count {
+		if !a.announced[v] {
+			add = append(add, v)
+		}
+	}
+	if len(add)+len(del) == 0 {
+		return
+	}
+	slices.SortFunc(add, netip.Addr.Compare)
+	slices.SortFunc(del, netip.Addr.Compare)
+	if err := b.Update(add, del); err != nil {
+		a.errors.Inc()
+		a.log.Warn("announcements", "err", err)
+		return
+	}
+	for _, v := range del {
+		delete(a.announced, v)
+	}
+	for _, v := range add {
+		a.announced[v] = true
+	}
+	a.vips.Set(float64(len(a.announced)))
+	a.log.Info("announcements", "announced", len(add), "withdrawn", len(del), "total", len(a.announced))
 }
 
 // Announced lists the announced VIPs, sorted.

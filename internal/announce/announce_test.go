@@ -172,3 +172,63 @@ func TestAnnouncer(t *testing.T) {
 		t.Errorf("failed sync: %v, announced %v", err, b.Announced())
 	}
 }
+
+// batchRoutes is a Routes that takes whole changes (a BGP speaker).
+type batchRoutes struct {
+	fakeRoutes
+	updates [][2][]netip.Addr
+	synced  int
+	fail    bool
+}
+
+func (b *batchRoutes) Update(add, del []netip.Addr) error {
+	b.updates = append(b.updates, [2][]netip.Addr{add, del})
+	if b.fail {
+		return errors.New("refused")
+	}
+	for _, v := range del {
+		delete(b.have, v)
+	}
+	for _, v := range add {
+		b.have[v] = true
+	}
+	return nil
+}
+
+func (b *batchRoutes) Synced() { b.synced++ }
+
+// TestAnnouncerBatch: a Routes that takes a change at once gets one
+// Update per change, sorted, never Add or Del; it is told after every
+// whole table; a refused Update is sent again whole at the next change.
+func TestAnnouncerBatch(t *testing.T) {
+	ctx := context.Background()
+	r := &batchRoutes{fakeRoutes: fakeRoutes{have: map[netip.Addr]bool{}}}
+	a, err := New(fakeDP{}, "n1", ext, r, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Sync(ctx, table(service("198.19.128.9", 80, false, "n2"), service("198.19.128.2", 80, false, "n2"), service("198.19.128.3", 80, true, "n2"))); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.updates) != 1 || !slices.Equal(r.updates[0][0], addrs("198.19.128.2", "198.19.128.9")) || r.synced != 1 || r.ops != 0 {
+		t.Fatalf("after the table: updates %v, synced %d, single operations %d", r.updates, r.synced, r.ops)
+	}
+	r.fail = true
+	if err := a.Apply(ctx, []flows.Service{service("198.19.128.3", 80, true, "n1")}, []flows.Key{service("198.19.128.9", 80, false).Key}); err != nil {
+		t.Fatalf("a refused update failed the change: %v", err)
+	}
+	if got := a.Announced(); !slices.Equal(got, addrs("198.19.128.2", "198.19.128.9")) {
+		t.Errorf("after a refused update: announced %v", got)
+	}
+	r.fail = false
+	if err := a.Apply(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	last := r.updates[len(r.updates)-1]
+	if !slices.Equal(last[0], addrs("198.19.128.3")) || !slices.Equal(last[1], addrs("198.19.128.9")) {
+		t.Errorf("retry: +%v -%v, want +198.19.128.3 -198.19.128.9", last[0], last[1])
+	}
+	if got := a.Announced(); !slices.Equal(got, addrs("198.19.128.2", "198.19.128.3")) {
+		t.Errorf("after the retry: announced %v", got)
+	}
+}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/agent"
 	"github.com/flowlb/flowlb/internal/announce"
+	"github.com/flowlb/flowlb/internal/bgp"
 	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/flows"
@@ -77,6 +78,9 @@ type Config struct {
 	// AnnounceTable (none: nothing announced).
 	Announce      []netip.Prefix
 	AnnounceTable int
+	// BGP, if set, advertises the announced VIPs with the agent's own
+	// BGP speaker instead of writing them to AnnounceTable.
+	BGP *bgp.Config
 	// EBPF, if set, balances the connections of local sockets with the
 	// eBPF socket programs, beside nftables.
 	EBPF *EBPF
@@ -249,6 +253,24 @@ func OpenSocketLB(c EBPF, node, zone string, log *slog.Logger) (*ebpf.Dataplane,
 func (n *Node) announcer(prog agent.Programmer, reg prometheus.Registerer) (agent.Programmer, error) {
 	if len(n.cfg.Announce) == 0 {
 		return prog, nil
+	}
+	if n.cfg.BGP != nil {
+		sp, err := bgp.New(*n.cfg.BGP, bgp.Options{Reg: reg, Log: n.log})
+		if err != nil {
+			return nil, fmt.Errorf("BGP: %w", err)
+		}
+		// Leaving, the speaker sends no NOTIFICATION: the routers keep
+		// its routes (graceful restart) until the next agent's
+		// End-of-RIB, or the restart time, as the flows stay in the
+		// kernel (fail-static). Only the flows' removal withdraws them.
+		n.undo = append(n.undo, func() {
+			if n.removed {
+				sp.Stop()
+				return
+			}
+			sp.Leave()
+		})
+		return announce.New(prog, n.cfg.Node, n.cfg.Announce, sp, reg, n.log)
 	}
 	rt, err := announce.OpenTable(n.cfg.AnnounceTable)
 	if err != nil {

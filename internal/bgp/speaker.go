@@ -1,0 +1,687 @@
+package bgp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+)
+
+// Defaults of a peer.
+const (
+	DefaultHoldTime    = 9 * time.Second
+	DefaultRestartTime = 120 * time.Second
+	DefaultBFDInterval = 100 * time.Millisecond
+	DefaultBFDMult     = 3
+)
+
+// Speaker advertises the VIPs it is given to its peers. It is the
+// announce.Routes of the BGP mode: Update takes the VIPs to announce and
+// withdraw, Synced (after the agent's first full table) starts peering,
+// so that a restarted agent's first update to a router already holds
+// every VIP and its End-of-RIB removes nothing the router kept.
+type Speaker struct {
+	cfg   Config
+	t     rangeTable
+	s     *server.BgpServer
+	log   *slog.Logger
+	peers []*api.Peer
+	nh4   netip.Addr // invalid: the session's own address
+	nh6   netip.Addr
+
+	mu     sync.Mutex
+	vips   map[netip.Addr]bool
+	count  []int // announced VIPs per range
+	adv    map[netip.Prefix]Attrs
+	peered bool
+
+	stopOnce sync.Once
+
+	advertised prometheus.Gauge
+	sessions   *prometheus.GaugeVec
+	changes    *prometheus.CounterVec
+}
+
+// Options are what the agent adds to a Config.
+type Options struct {
+	// Addrs lists the node's addresses, for the next hop of a family no
+	// session carries (nil: read from the kernel).
+	Addrs func() ([][]netip.Addr, error)
+	// Reg registers the metrics (nil: none).
+	Reg prometheus.Registerer
+	Log *slog.Logger
+}
+
+// New starts the speaker; it peers once Synced is called.
+func New(cfg Config, o Options) (*Speaker, error) {
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	t, err := compileRanges(cfg.Ranges)
+	if err != nil {
+		return nil, err
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	sp := &Speaker{cfg: cfg, t: t, log: log, vips: map[netip.Addr]bool{}, count: make([]int, len(t)), adv: map[netip.Prefix]Attrs{},
+		advertised: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_agent_bgp_advertised_prefixes",
+			Help: "Prefixes the agent's BGP speaker advertises (host routes and aggregated ranges)."}),
+		sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flowlb_agent_bgp_session_up",
+			Help: "1 while the BGP session with the peer is established."}, []string{"peer"}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_agent_bgp_session_changes_total",
+			Help: "BGP session state changes, by peer and new state."}, []string{"peer", "state"}),
+	}
+	if o.Reg != nil {
+		o.Reg.MustRegister(sp.advertised, sp.sessions, sp.changes)
+	}
+	addrs := o.Addrs
+	if addrs == nil {
+		addrs = localAddrs
+	}
+	if err := sp.resolve(addrs); err != nil {
+		return nil, err
+	}
+	for i, p := range cfg.Peers {
+		if p.PasswordFile != "" {
+			b, err := os.ReadFile(p.PasswordFile)
+			if err != nil {
+				return nil, fmt.Errorf("peers[%d].password-file: %w", i, err)
+			}
+			p.Password = strings.TrimRight(string(b), "\r\n")
+		}
+		sp.peers = append(sp.peers, peerOf(p))
+		sp.sessions.WithLabelValues(p.Address).Set(0)
+	}
+	lvl := &slog.LevelVar{}
+	lvl.Set(slog.LevelWarn)
+	sp.s = server.NewBgpServer(server.LoggerOption(log.With("component", "gobgp"), lvl))
+	go sp.s.Serve()
+	listen := int32(-1)
+	if cfg.ListenPort > 0 {
+		listen = int32(cfg.ListenPort)
+	}
+	ctx := context.Background()
+	if err := sp.s.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{Asn: cfg.ASN, RouterId: sp.cfg.RouterID, ListenPort: listen}}); err != nil {
+		sp.s.Stop()
+		return nil, fmt.Errorf("start BGP: %w", err)
+	}
+	if err := onlySpeak(ctx, sp.s); err != nil {
+		sp.s.Stop()
+		return nil, fmt.Errorf("import policy: %w", err)
+	}
+	if err := sp.s.WatchEvent(ctx, server.WatchEventMessageCallbacks{OnPeerUpdate: sp.peerEvent}, server.WatchPeer()); err != nil {
+		sp.s.Stop()
+		return nil, fmt.Errorf("watch peers: %w", err)
+	}
+	return sp, nil
+}
+
+// onlySpeak makes the speaker take nothing a router sends: the global
+// import policy rejects every route learned from a peer (iBGP or eBGP),
+// so that the node neither holds a router's table nor passes one
+// router's routes to another. It accepts the rest by default: GoBGP
+// applies the global import policy to the speaker's own paths too, and a
+// default reject would withdraw them.
+func onlySpeak(ctx context.Context, s *server.BgpServer) error {
+	var sts []*api.Statement
+	for _, rt := range []api.Conditions_RouteType{api.Conditions_ROUTE_TYPE_INTERNAL, api.Conditions_ROUTE_TYPE_EXTERNAL} {
+		sts = append(sts, &api.Statement{Name: "flowlb-learned-" + rt.String(), Conditions: &api.Conditions{RouteType: rt},
+			Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT}})
+	}
+	if err := s.AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: "flowlb-speak-only", Statements: sts}}); err != nil {
+		return err
+	}
+	return s.SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+		Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_IMPORT,
+		Policies: []*api.Policy{{Name: "flowlb-speak-only"}}, DefaultAction: api.RouteAction_ROUTE_ACTION_ACCEPT}})
+}
+
+func (sp *Speaker) peerEvent(e *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
+	if e.Type != apiutil.PEER_EVENT_STATE {
+		return
+	}
+	addr := e.Peer.Conf.NeighborAddress.String()
+	st := e.Peer.State.SessionState
+	up := 0.0
+	if st == bgp.BGP_FSM_ESTABLISHED {
+		up = 1
+	}
+	sp.sessions.WithLabelValues(addr).Set(up)
+	sp.changes.WithLabelValues(addr, stateName(st)).Inc()
+	sp.log.Info("BGP session", "peer", addr, "state", stateName(st))
+}
+
+func stateName(st bgp.FSMState) string {
+	switch st {
+	case bgp.BGP_FSM_IDLE:
+		return "idle"
+	case bgp.BGP_FSM_CONNECT:
+		return "connect"
+	case bgp.BGP_FSM_ACTIVE:
+		return "active"
+	case bgp.BGP_FSM_OPENSENT:
+		return "opensent"
+	case bgp.BGP_FSM_OPENCONFIRM:
+		return "openconfirm"
+	case bgp.BGP_FSM_ESTABLISHED:
+		return "established"
+	}
+	return "unknown"
+}
+
+// resolve sets the router id and the next hops of the families that no
+// session's own address gives.
+func (sp *Speaker) resolve(addrs func() ([][]netip.Addr, error)) error {
+	var v4, v6 bool // a session of that family exists
+	var local []netip.Addr
+	for _, p := range sp.cfg.Peers {
+		a, _ := netip.ParseAddr(p.Address)
+		v4 = v4 || a.Is4()
+		v6 = v6 || a.Is6()
+		src := netip.Addr{}
+		if p.SourceAddress != "" {
+			src, _ = netip.ParseAddr(p.SourceAddress)
+		} else if s, err := sourceFor(a); err == nil {
+			src = s
+		}
+		if src.IsValid() {
+			local = append(local, src)
+		}
+	}
+	if h := sp.cfg.NextHops.IPv4; h != "" {
+		sp.nh4 = netip.MustParseAddr(h)
+	}
+	if h := sp.cfg.NextHops.IPv6; h != "" {
+		sp.nh6 = netip.MustParseAddr(h)
+	}
+	needs4, needs6 := !sp.nh4.IsValid() && !v4, !sp.nh6.IsValid() && !v6
+	if sp.cfg.RouterID == "" || needs4 || needs6 {
+		all, err := addrs()
+		if err != nil {
+			return fmt.Errorf("the node's addresses: %w", err)
+		}
+		nh4, nh6 := pickNextHops(local, all)
+		if needs4 {
+			sp.nh4 = nh4
+		}
+		if needs6 {
+			sp.nh6 = nh6
+		}
+		if sp.cfg.RouterID == "" {
+			id := nh4
+			for _, l := range local {
+				if l.Is4() {
+					id = l
+					break
+				}
+			}
+			if !id.IsValid() {
+				return errors.New("router-id: no IPv4 address to take it from; set it")
+			}
+			sp.cfg.RouterID = id.String()
+		}
+	}
+	return nil
+}
+
+// pickNextHops chooses, for each family, a global address of the node:
+// one of the interface that holds a session's local address, else the
+// first of any interface. ifaces lists the addresses of each interface.
+func pickNextHops(local []netip.Addr, ifaces [][]netip.Addr) (v4, v6 netip.Addr) {
+	usable := func(a netip.Addr) bool { return a.IsGlobalUnicast() && !a.Is4In6() }
+	pick := func(addrs []netip.Addr) {
+		for _, a := range addrs {
+			if !usable(a) {
+				continue
+			}
+			if a.Is4() && !v4.IsValid() {
+				v4 = a
+			}
+			if a.Is6() && !v6.IsValid() {
+				v6 = a
+			}
+		}
+	}
+	for _, addrs := range ifaces {
+		if slices.ContainsFunc(local, func(l netip.Addr) bool { return slices.Contains(addrs, l) }) {
+			pick(addrs)
+		}
+	}
+	for _, addrs := range ifaces {
+		pick(addrs)
+	}
+	return v4, v6
+}
+
+// sourceFor is the local address the kernel would use towards a.
+func sourceFor(a netip.Addr) (netip.Addr, error) {
+	network := "udp4"
+	if a.Is6() {
+		network = "udp6"
+	}
+	c, err := net.DialUDP(network, nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 179)))
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
+}
+
+// localAddrs lists the node's addresses, interface by interface.
+func localAddrs() ([][]netip.Addr, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	var out [][]netip.Addr
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		as, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		var addrs []netip.Addr
+		for _, a := range as {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok {
+					addrs = append(addrs, ip.Unmap())
+				}
+			}
+		}
+		out = append(out, addrs)
+	}
+	return out, nil
+}
+
+func peerOf(p Peer) *api.Peer {
+	hold := time.Duration(p.HoldTime)
+	if hold == 0 {
+		hold = DefaultHoldTime
+	}
+	keep := time.Duration(p.Keepalive)
+	if keep == 0 {
+		keep = hold / 3
+	}
+	ap := &api.Peer{
+		Conf: &api.PeerConf{NeighborAddress: p.Address, PeerAsn: p.ASN, AuthPassword: p.Password},
+		Timers: &api.Timers{Config: &api.TimersConfig{HoldTime: uint64(hold / time.Second), KeepaliveInterval: uint64(max(keep/time.Second, 1)),
+			ConnectRetry: 1, IdleHoldTimeAfterReset: 1}},
+		Transport: &api.Transport{LocalAddress: p.SourceAddress, RemotePort: uint32(p.Port)},
+	}
+	if p.Multihop > 0 {
+		ap.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: uint32(p.Multihop)}
+	}
+	gr := p.GracefulRestart == nil || p.GracefulRestart.Enabled
+	if gr {
+		rt := DefaultRestartTime
+		if p.GracefulRestart != nil && p.GracefulRestart.RestartTime > 0 {
+			rt = time.Duration(p.GracefulRestart.RestartTime)
+		}
+		// Restarting: the forwarding state (the node's flows) was kept,
+		// and the router keeps our routes until our End-of-RIB.
+		ap.GracefulRestart = &api.GracefulRestart{Enabled: true, RestartTime: uint32(rt / time.Second), LocalRestarting: true, DeferralTime: 10}
+	}
+	v4, v6 := p.families()
+	for _, f := range []struct {
+		on  bool
+		afi api.Family_Afi
+	}{{v4, api.Family_AFI_IP}, {v6, api.Family_AFI_IP6}} {
+		if !f.on {
+			continue
+		}
+		af := &api.AfiSafi{Config: &api.AfiSafiConfig{Family: &api.Family{Afi: f.afi, Safi: api.Family_SAFI_UNICAST}, Enabled: true}}
+		if gr {
+			af.MpGracefulRestart = &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}}
+		}
+		ap.AfiSafis = append(ap.AfiSafis, af)
+	}
+	if p.BFD.Enabled {
+		ap.Bfd = bfdConfig(p.BFD)
+	}
+	return ap
+}
+
+func bfdConfig(b BFD) *api.BfdPeerConfig {
+	rx, tx, m := time.Duration(b.MinRx), time.Duration(b.MinTx), b.Multiplier
+	if rx == 0 {
+		rx = DefaultBFDInterval
+	}
+	if tx == 0 {
+		tx = DefaultBFDInterval
+	}
+	if m == 0 {
+		m = DefaultBFDMult
+	}
+	return &api.BfdPeerConfig{Enabled: true, DesiredMinimumTxInterval: uint32(tx / time.Microsecond),
+		RequiredMinimumReceive: uint32(rx / time.Microsecond), DetectionMultiplier: uint32(m)}
+}
+
+// Synced starts the sessions (once): the VIPs given so far are what the
+// first update of every session holds.
+func (sp *Speaker) Synced() {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.peered {
+		return
+	}
+	for i, p := range sp.peers {
+		if err := sp.s.AddPeer(context.Background(), &api.AddPeerRequest{Peer: p}); err != nil {
+			sp.log.Error("BGP peer", "peer", sp.cfg.Peers[i].Address, "err", err)
+		}
+	}
+	sp.peered = true
+}
+
+// List returns nothing: the speaker's routes live and die with the
+// process (a restarted agent announces again, and the routers keep
+// the previous ones meanwhile, by graceful restart).
+func (sp *Speaker) List() ([]netip.Addr, error) { return nil, nil }
+
+// Add announces v.
+func (sp *Speaker) Add(v netip.Addr) error { return sp.Update([]netip.Addr{v}, nil) }
+
+// Del withdraws v.
+func (sp *Speaker) Del(v netip.Addr) error { return sp.Update(nil, []netip.Addr{v}) }
+
+// Update announces add and withdraws del, changing only the prefixes
+// whose advertisement they change.
+func (sp *Speaker) Update(add, del []netip.Addr) error {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	touched := map[int]bool{} // aggregated ranges to recompute
+	want := map[netip.Prefix]*Attrs{}
+	set := func(v netip.Addr, on bool) {
+		if sp.vips[v] == on {
+			return
+		}
+		i := sp.t.of(v)
+		if on {
+			sp.vips[v] = true
+		} else {
+			delete(sp.vips, v)
+		}
+		if i >= 0 {
+			if on {
+				sp.count[i]++
+			} else {
+				sp.count[i]--
+			}
+			if sp.t[i].aggregate {
+				touched[i] = true
+				return
+			}
+		}
+		if on {
+			a := Attrs{}
+			if i >= 0 {
+				a = sp.t[i].attrs
+			}
+			want[host(v)] = &a
+		} else {
+			want[host(v)] = nil
+		}
+	}
+	for _, v := range del {
+		set(v, false)
+	}
+	for _, v := range add {
+		set(v, true)
+	}
+	for i := range touched {
+		r := sp.t[i]
+		full := sp.count[i] == r.size()
+		if full {
+			a := r.attrs
+			want[r.prefix] = &a
+		} else {
+			want[r.prefix] = nil
+		}
+		// Host routes of the range: advertised unless it is whole. A
+		// range's VIPs are those whose most specific range it is.
+		for v := range sp.vips {
+			if r.prefix.Contains(v) && sp.t.of(v) == i {
+				if full {
+					want[host(v)] = nil
+				} else {
+					a := r.attrs
+					want[host(v)] = &a
+				}
+			}
+		}
+		for p := range sp.adv {
+			if p.Bits() == p.Addr().BitLen() && r.prefix.Contains(p.Addr()) && !sp.vips[p.Addr()] && sp.t.of(p.Addr()) == i {
+				want[p] = nil
+			}
+		}
+	}
+	var addPaths, delPaths []*apiutil.Path
+	var errs []error
+	for p, a := range want {
+		have, ok := sp.adv[p]
+		switch {
+		case a == nil && ok:
+			path, err := sp.path(p, have, true)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			delPaths = append(delPaths, path)
+			delete(sp.adv, p)
+		case a != nil && (!ok || !have.equal(*a)):
+			path, err := sp.path(p, *a, false)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			addPaths = append(addPaths, path)
+			sp.adv[p] = *a
+		}
+	}
+	if len(delPaths) > 0 {
+		if err := sp.s.DeletePath(apiutil.DeletePathRequest{Paths: delPaths}); err != nil {
+			errs = append(errs, fmt.Errorf("withdraw: %w", err))
+		}
+	}
+	if len(addPaths) > 0 {
+		if _, err := sp.s.AddPath(apiutil.AddPathRequest{Paths: addPaths}); err != nil {
+			errs = append(errs, fmt.Errorf("advertise: %w", err))
+		}
+	}
+	sp.advertised.Set(float64(len(sp.adv)))
+	return errors.Join(errs...)
+}
+
+// path is the GoBGP path of prefix p with attributes a.
+func (sp *Speaker) path(p netip.Prefix, a Attrs, withdraw bool) (*apiutil.Path, error) {
+	nlri, err := bgp.NewIPAddrPrefix(p)
+	if err != nil {
+		return nil, err
+	}
+	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
+	fam := bgp.RF_IPv4_UC
+	if p.Addr().Is4() {
+		nh := sp.nh4
+		if !nh.IsValid() {
+			nh = netip.IPv4Unspecified()
+		}
+		a, err := bgp.NewPathAttributeNextHop(nh)
+		if err != nil {
+			return nil, err
+		}
+		attrs = append(attrs, a)
+	} else {
+		fam = bgp.RF_IPv6_UC
+		nh := sp.nh6
+		if !nh.IsValid() {
+			nh = netip.IPv6Unspecified()
+		}
+		mp, err := bgp.NewPathAttributeMpReachNLRI(bgp.RF_IPv6_UC, []bgp.PathNLRI{{NLRI: nlri}}, nh)
+		if err != nil {
+			return nil, err
+		}
+		attrs = append(attrs, mp)
+	}
+	if len(a.Communities) > 0 {
+		attrs = append(attrs, bgp.NewPathAttributeCommunities(a.Communities))
+	}
+	if a.LocalPref > 0 {
+		attrs = append(attrs, bgp.NewPathAttributeLocalPref(a.LocalPref))
+	}
+	return &apiutil.Path{Family: fam, Nlri: nlri, Attrs: attrs, Withdrawal: withdraw}, nil
+}
+
+// Advert is one advertised prefix.
+type Advert struct {
+	Prefix      string   `json:"prefix"`
+	Communities []string `json:"communities,omitempty"`
+	LocalPref   uint32   `json:"local_preference,omitempty"`
+}
+
+// Advertised lists what the speaker advertises, sorted.
+func (sp *Speaker) Advertised() []Advert {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	out := make([]Advert, 0, len(sp.adv))
+	for p, a := range sp.adv {
+		ad := Advert{Prefix: p.String(), LocalPref: a.LocalPref}
+		for _, c := range a.Communities {
+			ad.Communities = append(ad.Communities, strconv.Itoa(int(c>>16))+":"+strconv.Itoa(int(c&0xffff)))
+		}
+		out = append(out, ad)
+	}
+	slices.SortFunc(out, func(a, b Advert) int {
+		pa, pb := netip.MustParsePrefix(a.Prefix), netip.MustParsePrefix(b.Prefix)
+		if c := pa.Addr().Compare(pb.Addr()); c != 0 {
+			return c
+		}
+		return pa.Bits() - pb.Bits()
+	})
+	return out
+}
+
+// Session is a peer's state as the agent reports it.
+type Session struct {
+	Peer     string `json:"peer"`
+	ASN      uint32 `json:"asn"`
+	State    string `json:"state"`
+	Since    string `json:"since,omitempty"`
+	BFD      string `json:"bfd,omitempty"`
+	Received uint64 `json:"updates_received"`
+	Sent     uint64 `json:"updates_sent"`
+	// localDisc and remoteDisc are the BFD session's discriminators.
+	localDisc, remoteDisc uint32
+}
+
+// Sessions lists the peers' sessions, in configuration order.
+func (sp *Speaker) Sessions() []Session {
+	byAddr := map[string]*api.Peer{}
+	_ = sp.s.ListPeer(context.Background(), &api.ListPeerRequest{EnableAdvertised: false}, func(p *api.Peer) {
+		byAddr[p.GetConf().GetNeighborAddress()] = p
+	})
+	var out []Session
+	for _, c := range sp.cfg.Peers {
+		s := Session{Peer: c.Address, ASN: c.ASN, State: "idle"}
+		if p, ok := byAddr[c.Address]; ok {
+			st := p.GetState()
+			s.State = sessionState(st.GetSessionState())
+			if up := p.GetTimers().GetState().GetUptime(); up != nil && s.State == "established" {
+				s.Since = up.AsTime().UTC().Format(time.RFC3339)
+			}
+			s.Received = st.GetMessages().GetReceived().GetUpdate()
+			s.Sent = st.GetMessages().GetSent().GetUpdate()
+			if b := st.GetBfdState(); b != nil && c.BFD.Enabled {
+				s.BFD = bfdState(b.GetSessionState())
+				s.localDisc, s.remoteDisc = b.GetLocalDiscriminator(), b.GetRemoteDiscriminator()
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func sessionState(s api.PeerState_SessionState) string {
+	switch s {
+	case api.PeerState_SESSION_STATE_IDLE:
+		return "idle"
+	case api.PeerState_SESSION_STATE_CONNECT:
+		return "connect"
+	case api.PeerState_SESSION_STATE_ACTIVE:
+		return "active"
+	case api.PeerState_SESSION_STATE_OPENSENT:
+		return "opensent"
+	case api.PeerState_SESSION_STATE_OPENCONFIRM:
+		return "openconfirm"
+	case api.PeerState_SESSION_STATE_ESTABLISHED:
+		return "established"
+	}
+	return "unknown"
+}
+
+func bfdState(s api.BfdSessionState) string {
+	switch s {
+	case api.BfdSessionState_BFD_SESSION_STATE_UP:
+		return "up"
+	case api.BfdSessionState_BFD_SESSION_STATE_DOWN:
+		return "down"
+	case api.BfdSessionState_BFD_SESSION_STATE_INIT:
+		return "init"
+	case api.BfdSessionState_BFD_SESSION_STATE_ADMIN_DOWN:
+		return "admin-down"
+	}
+	return "unknown"
+}
+
+// Leave ends the speaker for a restart: each BFD session is taken down
+// administratively (RFC 5880: the router must not treat that as a
+// failure), and the BGP sessions are left to close with the process,
+// without a NOTIFICATION, so that the routers keep the routes as
+// stale (graceful restart) until the next agent's End-of-RIB.
+func (sp *Speaker) Leave() {
+	sp.stopOnce.Do(func() {
+		for _, s := range sp.Sessions() {
+			if s.BFD != "up" {
+				continue
+			}
+			for i, c := range sp.cfg.Peers {
+				if c.Address != s.Peer {
+					continue
+				}
+				// Stop the speaker's own BFD first, so that it sends
+				// nothing after the AdminDown.
+				q := proto.Clone(sp.peers[i]).(*api.Peer)
+				q.Bfd = &api.BfdPeerConfig{Enabled: false}
+				if _, err := sp.s.UpdatePeer(context.Background(), &api.UpdatePeerRequest{Peer: q}); err != nil {
+					sp.log.Warn("BFD stop", "peer", c.Address, "err", err)
+				}
+				port := 3784
+				if err := sendAdminDown(netip.MustParseAddr(c.Address), port, s.localDisc, s.remoteDisc, c.BFD); err != nil {
+					sp.log.Warn("BFD admin down", "peer", c.Address, "err", err)
+				}
+			}
+		}
+	})
+}
+
+// Stop withdraws everything (a NOTIFICATION to every peer) and stops.
+func (sp *Speaker) Stop() {
+	sp.stopOnce.Do(func() { sp.s.Stop() })
+}

@@ -1,0 +1,383 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/testutil"
+)
+
+// bgpPassword signs the lab's BGP sessions (TCP MD5) in the tests.
+const bgpPassword = "flowlb-lab"
+
+// agentBGPConfig is the nodes' speaker configuration in the lab, the one
+// docs/operations.md shows: one session to the router over the fabric,
+// both families on it (IPv6 routes with the node's IPv6 fabric address
+// as next hop), BFD, graceful restart by default.
+const agentBGPConfig = `asn: 64512
+peers:
+  - address: 198.18.0.254
+    asn: 64500
+    password-file: %s
+    hold-time: 3s
+    bfd: {enabled: true}
+`
+
+// newBGPCluster is a cluster whose router runs FRR (RouterFRR, BFD,
+// password) and whose agents speak BGP to it, announcing both external
+// VIP ranges; the router has no static route to them.
+func newBGPCluster(t *testing.T, nodes, pods int) *cluster {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "bgp-password")
+	conf := filepath.Join(dir, "bgp.yaml")
+	if err := os.WriteFile(pw, []byte(bgpPassword+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(agentBGPConfig, pw)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ns []int
+	for i := 1; i <= nodes; i++ {
+		ns = append(ns, i)
+	}
+	return newClusterOpts(t, clusterOptions{nodes: nodes, pods: pods, serverArgs: ipv6ServerArgs(),
+		agentArgs: []string{"--announce-cidrs", lab.ExternalVIPs.String() + "," + lab.ExternalVIPs6.String(), "--bgp-config", conf},
+		beforeServer: func(c *cluster) {
+			if err := c.lab.StartRouterBGP(lab.RouterBGP{Nodes: ns, Password: bgpPassword, BFD: true}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if t.Failed() {
+					out, _ := c.lab.Vtysh(context.Background(), lab.HostRouter, "show bgp summary", "show bfd peers brief", "show bgp ipv4 unicast", "show bgp ipv6 unicast")
+					t.Logf("--- FRR in the router\n%s", out)
+					b, _ := os.ReadFile(c.lab.LogPath(lab.HostRouter, lab.ProcBGPD))
+					t.Logf("--- router bgpd log\n%s", tail(string(b), 30))
+				}
+			})
+		}})
+}
+
+// routeVia waits until the router's kernel (FRR's zebra) routes each
+// prefix via exactly the given nodes (none: no route).
+func routeVia(t *testing.T, l *lab.Lab, within time.Duration, want map[netip.Prefix][]int) {
+	t.Helper()
+	testutil.Eventually(t, within, fmt.Sprintf("the router's routes %v", want), func() (bool, string) {
+		got, err := l.Announcements(lab.AnnounceTable).Routes()
+		if err != nil {
+			return false, err.Error()
+		}
+		for p, nodes := range want {
+			if !slices.Equal(got[p], nodes) {
+				return false, fmt.Sprintf("%s via %v", p, got[p])
+			}
+		}
+		return true, ""
+	})
+}
+
+func host(a string) netip.Prefix {
+	v := netip.MustParseAddr(a)
+	return netip.PrefixFrom(v, v.BitLen())
+}
+
+// receivers asks vip n times from the client and returns the addresses
+// the pods saw (the receiving node's, which masquerades) and the pods.
+func receivers(t *testing.T, c *cluster, vip string, n int) (peers, pods map[string]int) {
+	t.Helper()
+	peers, pods = map[string]int{}, map[string]int{}
+	for range n {
+		r, err := ask(c.lab.Client(), vip)
+		if err != nil {
+			t.Fatalf("client -> %s: %v", vip, err)
+		}
+		h, _, _ := net.SplitHostPort(r.Peer)
+		peers[h]++
+		pods[r.Pod]++
+	}
+	return peers, pods
+}
+
+// TestBGPWithFRR: the agents speak BGP to FRR in the router. A VIP of
+// members on n1 and n2 is announced by every node, both families, and
+// the router spreads the client's connections over the nodes (ECMP); a
+// local-only VIP is announced only by the nodes with a backend, follows
+// its members, and keeps the client's address; an agent restart
+// withdraws nothing (graceful restart: FRR's routes to the VIP never
+// lose a next hop) and loses no connection.
+func TestBGPWithFRR(t *testing.T) {
+	c := newBGPCluster(t, 3, 1)
+	l := c.lab
+	var members []any
+	for _, p := range []lab.Host{l.Pod(1, 1), l.Pod(2, 1)} {
+		a6, _ := lab.Twin6(p.Addr)
+		for _, a := range []netip.Addr{p.Addr, a6} {
+			members = append(members, map[string]any{"address": a.String(), "protocol_port": 8080, "name": p.Name})
+		}
+	}
+	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
+		"name": "dual", "vip_subnet_id": c.subnet("flowlb-external-subnet"),
+		"additional_vips": []any{map[string]any{"subnet_id": c.subnet("flowlb-external-subnet6")}},
+		"listeners": []any{map[string]any{"protocol": "TCP", "protocol_port": 80, "default_pool": map[string]any{
+			"name": "p", "protocol": "TCP", "lb_algorithm": "SOURCE_IP_PORT", "members": members}}}}})
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, body)
+	}
+	dual := c.waitActive(body["loadbalancer"].(map[string]any)["id"].(string))
+	vip4 := dual["vip_address"].(string)
+	vip6 := dual["additional_vips"].([]any)[0].(map[string]any)["ip_address"].(string)
+	routeVia(t, l, 30*time.Second, map[netip.Prefix][]int{host(vip4): {1, 2, 3}, host(vip6): {1, 2, 3}})
+
+	t.Run("ECMP", func(t *testing.T) {
+		for _, vip := range []string{vip4, vip6} {
+			peers, pods := receivers(t, c, net.JoinHostPort(vip, "80"), 60)
+			if len(peers) < 2 || len(pods) != 2 {
+				t.Errorf("%s: received through %v, answered by %v; want several nodes and both pods", vip, peers, pods)
+			}
+		}
+	})
+
+	local, pool, ms := c.createLB(c.subnet("flowlb-external-subnet"), map[string]any{"tags": []string{"flowlb:local-only"}}, "SOURCE_IP_PORT", []lab.Host{l.Pod(2, 1)})
+	vipL := local["vip_address"].(string)
+	t.Run("local-only", func(t *testing.T) {
+		routeVia(t, l, 20*time.Second, map[netip.Prefix][]int{host(vipL): {2}})
+		for range 20 {
+			r, err := ask(l.Client(), net.JoinHostPort(vipL, "80"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h, _, _ := net.SplitHostPort(r.Peer); r.Pod != "n2-p1" || h != lab.ClientAddr.String() {
+				t.Fatalf("local-only VIP answered by %s seeing %s, want n2-p1 seeing the client %s", r.Pod, r.Peer, lab.ClientAddr)
+			}
+		}
+		// A backend on n3 too: n3 announces it; the one on n2 leaves: n2
+		// withdraws it.
+		code, _ := c.call("POST", "/v2/lbaas/pools/"+pool+"/members", map[string]any{"member": map[string]any{
+			"address": l.Pod(3, 1).Addr.String(), "protocol_port": 8080, "name": "n3-p1", "tags": []string{"flowlb:node=n3"}}})
+		if code != 201 {
+			t.Fatalf("add member: %d", code)
+		}
+		routeVia(t, l, 20*time.Second, map[netip.Prefix][]int{host(vipL): {2, 3}})
+		if code, _ := c.call("DELETE", "/v2/lbaas/pools/"+pool+"/members/"+ms["n2-p1"], nil); code != 204 {
+			t.Fatalf("delete member: %d", code)
+		}
+		routeVia(t, l, 20*time.Second, map[netip.Prefix][]int{host(vipL): {3}})
+	})
+
+	t.Run("graceful restart", func(t *testing.T) {
+		w := watchRoutes(t, l, host(vip4), host(vip6))
+		s := startStream(t, l.Client(), net.JoinHostPort(vip4, "80"))
+		n1 := l.Node(1)
+		if err := n1.Kill("agent", unix.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 15*time.Second, "FRR's session with n1 down", func() (bool, string) {
+			out, _ := l.Vtysh(context.Background(), lab.HostRouter, "show bgp neighbor 198.18.0.1 json")
+			return !strings.Contains(out, `"bgpState":"Established"`), ""
+		})
+		if _, err := n1.Restart("agent"); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 30*time.Second, "FRR's session with n1 up again, its routes fresh", func() (bool, string) {
+			out, _ := l.Vtysh(context.Background(), lab.HostRouter, "show bgp neighbor 198.18.0.1 json", "show bgp ipv4 unicast "+vip4+"/32 json")
+			return strings.Contains(out, `"bgpState":"Established"`) && !strings.Contains(out, `"stale":true`), ""
+		})
+		s.reset()
+		testutil.Eventually(t, 10*time.Second, "traffic after the restart", func() (bool, string) {
+			return s.rounds.Load() >= checkRounds, fmt.Sprint(s.rounds.Load(), " rounds")
+		})
+		s.close()
+		if n := s.oldFails.Load() + s.newFails.Load(); n > 0 {
+			t.Errorf("%d connections failed across the restart (last: %v)", n, s.lastError.Load())
+		}
+		t.Logf("the router's route changes across the restart: %v", w.all())
+		if lost := w.lost(); len(lost) > 0 {
+			t.Errorf("the router's routes lost next hops across the restart: %v", lost)
+		}
+	})
+
+	// A node dies: its links cut, its agent killed. FRR's BFD finds it
+	// and the router stops sending new connections there. The time is
+	// reported, not asserted (docs/benchmarks.md).
+	t.Run("node failure", func(t *testing.T) {
+		w := watchRoutes(t, l, host(vip4))
+		h, err := l.Node(3).Netlink()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		links, err := h.LinkList()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cut := time.Now()
+		for _, k := range links {
+			if k.Attrs().Name != "lo" {
+				if err := h.LinkSetDown(k); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := l.Node(3).Kill("agent", unix.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		var gone time.Time
+		testutil.Eventually(t, 20*time.Second, "the router's route without n3", func() (bool, string) {
+			var ok bool
+			gone, ok = w.firstFewer(host(vip4), 3)
+			return ok, fmt.Sprint(w.all())
+		})
+		routeVia(t, l, 5*time.Second, map[netip.Prefix][]int{host(vip4): {1, 2}})
+		t.Logf("node failure: the router's route to %s left n3 %v after its links were cut", vip4, gone.Sub(cut).Round(time.Millisecond))
+		// Every new connection is answered (receivers fails otherwise),
+		// none through n3.
+		peers, _ := receivers(t, c, net.JoinHostPort(vip4, "80"), 30)
+		if n := peers[lab.PodGateway(3).String()] + peers[lab.NodeAddr(3).String()]; n > 0 {
+			t.Errorf("%d connections went through the dead n3", n)
+		}
+	})
+}
+
+// routeWatch records every change the router's kernel sees to some
+// prefixes' routes.
+type routeWatch struct {
+	mu      sync.Mutex
+	changes []string
+	// at and hops: when each change came, and the next hops it left.
+	at       []time.Time
+	hopsLeft []int
+	prefix   []netip.Prefix
+	// less: changes that left a prefix with fewer next hops than it had
+	// when the watch began (a withdrawal by FRR).
+	less []string
+}
+
+func watchRoutes(t *testing.T, l *lab.Lab, prefixes ...netip.Prefix) *routeWatch {
+	t.Helper()
+	before, err := l.Announcements(lab.AnnounceTable).Routes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.GetFromPath(lab.NSPath(lab.NSName(l.Name(), lab.HostRouter)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	w := &routeWatch{}
+	done := make(chan struct{})
+	updates := make(chan netlink.RouteUpdate, 256)
+	if err := netlink.RouteSubscribeWithOptions(updates, done, netlink.RouteSubscribeOptions{Namespace: &ns}); err != nil {
+		t.Fatal(err)
+	}
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for u := range updates {
+			if u.Dst == nil {
+				continue
+			}
+			a, _ := netip.AddrFromSlice(u.Dst.IP)
+			ones, _ := u.Dst.Mask.Size()
+			p := netip.PrefixFrom(a.Unmap(), ones)
+			if !slices.Contains(prefixes, p) {
+				continue
+			}
+			hops := len(u.MultiPath)
+			if u.Gw != nil {
+				hops = 1
+			}
+			kind := "new"
+			if u.Type == unix.RTM_DELROUTE {
+				kind, hops = "del", 0
+			}
+			w.mu.Lock()
+			s := fmt.Sprintf("%s %s %d next hops", kind, p, hops)
+			w.changes = append(w.changes, s)
+			w.at, w.hopsLeft, w.prefix = append(w.at, time.Now()), append(w.hopsLeft, hops), append(w.prefix, p)
+			if hops < len(before[p]) {
+				w.less = append(w.less, s)
+			}
+			w.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { close(done); <-finished })
+	return w
+}
+
+func (w *routeWatch) lost() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.less)
+}
+
+func (w *routeWatch) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.changes)
+}
+
+// firstFewer is when p's route first had fewer than n next hops.
+func (w *routeWatch) firstFewer(p netip.Prefix, n int) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range w.at {
+		if w.prefix[i] == p && w.hopsLeft[i] < n {
+			return w.at[i], true
+		}
+	}
+	return time.Time{}, false
+}
+
+// TestRoutingTableWithFRR: the routing-table mode (the agents keep the
+// announcement table, no --bgp-config) with FRR on every node doing
+// what docs/operations.md tells a site (lab.NodeTableFRR: zebra imports
+// table 200, bgpd redistributes it) and FRR in the router: a VIP is
+// routed to every node that can serve it and spread over them, a
+// local-only one to the node with its backend only, and the client
+// reaches both.
+func TestRoutingTableWithFRR(t *testing.T) {
+	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 1,
+		agentArgs: []string{"--announce-cidrs", lab.ExternalVIPs.String(), "--announce-table", fmt.Sprint(lab.AnnounceTable)},
+		beforeServer: func(c *cluster) {
+			if err := c.lab.StartRouterBGP(lab.RouterBGP{Nodes: []int{1, 2}}); err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i <= 2; i++ {
+				if err := c.lab.StartFRR(lab.NodeName(i), lab.NodeTableFRR(i, lab.AnnounceTable)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}})
+	l := c.lab
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := l.Vtysh(context.Background(), lab.HostRouter, "show bgp summary", "show bgp ipv4 unicast")
+			t.Logf("--- FRR in the router\n%s", out)
+		}
+	})
+	lb, _, _ := c.createLB(c.subnet("flowlb-external-subnet"), nil, "SOURCE_IP_PORT", []lab.Host{l.Pod(1, 1)})
+	vip := lb["vip_address"].(string)
+	routeVia(t, l, 30*time.Second, map[netip.Prefix][]int{host(vip): {1, 2}})
+	if peers, _ := receivers(t, c, net.JoinHostPort(vip, "80"), 40); len(peers) < 2 {
+		t.Errorf("the client's connections came through %v, want both nodes", peers)
+	}
+	local, _, _ := c.createLB(c.subnet("flowlb-external-subnet"), map[string]any{"tags": []string{"flowlb:local-only"}}, "SOURCE_IP_PORT", []lab.Host{l.Pod(2, 1)})
+	vipL := local["vip_address"].(string)
+	routeVia(t, l, 30*time.Second, map[netip.Prefix][]int{host(vipL): {2}})
+	if _, pods := receivers(t, c, net.JoinHostPort(vipL, "80"), 20); pods["n2-p1"] != 20 {
+		t.Errorf("the local-only VIP was answered by %v, want n2-p1 only", pods)
+	}
+}
