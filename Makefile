@@ -96,10 +96,12 @@ openstack:
 # Services spec and every [sig-network] Conformance spec the bed can
 # run, docs/kubernetes.md) on the lab with real nodes (kubelets with
 # containerd) and flowlb installed by kubectl apply -k as the only
-# service proxy; and that such a lab leaves nothing on the machine. The
-# junit report stays in _artifacts/upstream-e2e.
+# service proxy; and that such a lab leaves nothing on the machine; and
+# flowlb's install with Helm and with kubectl apply -k on real nodes,
+# its upgrade under held connections and its uninstall. The junit report
+# stays in _artifacts/upstream-e2e.
 upstream:
-	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 80m -v -run 'TestKubernetesE2E$$|TestRealNodesLeaveNothing' ./test/upstream/
+	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 80m -v -run 'TestKubernetesE2E$$|TestRealNodesLeaveNothing|TestInstall(Helm|Kustomize)$$' ./test/upstream/
 
 # The same specs with the real kube-proxy (nftables, then iptables) in
 # place of flowlb, on the same bed, and the side-by-side table of

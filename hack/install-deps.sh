@@ -75,6 +75,9 @@ if $test; then
 	# CoreDNS for the real nodes' cluster DNS, and the images those
 	# nodes import (agnhost's, pause, CoreDNS): no registry is reachable.
 	"$(dirname "$0")/coredns-bins.sh" >/dev/null
+	# Helm, which installs deploy/helm/flowlb in the tests (the chart
+	# against the kustomize manifests, and on real nodes).
+	"$(dirname "$0")/helm-bins.sh" >/dev/null
 	"$(dirname "$0")/test-images.sh" >/dev/null
 	# Debian unstable's nft beside the machine's, for TestNftCLIReadsTables
 	# (seconds: binary packages, no build).

@@ -31,13 +31,28 @@ func RefAnnotations(ref string) map[string]string {
 // (what `ctr import`, `skopeo copy oci-archive:` and `docker load` take).
 // The tar is as reproducible as idx: sorted entries, no times, no owners.
 func WriteArchive(w io.Writer, idx v1.ImageIndex, ref string) error {
+	return WriteArchives(w, Named{Ref: ref, Index: idx})
+}
+
+// Named is an image index and the reference it goes by in an archive.
+type Named struct {
+	Ref   string
+	Index v1.ImageIndex
+}
+
+// WriteArchives is WriteArchive of several indexes into one tar, each
+// named in its index.json; a blob they share is written once (and a
+// layer compressed once more for that only).
+func WriteArchives(w io.Writer, images ...Named) error {
 	dir, err := os.MkdirTemp("", "ociimage-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	top := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
-		mutate.IndexAddendum{Add: idx, Descriptor: v1.Descriptor{Annotations: RefAnnotations(ref)}})
+	top := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, n := range images {
+		top = mutate.AppendManifests(top, mutate.IndexAddendum{Add: n.Index, Descriptor: v1.Descriptor{Annotations: RefAnnotations(n.Ref)}})
+	}
 	if _, err := layout.Write(dir, top); err != nil {
 		return err
 	}

@@ -159,22 +159,11 @@ func Build(s Spec) (v1.ImageIndex, error) {
 		if err != nil {
 			return nil, err
 		}
-		img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-		img, err = mutate.Append(img,
-			mutate.Addendum{Layer: base, History: v1.History{Created: created, CreatedBy: "flowlb base: /etc/passwd, /etc/group, /tmp, /var/lib/flowlb", Comment: "ociimage"}},
-			mutate.Addendum{Layer: bin, History: v1.History{Created: created, CreatedBy: "flowlb binary: " + BinaryPath, Comment: "ociimage"}},
-		)
+		img, err := assemble(s, created, b.OS, b.Arch, []mutate.Addendum{
+			{Layer: base, History: v1.History{Created: created, CreatedBy: "flowlb base: /etc/passwd, /etc/group, /tmp, /var/lib/flowlb", Comment: "ociimage"}},
+			{Layer: bin, History: v1.History{Created: created, CreatedBy: "flowlb binary: " + BinaryPath, Comment: "ociimage"}},
+		})
 		if err != nil {
-			return nil, err
-		}
-		cf, err := img.ConfigFile()
-		if err != nil {
-			return nil, err
-		}
-		cf = cf.DeepCopy()
-		cf.OS, cf.Architecture, cf.Created = b.OS, b.Arch, created
-		cf.Config = Config(s)
-		if img, err = mutate.ConfigFile(img, cf); err != nil {
 			return nil, err
 		}
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{
@@ -183,6 +172,62 @@ func Build(s Spec) (v1.ImageIndex, error) {
 		})
 	}
 	return idx, nil
+}
+
+// assemble makes one platform's image of layers, with s's runtime
+// configuration.
+func assemble(s Spec, created v1.Time, os, arch string, layers []mutate.Addendum) (v1.Image, error) {
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.Append(img, layers...)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture, cf.Created = os, arch, created
+	cf.Config = Config(s)
+	return mutate.ConfigFile(img, cf)
+}
+
+// Reconfigure returns idx (a Build's) with s's runtime configuration
+// (Config(s): its labels) in every platform's image and the same layers:
+// another image (another digest) of the same content, as a second
+// release of one binary would be, without compressing its layers again.
+func Reconfigure(idx v1.ImageIndex, s Spec) (v1.ImageIndex, error) {
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	out := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, d := range m.Manifests {
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			return nil, err
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return nil, err
+		}
+		layers, err := img.Layers()
+		if err != nil {
+			return nil, err
+		}
+		if len(layers) != len(cf.History) {
+			return nil, fmt.Errorf("image %s: %d layers, %d history entries", d.Digest, len(layers), len(cf.History))
+		}
+		adds := make([]mutate.Addendum, len(layers))
+		for i, l := range layers {
+			adds[i] = mutate.Addendum{Layer: l, History: cf.History[i]}
+		}
+		if img, err = assemble(s, cf.Created, cf.OS, cf.Architecture, adds); err != nil {
+			return nil, err
+		}
+		out = mutate.AppendManifests(out, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: d.Platform}})
+	}
+	return out, nil
 }
 
 // Config is the runtime configuration every platform's image carries.

@@ -63,6 +63,17 @@ var datagramHooks = []hook{
 	{socklbProgSockRelease, ebpf.AttachCgroupInetSockRelease, func(p *socklbPrograms) *ebpf.Program { return p.SockRelease }},
 }
 
+// AttachTypes are the cgroup hooks the data plane attaches programs to
+// (the socket programs, the datagram counting ones, the TCP counting
+// sock_ops): where a check looks for what it left.
+func AttachTypes() []ebpf.AttachType {
+	out := []ebpf.AttachType{ebpf.AttachCGroupSockOps}
+	for _, h := range append(append([]hook{}, hooks...), datagramHooks...) {
+		out = append(out, h.attach)
+	}
+	return out
+}
+
 // Config of a Dataplane.
 type Config struct {
 	// Node and Zone name this node, for local and PreferClose services.

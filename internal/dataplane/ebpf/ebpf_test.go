@@ -553,9 +553,9 @@ func TestPinnedStateOutlivesTheAgent(t *testing.T) {
 		if _, err := os.Stat(pins); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("pin directory after Remove: %v", err)
 		}
-		for _, h := range hooks {
-			if n := attached(t, cg, h.attach); n != 0 {
-				t.Errorf("%s: %d programs attached after Remove", h.name, n)
+		for _, typ := range AttachTypes() {
+			if n := attached(t, cg, typ); n != 0 {
+				t.Errorf("%v: %d programs attached after Remove", typ, n)
 			}
 		}
 		if who, _, err := dial(netip.AddrPortFrom(vip, 80)); err == nil {

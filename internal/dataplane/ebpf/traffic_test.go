@@ -459,7 +459,7 @@ func TestDatagramCountingFollowsUDP(t *testing.T) {
 		if err := dp.Remove(); err != nil {
 			t.Error(err)
 		}
-		for _, typ := range []ebpf.AttachType{ebpf.AttachCGroupInetEgress, ebpf.AttachCGroupInetIngress, ebpf.AttachCGroupSockOps} {
+		for _, typ := range AttachTypes() {
 			if n := attached(t, cg, typ); n != 0 {
 				t.Errorf("after Remove: %d programs of %v attached", n, typ)
 			}

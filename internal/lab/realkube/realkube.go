@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -183,36 +184,70 @@ func nodeReady(n *corev1.Node) bool {
 // the image's reference: flowlb.lab/flowlb:sha-<the binary's digest>, so
 // that another binary is another tag (an upgrade).
 func FlowlbImage(exe, dir string) (ref, path string, err error) {
+	refs, path, err := FlowlbImages(exe, dir, "")
+	if err != nil {
+		return "", "", err
+	}
+	return refs[0], path, nil
+}
+
+// FlowlbImages is FlowlbImage of one image per marker, all in one tar:
+// "" is FlowlbImage's; another marker is the image's revision label and
+// the suffix of its tag (flowlb.lab/flowlb:sha-<digest>-<marker>), an
+// image of the same binary with a digest of its own, as a new release's
+// would have (the upgrade of the install tests). The layers are shared.
+func FlowlbImages(exe, dir string, markers ...string) (refs []string, path string, err error) {
 	f, err := elf.Open(exe)
 	if err != nil {
-		return "", "", fmt.Errorf("flowlb image: %w", err)
+		return nil, "", fmt.Errorf("flowlb image: %w", err)
 	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			f.Close()
-			return "", "", fmt.Errorf("flowlb image: %s is dynamically linked (an image has no libc): build it with make build (CGO_ENABLED=0)", exe)
+			return nil, "", fmt.Errorf("flowlb image: %s is dynamically linked (an image has no libc): build it with make build (CGO_ENABLED=0)", exe)
 		}
 	}
 	f.Close()
 	content, err := os.ReadFile(exe)
 	if err != nil {
-		return "", "", err
+		return nil, "", err
 	}
 	sum := sha256.Sum256(content)
-	ref = "flowlb.lab/flowlb:sha-" + hex.EncodeToString(sum[:6])
-	idx, err := ociimage.Build(ociimage.Spec{Binaries: []ociimage.Binary{{OS: "linux", Arch: runtime.GOARCH, Content: content}},
-		Version: version.Version, Source: "https://github.com/flowlb/flowlb", Created: time.Unix(0, 0)})
+	tag := "sha-" + hex.EncodeToString(sum[:6])
+	spec := ociimage.Spec{Binaries: []ociimage.Binary{{OS: "linux", Arch: runtime.GOARCH, Content: content}},
+		Version: version.Version, Source: "https://github.com/flowlb/flowlb", Created: time.Unix(0, 0)}
+	idx, err := ociimage.Build(spec)
 	if err != nil {
-		return "", "", err
+		return nil, "", err
 	}
-	path = filepath.Join(dir, "flowlb-image-"+hex.EncodeToString(sum[:6])+".tar")
+	var images []ociimage.Named
+	for _, m := range markers {
+		n := ociimage.Named{Ref: "flowlb.lab/flowlb:" + tag, Index: idx}
+		if m != "" {
+			n.Ref += "-" + m
+			s := spec
+			s.Revision = m
+			if n.Index, err = ociimage.Reconfigure(idx, s); err != nil {
+				return nil, "", err
+			}
+		}
+		refs = append(refs, n.Ref)
+		images = append(images, n)
+	}
+	name := []string{"flowlb-image", tag}
+	for _, m := range markers {
+		if m != "" {
+			name = append(name, m)
+		}
+	}
+	path = filepath.Join(dir, strings.Join(name, "-")+".tar")
 	out, err := os.Create(path)
 	if err != nil {
-		return "", "", err
+		return nil, "", err
 	}
-	if err := ociimage.WriteArchive(out, idx, ref); err != nil {
+	if err := ociimage.WriteArchives(out, images...); err != nil {
 		out.Close()
-		return "", "", err
+		return nil, "", err
 	}
-	return ref, path, out.Close()
+	return refs, path, out.Close()
 }
