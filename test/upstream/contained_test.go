@@ -171,6 +171,21 @@ func pidsNamed(name string) []int {
 	return out
 }
 
+// labDaemons are the processes named name whose command line names the
+// lab's state directory dir: a node's kubelet, containerd, shims and
+// runc are all given paths below it (their configuration, sockets and
+// roots), and node-runtime its --state-dir.
+func labDaemons(dir, name string) []int {
+	var out []int
+	for _, pid := range pidsNamed(name) {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if err == nil && strings.Contains(string(b), dir+"/") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // nodeDaemons are the processes of real nodes.
 var nodeDaemons = []string{"kubelet", "containerd", "containerd-shim", "containerd-shim-runc-v2", "runc"}
 
@@ -181,13 +196,12 @@ var nodeDaemons = []string{"kubelet", "containerd", "containerd-shim", "containe
 // nodes' processes were killed first (a crash).
 func TestRealNodesLeaveNothing(t *testing.T) {
 	requireBed(t)
-	for _, d := range nodeDaemons {
-		if pids := pidsNamed(d); len(pids) > 0 {
-			t.Fatalf("%s already runs on this machine (%v): this test counts the lab's", d, pids)
-		}
-	}
 	before := hostState(t)
 	r := upRealLab(t, 2)
+	if len(labDaemons(r.dir, "kubelet")) != 2 || len(labDaemons(r.dir, "containerd")) != 2 {
+		t.Fatalf("the lab's kubelets %v and containerds %v, want 2 each: the checks after lab down could not fail",
+			labDaemons(r.dir, "kubelet"), labDaemons(r.dir, "containerd"))
+	}
 	// Pods on both nodes: sandboxes, CNI, volumes, logs.
 	if out, err := r.kubectl("create", "deployment", "web", "--image=registry.k8s.io/e2e-test-images/agnhost:2.56", "--replicas=4", "--", "/agnhost", "netexec", "--http-port=8080"); err != nil {
 		t.Fatalf("kubectl create deployment: %v\n%s", err, out)
@@ -205,8 +219,9 @@ func TestRealNodesLeaveNothing(t *testing.T) {
 		t.Fatal("labTraces finds nothing of the running lab: the check after lab down could not fail")
 	}
 	// A crash: the nodes' processes killed, their pods left running.
+	// Only this lab's: other labs may run on the machine.
 	for _, d := range []string{"flowlb", "kubelet", "containerd"} {
-		for _, pid := range pidsNamed(d) {
+		for _, pid := range labDaemons(r.dir, d) {
 			if d == "flowlb" && !isNodeRuntime(pid) {
 				continue
 			}
@@ -214,15 +229,15 @@ func TestRealNodesLeaveNothing(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 10*time.Second, "the nodes' runtimes, kubelets and containerds gone", func() (bool, string) {
-		left := append(pidsNamed("kubelet"), pidsNamed("containerd")...)
+		left := append(labDaemons(r.dir, "kubelet"), labDaemons(r.dir, "containerd")...)
 		return len(left) == 0, fmt.Sprint(left)
 	})
 	if out, err := r.run(2*time.Minute, "lab", "down", "--name", r.name); err != nil {
 		t.Fatalf("lab down: %v\n%s", err, out)
 	}
 	for _, d := range nodeDaemons {
-		if pids := pidsNamed(d); len(pids) > 0 {
-			t.Errorf("%s still runs after lab down: %v", d, pids)
+		if pids := labDaemons(r.dir, d); len(pids) > 0 {
+			t.Errorf("%s of the lab still runs after lab down: %v", d, pids)
 		}
 	}
 	if d := diffState(before, hostState(t)); len(d) > 0 {
