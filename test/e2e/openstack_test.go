@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -54,7 +53,7 @@ func TestRealNeutronVIPAndFloatingIP(t *testing.T) {
 	c.http = hc
 	var pool []any
 	for _, m := range members {
-		ln := listenAnswering(t, m.NS, ":8080", m.Name)
+		ln := openstack.Answer(t, m.NS, ":8080", m.Name)
 		defer ln.Close()
 		pool = append(pool, map[string]any{"address": m.Addr.String(), "protocol_port": 8080})
 	}
@@ -121,7 +120,7 @@ func TestRealNeutronVIPAndFloatingIP(t *testing.T) {
 	faddr := net.JoinHostPort(fip.FloatingIP.Address, "80")
 	seen = map[string]bool{}
 	testutil.Eventually(t, 90*time.Second, "external -> floating IP reaches both members", func() (bool, string) {
-		got, err := askWith(cloud.Dial, faddr)
+		got, err := openstack.Ask(cloud.Dial, faddr)
 		if err == nil {
 			seen[got] = true
 		}
@@ -142,57 +141,13 @@ func TestRealNeutronVIPAndFloatingIP(t *testing.T) {
 	if fip.FloatingIP.PortID != nil {
 		t.Errorf("floating IP still on port %s after the load balancer went", *fip.FloatingIP.PortID)
 	}
-	if _, err := askWith(cloud.Dial, faddr); err == nil {
+	if _, err := openstack.Ask(cloud.Dial, faddr); err == nil {
 		t.Errorf("floating IP %s still answers after the load balancer went", faddr)
 	}
 }
 
-// listenAnswering answers every connection with name, from namespace ns.
-func listenAnswering(t *testing.T, ns, addr, name string) net.Listener {
-	t.Helper()
-	var ln net.Listener
-	if err := lab.InNS(ns, func() error {
-		var err error
-		ln, err = net.Listen("tcp", addr)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintln(c, name)
-			c.Close()
-		}
-	}()
-	return ln
-}
-
 func askIn(ns, addr string) (string, error) {
-	return askWith(func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var c net.Conn
-		err := lab.InNS(ns, func() error {
-			var err error
-			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-			return err
-		})
-		return c, err
+	return openstack.Ask(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return openstack.DialIn(ctx, ns, network, addr)
 	}, addr)
-}
-
-// askWith reads the one line a listenAnswering listener at addr says.
-func askWith(dial func(context.Context, string, string) (net.Conn, error), addr string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	c, err := dial(ctx, "tcp", addr)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return strings.TrimSpace(line), err
 }

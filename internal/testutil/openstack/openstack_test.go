@@ -1,7 +1,6 @@
 package openstack_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -29,10 +28,12 @@ func TestCloud(t *testing.T) {
 		c := openstack.Start(t, l)
 		a := c.VM("a", 1, openstack.VMOptions{})
 		b := c.VM("b", 2, openstack.VMOptions{})
-		ln := listen(t, b.NS, ":7000", "b")
+		ln := openstack.Answer(t, b.NS, ":7000", "b")
 		defer ln.Close()
 		testutil.Eventually(t, 30*time.Second, "a -> b over Geneve", func() (bool, string) {
-			got, err := ask(func(ctx context.Context, n, addr string) (net.Conn, error) { return dialIn(ctx, a.NS, addr) },
+			got, err := openstack.Ask(func(ctx context.Context, n, addr string) (net.Conn, error) {
+				return openstack.DialIn(ctx, a.NS, n, addr)
+			},
 				net.JoinHostPort(b.Addr.String(), "7000"))
 			return got == "b", fmt.Sprint(got, err)
 		})
@@ -47,7 +48,7 @@ func TestCloud(t *testing.T) {
 			t.Fatal(err)
 		}
 		testutil.Eventually(t, 60*time.Second, "external -> floating IP of b", func() (bool, string) {
-			got, err := ask(c.Dial, net.JoinHostPort(fip.FloatingIP.Address, "7000"))
+			got, err := openstack.Ask(c.Dial, net.JoinHostPort(fip.FloatingIP.Address, "7000"))
 			return got == "b", fmt.Sprint(got, err)
 		})
 	})
@@ -71,51 +72,4 @@ func TestCloud(t *testing.T) {
 	if len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
-}
-
-func dialIn(ctx context.Context, ns, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := lab.InNS(ns, func() error {
-		var err error
-		c, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-		return err
-	})
-	return c, err
-}
-
-// listen answers every connection with name, from namespace ns.
-func listen(t *testing.T, ns, addr, name string) net.Listener {
-	t.Helper()
-	var ln net.Listener
-	if err := lab.InNS(ns, func() error {
-		var err error
-		ln, err = net.Listen("tcp", addr)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintln(c, name)
-			c.Close()
-		}
-	}()
-	return ln
-}
-
-func ask(dial func(context.Context, string, string) (net.Conn, error), addr string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	c, err := dial(ctx, "tcp", addr)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return strings.TrimSpace(line), err
 }
