@@ -89,6 +89,7 @@ unit:
 # minutes, Keystone's and Neutron's start the most of it; the first run
 # also makes the templates, openstack-lab.md, about 10 minutes more).
 openstack:
+	hack/install-deps.sh --openstack
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestCloud$$' ./internal/testutil/openstack/
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestRealNeutronVIPAndFloatingIP$$' ./test/e2e/
 

@@ -2,14 +2,16 @@
 # Installs what flowlb's demo needs on a fresh Debian machine that has only
 # Go, gcc and git; with --test, what the tests need too: the openstack CLI
 # and the lab's Kubernetes control plane, built from source the first time
-# (minutes). Idempotent: does nothing when all is present.
+# (minutes); with --openstack, the real Neutron on OVN of `make openstack`
+# (not part of `make test`). Idempotent: does nothing when all is present.
 set -euo pipefail
 
-test=false
+test=false openstack=false
 case "${1:-}" in
 --test) test=true ;;
+--openstack) openstack=true ;;
 "") ;;
-*) echo "usage: $0 [--test]" >&2; exit 2 ;;
+*) echo "usage: $0 [--test|--openstack]" >&2; exit 2 ;;
 esac
 
 packages=(
@@ -27,14 +29,18 @@ if $test; then
 	# a contender of the benchmark suite (bench/lbaas, smoke run in the
 	# tests); it starts them itself, in a temporary directory.
 	packages+=(octavia-api octavia-worker mariadb-server rabbitmq-server)
-	# A real Neutron (ML2/OVN) on OVN with the userspace datapath, the
-	# test bed of make openstack (internal/testutil/openstack); it
-	# starts every daemon itself, in the lab.
-	packages+=(neutron-server ovn-central ovn-host openvswitch-switch ethtool iputils-arping)
 	# Real Kubernetes nodes in the lab (docs/lab.md, "Real nodes"): a
 	# containerd and runc per node, the CNI plugins, and debootstrap for
 	# the root of the e2e tests' image (hack/test-images.sh).
 	packages+=(containerd runc containernetworking-plugins debootstrap)
+fi
+if $openstack; then
+	# A real Keystone and Neutron (ML2/OVN) on OVN with the userspace
+	# datapath, the test bed of make openstack
+	# (internal/testutil/openstack); it starts every daemon itself, in
+	# the lab.
+	packages+=(keystone uwsgi uwsgi-plugin-python3 mariadb-server)
+	packages+=(neutron-server ovn-central ovn-host openvswitch-switch ethtool iputils-arping)
 fi
 
 missing=()
