@@ -585,48 +585,69 @@ func (dec *decoder) value(b *binding, dst reflect.Value, argument string) error 
 // element in order is refused.
 func (dec *decoder) stringList(b *binding, dst reflect.Value) error {
 	f := &b.field
-	if _, err := dec.d.ReadToken(); err != nil {
-		return errLegacy
-	}
-	start := dec.d.InputOffset() - 1 // the list's '['
 	out := []string{}
-	var first error
-	notStrings := false // the first bad element is not a string
-	for {
-		more, err := dec.more()
-		if err != nil {
-			return err
-		}
-		if !more {
-			break
-		}
-		if dec.d.PeekKind() != '"' {
-			if err := dec.skip(); err != nil {
-				return err
-			}
-			if first == nil && !notStrings {
-				notStrings = true
-			}
-			continue
-		}
+	whole, first, err := dec.list('"', func() (refusal, err error) {
 		s, err := dec.str()
 		if err != nil {
-			return err
-		}
-		if first == nil && !notStrings {
-			first = checkListItem(f, s)
+			return nil, err
 		}
 		out = append(out, s)
-	}
-	if notStrings {
+		return checkListItem(f, s), nil
+	})
+	switch {
+	case err != nil:
+		return err
+	case whole != nil:
 		// The message shows the whole list.
-		return invalid(f.name, generic(dec.body[start:dec.d.InputOffset()]), "Value should be a list of strings")
-	}
-	if first != nil {
+		return invalid(f.name, generic(whole), "Value should be a list of strings")
+	case first != nil:
 		return first
 	}
 	b.target(dst).Set(reflect.ValueOf(out))
 	return nil
+}
+
+// list walks the JSON list at the decoder's position. Each element of
+// kind want goes to each, which reads it and answers its refusal, or an
+// error that ends the walk (a body the fast path cannot take). Elements
+// of another kind are skipped. It answers the list's whole text when
+// such an element came before any refusal (the caller's message then
+// shows the list), else the first element's refusal in order.
+func (dec *decoder) list(want jsontext.Kind, each func() (refusal, err error)) (whole []byte, first, err error) {
+	if _, err := dec.d.ReadToken(); err != nil {
+		return nil, nil, errLegacy
+	}
+	start := dec.d.InputOffset() - 1 // the list's '['
+	wrongKind := false
+	for {
+		more, err := dec.more()
+		if err != nil {
+			return nil, nil, err
+		}
+		if !more {
+			break
+		}
+		if dec.d.PeekKind() != want {
+			if err := dec.skip(); err != nil {
+				return nil, nil, err
+			}
+			if first == nil {
+				wrongKind = true
+			}
+			continue
+		}
+		refusal, err := each()
+		if err != nil {
+			return nil, nil, err
+		}
+		if first == nil && !wrongKind {
+			first = refusal
+		}
+	}
+	if wrongKind {
+		return dec.body[start:dec.d.InputOffset()], nil, nil
+	}
+	return nil, first, nil
 }
 
 // dict reads a string-to-string map; of its bad entries, the first in key
@@ -684,44 +705,21 @@ func (dec *decoder) dict(b *binding, dst reflect.Value) error {
 // order is refused.
 func (dec *decoder) objectList(b *binding, dst reflect.Value, argument string) error {
 	f := &b.field
-	if _, err := dec.d.ReadToken(); err != nil {
-		return errLegacy
-	}
-	start := dec.d.InputOffset() - 1 // the list's '['
 	list := reflect.MakeSlice(b.list, 0, 1)
-	var first error
-	notObjects := false // the first bad element is not an object
-	for {
-		more, err := dec.more()
-		if err != nil {
-			return err
-		}
-		if !more {
-			break
-		}
-		if dec.d.PeekKind() != '{' {
-			if err := dec.skip(); err != nil {
-				return err
-			}
-			if first == nil && !notObjects {
-				notObjects = true
-			}
-			continue
-		}
+	whole, first, err := dec.list('{', func() (refusal, err error) {
 		list = reflect.Append(list, reflect.Zero(b.list.Elem()))
-		err = dec.nested(b, list.Index(list.Len()-1), argument)
-		if err == errLegacy {
-			return err
+		if err := dec.nested(b, list.Index(list.Len()-1), argument); err != errLegacy {
+			return err, nil
 		}
-		if first == nil && !notObjects {
-			first = err
-		}
-	}
-	if notObjects {
+		return nil, errLegacy
+	})
+	switch {
+	case err != nil:
+		return err
+	case whole != nil:
 		// The message shows the whole list.
-		return wrongType(f, generic(dec.body[start:dec.d.InputOffset()]), "list of dict")
-	}
-	if first != nil {
+		return wrongType(f, generic(whole), "list of dict")
+	case first != nil:
 		return first
 	}
 	b.target(dst).Set(list)
