@@ -75,8 +75,9 @@ type Peer struct {
 // BFD is RFC 5880 asynchronous mode, single hop, from the speaker.
 type BFD struct {
 	Enabled bool `json:"enabled,omitempty"`
-	// MinRx and MinTx default to 100 ms, Multiplier to 3: a dead node is
-	// detected by the router within 300 ms.
+	// MinRx and MinTx default to 300 ms, Multiplier to 3: a dead node is
+	// detected by the router within 900 ms, and a node or router whose
+	// process stalls for less than that under load keeps its session.
 	MinRx      Duration `json:"min-rx,omitempty"`
 	MinTx      Duration `json:"min-tx,omitempty"`
 	Multiplier int      `json:"multiplier,omitempty"`

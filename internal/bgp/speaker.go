@@ -26,7 +26,7 @@ import (
 const (
 	DefaultHoldTime    = 9 * time.Second
 	DefaultRestartTime = 120 * time.Second
-	DefaultBFDInterval = 100 * time.Millisecond
+	DefaultBFDInterval = 300 * time.Millisecond
 	DefaultBFDMult     = 3
 )
 

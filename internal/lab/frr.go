@@ -159,10 +159,13 @@ type RouterBGP struct {
 	Password string
 	// HoldTime in seconds (keepalive a third of it); 0: 3.
 	HoldTime int
-	// BFD runs bfdd with 100 ms intervals, multiplier 3, and takes a
-	// node's BFD down for a failure unless its session is in graceful
-	// restart (check-control-plane-failure: a speaker whose BFD shares
-	// its fate, C bit clear).
+	// BFD runs bfdd with 300 ms intervals, multiplier 3: a node whose
+	// BFD goes down is taken for dead and its routes withdrawn at once.
+	// A restarting agent says AdminDown first, which is no failure (RFC
+	// 5880), so its routes stay for graceful restart. No
+	// check-control-plane-failure: with it FRR ignores BFD for every
+	// graceful-restart peer whose BFD shares its fate (C bit clear), and
+	// a dead node's routes would stay until the hold time.
 	BFD bool
 }
 
@@ -185,7 +188,7 @@ func RouterFRR(o RouterBGP) FRRConf {
 		fmt.Fprintf(&b, " neighbor nodes password %s\n", o.Password)
 	}
 	if o.BFD {
-		b.WriteString(" neighbor nodes bfd\n neighbor nodes bfd profile nodes\n neighbor nodes bfd check-control-plane-failure\n")
+		b.WriteString(" neighbor nodes bfd\n neighbor nodes bfd profile nodes\n")
 	}
 	for _, n := range o.Nodes {
 		fmt.Fprintf(&b, " neighbor %s peer-group nodes\n", NodeAddr(n))
@@ -196,7 +199,7 @@ func RouterFRR(o RouterBGP) FRRConf {
 	b.WriteString("exit\n")
 	c := FRRConf{Zebra: "hostname router\nlog stdout informational\n", BGPD: b.String()}
 	if o.BFD {
-		c.BFDD = "hostname router\nlog stdout informational\n!\nbfd\n profile nodes\n  receive-interval 100\n  transmit-interval 100\n  detect-multiplier 3\n exit\nexit\n"
+		c.BFDD = "hostname router\nlog stdout informational\n!\nbfd\n profile nodes\n  receive-interval 300\n  transmit-interval 300\n  detect-multiplier 3\n exit\nexit\n"
 	}
 	return c
 }

@@ -11,7 +11,7 @@ import (
 func TestRouterFRR(t *testing.T) {
 	c := RouterFRR(RouterBGP{Nodes: []int{1, 3}, Password: "pw", BFD: true})
 	for _, want := range []string{"router bgp 64500\n", " neighbor nodes remote-as 64512\n", " neighbor 198.18.0.1 peer-group nodes\n",
-		" neighbor 198.18.0.3 peer-group nodes\n", " neighbor nodes password pw\n", " neighbor nodes bfd check-control-plane-failure\n",
+		" neighbor 198.18.0.3 peer-group nodes\n", " neighbor nodes password pw\n", " neighbor nodes bfd profile nodes\n",
 		" bgp graceful-restart\n", " neighbor nodes timers 1 3\n",
 		" address-family ipv4 unicast\n  neighbor nodes activate\n  maximum-paths 16\n",
 		" address-family ipv6 unicast\n  neighbor nodes activate\n  maximum-paths 16\n"} {
@@ -19,7 +19,10 @@ func TestRouterFRR(t *testing.T) {
 			t.Errorf("bgpd.conf lacks %q:\n%s", want, c.BGPD)
 		}
 	}
-	if strings.Contains(c.BGPD, "198.18.0.2 ") || !strings.Contains(c.BFDD, "detect-multiplier 3") {
+	// No check-control-plane-failure: FRR would ignore BFD for the
+	// nodes' graceful-restart sessions and keep a dead node's routes.
+	if strings.Contains(c.BGPD, "198.18.0.2 ") || strings.Contains(c.BGPD, "check-control-plane-failure") ||
+		!strings.Contains(c.BFDD, "transmit-interval 300\n") || !strings.Contains(c.BFDD, "detect-multiplier 3") {
 		t.Errorf("bgpd.conf:\n%s\nbfdd.conf:\n%s", c.BGPD, c.BFDD)
 	}
 	c = RouterFRR(RouterBGP{Nodes: []int{1}, HoldTime: 9})

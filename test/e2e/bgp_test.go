@@ -141,12 +141,24 @@ func TestBGPWithFRR(t *testing.T) {
 	vip6 := dual["additional_vips"].([]any)[0].(map[string]any)["ip_address"].(string)
 	routeVia(t, l, 30*time.Second, map[netip.Prefix][]int{host(vip4): {1, 2, 3}, host(vip6): {1, 2, 3}})
 
+	// The spread is asked of the router while it holds every node's
+	// route: a round during which a session went down (a BFD flap on a
+	// loaded machine) is asked again, and the flap is reported.
 	t.Run("ECMP", func(t *testing.T) {
 		for _, vip := range []string{vip4, vip6} {
-			peers, pods := receivers(t, c, net.JoinHostPort(vip, "80"), 60)
-			if len(peers) < 2 || len(pods) != 2 {
-				t.Errorf("%s: received through %v, answered by %v; want several nodes and both pods", vip, peers, pods)
-			}
+			testutil.Eventually(t, 30*time.Second, vip+" spread over the nodes", func() (bool, string) {
+				w := watchRoutes(t, l, host(vip))
+				peers, pods := receivers(t, c, net.JoinHostPort(vip, "80"), 60)
+				w.stop()
+				if changes := w.all(); len(changes) > 0 {
+					t.Logf("%s: the router's route changed while asked: %v", vip, changes)
+					return false, fmt.Sprint("route changes ", changes)
+				}
+				if len(peers) < 2 || len(pods) != 2 {
+					return false, fmt.Sprintf("received through %v, answered by %v; want several nodes and both pods", peers, pods)
+				}
+				return true, ""
+			})
 		}
 	})
 
@@ -263,6 +275,8 @@ type routeWatch struct {
 	// less: changes that left a prefix with fewer next hops than it had
 	// when the watch began (a withdrawal by FRR).
 	less []string
+	// stop ends the watch (once; also at the test's end).
+	stop func()
 }
 
 func watchRoutes(t *testing.T, l *lab.Lab, prefixes ...netip.Prefix) *routeWatch {
@@ -313,7 +327,8 @@ func watchRoutes(t *testing.T, l *lab.Lab, prefixes ...netip.Prefix) *routeWatch
 			w.mu.Unlock()
 		}
 	}()
-	t.Cleanup(func() { close(done); <-finished })
+	w.stop = sync.OnceFunc(func() { close(done); <-finished })
+	t.Cleanup(w.stop)
 	return w
 }
 
