@@ -41,13 +41,19 @@ peers:
 // password) and whose agents speak BGP to it, announcing both external
 // VIP ranges; the router has no static route to them.
 func newBGPCluster(t *testing.T, nodes, pods int) *cluster {
+	return newBGPClusterConf(t, nodes, pods, "")
+}
+
+// newBGPClusterConf is newBGPCluster with more of the agents' speaker
+// configuration (YAML keys after the peers, e.g. ranges).
+func newBGPClusterConf(t *testing.T, nodes, pods int, more string) *cluster {
 	dir := t.TempDir()
 	pw := filepath.Join(dir, "bgp-password")
 	conf := filepath.Join(dir, "bgp.yaml")
 	if err := os.WriteFile(pw, []byte(bgpPassword+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf(agentBGPConfig, pw)), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(agentBGPConfig, pw)+more), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var ns []int
