@@ -198,7 +198,7 @@ bench-smoke:
 	@set -e; d=$$(mktemp -d); trap 'rm -rf $$d' EXIT; \
 	FLOWLB_BENCH_SERVICES=20 FLOWLB_BENCH_ROUNDS=1 FLOWLB_BENCH_RECORD=$$d/raw/kube.json FLOWLB_BENCH_COMMAND="make bench-smoke" $(BENCH_KUBE); \
 	$(GOBUILD) -o $$d/flowlb ./cmd/flowlb; \
-	$(BENCH_LBAAS) -flowlb $$d/flowlb -sizes 3 -rounds 1 -modes full -record $$d/raw/lbaas.json -command "make bench-smoke"; \
+	$(BENCH_LBAAS) -flowlb $$d/flowlb -sizes 3 -rounds 1 -modes full -members 3 -batch 10 -record $$d/raw/lbaas.json -command "make bench-smoke"; \
 	$(GO) run ./bench/suite -raw $$d/raw -out $$d/suite.json -page $$d/bench-suite.md -plots $$d/images; \
 	grep -q "kube-proxy nftables" $$d/bench-suite.md; \
 	grep -q "| 3 | octavia | 1 |" $$d/bench-suite.md

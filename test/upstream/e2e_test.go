@@ -56,7 +56,7 @@ func e2eProcs() int {
 	if n, err := strconv.Atoi(os.Getenv("FLOWLB_E2E_PROCS")); err == nil && n > 0 {
 		return n
 	}
-	return max(3, runtime.NumCPU())
+	return max(5, runtime.NumCPU())
 }
 
 // runE2E runs the specs focus minus skip with the pinned e2e.test in
