@@ -40,13 +40,13 @@ peers:
 // newBGPCluster is a cluster whose router runs FRR (RouterFRR, BFD,
 // password) and whose agents speak BGP to it, announcing both external
 // VIP ranges; the router has no static route to them.
-func newBGPCluster(t *testing.T, nodes, pods int) *cluster {
+func newBGPCluster(t testing.TB, nodes, pods int) *cluster {
 	return newBGPClusterConf(t, nodes, pods, "")
 }
 
 // newBGPClusterConf is newBGPCluster with more of the agents' speaker
 // configuration (YAML keys after the peers, e.g. ranges).
-func newBGPClusterConf(t *testing.T, nodes, pods int, more string) *cluster {
+func newBGPClusterConf(t testing.TB, nodes, pods int, more string) *cluster {
 	dir := t.TempDir()
 	pw := filepath.Join(dir, "bgp-password")
 	conf := filepath.Join(dir, "bgp.yaml")
