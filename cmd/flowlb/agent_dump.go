@@ -12,16 +12,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flowlb/flowlb/internal/agent"
 	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/node"
 )
 
-// agentStatus reads the kernel status of the agent whose --metrics-listen
-// is addr.
-func agentStatus(ctx context.Context, addr string) (agent.KernelStatus, error) {
-	var s agent.KernelStatus
+// agentStatus reads the status of the agent whose --metrics-listen is
+// addr: the kernel's, and the announcements'.
+func agentStatus(ctx context.Context, addr string) (node.Status, error) {
+	var s node.Status
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/status", nil)
@@ -56,7 +56,9 @@ of slots.
 First it prints what the node's agent (its /status, at --agent) says of the
 kernel: whether it holds the newest revision received, whether it refuses
 the agent's writes (since when, why), when the agent last checked it, and
-what it repaired of other processes' changes.`,
+what it repaired of other processes' changes; then what the node
+announces of the VIPs (--announce-cidrs): the prefixes in the routing
+table, or those its BGP speaker advertises and each BGP session's state.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if agentAddr != "" {
@@ -84,7 +86,7 @@ what it repaired of other processes' changes.`,
 		},
 	}
 	cmd.Flags().StringVar(&pins, "bpf-pin-dir", "", "print the eBPF maps pinned in this directory (the agent's --bpf-pin-dir) instead of the nftables table")
-	cmd.Flags().StringVar(&agentAddr, "agent", "127.0.0.1:9878", "the agent's --metrics-listen, whose /status says how the kernel stands against its flows (empty: do not ask)")
+	cmd.Flags().StringVar(&agentAddr, "agent", "127.0.0.1:9878", "the agent's --metrics-listen, whose /status says how the kernel stands against its flows and what the node announces (empty: do not ask)")
 	return cmd
 }
 

@@ -241,10 +241,13 @@ func TestSpeakerAdvertises(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("the aggregate, one VIP less", "198.18.5.0/24 via 127.0.0.1", "198.19.200.0/31 via 127.0.0.1", "2001:2:0:c000::1/128 via 2001:2::1")
-	ss := sp.Sessions()
-	if len(ss) != 1 || ss[0].State != "established" || ss[0].Since == "" {
-		t.Errorf("sessions %+v", ss)
-	}
+	// The session's prefixes per family, as the router has them: the
+	// aggregate (IPv4), the IPv6 host route; the router's route received.
+	testutil.Eventually(t, 10*time.Second, "the session's prefix counts", func() (bool, string) {
+		ss := sp.Sessions()
+		want := []FamilyCounts{{Family: "ipv4", Advertised: 1, Received: 1}, {Family: "ipv6", Advertised: 1}}
+		return len(ss) == 1 && ss[0].State == "established" && ss[0].Since != "" && slices.Equal(ss[0].Families, want), fmt.Sprintf("%+v", ss)
+	})
 	if got := sp.Advertised(); len(got) != 2 || got[0].Prefix != "198.19.200.0/31" {
 		t.Errorf("advertised %+v", got)
 	}

@@ -3,9 +3,11 @@ package node
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/flowlb/flowlb/internal/agent"
+	"github.com/flowlb/flowlb/internal/announce"
 )
 
 // ReadyHandler serves ready: 200 "ok" when it returns nil, else 503 with
@@ -22,9 +24,26 @@ func ReadyHandler(ready func() error) http.Handler {
 	})
 }
 
-// StatusHandler serves the kernel's status as JSON (the agent's /status,
-// which `flowlb agent dump` reads).
-func StatusHandler(status func() agent.KernelStatus) http.Handler {
+// Status is the agent's /status: how the kernel stands against the
+// flows (its fields at the top level) and what the node announces.
+type Status struct {
+	agent.KernelStatus
+	// Announcements is absent from an agent older than it.
+	Announcements *announce.Status `json:"announcements,omitempty"`
+}
+
+// Write renders the status for `flowlb agent dump`: the kernel, then the
+// announcements.
+func (s Status) Write(w io.Writer) {
+	s.KernelStatus.Write(w)
+	if s.Announcements != nil {
+		s.Announcements.Write(w)
+	}
+}
+
+// StatusHandler serves the status as JSON (the agent's /status, which
+// `flowlb agent dump` reads).
+func StatusHandler(status func() Status) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(status())

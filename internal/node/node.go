@@ -122,6 +122,8 @@ type Node struct {
 	// undo closes what Start opened, last first.
 	undo []func()
 	once sync.Once
+	// announced is what the node announces now, for /status.
+	announced func() announce.Status
 }
 
 // Start opens the node's data planes and endpoints and runs its agent
@@ -251,6 +253,7 @@ func OpenSocketLB(c EBPF, node, zone string, log *slog.Logger) (*ebpf.Dataplane,
 
 // announcer wraps prog with the announcement of VIPs, if configured.
 func (n *Node) announcer(prog agent.Programmer, reg prometheus.Registerer) (agent.Programmer, error) {
+	n.announced = announce.NoneStatus
 	if len(n.cfg.Announce) == 0 {
 		return prog, nil
 	}
@@ -270,6 +273,7 @@ func (n *Node) announcer(prog agent.Programmer, reg prometheus.Registerer) (agen
 			}
 			sp.Leave()
 		})
+		n.announced = func() announce.Status { return announce.BGPStatus(sp.Advertised(), sp.Sessions()) }
 		return announce.New(prog, n.cfg.Node, n.cfg.Announce, sp, reg, n.log)
 	}
 	rt, err := announce.OpenTable(n.cfg.AnnounceTable)
@@ -277,6 +281,10 @@ func (n *Node) announcer(prog agent.Programmer, reg prometheus.Registerer) (agen
 		return nil, err
 	}
 	n.undo = append(n.undo, rt.Close)
+	n.announced = func() announce.Status {
+		vips, err := rt.List()
+		return announce.TableStatus(n.cfg.AnnounceTable, vips, err)
+	}
 	return announce.New(prog, n.cfg.Node, n.cfg.Announce, rt, reg, n.log)
 }
 
@@ -320,11 +328,17 @@ func (n *Node) serveHTTP(reg *prometheus.Registry, hc *kubehealth.Server) error 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/readyz", ReadyHandler(n.agent.Ready))
-	mux.Handle("/status", StatusHandler(n.agent.KernelStatus))
+	mux.Handle("/status", StatusHandler(n.status))
 	if err := n.serve(n.cfg.Metrics, mux); err != nil {
 		return fmt.Errorf("--metrics-listen: %w", err)
 	}
 	return nil
+}
+
+// status is the agent's /status.
+func (n *Node) status() Status {
+	a := n.announced()
+	return Status{KernelStatus: n.agent.KernelStatus(), Announcements: &a}
 }
 
 // serve serves h on addr until the node stops.

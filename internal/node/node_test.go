@@ -18,6 +18,7 @@ import (
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/agent"
+	"github.com/flowlb/flowlb/internal/announce"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/dataplane/nftables/nftfake"
 	"github.com/flowlb/flowlb/internal/flowpb"
@@ -112,6 +113,10 @@ func TestNodeProgramsAndStops(t *testing.T) {
 			if keys, err := held(conn); err != nil || len(keys) != 1 || keys[0] != web.Key {
 				t.Fatalf("kernel holds %v (%v), want %s", keys, err, web.Key)
 			}
+			// Without --announce-cidrs /status says the node announces nothing.
+			if s := n.status(); s.Announcements == nil || s.Announcements.Mode != announce.ModeNone || s.Programmed == 0 {
+				t.Errorf("status %+v", s)
+			}
 			cancel()
 			if err := n.Wait(); err != nil {
 				t.Fatalf("stopped: %v", err)
@@ -155,7 +160,7 @@ func TestNodeStartFails(t *testing.T) {
 }
 
 // TestHandlers: /readyz answers 200 "ok" or 503 with the reason; /status
-// is the kernel's status as JSON.
+// is the kernel's status and the announcements as JSON.
 func TestHandlers(t *testing.T) {
 	for _, tc := range []struct {
 		ready error
@@ -171,9 +176,14 @@ func TestHandlers(t *testing.T) {
 			t.Errorf("readyz with %v: %d %q, want %d %q", tc.ready, rec.Code, rec.Body.String(), tc.code, tc.body)
 		}
 	}
+	// The kernel's fields at the top level, as before the
+	// announcements part, which comes beside them.
 	rec := httptest.NewRecorder()
-	StatusHandler(func() agent.KernelStatus { return agent.KernelStatus{Received: 9, Programmed: 7} }).ServeHTTP(rec, httptest.NewRequest("GET", "/status", nil))
-	if ct := rec.Header().Get("Content-Type"); ct != "application/json" || !strings.Contains(rec.Body.String(), `"received_revision":9`) {
+	table := announce.TableStatus(200, []netip.Addr{netip.MustParseAddr("198.19.128.9")}, nil)
+	st := Status{KernelStatus: agent.KernelStatus{Received: 9, Programmed: 7}, Announcements: &table}
+	StatusHandler(func() Status { return st }).ServeHTTP(rec, httptest.NewRequest("GET", "/status", nil))
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" || !strings.Contains(rec.Body.String(), `"received_revision":9`) ||
+		!strings.Contains(rec.Body.String(), `"announcements":{"mode":"table","table":200,"prefixes":[{"prefix":"198.19.128.9/32"}]}`) {
 		t.Errorf("status: %s %q", ct, rec.Body.String())
 	}
 }

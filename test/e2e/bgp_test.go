@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,7 +20,9 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/flowlb/flowlb/internal/announce"
 	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/node"
 	"github.com/flowlb/flowlb/internal/testutil"
 )
 
@@ -95,6 +100,22 @@ func routeVia(t *testing.T, l *lab.Lab, within time.Duration, want map[netip.Pre
 	})
 }
 
+// agentStatusOf reads node n's agent's /status.
+func agentStatusOf(n lab.Host) (node.Status, error) {
+	var s node.Status
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: n.Dial}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("http://127.0.0.1:9878/status")
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return s, fmt.Errorf("/status: %s", resp.Status)
+	}
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
 func host(a string) netip.Prefix {
 	v := netip.MustParseAddr(a)
 	return netip.PrefixFrom(v, v.BitLen())
@@ -146,6 +167,39 @@ func TestBGPWithFRR(t *testing.T) {
 	vip4 := dual["vip_address"].(string)
 	vip6 := dual["additional_vips"].([]any)[0].(map[string]any)["ip_address"].(string)
 	routeVia(t, l, 30*time.Second, map[netip.Prefix][]int{host(vip4): {1, 2, 3}, host(vip6): {1, 2, 3}})
+
+	// What n1's agent says it announces: its /status, and agent dump.
+	t.Run("status", func(t *testing.T) {
+		testutil.Eventually(t, 10*time.Second, "n1's session to the router and both VIPs in its /status", func() (bool, string) {
+			s, err := agentStatusOf(l.Node(1))
+			if err != nil {
+				return false, err.Error()
+			}
+			a := s.Announcements
+			if a == nil || a.Mode != announce.ModeBGP || len(a.Sessions) != 1 {
+				return false, fmt.Sprintf("%+v", a)
+			}
+			ss := a.Sessions[0]
+			var prefixes []string
+			for _, p := range a.Prefixes {
+				prefixes = append(prefixes, p.Prefix)
+			}
+			ok := ss.Peer == "198.18.0.254" && ss.ASN == 64500 && ss.State == "established" && ss.Since != "" && ss.BFD == "up" &&
+				slices.Contains(prefixes, host(vip4).String()) && slices.Contains(prefixes, host(vip6).String())
+			return ok, fmt.Sprintf("%+v, prefixes %v", ss, prefixes)
+		})
+		var out bytes.Buffer
+		if err := l.Node(1).Run(context.Background(), nil, &out, &out, flowlb(t), "agent", "dump"); err != nil {
+			t.Fatalf("dump: %v\n%s", err, out.String())
+		}
+		for _, want := range []string{"announce: BGP, 1 of 1 session established", "announce: peer 198.18.0.254 AS 64500 established since ",
+			"announce:   " + host(vip4).String() + "\n", "announce:   " + host(vip6).String() + "\n"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("dump lacks %q:\n%s", want, out.String())
+			}
+		}
+		t.Logf("agent dump on n1:\n%s", out.String())
+	})
 
 	// The spread is asked of the router while it holds every node's
 	// route: a round during which a session went down (a BFD flap on a
