@@ -52,6 +52,12 @@ type Speaker struct {
 
 	stopOnce sync.Once
 
+	// bfd carries BFD switches to bfdLoop, which turns a peer's BFD on
+	// once its session is established and off when it leaves that
+	// state; stopped ends the loop.
+	bfd     chan bfdSwitch
+	stopped chan struct{}
+
 	advertised prometheus.Gauge
 	sessions   *prometheus.GaugeVec
 	changes    *prometheus.CounterVec
@@ -81,6 +87,7 @@ func New(cfg Config, o Options) (*Speaker, error) {
 		log = slog.Default()
 	}
 	sp := &Speaker{cfg: cfg, t: t, log: log, vips: map[netip.Addr]bool{}, count: make([]int, len(t)), adv: map[netip.Prefix]Attrs{},
+		bfd: make(chan bfdSwitch, 64), stopped: make(chan struct{}),
 		advertised: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowlb_agent_bgp_advertised_prefixes",
 			Help: "Prefixes the agent's BGP speaker advertises (host routes and aggregated ranges)."}),
 		sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flowlb_agent_bgp_session_up",
@@ -130,7 +137,42 @@ func New(cfg Config, o Options) (*Speaker, error) {
 		sp.s.Stop()
 		return nil, fmt.Errorf("watch peers: %w", err)
 	}
+	go sp.bfdLoop()
 	return sp, nil
+}
+
+// bfdSwitch turns the BFD of the peer at index peer on or off.
+type bfdSwitch struct {
+	peer int
+	on   bool
+}
+
+// bfdLoop applies the BFD switches in order, apart from GoBGP's event
+// callback (UpdatePeer goes through GoBGP's own loop).
+//
+// A peer's BFD runs only while its session is established: a router
+// such as FRR (re)creates its BFD session for a peer when the BGP
+// session comes up, and GoBGP's BFD, already up with the router's
+// previous BFD session, then takes the new one's packets for another
+// system's, times out and resets the fresh BGP session, while the
+// router takes the replaced BFD session's end for a failure: every
+// session flapped once at every start (seen with FRR 8.4).
+func (sp *Speaker) bfdLoop() {
+	for {
+		select {
+		case <-sp.stopped:
+			return
+		case b := <-sp.bfd:
+			q := proto.Clone(sp.peers[b.peer]).(*api.Peer)
+			q.Bfd = &api.BfdPeerConfig{Enabled: false}
+			if b.on {
+				q.Bfd = bfdConfig(sp.cfg.Peers[b.peer].BFD)
+			}
+			if _, err := sp.s.UpdatePeer(context.Background(), &api.UpdatePeerRequest{Peer: q}); err != nil {
+				sp.log.Warn("BFD switch", "peer", sp.cfg.Peers[b.peer].Address, "on", b.on, "err", err)
+			}
+		}
+	}
 }
 
 // onlySpeak makes the speaker take nothing a router sends: the global
@@ -166,6 +208,14 @@ func (sp *Speaker) peerEvent(e *apiutil.WatchEventMessage_PeerEvent, _ time.Time
 	sp.sessions.WithLabelValues(addr).Set(up)
 	sp.changes.WithLabelValues(addr, stateName(st)).Inc()
 	sp.log.Info("BGP session", "peer", addr, "state", stateName(st))
+	for i, c := range sp.cfg.Peers {
+		if c.Address == addr && c.BFD.Enabled {
+			select {
+			case sp.bfd <- bfdSwitch{peer: i, on: up == 1}:
+			case <-sp.stopped:
+			}
+		}
+	}
 }
 
 func stateName(st bgp.FSMState) string {
@@ -354,9 +404,7 @@ func peerOf(p Peer) *api.Peer {
 		}
 		ap.AfiSafis = append(ap.AfiSafis, af)
 	}
-	if p.BFD.Enabled {
-		ap.Bfd = bfdConfig(p.BFD)
-	}
+	// BFD is turned on once the session is established (bfdLoop).
 	return ap
 }
 
@@ -706,6 +754,7 @@ func bfdState(s api.BfdSessionState) string {
 // stale (graceful restart) until the next agent's End-of-RIB.
 func (sp *Speaker) Leave() {
 	sp.stopOnce.Do(func() {
+		close(sp.stopped)
 		for _, s := range sp.Sessions() {
 			if s.BFD != "up" {
 				continue
@@ -732,5 +781,5 @@ func (sp *Speaker) Leave() {
 
 // Stop withdraws everything (a NOTIFICATION to every peer) and stops.
 func (sp *Speaker) Stop() {
-	sp.stopOnce.Do(func() { sp.s.Stop() })
+	sp.stopOnce.Do(func() { close(sp.stopped); sp.s.Stop() })
 }

@@ -101,9 +101,12 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func newRouter(t *testing.T) *router {
+func newRouter(t *testing.T) *router { return newRouterAt(t, freePort(t)) }
+
+// newRouterAt is a router listening on port of 127.0.0.1.
+func newRouterAt(t *testing.T, port int) *router {
 	t.Helper()
-	r := &router{s: server.NewBgpServer(server.LoggerOption(quiet, &slog.LevelVar{})), port: freePort(t)}
+	r := &router{s: server.NewBgpServer(server.LoggerOption(quiet, &slog.LevelVar{})), port: port}
 	go r.s.Serve()
 	t.Cleanup(r.s.Stop)
 	ctx := context.Background()
@@ -296,4 +299,39 @@ func TestSpeakerRestartWithdrawsNothing(t *testing.T) {
 	if len(r.withdrawn) > 0 {
 		t.Errorf("the router withdrew %v across the restart", r.withdrawn)
 	}
+}
+
+// peerBFD reports whether the speaker has BFD on for its one peer.
+func peerBFD(sp *Speaker) bool {
+	on := false
+	_ = sp.s.ListPeer(context.Background(), &api.ListPeerRequest{}, func(p *api.Peer) { on = p.GetBfd().GetEnabled() })
+	return on
+}
+
+// TestBFDOnlyWhileEstablished: a peer's BFD is off until its session is
+// established, on while it is, and off again once the session is down
+// (a router recreates its BFD session with each BGP session; a BFD
+// already up with the previous one flapped every fresh session).
+func TestBFDOnlyWhileEstablished(t *testing.T) {
+	port := freePort(t)
+	c := speakerConfig(port)
+	c.Peers[0].BFD = BFD{Enabled: true}
+	sp := newTestSpeaker(t, c)
+	sp.Synced()
+	// No router yet: the session tries to connect, BFD stays off.
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if peerBFD(sp) {
+			t.Fatal("BFD on before the session is established")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r := newRouterAt(t, port)
+	testutil.Eventually(t, 10*time.Second, "BFD on with the session established", func() (bool, string) {
+		return r.established() && peerBFD(sp), fmt.Sprint("established ", r.established())
+	})
+	r.s.Stop()
+	testutil.Eventually(t, 15*time.Second, "BFD off with the session down", func() (bool, string) {
+		return !peerBFD(sp), ""
+	})
 }
