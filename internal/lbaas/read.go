@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
+	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/store"
 )
 
@@ -108,25 +110,96 @@ func (s *Service) treesOf(ctx context.Context, id, name string, kinds []store.Ki
 	if err != nil {
 		return nil, err
 	}
+	var out []*Tree
+	err = s.st.View(ctx, func(tx store.ReadTx) error {
+		out, err = namedTrees(tx, c, id, name, kinds)
+		return err
+	})
+	return out, err
+}
+
+// namedTrees is treesOf in tx.
+func namedTrees(tx store.ReadTx, c identity.Caller, id, name string, kinds []store.Kind) ([]*Tree, error) {
 	f := visibleFilter(c)
 	// A load balancer's loadbalancer_id column is its own id.
 	f.LoadBalancerID, f.Name = id, name
+	lbs, err := tx.List(store.KindLoadBalancer, f)
+	if err != nil {
+		return nil, err
+	}
 	var out []*Tree
+	for _, r := range lbs {
+		t, err := loadTreeOf(tx, r, kinds)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// Listing reads a list's page in one read transaction, loading whole
+// trees only for the page: pick gets the trees the caller may see (in
+// Trees' order, or TreesOf's when id or name narrow them) holding only
+// the descendants of the kinds shallow (none when empty, all when nil),
+// chooses the page from them and returns its load balancers; Listing
+// returns their trees, by id, with the descendants of the kinds full.
+// pick's error is returned as it is.
+func (s *Service) Listing(ctx context.Context, id, name string, shallow, full []store.Kind, pick func([]*Tree) ([]string, error)) (map[string]*Tree, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*Tree{}
 	err = s.st.View(ctx, func(tx store.ReadTx) error {
-		lbs, err := tx.List(store.KindLoadBalancer, f)
+		var trees []*Tree
+		var err error
+		narrowed := id != "" || name != ""
+		if narrowed {
+			trees, err = namedTrees(tx, c, id, name, shallow)
+		} else {
+			trees, err = visibleTrees(tx, c, shallow)
+		}
 		if err != nil {
 			return err
 		}
-		for _, r := range lbs {
-			t, err := loadTreeOf(tx, r, kinds)
-			if err != nil {
-				return err
-			}
-			out = append(out, t)
+		ids, err := pick(trees)
+		if err != nil {
+			return err
 		}
-		return nil
+		byID := make(map[string]*Tree, len(trees))
+		for _, t := range trees {
+			byID[t.LB.ID] = t
+		}
+		same := slices.Equal(shallow, full) && (shallow == nil) == (full == nil)
+		for _, id := range ids {
+			if t := byID[id]; t != nil {
+				if same {
+					out[id] = t
+				} else {
+					out[id] = &Tree{LB: t.LB}
+				}
+			}
+		}
+		if same || len(out) == 0 { // an empty filter would select everything
+			return nil
+		}
+		// The children as the trees' own loads filter them: by project
+		// across load balancers, by load balancer alone for a narrowed
+		// list (loadTreeOf).
+		f := store.Filter{}
+		if !narrowed {
+			f = visibleFilter(c)
+		}
+		for id := range out {
+			f.LoadBalancerIDs = append(f.LoadBalancerIDs, id)
+		}
+		return loadChildrenOf(tx, f, out, full)
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // ReadFlowTrees reads the trees the data plane serves, as the store's
@@ -168,25 +241,33 @@ func (s *Service) trees(ctx context.Context, kinds []store.Kind) ([]*Tree, error
 	if err != nil {
 		return nil, err
 	}
-	f := visibleFilter(c)
 	var out []*Tree
 	err = s.st.View(ctx, func(tx store.ReadTx) error {
-		lbs, err := tx.List(store.KindLoadBalancer, f)
-		if err != nil {
-			return err
-		}
-		byLB := map[string]*Tree{}
-		for _, r := range lbs {
-			lb, err := decode[LoadBalancer](r)
-			if err != nil {
-				return err
-			}
-			t := &Tree{LB: lb}
-			byLB[lb.ID] = t
-			out = append(out, t)
-		}
-		return loadChildrenOf(tx, f, byLB, kinds)
+		out, err = visibleTrees(tx, c, kinds)
+		return err
 	})
+	return out, err
+}
+
+// visibleTrees is trees in tx.
+func visibleTrees(tx store.ReadTx, c identity.Caller, kinds []store.Kind) ([]*Tree, error) {
+	f := visibleFilter(c)
+	lbs, err := tx.List(store.KindLoadBalancer, f)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Tree
+	byLB := map[string]*Tree{}
+	for _, r := range lbs {
+		lb, err := decode[LoadBalancer](r)
+		if err != nil {
+			return nil, err
+		}
+		t := &Tree{LB: lb}
+		byLB[lb.ID] = t
+		out = append(out, t)
+	}
+	err = loadChildrenOf(tx, f, byLB, kinds)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].LB.CreatedAt < out[j].LB.CreatedAt })
 	return out, err
 }

@@ -36,13 +36,8 @@ var (
 )
 
 func (s *Server) loadBalancerRoutes() {
-	s.handle("GET /loadbalancers", listed(s, lbShape, func(r *http.Request) ([]LoadBalancerResponse, error) {
-		trees, err := s.svc.LoadBalancers(r.Context(), single(r, "id"), single(r, "name"))
-		items := make([]LoadBalancerResponse, 0, len(trees))
-		for _, t := range trees {
-			items = append(items, renderLB(t))
-		}
-		return items, err
+	s.handle("GET /loadbalancers", listedTrees(s, lbShape, lbListing, func(r *http.Request) (string, string) {
+		return single(r, "id"), single(r, "name")
 	}))
 	s.handle("POST /loadbalancers", s.createLB(newRequestDecoder[lbaas.LoadBalancerCreate]("loadbalancer", "loadbalancer", create)))
 	s.handle("GET /loadbalancers/{id}", shown(s, lbShape, func(r *http.Request) (LoadBalancerResponse, error) {
@@ -114,15 +109,9 @@ func (s *Server) stats(kind store.Kind) http.HandlerFunc {
 	}
 }
 
-// trees loads the trees a list of children needs: only the load
-// balancer its query names by loadbalancer_id (the list filter still
-// applies after), else all.
-func (s *Server) trees(r *http.Request) ([]*lbaas.Tree, error) {
-	if id := single(r, "loadbalancer_id"); id != "" {
-		return s.svc.TreesOf(r.Context(), id, "")
-	}
-	return s.svc.Trees(r.Context())
-}
+// byLoadBalancer narrows a list of children to the load balancer its
+// query names by loadbalancer_id (the list filter still applies after).
+func byLoadBalancer(r *http.Request) (string, string) { return single(r, "loadbalancer_id"), "" }
 
 // single is the value of query parameter key when it is given once, else
 // "" (the list filter still applies after).
@@ -131,21 +120,6 @@ func single(r *http.Request, key string) string {
 		return v[0]
 	}
 	return ""
-}
-
-// children lists rendered children of the trees a list needs.
-func children[R any](s *Server, fn func(t *lbaas.Tree) []R) func(r *http.Request) ([]R, error) {
-	return func(r *http.Request) ([]R, error) {
-		trees, err := s.trees(r)
-		if err != nil {
-			return nil, err
-		}
-		var out []R
-		for _, t := range trees {
-			out = append(out, fn(t)...)
-		}
-		return out, nil
-	}
 }
 
 // inTree shows one object of the tree holding (kind, id).
@@ -162,12 +136,7 @@ func inTree[R any](s *Server, kind store.Kind, render func(t *lbaas.Tree, id str
 }
 
 func (s *Server) listenerRoutes() {
-	s.handle("GET /listeners", listed(s, listenerShape, children(s, func(t *lbaas.Tree) (out []ListenerResponse) {
-		for _, l := range t.Listeners {
-			out = append(out, renderListener(t, l))
-		}
-		return out
-	})))
+	s.handle("GET /listeners", listedTrees(s, listenerShape, listenerListing, byLoadBalancer))
 	s.handle("POST /listeners", created(s, "listener", "listener", listenerShape, func(r *http.Request, req lbaas.ListenerCreate) (ListenerResponse, error) {
 		t, l, err := s.svc.CreateListener(r.Context(), req)
 		if err != nil {
@@ -190,12 +159,7 @@ func (s *Server) listenerRoutes() {
 }
 
 func (s *Server) poolRoutes() {
-	s.handle("GET /pools", listed(s, poolShape, children(s, func(t *lbaas.Tree) (out []PoolResponse) {
-		for _, p := range t.Pools {
-			out = append(out, renderPool(t, p))
-		}
-		return out
-	})))
+	s.handle("GET /pools", listedTrees(s, poolShape, poolListing, byLoadBalancer))
 	s.handle("POST /pools", created(s, "pool", "pool", poolShape, func(r *http.Request, req lbaas.PoolCreate) (PoolResponse, error) {
 		t, p, err := s.svc.CreatePool(r.Context(), req)
 		if err != nil {
@@ -279,12 +243,7 @@ func (s *Server) memberRoutes() {
 }
 
 func (s *Server) monitorRoutes() {
-	s.handle("GET /healthmonitors", listed(s, monitorShape, children(s, func(t *lbaas.Tree) (out []HealthMonitorResponse) {
-		for _, h := range t.Monitors {
-			out = append(out, renderMonitor(h))
-		}
-		return out
-	})))
+	s.handle("GET /healthmonitors", listedTrees(s, monitorShape, monitorListing, byLoadBalancer))
 	s.handle("POST /healthmonitors", created(s, "healthmonitor", "healthmonitor", monitorShape, func(r *http.Request, req lbaas.MonitorCreate) (HealthMonitorResponse, error) {
 		_, h, err := s.svc.CreateMonitor(r.Context(), req)
 		if err != nil {
@@ -306,12 +265,7 @@ func (s *Server) monitorRoutes() {
 }
 
 func (s *Server) l7Routes() {
-	s.handle("GET /l7policies", listed(s, policyShape, children(s, func(t *lbaas.Tree) (out []L7PolicyResponse) {
-		for _, p := range t.L7Policies {
-			out = append(out, renderPolicy(t, p))
-		}
-		return out
-	})))
+	s.handle("GET /l7policies", listedTrees(s, policyShape, policyListing, byLoadBalancer))
 	s.handle("POST /l7policies", created(s, "l7policy", "l7policy", policyShape, func(r *http.Request, req lbaas.L7PolicyCreate) (L7PolicyResponse, error) {
 		t, p, err := s.svc.CreatePolicy(r.Context(), req)
 		if err != nil {
