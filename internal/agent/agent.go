@@ -87,7 +87,17 @@ type Config struct {
 	// VerifyInterval is how often they check (0: DefaultVerifyInterval;
 	// negative: only when a data plane hears of another's change).
 	VerifyInterval time.Duration
+	// Announced, if set, says what the node announces of the external
+	// VIPs; the server is told at the start of a session and, looked at
+	// every AnnounceInterval (0: DefaultAnnounceInterval), when it
+	// changes.
+	Announced        func() *agentv1.AnnounceStatus
+	AnnounceInterval time.Duration
 }
+
+// DefaultAnnounceInterval is how often an agent looks whether what its
+// node announces changed (a BGP session's state changes on its own).
+const DefaultAnnounceInterval = 2 * time.Second
 
 // Agent runs the loop.
 type Agent struct {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/flowpb"
@@ -235,6 +236,8 @@ type told struct {
 	acked  int64
 	news   uint64
 	status bool
+	// announced is the node's announcements as last sent (nil: not yet).
+	announced *agentv1.AnnounceStatus
 }
 
 // programLoop takes the queued updates into the desired state in merged
@@ -242,11 +245,21 @@ type told struct {
 // each revision the kernel reaches, and the kernel's status at the start
 // and when it changes.
 func (a *Agent) programLoop(ctx context.Context, stream agentv1.Agent_SubscribeClient, updates <-chan flows.Update, recvErr <-chan error, t told) error {
+	var look <-chan time.Time // when to look at the announcements again
+	if a.cfg.Announced != nil {
+		every := a.cfg.AnnounceInterval
+		if every <= 0 {
+			every = DefaultAnnounceInterval
+		}
+		tk := time.NewTicker(every)
+		defer tk.Stop()
+		look = tk.C
+	}
 	for {
 		if err := a.sendNews(stream, &t); err != nil {
 			return err
 		}
-		batch, err := a.nextBatch(ctx, updates, recvErr)
+		batch, err := a.nextBatch(ctx, updates, recvErr, look)
 		if err != nil {
 			return err
 		}
@@ -263,12 +276,14 @@ func (a *Agent) programLoop(ctx context.Context, stream agentv1.Agent_SubscribeC
 // returns nothing when the reconciler has news to send. The end of ctx
 // ends the wait: the receiver may have stopped on it with an update in
 // hand, leaving neither an update nor an error to come.
-func (a *Agent) nextBatch(ctx context.Context, updates <-chan flows.Update, recvErr <-chan error) ([]flows.Update, error) {
+func (a *Agent) nextBatch(ctx context.Context, updates <-chan flows.Update, recvErr <-chan error, look <-chan time.Time) ([]flows.Update, error) {
 	var batch []flows.Update
 	select {
 	case u := <-updates:
 		batch = append(batch, u)
 	case <-a.news:
+		return nil, nil
+	case <-look:
 		return nil, nil
 	case err := <-recvErr:
 		return nil, err
@@ -308,6 +323,14 @@ func (a *Agent) sendNews(stream agentv1.Agent_SubscribeClient, t *told) error {
 			return err
 		}
 		t.status, t.news = true, news
+	}
+	if a.cfg.Announced != nil {
+		if an := a.cfg.Announced(); an != nil && (t.announced == nil || !proto.Equal(an, t.announced)) {
+			if err := a.send(stream, &agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Announce{Announce: an}}); err != nil {
+				return err
+			}
+			t.announced = an
+		}
 	}
 	return nil
 }

@@ -21,13 +21,13 @@ func TestNextBatch(t *testing.T) {
 	for rev := range int64(3) {
 		updates <- flows.Update{Revision: rev + 1}
 	}
-	batch, err := a.nextBatch(ctx, updates, recvErr)
+	batch, err := a.nextBatch(ctx, updates, recvErr, nil)
 	if err != nil || len(batch) != 3 || batch[0].Revision != 1 || batch[2].Revision != 3 {
 		t.Fatalf("batch %v, %v: want revisions 1 to 3", batch, err)
 	}
 	end := errors.New("stream ended")
 	recvErr <- end
-	if batch, err := a.nextBatch(ctx, updates, recvErr); !errors.Is(err, end) || batch != nil {
+	if batch, err := a.nextBatch(ctx, updates, recvErr, nil); !errors.Is(err, end) || batch != nil {
 		t.Fatalf("after the stream ended: %v, %v", batch, err)
 	}
 }
@@ -40,7 +40,7 @@ func TestNextBatchMinInterval(t *testing.T) {
 	updates := make(chan flows.Update, 8)
 	updates <- flows.Update{Revision: 1}
 	start := time.Now()
-	batch, err := a.nextBatch(context.Background(), updates, nil)
+	batch, err := a.nextBatch(context.Background(), updates, nil, nil)
 	if err != nil || len(batch) != 1 || time.Since(start) < 150*time.Millisecond {
 		t.Fatalf("batch %v, %v after %s: want the update after a wait of the interval", batch, err, time.Since(start))
 	}
@@ -48,7 +48,7 @@ func TestNextBatchMinInterval(t *testing.T) {
 	cancel()
 	a.lastSync = time.Now()
 	updates <- flows.Update{Revision: 3}
-	if _, err := a.nextBatch(ctx, updates, nil); !errors.Is(err, context.Canceled) {
+	if _, err := a.nextBatch(ctx, updates, nil, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled wait: %v", err)
 	}
 }
@@ -63,7 +63,7 @@ func TestNextBatchEndsWithTheSession(t *testing.T) {
 	cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := a.nextBatch(ctx, make(chan flows.Update), make(chan error))
+		_, err := a.nextBatch(ctx, make(chan flows.Update), make(chan error), nil)
 		done <- err
 	}()
 	select {

@@ -604,6 +604,18 @@ type Advert struct {
 	LocalPref   uint32   `json:"local_preference,omitempty"`
 }
 
+// VIPs are the VIPs the speaker is told to announce, sorted.
+func (sp *Speaker) VIPs() []netip.Addr {
+	sp.mu.Lock()
+	out := make([]netip.Addr, 0, len(sp.vips))
+	for v := range sp.vips {
+		out = append(out, v)
+	}
+	sp.mu.Unlock()
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
 // Advertised lists what the speaker advertises, sorted.
 func (sp *Speaker) Advertised() []Advert {
 	sp.mu.Lock()

@@ -99,4 +99,11 @@ func TestPageKeystoneSignIn(t *testing.T) {
 		return n1.dataset.kernel === "refusing" && n1.dataset.repairs === "1" && n1.textContent.includes("operation not permitted") &&
 			n1.textContent.includes("table rebuilt") && n2.dataset.kernel === "unknown";
 	})()`)
+	// What each node announces: n1 two VIPs over its one BGP session,
+	// established; n2 nothing.
+	wait("the agents' announcements", `(() => {
+		const n1 = document.querySelector('[data-agent="n1"] [data-announce]'), n2 = document.querySelector('[data-agent="n2"] [data-announce]');
+		return n1.dataset.announce === "bgp" && n1.dataset.vips === "2" && n1.dataset.sessionsUp === "1" &&
+			n1.textContent === "BGP 1/1 established: 2 VIPs" && n1.title.includes("198.18.0.254 AS 64500 established") && n2.dataset.announce === "none";
+	})()`)
 }

@@ -35,6 +35,7 @@ type Hub interface {
 	Changes() []fanout.ChangeTrace
 	HealthTransitions() []fanout.HealthTransition
 	KernelStatuses() map[string]fanout.KernelStatus
+	Announcements() map[string]fanout.Announcements
 }
 
 // Trees returns the load balancer trees the context's caller may see
@@ -199,7 +200,7 @@ func (d *Dashboard) state(w http.ResponseWriter, r *http.Request) {
 	}
 	h := d.o.Hub
 	view := hubView{revision: h.Revision(), agents: h.ClusterAgents(), probed: h.Probed(),
-		changes: h.Changes(), transitions: h.HealthTransitions(), kernels: h.KernelStatuses()}
+		changes: h.Changes(), transitions: h.HealthTransitions(), kernels: h.KernelStatuses(), announce: h.Announcements()}
 	// The agents, their nodes and probes are the deployment's, seen by
 	// those who see every project.
 	infra := c.IsAdmin || c.ReadAll

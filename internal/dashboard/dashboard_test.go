@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,10 @@ func hub() hubView {
 		// n2 is another replica's (no status).
 		kernels: map[string]fanout.KernelStatus{"n1": {Refusal: "program revision 12: operation not permitted", RefusingSince: at(-3), RefusedAttempts: 4,
 			Repairs: 1, LastRepair: at(-60), LastRepairWhat: "ip flowlb: table rebuilt (table missing)"}},
+		// n1 announces two VIPs over one established BGP session with BFD
+		// up; n2 announces nothing.
+		announce: map[string]fanout.Announcements{"n1": {Mode: "bgp", VIPs: []netip.Addr{netip.MustParseAddr("198.19.128.2"), netip.MustParseAddr("2001:2:0:c000::2")},
+			Sessions: []fanout.BGPSession{{Peer: "198.18.0.254", ASN: 64500, State: "established", Since: at(-40), BFD: "up"}}}},
 		changes: []fanout.ChangeTrace{
 			{LoadBalancerID: "lb1", Entry: 40, Revision: 12, Written: at(0), Applied: at(3), Programmed: map[string]time.Time{"n1": at(9)}},
 			{LoadBalancerID: "hidden", Entry: 39, Revision: 11, Written: at(0), Applied: at(3), Programmed: map[string]time.Time{}},
@@ -116,7 +121,8 @@ func TestBuildInfrastructure(t *testing.T) {
 		wantAgents: []Agent{
 			{Node: "n1", Revision: 12, Lag: 0, Probes: []ProbedEntry{{MemberID: "lb1-m1", Label: "a 198.18.17.2:8080"}},
 				Kernel: &Kernel{Refusal: "program revision 12: operation not permitted", RefusingSince: ptr(at(-3)), RefusedAttempts: 4,
-					Repairs: 1, LastRepair: ptr(at(-60)), LastRepairWhat: "ip flowlb: table rebuilt (table missing)"}},
+					Repairs: 1, LastRepair: ptr(at(-60)), LastRepairWhat: "ip flowlb: table rebuilt (table missing)"},
+				Announce: &Announce{Mode: "bgp", VIPs: 2, Sessions: []BGPSession{{Peer: "198.18.0.254", ASN: 64500, State: "established", Since: ptr(at(-40)), BFD: "up"}}}},
 			{Node: "n2", Revision: 10, Lag: 2, Probes: []ProbedEntry{{MemberID: "lb1-m2", Label: "198.18.18.2:8080"}, {MemberID: "other-m"}}},
 		},
 		// The admin sees the change of a load balancer gone since.
@@ -181,6 +187,7 @@ func (f fakeHub) HealthTransitions() []fanout.HealthTransition { return f.v.tran
 func (f fakeHub) KernelStatuses() map[string]fanout.KernelStatus {
 	return f.v.kernels
 }
+func (f fakeHub) Announcements() map[string]fanout.Announcements { return f.v.announce }
 
 // testAuth stands for the API's middleware: token "admin" is an admin,
 // "member" a member of project p1, anything else is refused.

@@ -117,6 +117,40 @@ type Agent struct {
 	// Kernel is null for a node connected to another replica (or whose
 	// agent reports none).
 	Kernel *Kernel `json:"kernel"`
+	// Announce is what the node announces of the external VIPs; null for
+	// a node that announces nothing or is another replica's.
+	Announce *Announce `json:"announce"`
+}
+
+// Announce is what a node announces of the external VIPs: how ("table",
+// "bgp"), how many VIPs, and its BGP sessions.
+type Announce struct {
+	Mode     string       `json:"mode"`
+	VIPs     int          `json:"vips"`
+	Sessions []BGPSession `json:"sessions"`
+}
+
+// BGPSession is one of a node's BGP sessions.
+type BGPSession struct {
+	Peer  string     `json:"peer"`
+	ASN   uint32     `json:"asn"`
+	State string     `json:"state"`
+	Since *time.Time `json:"since"`
+	BFD   string     `json:"bfd"`
+}
+
+// announceOf is a node's reported announcements as the page shows them.
+func announceOf(a fanout.Announcements) *Announce {
+	out := &Announce{Mode: a.Mode, VIPs: len(a.VIPs), Sessions: []BGPSession{}}
+	for _, s := range a.Sessions {
+		bs := BGPSession{Peer: s.Peer, ASN: s.ASN, State: s.State, BFD: s.BFD}
+		if !s.Since.IsZero() {
+			t := s.Since
+			bs.Since = &t
+		}
+		out.Sessions = append(out.Sessions, bs)
+	}
+	return out
 }
 
 // Kernel is how a node's kernel stands against its agent's flows: the
@@ -195,6 +229,7 @@ type hubView struct {
 	changes     []fanout.ChangeTrace
 	transitions []fanout.HealthTransition
 	kernels     map[string]fanout.KernelStatus
+	announce    map[string]fanout.Announcements
 }
 
 // build is the state for a caller who sees trees; infra says whether the
@@ -272,6 +307,9 @@ func agentsOf(hub hubView, members map[string]*lbaas.Member) []Agent {
 		a := Agent{Node: n, Revision: rev, Lag: max(hub.revision-rev, 0), Probes: []ProbedEntry{}}
 		if ks, ok := hub.kernels[n]; ok {
 			a.Kernel = kernelOf(ks)
+		}
+		if an, ok := hub.announce[n]; ok {
+			a.Announce = announceOf(an)
 		}
 		for _, id := range hub.probed[n] {
 			p := ProbedEntry{MemberID: id}

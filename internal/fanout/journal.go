@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"maps"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -68,6 +69,57 @@ func kernelStatusOf(m *agentv1.KernelStatus, now time.Time) KernelStatus {
 	return ks
 }
 
+// Announcements are what a node announces of the external VIPs as its
+// agent last reported it (agentv1.AnnounceStatus).
+type Announcements struct {
+	// Mode is "table" or "bgp".
+	Mode string
+	VIPs []netip.Addr
+	// Sessions are the BGP sessions (mode "bgp").
+	Sessions []BGPSession
+	// Reported is when this replica received it.
+	Reported time.Time
+}
+
+// BGPSession is one of a node's BGP sessions.
+type BGPSession struct {
+	Peer  string
+	ASN   uint32
+	State string
+	Since time.Time // zero: never established
+	BFD   string
+}
+
+// Established counts the established sessions.
+func (a Announcements) Established() int {
+	n := 0
+	for _, s := range a.Sessions {
+		if s.State == "established" {
+			n++
+		}
+	}
+	return n
+}
+
+// announcementsOf is the report as the hub keeps it; addresses that do
+// not parse are left out.
+func announcementsOf(m *agentv1.AnnounceStatus, now time.Time) Announcements {
+	a := Announcements{Mode: m.GetMode(), Reported: now}
+	for _, b := range m.GetVips() {
+		if v, ok := netip.AddrFromSlice(b); ok {
+			a.VIPs = append(a.VIPs, v.Unmap())
+		}
+	}
+	for _, s := range m.GetSessions() {
+		bs := BGPSession{Peer: s.GetPeer(), ASN: s.GetAsn(), State: s.GetState(), BFD: s.GetBfd()}
+		if ms := s.GetSinceUnixMs(); ms != 0 {
+			bs.Since = time.UnixMilli(ms)
+		}
+		a.Sessions = append(a.Sessions, bs)
+	}
+	return a
+}
+
 // journal keeps what the dashboard shows of the hub's recent past, in
 // bounded rings, and this replica's nodes' kernel status. Its lock is
 // taken last: it calls nothing.
@@ -76,6 +128,8 @@ type journal struct {
 	changes []ChangeTrace
 	health  []HealthTransition
 	kernel  map[string]KernelStatus
+	// announce are the nodes' announcements, as their agents last said.
+	announce map[string]Announcements
 	// progress are, per node, the revisions it acknowledged and when,
 	// oldest first; a change's per-node time is the first at or past it.
 	progress map[string][]ackPoint
@@ -145,11 +199,30 @@ func (j *journal) kernelReport(node string, ks KernelStatus) {
 	j.kernel[node] = ks
 }
 
-// forgetKernel forgets the kernel status of a node that left.
+// forgetKernel forgets the kernel status and announcements of a node
+// that left.
 func (j *journal) forgetKernel(node string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	delete(j.kernel, node)
+	delete(j.announce, node)
+}
+
+// announceReport keeps a node's last announcements.
+func (j *journal) announceReport(node string, a Announcements) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.announce == nil {
+		j.announce = map[string]Announcements{}
+	}
+	j.announce[node] = a
+}
+
+// announcements are the nodes' last announcements.
+func (j *journal) announcements() map[string]Announcements {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return maps.Clone(j.announce)
 }
 
 // kernelStatuses are the nodes' last kernel statuses.
@@ -224,6 +297,11 @@ func (h *Hub) HealthTransitions() []HealthTransition { return h.journal.healthTr
 // kernel's status as its agent last reported it (agents that report none
 // are left out).
 func (h *Hub) KernelStatuses() map[string]KernelStatus { return h.journal.kernelStatuses() }
+
+// Announcements are what each node connected to this replica announces
+// of the external VIPs, as its agent last said (nodes that announce
+// nothing are absent).
+func (h *Hub) Announcements() map[string]Announcements { return h.journal.announcements() }
 
 // Probed returns, per node, the members it probes (Probers inverted).
 func (h *Hub) Probed() map[string][]string {

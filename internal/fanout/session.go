@@ -99,6 +99,9 @@ func (h *Hub) receive(stream agentv1.Agent_SubscribeServer, a *agent) error {
 				h.log.Warn("a node's kernel refuses its agent's writes", "node", a.node, "since", time.UnixMilli(ks.GetRefusingSinceUnixMs()), "err", ks.GetRefusal())
 			}
 		}
+		if an := m.GetAnnounce(); an != nil {
+			h.journal.announceReport(a.node, announcementsOf(an, time.Now()))
+		}
 		if hr := m.GetHealth(); hr != nil {
 			if err := h.report(ctx, a.node, hr); err != nil {
 				return err

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/agent"
 	"github.com/flowlb/flowlb/internal/announce"
 	"github.com/flowlb/flowlb/internal/bgp"
@@ -122,8 +123,10 @@ type Node struct {
 	// undo closes what Start opened, last first.
 	undo []func()
 	once sync.Once
-	// announced is what the node announces now, for /status.
+	// announced is what the node announces now, for /status; told, the
+	// same as the server is told it (nil: the node announces nothing).
 	announced func() announce.Status
+	told      func() *agentv1.AnnounceStatus
 }
 
 // Start opens the node's data planes and endpoints and runs its agent
@@ -169,7 +172,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	n.agent = agent.New(agent.Config{Servers: cfg.Servers, Token: cfg.Token, Identity: cfg.Identity, Node: cfg.Node, Zone: cfg.Zone,
 		MinInterval: cfg.MinSync, Metrics: reg, Stats: stats, StatsInterval: cfg.StatsInterval, NoHealth: cfg.NoHealth,
-		Verifiers: verifiers, VerifyInterval: verifyEvery, OnProgrammed: onProgrammed}, prog, log)
+		Verifiers: verifiers, VerifyInterval: verifyEvery, OnProgrammed: onProgrammed, Announced: n.told}, prog, log)
 	runCtx, stop := context.WithCancel(ctx)
 	n.undo = append(n.undo, stop)
 	if err := n.followAddresses(runCtx, hc); err != nil {
@@ -274,6 +277,7 @@ func (n *Node) announcer(prog agent.Programmer, reg prometheus.Registerer) (agen
 			sp.Leave()
 		})
 		n.announced = func() announce.Status { return announce.BGPStatus(sp.Advertised(), sp.Sessions()) }
+		n.told = func() *agentv1.AnnounceStatus { return announceMessage(announce.ModeBGP, sp.VIPs(), sp.Sessions()) }
 		return announce.New(prog, n.cfg.Node, n.cfg.Announce, sp, reg, n.log)
 	}
 	rt, err := announce.OpenTable(n.cfg.AnnounceTable)
@@ -284,6 +288,13 @@ func (n *Node) announcer(prog agent.Programmer, reg prometheus.Registerer) (agen
 	n.announced = func() announce.Status {
 		vips, err := rt.List()
 		return announce.TableStatus(n.cfg.AnnounceTable, vips, err)
+	}
+	n.told = func() *agentv1.AnnounceStatus {
+		vips, err := rt.List()
+		if err != nil {
+			return nil // unknown: the server keeps what it was last told
+		}
+		return announceMessage(announce.ModeTable, vips, nil)
 	}
 	return announce.New(prog, n.cfg.Node, n.cfg.Announce, rt, reg, n.log)
 }

@@ -199,6 +199,22 @@ func TestBGPWithFRR(t *testing.T) {
 			}
 		}
 		t.Logf("agent dump on n1:\n%s", out.String())
+		// The server is told too: its dashboard shows each node's
+		// established session and both VIPs.
+		testutil.Eventually(t, 10*time.Second, "every node's announcements on the dashboard", func() (bool, string) {
+			code, body := c.call("GET", "/dashboard/api/state", nil)
+			agents, _ := body["agents"].([]any)
+			up := 0
+			for _, a := range agents {
+				an, _ := a.(map[string]any)["announce"].(map[string]any)
+				sessions, _ := an["sessions"].([]any)
+				if an["mode"] == "bgp" && an["vips"] == float64(2) && len(sessions) == 1 &&
+					sessions[0].(map[string]any)["state"] == "established" && sessions[0].(map[string]any)["bfd"] == "up" {
+					up++
+				}
+			}
+			return code == 200 && up == 3, fmt.Sprintf("%d: %v", code, agents)
+		})
 	})
 
 	// The spread is asked of the router while it holds every node's

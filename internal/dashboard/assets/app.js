@@ -155,6 +155,20 @@ function kernelCell(k) {
   return el("td", { "data-kernel": k.refusal ? "refusing" : "ok", "data-repairs": k.repairs }, state, repairs);
 }
 
+// announceCell says what a node announces of the external VIPs: how
+// many, and over how many established BGP sessions of how many (each
+// named with its BFD state on hover); nothing for a node that announces
+// nothing or is another replica's.
+function announceCell(an) {
+  if (!an) return el("td", { class: "muted", "data-announce": "none" }, "—");
+  const vips = `${an.vips} VIP${an.vips === 1 ? "" : "s"}`;
+  if (an.mode !== "bgp") return el("td", { "data-announce": an.mode, "data-vips": an.vips }, `routing table: ${vips}`);
+  const up = an.sessions.filter(x => x.state === "established").length;
+  const title = an.sessions.map(x => `${x.peer} AS ${x.asn} ${x.state}` + (x.since ? ` since ${fmtTime(x.since)}` : "") + (x.bfd ? `, BFD ${x.bfd}` : "")).join("\n");
+  return el("td", { "data-announce": "bgp", "data-vips": an.vips, "data-sessions-up": up, title },
+    el("span", { class: up ? "lag0" : "refusing" }, `BGP ${up}/${an.sessions.length} established`), `: ${vips}`);
+}
+
 function render(s) {
   pollSeconds = pollSeconds || 2;
   const agents = s.agents;
@@ -171,6 +185,7 @@ function render(s) {
       el("td", null, a.node), el("td", { class: "num" }, a.revision),
       el("td", { class: "num " + (a.lag ? "lagging" : "lag0") }, a.lag),
       kernelCell(a.kernel),
+      announceCell(a.announce),
       el("td", null, a.probes.length + (a.probes.length ? ": " + a.probes.map(p => p.label || p.member_id).join(", ") : "")))));
   }
 

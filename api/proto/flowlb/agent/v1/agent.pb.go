@@ -131,6 +131,7 @@ type AgentMessage struct {
 	//	*AgentMessage_Health
 	//	*AgentMessage_Stats
 	//	*AgentMessage_Kernel
+	//	*AgentMessage_Announce
 	Msg           isAgentMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -218,6 +219,15 @@ func (x *AgentMessage) GetKernel() *KernelStatus {
 	return nil
 }
 
+func (x *AgentMessage) GetAnnounce() *AnnounceStatus {
+	if x != nil {
+		if x, ok := x.Msg.(*AgentMessage_Announce); ok {
+			return x.Announce
+		}
+	}
+	return nil
+}
+
 type isAgentMessage_Msg interface {
 	isAgentMessage_Msg()
 }
@@ -242,6 +252,10 @@ type AgentMessage_Kernel struct {
 	Kernel *KernelStatus `protobuf:"bytes,5,opt,name=kernel,proto3,oneof"`
 }
 
+type AgentMessage_Announce struct {
+	Announce *AnnounceStatus `protobuf:"bytes,6,opt,name=announce,proto3,oneof"`
+}
+
 func (*AgentMessage_Hello) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Ack) isAgentMessage_Msg() {}
@@ -251,6 +265,151 @@ func (*AgentMessage_Health) isAgentMessage_Msg() {}
 func (*AgentMessage_Stats) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Kernel) isAgentMessage_Msg() {}
+
+func (*AgentMessage_Announce) isAgentMessage_Msg() {}
+
+// AnnounceStatus is what the node announces of the external VIPs: how
+// (mode "table" or "bgp"; an agent that announces nothing sends none),
+// the VIPs (host routes; a BGP aggregate counts each VIP it covers), and
+// its BGP sessions. Sent at the start of a session and when it changes.
+type AnnounceStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	Vips          [][]byte               `protobuf:"bytes,2,rep,name=vips,proto3" json:"vips,omitempty"`
+	Sessions      []*BGPSession          `protobuf:"bytes,3,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnnounceStatus) Reset() {
+	*x = AnnounceStatus{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnnounceStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnnounceStatus) ProtoMessage() {}
+
+func (x *AnnounceStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnnounceStatus.ProtoReflect.Descriptor instead.
+func (*AnnounceStatus) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AnnounceStatus) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *AnnounceStatus) GetVips() [][]byte {
+	if x != nil {
+		return x.Vips
+	}
+	return nil
+}
+
+func (x *AnnounceStatus) GetSessions() []*BGPSession {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+// BGPSession is one of the node's BGP sessions: the peer, its AS, the
+// session's state ("established", "idle"...) and since when (Unix
+// milliseconds, 0 if never), and its BFD state ("" without BFD).
+type BGPSession struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peer          string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Asn           uint32                 `protobuf:"varint,2,opt,name=asn,proto3" json:"asn,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	SinceUnixMs   int64                  `protobuf:"varint,4,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	Bfd           string                 `protobuf:"bytes,5,opt,name=bfd,proto3" json:"bfd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BGPSession) Reset() {
+	*x = BGPSession{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BGPSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BGPSession) ProtoMessage() {}
+
+func (x *BGPSession) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BGPSession.ProtoReflect.Descriptor instead.
+func (*BGPSession) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BGPSession) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *BGPSession) GetAsn() uint32 {
+	if x != nil {
+		return x.Asn
+	}
+	return 0
+}
+
+func (x *BGPSession) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BGPSession) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *BGPSession) GetBfd() string {
+	if x != nil {
+		return x.Bfd
+	}
+	return ""
+}
 
 // KernelStatus is how the node's kernel stands against the flows the
 // agent was sent: whether it refuses the agent's writes (the agent
@@ -278,7 +437,7 @@ type KernelStatus struct {
 
 func (x *KernelStatus) Reset() {
 	*x = KernelStatus{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -290,7 +449,7 @@ func (x *KernelStatus) String() string {
 func (*KernelStatus) ProtoMessage() {}
 
 func (x *KernelStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -303,7 +462,7 @@ func (x *KernelStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelStatus.ProtoReflect.Descriptor instead.
 func (*KernelStatus) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KernelStatus) GetRefusal() string {
@@ -364,7 +523,7 @@ type StatsReport struct {
 
 func (x *StatsReport) Reset() {
 	*x = StatsReport{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -376,7 +535,7 @@ func (x *StatsReport) String() string {
 func (*StatsReport) ProtoMessage() {}
 
 func (x *StatsReport) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -389,7 +548,7 @@ func (x *StatsReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsReport.ProtoReflect.Descriptor instead.
 func (*StatsReport) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StatsReport) GetServices() []*ServiceStats {
@@ -429,7 +588,7 @@ type ServiceStats struct {
 
 func (x *ServiceStats) Reset() {
 	*x = ServiceStats{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +600,7 @@ func (x *ServiceStats) String() string {
 func (*ServiceStats) ProtoMessage() {}
 
 func (x *ServiceStats) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +613,7 @@ func (x *ServiceStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceStats.ProtoReflect.Descriptor instead.
 func (*ServiceStats) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ServiceStats) GetKey() *ServiceKey {
@@ -538,7 +697,7 @@ type MemberStats struct {
 
 func (x *MemberStats) Reset() {
 	*x = MemberStats{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +709,7 @@ func (x *MemberStats) String() string {
 func (*MemberStats) ProtoMessage() {}
 
 func (x *MemberStats) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +722,7 @@ func (x *MemberStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStats.ProtoReflect.Descriptor instead.
 func (*MemberStats) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MemberStats) GetMemberId() string {
@@ -619,7 +778,7 @@ type HealthReport struct {
 
 func (x *HealthReport) Reset() {
 	*x = HealthReport{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +790,7 @@ func (x *HealthReport) String() string {
 func (*HealthReport) ProtoMessage() {}
 
 func (x *HealthReport) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +803,7 @@ func (x *HealthReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthReport.ProtoReflect.Descriptor instead.
 func (*HealthReport) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HealthReport) GetResults() []*MemberHealth {
@@ -669,7 +828,7 @@ type MemberHealth struct {
 
 func (x *MemberHealth) Reset() {
 	*x = MemberHealth{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +840,7 @@ func (x *MemberHealth) String() string {
 func (*MemberHealth) ProtoMessage() {}
 
 func (x *MemberHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +853,7 @@ func (x *MemberHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberHealth.ProtoReflect.Descriptor instead.
 func (*MemberHealth) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MemberHealth) GetMemberId() string {
@@ -739,7 +898,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +910,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +923,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Hello) GetNode() string {
@@ -798,7 +957,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +969,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +982,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Ack) GetRevision() int64 {
@@ -860,7 +1019,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +1031,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +1044,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Update) GetRevision() int64 {
@@ -956,7 +1115,7 @@ type LoadBalancerServices struct {
 
 func (x *LoadBalancerServices) Reset() {
 	*x = LoadBalancerServices{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1127,7 @@ func (x *LoadBalancerServices) String() string {
 func (*LoadBalancerServices) ProtoMessage() {}
 
 func (x *LoadBalancerServices) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1140,7 @@ func (x *LoadBalancerServices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerServices.ProtoReflect.Descriptor instead.
 func (*LoadBalancerServices) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LoadBalancerServices) GetLoadbalancerId() string {
@@ -1024,7 +1183,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1195,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1208,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Probe) GetMemberId() string {
@@ -1161,7 +1320,7 @@ type ServiceKey struct {
 
 func (x *ServiceKey) Reset() {
 	*x = ServiceKey{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1332,7 @@ func (x *ServiceKey) String() string {
 func (*ServiceKey) ProtoMessage() {}
 
 func (x *ServiceKey) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1345,7 @@ func (x *ServiceKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceKey.ProtoReflect.Descriptor instead.
 func (*ServiceKey) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ServiceKey) GetVip() []byte {
@@ -1229,7 +1388,7 @@ type Backend struct {
 
 func (x *Backend) Reset() {
 	*x = Backend{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1400,7 @@ func (x *Backend) String() string {
 func (*Backend) ProtoMessage() {}
 
 func (x *Backend) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1413,7 @@ func (x *Backend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backend.ProtoReflect.Descriptor instead.
 func (*Backend) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Backend) GetMemberId() string {
@@ -1346,7 +1505,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1517,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1530,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Service) GetKey() *ServiceKey {
@@ -1488,14 +1647,26 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12/\n" +
 	"\x13certificate_request\x18\x02 \x01(\fR\x12certificateRequest\"2\n" +
 	"\x0eEnrollResponse\x12 \n" +
-	"\vcertificate\x18\x01 \x01(\fR\vcertificate\"\x97\x02\n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\"\xd6\x02\n" +
 	"\fAgentMessage\x12.\n" +
 	"\x05hello\x18\x01 \x01(\v2\x16.flowlb.agent.v1.HelloH\x00R\x05hello\x12(\n" +
 	"\x03ack\x18\x02 \x01(\v2\x14.flowlb.agent.v1.AckH\x00R\x03ack\x127\n" +
 	"\x06health\x18\x03 \x01(\v2\x1d.flowlb.agent.v1.HealthReportH\x00R\x06health\x124\n" +
 	"\x05stats\x18\x04 \x01(\v2\x1c.flowlb.agent.v1.StatsReportH\x00R\x05stats\x127\n" +
-	"\x06kernel\x18\x05 \x01(\v2\x1d.flowlb.agent.v1.KernelStatusH\x00R\x06kernelB\x05\n" +
-	"\x03msg\"\xf2\x01\n" +
+	"\x06kernel\x18\x05 \x01(\v2\x1d.flowlb.agent.v1.KernelStatusH\x00R\x06kernel\x12=\n" +
+	"\bannounce\x18\x06 \x01(\v2\x1f.flowlb.agent.v1.AnnounceStatusH\x00R\bannounceB\x05\n" +
+	"\x03msg\"q\n" +
+	"\x0eAnnounceStatus\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x12\n" +
+	"\x04vips\x18\x02 \x03(\fR\x04vips\x127\n" +
+	"\bsessions\x18\x03 \x03(\v2\x1b.flowlb.agent.v1.BGPSessionR\bsessions\"~\n" +
+	"\n" +
+	"BGPSession\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x10\n" +
+	"\x03asn\x18\x02 \x01(\rR\x03asn\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\"\n" +
+	"\rsince_unix_ms\x18\x04 \x01(\x03R\vsinceUnixMs\x12\x10\n" +
+	"\x03bfd\x18\x05 \x01(\tR\x03bfd\"\xf2\x01\n" +
 	"\fKernelStatus\x12\x18\n" +
 	"\arefusal\x18\x01 \x01(\tR\arefusal\x123\n" +
 	"\x16refusing_since_unix_ms\x18\x02 \x01(\x03R\x13refusingSinceUnixMs\x12)\n" +
@@ -1623,52 +1794,56 @@ func file_flowlb_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_flowlb_agent_v1_agent_proto_rawDescData
 }
 
-var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_flowlb_agent_v1_agent_proto_goTypes = []any{
 	(*EnrollRequest)(nil),        // 0: flowlb.agent.v1.EnrollRequest
 	(*EnrollResponse)(nil),       // 1: flowlb.agent.v1.EnrollResponse
 	(*AgentMessage)(nil),         // 2: flowlb.agent.v1.AgentMessage
-	(*KernelStatus)(nil),         // 3: flowlb.agent.v1.KernelStatus
-	(*StatsReport)(nil),          // 4: flowlb.agent.v1.StatsReport
-	(*ServiceStats)(nil),         // 5: flowlb.agent.v1.ServiceStats
-	(*MemberStats)(nil),          // 6: flowlb.agent.v1.MemberStats
-	(*HealthReport)(nil),         // 7: flowlb.agent.v1.HealthReport
-	(*MemberHealth)(nil),         // 8: flowlb.agent.v1.MemberHealth
-	(*Hello)(nil),                // 9: flowlb.agent.v1.Hello
-	(*Ack)(nil),                  // 10: flowlb.agent.v1.Ack
-	(*Update)(nil),               // 11: flowlb.agent.v1.Update
-	(*LoadBalancerServices)(nil), // 12: flowlb.agent.v1.LoadBalancerServices
-	(*Probe)(nil),                // 13: flowlb.agent.v1.Probe
-	(*ServiceKey)(nil),           // 14: flowlb.agent.v1.ServiceKey
-	(*Backend)(nil),              // 15: flowlb.agent.v1.Backend
-	(*Service)(nil),              // 16: flowlb.agent.v1.Service
+	(*AnnounceStatus)(nil),       // 3: flowlb.agent.v1.AnnounceStatus
+	(*BGPSession)(nil),           // 4: flowlb.agent.v1.BGPSession
+	(*KernelStatus)(nil),         // 5: flowlb.agent.v1.KernelStatus
+	(*StatsReport)(nil),          // 6: flowlb.agent.v1.StatsReport
+	(*ServiceStats)(nil),         // 7: flowlb.agent.v1.ServiceStats
+	(*MemberStats)(nil),          // 8: flowlb.agent.v1.MemberStats
+	(*HealthReport)(nil),         // 9: flowlb.agent.v1.HealthReport
+	(*MemberHealth)(nil),         // 10: flowlb.agent.v1.MemberHealth
+	(*Hello)(nil),                // 11: flowlb.agent.v1.Hello
+	(*Ack)(nil),                  // 12: flowlb.agent.v1.Ack
+	(*Update)(nil),               // 13: flowlb.agent.v1.Update
+	(*LoadBalancerServices)(nil), // 14: flowlb.agent.v1.LoadBalancerServices
+	(*Probe)(nil),                // 15: flowlb.agent.v1.Probe
+	(*ServiceKey)(nil),           // 16: flowlb.agent.v1.ServiceKey
+	(*Backend)(nil),              // 17: flowlb.agent.v1.Backend
+	(*Service)(nil),              // 18: flowlb.agent.v1.Service
 }
 var file_flowlb_agent_v1_agent_proto_depIdxs = []int32{
-	9,  // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
-	10, // 1: flowlb.agent.v1.AgentMessage.ack:type_name -> flowlb.agent.v1.Ack
-	7,  // 2: flowlb.agent.v1.AgentMessage.health:type_name -> flowlb.agent.v1.HealthReport
-	4,  // 3: flowlb.agent.v1.AgentMessage.stats:type_name -> flowlb.agent.v1.StatsReport
-	3,  // 4: flowlb.agent.v1.AgentMessage.kernel:type_name -> flowlb.agent.v1.KernelStatus
-	5,  // 5: flowlb.agent.v1.StatsReport.services:type_name -> flowlb.agent.v1.ServiceStats
-	14, // 6: flowlb.agent.v1.ServiceStats.key:type_name -> flowlb.agent.v1.ServiceKey
-	6,  // 7: flowlb.agent.v1.ServiceStats.members:type_name -> flowlb.agent.v1.MemberStats
-	8,  // 8: flowlb.agent.v1.HealthReport.results:type_name -> flowlb.agent.v1.MemberHealth
-	16, // 9: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
-	14, // 10: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
-	13, // 11: flowlb.agent.v1.Update.probes:type_name -> flowlb.agent.v1.Probe
-	12, // 12: flowlb.agent.v1.Update.loadbalancers:type_name -> flowlb.agent.v1.LoadBalancerServices
-	16, // 13: flowlb.agent.v1.LoadBalancerServices.services:type_name -> flowlb.agent.v1.Service
-	14, // 14: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
-	15, // 15: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
-	2,  // 16: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
-	0,  // 17: flowlb.agent.v1.Agent.Enroll:input_type -> flowlb.agent.v1.EnrollRequest
-	11, // 18: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
-	1,  // 19: flowlb.agent.v1.Agent.Enroll:output_type -> flowlb.agent.v1.EnrollResponse
-	18, // [18:20] is the sub-list for method output_type
-	16, // [16:18] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	11, // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
+	12, // 1: flowlb.agent.v1.AgentMessage.ack:type_name -> flowlb.agent.v1.Ack
+	9,  // 2: flowlb.agent.v1.AgentMessage.health:type_name -> flowlb.agent.v1.HealthReport
+	6,  // 3: flowlb.agent.v1.AgentMessage.stats:type_name -> flowlb.agent.v1.StatsReport
+	5,  // 4: flowlb.agent.v1.AgentMessage.kernel:type_name -> flowlb.agent.v1.KernelStatus
+	3,  // 5: flowlb.agent.v1.AgentMessage.announce:type_name -> flowlb.agent.v1.AnnounceStatus
+	4,  // 6: flowlb.agent.v1.AnnounceStatus.sessions:type_name -> flowlb.agent.v1.BGPSession
+	7,  // 7: flowlb.agent.v1.StatsReport.services:type_name -> flowlb.agent.v1.ServiceStats
+	16, // 8: flowlb.agent.v1.ServiceStats.key:type_name -> flowlb.agent.v1.ServiceKey
+	8,  // 9: flowlb.agent.v1.ServiceStats.members:type_name -> flowlb.agent.v1.MemberStats
+	10, // 10: flowlb.agent.v1.HealthReport.results:type_name -> flowlb.agent.v1.MemberHealth
+	18, // 11: flowlb.agent.v1.Update.upserts:type_name -> flowlb.agent.v1.Service
+	16, // 12: flowlb.agent.v1.Update.deletes:type_name -> flowlb.agent.v1.ServiceKey
+	15, // 13: flowlb.agent.v1.Update.probes:type_name -> flowlb.agent.v1.Probe
+	14, // 14: flowlb.agent.v1.Update.loadbalancers:type_name -> flowlb.agent.v1.LoadBalancerServices
+	18, // 15: flowlb.agent.v1.LoadBalancerServices.services:type_name -> flowlb.agent.v1.Service
+	16, // 16: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
+	17, // 17: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
+	2,  // 18: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
+	0,  // 19: flowlb.agent.v1.Agent.Enroll:input_type -> flowlb.agent.v1.EnrollRequest
+	13, // 20: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
+	1,  // 21: flowlb.agent.v1.Agent.Enroll:output_type -> flowlb.agent.v1.EnrollResponse
+	20, // [20:22] is the sub-list for method output_type
+	18, // [18:20] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_flowlb_agent_v1_agent_proto_init() }
@@ -1682,6 +1857,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 		(*AgentMessage_Health)(nil),
 		(*AgentMessage_Stats)(nil),
 		(*AgentMessage_Kernel)(nil),
+		(*AgentMessage_Announce)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1689,7 +1865,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flowlb_agent_v1_agent_proto_rawDesc), len(file_flowlb_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
