@@ -163,15 +163,21 @@ func (sp *Speaker) bfdLoop() {
 		case <-sp.stopped:
 			return
 		case b := <-sp.bfd:
-			q := proto.Clone(sp.peers[b.peer]).(*api.Peer)
-			q.Bfd = &api.BfdPeerConfig{Enabled: false}
-			if b.on {
-				q.Bfd = bfdConfig(sp.cfg.Peers[b.peer].BFD)
-			}
-			if _, err := sp.s.UpdatePeer(context.Background(), &api.UpdatePeerRequest{Peer: q}); err != nil {
-				sp.log.Warn("BFD switch", "peer", sp.cfg.Peers[b.peer].Address, "on", b.on, "err", err)
-			}
+			sp.switchBFD(b)
 		}
+	}
+}
+
+// switchBFD turns a peer's BFD on or off in GoBGP, the rest of the
+// peer's configuration as added (UpdatePeer then resets no session).
+func (sp *Speaker) switchBFD(b bfdSwitch) {
+	q := proto.Clone(sp.peers[b.peer]).(*api.Peer)
+	q.Bfd = &api.BfdPeerConfig{Enabled: false}
+	if b.on {
+		q.Bfd = bfdConfig(sp.cfg.Peers[b.peer].BFD)
+	}
+	if _, err := sp.s.UpdatePeer(context.Background(), &api.UpdatePeerRequest{Peer: q}); err != nil {
+		sp.log.Warn("BFD switch", "peer", sp.cfg.Peers[b.peer].Address, "on", b.on, "err", err)
 	}
 }
 
@@ -670,9 +676,22 @@ type FamilyCounts struct {
 // Sessions lists the peers' sessions, in configuration order. Counting
 // the advertised prefixes walks the speaker's table once per peer: cheap
 // at the rate an operator asks for /status.
-func (sp *Speaker) Sessions() []Session {
+func (sp *Speaker) Sessions() []Session { return sp.listSessions(true) }
+
+// SessionStates are the sessions without their families' prefix
+// counts, which cost a walk of the speaker's table per peer: what the
+// agent reports every few seconds.
+func (sp *Speaker) SessionStates() []Session {
+	out := sp.listSessions(false)
+	for i := range out {
+		out[i].Families = nil
+	}
+	return out
+}
+
+func (sp *Speaker) listSessions(counted bool) []Session {
 	byAddr := map[string]*api.Peer{}
-	_ = sp.s.ListPeer(context.Background(), &api.ListPeerRequest{EnableAdvertised: true}, func(p *api.Peer) {
+	_ = sp.s.ListPeer(context.Background(), &api.ListPeerRequest{EnableAdvertised: counted}, func(p *api.Peer) {
 		byAddr[p.GetConf().GetNeighborAddress()] = p
 	})
 	out := make([]Session, 0, len(sp.cfg.Peers))
@@ -777,11 +796,7 @@ func (sp *Speaker) Leave() {
 				}
 				// Stop the speaker's own BFD first, so that it sends
 				// nothing after the AdminDown.
-				q := proto.Clone(sp.peers[i]).(*api.Peer)
-				q.Bfd = &api.BfdPeerConfig{Enabled: false}
-				if _, err := sp.s.UpdatePeer(context.Background(), &api.UpdatePeerRequest{Peer: q}); err != nil {
-					sp.log.Warn("BFD stop", "peer", c.Address, "err", err)
-				}
+				sp.switchBFD(bfdSwitch{peer: i, on: false})
 				port := 3784
 				if err := sendAdminDown(netip.MustParseAddr(c.Address), port, s.localDisc, s.remoteDisc, c.BFD); err != nil {
 					sp.log.Warn("BFD admin down", "peer", c.Address, "err", err)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/agent"
 	"github.com/flowlb/flowlb/internal/fanout"
@@ -37,7 +39,7 @@ func TestAnnouncementsReported(t *testing.T) {
 		Announced: func() *agentv1.AnnounceStatus {
 			mu.Lock()
 			defer mu.Unlock()
-			return cloneAnnounce(now)
+			return proto.Clone(now).(*agentv1.AnnounceStatus) // the test goes on changing now
 		}}, &recorder{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -64,14 +66,4 @@ func TestAnnouncementsReported(t *testing.T) {
 	cancel()
 	<-done
 	testutil.Eventually(t, 5*time.Second, "the announcements forgotten with the node", announced(func(_ fanout.Announcements, ok bool) bool { return !ok }))
-}
-
-// cloneAnnounce is a copy of m, as the agent's callback must not hand out what
-// the test goes on changing.
-func cloneAnnounce(m *agentv1.AnnounceStatus) *agentv1.AnnounceStatus {
-	c := &agentv1.AnnounceStatus{Mode: m.Mode, Vips: slices.Clone(m.Vips)}
-	for _, s := range m.Sessions {
-		c.Sessions = append(c.Sessions, &agentv1.BGPSession{Peer: s.Peer, Asn: s.Asn, State: s.State, SinceUnixMs: s.SinceUnixMs, Bfd: s.Bfd})
-	}
-	return c
 }

@@ -277,7 +277,9 @@ func (n *Node) announcer(prog agent.Programmer, reg prometheus.Registerer) (agen
 			sp.Leave()
 		})
 		n.announced = func() announce.Status { return announce.BGPStatus(sp.Advertised(), sp.Sessions()) }
-		n.told = func() *agentv1.AnnounceStatus { return announceMessage(announce.ModeBGP, sp.VIPs(), sp.Sessions()) }
+		n.told = func() *agentv1.AnnounceStatus {
+			return announceMessage(announce.ModeBGP, sp.VIPs(), sp.SessionStates())
+		}
 		return announce.New(prog, n.cfg.Node, n.cfg.Announce, sp, reg, n.log)
 	}
 	rt, err := announce.OpenTable(n.cfg.AnnounceTable)
