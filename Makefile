@@ -26,7 +26,7 @@ HOST_ARCH := $(shell $(GO) env GOARCH)
 # stamp but the version, no symbol table or DWARF (-s -w: a third of the
 # size; stack traces keep their function names and lines).
 GOBUILD = CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false \
-	-ldflags "-s -w -X github.com/flowlb/flowlb/internal/version.Version=$(VERSION)"
+	-ldflags "-s -w -X github.com/flowlb/flowlb/internal/shared/version.Version=$(VERSION)"
 
 build:
 	$(GOBUILD) -o $(BIN)/flowlb ./cmd/flowlb
@@ -71,9 +71,9 @@ generate-check:
 	@set -e; d=$$(mktemp -d); trap 'rm -rf $$d' EXIT; \
 	PATH="$$(dirname $$(command -v $(GO))):$$PATH" hack/gen-bpf.sh $$d; \
 	for f in $$(cd $$d && ls); do \
-		cmp -s $$d/$$f internal/dataplane/ebpf/$$f || { echo "generate-check: internal/dataplane/ebpf/$$f differs from its sources: run make generate"; exit 1; }; \
+		cmp -s $$d/$$f internal/node/dataplane/ebpf/$$f || { echo "generate-check: internal/node/dataplane/ebpf/$$f differs from its sources: run make generate"; exit 1; }; \
 	done; \
-	n=$$(ls internal/dataplane/ebpf/*_bpfel.* | wc -l); [ $$n -eq $$(ls $$d | wc -l) ] || { echo "generate-check: generated file sets differ"; exit 1; }
+	n=$$(ls internal/node/dataplane/ebpf/*_bpfel.* | wc -l); [ $$n -eq $$(ls $$d | wc -l) ] || { echo "generate-check: generated file sets differ"; exit 1; }
 
 # Unit, store (SQLite and PostgreSQL), API, root (namespace) and
 # Kubernetes-in-the-lab tests; Kubernetes' own e2e tests on real nodes
@@ -81,7 +81,7 @@ generate-check:
 unit:
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_POSTGRES=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v /test/upstream)
 
-# The real OpenStack test bed (internal/testutil/openstack: MariaDB,
+# The real OpenStack test bed (internal/lab/openstack: MariaDB,
 # Keystone, Neutron ML2/OVN, a chassis per lab node) and flowlb with
 # --network neutron-api on it (docs/openstack-lab.md). Not part of unit:
 # on 2026-11-29, at load averages of 30-60 on 2 cores, TestCloud took 8
@@ -90,7 +90,7 @@ unit:
 # also makes the templates, openstack-lab.md, about 10 minutes more).
 openstack:
 	hack/install-deps.sh --openstack
-	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestCloud$$' ./internal/testutil/openstack/
+	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestCloud$$' ./internal/lab/openstack/
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestRealNeutronVIPAndFloatingIP$$' ./test/e2e/
 
 # Kubernetes' own e2e tests (the pinned e2e.test: every [sig-network]
@@ -137,7 +137,7 @@ compat: build
 # dumps walking every set from its start for each message; make test
 # lists them at 10 (TestNftCLIReadsTables).
 nftcli-large:
-	FLOWLB_NFTCLI_LARGE=1 FLOWLB_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 40m -run TestNftCLIReadsTables -v ./internal/dataplane/nftables/
+	FLOWLB_NFTCLI_LARGE=1 FLOWLB_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 40m -run TestNftCLIReadsTables -v ./internal/node/dataplane/nftables/
 
 # Every fuzz target: fuzz-short for a few seconds each (part of test),
 # fuzz for ten minutes in all.

@@ -10,14 +10,14 @@ set -uo pipefail
 per=${1:-5s}
 GO=${GO:-go}
 targets=(
-	"./internal/octavia FuzzRequestBody"     # every Octavia body type, through the real handlers
-	"./internal/octavia FuzzListQuery"       # list filters, sorting, paging, fields=
-	"./internal/neutron FuzzNeutronBody"     # the Neutron subset's bodies
-	"./internal/octavia FuzzDecode"          # request bodies: the one-pass decoder against the map validator
-	"./internal/jsondoc FuzzEncode"          # answers: the fast encoder against encoding/json
-	"./internal/compiler FuzzCompile"        # random trees -> flows, one owner per key
-	"./internal/dataplane/nftables FuzzPlan" # the pure nftables planner
-	"./internal/flowpb FuzzUpdate"           # the agent protocol decoder
+	"./internal/server/octavia FuzzRequestBody"     # every Octavia body type, through the real handlers
+	"./internal/server/octavia FuzzListQuery"       # list filters, sorting, paging, fields=
+	"./internal/server/neutron FuzzNeutronBody"     # the Neutron subset's bodies
+	"./internal/server/octavia FuzzDecode"          # request bodies: the one-pass decoder against the map validator
+	"./internal/server/jsondoc FuzzEncode"          # answers: the fast encoder against encoding/json
+	"./internal/server/compiler FuzzCompile"        # random trees -> flows, one owner per key
+	"./internal/node/dataplane/nftables FuzzPlan" # the pure nftables planner
+	"./internal/shared/flowpb FuzzUpdate"           # the agent protocol decoder
 )
 
 # deadline_race: the run failed only because -fuzztime's deadline reached

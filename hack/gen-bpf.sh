@@ -6,7 +6,7 @@
 # into a temporary directory and compares with the committed files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkg=internal/dataplane/ebpf
+pkg=internal/node/dataplane/ebpf
 out=$(realpath "${1:-$pkg}")
 # linux/bpf.h includes asm/types.h, which Debian keeps under the multiarch
 # directory (clang's bpf target does not look there).

@@ -37,7 +37,7 @@ fi
 if $openstack; then
 	# A real Keystone and Neutron (ML2/OVN) on OVN with the userspace
 	# datapath, the test bed of make openstack
-	# (internal/testutil/openstack); it starts every daemon itself, in
+	# (internal/lab/openstack); it starts every daemon itself, in
 	# the lab.
 	packages+=(keystone uwsgi uwsgi-plugin-python3 mariadb-server)
 	packages+=(neutron-server ovn-central ovn-host openvswitch-switch ethtool iputils-arping)

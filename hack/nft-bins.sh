@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Puts Debian unstable's (sid's) nft beside the machine's own, so that
-# TestNftCLIReadsTables (internal/dataplane/nftables) can check that the
+# TestNftCLIReadsTables (internal/node/dataplane/nftables) can check that the
 # newest nftables reads flowlb's tables too, and caches it in
 #   ${FLOWLB_NFT_CACHE:-/var/cache/flowlb/nft}/<version>/
 # with bin/nft, a wrapper that runs sid's binary on sid's own C library

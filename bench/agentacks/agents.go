@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/pki"
+	"github.com/flowlb/flowlb/internal/shared/pki"
 )
 
 // The simulated agents run in a child process of their own, so that the

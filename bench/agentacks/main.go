@@ -37,7 +37,7 @@ import (
 
 	"github.com/flowlb/flowlb/bench/internal/benchkit"
 	flowlbserver "github.com/flowlb/flowlb/internal/server"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // Change i adds member markerAddr(i): the agents tell the changes apart

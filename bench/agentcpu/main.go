@@ -1,5 +1,5 @@
 // Command agentcpu measures the agent's CPU per change. A child process
-// runs one agent (internal/agent, as flowlb agent runs it, without
+// runs one agent (internal/node/agent, as flowlb agent runs it, without
 // probes) against a replica played by this process over gRPC on
 // loopback. The replica sends a snapshot of -services services, then
 // -changes deltas, each one load balancer's replacement with a member
@@ -47,11 +47,11 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/agent"
-	"github.com/flowlb/flowlb/internal/dataplane/nftables"
-	"github.com/flowlb/flowlb/internal/dataplane/nftables/nftfake"
-	"github.com/flowlb/flowlb/internal/flowpb"
-	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/node/agent"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables/nftfake"
+	"github.com/flowlb/flowlb/internal/shared/flowpb"
+	"github.com/flowlb/flowlb/internal/shared/flows"
 )
 
 func main() {

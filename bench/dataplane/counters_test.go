@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/labtest"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
 )
 
 // BenchmarkCounters measures new connections through a VIP with 10,000

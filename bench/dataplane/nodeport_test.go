@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/dataplane/nftables"
-	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/labtest"
 	"github.com/flowlb/flowlb/internal/lab/load"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/shared/flows"
 )
 
 // nodePort is the measured node port; the others follow it.

@@ -24,13 +24,13 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2"
 
-	"github.com/flowlb/flowlb/internal/identity"
-	"github.com/flowlb/flowlb/internal/kubelb"
-	"github.com/flowlb/flowlb/internal/lbaas"
-	"github.com/flowlb/flowlb/internal/neutron"
-	"github.com/flowlb/flowlb/internal/octavia"
-	"github.com/flowlb/flowlb/internal/provider/flow"
-	"github.com/flowlb/flowlb/internal/store"
+	"github.com/flowlb/flowlb/internal/kube/kubelb"
+	"github.com/flowlb/flowlb/internal/server/identity"
+	"github.com/flowlb/flowlb/internal/server/lbaas"
+	"github.com/flowlb/flowlb/internal/server/neutron"
+	"github.com/flowlb/flowlb/internal/server/octavia"
+	"github.com/flowlb/flowlb/internal/server/provider/flow"
+	"github.com/flowlb/flowlb/internal/server/store"
 )
 
 // timing records each request's duration, to its response headers, by

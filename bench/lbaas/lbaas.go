@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/bench/suite/results"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // api is an Octavia v2 API (flowlb's or Octavia's) as the benchmark's

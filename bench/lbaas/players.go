@@ -14,7 +14,7 @@ import (
 
 	"github.com/flowlb/flowlb/bench/internal/benchkit"
 	"github.com/flowlb/flowlb/bench/internal/octavia"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // player starts a contender's server, empty, for one measurement.

@@ -16,12 +16,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
-	"github.com/flowlb/flowlb/internal/agent"
-	"github.com/flowlb/flowlb/internal/bgp"
-	"github.com/flowlb/flowlb/internal/config"
-	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
-	"github.com/flowlb/flowlb/internal/httpserve"
 	"github.com/flowlb/flowlb/internal/node"
+	"github.com/flowlb/flowlb/internal/node/agent"
+	"github.com/flowlb/flowlb/internal/node/bgp"
+	"github.com/flowlb/flowlb/internal/node/dataplane/ebpf"
+	"github.com/flowlb/flowlb/internal/shared/config"
+	"github.com/flowlb/flowlb/internal/shared/httpserve"
 )
 
 type agentOptions struct {

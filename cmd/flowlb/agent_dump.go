@@ -12,10 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
-	"github.com/flowlb/flowlb/internal/dataplane/nftables"
-	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/node"
+	"github.com/flowlb/flowlb/internal/node/dataplane/ebpf"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/shared/flows"
 )
 
 // agentStatus reads the status of the agent whose --metrics-listen is

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/agent"
-	"github.com/flowlb/flowlb/internal/announce"
-	"github.com/flowlb/flowlb/internal/bgp"
 	"github.com/flowlb/flowlb/internal/node"
+	"github.com/flowlb/flowlb/internal/node/agent"
+	"github.com/flowlb/flowlb/internal/node/announce"
+	"github.com/flowlb/flowlb/internal/node/bgp"
 )
 
 // TestAgentStatusServed: the agent's /status, as agent dump reads it.

@@ -17,9 +17,9 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
 	"github.com/flowlb/flowlb/internal/node"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/node/dataplane/ebpf"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // TestAgentEBPFFlags: --dataplane ebpf's options mount a bpffs where the

@@ -5,14 +5,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flowlb/flowlb/internal/config"
+	"github.com/flowlb/flowlb/internal/shared/config"
 )
 
 //go:generate go test -run TestConfigExamples -update .
 
 // withConfig gives a daemon --config and --print-config: before it runs,
 // the file and the environment set the flags not given on the command
-// line (internal/config).
+// line (internal/shared/config).
 func withConfig(cmd *cobra.Command) *cobra.Command {
 	var path string
 	var printOnly bool

@@ -17,8 +17,8 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/flowlb/flowlb/internal/config"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/config"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite deploy/config from the flags")

@@ -19,8 +19,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flowlb/flowlb/internal/config"
 	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/shared/config"
 )
 
 // labDemoCmd is the README's main job: a lab with a server (or replicas

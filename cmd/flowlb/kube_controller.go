@@ -23,10 +23,10 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
-	"github.com/flowlb/flowlb/internal/config"
-	"github.com/flowlb/flowlb/internal/httpserve"
-	"github.com/flowlb/flowlb/internal/kubecontroller"
-	"github.com/flowlb/flowlb/internal/kubelb"
+	"github.com/flowlb/flowlb/internal/kube/kubecontroller"
+	"github.com/flowlb/flowlb/internal/kube/kubelb"
+	"github.com/flowlb/flowlb/internal/shared/config"
+	"github.com/flowlb/flowlb/internal/shared/httpserve"
 )
 
 type kubeControllerOptions struct {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flowlb/flowlb/internal/version"
+	"github.com/flowlb/flowlb/internal/shared/version"
 )
 
 // rootCmd gathers the subcommands; each lives in its own file and adds

@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/flowlb/flowlb/internal/config"
-	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/server"
+	"github.com/flowlb/flowlb/internal/server/identity"
+	"github.com/flowlb/flowlb/internal/shared/config"
 )
 
 func init() { rootCmd.AddCommand(newServerCmd()) }

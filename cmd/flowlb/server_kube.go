@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/flowlb/flowlb/internal/kubesecret"
+	"github.com/flowlb/flowlb/internal/kube/kubesecret"
 	"github.com/flowlb/flowlb/internal/server"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/flowlb/flowlb/internal/server"
-	"github.com/flowlb/flowlb/internal/store"
+	"github.com/flowlb/flowlb/internal/server/store"
 )
 
 // newServerNodeCmd is `flowlb server node`: the bindings of node names to

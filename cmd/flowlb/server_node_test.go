@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/store"
+	"github.com/flowlb/flowlb/internal/server/store"
 )
 
 // TestServerNodeCommands: `flowlb server node list` and `forget` on the

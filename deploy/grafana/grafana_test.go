@@ -14,7 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flowlb/flowlb/internal/apimetrics"
+	"github.com/flowlb/flowlb/internal/server/apimetrics"
 )
 
 type dashboard struct {

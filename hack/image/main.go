@@ -16,7 +16,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/flowlb/flowlb/internal/ociimage"
+	"github.com/flowlb/flowlb/internal/shared/ociimage"
 )
 
 // binaries collects repeated -binary os/arch=path flags.

@@ -25,7 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/flowlb/flowlb/internal/ociimage"
+	"github.com/flowlb/flowlb/internal/shared/ociimage"
 )
 
 // files collects repeated -file /path/in/image=/path/here flags.

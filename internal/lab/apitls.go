@@ -18,7 +18,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/pki"
+	"github.com/flowlb/flowlb/internal/shared/pki"
 )
 
 // APITLS are the files of the API's TLS in the lab's directory.

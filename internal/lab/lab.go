@@ -19,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/pgserver"
+	"github.com/flowlb/flowlb/internal/shared/pgserver"
 )
 
 // Options describe a lab to bring up.

@@ -25,7 +25,7 @@ import (
 	"github.com/flowlb/flowlb/internal/lab/echo"
 	"github.com/flowlb/flowlb/internal/lab/labtest"
 	"github.com/flowlb/flowlb/internal/lab/load"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // ask sends one line over TCP from host to addr and parses the echo reply.

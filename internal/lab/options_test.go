@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/flowlb/flowlb/internal/pgserver"
+	"github.com/flowlb/flowlb/internal/shared/pgserver"
 )
 
 func TestValidateServers(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flowlb/flowlb/internal/pgserver"
+	"github.com/flowlb/flowlb/internal/shared/pgserver"
 )
 
 // The database's address, name and limits.

@@ -19,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/pki"
+	"github.com/flowlb/flowlb/internal/shared/pki"
 )
 
 // Where a replica listens on its server host, and its process's name.

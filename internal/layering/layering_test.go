@@ -14,59 +14,79 @@ import (
 
 const module = "github.com/flowlb/flowlb/"
 
-// serverSide are flowlb's server packages and the SQL drivers: nothing
-// the kernel side may depend on. As in go list, "/..." takes in every
-// package below. database/sql/driver is left out: it is an interface
-// package that others implement (github.com/google/uuid does).
-var serverSide = []string{
-	module + "internal/lbaas/...", module + "internal/store/...", module + "internal/octavia/...", module + "internal/neutron/...",
-	module + "internal/identity/...", module + "internal/fanout/...", module + "internal/compiler/...", module + "internal/provider/...",
-	module + "internal/kubelb/...", module + "internal/kubecontroller/...", module + "internal/apimetrics/...",
-	"modernc.org/sqlite/...", "github.com/jackc/pgx/...", "database/sql",
-}
+// The sides of the wire, as directories under internal/: what a package
+// may depend on follows from where it lives. shared/ holds the leaves
+// every side uses (the flow model and its wire form, PKI, test helpers);
+// server/ is the API replica, node/ the agent and its data planes, kube/
+// the Kubernetes controller, a client of the API like any other; lab/
+// runs them all as processes. cmd/ assembles the binaries.
+var (
+	shared = module + "internal/shared/..."
+	server = module + "internal/server/..."
+	node   = module + "internal/node/..."
+	kube   = module + "internal/kube/..."
+	lab    = module + "internal/lab/..."
+)
 
-// kernelSide are the packages a node runs, and whether they must not
-// reach net/http at all. The agent does, legitimately, through gRPC and
-// its Prometheus registry (and the node's assembly, which serves it), health through its HTTP probes and flowpb
-// through the generated gRPC code; for them the server packages above
-// are the rule.
-var kernelSide = []struct {
-	pattern string
-	noHTTP  bool
+// sqlDrivers are what the node must never carry; database/sql/driver is
+// left out: it is an interface package that others implement
+// (github.com/google/uuid does).
+var sqlDrivers = []string{"modernc.org/sqlite/...", "github.com/jackc/pgx/...", "database/sql"}
+
+// sideRules: each side's packages, and what neither they nor anything
+// they pull in may import.
+var sideRules = []struct {
+	pattern   string
+	forbidden []string
 }{
-	{"internal/agent", false},
-	{"internal/node", false},
-	{"internal/dataplane/...", true},
-	{"internal/health", false},
-	{"internal/flows", true},
-	{"internal/flowpb", false},
+	{shared, []string{server, node, kube, lab}},
+	{node, append([]string{server, kube, lab}, sqlDrivers...)},
+	{kube, append([]string{server, node, lab}, sqlDrivers...)},
+	{server, []string{node, kube, lab}},
+	{lab, []string{server, node, kube}},
+	// The node's packets and the flow model reach no HTTP at all; the
+	// agent does, legitimately, through gRPC, Prometheus and its probes.
+	{module + "internal/node/dataplane/...", []string{"net/http/..."}},
+	{module + "internal/shared/flows", []string{"net/http/..."}},
 }
 
-// TestKernelSideIsALeaf fails when a node package depends on the
-// server's, naming the packages that import the forbidden ones.
-func TestKernelSideIsALeaf(t *testing.T) {
-	for _, k := range kernelSide {
-		t.Run(k.pattern, func(t *testing.T) {
-			forbidden := serverSide
-			if k.noHTTP {
-				forbidden = append(slices.Clone(serverSide), "net/http/...")
-			}
-			for _, v := range violations(t, module+k.pattern, forbidden) {
+// TestSidesByPath fails when a package depends on a side its directory
+// says it is apart from, naming the packages that import it.
+func TestSidesByPath(t *testing.T) {
+	for _, r := range sideRules {
+		t.Run(strings.TrimPrefix(r.pattern, module), func(t *testing.T) {
+			for _, v := range violations(t, r.pattern, r.forbidden) {
 				t.Error(v)
 			}
 		})
 	}
 }
 
-// TestCheckCatchesServerImports: the check finds what it looks for, so
-// that it can fail.
-func TestCheckCatchesServerImports(t *testing.T) {
+// TestEveryPackageHasASide: no package sits directly under internal/
+// but the sides and this test, so a new one has to pick its side.
+func TestEveryPackageHasASide(t *testing.T) {
+	out, err := exec.Command("go", "list", module+"internal/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	sides := []string{shared, server, node, kube, lab, module + "internal/layering"}
+	for _, pkg := range strings.Fields(string(out)) {
+		if !slices.ContainsFunc(sides, func(s string) bool { return matches(pkg, s) }) {
+			t.Errorf("%s is on no side: move it under internal/shared, server, node, kube or lab", pkg)
+		}
+	}
+}
+
+// TestCheckCatchesCrossings: the check finds what it looks for, so that
+// it can fail.
+func TestCheckCatchesCrossings(t *testing.T) {
 	for _, tc := range []struct{ pattern, want string }{
-		{"internal/fanout", module + "internal/lbaas"},
-		{"internal/store", "modernc.org/sqlite"},
-		{"internal/octavia", "net/http"},
+		{"internal/server/fanout", module + "internal/server/lbaas"},
+		{"internal/server/store", "modernc.org/sqlite"},
+		{"internal/server/octavia", "net/http"},
+		{"internal/node/agent", module + "internal/shared/flowpb"},
 	} {
-		found := violations(t, module+tc.pattern, append(slices.Clone(serverSide), "net/http/..."))
+		found := violations(t, module+tc.pattern, []string{server, shared, "modernc.org/sqlite/...", "net/http/..."})
 		if !slices.ContainsFunc(found, func(v string) bool { return strings.HasPrefix(v, tc.want+" ") }) {
 			t.Errorf("%s: no %s found among %q", tc.pattern, tc.want, found)
 		}
@@ -144,8 +164,8 @@ func deps(t *testing.T, pattern string) map[string][]string {
 // them), and the Neutron subset does not speak Octavia's wire format.
 func TestDomainKnowsNoHTTP(t *testing.T) {
 	noDirectImports(t, []rule{
-		{"internal/lbaas/...", []string{"net/http", module + "internal/octavia/...", module + "internal/neutron/..."}},
-		{"internal/neutron/...", []string{module + "internal/octavia/..."}},
+		{"internal/server/lbaas/...", []string{"net/http", module + "internal/server/octavia/...", module + "internal/server/neutron/..."}},
+		{"internal/server/neutron/...", []string{module + "internal/server/octavia/..."}},
 	})
 }
 
@@ -154,8 +174,8 @@ func TestDomainKnowsNoHTTP(t *testing.T) {
 // the callers' identities (a forged admin caller would need them).
 func TestFanOutIsNoCaller(t *testing.T) {
 	noDirectImports(t, []rule{
-		{"internal/fanout/...", []string{module + "internal/identity/..."}},
-		{"internal/compiler/...", []string{module + "internal/identity/..."}},
+		{"internal/server/fanout/...", []string{module + "internal/server/identity/..."}},
+		{"internal/server/compiler/...", []string{module + "internal/server/identity/..."}},
 	})
 }
 
@@ -194,9 +214,9 @@ var sqlPackages = []string{"database/sql/...", "modernc.org/sqlite/...", "github
 // (SQL.LastChange, SQL.SingleWriter), in a call or an interface of its
 // own. How a change runs on the engine is the store's (store.Changes).
 func TestDomainKnowsNoEngine(t *testing.T) {
-	forbidden := append(slices.Clone(sqlPackages), module+"internal/store/memstore/...", module+"internal/store/storetest/...", module+"internal/pgserver/...")
-	for pkg, imps := range deps(t, module+"internal/lbaas/...") {
-		if !matches(pkg, module+"internal/lbaas/...") {
+	forbidden := append(slices.Clone(sqlPackages), module+"internal/server/store/memstore/...", module+"internal/server/store/storetest/...", module+"internal/shared/pgserver/...")
+	for pkg, imps := range deps(t, module+"internal/server/lbaas/...") {
+		if !matches(pkg, module+"internal/server/lbaas/...") {
 			continue
 		}
 		for _, imp := range imps {
@@ -209,7 +229,7 @@ func TestDomainKnowsNoEngine(t *testing.T) {
 	if !names["SQL"] || !methods["LastChange"] {
 		t.Fatalf("the store's engine-specific names %v and methods %v miss SQL or LastChange: the check would find nothing", names, methods)
 	}
-	for _, pkg := range goFiles(t, module+"internal/lbaas/...") {
+	for _, pkg := range goFiles(t, module+"internal/server/lbaas/...") {
 		for _, file := range pkg {
 			src, err := os.ReadFile(file)
 			if err != nil {
@@ -227,7 +247,7 @@ func TestDomainKnowsNoEngine(t *testing.T) {
 func TestEngineCheckCatchesEngineNames(t *testing.T) {
 	names, methods := engineSpecific(t)
 	src := `package lbaas
-import st "github.com/flowlb/flowlb/internal/store"
+import st "github.com/flowlb/flowlb/internal/server/store"
 type singleWriter interface{ SingleWriter() bool }
 func last(s *st.SQL, id string) { s.LastChange(id) }
 `
@@ -263,7 +283,7 @@ func engineSpecific(t *testing.T) (names, methods map[string]bool) {
 	interfaceMethods := map[string]bool{}
 	byType := map[string][]string{}
 	fset := token.NewFileSet()
-	for _, file := range goFiles(t, module+"internal/store")[module+"internal/store"] {
+	for _, file := range goFiles(t, module+"internal/server/store")[module+"internal/server/store"] {
 		f, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
 		if err != nil {
 			t.Fatal(err)
@@ -337,7 +357,7 @@ func engineUses(t *testing.T, file string, src []byte, names, methods map[string
 	}
 	storeName := ""
 	for _, is := range f.Imports {
-		if strings.Trim(is.Path.Value, `"`) == module+"internal/store" {
+		if strings.Trim(is.Path.Value, `"`) == module+"internal/server/store" {
 			storeName = "store"
 			if is.Name != nil {
 				storeName = is.Name.Name

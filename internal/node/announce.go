@@ -5,7 +5,7 @@ import (
 	"time"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/bgp"
+	"github.com/flowlb/flowlb/internal/node/bgp"
 )
 
 // announceMessage is what the node announces as the server is told it:

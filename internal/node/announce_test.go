@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/bgp"
+	"github.com/flowlb/flowlb/internal/node/bgp"
 )
 
 // TestAnnounceMessage: what the node announces as the server is told it:

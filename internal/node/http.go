@@ -6,8 +6,8 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/flowlb/flowlb/internal/agent"
-	"github.com/flowlb/flowlb/internal/announce"
+	"github.com/flowlb/flowlb/internal/node/agent"
+	"github.com/flowlb/flowlb/internal/node/announce"
 )
 
 // ReadyHandler serves ready: 200 "ok" when it returns nil, else 503 with

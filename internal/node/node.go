@@ -22,14 +22,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/agent"
-	"github.com/flowlb/flowlb/internal/announce"
-	"github.com/flowlb/flowlb/internal/bgp"
-	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
-	"github.com/flowlb/flowlb/internal/dataplane/nftables"
-	"github.com/flowlb/flowlb/internal/flows"
-	"github.com/flowlb/flowlb/internal/httpserve"
-	"github.com/flowlb/flowlb/internal/kubehealth"
+	"github.com/flowlb/flowlb/internal/node/agent"
+	"github.com/flowlb/flowlb/internal/node/announce"
+	"github.com/flowlb/flowlb/internal/node/bgp"
+	"github.com/flowlb/flowlb/internal/node/dataplane/ebpf"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/node/kubehealth"
+	"github.com/flowlb/flowlb/internal/shared/flows"
+	"github.com/flowlb/flowlb/internal/shared/httpserve"
 )
 
 // Config of a node; cmd/flowlb's agent flags document each.

@@ -17,13 +17,13 @@ import (
 	"google.golang.org/grpc"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/agent"
-	"github.com/flowlb/flowlb/internal/announce"
-	"github.com/flowlb/flowlb/internal/dataplane/nftables"
-	"github.com/flowlb/flowlb/internal/dataplane/nftables/nftfake"
-	"github.com/flowlb/flowlb/internal/flowpb"
-	"github.com/flowlb/flowlb/internal/flows"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/node/agent"
+	"github.com/flowlb/flowlb/internal/node/announce"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables/nftfake"
+	"github.com/flowlb/flowlb/internal/shared/flowpb"
+	"github.com/flowlb/flowlb/internal/shared/flows"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

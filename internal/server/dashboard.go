@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/dashboard"
-	"github.com/flowlb/flowlb/internal/identity"
+	"github.com/flowlb/flowlb/internal/server/dashboard"
+	"github.com/flowlb/flowlb/internal/server/identity"
 )
 
 // dashboard is the web dashboard on the API's listener, behind the API's

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/dashboard"
-	"github.com/flowlb/flowlb/internal/identity"
 	"github.com/flowlb/flowlb/internal/server"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/server/dashboard"
+	"github.com/flowlb/flowlb/internal/server/identity"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 func dashboardState(t *testing.T, s *server.Server, token string) (int, dashboard.State) {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/internal/server"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // services renders what the kernel holds for an address: key → backends.

@@ -21,11 +21,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
-	"github.com/flowlb/flowlb/internal/agent"
-	"github.com/flowlb/flowlb/internal/pki"
+	"github.com/flowlb/flowlb/internal/node/agent"
 	"github.com/flowlb/flowlb/internal/server"
-	"github.com/flowlb/flowlb/internal/store"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/server/store"
+	"github.com/flowlb/flowlb/internal/shared/pki"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // rawClient connects to a replica's agent stream over TLS, presenting

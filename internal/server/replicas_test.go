@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/agent"
-	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/node/agent"
 	"github.com/flowlb/flowlb/internal/server"
-	"github.com/flowlb/flowlb/internal/store/storetest"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/server/store/storetest"
+	"github.com/flowlb/flowlb/internal/shared/flows"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 func TestMain(m *testing.M) { storetest.Main(m) }

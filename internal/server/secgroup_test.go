@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // sources renders a VIP's source filter as the kernel holds it: "all",

@@ -19,9 +19,9 @@ import (
 
 	"context"
 
-	"github.com/flowlb/flowlb/internal/pki"
 	"github.com/flowlb/flowlb/internal/server"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/pki"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // apiCert writes a certificate for 127.0.0.1 named cn, signed by a new CA,

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // flowlbBinary builds the flowlb command once per test binary.

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/testutil"
-	"github.com/flowlb/flowlb/internal/testutil/keystone"
+	"github.com/flowlb/flowlb/internal/lab/keystone"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // TerraformProviderVersion is the Terraform OpenStack provider

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/internal/lab"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // BenchmarkBGPAnnounce measures, on a lab of 3 nodes whose agents speak

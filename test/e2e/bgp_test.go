@@ -20,10 +20,10 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/flowlb/flowlb/internal/announce"
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/node"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/node/announce"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // bgpPassword signs the lab's BGP sessions (TCP MD5) in the tests.

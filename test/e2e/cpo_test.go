@@ -17,10 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/lab/keystone"
 	"github.com/flowlb/flowlb/internal/lab/kubelet"
 	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
-	"github.com/flowlb/flowlb/internal/testutil"
-	"github.com/flowlb/flowlb/internal/testutil/keystone"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // CPOVersion is the cloud-provider-openstack release hack/cpo-bins.sh

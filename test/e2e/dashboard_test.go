@@ -17,7 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/flowlb/flowlb/internal/lab"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // screenshotsEnv names a directory where the browser test saves its

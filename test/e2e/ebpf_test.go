@@ -13,7 +13,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/lab"
 	labload "github.com/flowlb/flowlb/internal/lab/load"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // TestEBPFPodProcessTraffic runs the agents on the eBPF data plane

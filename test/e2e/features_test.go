@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/echo"
+	"github.com/flowlb/flowlb/internal/shared/flows"
 )
 
 // askUDP sends one datagram on the connected UDP socket c and parses the

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // TestFloatingIPFromExternalClient: a load balancer with an internal VIP

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/internal/lab"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // The highly available control plane's timing: a replica's lease (the

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
-	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/echo"
+	"github.com/flowlb/flowlb/internal/node/dataplane/ebpf"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
 )
 
 // conversation is one long-lived TCP connection through a VIP that

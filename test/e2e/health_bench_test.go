@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
 )
 
 // BenchmarkHealthReaction measures, on a lab of 4 nodes, the time from

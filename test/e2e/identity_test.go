@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/internal/lab"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // agentMetrics reads node n's agent's /metrics.

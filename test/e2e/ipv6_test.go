@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/internal/lab"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // The lab's default IPv6 VIP subnets: a /64 of each IPv6 VIP range

@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/flowlb/flowlb/internal/kubelb"
+	"github.com/flowlb/flowlb/internal/kube/kubelb"
 	"github.com/flowlb/flowlb/internal/lab"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // externalIP and externalIPLocal are the Services' spec.externalIPs in the

@@ -34,10 +34,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/flowlb/flowlb/bench/suite/results"
-	"github.com/flowlb/flowlb/internal/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/lab"
 	labload "github.com/flowlb/flowlb/internal/lab/load"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // The Kubernetes data-plane contenders: flowlb (server, agents,

@@ -25,7 +25,7 @@ import (
 	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
 	"github.com/flowlb/flowlb/internal/lab/labtest"
 	labload "github.com/flowlb/flowlb/internal/lab/load"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // labOverlay is deploy/kubernetes/overlays/lab of this repository, or

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/flowlb/flowlb/internal/lab"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // TestKubernetesNodePort: NodePort Services on the lab's real Kubernetes

@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lab"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/flows"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // nodeOfPod is the lab node index of a pod address (198.18.(16+i).x).

@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/internal/lab"
-	"github.com/flowlb/flowlb/internal/neutronapi"
-	"github.com/flowlb/flowlb/internal/testutil"
-	"github.com/flowlb/flowlb/internal/testutil/openstack"
+	"github.com/flowlb/flowlb/internal/lab/openstack"
+	"github.com/flowlb/flowlb/internal/server/neutronapi"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // TestRealNeutronVIPAndFloatingIP: with `--network neutron-api`, a load
 // balancer created through flowlb's API on a subnet of a real Neutron
-// (ML2/OVN, internal/testutil/openstack) gets its VIP port there, with
+// (ML2/OVN, internal/lab/openstack) gets its VIP port there, with
 // flowlb's device_owner; the agents of the nodes, VMs on that network,
 // program it; a node reaches the members, which are VMs on Neutron ports
 // of both chassis; a floating IP of that Neutron on the VIP port reaches

@@ -14,7 +14,7 @@ import (
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
 	"github.com/flowlb/flowlb/internal/lab/labtest"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // TestPlayground runs the README's "Try it" through the CLI: `lab up

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/flows"
 	"github.com/flowlb/flowlb/internal/lab"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/flows"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // TestSecurityGroupsOnVIPPort: security groups set on a load balancer's

@@ -13,8 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
 	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
+	"github.com/flowlb/flowlb/internal/node/dataplane/ebpf"
 )
 
 const kustomizeDir = "../../deploy/kubernetes"

@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/flowlb/flowlb/internal/dataplane/ebpf"
-	"github.com/flowlb/flowlb/internal/flows"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/node/dataplane/ebpf"
+	"github.com/flowlb/flowlb/internal/shared/flows"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 const ebpfDropIn = "flowlb-agent.service.d/ebpf.conf"

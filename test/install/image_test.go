@@ -18,7 +18,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/flowlb/flowlb/internal/ociimage"
+	"github.com/flowlb/flowlb/internal/shared/ociimage"
 )
 
 const repoRoot = "../.."

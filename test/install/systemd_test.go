@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 const unitDir = "../../deploy/systemd"

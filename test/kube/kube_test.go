@@ -46,7 +46,7 @@ import (
 	"github.com/flowlb/flowlb/internal/lab/kubelet"
 	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
 	"github.com/flowlb/flowlb/internal/lab/labtest"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 const (

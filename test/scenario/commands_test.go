@@ -12,8 +12,8 @@ import (
 
 	"rsc.io/script"
 
-	"github.com/flowlb/flowlb/internal/dataplane/nftables"
-	"github.com/flowlb/flowlb/internal/flows"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/shared/flows"
 )
 
 // commands are the scenario language's own commands, besides the script

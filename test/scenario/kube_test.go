@@ -13,8 +13,8 @@ import (
 	"rsc.io/script"
 	"sigs.k8s.io/yaml"
 
-	"github.com/flowlb/flowlb/internal/kubelb"
-	"github.com/flowlb/flowlb/internal/kubelb/lbtest"
+	"github.com/flowlb/flowlb/internal/kube/kubelb"
+	"github.com/flowlb/flowlb/internal/server/apitest"
 )
 
 // kube holds the Kubernetes objects a scenario applied, as the
@@ -31,7 +31,7 @@ type kube struct {
 func (w *world) kubeState() *kube {
 	if w.kube == nil {
 		w.kube = &kube{
-			octavia:  &kubelb.Octavia{Client: lbtest.NoAuthClient(w.api.URL)},
+			octavia:  &kubelb.Octavia{Client: apitest.NoAuthClient(w.api.URL)},
 			opts:     kubelb.Options{Cluster: "scn", ClusterIPSubnet: w.clusterSubnet, ExternalSubnet: w.externalSubnet},
 			services: map[string]*corev1.Service{},
 			slices:   map[string]*discoveryv1.EndpointSlice{},

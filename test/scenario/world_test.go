@@ -19,18 +19,18 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/flowlb/flowlb/internal/agent"
-	"github.com/flowlb/flowlb/internal/dataplane/nftables"
-	"github.com/flowlb/flowlb/internal/dataplane/nftables/nftfake"
-	"github.com/flowlb/flowlb/internal/fanout"
-	"github.com/flowlb/flowlb/internal/identity"
-	"github.com/flowlb/flowlb/internal/lbaas"
-	"github.com/flowlb/flowlb/internal/neutron"
 	flowlbnode "github.com/flowlb/flowlb/internal/node"
-	"github.com/flowlb/flowlb/internal/octavia"
-	"github.com/flowlb/flowlb/internal/provider/flow"
-	"github.com/flowlb/flowlb/internal/store/memstore"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/node/agent"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
+	"github.com/flowlb/flowlb/internal/node/dataplane/nftables/nftfake"
+	"github.com/flowlb/flowlb/internal/server/fanout"
+	"github.com/flowlb/flowlb/internal/server/identity"
+	"github.com/flowlb/flowlb/internal/server/lbaas"
+	"github.com/flowlb/flowlb/internal/server/neutron"
+	"github.com/flowlb/flowlb/internal/server/octavia"
+	"github.com/flowlb/flowlb/internal/server/provider/flow"
+	"github.com/flowlb/flowlb/internal/server/store/memstore"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // world is one scenario's cluster, every part real but the kernel: the

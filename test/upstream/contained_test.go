@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/internal/lab/realnode"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // hostPaths are where a kubelet, containerd, runc and the CNI plugins

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // The specs: every [sig-network] Services spec and every [sig-network]

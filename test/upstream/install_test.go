@@ -26,11 +26,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/flowlb/flowlb/deploy/helm"
-	flowlbebpf "github.com/flowlb/flowlb/internal/dataplane/ebpf"
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/kubelet/kubetest"
 	"github.com/flowlb/flowlb/internal/lab/realkube"
-	"github.com/flowlb/flowlb/internal/testutil"
+	flowlbebpf "github.com/flowlb/flowlb/internal/node/dataplane/ebpf"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // The repository's deploy directory, from this package's.

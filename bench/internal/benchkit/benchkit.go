@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/store/storetest"
+	"github.com/flowlb/flowlb/internal/server/store/storetest"
 )
 
 // Counts reads a comma-separated list of positive counts, such as "1,3",

@@ -31,7 +31,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/bench/internal/benchkit"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // Binaries are what Octavia needs installed (Debian packages octavia-api,

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 func TestParse(t *testing.T) {

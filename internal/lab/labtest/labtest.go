@@ -27,8 +27,8 @@ import (
 
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/echo"
-	"github.com/flowlb/flowlb/internal/pgserver"
-	"github.com/flowlb/flowlb/internal/testutil"
+	"github.com/flowlb/flowlb/internal/shared/pgserver"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 var reapOnce sync.Once

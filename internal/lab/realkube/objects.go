@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/flowlb/flowlb/internal/lab"
-	"github.com/flowlb/flowlb/internal/ociimage"
+	"github.com/flowlb/flowlb/internal/shared/ociimage"
 )
 
 // CoreDNSImage is the cluster DNS's image (hack/test-images.sh makes it).

@@ -30,8 +30,8 @@ import (
 
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/kubelet"
-	"github.com/flowlb/flowlb/internal/ociimage"
-	"github.com/flowlb/flowlb/internal/version"
+	"github.com/flowlb/flowlb/internal/shared/ociimage"
+	"github.com/flowlb/flowlb/internal/shared/version"
 )
 
 // Options of Up.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flowlb/flowlb/internal/ociimage"
+	"github.com/flowlb/flowlb/internal/shared/ociimage"
 )
 
 // staticELF writes the smallest file debug/elf reads as a static

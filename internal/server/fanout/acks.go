@@ -1,0 +1,378 @@
+package fanout
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/server/store"
+)
+
+// acks is what this replica knows of the agents' acknowledged revisions,
+// its own agents' as they come and the cluster's as the store last had
+// them, and the changes waiting for them (waiters). One lock: a waiter
+// settles on a consistent view of the acks.
+type acks struct {
+	mu      sync.Mutex
+	replica string
+	timeout time.Duration
+
+	local map[*agent]bool
+	// perNode counts this replica's streams of each node (a reconnection
+	// may come before the old stream is torn down).
+	perNode map[string]int
+	// cluster are the agents of every live replica, as the store holds
+	// them; this replica's own rows there are older than local. remote
+	// are the other replicas' among them, by node.
+	cluster []store.AgentAck
+	remote  map[string]int64
+	// low is the lowest revision any live agent acknowledged and atLow
+	// the number of nodes there, kept as acks come, so that an ack costs
+	// no walk over every agent; lowOK false: to be counted again.
+	low   int64
+	atLow int
+	lowOK bool
+	// dirty are this replica's agents whose acks the store has not yet,
+	// gone those that left it since the last flush.
+	dirty map[string]int64
+	gone  map[string]bool
+	flush chan struct{}
+
+	// tableRev is the revision this replica's table holds: a change
+	// settles once it is there too.
+	tableRev int64
+	// waiting are the changes waiting for the agents.
+	waiting map[*waiter]bool
+	// readsStarted counts the reads of the cluster's agents begun,
+	// readsDone is the number of the last one finished: a waiter settles
+	// only on a view of the agents read after it came.
+	readsStarted, readsDone int64
+	readNow                 chan struct{}
+	// settled is told of each waiter that settles (metrics, journal),
+	// under the lock: it must not call back.
+	settled func(w *waiter, now time.Time)
+}
+
+func newAcks(replica string, timeout time.Duration) *acks {
+	return &acks{replica: replica, timeout: timeout,
+		local: map[*agent]bool{}, perNode: map[string]int{}, remote: map[string]int64{},
+		dirty: map[string]int64{}, gone: map[string]bool{}, flush: make(chan struct{}, 1),
+		waiting: map[*waiter]bool{}, readNow: make(chan struct{}, 1), settled: func(*waiter, time.Time) {}}
+}
+
+// waiter is a change waiting until every live agent has programmed it.
+type waiter struct {
+	lb     string
+	change int64 // its log entry
+	rev    int64 // the entry's revision; 0 until known
+	start  time.Time
+	// read is the number of the agents' reads begun before the waiter
+	// came: it settles only once a later one has finished, so that it
+	// waits also for an agent that joined another replica just before
+	// the change was committed.
+	read int64
+	done func(behind []string)
+}
+
+// join adds one of this replica's agents, at the revision it holds.
+func (a *acks) join(l *agent, acked int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l.acked = acked
+	a.local[l] = true
+	a.perNode[l.node]++
+	a.lowOK = false
+	a.note(l.node, l.acked)
+}
+
+// part removes one of this replica's agents; it reports whether the node
+// has no other stream here.
+func (a *acks) part(l *agent) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	defer a.settleReady()
+	delete(a.local, l)
+	a.lowOK = false
+	if a.perNode[l.node]--; a.perNode[l.node] > 0 {
+		return false
+	}
+	delete(a.perNode, l.node)
+	a.leave(l.node)
+	return true
+}
+
+// raise records that one of this replica's agents acknowledged rev, and
+// returns the revision it held before and holds now.
+func (a *acks) raise(l *agent, rev int64) (before, now int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	before = l.acked
+	if rev <= l.acked {
+		return before, before
+	}
+	held := max(l.acked, a.remote[l.node])
+	l.acked = rev
+	a.note(l.node, rev)
+	switch {
+	case !a.lowOK:
+	case a.perNode[l.node] > 1:
+		a.lowOK = false // the node's revision is the highest of its streams'
+	case held == a.low && max(rev, a.remote[l.node]) > held:
+		if a.atLow--; a.atLow == 0 {
+			a.lowOK = false
+		}
+	}
+	a.settleReady()
+	return before, rev
+}
+
+// setCluster takes the cluster's agents as the store has them; it reports
+// whether the other replicas' nodes changed.
+func (a *acks) setCluster(all []store.AgentAck) bool {
+	remote := make(map[string]int64, len(a.remote))
+	for _, c := range all {
+		if c.Replica != a.replica {
+			remote[c.Node] = c.Revision
+		}
+	}
+	changed := len(remote) != len(a.remote)
+	for n := range remote {
+		if _, ok := a.remote[n]; !ok {
+			changed = true
+			break
+		}
+	}
+	a.cluster, a.remote, a.lowOK = all, remote, false
+	return changed
+}
+
+// note records an agent's ack for the next flush. Called with a.mu held.
+func (a *acks) note(node string, rev int64) {
+	delete(a.gone, node)
+	a.dirty[node] = rev
+	a.signal()
+}
+
+// leave records that an agent left this replica. Called with a.mu held.
+func (a *acks) leave(node string) {
+	delete(a.dirty, node)
+	a.gone[node] = true
+	a.signal()
+}
+
+func (a *acks) signal() {
+	select {
+	case a.flush <- struct{}{}:
+	default:
+	}
+}
+
+// takeDirty returns the acks and departures the store has not yet and
+// forgets them; requeue gives back those a failed write did not store.
+func (a *acks) takeDirty() ([]store.AgentAck, []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var batch []store.AgentAck
+	for n, rev := range a.dirty {
+		batch = append(batch, store.AgentAck{Node: n, Revision: rev})
+	}
+	var gone []string
+	for n := range a.gone {
+		gone = append(gone, n)
+	}
+	a.dirty, a.gone = map[string]int64{}, map[string]bool{}
+	return batch, gone
+}
+
+func (a *acks) requeue(batch []store.AgentAck, gone []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range batch {
+		if _, newer := a.dirty[c.Node]; !newer {
+			a.dirty[c.Node] = c.Revision
+		}
+	}
+	for _, n := range gone {
+		a.gone[n] = true
+	}
+	a.signal()
+}
+
+// startRead numbers a read of the cluster's agents that begins.
+func (a *acks) startRead() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.readsStarted++
+	return a.readsStarted
+}
+
+// readDone takes the agents read by read number ticket; it reports
+// whether the other replicas' nodes changed.
+func (a *acks) readDone(ticket int64, all []store.AgentAck) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.readsDone = ticket
+	changed := a.setCluster(all)
+	a.settleReady()
+	return changed
+}
+
+// revisions returns every live agent's acknowledged revision: this
+// replica's from its connections, the others' from the store.
+func (a *acks) revisions() map[string]int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.allRevisions()
+}
+
+func (a *acks) allRevisions() map[string]int64 {
+	out := maps.Clone(a.remote)
+	for l := range a.local {
+		if rev, ok := out[l.node]; !ok || l.acked > rev {
+			out[l.node] = l.acked
+		}
+	}
+	return out
+}
+
+// localRevisions returns this replica's agents' acknowledged revisions
+// (a node with two streams: the higher).
+func (a *acks) localRevisions() map[string]int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]int64{}
+	for l := range a.local {
+		if rev, ok := out[l.node]; !ok || l.acked > rev {
+			out[l.node] = l.acked
+		}
+	}
+	return out
+}
+
+// streaming is the set of nodes streaming to this replica.
+func (a *acks) streaming() map[string]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]bool, len(a.perNode))
+	for n := range a.perNode {
+		out[n] = true
+	}
+	return out
+}
+
+// lowest returns the lowest revision a live agent acknowledged, false
+// with no agent. Called with a.mu held.
+func (a *acks) lowest() (int64, bool) {
+	if !a.lowOK {
+		a.low, a.atLow = 0, 0
+		for _, r := range a.allRevisions() {
+			switch {
+			case a.atLow == 0 || r < a.low:
+				a.low, a.atLow = r, 1
+			case r == a.low:
+				a.atLow++
+			}
+		}
+		a.lowOK = true
+	}
+	return a.low, a.atLow > 0
+}
+
+// nodes lists the nodes with a live agent anywhere, sorted.
+func (a *acks) nodes() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Sorted(maps.Keys(a.allRevisions()))
+}
+
+// add registers a waiter whose revision is rev (0: not known yet), and
+// asks for a read of the cluster's agents.
+func (a *acks) add(w *waiter) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w.read = a.readsStarted
+	select {
+	case a.readNow <- struct{}{}:
+	default:
+	}
+	a.waiting[w] = true
+	a.settleReady()
+}
+
+// known gives a waiter the revision the store says its entry has.
+func (a *acks) known(w *waiter, rev int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w.rev == 0 {
+		w.rev = rev
+	}
+	a.settleReady()
+}
+
+// tableAt records that the table holds revision rev now, having taken
+// the entries es: their waiters learn their revisions.
+func (a *acks) tableAt(rev int64, es []store.LogEntry) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.tableRev = rev
+	for w := range a.waiting {
+		if w.rev != 0 {
+			continue
+		}
+		for _, e := range es {
+			if e.ID == w.change {
+				w.rev = e.Revision
+			}
+		}
+	}
+	a.settleReady()
+}
+
+// settle ends the waits that are ready or whose time is up.
+func (a *acks) settle() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.settleReady()
+}
+
+// pending counts the changes waiting.
+func (a *acks) pending() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.waiting)
+}
+
+// settleReady calls the waiters whose revision every live agent has
+// programmed (and this replica's table holds), or whose time is up.
+// Called with a.mu held; the callbacks run outside it.
+func (a *acks) settleReady() {
+	if len(a.waiting) == 0 {
+		return
+	}
+	low, anyAgent := a.lowest()
+	var revs map[string]int64
+	now := time.Now()
+	for w := range a.waiting {
+		expired := now.Sub(w.start) >= a.timeout
+		ready := w.rev != 0 && a.tableRev >= w.rev && a.readsDone > w.read && (!anyAgent || low >= w.rev)
+		if !ready && !expired {
+			continue
+		}
+		delete(a.waiting, w)
+		var behind []string
+		if !ready {
+			if revs == nil {
+				revs = a.allRevisions()
+			}
+			for n, r := range revs {
+				if w.rev == 0 || r < w.rev {
+					behind = append(behind, n)
+				}
+			}
+			slices.Sort(behind)
+		}
+		a.settled(w, now)
+		go w.done(behind)
+	}
+}

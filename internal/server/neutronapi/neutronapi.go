@@ -1,0 +1,333 @@
+// Package neutronapi takes load balancers' VIPs from a real Neutron
+// (`flowlb server --network neutron-api`) instead of the embedded subset
+// (internal/server/neutron): a VIP is a port of that Neutron, made, read and
+// deleted as Octavia's allowed-address-pairs network driver does (one
+// port per VIP, administratively down, device_id lb-<id>, with flowlb's
+// own device_owner), through gophercloud with a Keystone service user.
+// Networks, subnets, floating IPs and security groups are Neutron's; the
+// agents program the VIPs as with the embedded subset.
+//
+// One flowlb data plane serves each VIP address once: an address Neutron
+// gives on one network while another load balancer holds it on another
+// (overlapping tenant subnets) is refused (docs/operations.md).
+package neutronapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/portsecurity"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
+
+	"github.com/flowlb/flowlb/internal/server/jsondoc"
+	"github.com/flowlb/flowlb/internal/server/lbaas"
+	"github.com/flowlb/flowlb/internal/server/store"
+)
+
+// DeviceOwner marks the VIP ports flowlb makes, and only those are
+// deleted with their load balancer (a port given as vip_port_id is the
+// user's).
+const DeviceOwner = "flowlb:vip"
+
+// callTimeout bounds one call to Neutron.
+const callTimeout = 30 * time.Second
+
+// Options say how to reach Neutron: Keystone v3 and a service user
+// (Octavia's [service_auth]), or Endpoint for a Neutron without Keystone
+// (auth_strategy noauth, tests).
+type Options struct {
+	AuthURL, User, Password, UserDomain, Project, ProjectDomain, Region string
+	// Endpoint overrides the network endpoint of the catalog.
+	Endpoint string
+	// HTTP is the client to use (nil: http.DefaultClient's transport).
+	HTTP *http.Client
+}
+
+// Allocator is a lbaas.VIPAllocator on a real Neutron.
+type Allocator struct {
+	net *gophercloud.ServiceClient
+}
+
+var (
+	_ lbaas.VIPAllocator = (*Allocator)(nil)
+	_ lbaas.SubnetLookup = (*Allocator)(nil)
+	_ lbaas.VIPSharing   = (*Allocator)(nil)
+	_ lbaas.PortSecurity = (*Allocator)(nil)
+)
+
+// New logs in (or, with only Endpoint, does not) and returns the
+// allocator.
+func New(ctx context.Context, o Options) (*Allocator, error) {
+	if o.AuthURL == "" {
+		if o.Endpoint == "" {
+			return nil, errors.New("neutron-api: a Keystone URL (or a Neutron endpoint) is needed")
+		}
+		pc := &gophercloud.ProviderClient{}
+		if o.HTTP != nil {
+			pc.HTTPClient = *o.HTTP
+		}
+		return &Allocator{net: &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: gophercloud.NormalizeURL(o.Endpoint) + "v2.0/", ResourceBase: gophercloud.NormalizeURL(o.Endpoint) + "v2.0/"}}, nil
+	}
+	pc, err := openstack.NewClient(o.AuthURL)
+	if err != nil {
+		return nil, fmt.Errorf("neutron-api: %w", err)
+	}
+	if o.HTTP != nil {
+		pc.HTTPClient = *o.HTTP
+	}
+	ao := gophercloud.AuthOptions{IdentityEndpoint: o.AuthURL, Username: o.User, Password: o.Password,
+		DomainName: o.UserDomain, TenantName: o.Project, AllowReauth: true,
+		Scope: &gophercloud.AuthScope{ProjectName: o.Project, DomainName: o.ProjectDomain}}
+	if err := openstack.Authenticate(ctx, pc, ao); err != nil {
+		return nil, fmt.Errorf("neutron-api: log in to Keystone at %s as %s: %w", o.AuthURL, o.User, err)
+	}
+	sc, err := openstack.NewNetworkV2(pc, gophercloud.EndpointOpts{Region: o.Region})
+	if err != nil {
+		return nil, fmt.Errorf("neutron-api: network endpoint: %w", err)
+	}
+	if o.Endpoint != "" {
+		sc.Endpoint = gophercloud.NormalizeURL(o.Endpoint) + "v2.0/"
+		sc.ResourceBase = sc.Endpoint
+	}
+	return &Allocator{net: sc}, nil
+}
+
+func callCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), callTimeout)
+}
+
+// portName names the port of a load balancer's VIP on subnet (primary:
+// "" subnet), so that a retried transaction finds the port it made.
+func portName(lbID, subnetID string, additional bool) string {
+	if additional {
+		return "flowlb-lb-" + lbID + "-" + subnetID
+	}
+	return "flowlb-lb-" + lbID
+}
+
+// Allocate makes (or, for vip_port_id, reads) the VIP's port in Neutron.
+func (a *Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) {
+	ctx, cancel := callCtx()
+	defer cancel()
+	if r.PortID != "" {
+		p, err := ports.Get(ctx, a.net, r.PortID).Extract()
+		if err != nil {
+			return lbaas.VIP{}, neutronErr(err, "Port", r.PortID)
+		}
+		v, err := vipOf(p, r.SubnetID, r.Address)
+		if err != nil {
+			return lbaas.VIP{}, err
+		}
+		return v, a.checkOverlap(tx, r.LoadBalancerID, v)
+	}
+	networkID := r.NetworkID
+	if r.SubnetID != "" {
+		s, err := subnets.Get(ctx, a.net, r.SubnetID).Extract()
+		if err != nil {
+			return lbaas.VIP{}, neutronErr(err, "Subnet", r.SubnetID)
+		}
+		if networkID != "" && networkID != s.NetworkID {
+			return lbaas.VIP{}, lbaas.Invalid("Subnet %s is not on network %s.", r.SubnetID, networkID)
+		}
+		networkID = s.NetworkID
+	} else if _, err := networks.Get(ctx, a.net, networkID).Extract(); err != nil {
+		return lbaas.VIP{}, neutronErr(err, "Network", networkID)
+	}
+	name := portName(r.LoadBalancerID, r.SubnetID, r.VIPNetworkID != "")
+	p, err := a.find(ctx, name, networkID)
+	if err != nil {
+		return lbaas.VIP{}, err
+	}
+	if p == nil {
+		down := false
+		opts := ports.CreateOpts{Name: name, NetworkID: networkID, AdminStateUp: &down,
+			DeviceID: "lb-" + r.LoadBalancerID, DeviceOwner: DeviceOwner, ProjectID: r.ProjectID}
+		if r.SubnetID != "" || r.Address != "" {
+			opts.FixedIPs = []ports.IP{{SubnetID: r.SubnetID, IPAddress: r.Address}}
+		}
+		// Without port security: the VIP's virtual port would otherwise
+		// take the project's default group, which lets nothing in from
+		// other groups (Octavia makes a group lb-<id> open on the
+		// listeners' ports instead; not yet here).
+		noSecurity := false
+		create := portsecurity.PortCreateOptsExt{CreateOptsBuilder: opts, PortSecurityEnabled: &noSecurity}
+		if p, err = ports.Create(ctx, a.net, create).Extract(); err != nil {
+			return lbaas.VIP{}, neutronErr(err, "Network", networkID)
+		}
+	}
+	v, err := vipOf(p, r.SubnetID, r.Address)
+	if err == nil {
+		err = a.checkOverlap(tx, r.LoadBalancerID, v)
+	}
+	if err != nil {
+		if derr := ports.Delete(ctx, a.net, p.ID).ExtractErr(); derr != nil && !gophercloud.ResponseCodeIs(derr, http.StatusNotFound) {
+			return lbaas.VIP{}, errors.Join(err, fmt.Errorf("delete VIP port %s: %w", p.ID, derr))
+		}
+		return lbaas.VIP{}, err
+	}
+	v.Owned = true
+	return v, nil
+}
+
+// find returns flowlb's port called name on networkID, nil if none.
+func (a *Allocator) find(ctx context.Context, name, networkID string) (*ports.Port, error) {
+	pages, err := ports.List(a.net, ports.ListOpts{Name: name, NetworkID: networkID, DeviceOwner: DeviceOwner}).AllPages(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list VIP ports: %w", err)
+	}
+	ps, err := ports.ExtractPorts(pages)
+	if err != nil || len(ps) == 0 {
+		return nil, err
+	}
+	return &ps[0], nil
+}
+
+// vipOf is the VIP a port carries: its fixed IP on subnetID, or with
+// address, or its first.
+func vipOf(p *ports.Port, subnetID, address string) (lbaas.VIP, error) {
+	for _, ip := range p.FixedIPs {
+		if (subnetID == "" || ip.SubnetID == subnetID) && (address == "" || sameAddr(ip.IPAddress, address)) {
+			return lbaas.VIP{Address: ip.IPAddress, PortID: p.ID, SubnetID: ip.SubnetID, NetworkID: p.NetworkID}, nil
+		}
+	}
+	if subnetID != "" {
+		return lbaas.VIP{}, lbaas.Invalid("Port %s has no address on subnet %s.", p.ID, subnetID)
+	}
+	return lbaas.VIP{}, lbaas.Invalid("Port %s has no fixed IP address.", p.ID)
+}
+
+func sameAddr(a, b string) bool {
+	x, err1 := netip.ParseAddr(a)
+	y, err2 := netip.ParseAddr(b)
+	return err1 == nil && err2 == nil && x == y
+}
+
+// checkOverlap refuses v if another load balancer holds its address on
+// another network: Neutron allows overlapping subnets on different
+// networks, but one data plane keys its services by VIP address, so it
+// would serve both with one table.
+func (a *Allocator) checkOverlap(tx store.ReadTx, lbID string, v lbaas.VIP) error {
+	recs, err := tx.List(store.KindLoadBalancer, store.Filter{})
+	if err != nil {
+		return fmt.Errorf("list load balancers: %w", err)
+	}
+	for _, rec := range recs {
+		if rec.ID == lbID {
+			continue
+		}
+		var lb lbaas.LoadBalancer
+		if err := jsondoc.Unmarshal(rec.Data, &lb); err != nil {
+			return fmt.Errorf("decode load balancer %s: %w", rec.ID, err)
+		}
+		if c := Overlap(&lb, v); c != "" {
+			return lbaas.Conflict("%s", c)
+		}
+	}
+	return nil
+}
+
+// Overlap says why one data plane cannot serve v beside lb's VIPs ("":
+// it can): the same address on another network, or on another port.
+func Overlap(lb *lbaas.LoadBalancer, v lbaas.VIP) string {
+	type vip struct{ addr, port string }
+	held := []vip{{lb.VIPAddress, lb.VIPPortID}}
+	for _, av := range lb.AdditionalVIPs {
+		held = append(held, vip{av.IPAddress, av.PortID})
+	}
+	for _, h := range held {
+		if !sameAddr(h.addr, v.Address) || h.port == v.PortID {
+			continue
+		}
+		if lb.VIPNetworkID != v.NetworkID {
+			return fmt.Sprintf("VIP address %s of network %s is already the VIP of load balancer %s on network %s: "+
+				"one flowlb data plane serves a VIP address once, so overlapping subnets cannot both hold load balancers at the same address",
+				v.Address, v.NetworkID, lb.ID, lb.VIPNetworkID)
+		}
+		return fmt.Sprintf("VIP address %s is already the VIP of load balancer %s on port %s", v.Address, lb.ID, h.port)
+	}
+	return ""
+}
+
+// Release deletes the VIP port if flowlb made it; a port already gone
+// is released.
+func (a *Allocator) Release(_ store.Tx, portID string) error {
+	if portID == "" {
+		return nil
+	}
+	ctx, cancel := callCtx()
+	defer cancel()
+	p, err := ports.Get(ctx, a.net, portID).Extract()
+	if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read VIP port %s: %w", portID, err)
+	}
+	if p.DeviceOwner != DeviceOwner {
+		return nil
+	}
+	if err := ports.Delete(ctx, a.net, portID).ExtractErr(); err != nil && !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		return fmt.Errorf("delete VIP port %s: %w", portID, err)
+	}
+	return nil
+}
+
+// CheckSubnet refuses a subnet Neutron does not have, in Octavia's words.
+func (a *Allocator) CheckSubnet(_ store.ReadTx, _, subnetID string) error {
+	ctx, cancel := callCtx()
+	defer cancel()
+	_, err := subnets.Get(ctx, a.net, subnetID).Extract()
+	return neutronErr(err, "Subnet", subnetID)
+}
+
+// MayBeShared says yes: two load balancers may hold one address on one
+// network (a shared vip_port_id), and the domain then refuses listeners
+// that clash on it.
+func (a *Allocator) MayBeShared(store.ReadTx, string) (bool, error) { return true, nil }
+
+// VIPSecurity has no rules for the agents: Neutron enforces the VIP
+// port's security groups itself (OVN's ACLs), before traffic reaches a
+// node.
+func (a *Allocator) VIPSecurity(store.ReadTx, store.Filter) (map[string]*lbaas.SecurityRules, error) {
+	return nil, nil
+}
+
+// neutronErr words Neutron's refusals as Octavia does: a missing object
+// as "<Kind> <id> not found.", a conflict (an address in use) as a
+// conflict, a bad request as invalid; anything else is an error of the
+// server.
+func neutronErr(err error, kind, id string) error {
+	var e gophercloud.ErrUnexpectedResponseCode
+	switch {
+	case err == nil:
+		return nil
+	case gophercloud.ResponseCodeIs(err, http.StatusNotFound):
+		return lbaas.Invalid("%s %s not found.", kind, id)
+	case errors.As(err, &e) && e.Actual == http.StatusConflict:
+		return lbaas.Conflict("Neutron refused the VIP port: %s", neutronMessage(e.Body))
+	case errors.As(err, &e) && e.Actual == http.StatusBadRequest:
+		return lbaas.Invalid("Neutron refused the VIP port: %s", neutronMessage(e.Body))
+	}
+	return fmt.Errorf("neutron: %w", err)
+}
+
+// neutronMessage is the message of a Neutron error body.
+func neutronMessage(body []byte) string {
+	var e struct {
+		NeutronError struct {
+			Message string `json:"message"`
+		} `json:"NeutronError"`
+	}
+	if jsondoc.Unmarshal(body, &e) == nil && e.NeutronError.Message != "" {
+		return e.NeutronError.Message
+	}
+	return string(body)
+}

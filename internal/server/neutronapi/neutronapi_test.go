@@ -1,0 +1,262 @@
+package neutronapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/flowlb/flowlb/internal/server/lbaas"
+	"github.com/flowlb/flowlb/internal/server/store"
+)
+
+// fakeNeutron serves the part of Neutron's API the allocator uses, from
+// memory: one network with one subnet, ports made on it.
+type fakeNeutron struct {
+	mu      sync.Mutex
+	ports   map[string]map[string]any
+	next    int
+	creates []map[string]any
+	deletes []string
+}
+
+const (
+	netID    = "net-1"
+	subnetID = "subnet-1"
+)
+
+func (f *fakeNeutron) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	reply := func(code int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	notFound := func() {
+		reply(404, map[string]any{"NeutronError": map[string]any{"type": "NotFound", "message": "not found"}})
+	}
+	path := strings.TrimPrefix(r.URL.Path, "/v2.0/")
+	switch {
+	case r.Method == "GET" && path == "subnets/"+subnetID:
+		reply(200, map[string]any{"subnet": map[string]any{"id": subnetID, "network_id": netID, "cidr": "198.18.225.0/24"}})
+	case r.Method == "GET" && path == "networks/"+netID:
+		reply(200, map[string]any{"network": map[string]any{"id": netID}})
+	case r.Method == "GET" && path == "ports":
+		out := []any{}
+		for _, p := range f.ports {
+			if p["name"] == r.URL.Query().Get("name") && p["device_owner"] == r.URL.Query().Get("device_owner") {
+				out = append(out, p)
+			}
+		}
+		reply(200, map[string]any{"ports": out})
+	case r.Method == "POST" && path == "ports":
+		var in struct {
+			Port map[string]any `json:"port"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		f.creates = append(f.creates, in.Port)
+		addr := fmt.Sprintf("198.18.225.%d", 10+f.next)
+		if fi, ok := in.Port["fixed_ips"].([]any); ok && len(fi) > 0 {
+			if a, ok := fi[0].(map[string]any)["ip_address"].(string); ok && a != "" {
+				addr = a
+			}
+		}
+		for _, p := range f.ports {
+			if p["fixed_ips"].([]any)[0].(map[string]any)["ip_address"] == addr {
+				reply(409, map[string]any{"NeutronError": map[string]any{"type": "IpAddressAlreadyAllocated",
+					"message": "IP address " + addr + " already allocated in subnet " + subnetID}})
+				return
+			}
+		}
+		f.next++
+		p := map[string]any{}
+		for k, v := range in.Port {
+			p[k] = v
+		}
+		p["id"] = fmt.Sprintf("port-%d", f.next)
+		p["fixed_ips"] = []any{map[string]any{"subnet_id": subnetID, "ip_address": addr}}
+		f.ports[p["id"].(string)] = p
+		reply(201, map[string]any{"port": p})
+	case r.Method == "GET" && strings.HasPrefix(path, "ports/"):
+		p, ok := f.ports[strings.TrimPrefix(path, "ports/")]
+		if !ok {
+			notFound()
+			return
+		}
+		reply(200, map[string]any{"port": p})
+	case r.Method == "DELETE" && strings.HasPrefix(path, "ports/"):
+		id := strings.TrimPrefix(path, "ports/")
+		if _, ok := f.ports[id]; !ok {
+			notFound()
+			return
+		}
+		delete(f.ports, id)
+		f.deletes = append(f.deletes, id)
+		w.WriteHeader(204)
+	default:
+		notFound()
+	}
+}
+
+func newFake(t *testing.T) (*fakeNeutron, *Allocator) {
+	t.Helper()
+	f := &fakeNeutron{ports: map[string]map[string]any{}}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	a, err := New(context.Background(), Options{Endpoint: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, a
+}
+
+// fakeTx holds load balancers for the overlap check; nothing else of a
+// transaction is used.
+type fakeTx struct {
+	store.Tx
+	lbs []lbaas.LoadBalancer
+}
+
+func (tx fakeTx) List(kind store.Kind, _ store.Filter) ([]store.Record, error) {
+	var out []store.Record
+	for _, lb := range tx.lbs {
+		b, _ := json.Marshal(lb)
+		out = append(out, store.Record{Kind: kind, ID: lb.ID, Data: b})
+	}
+	return out, nil
+}
+
+// TestAllocateMakesVIPPort: a VIP on a subnet is a port made as Octavia's
+// allowed-address-pairs driver makes it, with flowlb's device_owner; a
+// retried transaction finds it instead of making a second; Release
+// deletes it.
+func TestAllocateMakesVIPPort(t *testing.T) {
+	f, a := newFake(t)
+	req := lbaas.VIPRequest{ProjectID: "p1", LoadBalancerID: "lb1", SubnetID: subnetID}
+	v, err := a.Allocate(fakeTx{}, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := lbaas.VIP{Address: "198.18.225.10", PortID: "port-1", SubnetID: subnetID, NetworkID: netID, Owned: true}
+	if v != want {
+		t.Fatalf("VIP %+v, want %+v", v, want)
+	}
+	c := f.creates[0]
+	for k, w := range map[string]any{"name": "flowlb-lb-lb1", "network_id": netID, "admin_state_up": false,
+		"device_id": "lb-lb1", "device_owner": DeviceOwner, "project_id": "p1", "port_security_enabled": false} {
+		if c[k] != w {
+			t.Errorf("port %s = %v, want %v", k, c[k], w)
+		}
+	}
+	again, err := a.Allocate(fakeTx{}, req)
+	if err != nil || again != want || len(f.creates) != 1 {
+		t.Fatalf("retry: %+v %v, %d creates; want the same port", again, err, len(f.creates))
+	}
+	if err := a.Release(nil, v.PortID); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.ports) != 0 {
+		t.Fatalf("ports left after release: %v", f.ports)
+	}
+	if err := a.Release(nil, v.PortID); err != nil {
+		t.Fatalf("release of a port already gone: %v", err)
+	}
+}
+
+// TestReleaseKeepsOthersPorts: a port given as vip_port_id is the user's:
+// it is used but neither owned nor deleted.
+func TestReleaseKeepsOthersPorts(t *testing.T) {
+	f, a := newFake(t)
+	f.ports["user-port"] = map[string]any{"id": "user-port", "network_id": netID, "device_owner": "compute:nova",
+		"fixed_ips": []any{map[string]any{"subnet_id": subnetID, "ip_address": "198.18.225.99"}}}
+	v, err := a.Allocate(fakeTx{}, lbaas.VIPRequest{LoadBalancerID: "lb1", PortID: "user-port"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Owned || v.Address != "198.18.225.99" || v.NetworkID != netID {
+		t.Fatalf("VIP %+v", v)
+	}
+	if err := a.Release(nil, "user-port"); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.deletes) != 0 {
+		t.Fatalf("deleted %v", f.deletes)
+	}
+}
+
+// TestAllocateRefusals: what Neutron does not have or refuses is the
+// caller's error, worded as Octavia words it.
+func TestAllocateRefusals(t *testing.T) {
+	f, a := newFake(t)
+	for _, tc := range []struct {
+		req  lbaas.VIPRequest
+		kind error
+		msg  string
+	}{
+		{lbaas.VIPRequest{LoadBalancerID: "lb1", SubnetID: "nope"}, lbaas.ErrInvalid, "Subnet nope not found."},
+		{lbaas.VIPRequest{LoadBalancerID: "lb1", NetworkID: "nope"}, lbaas.ErrInvalid, "Network nope not found."},
+		{lbaas.VIPRequest{LoadBalancerID: "lb1", PortID: "nope"}, lbaas.ErrInvalid, "Port nope not found."},
+		{lbaas.VIPRequest{LoadBalancerID: "lb1", SubnetID: subnetID, NetworkID: "other"}, lbaas.ErrInvalid, "Subnet subnet-1 is not on network other."},
+	} {
+		_, err := a.Allocate(fakeTx{}, tc.req)
+		if !errors.Is(err, tc.kind) || err.Error() != tc.msg {
+			t.Errorf("%+v: %v, want %q", tc.req, err, tc.msg)
+		}
+	}
+	if _, err := a.Allocate(fakeTx{}, lbaas.VIPRequest{LoadBalancerID: "lb1", SubnetID: subnetID, Address: "198.18.225.50"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.Allocate(fakeTx{}, lbaas.VIPRequest{LoadBalancerID: "lb2", SubnetID: subnetID, Address: "198.18.225.50"})
+	if !errors.Is(err, lbaas.ErrConflict) || !strings.Contains(err.Error(), "198.18.225.50 already allocated") {
+		t.Fatalf("address in use: %v", err)
+	}
+	if len(f.ports) != 1 {
+		t.Fatalf("ports %v", f.ports)
+	}
+}
+
+// TestAllocateRefusesOverlap: an address another load balancer holds on
+// another network (overlapping tenant subnets) is refused, naming both,
+// and the port just made is deleted again.
+func TestAllocateRefusesOverlap(t *testing.T) {
+	f, a := newFake(t)
+	tx := fakeTx{lbs: []lbaas.LoadBalancer{{Base: lbaas.Base{ID: "lb0"}, VIPAddress: "198.18.225.10", VIPPortID: "elsewhere", VIPNetworkID: "net-0"}}}
+	_, err := a.Allocate(tx, lbaas.VIPRequest{LoadBalancerID: "lb1", SubnetID: subnetID})
+	if !errors.Is(err, lbaas.ErrConflict) {
+		t.Fatalf("got %v, want a conflict", err)
+	}
+	for _, w := range []string{"198.18.225.10", "network " + netID, "load balancer lb0", "network net-0"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%q does not name %q", err, w)
+		}
+	}
+	if len(f.ports) != 0 || len(f.deletes) != 1 {
+		t.Fatalf("ports %v, deleted %v: want the new port deleted", f.ports, f.deletes)
+	}
+}
+
+func TestOverlap(t *testing.T) {
+	lb := &lbaas.LoadBalancer{Base: lbaas.Base{ID: "lb0"}, VIPAddress: "198.18.225.10", VIPPortID: "p0", VIPNetworkID: "n0",
+		AdditionalVIPs: []lbaas.AdditionalVIP{{IPAddress: "2001:2::10", PortID: "p0b"}}}
+	for _, tc := range []struct {
+		v    lbaas.VIP
+		want string // "" or a word of the refusal
+	}{
+		{lbaas.VIP{Address: "198.18.225.11", PortID: "p1", NetworkID: "n1"}, ""},
+		{lbaas.VIP{Address: "198.18.225.10", PortID: "p0", NetworkID: "n0"}, ""}, // the same port: shared
+		{lbaas.VIP{Address: "198.18.225.10", PortID: "p1", NetworkID: "n1"}, "overlapping"},
+		{lbaas.VIP{Address: "198.18.225.10", PortID: "p1", NetworkID: "n0"}, "on port p0"},
+		{lbaas.VIP{Address: "2001:2:0::10", PortID: "p2", NetworkID: "n2"}, "2001:2:0::10 of network n2"},
+	} {
+		got := Overlap(lb, tc.v)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("Overlap(%+v) = %q, want %q", tc.v, got, tc.want)
+		}
+	}
+}

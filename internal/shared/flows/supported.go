@@ -1,0 +1,46 @@
+package flows
+
+import "slices"
+
+// What the flow data plane supports, listed once: the compiler keeps only
+// these, and the flow provider refuses the rest. Octavia's own, longer
+// lists are in internal/server/octavia.
+
+// ProviderName is the name the API gives the provider that realizes load
+// balancers as these flows: what a client (the kube-controller) compares
+// a load balancer's provider with.
+const ProviderName = "flow"
+
+var (
+	protocols    = []Protocol{TCP, UDP, SCTP}
+	algorithms   = []Algorithm{RoundRobin, SourceIP, SourceIPPort}
+	monitorTypes = []MonitorType{MonitorTCP, MonitorHTTP, MonitorHTTPS, MonitorTLSHello, MonitorUDPConnect, MonitorPing}
+)
+
+// Protocols are the L4 protocols a flow can match.
+func Protocols() []Protocol { return slices.Clone(protocols) }
+
+// ParseProtocol returns the flow protocol of an Octavia listener or pool
+// protocol, and whether a flow can carry it.
+func ParseProtocol(name string) (Protocol, bool) { return parse(protocols, name) }
+
+// Algorithms are the pool algorithms the data plane implements.
+func Algorithms() []Algorithm { return slices.Clone(algorithms) }
+
+// ParseAlgorithm returns the algorithm of an Octavia lb_algorithm, and
+// whether the data plane implements it.
+func ParseAlgorithm(name string) (Algorithm, bool) { return parse(algorithms, name) }
+
+// MonitorTypes are the health monitor types the agents can probe.
+func MonitorTypes() []MonitorType { return slices.Clone(monitorTypes) }
+
+// ParseMonitorType returns the monitor type of an Octavia health monitor
+// type, and whether the agents can probe it.
+func ParseMonitorType(name string) (MonitorType, bool) { return parse(monitorTypes, name) }
+
+func parse[T ~string](supported []T, name string) (T, bool) {
+	if t := T(name); slices.Contains(supported, t) {
+		return t, true
+	}
+	return "", false
+}
