@@ -81,6 +81,8 @@ ClusterIP, NodePort and LoadBalancer Service, through any Octavia v2 API: flowlb
 	f.BoolVar(&o.opts.ClassOnly, "load-balancer-class-only", false, "take only the LoadBalancer Services of --load-balancer-class: those of no class are served as NodePort ones (cluster IP, node ports, health-check node port), their load balancer and ingress left to the cluster's cloud provider "+
 		"(cloud-provider-openstack's service controller; give it another --cluster-name than this controller's, since both name load balancers kube_service_<cluster>_<namespace>_<name>)")
 	f.StringSliceVar(&o.opts.PodCIDRs, "pod-cidrs", nil, "pod networks besides the Nodes' spec.podCIDRs, let through when loadBalancerSourceRanges restrict a Service")
+	f.DurationVar(&o.opts.AnnounceWait, "ingress-announce-wait", 30*time.Second, "write a LoadBalancer Service's external address to its status only once a node announces it (BGP or the announcement table), "+
+		"at once where no node announces addresses or the address is outside every node's ranges; this long at most when the API replica asked does not see every node's announcements (replicas), then with a warning event. 0: at ACTIVE, announced or not")
 	f.IntVar(&o.workers, "workers", 8, "Services reconciled at once")
 	f.IntVar(&o.qps, "kube-api-qps", 100, "requests per second to the Kubernetes API (burst: twice that)")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "run only while holding the Lease, so that replicas stand by")

@@ -9,9 +9,13 @@ import (
 )
 
 // announceMessage is what the node announces as the server is told it:
-// the mode, the VIPs, and the BGP sessions.
-func announceMessage(mode string, vips []netip.Addr, sessions []bgp.Session) *agentv1.AnnounceStatus {
+// the mode, the ranges it announces within, the VIPs, and the BGP
+// sessions.
+func announceMessage(mode string, ranges []netip.Prefix, vips []netip.Addr, sessions []bgp.Session) *agentv1.AnnounceStatus {
 	m := &agentv1.AnnounceStatus{Mode: mode}
+	for _, r := range ranges {
+		m.Ranges = append(m.Ranges, r.String())
+	}
 	for _, v := range vips {
 		m.Vips = append(m.Vips, v.AsSlice())
 	}

@@ -278,7 +278,7 @@ func (n *Node) announcer(prog agent.Programmer, reg prometheus.Registerer) (agen
 		})
 		n.announced = func() announce.Status { return announce.BGPStatus(sp.Advertised(), sp.Sessions()) }
 		n.told = func() *agentv1.AnnounceStatus {
-			return announceMessage(announce.ModeBGP, sp.VIPs(), sp.SessionStates())
+			return announceMessage(announce.ModeBGP, n.cfg.Announce, sp.VIPs(), sp.SessionStates())
 		}
 		return announce.New(prog, n.cfg.Node, n.cfg.Announce, sp, reg, n.log)
 	}
@@ -296,7 +296,7 @@ func (n *Node) announcer(prog agent.Programmer, reg prometheus.Registerer) (agen
 		if err != nil {
 			return nil // unknown: the server keeps what it was last told
 		}
-		return announceMessage(announce.ModeTable, vips, nil)
+		return announceMessage(announce.ModeTable, n.cfg.Announce, vips, nil)
 	}
 	return announce.New(prog, n.cfg.Node, n.cfg.Announce, rt, reg, n.log)
 }

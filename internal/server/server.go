@@ -501,7 +501,8 @@ func (s *Server) apiServer(reg *prometheus.Registry, authn func(http.Handler) ht
 	}
 	// Floating IPs on VIP ports turn ACTIVE as load balancers do: once
 	// every agent has programmed them.
-	api := octavia.New(s.svc, neutron.NewHandler(s.st, s.log, neutron.WithRealizer(s.Hub)), s.log, octavia.Config{})
+	api := octavia.New(s.svc, neutron.NewHandler(s.st, s.log, neutron.WithRealizer(s.Hub)), s.log,
+		octavia.Config{Announced: func(id string) octavia.Announced { return octavia.Announced(s.Hub.Announced(id)) }})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", authn(api))

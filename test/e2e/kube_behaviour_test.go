@@ -121,6 +121,63 @@ func TestKubernetesKubeProxyBehaviours(t *testing.T) {
 		}
 	})
 
+	t.Run("ingress once announced", func(t *testing.T) {
+		// A Local LoadBalancer Service with no pod is announced by no
+		// node: its address stays out of its status until a pod is ready
+		// and its node announces it.
+		e.deploy("gate", 0)
+		e.service("gated", func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+			s.Spec.Selector = map[string]string{"app": "gate"}
+		})
+		ingress := func() []corev1.LoadBalancerIngress {
+			s, err := e.k.CoreV1().Services("default").Get(e.ctx, "gated", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s.Status.LoadBalancer.Ingress
+		}
+		testutil.Eventually(t, 30*time.Second, "an AwaitingAnnouncement event", func() (bool, string) {
+			evs, err := e.k.CoreV1().Events("default").List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=gated"})
+			if err != nil {
+				return false, err.Error()
+			}
+			var seen []string
+			for _, ev := range evs.Items {
+				if ev.Reason == "AwaitingAnnouncement" {
+					return true, ""
+				}
+				seen = append(seen, ev.Reason)
+			}
+			return false, fmt.Sprintf("events %v", seen)
+		})
+		time.Sleep(3 * time.Second) // the gate looks again meanwhile
+		if got := ingress(); len(got) != 0 {
+			t.Fatalf("ingress %+v written while no node announces the address", got)
+		}
+		e.updateDeployment("gate", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](1) })
+		var ing []corev1.LoadBalancerIngress
+		testutil.Eventually(t, 60*time.Second, "the ingress once the pod's node announces it", func() (bool, string) {
+			ing = ingress()
+			return len(ing) == 1, fmt.Sprintf("ingress %+v", ing)
+		})
+		// The status came after the announcement: the node of the pod
+		// announces the address now.
+		pods := e.readyPods("gate")
+		if len(pods) != 1 {
+			t.Fatalf("gate's ready pods %v, want one", pods)
+		}
+		p := netip.PrefixFrom(mustAddr(t, ing[0].IP), 32)
+		got, err := e.lab.Announcements(lab.AnnounceTable).Routes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got[p], []int{nodeOfPod(t, pods[0])}) {
+			t.Errorf("%s announced by nodes %v when the status named it, want the pod's node %d", p, got[p], nodeOfPod(t, pods[0]))
+		}
+	})
+
 	t.Run("externalIPs", func(t *testing.T) {
 		routeVia := func(ip, what string, nodes ...int) {
 			t.Helper()

@@ -85,6 +85,9 @@ type Controller struct {
 	// Service waits for its EndpointSlice (sliceWait).
 	born       map[string]time.Time
 	sliceGrace time.Duration
+	// gated is since when each Service's new external addresses have
+	// been held for a node to announce them (gate).
+	gated map[string]time.Time
 	// made are the Services that have (or may have) a load balancer of
 	// this controller's: the garbage collection's list at start, and
 	// every Service applied since. A Service that stops being served, or
@@ -139,6 +142,7 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 		seen:        map[string]time.Time{},
 		applied:     map[string]applied{},
 		born:        map[string]time.Time{},
+		gated:       map[string]time.Time{},
 		made:        map[string]bool{},
 		listed:      map[string]kubelb.ActualLB{},
 		picks:       map[string]Stages{},
@@ -150,7 +154,7 @@ func New(client kubernetes.Interface, octavia *kubelb.Octavia, neutron *kubelb.N
 		m: &metrics{
 			reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_kube_reconciles_total",
 				Help: "Service reconciliations by result (ok, error, invalid, awaiting: the load balancer took the change and is not ACTIVE yet, " +
-					"awaiting_slice: a new Service waits for its EndpointSlice)."}, []string{"result"}),
+					"awaiting_slice: a new Service waits for its EndpointSlice, awaiting_announcement: its external address waits for a node to announce it)."}, []string{"result"}),
 			latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowlb_kube_sync_latency_seconds",
 				Help:    "From a Service or EndpointSlice change to its load balancer ACTIVE.",
 				Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
@@ -446,6 +450,13 @@ func (c *Controller) next(ctx context.Context) bool {
 		c.keepSeen(key, since)
 		c.queue.Forget(key)
 		c.queue.AddAfter(key, c.checkAfter(key))
+	case errors.As(err, new(awaitingAnnouncement)):
+		c.m.reconciles.WithLabelValues("awaiting_announcement").Inc()
+		c.keepSeen(key, since)
+		c.queue.Forget(key)
+		var w awaitingAnnouncement
+		errors.As(err, &w)
+		c.queue.AddAfter(key, time.Duration(w))
 	case errors.As(err, new(awaitingSlice)):
 		c.m.reconciles.WithLabelValues("awaiting_slice").Inc()
 		c.keepSeen(key, since)
@@ -602,7 +613,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 // done ends a reconcile whose load balancer holds a.want, ACTIVE: the
 // Service's ingress, then (later) its AnnApplied.
 func (c *Controller) done(ctx context.Context, svc *corev1.Service, a applied) error {
-	if err := c.setIngressOf(ctx, svc, a.want, a.ingress); err != nil {
+	if err := c.setIngressOf(ctx, svc, a.want, a.lbID, a.ingress); err != nil {
 		return err
 	}
 	return c.record(ctx, svc, a)
@@ -656,7 +667,7 @@ func (c *Controller) sendMembers(ctx context.Context, svc *corev1.Service, key, 
 	if pending != "" {
 		return errAwaiting
 	}
-	return c.setIngressOf(ctx, svc, want, a.ingress)
+	return c.setIngressOf(ctx, svc, want, a.lbID, a.ingress)
 }
 
 // settled reads once, when the read is due or now, how a's pending
@@ -776,12 +787,64 @@ func (c *Controller) ensured(ctx context.Context, svc *corev1.Service, lbName st
 }
 
 // setIngressOf writes the Service's external addresses when it has them
-// from flowlb: a floating IP, or external VIPs.
-func (c *Controller) setIngressOf(ctx context.Context, svc *corev1.Service, want *kubelb.LB, ingress []string) error {
+// from flowlb: a floating IP, or external VIPs; new ones once the ingress
+// gate lets them through (gate).
+func (c *Controller) setIngressOf(ctx context.Context, svc *corev1.Service, want *kubelb.LB, lbID string, ingress []string) error {
 	if want.FloatingIP == nil && !want.External {
 		return nil
 	}
+	if len(ingress) > 0 && c.opts.AnnounceWait > 0 && !sameIngress(svc.Status.LoadBalancer.Ingress, ingressOf(ingress)) {
+		if err := c.gate(ctx, svc, lbID, ingress); err != nil {
+			return err
+		}
+	}
 	return c.setIngress(ctx, svc, ingress)
+}
+
+// gate holds a Service's new external addresses until a node announces
+// one of them (kubelb.IngressGate), so that what the status names is
+// routed to the cluster: awaitingAnnouncement while it holds them. Each
+// wait and its end are told in an event.
+func (c *Controller) gate(ctx context.Context, svc *corev1.Service, lbID string, ingress []string) error {
+	key := svc.Namespace + "/" + svc.Name
+	a, err := c.octavia.Announced(ctx, lbID)
+	if err != nil {
+		return err
+	}
+	now := c.now()
+	c.mu.Lock()
+	since, held := c.gated[key]
+	if !held {
+		since = now
+		c.gated[key] = since
+	}
+	c.mu.Unlock()
+	waited := now.Sub(since)
+	g := kubelb.IngressGate(a, ingress, waited, c.opts.AnnounceWait)
+	if !g.Publish {
+		if !held {
+			c.recorder.Eventf(svc, corev1.EventTypeNormal, "AwaitingAnnouncement", "%s: %s", strings.Join(ingress, ", "), g.Why)
+		}
+		return awaitingAnnouncement(min(max(waited/2, 250*time.Millisecond), 5*time.Second))
+	}
+	c.mu.Lock()
+	delete(c.gated, key)
+	c.mu.Unlock()
+	switch {
+	case g.Warn:
+		c.recorder.Eventf(svc, corev1.EventTypeWarning, "NotAnnounced", "%s written to the status: %s", strings.Join(ingress, ", "), g.Why)
+	case held:
+		c.recorder.Eventf(svc, corev1.EventTypeNormal, "Announced", "%s after %s", g.Why, waited.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// awaitingAnnouncement: a Service's external address waits for a node
+// to announce it; it is looked at again after this long.
+type awaitingAnnouncement time.Duration
+
+func (w awaitingAnnouncement) Error() string {
+	return fmt.Sprintf("no node announces the external address yet, looking again in %s", time.Duration(w))
 }
 
 // appliedTTL is how long a Service's last successful reconcile is trusted
@@ -861,6 +924,7 @@ func (c *Controller) forget(key string) {
 	defer c.mu.Unlock()
 	delete(c.applied, key)
 	delete(c.born, key)
+	delete(c.gated, key)
 }
 
 // defaultSliceGrace is how long a new Service with a selector waits for
@@ -1001,14 +1065,8 @@ func (c *Controller) setFinalizer(ctx context.Context, svc *corev1.Service, on b
 // setIngress writes the load balancer's addresses (one per IP family) to
 // the Service's status (none clears it).
 func (c *Controller) setIngress(ctx context.Context, svc *corev1.Service, ips []string) error {
-	var want []corev1.LoadBalancerIngress
-	for _, ip := range ips {
-		mode := corev1.LoadBalancerIPModeVIP
-		want = append(want, corev1.LoadBalancerIngress{IP: ip, IPMode: &mode})
-	}
-	if slices.EqualFunc(svc.Status.LoadBalancer.Ingress, want, func(a, b corev1.LoadBalancerIngress) bool {
-		return a.IP == b.IP && a.IPMode != nil && *a.IPMode == *b.IPMode && a.Hostname == "" && len(a.Ports) == 0
-	}) {
+	want := ingressOf(ips)
+	if sameIngress(svc.Status.LoadBalancer.Ingress, want) {
 		return nil
 	}
 	cp := svc.DeepCopy()
@@ -1018,6 +1076,23 @@ func (c *Controller) setIngress(ctx context.Context, svc *corev1.Service, ips []
 		return nil
 	}
 	return err
+}
+
+// ingressOf is the status of a Service reached at ips.
+func ingressOf(ips []string) []corev1.LoadBalancerIngress {
+	var out []corev1.LoadBalancerIngress
+	for _, ip := range ips {
+		mode := corev1.LoadBalancerIPModeVIP
+		out = append(out, corev1.LoadBalancerIngress{IP: ip, IPMode: &mode})
+	}
+	return out
+}
+
+// sameIngress reports whether a Service's status, has, is want.
+func sameIngress(has, want []corev1.LoadBalancerIngress) bool {
+	return slices.EqualFunc(has, want, func(a, b corev1.LoadBalancerIngress) bool {
+		return a.IP == b.IP && a.IPMode != nil && *a.IPMode == *b.IPMode && a.Hostname == "" && len(a.Ports) == 0
+	})
 }
 
 var metav1UpdateOptions = metav1.UpdateOptions{FieldManager: "flowlb-kube-controller"}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -54,6 +55,11 @@ type Options struct {
 	// a listener, the cluster IP included: pods are let through so that
 	// in-cluster traffic to the cluster IP keeps working.
 	PodCIDRs []string
+	// AnnounceWait turns on the ingress gate (IngressGate): a Service's
+	// external addresses are written to its status once a node announces
+	// one of them, and, when the API replica asked cannot see every node,
+	// after this long at the latest. 0: at ACTIVE, announced or not.
+	AnnounceWait time.Duration
 }
 
 // DefaultClass is the loadBalancerClass flowlb answers to by default.

@@ -3,6 +3,7 @@ package fanout
 import (
 	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -74,7 +75,10 @@ func kernelStatusOf(m *agentv1.KernelStatus, now time.Time) KernelStatus {
 type Announcements struct {
 	// Mode is "table" or "bgp".
 	Mode string
-	VIPs []netip.Addr
+	// Ranges are the prefixes within which the node announces the VIPs
+	// it can serve; VIPs are sorted, each once.
+	Ranges []netip.Prefix
+	VIPs   []netip.Addr
 	// Sessions are the BGP sessions (mode "bgp").
 	Sessions []BGPSession
 	// Reported is when this replica received it.
@@ -88,6 +92,17 @@ type BGPSession struct {
 	State string
 	Since time.Time // zero: never established
 	BFD   string
+}
+
+// Has reports whether the node announces v.
+func (a Announcements) Has(v netip.Addr) bool {
+	_, found := slices.BinarySearchFunc(a.VIPs, v, netip.Addr.Compare)
+	return found
+}
+
+// Covers reports whether v is within the node's ranges.
+func (a Announcements) Covers(v netip.Addr) bool {
+	return slices.ContainsFunc(a.Ranges, func(p netip.Prefix) bool { return p.Contains(v) })
 }
 
 // Established counts the established sessions.
@@ -108,6 +123,13 @@ func announcementsOf(m *agentv1.AnnounceStatus, now time.Time) Announcements {
 	for _, b := range m.GetVips() {
 		if v, ok := netip.AddrFromSlice(b); ok {
 			a.VIPs = append(a.VIPs, v.Unmap())
+		}
+	}
+	slices.SortFunc(a.VIPs, netip.Addr.Compare)
+	a.VIPs = slices.Compact(a.VIPs)
+	for _, r := range m.GetRanges() {
+		if p, err := netip.ParsePrefix(r); err == nil {
+			a.Ranges = append(a.Ranges, p.Masked())
 		}
 	}
 	for _, s := range m.GetSessions() {

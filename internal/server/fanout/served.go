@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -174,6 +175,22 @@ func (s *served) table() flows.Table {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return flows.Table{Revision: s.rev, Services: maps.Clone(s.services.byKey)}
+}
+
+// addressesOf lists the addresses load balancer lbID's flows are served
+// on, sorted, each once; node ports (served on the node's addresses) are
+// left out.
+func (s *served) addressesOf(lbID string) []netip.Addr {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []netip.Addr
+	for _, svc := range s.services.byLB[lbID] {
+		if v := svc.Key.VIP; v.IsValid() && !v.IsUnspecified() {
+			out = append(out, v)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // revisionOf is the revision of a recent entry the table took.

@@ -21,13 +21,18 @@ import (
 // and roles, as a validated token would carry them) and held to policy.
 func rbacAPI(t *testing.T, set identity.Personas) *httptest.Server {
 	t.Helper()
+	return rbacAPIConfig(t, set, Config{})
+}
+
+func rbacAPIConfig(t *testing.T, set identity.Personas, cfg Config) *httptest.Server {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := lbaas.New(memstore.New(), &fakeVIPs{}, []lbaas.Provider{flow.New(flow.Immediate{})}, lbaas.Config{DefaultProvider: flow.Name}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pol := identity.Policy{Personas: set}
-	api := New(svc, nil, log, Config{})
+	api := New(svc, nil, log, cfg)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := identity.Caller{ProjectID: r.Header.Get("X-Test-Project"), Roles: strings.Fields(r.Header.Get("X-Test-Roles"))}
 		if c.ProjectID == systemScope {

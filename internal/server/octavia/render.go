@@ -1,6 +1,10 @@
 package octavia
 
 import (
+	"maps"
+	"net/netip"
+	"slices"
+
 	"github.com/flowlb/flowlb/internal/server/lbaas"
 	"github.com/flowlb/flowlb/internal/server/store"
 )
@@ -229,6 +233,18 @@ func statusTree(t *lbaas.Tree) StatusRoot {
 func renderStats(c store.Counts) StatsResponse {
 	return StatsResponse{ActiveConnections: c.ActiveConnections, BytesIn: c.BytesIn, BytesOut: c.BytesOut,
 		RequestErrors: c.RequestErrors, TotalConnections: c.TotalConnections}
+}
+
+func renderAnnounced(a Announced) AnnouncementsRoot {
+	out := AnnouncementsResponse{Addresses: make([]AnnouncedAddress, 0, len(a.Addresses)), AnnouncingNodes: a.Announcing, UnseenNodes: a.Unseen}
+	for _, v := range slices.SortedFunc(maps.Keys(a.Addresses), netip.Addr.Compare) {
+		nodes := slices.Sorted(slices.Values(a.Addresses[v]))
+		if nodes == nil {
+			nodes = []string{}
+		}
+		out.Addresses = append(out.Addresses, AnnouncedAddress{Address: v.String(), Nodes: nodes, InRanges: a.InRanges[v]})
+	}
+	return AnnouncementsRoot{out}
 }
 
 func renderFlavor(f *lbaas.Flavor) FlavorResponse {

@@ -70,6 +70,17 @@ func (s *Server) loadBalancerRoutes() {
 		writeJSON(w, http.StatusOK, statusTree(t))
 	})
 	s.handle("GET /loadbalancers/{id}/stats", s.stats(store.KindLoadBalancer))
+	if s.cfg.Announced != nil {
+		s.handle("GET /loadbalancers/{id}/announcements", func(w http.ResponseWriter, r *http.Request) {
+			// The tree is read for the caller's right to see the load
+			// balancer and a 404 for one that does not exist.
+			if _, err := s.svc.Tree(r.Context(), store.KindLoadBalancer, r.PathValue("id")); err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, renderAnnounced(s.cfg.Announced(r.PathValue("id"))))
+		})
+	}
 	s.handle("PUT /loadbalancers/{id}/failover", s.adminOnly(func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, s.svc.Failover(r.Context(), r.PathValue("id")))
 	}))

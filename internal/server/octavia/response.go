@@ -506,6 +506,11 @@ type (
 	StatsRoot struct {
 		Stats StatsResponse `json:"stats"`
 	}
+	// AnnouncementsRoot is flowlb's extension (not Octavia's): who
+	// announces a load balancer's addresses to the network.
+	AnnouncementsRoot struct {
+		Announcements AnnouncementsResponse `json:"announcements"`
+	}
 	ProvidersRoot struct {
 		Providers []ProviderResponse `json:"providers"`
 	}
@@ -524,3 +529,23 @@ type (
 		Versions []VersionResponse `json:"versions"`
 	}
 )
+
+// AnnouncementsResponse: for each address the load balancer's flows are
+// served on, sorted, the nodes announcing it (sorted; empty when none
+// does) and whether it is within some node's announced ranges (false:
+// flowlb's nodes do not announce it, the network reaches it otherwise);
+// announcing_nodes, the nodes that announce anything; unseen_nodes,
+// the live agents streaming to other replicas, whose announcements the
+// replica answering does not know.
+type AnnouncementsResponse struct {
+	Addresses       []AnnouncedAddress `json:"addresses"`
+	AnnouncingNodes int                `json:"announcing_nodes"`
+	UnseenNodes     int                `json:"unseen_nodes"`
+}
+
+// AnnouncedAddress is one address and the nodes announcing it.
+type AnnouncedAddress struct {
+	Address  string   `json:"address"`
+	Nodes    []string `json:"nodes"`
+	InRanges bool     `json:"in_announced_ranges"`
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -37,6 +38,23 @@ type Config struct {
 	MaxBodyBytes int64
 	// PaginationMaxLimit is Octavia's pagination_max_limit.
 	PaginationMaxLimit int
+	// Announced, if set, serves flowlb's one extension of the tree,
+	// GET /loadbalancers/{id}/announcements: which nodes announce the
+	// load balancer's addresses to the network. Unset, the path is
+	// answered as Octavia answers it: 405.
+	Announced func(lbID string) Announced
+}
+
+// Announced is who announces a load balancer's addresses, as the replica
+// answering knows it: per address its flows are served on, the nodes
+// that announce it, and whether it is within some node's announced
+// ranges; how many nodes announce anything; how many live agents stream
+// to other replicas, unseen by this one.
+type Announced struct {
+	Addresses  map[netip.Addr][]string
+	InRanges   map[netip.Addr]bool
+	Announcing int
+	Unseen     int
 }
 
 // Server routes Octavia API requests to the LBaaS service.

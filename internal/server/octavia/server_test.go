@@ -73,7 +73,9 @@ func (h *heldRealizer) release() {
 
 func newAPI(t *testing.T) *api { return newAPIWith(t, flow.Immediate{}) }
 
-func newAPIWith(t *testing.T, r flow.Realizer) *api {
+func newAPIWith(t *testing.T, r flow.Realizer) *api { return newAPIConfig(t, r, Config{}) }
+
+func newAPIConfig(t *testing.T, r flow.Realizer, cfg Config) *api {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st := memstore.New()
@@ -81,7 +83,7 @@ func newAPIWith(t *testing.T, r flow.Realizer) *api {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(identity.NoAuth("p-default", New(svc, nil, log, Config{})))
+	srv := httptest.NewServer(identity.NoAuth("p-default", New(svc, nil, log, cfg)))
 	t.Cleanup(srv.Close)
 	return &api{t: t, srv: srv, st: st}
 }

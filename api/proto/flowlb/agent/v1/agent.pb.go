@@ -270,13 +270,15 @@ func (*AgentMessage_Announce) isAgentMessage_Msg() {}
 
 // AnnounceStatus is what the node announces of the external VIPs: how
 // (mode "table" or "bgp"; an agent that announces nothing sends none),
-// the VIPs (host routes; a BGP aggregate counts each VIP it covers), and
-// its BGP sessions. Sent at the start of a session and when it changes.
+// the VIPs (host routes; a BGP aggregate counts each VIP it covers), its
+// BGP sessions, and the ranges (CIDRs) within which it announces the VIPs
+// it can serve. Sent at the start of a session and when it changes.
 type AnnounceStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
 	Vips          [][]byte               `protobuf:"bytes,2,rep,name=vips,proto3" json:"vips,omitempty"`
 	Sessions      []*BGPSession          `protobuf:"bytes,3,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	Ranges        []string               `protobuf:"bytes,4,rep,name=ranges,proto3" json:"ranges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -328,6 +330,13 @@ func (x *AnnounceStatus) GetVips() [][]byte {
 func (x *AnnounceStatus) GetSessions() []*BGPSession {
 	if x != nil {
 		return x.Sessions
+	}
+	return nil
+}
+
+func (x *AnnounceStatus) GetRanges() []string {
+	if x != nil {
+		return x.Ranges
 	}
 	return nil
 }
@@ -1655,11 +1664,12 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\x05stats\x18\x04 \x01(\v2\x1c.flowlb.agent.v1.StatsReportH\x00R\x05stats\x127\n" +
 	"\x06kernel\x18\x05 \x01(\v2\x1d.flowlb.agent.v1.KernelStatusH\x00R\x06kernel\x12=\n" +
 	"\bannounce\x18\x06 \x01(\v2\x1f.flowlb.agent.v1.AnnounceStatusH\x00R\bannounceB\x05\n" +
-	"\x03msg\"q\n" +
+	"\x03msg\"\x89\x01\n" +
 	"\x0eAnnounceStatus\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x12\n" +
 	"\x04vips\x18\x02 \x03(\fR\x04vips\x127\n" +
-	"\bsessions\x18\x03 \x03(\v2\x1b.flowlb.agent.v1.BGPSessionR\bsessions\"~\n" +
+	"\bsessions\x18\x03 \x03(\v2\x1b.flowlb.agent.v1.BGPSessionR\bsessions\x12\x16\n" +
+	"\x06ranges\x18\x04 \x03(\tR\x06ranges\"~\n" +
 	"\n" +
 	"BGPSession\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x10\n" +
