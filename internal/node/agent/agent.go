@@ -102,7 +102,6 @@ const DefaultAnnounceInterval = 2 * time.Second
 // Agent runs the loop.
 type Agent struct {
 	cfg       Config
-	dp        Programmer
 	verifiers []Verifier
 	log       *slog.Logger
 
@@ -110,11 +109,9 @@ type Agent struct {
 	want *desired
 
 	// kmu serialises the data planes' use (writes, checks, counter
-	// reads) and guards what the reconciler knows the kernel holds:
-	// kernel, as this node serves it, and force, a whole write next.
+	// reads) and guards what the reconciler knows each of them holds.
 	kmu    sync.Mutex
-	kernel map[flows.Key]flows.Service
-	force  bool
+	planes []*plane
 
 	// stMu guards ks, the kernel's state against the desired one; news
 	// wakes the live session when there is an ack or a status to send.
@@ -144,9 +141,10 @@ type Agent struct {
 	resolved   map[string][]string
 }
 
-// New returns an agent programming dp.
+// New returns an agent programming dp (a Chain: each of its data planes,
+// with its own record of what it took).
 func New(cfg Config, dp Programmer, log *slog.Logger) *Agent {
-	a := &Agent{cfg: cfg, dp: dp, log: log, want: newDesired(cfg.Node, cfg.Zone), kernel: map[flows.Key]flows.Service{},
+	a := &Agent{cfg: cfg, planes: planesOf(dp), log: log, want: newDesired(cfg.Node, cfg.Zone),
 		ks: kernelState{repaired: map[string]uint64{}}, news: make(chan struct{}, 1),
 		m: newMetrics(cfg.Metrics, cfg.Identity), resolved: map[string][]string{}, transitions: make(chan health.Transition, 1024)}
 	a.verifiers = cfg.Verifiers

@@ -9,10 +9,34 @@ import (
 
 // Chain is a Programmer made of several data planes that each take every
 // change: the eBPF socket programs, for connections that start on a
-// local socket, beside nftables for the rest. They are programmed in
-// order and the first error stops the change; the agent then programs
-// the whole table again, which each data plane takes as it is.
+// local socket, beside nftables for the rest. Used as a Programmer, they
+// are programmed in order and the first error stops the change; the
+// agent instead keeps a record of what each data plane took and writes
+// each on its own (plane), so that one's refusal costs the others
+// nothing.
 func Chain(ps ...Programmer) Programmer { return chain(ps) }
+
+// plane is one data plane as the reconciler drives it: what it holds,
+// as this node serves it, and whether its next write must be whole (a
+// write it refused leaves what it holds uncertain).
+type plane struct {
+	dp    Programmer
+	held  map[flows.Key]flows.Service
+	force bool
+}
+
+// planesOf are dp's data planes: a Chain's, in order, or dp alone.
+func planesOf(dp Programmer) []*plane {
+	ps := []Programmer{dp}
+	if c, ok := dp.(chain); ok {
+		ps = c
+	}
+	out := make([]*plane, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, &plane{dp: p, held: map[flows.Key]flows.Service{}})
+	}
+	return out
+}
 
 type chain []Programmer
 

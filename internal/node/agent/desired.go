@@ -95,13 +95,15 @@ func (d *desired) wake() {
 // service as this node serves it (nil: gone); and the revision and
 // version that writing it reaches.
 type work struct {
-	full     bool
-	services map[flows.Key]flows.Service // full
-	next     map[flows.Key]*flows.Service
-	epoch    string
-	rev      int64
-	version  uint64
-	snapshot bool
+	// full: services is the whole table (a snapshot replaced it, or a
+	// data plane is to be written whole); replaced: a snapshot did.
+	full, replaced bool
+	services       map[flows.Key]flows.Service // full
+	next           map[flows.Key]*flows.Service
+	epoch          string
+	rev            int64
+	version        uint64
+	snapshot       bool
 }
 
 // take hands the reconciler what changed; force asks for everything (a
@@ -113,7 +115,7 @@ func (d *desired) take(force bool) work {
 	defer d.mu.Unlock()
 	w := work{epoch: d.epoch, rev: d.rev, version: d.version, snapshot: d.snapshot}
 	if force || d.full {
-		w.full, w.services = true, d.flat.all(d.table.services)
+		w.full, w.replaced, w.services = true, d.full, d.flat.all(d.table.services)
 	} else {
 		w.next = d.flat.of(d.table.services, d.dirty)
 	}

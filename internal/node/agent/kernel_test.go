@@ -162,9 +162,12 @@ func TestKernelVIPToOwnNodePort(t *testing.T) {
 		if err := dp.Sync(t.Context(), flows.Table{Services: map[flows.Key]flows.Service{vip.Key: vip, port.Key: port}}); err != nil {
 			t.Fatal(err)
 		}
-		if got := fromClient("198.18.0.1:30080"); !strings.HasPrefix(got, "198.18.17.2:8080 ") {
-			t.Fatalf("the node port from the client: %q", got)
-		}
+		// The first dial waits for the new veth to carry: once in a loaded
+		// run the first SYN was lost.
+		testutil.Eventually(t, 5*time.Second, "the node port from the client", func() (bool, string) {
+			got := fromClient("198.18.0.1:30080")
+			return strings.HasPrefix(got, "198.18.17.2:8080 "), got
+		})
 		if got := fromClient("198.19.0.10:80"); !strings.Contains(got, "refused") {
 			t.Fatalf("the VIP to the node's own node port, programmed as received: %q, want refused (the case the agent flattens)", got)
 		}

@@ -63,6 +63,24 @@ func diff(services map[flows.Key]flows.Service, next map[flows.Key]*flows.Servic
 	return c
 }
 
+// diffWhole is what turns services into next, the whole table: an
+// upsert of each service that is new or differs, a delete of each key
+// next does not have, in key order.
+func diffWhole(services, next map[flows.Key]flows.Service) change {
+	var c change
+	for _, k := range slices.SortedFunc(maps.Keys(next), flows.CompareKeys) {
+		if old, held := services[k]; !held || !old.Equal(next[k]) {
+			c.upserts = append(c.upserts, next[k])
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(services), flows.CompareKeys) {
+		if _, kept := next[k]; !kept {
+			c.deletes = append(c.deletes, k)
+		}
+	}
+	return c
+}
+
 // listsALoadBalancerTwice reports whether two entries of u replace the
 // same load balancer.
 func listsALoadBalancerTwice(u flows.Update) bool {

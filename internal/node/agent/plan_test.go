@@ -196,3 +196,32 @@ func TestTableIndex(t *testing.T) {
 		t.Errorf("index %v, services %v: want only b with one key", tb.byLB, tb.services)
 	}
 }
+
+func TestDiffWhole(t *testing.T) {
+	a, b, b2, c := svc("198.19.0.1", "198.18.17.2"), svc("198.19.0.2", "198.18.17.3"), svc("198.19.0.2", "198.18.17.4"), svc("198.19.0.3", "198.18.17.5")
+	table := func(ss ...flows.Service) map[flows.Key]flows.Service {
+		out := map[flows.Key]flows.Service{}
+		for _, s := range ss {
+			out[s.Key] = s
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name       string
+		held, next map[flows.Key]flows.Service
+		upserts    []flows.Service
+		deletes    []flows.Key
+	}{
+		{"the same", table(a, b), table(a, b), nil, nil},
+		{"from nothing, in key order", table(), table(b, a), []flows.Service{a, b}, nil},
+		{"to nothing", table(c, a), table(), nil, []flows.Key{a.Key, c.Key}},
+		{"one changed, one gone, one kept", table(a, b, c), table(b2, c), []flows.Service{b2}, []flows.Key{a.Key}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := diffWhole(tc.held, tc.next)
+			if !slices.EqualFunc(got.upserts, tc.upserts, flows.Service.Equal) || !slices.Equal(got.deletes, tc.deletes) {
+				t.Errorf("got +%v -%v, want +%v -%v", got.upserts, got.deletes, tc.upserts, tc.deletes)
+			}
+		})
+	}
+}

@@ -156,7 +156,7 @@ func (a *Agent) kernelRound(ctx context.Context, verify bool) error {
 		}
 	}
 	_, _, version, _ := a.want.at()
-	if a.force || version != a.kernelVersion() {
+	if a.forced() || version != a.kernelVersion() {
 		// Written even if the check failed: what the repair could not
 		// fix may not be in the way of the change.
 		if err := a.write(ctx); err != nil {
@@ -172,52 +172,78 @@ func (a *Agent) kernelRound(ctx context.Context, verify bool) error {
 	return err
 }
 
-// write takes what changed from the desired state and programs it: the
-// whole table (Sync) after a snapshot or a refused write, else the
-// services that differ from what the kernel holds (Apply). Reaching a
-// revision acknowledges it.
+// write takes what changed from the desired state and programs it into
+// each data plane: the whole table (Sync) after a snapshot, or to a data
+// plane that refused its last write, else the services that differ from
+// what that data plane holds (Apply). Reaching a revision in every data
+// plane acknowledges it; one that refuses is written whole next time,
+// and the others, which took the change, only what changes after it.
 func (a *Agent) write(ctx context.Context) error {
-	w := a.want.take(a.force)
+	w := a.want.take(a.forced())
 	start := time.Now()
 	kind := "delta"
-	var err error
-	if w.full {
+	if w.replaced {
 		kind = "snapshot"
-		err = a.dp.Sync(ctx, flows.Table{Revision: w.rev, Services: w.services})
-		if err == nil {
-			a.kernel = w.services
-		}
-	} else {
-		c := diff(a.kernel, w.next)
-		if len(c.upserts)+len(c.deletes) > 0 {
-			err = a.dp.Apply(ctx, c.upserts, c.deletes)
-		}
-		if err == nil {
-			for _, k := range c.deletes {
-				delete(a.kernel, k)
-			}
-			for _, s := range c.upserts {
-				a.kernel[s.Key] = s
-			}
+	}
+	var errs []error
+	for i, p := range a.planes {
+		if err := p.write(ctx, w); err != nil {
+			// What it holds is uncertain now: its next write is whole,
+			// and it takes it as it is.
+			p.force = true
+			errs = append(errs, fmt.Errorf("program revision %d (data plane %d of %d): %w", w.rev, i+1, len(a.planes), err))
 		}
 	}
 	a.m.syncSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
-	if err != nil {
-		// What the kernel holds is uncertain now: the next write is
-		// whole, and each data plane takes it as it is.
-		a.force = true
-		return fmt.Errorf("program revision %d: %w", w.rev, err)
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
-	a.force = false
 	a.stMu.Lock()
 	a.ks.epoch, a.ks.rev, a.ks.version, a.ks.snapshot = w.epoch, w.rev, w.version, w.snapshot
 	a.stMu.Unlock()
 	a.m.programmed.Set(float64(w.rev))
-	a.m.services.Set(float64(len(a.kernel)))
+	a.m.services.Set(float64(len(a.planes[0].held)))
 	if a.cfg.OnProgrammed != nil {
 		a.want.services(w.version, a.cfg.OnProgrammed)
 	}
 	a.tell()
+	return nil
+}
+
+// forced reports whether some data plane's next write must be whole.
+func (a *Agent) forced() bool {
+	return slices.ContainsFunc(a.planes, func(p *plane) bool { return p.force })
+}
+
+// write programs w into the data plane: whole when a snapshot replaced
+// the table or its last write was refused, else what differs from what
+// it holds (w.services when w is whole for another data plane's sake,
+// w.next otherwise).
+func (p *plane) write(ctx context.Context, w work) error {
+	if w.replaced || p.force {
+		if err := p.dp.Sync(ctx, flows.Table{Revision: w.rev, Services: w.services}); err != nil {
+			return err
+		}
+		p.held, p.force = maps.Clone(w.services), false
+		return nil
+	}
+	var c change
+	if w.full {
+		c = diffWhole(p.held, w.services)
+	} else {
+		c = diff(p.held, w.next)
+	}
+	if len(c.upserts)+len(c.deletes) > 0 {
+		if err := p.dp.Apply(ctx, c.upserts, c.deletes); err != nil {
+			return err
+		}
+	}
+	for _, k := range c.deletes {
+		delete(p.held, k)
+	}
+	for _, s := range c.upserts {
+		p.held[s.Key] = s
+	}
 	return nil
 }
 

@@ -123,9 +123,10 @@ func (a *Agent) reportStats(ctx context.Context) {
 		t0 := time.Now()
 		read, err := a.cfg.Stats.ReadStats()
 		took := time.Since(t0)
-		// The services as the kernel holds them: a member flattened into
-		// its node port's endpoints is counted at their addresses.
-		pending = mergeStats(pending, read, a.kernel)
+		// The services as the kernel holds them (the first data plane,
+		// which every connection crosses): a member flattened into its
+		// node port's endpoints is counted at their addresses.
+		pending = mergeStats(pending, read, a.planes[0].held)
 		a.kmu.Unlock()
 		a.m.statsRead.Observe(took.Seconds())
 		if next := statsWait(a.cfg.StatsInterval, took); next != wait {
