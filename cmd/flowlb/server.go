@@ -64,6 +64,7 @@ func serverFlags(f *pflag.FlagSet, o *server.Options, logLevel, agentSecret *str
 	f.StringVar(&o.Network, "network", "neutron", "VIP addresses: neutron (the built-in Neutron subset), neutron-api (ports of a real Neutron, found in Keystone's catalog with the --keystone-* service user) or noop (any subnet accepted, nothing allocated, operating statuses not measured: API conformance runs only, never with agents)")
 	f.StringVar(&o.NeutronRegion, "neutron-region", "", "with --network neutron-api, the region of the network endpoint in Keystone's catalog (default: any)")
 	f.StringVar(&o.NeutronEndpoint, "neutron-endpoint", "", "with --network neutron-api, the Neutron URL to use instead of the catalog's (e.g. http://10.0.0.5:9696)")
+	f.StringVar(&o.NeutronDeploymentID, "neutron-deployment-id", "", "with --network neutron-api, this deployment's name in the tag flowlb-deployment=<id> on the VIP ports it makes, which it alone deletes and reuses (default: a random id made once and kept in the database; set it when two deployments' databases were copied from one another)")
 	f.StringVar(&o.VIPCIDR, "vip-cidr", "198.19.0.0/17", "CIDR of the default VIP subnet created at start (empty: none)")
 	f.StringVar(&o.ExternalVIPCIDR, "external-vip-cidr", "198.19.128.0/17", "CIDR of the default external VIP subnet created at start (empty: none)")
 	f.StringVar(&o.VIPCIDR6, "vip-cidr6", "", "IPv6 CIDR of a second default VIP subnet, on the network of --vip-cidr, created at start (empty: none; e.g. 2001:2:0:8000::/65)")

@@ -70,9 +70,12 @@ type Options struct {
 	// --network neutron-api: the network endpoint of the region in
 	// Keystone's catalog, or the endpoint given.
 	NeutronRegion, NeutronEndpoint string
-	Keystone                       identity.KeystoneConfig
-	PasswordFile                   string
-	RBAC                           string
+	// NeutronDeploymentID names this deployment in the mark on its VIP
+	// ports (empty: the id the database holds, made once).
+	NeutronDeploymentID string
+	Keystone            identity.KeystoneConfig
+	PasswordFile        string
+	RBAC                string
 	// TLSCert and TLSKey, if set, serve the API over TLS; the files are
 	// read again when they change.
 	TLSCert, TLSKey string
@@ -155,7 +158,7 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	}
 	s.Replica = o.ReplicaID
 	provider := flow.New(nil)
-	vips, err := vipAllocator(ctx, o, log)
+	vips, err := vipAllocator(ctx, st, o, log)
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +370,7 @@ func (l *hubLink) flowsUnchanged(lbID string, change int64, t *lbaas.Tree) bool 
 
 // vipAllocator is the Network's VIP allocation: the Neutron subset's, a
 // real Neutron's (neutron-api), or none (noop).
-func vipAllocator(ctx context.Context, o Options, log *slog.Logger) (lbaas.VIPAllocator, error) {
+func vipAllocator(ctx context.Context, st store.Store, o Options, log *slog.Logger) (lbaas.VIPAllocator, error) {
 	switch o.Network {
 	case "neutron", "":
 		return neutron.NewAllocator(), nil
@@ -386,13 +389,20 @@ func vipAllocator(ctx context.Context, o Options, log *slog.Logger) (lbaas.VIPAl
 		if authURL != "" && !strings.HasSuffix(authURL, "/v3") {
 			authURL += "/v3"
 		}
+		id := o.NeutronDeploymentID
+		if id == "" {
+			if id, err = neutronapi.DeploymentID(ctx, st); err != nil {
+				return nil, err
+			}
+		}
 		a, err := neutronapi.New(ctx, neutronapi.Options{AuthURL: authURL, User: kc.User, Password: kc.Password,
 			UserDomain: kc.UserDomain, Project: kc.Project, ProjectDomain: kc.ProjectDomain,
-			Region: o.NeutronRegion, Endpoint: o.NeutronEndpoint})
+			Region: o.NeutronRegion, Endpoint: o.NeutronEndpoint, DeploymentID: id, Log: log})
 		if err != nil {
 			return nil, err
 		}
-		log.Info("VIPs from Neutron", "keystone", authURL, "user", kc.User, "region", o.NeutronRegion, "device_owner", neutronapi.DeviceOwner)
+		log.Info("VIPs from Neutron", "keystone", authURL, "user", kc.User, "region", o.NeutronRegion, "device_owner", neutronapi.DeviceOwner,
+			"mark", a.Mark())
 		return a, nil
 	}
 	return nil, fmt.Errorf("unknown --network %q: use neutron, neutron-api or noop", o.Network)
