@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flowlb/flowlb/internal/server"
 )
@@ -31,7 +32,8 @@ var markRe = regexp.MustCompile(`mark="?flowlb-deployment=([A-Za-z0-9._-]+)`)
 
 // TestNeutronAPIDeploymentMark: the deployment's mark is made once and
 // kept in the database (a restart, or another replica, gets the same),
-// and --neutron-deployment-id overrides it.
+// --neutron-deployment-id overrides it, and a grace shorter than a
+// create may take is refused.
 func TestNeutronAPIDeploymentMark(t *testing.T) {
 	dir := t.TempDir()
 	var ids []string
@@ -56,5 +58,16 @@ func TestNeutronAPIDeploymentMark(t *testing.T) {
 	_, err = startNeutronAPI(t, dir, func(o *server.Options) { o.NeutronDeploymentID = "a,b" })
 	if err == nil || !strings.Contains(err.Error(), `"a,b"`) {
 		t.Errorf("an id with a comma: %v, want refused", err)
+	}
+	_, err = startNeutronAPI(t, dir, func(o *server.Options) {
+		o.NeutronSweepEvery, o.NeutronOrphanGrace = time.Minute, time.Minute
+	})
+	if err == nil || !strings.Contains(err.Error(), "--neutron-orphan-grace") {
+		t.Errorf("a grace of a minute: %v, want refused", err)
+	}
+	if _, err := startNeutronAPI(t, dir, func(o *server.Options) {
+		o.NeutronSweepEvery, o.NeutronOrphanGrace = time.Minute, server.MinOrphanGrace
+	}); err != nil {
+		t.Errorf("the least grace: %v", err)
 	}
 }
