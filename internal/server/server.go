@@ -70,9 +70,16 @@ type Options struct {
 	// --network neutron-api: the network endpoint of the region in
 	// Keystone's catalog, or the endpoint given.
 	NeutronRegion, NeutronEndpoint string
-	Keystone                       identity.KeystoneConfig
-	PasswordFile                   string
-	RBAC                           string
+	// NeutronDeploymentID names this deployment in the mark on its VIP
+	// ports (empty: the id the database holds, made once).
+	NeutronDeploymentID string
+	// NeutronSweepEvery is the time between sweeps of orphan VIP ports
+	// (0: none); NeutronOrphanGrace the age below which a port is never
+	// an orphan (at least MinOrphanGrace).
+	NeutronSweepEvery, NeutronOrphanGrace time.Duration
+	Keystone                              identity.KeystoneConfig
+	PasswordFile                          string
+	RBAC                                  string
 	// TLSCert and TLSKey, if set, serve the API over TLS; the files are
 	// read again when they change.
 	TLSCert, TLSKey string
@@ -155,7 +162,7 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	}
 	s.Replica = o.ReplicaID
 	provider := flow.New(nil)
-	vips, err := vipAllocator(ctx, o, log)
+	vips, err := vipAllocator(ctx, st, o, log)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +182,13 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	if err := s.rep.Register(ctx); err != nil {
 		return nil, fmt.Errorf("register replica %s: %w", o.ReplicaID, err)
 	}
-	s.stopLoops = runBackground(s.Hub, s.rep, func(ctx context.Context) { s.activateOverdue(ctx, o.AckTimeout) })
+	loops := []func(context.Context){func(ctx context.Context) { s.activateOverdue(ctx, o.AckTimeout) }}
+	if a, ok := vips.(*neutronapi.Allocator); ok {
+		sw := neutronapi.NewSweeper(a, st, neutronapi.SweepOptions{Every: o.NeutronSweepEvery, Grace: o.NeutronOrphanGrace,
+			Leads: s.rep.Leads, Log: log}, reg)
+		loops = append(loops, sw.Run)
+	}
+	s.stopLoops = runBackground(s.Hub, s.rep, loops...)
 	ln, err := s.apiServer(reg, authn, keystone, o)
 	if err != nil {
 		return nil, err
@@ -365,9 +378,14 @@ func (l *hubLink) flowsUnchanged(lbID string, change int64, t *lbaas.Tree) bool 
 	return h != nil && h.FlowsUnchanged(lbID, change, t)
 }
 
+// MinOrphanGrace bounds --neutron-orphan-grace from below: a create
+// makes at most four calls to Neutron of 30 s each (neutronapi), and its
+// transaction may be retried.
+const MinOrphanGrace = 10 * time.Minute
+
 // vipAllocator is the Network's VIP allocation: the Neutron subset's, a
 // real Neutron's (neutron-api), or none (noop).
-func vipAllocator(ctx context.Context, o Options, log *slog.Logger) (lbaas.VIPAllocator, error) {
+func vipAllocator(ctx context.Context, st store.Store, o Options, log *slog.Logger) (lbaas.VIPAllocator, error) {
 	switch o.Network {
 	case "neutron", "":
 		return neutron.NewAllocator(), nil
@@ -386,13 +404,23 @@ func vipAllocator(ctx context.Context, o Options, log *slog.Logger) (lbaas.VIPAl
 		if authURL != "" && !strings.HasSuffix(authURL, "/v3") {
 			authURL += "/v3"
 		}
+		if o.NeutronSweepEvery > 0 && o.NeutronOrphanGrace < MinOrphanGrace {
+			return nil, fmt.Errorf("--neutron-orphan-grace %s: at least %s, longer than any create of a load balancer takes", o.NeutronOrphanGrace, MinOrphanGrace)
+		}
+		id := o.NeutronDeploymentID
+		if id == "" {
+			if id, err = neutronapi.DeploymentID(ctx, st); err != nil {
+				return nil, err
+			}
+		}
 		a, err := neutronapi.New(ctx, neutronapi.Options{AuthURL: authURL, User: kc.User, Password: kc.Password,
 			UserDomain: kc.UserDomain, Project: kc.Project, ProjectDomain: kc.ProjectDomain,
-			Region: o.NeutronRegion, Endpoint: o.NeutronEndpoint})
+			Region: o.NeutronRegion, Endpoint: o.NeutronEndpoint, DeploymentID: id, Log: log})
 		if err != nil {
 			return nil, err
 		}
-		log.Info("VIPs from Neutron", "keystone", authURL, "user", kc.User, "region", o.NeutronRegion, "device_owner", neutronapi.DeviceOwner)
+		log.Info("VIPs from Neutron", "keystone", authURL, "user", kc.User, "region", o.NeutronRegion, "device_owner", neutronapi.DeviceOwner,
+			"mark", a.Mark(), "orphan_sweep_every", o.NeutronSweepEvery, "orphan_grace", o.NeutronOrphanGrace)
 		return a, nil
 	}
 	return nil, fmt.Errorf("unknown --network %q: use neutron, neutron-api or noop", o.Network)

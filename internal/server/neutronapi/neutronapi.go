@@ -16,12 +16,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/attributestags"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/portsecurity"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
@@ -49,11 +51,18 @@ type Options struct {
 	Endpoint string
 	// HTTP is the client to use (nil: http.DefaultClient's transport).
 	HTTP *http.Client
+	// DeploymentID names this flowlb deployment in the mark on its VIP
+	// ports (mark.go); required.
+	DeploymentID string
+	// Log gets what the allocator keeps and why (default slog's).
+	Log *slog.Logger
 }
 
 // Allocator is a lbaas.VIPAllocator on a real Neutron.
 type Allocator struct {
-	net *gophercloud.ServiceClient
+	net  *gophercloud.ServiceClient
+	mark string
+	log  *slog.Logger
 }
 
 var (
@@ -66,6 +75,13 @@ var (
 // New logs in (or, with only Endpoint, does not) and returns the
 // allocator.
 func New(ctx context.Context, o Options) (*Allocator, error) {
+	if err := CheckDeploymentID(o.DeploymentID); err != nil {
+		return nil, err
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	a := &Allocator{mark: Mark(o.DeploymentID), log: o.Log}
 	if o.AuthURL == "" {
 		if o.Endpoint == "" {
 			return nil, errors.New("neutron-api: a Keystone URL (or a Neutron endpoint) is needed")
@@ -74,7 +90,8 @@ func New(ctx context.Context, o Options) (*Allocator, error) {
 		if o.HTTP != nil {
 			pc.HTTPClient = *o.HTTP
 		}
-		return &Allocator{net: &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: gophercloud.NormalizeURL(o.Endpoint) + "v2.0/", ResourceBase: gophercloud.NormalizeURL(o.Endpoint) + "v2.0/"}}, nil
+		a.net = &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: gophercloud.NormalizeURL(o.Endpoint) + "v2.0/", ResourceBase: gophercloud.NormalizeURL(o.Endpoint) + "v2.0/"}
+		return a, nil
 	}
 	pc, err := openstack.NewClient(o.AuthURL)
 	if err != nil {
@@ -97,8 +114,12 @@ func New(ctx context.Context, o Options) (*Allocator, error) {
 		sc.Endpoint = gophercloud.NormalizeURL(o.Endpoint) + "v2.0/"
 		sc.ResourceBase = sc.Endpoint
 	}
-	return &Allocator{net: sc}, nil
+	a.net = sc
+	return a, nil
 }
+
+// Mark is the tag on the VIP ports this allocator makes.
+func (a *Allocator) Mark() string { return a.mark }
 
 func callCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), callTimeout)
@@ -146,6 +167,14 @@ func (a *Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error)
 	if err != nil {
 		return lbaas.VIP{}, err
 	}
+	if p != nil {
+		// The port a retried transaction made, unless another
+		// deployment (or a flowlb from before the marks) made it.
+		if ours, _ := marks(p.Tags, a.mark); !ours {
+			return lbaas.VIP{}, lbaas.Conflict("Neutron port %s (%s, device_owner %s) exists without this flowlb deployment's mark %q (tags %v): "+
+				"another flowlb deployment on this Neutron made it, and it is not reused", p.ID, name, DeviceOwner, a.mark, p.Tags)
+		}
+	}
 	if p == nil {
 		down := false
 		opts := ports.CreateOpts{Name: name, NetworkID: networkID, AdminStateUp: &down,
@@ -158,12 +187,20 @@ func (a *Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error)
 		// other groups (Octavia makes a group lb-<id> open on the
 		// listeners' ports instead; not yet here).
 		noSecurity := false
-		create := portsecurity.PortCreateOptsExt{CreateOptsBuilder: opts, PortSecurityEnabled: &noSecurity}
+		create := tagged{portsecurity.PortCreateOptsExt{CreateOptsBuilder: opts, PortSecurityEnabled: &noSecurity}, []string{a.mark}}
 		if p, err = ports.Create(ctx, a.net, create).Extract(); err != nil {
 			return lbaas.VIP{}, neutronErr(err, "Network", networkID)
 		}
 	}
 	v, err := vipOf(p, r.SubnetID, r.Address)
+	if ours, _ := marks(p.Tags, a.mark); err == nil && !ours {
+		// Neutron takes the tags of a create but drops them unless ML2
+		// has the extension driver tag_ports_during_bulk_creation
+		// (the test bed's Neutron 21 has not): tag the port now.
+		if err = attributestags.Add(ctx, a.net, "ports", p.ID, a.mark).ExtractErr(); err != nil {
+			err = fmt.Errorf("mark VIP port %s with %s: %w", p.ID, a.mark, err)
+		}
+	}
 	if err == nil {
 		err = a.checkOverlap(tx, r.LoadBalancerID, v)
 	}
@@ -175,6 +212,27 @@ func (a *Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error)
 	}
 	v.Owned = true
 	return v, nil
+}
+
+// tagged makes the port with tags in its create, where Neutron has the
+// extension tag-ports-during-bulk-creation: a port is then never without
+// its mark, as it is between a create and a tag call otherwise.
+type tagged struct {
+	ports.CreateOptsBuilder
+	tags []string
+}
+
+func (t tagged) ToPortCreateMap() (map[string]any, error) {
+	m, err := t.CreateOptsBuilder.ToPortCreateMap()
+	if err != nil {
+		return nil, err
+	}
+	port, ok := m["port"].(map[string]any)
+	if !ok {
+		return nil, errors.New("port create body without a port")
+	}
+	port["tags"] = t.tags
+	return m, nil
 }
 
 // find returns flowlb's port called name on networkID, nil if none.
@@ -256,8 +314,13 @@ func Overlap(lb *lbaas.LoadBalancer, v lbaas.VIP) string {
 	return ""
 }
 
-// Release deletes the VIP port if flowlb made it; a port already gone
-// is released.
+// Release deletes the VIP port if this deployment made it; a port
+// already gone is released. A port of flowlb's device_owner without any
+// deployment's mark is one made before the marks, by this deployment
+// since its load balancer names it, and is deleted too; one with another
+// deployment's mark is kept (the databases of two deployments were
+// copied from one another, or the id changed): deleting it could take a
+// live VIP from the other.
 func (a *Allocator) Release(_ store.Tx, portID string) error {
 	if portID == "" {
 		return nil
@@ -272,6 +335,10 @@ func (a *Allocator) Release(_ store.Tx, portID string) error {
 		return fmt.Errorf("read VIP port %s: %w", portID, err)
 	}
 	if p.DeviceOwner != DeviceOwner {
+		return nil
+	}
+	if ours, marked := marks(p.Tags, a.mark); marked && !ours {
+		a.log.Warn("VIP port kept: it carries another flowlb deployment's mark", "port", portID, "tags", p.Tags, "mark", a.mark)
 		return nil
 	}
 	if err := ports.Delete(ctx, a.net, portID).ExtractErr(); err != nil && !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +25,32 @@ type fakeNeutron struct {
 	next    int
 	creates []map[string]any
 	deletes []string
+	lists   []string // query strings of the port lists
+	// failList makes lists of ports fail (500).
+	failList bool
+	// dropCreateTags drops the tags of a create, as Neutron does without
+	// ML2's extension driver tag_ports_during_bulk_creation; tagCalls
+	// counts the tags added to ports afterwards.
+	dropCreateTags bool
+	tagCalls       int
+}
+
+// matches says whether port p passes the filters of a port list's query.
+func matches(p map[string]any, q url.Values) bool {
+	for _, k := range []string{"name", "device_owner", "network_id"} {
+		if v, ok := q[k]; ok && p[k] != v[0] {
+			return false
+		}
+	}
+	if want := q.Get("tags"); want != "" {
+		tags, _ := p["tags"].([]any)
+		for _, w := range strings.Split(want, ",") {
+			if !slices.Contains(tags, any(w)) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 const (
@@ -48,9 +76,14 @@ func (f *fakeNeutron) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "GET" && path == "networks/"+netID:
 		reply(200, map[string]any{"network": map[string]any{"id": netID}})
 	case r.Method == "GET" && path == "ports":
+		f.lists = append(f.lists, r.URL.RawQuery)
+		if f.failList {
+			reply(500, map[string]any{"NeutronError": map[string]any{"type": "HTTPInternalServerError", "message": "down"}})
+			return
+		}
 		out := []any{}
 		for _, p := range f.ports {
-			if p["name"] == r.URL.Query().Get("name") && p["device_owner"] == r.URL.Query().Get("device_owner") {
+			if matches(p, r.URL.Query()) {
 				out = append(out, p)
 			}
 		}
@@ -79,10 +112,25 @@ func (f *fakeNeutron) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for k, v := range in.Port {
 			p[k] = v
 		}
+		if f.dropCreateTags {
+			p["tags"] = []any{}
+		}
 		p["id"] = fmt.Sprintf("port-%d", f.next)
+		p["created_at"] = "2026-11-29T10:00:00Z"
 		p["fixed_ips"] = []any{map[string]any{"subnet_id": subnetID, "ip_address": addr}}
 		f.ports[p["id"].(string)] = p
 		reply(201, map[string]any{"port": p})
+	case r.Method == "PUT" && strings.HasPrefix(path, "ports/") && strings.Contains(path, "/tags/"):
+		id, tag, _ := strings.Cut(strings.TrimPrefix(path, "ports/"), "/tags/")
+		p, ok := f.ports[id]
+		if !ok {
+			notFound()
+			return
+		}
+		tags, _ := p["tags"].([]any)
+		p["tags"] = append(tags, tag)
+		f.tagCalls++
+		w.WriteHeader(201)
 	case r.Method == "GET" && strings.HasPrefix(path, "ports/"):
 		p, ok := f.ports[strings.TrimPrefix(path, "ports/")]
 		if !ok {
@@ -109,7 +157,7 @@ func newFake(t *testing.T) (*fakeNeutron, *Allocator) {
 	f := &fakeNeutron{ports: map[string]map[string]any{}}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
-	a, err := New(context.Background(), Options{Endpoint: srv.URL})
+	a, err := New(context.Background(), Options{Endpoint: srv.URL, DeploymentID: "dep-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +201,9 @@ func TestAllocateMakesVIPPort(t *testing.T) {
 		if c[k] != w {
 			t.Errorf("port %s = %v, want %v", k, c[k], w)
 		}
+	}
+	if tags, _ := c["tags"].([]any); len(tags) != 1 || tags[0] != "flowlb-deployment=dep-a" {
+		t.Errorf("port tags %v, want the deployment's mark", c["tags"])
 	}
 	again, err := a.Allocate(fakeTx{}, req)
 	if err != nil || again != want || len(f.creates) != 1 {

@@ -124,6 +124,29 @@ func (r *Replica) Run(ctx context.Context) {
 	wg.Wait()
 }
 
+// Leads says whether this replica does the work one replica of the
+// cluster does at a time: the live replica with the least id. Replicas
+// that see different lists for a lease's length may both lead, so that
+// work must bear being done twice.
+func (r *Replica) Leads(ctx context.Context) (bool, error) {
+	rs, err := r.st.Replicas(ctx)
+	if err != nil {
+		return false, err
+	}
+	return Leader(rs) == r.o.ID, nil
+}
+
+// Leader is the id of the leading replica among rs ("" if none).
+func Leader(rs []store.Replica) string {
+	lead := ""
+	for _, x := range rs {
+		if lead == "" || x.ID < lead {
+			lead = x.ID
+		}
+	}
+	return lead
+}
+
 // Retire leaves the cluster at once (a clean stop): the replica's agents
 // and pending changes are free for the others without waiting for its
 // lease to run out.
