@@ -89,6 +89,9 @@ func (r *Responder) Close() error {
 func (r *Responder) Set(owned []netip.Addr) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed.Load() {
+		return nil
+	}
 	gained, lost := Changes(r.owned, owned)
 	var errs []error
 	for _, v := range gained {
