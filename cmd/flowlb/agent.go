@@ -53,6 +53,9 @@ type agentOptions struct {
 	// announce: VIP ranges to announce, in routing table announceTable.
 	announce      []string
 	announceTable int
+	// l2Interface: where the node answers ARP and neighbour discovery
+	// for the L2 VIPs the server gives it.
+	l2Interface string
 	// bgpConfig: the BGP speaker's configuration file (empty: the
 	// announcements go to announceTable).
 	bgpConfig string
@@ -94,6 +97,7 @@ func newAgentCmd() *cobra.Command {
 	f.DurationVar(&o.statsInterval, "stats-interval", 5*time.Second, "how often the kernel's per-service and per-backend counters are read and reported to the server (0: never, and the table counts nothing)")
 	f.StringSliceVar(&o.announce, "announce-cidrs", nil, "VIP ranges to announce: every VIP within them that this node can serve (a local-only one only with a backend on this node) gets a host route in --announce-table, for a routing daemon to export (default: none)")
 	f.IntVar(&o.announceTable, "announce-table", 200, "routing table of the announcement routes (protocol 249)")
+	f.StringVar(&o.l2Interface, "l2-interface", "", "interface on which this node answers ARP and IPv6 neighbour discovery for the external VIPs of the server's --l2-cidrs that the server gives it (one node per VIP, among those that can serve it), with a gratuitous ARP or unsolicited advertisement when it takes one (default: none)")
 	f.StringVar(&o.bgpConfig, "bgp-config", "", "YAML file of the agent's own BGP speaker (ASN, peers, next hops, ranges' communities): the VIPs of --announce-cidrs this node can serve are advertised to the peers instead of written to --announce-table (default: none)")
 	f.StringVar(&o.dataplane, "dataplane", "nftables", "data plane: nftables, or ebpf: connections that start on a local socket of --cgroup are balanced at connect() by cgroup eBPF programs (no NAT, no conntrack), and nftables stays for the rest (clients from outside, node ports, forwarded packets)")
 	f.StringVar(&o.cgroup, "cgroup", "", "with --dataplane ebpf: the cgroup v2 directory whose processes (and those below it) are served (default: the cgroup v2 root, every process of the host)")
@@ -189,6 +193,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		cfg.BGP = &c
 	}
 	cfg.EBPF = ebpfConfig(o)
+	cfg.L2Interface = o.l2Interface
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if o.removeOnDelete != "" {

@@ -28,6 +28,7 @@ import (
 	"github.com/flowlb/flowlb/internal/node/dataplane/ebpf"
 	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/node/kubehealth"
+	"github.com/flowlb/flowlb/internal/node/l2"
 	"github.com/flowlb/flowlb/internal/shared/flows"
 	"github.com/flowlb/flowlb/internal/shared/httpserve"
 )
@@ -79,6 +80,10 @@ type Config struct {
 	// AnnounceTable (none: nothing announced).
 	Announce      []netip.Prefix
 	AnnounceTable int
+	// L2Interface, if set, is the interface on which the node answers ARP
+	// and neighbour discovery for the external VIPs the server gives it
+	// (the server's L2 ranges; internal/node/l2).
+	L2Interface string
 	// BGP, if set, advertises the announced VIPs with the agent's own
 	// BGP speaker instead of writing them to AnnounceTable.
 	BGP *bgp.Config
@@ -170,9 +175,28 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if verifyEvery <= 0 {
 		verifyEvery = -1 // the agent's "never"
 	}
+	var onL2 func([]netip.Addr)
+	if cfg.L2Interface != "" {
+		r, err := l2.New(cfg.L2Interface, log)
+		if err != nil {
+			return nil, err
+		}
+		n.undo = append(n.undo, func() { _ = r.Close() })
+		go func() {
+			if err := r.Run(ctx); err != nil {
+				log.Error("L2 answers stopped", "interface", cfg.L2Interface, "err", err)
+			}
+		}()
+		onL2 = func(vips []netip.Addr) {
+			if err := r.Set(vips); err != nil {
+				log.Warn("L2 VIPs", "interface", cfg.L2Interface, "err", err)
+			}
+			log.Info("answering ARP and neighbour discovery", "interface", cfg.L2Interface, "vips", len(vips))
+		}
+	}
 	n.agent = agent.New(agent.Config{Servers: cfg.Servers, Token: cfg.Token, Identity: cfg.Identity, Node: cfg.Node, Zone: cfg.Zone,
 		MinInterval: cfg.MinSync, Metrics: reg, Stats: stats, StatsInterval: cfg.StatsInterval, NoHealth: cfg.NoHealth,
-		Verifiers: verifiers, VerifyInterval: verifyEvery, OnProgrammed: onProgrammed, Announced: n.told}, prog, log)
+		Verifiers: verifiers, VerifyInterval: verifyEvery, OnProgrammed: onProgrammed, Announced: n.told, L2: onL2}, prog, log)
 	runCtx, stop := context.WithCancel(ctx)
 	n.undo = append(n.undo, stop)
 	if err := n.followAddresses(runCtx, hc); err != nil {

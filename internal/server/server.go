@@ -66,6 +66,9 @@ type Options struct {
 	StatsMetrics string
 	ReplicaID    string
 	Network      string
+	// L2CIDRs are the external VIP ranges answered on flat networks by
+	// one node each (fanout.Options.L2Ranges).
+	L2CIDRs []string
 	// NeutronRegion and NeutronEndpoint locate the real Neutron of
 	// --network neutron-api: the network endpoint of the region in
 	// Keystone's catalog, or the endpoint given.
@@ -470,6 +473,17 @@ const (
 	agentMaxStreams = 4
 )
 
+// agentKeepalive is how the server finds agents whose node died without
+// closing its streams: a ping after 30 s of silence, given 10 s; with L2
+// ranges, whose VIPs move only once the server lets the dead node's
+// stream go, a ping after 1 s, given 500 ms.
+func agentKeepalive(l2 bool) keepalive.ServerParameters {
+	if l2 {
+		return keepalive.ServerParameters{Time: time.Second, Timeout: 500 * time.Millisecond}
+	}
+	return keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
+}
+
 // Agents ping at most this often to notice a replica that vanished
 // without closing their streams; the server allows it.
 const agentPingMin = 10 * time.Second
@@ -481,12 +495,20 @@ func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, src f
 	if err != nil {
 		return err
 	}
+	var l2 []netip.Prefix
+	for _, c := range o.L2CIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return fmt.Errorf("--l2-cidrs: %w", err)
+		}
+		l2 = append(l2, p.Masked())
+	}
 	serverTLS, err := pki.ServerTLS(ca, o.ReplicaID, servingCertTTL)
 	if err != nil {
 		return fmt.Errorf("agent stream TLS: %w", err)
 	}
 	hub, err := fanout.NewHub(ctx, s.st, src, fanout.Options{Replica: o.ReplicaID, Token: token,
-		Identities: ca, IdentityTTL: o.IdentityTTL, AckTimeout: o.AckTimeout, Registerer: reg, Log: s.log})
+		Identities: ca, IdentityTTL: o.IdentityTTL, AckTimeout: o.AckTimeout, L2Ranges: l2, Registerer: reg, Log: s.log})
 	if err != nil {
 		return err
 	}
@@ -505,7 +527,7 @@ func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, src f
 	s.grpc = grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: agentPingMin, PermitWithoutStream: true}),
 		// An agent that vanished without closing its connection is let go.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveParams(agentKeepalive(len(l2) > 0)),
 		// Agents send acks, health reports and certificate requests: small.
 		grpc.MaxRecvMsgSize(agentMaxMessage), grpc.MaxConcurrentStreams(agentMaxStreams))
 	hub.Register(s.grpc)

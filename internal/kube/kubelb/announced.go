@@ -91,7 +91,7 @@ func IngressGate(a Announced, ingress []string, waited, limit time.Duration) Gat
 		inRanges = inRanges || a.InRanges[v]
 	}
 	switch {
-	case a.Unseen == 0 && a.Announcing == 0:
+	case a.Unseen == 0 && !inRanges && a.Announcing == 0:
 		return Gate{Publish: true, Why: "no node announces external addresses"}
 	case a.Unseen == 0 && !inRanges:
 		return Gate{Publish: true, Why: "outside every node's announced ranges"}

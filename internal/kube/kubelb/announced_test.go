@@ -25,6 +25,7 @@ func TestIngressGate(t *testing.T) {
 		{"no node announces anything", Announced{Nodes: map[netip.Addr][]string{v4: {}}}, 0, true, false},
 		{"outside every node's ranges", Announced{Nodes: map[netip.Addr][]string{v4: {}}, Announcing: 3}, 0, true, false},
 		{"within the ranges, not announced yet", Announced{Nodes: map[netip.Addr][]string{v4: {}}, InRanges: map[netip.Addr]bool{v4: true}, Announcing: 3}, 0, false, false},
+		{"within the L2 ranges (no node announces by BGP), no owner yet: held", Announced{Nodes: map[netip.Addr][]string{v4: {}}, InRanges: map[netip.Addr]bool{v4: true}}, 0, false, false},
 		{"within the ranges, never announced: still held", Announced{Nodes: map[netip.Addr][]string{v4: {}}, InRanges: map[netip.Addr]bool{v4: true}, Announcing: 3}, time.Hour, false, false},
 		{"other replicas' nodes unseen: wait", Announced{Nodes: map[netip.Addr][]string{v4: {}}, InRanges: map[netip.Addr]bool{v4: true}, Announcing: 1, Unseen: 2}, limit - time.Second, false, false},
 		{"other replicas' nodes unseen, outside this replica's ranges: wait", Announced{Nodes: map[netip.Addr][]string{v4: {}}, Unseen: 2}, 0, false, false},

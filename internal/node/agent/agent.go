@@ -93,7 +93,18 @@ type Config struct {
 	// changes.
 	Announced        func() *agentv1.AnnounceStatus
 	AnnounceInterval time.Duration
+	// L2, if set, is given the external VIPs the server says this node
+	// answers ARP and neighbour discovery for, whenever that changes, and
+	// none once the node has been without a session for L2Lease (0:
+	// DefaultL2Lease), since the server may have given them to another
+	// node meanwhile.
+	L2      func(vips []netip.Addr)
+	L2Lease time.Duration
 }
+
+// DefaultL2Lease is how long a node keeps answering for its L2 VIPs
+// without a session to a server.
+const DefaultL2Lease = 2 * time.Second
 
 // DefaultAnnounceInterval is how often an agent looks whether what its
 // node announces changed (a BGP session's state changes on its own).
@@ -126,6 +137,10 @@ type Agent struct {
 
 	m        *metrics
 	lastSync time.Time // the last update taken (MinInterval)
+
+	// l2Gen counts the L2 lists taken: a lease that ends with no new list
+	// since the session was lost takes the VIPs away.
+	l2Gen atomic.Int64
 
 	// Health: the probes this agent runs and where their transitions go.
 	health      *health.Runner
@@ -276,6 +291,29 @@ func (a *Agent) desire(ctx context.Context, u flows.Update) {
 	if u.ProbesSet && a.health != nil {
 		a.health.Set(context.WithoutCancel(ctx), checks(u.Probes))
 	}
+	if u.L2Set && a.cfg.L2 != nil {
+		a.l2Gen.Add(1)
+		a.cfg.L2(u.L2VIPs)
+	}
+}
+
+// l2Lease starts the lease of the L2 VIPs when a session ends: unless a
+// new session gives a list within it, the node stops answering for them.
+func (a *Agent) l2Lease() {
+	if a.cfg.L2 == nil {
+		return
+	}
+	lease := a.cfg.L2Lease
+	if lease <= 0 {
+		lease = DefaultL2Lease
+	}
+	gen := a.l2Gen.Load()
+	time.AfterFunc(lease, func() {
+		if a.l2Gen.CompareAndSwap(gen, gen+1) {
+			a.log.Warn("no server for the L2 lease: no longer answering for the L2 VIPs", "lease", lease)
+			a.cfg.L2(nil)
+		}
+	})
 }
 
 // SetNodeAddresses sets the node's addresses that serve node ports (the

@@ -23,10 +23,13 @@ func merge(batch []flows.Update) flows.Update {
 	last := batch[len(batch)-1]
 	out := f.update()
 	out.Epoch, out.Revision = last.Epoch, last.Revision
-	// Probe lists are whole: the last one wins, snapshot or not.
+	// Probe and L2 lists are whole: the last one wins, snapshot or not.
 	for _, u := range batch {
 		if u.ProbesSet {
 			out.ProbesSet, out.Probes = true, u.Probes
+		}
+		if u.L2Set {
+			out.L2Set, out.L2VIPs = true, u.L2VIPs
 		}
 	}
 	return out

@@ -182,6 +182,7 @@ func (a *Agent) attach(stream agentv1.Agent_SubscribeClient, addr string) {
 
 // detach ends the live session.
 func (a *Agent) detach() {
+	a.l2Lease()
 	a.m.connected.Set(0)
 	a.m.server.Reset()
 	a.sendMu.Lock()

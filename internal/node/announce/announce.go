@@ -27,16 +27,6 @@ import (
 // ("proto 249" in `ip route`), so that they are told from any other.
 const Protocol = 249
 
-// Servable reports whether the node named node can serve s's traffic
-// from outside: a local-only service when one of its backends runs on
-// the node, any other when it has a backend at all.
-func Servable(s flows.Service, node string) bool {
-	if !s.LocalOnly {
-		return len(s.Backends) > 0
-	}
-	return slices.ContainsFunc(s.Backends, func(b flows.Backend) bool { return b.Node != "" && b.Node == node })
-}
-
 // Routes is where announcements go: a routing table of the node.
 type Routes interface {
 	// List returns the VIPs announced now.
@@ -141,7 +131,7 @@ func (a *Announcer) Sync(ctx context.Context, t flows.Table) error {
 	defer a.mu.Unlock()
 	a.servable, a.count = map[flows.Key]bool{}, map[netip.Addr]int{}
 	for k, s := range t.Services {
-		a.set(k, Servable(s, a.node))
+		a.set(k, s.Servable(a.node))
 	}
 	a.reconcile()
 	if st, ok := a.routes.(Starter); ok {
@@ -161,7 +151,7 @@ func (a *Announcer) Apply(ctx context.Context, upserts []flows.Service, deletes 
 		a.set(k, false)
 	}
 	for _, s := range upserts {
-		a.set(s.Key, Servable(s, a.node))
+		a.set(s.Key, s.Servable(a.node))
 	}
 	a.reconcile()
 	return nil

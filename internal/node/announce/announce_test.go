@@ -74,26 +74,6 @@ func addrs(ss ...string) []netip.Addr {
 	return out
 }
 
-// TestServable: who may attract a service's outside traffic.
-func TestServable(t *testing.T) {
-	cases := []struct {
-		name string
-		svc  flows.Service
-		want bool
-	}{
-		{"cluster policy with backends anywhere", service("198.19.128.1", 80, false, "n2"), true},
-		{"cluster policy without backends", service("198.19.128.1", 80, false), false},
-		{"local-only with a backend here", service("198.19.128.1", 80, true, "n2", "n1"), true},
-		{"local-only with backends elsewhere only", service("198.19.128.1", 80, true, "n2", "n3"), false},
-		{"local-only with a backend of unknown node", service("198.19.128.1", 80, true, ""), false},
-	}
-	for _, tc := range cases {
-		if got := Servable(tc.svc, "n1"); got != tc.want {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
 // TestAnnouncer: node n1 announces the VIPs within the ranges that it can
 // serve, follows every change in O(changes), adopts what a previous run
 // left, and retries a refused route at the next change.

@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -49,6 +50,10 @@ type Options struct {
 	// Poll is how often the log and the agents are read when no
 	// notification comes (default 500 ms).
 	Poll time.Duration
+	// L2Ranges are the external VIP ranges answered on flat networks: each
+	// VIP within them is given to one node that can serve it, which
+	// answers ARP and neighbour discovery for it (l2.go). None: no L2.
+	L2Ranges []netip.Prefix
 	// Registerer receives the hub's metrics (nil: none).
 	Registerer prometheus.Registerer
 	Log        *slog.Logger
@@ -91,6 +96,7 @@ type Hub struct {
 	streams  *streams
 	acks     *acks
 	probes   *probes
+	l2       *l2 // nil: no L2 ranges
 	verdicts *verdicts
 	stats    *statsReports
 	journal  *journal
@@ -118,6 +124,9 @@ func NewHub(ctx context.Context, st store.Store, src TreeSource, o Options) (*Hu
 		verdicts: newVerdicts(healthQueue), stats: newStatsReports(statsQueue), journal: &journal{}, taken: &takenTimes{}, written: newWritten()}
 	h.served = newServed(epoch, h.streams)
 	h.probes = newProbes(h.acks.nodes, h.streams.sendProbes)
+	if len(o.L2Ranges) > 0 {
+		h.l2 = newL2(o.L2Ranges, h.acks.nodes, h.streams.sendL2)
+	}
 	h.m = newMetrics(h, o.Registerer)
 	h.acks.settled = func(w *waiter, now time.Time) {
 		h.m.realized.Observe(now.Sub(w.start).Seconds())
@@ -171,6 +180,9 @@ func (h *Hub) load(ctx context.Context) error {
 		h.reportContested(r)
 	}
 	h.probes.set(probed)
+	if h.l2 != nil {
+		h.l2.load(h.served.servicesByLB())
+	}
 	h.acks.tableAt(head, nil)
 	return nil
 }
@@ -206,6 +218,15 @@ func (h *Hub) ClusterAgents() map[string]int64 { return h.acks.revisions() }
 
 // Table returns the flow table the hub serves, at its revision.
 func (h *Hub) Table() flows.Table { return h.served.table() }
+
+// L2Owners returns, for each external VIP within the L2 ranges, the node
+// answering for it (none without L2 ranges).
+func (h *Hub) L2Owners() map[netip.Addr]string {
+	if h.l2 == nil {
+		return nil
+	}
+	return h.l2.owners()
+}
 
 // Probers returns, for each member probed, the node probing it.
 func (h *Hub) Probers() map[string]string { return h.probes.owners() }
@@ -254,6 +275,9 @@ func (h *Hub) readAgents(ctx context.Context) {
 			h.journal.noteCluster(all, h.o.Replica, h.acks.streaming(), time.Now())
 			if h.acks.readDone(ticket, all) {
 				h.probes.reassign("")
+				if h.l2 != nil {
+					h.l2.reassign("")
+				}
 			}
 		}
 		select {

@@ -79,6 +79,9 @@ type applied struct {
 	changed []string
 	// reports are what each replacement did to contested keys.
 	reports []replaced
+	// services are the changed load balancers' services as they end up
+	// (the table's: read only).
+	services map[string][]flows.Service
 }
 
 // apply takes a step of the tail, the entries es and the load balancers'
@@ -114,8 +117,10 @@ func (s *served) apply(es []store.LogEntry, cs []change) (applied, bool) {
 		}
 	}
 	u := &agentv1.Update{Revision: last.Revision, Epoch: s.epoch}
+	a.services = make(map[string][]flows.Service, len(a.changed))
 	for _, id := range a.changed {
 		u.Loadbalancers = append(u.Loadbalancers, flowpb.LoadBalancerServicesToProto(id, s.services.byLB[id]))
+		a.services[id] = s.services.byLB[id]
 	}
 	for _, e := range es {
 		s.ring.add(e)
@@ -191,6 +196,14 @@ func (s *served) addressesOf(lbID string) []netip.Addr {
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out)
+}
+
+// servicesByLB are every load balancer's services (the table's: read
+// only).
+func (s *served) servicesByLB() map[string][]flows.Service {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return maps.Clone(s.services.byLB)
 }
 
 // revisionOf is the revision of a recent entry the table took.

@@ -58,6 +58,9 @@ func (h *Hub) attach(hello *agentv1.Hello) *agent {
 	// The newcomer takes over the members of its node (and its share of
 	// the rest); it always gets its list, empty or not.
 	h.probes.reassign(a.node)
+	if h.l2 != nil {
+		h.l2.reassign(a.node)
+	}
 	h.m.agents.Set(float64(h.streams.count()))
 	h.log.Info("agent connected", "node", a.node, "last_revision", hello.GetLastRevision(), "revision", h.served.revision())
 	return a
@@ -71,6 +74,9 @@ func (h *Hub) detach(a *agent) {
 		h.journal.forgetKernel(a.node)
 	}
 	h.probes.reassign("")
+	if h.l2 != nil {
+		h.l2.reassign("")
+	}
 	h.m.agents.Set(float64(left))
 	h.log.Info("agent disconnected", "node", a.node)
 }

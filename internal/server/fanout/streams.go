@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -103,6 +104,25 @@ func (s *streams) sendProbes(nodes map[string]bool, lists map[string][]*agentv1.
 	for a := range s.agents {
 		if nodes[a.node] {
 			queue(a, &agentv1.Update{Revision: a.sent, Epoch: s.epoch, ProbesSet: true, Probes: lists[a.node]})
+		}
+	}
+}
+
+// sendL2 queues for the agents of each node in nodes its list of L2 VIPs
+// from lists (none: an empty list), at the revision its queue holds.
+func (s *streams) sendL2(nodes map[string]bool, lists map[string][]netip.Addr) {
+	if len(nodes) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for a := range s.agents {
+		if nodes[a.node] {
+			u := &agentv1.Update{Revision: a.sent, Epoch: s.epoch, L2Set: true}
+			for _, v := range lists[a.node] {
+				u.L2Vips = append(u.L2Vips, v.AsSlice())
+			}
+			queue(a, u)
 		}
 	}
 }

@@ -118,6 +118,9 @@ func (h *Hub) applyEntries(ctx context.Context, es []store.LogEntry) error {
 		h.reportContested(r)
 	}
 	h.probes.set(probed)
+	if h.l2 != nil {
+		h.l2.set(a.services)
+	}
 	h.journal.applied(es, now)
 	h.acks.tableAt(last.Revision, es)
 	return nil

@@ -1,6 +1,8 @@
 package flowpb
 
 import (
+	"net/netip"
+
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/shared/flows"
 )
@@ -28,6 +30,12 @@ func UpdateFromProto(p *agentv1.Update) flows.Update {
 	for _, pr := range p.GetProbes() {
 		u.Probes = append(u.Probes, ProbeFromProto(pr))
 	}
+	u.L2Set = p.GetL2Set()
+	for _, b := range p.GetL2Vips() {
+		if v, ok := netip.AddrFromSlice(b); ok {
+			u.L2VIPs = append(u.L2VIPs, v.Unmap())
+		}
+	}
 	return u
 }
 
@@ -46,6 +54,10 @@ func UpdateToProto(u flows.Update) *agentv1.Update {
 	}
 	for _, pr := range u.Probes {
 		p.Probes = append(p.Probes, ProbeToProto(pr))
+	}
+	p.L2Set = u.L2Set
+	for _, v := range u.L2VIPs {
+		p.L2Vips = append(p.L2Vips, v.AsSlice())
 	}
 	return p
 }

@@ -22,7 +22,8 @@ func fullUpdate() flows.Update {
 		LoadBalancers: []flows.LoadBalancerServices{{ID: "lb", Services: []flows.Service{s, other}}, {ID: "lb-c", Services: []flows.Service{}}},
 		Deletes:       []flows.Key{{VIP: netip.MustParseAddr("198.19.0.12"), Protocol: flows.TCP, Port: 80}},
 		Upserts:       []flows.Service{upsert},
-		ProbesSet:     true, Probes: []flows.Probe{p}}
+		ProbesSet:     true, Probes: []flows.Probe{p},
+		L2Set: true, L2VIPs: []netip.Addr{netip.MustParseAddr("198.19.250.10"), netip.MustParseAddr("2001:2:0:c000::a")}}
 }
 
 // TestUpdateRoundTrip: an update survives the wire whole.

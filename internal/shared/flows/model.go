@@ -209,3 +209,14 @@ type Table struct {
 	Revision int64
 	Services map[Key]Service
 }
+
+// Servable reports whether the node named node can serve s's traffic
+// from outside, and so may attract it (announce it, answer ARP for it):
+// a local-only service when one of its backends runs on the node, any
+// other when it has a backend at all.
+func (s Service) Servable(node string) bool {
+	if !s.LocalOnly {
+		return len(s.Backends) > 0
+	}
+	return slices.ContainsFunc(s.Backends, func(b Backend) bool { return b.Node != "" && b.Node == node })
+}

@@ -113,3 +113,29 @@ func TestKeyNodePort(t *testing.T) {
 		}
 	}
 }
+
+// TestServable: who may attract a service's outside traffic.
+func TestServable(t *testing.T) {
+	svc := func(local bool, nodes ...string) Service {
+		s := Service{Key: Key{VIP: netip.MustParseAddr("198.19.128.1"), Protocol: TCP, Port: 80}, LocalOnly: local}
+		for i, n := range nodes {
+			s.Backends = append(s.Backends, Backend{Address: netip.AddrFrom4([4]byte{198, 18, 17, byte(i + 2)}), Port: 8080, Weight: 1, Node: n})
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		svc  Service
+		want bool
+	}{
+		{"cluster policy with backends anywhere", svc(false, "n2"), true},
+		{"cluster policy without backends", svc(false), false},
+		{"local-only with a backend here", svc(true, "n2", "n1"), true},
+		{"local-only with backends elsewhere only", svc(true, "n2", "n3"), false},
+		{"local-only with a backend of unknown node", svc(true, ""), false},
+	} {
+		if got := tc.svc.Servable("n1"); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -1,5 +1,7 @@
 package flows
 
+import "net/netip"
+
 // Update is one message of the agent stream in flow terms: the whole
 // table (Snapshot) or a change of it, at a revision of the server's
 // change log (internal/shared/flowpb translates it from the protocol, once, at
@@ -28,6 +30,12 @@ type Update struct {
 	// the list stays as it was.
 	ProbesSet bool
 	Probes    []Probe
+
+	// L2Set says L2VIPs replace the external VIPs the node answers ARP
+	// and neighbour discovery for (the server gives each to one node);
+	// without it they stay as they were.
+	L2Set  bool
+	L2VIPs []netip.Addr
 }
 
 // LoadBalancerServices are every service of one load balancer (none: it

@@ -1022,6 +1022,11 @@ type Update struct {
 	// upserts. A delta so described does not depend on which server's view
 	// the agent's table came from.
 	Loadbalancers []*LoadBalancerServices `protobuf:"bytes,8,rep,name=loadbalancers,proto3" json:"loadbalancers,omitempty"`
+	// When l2_set, l2_vips replaces the external VIPs this node answers ARP
+	// and neighbour discovery for (L2 announcements): the server gives
+	// each such VIP to one node that can serve it.
+	L2Set         bool     `protobuf:"varint,9,opt,name=l2_set,json=l2Set,proto3" json:"l2_set,omitempty"`
+	L2Vips        [][]byte `protobuf:"bytes,10,rep,name=l2_vips,json=l2Vips,proto3" json:"l2_vips,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1108,6 +1113,20 @@ func (x *Update) GetProbes() []*Probe {
 func (x *Update) GetLoadbalancers() []*LoadBalancerServices {
 	if x != nil {
 		return x.Loadbalancers
+	}
+	return nil
+}
+
+func (x *Update) GetL2Set() bool {
+	if x != nil {
+		return x.L2Set
+	}
+	return false
+}
+
+func (x *Update) GetL2Vips() [][]byte {
+	if x != nil {
+		return x.L2Vips
 	}
 	return nil
 }
@@ -1720,7 +1739,7 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\rlast_revision\x18\x02 \x01(\x03R\flastRevision\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\tR\x05epoch\"!\n" +
 	"\x03Ack\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"\xdd\x02\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"\x8d\x03\n" +
 	"\x06Update\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\tR\x05epoch\x12\x1a\n" +
@@ -1730,7 +1749,10 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"probes_set\x18\x06 \x01(\bR\tprobesSet\x12.\n" +
 	"\x06probes\x18\a \x03(\v2\x16.flowlb.agent.v1.ProbeR\x06probes\x12K\n" +
-	"\rloadbalancers\x18\b \x03(\v2%.flowlb.agent.v1.LoadBalancerServicesR\rloadbalancers\"u\n" +
+	"\rloadbalancers\x18\b \x03(\v2%.flowlb.agent.v1.LoadBalancerServicesR\rloadbalancers\x12\x15\n" +
+	"\x06l2_set\x18\t \x01(\bR\x05l2Set\x12\x17\n" +
+	"\al2_vips\x18\n" +
+	" \x03(\fR\x06l2Vips\"u\n" +
 	"\x14LoadBalancerServices\x12'\n" +
 	"\x0floadbalancer_id\x18\x01 \x01(\tR\x0eloadbalancerId\x124\n" +
 	"\bservices\x18\x02 \x03(\v2\x18.flowlb.agent.v1.ServiceR\bservices\"\xb9\x03\n" +

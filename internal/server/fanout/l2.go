@@ -1,0 +1,177 @@
+package fanout
+
+import (
+	"hash/fnv"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/flowlb/flowlb/internal/shared/flows"
+)
+
+// l2 gives every external VIP within the L2 ranges to one node that can
+// serve it (flows.Service.Servable), among the cluster's agents, and
+// sends each agent of this replica the VIPs it answers ARP and neighbour
+// discovery for when they change. Every replica computes the same owners
+// from the same table and the same agents (the store's), so a VIP has one
+// owner across the cluster once the replicas have read the same; an owner
+// leaving moves only its own VIPs (rendezvous hashing). Its lock comes
+// after the table's and before the acks' and the streams'.
+type l2 struct {
+	mu     sync.Mutex
+	ranges []netip.Prefix
+	// byLB are the services of each load balancer within the ranges;
+	// byVIP the same by VIP; owner each VIP's node ("" or absent: none).
+	byLB  map[string][]flows.Service
+	byVIP map[netip.Addr][]flows.Service
+	owner map[netip.Addr]string
+	nodes func() []string
+	send  func(nodes map[string]bool, lists map[string][]netip.Addr)
+}
+
+func newL2(ranges []netip.Prefix, nodes func() []string, send func(map[string]bool, map[string][]netip.Addr)) *l2 {
+	return &l2{ranges: ranges, byLB: map[string][]flows.Service{}, byVIP: map[netip.Addr][]flows.Service{},
+		owner: map[netip.Addr]string{}, nodes: nodes, send: send}
+}
+
+// within reports whether v is an L2 VIP.
+func (l *l2) within(v netip.Addr) bool {
+	return slices.ContainsFunc(l.ranges, func(p netip.Prefix) bool { return p.Contains(v) })
+}
+
+// set replaces load balancers' services (none: gone) and sends the lists
+// that changed.
+func (l *l2) set(byLB map[string][]flows.Service) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	touchedVIPs := map[netip.Addr]bool{}
+	for id, ss := range byLB {
+		for _, s := range l.byLB[id] {
+			touchedVIPs[s.Key.VIP] = true
+		}
+		var mine []flows.Service
+		for _, s := range ss {
+			if l.within(s.Key.VIP) {
+				mine = append(mine, s)
+				touchedVIPs[s.Key.VIP] = true
+			}
+		}
+		if len(mine) == 0 {
+			delete(l.byLB, id)
+		} else {
+			l.byLB[id] = mine
+		}
+	}
+	for v := range touchedVIPs {
+		l.byVIP[v] = nil
+	}
+	for _, ss := range l.byLB {
+		for _, s := range ss {
+			if touchedVIPs[s.Key.VIP] {
+				l.byVIP[s.Key.VIP] = append(l.byVIP[s.Key.VIP], s)
+			}
+		}
+	}
+	nodes := l.nodes()
+	touched := map[string]bool{}
+	for v := range touchedVIPs {
+		if len(l.byVIP[v]) == 0 {
+			delete(l.byVIP, v)
+		}
+		l.assign(v, nodes, touched)
+	}
+	l.sendLists(touched)
+}
+
+// load replaces the whole table's services (a snapshot of the table).
+func (l *l2) load(byLB map[string][]flows.Service) {
+	all := maps.Clone(byLB)
+	l.mu.Lock()
+	for id := range l.byLB {
+		if _, ok := all[id]; !ok {
+			all[id] = nil
+		}
+	}
+	l.mu.Unlock()
+	l.set(all)
+}
+
+// reassign recomputes every owner after the set of agents changed and
+// sends the lists that changed, and node's whatever it is (a newcomer
+// always gets its list; "": none).
+func (l *l2) reassign(node string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	nodes := l.nodes()
+	touched := map[string]bool{}
+	for v := range l.byVIP {
+		l.assign(v, nodes, touched)
+	}
+	if node != "" {
+		touched[node] = true
+	}
+	l.sendLists(touched)
+}
+
+// assign recomputes v's owner among nodes, adding the nodes whose list
+// changed to touched. Called with l.mu held.
+func (l *l2) assign(v netip.Addr, nodes []string, touched map[string]bool) {
+	own := l2Owner(v, l.byVIP[v], nodes)
+	if prev := l.owner[v]; prev != own {
+		touched[prev] = true
+		touched[own] = true
+	}
+	if own == "" {
+		delete(l.owner, v)
+	} else {
+		l.owner[v] = own
+	}
+}
+
+// sendLists sends their whole lists to the agents of the touched nodes.
+// Called with l.mu held.
+func (l *l2) sendLists(touched map[string]bool) {
+	delete(touched, "")
+	if len(touched) == 0 {
+		return
+	}
+	lists := map[string][]netip.Addr{}
+	for v, own := range l.owner {
+		if touched[own] {
+			lists[own] = append(lists[own], v)
+		}
+	}
+	for _, vs := range lists {
+		slices.SortFunc(vs, netip.Addr.Compare)
+	}
+	l.send(touched, lists)
+}
+
+// owners returns each L2 VIP's node.
+func (l *l2) owners() map[netip.Addr]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.owner)
+}
+
+// l2Owner picks the node that answers for v: among nodes, those that can
+// serve one of v's services, the highest rendezvous hash of VIP and node
+// ("": none can).
+func l2Owner(v netip.Addr, services []flows.Service, nodes []string) string {
+	best, bestScore := "", uint64(0)
+	for _, n := range nodes {
+		if !slices.ContainsFunc(services, func(s flows.Service) bool { return s.Servable(n) }) {
+			continue
+		}
+		h := fnv.New64a()
+		b, _ := v.MarshalBinary()
+		h.Write(b)
+		h.Write([]byte{0})
+		h.Write([]byte(n))
+		if s := mix64(h.Sum64()); best == "" || s > bestScore {
+			best, bestScore = n, s
+		}
+	}
+	return best
+}
