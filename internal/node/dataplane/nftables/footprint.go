@@ -25,6 +25,10 @@ type elem struct {
 	keyEnd []byte // interval sets: inclusive end
 	val    []byte // maps: data
 	jump   string // verdict maps: the chain jumped to
+	// lazy: an element of a set the packet path fills (lazySets), made
+	// by a packet, not the agent: never written, destroyed (if made)
+	// when the footprint loses it.
+	lazy bool
 }
 
 func (e elem) id() string { return e.set + "\x00" + string(e.key) + "\x00" + string(e.keyEnd) }
@@ -81,9 +85,7 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 	k := s.Key
 	kb := key(k)
 	fam := familyOf(k.VIP)
-	for _, set := range statsSets {
-		f.add(elem{set: set, key: kb})
-	}
+	f.addCounters(kb, nil)
 	for _, p := range s.AllowedCIDRs {
 		if familyOf(p.Addr()) == fam {
 			start, end := aclRange(k, p.Masked())
@@ -155,13 +157,8 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 			f.add(elem{set: keepClientSet, key: append(append([]byte{}, kb...), backendVal(bk)...)})
 		}
 	}
-	// Every backend a slot names has its counters (stats.go).
-	for b := range members {
-		mk := append(append([]byte{}, kb...), backendVal(b)...)
-		for _, set := range memberSets {
-			f.add(elem{set: set, key: mk})
-		}
-	}
+	// Every backend a slot names may have counters (stats.go).
+	f.addCounters(kb, members)
 	if s.Persistence != nil && s.Persistence.Timeout >= time.Second {
 		f.add(elem{set: persistMap, key: kb, jump: persistChain(s.Persistence.Timeout)})
 		for b := range members {
@@ -172,6 +169,22 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 		f.add(elem{set: limitsMap, key: kb, jump: limitChain(s.ConnectionLimit)})
 	}
 	return f
+}
+
+// addCounters adds the counter elements the packet path may make for the
+// service of key kb and its backends: its own in the stats sets, and each
+// backend's in the member sets and bound.
+func (f footprint) addCounters(kb []byte, backends map[backend]bool) {
+	for _, set := range statsSets {
+		f.add(elem{set: set, key: kb, lazy: true})
+	}
+	for b := range backends {
+		mk := append(append([]byte{}, kb...), backendVal(b)...)
+		for _, set := range memberSets {
+			f.add(elem{set: set, key: mk, lazy: true})
+		}
+		f.add(elem{set: boundSet, key: mk, lazy: true})
+	}
 }
 
 // algorithm maps an unknown algorithm to the default, as the compiler does.
