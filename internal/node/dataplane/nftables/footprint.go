@@ -81,11 +81,20 @@ func programmable(f *family, s flows.Service) bool {
 
 // footprintOf computes the footprint of s on the node named node, in zone.
 func footprintOf(s flows.Service, node, zone string) footprint {
+	return footprintWith(s, node, zone, true)
+}
+
+// footprintWith is footprintOf, without the lazy elements unless lazy:
+// a service programmed anew has none to keep or destroy, and a full load
+// need not make 44 of them a service to skip them.
+func footprintWith(s flows.Service, node, zone string, lazy bool) footprint {
 	f := footprint{}
 	k := s.Key
 	kb := key(k)
 	fam := familyOf(k.VIP)
-	f.addCounters(kb, nil)
+	if lazy {
+		f.addCounters(kb, nil)
+	}
 	for _, p := range s.AllowedCIDRs {
 		if familyOf(p.Addr()) == fam {
 			start, end := aclRange(k, p.Masked())
@@ -158,7 +167,9 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 		}
 	}
 	// Every backend a slot names may have counters (stats.go).
-	f.addCounters(kb, members)
+	if lazy {
+		f.addCounters(kb, members)
+	}
 	if s.Persistence != nil && s.Persistence.Timeout >= time.Second {
 		f.add(elem{set: persistMap, key: kb, jump: persistChain(s.Persistence.Timeout)})
 		for b := range members {

@@ -218,10 +218,15 @@ func changedServices(f *family, upserts []flows.Service, deletes []flows.Key) ma
 // lost is destroyed rather than deleted.
 func (st *state) diffService(k flows.Key, nw *entry, p *tablePlan, adds, dels, destroys map[string][]nftables.SetElement) {
 	var oldFP, newFP footprint
-	if old, had := st.programmed[k]; had {
+	old, had := st.programmed[k]
+	if had {
 		oldFP = st.footprint(old)
 	}
-	if nw != nil {
+	switch {
+	case nw != nil && !had && nw.fp == nil && nw.src != nil:
+		// Nothing to destroy: the lazy elements are left out.
+		newFP = footprintWith(*nw.src, st.node, st.zone, false)
+	case nw != nil:
 		newFP = st.footprint(*nw)
 	}
 	for id, o := range oldFP {
