@@ -65,7 +65,7 @@ func sameLayout(t *nftables.Table, sets []*nftables.Set) bool {
 		got := byName[want.Name]
 		// The library does not decode a verdict map's key type.
 		sameKey := got != nil && (got.KeyType.Bytes == want.KeyType.Bytes || want.DataType == nftables.TypeVerdict)
-		if !sameKey || got.IsMap != want.IsMap || got.Interval != want.Interval {
+		if !sameKey || got.IsMap != want.IsMap || got.Interval != want.Interval || got.Dynamic != want.Dynamic {
 			return false
 		}
 	}
@@ -126,11 +126,16 @@ func hasSet(sets []*nftables.Set, name string) bool {
 }
 
 // readFootprints reads every service's elements back; false when one is
-// not of this layout.
+// not of this layout. The sets the packet path fills (lazySets) are not
+// read: a service's elements in them are the ones its key and the
+// backends its slots name may have (addCounters), made yet or not.
 func (d *plane) readFootprints(t *nftables.Table) (map[flows.Key]entry, bool, error) {
 	specs := setsByName(setSpecs(t))
 	programmed := map[flows.Key]entry{}
 	for _, name := range serviceSets {
+		if isLazySet(name) {
+			continue
+		}
 		// Read with the declared types: the library does not decode a
 		// verdict map's data type, and so its verdicts, from the kernel.
 		els, err := d.conn.GetSetElements(specs[name])
@@ -149,6 +154,16 @@ func (d *plane) readFootprints(t *nftables.Table) (map[flows.Key]entry, bool, er
 			en.fp.add(e)
 			programmed[k] = en
 		}
+	}
+	for k, en := range programmed {
+		backends := map[backend]bool{}
+		for _, e := range en.fp {
+			if e.set == slotsMap {
+				be := d.fam.parseBackend(e.val)
+				backends[backend{be.addr, be.port}] = true
+			}
+		}
+		en.fp.addCounters(key(k), backends)
 	}
 	return programmed, true, nil
 }

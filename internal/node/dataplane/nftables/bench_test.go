@@ -45,8 +45,8 @@ func services(n int) flows.Table {
 //
 // FLOWLB_BENCH_UNCOUNTED=1 programs the tables without the statistics
 // rules (WithoutCounters, the agent's --stats-interval 0), to tell what
-// counting costs; the counter sets and their elements are there either
-// way.
+// counting costs; the counter sets are there either way, and a load
+// writes none of their elements (traffic makes them).
 func BenchmarkProgram(b *testing.B) {
 	var opts []Option
 	if os.Getenv("FLOWLB_BENCH_UNCOUNTED") == "1" {

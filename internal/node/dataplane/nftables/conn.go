@@ -13,6 +13,8 @@ type Conn interface {
 	DelSet(s *nftables.Set)
 	SetAddElements(s *nftables.Set, elements []nftables.SetElement) error
 	SetDeleteElements(s *nftables.Set, elements []nftables.SetElement) error
+	// SetDestroyElements deletes those of the elements that are there.
+	SetDestroyElements(s *nftables.Set, elements []nftables.SetElement) error
 	FlushSet(s *nftables.Set)
 	AddChain(c *nftables.Chain) *nftables.Chain
 	DelChain(c *nftables.Chain)

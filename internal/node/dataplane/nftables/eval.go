@@ -362,6 +362,9 @@ func (r *run) dynset(e *expr.Dynset) (bool, result, error) {
 		r.persistence = e.Timeout
 	}
 	for _, x := range e.Exprs {
+		if _, ok := x.(*expr.Counter); ok {
+			continue // a counter counts; it always matches
+		}
 		c, ok := x.(*expr.Connlimit)
 		if !ok {
 			return false, result{}, fmt.Errorf("cannot evaluate %T in a set update", x)

@@ -48,6 +48,18 @@ func lookup(s *nftables.Set, reg uint32) []expr.Any {
 	return one(&expr.Lookup{SourceRegister: reg, SetName: s.Name, SetID: s.ID})
 }
 
+// count counts the packet in the counter set s under the key at reg,
+// making the key's element if it has none: update @s { key }. The
+// element's counter is the set's (the kernel gives a set update without
+// expressions of its own the set's, and dumps it without them).
+func count(s *nftables.Set, reg uint32) []expr.Any {
+	return one(&expr.Dynset{SrcRegKey: reg, SetName: s.Name, SetID: s.ID, Operation: unix.NFT_DYNSET_OP_UPDATE})
+}
+
+// mark adds the key at reg to the dynamic set s, which has no counters:
+// update @s { key }.
+func mark(s *nftables.Set, reg uint32) []expr.Any { return count(s, reg) }
+
 // vmap jumps to the chain a verdict map names for the service key at
 // regDaddr.
 func vmap(s *nftables.Set) []expr.Any {

@@ -25,6 +25,10 @@ type elem struct {
 	keyEnd []byte // interval sets: inclusive end
 	val    []byte // maps: data
 	jump   string // verdict maps: the chain jumped to
+	// lazy: an element of a set the packet path fills (lazySets), made
+	// by a packet, not the agent: never written, destroyed (if made)
+	// when the footprint loses it.
+	lazy bool
 }
 
 func (e elem) id() string { return e.set + "\x00" + string(e.key) + "\x00" + string(e.keyEnd) }
@@ -77,12 +81,19 @@ func programmable(f *family, s flows.Service) bool {
 
 // footprintOf computes the footprint of s on the node named node, in zone.
 func footprintOf(s flows.Service, node, zone string) footprint {
+	return footprintWith(s, node, zone, true)
+}
+
+// footprintWith is footprintOf, without the lazy elements unless lazy:
+// a service programmed anew has none to keep or destroy, and a full load
+// need not make 44 of them a service to skip them.
+func footprintWith(s flows.Service, node, zone string, lazy bool) footprint {
 	f := footprint{}
 	k := s.Key
 	kb := key(k)
 	fam := familyOf(k.VIP)
-	for _, set := range statsSets {
-		f.add(elem{set: set, key: kb})
+	if lazy {
+		f.addCounters(kb, nil)
 	}
 	for _, p := range s.AllowedCIDRs {
 		if familyOf(p.Addr()) == fam {
@@ -155,12 +166,9 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 			f.add(elem{set: keepClientSet, key: append(append([]byte{}, kb...), backendVal(bk)...)})
 		}
 	}
-	// Every backend a slot names has its counters (stats.go).
-	for b := range members {
-		mk := append(append([]byte{}, kb...), backendVal(b)...)
-		for _, set := range memberSets {
-			f.add(elem{set: set, key: mk})
-		}
+	// Every backend a slot names may have counters (stats.go).
+	if lazy {
+		f.addCounters(kb, members)
 	}
 	if s.Persistence != nil && s.Persistence.Timeout >= time.Second {
 		f.add(elem{set: persistMap, key: kb, jump: persistChain(s.Persistence.Timeout)})
@@ -172,6 +180,22 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 		f.add(elem{set: limitsMap, key: kb, jump: limitChain(s.ConnectionLimit)})
 	}
 	return f
+}
+
+// addCounters adds the counter elements the packet path may make for the
+// service of key kb and its backends: its own in the stats sets, and each
+// backend's in the member sets and bound.
+func (f footprint) addCounters(kb []byte, backends map[backend]bool) {
+	for _, set := range statsSets {
+		f.add(elem{set: set, key: kb, lazy: true})
+	}
+	for b := range backends {
+		mk := append(append([]byte{}, kb...), backendVal(b)...)
+		for _, set := range memberSets {
+			f.add(elem{set: set, key: mk, lazy: true})
+		}
+		f.add(elem{set: boundSet, key: mk, lazy: true})
+	}
 }
 
 // algorithm maps an unknown algorithm to the default, as the compiler does.

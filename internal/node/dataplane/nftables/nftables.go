@@ -389,6 +389,12 @@ func (d *plane) queue(p tablePlan) error {
 			return fmt.Errorf("delete elements of %s %s: %w", d.fam.name, c.set, err)
 		}
 	}
+	for _, c := range p.destroys {
+		set := d.sets[c.set]
+		if err := batched(c.elements, func(b []nftables.SetElement) error { return d.conn.SetDestroyElements(set, b) }); err != nil {
+			return fmt.Errorf("destroy elements of %s %s: %w", d.fam.name, c.set, err)
+		}
+	}
 	for _, c := range p.adds {
 		set := d.sets[c.set]
 		if err := batched(c.elements, func(b []nftables.SetElement) error { return d.conn.SetAddElements(set, b) }); err != nil {

@@ -109,6 +109,10 @@ type tablePlan struct {
 	// deletes, then adds: element changes per set, in setOrder, because
 	// the kernel checks each message against what comes before it.
 	deletes, adds []setChange
+	// destroys are the counter elements of services and backends that
+	// left, which the packet path may or may not have made: sent with
+	// DESTROYSETELEM, which ignores one that is not there.
+	destroys []setChange
 	// goneChains are the class chains nothing jumps to any more: removed
 	// last, after the elements that referred to them.
 	goneChains []string
@@ -139,6 +143,9 @@ func (p tablePlan) elementOps() int {
 	for _, c := range p.adds {
 		n += len(c.elements)
 	}
+	for _, c := range p.destroys {
+		n += len(c.elements)
+	}
 	return n
 }
 
@@ -153,14 +160,14 @@ func (p tablePlan) Empty() bool {
 // family, or not TCP, UDP or SCTP) are not programmed.
 func (st *state) plan(sc schema, upserts []flows.Service, deletes []flows.Key) (tablePlan, error) {
 	p := tablePlan{fam: sc.fam, services: changedServices(sc.fam, upserts, deletes), refs: map[netip.Addr]int{}, chainRefs: map[string]int{}}
-	adds, dels := map[string][]nftables.SetElement{}, map[string][]nftables.SetElement{}
+	adds, dels, destroys := map[string][]nftables.SetElement{}, map[string][]nftables.SetElement{}, map[string][]nftables.SetElement{}
 	keys := make([]flows.Key, 0, len(p.services))
 	for k := range p.services {
 		keys = append(keys, k)
 	}
 	sortKeys(keys)
 	for _, k := range keys {
-		st.diffService(k, p.services[k], &p, adds, dels)
+		st.diffService(k, p.services[k], &p, adds, dels, destroys)
 	}
 	st.hairpinChanges(p.refs, adds, dels)
 	p.refsBefore, p.chainRefsBefore = map[netip.Addr]int{}, map[string]int{}
@@ -173,6 +180,11 @@ func (st *state) plan(sc schema, upserts []flows.Service, deletes []flows.Key) (
 	for _, name := range setOrder() {
 		if len(dels[name]) > 0 {
 			p.deletes = append(p.deletes, setChange{set: name, elements: dels[name]})
+		}
+	}
+	for _, name := range lazySets {
+		if len(destroys[name]) > 0 {
+			p.destroys = append(p.destroys, setChange{set: name, elements: destroys[name]})
 		}
 	}
 	for _, name := range setOrder() {
@@ -202,20 +214,34 @@ func changedServices(f *family, upserts []flows.Service, deletes []flows.Key) ma
 
 // diffService adds to the plan what changing k to nw takes: the elements
 // its footprint loses and gains, and its share of the reference counts.
-func (st *state) diffService(k flows.Key, nw *entry, p *tablePlan, adds, dels map[string][]nftables.SetElement) {
+// A counter element is never added (the packet path makes it), and one
+// lost is destroyed rather than deleted.
+func (st *state) diffService(k flows.Key, nw *entry, p *tablePlan, adds, dels, destroys map[string][]nftables.SetElement) {
 	var oldFP, newFP footprint
-	if old, had := st.programmed[k]; had {
+	old, had := st.programmed[k]
+	if had {
 		oldFP = st.footprint(old)
 	}
-	if nw != nil {
+	switch {
+	case nw != nil && !had && nw.fp == nil && nw.src != nil:
+		// Nothing to destroy: the lazy elements are left out.
+		newFP = footprintWith(*nw.src, st.node, st.zone, false)
+	case nw != nil:
 		newFP = st.footprint(*nw)
 	}
 	for id, o := range oldFP {
-		if n, ok := newFP[id]; !ok || !n.same(o) {
+		switch n, ok := newFP[id]; {
+		case o.lazy && !ok:
+			destroys[o.set] = append(destroys[o.set], o.element())
+		case o.lazy:
+		case !ok || !n.same(o):
 			dels[o.set] = appendDoubling(dels[o.set], o.element())
 		}
 	}
 	for id, n := range newFP {
+		if n.lazy {
+			continue
+		}
 		if o, ok := oldFP[id]; !ok || !n.same(o) {
 			adds[n.set] = appendDoubling(adds[n.set], n.element())
 		}

@@ -276,14 +276,39 @@ func TestPlanDeleteUndoesAdd(t *testing.T) {
 			}
 			st.commit(del)
 			undone := strings.ReplaceAll(add.String(), "add element", "delete element")
-			if got := elementLines(del.String()); got != elementLines(undone) {
-				t.Errorf("%s: delete\n%s\nwant\n%s", tc.name, got, elementLines(undone))
+			written, destroyed := splitDestroys(elementLines(del.String()))
+			if written != elementLines(undone) {
+				t.Errorf("%s: delete\n%s\nwant\n%s", tc.name, written, elementLines(undone))
+			}
+			// And destroys every counter element the packet path may
+			// have made, which the add did not write.
+			lazy := 0
+			for _, e := range footprintOf(s, "n1", tc.zone) {
+				if e.lazy {
+					lazy++
+				}
+			}
+			if n := strings.Count(destroyed, "destroy element "); n != lazy || (strings.Contains(add.String(), "element stats_") || strings.Contains(add.String(), "element member_")) {
+				t.Errorf("%s: %d counter elements destroyed, want %d (and none added):\n%s", tc.name, n, lazy, destroyed)
 			}
 			if len(st.programmed)+len(st.refs)+len(st.chainRefs)+len(st.chains) != 0 {
 				t.Errorf("%s: bookkeeping left after delete: %+v", tc.name, st)
 			}
 		}
 	}
+}
+
+// splitDestroys parts element lines into the others and the destroys.
+func splitDestroys(lines string) (others, destroys string) {
+	var o, d []string
+	for _, l := range strings.Split(lines, "\n") {
+		if strings.HasPrefix(l, "destroy element ") {
+			d = append(d, l)
+		} else {
+			o = append(o, l)
+		}
+	}
+	return strings.Join(o, "\n"), strings.Join(d, "\n")
 }
 
 func elementLines(s string) string {

@@ -52,6 +52,11 @@ func (p tablePlan) String() string {
 			fmt.Fprintf(&b, "delete element %s { %s }\n", c.set, p.fam.elementString(c.set, e))
 		}
 	}
+	for _, c := range p.destroys {
+		for _, e := range sortedElements(c) {
+			fmt.Fprintf(&b, "destroy element %s { %s }\n", c.set, p.fam.elementString(c.set, e))
+		}
+	}
 	for _, c := range p.adds {
 		for _, e := range sortedElements(c) {
 			fmt.Fprintf(&b, "add element %s { %s }\n", c.set, p.fam.elementString(c.set, e))
@@ -135,6 +140,7 @@ var setFields = map[string]struct{ key, data []field }{
 	memberNewSet:  {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
 	memberInSet:   {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
 	memberOutSet:  {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
+	boundSet:      {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr, fieldPort}},
 	affinityMap:   {key: []field{fieldAddr, fieldProto, fieldPort, fieldAddr}, data: []field{fieldAddr, fieldPort}},
 	hairpinSet:    {key: []field{fieldAddr, fieldAddr}},
 	podNetsSet:    {key: []field{fieldAddr}},

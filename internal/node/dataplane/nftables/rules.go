@@ -130,11 +130,12 @@ func nodePortRewrite(name string, hook *nftables.ChainHook, sc schema) chainSpec
 // 0.0.0.0 by now, which an answer would come from. (A node port without
 // backends is not rewritten at all, so the node's own stack refuses it,
 // from the address the client used; only a connection limit comes here.)
-// Every attempt refused is counted in stats_err first.
+// Every attempt refused is counted in stats_err first (only a service's
+// connection comes here, so the element made is a service's).
 func rejectChain(sc schema, counted bool) chainSpec {
 	var rules []ruleSpec
 	if counted {
-		rules = append(rules, rule("", sc.fam.svcKey(), lookup(sc.sets[statsErrSet], regDaddr)))
+		rules = append(rules, rule("", sc.fam.svcKey(), count(sc.sets[statsErrSet], regDaddr)))
 	}
 	rules = append(rules,
 		rule(reasonNodePortDrop, markSet(nodePortMark), one(&expr.Verdict{Kind: expr.VerdictDrop})),
@@ -148,16 +149,25 @@ func rejectChain(sc schema, counted bool) chainSpec {
 // without any backend. acl sees what enters the node, acl_out what the
 // node sends itself.
 //
-// It also counts (stats.go): every drop counts the attempt in stats_err
-// (the service's element always exists, so the lookup always matches),
+// It also counts (stats.go): every drop counts the attempt in stats_err,
 // and what passes counts a new connection in stats_new, then each packet
-// once, under its connection's service and backend (one lookup) or,
-// when no backend can be named, its service:
+// once, under its connection's service and backend or, when no backend
+// can be named, its service. The counter elements are made by the
+// packet that counts first ("update @set { key }": the set gives the
+// element its counter), so each update is guarded by a lookup that says
+// the key is flowlb's: a service's in the set that publishes it (a pick
+// set, or empty for a connection still open when its service lost its
+// backends; one rule each), a backend's in bound, whose element
+// bindChain made when flowlb sent the connection's first packet to that
+// backend (stats.go):
 //
-//	ct direction original  [iif not loopback]  ct original ip daddr . meta l4proto . ct original proto-dst . ct reply ip saddr . ct reply proto-src @member_in accept
-//	ip daddr . meta l4proto . th dport @stats_in
-//	ct direction reply  [iif not loopback]  ct original ip daddr . meta l4proto . ct original proto-dst . ip saddr . th sport @member_out accept
-//	ct direction reply  [iif not loopback]  ct original ip daddr . meta l4proto . ct original proto-dst @stats_out
+//	ct state new  ip daddr . meta l4proto . th dport @pick_random  update @stats_new { ip daddr . meta l4proto . th dport }   (and pick_src, pick_srcport)
+//	ct direction original  [iif not loopback]  ct original ip daddr . meta l4proto . ct original proto-dst . ct reply ip saddr . ct reply proto-src @bound  update @member_in { ... } accept
+//	ip daddr . meta l4proto . th dport @pick_random  update @stats_in { ... }   (and the others)
+//	ct direction reply  [iif not loopback]  ct original ip daddr . meta l4proto . ct original proto-dst . ip saddr . th sport @bound  update @member_out { ... } accept
+//	ct direction reply  [iif not loopback]  ct original ip daddr . meta l4proto . ct original proto-dst @pick_random  update @stats_out { ... }   (and the others)
+//
+// (A drop's stats_err update follows a lookup of the service already.)
 //
 // A packet from a client is still addressed to the service here (the
 // translation comes at dstnat), so its backend is conntrack's reply
@@ -178,7 +188,7 @@ func filterChain(name string, hook *nftables.ChainHook, sc schema, counted bool)
 	podnets := sets[podNetsSet]
 	refused := one(&expr.Verdict{Kind: expr.VerdictDrop})
 	if counted {
-		refused = append(lookup(sets[statsErrSet], regDaddr), refused...)
+		refused = append(count(sets[statsErrSet], regDaddr), refused...)
 	}
 	rules := []ruleSpec{
 		rule(reasonACL, svcKey(), lookup(sets[aclOnSet], regDaddr),
@@ -198,11 +208,17 @@ func filterChain(name string, hook *nftables.ChainHook, sc schema, counted bool)
 	if !counted {
 		return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityMangle}, rules: rules}
 	}
-	rules = append(rules, rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[statsNewSet], regDaddr)),
-		rule("", ctOriginal(), notLoopback(name), f.ctMemberKey(), lookup(sets[memberInSet], regDaddr), accept()),
-		rule("", svcKey(), lookup(sets[statsInSet], regDaddr)),
-		rule("", ctReply(), notLoopback(name), f.memberKey(true), lookup(sets[memberOutSet], regDaddr), accept()),
-		rule("", ctReply(), notLoopback(name), f.ctOrigKey(), lookup(sets[statsOutSet], regDaddr)))
+	for _, alg := range algs {
+		rules = append(rules, rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), lookup(sets[pickNames[alg]], regDaddr), count(sets[statsNewSet], regDaddr)))
+	}
+	rules = append(rules, rule("", ctOriginal(), notLoopback(name), f.ctMemberKey(), lookup(sets[boundSet], regDaddr), count(sets[memberInSet], regDaddr), accept()))
+	for _, g := range serviceGates {
+		rules = append(rules, rule("", svcKey(), lookup(sets[g], regDaddr), count(sets[statsInSet], regDaddr)))
+	}
+	rules = append(rules, rule("", ctReply(), notLoopback(name), f.memberKey(true), lookup(sets[boundSet], regDaddr), count(sets[memberOutSet], regDaddr), accept()))
+	for _, g := range serviceGates {
+		rules = append(rules, rule("", ctReply(), notLoopback(name), f.ctOrigKey(), lookup(sets[g], regDaddr), count(sets[statsOutSet], regDaddr)))
+	}
 	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityMangle}, rules: rules}
 }
 
@@ -296,17 +312,23 @@ var pickProtos = []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_SCTP}
 // connection, and its first packet's bytes, under its service and
 // backend in member_new (stats.go): a NAT chain sees each connection's
 // first packet only, and here that packet is addressed to its backend.
+// The update, which makes the element, is guarded by the service's pick
+// set (a lookup reads the key's first fields, the service): a node
+// port's connection has the address the client used as its original
+// destination, which is no service's key, and is not counted here.
 // In prerouting, a connection to a backend in keep_client is marked as a
 // local-only one's, which keeps the client's address (postrouting).
 //
-//	ct original ip daddr . meta l4proto . ct original proto-dst . ip daddr . th dport @member_new
+//	ct original ip daddr . meta l4proto . ct original proto-dst . ip daddr . th dport  [key's service @pick_random]  update @member_new { ... }  update @bound { ... }   (and pick_src, pick_srcport)
 //	ct original ip daddr . meta l4proto . ct original proto-dst . ip daddr . th dport @keep_client  meta mark |= 0x100000
 func bindChain(name string, hook *nftables.ChainHook, sc schema, counted bool) chainSpec {
 	f := sc.fam
 	port := f.regBackendPort()
 	var rules []ruleSpec
 	if counted {
-		rules = append(rules, rule("", markSet(handoffMark), f.memberKey(false), lookup(sc.sets[memberNewSet], regDaddr)))
+		for _, alg := range algs {
+			rules = append(rules, rule("", markSet(handoffMark), f.memberKey(false), lookup(sc.sets[pickNames[alg]], regDaddr), count(sc.sets[memberNewSet], regDaddr), mark(sc.sets[boundSet], regDaddr)))
+		}
 	}
 	if name == preBindChain {
 		rules = append(rules, rule(reasonKeepClient, markSet(handoffMark), f.memberKey(false), lookup(sc.sets[keepClientSet], regDaddr), markBit(localMark)))

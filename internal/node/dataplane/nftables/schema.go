@@ -77,7 +77,7 @@ const (
 	// agent with other rules) is rebuilt instead of adopted, unless its
 	// marker is one of rulesOnlyUpgrades. Bump it with any change to the
 	// rules of rules.go or to setSpecs.
-	layoutMarker = "layout_13"
+	layoutMarker = "layout_14"
 	// uncountedMarker marks a table built without the statistics rules
 	// (WithoutCounters); a table with it is rebuilt for an agent that
 	// counts, and one without it for an agent that does not.
@@ -168,19 +168,30 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 	for _, name := range []string{rrSet, srcSet, srcPortSet} {
 		s = append(s, &nftables.Set{Table: t, Name: name, Concatenation: true, KeyType: keyType})
 	}
+	// The counter sets are dynamic: the packet path makes their elements
+	// (stats.go), the agent only removes them.
 	for _, name := range statsSets {
-		s = append(s, &nftables.Set{Table: t, Name: name, Concatenation: true, KeyType: keyType, Counter: true})
+		s = append(s, &nftables.Set{Table: t, Name: name, Concatenation: true, KeyType: keyType, Counter: true, Dynamic: true, Size: lazySetSize})
 	}
 	for _, name := range memberSets {
-		s = append(s, &nftables.Set{Table: t, Name: name, Concatenation: true, Counter: true,
+		s = append(s, &nftables.Set{Table: t, Name: name, Concatenation: true, Counter: true, Dynamic: true, Size: lazySetSize,
 			KeyType: nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, addr, nftables.TypeInetService)})
 	}
+	s = append(s, &nftables.Set{Table: t, Name: boundSet, Concatenation: true, Dynamic: true, Size: lazySetSize,
+		KeyType: nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, addr, nftables.TypeInetService)})
 	return s
 }
 
+// lazySetSize is the most elements the packet path may make in each of
+// the sets it fills (lazySets): without a size the kernel gives a
+// dynamic set 65,535, and 30,000 services of 10 backends that all see
+// traffic want 300,000 in each member set. A size allocates nothing
+// (the kernel's hash table starts small and grows with its elements).
+const lazySetSize = 1 << 24
+
 // serviceSets are the sets whose elements belong to one service each.
 var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, zoneOnSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, keepClientSet, limitsMap, nodePortsSet,
-	statsNewSet, statsInSet, statsOutSet, statsErrSet, memberNewSet, memberInSet, memberOutSet}
+	statsNewSet, statsInSet, statsOutSet, statsErrSet, memberNewSet, memberInSet, memberOutSet, boundSet}
 
 // algs are the algorithms in the flow model's fixed order, so that rules
 // are laid out the same every time.
@@ -199,9 +210,10 @@ func setsByName(sets []*nftables.Set) map[string]*nftables.Set {
 // this layout's, element for element, and whose rules alone differ: a
 // table of one is adopted, and its rules are replaced in one
 // transaction (upgradeRules), which keeps every element, the
-// affinities and counters with the rest, and drops no packet. layout_12
-// loaded conntrack's addresses with the generic ct keys, the node-port
-// key with an immediate, a SOURCE_IP_PORT hash over six bytes and a
-// looked-up backend inside a key (all of which nft's reader aborts on or
-// cannot name).
-var rulesOnlyUpgrades = []string{"layout_12"}
+// affinities and counters with the rest, and drops no packet. None is:
+// layout_13 and earlier declared the counter sets without the dynamic
+// flag (their elements written by the agent), and a set's flags cannot
+// change in place, so their tables are rebuilt (sameLayout compares the
+// flag); the counts the kernel held since the last read are lost with
+// them.
+var rulesOnlyUpgrades []string

@@ -14,16 +14,21 @@ import (
 	"github.com/flowlb/flowlb/internal/shared/flows"
 )
 
-// Statistics come from sets with a counter on every element, read and
+// Statistics come from dynamic sets with a counter on every element,
+// made by the first packet that counts under its key (rules.go), read and
 // zeroed in one kernel operation (NFT_MSG_GETSETELEM_RESET, Linux 6.5), so
 // that every read is a delta: what the kernel counted while no agent ran
 // is read by the next one, and no baseline has to survive a restart.
-// Four hold one element per service each (part of its footprint), looked
-// up by the acl chains: stats_new for each connection admitted,
-// stats_err for each refused connection attempt, and stats_in and
-// stats_out for each packet from and to a client that no backend's
-// element took (rules.go: a connection's first packet, and the packets
-// of one whose backend cannot be named).
+// Four hold at most one element per service each, updated by the acl
+// chains: stats_new for each connection admitted, stats_err for each
+// refused connection attempt, and stats_in and stats_out for each packet
+// from and to a client that no backend's element took (rules.go: a
+// connection's first packet, and the packets of one whose backend cannot
+// be named). A service or backend that never sees a packet costs no
+// element; one that leaves has its elements destroyed (DESTROYSETELEM,
+// Linux 6.3: no error when the element was never made) in the
+// transaction that removes it, and the counts since the last read go
+// with them.
 const (
 	statsNewSet = "stats_new"
 	statsInSet  = "stats_in"
@@ -33,8 +38,8 @@ const (
 
 var statsSets = []string{statsNewSet, statsInSet, statsOutSet, statsErrSet}
 
-// Per backend, three more sets count the same way, one element per
-// service and backend (service . address . port): member_new each
+// Per backend, three more sets count the same way, at most one element
+// per service and backend (service . address . port): member_new each
 // connection and its first packet (the bind chains), member_in and
 // member_out every other packet from and to a client (the acl chains).
 // A service's bytes are its own elements' and its backends' together.
@@ -48,6 +53,28 @@ var memberSets = []string{memberNewSet, memberInSet, memberOutSet}
 
 // counterSets are every set ReadStats reads.
 var counterSets = slices.Concat(statsSets, memberSets)
+
+// boundSet holds, without counters, the service . backend pairs flowlb
+// has sent a connection to (bindChain makes the element with the
+// connection's member_new one): the guard of the member_in and member_out
+// updates, which must not make an element for a reply source that is no
+// backend of the service (a connection another NAT table translated
+// further). member_new itself cannot guard them: a lookup that finds an
+// element runs its expressions, and would count the packet in it.
+const boundSet = "bound"
+
+// lazySets are the sets whose elements the packet path makes: the agent
+// never writes them, only destroys them when their service or backend
+// leaves.
+var lazySets = append(slices.Clone(counterSets), boundSet)
+
+// serviceGates are the sets of which every programmed service is in one:
+// a service's counter element is made only behind a lookup in them, so
+// that traffic to anything else makes none.
+var serviceGates = []string{rrSet, srcSet, srcPortSet, emptySet}
+
+// isLazySet says whether the packet path makes a set's elements.
+func isLazySet(name string) bool { return slices.Contains(lazySets, name) }
 
 // counterKey names a counter set's element: a service, and for the
 // member sets a backend (zero in the service sets).

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -504,4 +506,117 @@ func udpEcho(t *testing.T, port int, addr string, size int) []byte {
 		t.Fatalf("udp echo: %d bytes, %v", n, err)
 	}
 	return buf[:n]
+}
+
+// TestCountersMadeByTraffic: a load writes no counter element; traffic
+// makes those of the service it reaches and of the backends it reaches,
+// and no other's; a backend that leaves takes its elements with it, and
+// a service that leaves takes all of its own, made or not.
+func TestCountersMadeByTraffic(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup(t)
+		defer serveAll(t)()
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		ctx := context.Background()
+		tab := svc(flows.RoundRobin, backendAddrs...)
+		web := flows.Key{VIP: netip.MustParseAddr("198.19.0.10"), Protocol: flows.TCP, Port: 80}
+		quiet := flows.Key{VIP: netip.MustParseAddr("198.19.0.14"), Protocol: flows.TCP, Port: 80}
+		tab.Services[quiet] = flows.Service{Key: quiet, Algorithm: flows.RoundRobin,
+			Backends: []flows.Backend{{Address: netip.MustParseAddr(backendAddrs[0]), Port: 8080, Weight: 1}}}
+		if err := dp.Sync(ctx, tab); err != nil {
+			t.Fatal(err)
+		}
+		p := dp.plane(ipv4)
+		sets, err := dp.conn.GetSets(p.table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range sets {
+			if isLazySet(s.Name) && (s.Size != lazySetSize || !s.Dynamic) {
+				t.Errorf("set %s: size %d, dynamic %v; want %d, dynamic", s.Name, s.Size, s.Dynamic, lazySetSize)
+			}
+		}
+		// made lists each lazy set's elements as "service" or
+		// "service backend".
+		made := func() map[string][]string {
+			out := map[string][]string{}
+			for _, name := range lazySets {
+				els, err := dp.conn.GetSetElements(p.sets[name])
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, el := range els {
+					k, ok := p.fam.parseCounterKey(el.Key)
+					if !ok {
+						t.Fatalf("%s: element %x", name, el.Key)
+					}
+					s := k.svc.String()
+					if k.backend.IsValid() {
+						s += " " + k.backend.String()
+					}
+					out[name] = append(out[name], s)
+				}
+				slices.Sort(out[name])
+			}
+			return out
+		}
+		if got := made(); len(got) != 0 {
+			t.Fatalf("counter elements after the load, before any packet: %v", got)
+		}
+
+		reached := map[string]bool{}
+		for i := 0; i < 30; i++ {
+			got := ask(t, "198.19.0.10:80", "")
+			if !slices.Contains(backendAddrs, got) {
+				t.Fatalf("connection %d: %q", i, got)
+			}
+			reached[got] = true
+		}
+		var members []string
+		for _, a := range backendAddrs {
+			if reached[a] {
+				members = append(members, web.String()+" "+a+":8080")
+			}
+		}
+		if len(members) < 2 {
+			t.Fatalf("30 connections reached %v only", reached)
+		}
+		// Every reply came from a backend, which member_out took: no
+		// stats_out element; no attempt was refused: no stats_err one.
+		want := map[string][]string{statsNewSet: {web.String()}, statsInSet: {web.String()},
+			memberNewSet: members, memberInSet: members, memberOutSet: members, boundSet: members}
+		if got := made(); !reflect.DeepEqual(got, want) {
+			t.Errorf("after traffic to %s:\n%v\nwant\n%v", web, got, want)
+		}
+
+		// A backend that saw traffic leaves.
+		gone := members[0][len(web.String())+1:]
+		s := tab.Services[web]
+		s.Backends = slices.DeleteFunc(slices.Clone(s.Backends), func(b flows.Backend) bool {
+			return netip.AddrPortFrom(b.Address, b.Port).String() == gone
+		})
+		tab.Services[web] = s
+		if err := dp.Sync(ctx, tab); err != nil {
+			t.Fatal(err)
+		}
+		for name, els := range want {
+			want[name] = slices.DeleteFunc(slices.Clone(els), func(e string) bool { return strings.HasSuffix(e, " "+gone) })
+		}
+		if got := made(); !reflect.DeepEqual(got, want) {
+			t.Errorf("after %s left:\n%v\nwant\n%v", gone, got, want)
+		}
+
+		// Both services leave, one with counter elements and one
+		// without: destroying an element never made is no error.
+		if err := dp.Sync(ctx, flows.Table{Services: map[flows.Key]flows.Service{}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := made(); len(got) != 0 {
+			t.Errorf("counter elements after the services left: %v", got)
+		}
+	})
 }

@@ -51,13 +51,23 @@ func sortedLines(s string) string {
 	return strings.Join(l, "\n")
 }
 
-// TestUpgradeFromEarlierLayoutOnFake: a table of layout_12, whose sets
-// are this layout's, is adopted with its elements, and its rules are
+// rulesOnlyFrom makes marker, for the test, an earlier layout whose sets
+// are this one's: no such layout is there now (layout_13's counter sets
+// were not dynamic), but the mechanism stays for the next one.
+func rulesOnlyFrom(t *testing.T, marker string) {
+	saved := rulesOnlyUpgrades
+	rulesOnlyUpgrades = []string{marker}
+	t.Cleanup(func() { rulesOnlyUpgrades = saved })
+}
+
+// TestUpgradeFromEarlierLayoutOnFake: a table of an earlier layout whose
+// sets are this layout's is adopted with its elements, and its rules are
 // replaced: the tables end as this layout builds them, and the same flows
 // then cost nothing. A table of an older layout is rebuilt.
 func TestUpgradeFromEarlierLayoutOnFake(t *testing.T) {
 	tab := tableOf(edit(web(flows.SourceIPPort, b1, b2), persistent(time.Minute)), edit(web6(flows.SourceIP, b6a, b6b), persistent(time.Minute)),
 		edit(service("198.19.0.53", flows.UDP, 53, flows.RoundRobin, b1), limited(10)), nodePort(flows.TCP, 30080, flows.RoundRobin, b1))
+	rulesOnlyFrom(t, "layout_12")
 	for _, uncounted := range []bool{false, true} {
 		var opts []Option
 		if uncounted {
@@ -103,6 +113,81 @@ func TestUpgradeFromEarlierLayoutOnFake(t *testing.T) {
 	}
 }
 
+// TestLayout13Rebuilt: a table of layout_13, whose counter sets are not
+// dynamic (the agent wrote their elements), is rebuilt, not adopted, even
+// were layout_13 taken for a rules-only upgrade: a set's flags cannot
+// change in place, and the new rules' set updates need the dynamic flag.
+func TestLayout13Rebuilt(t *testing.T) {
+	tab := tableOf(web(flows.SourceIPPort, b1, b2), web6(flows.SourceIP, b6a, b6b))
+	// keepBound: the counter sets' flag alone differs from this layout's.
+	for _, c := range []struct{ listed, keepBound bool }{{false, false}, {true, false}, {true, true}} {
+		listed := c.listed
+		if listed {
+			rulesOnlyFrom(t, "layout_13")
+		}
+		dp, conn := fakeDataplane(t)
+		if err := dp.Sync(context.Background(), tab); err != nil {
+			t.Fatal(err)
+		}
+		want := tableDump(t, conn)
+		asLayout13(t, conn, c.keepBound)
+		again, err := NewWithConn(conn, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := again.Programmed(); len(got) != 0 {
+			t.Errorf("%+v: a table of layout_13 was adopted: %v", c, got)
+		}
+		if err := again.Sync(context.Background(), tab); err != nil {
+			t.Fatal(err)
+		}
+		if got := tableDump(t, conn); sortedLines(got) != sortedLines(want) {
+			t.Errorf("%+v: after the rebuild:\n%s", c, lineDiff(want, got))
+		}
+	}
+}
+
+// asLayout13 makes the tables conn holds look as layout_13 left them:
+// the counter sets without the dynamic flag, no bound set (unless
+// keepBound), and the marker renamed (the rules, which refer to the
+// sets, emptied first).
+func asLayout13(t *testing.T, conn Conn, keepBound bool) {
+	t.Helper()
+	for _, f := range families {
+		tab := &nftables.Table{Name: tableName, Family: f.table}
+		have, err := conn.ListChainsOfTableFamily(f.table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range have {
+			if c.Table.Name == tableName {
+				conn.FlushChain(&nftables.Chain{Name: c.Name, Table: tab})
+			}
+		}
+		for _, s := range setSpecs(tab) {
+			if !isLazySet(s.Name) || (keepBound && s.Name == boundSet) {
+				continue
+			}
+			conn.DelSet(&nftables.Set{Table: tab, Name: s.Name})
+			if s.Name == boundSet {
+				continue
+			}
+			old := *s
+			old.Dynamic = false
+			if err := conn.AddSet(&old, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn.DelSet(&nftables.Set{Table: tab, Name: layoutMarker})
+		if err := conn.AddSet(&nftables.Set{Table: tab, Name: "layout_13", KeyType: nftables.TypeInteger}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // echo answers each line of a connection with the same line.
 func echo(t *testing.T, addr string) net.Listener {
 	ln, err := net.Listen("tcp", addr)
@@ -122,11 +207,13 @@ func echo(t *testing.T, addr string) net.Listener {
 }
 
 // TestUpgradeFromEarlierLayout: an agent starting on the kernel's table
-// of layout_12 replaces its rules in one transaction and keeps its
+// of an earlier layout whose sets are this one's (rulesOnlyFrom)
+// replaces its rules in one transaction and keeps its
 // elements: a connection open through a VIP goes on across the upgrade,
 // a client's affinity stays, the counters counted before it are read
 // after it, and the rules are this layout's.
 func TestUpgradeFromEarlierLayout(t *testing.T) {
+	rulesOnlyFrom(t, "layout_12")
 	inNetns(t, func(ns netns.NsHandle) {
 		setup(t)
 		ln := echo(t, backendAddrs[0]+":8081")

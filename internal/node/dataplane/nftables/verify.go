@@ -296,18 +296,19 @@ func (d *Dataplane) verifyPlane(p *plane, s *suspects, full bool, detected time.
 }
 
 // checkedSets are the sets whose elements are checked: the per-service
-// ones and the shared ones the data plane writes.
-var checkedSets = append(append([]string{}, serviceSets...), hairpinSet, podNetsSet, nodeAddrsSet)
+// ones and the shared ones the data plane writes. Not the counter sets,
+// whose elements the packet path makes: a missing one is one no packet
+// made yet, and one made is no foreign change.
+var checkedSets = append(slices.DeleteFunc(slices.Clone(serviceSets), isLazySet), hairpinSet, podNetsSet, nodeAddrsSet)
 
 // keyedSets are the large per-service sets a full check reads by the
 // keys flowlb programmed rather than whole: an element of theirs under
 // another key is never looked up by flowlb's rules (a slot outside a
-// service's tables, a service no pick set publishes, a counter), and
+// service's tables, a service no pick set publishes), and
 // the kernel dumps such a set at a cost that grows with its square (it
 // walks the set from its start for every message of a dump): about 3
 // CPU minutes for the 610,000 slots of 10,000 services.
-var keyedSets = map[string]bool{slotsMap: true, membersSet: true,
-	statsNewSet: true, statsInSet: true, statsOutSet: true, statsErrSet: true, memberNewSet: true, memberInSet: true, memberOutSet: true}
+var keyedSets = map[string]bool{slotsMap: true, membersSet: true}
 
 // massLoss is how many elements found missing make a set written again
 // whole rather than read on (another flushed it).
@@ -647,7 +648,7 @@ func (p *plane) expectedElements(podNets []netip.Prefix, nodeAddrs []netip.Addr,
 	if slices.ContainsFunc(serviceSets, func(s string) bool { return sets[s] }) {
 		for _, e := range p.programmed {
 			for _, el := range p.footprint(e) {
-				if sets[el.set] {
+				if sets[el.set] && !el.lazy {
 					put(el.set, rawOf(el))
 				}
 			}
@@ -895,8 +896,9 @@ func (d *Dataplane) rebuild(p *plane) error {
 	for _, k := range keys {
 		fp := p.footprint(p.programmed[k])
 		for _, id := range slices.Sorted(maps.Keys(fp)) {
-			e := fp[id]
-			adds[e.set] = append(adds[e.set], e.element())
+			if e := fp[id]; !e.lazy {
+				adds[e.set] = append(adds[e.set], e.element())
+			}
 		}
 	}
 	for _, a := range slices.SortedFunc(maps.Keys(p.refs), netip.Addr.Compare) {

@@ -127,9 +127,14 @@ func TestVerifyRepairsFake(t *testing.T) {
 		}, map[string]int{dataplane.Element: 1}},
 		{"pod networks flushed", func() { do(func() { c.FlushSet(v4.sets[podNetsSet]) }) }, map[string]int{dataplane.Set: 1}},
 		{"slots flushed", func() { do(func() { c.FlushSet(v4.sets[slotsMap]) }) }, map[string]int{dataplane.Set: 1}},
-		{"a counter element deleted", func() {
-			do(func() { _ = c.SetDeleteElements(v4.sets[statsNewSet], []nftables.SetElement{{Key: webKey}}) })
-		}, map[string]int{dataplane.Element: 1}},
+		{"a counter set deleted", func() {
+			// (The kernel deletes no set a rule refers to.)
+			do(func() {
+				c.FlushChain(&nftables.Chain{Name: aclChain, Table: ip})
+				c.FlushChain(&nftables.Chain{Name: aclOutChain, Table: ip})
+				c.DelSet(&nftables.Set{Table: ip, Name: statsNewSet})
+			})
+		}, map[string]int{dataplane.Set: 1, dataplane.Chain: 2}},
 		{"chain flushed", func() { do(func() { c.FlushChain(&nftables.Chain{Name: lbChain, Table: ip}) }) }, map[string]int{dataplane.Chain: 1}},
 		{"class chain flushed", func() { do(func() { c.FlushChain(&nftables.Chain{Name: "persist_60", Table: ip6}) }) }, map[string]int{dataplane.Chain: 1}},
 		{"unreferenced set deleted", func() { do(func() { c.DelSet(&nftables.Set{Table: ip, Name: zoneOnSet}) }) }, map[string]int{dataplane.Set: 1}},
@@ -165,6 +170,18 @@ func TestVerifyRepairsFake(t *testing.T) {
 			}
 		})
 	}
+
+	// A counter element is the packet path's: no foreign change, and
+	// left as it is.
+	made := nftables.SetElement{Key: webKey}
+	do(func() { _ = c.SetAddElements(v4.sets[statsNewSet], []nftables.SetElement{made}) })
+	if check, err := dp.Verify(ctx); err != nil || check.Repairs() != 0 {
+		t.Errorf("check after a counter element was made: %+v, %v", check, err)
+	}
+	if els, err := c.GetSetElements(v4.sets[statsNewSet]); err != nil || len(els) != 1 {
+		t.Errorf("counter elements after the check: %v, %v; want the one made", els, err)
+	}
+	do(func() { _ = c.SetDeleteElements(v4.sets[statsNewSet], []nftables.SetElement{made}) })
 
 	// Refused: the repair and the rebuild it falls back to; the next
 	// check repairs.

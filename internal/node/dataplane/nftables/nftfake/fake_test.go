@@ -216,3 +216,31 @@ func TestInjectedFailures(t *testing.T) {
 		t.Errorf("the same seed failed %d then %d flushes", n, again)
 	}
 }
+
+// TestDestroyElements: a destroy removes the elements that are there and
+// is no error for those that are not, where a delete fails the whole
+// transaction; a refused transaction puts the destroyed ones back.
+func TestDestroyElements(t *testing.T) {
+	c := withTable(t)
+	if err := c.SetAddElements(addrs, []nftables.SetElement{el(10, 0, 0, 1), el(10, 0, 0, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDestroyElements(addrs, []nftables.SetElement{el(10, 0, 0, 1), el(10, 0, 0, 9)})
+	if err := c.Flush(); err != nil {
+		t.Fatalf("destroy of a present and a missing element: %v", err)
+	}
+	if n := elements(t, c, addrs); n != 1 {
+		t.Fatalf("%d elements after the destroy, want 1", n)
+	}
+	_ = c.SetDestroyElements(addrs, []nftables.SetElement{el(10, 0, 0, 2)})
+	_ = c.SetDeleteElements(addrs, []nftables.SetElement{el(10, 0, 0, 9)})
+	if err := c.Flush(); err == nil {
+		t.Fatal("a delete of a missing element was accepted")
+	}
+	if n := elements(t, c, addrs); n != 1 {
+		t.Errorf("%d elements after the refused transaction, want the 1 destroyed in it back", n)
+	}
+}

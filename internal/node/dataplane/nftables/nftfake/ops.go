@@ -153,6 +153,31 @@ func (c *Conn) SetDeleteElements(s *nftables.Set, elements []nftables.SetElement
 	return nil
 }
 
+// SetDestroyElements queues the removal of those of the elements that
+// are in the set (NFT_MSG_DESTROYSETELEM).
+func (c *Conn) SetDestroyElements(s *nftables.Set, elements []nftables.SetElement) error {
+	elements = copyElements(elements)
+	c.enqueue(func() (func(), error) {
+		_, st, err := c.set(s)
+		if err != nil {
+			return nil, err
+		}
+		var removed []nftables.SetElement
+		for _, e := range elements {
+			if old, ok := st.elems[elementID(e)]; ok {
+				delete(st.elems, elementID(e))
+				removed = append(removed, old)
+			}
+		}
+		return func() {
+			for _, e := range removed {
+				st.elems[elementID(e)] = e
+			}
+		}, nil
+	})
+	return nil
+}
+
 // AddChain queues the creation of a chain; one that exists stays as it is.
 func (c *Conn) AddChain(ch *nftables.Chain) *nftables.Chain {
 	decl := *ch
