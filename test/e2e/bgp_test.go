@@ -100,6 +100,33 @@ func routeVia(t *testing.T, l *lab.Lab, within time.Duration, want map[netip.Pre
 	})
 }
 
+// killNode makes node i die without a word: every link but loopback cut,
+// its agent killed (SIGKILL). It returns when the cut began.
+func killNode(t *testing.T, l *lab.Lab, i int) time.Time {
+	t.Helper()
+	h, err := l.Node(i).Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	for _, k := range links {
+		if k.Attrs().Name != "lo" {
+			if err := h.LinkSetDown(k); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := l.Node(i).Kill("agent", unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	return cut
+}
+
 // agentStatusOf reads node n's agent's /status.
 func agentStatusOf(n lab.Host) (node.Status, error) {
 	var s node.Status
@@ -302,26 +329,7 @@ func TestBGPWithFRR(t *testing.T) {
 	// reported, not asserted (docs/benchmarks.md).
 	t.Run("node failure", func(t *testing.T) {
 		w := watchRoutes(t, l, host(vip4))
-		h, err := l.Node(3).Netlink()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Close()
-		links, err := h.LinkList()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cut := time.Now()
-		for _, k := range links {
-			if k.Attrs().Name != "lo" {
-				if err := h.LinkSetDown(k); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		if err := l.Node(3).Kill("agent", unix.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
+		cut := killNode(t, l, 3)
 		var gone time.Time
 		testutil.Eventually(t, 20*time.Second, "the router's route without n3", func() (bool, string) {
 			var ok bool

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/shared/testutil"
@@ -145,26 +144,7 @@ func TestL2Announcements(t *testing.T) {
 	}
 	c.waitActive(lb["id"].(string))
 
-	h, err := l.Node(dead).Netlink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	links, err := h.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cut := time.Now()
-	for _, k := range links {
-		if k.Attrs().Name != "lo" {
-			if err := h.LinkSetDown(k); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := l.Node(dead).Kill("agent", unix.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	cut := killNode(t, l, dead)
 	var back time.Time
 	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("the router reaching %s again after n%d died", addr4, dead), func() (bool, string) {
 		if _, err := l.Router().Ask(t.Context(), addr4, 200*time.Millisecond); err != nil {

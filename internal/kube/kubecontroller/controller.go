@@ -450,20 +450,15 @@ func (c *Controller) next(ctx context.Context) bool {
 		c.keepSeen(key, since)
 		c.queue.Forget(key)
 		c.queue.AddAfter(key, c.checkAfter(key))
-	case errors.As(err, new(awaitingAnnouncement)):
-		c.m.reconciles.WithLabelValues("awaiting_announcement").Inc()
+	case errors.As(err, new(waiting)):
+		// A wait of a known length: looked at again after it (or
+		// sooner, when what it waits for queues the key).
+		var w waiting
+		errors.As(err, &w)
+		c.m.reconciles.WithLabelValues(w.result()).Inc()
 		c.keepSeen(key, since)
 		c.queue.Forget(key)
-		var w awaitingAnnouncement
-		errors.As(err, &w)
-		c.queue.AddAfter(key, time.Duration(w))
-	case errors.As(err, new(awaitingSlice)):
-		c.m.reconciles.WithLabelValues("awaiting_slice").Inc()
-		c.keepSeen(key, since)
-		c.queue.Forget(key)
-		var w awaitingSlice
-		errors.As(err, &w)
-		c.queue.AddAfter(key, time.Duration(w)) // or sooner, queued by the slice
+		c.queue.AddAfter(key, w.after())
 	default:
 		c.m.reconciles.WithLabelValues("error").Inc()
 		c.log.Error("reconcile", "service", key, "err", err)
@@ -491,9 +486,20 @@ var (
 	errAwaiting = errors.New("load balancer not ACTIVE yet")
 )
 
+// waiting is a reconcile that waits for something for a known time: its
+// result label and when to look again.
+type waiting interface {
+	error
+	result() string
+	after() time.Duration
+}
+
 // awaitingSlice: a new Service with a selector has no EndpointSlice yet;
 // it is reconciled when one comes, or after this long.
 type awaitingSlice time.Duration
+
+func (w awaitingSlice) result() string       { return "awaiting_slice" }
+func (w awaitingSlice) after() time.Duration { return time.Duration(w) }
 
 func (w awaitingSlice) Error() string {
 	return fmt.Sprintf("no EndpointSlice yet, waiting %s for one", time.Duration(w))
@@ -842,6 +848,9 @@ func (c *Controller) gate(ctx context.Context, svc *corev1.Service, lbID string,
 // awaitingAnnouncement: a Service's external address waits for a node
 // to announce it; it is looked at again after this long.
 type awaitingAnnouncement time.Duration
+
+func (w awaitingAnnouncement) result() string       { return "awaiting_announcement" }
+func (w awaitingAnnouncement) after() time.Duration { return time.Duration(w) }
 
 func (w awaitingAnnouncement) Error() string {
 	return fmt.Sprintf("no node announces the external address yet, looking again in %s", time.Duration(w))

@@ -125,8 +125,23 @@ func (c *Conn) SetAddElements(s *nftables.Set, elements []nftables.SetElement) e
 	return nil
 }
 
-// SetDeleteElements queues the removal of elements that are in the set.
+// SetDeleteElements queues the removal of elements that are in the set:
+// one that is not fails the transaction.
 func (c *Conn) SetDeleteElements(s *nftables.Set, elements []nftables.SetElement) error {
+	c.removeElements(s, elements, false)
+	return nil
+}
+
+// SetDestroyElements queues the removal of those of the elements that
+// are in the set (NFT_MSG_DESTROYSETELEM).
+func (c *Conn) SetDestroyElements(s *nftables.Set, elements []nftables.SetElement) error {
+	c.removeElements(s, elements, true)
+	return nil
+}
+
+// removeElements queues the removal of elements from the set; a missing
+// one is passed over if absentOK, else it fails the transaction.
+func (c *Conn) removeElements(s *nftables.Set, elements []nftables.SetElement, absentOK bool) {
 	elements = copyElements(elements)
 	c.enqueue(func() (func(), error) {
 		_, st, err := c.set(s)
@@ -141,7 +156,10 @@ func (c *Conn) SetDeleteElements(s *nftables.Set, elements []nftables.SetElement
 		}
 		for _, e := range elements {
 			old, ok := st.elems[elementID(e)]
-			if !ok {
+			switch {
+			case !ok && absentOK:
+				continue
+			case !ok:
 				undo()
 				return nil, fmt.Errorf("nftfake: delete element %x from %s: %w", e.Key, s.Name, errNotFound)
 			}
@@ -150,32 +168,6 @@ func (c *Conn) SetDeleteElements(s *nftables.Set, elements []nftables.SetElement
 		}
 		return undo, nil
 	})
-	return nil
-}
-
-// SetDestroyElements queues the removal of those of the elements that
-// are in the set (NFT_MSG_DESTROYSETELEM).
-func (c *Conn) SetDestroyElements(s *nftables.Set, elements []nftables.SetElement) error {
-	elements = copyElements(elements)
-	c.enqueue(func() (func(), error) {
-		_, st, err := c.set(s)
-		if err != nil {
-			return nil, err
-		}
-		var removed []nftables.SetElement
-		for _, e := range elements {
-			if old, ok := st.elems[elementID(e)]; ok {
-				delete(st.elems, elementID(e))
-				removed = append(removed, old)
-			}
-		}
-		return func() {
-			for _, e := range removed {
-				st.elems[elementID(e)] = e
-			}
-		}, nil
-	})
-	return nil
 }
 
 // AddChain queues the creation of a chain; one that exists stays as it is.
