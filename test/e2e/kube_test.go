@@ -60,6 +60,8 @@ type kubeEnvOptions struct {
 	// serverArgs and controllerArgs are added to the server's and the
 	// kube-controllers' command lines.
 	serverArgs, controllerArgs []string
+	// beforeServer: as clusterOptions.beforeServer.
+	beforeServer func(*cluster)
 }
 
 func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
@@ -72,7 +74,7 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 		serverArgs = serverArgs[:2] // the external network flowlb-external holds the lab's external range
 	}
 	serverArgs = append(serverArgs, o.serverArgs...)
-	c := newClusterOpts(t, clusterOptions{nodes: o.nodes, pods: 1, zones: o.zones, agentArgs: o.agentArgs, serverArgs: serverArgs})
+	c := newClusterOpts(t, clusterOptions{nodes: o.nodes, pods: 1, zones: o.zones, agentArgs: o.agentArgs, serverArgs: serverArgs, beforeServer: o.beforeServer})
 	bin := flowlb(t)
 	kc, err := kubelet.Up(t.Context(), c.lab, lab.KubeOptions{Kubelet: []string{bin, "lab", "kubelet"}})
 	if err != nil {
