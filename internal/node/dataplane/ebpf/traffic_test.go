@@ -286,10 +286,12 @@ func TestTrafficAdopted(t *testing.T) {
 				Cleanup(cfg.PinDir)
 				t.Fatal(err)
 			}
-			c.SetDeadline(time.Now().Add(2 * time.Second))
 			return c
 		}
+		// Each echo has its own deadline: a socket lives across a data
+		// plane's restart, which a loaded machine can make longer than one.
 		echo := func(c net.Conn, size int) uint64 {
+			c.SetDeadline(time.Now().Add(2 * time.Second))
 			if _, err := c.Write(make([]byte, size)); err != nil {
 				t.Fatal(err)
 			}
