@@ -190,6 +190,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		onL2 = func(vips []netip.Addr) {
 			if err := r.Set(vips); err != nil {
 				log.Warn("L2 VIPs", "interface", cfg.L2Interface, "err", err)
+				return
 			}
 			log.Info("answering ARP and neighbour discovery", "interface", cfg.L2Interface, "vips", len(vips))
 		}

@@ -185,9 +185,19 @@ func (a *Agent) write(ctx context.Context) error {
 	if w.replaced {
 		kind = "snapshot"
 	}
+	// The whole table was made for this write: the first data plane
+	// that takes it whole keeps it as its record, the others a copy.
+	given := false
+	whole := func() map[flows.Key]flows.Service {
+		if given {
+			return maps.Clone(w.services)
+		}
+		given = true
+		return w.services
+	}
 	var errs []error
 	for i, p := range a.planes {
-		if err := p.write(ctx, w); err != nil {
+		if err := p.write(ctx, w, whole); err != nil {
 			// What it holds is uncertain now: its next write is whole,
 			// and it takes it as it is.
 			p.force = true
@@ -218,13 +228,14 @@ func (a *Agent) forced() bool {
 // write programs w into the data plane: whole when a snapshot replaced
 // the table or its last write was refused, else what differs from what
 // it holds (w.services when w is whole for another data plane's sake,
-// w.next otherwise).
-func (p *plane) write(ctx context.Context, w work) error {
+// w.next otherwise). A whole write's record is whole(): w.services
+// itself, or a copy when another data plane kept it.
+func (p *plane) write(ctx context.Context, w work, whole func() map[flows.Key]flows.Service) error {
 	if w.replaced || p.force {
 		if err := p.dp.Sync(ctx, flows.Table{Revision: w.rev, Services: w.services}); err != nil {
 			return err
 		}
-		p.held, p.force = maps.Clone(w.services), false
+		p.held, p.force = whole(), false
 		return nil
 	}
 	var c change

@@ -47,11 +47,10 @@ func (h *Hub) Announced(lbID string) AnnouncedLB {
 	// An L2 VIP is announced by the node the hub gave it to, whichever
 	// replica that node streams to (every replica computes the same).
 	if h.l2 != nil {
-		owners := h.l2.owners()
 		for _, v := range addrs {
 			if h.l2.within(v) {
 				out.InRanges[v] = true
-				if own := owners[v]; own != "" && !slices.Contains(out.Addresses[v], own) {
+				if own := h.l2.ownerOf(v); own != "" && !slices.Contains(out.Addresses[v], own) {
 					out.Addresses[v] = append(out.Addresses[v], own)
 					slices.Sort(out.Addresses[v])
 				}

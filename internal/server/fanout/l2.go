@@ -22,16 +22,17 @@ type l2 struct {
 	mu     sync.Mutex
 	ranges []netip.Prefix
 	// byLB are the services of each load balancer within the ranges;
-	// byVIP the same by VIP; owner each VIP's node ("" or absent: none).
+	// byVIP the same by VIP, then load balancer; owner each VIP's node
+	// ("" or absent: none).
 	byLB  map[string][]flows.Service
-	byVIP map[netip.Addr][]flows.Service
+	byVIP map[netip.Addr]map[string][]flows.Service
 	owner map[netip.Addr]string
 	nodes func() []string
 	send  func(nodes map[string]bool, lists map[string][]netip.Addr)
 }
 
 func newL2(ranges []netip.Prefix, nodes func() []string, send func(map[string]bool, map[string][]netip.Addr)) *l2 {
-	return &l2{ranges: ranges, byLB: map[string][]flows.Service{}, byVIP: map[netip.Addr][]flows.Service{},
+	return &l2{ranges: ranges, byLB: map[string][]flows.Service{}, byVIP: map[netip.Addr]map[string][]flows.Service{},
 		owner: map[netip.Addr]string{}, nodes: nodes, send: send}
 }
 
@@ -49,13 +50,26 @@ func (l *l2) set(byLB map[string][]flows.Service) {
 	for id, ss := range byLB {
 		for _, s := range l.byLB[id] {
 			touchedVIPs[s.Key.VIP] = true
+			if byID := l.byVIP[s.Key.VIP]; byID != nil {
+				delete(byID, id)
+				if len(byID) == 0 {
+					delete(l.byVIP, s.Key.VIP)
+				}
+			}
 		}
 		var mine []flows.Service
 		for _, s := range ss {
-			if l.within(s.Key.VIP) {
-				mine = append(mine, s)
-				touchedVIPs[s.Key.VIP] = true
+			if !l.within(s.Key.VIP) {
+				continue
 			}
+			mine = append(mine, s)
+			touchedVIPs[s.Key.VIP] = true
+			byID := l.byVIP[s.Key.VIP]
+			if byID == nil {
+				byID = map[string][]flows.Service{}
+				l.byVIP[s.Key.VIP] = byID
+			}
+			byID[id] = append(byID[id], s)
 		}
 		if len(mine) == 0 {
 			delete(l.byLB, id)
@@ -63,22 +77,9 @@ func (l *l2) set(byLB map[string][]flows.Service) {
 			l.byLB[id] = mine
 		}
 	}
-	for v := range touchedVIPs {
-		l.byVIP[v] = nil
-	}
-	for _, ss := range l.byLB {
-		for _, s := range ss {
-			if touchedVIPs[s.Key.VIP] {
-				l.byVIP[s.Key.VIP] = append(l.byVIP[s.Key.VIP], s)
-			}
-		}
-	}
 	nodes := l.nodes()
 	touched := map[string]bool{}
 	for v := range touchedVIPs {
-		if len(l.byVIP[v]) == 0 {
-			delete(l.byVIP, v)
-		}
 		l.assign(v, nodes, touched)
 	}
 	l.sendLists(touched)
@@ -117,7 +118,11 @@ func (l *l2) reassign(node string) {
 // assign recomputes v's owner among nodes, adding the nodes whose list
 // changed to touched. Called with l.mu held.
 func (l *l2) assign(v netip.Addr, nodes []string, touched map[string]bool) {
-	own := l2Owner(v, l.byVIP[v], nodes)
+	var services []flows.Service
+	for _, ss := range l.byVIP[v] {
+		services = append(services, ss...)
+	}
+	own := l2Owner(v, services, nodes)
 	if prev := l.owner[v]; prev != own {
 		touched[prev] = true
 		touched[own] = true
@@ -146,6 +151,13 @@ func (l *l2) sendLists(touched map[string]bool) {
 		slices.SortFunc(vs, netip.Addr.Compare)
 	}
 	l.send(touched, lists)
+}
+
+// ownerOf is the node answering for v ("": none).
+func (l *l2) ownerOf(v netip.Addr) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.owner[v]
 }
 
 // owners returns each L2 VIP's node.
