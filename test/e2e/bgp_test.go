@@ -49,9 +49,11 @@ func newBGPCluster(t testing.TB, nodes, pods int) *cluster {
 	return newBGPClusterConf(t, nodes, pods, "")
 }
 
-// newBGPClusterConf is newBGPCluster with more of the agents' speaker
-// configuration (YAML keys after the peers, e.g. ranges).
-func newBGPClusterConf(t testing.TB, nodes, pods int, more string) *cluster {
+// writeAgentBGPConfig writes the agents' speaker configuration
+// (agentBGPConfig, then more) and its password file into a directory of
+// t's, and returns the configuration's path.
+func writeAgentBGPConfig(t testing.TB, more string) string {
+	t.Helper()
 	dir := t.TempDir()
 	pw := filepath.Join(dir, "bgp-password")
 	conf := filepath.Join(dir, "bgp.yaml")
@@ -61,10 +63,23 @@ func newBGPClusterConf(t testing.TB, nodes, pods int, more string) *cluster {
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(agentBGPConfig, pw)+more), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var ns []int
-	for i := 1; i <= nodes; i++ {
-		ns = append(ns, i)
+	return conf
+}
+
+// nodeIndices is 1 … n.
+func nodeIndices(n int) []int {
+	ns := make([]int, n)
+	for i := range ns {
+		ns[i] = i + 1
 	}
+	return ns
+}
+
+// newBGPClusterConf is newBGPCluster with more of the agents' speaker
+// configuration (YAML keys after the peers, e.g. ranges).
+func newBGPClusterConf(t testing.TB, nodes, pods int, more string) *cluster {
+	conf := writeAgentBGPConfig(t, more)
+	ns := nodeIndices(nodes)
 	return newClusterOpts(t, clusterOptions{nodes: nodes, pods: pods, serverArgs: ipv6ServerArgs(),
 		agentArgs: []string{"--announce-cidrs", lab.ExternalVIPs.String() + "," + lab.ExternalVIPs6.String(), "--bgp-config", conf},
 		beforeServer: func(c *cluster) {

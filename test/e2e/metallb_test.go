@@ -49,7 +49,7 @@ func metallbAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, 0, 
 
 // metallbBins builds (or finds) MetalLB's binaries and returns their
 // directory; a failed build fails the test with the script's output.
-func metallbBins(t *testing.T) string {
+func metallbBins(t testing.TB) string {
 	t.Helper()
 	script, err := filepath.Abs("../../hack/metallb-bins.sh")
 	if err != nil {
@@ -68,7 +68,7 @@ func metallbBins(t *testing.T) string {
 	return dir
 }
 
-func readFile(t *testing.T, p string) string {
+func readFile(t testing.TB, p string) string {
 	t.Helper()
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -106,7 +106,7 @@ func routeHops(l *lab.Lab, p netip.Prefix) (int, []string, error) {
 }
 
 // addMetalLBAddr puts metallbAddr(i) on node i's fabric link.
-func addMetalLBAddr(t *testing.T, l *lab.Lab, i int) {
+func addMetalLBAddr(t testing.TB, l *lab.Lab, i int) {
 	t.Helper()
 	h, err := l.Node(i).Netlink()
 	if err != nil {
@@ -133,47 +133,49 @@ func addMetalLBAddr(t *testing.T, l *lab.Lab, i int) {
 	t.Fatalf("no link with %s in %s", lab.NodeAddr(i), lab.NodeName(i))
 }
 
-// TestMetalLBSideBySide: flowlb's agents and MetalLB's speakers (native
-// BGP, its default mode) in the same lab, each with its own sessions to
-// the same FRR router and a VIP every node announces; one node dies (its
-// links cut, its agent and speaker killed at once) and the test reports
-// how long each VIP's route at the router kept it (docs/benchmarks.md).
-// The speakers have no BFD in native mode: the router finds a dead one
-// by its hold time (3 s, the least BGP allows).
-func TestMetalLBSideBySide(t *testing.T) {
-	if os.Getenv("FLOWLB_METALLB") != "1" {
-		t.Skip("MetalLB side by side runs only with FLOWLB_METALLB=1 (it builds MetalLB with hack/metallb-bins.sh)")
-	}
-	const nodes = 3
-	bins := metallbBins(t)
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Fatal("kubectl is missing (Debian kubernetes-client, installed by hack/kube-bins.sh)")
-	}
-
-	dir := t.TempDir()
-	pw, conf := filepath.Join(dir, "bgp-password"), filepath.Join(dir, "bgp.yaml")
-	if err := os.WriteFile(pw, []byte(bgpPassword+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf(agentBGPConfig, pw)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var ns []int
-	for i := 1; i <= nodes; i++ {
-		ns = append(ns, i)
-	}
-	e := newKubeEnvOpts(t, kubeEnvOptions{nodes: nodes, controllers: 0,
+// newMetalLBEnv is a Kubernetes lab of nodes whose agents speak BGP
+// (BFD, graceful restart) to FRR in the router, as TestBGPWithFRR's, with
+// controllers flowlb kube-controllers.
+func newMetalLBEnv(t testing.TB, nodes, controllers int) *kubeEnv {
+	t.Helper()
+	conf := writeAgentBGPConfig(t, "")
+	ns := nodeIndices(nodes)
+	return newKubeEnvOpts(t, kubeEnvOptions{nodes: nodes, controllers: controllers,
 		agentArgs: []string{"--announce-cidrs", lab.ExternalVIPs.String(), "--bgp-config", conf},
 		beforeServer: func(c *cluster) {
 			if err := c.lab.StartRouterBGP(lab.RouterBGP{Nodes: ns, Password: bgpPassword, BFD: true}); err != nil {
 				t.Fatal(err)
 			}
 		}})
+}
+
+// kubectl runs kubectl against the lab's API with stdin; a failure
+// fails t with its output.
+func (e *kubeEnv) kubectl(t testing.TB, stdin string, args ...string) {
+	t.Helper()
+	bin, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatal("kubectl is missing (Debian kubernetes-client, installed by hack/kube-bins.sh)")
+	}
+	cmd := exec.CommandContext(t.Context(), bin, append([]string{"--kubeconfig", e.kc.State.Kubeconfig}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// startMetalLBBGP runs MetalLB in native BGP mode on e's lab: a peer
+// group in the router for the speakers' sessions, from each node's
+// second address (no BFD: MetalLB's native BGP has none; the shortest
+// hold time BGP allows), MetalLB's CRDs, an address pool of pool
+// advertised to the router, and its controller and one speaker per node
+// as lab processes, for metallbClass's Services only.
+func startMetalLBBGP(t testing.TB, e *kubeEnv, bins string, nodes int, pool netip.Prefix) {
+	t.Helper()
 	l := e.lab
 	t.Cleanup(func() {
 		if t.Failed() {
-			out, _ := l.Vtysh(context.Background(), lab.HostRouter, "show bgp summary", "show bfd peers brief", "show bgp ipv4 unicast")
+			out, _ := l.Vtysh(context.Background(), lab.HostRouter, "show bgp summary", "show bfd peers brief")
 			t.Logf("--- FRR in the router\n%s", out)
 			for i := 1; i <= nodes; i++ {
 				b, _ := os.ReadFile(l.LogPath(lab.NodeName(i), "metallb-speaker"))
@@ -183,10 +185,6 @@ func TestMetalLBSideBySide(t *testing.T) {
 			t.Logf("--- metallb-controller log\n%s", tail(string(b), 15))
 		}
 	})
-
-	// The router: a peer group for MetalLB's sessions, from each node's
-	// second address; no BFD (MetalLB's native BGP has none), the
-	// shortest hold time BGP allows.
 	vty := []string{"configure terminal", fmt.Sprintf("router bgp %d", lab.RouterASN),
 		"neighbor metallb peer-group", fmt.Sprintf("neighbor metallb remote-as %d", metallbASN), "neighbor metallb timers 1 3"}
 	for i := 1; i <= nodes; i++ {
@@ -200,23 +198,14 @@ func TestMetalLBSideBySide(t *testing.T) {
 		addMetalLBAddr(t, l, i)
 	}
 
-	// MetalLB's CRDs and configuration, through the lab's API.
-	kube := func(stdin string, args ...string) {
-		t.Helper()
-		cmd := exec.CommandContext(t.Context(), kubectl, append([]string{"--kubeconfig", e.kc.State.Kubeconfig}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	kube("", "apply", "--server-side", "-f", filepath.Join(bins, "crd"))
-	kube("", "wait", "--for", "condition=Established", "--timeout", "60s", "-f", filepath.Join(bins, "crd"))
-	kube("", "create", "namespace", metallbNamespace)
+	e.kubectl(t, "", "apply", "--server-side", "-f", filepath.Join(bins, "crd"))
+	e.kubectl(t, "", "wait", "--for", "condition=Established", "--timeout", "60s", "-f", filepath.Join(bins, "crd"))
+	e.kubectl(t, "", "create", "namespace", metallbNamespace)
 	var y strings.Builder
-	fmt.Fprintf(&y, "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: lab, namespace: %s}\nspec:\n  addresses: [%s]\n---\n", metallbNamespace, metallbPool)
+	fmt.Fprintf(&y, "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: lab, namespace: %s}\nspec:\n  addresses: [%s]\n---\n", metallbNamespace, pool)
 	fmt.Fprintf(&y, "apiVersion: metallb.io/v1beta1\nkind: BGPAdvertisement\nmetadata: {name: lab, namespace: %s}\nspec:\n  ipAddressPools: [lab]\n", metallbNamespace)
 	for i := 1; i <= nodes; i++ {
-		kube("", "label", "node", lab.NodeName(i), "metallb-peer="+lab.NodeName(i))
+		e.kubectl(t, "", "label", "node", lab.NodeName(i), "metallb-peer="+lab.NodeName(i))
 		fmt.Fprintf(&y, "---\napiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {name: router-%s, namespace: %s}\nspec:\n", lab.NodeName(i), metallbNamespace)
 		fmt.Fprintf(&y, "  myASN: %d\n  peerASN: %d\n  peerAddress: %s\n  sourceAddress: %s\n  routerID: %s\n  holdTime: 3s\n", metallbASN, lab.RouterASN, lab.RouterFabricAddr, metallbAddr(i), metallbAddr(i))
 		fmt.Fprintf(&y, "  nodeSelectors: [{matchLabels: {metallb-peer: %s}}]\n", lab.NodeName(i))
@@ -226,12 +215,7 @@ func TestMetalLBSideBySide(t *testing.T) {
 		fmt.Fprintf(&y, "---\napiVersion: v1\nkind: Pod\nmetadata: {name: speaker-%s, namespace: %s}\n", lab.NodeName(i), metallbNamespace)
 		y.WriteString("spec:\n  nodeSelector: {metallb-lab: none}\n  containers: [{name: speaker, image: registry.invalid/metallb-speaker}]\n")
 	}
-	// A Service of MetalLB's class with one ready endpoint (a pod of n1;
-	// without a selector, so only this EndpointSlice counts).
-	fmt.Fprintf(&y, "---\napiVersion: v1\nkind: Service\nmetadata: {name: mlb, namespace: default}\nspec:\n  type: LoadBalancer\n  loadBalancerClass: %s\n  ports: [{port: 80, targetPort: 8080, protocol: TCP}]\n", metallbClass)
-	fmt.Fprintf(&y, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: mlb-1, namespace: default, labels: {kubernetes.io/service-name: mlb}}\naddressType: IPv4\n")
-	fmt.Fprintf(&y, "endpoints: [{addresses: [%s], conditions: {ready: true}, nodeName: n1}]\nports: [{port: 8080, protocol: TCP}]\n", l.Pod(1, 1).Addr)
-	kube(y.String(), "apply", "-f", "-")
+	e.kubectl(t, y.String(), "apply", "-f", "-")
 
 	env := []string{"KUBECONFIG=" + e.kc.State.LabKubeconfig}
 	common := []string{"--namespace", metallbNamespace, "--lb-class", metallbClass, "--port", "0"}
@@ -245,6 +229,31 @@ func TestMetalLBSideBySide(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestMetalLBSideBySide: flowlb's agents and MetalLB's speakers (native
+// BGP, its default mode) in the same lab, each with its own sessions to
+// the same FRR router and a VIP every node announces; one node dies (its
+// links cut, its agent and speaker killed at once) and the test reports
+// how long each VIP's route at the router kept it (docs/benchmarks.md).
+// The speakers have no BFD in native mode: the router finds a dead one
+// by its hold time (3 s, the least BGP allows).
+func TestMetalLBSideBySide(t *testing.T) {
+	if os.Getenv("FLOWLB_METALLB") != "1" {
+		t.Skip("MetalLB side by side runs only with FLOWLB_METALLB=1 (it builds MetalLB with hack/metallb-bins.sh)")
+	}
+	const nodes = 3
+	bins := metallbBins(t)
+	e := newMetalLBEnv(t, nodes, 0)
+	l := e.lab
+	startMetalLBBGP(t, e, bins, nodes, metallbPool)
+	// A Service of MetalLB's class with one ready endpoint (a pod of n1;
+	// without a selector, so only this EndpointSlice counts).
+	var y strings.Builder
+	fmt.Fprintf(&y, "apiVersion: v1\nkind: Service\nmetadata: {name: mlb, namespace: default}\nspec:\n  type: LoadBalancer\n  loadBalancerClass: %s\n  ports: [{port: 80, targetPort: 8080, protocol: TCP}]\n", metallbClass)
+	fmt.Fprintf(&y, "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: mlb-1, namespace: default, labels: {kubernetes.io/service-name: mlb}}\naddressType: IPv4\n")
+	fmt.Fprintf(&y, "endpoints: [{addresses: [%s], conditions: {ready: true}, nodeName: n1}]\nports: [{port: 8080, protocol: TCP}]\n", l.Pod(1, 1).Addr)
+	e.kubectl(t, y.String(), "apply", "-f", "-")
 
 	// flowlb's VIP, members on n1 and n2: every node announces it.
 	lb, _, _ := e.createLB(e.extSub, nil, "ROUND_ROBIN", []lab.Host{l.Pod(1, 1), l.Pod(2, 1)})
