@@ -24,6 +24,10 @@ import (
 // announce, and far from the addresses the external subnet hands out first.
 const externalIP, externalIPLocal = "198.19.255.200", "198.19.255.201"
 
+// otherClassIngress is the address another implementation gives the
+// Service of its loadBalancerClass.
+const otherClassIngress = "198.19.255.202"
+
 // TestKubernetesKubeProxyBehaviours: kube-proxy's Service behaviours
 // beside the Service types, with no kube-proxy. spec.externalIPs answer
 // the external client and are announced like external VIPs
@@ -31,7 +35,8 @@ const externalIP, externalIPLocal = "198.19.255.200", "198.19.255.201"
 // pods; Local: only by the nodes with a pod, the client's address kept);
 // ClientIP affinity holds within timeoutSeconds and expires after; a
 // LoadBalancer Service of another class is served on its cluster IP and
-// node port, with no external address and no ingress from flowlb; a
+// node port, with no external address and no ingress from flowlb, and on
+// the ingress address the other implementation gives it; a
 // Service labelled service.kubernetes.io/service-proxy-name gets no load
 // balancer, gets one when the label goes and loses it when it comes back.
 func TestKubernetesKubeProxyBehaviours(t *testing.T) {
@@ -93,6 +98,14 @@ func TestKubernetesKubeProxyBehaviours(t *testing.T) {
 		if ing := s.Status.LoadBalancer.Ingress; len(ing) != 0 {
 			t.Errorf("ingress %+v written to another class's Service", ing)
 		}
+		// The other implementation gives it an address: served from
+		// outside and announced as kube-proxy would serve it, though
+		// flowlb did not allocate it.
+		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: otherClassIngress}}
+		if _, err := e.k.CoreV1().Services("default").UpdateStatus(e.ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.spread([]lab.Host{client}, net.JoinHostPort(otherClassIngress, "80"), 3, false)
 	})
 
 	t.Run("affinity timeout", func(t *testing.T) {

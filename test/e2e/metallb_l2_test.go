@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -63,10 +62,6 @@ func TestMetalLBL2SideBySide(t *testing.T) {
 	}
 	const nodes = 3
 	bins := metallbBins(t)
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Fatal("kubectl is missing (Debian kubernetes-client, installed by hack/kube-bins.sh)")
-	}
 	e := newKubeEnvOpts(t, kubeEnvOptions{nodes: nodes, controllers: 1,
 		serverArgs: []string{"--l2-cidrs", flowlbL2Range.String()},
 		agentArgs:  []string{"--l2-interface", "eth0"}})
@@ -189,17 +184,9 @@ func TestMetalLBL2SideBySide(t *testing.T) {
 	// memberlist finds the other speakers by those addresses (the
 	// speakers run as lab processes, so their Pods are objects only,
 	// which no node can take).
-	kube := func(stdin string, args ...string) {
-		t.Helper()
-		cmd := exec.CommandContext(t.Context(), kubectl, append([]string{"--kubeconfig", e.kc.State.Kubeconfig}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	kube("", "apply", "--server-side", "-f", filepath.Join(bins, "crd"))
-	kube("", "wait", "--for", "condition=Established", "--timeout", "60s", "-f", filepath.Join(bins, "crd"))
-	kube("", "create", "namespace", metallbNamespace)
+	e.kubectl(t, "", "apply", "--server-side", "-f", filepath.Join(bins, "crd"))
+	e.kubectl(t, "", "wait", "--for", "condition=Established", "--timeout", "60s", "-f", filepath.Join(bins, "crd"))
+	e.kubectl(t, "", "create", "namespace", metallbNamespace)
 	var y strings.Builder
 	fmt.Fprintf(&y, "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: lab, namespace: %s}\nspec:\n  addresses: [%s]\n---\n", metallbNamespace, metallbL2Pool)
 	fmt.Fprintf(&y, "apiVersion: metallb.io/v1beta1\nkind: L2Advertisement\nmetadata: {name: lab, namespace: %s}\nspec:\n  ipAddressPools: [lab]\n  interfaces: [eth0]\n", metallbNamespace)
@@ -207,11 +194,11 @@ func TestMetalLBL2SideBySide(t *testing.T) {
 		fmt.Fprintf(&y, "---\napiVersion: v1\nkind: Pod\nmetadata: {name: speaker-%s, namespace: %s, labels: {app: metallb, component: speaker}}\n", lab.NodeName(i), metallbNamespace)
 		y.WriteString("spec:\n  nodeSelector: {metallb-lab: none}\n  containers: [{name: speaker, image: registry.invalid/metallb-speaker}]\n")
 	}
-	// A Service of MetalLB's class asking for mlbVIP, which it also
-	// lists as an external IP (flowlb's data plane serves it), with
-	// ready endpoints on the nodes that live on.
+	// A Service of MetalLB's class asking for mlbVIP (flowlb's data
+	// plane serves another class's ingress addresses as kube-proxy
+	// does), with ready endpoints on the nodes that live on.
 	fmt.Fprintf(&y, "---\napiVersion: v1\nkind: Service\nmetadata: {name: mlb, namespace: default, annotations: {metallb.io/loadBalancerIPs: %q}}\n", mlbVIP)
-	fmt.Fprintf(&y, "spec:\n  type: LoadBalancer\n  loadBalancerClass: %s\n  externalIPs: [%s]\n  ports: [{port: 80, targetPort: 8080, protocol: TCP}]\n", metallbClass, mlbVIP)
+	fmt.Fprintf(&y, "spec:\n  type: LoadBalancer\n  loadBalancerClass: %s\n  ports: [{port: 80, targetPort: 8080, protocol: TCP}]\n", metallbClass)
 	y.WriteString("---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: mlb-1, namespace: default, labels: {kubernetes.io/service-name: mlb}}\naddressType: IPv4\nendpoints:\n")
 	for i := 1; i <= nodes; i++ {
 		if i != dead {
@@ -219,7 +206,7 @@ func TestMetalLBL2SideBySide(t *testing.T) {
 		}
 	}
 	y.WriteString("ports: [{port: 8080, protocol: TCP}]\n")
-	kube(y.String(), "apply", "-f", "-")
+	e.kubectl(t, y.String(), "apply", "-f", "-")
 	for i := 1; i <= nodes; i++ {
 		pods := e.k.CoreV1().Pods(metallbNamespace)
 		p, err := pods.Get(t.Context(), "speaker-"+lab.NodeName(i), metav1.GetOptions{})

@@ -274,7 +274,7 @@ func Desired(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, o Options) (
 		return nil, err
 	}
 	fam := familiesOf(st)
-	ls, err := listenerTemplate(svc, lb.External, externalIPs(svc, fam), fam, o)
+	ls, err := listenerTemplate(svc, lb.External, externalIPs(svc, fam, o), fam, o)
 	if err != nil {
 		return nil, err
 	}
@@ -635,15 +635,31 @@ func listenerTags(svc *corev1.Service, external bool, extIPs []string) []string 
 	return tags
 }
 
-// externalIPs are svc's spec.externalIPs of the families fam, canonical,
-// sorted and without duplicates: as kube-proxy, an external IP of a
-// family the Service does not have is not served. Those that do not parse
-// are left out too (the API server validates them).
-func externalIPs(svc *corev1.Service, fam families) []string {
+// externalIPs are the addresses besides its VIPs on which svc is served,
+// as kube-proxy serves them: spec.externalIPs and, for a LoadBalancer
+// Service whose external address another implementation gives (not
+// OwnsExternal: another class's, or the cloud provider's), the IPs of its
+// status.loadBalancer.ingress, unless their ipMode is Proxy (that
+// implementation's proxy takes the traffic, and kube-proxy leaves those
+// alone too). Of the families fam only (as kube-proxy, an address of a
+// family the Service does not have is not served), canonical, sorted and
+// without duplicates; those that do not parse are left out (the API
+// server validates them).
+func externalIPs(svc *corev1.Service, fam families, o Options) []string {
 	var out []string
-	for _, s := range svc.Spec.ExternalIPs {
+	add := func(s string) {
 		if a, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil && fam.has(a) {
 			out = append(out, a.Unmap().String())
+		}
+	}
+	for _, s := range svc.Spec.ExternalIPs {
+		add(s)
+	}
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && !OwnsExternal(svc, o) {
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if in.IPMode == nil || *in.IPMode == corev1.LoadBalancerIPModeVIP {
+				add(in.IP)
+			}
 		}
 	}
 	slices.Sort(out)

@@ -544,6 +544,28 @@ func TestDesired(t *testing.T) {
 				t.Errorf("external %v, tags %v", lb.External, lb.Listeners[0].Tags)
 			}
 		}},
+		{name: "another class's LoadBalancer ingress IPs are served as external IPs, not those of ipMode Proxy; externalTrafficPolicy applies",
+			svc: service(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.LoadBalancerClass = ptr.To("example.com/other")
+				s.Spec.ExternalIPs = []string{"198.19.200.1"}
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.19.255.3"}, {IP: "198.19.200.1", IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)},
+					{IP: "198.19.255.4", IPMode: ptr.To(corev1.LoadBalancerIPModeProxy)}, {Hostname: "lb.example.com"}, {IP: "2001:2::5"}}
+			}), check: func(t *testing.T, lb *LB) {
+				want := []string{flows.TagLocalOnly, flows.TagExternalIPPrefix + "198.19.200.1", flows.TagExternalIPPrefix + "198.19.255.3"}
+				if lb.External || !reflect.DeepEqual(lb.Listeners[0].Tags, want) {
+					t.Errorf("external %v, tags %v, want %v", lb.External, lb.Listeners[0].Tags, want)
+				}
+			}},
+		{name: "our class's ingress is its VIP, not an external IP", svc: service(func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.19.255.3"}}
+		}), check: func(t *testing.T, lb *LB) {
+			if !lb.External || len(lb.Listeners[0].Tags) != 0 {
+				t.Errorf("external %v, tags %v", lb.External, lb.Listeners[0].Tags)
+			}
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
