@@ -58,7 +58,10 @@ kernel: whether it holds the newest revision received, whether it refuses
 the agent's writes (since when, why), when the agent last checked it, and
 what it repaired of other processes' changes; then what the node
 announces of the VIPs (--announce-cidrs): the prefixes in the routing
-table, or those its BGP speaker advertises and each BGP session's state.`,
+table, or those its BGP speaker advertises and each BGP session's state;
+then the VIPs it answers ARP and neighbour discovery for
+(--l2-interface), each since when, the messages sent, and, if it lost
+its server, when its lease ends.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if agentAddr != "" {
@@ -86,7 +89,7 @@ table, or those its BGP speaker advertises and each BGP session's state.`,
 		},
 	}
 	cmd.Flags().StringVar(&pins, "bpf-pin-dir", "", "print the eBPF maps pinned in this directory (the agent's --bpf-pin-dir) instead of the nftables table")
-	cmd.Flags().StringVar(&agentAddr, "agent", "127.0.0.1:9878", "the agent's --metrics-listen, whose /status says how the kernel stands against its flows and what the node announces (empty: do not ask)")
+	cmd.Flags().StringVar(&agentAddr, "agent", "127.0.0.1:9878", "the agent's --metrics-listen, whose /status says how the kernel stands against its flows and what the node announces and answers ARP/NDP for (empty: do not ask)")
 	return cmd
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/node/agent"
 	"github.com/flowlb/flowlb/internal/node/announce"
+	"github.com/flowlb/flowlb/internal/node/l2"
 )
 
 // ReadyHandler serves ready: 200 "ok" when it returns nil, else 503 with
@@ -25,19 +26,24 @@ func ReadyHandler(ready func() error) http.Handler {
 }
 
 // Status is the agent's /status: how the kernel stands against the
-// flows (its fields at the top level) and what the node announces.
+// flows (its fields at the top level), what the node announces, and
+// what it answers ARP and neighbour discovery for.
 type Status struct {
 	agent.KernelStatus
-	// Announcements is absent from an agent older than it.
+	// Announcements and L2 are absent from an agent older than them.
 	Announcements *announce.Status `json:"announcements,omitempty"`
+	L2            *l2.Status       `json:"l2,omitempty"`
 }
 
-// Write renders the status for `flowlb agent dump`: the kernel, then the
-// announcements.
+// Write renders the status for `flowlb agent dump`: the kernel, the
+// announcements, then L2.
 func (s Status) Write(w io.Writer) {
 	s.KernelStatus.Write(w)
 	if s.Announcements != nil {
 		s.Announcements.Write(w)
+	}
+	if s.L2 != nil {
+		s.L2.Write(w)
 	}
 }
 

@@ -132,6 +132,9 @@ type Node struct {
 	// same as the server is told it (nil: the node announces nothing).
 	announced func() announce.Status
 	told      func() *agentv1.AnnounceStatus
+	// l2 is what the node answers ARP and neighbour discovery for, for
+	// /status.
+	l2 func() l2.Status
 }
 
 // Start opens the node's data planes and endpoints and runs its agent
@@ -176,12 +179,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		verifyEvery = -1 // the agent's "never"
 	}
 	var onL2 func([]netip.Addr)
+	n.l2 = l2.NoneStatus
 	if cfg.L2Interface != "" {
 		r, err := l2.New(cfg.L2Interface, log)
 		if err != nil {
 			return nil, err
 		}
 		n.undo = append(n.undo, func() { _ = r.Close() })
+		if err := reg.Register(r.Collector()); err != nil {
+			return nil, fmt.Errorf("L2 metrics: %w", err)
+		}
+		n.l2 = func() l2.Status {
+			lost, ends, ended := n.agent.L2Lease()
+			return l2.StatusOf(r.State(), l2.Lease{Lost: lost, Ends: ends, Ended: ended})
+		}
 		go func() {
 			if err := r.Run(ctx); err != nil {
 				log.Error("L2 answers stopped", "interface", cfg.L2Interface, "err", err)
@@ -375,8 +386,8 @@ func (n *Node) serveHTTP(reg *prometheus.Registry, hc *kubehealth.Server) error 
 
 // status is the agent's /status.
 func (n *Node) status() Status {
-	a := n.announced()
-	return Status{KernelStatus: n.agent.KernelStatus(), Announcements: &a}
+	a, l := n.announced(), n.l2()
+	return Status{KernelStatus: n.agent.KernelStatus(), Announcements: &a, L2: &l}
 }
 
 // serve serves h on addr until the node stops.

@@ -119,6 +119,17 @@ func routeVia(t *testing.T, l *lab.Lab, within time.Duration, want map[netip.Pre
 // its agent killed (SIGKILL). It returns when the cut began.
 func killNode(t *testing.T, l *lab.Lab, i int) time.Time {
 	t.Helper()
+	cut := cutNode(t, l, i)
+	if err := l.Node(i).Kill("agent", unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	return cut
+}
+
+// cutNode cuts every link of node i but loopback, its agent left
+// running. It returns when the cut began.
+func cutNode(t *testing.T, l *lab.Lab, i int) time.Time {
+	t.Helper()
 	h, err := l.Node(i).Netlink()
 	if err != nil {
 		t.Fatal(err)
@@ -135,9 +146,6 @@ func killNode(t *testing.T, l *lab.Lab, i int) time.Time {
 				t.Fatal(err)
 			}
 		}
-	}
-	if err := l.Node(i).Kill("agent", unix.SIGKILL); err != nil {
-		t.Fatal(err)
 	}
 	return cut
 }

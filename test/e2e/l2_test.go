@@ -1,13 +1,18 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/shared/testutil"
@@ -23,10 +28,13 @@ var (
 // TestL2Announcements: on a flat network (the router, on the nodes'
 // fabric, routes the L2 ranges on-link and so asks ARP and neighbour
 // discovery for their VIPs), one node answers for a VIP, in both
-// families; when that node dies (links cut, agent killed) another takes
-// the VIP over with a gratuitous ARP and an unsolicited advertisement,
-// and the router's connections reach the VIP again. The time is
-// reported, not asserted (docs/benchmarks.md).
+// families, and says so in its agent's /status, agent dump and the
+// dashboard; when that node dies (links cut) another takes the VIP over
+// with a gratuitous ARP and an unsolicited advertisement, and the
+// router's connections reach the VIP again. The time is reported, not
+// asserted (docs/benchmarks.md). The new owner's /status lists the VIP;
+// the cut node's agent, still running, lets it go at its lease's end
+// and says so, and is then killed.
 func TestL2Announcements(t *testing.T) {
 	c := newClusterOpts(t, clusterOptions{nodes: 3, pods: 1, serverArgs: append(ipv6ServerArgs(), "--l2-cidrs", l2Range4.String()+","+l2Range6.String()),
 		agentArgs: []string{"--l2-interface", "eth0"}})
@@ -109,6 +117,31 @@ func TestL2Announcements(t *testing.T) {
 		t.Fatalf("the router resolved %s to %s and %s to %s: want a node's MAC each", vip4, st4, vip6, st6)
 	}
 	t.Logf("%s answered by n%d, %s by n%d", vip4, owner4, vip6, owner6)
+	// Each owner's agent says it answers for its VIP, the others do not.
+	waitL2(t, l, 10*time.Second, "the owners' /status", map[netip.Addr]int{vip4: owner4, vip6: owner6}, nil)
+	var out bytes.Buffer
+	if err := l.Node(owner4).Run(context.Background(), nil, &out, &out, flowlb(t), "agent", "dump"); err != nil {
+		t.Fatalf("dump: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"l2: ARP and NDP on eth0, ", "l2:   " + vip4.String() + " ARP since "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("dump on n%d lacks %q:\n%s", owner4, want, out.String())
+		}
+	}
+	t.Logf("agent dump on n%d:\n%s", owner4, out.String())
+	// The dashboard shows each VIP on its owner's row.
+	testutil.Eventually(t, 10*time.Second, "the L2 VIPs on the dashboard", func() (bool, string) {
+		code, body := c.call("GET", "/dashboard/api/state", nil)
+		got := map[string]bool{}
+		agents, _ := body["agents"].([]any)
+		for _, a := range agents {
+			vips, _ := a.(map[string]any)["l2"].([]any)
+			for _, v := range vips {
+				got[fmt.Sprint(a.(map[string]any)["node"], " ", v)] = true
+			}
+		}
+		return code == 200 && got[lab.NodeName(owner4)+" "+vip4.String()] && got[lab.NodeName(owner6)+" "+vip6.String()], fmt.Sprintf("%d: %v", code, agents)
+	})
 	// The API says so too (what the kube-controller's ingress gate reads).
 	_, ann := c.call("GET", "/v2/lbaas/loadbalancers/"+lb["id"].(string)+"/announcements", nil)
 	want := map[string]string{vip4.String(): lab.NodeName(owner4), vip6.String(): lab.NodeName(owner6)}
@@ -144,7 +177,7 @@ func TestL2Announcements(t *testing.T) {
 	}
 	c.waitActive(lb["id"].(string))
 
-	cut := killNode(t, l, dead)
+	cut := cutNode(t, l, dead)
 	var back time.Time
 	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("the router reaching %s again after n%d died", addr4, dead), func() (bool, string) {
 		if _, err := l.Router().Ask(t.Context(), addr4, 200*time.Millisecond); err != nil {
@@ -173,6 +206,61 @@ func TestL2Announcements(t *testing.T) {
 	if n, _ := ownerOf(vip6); n == dead {
 		t.Errorf("%s still resolved to the dead n%d", vip6, dead)
 	}
+	// The new owner says it answers for vip4, the other live node does
+	// not; the cut node's agent (its loopback still up) has let its VIPs
+	// go at its lease's end and says why.
+	waitL2(t, l, 10*time.Second, "the new owner's /status", map[netip.Addr]int{vip4: now4}, []int{dead})
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("n%d's lease ended, no VIP answered", dead), func() (bool, string) {
+		s, err := agentStatusOf(l.Node(dead))
+		if err != nil || s.L2 == nil {
+			return false, fmt.Sprint(err)
+		}
+		return len(s.L2.VIPs) == 0 && s.L2.Lease != nil && s.L2.Lease.Ended, fmt.Sprintf("%+v lease %+v", s.L2, s.L2.Lease)
+	})
+	if s, err := agentStatusOf(l.Node(dead)); err == nil && s.L2 != nil {
+		var b strings.Builder
+		s.L2.Write(&b)
+		t.Logf("n%d's agent, cut off:\n%s", dead, b.String())
+	}
+	if err := l.Node(dead).Kill("agent", unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitL2 waits until the /status of each node's agent but those of skip
+// lists the VIPs of owners it owns, with the family's protocol, and none
+// it does not own; an owner's also counts an announcement sent.
+func waitL2(t *testing.T, l *lab.Lab, within time.Duration, what string, owners map[netip.Addr]int, skip []int) {
+	t.Helper()
+	testutil.Eventually(t, within, what, func() (bool, string) {
+		for i := 1; i <= len(l.Nodes()); i++ {
+			if slices.Contains(skip, i) {
+				continue
+			}
+			s, err := agentStatusOf(l.Node(i))
+			if err != nil {
+				return false, fmt.Sprintf("n%d: %v", i, err)
+			}
+			if s.L2 == nil || s.L2.Interface != "eth0" || s.L2.ListAt == "" || s.L2.Lease != nil {
+				return false, fmt.Sprintf("n%d: %+v", i, s.L2)
+			}
+			answered := map[string]string{}
+			for _, v := range s.L2.VIPs {
+				answered[v.VIP] = v.By
+			}
+			for v, o := range owners {
+				by, ok := answered[v.String()]
+				want := map[bool]string{true: "arp", false: "ndp"}[v.Is4()]
+				if o == i && (!ok || by != want || s.L2.Sent.GratuitousARP+s.L2.Sent.UnsolicitedNA == 0) {
+					return false, fmt.Sprintf("n%d owns %s: %+v", i, v, s.L2)
+				}
+				if o != i && ok {
+					return false, fmt.Sprintf("n%d answers for %s, n%d's: %+v", i, v, o, s.L2)
+				}
+			}
+		}
+		return true, ""
+	})
 }
 
 func neighState(s int) string {

@@ -139,8 +139,14 @@ type Agent struct {
 	lastSync time.Time // the last update taken (MinInterval)
 
 	// l2Gen counts the L2 lists taken: a lease that ends with no new list
-	// since the session was lost takes the VIPs away.
-	l2Gen atomic.Int64
+	// since the session was lost takes the VIPs away. l2Lost and l2Ends
+	// are the running (or ended: l2Ended) lease's, zero while a list
+	// holds.
+	l2Mu    sync.Mutex
+	l2Gen   int64
+	l2Lost  time.Time
+	l2Ends  time.Time
+	l2Ended bool
 
 	// Health: the probes this agent runs and where their transitions go.
 	health      *health.Runner
@@ -292,7 +298,10 @@ func (a *Agent) desire(ctx context.Context, u flows.Update) {
 		a.health.Set(context.WithoutCancel(ctx), checks(u.Probes))
 	}
 	if u.L2Set && a.cfg.L2 != nil {
-		a.l2Gen.Add(1)
+		a.l2Mu.Lock()
+		a.l2Gen++
+		a.l2Lost, a.l2Ends, a.l2Ended = time.Time{}, time.Time{}, false
+		a.l2Mu.Unlock()
 		a.cfg.L2(u.L2VIPs)
 	}
 }
@@ -307,13 +316,38 @@ func (a *Agent) l2Lease() {
 	if lease <= 0 {
 		lease = DefaultL2Lease
 	}
-	gen := a.l2Gen.Load()
+	now := time.Now()
+	a.l2Mu.Lock()
+	gen := a.l2Gen
+	if a.l2Lost.IsZero() {
+		// The first loss since the last list: a lease already running (a
+		// session that came and went without a list) keeps its end.
+		a.l2Lost, a.l2Ends = now, now.Add(lease)
+	}
+	a.l2Mu.Unlock()
 	time.AfterFunc(lease, func() {
-		if a.l2Gen.CompareAndSwap(gen, gen+1) {
+		a.l2Mu.Lock()
+		ended := a.l2Gen == gen
+		if ended {
+			a.l2Gen++
+			a.l2Ended = true
+		}
+		a.l2Mu.Unlock()
+		if ended {
 			a.log.Warn("no server for the L2 lease: no longer answering for the L2 VIPs", "lease", lease)
 			a.cfg.L2(nil)
 		}
 	})
+}
+
+// L2Lease is the lease of the L2 VIPs: zero while a server's list holds
+// (a session is up, or gave a list since the last was lost); else when
+// the session was lost, when the lease ends (or ended), and whether it
+// has, the VIPs let go.
+func (a *Agent) L2Lease() (lost, ends time.Time, ended bool) {
+	a.l2Mu.Lock()
+	defer a.l2Mu.Unlock()
+	return a.l2Lost, a.l2Ends, a.l2Ended
 }
 
 // SetNodeAddresses sets the node's addresses that serve node ports (the

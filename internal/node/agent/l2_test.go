@@ -16,7 +16,7 @@ import (
 // TestL2ListAndLease: the node is given each L2 list the server sends
 // (the last of a merged batch), keeps it across a session lost and found
 // again within the lease, and drops it when the lease ends with no
-// server.
+// server; L2Lease says so meanwhile (none while a list holds).
 func TestL2ListAndLease(t *testing.T) {
 	var mu sync.Mutex
 	var got [][]netip.Addr
@@ -43,12 +43,21 @@ func TestL2ListAndLease(t *testing.T) {
 	if n, vs := last(); n != 1 || !slices.Equal(vs, []netip.Addr{v1, v2}) {
 		t.Fatalf("after a batch: %d lists, the last %v; want one, the batch's last", n, vs)
 	}
+	if lost, ends, ended := a.L2Lease(); !lost.IsZero() || !ends.IsZero() || ended {
+		t.Fatalf("a list holds, yet a lease: lost %v, ends %v, ended %v", lost, ends, ended)
+	}
 	// Lost and found again within the lease: kept.
 	a.detach()
+	if lost, ends, ended := a.L2Lease(); lost.IsZero() || ends.Sub(lost) != 200*time.Millisecond || ended {
+		t.Fatalf("session lost: lease lost %v, ends %v, ended %v; want running for 200ms", lost, ends, ended)
+	}
 	a.desire(t.Context(), flows.Update{Epoch: "e", Revision: 4, L2Set: true, L2VIPs: []netip.Addr{v2}})
 	time.Sleep(400 * time.Millisecond) // past the lease: nothing may come
 	if n, vs := last(); n != 2 || !slices.Equal(vs, []netip.Addr{v2}) {
 		t.Fatalf("a session found again within the lease: %d lists, the last %v; want 2, [%s]", n, vs, v2)
+	}
+	if lost, _, ended := a.L2Lease(); !lost.IsZero() || ended {
+		t.Fatalf("a list again, yet a lease: lost %v, ended %v", lost, ended)
 	}
 	// Lost for good: dropped once the lease ends.
 	a.detach()
@@ -56,4 +65,7 @@ func TestL2ListAndLease(t *testing.T) {
 		n, vs := last()
 		return n == 3 && len(vs) == 0, ""
 	})
+	if lost, ends, ended := a.L2Lease(); lost.IsZero() || ends.Sub(lost) != 200*time.Millisecond || !ended {
+		t.Fatalf("lease over: lost %v, ends %v, ended %v; want ended", lost, ends, ended)
+	}
 }

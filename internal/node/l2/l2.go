@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
@@ -34,9 +35,21 @@ type Responder struct {
 	arp *arp.Client // nil: no IPv4 on the interface
 	ndp *ndp.Conn   // nil: no IPv6 on the interface
 
-	mu     sync.Mutex
-	owned  map[netip.Addr]bool
-	closed atomic.Bool
+	now func() time.Time
+
+	mu sync.Mutex
+	// owned are the addresses spoken for, each with when it was taken;
+	// refused those of the last list that could not be (why); listAt
+	// when the last list was given.
+	owned   map[netip.Addr]time.Time
+	refused map[netip.Addr]string
+	listAt  time.Time
+	closed  atomic.Bool
+
+	// Sent since New: announcements (gratuitous ARP, unsolicited
+	// neighbour advertisements) and answers, by family.
+	announced4, announced6 atomic.Uint64
+	answered4, answered6   atomic.Uint64
 }
 
 // New opens the raw sockets of interface name. A family the interface
@@ -50,7 +63,7 @@ func New(name string, log *slog.Logger) (*Responder, error) {
 	if len(ifi.HardwareAddr) != 6 {
 		return nil, fmt.Errorf("l2: interface %s has no Ethernet address", name)
 	}
-	r := &Responder{ifi: ifi, log: log, owned: map[netip.Addr]bool{}}
+	r := &Responder{ifi: ifi, log: log, now: time.Now, owned: map[netip.Addr]time.Time{}, refused: map[netip.Addr]string{}}
 	var errs []error
 	if c, err := arp.Dial(ifi); err == nil {
 		r.arp = c
@@ -93,13 +106,17 @@ func (r *Responder) Set(owned []netip.Addr) error {
 		return nil
 	}
 	gained, lost := Changes(r.owned, owned)
+	now := r.now()
+	r.listAt = now
+	clear(r.refused)
 	var errs []error
 	for _, v := range gained {
 		if err := r.take(v); err != nil {
 			errs = append(errs, err)
+			r.refused[v] = err.Error()
 			continue
 		}
-		r.owned[v] = true
+		r.owned[v] = now
 	}
 	for _, v := range lost {
 		delete(r.owned, v)
@@ -119,7 +136,11 @@ func (r *Responder) take(v netip.Addr) error {
 		if r.arp == nil {
 			return fmt.Errorf("l2: %s: interface %s has no IPv4 address", v, r.ifi.Name)
 		}
-		return r.arp.WriteTo(Gratuitous(r.ifi.HardwareAddr, v), ethernet.Broadcast)
+		if err := r.arp.WriteTo(Gratuitous(r.ifi.HardwareAddr, v), ethernet.Broadcast); err != nil {
+			return fmt.Errorf("l2: gratuitous ARP for %s: %w", v, err)
+		}
+		r.announced4.Add(1)
+		return nil
 	}
 	if r.ndp == nil {
 		return fmt.Errorf("l2: %s: interface %s has no IPv6 link-local address", v, r.ifi.Name)
@@ -131,7 +152,11 @@ func (r *Responder) take(v netip.Addr) error {
 	if err := r.ndp.JoinGroup(g); err != nil {
 		return fmt.Errorf("l2: join %s for %s: %w", g, v, err)
 	}
-	return r.ndp.WriteTo(Advertisement(r.ifi.HardwareAddr, v, false), nil, netip.IPv6LinkLocalAllNodes())
+	if err := r.ndp.WriteTo(Advertisement(r.ifi.HardwareAddr, v, false), nil, netip.IPv6LinkLocalAllNodes()); err != nil {
+		return fmt.Errorf("l2: unsolicited neighbour advertisement for %s: %w", v, err)
+	}
+	r.announced6.Add(1)
+	return nil
 }
 
 // sharesGroup reports whether an owned IPv6 address has solicited-node
@@ -150,7 +175,8 @@ func (r *Responder) sharesGroup(g netip.Addr) bool {
 func (r *Responder) owns(v netip.Addr) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.owned[v]
+	_, ok := r.owned[v]
+	return ok
 }
 
 // Run answers requests until ctx ends or the sockets are closed.
@@ -195,6 +221,8 @@ func (r *Responder) serveARP(ctx context.Context) error {
 		if reply := Reply(p, r.ifi.HardwareAddr, r.owns); reply != nil {
 			if err := r.arp.WriteTo(reply, p.SenderHardwareAddr); err != nil {
 				r.log.Warn("l2: ARP reply", "vip", p.TargetIP, "to", p.SenderIP, "err", err)
+			} else {
+				r.answered4.Add(1)
 			}
 		}
 	}
@@ -225,6 +253,8 @@ func (r *Responder) serveNDP(ctx context.Context) error {
 		}
 		if err := r.ndp.WriteTo(Advertisement(r.ifi.HardwareAddr, ns.TargetAddress, solicited), nil, to); err != nil {
 			r.log.Warn("l2: neighbour advertisement", "vip", ns.TargetAddress, "to", to, "err", err)
+		} else {
+			r.answered6.Add(1)
 		}
 	}
 	return nil
@@ -246,12 +276,12 @@ func isSocketError(err error) bool {
 
 // Changes is what moves from have to want: the addresses gained and
 // lost, each sorted.
-func Changes(have map[netip.Addr]bool, want []netip.Addr) (gained, lost []netip.Addr) {
+func Changes[T any](have map[netip.Addr]T, want []netip.Addr) (gained, lost []netip.Addr) {
 	w := make(map[netip.Addr]bool, len(want))
 	for _, v := range want {
 		v = v.Unmap()
 		w[v] = true
-		if !have[v] {
+		if _, ok := have[v]; !ok {
 			gained = append(gained, v)
 		}
 	}

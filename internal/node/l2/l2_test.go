@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -143,6 +144,8 @@ func TestResponderOnVeth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t1, t2 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC), time.Date(2026, 11, 29, 8, 0, 5, 0, time.UTC)
+		r.now = func() time.Time { return t1 }
 		ctx := t.Context()
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
@@ -167,6 +170,11 @@ func TestResponderOnVeth(t *testing.T) {
 			t.Fatal(err)
 		}
 		mine := a0.Attrs().HardwareAddr
+		st := r.State()
+		if want := (State{Interface: "a0", ARP: true, NDP: true, Owned: map[netip.Addr]time.Time{vip: t1, v6: t1, other: t1, other6: t1},
+			Refused: map[netip.Addr]string{}, ListAt: t1, Counts: Counts{GratuitousARP: 2, UnsolicitedNA: 2}}); !reflect.DeepEqual(st, want) {
+			t.Errorf("state after the first list: %+v, want %+v", st, want)
+		}
 		// Moved at once, without b asking.
 		for _, v := range []netip.Addr{other, other6} {
 			testutil.Eventually(t, 5*time.Second, "b's entry of "+v.String()+" moved by the announcement", neighIs(hb, b0, v, mine))
@@ -176,9 +184,18 @@ func TestResponderOnVeth(t *testing.T) {
 			send(t, b, v)
 			testutil.Eventually(t, 5*time.Second, "b resolves "+v.String()+" to a0", neighIs(hb, b0, v, mine))
 		}
-		// Given up: b's next question goes unanswered.
+		testutil.Eventually(t, 5*time.Second, "the answers counted", func() (bool, string) {
+			c := r.State().Counts
+			return c.ARPReplies >= 1 && c.NDPReplies >= 1, fmt.Sprintf("%+v", c)
+		})
+		// Given up: b's next question goes unanswered. What stays keeps
+		// its time.
+		r.now = func() time.Time { return t2 }
 		if err := r.Set([]netip.Addr{v6}); err != nil {
 			t.Fatal(err)
+		}
+		if st := r.State(); !reflect.DeepEqual(st.Owned, map[netip.Addr]time.Time{v6: t1}) || st.ListAt != t2 || st.Counts.GratuitousARP != 2 || st.Counts.UnsolicitedNA != 2 {
+			t.Errorf("state after the second list: %+v", st)
 		}
 		if err := hb.NeighDel(&netlink.Neigh{LinkIndex: b0.Attrs().Index, Family: netlink.FAMILY_V4, IP: vip.AsSlice()}); err != nil {
 			t.Fatal(err)

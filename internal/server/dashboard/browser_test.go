@@ -106,4 +106,11 @@ func TestPageKeystoneSignIn(t *testing.T) {
 		return n1.dataset.announce === "bgp" && n1.dataset.vips === "2" && n1.dataset.sessionsUp === "1" &&
 			n1.textContent === "BGP 1/1 established: 2 VIPs" && n1.title.includes("198.18.0.254 AS 64500 established") && n2.dataset.announce === "none";
 	})()`)
+	// What the servers give each node to answer ARP and neighbour
+	// discovery for: n2 two VIPs, n1 none.
+	wait("the agents' L2 VIPs", `(() => {
+		const n1 = document.querySelector('[data-agent="n1"] [data-l2]'), n2 = document.querySelector('[data-agent="n2"] [data-l2]');
+		return n1.dataset.l2Vips === "0" && n1.textContent === "0 VIPs" &&
+			n2.dataset.l2 === "198.19.128.10 2001:2:0:8000::7" && n2.textContent === "2 VIPs: 198.19.128.10, 2001:2:0:8000::7";
+	})()`)
 }

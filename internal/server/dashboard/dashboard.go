@@ -4,8 +4,9 @@
 // /dashboard/api/state, behind the API's own authentication. It shows
 // the caller's load balancers with their status trees and sampled
 // statistics, and, to admins, each node's agent with its programmed
-// revision, lag and probed members, member health transitions and the
-// path of the last changes to every node.
+// revision, lag, kernel, announcements, L2 VIPs and probed members,
+// member health transitions and the path of the last changes to every
+// node.
 package dashboard
 
 import (
@@ -16,6 +17,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/flowlb/flowlb/internal/server/fanout"
@@ -36,6 +38,7 @@ type Hub interface {
 	HealthTransitions() []fanout.HealthTransition
 	KernelStatuses() map[string]fanout.KernelStatus
 	Announcements() map[string]fanout.Announcements
+	L2Owners() map[netip.Addr]string
 }
 
 // Trees returns the load balancer trees the context's caller may see
@@ -200,7 +203,7 @@ func (d *Dashboard) state(w http.ResponseWriter, r *http.Request) {
 	}
 	h := d.o.Hub
 	view := hubView{revision: h.Revision(), agents: h.ClusterAgents(), probed: h.Probed(),
-		changes: h.Changes(), transitions: h.HealthTransitions(), kernels: h.KernelStatuses(), announce: h.Announcements()}
+		changes: h.Changes(), transitions: h.HealthTransitions(), kernels: h.KernelStatuses(), announce: h.Announcements(), l2: h.L2Owners()}
 	// The agents, their nodes and probes are the deployment's, seen by
 	// those who see every project.
 	infra := c.IsAdmin || c.ReadAll

@@ -61,6 +61,10 @@ func hub() hubView {
 		// up; n2 announces nothing.
 		announce: map[string]fanout.Announcements{"n1": {Mode: "bgp", VIPs: []netip.Addr{netip.MustParseAddr("198.19.128.2"), netip.MustParseAddr("2001:2:0:c000::2")},
 			Sessions: []fanout.BGPSession{{Peer: "198.18.0.254", ASN: 64500, State: "established", Since: at(-40), BFD: "up"}}}},
+		// The servers give n2 two L2 VIPs, n1 none; a node without an
+		// agent any more is no row of its own.
+		l2: map[netip.Addr]string{netip.MustParseAddr("2001:2:0:8000::7"): "n2", netip.MustParseAddr("198.19.128.10"): "n2",
+			netip.MustParseAddr("198.19.128.3"): "gone"},
 		changes: []fanout.ChangeTrace{
 			{LoadBalancerID: "lb1", Entry: 40, Revision: 12, Written: at(0), Applied: at(3), Programmed: map[string]time.Time{"n1": at(9)}},
 			{LoadBalancerID: "hidden", Entry: 39, Revision: 11, Written: at(0), Applied: at(3), Programmed: map[string]time.Time{}},
@@ -122,8 +126,10 @@ func TestBuildInfrastructure(t *testing.T) {
 			{Node: "n1", Revision: 12, Lag: 0, Probes: []ProbedEntry{{MemberID: "lb1-m1", Label: "a 198.18.17.2:8080"}},
 				Kernel: &Kernel{Refusal: "program revision 12: operation not permitted", RefusingSince: ptr(at(-3)), RefusedAttempts: 4,
 					Repairs: 1, LastRepair: ptr(at(-60)), LastRepairWhat: "ip flowlb: table rebuilt (table missing)"},
-				Announce: &Announce{Mode: "bgp", VIPs: 2, Sessions: []BGPSession{{Peer: "198.18.0.254", ASN: 64500, State: "established", Since: ptr(at(-40)), BFD: "up"}}}},
-			{Node: "n2", Revision: 10, Lag: 2, Probes: []ProbedEntry{{MemberID: "lb1-m2", Label: "198.18.18.2:8080"}, {MemberID: "other-m"}}},
+				Announce: &Announce{Mode: "bgp", VIPs: 2, Sessions: []BGPSession{{Peer: "198.18.0.254", ASN: 64500, State: "established", Since: ptr(at(-40)), BFD: "up"}}},
+				L2:       []string{}},
+			{Node: "n2", Revision: 10, Lag: 2, Probes: []ProbedEntry{{MemberID: "lb1-m2", Label: "198.18.18.2:8080"}, {MemberID: "other-m"}},
+				L2: []string{"198.19.128.10", "2001:2:0:8000::7"}},
 		},
 		// The admin sees the change of a load balancer gone since.
 		wantChanges: []int64{12, 11, 10},
@@ -171,6 +177,27 @@ func TestBuildInfrastructure(t *testing.T) {
 	}
 }
 
+// TestBuildL2: without L2 ranges no agent has an L2 list (null in the
+// JSON); with them every agent has one, empty if the servers give it no
+// VIP, sorted by address otherwise.
+func TestBuildL2(t *testing.T) {
+	h := hub()
+	h.l2 = nil
+	for _, a := range build(at(1), "r1", time.Second, nil, h, true, nil, nil).Agents {
+		if b, _ := json.Marshal(a); a.L2 != nil || !strings.Contains(string(b), `"l2":null`) {
+			t.Errorf("no L2 ranges, yet %s", b)
+		}
+	}
+	h.l2 = map[netip.Addr]string{netip.MustParseAddr("198.19.128.10"): "n1", netip.MustParseAddr("198.19.128.9"): "n1"}
+	got := map[string][]string{}
+	for _, a := range build(at(1), "r1", time.Second, nil, h, true, nil, nil).Agents {
+		got[a.Node] = a.L2
+	}
+	if want := map[string][]string{"n1": {"198.19.128.9", "198.19.128.10"}, "n2": {}}; !jsonEqual(got, want) {
+		t.Errorf("L2 lists %v, want %v", got, want)
+	}
+}
+
 func jsonEqual(a, b any) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
@@ -188,6 +215,7 @@ func (f fakeHub) KernelStatuses() map[string]fanout.KernelStatus {
 	return f.v.kernels
 }
 func (f fakeHub) Announcements() map[string]fanout.Announcements { return f.v.announce }
+func (f fakeHub) L2Owners() map[netip.Addr]string                { return f.v.l2 }
 
 // testAuth stands for the API's middleware: token "admin" is an admin,
 // "member" a member of project p1, anything else is refused.

@@ -1,6 +1,8 @@
 package dashboard
 
 import (
+	"maps"
+	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -120,6 +122,11 @@ type Agent struct {
 	// Announce is what the node announces of the external VIPs; null for
 	// a node that announces nothing or is another replica's.
 	Announce *Announce `json:"announce"`
+	// L2 are the external VIPs the servers give the node to answer ARP
+	// and neighbour discovery for, sorted (IPv4 first): the servers'
+	// choice, the same on every replica (the node's own view is its
+	// agent's /status). Null without L2 ranges (--l2-cidrs).
+	L2 []string `json:"l2"`
 }
 
 // Announce is what a node announces of the external VIPs: how ("table",
@@ -230,6 +237,8 @@ type hubView struct {
 	transitions []fanout.HealthTransition
 	kernels     map[string]fanout.KernelStatus
 	announce    map[string]fanout.Announcements
+	// l2 is each L2 VIP's owner; nil without L2 ranges.
+	l2 map[netip.Addr]string
 }
 
 // build is the state for a caller who sees trees; infra says whether the
@@ -302,6 +311,7 @@ func build(now time.Time, replica string, interval time.Duration, trees []*lbaas
 }
 
 func agentsOf(hub hubView, members map[string]*lbaas.Member) []Agent {
+	l2 := l2Of(hub.l2)
 	out := []Agent{}
 	for n, rev := range hub.agents {
 		a := Agent{Node: n, Revision: rev, Lag: max(hub.revision-rev, 0), Probes: []ProbedEntry{}}
@@ -310,6 +320,12 @@ func agentsOf(hub hubView, members map[string]*lbaas.Member) []Agent {
 		}
 		if an, ok := hub.announce[n]; ok {
 			a.Announce = announceOf(an)
+		}
+		if hub.l2 != nil {
+			a.L2 = l2[n]
+			if a.L2 == nil {
+				a.L2 = []string{}
+			}
 		}
 		for _, id := range hub.probed[n] {
 			p := ProbedEntry{MemberID: id}
@@ -324,6 +340,16 @@ func agentsOf(hub hubView, members map[string]*lbaas.Member) []Agent {
 		out = append(out, a)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// l2Of is each node's L2 VIPs, sorted by address, from each VIP's owner.
+func l2Of(owners map[netip.Addr]string) map[string][]string {
+	vips := slices.SortedFunc(maps.Keys(owners), netip.Addr.Compare)
+	out := map[string][]string{}
+	for _, v := range vips {
+		out[owners[v]] = append(out[owners[v]], v.String())
+	}
 	return out
 }
 

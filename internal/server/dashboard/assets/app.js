@@ -169,6 +169,16 @@ function announceCell(an) {
     el("span", { class: up ? "lag0" : "refusing" }, `BGP ${up}/${an.sessions.length} established`), `: ${vips}`);
 }
 
+// l2Cell lists the external VIPs the servers give a node to answer ARP
+// and neighbour discovery for (the first few, all on hover); a dash
+// without L2 ranges.
+function l2Cell(vips) {
+  if (!vips) return el("td", { class: "muted", "data-l2": "none" }, "—");
+  const shown = vips.slice(0, 4).join(", ") + (vips.length > 4 ? ` +${vips.length - 4}` : "");
+  return el("td", { "data-l2": vips.join(" "), "data-l2-vips": vips.length, title: vips.join("\n") },
+    `${vips.length} VIP${vips.length === 1 ? "" : "s"}` + (vips.length ? ": " + shown : ""));
+}
+
 function render(s) {
   pollSeconds = pollSeconds || 2;
   const agents = s.agents;
@@ -186,6 +196,7 @@ function render(s) {
       el("td", { class: "num " + (a.lag ? "lagging" : "lag0") }, a.lag),
       kernelCell(a.kernel),
       announceCell(a.announce),
+      l2Cell(a.l2),
       el("td", null, a.probes.length + (a.probes.length ? ": " + a.probes.map(p => p.label || p.member_id).join(", ") : "")))));
   }
 
