@@ -13,17 +13,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/ndp"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Responder speaks for a set of addresses on one interface: ARP for the
@@ -36,6 +41,13 @@ type Responder struct {
 	ndp *ndp.Conn   // nil: no IPv6 on the interface
 
 	now func() time.Time
+	// netns is the network namespace New ran in, where Run watches the
+	// interface's link (Run may run on a thread of another namespace).
+	netns netns.NsHandle
+	// relink is how long Run keeps trying to announce the holdings again
+	// after the link came back (an IPv6 link-local address comes back
+	// after the link does).
+	relink time.Duration
 
 	mu sync.Mutex
 	// owned are the addresses spoken for, each with when it was taken;
@@ -63,7 +75,11 @@ func New(name string, log *slog.Logger) (*Responder, error) {
 	if len(ifi.HardwareAddr) != 6 {
 		return nil, fmt.Errorf("l2: interface %s has no Ethernet address", name)
 	}
-	r := &Responder{ifi: ifi, log: log, now: time.Now, owned: map[netip.Addr]time.Time{}, refused: map[netip.Addr]string{}}
+	ns, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("l2: network namespace: %w", err)
+	}
+	r := &Responder{ifi: ifi, log: log, now: time.Now, netns: ns, relink: 5 * time.Second, owned: map[netip.Addr]time.Time{}, refused: map[netip.Addr]string{}}
 	var errs []error
 	if c, err := arp.Dial(ifi); err == nil {
 		r.arp = c
@@ -76,6 +92,7 @@ func New(name string, log *slog.Logger) (*Responder, error) {
 		errs = append(errs, fmt.Errorf("NDP: %w", err))
 	}
 	if r.arp == nil && r.ndp == nil {
+		ns.Close()
 		return nil, fmt.Errorf("l2: interface %s: %w", name, errors.Join(errs...))
 	}
 	return r, nil
@@ -87,6 +104,7 @@ func (r *Responder) Close() error {
 		return nil
 	}
 	var errs []error
+	errs = append(errs, r.netns.Close())
 	if r.arp != nil {
 		errs = append(errs, r.arp.Close())
 	}
@@ -132,6 +150,21 @@ func (r *Responder) Set(owned []netip.Addr) error {
 // take starts speaking for v: joins its solicited-node group (IPv6) and
 // announces it. Called with r.mu held.
 func (r *Responder) take(v netip.Addr) error {
+	if v.Is6() && r.ndp != nil {
+		g, err := ndp.SolicitedNodeMulticast(v)
+		if err != nil {
+			return err
+		}
+		if err := r.ndp.JoinGroup(g); err != nil {
+			return fmt.Errorf("l2: join %s for %s: %w", g, v, err)
+		}
+	}
+	return r.announce(v)
+}
+
+// announce tells the segment that v is here: a gratuitous ARP (IPv4) or
+// an unsolicited neighbour advertisement (IPv6). Called with r.mu held.
+func (r *Responder) announce(v netip.Addr) error {
 	if v.Is4() {
 		if r.arp == nil {
 			return fmt.Errorf("l2: %s: interface %s has no IPv4 address", v, r.ifi.Name)
@@ -144,13 +177,6 @@ func (r *Responder) take(v netip.Addr) error {
 	}
 	if r.ndp == nil {
 		return fmt.Errorf("l2: %s: interface %s has no IPv6 link-local address", v, r.ifi.Name)
-	}
-	g, err := ndp.SolicitedNodeMulticast(v)
-	if err != nil {
-		return err
-	}
-	if err := r.ndp.JoinGroup(g); err != nil {
-		return fmt.Errorf("l2: join %s for %s: %w", g, v, err)
 	}
 	if err := r.ndp.WriteTo(Advertisement(r.ifi.HardwareAddr, v, false), nil, netip.IPv6LinkLocalAllNodes()); err != nil {
 		return fmt.Errorf("l2: unsolicited neighbour advertisement for %s: %w", v, err)
@@ -179,10 +205,17 @@ func (r *Responder) owns(v netip.Addr) bool {
 	return ok
 }
 
-// Run answers requests until ctx ends or the sockets are closed.
+// Run answers requests until ctx ends or the sockets are closed. The
+// link going down and up again does not end it: the kernel keeps the
+// sockets (each read fails once, "network is down"), and when the link is
+// back every address held is announced again, since the segment may
+// have learnt another place for it meanwhile. The interface removed ends
+// it with an error.
 func (r *Responder) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	if r.arp != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- r.serveARP(ctx) }()
@@ -191,19 +224,114 @@ func (r *Responder) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- r.serveNDP(ctx) }()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); errs <- r.watchLink(ctx) }()
 	go func() {
 		<-ctx.Done()
 		_ = r.Close()
 	}()
-	wg.Wait()
-	close(errs)
+	// The first to end for good ends the others: the link watch when
+	// the interface is gone, a read when its socket fails otherwise.
+	go func() {
+		wg.Wait()
+		close(errs)
+	}()
 	var all []error
 	for err := range errs {
-		if err != nil && ctx.Err() == nil {
+		if err != nil && !r.closed.Load() {
 			all = append(all, err)
 		}
+		cancel()
 	}
 	return errors.Join(all...)
+}
+
+// watchLink announces the holdings again each time the interface comes
+// back up, until ctx ends; it fails when the interface is removed or the
+// link updates cannot be read.
+func (r *Responder) watchLink(ctx context.Context) error {
+	updates := make(chan netlink.LinkUpdate, 16)
+	done := make(chan struct{})
+	defer close(done)
+	failed := make(chan error, 1)
+	ns := r.netns
+	if err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{Namespace: &ns,
+		ErrorCallback: func(err error) {
+			select {
+			case failed <- err:
+			default:
+			}
+		}}); err != nil {
+		return fmt.Errorf("l2: watch %s: %w", r.ifi.Name, err)
+	}
+	up := r.ifi.Flags&net.FlagUp != 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-failed:
+			return fmt.Errorf("l2: watch %s: %w", r.ifi.Name, err)
+		case u, ok := <-updates:
+			if !ok {
+				return fmt.Errorf("l2: watch %s: link updates ended", r.ifi.Name)
+			}
+			if int(u.Index) != r.ifi.Index {
+				continue
+			}
+			if u.Header.Type == unix.RTM_DELLINK {
+				return fmt.Errorf("l2: interface %s was removed", r.ifi.Name)
+			}
+			now := linkUp(u.Attrs())
+			if now && !up {
+				r.log.Info("l2: link up again: announcing the addresses held", "interface", r.ifi.Name)
+				go r.announceAgain(ctx)
+			}
+			up = now
+		}
+	}
+}
+
+// linkUp reports whether a link carries traffic: administratively up and
+// operationally up (or of a kind that reports no operational state).
+func linkUp(a *netlink.LinkAttrs) bool {
+	return a.Flags&net.FlagUp != 0 && (a.OperState == netlink.OperUp || a.OperState == netlink.OperUnknown)
+}
+
+// announceAgain announces every address held, retrying those whose
+// announcement fails (an IPv6 link-local address is back a moment after
+// its link) for up to r.relink.
+func (r *Responder) announceAgain(ctx context.Context) {
+	deadline := time.Now().Add(r.relink)
+	r.mu.Lock()
+	todo := slices.Collect(maps.Keys(r.owned))
+	r.mu.Unlock()
+	for {
+		var failed []netip.Addr
+		var errs []error
+		r.mu.Lock()
+		for _, v := range todo {
+			if _, held := r.owned[v]; !held {
+				continue // given up meanwhile
+			}
+			if err := r.announce(v); err != nil {
+				failed, errs = append(failed, v), append(errs, err)
+			}
+		}
+		r.mu.Unlock()
+		if len(failed) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.log.Warn("l2: announcing again after the link came back", "interface", r.ifi.Name, "err", errors.Join(errs...))
+			return
+		}
+		todo = failed
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func (r *Responder) serveARP(ctx context.Context) error {
@@ -212,6 +340,9 @@ func (r *Responder) serveARP(ctx context.Context) error {
 		if err != nil {
 			if r.stopped(ctx, err) {
 				return nil
+			}
+			if errors.Is(err, syscall.ENETDOWN) {
+				continue // the link went down; the socket serves again once it is up
 			}
 			if isSocketError(err) {
 				return fmt.Errorf("l2: read ARP on %s: %w", r.ifi.Name, err)
@@ -235,6 +366,9 @@ func (r *Responder) serveNDP(ctx context.Context) error {
 		if err != nil {
 			if r.stopped(ctx, err) {
 				return nil
+			}
+			if errors.Is(err, syscall.ENETDOWN) {
+				continue
 			}
 			if isSocketError(err) {
 				return fmt.Errorf("l2: read NDP on %s: %w", r.ifi.Name, err)

@@ -205,6 +205,43 @@ func TestResponderOnVeth(t *testing.T) {
 			n := neighOf(hb, b0, vip)
 			return n != nil && n.State == netlink.NUD_FAILED, neighString(n)
 		})
+
+		// The link goes down and up again (a cable, a switch port, a
+		// bond's failover): the responder answers again, and announces
+		// what it holds as soon as the link is back.
+		if err := r.Set([]netip.Addr{vip, v6}); err != nil {
+			t.Fatal(err)
+		}
+		before := r.State().Counts
+		mustAddr(t, netlink.LinkSetDown(a0))
+		testutil.Eventually(t, 5*time.Second, "a0 down", func() (bool, string) {
+			l, err := netlink.LinkByName("a0")
+			return err == nil && l.Attrs().OperState == netlink.OperDown, fmt.Sprint(err)
+		})
+		for _, v := range []netip.Addr{vip, v6} {
+			fam := netlink.FAMILY_V4
+			if v.Is6() {
+				fam = netlink.FAMILY_V6
+			}
+			_ = hb.NeighDel(&netlink.Neigh{LinkIndex: b0.Attrs().Index, Family: fam, IP: v.AsSlice()})
+		}
+		mustAddr(t, netlink.LinkSetUp(a0))
+		// The kernel dropped a0's global IPv6 address with the link; the
+		// node's network configuration puts it back.
+		mustAddr(t, netlink.AddrReplace(a0, addr("2001:2:0:5::1/64")))
+		testutil.Eventually(t, 5*time.Second, "the holdings announced again once the link is up", func() (bool, string) {
+			c := r.State().Counts
+			return c.GratuitousARP >= before.GratuitousARP+1 && c.UnsolicitedNA >= before.UnsolicitedNA+1, fmt.Sprintf("%+v, before %+v", c, before)
+		})
+		for _, v := range []netip.Addr{vip, v6} {
+			if n := neighOf(hb, b0, v); n != nil && !slices.Equal(n.HardwareAddr, mine) {
+				_ = hb.NeighDel(n)
+			}
+			testutil.Eventually(t, 10*time.Second, "b resolves "+v.String()+" to a0 after the flap", func() (bool, string) {
+				send(t, b, v)
+				return neighIs(hb, b0, v, mine)()
+			})
+		}
 	})
 }
 
