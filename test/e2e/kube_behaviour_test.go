@@ -105,7 +105,15 @@ func TestKubernetesKubeProxyBehaviours(t *testing.T) {
 		if _, err := e.k.CoreV1().Services("default").UpdateStatus(e.ctx, s, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.spread([]lab.Host{client}, net.JoinHostPort(otherClassIngress, "80"), 3, false)
+		p := netip.PrefixFrom(mustAddr(t, otherClassIngress), 32)
+		testutil.Eventually(t, 20*time.Second, "the other implementation's address announced by both nodes", func() (bool, string) {
+			got, err := e.lab.Announcements(lab.AnnounceTable).Routes()
+			return err == nil && slices.Equal(got[p], []int{1, 2}), fmt.Sprintf("via %v (%v)", got[p], err)
+		})
+		by := e.spread([]lab.Host{client}, net.JoinHostPort(otherClassIngress, "80"), 40, false)
+		if !slices.Equal(keys(by), e.readyPods("web")) {
+			t.Errorf("the external client reached %v through %s, want every pod %v", by, otherClassIngress, e.readyPods("web"))
+		}
 	})
 
 	t.Run("affinity timeout", func(t *testing.T) {
