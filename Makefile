@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK = $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build image test lint unit openstack upstream upstream-kube-proxy nftcli-large compat demo deps deps-test fuzz fuzz-short bench bench-kube bench-lbaas bench-page bench-smoke generate generate-check e2e-ebpf
+.PHONY: build image test lint unit unit-python openstack upstream upstream-kube-proxy nftcli-large compat demo deps deps-test fuzz fuzz-short bench bench-kube bench-lbaas bench-page bench-smoke generate generate-check e2e-ebpf
 
 # Where build and image write (tests point it at a temporary directory).
 BIN ?= bin
@@ -80,6 +80,12 @@ generate-check:
 # are the upstream target's.
 unit:
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_POSTGRES=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v /test/upstream)
+	$(MAKE) unit-python
+
+# The Octavia provider driver's unit tests (deploy/octavia-provider), on
+# Debian's Python with its octavia-lib (hack/install-deps.sh --test).
+unit-python:
+	cd deploy/octavia-provider && /usr/bin/python3 -m unittest -v
 
 # The real OpenStack test bed (internal/lab/openstack: MariaDB,
 # Keystone, Neutron ML2/OVN, a chassis per lab node) and flowlb with
