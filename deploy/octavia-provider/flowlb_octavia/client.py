@@ -18,11 +18,14 @@ class Client:
     then the service user's), else None: plain HTTP for flowlb with
     noauth."""
 
-    def __init__(self, url, session=None, timeout=30):
+    def __init__(self, url, session=None, timeout=30, ca_file=None):
         self.url = url.rstrip('/')
         self.session = session
         self.timeout = timeout
         self._http = requests.Session() if session is None else None
+        # Given with every request: a Session's own verify loses to
+        # REQUESTS_CA_BUNDLE in the environment.
+        self.verify = ca_file or True
 
     def call(self, method, path, body=None, ok=(200, 201, 202, 204)):
         url = self.url + '/v2/lbaas' + path
@@ -32,7 +35,8 @@ class Client:
                                         timeout=self.timeout)
         else:
             resp = self._http.request(method, url, json=body,
-                                      timeout=self.timeout)
+                                      timeout=self.timeout,
+                                      verify=self.verify)
         data = None
         if resp.content:
             try:

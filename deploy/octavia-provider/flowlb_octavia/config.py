@@ -5,6 +5,9 @@ from oslo_config import cfg
 OPTS = [
     cfg.StrOpt('url', default='http://127.0.0.1:9876',
                help="flowlb server's Octavia API (without /v2)."),
+    cfg.StrOpt('ca_file',
+               help="CA bundle of flowlb's TLS certificate (unset: the "
+                    "system's)."),
     cfg.IntOpt('request_timeout', default=30,
                help='Seconds to wait for one answer of flowlb.'),
     cfg.IntOpt('settle_timeout', default=300,

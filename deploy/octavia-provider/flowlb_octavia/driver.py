@@ -62,8 +62,10 @@ def _flowlb():
                     auth_url=o.auth_url, username=o.username,
                     password=o.password, project_name=o.project_name,
                     user_domain_name=o.user_domain_name,
-                    project_domain_name=o.project_domain_name))
-            c = flowlb_client.Client(o.url, session, o.request_timeout)
+                    project_domain_name=o.project_domain_name),
+                    verify=o.ca_file or True)
+            c = flowlb_client.Client(o.url, session, o.request_timeout,
+                                     o.ca_file)
             _backends['flowlb'] = c
         return c
 

@@ -158,6 +158,27 @@ class StatusTest(unittest.TestCase):
         self.assertTrue(status.settled(tree('ERROR', [])))
 
 
+class ClientTest(unittest.TestCase):
+    def test_ca_file_wins_over_the_environment(self):
+        c = client.Client('https://flowlb:9876/', ca_file='/etc/flowlb-ca.crt')
+        seen = {}
+
+        class Resp:
+            status_code, content, text = 404, b'{"faultstring": "gone"}', ''
+
+            def json(self):
+                return {'faultstring': 'gone'}
+
+        def request(method, url, **kw):
+            seen.update(kw, method=method, url=url)
+            return Resp()
+        c._http.request = request
+        self.assertIsNone(c.get('/loadbalancers/x'))
+        self.assertEqual('/etc/flowlb-ca.crt', seen['verify'])
+        self.assertEqual('https://flowlb:9876/v2/lbaas/loadbalancers/x',
+                         seen['url'])
+
+
 class FakeFlowlb:
     """flowlb's API as the driver sees it: answers per (method, path),
     status trees in turn for the load balancer's status."""
