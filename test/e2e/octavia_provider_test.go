@@ -31,7 +31,9 @@ import (
 // holds the same objects by the same ids, and its agents serve the VIP:
 // node 2 reaches the member through it. A member added through Octavia
 // is served and leaves every parent ACTIVE (a parent left
-// PENDING_UPDATE would refuse the next call); an HTTP listener, which
+// PENDING_UPDATE would refuse the next call); a batch member update
+// that keeps only it deletes the first in Octavia and flowlb; an HTTP
+// listener, which
 // flowlb cannot serve, is refused with Octavia's 501 and flowlb's words;
 // a cascade delete leaves nothing in Octavia, flowlb or Neutron.
 func TestRealOctaviaProvider(t *testing.T) {
@@ -134,6 +136,27 @@ func TestRealOctaviaProvider(t *testing.T) {
 			seen[got] = true
 		}
 		return len(seen) == 2, fmt.Sprint(seen, err)
+	})
+
+	// A batch update to m2 alone: Octavia deletes m1, flowlb follows.
+	if err := pools.BatchUpdateMembers(ctx, lbc, poolID, []pools.BatchUpdateMemberOpts{
+		{Address: members[1].Addr.String(), ProtocolPort: 8080}}).ExtractErr(); err != nil {
+		t.Fatalf("batch member update through Octavia: %v", err)
+	}
+	testutil.Eventually(t, 3*time.Minute, "m1 gone from Octavia's tree", func() (bool, string) {
+		// The load balancer, listener, pool, monitor and m2.
+		tree = waitOctaviaActive(t, lbc, lb.ID, 5)
+		_, m2ok := tree[m2.ID]
+		return len(tree) == 5 && m2ok, fmt.Sprint(tree)
+	})
+	testutil.Eventually(t, 60*time.Second, "node 2 -> VIP reaches m2 alone", func() (bool, string) {
+		for i := 0; i < 6; i++ {
+			got, err := askIn(c.lab.Node(2).NS, addr)
+			if err != nil || got != members[1].Name {
+				return false, fmt.Sprint(got, err)
+			}
+		}
+		return true, ""
 	})
 
 	// What flowlb cannot serve is refused, and changes nothing.

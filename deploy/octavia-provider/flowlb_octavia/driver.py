@@ -170,13 +170,16 @@ def _wait_visible(kind, oid, deadline):
         delay = min(delay * 2, 0.5)
 
 
-def _settle(lb_id, kind, oid, created, before, extra_paths):
+def _settle(lb_id, kind, oid, created, before, extra_paths, wait_for):
     """Waits for flowlb to settle the load balancer a change touched and
-    reports its tree to Octavia (before: the tree before a delete)."""
+    reports its tree to Octavia (before: the tree before a delete;
+    wait_for: (kind, id) of objects the change may have created)."""
     deadline = time.monotonic() + CONF.flowlb.settle_timeout
     try:
         if created:
             _wait_visible(kind, oid, deadline)
+        for k, i in wait_for:
+            _wait_visible(k, i, deadline)
         c = _flowlb()
         delay = 0.05
         while True:
@@ -198,8 +201,10 @@ def _settle(lb_id, kind, oid, created, before, extra_paths):
                       kind, oid, lb_id)
 
 
-def _after(lb_id, kind, oid, created=False, before=None, extra_paths=()):
-    _submit(_settle, lb_id, kind, oid, created, before, tuple(extra_paths))
+def _after(lb_id, kind, oid, created=False, before=None, extra_paths=(),
+           wait_for=()):
+    _submit(_settle, lb_id, kind, oid, created, before, tuple(extra_paths),
+            tuple(wait_for))
 
 
 def _l7_paths(policy_id, rule_id=None):
@@ -311,10 +316,16 @@ class FlowlbProviderDriver(provider_base.ProviderDriver):
             old_member.pool_id, oid), _lb_of_pool(old_member.pool_id))
 
     def member_batch_update(self, pool_id, members):
-        msg = 'flowlb does not take batch member updates through Octavia ' \
-              'yet: create, update and delete members one by one'
-        raise exceptions.NotImplementedError(user_fault_string=msg,
-                                             operator_fault_string=msg)
+        # Octavia hands over the pool's whole new list (the members an
+        # additive_only update keeps included), new ones with their new
+        # ids; flowlb's batch update matches on address and port as
+        # Octavia's does and takes the ids of the new ones.
+        lb_id = _lb_of_pool(pool_id)
+        before = _objects(lb_id)
+        _call('PUT', '/pools/%s/members' % pool_id, {'members': [
+            translate.body('member', m) for m in members]})
+        _after(lb_id, 'pool', pool_id, before=before,
+               wait_for=[('member', m.member_id) for m in members])
 
     # Health monitor
     def health_monitor_create(self, healthmonitor):

@@ -315,12 +315,35 @@ class DriverTest(unittest.TestCase):
             self.assertEqual('flowlb: no', e.exception.user_fault_string)
         self.assertEqual([], self.lib.reports)
 
-    def test_failover_and_batch_are_not_implemented(self):
+    def test_member_batch_update(self):
+        mem2 = 'mem-2'
+        after = listener_tree()
+        after[0]['pools'][0]['members'] = [{
+            'id': mem2, 'provisioning_status': 'ACTIVE',
+            'operating_status': 'NO_MONITOR'}]
+        fake = FakeFlowlb([tree('ACTIVE', listener_tree()),
+                           tree('PENDING_UPDATE', listener_tree()),
+                           tree('ACTIVE', after)])
+        self.use(fake)
+        waited = []
+        self.lib.get_member = lambda oid: waited.append(oid) or {'id': oid}
+        driver.FlowlbProviderDriver().member_batch_update(POOL, [
+            dm.Member(member_id=mem2, pool_id=POOL, address='198.18.225.11',
+                      protocol_port=8080)])
+        self.assertIn(('PUT', '/pools/%s/members' % POOL, {'members': [
+            {'id': mem2, 'address': '198.18.225.11',
+             'protocol_port': 8080}]}), fake.calls)
+        self.assertEqual([mem2], waited)
+        rep = self.lib.reports[0]
+        self.assertEqual({(MEM, 'DELETED'), (mem2, 'ACTIVE')},
+                         {(e['id'], e['provisioning_status'])
+                          for e in rep['members']})
+        self.assertEqual('ACTIVE', rep['pools'][0]['provisioning_status'])
+
+    def test_failover_is_not_implemented(self):
         d = driver.FlowlbProviderDriver()
         with self.assertRaises(exceptions.NotImplementedError):
             d.loadbalancer_failover(LB)
-        with self.assertRaises(exceptions.NotImplementedError):
-            d.member_batch_update(POOL, [])
         with self.assertRaises(exceptions.NotImplementedError):
             d.create_vip_port(LB, 'p1', {})
 
