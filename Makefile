@@ -94,6 +94,9 @@ unit-python:
 # minutes and TestRealNeutronVIPAndFloatingIP 4 (the bed up in 1.7 to 7
 # minutes, Keystone's and Neutron's start the most of it; the first run
 # also makes the templates, openstack-lab.md, about 10 minutes more).
+# TestRealOctaviaProvider (flowlb as a provider of the real Octavia) took
+# 6 to 6.5 minutes at load averages of 12-15, Octavia up in about 2 of
+# them (its database migrated at each start).
 openstack:
 	hack/install-deps.sh --openstack
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestCloud$$' ./internal/lab/openstack/
