@@ -41,6 +41,9 @@ if $openstack; then
 	# the lab.
 	packages+=(keystone uwsgi uwsgi-plugin-python3 mariadb-server)
 	packages+=(neutron-server ovn-central ovn-host openvswitch-switch ethtool iputils-arping)
+	# Octavia's API and driver agent with flowlb's provider driver,
+	# installed with pip into the test bed's directory.
+	packages+=(octavia-api octavia-driver-agent python3-pip)
 fi
 
 missing=()

@@ -142,9 +142,16 @@ type Cloud struct {
 	// Gateway is the gateway chassis' node.
 	Gateway int
 
+	// Provider is the admin's authenticated client (for more services'
+	// clients, Octavia's: NewLoadBalancerV2).
+	Provider *gophercloud.ProviderClient
+
 	t     testing.TB
 	nodes []int
 	cache string
+	ks    *keystone.Keystone
+	// serviceProjectID is the id of ServiceProject.
+	serviceProjectID string
 }
 
 // Net is a network and its IPv4 subnet.
@@ -188,7 +195,7 @@ func Start(t testing.TB, l *lab.Lab) *Cloud {
 	// Keystone and Neutron take the longest to answer (tens of seconds
 	// of Python start-up on a loaded machine): they start first, and
 	// the rest comes up meanwhile.
-	phase("Keystone start", func() { ks = c.startKeystone() })
+	phase("Keystone start", func() { ks = c.startKeystone(); c.ks = ks })
 	phase("MariaDB", c.startMariaDB)
 	phase("Neutron start", c.startNeutron)
 	phase("OVN central", c.startOVNCentral)
@@ -368,6 +375,7 @@ func (c *Cloud) setupKeystone(ks *keystone.Keystone) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	c.serviceProjectID = pid
 	for _, u := range [][2]string{{"neutron", "neutronpw"}, {ServiceUser, ServicePassword}} {
 		uid, err := a.User(u[0], u[1], pid)
 		if err != nil {
@@ -586,6 +594,7 @@ func (c *Cloud) login(ks *keystone.Keystone) {
 		TenantName: keystone.AdminProject, AllowReauth: true}); err != nil {
 		c.t.Fatalf("log in to Keystone: %v", err)
 	}
+	c.Provider = pc
 	testutil.Eventually(c.t, 90*time.Second, "Neutron's API", func() (bool, string) {
 		// Version discovery asks Neutron too.
 		if c.Network == nil {

@@ -30,6 +30,9 @@ func (s *Service) CreatePolicy(ctx context.Context, req L7PolicyCreate) (*Tree, 
 // its position.
 func (s *Service) buildPolicy(t *Tree, l *Listener, req *L7PolicyCreate) (*L7Policy, error) {
 	pol := &L7Policy{Base: s.newBase(t.LB.ProjectID), LoadBalancerID: t.LB.ID, ListenerID: l.ID, Position: 2147483647}
+	if err := t.takeID(pol, req.ID); err != nil {
+		return nil, err
+	}
 	req.L7PolicyUpdate.apply(pol)
 	pol.Tags = nonNil(pol.Tags)
 	if err := checkPolicy(t, l, pol); err != nil {
@@ -183,6 +186,9 @@ func (s *Service) buildRule(t *Tree, pol *L7Policy, req *L7RuleCreate) (*L7Rule,
 		return nil, Conflict("Too many rules on L7 policy %s", pol.ID)
 	}
 	r := &L7Rule{Base: s.newBase(t.LB.ProjectID), LoadBalancerID: t.LB.ID, L7PolicyID: pol.ID}
+	if err := t.takeID(r, req.ID); err != nil {
+		return nil, err
+	}
 	req.L7RuleUpdate.apply(r)
 	r.Tags = nonNil(r.Tags)
 	if err := checkRule(r); err != nil {

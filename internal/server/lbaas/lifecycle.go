@@ -82,6 +82,7 @@ func (s *Service) withLock(ctx context.Context, lbID, to string, allowed func(st
 		if err := allowed(t.LB.ProvisioningStatus); err != nil {
 			return nil, err
 		}
+		t.namesIDs = c.IsAdmin
 		t.setStatus(t.LB, to)
 		return t, fn(t, c)
 	})
@@ -119,6 +120,9 @@ func (s *Service) commitIn(ctx context.Context, tx store.Tx, build func(tx store
 	who, _ := identity.FromContext(ctx)
 	t, err := build(tx)
 	if err != nil {
+		return nil, err
+	}
+	if err := t.checkNamedIDs(tx); err != nil {
 		return nil, err
 	}
 	if err := s.checkMemberSubnets(tx, t, who); err != nil {

@@ -69,6 +69,9 @@ func (s *Service) buildListener(t *Tree, req *ListenerCreate) (*Listener, error)
 		TLSVersions:          []string{},
 		ALPNProtocols:        []string{},
 	}
+	if err := t.takeID(l, req.ID); err != nil {
+		return nil, err
+	}
 	req.ListenerUpdate.apply(l)
 	l.Tags = nonNil(l.Tags)
 	if err := s.checkListener(t, l); err != nil {

@@ -20,12 +20,19 @@ func (s *Service) CreateLoadBalancer(ctx context.Context, req LoadBalancerCreate
 	if err != nil {
 		return nil, err
 	}
-	return s.commit(ctx, func(tx store.Tx) (*Tree, error) { return s.buildTree(tx, project, req) })
+	return s.commit(ctx, func(tx store.Tx) (*Tree, error) { return s.buildTree(tx, project, req, c.IsAdmin) })
 }
 
-func (s *Service) buildTree(tx store.Tx, project string, req LoadBalancerCreate) (*Tree, error) {
+// buildTree makes the load balancer and the tree its create nests;
+// admin says whether the caller may name the objects' ids (takeID).
+func (s *Service) buildTree(tx store.Tx, project string, req LoadBalancerCreate, admin bool) (*Tree, error) {
 	lb := &LoadBalancer{Base: s.newBase(project), VIPSGIDs: []string{}, AdditionalVIPs: []AdditionalVIP{}, VIPVnicType: "normal",
 		Provider: req.Provider, FlavorID: req.FlavorID, AvailabilityZone: req.AvailabilityZone}
+	t := &Tree{LB: lb, freshPorts: freshPorts(req), namesIDs: admin}
+	if err := t.takeID(lb, req.ID); err != nil {
+		return nil, err
+	}
+	t.created = map[string]bool{lb.ID: true}
 	req.LoadBalancerUpdate.apply(lb)
 	lb.Tags, lb.VIPSGIDs = nonNil(lb.Tags), nonNil(lb.VIPSGIDs)
 	if err := s.chooseProvider(tx, lb); err != nil {
@@ -34,7 +41,6 @@ func (s *Service) buildTree(tx store.Tx, project string, req LoadBalancerCreate)
 	if err := s.allocateVIPs(tx, lb, req); err != nil {
 		return nil, err
 	}
-	t := &Tree{LB: lb, created: map[string]bool{lb.ID: true}, freshPorts: freshPorts(req)}
 	if err := s.addGraph(t, req.Listeners.Value, req.Pools.Value); err != nil {
 		return nil, err
 	}

@@ -41,6 +41,9 @@ func (s *Service) CreateMember(ctx context.Context, poolID string, req MemberCre
 func (s *Service) buildMember(t *Tree, p *Pool, req *MemberCreate, idx memberIndex) (*Member, error) {
 	m := &Member{Base: s.newBase(t.LB.ProjectID), LoadBalancerID: t.LB.ID, PoolID: p.ID, Weight: 1, VnicType: "normal",
 		Address: req.Address, ProtocolPort: req.ProtocolPort, SubnetID: req.SubnetID}
+	if err := t.takeID(m, req.ID); err != nil {
+		return nil, err
+	}
 	req.MemberUpdate.apply(m)
 	m.Tags = nonNil(m.Tags)
 	if req.RequestSRIOV {

@@ -38,6 +38,9 @@ func (s *Service) buildMonitor(t *Tree, p *Pool, req *MonitorCreate) (*HealthMon
 		return nil, Conflict("This pool already has a health monitor")
 	}
 	h := &HealthMonitor{Base: s.newBase(t.LB.ProjectID), LoadBalancerID: t.LB.ID, PoolID: p.ID, Type: req.Type, MaxRetriesDown: 3}
+	if err := t.takeID(h, req.ID); err != nil {
+		return nil, err
+	}
 	req.MonitorUpdate.apply(h)
 	h.Tags = nonNil(h.Tags)
 	if h.Type == "HTTP" || h.Type == "HTTPS" {

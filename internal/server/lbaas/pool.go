@@ -47,6 +47,9 @@ func (s *Service) CreatePool(ctx context.Context, req PoolCreate) (*Tree, *Pool,
 // added by the caller). listener, if not nil, gets it as default pool.
 func (s *Service) buildPool(t *Tree, req *PoolCreate, listener *Listener) (*Pool, error) {
 	p := &Pool{Base: s.newBase(t.LB.ProjectID), LoadBalancerID: t.LB.ID, Protocol: req.Protocol, TLSVersions: []string{}, ALPNProtocols: []string{}}
+	if err := t.takeID(p, req.ID); err != nil {
+		return nil, err
+	}
 	req.PoolUpdate.apply(p)
 	p.Tags = nonNil(p.Tags)
 	if p.Protocol == "" && listener != nil {

@@ -43,10 +43,13 @@ func (o Opt[T]) assign(dst *T) {
 }
 
 // Owner is the project a create names for its object; only an admin may
-// name another than its own. tenant_id is its older spelling.
+// name another than its own. tenant_id is its older spelling. ID, an
+// extension of flowlb's, is the id the caller names for the new object
+// (Tree.takeID).
 type Owner struct {
 	ProjectID string `json:"project_id"`
 	TenantID  string `json:"tenant_id"`
+	ID        string `json:"id"`
 }
 
 func (o Owner) project() string {

@@ -2,6 +2,7 @@ package lbaas
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -35,7 +36,11 @@ type Tree struct {
 
 	dirty   map[string]bool
 	created map[string]bool
-	removed []removal
+	// namesIDs: the caller may name the ids of the objects it creates;
+	// named holds those it named (takeID).
+	namesIDs bool
+	named    map[string]store.Kind
+	removed  []removal
 }
 
 type removal struct {
@@ -449,4 +454,46 @@ func (t *Tree) markDeleted(o object) {
 			t.setStatus(r, PendingDelete)
 		}
 	}
+}
+
+// takeID gives a new object the id its create named, if it named one.
+// Naming ids is flowlb's extension for a caller that owns the ids
+// elsewhere: the provider driver of another Octavia (deploy/
+// octavia-provider), whose database holds the object first, so that
+// flowlb's object and Octavia's are one id with no table between them.
+// Only an admin may (a project could otherwise pick ids to collide with
+// another's), and a named id must be new.
+func (t *Tree) takeID(o object, id string) error {
+	if id == "" {
+		return nil
+	}
+	if !t.namesIDs {
+		return Forbidden()
+	}
+	if _, dup := t.named[id]; dup || id == t.LB.ID && o != object(t.LB) {
+		return Conflict("%s %s: the id is named twice in the request.", resourceName[o.kind()], id)
+	}
+	if t.named == nil {
+		t.named = map[string]store.Kind{}
+	}
+	t.named[id] = o.kind()
+	o.base().ID = id
+	return nil
+}
+
+// checkNamedIDs refuses ids named for new objects that tx already holds.
+func (t *Tree) checkNamedIDs(tx store.ReadTx) error {
+	for id, kind := range t.named {
+		if !t.created[id] {
+			continue
+		}
+		_, err := tx.Get(kind, id)
+		if err == nil {
+			return Conflict("%s %s exists.", resourceName[kind], id)
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
 }

@@ -399,3 +399,25 @@ func TestShowLoadBalancerFields(t *testing.T) {
 		}
 	}
 }
+
+// flowlb's extension: an admin names the ids of new objects, nested
+// ones included; a named id is a UUID.
+func TestNamedIDsOnTheWire(t *testing.T) {
+	a := newAPI(t)
+	const lbID, memID = "8a1d0b57-6a55-4f7e-9d0a-0b7c1f1f2a01", "8a1d0b57-6a55-4f7e-9d0a-0b7c1f1f2a02"
+	code, body := a.do("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
+		"id": lbID, "vip_subnet_id": subnetID, "pools": []any{map[string]any{"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN",
+			"members": []any{map[string]any{"id": memID, "address": "198.18.17.2", "protocol_port": 80}}}}}})
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, body)
+	}
+	lb := body["loadbalancer"].(map[string]any)
+	m := lb["pools"].([]any)[0].(map[string]any)["members"].([]any)[0].(map[string]any)
+	if lb["id"] != lbID || m["id"] != memID {
+		t.Fatalf("ids %v %v, want %s %s", lb["id"], m["id"], lbID, memID)
+	}
+	code, body = a.do("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{"id": "lb-1", "vip_subnet_id": subnetID}})
+	if code != 400 || !strings.Contains(fmt.Sprint(body["faultstring"]), "id") {
+		t.Fatalf("a named id that is no UUID: %d %v, want 400", code, body)
+	}
+}

@@ -85,6 +85,9 @@ func common(name bool, desc bool) []field {
 		{name: "tags", t: tStringList, where: anywhere, maxLen: 255},
 		{name: "project_id", t: tString, where: create, maxLen: 36},
 		{name: "tenant_id", t: tString, where: create, maxLen: 36},
+		// flowlb's extension: the caller names the new object's id
+		// (lbaas Tree.takeID; admins only).
+		{name: "id", t: tUUID, where: createdOrNested},
 	}
 	if name {
 		f = append(f, field{name: "name", t: tString, where: anywhere, maxLen: 255})

@@ -1,0 +1,32 @@
+"""The [flowlb] options in Octavia's configuration."""
+
+from oslo_config import cfg
+
+OPTS = [
+    cfg.StrOpt('url', default='http://127.0.0.1:9876',
+               help="flowlb server's Octavia API (without /v2)."),
+    cfg.StrOpt('ca_file',
+               help="CA bundle of flowlb's TLS certificate (unset: the "
+                    "system's)."),
+    cfg.IntOpt('request_timeout', default=30,
+               help='Seconds to wait for one answer of flowlb.'),
+    cfg.IntOpt('settle_timeout', default=300,
+               help='Seconds to wait for a change to leave PENDING_* in '
+                    'flowlb before it is reported in ERROR.'),
+    cfg.StrOpt('auth_url',
+               help="Keystone of flowlb's service user; unset: flowlb "
+                    "runs with --auth noauth and is reached without "
+                    "a token."),
+    cfg.StrOpt('username'),
+    cfg.StrOpt('password', secret=True),
+    cfg.StrOpt('project_name', default='service'),
+    cfg.StrOpt('user_domain_name', default='Default'),
+    cfg.StrOpt('project_domain_name', default='Default'),
+]
+
+GROUP = 'flowlb'
+
+
+def register(conf=cfg.CONF):
+    conf.register_opts(OPTS, group=GROUP)
+    return conf

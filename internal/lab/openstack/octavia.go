@@ -1,0 +1,242 @@
+package openstack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	gopenstack "github.com/gophercloud/gophercloud/v2/openstack"
+
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/lab/keystone"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
+)
+
+// OctaviaPort is where Octavia's API listens on the lab's control
+// address (flowlb's own API has 9876 there).
+const OctaviaPort = 9886
+
+// Octavia's service user in Keystone, as an operator's [service_auth]
+// and [keystone_authtoken].
+const (
+	OctaviaUser     = "octavia"
+	OctaviaPassword = "octaviapw"
+)
+
+var octaviaBinaries = []string{"uwsgi", "octavia-wsgi", "octavia-db-manage", "octavia-driver-agent"}
+
+// OctaviaMissing reports what of Octavia is not installed (nil: all is).
+func OctaviaMissing() error {
+	var miss []string
+	for _, b := range octaviaBinaries {
+		if _, err := exec.LookPath(b); err != nil {
+			miss = append(miss, b)
+		}
+	}
+	if _, err := os.Stat("/usr/lib/uwsgi/plugins/python3_plugin.so"); err != nil {
+		miss = append(miss, "uwsgi's python3 plugin")
+	}
+	if err := exec.Command("/usr/bin/python3", "-c", "import pip, octavia_lib").Run(); err != nil {
+		miss = append(miss, "Debian's python3-pip and python3-octavia-lib")
+	}
+	if len(miss) > 0 {
+		return fmt.Errorf("missing %s (hack/install-deps.sh --openstack: octavia-api, octavia-driver-agent, uwsgi-plugin-python3, python3-pip)", strings.Join(miss, ", "))
+	}
+	return nil
+}
+
+// OctaviaOptions shape the Octavia StartOctavia runs.
+type OctaviaOptions struct {
+	// ProviderSource is deploy/octavia-provider of the checkout: it is
+	// installed with pip into a directory of the test bed's, on the
+	// Python path of Octavia's processes only.
+	ProviderSource string
+	// FlowlbURL is flowlb server's API, FlowlbCA the CA of its TLS
+	// certificate (empty: plain HTTP). flowlb runs with noauth.
+	FlowlbURL, FlowlbCA string
+}
+
+// Octavia is Octavia's API and driver agent on the test bed, with the
+// flowlb provider driver enabled (and the default).
+type Octavia struct {
+	URL string
+	// LoadBalancer is the admin's client of Octavia's API.
+	LoadBalancer *gophercloud.ServiceClient
+	Dir          string
+}
+
+// StartOctavia runs Octavia's API (uwsgi, two processes) and its driver
+// agent in the fabric namespace, on a database of their own in the test
+// bed's MariaDB, with Keystone auth, the allowed-address-pairs network
+// driver on the test bed's Neutron (VIP ports there), no worker and no
+// message queue, and the flowlb provider from opts.ProviderSource. The
+// lab's teardown stops them.
+func (c *Cloud) StartOctavia(opts OctaviaOptions) *Octavia {
+	c.t.Helper()
+	if err := OctaviaMissing(); err != nil {
+		if os.Getenv(RequireEnv) == "1" {
+			c.t.Fatalf("%s=1: %v", RequireEnv, err)
+		}
+		c.t.Skip(err)
+	}
+	t0 := time.Now()
+	o := &Octavia{Dir: c.path("octavia"), URL: fmt.Sprintf("http://%s:%d", lab.ControlAddr, OctaviaPort)}
+	for _, d := range []string{"lock", "run", "site"} {
+		if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o755); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	c.installProvider(opts.ProviderSource, filepath.Join(o.Dir, "site"))
+	conf := filepath.Join(o.Dir, "octavia.conf")
+	if err := os.WriteFile(conf, []byte(c.octaviaConf(o, opts)), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	c.run("mariadb", "--no-defaults", "--socket="+c.path("mysqld.sock"), "-uroot", "-e", "CREATE DATABASE octavia")
+	c.run("/usr/bin/python3", "/usr/bin/octavia-db-manage", "--config-file", conf, "upgrade", "head")
+	c.registerOctavia(o)
+
+	env := []string{"PYTHONPATH=" + filepath.Join(o.Dir, "site")}
+	// Threads enabled: the provider's status waiters are threads of the
+	// API's processes. Each response says "Connection: close": uwsgi's
+	// http-socket closes every connection after its response.
+	c.start(c.Lab.Fabric(), "octavia-api", env, "uwsgi", "--http-socket", fmt.Sprintf("%s:%d", lab.ControlAddr, OctaviaPort),
+		"--plugin", "python3", "--wsgi-file", "/usr/bin/octavia-wsgi", "--pyargv", "--config-file "+conf,
+		"--master", "--die-on-term", "--lazy-apps", "--enable-threads", "--thunder-lock", "--processes", "2", "--threads", "1",
+		"--buffer-size", "65535", "--add-header", "Connection: close", "--logto", filepath.Join(o.Dir, "api.log"))
+	c.start(c.Lab.Fabric(), "octavia-driver-agent", env, "/usr/bin/python3", "/usr/bin/octavia-driver-agent",
+		"--config-file", conf, "--log-file", filepath.Join(o.Dir, "driver-agent.log"))
+	// Longer than waitFile: its Python start-up takes a minute on a
+	// loaded machine.
+	sock := filepath.Join(o.Dir, "run", "status.sock")
+	testutil.Eventually(c.t, 3*time.Minute, "Octavia's driver agent", func() (bool, string) {
+		_, err := os.Stat(sock)
+		return err == nil, fmt.Sprint(err)
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// A new login: the admin's token holds the catalog from before the
+	// load-balancer endpoint.
+	pc, err := gopenstack.NewClient(c.KeystoneURL + "/v3")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pc.HTTPClient = *c.HTTP
+	if err := gopenstack.Authenticate(ctx, pc, gophercloud.AuthOptions{IdentityEndpoint: c.KeystoneURL + "/v3",
+		Username: keystone.AdminUser, Password: keystone.AdminPassword, DomainName: "Default",
+		TenantName: keystone.AdminProject, AllowReauth: true}); err != nil {
+		c.t.Fatalf("log in to Keystone: %v", err)
+	}
+	if o.LoadBalancer, err = gopenstack.NewLoadBalancerV2(pc, gophercloud.EndpointOpts{Region: keystone.Region}); err != nil {
+		c.t.Fatalf("Octavia in Keystone's catalog: %v", err)
+	}
+	testutil.Eventually(c.t, 3*time.Minute, "Octavia's API", func() (bool, string) {
+		resp, err := o.LoadBalancer.Get(ctx, o.LoadBalancer.ServiceURL("lbaas", "providers"), nil, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return true, ""
+	})
+	c.t.Logf("Octavia (API, driver agent, provider flowlb) up in %s", time.Since(t0).Round(time.Millisecond))
+	return o
+}
+
+// installProvider installs the provider package with pip into site, from
+// a copy of src (pip builds in the source directory).
+func (c *Cloud) installProvider(src, site string) {
+	c.t.Helper()
+	if src == "" {
+		c.t.Fatal("StartOctavia: no ProviderSource")
+	}
+	build := filepath.Join(filepath.Dir(site), "provider-src")
+	c.run("cp", "-a", src, build)
+	c.run("/usr/bin/python3", "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation",
+		"--disable-pip-version-check", "--target", site, build)
+}
+
+// registerOctavia adds Octavia's service user and its load-balancer
+// endpoint to Keystone.
+func (c *Cloud) registerOctavia(o *Octavia) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := c.ks.Admin(ctx, c.HTTP)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pid := c.serviceProjectID
+	uid, err := a.User(OctaviaUser, OctaviaPassword, pid)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := a.Grant(pid, uid, "admin", "service"); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := a.Endpoint("load-balancer", "octavia", o.URL); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// octaviaConf is octavia.conf: the options Octavia 11's API and driver
+// agent read with a third-party provider and no worker
+// (/work/shared/reference/real-openstack-lab.md), and the provider's
+// [flowlb] section.
+func (c *Cloud) octaviaConf(o *Octavia, opts OctaviaOptions) string {
+	auth := fmt.Sprintf(`auth_url = %[1]s/v3
+auth_type = password
+project_domain_name = Default
+user_domain_name = Default
+project_name = %[2]s
+username = %[3]s
+password = %[4]s
+region_name = %[5]s
+`, c.KeystoneURL, ServiceProject, OctaviaUser, OctaviaPassword, keystone.Region)
+	return fmt.Sprintf(`[DEFAULT]
+transport_url = fake:/
+debug = true
+
+[api_settings]
+auth_strategy = keystone
+bind_host = %[1]s
+bind_port = %[2]d
+api_base_uri = %[3]s
+enabled_provider_drivers = flowlb:flowlb distributed load balancer
+default_provider_driver = flowlb
+
+[database]
+connection = mysql+pymysql://root@localhost/octavia?unix_socket=%[4]s
+
+[keystone_authtoken]
+www_authenticate_uri = %[5]s
+%[6]s
+[service_auth]
+%[6]s
+[neutron]
+endpoint = %[7]s
+region_name = %[8]s
+
+[controller_worker]
+network_driver = allowed_address_pairs_driver
+loadbalancer_topology = SINGLE
+
+[driver_agent]
+status_socket_path = %[9]s/run/status.sock
+stats_socket_path = %[9]s/run/stats.sock
+get_socket_path = %[9]s/run/get.sock
+enabled_provider_agents =
+
+[oslo_concurrency]
+lock_path = %[9]s/lock
+
+[flowlb]
+url = %[10]s
+ca_file = %[11]s
+`, lab.ControlAddr, OctaviaPort, o.URL, c.path("mysqld.sock"), c.KeystoneURL, auth, c.NeutronURL, keystone.Region,
+		o.Dir, opts.FlowlbURL, opts.FlowlbCA)
+}

@@ -1,0 +1,261 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/monitors"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
+
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/lab/openstack"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
+)
+
+// TestRealOctaviaProvider: flowlb as a provider driver of the real
+// Octavia (Debian's Octavia 11 API under uwsgi and its driver agent,
+// deploy/octavia-provider installed with pip into a directory of the
+// test bed's). A fully populated load balancer created through Octavia's
+// API with provider flowlb, on the tenant subnet of the real Neutron,
+// goes ACTIVE in Octavia, tree included, with Octavia's VIP port; flowlb
+// holds the same objects by the same ids, and its agents serve the VIP:
+// node 2 reaches the member through it. A member added through Octavia
+// is served and leaves every parent ACTIVE (a parent left
+// PENDING_UPDATE would refuse the next call); a batch member update
+// that keeps only it deletes the first in Octavia and flowlb; an HTTP
+// listener, which
+// flowlb cannot serve, is refused with Octavia's 501 and flowlb's words;
+// a cascade delete leaves nothing in Octavia, flowlb or Neutron.
+func TestRealOctaviaProvider(t *testing.T) {
+	openstack.Require(t)
+	var cloud *openstack.Cloud
+	var nodes, members []*openstack.VM
+	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 0, serverWait: 2 * time.Minute,
+		serverArgs: []string{"--network", "neutron-api", "--keystone-url", fmt.Sprintf("http://%s:%d", lab.ControlAddr, openstack.KeystonePort),
+			"--keystone-user", openstack.ServiceUser, "--keystone-password", openstack.ServicePassword,
+			"--keystone-project", openstack.ServiceProject},
+		beforeServer: func(c *cluster) {
+			cloud = openstack.Start(t, c.lab)
+			for i := 1; i <= 2; i++ {
+				nodes = append(nodes, cloud.VM(lab.NodeName(i), i, openstack.VMOptions{InNode: true}))
+				members = append(members, cloud.VM(fmt.Sprintf("m%d", i), i, openstack.VMOptions{}))
+			}
+		}})
+	hc, err := c.lab.APIClient(c.lab.Node(1).Dial, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.http = hc
+	src, err := filepath.Abs("../../deploy/octavia-provider")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert})
+	lbc := oct.LoadBalancer
+	ctx := context.Background()
+	for _, m := range members {
+		ln := openstack.Answer(t, m.NS, ":8080", m.Name)
+		defer ln.Close()
+	}
+
+	lb, err := loadbalancers.Create(ctx, lbc, loadbalancers.CreateOpts{Name: "via-octavia", VipSubnetID: cloud.Tenant.SubnetID,
+		Provider: "flowlb", Listeners: []listeners.CreateOpts{{Protocol: listeners.ProtocolTCP, ProtocolPort: 80,
+			DefaultPool: &pools.CreateOpts{Name: "p", Protocol: pools.ProtocolTCP, LBMethod: pools.LBMethodRoundRobin,
+				Members: []pools.CreateMemberOpts{{Address: members[0].Addr.String(), ProtocolPort: 8080}},
+				Monitor: &monitors.CreateOpts{Type: monitors.TypeTCP, Delay: 2, Timeout: 1, MaxRetries: 2}}}}}).Extract()
+	if err != nil {
+		t.Fatalf("create through Octavia: %v", err)
+	}
+	tree := waitOctaviaActive(t, lbc, lb.ID, 4)
+	t.Logf("in Octavia: %v", tree)
+	poolID := lb.Listeners[0].DefaultPoolID
+	if poolID == "" && len(lb.Pools) > 0 {
+		poolID = lb.Pools[0].ID
+	}
+
+	// flowlb holds the tree by Octavia's ids, on Octavia's VIP port.
+	code, body := c.call("GET", "/v2/lbaas/loadbalancers/"+lb.ID+"/status", nil)
+	if code != 200 {
+		t.Fatalf("flowlb status of %s: %d %v", lb.ID, code, body)
+	}
+	if got := flowlbStatuses(body); !sameKeys(got, tree) {
+		t.Fatalf("flowlb's objects %v, Octavia's %v", got, tree)
+	}
+	code, body = c.call("GET", "/v2/lbaas/loadbalancers/"+lb.ID, nil)
+	flb, _ := body["loadbalancer"].(map[string]any)
+	if code != 200 || flb["vip_port_id"] != lb.VipPortID || flb["vip_address"] != lb.VipAddress {
+		t.Fatalf("flowlb's load balancer %d %v, Octavia's VIP %s on port %s", code, body, lb.VipAddress, lb.VipPortID)
+	}
+	var port struct {
+		Port struct {
+			DeviceOwner string `json:"device_owner"`
+		} `json:"port"`
+	}
+	if err := cloud.Call("GET", "/ports/"+lb.VipPortID, nil, &port); err != nil || port.Port.DeviceOwner != "Octavia" {
+		t.Fatalf("VIP port %s in Neutron: %+v %v, want Octavia's", lb.VipPortID, port.Port, err)
+	}
+
+	// The install step (docs/operations.md, "A real Neutron").
+	for _, n := range nodes {
+		cloud.AllowAddresses(n, netip.MustParseAddr(lb.VipAddress))
+		var out strings.Builder
+		if err := c.lab.Node(n.Node).Run(ctx, nil, &out, &out, "sh", "-ec",
+			fmt.Sprintf("ip addr add %s/32 dev %s; arping -q -c1 -U -I %s -s %s %s || true", lb.VipAddress, n.Dev, n.Dev, lb.VipAddress, lb.VipAddress)); err != nil {
+			t.Fatalf("VIP on node %d: %v: %s", n.Node, err, out.String())
+		}
+	}
+	addr := net.JoinHostPort(lb.VipAddress, "80")
+	testutil.Eventually(t, 60*time.Second, "node 2 -> VIP reaches m1", func() (bool, string) {
+		got, err := askIn(c.lab.Node(2).NS, addr)
+		return err == nil && got == members[0].Name, fmt.Sprint(got, err)
+	})
+
+	// A member through Octavia's member create.
+	m2, err := pools.CreateMember(ctx, lbc, poolID, pools.CreateMemberOpts{Address: members[1].Addr.String(), ProtocolPort: 8080}).Extract()
+	if err != nil {
+		t.Fatalf("member create through Octavia: %v", err)
+	}
+	tree = waitOctaviaActive(t, lbc, lb.ID, 5)
+	if _, ok := tree[m2.ID]; !ok {
+		t.Fatalf("member %s not in Octavia's tree %v", m2.ID, tree)
+	}
+	seen := map[string]bool{}
+	testutil.Eventually(t, 60*time.Second, "node 2 -> VIP reaches both members", func() (bool, string) {
+		got, err := askIn(c.lab.Node(2).NS, addr)
+		if err == nil {
+			seen[got] = true
+		}
+		return len(seen) == 2, fmt.Sprint(seen, err)
+	})
+
+	// A batch update to m2 alone: Octavia deletes m1, flowlb follows.
+	if err := pools.BatchUpdateMembers(ctx, lbc, poolID, []pools.BatchUpdateMemberOpts{
+		{Address: members[1].Addr.String(), ProtocolPort: 8080}}).ExtractErr(); err != nil {
+		t.Fatalf("batch member update through Octavia: %v", err)
+	}
+	testutil.Eventually(t, 3*time.Minute, "m1 gone from Octavia's tree", func() (bool, string) {
+		// The load balancer, listener, pool, monitor and m2.
+		tree = waitOctaviaActive(t, lbc, lb.ID, 5)
+		_, m2ok := tree[m2.ID]
+		return len(tree) == 5 && m2ok, fmt.Sprint(tree)
+	})
+	testutil.Eventually(t, 60*time.Second, "node 2 -> VIP reaches m2 alone", func() (bool, string) {
+		for i := 0; i < 6; i++ {
+			got, err := askIn(c.lab.Node(2).NS, addr)
+			if err != nil || got != members[1].Name {
+				return false, fmt.Sprint(got, err)
+			}
+		}
+		return true, ""
+	})
+
+	// What flowlb cannot serve is refused, and changes nothing.
+	_, err = listeners.Create(ctx, lbc, listeners.CreateOpts{LoadbalancerID: lb.ID, Protocol: listeners.ProtocolHTTP, ProtocolPort: 81}).Extract()
+	var unexpected gophercloud.ErrUnexpectedResponseCode
+	if !errors.As(err, &unexpected) || unexpected.Actual != 501 || !strings.Contains(string(unexpected.Body), "HTTP protocol listeners are not supported") {
+		t.Fatalf("an HTTP listener through Octavia: %v, want 501 with flowlb's refusal", err)
+	}
+	if got := waitOctaviaActive(t, lbc, lb.ID, 5); len(got) != len(tree) {
+		t.Fatalf("after the refusal Octavia's tree is %v, was %v", got, tree)
+	}
+
+	// Cascade delete: nothing left anywhere.
+	if err := loadbalancers.Delete(ctx, lbc, lb.ID, loadbalancers.DeleteOpts{Cascade: true}).ExtractErr(); err != nil {
+		t.Fatalf("cascade delete through Octavia: %v", err)
+	}
+	testutil.Eventually(t, 2*time.Minute, "load balancer gone from Octavia", func() (bool, string) {
+		_, err := loadbalancers.Get(ctx, lbc, lb.ID).Extract()
+		return gophercloud.ResponseCodeIs(err, 404), fmt.Sprint(err)
+	})
+	for _, path := range []string{"lbaas/listeners?loadbalancer_id=" + lb.ID, "lbaas/pools?loadbalancer_id=" + lb.ID,
+		"lbaas/pools/" + poolID + "/members", "lbaas/healthmonitors?pool_id=" + poolID} {
+		var out map[string]any
+		resp, err := lbc.Get(ctx, lbc.ServiceURL(strings.Split(path, "/")...), &out, &gophercloud.RequestOpts{OkCodes: []int{200, 404}})
+		if err != nil {
+			t.Fatalf("GET %s from Octavia: %v", path, err)
+		}
+		for kind, objs := range out {
+			if list, ok := objs.([]any); resp.StatusCode == 200 && ok && len(list) > 0 {
+				t.Errorf("Octavia still lists %s %v after the cascade delete", kind, list)
+			}
+		}
+	}
+	if code, body := c.call("GET", "/v2/lbaas/loadbalancers/"+lb.ID, nil); code != 404 {
+		t.Errorf("flowlb still has load balancer %s: %d %v", lb.ID, code, body)
+	}
+	testutil.Eventually(t, 60*time.Second, "VIP port gone from Neutron", func() (bool, string) {
+		err := cloud.Call("GET", "/ports/"+lb.VipPortID, nil, nil)
+		return err != nil && strings.Contains(err.Error(), "404"), fmt.Sprint(err)
+	})
+}
+
+// waitOctaviaActive waits until Octavia's status tree of a load balancer
+// has at least n objects, every one ACTIVE, and returns it (id ->
+// provisioning status).
+func waitOctaviaActive(t *testing.T, lbc *gophercloud.ServiceClient, id string, n int) map[string]string {
+	t.Helper()
+	var got map[string]string
+	testutil.Eventually(t, 3*time.Minute, "load balancer "+id+" and its tree ACTIVE in Octavia", func() (bool, string) {
+		var body map[string]any
+		_, err := lbc.Get(context.Background(), lbc.ServiceURL("lbaas", "loadbalancers", id, "status"), &body, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		got = flowlbStatuses(body)
+		for _, st := range got {
+			if st != "ACTIVE" {
+				return false, fmt.Sprint(got)
+			}
+		}
+		return len(got) >= n, fmt.Sprint(got)
+	})
+	return got
+}
+
+// flowlbStatuses walks a status tree (Octavia's shape, which flowlb's API
+// answers too) into id -> provisioning status.
+func flowlbStatuses(body map[string]any) map[string]string {
+	out := map[string]string{}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if id, ok := v["id"].(string); ok {
+				if st, ok := v["provisioning_status"].(string); ok {
+					out[id] = st
+				}
+			}
+			for _, x := range v {
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(body)
+	return out
+}
+
+func sameKeys(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if _, ok := b[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
