@@ -29,6 +29,9 @@ if $test; then
 	# a contender of the benchmark suite (bench/lbaas, smoke run in the
 	# tests); it starts them itself, in a temporary directory.
 	packages+=(octavia-api octavia-worker mariadb-server rabbitmq-server)
+	# The Octavia provider driver's unit tests (make unit-python) import
+	# octavia-lib (octavia-api depends on it too; named for that test).
+	packages+=(python3-octavia-lib)
 	# Real Kubernetes nodes in the lab (docs/lab.md, "Real nodes"): a
 	# containerd and runc per node, the CNI plugins, and debootstrap for
 	# the root of the e2e tests' image (hack/test-images.sh).
