@@ -55,7 +55,7 @@ func routerRoutes(h *netlink.Handle) (map[netip.Prefix][]int, error) {
 	}
 	out := map[netip.Prefix][]int{}
 	for _, r := range rs {
-		p, ok := prefixOf(r.Dst)
+		p, ok := PrefixOf(r.Dst)
 		if !ok {
 			continue
 		}
@@ -80,7 +80,8 @@ func routerRoutes(h *netlink.Handle) (map[netip.Prefix][]int, error) {
 	return out, nil
 }
 
-func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
+// PrefixOf is n as a masked prefix (false: none).
+func PrefixOf(n *net.IPNet) (netip.Prefix, bool) {
 	if n == nil {
 		return netip.Prefix{}, false
 	}
@@ -106,7 +107,7 @@ func (a *Announcements) announced() map[netip.Prefix][]int {
 			continue
 		}
 		for _, r := range rs {
-			if p, ok := prefixOf(r.Dst); ok && !slices.Contains(out[p], n.Index) {
+			if p, ok := PrefixOf(r.Dst); ok && !slices.Contains(out[p], n.Index) {
 				out[p] = append(out[p], n.Index)
 			}
 		}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -181,7 +180,7 @@ func routedVia(l *lab.Lab, in func(netip.Addr) bool, hops map[netip.Addr]bool) (
 	}
 	got := 0
 	for _, r := range rs {
-		p, ok := prefixOfNet(r.Dst)
+		p, ok := lab.PrefixOf(r.Dst)
 		if !ok || p.Bits() != 32 || !in(p.Addr()) {
 			continue
 		}
@@ -263,19 +262,6 @@ func createEndpointServices(b *testing.B, e *kubeEnv, n int, class string, addr 
 	if first != nil {
 		b.Fatal(first)
 	}
-}
-
-// prefixOfNet is n as a prefix (false: none).
-func prefixOfNet(n *net.IPNet) (netip.Prefix, bool) {
-	if n == nil {
-		return netip.Prefix{}, false
-	}
-	a, ok := netip.AddrFromSlice(n.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ones, _ := n.Mask.Size()
-	return netip.PrefixFrom(a.Unmap(), ones), true
 }
 
 // loadAverage is the machine's load averages over 1, 5 and 15 minutes.

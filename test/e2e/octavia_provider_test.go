@@ -17,7 +17,6 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/monitors"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
 
-	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/openstack"
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
@@ -37,25 +36,7 @@ import (
 // flowlb cannot serve, is refused with Octavia's 501 and flowlb's words;
 // a cascade delete leaves nothing in Octavia, flowlb or Neutron.
 func TestRealOctaviaProvider(t *testing.T) {
-	openstack.Require(t)
-	var cloud *openstack.Cloud
-	var nodes, members []*openstack.VM
-	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 0, serverWait: 2 * time.Minute,
-		serverArgs: []string{"--network", "neutron-api", "--keystone-url", fmt.Sprintf("http://%s:%d", lab.ControlAddr, openstack.KeystonePort),
-			"--keystone-user", openstack.ServiceUser, "--keystone-password", openstack.ServicePassword,
-			"--keystone-project", openstack.ServiceProject},
-		beforeServer: func(c *cluster) {
-			cloud = openstack.Start(t, c.lab)
-			for i := 1; i <= 2; i++ {
-				nodes = append(nodes, cloud.VM(lab.NodeName(i), i, openstack.VMOptions{InNode: true}))
-				members = append(members, cloud.VM(fmt.Sprintf("m%d", i), i, openstack.VMOptions{}))
-			}
-		}})
-	hc, err := c.lab.APIClient(c.lab.Node(1).Dial, 2*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.http = hc
+	c, cloud, nodes, members := newRealNeutronCluster(t)
 	src, err := filepath.Abs("../../deploy/octavia-provider")
 	if err != nil {
 		t.Fatal(err)

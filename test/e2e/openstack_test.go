@@ -15,6 +15,36 @@ import (
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
+// newRealNeutronCluster is a lab of 2 nodes on the real OpenStack test
+// bed (internal/lab/openstack): the server with `--network neutron-api`
+// and the bed's service credentials, each node a VM on a Neutron port of
+// its chassis (nodes) and a member VM beside it (members); the test's
+// API client allows Neutron's slow answers on a loaded machine (the
+// creates wait for it).
+func newRealNeutronCluster(t *testing.T) (*cluster, *openstack.Cloud, []*openstack.VM, []*openstack.VM) {
+	t.Helper()
+	openstack.Require(t)
+	var cloud *openstack.Cloud
+	var nodes, members []*openstack.VM
+	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 0, serverWait: 2 * time.Minute,
+		serverArgs: []string{"--network", "neutron-api", "--keystone-url", fmt.Sprintf("http://%s:%d", lab.ControlAddr, openstack.KeystonePort),
+			"--keystone-user", openstack.ServiceUser, "--keystone-password", openstack.ServicePassword,
+			"--keystone-project", openstack.ServiceProject},
+		beforeServer: func(c *cluster) {
+			cloud = openstack.Start(t, c.lab)
+			for i := 1; i <= 2; i++ {
+				nodes = append(nodes, cloud.VM(lab.NodeName(i), i, openstack.VMOptions{InNode: true}))
+				members = append(members, cloud.VM(fmt.Sprintf("m%d", i), i, openstack.VMOptions{}))
+			}
+		}})
+	hc, err := c.lab.APIClient(c.lab.Node(1).Dial, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.http = hc
+	return c, cloud, nodes, members
+}
+
 // TestRealNeutronVIPAndFloatingIP: with `--network neutron-api`, a load
 // balancer created through flowlb's API on a subnet of a real Neutron
 // (ML2/OVN, internal/lab/openstack) gets its VIP port there, with
@@ -30,27 +60,7 @@ import (
 // ARP for it), and the agents masquerade clients from outside the pod
 // networks so that the members' answers come back through the node.
 func TestRealNeutronVIPAndFloatingIP(t *testing.T) {
-	openstack.Require(t)
-	var cloud *openstack.Cloud
-	var nodes, members []*openstack.VM
-	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 0, serverWait: 2 * time.Minute,
-		serverArgs: []string{"--network", "neutron-api", "--keystone-url", fmt.Sprintf("http://%s:%d", lab.ControlAddr, openstack.KeystonePort),
-			"--keystone-user", openstack.ServiceUser, "--keystone-password", openstack.ServicePassword,
-			"--keystone-project", openstack.ServiceProject},
-		beforeServer: func(c *cluster) {
-			cloud = openstack.Start(t, c.lab)
-			for i := 1; i <= 2; i++ {
-				nodes = append(nodes, cloud.VM(lab.NodeName(i), i, openstack.VMOptions{InNode: true}))
-				members = append(members, cloud.VM(fmt.Sprintf("m%d", i), i, openstack.VMOptions{}))
-			}
-		}})
-	// Neutron answers in seconds on a loaded machine; the create waits
-	// for it.
-	hc, err := c.lab.APIClient(c.lab.Node(1).Dial, 2*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.http = hc
+	c, cloud, nodes, members := newRealNeutronCluster(t)
 	var pool []any
 	for _, m := range members {
 		ln := openstack.Answer(t, m.NS, ":8080", m.Name)
