@@ -122,16 +122,8 @@ func (c *Cloud) StartOctavia(opts OctaviaOptions) *Octavia {
 	defer cancel()
 	// A new login: the admin's token holds the catalog from before the
 	// load-balancer endpoint.
-	pc, err := gopenstack.NewClient(c.KeystoneURL + "/v3")
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	pc.HTTPClient = *c.HTTP
-	if err := gopenstack.Authenticate(ctx, pc, gophercloud.AuthOptions{IdentityEndpoint: c.KeystoneURL + "/v3",
-		Username: keystone.AdminUser, Password: keystone.AdminPassword, DomainName: "Default",
-		TenantName: keystone.AdminProject, AllowReauth: true}); err != nil {
-		c.t.Fatalf("log in to Keystone: %v", err)
-	}
+	pc := c.adminClient(ctx, c.KeystoneURL)
+	var err error
 	if o.LoadBalancer, err = gopenstack.NewLoadBalancerV2(pc, gophercloud.EndpointOpts{Region: keystone.Region}); err != nil {
 		c.t.Fatalf("Octavia in Keystone's catalog: %v", err)
 	}

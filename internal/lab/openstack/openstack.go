@@ -579,22 +579,31 @@ func (c *Cloud) copyChassisIDs() {
 	}
 }
 
+// adminClient logs in to Keystone at url as the bed's admin; the
+// client's token holds the catalog of that moment.
+func (c *Cloud) adminClient(ctx context.Context, url string) *gophercloud.ProviderClient {
+	c.t.Helper()
+	pc, err := gopenstack.NewClient(url + "/v3")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pc.HTTPClient = *c.HTTP
+	if err := gopenstack.Authenticate(ctx, pc, gophercloud.AuthOptions{IdentityEndpoint: url + "/v3",
+		Username: keystone.AdminUser, Password: keystone.AdminPassword, DomainName: "Default",
+		TenantName: keystone.AdminProject, AllowReauth: true}); err != nil {
+		c.t.Fatalf("log in to Keystone: %v", err)
+	}
+	return pc
+}
+
 // login waits for Neutron's API and opens the admin client.
 func (c *Cloud) login(ks *keystone.Keystone) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pc, err := gopenstack.NewClient(ks.URL + "/v3")
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	pc.HTTPClient = *c.HTTP
-	if err := gopenstack.Authenticate(ctx, pc, gophercloud.AuthOptions{IdentityEndpoint: ks.URL + "/v3",
-		Username: keystone.AdminUser, Password: keystone.AdminPassword, DomainName: "Default",
-		TenantName: keystone.AdminProject, AllowReauth: true}); err != nil {
-		c.t.Fatalf("log in to Keystone: %v", err)
-	}
+	pc := c.adminClient(ctx, ks.URL)
 	c.Provider = pc
+	var err error
 	testutil.Eventually(c.t, 90*time.Second, "Neutron's API", func() (bool, string) {
 		// Version discovery asks Neutron too.
 		if c.Network == nil {
