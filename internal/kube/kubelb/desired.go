@@ -637,11 +637,14 @@ func listenerTags(svc *corev1.Service, external bool, extIPs []string) []string 
 
 // externalIPs are the addresses besides its VIPs on which svc is served,
 // as kube-proxy serves them: spec.externalIPs and, for a LoadBalancer
-// Service whose external address another implementation gives (not
-// OwnsExternal: another class's, or the cloud provider's), the IPs of its
+// Service of another loadBalancerClass, the IPs of its
 // status.loadBalancer.ingress, unless their ipMode is Proxy (that
 // implementation's proxy takes the traffic, and kube-proxy leaves those
-// alone too). Of the families fam only (as kube-proxy, an address of a
+// alone too). The ingress of a Service of no class that is not ours
+// (--load-balancer-class-only) is the cloud provider's load balancer's
+// VIP, served by that load balancer (by flowlb's own when
+// cloud-provider-openstack drives flowlb's API): taking it too would put
+// a second load balancer on the same address and port. Of the families fam only (as kube-proxy, an address of a
 // family the Service does not have is not served), canonical, sorted and
 // without duplicates; those that do not parse are left out (the API
 // server validates them).
@@ -655,7 +658,7 @@ func externalIPs(svc *corev1.Service, fam families, o Options) []string {
 	for _, s := range svc.Spec.ExternalIPs {
 		add(s)
 	}
-	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && !OwnsExternal(svc, o) {
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.LoadBalancerClass != nil && !OwnsExternal(svc, o) {
 		for _, in := range svc.Status.LoadBalancer.Ingress {
 			if in.IPMode == nil || *in.IPMode == corev1.LoadBalancerIPModeVIP {
 				add(in.IP)

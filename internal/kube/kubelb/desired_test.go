@@ -558,6 +558,15 @@ func TestDesired(t *testing.T) {
 					t.Errorf("external %v, tags %v, want %v", lb.External, lb.Listeners[0].Tags, want)
 				}
 			}},
+		{name: "ClassOnly: the cloud provider's ingress is its load balancer's VIP, not taken", svc: service(func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.19.128.2"}}
+		}), opts: &Options{Cluster: "lab", ClusterIPSubnet: "sub-cluster", ExternalSubnet: "sub-ext", ClassOnly: true},
+			check: func(t *testing.T, lb *LB) {
+				if lb.External || len(lb.Listeners[0].Tags) != 0 {
+					t.Errorf("external %v, tags %v", lb.External, lb.Listeners[0].Tags)
+				}
+			}},
 		{name: "our class's ingress is its VIP, not an external IP", svc: service(func(s *corev1.Service) {
 			s.Spec.Type = corev1.ServiceTypeLoadBalancer
 			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.19.255.3"}}
