@@ -105,6 +105,8 @@ type Service struct {
 
 	inflight    sync.WaitGroup
 	completions completionGroups
+	// logNews wakes the readers waiting for the change log to move.
+	logNews broadcast
 }
 
 // New builds a service; providers must include cfg.DefaultProvider.

@@ -18,6 +18,7 @@ func (s *Server) routes() {
 	s.monitorRoutes()
 	s.l7Routes()
 	s.catalogRoutes()
+	s.feedRoutes()
 	s.mux.HandleFunc("/", s.noRoute)
 }
 

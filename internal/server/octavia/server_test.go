@@ -47,6 +47,7 @@ type api struct {
 	t   *testing.T
 	srv *httptest.Server
 	st  store.Store
+	svc *lbaas.Service
 }
 
 // heldRealizer completes changes only when release is called.
@@ -85,7 +86,7 @@ func newAPIConfig(t *testing.T, r flow.Realizer, cfg Config) *api {
 	}
 	srv := httptest.NewServer(identity.NoAuth("p-default", New(svc, nil, log, cfg)))
 	t.Cleanup(srv.Close)
-	return &api{t: t, srv: srv, st: st}
+	return &api{t: t, srv: srv, st: st, svc: svc}
 }
 
 // do sends a request and decodes a JSON answer (nil for empty bodies).
