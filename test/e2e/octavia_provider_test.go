@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,7 +35,12 @@ import (
 // that keeps only it deletes the first in Octavia and flowlb; an HTTP
 // listener, which
 // flowlb cannot serve, is refused with Octavia's 501 and flowlb's words;
-// a cascade delete leaves nothing in Octavia, flowlb or Neutron.
+// a cascade delete leaves nothing in Octavia, flowlb or Neutron. Between
+// changes, the provider agent in Octavia's driver agent brings flowlb's
+// operating statuses (a member whose server stops goes ERROR in
+// Octavia) and listener statistics into Octavia's database, and after
+// a crash of the driver agent or of octavia-api with a change in flight
+// (its status waiter lost), the load balancer as flowlb has it.
 func TestRealOctaviaProvider(t *testing.T) {
 	c, cloud, nodes, members := newRealNeutronCluster(t)
 	src, err := filepath.Abs("../../deploy/octavia-provider")
@@ -44,9 +50,11 @@ func TestRealOctaviaProvider(t *testing.T) {
 	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert})
 	lbc := oct.LoadBalancer
 	ctx := context.Background()
+	var answers []net.Listener
 	for _, m := range members {
 		ln := openstack.Answer(t, m.NS, ":8080", m.Name)
 		defer ln.Close()
+		answers = append(answers, ln)
 	}
 
 	lb, err := loadbalancers.Create(ctx, lbc, loadbalancers.CreateOpts{Name: "via-octavia", VipSubnetID: cloud.Tenant.SubnetID,
@@ -119,6 +127,101 @@ func TestRealOctaviaProvider(t *testing.T) {
 		return len(seen) == 2, fmt.Sprint(seen, err)
 	})
 
+	// The provider agent: flowlb's health verdicts and counters reach
+	// Octavia between changes.
+	all, err := pools.ListMembers(lbc, poolID, nil).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := pools.ExtractMembers(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m1ID string
+	for _, m := range ms {
+		if m.Address == members[0].Addr.String() {
+			m1ID = m.ID
+		}
+	}
+	memberOperating := func(id, want string) {
+		t.Helper()
+		testutil.Eventually(t, 60*time.Second, "member "+id+" "+want+" in Octavia", func() (bool, string) {
+			m, err := pools.GetMember(ctx, lbc, poolID, id).Extract()
+			if err != nil {
+				return false, err.Error()
+			}
+			return m.OperatingStatus == want, m.OperatingStatus
+		})
+	}
+	memberOperating(m1ID, "ONLINE")
+	memberOperating(m2.ID, "ONLINE")
+	testutil.Eventually(t, 60*time.Second, "the listener's connections counted in Octavia", func() (bool, string) {
+		st, err := listeners.GetStats(ctx, lbc, lb.Listeners[0].ID).Extract()
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.TotalConnections >= 2, fmt.Sprintf("%+v", *st)
+	})
+	answers[0].Close()
+	memberOperating(m1ID, "ERROR")
+	memberOperating(m2.ID, "ONLINE")
+
+	// The driver agent crashes with a change in flight: the change's
+	// status waiter (in the API's process) cannot reach it and gives up,
+	// so nothing would take the load balancer out of PENDING_UPDATE; the
+	// provider agent, started again with the driver agent, reports every
+	// load balancer as flowlb has it.
+	oct.Crash(openstack.OctaviaDriverAgent)
+	m3, err := pools.CreateMember(ctx, lbc, poolID, pools.CreateMemberOpts{Address: members[1].Addr.String(), ProtocolPort: 8081}).Extract()
+	if err != nil {
+		t.Fatalf("member create with the driver agent down: %v", err)
+	}
+	if st := octaviaProvisioning(t, lbc, lb.ID); st != "PENDING_UPDATE" {
+		t.Fatalf("load balancer %s with a change in flight: %s in Octavia, want PENDING_UPDATE", lb.ID, st)
+	}
+	oct.Restart(openstack.OctaviaDriverAgent)
+	if tree = waitOctaviaActive(t, lbc, lb.ID, 6); tree[m3.ID] != "ACTIVE" {
+		t.Fatalf("after the driver agent's restart: %v, want member %s ACTIVE", tree, m3.ID)
+	}
+
+	// octavia-api crashes with a change in flight, and with it the
+	// change's waiter: flowlb is held from settling (its agents stopped)
+	// until the waiter is gone, then settles with no log entry of its own;
+	// the provider agent, which saw the change pending in flowlb's log,
+	// reads it again until it settles and reports it.
+	var agents []int
+	for _, n := range nodes {
+		p, err := c.lab.Node(n.Node).Proc("agent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents = append(agents, p.PID)
+	}
+	resume := func() {
+		for _, pid := range agents {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	for _, pid := range agents {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m4, err := pools.CreateMember(ctx, lbc, poolID, pools.CreateMemberOpts{Address: members[1].Addr.String(), ProtocolPort: 8082}).Extract()
+	if err != nil {
+		t.Fatalf("member create with flowlb's agents stopped: %v", err)
+	}
+	t.Logf("Octavia's tree with the change in flight: %v", octaviaTree(t, lbc, lb.ID))
+	oct.Crash(openstack.OctaviaAPI)
+	resume()
+	code, body = c.call("GET", "/v2/lbaas/loadbalancers/"+lb.ID+"?fields=provisioning_status", nil)
+	t.Logf("flowlb's load balancer after the crash: %d %v", code, body)
+	oct.Restart(openstack.OctaviaAPI)
+	if tree = waitOctaviaActive(t, lbc, lb.ID, 7); tree[m4.ID] != "ACTIVE" {
+		t.Fatalf("after octavia-api's restart: %v, want member %s ACTIVE", tree, m4.ID)
+	}
+
 	// A batch update to m2 alone: Octavia deletes m1, flowlb follows.
 	if err := pools.BatchUpdateMembers(ctx, lbc, poolID, []pools.BatchUpdateMemberOpts{
 		{Address: members[1].Addr.String(), ProtocolPort: 8080}}).ExtractErr(); err != nil {
@@ -178,6 +281,28 @@ func TestRealOctaviaProvider(t *testing.T) {
 		err := cloud.Call("GET", "/ports/"+lb.VipPortID, nil, nil)
 		return err != nil && strings.Contains(err.Error(), "404"), fmt.Sprint(err)
 	})
+}
+
+// octaviaTree is a load balancer's status tree in Octavia (id ->
+// provisioning status).
+func octaviaTree(t *testing.T, lbc *gophercloud.ServiceClient, id string) map[string]string {
+	t.Helper()
+	var body map[string]any
+	if _, err := lbc.Get(context.Background(), lbc.ServiceURL("lbaas", "loadbalancers", id, "status"), &body, nil); err != nil {
+		t.Fatalf("status tree of %s in Octavia: %v", id, err)
+	}
+	return flowlbStatuses(body)
+}
+
+// octaviaProvisioning is a load balancer's provisioning status in
+// Octavia.
+func octaviaProvisioning(t *testing.T, lbc *gophercloud.ServiceClient, id string) string {
+	t.Helper()
+	lb, err := loadbalancers.Get(context.Background(), lbc, id).Extract()
+	if err != nil {
+		t.Fatalf("load balancer %s in Octavia: %v", id, err)
+	}
+	return lb.ProvisioningStatus
 }
 
 // waitOctaviaActive waits until Octavia's status tree of a load balancer

@@ -13,6 +13,21 @@ OPTS = [
     cfg.IntOpt('settle_timeout', default=300,
                help='Seconds to wait for a change to leave PENDING_* in '
                     'flowlb before it is reported in ERROR.'),
+    cfg.FloatOpt('feed_wait', default=20.0, min=0.0, max=30.0,
+                 help="Provider agent: seconds one read of flowlb's "
+                      "change log waits for a change."),
+    cfg.FloatOpt('stats_interval', default=10.0, min=1.0,
+                 help='Provider agent: seconds between two reports of '
+                      "the listeners' statistics."),
+    cfg.FloatOpt('resync_interval', default=60.0, min=1.0,
+                 help="Provider agent: seconds between two reads of "
+                      "Octavia's flowlb load balancers left in "
+                      "PENDING_*."),
+    cfg.FloatOpt('resync_grace', default=30.0, min=0.0,
+                 help='Provider agent: seconds a load balancer stays '
+                      'PENDING_* in Octavia before the agent reports it '
+                      'as flowlb has it (its own status waiter reports '
+                      'it first).'),
     cfg.StrOpt('auth_url',
                help="Keystone of flowlb's service user; unset: flowlb "
                     "runs with --auth noauth and is reached without "

@@ -94,3 +94,98 @@ def failed(kind, oid, lb_id):
         rep['loadbalancers'] = [{'id': lb_id,
                                  'provisioning_status': 'ACTIVE'}]
     return rep
+
+
+# The provider agent's translations: flowlb's status feed (GET
+# /v2/flowlb/changes and /v2/flowlb/statuses) and statistics to Octavia's
+# reports.
+
+def octavia_objects(lb):
+    """Every object of Octavia's load balancer, as the driver library's
+    get_loadbalancer answers it (None when Octavia has no such load
+    balancer), as a set of (kind, id). The library builds the load
+    balancer alone as an octavia-lib model: its children are the driver
+    agent's dicts (and a model's unset attributes are Unset), so both
+    shapes are read."""
+    if lb is None:
+        return None
+
+    def get(x, key):
+        v = x.get(key) if isinstance(x, dict) else getattr(x, key, None)
+        return v
+
+    def each(x, key):
+        v = get(x, key)
+        return v if isinstance(v, list) else []
+
+    def add(kind, x, key):
+        oid = get(x, key)
+        if isinstance(oid, str):
+            out.add((kind, oid))
+
+    out = set()
+    add('loadbalancer', lb, 'loadbalancer_id')
+    for li in each(lb, 'listeners'):
+        add('listener', li, 'listener_id')
+        for pol in each(li, 'l7policies'):
+            add('l7policy', pol, 'l7policy_id')
+            for r in each(pol, 'rules'):
+                add('l7rule', r, 'l7rule_id')
+    for p in each(lb, 'pools'):
+        add('pool', p, 'pool_id')
+        for m in each(p, 'members'):
+            add('member', m, 'member_id')
+        hm = get(p, 'healthmonitor')
+        if hm is not None:
+            add('healthmonitor', hm, 'healthmonitor_id')
+    return out
+
+
+def feed_objects(tree):
+    """A load balancer of flowlb's feed as objects() answers a status
+    tree: {(kind, id): (provisioning, operating)}; None once it is
+    gone."""
+    if tree.get('gone'):
+        return None
+    return {(o['kind'], o['id']): (o['provisioning_status'],
+                                   o['operating_status'])
+            for o in tree.get('objects') or []}
+
+
+def mirror(tree, in_octavia):
+    """The report that makes Octavia show a load balancer of flowlb's feed
+    as flowlb has it, or None when there is nothing to report: the load
+    balancer is no Octavia load balancer (in_octavia None: made in flowlb
+    directly), or flowlb has a change of it in flight (PENDING_*: the
+    change's own report follows when it settles). Objects Octavia has and
+    flowlb no longer has are DELETED (a cascade's children too); a load
+    balancer gone from flowlb is DELETED with all its objects."""
+    if in_octavia is None:
+        return None
+    now = feed_objects(tree)
+    if now is not None:
+        lb = now.get(('loadbalancer', tree['id']))
+        if lb is None or lb[0] in PENDING:
+            return None
+    return report(now, {k: None for k in in_octavia})
+
+
+def listener_statistics(listeners, octavia_lbs, last):
+    """Octavia's statistics report of flowlb's listener statistics
+    (GET /v2/flowlb/statistics), for the listeners of load balancers
+    octavia_lbs holds, leaving out those whose counters are as last
+    reported (last: {listener id: counters}, updated in place)."""
+    keys = ('bytes_in', 'bytes_out', 'active_connections',
+            'total_connections', 'request_errors')
+    out = []
+    for li in listeners:
+        if li['loadbalancer_id'] not in octavia_lbs:
+            continue
+        counters = tuple(li[k] for k in keys)
+        if last.get(li['id']) == counters:
+            continue
+        last[li['id']] = counters
+        entry = {'id': li['id']}
+        entry.update(zip(keys, counters))
+        out.append(entry)
+    return {'listeners': out} if out else None

@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
@@ -68,6 +70,108 @@ type Octavia struct {
 	// LoadBalancer is the admin's client of Octavia's API.
 	LoadBalancer *gophercloud.ServiceClient
 	Dir          string
+
+	c *Cloud
+}
+
+// Octavia's processes on the fabric, by the names Crash and Restart take.
+const (
+	OctaviaAPI         = "octavia-api"
+	OctaviaDriverAgent = "octavia-driver-agent"
+)
+
+// Crash kills one of Octavia's processes (OctaviaAPI: uwsgi's master and
+// workers; OctaviaDriverAgent: the agent and the listeners and provider
+// agents it forked) with SIGKILL, as a crash of the host would: nothing
+// of it runs afterwards, and its threads (the provider's status waiters
+// in the API's workers) die with it.
+func (o *Octavia) Crash(name string) {
+	c := o.c
+	c.t.Helper()
+	p, err := c.Lab.Fabric().Proc(name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	// The parent first, then the children it had: uwsgi's master
+	// respawns a worker killed before it, and the new one, orphaned by
+	// the master's death, would keep the listening socket. The direct
+	// children are all (uwsgi's workers and the driver agent's
+	// multiprocessing children do not fork again).
+	out, _ := exec.Command("pgrep", "-P", fmt.Sprint(p.PID)).Output()
+	var kids []int
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			kids = append(kids, pid)
+		}
+	}
+	if err := c.Lab.Fabric().Kill(name, syscall.SIGKILL); err != nil {
+		c.t.Fatal(err)
+	}
+	for _, pid := range kids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	testutil.Eventually(c.t, 10*time.Second, name+"'s processes gone", func() (bool, string) {
+		var left []int
+		for _, pid := range kids {
+			// Gone, or a zombie that init has not reaped yet.
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err == nil && !strings.Contains(string(stat), ") Z ") {
+				left = append(left, pid)
+			}
+		}
+		return len(left) == 0, fmt.Sprint(left)
+	})
+}
+
+// Restart starts a process Crash killed again, as StartOctavia started
+// it, and waits until it serves (the API answers; the driver agent's
+// sockets are back).
+func (o *Octavia) Restart(name string) {
+	c := o.c
+	c.t.Helper()
+	if name == OctaviaDriverAgent {
+		for _, s := range []string{"status", "stats", "get"} {
+			_ = os.Remove(filepath.Join(o.Dir, "run", s+".sock"))
+		}
+	}
+	if _, err := c.Lab.Fabric().Restart(name); err != nil {
+		c.t.Fatal(err)
+	}
+	if name == OctaviaDriverAgent {
+		o.waitDriverAgent()
+		return
+	}
+	o.waitAPI()
+}
+
+func (o *Octavia) waitDriverAgent() {
+	c := o.c
+	c.t.Helper()
+	// Longer than waitFile: its Python start-up takes a minute on a
+	// loaded machine.
+	for _, s := range []string{"status", "stats", "get"} {
+		sock := filepath.Join(o.Dir, "run", s+".sock")
+		testutil.Eventually(c.t, 3*time.Minute, "Octavia's driver agent", func() (bool, string) {
+			_, err := os.Stat(sock)
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+}
+
+func (o *Octavia) waitAPI() {
+	o.c.t.Helper()
+	testutil.Eventually(o.c.t, 3*time.Minute, "Octavia's API", func() (bool, string) {
+		// Each try bounded: a request the API accepts while its workers
+		// load may never be answered.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		resp, err := o.LoadBalancer.Get(ctx, o.LoadBalancer.ServiceURL("lbaas", "providers"), nil, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return true, ""
+	})
 }
 
 // StartOctavia runs Octavia's API (uwsgi, two processes) and its driver
@@ -85,13 +189,25 @@ func (c *Cloud) StartOctavia(opts OctaviaOptions) *Octavia {
 		c.t.Skip(err)
 	}
 	t0 := time.Now()
-	o := &Octavia{Dir: c.path("octavia"), URL: fmt.Sprintf("http://%s:%d", lab.ControlAddr, OctaviaPort)}
+	o := &Octavia{Dir: c.path("octavia"), URL: fmt.Sprintf("http://%s:%d", lab.ControlAddr, OctaviaPort), c: c}
 	for _, d := range []string{"lock", "run", "site"} {
 		if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o755); err != nil {
 			c.t.Fatal(err)
 		}
 	}
 	c.installProvider(opts.ProviderSource, filepath.Join(o.Dir, "site"))
+	// On failure, what Octavia's processes and the provider said (the
+	// lab's directory goes with its teardown).
+	c.t.Cleanup(func() {
+		if !c.t.Failed() {
+			return
+		}
+		for _, f := range []string{"api.log", "driver-agent.log"} {
+			out, _ := exec.Command("sh", "-c", fmt.Sprintf("grep -a -E 'WARNING|ERROR|flowlb' %s | grep -v -e oslo_db -e password_hashing | tail -n 80",
+				filepath.Join(o.Dir, f))).Output()
+			c.t.Logf("%s (warnings, errors and the provider's lines, last 80):\n%s", f, out)
+		}
+	})
 	conf := filepath.Join(o.Dir, "octavia.conf")
 	if err := os.WriteFile(conf, []byte(c.octaviaConf(o, opts)), 0o600); err != nil {
 		c.t.Fatal(err)
@@ -104,19 +220,13 @@ func (c *Cloud) StartOctavia(opts OctaviaOptions) *Octavia {
 	// Threads enabled: the provider's status waiters are threads of the
 	// API's processes. Each response says "Connection: close": uwsgi's
 	// http-socket closes every connection after its response.
-	c.start(c.Lab.Fabric(), "octavia-api", env, "uwsgi", "--http-socket", fmt.Sprintf("%s:%d", lab.ControlAddr, OctaviaPort),
+	c.start(c.Lab.Fabric(), OctaviaAPI, env, "uwsgi", "--http-socket", fmt.Sprintf("%s:%d", lab.ControlAddr, OctaviaPort),
 		"--plugin", "python3", "--wsgi-file", "/usr/bin/octavia-wsgi", "--pyargv", "--config-file "+conf,
 		"--master", "--die-on-term", "--lazy-apps", "--enable-threads", "--thunder-lock", "--processes", "2", "--threads", "1",
 		"--buffer-size", "65535", "--add-header", "Connection: close", "--logto", filepath.Join(o.Dir, "api.log"))
-	c.start(c.Lab.Fabric(), "octavia-driver-agent", env, "/usr/bin/python3", "/usr/bin/octavia-driver-agent",
+	c.start(c.Lab.Fabric(), OctaviaDriverAgent, env, "/usr/bin/python3", "/usr/bin/octavia-driver-agent",
 		"--config-file", conf, "--log-file", filepath.Join(o.Dir, "driver-agent.log"))
-	// Longer than waitFile: its Python start-up takes a minute on a
-	// loaded machine.
-	sock := filepath.Join(o.Dir, "run", "status.sock")
-	testutil.Eventually(c.t, 3*time.Minute, "Octavia's driver agent", func() (bool, string) {
-		_, err := os.Stat(sock)
-		return err == nil, fmt.Sprint(err)
-	})
+	o.waitDriverAgent()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -127,14 +237,7 @@ func (c *Cloud) StartOctavia(opts OctaviaOptions) *Octavia {
 	if o.LoadBalancer, err = gopenstack.NewLoadBalancerV2(pc, gophercloud.EndpointOpts{Region: keystone.Region}); err != nil {
 		c.t.Fatalf("Octavia in Keystone's catalog: %v", err)
 	}
-	testutil.Eventually(c.t, 3*time.Minute, "Octavia's API", func() (bool, string) {
-		resp, err := o.LoadBalancer.Get(ctx, o.LoadBalancer.ServiceURL("lbaas", "providers"), nil, nil)
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return true, ""
-	})
+	o.waitAPI()
 	c.t.Logf("Octavia (API, driver agent, provider flowlb) up in %s", time.Since(t0).Round(time.Millisecond))
 	return o
 }
@@ -221,7 +324,7 @@ loadbalancer_topology = SINGLE
 status_socket_path = %[9]s/run/status.sock
 stats_socket_path = %[9]s/run/stats.sock
 get_socket_path = %[9]s/run/get.sock
-enabled_provider_agents =
+enabled_provider_agents = flowlb
 
 [oslo_concurrency]
 lock_path = %[9]s/lock
@@ -229,6 +332,9 @@ lock_path = %[9]s/lock
 [flowlb]
 url = %[10]s
 ca_file = %[11]s
+stats_interval = 2
+resync_interval = 10
+resync_grace = 10
 `, lab.ControlAddr, OctaviaPort, o.URL, c.path("mysqld.sock"), c.KeystoneURL, auth, c.NeutronURL, keystone.Region,
 		o.Dir, opts.FlowlbURL, opts.FlowlbCA)
 }
