@@ -88,7 +88,7 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 // a service programmed anew has none to keep or destroy, and a full load
 // need not make 44 of them a service to skip them.
 func footprintWith(s flows.Service, node, zone string, lazy bool) footprint {
-	f := footprint{}
+	f := make(footprint, footprintSize(s, lazy))
 	k := s.Key
 	kb := key(k)
 	fam := familyOf(k.VIP)
@@ -180,6 +180,25 @@ func footprintWith(s flows.Service, node, zone string, lazy bool) footprint {
 		f.add(elem{set: limitsMap, key: kb, jump: limitChain(s.ConnectionLimit)})
 	}
 	return f
+}
+
+// footprintSize is about how many elements footprintWith makes for s: a
+// map made that large at once is not grown (and copied) four or five
+// times as the slots go in, a tenth of the agent's CPU per new service
+// with the kernel's work left out. A few too many cost a little memory
+// for as long as the plan lives; too few, a growth.
+func footprintSize(s flows.Service, lazy bool) int {
+	n := Slots + 8 + len(s.AllowedCIDRs) + len(s.Backends) // slots, one-per-service sets, ACL, keep_client
+	if s.LocalOnly || s.InternalLocal {
+		n += Slots
+	}
+	if s.Persistence != nil {
+		n += len(s.Backends)
+	}
+	if lazy {
+		n += len(statsSets) + (len(memberSets)+1)*len(s.Backends)
+	}
+	return n
 }
 
 // addCounters adds the counter elements the packet path may make for the
