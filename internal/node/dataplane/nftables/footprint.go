@@ -186,17 +186,21 @@ func footprintWith(s flows.Service, node, zone string, lazy bool) footprint {
 // map made that large at once is not grown (and copied) four or five
 // times as the slots go in, a tenth of the agent's CPU per new service
 // with the kernel's work left out. A few too many cost a little memory
-// for as long as the plan lives; too few, a growth.
+// for as long as the plan lives; too few, a growth. The per-backend
+// elements are those of the backends a slot names, so at most the
+// slots' number whatever the pool's size.
 func footprintSize(s flows.Service, lazy bool) int {
-	n := Slots + 8 + len(s.AllowedCIDRs) + len(s.Backends) // slots, one-per-service sets, ACL, keep_client
+	tables := 1
 	if s.LocalOnly || s.InternalLocal {
-		n += Slots
+		tables = 2
 	}
+	members := min(len(s.Backends), tables*Slots)
+	n := tables*Slots + 8 + len(s.AllowedCIDRs) + members // slots, one-per-service sets, ACL, keep_client
 	if s.Persistence != nil {
-		n += len(s.Backends)
+		n += members
 	}
 	if lazy {
-		n += len(statsSets) + (len(memberSets)+1)*len(s.Backends)
+		n += len(statsSets) + (len(memberSets)+1)*members
 	}
 	return n
 }
