@@ -12,6 +12,12 @@
 // live heap after the deltas (after a collection), which grows with each
 // copy of the service table the agent keeps.
 //
+// -arrive makes each delta a new load balancer of one service (port 80)
+// instead of a member change: N new services arriving, as a burst of
+// Kubernetes Services reaches an agent. -kubehealth gives the agent the
+// health-check node ports' hook that flowlb agent has with
+// --healthcheck-node-ports (kube-proxy's node ports follow the table).
+//
 // -agents name=PATH,... runs builds of this command as the child, in
 // turn within each round (each round starting with the next one), so
 // that builds of the agent are compared on the same machine at the same
@@ -50,6 +56,7 @@ import (
 	"github.com/flowlb/flowlb/internal/node/agent"
 	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/node/dataplane/nftables/nftfake"
+	"github.com/flowlb/flowlb/internal/node/kubehealth"
 	"github.com/flowlb/flowlb/internal/shared/flowpb"
 	"github.com/flowlb/flowlb/internal/shared/flows"
 )
@@ -64,15 +71,17 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds; each runs every agent once")
 	agents := flag.String("agents", "", "name=PATH,...: builds of this command to run as the agent, in turn (default: this one)")
 	profile := flag.String("cpuprofile", "", "write the agent's CPU profile of the deltas to this file, suffixed with the agent's name and the round")
+	arrive := flag.Bool("arrive", false, "each delta adds a new load balancer of one service instead of changing a member")
+	kubeHealth := flag.Bool("kubehealth", false, "give the agent the health-check node ports' hook (flowlb agent --healthcheck-node-ports)")
 	flag.Parse()
 	if *child != "" {
-		if err := runChild(*child, *kernel, *profile); err != nil {
+		if err := runChild(*child, *kernel, *profile, *kubeHealth); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 		return
 	}
-	if err := run(*kernel, *mode, *agents, *profile, *services, *backends, *changes, *rounds); err != nil {
+	if err := run(*kernel, *mode, *agents, *profile, *services, *backends, *changes, *rounds, *arrive, *kubeHealth); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -80,7 +89,7 @@ func main() {
 
 type build struct{ name, path string }
 
-func run(kernel, mode, list, profile string, services, backends, changes, rounds int) error {
+func run(kernel, mode, list, profile string, services, backends, changes, rounds int, arrive, kubeHealth bool) error {
 	if mode != "paced" && mode != "burst" {
 		return fmt.Errorf("-mode %q: paced or burst", mode)
 	}
@@ -99,9 +108,13 @@ func run(kernel, mode, list, profile string, services, backends, changes, rounds
 			builds = append(builds, build{name, path})
 		}
 	}
-	snap, deltas := workload(services, backends, changes)
-	fmt.Printf("agent CPU per change: %d services (%d backends each), %d deltas (%s), kernel %s, %d rounds\n",
-		services, backends, changes, mode, kernel, rounds)
+	snap, deltas := workload(services, backends, changes, arrive)
+	what := "member changes"
+	if arrive {
+		what = "new load balancers"
+	}
+	fmt.Printf("agent CPU per change: %d services (%d backends each), %d deltas (%s, %s), kernel %s, kubehealth %v, %d rounds\n",
+		services, backends, changes, what, mode, kernel, kubeHealth, rounds)
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Printf("load average at start: %s\n", strings.Join(strings.Fields(string(b))[:3], " "))
 	}
@@ -114,7 +127,7 @@ func run(kernel, mode, list, profile string, services, backends, changes, rounds
 			if profile != "" {
 				prof = fmt.Sprintf("%s.%s.%d", profile, b.name, r+1)
 			}
-			cpu, heap, err := measure(b.path, kernel, mode, prof, snap, deltas)
+			cpu, heap, err := measure(b.path, kernel, mode, prof, kubeHealth, snap, deltas)
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", r+1, b.name, err)
 			}
@@ -142,8 +155,9 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // workload builds the snapshot and the deltas: load balancer j has the
 // services VIP:80 and VIP:443; delta i replaces load balancer i mod n,
-// with one member more than the snapshot's or as many, in turn.
-func workload(services, backends, changes int) (*agentv1.Update, []*agentv1.Update) {
+// with one member more than the snapshot's or as many, in turn, or with
+// arrive adds load balancer n+i with the service VIP:80 alone.
+func workload(services, backends, changes int, arrive bool) (*agentv1.Update, []*agentv1.Update) {
 	lbs := max(services/2, 1)
 	lbServices := func(j int, extra bool) []flows.Service {
 		vip := netip.AddrFrom4([4]byte{198, 19, byte(j / 250), byte(1 + j%250)})
@@ -169,6 +183,14 @@ func workload(services, backends, changes int) (*agentv1.Update, []*agentv1.Upda
 	}
 	extra := make([]bool, lbs)
 	var deltas []*agentv1.Update
+	if arrive {
+		for i := range changes {
+			j := lbs + i
+			deltas = append(deltas, &agentv1.Update{Epoch: "bench", Revision: int64(2 + i),
+				Loadbalancers: []*agentv1.LoadBalancerServices{flowpb.LoadBalancerServicesToProto(fmt.Sprintf("lb-%05d", j), lbServices(j, false)[:1])}})
+		}
+		return snap, deltas
+	}
 	for i := range changes {
 		j := i % lbs
 		extra[j] = !extra[j]
@@ -181,7 +203,7 @@ func workload(services, backends, changes int) (*agentv1.Update, []*agentv1.Upda
 // measure runs one agent (a child process of path) through the snapshot
 // and the deltas, and returns its CPU per delta and its live heap after
 // them.
-func measure(path, kernel, mode, profile string, snap *agentv1.Update, deltas []*agentv1.Update) (time.Duration, uint64, error) {
+func measure(path, kernel, mode, profile string, kubeHealth bool, snap *agentv1.Update, deltas []*agentv1.Update) (time.Duration, uint64, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, 0, err
@@ -194,7 +216,11 @@ func measure(path, kernel, mode, profile string, snap *agentv1.Update, deltas []
 	defer srv.Stop()
 	defer close(rep.done)
 
-	cmd := exec.Command(path, "-child", ln.Addr().String(), "-kernel", kernel, "-cpuprofile", profile)
+	args := []string{"-child", ln.Addr().String(), "-kernel", kernel, "-cpuprofile", profile}
+	if kubeHealth {
+		args = append(args, "-kubehealth")
+	}
+	cmd := exec.Command(path, args...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -323,7 +349,7 @@ func (null) Apply(context.Context, []flows.Service, []flows.Key) error { return 
 // its process's CPU time in nanoseconds and "heap" with its live heap in
 // bytes after a collection; with profile, the CPU profile
 // runs from the first "cpu" to the second.
-func runChild(addr, kernel, profile string) error {
+func runChild(addr, kernel, profile string, kubeHealth bool) error {
 	var prog agent.Programmer = null{}
 	if kernel == "fake" {
 		dp, err := nftables.NewWithConn(nftfake.New(), "n1")
@@ -335,7 +361,15 @@ func runChild(addr, kernel, profile string) error {
 		return fmt.Errorf("-kernel %q: none or fake", kernel)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a := agent.New(agent.Config{Server: addr, Token: "bench", Node: "n1", NoHealth: true, VerifyInterval: -1}, prog, log)
+	cfg := agent.Config{Server: addr, Token: "bench", Node: "n1", NoHealth: true, VerifyInterval: -1}
+	if kubeHealth {
+		// As internal/node does with --healthcheck-node-ports; with no
+		// node addresses, the server listens on nothing.
+		hc := kubehealth.NewServer(nil, func() error { return nil }, log)
+		defer hc.Close()
+		cfg.OnProgrammed = func(s map[flows.Key]flows.Service) { hc.SetChecks(kubehealth.Checks(s, "n1")) }
+	}
+	a := agent.New(cfg, prog, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = a.Run(ctx) }()

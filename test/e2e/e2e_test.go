@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -87,8 +88,9 @@ type cluster struct {
 	// server in the fabric).
 	replicas []int
 	// serverArgs are added to the server's command line, agentArgs to
-	// every agent's.
+	// every agent's, agentArgsOf(i) to node i's (1-based) after them.
 	serverArgs, agentArgs []string
+	agentArgsOf           func(i int) []string
 	// authToken, if set, is call's X-Auth-Token (a server with --auth
 	// keystone) instead of a noauth X-Project-Id.
 	authToken string
@@ -102,7 +104,17 @@ type cluster struct {
 func (c *cluster) agentArgv(i int) []string {
 	return append([]string{flowlb(c.t), "agent", "--server", c.agentServers, "--token-file", c.token,
 		"--ca-file", c.caFile, "--identity-dir", c.lab.IdentityDir(lab.NodeName(i)), "--node", lab.NodeName(i),
-		"--zone", c.lab.Zone(i), "--pod-cidrs", podCIDRs(c.lab)}, append(c.lab.AgentDataplaneArgs(i), c.agentArgs...)...)
+		"--zone", c.lab.Zone(i), "--pod-cidrs", podCIDRs(c.lab)}, c.agentExtra(i)...)
+}
+
+// agentExtra is what node i's agent gets after the common arguments:
+// the data plane's, the cluster's, then its own.
+func (c *cluster) agentExtra(i int) []string {
+	out := append(slices.Clone(c.lab.AgentDataplaneArgs(i)), c.agentArgs...)
+	if c.agentArgsOf != nil {
+		out = append(out, c.agentArgsOf(i)...)
+	}
+	return out
 }
 
 // startServer starts the server in the fabric namespace (again, after a
@@ -186,6 +198,8 @@ type clusterOptions struct {
 	nodes, pods, zones    int
 	replicas              int
 	serverArgs, agentArgs []string
+	// agentArgsOf: as cluster.agentArgsOf.
+	agentArgsOf func(i int) []string
 	// dataplane overrides FLOWLB_E2E_DATAPLANE for this cluster.
 	dataplane string
 	// beforeServer runs once the lab is up, before the server starts
@@ -207,7 +221,7 @@ func newClusterOpts(t testing.TB, o clusterOptions) *cluster {
 	l := labtest.New(t, o.nodes, o.pods, opts...)
 	dir := t.TempDir()
 	// The test process reaches the API from inside node 1's namespace.
-	c := &cluster{t: t, lab: l, api: "https://" + control + ":9876", dataDir: filepath.Join(dir, "data"), serverArgs: o.serverArgs, agentArgs: o.agentArgs,
+	c := &cluster{t: t, lab: l, api: "https://" + control + ":9876", dataDir: filepath.Join(dir, "data"), serverArgs: o.serverArgs, agentArgs: o.agentArgs, agentArgsOf: o.agentArgsOf,
 		token: filepath.Join(dir, "agent-token"), caFile: filepath.Join(dir, "data", "agent-ca.crt"), agentServers: control + ":9877",
 		serverWait: o.serverWait,
 	}

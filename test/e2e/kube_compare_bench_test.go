@@ -91,8 +91,8 @@ var (
 // (default 3), FLOWLB_BENCH_CONTENDERS (default all three, comma
 // separated), FLOWLB_BENCH_RECORD (a JSON record for bench/suite),
 // FLOWLB_BENCH_COMMAND (the command line the record names),
-// FLOWLB_BENCH_PROFILE (a directory for CPU profiles of flowlb's server
-// and kube-controller).
+// FLOWLB_BENCH_PROFILE (a directory for CPU profiles of flowlb's server,
+// kube-controller and agents, of their whole run).
 //
 //	make bench   # or:
 //	FLOWLB_BENCH_SERVICES=100 FLOWLB_BENCH_ROUNDS=1 go test -run '^$' -bench KubeProxyVsFlowlb -benchtime 1x ./test/e2e/
@@ -437,6 +437,9 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 		// CPU profiles of the control side, written when the lab stops it.
 		o.serverArgs = []string{"--cpuprofile", filepath.Join(dir, fmt.Sprintf("server-%d.pprof", n))}
 		o.controllerArgs = []string{"--cpuprofile", filepath.Join(dir, fmt.Sprintf("kube-controller-%d.pprof", n))}
+		o.agentArgsOf = func(i int) []string {
+			return []string{"--cpuprofile", filepath.Join(dir, fmt.Sprintf("agent-%d-node%d.pprof", n, i))}
+		}
 	}
 	e := newKubeEnvOpts(b, o)
 	var proxy string
@@ -533,6 +536,11 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 		// The profiles are written when the processes end cleanly.
 		for _, name := range []string{"kube-controller-1", "server"} {
 			if err := e.lab.Fabric().Kill(name, syscall.SIGTERM); err != nil {
+				b.Error(err)
+			}
+		}
+		for _, h := range e.lab.Nodes() {
+			if err := h.Kill("agent", syscall.SIGTERM); err != nil {
 				b.Error(err)
 			}
 		}

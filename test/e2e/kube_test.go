@@ -56,6 +56,7 @@ func newKubeEnv(t testing.TB, controllers int) *kubeEnv {
 type kubeEnvOptions struct {
 	nodes, zones, controllers int
 	agentArgs                 []string
+	agentArgsOf               func(i int) []string // as clusterOptions.agentArgsOf
 	floating, ipv6            bool
 	// serverArgs and controllerArgs are added to the server's and the
 	// kube-controllers' command lines.
@@ -74,7 +75,7 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 		serverArgs = serverArgs[:2] // the external network flowlb-external holds the lab's external range
 	}
 	serverArgs = append(serverArgs, o.serverArgs...)
-	c := newClusterOpts(t, clusterOptions{nodes: o.nodes, pods: 1, zones: o.zones, agentArgs: o.agentArgs, serverArgs: serverArgs, beforeServer: o.beforeServer})
+	c := newClusterOpts(t, clusterOptions{nodes: o.nodes, pods: 1, zones: o.zones, agentArgs: o.agentArgs, agentArgsOf: o.agentArgsOf, serverArgs: serverArgs, beforeServer: o.beforeServer})
 	bin := flowlb(t)
 	kc, err := kubelet.Up(t.Context(), c.lab, lab.KubeOptions{Kubelet: []string{bin, "lab", "kubelet"}})
 	if err != nil {

@@ -69,10 +69,11 @@ type Config struct {
 	MinInterval time.Duration
 	// Metrics, if set, receives the agent's metrics.
 	Metrics prometheus.Registerer
-	// OnProgrammed, if set, is given the programmed services after every
-	// change the kernel took (kube-proxy's health-check node ports follow
-	// them). It runs with the table locked: it must be quick and must not
-	// keep the map.
+	// OnProgrammed, if set, is given the programmed services that carry
+	// a health-check node port after every change the kernel took
+	// (kube-proxy's health-check node ports follow them; the call itself
+	// says the table was programmed). It runs with the table locked: it
+	// must be quick and must not keep the map.
 	OnProgrammed func(services map[flows.Key]flows.Service)
 	// Stats, if set with StatsInterval, is read every StatsInterval and
 	// what it counted is reported to the server.

@@ -130,13 +130,14 @@ func (d *desired) at() (epoch string, rev int64, version uint64, snapshot bool) 
 	return d.epoch, d.rev, d.version, d.snapshot
 }
 
-// services calls fn with the table as received, if version is still the
-// desired one (a newer one will come with its own call); fn must not
-// keep the map.
-func (d *desired) services(version uint64, fn func(map[flows.Key]flows.Service)) {
+// healthChecked calls fn with the services of the table as received
+// that carry a health-check node port, if version is still the desired
+// one (a newer one will come with its own call); fn must not keep the
+// map.
+func (d *desired) healthChecked(version uint64, fn func(map[flows.Key]flows.Service)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.version == version {
-		fn(d.table.services)
+		fn(d.table.health)
 	}
 }

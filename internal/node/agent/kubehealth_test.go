@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -76,6 +77,59 @@ func TestHealthCheckNodePortFollowsUpdates(t *testing.T) {
 		}
 		if status, eps := get(); status != step.status || eps != step.eps {
 			t.Errorf("step %d: %d with %d local endpoints, want %d with %d", i, status, eps, step.status, step.eps)
+		}
+	}
+}
+
+// TestOnProgrammedHealthChecked: the hook runs after every write, the
+// snapshot's and each delta's, also one that touches no health-checked
+// service (its call says the table was programmed), and is given the
+// services that carry a health-check node port, not the whole table.
+func TestOnProgrammedHealthChecked(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var calls []map[flows.Key]uint16
+	a := New(Config{NoHealth: true, Node: "n1", OnProgrammed: func(s map[flows.Key]flows.Service) {
+		got := map[flows.Key]uint16{}
+		for k, svc := range s {
+			got[k] = svc.HealthCheckNodePort
+		}
+		calls = append(calls, got)
+	}}, &recorder{}, log)
+	service := func(vip string, port uint32) *agentv1.Service {
+		return &agentv1.Service{Key: flowpb.KeyToProto(key(vip)), LoadbalancerId: "lb-" + vip, HealthCheckNodePort: port, HealthCheckService: "ns/" + vip,
+			Backends: []*agentv1.Backend{{Address: netip.MustParseAddr("198.18.17.2").AsSlice(), Port: 8080, Weight: 1, Node: "n1"}}}
+	}
+	lbs := func(ss ...*agentv1.Service) []*agentv1.LoadBalancerServices {
+		var out []*agentv1.LoadBalancerServices
+		for _, s := range ss {
+			out = append(out, &agentv1.LoadBalancerServices{LoadbalancerId: s.LoadbalancerId, Services: []*agentv1.Service{s}})
+		}
+		return out
+	}
+	ctx := context.Background()
+	for _, u := range []*agentv1.Update{
+		{Epoch: "e", Revision: 1, Snapshot: true, Loadbalancers: lbs(service("198.19.0.1", 30500), service("198.19.0.2", 0))},
+		{Epoch: "e", Revision: 2, Loadbalancers: lbs(service("198.19.0.3", 0))},
+		{Epoch: "e", Revision: 3, Loadbalancers: lbs(service("198.19.0.2", 30501))},
+		{Epoch: "e", Revision: 4, Loadbalancers: []*agentv1.LoadBalancerServices{{LoadbalancerId: "lb-198.19.0.1"}}},
+	} {
+		a.noteReceived(u.GetEpoch(), u.GetRevision())
+		if err := a.program(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []map[flows.Key]uint16{
+		{key("198.19.0.1"): 30500},
+		{key("198.19.0.1"): 30500},
+		{key("198.19.0.1"): 30500, key("198.19.0.2"): 30501},
+		{key("198.19.0.2"): 30501},
+	}
+	if len(calls) != len(want) {
+		t.Fatalf("%d calls %v, want %d", len(calls), calls, len(want))
+	}
+	for i := range want {
+		if !maps.Equal(calls[i], want[i]) {
+			t.Errorf("call %d: %v, want %v", i+1, calls[i], want[i])
 		}
 	}
 }

@@ -197,6 +197,34 @@ func TestTableIndex(t *testing.T) {
 	}
 }
 
+// TestTableHealthIndex: the services with a health-check node port are
+// the health index, whatever sets, replaces and removes them: it is what
+// the health-check hook reads after every write.
+func TestTableHealthIndex(t *testing.T) {
+	checked := func(lb, vip string, port uint16) flows.Service {
+		s := lbSvc(lb, vip)
+		s.HealthCheckNodePort, s.HealthCheckService = port, "ns/"+lb
+		return s
+	}
+	tb := tableOf(lbSvc("a", "198.19.0.1"), checked("b", "198.19.0.2", 30500), checked("c", "198.19.0.3", 30501))
+	tb.set(checked("a", "198.19.0.1", 30502)) // gains a port
+	tb.set(lbSvc("b", "198.19.0.2"))          // loses its port
+	tb.remove(key("198.19.0.3"))              // leaves
+	tb.set(checked("d", "198.19.0.4", 30503))
+	tb.apply(change{upserts: []flows.Service{checked("d", "198.19.0.4", 30504)}})
+	want := map[flows.Key]uint16{key("198.19.0.1"): 30502, key("198.19.0.4"): 30504}
+	got := map[flows.Key]uint16{}
+	for k, s := range tb.health {
+		if !s.Equal(tb.services[k]) {
+			t.Errorf("%s: the index holds %+v, the table %+v", k, s, tb.services[k])
+		}
+		got[k] = s.HealthCheckNodePort
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("health index %v, want %v", got, want)
+	}
+}
+
 func TestDiffWhole(t *testing.T) {
 	a, b, b2, c := svc("198.19.0.1", "198.18.17.2"), svc("198.19.0.2", "198.18.17.3"), svc("198.19.0.2", "198.18.17.4"), svc("198.19.0.3", "198.18.17.5")
 	table := func(ss ...flows.Service) map[flows.Key]flows.Service {

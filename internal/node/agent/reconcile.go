@@ -214,7 +214,7 @@ func (a *Agent) write(ctx context.Context) error {
 	a.m.programmed.Set(float64(w.rev))
 	a.m.services.Set(float64(len(a.planes[0].held)))
 	if a.cfg.OnProgrammed != nil {
-		a.want.services(w.version, a.cfg.OnProgrammed)
+		a.want.healthChecked(w.version, a.cfg.OnProgrammed)
 	}
 	a.tell()
 	return nil

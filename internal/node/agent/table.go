@@ -8,13 +8,17 @@ import (
 
 // table is what the agent has programmed, indexed by load balancer so
 // that replacing one load balancer's services costs what it changes.
+// health holds the services that carry a health-check node port, which
+// are read after every write: kept apart, so that the reading costs what
+// they are, not a walk of every service per update.
 type table struct {
 	services map[flows.Key]flows.Service
 	byLB     map[string]map[flows.Key]struct{}
+	health   map[flows.Key]flows.Service
 }
 
 func newTable() *table {
-	return &table{services: map[flows.Key]flows.Service{}, byLB: map[string]map[flows.Key]struct{}{}}
+	return &table{services: map[flows.Key]flows.Service{}, byLB: map[string]map[flows.Key]struct{}{}, health: map[flows.Key]flows.Service{}}
 }
 
 // set puts a service in, moving its key from the load balancer that
@@ -28,6 +32,9 @@ func (t *table) set(s flows.Service) {
 		t.byLB[s.LoadBalancerID] = keys
 	}
 	keys[s.Key] = struct{}{}
+	if s.HealthCheckNodePort != 0 {
+		t.health[s.Key] = s
+	}
 }
 
 // remove takes a key out (absent: nothing happens).
@@ -37,6 +44,7 @@ func (t *table) remove(k flows.Key) {
 		return
 	}
 	delete(t.services, k)
+	delete(t.health, k)
 	keys := t.byLB[old.LoadBalancerID]
 	delete(keys, k)
 	if len(keys) == 0 {

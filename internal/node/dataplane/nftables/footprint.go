@@ -88,7 +88,7 @@ func footprintOf(s flows.Service, node, zone string) footprint {
 // a service programmed anew has none to keep or destroy, and a full load
 // need not make 44 of them a service to skip them.
 func footprintWith(s flows.Service, node, zone string, lazy bool) footprint {
-	f := footprint{}
+	f := make(footprint, footprintSize(s, lazy))
 	k := s.Key
 	kb := key(k)
 	fam := familyOf(k.VIP)
@@ -180,6 +180,29 @@ func footprintWith(s flows.Service, node, zone string, lazy bool) footprint {
 		f.add(elem{set: limitsMap, key: kb, jump: limitChain(s.ConnectionLimit)})
 	}
 	return f
+}
+
+// footprintSize is about how many elements footprintWith makes for s: a
+// map made that large at once is not grown (and copied) four or five
+// times as the slots go in, a tenth of the agent's CPU per new service
+// with the kernel's work left out. A few too many cost a little memory
+// for as long as the plan lives; too few, a growth. The per-backend
+// elements are those of the backends a slot names, so at most the
+// slots' number whatever the pool's size.
+func footprintSize(s flows.Service, lazy bool) int {
+	tables := 1
+	if s.LocalOnly || s.InternalLocal {
+		tables = 2
+	}
+	members := min(len(s.Backends), tables*Slots)
+	n := tables*Slots + 8 + len(s.AllowedCIDRs) + members // slots, one-per-service sets, ACL, keep_client
+	if s.Persistence != nil {
+		n += members
+	}
+	if lazy {
+		n += len(statsSets) + (len(memberSets)+1)*members
+	}
+	return n
 }
 
 // addCounters adds the counter elements the packet path may make for the

@@ -46,3 +46,37 @@ func TestFootprintHelpers(t *testing.T) {
 		t.Error("persist_x has a parameter")
 	}
 }
+
+// TestFootprintSize: the size a footprint's map is made with covers
+// every element footprintWith puts in it, so that the map never grows
+// while it is filled, for every kind of service, and is not many times
+// more than it (a pool of many backends fills no more slots).
+func TestFootprintSize(t *testing.T) {
+	backends := func(n int, node string) []flows.Backend {
+		var out []flows.Backend
+		for i := range n {
+			out = append(out, flows.Backend{Address: netip.AddrFrom4([4]byte{198, 18, 17, byte(2 + i)}), Port: 8080, Weight: 1, Node: node, KeepClient: true})
+		}
+		return out
+	}
+	plain := flows.Service{Key: vipKey, Algorithm: flows.RoundRobin, Backends: backends(10, "n2")}
+	local := plain
+	local.LocalOnly, local.InternalLocal, local.Backends = true, true, backends(10, "n1")
+	persist := plain
+	persist.Persistence = &flows.Persistence{Type: "SOURCE_IP", Timeout: time.Minute}
+	acl := plain
+	acl.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24"), netip.MustParsePrefix("198.18.5.0/24")}
+	acl.ConnectionLimit = 10
+	for name, s := range map[string]flows.Service{"plain": plain, "local-only": local, "persistent": persist, "ACL and limit": acl,
+		"no backend": {Key: vipKey}, "one backend": {Key: vipKey, Backends: backends(1, "n1")}, "many backends": {Key: vipKey, Backends: backends(250, "n1")}} {
+		for _, lazy := range []bool{false, true} {
+			got, size := len(footprintWith(s, "n1", "", lazy)), footprintSize(s, lazy)
+			if got > size {
+				t.Errorf("%s (lazy %v): %d elements, the map made for %d", name, lazy, got, size)
+			}
+			if len(s.Backends) > 0 && size > 2*got {
+				t.Errorf("%s (lazy %v): %d elements, the map made for %d", name, lazy, got, size)
+			}
+		}
+	}
+}

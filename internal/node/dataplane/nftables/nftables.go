@@ -69,6 +69,9 @@ type Dataplane struct {
 	// leaves the rules that count out of the table.
 	stats     statsReader
 	uncounted bool
+	// open is what the last counter reads said of open connections,
+	// which decides whether the next one dumps conntrack (openCheck).
+	open openCheck
 	// observe, if set, sees every plan sent and its outcome.
 	observe func(Plan, error)
 }

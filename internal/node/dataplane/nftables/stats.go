@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/mdlayher/netlink"
 	vnl "github.com/vishvananda/netlink"
@@ -113,10 +114,12 @@ func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
 		return nil, ErrNoStats
 	}
 	read := map[string]map[counterKey]counter{}
+	counted := false
 	for _, p := range d.planes {
 		for _, set := range counterSets {
 			c, err := d.stats.readReset(p.fam, set)
 			if err != nil {
+				d.open = openCheck{}
 				return statsOf(read, nil), fmt.Errorf("read %s %s: %w", p.fam.name, set, err)
 			}
 			if read[set] == nil {
@@ -124,14 +127,58 @@ func (d *Dataplane) ReadStats() (map[flows.Key]flows.Stats, error) {
 			}
 			for k, v := range c {
 				read[set][k] = v
+				counted = counted || v.packets > 0
 			}
 		}
 	}
+	now := time.Now()
+	if !d.open.needed(counted, now) {
+		d.open = d.open.skipped()
+		return statsOf(read, nil), nil
+	}
 	active, err := d.stats.active()
 	if err != nil {
-		err = fmt.Errorf("count open connections: %w", err)
+		d.open = openCheck{}
+		return statsOf(read, nil), fmt.Errorf("count open connections: %w", err)
 	}
-	return statsOf(read, active), err
+	d.open = openCheck{known: true, open: len(active) > 0, counted: counted, dumped: now}
+	return statsOf(read, active), nil
+}
+
+// openCheck decides whether a counter read dumps conntrack to count the
+// open connections. The kernel walks its whole conntrack hash for a dump
+// (every namespace's buckets: 262,144 on a host of 24 GiB), whatever the
+// node's namespace holds, so that a dump every read is a fixed cost on a
+// node with no connection open. It can be left out when no connection
+// to a service can be open: the last read knew of none (by a dump, or
+// by this rule), and neither it nor this one counted a packet. The first
+// packet of every connection to a service is counted (rules.go: stats_new,
+// stats_err or stats_in) before conntrack confirms the connection, in the
+// same pass through the hooks, so a connection counted in read k is in
+// the dump of read k+1 at the latest, which every read then dumps again
+// until it has ended. A connection to a VIP made before its service was
+// programmed crossed no counting rule: a dump at least every
+// openCheckMax still finds it.
+type openCheck struct {
+	known   bool      // the last read knows whether connections were open
+	open    bool      // and some were
+	counted bool      // the last read's counters had packets
+	dumped  time.Time // the last dump
+}
+
+// openCheckMax bounds the time between two dumps.
+const openCheckMax = time.Minute
+
+// needed reports whether a read whose counters had packets (counted)
+// must dump conntrack at now.
+func (c openCheck) needed(counted bool, now time.Time) bool {
+	return !c.known || c.open || c.counted || counted || now.Sub(c.dumped) >= openCheckMax
+}
+
+// skipped is the state after a read that did not dump: no connection
+// open and no packet counted, as needed said.
+func (c openCheck) skipped() openCheck {
+	return openCheck{known: true, dumped: c.dumped}
 }
 
 // statsOf joins the sets' counters and the open connections into each

@@ -148,6 +148,18 @@ func TestStatsCountTraffic(t *testing.T) {
 		if again[tk].Active != 2 {
 			t.Errorf("TCP active after the read: %d, want the 2 open ones", again[tk].Active)
 		}
+		// Idle, the two stay open: a read that counts nothing still
+		// finds them (one that knew of open connections dumps conntrack
+		// again).
+		for i := range 2 {
+			idle, err := dp.ReadStats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if idle[tk].Active != 2 || idle[limitKey].Active != 1 {
+				t.Errorf("read %d after the traffic: TCP active %d, the limited service's %d, want 2 and 1", i+3, idle[tk].Active, idle[limitKey].Active)
+			}
+		}
 	})
 }
 
