@@ -7,20 +7,26 @@ when it fails. It keeps Octavia's database in step with flowlb between
 the changes the driver reports itself:
 
 - **Operating statuses.** It follows flowlb's change log (GET
-  /v2/flowlb/changes, a long poll): each load balancer a change touched,
-  a health verdict of flowlb's distributed monitors included, is reported
-  to Octavia with the statuses of all its objects, and the objects
-  Octavia has and flowlb no longer has as DELETED. It starts with every
-  load balancer, so that what changed while it was down is reported.
+  /v2/flowlb/changes, a long poll): for each load balancer a change
+  touched (a health verdict of flowlb's distributed monitors included)
+  it reads Octavia's statuses of its objects and reports the operating
+  statuses that differ. It starts with every load balancer, so that what
+  changed while it was down is reported. Provisioning statuses are the
+  change's status waiter's to report (status.mirror): the agent never
+  takes a load balancer out of PENDING_* while its change is in flight.
 - **Settling.** A load balancer the feed shows in PENDING_* is read again
   (GET /v2/flowlb/statuses) until flowlb settles it: a completion that
   changes no flow writes no log entry.
 - **Resynchronisation.** A driver's status waiter lives in an octavia-api
-  process; if that process ends, the change it waited for is never
-  reported and the load balancer stays PENDING_* in Octavia. Every
-  resync_interval the agent asks Octavia's database (read only, as the
-  driver agent itself does) for flowlb's load balancers in PENDING_*
-  since longer than resync_grace, and reports each as flowlb has it.
+  process; if that process ends, or the driver agent is down when the
+  waiter reports, the change is never reported and the load balancer
+  stays PENDING_* in Octavia. A load balancer Octavia has shown in
+  PENDING_* or ERROR for longer than resync_grace is reported whole, as
+  flowlb has it (objects flowlb no longer has DELETED): when the feed
+  brings it, and every resync_interval for all such load balancers.
+- **Reads.** Octavia's statuses are read from its database, read only,
+  as the driver agent's own get calls read it: the driver library's get
+  forks the driver agent's listener for each call.
 - **Statistics.** Every stats_interval, each listener's counters summed
   over flowlb's nodes (GET /v2/flowlb/statistics), those that changed,
   as absolute values.
@@ -46,42 +52,87 @@ CONF = config.register(cfg.CONF)
 PENDING = status.PENDING
 
 
+class OctaviaDB:
+    """What the agent reads of Octavia's database, read only, as the
+    driver agent's own get calls read it: through the driver library a
+    read forks the driver agent's listener for each call, which a burst
+    of changes cannot afford."""
+
+    def __init__(self):
+        from octavia.db import api as db_api
+        from octavia.db import repositories
+
+        self._session = db_api.get_session
+        self._lbs = repositories.LoadBalancerRepository()
+
+    def load_balancer(self, lb_id):
+        """(statuses, since): the statuses of the load balancer's
+        objects (status.octavia_statuses; None if Octavia has no such
+        load balancer) and when its provisioning status last changed
+        (UTC)."""
+        lb = self._lbs.get(self._session(), id=lb_id)
+        if lb is None:
+            return None, None
+        return status.octavia_statuses(lb), lb.updated_at or lb.created_at
+
+    def pending(self, since):
+        """The ids of flowlb's load balancers in PENDING_* or ERROR since
+        before since (UTC)."""
+        session = self._session()
+        out = []
+        for st in status.STALE_STATUSES:
+            lbs, _ = self._lbs.get_all(session, provider='flowlb',
+                                       provisioning_status=st)
+            out += [lb.id for lb in lbs
+                    if (lb.updated_at or lb.created_at) < since]
+        return out
+
+
 class Follower:
     """The agent's state: its position in flowlb's log, the load balancers
     waiting to settle, and the statistics last reported.
 
-    flowlb: a client.Client; lib: octavia-lib's DriverLibrary; pending_lbs:
-    a function answering the ids of Octavia's flowlb load balancers in
-    PENDING_* since before a given time (None: no such reads)."""
+    flowlb: a client.Client; lib: octavia-lib's DriverLibrary (the
+    reports); octavia: an OctaviaDB (the reads)."""
 
-    def __init__(self, flowlb, lib, opts, pending_lbs=None,
-                 clock=time.monotonic):
+    def __init__(self, flowlb, lib, opts, octavia, clock=time.monotonic,
+                 utcnow=datetime.datetime.utcnow):
         self.flowlb = flowlb
         self.lib = lib
         self.opts = opts
-        self.pending_lbs = pending_lbs
+        self.octavia_db = octavia
         self.clock = clock
+        self.utcnow = utcnow
         self.epoch = ''
         self.revision = 0
         # Load balancers seen in PENDING_*: id -> (next read, delay).
         self.settling = {}
-        # Octavia's load balancers among flowlb's: id -> bool.
+        # Which of flowlb's load balancers are Octavia's: id -> bool.
         self.octavia = {}
         self.last_stats = {}
         now = clock()
         self.next_stats = now
         self.next_resync = now
 
-    def in_octavia(self, lb_id, refresh=False):
-        """Octavia's objects of a load balancer (status.octavia_objects),
-        None if Octavia has no such load balancer."""
-        objs = status.octavia_objects(self.lib.get_loadbalancer(lb_id))
-        self.octavia[lb_id] = objs is not None
-        return objs
+    def grace(self):
+        return datetime.timedelta(seconds=self.opts.resync_grace)
+
+    def in_octavia(self, lb_id):
+        """Octavia's statuses of a load balancer's objects (None if it
+        has none) and whether they are stale (PENDING_* or ERROR for
+        longer than resync_grace: the change's own report is lost)."""
+        objs, since = self.octavia_db.load_balancer(lb_id)
+        self.octavia[lb_id] = bool(objs)
+        if not objs:
+            return None, False
+        prov = objs[('loadbalancer', lb_id)][0]
+        stale = (prov in status.STALE_STATUSES and since is not None and
+                 since < self.utcnow() - self.grace())
+        return objs, stale
 
     def take(self, tree):
         """Reports one load balancer of the feed to Octavia as flowlb has
-        it, or waits for it to settle."""
+        it (status.mirror), or waits for flowlb to settle it."""
         lb_id = tree['id']
         objs = status.feed_objects(tree)
         if objs is not None:
@@ -94,10 +145,15 @@ class Follower:
         if objs is None and self.octavia.get(lb_id) is False:
             self.octavia.pop(lb_id, None)
             return
-        rep = status.mirror(tree, self.in_octavia(lb_id))
+        in_octavia, stale = self.in_octavia(lb_id)
         if objs is None:
             self.octavia.pop(lb_id, None)
+        rep = status.mirror(tree, in_octavia, stale)
         if rep:
+            if stale:
+                LOG.warning('load balancer %s was left %s in Octavia; '
+                            'reporting it as flowlb has it', lb_id,
+                            in_octavia[('loadbalancer', lb_id)][0])
             self.lib.update_loadbalancer_status(rep)
 
     def follow(self, wait):
@@ -112,42 +168,36 @@ class Follower:
         self.epoch, self.revision = feed['epoch'], feed['revision']
         return feed.get('more', False)
 
+    def statuses(self, ids):
+        """flowlb's trees of the given load balancers, 100 per call."""
+        out = []
+        for i in range(0, len(ids), 100):
+            got = self.flowlb.call('GET', '/flowlb/statuses?' +
+                                   urllib.parse.urlencode(
+                                       {'id': ids[i:i + 100]}, doseq=True))
+            out += got['loadbalancers']
+        return out
+
     def settle(self):
         """Reads again the load balancers due among those waiting to
         settle."""
         now = self.clock()
         due = [i for i, (at, _) in self.settling.items() if at <= now]
-        for i in range(0, len(due), 100):
-            ids = due[i:i + 100]
-            got = self.flowlb.call('GET', '/flowlb/statuses?' +
-                                   urllib.parse.urlencode({'id': ids},
-                                                          doseq=True))
-            for tree in got['loadbalancers']:
-                _, delay = self.settling.get(tree['id'], (0, 0.1))
-                self.take(tree)
-                if tree['id'] in self.settling:
-                    delay = min(delay * 2, 2.0)
-                    self.settling[tree['id']] = (self.clock() + delay, delay)
+        for tree in self.statuses(due):
+            _, delay = self.settling.get(tree['id'], (0, 0.1))
+            self.take(tree)
+            if tree['id'] in self.settling:
+                delay = min(delay * 2, 2.0)
+                self.settling[tree['id']] = (self.clock() + delay, delay)
 
     def resync(self):
         """Reports flowlb's state of the load balancers Octavia has shown
-        in PENDING_* for longer than resync_grace."""
-        if self.pending_lbs is None:
-            return
-        since = datetime.datetime.utcnow() - datetime.timedelta(
-            seconds=self.opts.resync_grace)
-        ids = [i for i in self.pending_lbs(since) if i not in self.settling]
-        for i in range(0, len(ids), 100):
-            got = self.flowlb.call('GET', '/flowlb/statuses?' +
-                                   urllib.parse.urlencode(
-                                       {'id': ids[i:i + 100]}, doseq=True))
-            for tree in got['loadbalancers']:
-                objs = status.feed_objects(tree)
-                if objs is None and self.octavia.get(tree['id']) is False:
-                    continue
-                LOG.warning('load balancer %s was left PENDING in Octavia; '
-                            'reporting it as flowlb has it', tree['id'])
-                self.take(tree)
+        in PENDING_* or ERROR for longer than resync_grace."""
+        since = self.utcnow() - self.grace()
+        ids = [i for i in self.octavia_db.pending(since)
+               if i not in self.settling]
+        for tree in self.statuses(ids):
+            self.take(tree)
 
     def statistics(self):
         got = self.flowlb.call('GET', '/flowlb/statistics')
@@ -179,30 +229,9 @@ class Follower:
             wait = 0
 
 
-def _octavia_pending(since):
-    """The ids of Octavia's flowlb load balancers in PENDING_* since
-    before since (UTC), read from Octavia's database as the driver
-    agent's own get calls read it."""
-    from octavia.db import api as db_api
-    from octavia.db import repositories
-
-    repo = repositories.LoadBalancerRepository()
-    session = db_api.get_session()
-    out = []
-    for st in PENDING:
-        lbs, _ = repo.get_all(session, provider='flowlb',
-                              provisioning_status=st)
-        for lb in lbs:
-            at = lb.updated_at or lb.created_at
-            if at is None or at < since:
-                out.append(lb.id)
-    return out
-
-
 def main(exit_event):
     """The provider agent's entry point: runs until exit_event is set."""
-    f = Follower(driver._flowlb(), driver._lib(), CONF.flowlb,
-                 pending_lbs=_octavia_pending)
+    f = Follower(driver._flowlb(), driver._lib(), CONF.flowlb, OctaviaDB())
     LOG.info('flowlb provider agent following %s', CONF.flowlb.url)
     backoff = 1.0
     while not exit_event.is_set():
@@ -211,7 +240,8 @@ def main(exit_event):
             backoff = 1.0
         except Exception as e:
             # flowlb unreachable or refusing, the driver agent's sockets
-            # (the driver library's errors): keep going, with a backoff.
+            # (the driver library's errors), Octavia's database: keep
+            # going, with a backoff.
             LOG.warning('flowlb provider agent: %s; again in %.0f s',
                         e, backoff)
             exit_event.wait(backoff)

@@ -162,7 +162,7 @@ def _wait_visible(kind, oid, deadline):
     is called inside Octavia's transaction, and a status for a row not
     yet committed would be lost."""
     get = getattr(_lib(), _GETTERS[kind])
-    delay = 0.02
+    delay = 0.05
     while get(oid) is None:
         if time.monotonic() > deadline:
             raise TimeoutError('%s %s never appeared in Octavia' % (kind, oid))
@@ -176,10 +176,6 @@ def _settle(lb_id, kind, oid, created, before, extra_paths, wait_for):
     wait_for: (kind, id) of objects the change may have created)."""
     deadline = time.monotonic() + CONF.flowlb.settle_timeout
     try:
-        if created:
-            _wait_visible(kind, oid, deadline)
-        for k, i in wait_for:
-            _wait_visible(k, i, deadline)
         c = _flowlb()
         delay = 0.05
         while True:
@@ -194,6 +190,13 @@ def _settle(lb_id, kind, oid, created, before, extra_paths, wait_for):
                 return
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+        # Octavia commits its rows once the call returned, by the time
+        # flowlb has programmed every node as a rule: asked only now,
+        # the driver agent (which forks for each question) is asked once.
+        if created:
+            _wait_visible(kind, oid, deadline)
+        for k, i in wait_for:
+            _wait_visible(k, i, deadline)
         now = None if tree is None else _objects(lb_id, extra_paths)
         _lib().update_loadbalancer_status(status.report(now, before))
     except Exception:

@@ -100,45 +100,37 @@ def failed(kind, oid, lb_id):
 # /v2/flowlb/changes and /v2/flowlb/statuses) and statistics to Octavia's
 # reports.
 
-def octavia_objects(lb):
-    """Every object of Octavia's load balancer, as the driver library's
-    get_loadbalancer answers it (None when Octavia has no such load
-    balancer), as a set of (kind, id). The library builds the load
-    balancer alone as an octavia-lib model: its children are the driver
-    agent's dicts (and a model's unset attributes are Unset), so both
-    shapes are read."""
-    if lb is None:
+def octavia_statuses(lb):
+    """Every object of a load balancer of Octavia's database (an
+    octavia.common.data_models.LoadBalancer, as its repositories answer
+    it: listeners with their L7 policies and rules, pools with their
+    members and health monitor), as {(kind, id): (provisioning,
+    operating)}; None without one, or once Octavia has it DELETED."""
+    if lb is None or lb.provisioning_status == 'DELETED':
         return None
+    out = {}
 
-    def get(x, key):
-        v = x.get(key) if isinstance(x, dict) else getattr(x, key, None)
-        return v
+    def add(kind, o):
+        out[(kind, o.id)] = (o.provisioning_status,
+                             getattr(o, 'operating_status', None))
 
-    def each(x, key):
-        v = get(x, key)
-        return v if isinstance(v, list) else []
-
-    def add(kind, x, key):
-        oid = get(x, key)
-        if isinstance(oid, str):
-            out.add((kind, oid))
-
-    out = set()
-    add('loadbalancer', lb, 'loadbalancer_id')
-    for li in each(lb, 'listeners'):
-        add('listener', li, 'listener_id')
-        for pol in each(li, 'l7policies'):
-            add('l7policy', pol, 'l7policy_id')
-            for r in each(pol, 'rules'):
-                add('l7rule', r, 'l7rule_id')
-    for p in each(lb, 'pools'):
-        add('pool', p, 'pool_id')
-        for m in each(p, 'members'):
-            add('member', m, 'member_id')
-        hm = get(p, 'healthmonitor')
-        if hm is not None:
-            add('healthmonitor', hm, 'healthmonitor_id')
+    add('loadbalancer', lb)
+    for li in lb.listeners or []:
+        add('listener', li)
+        for pol in li.l7policies or []:
+            add('l7policy', pol)
+            for r in pol.l7rules or []:
+                add('l7rule', r)
+    for p in lb.pools or []:
+        add('pool', p)
+        for m in p.members or []:
+            add('member', m)
+        if p.health_monitor is not None:
+            add('healthmonitor', p.health_monitor)
     return out
+
+
+STALE_STATUSES = PENDING + ('ERROR',)
 
 
 def feed_objects(tree):
@@ -152,22 +144,39 @@ def feed_objects(tree):
             for o in tree.get('objects') or []}
 
 
-def mirror(tree, in_octavia):
-    """The report that makes Octavia show a load balancer of flowlb's feed
-    as flowlb has it, or None when there is nothing to report: the load
-    balancer is no Octavia load balancer (in_octavia None: made in flowlb
-    directly), or flowlb has a change of it in flight (PENDING_*: the
-    change's own report follows when it settles). Objects Octavia has and
-    flowlb no longer has are DELETED (a cascade's children too); a load
-    balancer gone from flowlb is DELETED with all its objects."""
-    if in_octavia is None:
+def mirror(tree, octavia, stale):
+    """What Octavia must be told of a load balancer of flowlb's feed, or
+    None. octavia: the statuses Octavia's database holds of its objects
+    ({(kind, id): (provisioning, operating)}; None or empty when Octavia
+    has no such load balancer: one made in flowlb directly); stale:
+    Octavia has shown the load balancer in PENDING_* (or ERROR) for
+    longer than a change's own status report takes.
+
+    Operating statuses are flowlb's to measure: each that differs is
+    reported, alone. Provisioning statuses are the change's status
+    waiter's to report, so that a report of the agent never takes a load
+    balancer out of PENDING_* while a change is in flight; only for a
+    stale one, whose waiter is gone, does the agent report the whole
+    tree as flowlb has it (objects Octavia has and flowlb no longer has
+    DELETED; a load balancer gone from flowlb DELETED with all its
+    objects). Nothing is reported while flowlb has a change in flight."""
+    if not octavia:
         return None
     now = feed_objects(tree)
     if now is not None:
         lb = now.get(('loadbalancer', tree['id']))
         if lb is None or lb[0] in PENDING:
             return None
-    return report(now, {k: None for k in in_octavia})
+    if stale:
+        return report(now, {k: None for k in octavia})
+    rep = {}
+    for (kind, oid), (prov, oper) in sorted((now or {}).items()):
+        had = octavia.get((kind, oid))
+        if had is None or had[1] == oper or not oper:
+            continue
+        rep.setdefault(REPORT_KEYS[kind], []).append(
+            {'id': oid, 'operating_status': oper})
+    return rep or None
 
 
 def listener_statistics(listeners, octavia_lbs, last):

@@ -1,10 +1,10 @@
 """Unit tests of the provider agent: flowlb's feed to Octavia's reports,
 with flowlb and the driver library played by fakes."""
 
+import datetime
+import types
 import unittest
 import urllib.parse
-
-from octavia_lib.api.drivers import data_models as dm
 
 from flowlb_octavia import agent
 from flowlb_octavia import status
@@ -15,15 +15,19 @@ def obj(kind, oid, prov='ACTIVE', oper='ONLINE'):
             'operating_status': oper}
 
 
-def octavia_lb(lb_id, members=('m1',), hm='hm1'):
-    """Octavia's load balancer as the driver library answers it: a
-    listener, its pool with members and a monitor."""
-    pool = dm.Pool(pool_id='p1', members=[dm.Member(member_id=m)
-                                          for m in members],
-                   healthmonitor=dm.HealthMonitor(healthmonitor_id=hm)
-                   if hm else None)
-    return dm.LoadBalancer(loadbalancer_id=lb_id, listeners=[
-        dm.Listener(listener_id='l1', l7policies=[])], pools=[pool])
+NOW = datetime.datetime(2026, 11, 30, 12, 0, 0)
+
+
+def octavia_lb(lb_id, members=('m1',), hm='hm1', prov='ACTIVE',
+               member_oper='ONLINE'):
+    """Octavia's load balancer as its repositories answer it: a listener,
+    its pool with members and a monitor."""
+    def o(oid, p=prov, oper='ONLINE', **kw):
+        return types.SimpleNamespace(id=oid, provisioning_status=p,
+                                     operating_status=oper, **kw)
+    pool = o('p1', members=[o(m, oper=member_oper) for m in members],
+             health_monitor=o(hm) if hm else None)
+    return o(lb_id, listeners=[o('l1', l7policies=[])], pools=[pool])
 
 
 def tree(lb_id, prov='ACTIVE', member_oper='ONLINE', members=('m1',)):
@@ -62,25 +66,35 @@ class FakeFlowlb:
 
 
 class FakeLib:
-    def __init__(self, lbs):
-        self.lbs = lbs
+    def __init__(self):
         self.reports = []
         self.stats = []
-
-    def get_loadbalancer(self, lb_id):
-        # As the library answers: a model built from the driver agent's
-        # dict, its children dicts.
-        lb = self.lbs.get(lb_id)
-        if lb is None:
-            return None
-        return dm.LoadBalancer.from_dict(
-            lb.to_dict(recurse=True, render_unsets=True))
 
     def update_loadbalancer_status(self, rep):
         self.reports.append(rep)
 
     def update_listener_statistics(self, rep):
         self.stats.append(rep)
+
+
+class FakeOctavia:
+    """Octavia's database: load balancers, each with when its
+    provisioning status last changed."""
+
+    def __init__(self):
+        self.lbs = {}
+
+    def put(self, lb, since=NOW):
+        self.lbs[lb.id] = (lb, since)
+
+    def load_balancer(self, lb_id):
+        lb, since = self.lbs.get(lb_id, (None, None))
+        return status.octavia_statuses(lb), since
+
+    def pending(self, before):
+        return [i for i, (lb, since) in self.lbs.items()
+                if lb.provisioning_status in status.STALE_STATUSES and
+                since < before]
 
 
 class Opts:
@@ -106,61 +120,78 @@ def statuses(rep, key):
 class AgentTest(unittest.TestCase):
     def setUp(self):
         self.flowlb = FakeFlowlb()
-        self.lib = FakeLib({'lb1': octavia_lb('lb1')})
+        self.lib = FakeLib()
+        self.octavia = FakeOctavia()
+        self.octavia.put(octavia_lb('lb1'))
         self.clock = Clock()
-        self.pending = []
-        self.f = agent.Follower(self.flowlb, self.lib, Opts(),
-                                pending_lbs=lambda since: self.pending,
-                                clock=self.clock)
+        self.f = agent.Follower(self.flowlb, self.lib, Opts(), self.octavia,
+                                clock=self.clock, utcnow=lambda: NOW)
 
-    def test_full_start_reports_octavia_load_balancers_only(self):
-        # lb2 was made in flowlb directly: Octavia has no such load
-        # balancer and hears nothing of it.
-        self.flowlb.feeds.append({'epoch': 'e', 'revision': 7, 'full': True,
-                                  'more': False, 'loadbalancers': [
-                                      tree('lb1', member_oper='ERROR'),
-                                      tree('lb2')]})
+    def feed(self, rev, *trees, full=False):
+        self.flowlb.feeds.append({'epoch': 'e', 'revision': rev,
+                                  'full': full, 'more': False,
+                                  'loadbalancers': list(trees)})
         self.f.follow(0)
-        self.assertEqual(1, len(self.lib.reports))
-        rep = self.lib.reports[0]
-        self.assertEqual({'m1': ('ACTIVE', 'ERROR')},
-                         statuses(rep, 'members'))
-        self.assertEqual({'lb1': ('ACTIVE', 'ONLINE')},
-                         statuses(rep, 'loadbalancers'))
+
+    def test_operating_statuses_that_differ_alone(self):
+        # lb2 was made in flowlb directly: Octavia hears nothing of it.
+        self.feed(7, tree('lb1', member_oper='ERROR'), tree('lb2'),
+                  full=True)
+        self.assertEqual([{'members': [{'id': 'm1',
+                                        'operating_status': 'ERROR'}]}],
+                         self.lib.reports,
+                         'the member alone, and no provisioning status')
         self.assertEqual(('e', 7), (self.f.epoch, self.f.revision))
         self.f.follow(0)
         self.assertIn('after=7', self.flowlb.asked[-1],
                       'the next read asks for what follows')
+        # Nothing differs: nothing reported.
+        self.octavia.put(octavia_lb('lb1', member_oper='ERROR'))
+        self.feed(8, tree('lb1', member_oper='ERROR'))
+        self.assertEqual(1, len(self.lib.reports))
 
-    def test_deleted_children_and_load_balancer(self):
-        # Octavia still has m2, which flowlb deleted: DELETED.
-        self.lib.lbs['lb1'] = octavia_lb('lb1', members=('m1', 'm2'))
-        self.flowlb.feeds.append({'epoch': 'e', 'revision': 8, 'full': False,
-                                  'more': False,
-                                  'loadbalancers': [tree('lb1')]})
-        self.f.follow(0)
-        self.assertEqual({'m1': ('ACTIVE', 'ONLINE'), 'm2': ('DELETED', None)},
-                         statuses(self.lib.reports[-1], 'members'))
-        # The load balancer gone from flowlb: it and every object DELETED.
-        self.flowlb.feeds.append({'epoch': 'e', 'revision': 9, 'full': False,
-                                  'more': False, 'loadbalancers': [
-                                      {'id': 'lb1', 'gone': True,
-                                       'objects': []}]})
-        self.f.follow(0)
+    def test_in_flight_left_to_the_waiter(self):
+        # Octavia has the change in flight (PENDING_UPDATE, recent) and
+        # flowlb has settled it: the waiter reports provisioning; the
+        # agent only the operating status that differs.
+        self.octavia.put(octavia_lb('lb1', members=('m1', 'm2'),
+                                    prov='PENDING_UPDATE'),
+                         since=NOW - datetime.timedelta(seconds=5))
+        self.feed(8, tree('lb1', member_oper='ERROR'))
+        self.assertEqual([{'members': [{'id': 'm1',
+                                        'operating_status': 'ERROR'}]}],
+                         self.lib.reports)
+
+    def test_stale_reported_whole(self):
+        # PENDING_UPDATE for longer than the grace: its waiter is gone.
+        # Octavia still has m2, which flowlb deleted.
+        self.octavia.put(octavia_lb('lb1', members=('m1', 'm2'),
+                                    prov='PENDING_UPDATE'),
+                         since=NOW - datetime.timedelta(seconds=31))
+        self.feed(8, tree('lb1'))
+        rep = self.lib.reports[-1]
+        self.assertEqual({'m1': ('ACTIVE', 'ONLINE'),
+                          'm2': ('DELETED', None)}, statuses(rep, 'members'))
+        self.assertEqual({'lb1': ('ACTIVE', 'ONLINE')},
+                         statuses(rep, 'loadbalancers'))
+
+    def test_stale_delete(self):
+        # Gone from flowlb, PENDING_DELETE in Octavia since long: it and
+        # every object DELETED.
+        self.octavia.put(octavia_lb('lb1', prov='PENDING_DELETE'),
+                         since=NOW - datetime.timedelta(minutes=5))
+        self.feed(9, {'id': 'lb1', 'gone': True, 'objects': []})
         rep = self.lib.reports[-1]
         for key, ids in (('loadbalancers', {'lb1'}), ('listeners', {'l1'}),
-                         ('pools', {'p1'}), ('members', {'m1', 'm2'}),
+                         ('pools', {'p1'}), ('members', {'m1'}),
                          ('healthmonitors', {'hm1'})):
             self.assertEqual({i: ('DELETED', None) for i in ids},
                              statuses(rep, key), key)
 
     def test_pending_is_read_until_settled(self):
-        self.flowlb.feeds.append({'epoch': 'e', 'revision': 3, 'full': False,
-                                  'more': False, 'loadbalancers': [
-                                      tree('lb1', prov='PENDING_UPDATE')]})
-        self.f.follow(0)
-        self.assertEqual([], self.lib.reports, 'a change in flight is '
-                         'reported by its own waiter when it settles')
+        self.feed(3, tree('lb1', prov='PENDING_UPDATE', member_oper='ERROR'))
+        self.assertEqual([], self.lib.reports,
+                         'nothing while flowlb has a change in flight')
         self.assertIn('lb1', self.f.settling)
         # Still pending at the first read; settled at the second, which
         # comes after a longer delay.
@@ -169,25 +200,32 @@ class AgentTest(unittest.TestCase):
         self.f.settle()
         self.assertEqual([], self.lib.reports)
         first_delay = self.f.settling['lb1'][1]
-        self.flowlb.trees['lb1'] = tree('lb1')
+        self.flowlb.trees['lb1'] = tree('lb1', member_oper='ERROR')
         self.clock.t += first_delay / 2
         self.f.settle()
         self.assertEqual([], self.lib.reports, 'read before it was due')
         self.clock.t += first_delay
         self.f.settle()
-        self.assertEqual({'lb1': ('ACTIVE', 'ONLINE')},
-                         statuses(self.lib.reports[-1], 'loadbalancers'))
+        self.assertEqual({'m1': (None, 'ERROR')},
+                         {e['id']: (e.get('provisioning_status'),
+                                    e['operating_status'])
+                          for e in self.lib.reports[-1]['members']})
         self.assertNotIn('lb1', self.f.settling)
 
     def test_resync_reports_what_octavia_left_pending(self):
-        self.pending = ['lb1', 'lb3']
+        old = NOW - datetime.timedelta(minutes=2)
+        self.octavia.put(octavia_lb('lb1', prov='PENDING_UPDATE'), since=old)
         self.flowlb.trees['lb1'] = tree('lb1')
         # lb3: Octavia left it PENDING_DELETE and flowlb deleted it.
-        self.lib.lbs['lb3'] = octavia_lb('lb3', members=(), hm=None)
+        self.octavia.put(octavia_lb('lb3', members=(), hm=None,
+                                    prov='PENDING_DELETE'), since=old)
+        # lb4: a change in flight, recent: left to its waiter.
+        self.octavia.put(octavia_lb('lb4', prov='PENDING_UPDATE'))
+        self.flowlb.trees['lb4'] = tree('lb4')
         self.f.resync()
         by_lb = {}
         for rep in self.lib.reports:
-            for e in rep['loadbalancers']:
+            for e in rep.get('loadbalancers', []):
                 by_lb[e['id']] = e['provisioning_status']
         self.assertEqual({'lb1': 'ACTIVE', 'lb3': 'DELETED'}, by_lb)
 
@@ -218,34 +256,26 @@ class AgentTest(unittest.TestCase):
                          'the log is followed until the statistics are due')
 
 
-class OctaviaObjectsTest(unittest.TestCase):
-    def test_driver_library_shape(self):
-        # What DriverLibrary.get_loadbalancer answers: the load balancer a
-        # model, its children the driver agent's dicts (to_dict with
-        # render_unsets: unset attributes None).
-        lb = dm.LoadBalancer.from_dict(
-            octavia_lb('lb1').to_dict(recurse=True, render_unsets=True))
-        self.assertIsInstance(lb.listeners[0], dict)
-        self.assertEqual({('loadbalancer', 'lb1'), ('listener', 'l1'),
-                          ('pool', 'p1'), ('member', 'm1'),
-                          ('healthmonitor', 'hm1')},
-                         status.octavia_objects(lb))
-        lb = dm.LoadBalancer.from_dict(
-            octavia_lb('lb1', members=(), hm=None).to_dict(
-                recurse=True, render_unsets=True))
-        self.assertEqual({('loadbalancer', 'lb1'), ('listener', 'l1'),
-                          ('pool', 'p1')}, status.octavia_objects(lb))
-
-    def test_unset_children(self):
-        lb = dm.LoadBalancer(loadbalancer_id='lb1')
-        self.assertEqual({('loadbalancer', 'lb1')},
-                         status.octavia_objects(lb))
-        self.assertIsNone(status.octavia_objects(None))
+class OctaviaStatusesTest(unittest.TestCase):
+    def test_tree(self):
+        self.assertEqual({('loadbalancer', 'lb1'): ('ACTIVE', 'ONLINE'),
+                          ('listener', 'l1'): ('ACTIVE', 'ONLINE'),
+                          ('pool', 'p1'): ('ACTIVE', 'ONLINE'),
+                          ('member', 'm1'): ('ACTIVE', 'ERROR'),
+                          ('healthmonitor', 'hm1'): ('ACTIVE', 'ONLINE')},
+                         status.octavia_statuses(
+                             octavia_lb('lb1', member_oper='ERROR')))
+        self.assertIsNone(status.octavia_statuses(None))
+        self.assertIsNone(status.octavia_statuses(
+            octavia_lb('lb1', prov='DELETED')))
 
     def test_mirror_none_when_pending_or_foreign(self):
-        self.assertIsNone(status.mirror(tree('lb1'), None))
+        octavia = status.octavia_statuses(octavia_lb('lb1'))
+        self.assertIsNone(status.mirror(tree('lb1'), None, False))
         self.assertIsNone(status.mirror(tree('lb1', prov='PENDING_CREATE'),
-                                        {('loadbalancer', 'lb1')}))
+                                        octavia, True))
+        self.assertIsNone(status.mirror(tree('lb1'), octavia, False),
+                          'nothing differs')
 
 
 if __name__ == '__main__':
