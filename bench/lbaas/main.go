@@ -41,6 +41,10 @@ const (
 	flowlbSQLite   = "flowlb (SQLite)"
 	flowlbPostgres = "flowlb (PostgreSQL)"
 	octaviaName    = "octavia"
+	// octaviaFlowlb is the real Octavia's API with flowlb as its
+	// provider driver (deploy/octavia-provider) and a flowlb server
+	// (--network noop, no agents) behind it.
+	octaviaFlowlb = "octavia (provider flowlb)"
 )
 
 const sizeLBs = "load balancers"
@@ -77,6 +81,7 @@ func main() {
 	members := flag.Int("members", 10, "members per pool of a full load balancer")
 	batch := flag.Int("batch", 100, "members of the batch update")
 	conc := flag.Int("c", 8, "concurrent clients")
+	provider := flag.String("provider", "deploy/octavia-provider", "the flowlb provider driver's source, for the contender "+octaviaFlowlb)
 	pg := flag.String("postgres", "auto", `PostgreSQL DSN for flowlb (PostgreSQL), or "auto" to start a throwaway cluster`)
 	record := flag.String("record", "", "write the record (JSON, for bench/suite) here")
 	command := flag.String("command", "", "the command line the record names (default: this program's)")
@@ -84,7 +89,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, config{flowlb: *flowlbBin, sizes: *sizeList, rounds: *roundList, contenders: *contenderList, modes: *modeList,
-		members: *members, batch: *batch, conc: *conc, postgres: *pg, record: *record, command: *command}); err != nil {
+		members: *members, batch: *batch, conc: *conc, postgres: *pg, record: *record, command: *command, provider: *provider}); err != nil {
 		fmt.Fprintln(os.Stderr, "lbaas:", err)
 		os.Exit(1)
 	}
@@ -94,6 +99,7 @@ type config struct {
 	flowlb, sizes, rounds, contenders, modes string
 	members, batch, conc                     int
 	postgres, record, command                string
+	provider                                 string
 }
 
 func run(ctx context.Context, cfg config) error {

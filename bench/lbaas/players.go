@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -60,6 +61,27 @@ func newPlayers(ctx context.Context, names []string, cfg config) (_ *players, er
 		switch name {
 		case flowlbSQLite:
 			ps.players[name] = player{name, func(ctx context.Context) (*server, error) { return startFlowlb(ctx, cfg.flowlb, "") }}
+		case octaviaFlowlb:
+			fmt.Println("lbaas: starting MariaDB and RabbitMQ for Octavia with the flowlb provider")
+			stack, err := octavia.StartWithProvider(ctx, cfg.provider)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			ps.closers = append(ps.closers, stack.Close)
+			ps.players[name] = player{name, func(ctx context.Context) (*server, error) {
+				// flowlb as the Octavia API's provider runs without
+				// Neutron: Octavia's no-op network driver makes the VIP.
+				fl, err := startFlowlb(ctx, cfg.flowlb, "", "--network", "noop")
+				if err != nil {
+					return nil, err
+				}
+				stack.FlowlbURL = fl.base
+				if err := stack.Fresh(ctx); err != nil {
+					fl.stop()
+					return nil, fmt.Errorf("%s: %w\n%s", name, err, stack.Logs())
+				}
+				return &server{base: stack.URL, subnet: noopSubnet, stop: fl.stop, logs: func() string { return stack.Logs() + fl.logs() }}, nil
+			}}
 		case flowlbPostgres:
 			pg, err := benchkit.OpenPostgres(cfg.postgres)
 			if err != nil {
@@ -88,20 +110,23 @@ func newPlayers(ctx context.Context, names []string, cfg config) (_ *players, er
 					}
 				}
 				fresh = true
-				// The no-op network driver accepts any subnet.
-				return &server{base: stack.URL, subnet: "8a7f2c1e-0d3b-4c55-9e61-1f2a3b4c5d6e", stop: func() {}, logs: stack.Logs}, nil
+				return &server{base: stack.URL, subnet: noopSubnet, stop: func() {}, logs: stack.Logs}, nil
 			}}
 		default:
-			return nil, fmt.Errorf("unknown contender %q (%s, %s, %s)", name, flowlbSQLite, octaviaName, flowlbPostgres)
+			return nil, fmt.Errorf("unknown contender %q (%s, %s, %s, %s)", name, flowlbSQLite, octaviaName, octaviaFlowlb, flowlbPostgres)
 		}
 	}
 	return ps, nil
 }
 
+// noopSubnet is the VIP subnet of Octavia's load balancers: its no-op
+// network driver accepts any.
+const noopSubnet = "8a7f2c1e-0d3b-4c55-9e61-1f2a3b4c5d6e"
+
 // startFlowlb starts `flowlb server` (noauth, no agents) on a new
-// SQLite database in a temporary directory, or on dsn, and waits until
-// it answers.
-func startFlowlb(ctx context.Context, bin, dsn string) (_ *server, err error) {
+// SQLite database in a temporary directory, or on dsn, with extra
+// arguments, and waits until it answers.
+func startFlowlb(ctx context.Context, bin, dsn string, extra ...string) (_ *server, err error) {
 	dir, err := os.MkdirTemp("", "flowlb-lbaas-bench-")
 	if err != nil {
 		return nil, err
@@ -117,6 +142,7 @@ func startFlowlb(ctx context.Context, bin, dsn string) (_ *server, err error) {
 	if dsn != "" {
 		args = append(args, "--database", dsn)
 	}
+	args = append(args, extra...)
 	log, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		os.RemoveAll(dir)
@@ -163,6 +189,10 @@ func startFlowlb(ctx context.Context, bin, dsn string) (_ *server, err error) {
 		return true, ""
 	}); err != nil {
 		return nil, fmt.Errorf("flowlb server: %w", err)
+	}
+	if slices.Contains(extra, "noop") {
+		srv.subnet = noopSubnet
+		return srv, nil
 	}
 	// The default VIP subnet, made at start.
 	var nets struct {

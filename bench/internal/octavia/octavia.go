@@ -5,6 +5,12 @@
 // This is Octavia at its fastest: the worker runs the amphora provider's
 // whole flow (database, certificates, RPC) but boots no VM.
 //
+// With a provider source (StartWithProvider), the stack also has the
+// flowlb provider driver (deploy/octavia-provider, installed with pip
+// into the stack's directory) as its default provider, and the driver
+// agent with the provider agent: Octavia's API hands each call to a
+// flowlb server instead of the worker.
+//
 // Every process runs in its own process group, killed whole by Close
 // (and by the kernel when the caller dies first); Close removes the
 // directory.
@@ -63,7 +69,12 @@ type Stack struct {
 	// URL is the Octavia API's root, e.g. http://127.0.0.1:40000.
 	URL string
 
+	// FlowlbURL is the flowlb server the flowlb provider calls, read by
+	// Fresh (a stack with the provider only).
+	FlowlbURL string
+
 	dir            string
+	site           string // the flowlb provider's install, if any
 	dbPort         int
 	rabbitPort     int
 	apiPort        int
@@ -72,9 +83,21 @@ type Stack struct {
 }
 
 // Start starts MariaDB and RabbitMQ and a first Octavia.
-func Start(ctx context.Context) (_ *Stack, err error) {
+func Start(ctx context.Context) (*Stack, error) { return start(ctx, "") }
+
+// StartWithProvider starts MariaDB and RabbitMQ and installs the flowlb
+// provider from src (deploy/octavia-provider); each Fresh then starts an
+// Octavia whose default provider is flowlb, calling FlowlbURL.
+func StartWithProvider(ctx context.Context, src string) (*Stack, error) { return start(ctx, src) }
+
+func start(ctx context.Context, provider string) (_ *Stack, err error) {
 	if err := Missing(); err != nil {
 		return nil, err
+	}
+	if provider != "" {
+		if _, err := exec.LookPath("octavia-driver-agent"); err != nil {
+			return nil, fmt.Errorf("the flowlb provider needs octavia-driver-agent (hack/install-deps.sh --openstack): %w", err)
+		}
 	}
 	dir, err := os.MkdirTemp("", "octavia-bench-")
 	if err != nil {
@@ -100,6 +123,19 @@ func Start(ctx context.Context) (_ *Stack, err error) {
 	}
 	if err := writeCA(dir); err != nil {
 		return nil, err
+	}
+	if provider != "" {
+		// pip builds in the source directory: from a copy.
+		s.site = s.path("site")
+		build := s.path("provider-src")
+		if err := run(ctx, nil, "cp", "-a", provider, build); err != nil {
+			return nil, err
+		}
+		if err := run(ctx, nil, "/usr/bin/python3", "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation",
+			"--disable-pip-version-check", "--target", s.site, build); err != nil {
+			return nil, err
+		}
+		return s, nil // Fresh once the caller's flowlb runs
 	}
 	if err := s.Fresh(ctx); err != nil {
 		return nil, err
@@ -227,7 +263,19 @@ func (s *Stack) Fresh(ctx context.Context) error {
 		return err
 	}
 	conf := s.path(db + ".conf")
-	text := Config(ConfigParams{Dir: s.dir, Database: db, DBPort: s.dbPort, RabbitPort: s.rabbitPort, APIPort: s.apiPort})
+	cp := ConfigParams{Dir: s.dir, Database: db, DBPort: s.dbPort, RabbitPort: s.rabbitPort, APIPort: s.apiPort}
+	var env []string
+	if s.site != "" {
+		if s.FlowlbURL == "" {
+			return errors.New("a stack with the flowlb provider needs FlowlbURL before Fresh")
+		}
+		cp.FlowlbURL = s.FlowlbURL
+		env = []string{"PYTHONPATH=" + s.site}
+		for _, sock := range []string{"status", "stats", "get"} {
+			_ = os.Remove(s.path(sock + ".sock"))
+		}
+	}
+	text := Config(cp)
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		return err
 	}
@@ -240,13 +288,28 @@ func (s *Stack) Fresh(ctx context.Context) error {
 	if err := s.start(&s.octavia, db+"-worker.log", nil, "octavia-worker", "--config-file", conf); err != nil {
 		return err
 	}
+	if s.site != "" {
+		if err := s.start(&s.octavia, db+"-driver-agent.log", env, "/usr/bin/python3", "/usr/bin/octavia-driver-agent", "--config-file", conf); err != nil {
+			return err
+		}
+		if err := wait(ctx, 180*time.Second, "Octavia's driver agent", func() error {
+			for _, sock := range []string{"status", "stats", "get"} {
+				if _, err := os.Stat(s.path(sock + ".sock")); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
 	// uwsgi with 8 processes, as Debian's octavia-api-uwsgi.ini, one
 	// thread each. Each response says "Connection: close": uwsgi's
 	// http-socket closes every connection after its response, and a
 	// client reusing one would see its POST reset. --pyargv hands the
 	// configuration to octavia-wsgi.
 	listen := fmt.Sprintf("127.0.0.1:%d", s.apiPort)
-	if err := s.start(&s.octavia, db+"-api.log", nil, "uwsgi", "--http-socket", listen, "--plugin", "python3",
+	if err := s.start(&s.octavia, db+"-api.log", env, "uwsgi", "--http-socket", listen, "--plugin", "python3",
 		"--wsgi-file", "/usr/bin/octavia-wsgi", "--pyargv", "--config-file "+conf,
 		"--master", "--die-on-term", "--lazy-apps", "--enable-threads", "--thunder-lock",
 		"--processes", "8", "--threads", "1", "--buffer-size", "65535", "--add-header", "Connection: close"); err != nil {
@@ -270,7 +333,7 @@ func (s *Stack) Fresh(ctx context.Context) error {
 // current Octavia, for an error report.
 func (s *Stack) Logs() string {
 	var b bytes.Buffer
-	for _, name := range []string{"worker", "api"} {
+	for _, name := range []string{"worker", "api", "driver-agent"} {
 		out, _ := os.ReadFile(s.path(fmt.Sprintf("octavia%d-%s.log", s.generation, name)))
 		fmt.Fprintf(&b, "--- octavia %s log (end):\n%s\n", name, tail(out))
 	}
@@ -309,6 +372,9 @@ func (s *Stack) stop(cmds []*exec.Cmd) {
 type ConfigParams struct {
 	Dir, Database               string
 	DBPort, RabbitPort, APIPort int
+	// FlowlbURL, if set, makes flowlb the default provider, calling the
+	// flowlb server there, with the driver agent's sockets in Dir.
+	FlowlbURL string
 }
 
 // Config is octavia.conf for the no-op drivers and the amphora provider,
@@ -316,7 +382,11 @@ type ConfigParams struct {
 // reads on the way to ACTIVE with the no-op drivers: the CA signs each
 // amphora's certificate and is read as client_ca while "building" it.
 func Config(p ConfigParams) string {
-	return fmt.Sprintf(`[DEFAULT]
+	providers, def := "amphora:The Amphora driver", "amphora"
+	if p.FlowlbURL != "" {
+		providers, def = providers+",flowlb:flowlb distributed load balancer", "flowlb"
+	}
+	conf := fmt.Sprintf(`[DEFAULT]
 transport_url = rabbit://guest:guest@127.0.0.1:%[3]d/
 debug = false
 
@@ -325,8 +395,8 @@ auth_strategy = noauth
 bind_host = 127.0.0.1
 bind_port = %[4]d
 api_base_uri = http://127.0.0.1:%[4]d
-enabled_provider_drivers = amphora:The Amphora driver
-default_provider_driver = amphora
+enabled_provider_drivers = %[6]s
+default_provider_driver = %[7]s
 
 [database]
 connection = mysql+pymysql://octavia:octavia@127.0.0.1:%[5]d/%[2]s
@@ -357,7 +427,20 @@ lock_path = %[1]s/lock
 
 [health_manager]
 heartbeat_key = bench
-`, p.Dir, p.Database, p.RabbitPort, p.APIPort, p.DBPort)
+`, p.Dir, p.Database, p.RabbitPort, p.APIPort, p.DBPort, providers, def)
+	if p.FlowlbURL == "" {
+		return conf
+	}
+	return conf + fmt.Sprintf(`
+[driver_agent]
+status_socket_path = %[1]s/status.sock
+stats_socket_path = %[1]s/stats.sock
+get_socket_path = %[1]s/get.sock
+enabled_provider_agents = flowlb
+
+[flowlb]
+url = %[2]s
+`, p.Dir, p.FlowlbURL)
 }
 
 // writeCA writes the CA that signs the amphorae's certificates
