@@ -327,8 +327,13 @@ class FlowlbProviderDriver(provider_base.ProviderDriver):
         before = _objects(lb_id)
         _call('PUT', '/pools/%s/members' % pool_id, {'members': [
             translate.body('member', m) for m in members]})
+        # Octavia commits the whole list in one transaction: one new
+        # member visible, all are (each question forks the driver agent,
+        # and a batch may hold thousands).
+        new = [m.member_id for m in members
+               if ('member', m.member_id) not in (before or {})]
         _after(lb_id, 'pool', pool_id, before=before,
-               wait_for=[('member', m.member_id) for m in members])
+               wait_for=[('member', new[0])] if new else [])
 
     # Health monitor
     def health_monitor_create(self, healthmonitor):

@@ -316,11 +316,11 @@ class DriverTest(unittest.TestCase):
         self.assertEqual([], self.lib.reports)
 
     def test_member_batch_update(self):
-        mem2 = 'mem-2'
+        mem2, mem3 = 'mem-2', 'mem-3'
         after = listener_tree()
         after[0]['pools'][0]['members'] = [{
-            'id': mem2, 'provisioning_status': 'ACTIVE',
-            'operating_status': 'NO_MONITOR'}]
+            'id': m, 'provisioning_status': 'ACTIVE',
+            'operating_status': 'NO_MONITOR'} for m in (mem2, mem3)]
         fake = FakeFlowlb([tree('ACTIVE', listener_tree()),
                            tree('PENDING_UPDATE', listener_tree()),
                            tree('ACTIVE', after)])
@@ -328,14 +328,18 @@ class DriverTest(unittest.TestCase):
         waited = []
         self.lib.get_member = lambda oid: waited.append(oid) or {'id': oid}
         driver.FlowlbProviderDriver().member_batch_update(POOL, [
-            dm.Member(member_id=mem2, pool_id=POOL, address='198.18.225.11',
-                      protocol_port=8080)])
+            dm.Member(member_id=m, pool_id=POOL, address=a,
+                      protocol_port=8080)
+            for m, a in ((mem2, '198.18.225.11'), (mem3, '198.18.225.12'))])
         self.assertIn(('PUT', '/pools/%s/members' % POOL, {'members': [
-            {'id': mem2, 'address': '198.18.225.11',
+            {'id': mem2, 'address': '198.18.225.11', 'protocol_port': 8080},
+            {'id': mem3, 'address': '198.18.225.12',
              'protocol_port': 8080}]}), fake.calls)
-        self.assertEqual([mem2], waited)
+        self.assertEqual([mem2], waited, 'one new member asked for: '
+                         'Octavia commits the list at once')
         rep = self.lib.reports[0]
-        self.assertEqual({(MEM, 'DELETED'), (mem2, 'ACTIVE')},
+        self.assertEqual({(MEM, 'DELETED'), (mem2, 'ACTIVE'),
+                          (mem3, 'ACTIVE')},
                          {(e['id'], e['provisioning_status'])
                           for e in rep['members']})
         self.assertEqual('ACTIVE', rep['pools'][0]['provisioning_status'])
