@@ -116,7 +116,7 @@ def _lb_of_policy(policy_id):
     return _lb_of_listener(pol['listener_id'])
 
 
-def _objects(lb_id, extra_paths=()):
+def _objects(lb_id, extra_paths=(), parents=None):
     """The statuses of a load balancer's tree in flowlb (status.objects),
     None once it is gone. extra_paths: (kind, path, key) of objects the
     status tree does not show (L7 policies and rules)."""
@@ -143,7 +143,7 @@ def _objects(lb_id, extra_paths=()):
         got = c.get(path)
         if got is not None:
             extra.append((kind, got[key]))
-    return status.objects(tree, other, extra)
+    return status.objects(tree, other, extra, parents)
 
 
 _GETTERS = {
@@ -170,10 +170,13 @@ def _wait_visible(kind, oid, deadline):
         delay = min(delay * 2, 0.5)
 
 
-def _settle(lb_id, kind, oid, created, before, extra_paths, wait_for):
+def _settle(lb_id, kind, oid, created, before, extra_paths, wait_for,
+            before_parents=None, covers=()):
     """Waits for flowlb to settle the load balancer a change touched and
-    reports its tree to Octavia (before: the tree before a delete;
-    wait_for: (kind, id) of objects the change may have created)."""
+    reports it to Octavia (before: the tree before a delete, and
+    before_parents its parents; wait_for: (kind, id) of objects the
+    change may have created; covers: more (kind, id) the report names,
+    a batch update's members)."""
     deadline = time.monotonic() + CONF.flowlb.settle_timeout
     try:
         c = _flowlb()
@@ -197,17 +200,35 @@ def _settle(lb_id, kind, oid, created, before, extra_paths, wait_for):
             _wait_visible(kind, oid, deadline)
         for k, i in wait_for:
             _wait_visible(k, i, deadline)
-        now = None if tree is None else _objects(lb_id, extra_paths)
-        _lib().update_loadbalancer_status(status.report(now, before))
+        parents = {}
+        now = None if tree is None else _objects(lb_id, extra_paths,
+                                                 parents)
+        for k, v in (before_parents or {}).items():
+            parents.setdefault(k, v)
+        _lib().update_loadbalancer_status(status.report(
+            now, before, _scope(kind, oid, created, parents, covers)))
     except Exception:
         LOG.exception('status of %s %s (load balancer %s) not reported',
                       kind, oid, lb_id)
 
 
+def _scope(kind, oid, created, parents, covers):
+    """What a change's report covers (None: everything): the object and
+    its ancestors, as Octavia locked them; a batch member update's
+    members too; a created load balancer's whole tree (fully populated).
+    parents: objects()'s, of the tree after the change and, for a
+    deleted object, before it."""
+    if kind == 'loadbalancer' and created:
+        return None
+    out = status.lineage(parents, (kind, oid))
+    out.update(covers)
+    return out
+
+
 def _after(lb_id, kind, oid, created=False, before=None, extra_paths=(),
-           wait_for=()):
+           wait_for=(), before_parents=None, covers=()):
     _submit(_settle, lb_id, kind, oid, created, before, tuple(extra_paths),
-            tuple(wait_for))
+            tuple(wait_for), before_parents, tuple(covers))
 
 
 def _l7_paths(policy_id, rule_id=None):
@@ -267,9 +288,10 @@ class FlowlbProviderDriver(provider_base.ProviderDriver):
         _after(lb_id, kind, oid, extra_paths=extra_paths)
 
     def _delete(self, kind, oid, path, lb_id, extra_paths=()):
-        before = _objects(lb_id, extra_paths)
+        parents = {}
+        before = _objects(lb_id, extra_paths, parents)
         _call('DELETE', path)
-        _after(lb_id, kind, oid, before=before)
+        _after(lb_id, kind, oid, before=before, before_parents=parents)
 
     # Listener
     def listener_create(self, listener):
@@ -333,7 +355,8 @@ class FlowlbProviderDriver(provider_base.ProviderDriver):
         new = [m.member_id for m in members
                if ('member', m.member_id) not in (before or {})]
         _after(lb_id, 'pool', pool_id, before=before,
-               wait_for=[('member', new[0])] if new else [])
+               wait_for=[('member', new[0])] if new else [],
+               covers=[('member', m.member_id) for m in members])
 
     # Health monitor
     def health_monitor_create(self, healthmonitor):

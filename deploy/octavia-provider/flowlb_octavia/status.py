@@ -36,40 +36,77 @@ def _status(o):
     return (o.get('provisioning_status'), o.get('operating_status'))
 
 
-def objects(tree, other_pools=(), extra=()):
+def objects(tree, other_pools=(), extra=(), parents=None):
     """Every object of a status tree as {(kind, id): (provisioning,
     operating)}. other_pools: pools no listener uses, each
     {"pool": pool, "members": [member, ...]} as flowlb's API shows
     them (with the pool's health monitor as "healthmonitor", or None);
     extra: more (kind, object) pairs read on their own (L7 policies and
-    rules, which the status tree does not show)."""
+    rules, which the status tree does not show). parents, a dict, gets
+    each object's parents as a set of (kind, id) (see lineage)."""
     out = {}
+    if parents is None:
+        parents = {}
     lb = _lb(tree)
-    out[('loadbalancer', lb['id'])] = _status(lb)
+    lb_key = ('loadbalancer', lb['id'])
+    out[lb_key] = _status(lb)
 
-    def pool(p, members, hm):
-        out[('pool', p['id'])] = _status(p)
+    def pool(p, members, hm, listener=None):
+        key = ('pool', p['id'])
+        out[key] = _status(p)
+        parents.setdefault(key, {lb_key})
+        if listener:
+            parents[key].add(listener)
         for m in members:
             out[('member', m['id'])] = _status(m)
+            parents[('member', m['id'])] = {key}
         if hm:
             out[('healthmonitor', hm['id'])] = _status(hm)
+            parents[('healthmonitor', hm['id'])] = {key}
 
     for li in lb.get('listeners') or []:
-        out[('listener', li['id'])] = _status(li)
+        li_key = ('listener', li['id'])
+        out[li_key] = _status(li)
+        parents[li_key] = {lb_key}
         for p in li.get('pools') or []:
-            pool(p, p.get('members') or [], p.get('health_monitor'))
+            pool(p, p.get('members') or [], p.get('health_monitor'), li_key)
     for op in other_pools:
         pool(op['pool'], op.get('members') or [], op.get('healthmonitor'))
     for kind, o in extra:
         out[(kind, o['id'])] = _status(o)
+        parent = lb_key
+        if kind == 'l7policy' and o.get('listener_id'):
+            parent = ('listener', o['listener_id'])
+        parents[(kind, o['id'])] = {parent}
     return out
 
 
-def report(now, before=None):
+def lineage(parents, key):
+    """key and its ancestors (objects()'s parents): the objects Octavia
+    sets PENDING_* with a change of key, which its report must settle
+    (a member's pool, the pool's listeners, the load balancer)."""
+    out, todo = set(), [key]
+    while todo:
+        k = todo.pop()
+        if k in out:
+            continue
+        out.add(k)
+        todo.extend(parents.get(k, ()))
+    return out
+
+
+def report(now, before=None, only=None):
     """The report of a settled change: every object of now (objects()'s
     answer, or None once the load balancer is gone) with its statuses,
-    and every object of before that now lacks as DELETED."""
+    or of those in only (a set of keys) if given, and every object of
+    before that now lacks as DELETED. Octavia renews the updated_at of
+    each object reported, so a change reports what it locked, not its
+    siblings (API clients compare the siblings' fields across calls)."""
+    gone = set(before or {}) - set(now or {})
     now = now or {}
+    if only is not None:
+        now = {k: v for k, v in now.items() if k in only}
+    before = {k: None for k in gone}
     rep = {}
 
     def add(kind, oid, prov, oper):

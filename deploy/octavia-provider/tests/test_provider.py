@@ -258,6 +258,27 @@ class DriverTest(unittest.TestCase):
         self.assertEqual({LB}, {e['id'] for e in rep['loadbalancers']})
         self.assertEqual({LI}, {e['id'] for e in rep['listeners']})
 
+    def test_member_create_reports_it_and_its_parents_only(self):
+        # Each object reported gets a new updated_at in Octavia; the
+        # other member, the monitor and the pool without a listener are
+        # no parents of the new member (octavia-tempest-plugin's list
+        # tests compare their fields before and after).
+        two = listener_tree()
+        two[0]['pools'][0]['members'].append(
+            {'id': 'mem-new', 'provisioning_status': 'ACTIVE',
+             'operating_status': 'ONLINE'})
+        fake = FakeFlowlb([tree('ACTIVE', two)])
+        fake.pools = [{'id': POOL2, 'provisioning_status': 'ACTIVE',
+                       'operating_status': 'ONLINE'}]
+        self.use(fake)
+        driver.FlowlbProviderDriver().member_create(
+            dm.Member(member_id='mem-new', pool_id=POOL, address='198.18.5.5',
+                      protocol_port=80))
+        rep = self.lib.reports[0]
+        got = {(k, e['id']) for k, es in rep.items() for e in es}
+        self.assertEqual({('loadbalancers', LB), ('listeners', LI),
+                          ('pools', POOL), ('members', 'mem-new')}, got)
+
     def test_member_delete_reports_parents_active(self):
         fake = FakeFlowlb([tree('ACTIVE', listener_tree()),
                            tree('PENDING_UPDATE', listener_tree('PENDING_DELETE')),

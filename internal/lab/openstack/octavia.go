@@ -30,6 +30,10 @@ const (
 	OctaviaPassword = "octaviapw"
 )
 
+// OctaviaProviderDescription is the flowlb provider's description in
+// Octavia's enabled_provider_drivers (and its providers list).
+const OctaviaProviderDescription = "flowlb distributed load balancer"
+
 var octaviaBinaries = []string{"uwsgi", "octavia-wsgi", "octavia-db-manage", "octavia-driver-agent"}
 
 // OctaviaMissing reports what of Octavia is not installed (nil: all is).
@@ -301,7 +305,7 @@ auth_strategy = keystone
 bind_host = %[1]s
 bind_port = %[2]d
 api_base_uri = %[3]s
-enabled_provider_drivers = flowlb:flowlb distributed load balancer
+enabled_provider_drivers = flowlb:%[12]s
 default_provider_driver = flowlb
 
 [database]
@@ -336,5 +340,27 @@ stats_interval = 2
 resync_interval = 10
 resync_grace = 10
 `, lab.ControlAddr, OctaviaPort, o.URL, c.path("mysqld.sock"), c.KeystoneURL, auth, c.NeutronURL, keystone.Region,
-		o.Dir, opts.FlowlbURL, opts.FlowlbCA)
+		o.Dir, opts.FlowlbURL, opts.FlowlbCA, OctaviaProviderDescription)
+}
+
+// OctaviaRoles are the roles of Octavia's default policy (its "advanced"
+// RBAC): a user with none of them gets 403 from every load-balancer call.
+var OctaviaRoles = []string{"load-balancer_observer", "load-balancer_global_observer", "load-balancer_member",
+	"load-balancer_quota_admin", "load-balancer_admin"}
+
+// CreateRoles makes Keystone roles (kept if they exist), for clients that
+// grant them to users of their own, as tempest's dynamic credentials do.
+func (c *Cloud) CreateRoles(names ...string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := c.ks.Admin(ctx, c.HTTP)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, n := range names {
+		if _, err := a.Role(n); err != nil {
+			c.t.Fatalf("role %s: %v", n, err)
+		}
+	}
 }

@@ -603,13 +603,16 @@ func (c *Cloud) login(ks *keystone.Keystone) {
 	defer cancel()
 	pc := c.adminClient(ctx, ks.URL)
 	c.Provider = pc
-	var err error
 	testutil.Eventually(c.t, 90*time.Second, "Neutron's API", func() (bool, string) {
-		// Version discovery asks Neutron too.
+		// Version discovery asks Neutron too. On an error gophercloud
+		// still returns a client, without its provider: keep it only on
+		// success, or the next try dereferences nil.
 		if c.Network == nil {
-			if c.Network, err = gopenstack.NewNetworkV2(pc, gophercloud.EndpointOpts{Region: keystone.Region}); err != nil {
+			nc, err := gopenstack.NewNetworkV2(pc, gophercloud.EndpointOpts{Region: keystone.Region})
+			if err != nil {
 				return false, err.Error()
 			}
+			c.Network = nc
 		}
 		resp, err := c.Network.Get(ctx, c.Network.ServiceURL("networks"), nil, nil)
 		if err != nil {

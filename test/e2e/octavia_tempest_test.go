@@ -1,0 +1,256 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/lab/keystone"
+	"github.com/flowlb/flowlb/internal/lab/openstack"
+)
+
+// TestRealOctaviaTempest runs octavia-tempest-plugin's API suite (Debian's
+// tempest and octavia-tempest-plugin) through the real Octavia with
+// provider flowlb, on the test bed of TestRealOctaviaProvider: the bed's
+// Keystone (Octavia's endpoint in its catalog, the roles of Octavia's
+// default policy made for tempest's per-class users) and its real
+// Neutron ML2/OVN, where each test class makes networks and subnets of
+// its own project for its VIPs and members (the plugin's default with
+// test_with_noop off). tempest runs in the fabric namespace, where the
+// bed's services listen. FLOWLB_TEMPEST_REGEX narrows the run (default:
+// the whole API suite); the tests of test/compat/tempest/exclude-octavia.txt
+// are left out, each with its reason. It fails on any failed test and
+// logs the counts by module.
+func TestRealOctaviaTempest(t *testing.T) {
+	openstack.Require(t)
+	for _, b := range []string{"tempest", "stestr", "subunit2csv"} {
+		if _, err := exec.LookPath(b); err != nil {
+			if os.Getenv(openstack.RequireEnv) == "1" {
+				t.Fatalf("%s=1: %s missing (Debian's tempest and octavia-tempest-plugin)", openstack.RequireEnv, b)
+			}
+			t.Skipf("%s missing (Debian's tempest and octavia-tempest-plugin)", b)
+		}
+	}
+	exclude, err := filepath.Abs("../compat/tempest/exclude-octavia.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, cloud, _, _ := newRealNeutronCluster(t)
+	src, err := filepath.Abs("../../deploy/octavia-provider")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert})
+	cloud.CreateRoles(openstack.OctaviaRoles...)
+
+	work := t.TempDir()
+	fabric := c.lab.Fabric()
+	run := func(timeout time.Duration, script string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		var out bytes.Buffer
+		err := fabric.Run(ctx, nil, &out, &out, "sh", "-c", script)
+		return out.String(), err
+	}
+	// A private workspace registry: the default one (~/.tempest) refuses
+	// a second workspace of the same name.
+	if out, err := run(5*time.Minute, fmt.Sprintf("cd %s && tempest init --workspace-path %s/workspace.yaml --name flowlb-%s ws",
+		work, work, filepath.Base(work))); err != nil {
+		t.Fatalf("tempest init: %v\n%s", err, out)
+	}
+	conf := tempestConf(work, cloud.KeystoneURL, "flowlb:"+openstack.OctaviaProviderDescription)
+	if err := os.WriteFile(filepath.Join(work, "ws", "etc", "tempest.conf"), []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	re := os.Getenv("FLOWLB_TEMPEST_REGEX")
+	if re == "" {
+		re = `^octavia_tempest_plugin\.tests\.api\.v2`
+	}
+	t.Logf("tempest: running %s through Octavia at %s", re, oct.URL)
+	t0 := time.Now()
+	// One test class at a time: classes on their own networks with the
+	// same CIDRs would get the same VIP addresses at once, which one
+	// flowlb data plane refuses (docs/operations.md, overlapping tenant
+	// subnets).
+	out, runErr := run(90*time.Minute, fmt.Sprintf("cd %s/ws && tempest run --regex '%s' --exclude-list %s --concurrency 1 >%s/run.txt 2>&1",
+		work, re, exclude, work))
+	took := time.Since(t0).Round(time.Second)
+	if out2, err := run(5*time.Minute, fmt.Sprintf("cd %s/ws && stestr last --subunit | subunit2csv --no-passthrough >%s/results.csv", work, work)); err != nil {
+		t.Fatalf("tempest's results: %v\n%s%s", err, out, out2)
+	}
+	f, err := os.Open(filepath.Join(work, "results.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(f).ReadAll()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts, failed := tempestCounts(rows)
+	t.Logf("tempest through Octavia (provider flowlb): %s, %s\n%s", took, re, formatCounts(counts))
+	if len(failed) > 0 || runErr != nil {
+		log, _ := os.ReadFile(filepath.Join(work, "run.txt"))
+		var details []string
+		for _, l := range strings.Split(string(log), "\n") {
+			if strings.Contains(l, "... FAILED") || strings.Contains(l, "Details:") || strings.Contains(l, "Error: ") ||
+				strings.Contains(l, "MismatchError") {
+				details = append(details, l)
+			}
+		}
+		if len(details) > 200 {
+			details = details[:200]
+		}
+		t.Errorf("tempest: %d failed (%v): %v\n%s", len(failed), runErr, failed, strings.Join(details, "\n"))
+	}
+	if counts["total"][0] == 0 {
+		t.Errorf("tempest passed no test\n%s", out)
+	}
+}
+
+// tempestConf is tempest.conf for the run: the bed's Keystone (its admin
+// makes the per-class users), Octavia's load-balancer endpoint from the
+// catalog, provider flowlb, and the feature flags of what flowlb serves
+// (as test/compat/tempest/run.sh sets them for flowlb's own API). The
+// plugin makes real networks only with test_with_noop off, and then skips
+// every class unless compute and image are "available" too: its API tests
+// call neither. The CIDRs of the per-class subnets are the lab's test
+// ranges, inside Neutron only.
+func tempestConf(work, keystoneURL, providers string) string {
+	return fmt.Sprintf(`[DEFAULT]
+log_dir = %[1]s/log
+[auth]
+use_dynamic_credentials = True
+admin_username = %[3]s
+admin_password = %[4]s
+admin_project_name = %[5]s
+admin_domain_name = Default
+[identity]
+uri_v3 = %[2]s/v3
+auth_version = v3
+region = %[6]s
+[identity-feature-enabled]
+api_v2 = False
+api_v3 = True
+[service_available]
+load_balancer = True
+neutron = True
+nova = True
+glance = True
+cinder = False
+swift = False
+barbican = False
+[network]
+project_networks_reachable = True
+[load_balancer]
+test_with_noop = False
+provider = flowlb
+RBAC_test_type = advanced
+enabled_provider_drivers = %[7]s
+test_with_ipv6 = True
+vip_subnet_cidr = 198.18.230.0/24
+member_1_ipv4_subnet_cidr = 198.18.231.0/24
+member_2_ipv4_subnet_cidr = 198.18.232.0/24
+vip_ipv6_subnet_cidr = 2001:2:0:230::/64
+member_1_ipv6_subnet_cidr = 2001:2:0:231::/64
+member_2_ipv6_subnet_cidr = 2001:2:0:232::/64
+build_interval = 0.5
+build_timeout = 180
+lb_build_interval = 0.5
+lb_build_timeout = 180
+check_interval = 0.5
+check_timeout = 120
+[enforce_scope]
+octavia = False
+[loadbalancer-feature-enabled]
+not_implemented_is_error = False
+l7_protocol_enabled = False
+terminated_tls_enabled = False
+session_persistence_enabled = True
+health_monitor_enabled = True
+log_offload_enabled = False
+prometheus_listener_enabled = False
+spare_pool_enabled = False
+`, work, keystoneURL, keystone.AdminUser, keystone.AdminPassword, keystone.AdminProject, keystone.Region, providers)
+}
+
+// tempestCounts counts subunit2csv's rows of the plugin's tests by module
+// as [passed, skipped, failed] (a class's setUpClass or tearDownClass
+// counted as a test of its module), with the total under "total", and
+// lists the failed ones.
+func tempestCounts(rows [][]string) (map[string][3]int, []string) {
+	counts := map[string][3]int{}
+	var failed []string
+	if len(rows) == 0 {
+		return counts, nil
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	ti, si := col["test"], col["status"]
+	for _, r := range rows[1:] {
+		if len(r) <= ti || len(r) <= si {
+			continue
+		}
+		id := r[ti]
+		for _, p := range []string{"setUpClass (", "tearDownClass ("} {
+			if strings.HasPrefix(id, p) {
+				id = strings.TrimSuffix(strings.TrimPrefix(id, p), ")") + ".class"
+			}
+		}
+		if !strings.HasPrefix(id, "octavia_tempest_plugin.") {
+			continue
+		}
+		parts := strings.Split(id, ".")
+		if len(parts) < 5 {
+			continue
+		}
+		mod := parts[4]
+		k := -1
+		switch r[si] {
+		case "success":
+			k = 0
+		case "skip":
+			k = 1
+		case "fail", "failure", "error", "xfail", "uxsuccess":
+			k = 2
+			failed = append(failed, id)
+		}
+		if k < 0 {
+			continue
+		}
+		c, tot := counts[mod], counts["total"]
+		c[k]++
+		tot[k]++
+		counts[mod], counts["total"] = c, tot
+	}
+	return counts, failed
+}
+
+// formatCounts is tempestCounts' result as a table, modules in order and
+// the total last.
+func formatCounts(counts map[string][3]int) string {
+	var mods []string
+	for m := range counts {
+		if m != "total" {
+			mods = append(mods, m)
+		}
+	}
+	sort.Strings(mods)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-40s %7s %7s %7s\n", "module", "passed", "skipped", "failed")
+	for _, m := range append(mods, "total") {
+		c := counts[m]
+		fmt.Fprintf(&b, "%-40s %7d %7d %7d\n", m, c[0], c[1], c[2])
+	}
+	return b.String()
+}
