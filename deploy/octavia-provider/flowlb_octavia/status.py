@@ -77,6 +77,8 @@ def objects(tree, other_pools=(), extra=(), parents=None):
         parent = lb_key
         if kind == 'l7policy' and o.get('listener_id'):
             parent = ('listener', o['listener_id'])
+        elif kind == 'l7rule' and o.get('l7policy_id'):
+            parent = ('l7policy', o['l7policy_id'])
         parents[(kind, o['id'])] = {parent}
     return out
 

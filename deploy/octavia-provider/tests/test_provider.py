@@ -365,6 +365,19 @@ class DriverTest(unittest.TestCase):
                           for e in rep['members']})
         self.assertEqual('ACTIVE', rep['pools'][0]['provisioning_status'])
 
+    def test_l7_rule_lineage(self):
+        # A rule's change locks its policy, the policy's listener and the
+        # load balancer: its report must settle all four.
+        parents = {}
+        status.objects(tree('ACTIVE', listener_tree()), (), [
+            ('l7policy', {'id': 'pol', 'listener_id': LI,
+                          'provisioning_status': 'ACTIVE'}),
+            ('l7rule', {'id': 'rule', 'l7policy_id': 'pol',
+                        'provisioning_status': 'ACTIVE'})], parents)
+        self.assertEqual({('l7rule', 'rule'), ('l7policy', 'pol'),
+                          ('listener', LI), ('loadbalancer', LB)},
+                         status.lineage(parents, ('l7rule', 'rule')))
+
     def test_failover_is_not_implemented(self):
         d = driver.FlowlbProviderDriver()
         with self.assertRaises(exceptions.NotImplementedError):
