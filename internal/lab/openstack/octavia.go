@@ -259,9 +259,9 @@ func (c *Cloud) installProvider(src, site string) {
 		"--disable-pip-version-check", "--target", site, build)
 }
 
-// registerOctavia adds Octavia's service user and its load-balancer
-// endpoint to Keystone.
-func (c *Cloud) registerOctavia(o *Octavia) {
+// keystoneAdmin logs in to the bed's Keystone as its admin, within a
+// minute.
+func (c *Cloud) keystoneAdmin() *keystone.Admin {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -269,6 +269,14 @@ func (c *Cloud) registerOctavia(o *Octavia) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	return a
+}
+
+// registerOctavia adds Octavia's service user and its load-balancer
+// endpoint to Keystone.
+func (c *Cloud) registerOctavia(o *Octavia) {
+	c.t.Helper()
+	a := c.keystoneAdmin()
 	pid := c.serviceProjectID
 	uid, err := a.User(OctaviaUser, OctaviaPassword, pid)
 	if err != nil {
@@ -352,12 +360,7 @@ var OctaviaRoles = []string{"load-balancer_observer", "load-balancer_global_obse
 // grant them to users of their own, as tempest's dynamic credentials do.
 func (c *Cloud) CreateRoles(names ...string) {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, err := c.ks.Admin(ctx, c.HTTP)
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	a := c.keystoneAdmin()
 	for _, n := range names {
 		if _, err := a.Role(n); err != nil {
 			c.t.Fatalf("role %s: %v", n, err)
