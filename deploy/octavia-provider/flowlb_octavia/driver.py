@@ -10,6 +10,7 @@ flowlb settles it (every agent programmed it) and reports the statuses
 of its whole tree to Octavia's driver agent (status.py).
 """
 
+import re
 import threading
 import time
 from concurrent import futures
@@ -83,6 +84,12 @@ def _lib():
         return lib
 
 
+# flowlb's own 501 text begins as Octavia's does; Octavia adds its own
+# beginning to the reason a provider gives, so flowlb's is taken off.
+_UNSUPPORTED_PREFIX = re.compile(
+    r"^Provider '[^']*' does not support a requested option: ")
+
+
 def _call(method, path, body=None):
     """One call to flowlb; its refusals become octavia-lib's: what flowlb
     cannot serve (501) or refuses as invalid (400) is an unsupported
@@ -90,7 +97,7 @@ def _call(method, path, body=None):
     try:
         return _flowlb().call(method, path, body)
     except flowlb_client.FlowlbError as e:
-        msg = 'flowlb: %s' % e.message
+        msg = 'flowlb: %s' % _UNSUPPORTED_PREFIX.sub('', e.message)
         if e.code in (400, 501):
             raise translate.unsupported(msg)
         raise exceptions.DriverError(user_fault_string=msg,

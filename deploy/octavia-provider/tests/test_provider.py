@@ -336,6 +336,19 @@ class DriverTest(unittest.TestCase):
             self.assertEqual('flowlb: no', e.exception.user_fault_string)
         self.assertEqual([], self.lib.reports)
 
+    def test_refusal_reason_is_not_wrapped_twice(self):
+        # Octavia answers "Provider 'flowlb' does not support a requested
+        # option: " + the reason; flowlb's 501 already begins so.
+        self.use(FakeFlowlb([tree('ACTIVE', [])], fail=(
+            501, "Provider 'flow' does not support a requested option: "
+                 "listener protocol HTTP")))
+        with self.assertRaises(exceptions.UnsupportedOptionError) as e:
+            driver.FlowlbProviderDriver().listener_create(
+                dm.Listener(listener_id=LI, loadbalancer_id=LB,
+                            protocol='HTTP', protocol_port=80))
+        self.assertEqual('flowlb: listener protocol HTTP',
+                         e.exception.user_fault_string)
+
     def test_member_batch_update(self):
         mem2, mem3 = 'mem-2', 'mem-3'
         after = listener_tree()
