@@ -22,8 +22,9 @@ the changes the driver reports itself:
   waiter reports, the change is never reported and the load balancer
   stays PENDING_* in Octavia. A load balancer Octavia has shown in
   PENDING_* or ERROR for longer than resync_grace is reported whole, as
-  flowlb has it (objects flowlb no longer has DELETED): when the feed
-  brings it, and every resync_interval for all such load balancers.
+  flowlb has it (objects flowlb no longer has DELETED; one flowlb lost,
+  which Octavia was not deleting, ERROR): when the feed brings it, and
+  every resync_interval for all such load balancers.
 - **Reads.** Octavia's statuses are read from its database, read only,
   as the driver agent's own get calls read it: the driver library's get
   forks the driver agent's listener for each call.

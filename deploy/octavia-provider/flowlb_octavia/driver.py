@@ -90,13 +90,17 @@ _UNSUPPORTED_PREFIX = re.compile(
     r"^Provider '[^']*' does not support a requested option: ")
 
 
-def _call(method, path, body=None):
+def _call(method, path, body=None, missing_ok=False):
     """One call to flowlb; its refusals become octavia-lib's: what flowlb
     cannot serve (501) or refuses as invalid (400) is an unsupported
-    option with flowlb's words, anything else a driver error."""
+    option with flowlb's words, anything else a driver error. missing_ok:
+    flowlb's 404 answers None (a delete of what flowlb does not have is
+    done)."""
     try:
         return _flowlb().call(method, path, body)
     except flowlb_client.FlowlbError as e:
+        if missing_ok and e.code == 404:
+            return None
         msg = 'flowlb: %s' % _UNSUPPORTED_PREFIX.sub('', e.message)
         if e.code in (400, 501):
             raise translate.unsupported(msg)
@@ -273,9 +277,12 @@ class FlowlbProviderDriver(provider_base.ProviderDriver):
 
     def loadbalancer_delete(self, loadbalancer, cascade=False):
         lb_id = loadbalancer.loadbalancer_id
-        before = _objects(lb_id) or {('loadbalancer', lb_id): None}
+        # A load balancer flowlb does not have (the provider agent
+        # reported it ERROR: flowlb lost it) is deleted in Octavia with
+        # the objects Octavia hands over.
+        before = _objects(lb_id) or translate.objects_of(loadbalancer)
         _call('DELETE', '/loadbalancers/%s%s' % (
-            lb_id, '?cascade=true' if cascade else ''))
+            lb_id, '?cascade=true' if cascade else ''), missing_ok=True)
         _after(lb_id, 'loadbalancer', lb_id, before=before)
 
     def loadbalancer_failover(self, loadbalancer_id):

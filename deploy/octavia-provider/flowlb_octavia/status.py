@@ -198,7 +198,8 @@ def mirror(tree, octavia, stale):
     stale one, whose waiter is gone, does the agent report the whole
     tree as flowlb has it (objects Octavia has and flowlb no longer has
     DELETED; a load balancer gone from flowlb DELETED with all its
-    objects). Nothing is reported while flowlb has a change in flight."""
+    objects if Octavia was deleting it, and ERROR if not: lost). Nothing
+    is reported while flowlb has a change in flight."""
     if not octavia:
         return None
     now = feed_objects(tree)
@@ -207,6 +208,9 @@ def mirror(tree, octavia, stale):
         if lb is None or lb[0] in PENDING:
             return None
     if stale:
+        lb = octavia.get(('loadbalancer', tree['id']))
+        if now is None and (lb is None or lb[0] != 'PENDING_DELETE'):
+            return lost(octavia)
         return report(now, {k: None for k in octavia})
     rep = {}
     for (kind, oid), (prov, oper) in sorted((now or {}).items()):
@@ -215,6 +219,21 @@ def mirror(tree, octavia, stale):
             continue
         rep.setdefault(REPORT_KEYS[kind], []).append(
             {'id': oid, 'operating_status': oper})
+    return rep or None
+
+
+def lost(octavia):
+    """The report of a load balancer Octavia holds and flowlb does not,
+    though Octavia was not deleting it (flowlb lost it, or it was deleted
+    in flowlb directly): what Octavia shows in PENDING_* becomes ERROR,
+    so that an operator sees it and a delete can clear it; DELETED would
+    hide that flowlb had dropped an object Octavia committed. None if
+    nothing is pending."""
+    rep = {}
+    for (kind, oid), (prov, _) in sorted(octavia.items()):
+        if prov in PENDING:
+            rep.setdefault(REPORT_KEYS[kind], []).append(
+                {'id': oid, 'provisioning_status': 'ERROR'})
     return rep or None
 
 

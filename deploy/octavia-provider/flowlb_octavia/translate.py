@@ -201,6 +201,28 @@ def loadbalancer_tree(lb):
     return out
 
 
+def objects_of(lb):
+    """The objects of a provider model load balancer, as Octavia hands it
+    to a delete (listeners with their L7 policies and rules, pools with
+    their members and health monitors): {(kind, id): None}, the before
+    of a status report."""
+    out = {('loadbalancer', _id('loadbalancer', lb)): None}
+    for li in _list(_get(lb, 'listeners')):
+        out[('listener', _id('listener', li))] = None
+        for pol in _list(_get(li, 'l7policies')):
+            out[('l7policy', _id('l7policy', pol))] = None
+            for r in _list(_get(pol, 'rules')):
+                out[('l7rule', _id('l7rule', r))] = None
+    for p in _list(_get(lb, 'pools')):
+        out[('pool', _id('pool', p))] = None
+        for m in _list(_get(p, 'members')):
+            out[('member', _id('member', m))] = None
+        hm = _get(p, 'healthmonitor')
+        if hm:
+            out[('healthmonitor', _id('healthmonitor', hm))] = None
+    return out
+
+
 def _get(obj, attr):
     v = obj.get(attr) if isinstance(obj, dict) else getattr(obj, attr, None)
     return None if isinstance(v, data_models.UnsetType) else v

@@ -188,6 +188,28 @@ class AgentTest(unittest.TestCase):
             self.assertEqual({i: ('DELETED', None) for i in ids},
                              statuses(rep, key), key)
 
+    def test_stale_lost_is_error(self):
+        # Gone from flowlb, but Octavia was creating it, not deleting it:
+        # flowlb lost it. ERROR, not DELETED, for what is pending.
+        self.octavia.put(octavia_lb('lb1', prov='PENDING_UPDATE'),
+                         since=NOW - datetime.timedelta(minutes=5))
+        self.feed(9, {'id': 'lb1', 'gone': True, 'objects': []})
+        rep = self.lib.reports[-1]
+        for key, ids in (('loadbalancers', {'lb1'}), ('listeners', {'l1'}),
+                         ('pools', {'p1'}), ('members', {'m1'}),
+                         ('healthmonitors', {'hm1'})):
+            self.assertEqual({i: ('ERROR', None) for i in ids},
+                             statuses(rep, key), key)
+
+    def test_lost_leaves_settled_objects(self):
+        octavia = {('loadbalancer', 'lb1'): ('ERROR', 'OFFLINE'),
+                   ('listener', 'l1'): ('ACTIVE', 'ONLINE')}
+        self.assertIsNone(status.lost(octavia))
+        octavia[('listener', 'l1')] = ('PENDING_CREATE', 'OFFLINE')
+        self.assertEqual({'listeners': [{'id': 'l1',
+                                         'provisioning_status': 'ERROR'}]},
+                         status.lost(octavia))
+
     def test_pending_is_read_until_settled(self):
         self.feed(3, tree('lb1', prov='PENDING_UPDATE', member_oper='ERROR'))
         self.assertEqual([], self.lib.reports,

@@ -158,6 +158,32 @@ class StatusTest(unittest.TestCase):
         self.assertTrue(status.settled(tree('ERROR', [])))
 
 
+class ObjectsOfTest(unittest.TestCase):
+    def test_as_octavia_hands_a_delete_over(self):
+        # Octavia's delete hands listeners and pools over as dicts.
+        lb = dm.LoadBalancer.from_dict({
+            'loadbalancer_id': LB,
+            'listeners': [{'listener_id': LI, 'l7policies': [
+                {'l7policy_id': 'pol-1', 'rules': [{'l7rule_id': 'r-1'}]}]}],
+            'pools': [{'pool_id': POOL, 'members': [{'member_id': MEM}],
+                       'healthmonitor': {'healthmonitor_id': HM}},
+                      {'pool_id': POOL2, 'members': [],
+                       'healthmonitor': None}]})
+        self.assertEqual({('loadbalancer', LB): None,
+                          ('listener', LI): None,
+                          ('l7policy', 'pol-1'): None,
+                          ('l7rule', 'r-1'): None,
+                          ('pool', POOL): None,
+                          ('member', MEM): None,
+                          ('healthmonitor', HM): None,
+                          ('pool', POOL2): None},
+                         translate.objects_of(lb))
+
+    def test_bare(self):
+        self.assertEqual({('loadbalancer', LB): None}, translate.objects_of(
+            dm.LoadBalancer(loadbalancer_id=LB)))
+
+
 class ClientTest(unittest.TestCase):
     def test_ca_file_wins_over_the_environment(self):
         c = client.Client('https://flowlb:9876/', ca_file='/etc/flowlb-ca.crt')
@@ -308,6 +334,29 @@ class DriverTest(unittest.TestCase):
         self.assertEqual({'DELETED'}, got)
         self.assertEqual({'loadbalancers', 'listeners', 'pools', 'members',
                           'healthmonitors'}, set(rep))
+
+    def test_delete_of_what_flowlb_lacks_deletes_octavias_objects(self):
+        # flowlb has no such load balancer (404 to the status and to the
+        # delete): Octavia's objects, as handed over, are DELETED.
+        fake = FakeFlowlb([None], fail=(404, 'no such load balancer'))
+        self.use(fake)
+        driver.FlowlbProviderDriver().loadbalancer_delete(full_lb(),
+                                                          cascade=True)
+        rep = self.lib.reports[0]
+        got = {(k, e['id']): e['provisioning_status']
+               for k, es in rep.items() for e in es}
+        self.assertEqual({('loadbalancers', LB): 'DELETED',
+                          ('listeners', LI): 'DELETED',
+                          ('pools', POOL): 'DELETED',
+                          ('pools', POOL2): 'DELETED',
+                          ('members', MEM): 'DELETED',
+                          ('healthmonitors', HM): 'DELETED'}, got)
+
+    def test_other_refusals_of_a_delete_stay_errors(self):
+        self.use(FakeFlowlb([None], fail=(409, 'immutable')))
+        with self.assertRaises(exceptions.DriverError):
+            driver.FlowlbProviderDriver().loadbalancer_delete(full_lb())
+        self.assertEqual([], self.lib.reports)
 
     def test_unsettled_change_is_reported_in_error(self):
         fake = FakeFlowlb([tree('PENDING_UPDATE', listener_tree())])
