@@ -21,15 +21,17 @@ import (
 // its chassis (nodes) and a member VM beside it (members); the test's
 // API client allows Neutron's slow answers on a loaded machine (the
 // creates wait for it).
-func newRealNeutronCluster(t *testing.T) (*cluster, *openstack.Cloud, []*openstack.VM, []*openstack.VM) {
+//
+// extraArgs go to the server after those (e.g. --auth keystone).
+func newRealNeutronCluster(t *testing.T, extraArgs ...string) (*cluster, *openstack.Cloud, []*openstack.VM, []*openstack.VM) {
 	t.Helper()
 	openstack.Require(t)
 	var cloud *openstack.Cloud
 	var nodes, members []*openstack.VM
 	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 0, serverWait: 2 * time.Minute,
-		serverArgs: []string{"--network", "neutron-api", "--keystone-url", fmt.Sprintf("http://%s:%d", lab.ControlAddr, openstack.KeystonePort),
+		serverArgs: append([]string{"--network", "neutron-api", "--keystone-url", fmt.Sprintf("http://%s:%d", lab.ControlAddr, openstack.KeystonePort),
 			"--keystone-user", openstack.ServiceUser, "--keystone-password", openstack.ServicePassword,
-			"--keystone-project", openstack.ServiceProject},
+			"--keystone-project", openstack.ServiceProject}, extraArgs...),
 		beforeServer: func(c *cluster) {
 			cloud = openstack.Start(t, c.lab)
 			for i := 1; i <= 2; i++ {

@@ -259,6 +259,26 @@ func (c *Cloud) installProvider(src, site string) {
 		"--disable-pip-version-check", "--target", site, build)
 }
 
+// ProjectUser makes a project and a user of it in the bed's Keystone,
+// holding roles on it, and returns the project's id: a tenant other
+// than the admin's.
+func (c *Cloud) ProjectUser(project, user, password string, roles ...string) string {
+	c.t.Helper()
+	a := c.keystoneAdmin()
+	pid, err := a.Project(project)
+	if err != nil {
+		c.t.Fatalf("project %s: %v", project, err)
+	}
+	uid, err := a.User(user, password, pid)
+	if err != nil {
+		c.t.Fatalf("user %s: %v", user, err)
+	}
+	if err := a.Grant(pid, uid, roles...); err != nil {
+		c.t.Fatalf("roles of %s: %v", user, err)
+	}
+	return pid
+}
+
 // keystoneAdmin logs in to the bed's Keystone as its admin, within a
 // minute.
 func (c *Cloud) keystoneAdmin() *keystone.Admin {

@@ -6,6 +6,7 @@ package identity
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"slices"
 )
@@ -26,7 +27,27 @@ type Caller struct {
 	// Policy, when set, is the RBAC policy the caller is held to; nil
 	// means noauth, where everything is allowed.
 	Policy *Policy
+	// Token is the caller's own Keystone token (empty in noauth and for
+	// the server's own work): with it a real Neutron is asked what the
+	// caller may see, as Octavia asks with the user's token.
+	Token Token
 }
+
+// Token is a caller's Keystone token. It prints and logs redacted, so
+// that a Caller in a log line or an error does not give it away.
+type Token string
+
+func (Token) String() string   { return redacted }
+func (Token) GoString() string { return redacted }
+
+// LogValue keeps the token out of slog's output.
+func (Token) LogValue() slog.Value { return slog.StringValue(redacted) }
+
+// MarshalText keeps it out of JSON (a Caller logged whole by slog's
+// JSON handler).
+func (Token) MarshalText() ([]byte, error) { return []byte(redacted), nil }
+
+const redacted = "[token]"
 
 // Allow reports whether the caller may act under rule on an object of
 // project target ("" for its own).

@@ -296,7 +296,9 @@ func KeystoneAuth(k *Keystone, policy Policy, public func(*http.Request) bool, l
 			_, _ = w.Write([]byte(`{"error":{"code":503,"title":"Service Unavailable","message":"The Keystone service is temporarily unavailable."}}`))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), policy.Resolve(c))))
+		c = policy.Resolve(c)
+		c.Token = Token(token)
+		next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))
 	})
 }
 

@@ -178,7 +178,27 @@ func TestKeystoneAuth(t *testing.T) {
 			if c.ProjectID != tc.project || c.IsAdmin != tc.admin || c.ReadAll != tc.readAll {
 				t.Errorf("caller %+v, want project %q admin %v readAll %v", c, tc.project, tc.admin, tc.readAll)
 			}
+			if string(c.Token) != tc.token {
+				t.Errorf("caller's token %q, want the request's %q", string(c.Token), tc.token)
+			}
 		})
+	}
+}
+
+// TestTokenRedacted: a caller printed or logged does not give its token
+// away.
+func TestTokenRedacted(t *testing.T) {
+	c := Caller{ProjectID: "a", Token: "gAAAAAsecret"}
+	var logged strings.Builder
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("x", "caller", c, "token", c.Token)
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("x", "caller", c, "token", c.Token)
+	for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), fmt.Sprint(c.Token), logged.String()} {
+		if strings.Contains(s, "secret") {
+			t.Errorf("token shown: %s", s)
+		}
+	}
+	if !strings.Contains(fmt.Sprintf("%+v", c), "[token]") {
+		t.Errorf("%+v: the token's place not marked", c)
 	}
 }
 

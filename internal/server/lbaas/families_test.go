@@ -137,7 +137,7 @@ func testDualStackLoadBalancer(t *testing.T, st store.Store) {
 // lookupVIPs is fakeVIPs that knows which subnets exist.
 type lookupVIPs struct{ *fakeVIPs }
 
-func (lookupVIPs) CheckSubnet(_ store.ReadTx, _, id string) error {
+func (lookupVIPs) CheckSubnet(_ store.ReadTx, _ Access, id string) error {
 	if id == "missing" {
 		return Invalid("Subnet %s not found.", id)
 	}

@@ -20,15 +20,15 @@ func (s *Service) CreateLoadBalancer(ctx context.Context, req LoadBalancerCreate
 	if err != nil {
 		return nil, err
 	}
-	return s.commit(ctx, func(tx store.Tx) (*Tree, error) { return s.buildTree(tx, project, req, c.IsAdmin) })
+	return s.commit(ctx, func(tx store.Tx) (*Tree, error) { return s.buildTree(tx, project, req, c) })
 }
 
-// buildTree makes the load balancer and the tree its create nests;
-// admin says whether the caller may name the objects' ids (takeID).
-func (s *Service) buildTree(tx store.Tx, project string, req LoadBalancerCreate, admin bool) (*Tree, error) {
+// buildTree makes the load balancer and the tree its create nests; an
+// admin caller may name the objects' ids (takeID).
+func (s *Service) buildTree(tx store.Tx, project string, req LoadBalancerCreate, c identity.Caller) (*Tree, error) {
 	lb := &LoadBalancer{Base: s.newBase(project), VIPSGIDs: []string{}, AdditionalVIPs: []AdditionalVIP{}, VIPVnicType: "normal",
 		Provider: req.Provider, FlavorID: req.FlavorID, AvailabilityZone: req.AvailabilityZone}
-	t := &Tree{LB: lb, freshPorts: freshPorts(req), namesIDs: admin}
+	t := &Tree{LB: lb, freshPorts: freshPorts(req), namesIDs: c.IsAdmin}
 	if err := t.takeID(lb, req.ID); err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func (s *Service) buildTree(tx store.Tx, project string, req LoadBalancerCreate,
 	if err := s.chooseProvider(tx, lb); err != nil {
 		return nil, err
 	}
-	if err := s.allocateVIPs(tx, lb, req); err != nil {
+	if err := s.allocateVIPs(tx, lb, req, c.Token); err != nil {
 		return nil, err
 	}
 	if err := s.addGraph(t, req.Listeners.Value, req.Pools.Value); err != nil {
@@ -107,8 +107,11 @@ func (s *Service) chooseProvider(tx store.ReadTx, lb *LoadBalancer) error {
 	return err
 }
 
-func (s *Service) allocateVIPs(tx store.Tx, lb *LoadBalancer, req LoadBalancerCreate) error {
-	vr := VIPRequest{ProjectID: lb.ProjectID, LoadBalancerID: lb.ID, SubnetID: req.VIPSubnetID, NetworkID: req.VIPNetworkID, PortID: req.VIPPortID, Address: req.VIPAddress}
+// allocateVIPs allocates the VIP and the additional VIPs of a create;
+// token is the caller's.
+func (s *Service) allocateVIPs(tx store.Tx, lb *LoadBalancer, req LoadBalancerCreate, token identity.Token) error {
+	vr := VIPRequest{ProjectID: lb.ProjectID, LoadBalancerID: lb.ID, SubnetID: req.VIPSubnetID, NetworkID: req.VIPNetworkID, PortID: req.VIPPortID, Address: req.VIPAddress,
+		Token: token}
 	if vr.SubnetID == "" && vr.NetworkID == "" && vr.PortID == "" {
 		return Validation("VIP must contain one of: vip_port_id, vip_network_id, vip_subnet_id.")
 	}
@@ -127,7 +130,7 @@ func (s *Service) allocateVIPs(tx store.Tx, lb *LoadBalancer, req LoadBalancerCr
 	// any, and words a missing one as a validation failure.
 	if lookup, ok := s.vips.(SubnetLookup); ok {
 		for _, av := range req.AdditionalVIPs {
-			if err := lookup.CheckSubnet(tx, lb.ProjectID, av.SubnetID); errors.Is(err, ErrInvalid) {
+			if err := lookup.CheckSubnet(tx, Access{Project: lb.ProjectID, Token: token}, av.SubnetID); errors.Is(err, ErrInvalid) {
 				return Validation("Subnet %s not found", av.SubnetID)
 			} else if err != nil {
 				return err
@@ -136,7 +139,7 @@ func (s *Service) allocateVIPs(tx store.Tx, lb *LoadBalancer, req LoadBalancerCr
 	}
 	for _, av := range req.AdditionalVIPs {
 		v, err := s.vips.Allocate(tx, VIPRequest{ProjectID: lb.ProjectID, LoadBalancerID: lb.ID, SubnetID: av.SubnetID, Address: av.IPAddress, PortID: av.PortID,
-			VIPNetworkID: lb.VIPNetworkID})
+			VIPNetworkID: lb.VIPNetworkID, Token: token})
 		if err != nil {
 			return err
 		}

@@ -65,11 +65,20 @@ func (s *Service) buildMember(t *Tree, p *Pool, req *MemberCreate, idx memberInd
 
 // SubnetLookup is implemented by a VIPAllocator that knows the subnets.
 // With one, a new member's subnet_id must name a subnet the caller may
-// use (project "" for an admin: any), as Octavia asks Neutron with the
-// caller's token; CheckSubnet refuses others with Octavia's "Subnet <id>
-// not found.", the same answer as for a subnet that does not exist.
+// use, as Octavia asks Neutron with the caller's token; CheckSubnet
+// refuses others with Octavia's "Subnet <id> not found.", the same
+// answer as for a subnet that does not exist.
 type SubnetLookup interface {
-	CheckSubnet(tx store.ReadTx, project, subnetID string) error
+	CheckSubnet(tx store.ReadTx, who Access, subnetID string) error
+}
+
+// Access is on whose behalf a subnet is looked up: Project, the project
+// that would use it ("": any, an admin's), and Token, the caller's own
+// (empty without Keystone), which an allocator on a real Neutron asks
+// with.
+type Access struct {
+	Project string
+	Token   identity.Token
 }
 
 // checkMemberSubnets checks the subnets of the members a change creates,
@@ -79,16 +88,16 @@ func (s *Service) checkMemberSubnets(tx store.ReadTx, t *Tree, c identity.Caller
 	if !ok || len(t.created) == 0 {
 		return nil
 	}
-	project := c.ProjectID
+	who := Access{Project: c.ProjectID, Token: c.Token}
 	if c.IsAdmin {
-		project = ""
+		who.Project = ""
 	}
 	checked := map[string]bool{}
 	for _, m := range t.Members {
 		if !t.created[m.ID] || m.SubnetID == nil || *m.SubnetID == "" || checked[*m.SubnetID] {
 			continue
 		}
-		if err := lookup.CheckSubnet(tx, project, *m.SubnetID); err != nil {
+		if err := lookup.CheckSubnet(tx, who, *m.SubnetID); err != nil {
 			return err
 		}
 		checked[*m.SubnetID] = true

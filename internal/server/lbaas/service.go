@@ -25,6 +25,10 @@ type VIPAllocator interface {
 // VIPRequest asks for an address on a subnet, network or existing port.
 type VIPRequest struct {
 	ProjectID, LoadBalancerID, SubnetID, NetworkID, PortID, Address string
+	// Token is the caller's (empty without Keystone): an allocator on a
+	// real Neutron reads the subnet, network or port asked for with it,
+	// so that Neutron's own rules decide whether the caller may use it.
+	Token identity.Token
 	// VIPNetworkID is set for an additional VIP: the network of the load
 	// balancer's VIP, which the additional VIP's subnet must be on. An
 	// allocator that cannot tell a subnet's network (noop) takes it as

@@ -52,9 +52,10 @@ func (a Allocator) MayBeShared(tx store.ReadTx, address string) (bool, error) {
 	return mayBeShared(tx, address)
 }
 
-// CheckSubnet refuses a subnet that does not exist or that project ("":
-// any) may not use, as Octavia reports both: "Subnet <id> not found.".
-func (a Allocator) CheckSubnet(tx store.ReadTx, project, subnetID string) error {
+// CheckSubnet refuses a subnet that does not exist or that who's project
+// ("": any) may not use, as Octavia reports both: "Subnet <id> not
+// found.".
+func (a Allocator) CheckSubnet(tx store.ReadTx, who lbaas.Access, subnetID string) error {
 	d, err := getSubnetDoc(tx, subnetID, noLock)
 	if err != nil {
 		return domainErr(err, "Subnet", subnetID)
@@ -63,7 +64,7 @@ func (a Allocator) CheckSubnet(tx store.ReadTx, project, subnetID string) error 
 	if err != nil {
 		return domainErr(err, "Subnet", subnetID)
 	}
-	if !usable(net, d.ProjectID, project) {
+	if !usable(net, d.ProjectID, who.Project) {
 		return lbaas.Invalid("Subnet %s not found.", subnetID)
 	}
 	return nil

@@ -29,6 +29,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
 
+	"github.com/flowlb/flowlb/internal/server/identity"
 	"github.com/flowlb/flowlb/internal/server/jsondoc"
 	"github.com/flowlb/flowlb/internal/server/lbaas"
 	"github.com/flowlb/flowlb/internal/server/store"
@@ -134,12 +135,29 @@ func portName(lbID, subnetID string, additional bool) string {
 	return "flowlb-lb-" + lbID
 }
 
+// as is the client for reads on a caller's behalf: with the caller's
+// own token, so that Neutron decides what the caller may use (its own
+// objects, shared networks, RBAC grants), as Octavia asks with the
+// user's token (the service's own credentials see every project's);
+// without one (noauth), the service's client.
+func (a *Allocator) as(token identity.Token) *gophercloud.ServiceClient {
+	if token == "" {
+		return a.net
+	}
+	pc := &gophercloud.ProviderClient{HTTPClient: a.net.HTTPClient, UserAgent: a.net.UserAgent}
+	pc.SetToken(string(token))
+	return &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: a.net.Endpoint, ResourceBase: a.net.ResourceBase, Type: a.net.Type}
+}
+
 // Allocate makes (or, for vip_port_id, reads) the VIP's port in Neutron.
+// The subnet, network or port asked for is read with the caller's token,
+// the port made with the service's credentials.
 func (a *Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error) {
 	ctx, cancel := callCtx()
 	defer cancel()
+	caller := a.as(r.Token)
 	if r.PortID != "" {
-		p, err := ports.Get(ctx, a.net, r.PortID).Extract()
+		p, err := ports.Get(ctx, caller, r.PortID).Extract()
 		if err != nil {
 			return lbaas.VIP{}, neutronErr(err, "Port", r.PortID)
 		}
@@ -151,7 +169,7 @@ func (a *Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error)
 	}
 	networkID := r.NetworkID
 	if r.SubnetID != "" {
-		s, err := subnets.Get(ctx, a.net, r.SubnetID).Extract()
+		s, err := subnets.Get(ctx, caller, r.SubnetID).Extract()
 		if err != nil {
 			return lbaas.VIP{}, neutronErr(err, "Subnet", r.SubnetID)
 		}
@@ -159,7 +177,7 @@ func (a *Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error)
 			return lbaas.VIP{}, lbaas.Invalid("Subnet %s is not on network %s.", r.SubnetID, networkID)
 		}
 		networkID = s.NetworkID
-	} else if _, err := networks.Get(ctx, a.net, networkID).Extract(); err != nil {
+	} else if _, err := networks.Get(ctx, caller, networkID).Extract(); err != nil {
 		return lbaas.VIP{}, neutronErr(err, "Network", networkID)
 	}
 	name := portName(r.LoadBalancerID, r.SubnetID, r.VIPNetworkID != "")
@@ -347,11 +365,12 @@ func (a *Allocator) Release(_ store.Tx, portID string) error {
 	return nil
 }
 
-// CheckSubnet refuses a subnet Neutron does not have, in Octavia's words.
-func (a *Allocator) CheckSubnet(_ store.ReadTx, _, subnetID string) error {
+// CheckSubnet refuses, in Octavia's words, a subnet Neutron does not
+// have or does not show the caller (read with who's token).
+func (a *Allocator) CheckSubnet(_ store.ReadTx, who lbaas.Access, subnetID string) error {
 	ctx, cancel := callCtx()
 	defer cancel()
-	_, err := subnets.Get(ctx, a.net, subnetID).Extract()
+	_, err := subnets.Get(ctx, a.as(who.Token), subnetID).Extract()
 	return neutronErr(err, "Subnet", subnetID)
 }
 

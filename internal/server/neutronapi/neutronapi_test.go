@@ -33,7 +33,14 @@ type fakeNeutron struct {
 	// counts the tags added to ports afterwards.
 	dropCreateTags bool
 	tagCalls       int
+	// tokens records the X-Auth-Token of each request, by method and
+	// path ("" without one: the service's client here); strangerToken's
+	// caller sees no subnet, network or port, as Neutron answers a
+	// project that does not own them and has no share of them.
+	tokens map[string][]string
 }
+
+const strangerToken = "token-of-another-project"
 
 // matches says whether port p passes the filters of a port list's query.
 func matches(p map[string]any, q url.Values) bool {
@@ -70,6 +77,15 @@ func (f *fakeNeutron) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(404, map[string]any{"NeutronError": map[string]any{"type": "NotFound", "message": "not found"}})
 	}
 	path := strings.TrimPrefix(r.URL.Path, "/v2.0/")
+	tok := r.Header.Get("X-Auth-Token")
+	if f.tokens == nil {
+		f.tokens = map[string][]string{}
+	}
+	f.tokens[r.Method+" "+path] = append(f.tokens[r.Method+" "+path], tok)
+	if tok == strangerToken && r.Method == "GET" && strings.Contains(path, "/") {
+		notFound()
+		return
+	}
 	switch {
 	case r.Method == "GET" && path == "subnets/"+subnetID:
 		reply(200, map[string]any{"subnet": map[string]any{"id": subnetID, "network_id": netID, "cidr": "198.18.225.0/24"}})
@@ -269,6 +285,48 @@ func TestAllocateRefusals(t *testing.T) {
 	}
 	if len(f.ports) != 1 {
 		t.Fatalf("ports %v", f.ports)
+	}
+}
+
+// TestCallersTokenDecides: with the caller's token, the subnet, network
+// or port asked for is read as the caller (Neutron answers another
+// project's as not found, and so does flowlb, in Octavia's words); the
+// port is still made with the service's credentials.
+func TestCallersTokenDecides(t *testing.T) {
+	f, a := newFake(t)
+	f.ports["user-port"] = map[string]any{"id": "user-port", "network_id": netID, "device_owner": "compute:nova",
+		"fixed_ips": []any{map[string]any{"subnet_id": subnetID, "ip_address": "198.18.225.99"}}}
+	for _, tc := range []struct {
+		req lbaas.VIPRequest
+		msg string
+	}{
+		{lbaas.VIPRequest{LoadBalancerID: "lb1", SubnetID: subnetID, Token: strangerToken}, "Subnet subnet-1 not found."},
+		{lbaas.VIPRequest{LoadBalancerID: "lb1", NetworkID: netID, Token: strangerToken}, "Network net-1 not found."},
+		{lbaas.VIPRequest{LoadBalancerID: "lb1", PortID: "user-port", Token: strangerToken}, "Port user-port not found."},
+	} {
+		_, err := a.Allocate(fakeTx{}, tc.req)
+		if !errors.Is(err, lbaas.ErrInvalid) || err.Error() != tc.msg {
+			t.Errorf("%+v: %v, want %q", tc.req, err, tc.msg)
+		}
+	}
+	if err := a.CheckSubnet(nil, lbaas.Access{Project: "p2", Token: strangerToken}, subnetID); !errors.Is(err, lbaas.ErrInvalid) {
+		t.Errorf("member subnet of another project: %v, want not found", err)
+	}
+	if len(f.creates) != 0 {
+		t.Fatalf("ports made for a stranger: %v", f.creates)
+	}
+
+	if _, err := a.Allocate(fakeTx{}, lbaas.VIPRequest{ProjectID: "p1", LoadBalancerID: "lb1", SubnetID: subnetID, Token: "owners-token"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CheckSubnet(nil, lbaas.Access{Project: "p1", Token: "owners-token"}, subnetID); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.tokens["GET subnets/"+subnetID]; !slices.Equal(got, []string{strangerToken, strangerToken, "owners-token", "owners-token"}) {
+		t.Errorf("subnet reads with tokens %q, want the callers'", got)
+	}
+	if got := f.tokens["POST ports"]; !slices.Equal(got, []string{""}) {
+		t.Errorf("port create with tokens %q, want the service's", got)
 	}
 }
 
