@@ -18,6 +18,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/monitors"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
 
+	"github.com/flowlb/flowlb/internal/lab/keystone"
 	"github.com/flowlb/flowlb/internal/lab/openstack"
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
@@ -25,7 +26,9 @@ import (
 // TestRealOctaviaProvider: flowlb as a provider driver of the real
 // Octavia (Debian's Octavia 11 API under uwsgi and its driver agent,
 // deploy/octavia-provider installed with pip into a directory of the
-// test bed's). A fully populated load balancer created through Octavia's
+// test bed's), with flowlb under --auth keystone on the bed's Keystone
+// and the provider logged in to it as Octavia's service user. A fully
+// populated load balancer created through Octavia's
 // API with provider flowlb, on the tenant subnet of the real Neutron,
 // goes ACTIVE in Octavia, tree included, with Octavia's VIP port; flowlb
 // holds the same objects by the same ids, and its agents serve the VIP:
@@ -42,14 +45,18 @@ import (
 // a crash of the driver agent or of octavia-api with a change in flight
 // (its status waiter lost), the load balancer as flowlb has it.
 func TestRealOctaviaProvider(t *testing.T) {
-	c, cloud, nodes, members := newRealNeutronCluster(t)
+	c, cloud, nodes, members := newRealNeutronCluster(t, "--auth", "keystone")
 	src, err := filepath.Abs("../../deploy/octavia-provider")
 	if err != nil {
 		t.Fatal(err)
 	}
-	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert})
+	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert, FlowlbKeystone: true})
 	lbc := oct.LoadBalancer
 	ctx := context.Background()
+	// The test reads flowlb as the bed's admin.
+	if c.authToken, err = keystone.Token(ctx, cloud.HTTP, cloud.KeystoneURL, keystone.AdminUser, keystone.AdminPassword, keystone.AdminProject); err != nil {
+		t.Fatal(err)
+	}
 	var answers []net.Listener
 	for _, m := range members {
 		ln := openstack.Answer(t, m.NS, ":8080", m.Name)
@@ -246,8 +253,9 @@ func TestRealOctaviaProvider(t *testing.T) {
 	// What flowlb cannot serve is refused, and changes nothing.
 	_, err = listeners.Create(ctx, lbc, listeners.CreateOpts{LoadbalancerID: lb.ID, Protocol: listeners.ProtocolHTTP, ProtocolPort: 81}).Extract()
 	var unexpected gophercloud.ErrUnexpectedResponseCode
-	if !errors.As(err, &unexpected) || unexpected.Actual != 501 || !strings.Contains(string(unexpected.Body), "HTTP protocol listeners are not supported") {
-		t.Fatalf("an HTTP listener through Octavia: %v, want 501 with flowlb's refusal", err)
+	if !errors.As(err, &unexpected) || unexpected.Actual != 501 || !strings.Contains(string(unexpected.Body), "HTTP protocol listeners are not supported") ||
+		strings.Count(string(unexpected.Body), "does not support a requested option") != 1 {
+		t.Fatalf("an HTTP listener through Octavia: %v, want 501 with flowlb's reason, said once", err)
 	}
 	if got := waitOctaviaActive(t, lbc, lb.ID, 5); len(got) != len(tree) {
 		t.Fatalf("after the refusal Octavia's tree is %v, was %v", got, tree)

@@ -63,8 +63,13 @@ type OctaviaOptions struct {
 	// Python path of Octavia's processes only.
 	ProviderSource string
 	// FlowlbURL is flowlb server's API, FlowlbCA the CA of its TLS
-	// certificate (empty: plain HTTP). flowlb runs with noauth.
+	// certificate (empty: plain HTTP).
 	FlowlbURL, FlowlbCA string
+	// FlowlbKeystone: flowlb runs with --auth keystone on the bed's
+	// Keystone, and the provider logs in to it as Octavia's service user
+	// (an admin of the service project). Otherwise flowlb runs with
+	// noauth and the provider sends no token.
+	FlowlbKeystone bool
 }
 
 // Octavia is Octavia's API and driver agent on the test bed, with the
@@ -324,6 +329,11 @@ username = %[3]s
 password = %[4]s
 region_name = %[5]s
 `, c.KeystoneURL, ServiceProject, OctaviaUser, OctaviaPassword, keystone.Region)
+	flowlbAuth := ""
+	if opts.FlowlbKeystone {
+		flowlbAuth = fmt.Sprintf("auth_url = %s/v3\nusername = %s\npassword = %s\nproject_name = %s\n",
+			c.KeystoneURL, OctaviaUser, OctaviaPassword, ServiceProject)
+	}
 	return fmt.Sprintf(`[DEFAULT]
 transport_url = fake:/
 debug = true
@@ -367,8 +377,8 @@ ca_file = %[11]s
 stats_interval = 2
 resync_interval = 10
 resync_grace = 10
-`, lab.ControlAddr, OctaviaPort, o.URL, c.path("mysqld.sock"), c.KeystoneURL, auth, c.NeutronURL, keystone.Region,
-		o.Dir, opts.FlowlbURL, opts.FlowlbCA, OctaviaProviderDescription)
+%[13]s`, lab.ControlAddr, OctaviaPort, o.URL, c.path("mysqld.sock"), c.KeystoneURL, auth, c.NeutronURL, keystone.Region,
+		o.Dir, opts.FlowlbURL, opts.FlowlbCA, OctaviaProviderDescription, flowlbAuth)
 }
 
 // OctaviaRoles are the roles of Octavia's default policy (its "advanced"
