@@ -73,3 +73,38 @@ func testNamedIDs(t *testing.T, st store.Store) {
 		t.Fatalf("a project's create without an id: %v", err)
 	}
 }
+
+// Creates that name one id at once: exactly one gets it, every other is
+// refused as a create of an existing id is, even where the store lets
+// the transactions run side by side (PostgreSQL: none sees the other's
+// insert before it commits, so the check before the insert passes for
+// all and the insert finds the key taken).
+func TestNamedIDRace(t *testing.T) { eachEngine(t, testNamedIDRace) }
+
+func testNamedIDRace(t *testing.T, st store.Store) {
+	e := newEnv(t, true, st)
+	const lbID = "77777777-7777-4777-8777-777777777777"
+	const racers = 8
+	errs := make(chan error, racers)
+	start := make(chan struct{})
+	for range racers {
+		go func() {
+			<-start
+			_, err := e.svc.CreateLoadBalancer(e.ctx, lbReq(t, `"id": "`+lbID+`"`))
+			errs <- err
+		}()
+	}
+	close(start)
+	won := 0
+	for range racers {
+		err := <-errs
+		if err == nil {
+			won++
+			continue
+		}
+		wantErr(t, err, ErrConflict, "Load Balancer "+lbID+" exists.")
+	}
+	if won != 1 {
+		t.Fatalf("%d creates of one named id succeeded, want 1", won)
+	}
+}

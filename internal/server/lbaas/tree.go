@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/flowlb/flowlb/internal/server/jsondoc"
 	"github.com/flowlb/flowlb/internal/server/store"
@@ -303,6 +304,11 @@ func (t *Tree) saveUnlogged(tx store.Tx) error {
 	}
 	if len(inserts) > 0 {
 		if err := tx.InsertMany(inserts); err != nil {
+			if errors.Is(err, store.ErrConflict) {
+				if c := t.namedTaken(); c != nil {
+					return c
+				}
+			}
 			return fmt.Errorf("save %d new objects: %w", len(inserts), err)
 		}
 	}
@@ -482,6 +488,29 @@ func (t *Tree) takeID(o object, id string) error {
 }
 
 // checkNamedIDs refuses ids named for new objects that tx already holds.
+// namedTaken is the refusal of a create whose insert found an id taken:
+// one the caller named, which another change committed after
+// checkNamedIDs looked (PostgreSQL's transactions do not see each
+// other's inserts until they commit; the second insert finds the key
+// taken). nil if the change named no id: its ids are random and the
+// conflict is not the caller's.
+func (t *Tree) namedTaken() error {
+	var ids []string
+	for id := range t.named {
+		if t.created[id] {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	slices.Sort(ids)
+	if len(ids) == 1 {
+		return Conflict("%s %s exists.", resourceName[t.named[ids[0]]], ids[0])
+	}
+	return Conflict("One of the ids this request names exists: %s.", strings.Join(ids, ", "))
+}
+
 func (t *Tree) checkNamedIDs(tx store.ReadTx) error {
 	for id, kind := range t.named {
 		if !t.created[id] {
