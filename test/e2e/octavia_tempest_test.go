@@ -43,6 +43,10 @@ func TestRealOctaviaTempest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	features, err := os.ReadFile("../compat/tempest/features.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, cloud, _, _ := newRealNeutronCluster(t)
 	src, err := filepath.Abs("../../deploy/octavia-provider")
 	if err != nil {
@@ -66,7 +70,7 @@ func TestRealOctaviaTempest(t *testing.T) {
 		work, work, filepath.Base(work))); err != nil {
 		t.Fatalf("tempest init: %v\n%s", err, out)
 	}
-	conf := tempestConf(work, cloud.KeystoneURL, "flowlb:"+openstack.OctaviaProviderDescription)
+	conf := tempestConf(work, cloud.KeystoneURL, "flowlb:"+openstack.OctaviaProviderDescription) + string(features)
 	if err := os.WriteFile(filepath.Join(work, "ws", "etc", "tempest.conf"), []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +122,9 @@ func TestRealOctaviaTempest(t *testing.T) {
 
 // tempestConf is tempest.conf for the run: the bed's Keystone (its admin
 // makes the per-class users), Octavia's load-balancer endpoint from the
-// catalog, provider flowlb, and the feature flags of what flowlb serves
-// (as test/compat/tempest/run.sh sets them for flowlb's own API). The
+// catalog and provider flowlb; the feature flags of what flowlb serves
+// follow it, from test/compat/tempest/features.conf (run.sh appends the
+// same file for flowlb's own API). The
 // plugin makes real networks only with test_with_noop off, and then skips
 // every class unless compute and image are "available" too: its API tests
 // call neither. The CIDRs of the per-class subnets are the lab's test
@@ -170,15 +175,6 @@ check_interval = 0.5
 check_timeout = 120
 [enforce_scope]
 octavia = False
-[loadbalancer-feature-enabled]
-not_implemented_is_error = False
-l7_protocol_enabled = False
-terminated_tls_enabled = False
-session_persistence_enabled = True
-health_monitor_enabled = True
-log_offload_enabled = False
-prometheus_listener_enabled = False
-spare_pool_enabled = False
 `, work, keystoneURL, keystone.AdminUser, keystone.AdminPassword, keystone.AdminProject, keystone.Region, providers)
 }
 

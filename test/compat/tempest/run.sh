@@ -182,16 +182,8 @@ check_interval = 0.2
 check_timeout = 60
 [enforce_scope]
 octavia = $scope
-[loadbalancer-feature-enabled]
-not_implemented_is_error = False
-l7_protocol_enabled = False
-terminated_tls_enabled = False
-session_persistence_enabled = True
-health_monitor_enabled = True
-log_offload_enabled = False
-prometheus_listener_enabled = False
-spare_pool_enabled = False
 CONF
+cat "$here/features.conf" >>ws/etc/tempest.conf
 re="$SUBSET"
 [ $full = 1 ] && re='^octavia_tempest_plugin\.tests\.api\.v2'
 [ -n "$regex" ] && re="$regex"
