@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -23,18 +24,23 @@ import (
 // enabled in the bed's Octavia beside flowlb (OctaviaOptions.OVNProvider),
 // for the comparison with TestRealOctaviaProvider on the same bed. A load
 // balancer created through Octavia's API with provider ovn, object by
-// object as ovn-octavia-provider takes them (a fully populated create
-// would leave out its health monitor): a TCP listener, a SOURCE_IP_PORT
+// object (3.0.0's loadbalancer_create passes on a fully populated
+// tree's listeners, pools and members, not a pool's health monitor,
+// and gives a member with no subnet the network's id as its subnet):
+// a TCP listener, a SOURCE_IP_PORT
 // pool (the only algorithm it has), two members that are VMs on both
-// chassis, a TCP health monitor. It goes ACTIVE; a VM on the tenant
-// network (chassis 2) reaches both members through the VIP (OVN's load
-// balancer on the client's own chassis), and so does the external
-// namespace through a floating IP on the VIP port. The first member's
-// server stops: OVN's Service_Monitor sees it, the ovn provider agent
-// reports it ERROR at Octavia's API, and the VIP sends new connections
-// to the second member only; the test logs both times and what the
-// floating IP still sends to the dead member. A cascade delete leaves
-// nothing in Octavia, in OVN's Load_Balancer and
+// chassis, a TCP health monitor. It goes ACTIVE. A ROUND_ROBIN pool
+// and allowed_cidrs on a listener, which flowlb serves, and an HTTP
+// listener, which neither serves, are refused with Octavia's 501 (the
+// test logs the provider's words). A VM on the tenant network (chassis
+// 2) reaches both members through the VIP (OVN's load balancer on the
+// client's own chassis), and so does the external namespace through a
+// floating IP on the VIP port. The first member's server stops: OVN's
+// Service_Monitor sees it, the ovn provider agent reports it ERROR at
+// Octavia's API, and the VIP sends new connections to the second
+// member only; the test logs both times and what the floating IP still
+// sends to the dead member. A cascade delete leaves nothing in Octavia,
+// in OVN's Load_Balancer and
 // Load_Balancer_Health_Check tables, or in Neutron (the VIP port).
 func TestRealOctaviaOVNProvider(t *testing.T) {
 	c, cloud, _, members := newRealNeutronCluster(t)
@@ -100,6 +106,29 @@ func TestRealOctaviaOVNProvider(t *testing.T) {
 	}
 	tree := waitOctaviaActive(t, lbc, lb.ID, 6)
 	t.Logf("in Octavia after %s, object by object: %v", time.Since(t0).Round(time.Millisecond), tree)
+
+	// What ovn-octavia-provider refuses: Octavia's 501 with the
+	// provider's words, and nothing changed.
+	for _, r := range []struct {
+		what string
+		err  error
+	}{
+		{"a ROUND_ROBIN pool", pools.Create(ctx, lbc, pools.CreateOpts{LoadbalancerID: lb.ID, Protocol: pools.ProtocolTCP,
+			LBMethod: pools.LBMethodRoundRobin}).Err},
+		{"an HTTP listener", listeners.Create(ctx, lbc, listeners.CreateOpts{LoadbalancerID: lb.ID, Protocol: listeners.ProtocolHTTP,
+			ProtocolPort: 81}).Err},
+		{"allowed_cidrs on a TCP listener", listeners.Create(ctx, lbc, listeners.CreateOpts{LoadbalancerID: lb.ID,
+			Protocol: listeners.ProtocolTCP, ProtocolPort: 82, AllowedCIDRs: []string{"198.18.0.0/15"}}).Err},
+	} {
+		var unexpected gophercloud.ErrUnexpectedResponseCode
+		if !errors.As(r.err, &unexpected) || unexpected.Actual != 501 {
+			t.Fatalf("%s through Octavia with provider ovn: %v, want 501", r.what, r.err)
+		}
+		t.Logf("ovn refuses %s: %d %s", r.what, unexpected.Actual, strings.TrimSpace(string(unexpected.Body)))
+	}
+	if got := waitOctaviaActive(t, lbc, lb.ID, 6); len(got) != len(tree) {
+		t.Fatalf("after the refusals Octavia's tree is %v, was %v", got, tree)
+	}
 
 	// OVN has the load balancer, its health check and the members'
 	// mappings to their ports (the health check's source).
