@@ -47,6 +47,8 @@ if $openstack; then
 	# Octavia's API and driver agent with flowlb's provider driver,
 	# installed with pip into the test bed's directory.
 	packages+=(octavia-api octavia-driver-agent python3-pip)
+	# ovn-octavia-provider beside flowlb's (TestRealOctaviaOVNProvider).
+	packages+=(python3-ovn-octavia-provider)
 	# octavia-tempest-plugin's API suite through that Octavia
 	# (TestRealOctaviaTempest).
 	packages+=(tempest octavia-tempest-plugin)

@@ -41,7 +41,9 @@ import (
 // a cascade delete leaves nothing in Octavia, flowlb or Neutron. Between
 // changes, the provider agent in Octavia's driver agent brings flowlb's
 // operating statuses (a member whose server stops goes ERROR in
-// Octavia) and listener statistics into Octavia's database, and after
+// Octavia; the test logs how long that took, and how long until the
+// VIP sent no new connection to it, beside TestRealOctaviaOVNProvider's
+// figures) and listener statistics into Octavia's database, and after
 // a crash of the driver agent or of octavia-api with a change in flight
 // (its status waiter lost), the load balancer as flowlb has it.
 func TestRealOctaviaProvider(t *testing.T) {
@@ -169,8 +171,17 @@ func TestRealOctaviaProvider(t *testing.T) {
 		}
 		return st.TotalConnections >= 2, fmt.Sprintf("%+v", *st)
 	})
+	killed := time.Now()
 	answers[0].Close()
-	memberOperating(m1ID, "ERROR")
+	toError, toGone := timeMemberDeath(t, killed, func() (string, error) {
+		m, err := pools.GetMember(ctx, lbc, poolID, m1ID).Extract()
+		if err != nil {
+			return "", err
+		}
+		return m.OperatingStatus, nil
+	}, func() (string, error) { return askIn(c.lab.Node(2).NS, addr) }, members[1].Name)
+	t.Logf("flowlb: member death -> ERROR at Octavia's API after %s, -> no new connection to it through the VIP after %s (monitor: delay 2 s, timeout 1 s, max_retries 2)",
+		toError.Round(time.Millisecond), toGone.Round(time.Millisecond))
 	memberOperating(m2.ID, "ONLINE")
 
 	// The driver agent crashes with a change in flight: the change's

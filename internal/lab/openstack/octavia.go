@@ -34,6 +34,10 @@ const (
 // Octavia's enabled_provider_drivers (and its providers list).
 const OctaviaProviderDescription = "flowlb distributed load balancer"
 
+// OVNProviderDescription is ovn-octavia-provider's description in
+// Octavia's enabled_provider_drivers, with OctaviaOptions.OVNProvider.
+const OVNProviderDescription = "OVN provider driver"
+
 var octaviaBinaries = []string{"uwsgi", "octavia-wsgi", "octavia-db-manage", "octavia-driver-agent"}
 
 // OctaviaMissing reports what of Octavia is not installed (nil: all is).
@@ -70,6 +74,11 @@ type OctaviaOptions struct {
 	// (an admin of the service project). Otherwise flowlb runs with
 	// noauth and the provider sends no token.
 	FlowlbKeystone bool
+	// OVNProvider enables Debian's ovn-octavia-provider ("ovn") beside
+	// flowlb, on the bed's OVN databases, its provider agent in the
+	// driver agent beside flowlb's: the same Octavia then serves both,
+	// for a comparison. flowlb stays the default provider.
+	OVNProvider bool
 }
 
 // Octavia is Octavia's API and driver agent on the test bed, with the
@@ -183,6 +192,15 @@ func (o *Octavia) waitAPI() {
 	})
 }
 
+// OVNProviderMissing reports whether ovn-octavia-provider is not
+// installed for Debian's Python (nil: it is).
+func OVNProviderMissing() error {
+	if err := exec.Command("/usr/bin/python3", "-c", "import ovn_octavia_provider.driver").Run(); err != nil {
+		return fmt.Errorf("missing python3-ovn-octavia-provider (hack/install-deps.sh --openstack): %v", err)
+	}
+	return nil
+}
+
 // StartOctavia runs Octavia's API (uwsgi, two processes) and its driver
 // agent in the fabric namespace, on a database of their own in the test
 // bed's MariaDB, with Keystone auth, the allowed-address-pairs network
@@ -197,6 +215,15 @@ func (c *Cloud) StartOctavia(opts OctaviaOptions) *Octavia {
 		}
 		c.t.Skip(err)
 	}
+	if opts.OVNProvider {
+		if err := OVNProviderMissing(); err != nil {
+			if os.Getenv(RequireEnv) == "1" {
+				c.t.Fatalf("%s=1: %v", RequireEnv, err)
+			}
+			c.t.Skip(err)
+		}
+		c.healthSource()
+	}
 	t0 := time.Now()
 	o := &Octavia{Dir: c.path("octavia"), URL: fmt.Sprintf("http://%s:%d", lab.ControlAddr, OctaviaPort), c: c}
 	for _, d := range []string{"lock", "run", "site"} {
@@ -205,6 +232,9 @@ func (c *Cloud) StartOctavia(opts OctaviaOptions) *Octavia {
 		}
 	}
 	c.installProvider(opts.ProviderSource, filepath.Join(o.Dir, "site"))
+	if opts.OVNProvider {
+		c.driverLibSockets(o)
+	}
 	// On failure, what Octavia's processes and the provider said (the
 	// lab's directory goes with its teardown).
 	c.t.Cleanup(func() {
@@ -212,9 +242,9 @@ func (c *Cloud) StartOctavia(opts OctaviaOptions) *Octavia {
 			return
 		}
 		for _, f := range []string{"api.log", "driver-agent.log"} {
-			out, _ := exec.Command("sh", "-c", fmt.Sprintf("grep -a -E 'WARNING|ERROR|flowlb' %s | grep -v -e oslo_db -e password_hashing | tail -n 80",
+			out, _ := exec.Command("sh", "-c", fmt.Sprintf("grep -a -E 'WARNING|ERROR|Traceback|flowlb|ovn_octavia|ovsdbapp|lbaas/loadbalancers' %s | grep -v -e oslo_db -e password_hashing -e 'running uWSGI as root' -e 'octavia.api.app .-.' | tail -n 80",
 				filepath.Join(o.Dir, f))).Output()
-			c.t.Logf("%s (warnings, errors and the provider's lines, last 80):\n%s", f, out)
+			c.t.Logf("%s (warnings, errors and the providers' lines, last 80):\n%s", f, out)
 		}
 	})
 	conf := filepath.Join(o.Dir, "octavia.conf")
@@ -247,8 +277,67 @@ func (c *Cloud) StartOctavia(opts OctaviaOptions) *Octavia {
 		c.t.Fatalf("Octavia in Keystone's catalog: %v", err)
 	}
 	o.waitAPI()
-	c.t.Logf("Octavia (API, driver agent, provider flowlb) up in %s", time.Since(t0).Round(time.Millisecond))
+	providers := "flowlb"
+	if opts.OVNProvider {
+		providers += " and ovn"
+	}
+	c.t.Logf("Octavia (API, driver agent, providers %s) up in %s", providers, time.Since(t0).Round(time.Millisecond))
 	return o
+}
+
+// driverLibSockets points octavia-lib's DriverLibrary, by default, at
+// the driver agent's sockets in the bed's directory, for the processes
+// of Octavia (a sitecustomize on their PYTHONPATH only).
+// ovn-octavia-provider 3.0.0 makes its DriverLibrary with no arguments,
+// that is with octavia-lib's default sockets under /var/run/octavia,
+// whatever [driver_agent] says: without this, every status report it
+// sends fails and is retried for minutes, and the API's request waits
+// for them (the driver's __del__ joins its request thread). Debian's
+// own sitecustomize, which this one shadows, only installs apport's
+// hook.
+func (c *Cloud) driverLibSockets(o *Octavia) {
+	c.t.Helper()
+	run := filepath.Join(o.Dir, "run")
+	py := fmt.Sprintf(`# Written by the flowlb test bed (internal/lab/openstack/octavia.go).
+from octavia_lib.api.drivers import driver_lib
+driver_lib.DriverLibrary.__init__.__defaults__ = (%q, %q, %q)
+`, filepath.Join(run, "status.sock"), filepath.Join(run, "stats.sock"), filepath.Join(run, "get.sock"))
+	if err := os.WriteFile(filepath.Join(o.Dir, "site", "sitecustomize.py"), []byte(py), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// healthSource gives the tenant network's metadata port (Neutron made it
+// with the network: ovn_metadata_enabled) an address on the tenant
+// subnet, where ovn-octavia-provider takes its health checks' source
+// address from: Neutron gives that port addresses on subnets with DHCP
+// only, so DHCP is turned on there. The VMs keep their static
+// addresses; OVN only answers DHCP requests, which none sends.
+func (c *Cloud) healthSource() {
+	c.t.Helper()
+	if err := c.Call("PUT", "/subnets/"+c.Tenant.SubnetID, map[string]any{"subnet": map[string]any{"enable_dhcp": true}}, nil); err != nil {
+		c.t.Fatalf("DHCP on the tenant subnet: %v", err)
+	}
+	testutil.Eventually(c.t, 60*time.Second, "the tenant network's metadata port with an address on the tenant subnet", func() (bool, string) {
+		var out struct {
+			Ports []struct {
+				FixedIPs []struct {
+					SubnetID string `json:"subnet_id"`
+				} `json:"fixed_ips"`
+			} `json:"ports"`
+		}
+		if err := c.Call("GET", "/ports?device_owner=network:distributed&network_id="+c.Tenant.NetworkID, nil, &out); err != nil {
+			return false, err.Error()
+		}
+		for _, p := range out.Ports {
+			for _, ip := range p.FixedIPs {
+				if ip.SubnetID == c.Tenant.SubnetID {
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("%+v", out.Ports)
+	})
 }
 
 // installProvider installs the provider package with pip into site, from
@@ -317,9 +406,21 @@ func (c *Cloud) registerOctavia(o *Octavia) {
 
 // octaviaConf is octavia.conf: the options Octavia 11's API and driver
 // agent read with a third-party provider and no worker
-// (/work/shared/reference/real-openstack-lab.md), and the provider's
-// [flowlb] section.
+// (/work/shared/reference/real-openstack-lab.md), the provider's
+// [flowlb] section, and with opts.OVNProvider, ovn-octavia-provider
+// beside it: its [ovn] section on the bed's OVN databases (it reaches
+// Neutron through [neutron] and [service_auth], as Octavia does).
 func (c *Cloud) octaviaConf(o *Octavia, opts OctaviaOptions) string {
+	drivers, agents, ovn := "flowlb:"+OctaviaProviderDescription, "flowlb", ""
+	if opts.OVNProvider {
+		drivers += ",ovn:" + OVNProviderDescription
+		agents += ",ovn"
+		ovn = fmt.Sprintf(`
+[ovn]
+ovn_nb_connection = unix:%s
+ovn_sb_connection = unix:%s
+`, c.path("ovn", "nb.sock"), c.path("ovn", "sb.sock"))
+	}
 	auth := fmt.Sprintf(`auth_url = %[1]s/v3
 auth_type = password
 project_domain_name = Default
@@ -343,7 +444,7 @@ auth_strategy = keystone
 bind_host = %[1]s
 bind_port = %[2]d
 api_base_uri = %[3]s
-enabled_provider_drivers = flowlb:%[12]s
+enabled_provider_drivers = %[12]s
 default_provider_driver = flowlb
 
 [database]
@@ -366,7 +467,7 @@ loadbalancer_topology = SINGLE
 status_socket_path = %[9]s/run/status.sock
 stats_socket_path = %[9]s/run/stats.sock
 get_socket_path = %[9]s/run/get.sock
-enabled_provider_agents = flowlb
+enabled_provider_agents = %[13]s
 
 [oslo_concurrency]
 lock_path = %[9]s/lock
@@ -377,8 +478,8 @@ ca_file = %[11]s
 stats_interval = 2
 resync_interval = 10
 resync_grace = 10
-%[13]s`, lab.ControlAddr, OctaviaPort, o.URL, c.path("mysqld.sock"), c.KeystoneURL, auth, c.NeutronURL, keystone.Region,
-		o.Dir, opts.FlowlbURL, opts.FlowlbCA, OctaviaProviderDescription, flowlbAuth)
+%[14]s%[15]s`, lab.ControlAddr, OctaviaPort, o.URL, c.path("mysqld.sock"), c.KeystoneURL, auth, c.NeutronURL, keystone.Region,
+		o.Dir, opts.FlowlbURL, opts.FlowlbCA, drivers, agents, flowlbAuth, ovn)
 }
 
 // OctaviaRoles are the roles of Octavia's default policy (its "advanced"

@@ -407,6 +407,13 @@ func (c *Cloud) neutronConf() string {
 	if err := os.MkdirAll(filepath.Join(d, "lock"), 0o755); err != nil {
 		c.t.Fatal(err)
 	}
+	// ovn_metadata_enabled: Neutron then makes each network's metadata
+	// port (device_owner network:distributed, an OVN localport on every
+	// chassis) when the network is made, and only then; ovn-octavia-
+	// provider's health monitors take their source address from that
+	// port's address on the members' subnet (OVN's Service_Monitor
+	// probes from it), and refuse a health monitor on a network without
+	// one. No metadata agent runs: the port only lends its address.
 	conf := fmt.Sprintf(`[DEFAULT]
 core_plugin = ml2
 service_plugins = ovn-router
@@ -451,7 +458,7 @@ flat_networks = %[8]s
 ovn_nb_connection = unix:%[9]s
 ovn_sb_connection = unix:%[10]s
 ovn_l3_scheduler = leastloaded
-ovn_metadata_enabled = false
+ovn_metadata_enabled = true
 enable_distributed_floating_ip = false
 `, d, lab.ControlAddr, NeutronPort, c.path("mysqld.sock"), c.KeystoneURL, ServiceProject, keystone.Region, Physnet,
 		c.path("ovn", "nb.sock"), c.path("ovn", "sb.sock"))
@@ -553,9 +560,18 @@ func (c *Cloud) vsctl(i int) []string {
 	return []string{"ovs-vsctl", "--timeout=30", "--db=unix:" + c.path(fmt.Sprintf("c%d", i), "db.sock")}
 }
 
-func (c *Cloud) sbctl(args ...string) string {
+// SBCtl runs ovn-sbctl on OVN's southbound database and returns its
+// output (the test fails on an error).
+func (c *Cloud) SBCtl(args ...string) string {
 	c.t.Helper()
 	return c.run(append([]string{"ovn-sbctl", "--timeout=30", "--db=unix:" + c.path("ovn", "sb.sock")}, args...)...)
+}
+
+// NBCtl runs ovn-nbctl on OVN's northbound database and returns its
+// output (the test fails on an error).
+func (c *Cloud) NBCtl(args ...string) string {
+	c.t.Helper()
+	return c.run(append([]string{"ovn-nbctl", "--timeout=30", "--db=unix:" + c.path("ovn", "nb.sock")}, args...)...)
 }
 
 // copyChassisIDs copies each chassis' settings into Chassis.external_ids,
@@ -575,7 +591,7 @@ func (c *Cloud) copyChassisIDs() {
 		if i == c.Gateway {
 			set = append(set, "external_ids:ovn-bridge-mappings="+Physnet+":br-ex", "external_ids:ovn-cms-options=enable-chassis-as-gw")
 		}
-		c.sbctl(set...)
+		c.SBCtl(set...)
 	}
 }
 
