@@ -24,8 +24,10 @@ const (
 	// next, until a useful session. When a replica dies, its agents
 	// move to the others all at once, and the TLS handshakes queue
 	// there: a fixed 500 ms gave up on handshakes that were under way
-	// and started them again elsewhere, which kept the queue full.
-	maxHandshake = 5 * time.Second
+	// and started them again elsewhere, which kept the queue full, and
+	// so did a bound of 5 s when the queue took longer to drain. 20 s is
+	// gRPC's own bound on connecting.
+	maxHandshake = 20 * time.Second
 	// usefulAfter: a session that lasted this long was useful even if the
 	// server sent nothing (the agent was up to date).
 	usefulAfter = time.Second
