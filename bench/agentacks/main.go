@@ -81,7 +81,7 @@ type result struct {
 type storm struct {
 	moved int // the agents it had
 	// back is, for each of them, from the crash until a live replica
-	// had it subscribed (polled every 5 ms).
+	// had it subscribed (polled every 5 to 50 ms).
 	back []time.Duration
 	// sent is what the live replicas sent the agents that subscribed
 	// meanwhile; ended and failed the sessions that ended and the
