@@ -7,8 +7,11 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,8 +34,21 @@ import (
 // per change of the benchmark).
 //
 // The child prints "ready" once every agent has acknowledged its first
-// update; on "dump" from its stdin it prints, as JSON, for each marker
-// the number of agents that acknowledged it and the time the last did.
+// update; on "dump" from its stdin it prints, as JSON (childDump), for
+// each marker the number of agents that acknowledged it and the time the
+// last did, and how many sessions ended.
+//
+// Agent i subscribes first to server i modulo their number, as long as
+// that takes (the start is not measured, and 5,000 handshakes at once on
+// the benchmark's 2 cores, the agents' and the servers', take longer
+// than the agent's handshake wait: they would be given up and begun
+// again until the queue drains); when its stream ends it moves to the others as the real agent does
+// (internal/node/agent, round.go): a round over the servers in a
+// shuffled order with the one just lost last, 500 ms to answer each
+// (doubled after each handshake that got no answer in time, up to 20 s,
+// until a useful session; FixedHandshake: always 500 ms, as the agent
+// did before), and a jittered backoff from 50 ms to 5 s after a round in
+// which none did.
 
 // childConfig is what the parent passes to the child.
 type childConfig struct {
@@ -40,6 +56,9 @@ type childConfig struct {
 	CAFile  string
 	Token   string
 	N       int
+	// FixedHandshake: 500 ms for every handshake, as the agent did
+	// before its wait grew.
+	FixedHandshake bool
 }
 
 // markerSeen is what the agents saw of one marker.
@@ -48,9 +67,31 @@ type markerSeen struct {
 	LastNS int64 `json:"last_ns"`
 }
 
+// childDump is the child's answer to "dump".
+type childDump struct {
+	Markers map[string]*markerSeen `json:"markers"`
+	// Ended counts the useful sessions that ended, Failed the attempts
+	// that were not useful (no stream in time, refused, or one that
+	// ended at once).
+	Ended  int64 `json:"ended"`
+	Failed int64 `json:"failed"`
+	// Why, by the error's first words.
+	Why map[string]int64 `json:"why"`
+}
+
+// As the real agent's round (internal/node/agent/round.go).
+const (
+	minBackoff       = 50 * time.Millisecond
+	maxBackoff       = 5 * time.Second
+	handshakeTimeout = 500 * time.Millisecond
+	maxHandshake     = 20 * time.Second
+	usefulAfter      = time.Second
+)
+
 // simAgent is one simulated node.
 type simAgent struct {
-	node   string
+	node string
+	// server is the one it enrolls with and subscribes to first.
 	server string
 	cert   *tls.Certificate
 	// services of every load balancer, as the last update sent them.
@@ -60,6 +101,8 @@ type simAgent struct {
 	epoch   string
 	rev     int64
 	started bool
+	// release frees its place among the first subscriptions.
+	release func()
 }
 
 // recorder gathers the agents' first acknowledgements of each marker.
@@ -99,6 +142,7 @@ func runChild(cfgJSON string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rec := &recorder{seen: map[netip.Addr]*markerSeen{}}
+	why := &reasons{n: map[string]int64{}}
 	agents := make([]*simAgent, cfg.N)
 	for i := range agents {
 		agents[i] = &simAgent{node: fmt.Sprintf("sim-%05d", i), server: cfg.Servers[i%len(cfg.Servers)],
@@ -125,18 +169,14 @@ func runChild(cfgJSON string) error {
 		return err
 	default:
 	}
-	var reconnects atomic.Int64
+	var ended, failed atomic.Int64
+	// The first subscriptions go a few at a time too, each until its
+	// first update: 5,000 TLS handshakes at once on the benchmark's 2
+	// cores take longer than gRPC's 20 s to connect.
+	starting := make(chan struct{}, 64)
+	go status(ctx, rec, &ended, &failed)
 	for _, a := range agents {
-		go func() {
-			// As a real agent: reconnect after a pause, from the revision
-			// it acknowledged.
-			for ctx.Err() == nil {
-				if err := a.run(ctx, roots, rec); err != nil && ctx.Err() == nil {
-					fmt.Fprintf(os.Stderr, "agent %s: %v; reconnecting (%d so far)\n", a.node, err, reconnects.Add(1))
-					time.Sleep(500 * time.Millisecond)
-				}
-			}
-		}()
+		go a.loop(ctx, roots, rec, cfg, &ended, &failed, why, starting)
 	}
 	for rec.acked.Load() < int64(cfg.N) {
 		time.Sleep(10 * time.Millisecond)
@@ -148,9 +188,9 @@ func runChild(cfgJSON string) error {
 			continue
 		}
 		rec.mu.Lock()
-		out := map[string]*markerSeen{}
+		out := childDump{Markers: map[string]*markerSeen{}, Ended: ended.Load(), Failed: failed.Load(), Why: why.counts()}
 		for m, s := range rec.seen {
-			out[m.String()] = s
+			out.Markers[m.String()] = s
 		}
 		b, err := json.Marshal(out)
 		rec.mu.Unlock()
@@ -188,31 +228,146 @@ func (a *simAgent) enroll(ctx context.Context, roots *x509.CertPool, token strin
 	return nil
 }
 
-// run subscribes with the node's identity, keeps what it is sent and
-// acknowledges every update.
-func (a *simAgent) run(ctx context.Context, roots *x509.CertPool, rec *recorder) error {
-	conn, err := grpc.NewClient("passthrough:///"+a.server,
+// loop subscribes until ctx ends: first to its own server, then, when a
+// session ends, in rounds over all of them as the real agent does.
+func (a *simAgent) loop(ctx context.Context, roots *x509.CertPool, rec *recorder, cfg childConfig, ended, failed *atomic.Int64, why *reasons, starting chan struct{}) {
+	select {
+	case starting <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	a.release = func() { <-starting }
+	order := []string{a.server}
+	backoff, wait := minBackoff, time.Duration(0)
+	for ctx.Err() == nil {
+		useful, lost := false, ""
+		for _, addr := range order {
+			var err error
+			var answered bool
+			useful, answered, err = a.run(ctx, addr, wait, roots, rec)
+			if ctx.Err() != nil {
+				return
+			}
+			switch {
+			case wait == 0:
+				wait = handshakeTimeout // after the first attempt
+			case !answered && !cfg.FixedHandshake:
+				wait = min(2*wait, maxHandshake)
+			}
+			if useful {
+				wait = handshakeTimeout
+				ended.Add(1)
+				lost = addr
+				break
+			}
+			failed.Add(1)
+			why.note(err)
+		}
+		if !useful {
+			select {
+			case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(backoff*2, maxBackoff)
+		} else {
+			backoff = minBackoff
+		}
+		order = roundOrder(cfg.Servers, lost)
+	}
+}
+
+// status tells stderr, every 10 s, how many agents have had their first
+// update and how many sessions ended or failed so far.
+func status(ctx context.Context, rec *recorder, ended, failed *atomic.Int64) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fmt.Fprintf(os.Stderr, "agents: %d subscribed, %d sessions ended, %d attempts failed\n", rec.acked.Load(), ended.Load(), failed.Load())
+	}
+}
+
+// reasons count the errors of the attempts that got no stream, by
+// their first words.
+type reasons struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func (r *reasons) note(err error) {
+	msg := fmt.Sprint(err)
+	if f := strings.Fields(msg); len(f) > 8 {
+		msg = strings.Join(f[:8], " ")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n[msg]++
+}
+
+func (r *reasons) counts() map[string]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.n)
+}
+
+// roundOrder shuffles the servers and puts the one just lost last.
+func roundOrder(servers []string, lost string) []string {
+	out := slices.Clone(servers)
+	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	if i := slices.Index(out, lost); i >= 0 {
+		out = append(append(out[:i:i], out[i+1:]...), lost)
+	}
+	return out
+}
+
+// run is one session with the server at addr: it subscribes with the
+// node's identity (the handshake within wait, if not 0, else not
+// answered), keeps
+// what it is sent and acknowledges every update until the stream ends;
+// useful as the real agent's (it was sent something, or lasted a
+// second).
+func (a *simAgent) run(ctx context.Context, addr string, wait time.Duration, roots *x509.CertPool, rec *recorder) (useful, answered bool, err error) {
+	conn, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(roots, func() *tls.Certificate { return a.cert }))))
 	if err != nil {
-		return err
+		return false, true, err
 	}
 	defer conn.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	limit := wait
+	if limit == 0 {
+		limit = time.Hour // the first subscription: as long as it takes
+	}
+	timer := time.AfterFunc(limit, cancel)
 	stream, err := agentv1.NewAgentClient(conn).Subscribe(ctx)
+	if err == nil {
+		hello := &agentv1.Hello{Node: a.node, LastRevision: a.rev, Epoch: a.epoch}
+		err = stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: hello}})
+	}
+	if !timer.Stop() {
+		return false, false, fmt.Errorf("no answer within %s", wait)
+	}
 	if err != nil {
-		return err
+		return false, true, err
 	}
-	hello := &agentv1.Hello{Node: a.node, LastRevision: a.rev, Epoch: a.epoch}
-	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: hello}}); err != nil {
-		return err
-	}
+	start := time.Now()
+	received := false
+	defer func() { useful = received || time.Since(start) >= usefulAfter }()
 	for {
 		u, err := stream.Recv()
 		if err != nil {
-			return err
+			return false, true, err
 		}
+		received = true
 		fresh := a.apply(u)
 		if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Ack{Ack: &agentv1.Ack{Revision: u.GetRevision()}}}); err != nil {
-			return err
+			return false, true, err
 		}
 		now := time.Now()
 		a.epoch, a.rev = u.GetEpoch(), u.GetRevision()
@@ -222,6 +377,7 @@ func (a *simAgent) run(ctx context.Context, roots *x509.CertPool, rec *recorder)
 		if !a.started {
 			a.started = true
 			rec.acked.Add(1)
+			a.release()
 		}
 	}
 }

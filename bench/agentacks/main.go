@@ -10,7 +10,15 @@
 // (the simulated agents run in another) and the PostgreSQL cluster, with
 // and without the polls for ACTIVE.
 //
+// With -kill-replica, after that, one replica crashes (its listeners and
+// connections cut at once, nothing retired: as a killed process) and a
+// change is made through another: how soon each of its agents is
+// subscribed again to a live replica, what the live replicas sent them
+// to catch up (counted at the servers), and how soon every agent
+// acknowledged the change.
+//
 //	go run ./bench/agentacks -n 1000 -changes 100 -replicas 1,3
+//	go run ./bench/agentacks -n 5000 -changes 20 -replicas 3 -kill-replica
 package main
 
 import (
@@ -37,6 +45,7 @@ import (
 
 	"github.com/flowlb/flowlb/bench/internal/benchkit"
 	flowlbserver "github.com/flowlb/flowlb/internal/server"
+	"github.com/flowlb/flowlb/internal/server/fanout"
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
@@ -61,10 +70,42 @@ type result struct {
 	// cluster's over the changes (0: not known).
 	cpu, pollCPU, dbCPU time.Duration
 	polls               int
+	// The agents' process once every agent is connected: resident set
+	// and open files; and the servers' open files.
+	childRSS            uint64
+	childFDs, serverFDs int
+	storm               *storm // nil: no replica killed
 }
 
+// storm is what followed the crash of one replica.
+type storm struct {
+	moved int // the agents it had
+	// back is, for each of them, from the crash until a live replica
+	// had it subscribed (polled every 5 to 50 ms).
+	back []time.Duration
+	// sent is what the live replicas sent the agents that subscribed
+	// meanwhile; ended and failed the sessions that ended and the
+	// attempts that got no stream (the agents' count).
+	sent          fanout.CatchUps
+	ended, failed int64
+	why           map[string]int64
+	// acked and active are the change made during the storm's: from the
+	// API's answer until every agent acknowledged it, and until ACTIVE
+	// (0: not within a minute).
+	acked, active time.Duration
+	// wasAt is how many agents were back when the API answered.
+	wasAt int
+	// Within stormLimit: the agents not back, and those that did not
+	// acknowledge the change (acked is then 0).
+	notBack, notAcked int
+}
+
+// stormLimit bounds the wait for the agents' return and for their acks
+// of the change made meanwhile.
+const stormLimit = 3 * time.Minute
+
 // run measures one cluster of replicas servers on a fresh database.
-func run(ctx context.Context, dsn string, replicas, agents, changes, lbs int, dbCPU func() (time.Duration, bool)) (result, error) {
+func run(ctx context.Context, dsn string, replicas, agents, changes, lbs int, kill, fixedHandshake bool, dbCPU func() (time.Duration, bool)) (result, error) {
 	res := result{replicas: replicas, agents: agents, changes: changes}
 	dir, err := os.MkdirTemp("", "flowlb-agentacks-")
 	if err != nil {
@@ -99,7 +140,7 @@ func run(ctx context.Context, dsn string, replicas, agents, changes, lbs int, db
 	}
 
 	rss0, heap0 := memory()
-	child, err := startChild(childConfig{Servers: addrs, CAFile: filepath.Join(dir, "agent-ca.crt"), Token: readToken(dir), N: agents})
+	child, err := startChild(childConfig{Servers: addrs, CAFile: filepath.Join(dir, "agent-ca.crt"), Token: readToken(dir), N: agents, FixedHandshake: fixedHandshake})
 	if err != nil {
 		return res, err
 	}
@@ -120,6 +161,8 @@ func run(ctx context.Context, dsn string, replicas, agents, changes, lbs int, db
 	rss1, heap1 := memory()
 	res.rssPerAgent = float64(rss1-rss0) / float64(agents)
 	res.heapPerAgent = float64(int64(heap1)-int64(heap0)) / float64(agents)
+	res.childRSS, res.childFDs = procRSS(child.cmd.Process.Pid), openFiles(child.cmd.Process.Pid)
+	res.serverFDs = openFiles(os.Getpid())
 
 	// What one poll for ACTIVE costs, to tell the changes' CPU from the
 	// polls'.
@@ -154,18 +197,140 @@ func run(ctx context.Context, dsn string, replicas, agents, changes, lbs int, db
 	if db1, ok := dbCPU(); ok && dbKnown {
 		res.dbCPU = db1 - db0
 	}
-	seen, err := child.dump()
+	d, err := child.dump()
 	if err != nil {
 		return res, err
 	}
 	for i := range changes {
-		s := seen[markerAddr(i).String()]
+		s := d.Markers[markerAddr(i).String()]
 		if s == nil || s.Agents != agents {
 			return res, fmt.Errorf("change %d: acknowledged by %v of %d agents", i, s, agents)
 		}
 		res.acked = append(res.acked, time.Unix(0, s.LastNS).Sub(committed[i]))
 	}
+	if kill && len(srvs) > 1 {
+		res.storm, err = crashOne(srvs, child, agents, pools[0], lbIDs[0], markerAddr(changes))
+		if err != nil {
+			return res, fmt.Errorf("storm: %w", err)
+		}
+	}
 	return res, nil
+}
+
+// crashOne crashes the last replica, makes a change through the first
+// (member marker added to pool) and measures the storm that follows:
+// until every agent of the dead replica is subscribed to a live one and
+// every agent acknowledged the change.
+func crashOne(srvs []*flowlbserver.Server, child *child, agents int, pool, lbID string, marker netip.Addr) (*storm, error) {
+	victim, live := srvs[len(srvs)-1], srvs[:len(srvs)-1]
+	moved := victim.Hub.Agents()
+	if len(moved) == 0 {
+		return nil, fmt.Errorf("replica %s has no agents", victim.Replica)
+	}
+	st := &storm{moved: len(moved)}
+	var before []fanout.CatchUps
+	for _, s := range live {
+		before = append(before, s.Hub.CatchUps())
+	}
+	d0, err := child.dump()
+	if err != nil {
+		return nil, err
+	}
+	// The change goes in while the agents move; the API's answer comes
+	// back here while the polls below wait.
+	api := &client{base: "http://" + live[0].APIAddr.String()}
+	type answer struct {
+		at, active time.Time
+		err        error
+	}
+	answered := make(chan answer, 1)
+	crashed := time.Now()
+	victim.Crash()
+	go func() {
+		at, err := api.addMember(pool, marker)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		// Not ACTIVE within waitActive's minute: reported, not fatal.
+		active, _ := api.waitActive(lbID)
+		answered <- answer{at: at, active: active}
+	}()
+	backAt := map[string]time.Duration{}
+	var ans *answer
+	// Past stormLimit, what came back is reported, and what did not.
+	_ = testutil.Wait(stormLimit, func() (bool, string) {
+		now := time.Since(crashed)
+		for _, s := range live {
+			for n := range s.Hub.Agents() {
+				if _, was := moved[n]; was {
+					if _, seen := backAt[n]; !seen {
+						backAt[n] = now
+					}
+				}
+			}
+		}
+		if ans == nil {
+			select {
+			case a := <-answered:
+				ans = &a
+				st.wasAt = len(backAt)
+			default:
+			}
+		}
+		return len(backAt) == len(moved) && ans != nil, ""
+	})
+	st.notBack = len(moved) - len(backAt)
+	if ans == nil {
+		a := <-answered
+		ans = &a
+		st.wasAt = len(backAt)
+	}
+	if ans.err != nil {
+		return nil, fmt.Errorf("the change during the storm: %w", ans.err)
+	}
+	for _, t := range backAt {
+		st.back = append(st.back, t)
+	}
+	if !ans.active.IsZero() {
+		st.active = ans.active.Sub(ans.at)
+	}
+	var d childDump
+	var derr error
+	_ = testutil.Wait(stormLimit, func() (bool, string) {
+		if d, derr = child.dump(); derr != nil {
+			return true, ""
+		}
+		s := d.Markers[marker.String()]
+		return s != nil && s.Agents == agents, ""
+	})
+	if derr != nil {
+		return nil, derr
+	}
+	if s := d.Markers[marker.String()]; s != nil && s.Agents == agents {
+		st.acked = time.Unix(0, s.LastNS).Sub(ans.at)
+	} else {
+		st.notAcked = agents
+		if s != nil {
+			st.notAcked -= s.Agents
+		}
+	}
+	st.ended, st.failed = d.Ended-d0.Ended, d.Failed-d0.Failed
+	st.why = d.Why
+	for k, n := range d0.Why {
+		if st.why[k] -= n; st.why[k] == 0 {
+			delete(st.why, k)
+		}
+	}
+	for i, s := range live {
+		c := s.Hub.CatchUps()
+		st.sent.UpToDate += c.UpToDate - before[i].UpToDate
+		st.sent.Entries += c.Entries - before[i].Entries
+		st.sent.LoadBalancers += c.LoadBalancers - before[i].LoadBalancers
+		st.sent.Snapshots += c.Snapshots - before[i].Snapshots
+		st.sent.Services += c.Services - before[i].Services
+	}
+	return st, nil
 }
 
 // memory is the process's resident set and live heap after a collection.
@@ -174,14 +339,25 @@ func memory() (rss uint64, heap uint64) {
 	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	b, _ := os.ReadFile("/proc/self/status")
+	return procRSS(os.Getpid()), ms.HeapAlloc
+}
+
+// procRSS is a process's resident set (0: not known).
+func procRSS(pid int) uint64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
 			kb, _ := strconv.ParseUint(f[1], 10, 64)
-			rss = kb * 1024
+			return kb * 1024
 		}
 	}
-	return rss, ms.HeapAlloc
+	return 0
+}
+
+// openFiles counts a process's open file descriptors (0: not known).
+func openFiles(pid int) int {
+	es, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return len(es)
 }
 
 func readToken(dir string) string {
@@ -224,14 +400,14 @@ func startChild(cfg childConfig) (*child, error) {
 	return c, nil
 }
 
-func (c *child) dump() (map[string]*markerSeen, error) {
+func (c *child) dump() (childDump, error) {
+	var out childDump
 	if _, err := io.WriteString(c.in, "dump\n"); err != nil {
-		return nil, err
+		return out, err
 	}
 	if !c.out.Scan() {
-		return nil, fmt.Errorf("the agents' process: %v", c.out.Err())
+		return out, fmt.Errorf("the agents' process: %v", c.out.Err())
 	}
-	var out map[string]*markerSeen
 	return out, json.Unmarshal(c.out.Bytes(), &out)
 }
 
@@ -367,6 +543,8 @@ func main() {
 	replicaList := flag.String("replicas", "1,3", "server replicas sharing the database, one run each (a fresh database each)")
 	pg := flag.String("postgres", "auto", `PostgreSQL DSN, or "auto" to start a throwaway cluster`)
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the servers' process to this file")
+	kill := flag.Bool("kill-replica", false, "then crash one replica (of 2 or more) and measure the agents' move and a change made meanwhile")
+	fixedHandshake := flag.Bool("fixed-handshake", false, "the simulated agents wait 500 ms for every handshake, as the agent did before its wait grew after handshakes that got no answer")
 	flag.Parse()
 	if *childCfg != "" {
 		if err := runChild(*childCfg); err != nil {
@@ -396,7 +574,7 @@ func main() {
 			pgs.Stop()
 			fatal(err)
 		}
-		r, err := run(ctx, dsn, k, *n, *changes, *lbs, pgs.CPUTime)
+		r, err := run(ctx, dsn, k, *n, *changes, *lbs, *kill, *fixedHandshake, pgs.CPUTime)
 		if err != nil {
 			pgs.Stop() // fatal exits without running the deferred Stop
 			fatal(err)
@@ -413,8 +591,63 @@ func main() {
 			benchkit.MS(quantile(r.acked, 0.5)), benchkit.MS(quantile(r.acked, 0.99)), benchkit.MS(quantile(r.active, 0.5)), benchkit.MS(quantile(r.active, 0.99)),
 			r.rssPerAgent/1024, r.heapPerAgent/1024, perChange(r.cpu), perChange(r.cpu-time.Duration(r.polls)*r.pollCPU), perChange(r.dbCPU))
 	}
-	fmt.Println("| target | 1000 on 3 replicas, 2 cores | | ≤ 200 ms | | | | | | | |")
+	fmt.Println("| target | 5000 on 3 replicas, 2 cores | | ≤ 200 ms | | | | | | | |")
 	fmt.Println("CPU / change: the servers' process over the changes (with the API client and its polls for ACTIVE, every 2 ms); less polls: without those, at the cost of one poll measured apart")
+	fmt.Println()
+	fmt.Println("| replicas | agents' process RSS | its open files | servers' open files |")
+	fmt.Println("|---|---|---|---|")
+	for _, r := range results {
+		fmt.Printf("| %d | %.0f MiB (%.0f KiB / agent) | %d | %d |\n", r.replicas, float64(r.childRSS)/(1<<20), float64(r.childRSS)/1024/float64(r.agents), r.childFDs, r.serverFDs)
+	}
+	var storms []result
+	for _, r := range results {
+		if r.storm != nil {
+			storms = append(storms, r)
+		}
+	}
+	if len(storms) == 0 {
+		return
+	}
+	fmt.Println()
+	hs := "500 ms, doubled after each that got no answer in time, up to 20 s (the agent's)"
+	if *fixedHandshake {
+		hs = "a fixed 500 ms (the agent's before its wait grew)"
+	}
+	fmt.Printf("One replica crashed; a change made through another at once; the agents' handshakes: %s\n", hs)
+	fmt.Println("| replicas | agents moved | back p50 | back p99 | back max | back within 10 s | not back in 3 min | sent nothing | sent entries (load balancers) | sent a snapshot | sessions ended / attempts failed | back at the API's answer | change: all acked | change: ACTIVE |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range storms {
+		st := r.storm
+		within := 0
+		for _, b := range st.back {
+			if b <= 10*time.Second {
+				within++
+			}
+		}
+		// Quantiles over every agent moved: one not back counts as
+		// past the limit.
+		back := slices.Clone(st.back)
+		for range st.notBack {
+			back = append(back, stormLimit)
+		}
+		acked := fmt.Sprintf("%.1f ms", benchkit.MS(st.acked))
+		if st.notAcked > 0 {
+			acked = fmt.Sprintf("%d agents not within 3 min", st.notAcked)
+		}
+		active := fmt.Sprintf("%.1f ms", benchkit.MS(st.active))
+		if st.active == 0 {
+			active = "not within 1 min"
+		}
+		fmt.Printf("| %d | %d | %.1f ms | %.1f ms | %.1f ms | %d | %d | %d | %d (%d) | %d | %d / %d | %d | %s | %s |\n", r.replicas, st.moved,
+			benchkit.MS(quantile(back, 0.5)), benchkit.MS(quantile(back, 0.99)), benchkit.MS(slices.Max(back)), within, st.notBack,
+			st.sent.UpToDate, st.sent.Entries, st.sent.LoadBalancers, st.sent.Snapshots, st.ended, st.failed, st.wasAt, acked, active)
+	}
+	for _, r := range storms {
+		for k, n := range r.storm.why {
+			fmt.Printf("attempts failed (%d replicas): %d: %s\n", r.replicas, n, k)
+		}
+	}
+	fmt.Println("back: from the crash until a live replica had the agent subscribed; sent: what the live replicas sent the agents that subscribed meanwhile, counted at the servers (Hub.CatchUps); target: back within 10 s, no snapshot to an agent up to date")
 }
 
 func fatal(err error) {

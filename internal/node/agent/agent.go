@@ -161,6 +161,9 @@ type Agent struct {
 	lastServer string
 	sessions   atomic.Int64
 	resolved   map[string][]string
+	// handshakeWait is the next handshake's wait after handshakes that
+	// got no answer in time (0: handshakeTimeout).
+	handshakeWait atomic.Int64
 }
 
 // New returns an agent programming dp (a Chain: each of its data planes,

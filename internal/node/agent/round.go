@@ -19,6 +19,15 @@ const (
 	// handshakeTimeout bounds connecting and saying hello to one server,
 	// and one round's name lookups, so that a dead replica costs little.
 	handshakeTimeout = 500 * time.Millisecond
+	// maxHandshake bounds the handshake's wait as it grows: each
+	// handshake that gets no answer in time doubles the wait for the
+	// next, until a useful session. When a replica dies, its agents
+	// move to the others all at once, and the TLS handshakes queue
+	// there: a fixed 500 ms gave up on handshakes that were under way
+	// and started them again elsewhere, which kept the queue full, and
+	// so did a bound of 5 s when the queue took longer to drain. 20 s is
+	// gRPC's own bound on connecting.
+	maxHandshake = 20 * time.Second
 	// usefulAfter: a session that lasted this long was useful even if the
 	// server sent nothing (the agent was up to date).
 	usefulAfter = time.Second
@@ -42,6 +51,7 @@ func (a *Agent) round(ctx context.Context, avoid string) (bool, string, error) {
 			return false, addr, err
 		}
 		if useful {
+			a.handshakeWait.Store(0)
 			a.log.Warn("agent stream ended; flows kept, connecting to the next server", "server", addr, "err", err)
 			return true, addr, err
 		}

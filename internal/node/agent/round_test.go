@@ -129,6 +129,41 @@ func TestSessionGivesUpOnASilentServer(t *testing.T) {
 	}
 }
 
+// TestSlowHandshakeIsWaitedFor: a server whose handshakes take longer
+// than handshakeTimeout, busy but alive (as a replica is while the
+// agents of one that died all move to it at once), is waited for longer
+// at the next attempt, and the agent subscribes; with a fixed wait it
+// gave up on every handshake under way and never did.
+func TestSlowHandshakeIsWaitedFor(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := newChangeLog("db-1")
+	log.publish(wireLB("a", lbSvc("a", "198.19.0.1")))
+	slow := startReplica(t, log, ln)
+	// Each connection is ready only this long after it was asked for.
+	delay := handshakeTimeout + 300*time.Millisecond
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	a := New(Config{Server: slow.addr, Node: "n1", NoHealth: true, Dialer: dial}, &recorder{}, quiet)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testutil.Eventually(t, 5*time.Second, "agent subscribed to the slow server", func() (bool, string) {
+		_, rev := a.Revision()
+		return a.Server() == slow.addr && rev == 1, fmt.Sprintf("on %q at %d", a.Server(), rev)
+	})
+}
+
 // TestRoundSkipsDeadServers: a round passes over a refusing address to
 // a live one.
 func TestRoundSkipsDeadServers(t *testing.T) {

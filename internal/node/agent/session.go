@@ -19,7 +19,7 @@ import (
 )
 
 // session runs one subscription to addr: connect and say hello within
-// handshakeTimeout, then receive in the background while the updates are
+// nextHandshakeWait, then receive in the background while the updates are
 // taken into the desired state in batches, and send what the reconciler
 // has for the server (acknowledgements, the kernel's status), until the
 // stream fails. The kernel refusing a write does not end it. It was
@@ -139,14 +139,26 @@ func (a *Agent) renew(ctx context.Context, addr string) error {
 }
 
 // handshake opens the stream and says hello, or gives up after
-// handshakeTimeout (cancel ends the stream's context).
+// nextHandshakeWait (cancel ends the stream's context).
 func (a *Agent) handshake(ctx context.Context, cancel context.CancelFunc, conn *grpc.ClientConn) (agentv1.Agent_SubscribeClient, *agentv1.Hello, error) {
-	timer := time.AfterFunc(handshakeTimeout, cancel)
+	wait := a.nextHandshakeWait()
+	timer := time.AfterFunc(wait, cancel)
 	stream, hello, err := a.hello(ctx, conn)
 	if !timer.Stop() {
-		return nil, nil, fmt.Errorf("no answer within %s", handshakeTimeout)
+		a.handshakeWait.Store(int64(min(2*wait, maxHandshake)))
+		return nil, nil, fmt.Errorf("no answer within %s", wait)
 	}
 	return stream, hello, err
+}
+
+// nextHandshakeWait is how long the next handshake may take:
+// handshakeTimeout, or longer after handshakes that got no answer in
+// time since the last useful session (round.go, maxHandshake).
+func (a *Agent) nextHandshakeWait() time.Duration {
+	if w := time.Duration(a.handshakeWait.Load()); w > 0 {
+		return w
+	}
+	return handshakeTimeout
 }
 
 // hello opens the stream and names this node and the revision its kernel

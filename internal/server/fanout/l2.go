@@ -104,8 +104,13 @@ func (l *l2) load(byLB map[string][]flows.Service) {
 func (l *l2) reassign(node string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	nodes := l.nodes()
 	touched := map[string]bool{}
+	// The cluster's nodes only when there is a VIP to assign (as
+	// probes.reassign).
+	var nodes []string
+	if len(l.byVIP) > 0 {
+		nodes = l.nodes()
+	}
 	for v := range l.byVIP {
 		l.assign(v, nodes, touched)
 	}

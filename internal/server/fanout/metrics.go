@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,7 +27,21 @@ type metrics struct {
 	keyConflicts    prometheus.Counter
 	keyMoves        prometheus.Counter
 	trees           *prometheus.CounterVec
-	h               *Hub
+	// catchUps count the agents that subscribed by what they were sent
+	// (caughtUp), catchUpSize the load balancers of the entries' and the
+	// services of the snapshots'.
+	catchUps    [snapshot + 1]atomic.Uint64
+	catchUpSize [snapshot + 1]atomic.Uint64
+	h           *Hub
+}
+
+// catchUpKinds name the caughtUp values in the metrics.
+var catchUpKinds = [snapshot + 1]string{upToDate: "none", entries: "entries", snapshot: "snapshot"}
+
+// caughtUp counts an agent that subscribed and what it was sent.
+func (m *metrics) caughtUp(sent caughtUp, size int) {
+	m.catchUps[sent].Add(1)
+	m.catchUpSize[sent].Add(uint64(size))
 }
 
 func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
@@ -79,6 +94,10 @@ func newMetrics(h *Hub, reg prometheus.Registerer) *metrics {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_fanout_revision", Help: "The log revision this replica's flow table holds."}, func() float64 {
 				return float64(h.Revision())
 			}),
+			catchUpCollector{m: m, count: prometheus.NewDesc("flowlb_fanout_catchups_total",
+				"Agents that subscribed, by what they were sent to catch up: none (they held this replica's revision or more), entries (the load balancers changed since their revision) or snapshot (the whole table).",
+				[]string{"kind"}, nil), size: prometheus.NewDesc("flowlb_fanout_catchup_size_total",
+				"What the catch-ups held, by kind: load balancers (entries), services (snapshot).", []string{"kind"}, nil)},
 			lagCollector{h: h, desc: prometheus.NewDesc("flowlb_fanout_agent_lag_revisions",
 				"Revisions each agent of this replica has not acknowledged yet, by node.", []string{"node"}, nil)},
 			memberCollector{p: h.probes, desc: prometheus.NewDesc("flowlb_health_members", "Monitored members by health verdict.", []string{"status"}, nil)})
@@ -96,4 +115,41 @@ func (m *metrics) observeHead(ctx context.Context) {
 	if _, head, err := m.h.st.LogBounds(ctx); err == nil {
 		m.lagRevisions.Set(float64(max(0, head-m.h.Revision())))
 	}
+}
+
+// catchUpCollector exports the catch-up counts.
+type catchUpCollector struct {
+	m           *metrics
+	count, size *prometheus.Desc
+}
+
+func (c catchUpCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.count; ch <- c.size }
+
+func (c catchUpCollector) Collect(ch chan<- prometheus.Metric) {
+	for k, name := range catchUpKinds {
+		ch <- prometheus.MustNewConstMetric(c.count, prometheus.CounterValue, float64(c.m.catchUps[k].Load()), name)
+		if k != int(upToDate) {
+			ch <- prometheus.MustNewConstMetric(c.size, prometheus.CounterValue, float64(c.m.catchUpSize[k].Load()), name)
+		}
+	}
+}
+
+// CatchUps counts what this replica sent the agents that subscribed to
+// catch up, since it started.
+type CatchUps struct {
+	// UpToDate were sent nothing: they held the table's revision or more.
+	UpToDate uint64
+	// Entries were sent the services of the load balancers changed since
+	// their revision, LoadBalancers of them in all.
+	Entries, LoadBalancers uint64
+	// Snapshots were sent the whole table, Services in all.
+	Snapshots, Services uint64
+}
+
+// CatchUps returns what this replica sent the agents that subscribed.
+func (h *Hub) CatchUps() CatchUps {
+	m := h.m
+	return CatchUps{UpToDate: m.catchUps[upToDate].Load(),
+		Entries: m.catchUps[entries].Load(), LoadBalancers: m.catchUpSize[entries].Load(),
+		Snapshots: m.catchUps[snapshot].Load(), Services: m.catchUpSize[snapshot].Load()}
 }

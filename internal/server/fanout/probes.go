@@ -87,8 +87,14 @@ func (p *probes) setLB(lbID string, ps []flows.Probe, nodes []string, touched ma
 func (p *probes) reassign(node string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	nodes := p.nodes()
 	touched := map[string]bool{}
+	// The cluster's nodes only when there is a member to assign: listing
+	// them sorts every node of the cluster, and agents join and leave
+	// by the thousand when a replica dies.
+	var nodes []string
+	if len(p.byMember) > 0 {
+		nodes = p.nodes()
+	}
 	for id, pr := range p.byMember {
 		own := owner(id, pr.Node, nodes)
 		if own != p.owner[id] {

@@ -104,3 +104,20 @@ func TestProbeAssignment(t *testing.T) {
 		t.Fatalf("n1 left: %v, m3 on %s", got, p.ownerOf("m3"))
 	}
 }
+
+// With no member to probe, an agent that joins or leaves costs no list
+// of the cluster's nodes (which sorts all of them), and the newcomer
+// still gets its empty list.
+func TestReassignWithoutMembersListsNoNodes(t *testing.T) {
+	r := &probeSends{nodes: []string{"n1", "n2"}}
+	listed := 0
+	p := newProbes(func() []string { listed++; return r.live() }, r.send)
+	p.reassign("n1")
+	p.reassign("")
+	if listed != 0 {
+		t.Errorf("the nodes were listed %d times with no member to assign", listed)
+	}
+	if got := r.last(); len(r.sent) != 1 || got["n1"] == nil || len(got["n1"]) != 0 {
+		t.Errorf("the newcomer's list: %v, want one empty list for n1", r.sent)
+	}
+}

@@ -135,19 +135,43 @@ func (s *served) apply(es []store.LogEntry, cs []change) (applied, bool) {
 	return a, true
 }
 
+// caughtUp is what an agent that joined was sent to catch up.
+type caughtUp int
+
+const (
+	// upToDate: nothing, it held the table's revision or more.
+	upToDate caughtUp = iota
+	// entries: the services of the load balancers changed since its
+	// revision.
+	entries
+	// snapshot: the whole table (another database's revision, or one
+	// older than the recent entries kept).
+	snapshot
+)
+
 // join registers an agent that programmed revision rev of epoch with
 // what it needs to catch up, and returns the revision it then holds at
-// least (0 for another epoch's).
-func (s *served) join(a *agent, epoch string, rev int64) int64 {
+// least (0 for another epoch's), what it was sent, and how many load
+// balancers that named (entries) or services it held (snapshot).
+func (s *served) join(a *agent, epoch string, rev int64) (held int64, sent caughtUp, size int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	s.out.add(a, s.catchUp(epoch, rev), s.rev)
+	u := s.catchUp(epoch, rev)
+	s.out.add(a, u, s.rev)
+	switch {
+	case u == nil:
+		sent = upToDate
+	case u.GetSnapshot():
+		sent, size = snapshot, len(u.GetUpserts())
+	default:
+		sent, size = entries, len(u.GetLoadbalancers())
+	}
 	if epoch != s.epoch {
-		return 0
+		return 0, sent, size
 	}
 	// What it programmed holds at least up to the revision it names, or
 	// up to this replica's, if this one lags behind.
-	return min(rev, s.rev)
+	return min(rev, s.rev), sent, size
 }
 
 // catchUp is what an agent that programmed revision rev of epoch needs:

@@ -25,29 +25,34 @@ func step(rev int64, lbs ...string) []store.LogEntry {
 // The served table: each step is one update to every agent with the load
 // balancers it replaced; a step at or below the table's revision is
 // none; an agent joining gets a snapshot (another epoch, or too old),
-// the load balancers changed since its revision, or nothing (up to
-// date), and is told the revision it holds.
+// the load balancers changed since its revision, or nothing (up to date
+// or ahead), is told the revision it holds, and what it got is told the
+// metrics.
 func TestServedStepsAndJoins(t *testing.T) {
 	s := newServed("e", newStreams("e"))
 	s.load(0, 2, []store.LogEntry{{ID: 1, Revision: 1, LoadBalancerID: "a"}, {ID: 2, Revision: 2, LoadBalancerID: "b"}},
 		[]change{{lbID: "a", services: []flows.Service{lbSvc("a", "198.19.0.1")}}, {lbID: "b", services: []flows.Service{lbSvc("b", "198.19.0.2")}}})
 	old := newAgent("old", 8)
-	if held := s.join(old, "e", 1); held != 1 {
-		t.Fatalf("old holds %d", held)
+	if held, sent, size := s.join(old, "e", 1); held != 1 || sent != entries || size != 1 {
+		t.Fatalf("old holds %d, was sent %d of size %d", held, sent, size)
 	}
 	if got := drain(old); len(got) != 1 || got[0].GetRevision() != 2 || len(got[0].GetLoadbalancers()) != 1 || got[0].GetLoadbalancers()[0].GetLoadbalancerId() != "b" {
 		t.Fatalf("catch-up from 1: %v", got)
 	}
 	stranger := newAgent("stranger", 8)
-	if held := s.join(stranger, "other", 9); held != 0 {
-		t.Fatalf("an agent of another database holds %d", held)
+	if held, sent, size := s.join(stranger, "other", 9); held != 0 || sent != snapshot || size != 2 {
+		t.Fatalf("an agent of another database holds %d, was sent %d of size %d", held, sent, size)
 	}
 	if got := drain(stranger); len(got) != 1 || !got[0].GetSnapshot() || len(got[0].GetUpserts()) != 2 {
 		t.Fatalf("another epoch: %v", got)
 	}
 	ahead := newAgent("ahead", 8)
-	if held := s.join(ahead, "e", 5); held != 2 || len(drain(ahead)) != 0 {
-		t.Fatalf("an agent ahead of this replica holds %d", held)
+	if held, sent, _ := s.join(ahead, "e", 5); held != 2 || sent != upToDate || len(drain(ahead)) != 0 {
+		t.Fatalf("an agent ahead of this replica holds %d, was sent %d", held, sent)
+	}
+	current := newAgent("current", 8)
+	if held, sent, _ := s.join(current, "e", 2); held != 2 || sent != upToDate || len(drain(current)) != 0 {
+		t.Fatalf("an agent up to date holds %d, was sent %d", held, sent)
 	}
 	a, ok := s.apply(step(3, "a"), []change{{lbID: "a", gone: true}})
 	if !ok || len(a.changed) != 1 || a.changed[0] != "a" {
@@ -56,7 +61,7 @@ func TestServedStepsAndJoins(t *testing.T) {
 	if _, ok := s.apply(step(3, "b"), []change{{lbID: "b", gone: true}}); ok {
 		t.Fatal("a step at the table's revision was taken")
 	}
-	for _, ag := range []*agent{old, stranger, ahead} {
+	for _, ag := range []*agent{old, stranger, ahead, current} {
 		got := drain(ag)
 		if len(got) != 1 || got[0].GetRevision() != 3 || got[0].GetLoadbalancers()[0].GetLoadbalancerId() != "a" || len(got[0].GetLoadbalancers()[0].GetServices()) != 0 {
 			t.Fatalf("%s got %v", ag.node, got)

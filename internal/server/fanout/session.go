@@ -52,7 +52,8 @@ func (h *Hub) Subscribe(stream agentv1.Agent_SubscribeServer) error {
 // attach registers a new agent with what it needs to catch up.
 func (h *Hub) attach(hello *agentv1.Hello) *agent {
 	a := newAgent(hello.GetNode(), sendQueue)
-	acked := h.served.join(a, hello.GetEpoch(), hello.GetLastRevision())
+	acked, sent, size := h.served.join(a, hello.GetEpoch(), hello.GetLastRevision())
+	h.m.caughtUp(sent, size)
 	h.acks.join(a, acked)
 	h.journal.acked(a.node, acked, time.Now())
 	// The newcomer takes over the members of its node (and its share of

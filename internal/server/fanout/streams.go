@@ -44,10 +44,13 @@ type streams struct {
 	mu     sync.Mutex
 	epoch  string
 	agents map[*agent]bool
+	// byNode are the agents of each node (two while one reconnects), so
+	// that a list for a few nodes costs no walk over every agent.
+	byNode map[string][]*agent
 }
 
 func newStreams(epoch string) *streams {
-	return &streams{epoch: epoch, agents: map[*agent]bool{}}
+	return &streams{epoch: epoch, agents: map[*agent]bool{}, byNode: map[string][]*agent{}}
 }
 
 // add registers an agent with the first update it gets (nil: none) and
@@ -60,6 +63,7 @@ func (s *streams) add(a *agent, first *agentv1.Update, rev int64) {
 	}
 	a.sent = rev
 	s.agents[a] = true
+	s.byNode[a.node] = append(s.byNode[a.node], a)
 }
 
 // remove forgets an agent and returns how many are left.
@@ -67,6 +71,11 @@ func (s *streams) remove(a *agent) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.agents, a)
+	if rest := slices.DeleteFunc(s.byNode[a.node], func(x *agent) bool { return x == a }); len(rest) > 0 {
+		s.byNode[a.node] = rest
+	} else {
+		delete(s.byNode, a.node)
+	}
 	return len(s.agents)
 }
 
@@ -101,8 +110,8 @@ func (s *streams) sendProbes(nodes map[string]bool, lists map[string][]*agentv1.
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for a := range s.agents {
-		if nodes[a.node] {
+	for n := range nodes {
+		for _, a := range s.byNode[n] {
 			queue(a, &agentv1.Update{Revision: a.sent, Epoch: s.epoch, ProbesSet: true, Probes: lists[a.node]})
 		}
 	}
@@ -116,8 +125,8 @@ func (s *streams) sendL2(nodes map[string]bool, lists map[string][]netip.Addr) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for a := range s.agents {
-		if nodes[a.node] {
+	for n := range nodes {
+		for _, a := range s.byNode[n] {
 			u := &agentv1.Update{Revision: a.sent, Epoch: s.epoch, L2Set: true}
 			for _, v := range lists[a.node] {
 				u.L2Vips = append(u.L2Vips, v.AsSlice())

@@ -63,4 +63,17 @@ func TestStreams(t *testing.T) {
 	if left := s.remove(c); left != 2 || s.count() != 2 {
 		t.Fatalf("%d agents left", left)
 	}
+	// The node's other stream still gets its lists; one removed does not.
+	drain(c)
+	s.sendProbes(map[string]bool{"n1": true}, nil)
+	if got := drain(a); len(got) != 1 || !got[0].GetProbesSet() {
+		t.Fatalf("n1's remaining stream got %v", got)
+	}
+	if got := drain(c); len(got) != 0 {
+		t.Fatalf("a removed stream got %v", got)
+	}
+	s.remove(a)
+	if len(s.byNode) != 1 || len(s.byNode["n2"]) != 1 {
+		t.Fatalf("streams by node after n1 left: %v", s.byNode)
+	}
 }
