@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/node/agent"
 	"github.com/flowlb/flowlb/internal/shared/pki"
 )
 
@@ -81,11 +82,11 @@ type childDump struct {
 
 // As the real agent's round (internal/node/agent/round.go).
 const (
-	minBackoff       = 50 * time.Millisecond
-	maxBackoff       = 5 * time.Second
-	handshakeTimeout = 500 * time.Millisecond
-	maxHandshake     = 20 * time.Second
-	usefulAfter      = time.Second
+	minBackoff       = agent.MinBackoff
+	maxBackoff       = agent.MaxBackoff
+	handshakeTimeout = agent.HandshakeTimeout
+	maxHandshake     = agent.MaxHandshake
+	usefulAfter      = agent.UsefulAfter
 )
 
 // simAgent is one simulated node.

@@ -162,7 +162,7 @@ type Agent struct {
 	sessions   atomic.Int64
 	resolved   map[string][]string
 	// handshakeWait is the next handshake's wait after handshakes that
-	// got no answer in time (0: handshakeTimeout).
+	// got no answer in time (0: HandshakeTimeout).
 	handshakeWait atomic.Int64
 }
 
@@ -271,7 +271,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var reconciler sync.WaitGroup
 	reconciler.Go(func() { a.reconcile(ctx) })
 	defer reconciler.Wait()
-	backoff := minBackoff
+	backoff := MinBackoff
 	lost := ""
 	for ctx.Err() == nil {
 		useful, last, err := a.round(ctx, lost)
@@ -280,7 +280,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			break
 		}
 		if useful {
-			backoff = minBackoff
+			backoff = MinBackoff
 			continue
 		}
 		a.log.Warn("no server answered; flows kept, retrying", "err", err, "in", backoff)
@@ -288,7 +288,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
 		case <-ctx.Done():
 		}
-		backoff = min(backoff*2, maxBackoff)
+		backoff = min(backoff*2, MaxBackoff)
 	}
 	return ctx.Err()
 }

@@ -13,13 +13,17 @@ import (
 	"time"
 )
 
+// The timing of the agent's rounds, exported for bench/agentacks, whose
+// simulated agents move between servers as the agent does.
 const (
-	minBackoff = 50 * time.Millisecond
-	maxBackoff = 5 * time.Second
-	// handshakeTimeout bounds connecting and saying hello to one server,
+	// MinBackoff and MaxBackoff bound the jittered wait after a round
+	// in which no server answered.
+	MinBackoff = 50 * time.Millisecond
+	MaxBackoff = 5 * time.Second
+	// HandshakeTimeout bounds connecting and saying hello to one server,
 	// and one round's name lookups, so that a dead replica costs little.
-	handshakeTimeout = 500 * time.Millisecond
-	// maxHandshake bounds the handshake's wait as it grows: each
+	HandshakeTimeout = 500 * time.Millisecond
+	// MaxHandshake bounds the handshake's wait as it grows: each
 	// handshake that gets no answer in time doubles the wait for the
 	// next, until a useful session. When a replica dies, its agents
 	// move to the others all at once, and the TLS handshakes queue
@@ -27,10 +31,10 @@ const (
 	// and started them again elsewhere, which kept the queue full, and
 	// so did a bound of 5 s when the queue took longer to drain. 20 s is
 	// gRPC's own bound on connecting.
-	maxHandshake = 20 * time.Second
-	// usefulAfter: a session that lasted this long was useful even if the
+	MaxHandshake = 20 * time.Second
+	// UsefulAfter: a session that lasted this long was useful even if the
 	// server sent nothing (the agent was up to date).
-	usefulAfter = time.Second
+	UsefulAfter = time.Second
 )
 
 // round tries the servers one after the other, in a shuffled order with
@@ -71,7 +75,7 @@ func (a *Agent) candidates(ctx context.Context, avoid string) []string {
 	if lookup == nil {
 		lookup = net.DefaultResolver.LookupHost
 	}
-	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
 	defer cancel()
 	results := make([][]string, len(entries))
 	errs := make([]error, len(entries))

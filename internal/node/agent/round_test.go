@@ -124,13 +124,13 @@ func TestSessionGivesUpOnASilentServer(t *testing.T) {
 	a := New(Config{NoHealth: true}, &recorder{}, quiet)
 	start := time.Now()
 	useful, err := a.session(context.Background(), ln.Addr().String())
-	if useful || err == nil || time.Since(start) > 3*handshakeTimeout {
-		t.Errorf("useful %v, err %v after %s: want a failure after about %s", useful, err, time.Since(start), handshakeTimeout)
+	if useful || err == nil || time.Since(start) > 3*HandshakeTimeout {
+		t.Errorf("useful %v, err %v after %s: want a failure after about %s", useful, err, time.Since(start), HandshakeTimeout)
 	}
 }
 
 // TestSlowHandshakeIsWaitedFor: a server whose handshakes take longer
-// than handshakeTimeout, busy but alive (as a replica is while the
+// than HandshakeTimeout, busy but alive (as a replica is while the
 // agents of one that died all move to it at once), is waited for longer
 // at the next attempt, and the agent subscribes; with a fixed wait it
 // gave up on every handshake under way and never did.
@@ -143,7 +143,7 @@ func TestSlowHandshakeIsWaitedFor(t *testing.T) {
 	log.publish(wireLB("a", lbSvc("a", "198.19.0.1")))
 	slow := startReplica(t, log, ln)
 	// Each connection is ready only this long after it was asked for.
-	delay := handshakeTimeout + 300*time.Millisecond
+	delay := HandshakeTimeout + 300*time.Millisecond
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
 		select {
 		case <-time.After(delay):

@@ -24,7 +24,7 @@ import (
 // has for the server (acknowledgements, the kernel's status), until the
 // stream fails. The kernel refusing a write does not end it. It was
 // useful if the server took the hello and sent an update or kept the
-// stream for usefulAfter.
+// stream for UsefulAfter.
 func (a *Agent) session(ctx context.Context, addr string) (bool, error) {
 	if id := a.cfg.Identity; id != nil && !id.usable(a.cfg.Node, time.Now()) {
 		// On a connection of its own: the stream's must present the
@@ -57,7 +57,7 @@ func (a *Agent) session(ctx context.Context, addr string) (bool, error) {
 	var received atomic.Bool
 	updates, recvErr := a.receive(ctx, stream, &received)
 	err = a.programLoop(ctx, stream, updates, recvErr, told{epoch: hello.GetEpoch(), acked: hello.GetLastRevision()})
-	useful := received.Load() || time.Since(start) >= usefulAfter
+	useful := received.Load() || time.Since(start) >= UsefulAfter
 	return useful, fmt.Errorf("server %s: %w", addr, err)
 }
 
@@ -133,7 +133,7 @@ func (a *Agent) renew(ctx context.Context, addr string) error {
 		return err
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
 	defer cancel()
 	return a.cfg.Identity.enroll(ctx, conn, a.cfg.Node, a.cfg.Token)
 }
@@ -145,20 +145,20 @@ func (a *Agent) handshake(ctx context.Context, cancel context.CancelFunc, conn *
 	timer := time.AfterFunc(wait, cancel)
 	stream, hello, err := a.hello(ctx, conn)
 	if !timer.Stop() {
-		a.handshakeWait.Store(int64(min(2*wait, maxHandshake)))
+		a.handshakeWait.Store(int64(min(2*wait, MaxHandshake)))
 		return nil, nil, fmt.Errorf("no answer within %s", wait)
 	}
 	return stream, hello, err
 }
 
 // nextHandshakeWait is how long the next handshake may take:
-// handshakeTimeout, or longer after handshakes that got no answer in
-// time since the last useful session (round.go, maxHandshake).
+// HandshakeTimeout, or longer after handshakes that got no answer in
+// time since the last useful session (round.go, MaxHandshake).
 func (a *Agent) nextHandshakeWait() time.Duration {
 	if w := time.Duration(a.handshakeWait.Load()); w > 0 {
 		return w
 	}
-	return handshakeTimeout
+	return HandshakeTimeout
 }
 
 // hello opens the stream and names this node and the revision its kernel
