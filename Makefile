@@ -105,6 +105,7 @@ openstack:
 	hack/install-deps.sh --openstack
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestCloud$$' ./internal/lab/openstack/
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestRealNeutronVIPAndFloatingIP$$|TestRealNeutronCallersToken$$|TestRealNeutronOrphanSweep$$|TestRealOctaviaProvider$$|TestRealOctaviaOVNProvider$$' ./test/e2e/
+	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestRealOctaviaClients$$' ./test/e2e/
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 180m -v -run 'TestRealOctaviaTempest$$' ./test/e2e/
 
 # Kubernetes' own e2e tests (the pinned e2e.test: every [sig-network]
