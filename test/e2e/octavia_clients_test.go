@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
+
+	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/keystone"
 	"github.com/flowlb/flowlb/internal/lab/openstack"
 	"github.com/flowlb/flowlb/internal/lab/terraform"
@@ -104,6 +108,7 @@ func TestRealOctaviaClients(t *testing.T) {
 		if lb.Provider != "flowlb" || lb.Provisioned != "ACTIVE" || lb.VipPortID == "" {
 			t.Fatalf("load balancer from the CLI: %+v", lb)
 		}
+		b.inFlowlb(t, lb.ID, lb.VipPortID)
 		cli(nil, "loadbalancer", "listener", "create", "--name", "cli-l", "--protocol", "TCP", "--protocol-port", "80", "--wait", lb.ID)
 		cli(nil, "loadbalancer", "pool", "create", "--name", "cli-p", "--listener", "cli-l", "--protocol", "TCP",
 			"--lb-algorithm", "ROUND_ROBIN", "--wait")
@@ -160,13 +165,16 @@ func TestRealOctaviaClients(t *testing.T) {
 		if len(ms) != 2 || ms[0].Operating != "ONLINE" || ms[1].Operating != "ONLINE" {
 			t.Errorf("member list: %+v, want both ONLINE", ms)
 		}
+		var counted string
 		testutil.Eventually(t, 2*time.Minute, "the connections counted in Octavia's stats", func() (bool, string) {
 			var st struct {
 				Total int `json:"total_connections"`
 			}
 			cli(&st, "loadbalancer", "stats", "show", lb.ID, "-f", "json", "--poll")
-			return st.Total >= asked, fmt.Sprintf("%d counted, %d made", st.Total, asked)
+			counted = fmt.Sprintf("%d counted, %d made", st.Total, asked)
+			return st.Total >= asked, counted
 		})
+		t.Logf("stats show: %s", counted)
 
 		cli(nil, "loadbalancer", "delete", "--cascade", "--wait", lb.ID)
 		for _, kind := range [][]string{{"loadbalancer"}, {"loadbalancer", "listener"}, {"loadbalancer", "pool"},
@@ -190,19 +198,29 @@ func TestRealOctaviaClients(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// tf runs terraform in work with the members' addresses.
-		tf := func(memberAddrs []string, args ...string) string {
+		// tfCode runs terraform in work with the members' addresses and
+		// returns its exit code (failing t on any but 0 and allow) and
+		// output; tf wants 0.
+		tfCode := func(allow int, memberAddrs []string, args ...string) (int, string) {
 			t.Helper()
 			list, _ := json.Marshal(memberAddrs)
 			t0 := time.Now()
 			out, err := inFabric(t, 15*time.Minute, work, append(tfEnv, "TF_VAR_auth_url="+cloud.KeystoneURL+"/v3",
 				"TF_VAR_password="+keystone.AdminPassword, "TF_VAR_vip_subnet_id="+cloud.Tenant.SubnetID,
 				"TF_VAR_members="+string(list)), append([]string{"terraform"}, args...)...)
-			if err != nil {
+			code, _ := lab.ExitCode(err)
+			if err != nil && (allow == 0 || code != allow) {
 				t.Fatalf("terraform %s: %v\n%s", strings.Join(args, " "), err, out)
 			}
-			t.Logf("terraform %s (%s): %s", strings.Join(args, " "), time.Since(t0).Round(time.Millisecond),
-				lastLineWith(out, "complete"))
+			if args[0] != "output" {
+				t.Logf("terraform %s (%s, exit %d): %s", strings.Join(args, " "), time.Since(t0).Round(time.Millisecond), code,
+					lastLineWith(out, "complete"))
+			}
+			return code, out
+		}
+		tf := func(memberAddrs []string, args ...string) string {
+			t.Helper()
+			_, out := tfCode(0, memberAddrs, args...)
 			return out
 		}
 		both := []string{members[0].Addr.String(), members[1].Addr.String()}
@@ -213,11 +231,34 @@ func TestRealOctaviaClients(t *testing.T) {
 		}
 		lbID, portID, vip, faddr := outputs["lb_id"].Value, outputs["vip_port_id"].Value, outputs["vip_address"].Value,
 			net.JoinHostPort(outputs["fip"].Value, "80")
-		if st := octaviaProvisioning(t, oct.LoadBalancer, lbID); st != "ACTIVE" {
-			t.Fatalf("load balancer %s in Octavia: %s", lbID, st)
+		olb, err := loadbalancers.Get(context.Background(), oct.LoadBalancer, lbID).Extract()
+		if err != nil || olb.Provider != "flowlb" || olb.ProvisioningStatus != "ACTIVE" || olb.VipPortID != portID {
+			t.Fatalf("load balancer %s in Octavia: %+v %v", lbID, olb, err)
+		}
+		b.inFlowlb(t, lbID, portID)
+		// -detailed-exitcode: 0 no change, 2 changes.
+		if code, out := tfCode(2, both, "plan", "-detailed-exitcode", "-input=false", "-no-color"); code != 0 {
+			t.Errorf("plan after apply shows changes (drift):\n%s", out)
 		}
 		b.install(t, vip)
 		b.reachesBoth(t, faddr)
+		testutil.Eventually(t, 2*time.Minute, "both members ONLINE in Octavia", func() (bool, string) {
+			all, err := pools.ListMembers(oct.LoadBalancer, outputs["pool_id"].Value, nil).AllPages(context.Background())
+			if err != nil {
+				return false, err.Error()
+			}
+			ms, err := pools.ExtractMembers(all)
+			if err != nil {
+				return false, err.Error()
+			}
+			online := 0
+			for _, m := range ms {
+				if m.OperatingStatus == "ONLINE" {
+					online++
+				}
+			}
+			return len(ms) == 2 && online == 2, fmt.Sprintf("%+v", ms)
+		})
 
 		// A change: the first member removed; only the second answers.
 		tf(both[1:], "apply", "-auto-approve", "-input=false", "-no-color")
@@ -329,6 +370,7 @@ output "lb_id" { value = openstack_lb_loadbalancer_v2.lb.id }
 output "vip_port_id" { value = openstack_lb_loadbalancer_v2.lb.vip_port_id }
 output "vip_address" { value = openstack_lb_loadbalancer_v2.lb.vip_address }
 output "fip" { value = openstack_networking_floatingip_v2.fip.address }
+output "pool_id" { value = openstack_lb_pool_v2.p.id }
 `
 
 // openstackCLIMissing reports whether Debian's openstack CLI with the
@@ -385,6 +427,17 @@ func (b *clientBed) reachesBoth(t *testing.T, faddr string) int {
 		return len(seen) == 2 && seen[b.members[0].Name] && seen[b.members[1].Name], fmt.Sprint(seen, err)
 	})
 	return asked
+}
+
+// inFlowlb checks that flowlb holds the load balancer id (Octavia's) on
+// the VIP port portID (Octavia's, in Neutron).
+func (b *clientBed) inFlowlb(t *testing.T, id, portID string) {
+	t.Helper()
+	code, body := b.c.call("GET", "/v2/lbaas/loadbalancers/"+id, nil)
+	flb, _ := body["loadbalancer"].(map[string]any)
+	if code != 200 || flb["vip_port_id"] != portID {
+		t.Fatalf("flowlb's load balancer %s: %d %v, want it on Octavia's VIP port %s", id, code, body, portID)
+	}
 }
 
 // goneEverywhere checks that flowlb holds no load balancer, that the
