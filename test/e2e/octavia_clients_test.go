@@ -29,20 +29,27 @@ import (
 // as a tenant of a cloud would: Debian's openstack CLI (cli) and
 // Terraform's OpenStack provider (terraform), both in the fabric
 // namespace where Keystone, Neutron and Octavia listen, logged in as the
-// bed's Keystone admin. Each builds a load balancer on the tenant subnet
-// (TCP listener, ROUND_ROBIN pool, a member VM on each chassis, a TCP
-// health monitor) and a floating IP of the real Neutron on its VIP port;
+// bed's Keystone admin; flowlb runs under --auth keystone, the provider
+// logged in as Octavia's service user. Each builds a load balancer on
+// the tenant subnet (TCP listener, ROUND_ROBIN pool, a member VM on each
+// chassis, a TCP health monitor) and a floating IP of the real Neutron
+// on its VIP port;
 // after the install step (docs/operations.md, "A real Neutron") the
 // external namespace reaches both members through the floating IP, and
 // deleting the load balancer leaves nothing in Octavia, in flowlb or in
 // Neutron. The subtests share one bed and one Octavia.
 func TestRealOctaviaClients(t *testing.T) {
-	c, cloud, nodes, members := newRealNeutronCluster(t)
+	c, cloud, nodes, members := newRealNeutronCluster(t, "--auth", "keystone")
 	src, err := filepath.Abs("../../deploy/octavia-provider")
 	if err != nil {
 		t.Fatal(err)
 	}
-	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert})
+	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert, FlowlbKeystone: true})
+	// The test reads flowlb as the bed's admin.
+	if c.authToken, err = keystone.Token(context.Background(), cloud.HTTP, cloud.KeystoneURL, keystone.AdminUser,
+		keystone.AdminPassword, keystone.AdminProject); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("Octavia at %s", oct.URL)
 	for _, m := range members {
 		ln := openstack.Answer(t, m.NS, ":8080", m.Name)
