@@ -98,6 +98,8 @@ unit-python:
 # 6 to 6.5 minutes at load averages of 12-15, Octavia up in about 2 of
 # them (its database migrated at each start); 2.5 minutes on 2026-11-30
 # at a load average of 4, with the provider agent and two crashes.
+# TestRealOctaviaClients (the openstack CLI and Terraform through that
+# Octavia) took 4.5 to 15 minutes on 2026-11-30 at load averages of 2-16.
 # TestRealOctaviaTempest (octavia-tempest-plugin's API suite through that
 # Octavia, one test class at a time) takes the longest: see
 # docs/openstack-lab.md.
@@ -105,6 +107,7 @@ openstack:
 	hack/install-deps.sh --openstack
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestCloud$$' ./internal/lab/openstack/
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestRealNeutronVIPAndFloatingIP$$|TestRealNeutronCallersToken$$|TestRealNeutronOrphanSweep$$|TestRealOctaviaProvider$$|TestRealOctaviaOVNProvider$$' ./test/e2e/
+	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestRealOctaviaClients$$' ./test/e2e/
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 180m -v -run 'TestRealOctaviaTempest$$' ./test/e2e/
 
 # Kubernetes' own e2e tests (the pinned e2e.test: every [sig-network]

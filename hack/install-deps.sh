@@ -52,6 +52,8 @@ if $openstack; then
 	# octavia-tempest-plugin's API suite through that Octavia
 	# (TestRealOctaviaTempest).
 	packages+=(tempest octavia-tempest-plugin)
+	# The openstack CLI through that Octavia (TestRealOctaviaClients).
+	packages+=(python3-openstackclient python3-octaviaclient)
 fi
 
 missing=()
@@ -105,4 +107,8 @@ if $test; then
 	if command -v terraform >/dev/null 2>&1; then
 		"$(dirname "$0")/terraform-provider-bins.sh" >/dev/null
 	fi
+fi
+# Terraform through the real Octavia (TestRealOctaviaClients) likewise.
+if $openstack && command -v terraform >/dev/null 2>&1; then
+	"$(dirname "$0")/terraform-provider-bins.sh" >/dev/null
 fi

@@ -4,52 +4,30 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/flowlb/flowlb/internal/lab/keystone"
+	"github.com/flowlb/flowlb/internal/lab/terraform"
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
-// TerraformProviderVersion is the Terraform OpenStack provider
-// hack/terraform-provider-bins.sh builds.
-const TerraformProviderVersion = "v1.54.1"
-
-// requireTerraformEnv, set to 1, turns a missing Terraform CLI or
-// provider from a skip into a failure. Terraform has no Debian package, so
-// a fresh machine has none and make test skips this test there.
-const requireTerraformEnv = "FLOWLB_REQUIRE_TERRAFORM"
-
-// terraformTools returns the terraform CLI and the provider's directory.
+// terraformTools returns the terraform CLI and the provider's directory,
+// with a Keystone to run them against.
 func terraformTools(t *testing.T) (cli, providerDir string) {
 	t.Helper()
-	missing := func(what string) {
-		if os.Getenv(requireTerraformEnv) == "1" {
-			t.Fatalf("%s=1 but %s", requireTerraformEnv, what)
-		}
-		t.Skip(what)
-	}
 	testutil.RequireRoot(t) // keystone-manage sets its keys' owner
-	cli, err := exec.LookPath("terraform")
-	if err != nil {
-		missing("no terraform in PATH")
-	}
-	providerDir = os.Getenv("FLOWLB_TF_PROVIDER_DIR")
-	if providerDir == "" {
-		providerDir = filepath.Join("/var/cache/flowlb/terraform-provider-openstack", TerraformProviderVersion)
-	}
-	if _, err := os.Stat(filepath.Join(providerDir, "terraform-provider-openstack")); err != nil {
-		missing("no Terraform OpenStack provider in " + providerDir + ": run hack/terraform-provider-bins.sh")
-	}
+	cli, providerDir = terraform.Tools(t)
 	if err := keystone.Missing(); err != nil {
-		missing(err.Error())
+		if os.Getenv(terraform.RequireEnv) == "1" {
+			t.Fatalf("%s=1 but %v", terraform.RequireEnv, err)
+		}
+		t.Skip(err)
 	}
 	return cli, providerDir
 }
@@ -187,20 +165,8 @@ func TestTerraformOpenStack(t *testing.T) {
 	}
 	vipSubnet := subnets[0].(map[string]any)["id"].(string)
 
-	dir := t.TempDir()
-	rc := filepath.Join(dir, "terraformrc")
-	if err := os.WriteFile(rc, []byte(fmt.Sprintf(`provider_installation {
-  dev_overrides { "terraform-provider-openstack/openstack" = %q }
-  direct {}
-}
-`, providerDir)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	work := filepath.Join(dir, "work")
-	if err := os.Mkdir(work, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(work, "main.tf"), []byte(terraformConfig), 0o600); err != nil {
+	work, tfEnv, err := terraform.Workdir(t.TempDir(), providerDir, terraformConfig)
+	if err != nil {
 		t.Fatal(err)
 	}
 	// tf runs terraform in work and returns its exit code (failing t on
@@ -209,7 +175,7 @@ func TestTerraformOpenStack(t *testing.T) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, cli, args...)
 		cmd.Dir = work
-		cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc, "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1",
+		cmd.Env = append(append(os.Environ(), tfEnv...),
 			"TF_VAR_auth_url="+ks.URL+"/v3", "TF_VAR_vip_subnet_id="+vipSubnet)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
