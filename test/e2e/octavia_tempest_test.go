@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/csv"
 	"errors"
@@ -28,10 +29,16 @@ import (
 // test_with_noop off). tempest runs in the fabric namespace, where the
 // bed's services listen. FLOWLB_TEMPEST_REGEX narrows the run (default:
 // the whole API suite); the tests of test/compat/tempest/exclude-octavia.txt
-// are left out, each with its reason. It fails on any failed test and
-// logs the counts by module.
+// are left out, each with its reason. FLOWLB_TEMPEST_PROVIDER=ovn runs
+// the same suite through the same Octavia with provider ovn (Debian's
+// ovn-octavia-provider, enabled beside flowlb), for the comparison. It
+// fails on any failed test and logs the counts by module.
 func TestRealOctaviaTempest(t *testing.T) {
 	openstack.Require(t)
+	provider := cmp.Or(os.Getenv("FLOWLB_TEMPEST_PROVIDER"), "flowlb")
+	if provider != "flowlb" && provider != "ovn" {
+		t.Fatalf("FLOWLB_TEMPEST_PROVIDER=%s: flowlb or ovn", provider)
+	}
 	for _, b := range []string{"tempest", "stestr", "subunit2csv"} {
 		if _, err := exec.LookPath(b); err != nil {
 			if os.Getenv(openstack.RequireEnv) == "1" {
@@ -53,8 +60,13 @@ func TestRealOctaviaTempest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert})
+	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert,
+		OVNProvider: provider == "ovn"})
 	cloud.CreateRoles(openstack.OctaviaRoles...)
+	drivers := "flowlb:" + openstack.OctaviaProviderDescription
+	if provider == "ovn" {
+		drivers += ",ovn:" + openstack.OVNProviderDescription
+	}
 
 	work := t.TempDir()
 	fabric := c.lab.Fabric()
@@ -71,7 +83,7 @@ func TestRealOctaviaTempest(t *testing.T) {
 		work, work, filepath.Base(work))); err != nil {
 		t.Fatalf("tempest init: %v\n%s", err, out)
 	}
-	conf := tempestConf(work, cloud.KeystoneURL, "flowlb:"+openstack.OctaviaProviderDescription) + string(features)
+	conf := tempestConf(work, cloud.KeystoneURL, provider, drivers) + string(features)
 	if err := os.WriteFile(filepath.Join(work, "ws", "etc", "tempest.conf"), []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +108,7 @@ func TestRealOctaviaTempest(t *testing.T) {
 		work, re, exclude, work))
 	took := time.Since(t0).Round(time.Second)
 	out2, csvErr := run(5*time.Minute, fmt.Sprintf("cd %s/ws && stestr last --subunit | subunit2csv --no-passthrough >%s/results.csv", work, work))
-	keepTempestResults(t, work)
+	keepTempestResults(t, work, provider)
 	var rows [][]string
 	if csvErr == nil {
 		f, err := os.Open(filepath.Join(work, "results.csv"))
@@ -119,7 +131,7 @@ func TestRealOctaviaTempest(t *testing.T) {
 		rows = runLogRows(string(log))
 	}
 	counts, failed := tempestCounts(rows)
-	t.Logf("tempest through Octavia (provider flowlb): %s, %s\n%s", took, re, formatCounts(counts))
+	t.Logf("tempest through Octavia (provider %s): %s, %s\n%s", provider, took, re, formatCounts(counts))
 	if len(failed) > 0 || runErr != nil {
 		log, _ := os.ReadFile(filepath.Join(work, "run.txt"))
 		var details []string
@@ -140,10 +152,11 @@ func TestRealOctaviaTempest(t *testing.T) {
 }
 
 // keepTempestResults copies tempest's output and results of a run to
-// _artifacts/octavia-tempest at the repository's root (git ignores it),
-// so that they outlive the test's directory, a run cut short included.
-func keepTempestResults(t *testing.T, work string) {
-	dir, err := filepath.Abs("../../_artifacts/octavia-tempest")
+// _artifacts/octavia-tempest-<provider> at the repository's root (git
+// ignores it), so that they outlive the test's directory, a run cut
+// short included.
+func keepTempestResults(t *testing.T, work, provider string) {
+	dir, err := filepath.Abs("../../_artifacts/octavia-tempest-" + provider)
 	if err == nil {
 		err = os.MkdirAll(dir, 0o755)
 	}
@@ -206,14 +219,14 @@ func runLogRows(log string) [][]string {
 
 // tempestConf is tempest.conf for the run: the bed's Keystone (its admin
 // makes the per-class users), Octavia's load-balancer endpoint from the
-// catalog and provider flowlb; the feature flags of what flowlb serves
+// catalog and the provider under test; the feature flags of what flowlb serves
 // follow it, from test/compat/tempest/features.conf (run.sh appends the
 // same file for flowlb's own API). The
 // plugin makes real networks only with test_with_noop off, and then skips
 // every class unless compute and image are "available" too: its API tests
 // call neither. The CIDRs of the per-class subnets are the lab's test
 // ranges, inside Neutron only.
-func tempestConf(work, keystoneURL, providers string) string {
+func tempestConf(work, keystoneURL, provider, providers string) string {
 	return fmt.Sprintf(`[DEFAULT]
 log_dir = %[1]s/log
 [auth]
@@ -241,7 +254,7 @@ barbican = False
 project_networks_reachable = True
 [load_balancer]
 test_with_noop = False
-provider = flowlb
+provider = %[8]s
 RBAC_test_type = advanced
 enabled_provider_drivers = %[7]s
 test_with_ipv6 = True
@@ -259,7 +272,7 @@ check_interval = 0.5
 check_timeout = 120
 [enforce_scope]
 octavia = False
-`, work, keystoneURL, keystone.AdminUser, keystone.AdminPassword, keystone.AdminProject, keystone.Region, providers)
+`, work, keystoneURL, keystone.AdminUser, keystone.AdminPassword, keystone.AdminProject, keystone.Region, providers, provider)
 }
 
 // tempestCounts counts subunit2csv's rows of the plugin's tests by module
