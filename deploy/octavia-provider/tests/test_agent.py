@@ -175,18 +175,21 @@ class AgentTest(unittest.TestCase):
         self.assertEqual({'lb1': ('ACTIVE', 'ONLINE')},
                          statuses(rep, 'loadbalancers'))
 
+    def assertWholeTree(self, rep, prov):
+        """rep gives every object of octavia_lb('lb1') prov, alone."""
+        for key, ids in (('loadbalancers', {'lb1'}), ('listeners', {'l1'}),
+                         ('pools', {'p1'}), ('members', {'m1'}),
+                         ('healthmonitors', {'hm1'})):
+            self.assertEqual({i: (prov, None) for i in ids},
+                             statuses(rep, key), key)
+
     def test_stale_delete(self):
         # Gone from flowlb, PENDING_DELETE in Octavia since long: it and
         # every object DELETED.
         self.octavia.put(octavia_lb('lb1', prov='PENDING_DELETE'),
                          since=NOW - datetime.timedelta(minutes=5))
         self.feed(9, {'id': 'lb1', 'gone': True, 'objects': []})
-        rep = self.lib.reports[-1]
-        for key, ids in (('loadbalancers', {'lb1'}), ('listeners', {'l1'}),
-                         ('pools', {'p1'}), ('members', {'m1'}),
-                         ('healthmonitors', {'hm1'})):
-            self.assertEqual({i: ('DELETED', None) for i in ids},
-                             statuses(rep, key), key)
+        self.assertWholeTree(self.lib.reports[-1], 'DELETED')
 
     def test_stale_lost_is_error(self):
         # Gone from flowlb, but Octavia was creating it, not deleting it:
@@ -194,12 +197,7 @@ class AgentTest(unittest.TestCase):
         self.octavia.put(octavia_lb('lb1', prov='PENDING_UPDATE'),
                          since=NOW - datetime.timedelta(minutes=5))
         self.feed(9, {'id': 'lb1', 'gone': True, 'objects': []})
-        rep = self.lib.reports[-1]
-        for key, ids in (('loadbalancers', {'lb1'}), ('listeners', {'l1'}),
-                         ('pools', {'p1'}), ('members', {'m1'}),
-                         ('healthmonitors', {'hm1'})):
-            self.assertEqual({i: ('ERROR', None) for i in ids},
-                             statuses(rep, key), key)
+        self.assertWholeTree(self.lib.reports[-1], 'ERROR')
 
     def test_lost_leaves_settled_objects(self):
         octavia = {('loadbalancer', 'lb1'): ('ERROR', 'OFFLINE'),

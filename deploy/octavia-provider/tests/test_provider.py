@@ -16,6 +16,20 @@ from flowlb_octavia import translate
 LB, LI, POOL, POOL2, MEM, HM = ('lb-1', 'li-1', 'pool-1', 'pool-2',
                                 'mem-1', 'hm-1')
 
+# Every object of full_lb() reported DELETED, as provisioning() reads it.
+FULL_LB_DELETED = {('loadbalancers', LB): 'DELETED',
+                   ('listeners', LI): 'DELETED',
+                   ('pools', POOL): 'DELETED',
+                   ('pools', POOL2): 'DELETED',
+                   ('members', MEM): 'DELETED',
+                   ('healthmonitors', HM): 'DELETED'}
+
+
+def provisioning(rep):
+    """A report's provisioning statuses: {(report key, id): status}."""
+    return {(k, e['id']): e['provisioning_status']
+            for k, es in rep.items() for e in es}
+
 
 def full_lb():
     """A fully populated load balancer as Octavia hands it over: one
@@ -144,14 +158,7 @@ class StatusTest(unittest.TestCase):
             {'pool': {'id': POOL2, 'provisioning_status': 'ACTIVE',
                       'operating_status': 'ONLINE'}, 'members': []}])
         rep = status.report(None, before)
-        got = {(k, e['id']): e['provisioning_status']
-               for k, es in rep.items() for e in es}
-        self.assertEqual({('loadbalancers', LB): 'DELETED',
-                          ('listeners', LI): 'DELETED',
-                          ('pools', POOL): 'DELETED',
-                          ('pools', POOL2): 'DELETED',
-                          ('members', MEM): 'DELETED',
-                          ('healthmonitors', HM): 'DELETED'}, got)
+        self.assertEqual(FULL_LB_DELETED, provisioning(rep))
 
     def test_settled(self):
         self.assertFalse(status.settled(tree('PENDING_UPDATE', [])))
@@ -343,14 +350,7 @@ class DriverTest(unittest.TestCase):
         driver.FlowlbProviderDriver().loadbalancer_delete(full_lb(),
                                                           cascade=True)
         rep = self.lib.reports[0]
-        got = {(k, e['id']): e['provisioning_status']
-               for k, es in rep.items() for e in es}
-        self.assertEqual({('loadbalancers', LB): 'DELETED',
-                          ('listeners', LI): 'DELETED',
-                          ('pools', POOL): 'DELETED',
-                          ('pools', POOL2): 'DELETED',
-                          ('members', MEM): 'DELETED',
-                          ('healthmonitors', HM): 'DELETED'}, got)
+        self.assertEqual(FULL_LB_DELETED, provisioning(rep))
 
     def test_other_refusals_of_a_delete_stay_errors(self):
         self.use(FakeFlowlb([None], fail=(409, 'immutable')))
