@@ -160,23 +160,31 @@ func keepTempestResults(t *testing.T, work, provider string) {
 	if err == nil {
 		err = os.MkdirAll(dir, 0o755)
 	}
-	for _, f := range []string{"run.txt", "results.csv"} {
-		if err != nil {
-			break
-		}
-		var b []byte
-		if b, err = os.ReadFile(filepath.Join(work, f)); errors.Is(err, os.ErrNotExist) {
-			err = nil
-			continue
-		} else if err == nil {
-			err = os.WriteFile(filepath.Join(dir, f), b, 0o644)
-		}
+	if err == nil {
+		err = copyIfThere(work, dir, "run.txt", "results.csv")
 	}
 	if err != nil {
 		t.Logf("tempest's results not kept: %v", err)
 		return
 	}
 	t.Logf("tempest's output and results kept in %s", dir)
+}
+
+// copyIfThere copies the named files that exist in from into to.
+func copyIfThere(from, to string, names ...string) error {
+	for _, f := range names {
+		b, err := os.ReadFile(filepath.Join(from, f))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(to, f), b, 0o644)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // runLogRows reads tempest run's own output (one line per test: "{0}
