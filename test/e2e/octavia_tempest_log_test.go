@@ -33,3 +33,57 @@ Totals
 		t.Fatalf("counts %v, failed %v", counts, failed)
 	}
 }
+
+// TestTempestShards: the listing's test ids, dealt to runs side by side
+// and their results joined back, a class's setUpClass once.
+func TestTempestShards(t *testing.T) {
+	listing := `2026-11-30 07:10:01 WARNING something
+octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.test_b[id-2]
+octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.test_a[id-1]
+  octavia_tempest_plugin.tests.api.v2.test_member.MemberAPITest1.test_c[id-3]
+octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.test_a[id-1]
+`
+	ids := tempestTestIDs(listing)
+	want := []string{
+		"octavia_tempest_plugin.tests.api.v2.test_member.MemberAPITest1.test_c[id-3]",
+		"octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.test_a[id-1]",
+		"octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.test_b[id-2]",
+	}
+	if !reflect.DeepEqual(ids, want) {
+		t.Fatalf("ids %q, want %q", ids, want)
+	}
+	for _, tc := range []struct {
+		n    int
+		want [][]string
+	}{
+		{1, [][]string{want}},
+		{2, [][]string{{want[0], want[2]}, {want[1]}}},
+		{4, [][]string{{want[0]}, {want[1]}, {want[2]}, nil}},
+	} {
+		if got := dealTests(ids, tc.n); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("dealTests(%d) = %q, want %q", tc.n, got, tc.want)
+		}
+	}
+
+	setup := "setUpClass (octavia_tempest_plugin.tests.api.v2.test_amphora.AmphoraAPITest)"
+	teardown := "tearDownClass (octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest)"
+	merged := mergeTempestRows(
+		[][]string{{"test", "status", "start_time"}, {setup, "skip", "x"}, {"octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.test_a", "success", "x"}},
+		nil,
+		[][]string{{"status", "test"}, {"skip", setup}, {"success", teardown}, {"success", "octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.test_b"}},
+		[][]string{{"test", "status"}, {teardown, "fail"}},
+	)
+	wantRows := [][]string{{"test", "status"},
+		{setup, "skip"},
+		{"octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.test_a", "success"},
+		{teardown, "fail"},
+		{"octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.test_b", "success"},
+	}
+	if !reflect.DeepEqual(merged, wantRows) {
+		t.Fatalf("merged\n%q\nwant\n%q", merged, wantRows)
+	}
+	counts, failed := tempestCounts(merged)
+	if counts["total"] != [3]int{2, 1, 1} || len(failed) != 1 || failed[0] != "octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.class" {
+		t.Fatalf("counts %v, failed %v", counts, failed)
+	}
+}

@@ -10,8 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,15 +32,28 @@ import (
 // test_with_noop off). tempest runs in the fabric namespace, where the
 // bed's services listen. FLOWLB_TEMPEST_REGEX narrows the run (default:
 // the whole API suite); the tests of test/compat/tempest/exclude-octavia.txt
-// are left out, each with its reason. FLOWLB_TEMPEST_PROVIDER=ovn runs
-// the same suite through the same Octavia with provider ovn (Debian's
-// ovn-octavia-provider, enabled beside flowlb), for the comparison. It
-// fails on any failed test and logs the counts by module.
+// are left out, each with its reason. FLOWLB_TEMPEST_PROVIDER names the
+// providers to run the suite through, comma-separated: flowlb (the
+// default), ovn (Debian's ovn-octavia-provider, enabled beside flowlb),
+// or both, for the comparison in one run on one Octavia. Each provider's
+// tests are dealt to FLOWLB_TEMPEST_SHARDS tempest runs (default 2) that
+// run at once. It fails on any failed test and logs the counts by
+// module.
 func TestRealOctaviaTempest(t *testing.T) {
 	openstack.Require(t)
-	provider := cmp.Or(os.Getenv("FLOWLB_TEMPEST_PROVIDER"), "flowlb")
-	if provider != "flowlb" && provider != "ovn" {
-		t.Fatalf("FLOWLB_TEMPEST_PROVIDER=%s: flowlb or ovn", provider)
+	providers := strings.Split(cmp.Or(os.Getenv("FLOWLB_TEMPEST_PROVIDER"), "flowlb"), ",")
+	for i, p := range providers {
+		if (p != "flowlb" && p != "ovn") || slices.Contains(providers[:i], p) {
+			t.Fatalf("FLOWLB_TEMPEST_PROVIDER=%s: flowlb, ovn or both, once each", strings.Join(providers, ","))
+		}
+	}
+	shards := 2
+	if v := os.Getenv("FLOWLB_TEMPEST_SHARDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n*len(providers) > maxTempestSlots {
+			t.Fatalf("FLOWLB_TEMPEST_SHARDS=%s: 1 to %d runs for each of %d providers", v, maxTempestSlots/len(providers), len(providers))
+		}
+		shards = n
 	}
 	for _, b := range []string{"tempest", "stestr", "subunit2csv"} {
 		if _, err := exec.LookPath(b); err != nil {
@@ -60,11 +76,12 @@ func TestRealOctaviaTempest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	withOVN := slices.Contains(providers, "ovn")
 	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert,
-		OVNProvider: provider == "ovn"})
+		OVNProvider: withOVN})
 	cloud.CreateRoles(openstack.OctaviaRoles...)
 	drivers := "flowlb:" + openstack.OctaviaProviderDescription
-	if provider == "ovn" {
+	if withOVN {
 		drivers += ",ovn:" + openstack.OVNProviderDescription
 	}
 
@@ -77,91 +94,221 @@ func TestRealOctaviaTempest(t *testing.T) {
 		err := fabric.Run(ctx, nil, &out, &out, "sh", "-c", script)
 		return out.String(), err
 	}
-	// A private workspace registry: the default one (~/.tempest) refuses
-	// a second workspace of the same name.
-	if out, err := run(5*time.Minute, fmt.Sprintf("cd %s && tempest init --workspace-path %s/workspace.yaml --name flowlb-%s ws",
-		work, work, filepath.Base(work))); err != nil {
-		t.Fatalf("tempest init: %v\n%s", err, out)
+	// Each run has a workspace of its own, in a private registry: the
+	// default one (~/.tempest) refuses a second workspace of the same name.
+	initWorkspace := func(dir, conf string) {
+		if out, err := run(5*time.Minute, fmt.Sprintf("cd %s && tempest init --workspace-path %s/workspace.yaml --name flowlb-%s ws",
+			dir, dir, strings.ReplaceAll(strings.TrimPrefix(dir, work), "/", "-")+filepath.Base(work))); err != nil {
+			t.Fatalf("tempest init: %v\n%s", err, out)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "ws", "etc", "tempest.conf"), []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	conf := tempestConf(work, cloud.KeystoneURL, provider, drivers) + string(features)
-	if err := os.WriteFile(filepath.Join(work, "ws", "etc", "tempest.conf"), []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
+	re := cmp.Or(os.Getenv("FLOWLB_TEMPEST_REGEX"), `^octavia_tempest_plugin\.tests\.api\.v2`)
+	initWorkspace(work, tempestConf(work, cloud.KeystoneURL, providers[0], drivers, 0)+string(features))
+	listing, err := run(5*time.Minute, fmt.Sprintf("cd %s/ws && tempest run --list-tests --regex '%s' --exclude-list %s", work, re, exclude))
+	ids := tempestTestIDs(listing)
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("tempest run --list-tests: %d tests, %v\n%s", len(ids), err, listing)
 	}
-	re := os.Getenv("FLOWLB_TEMPEST_REGEX")
-	if re == "" {
-		re = `^octavia_tempest_plugin\.tests\.api\.v2`
+	// The runs go side by side, each on subnets of its own: classes on
+	// their own networks with the same CIDRs would get the same VIP
+	// addresses at once, which one flowlb data plane refuses
+	// (docs/operations.md, overlapping tenant subnets). Within a run, one
+	// test at a time.
+	type shard struct {
+		provider, dir string
+		err           error
 	}
-	t.Logf("tempest: running %s through Octavia at %s", re, oct.URL)
-	t0 := time.Now()
-	// One test class at a time: classes on their own networks with the
-	// same CIDRs would get the same VIP addresses at once, which one
-	// flowlb data plane refuses (docs/operations.md, overlapping tenant
-	// subnets).
-	// The whole suite, one class at a time, takes 1.5 to 3 hours on 2
-	// loaded cores: the run gets what the test's -timeout leaves, less
-	// the time to count and report.
+	var runs []*shard
+	for pi, p := range providers {
+		for i, list := range dealTests(ids, shards) {
+			s := &shard{provider: p, dir: filepath.Join(work, fmt.Sprintf("%s-%d", p, i))}
+			if err := os.MkdirAll(s.dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			initWorkspace(s.dir, tempestConf(s.dir, cloud.KeystoneURL, p, drivers, pi*shards+i)+string(features))
+			if err := os.WriteFile(filepath.Join(s.dir, "tests.txt"), []byte(strings.Join(list, "\n")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			runs = append(runs, s)
+		}
+	}
+	t.Logf("tempest: %d tests of %s through Octavia at %s, providers %s, %d runs each side by side",
+		len(ids), re, oct.URL, strings.Join(providers, ", "), shards)
+	// The whole suite through one provider, one test at a time, took 1.5
+	// to 3 hours on 2 loaded cores: the runs get what the test's -timeout
+	// leaves, less the time to count and report.
 	budget := 170 * time.Minute
 	if d, ok := t.Deadline(); ok {
 		budget = time.Until(d) - 10*time.Minute
 	}
-	out, runErr := run(budget, fmt.Sprintf("cd %s/ws && tempest run --regex '%s' --exclude-list %s --concurrency 1 >%s/run.txt 2>&1",
-		work, re, exclude, work))
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for _, s := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, s.err = run(budget, fmt.Sprintf("cd %[1]s/ws && tempest run --load-list %[1]s/tests.txt --concurrency 1 >%[1]s/run.txt 2>&1", s.dir))
+		}()
+	}
+	wg.Wait()
 	took := time.Since(t0).Round(time.Second)
-	out2, csvErr := run(5*time.Minute, fmt.Sprintf("cd %s/ws && stestr last --subunit | subunit2csv --no-passthrough >%s/results.csv", work, work))
-	keepTempestResults(t, work, provider)
-	var rows [][]string
-	if csvErr == nil {
-		f, err := os.Open(filepath.Join(work, "results.csv"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err = csv.NewReader(f).ReadAll()
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if len(rows) < 2 {
-		// A run cut short leaves stestr no result to give: count what
-		// tempest's own output says of each test.
-		log, err := os.ReadFile(filepath.Join(work, "run.txt"))
-		if err != nil {
-			t.Fatalf("tempest's results: %v; %v\n%s%s", csvErr, err, out, out2)
-		}
-		rows = runLogRows(string(log))
-	}
-	counts, failed := tempestCounts(rows)
-	t.Logf("tempest through Octavia (provider %s): %s, %s\n%s", provider, took, re, formatCounts(counts))
-	if len(failed) > 0 || runErr != nil {
-		log, _ := os.ReadFile(filepath.Join(work, "run.txt"))
-		var details []string
-		for _, l := range strings.Split(string(log), "\n") {
-			if strings.Contains(l, "... FAILED") || strings.Contains(l, "Details:") || strings.Contains(l, "Error: ") ||
-				strings.Contains(l, "MismatchError") {
-				details = append(details, l)
+	for _, p := range providers {
+		var tables [][][]string
+		var runErrs []error
+		for _, s := range runs {
+			if s.provider != p {
+				continue
 			}
+			if s.err != nil {
+				runErrs = append(runErrs, fmt.Errorf("%s: %w", filepath.Base(s.dir), s.err))
+			}
+			tables = append(tables, shardRows(t, run, s.dir))
 		}
-		if len(details) > 200 {
-			details = details[:200]
+		keepTempestResults(t, work, p)
+		counts, failed := tempestCounts(mergeTempestRows(tables...))
+		t.Logf("tempest through Octavia (provider %s): %s, %s\n%s", p, took, re, formatCounts(counts))
+		if len(failed) > 0 || len(runErrs) > 0 {
+			var details []string
+			for _, s := range runs {
+				if s.provider != p {
+					continue
+				}
+				log, _ := os.ReadFile(filepath.Join(s.dir, "run.txt"))
+				for _, l := range strings.Split(string(log), "\n") {
+					if strings.Contains(l, "... FAILED") || strings.Contains(l, "Details:") || strings.Contains(l, "Error: ") ||
+						strings.Contains(l, "MismatchError") {
+						details = append(details, l)
+					}
+				}
+			}
+			if len(details) > 200 {
+				details = details[:200]
+			}
+			t.Errorf("tempest (provider %s): %d failed (%v): %v\n%s", p, len(failed), errors.Join(runErrs...), failed, strings.Join(details, "\n"))
 		}
-		t.Errorf("tempest: %d failed (%v): %v\n%s", len(failed), runErr, failed, strings.Join(details, "\n"))
-	}
-	if counts["total"][0] == 0 {
-		t.Errorf("tempest passed no test\n%s", out)
+		if counts["total"][0] == 0 {
+			t.Errorf("tempest (provider %s) passed no test", p)
+		}
 	}
 }
 
-// keepTempestResults copies tempest's output and results of a run to
-// _artifacts/octavia-tempest-<provider> at the repository's root (git
-// ignores it), so that they outlive the test's directory, a run cut
-// short included.
+// maxTempestSlots is how many tempest runs tempestConf has subnets for.
+const maxTempestSlots = 6
+
+// shardRows is one run's results as subunit2csv's rows: from stestr's
+// record, or, for a run cut short (stestr then has none), from tempest's
+// own output.
+func shardRows(t *testing.T, run func(time.Duration, string) (string, error), dir string) [][]string {
+	t.Helper()
+	out, err := run(5*time.Minute, fmt.Sprintf("cd %[1]s/ws && stestr last --subunit | subunit2csv --no-passthrough >%[1]s/results.csv", dir))
+	if err == nil {
+		b, err := os.ReadFile(filepath.Join(dir, "results.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) >= 2 {
+			return rows
+		}
+	}
+	log, lerr := os.ReadFile(filepath.Join(dir, "run.txt"))
+	if lerr != nil {
+		t.Fatalf("tempest's results in %s: %v; %v\n%s", dir, err, lerr, out)
+	}
+	return runLogRows(string(log))
+}
+
+// tempestTestIDs is the plugin's test ids in the output of tempest run
+// --list-tests, sorted, once each.
+func tempestTestIDs(listing string) []string {
+	var ids []string
+	for _, l := range strings.Split(listing, "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "octavia_tempest_plugin.") {
+			ids = append(ids, l)
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// dealTests deals the tests to n runs in turn, so that each run gets
+// its share of every class (a class's setUp then runs in each run that
+// has a test of it, on networks of its own).
+func dealTests(ids []string, n int) [][]string {
+	runs := make([][]string, n)
+	for i, id := range ids {
+		runs[i%n] = append(runs[i%n], id)
+	}
+	return runs
+}
+
+// mergeTempestRows joins the subunit2csv tables of several runs into one,
+// with one row for each test: a class's setUpClass or tearDownClass,
+// reported by every run that ran the class, counts once, as failed if
+// it failed in any.
+func mergeTempestRows(tables ...[][]string) [][]string {
+	merged := [][]string{{"test", "status"}}
+	at := map[string]int{}
+	for _, rows := range tables {
+		if len(rows) == 0 {
+			continue
+		}
+		ti, si := slices.Index(rows[0], "test"), slices.Index(rows[0], "status")
+		if ti < 0 || si < 0 {
+			continue
+		}
+		for _, r := range rows[1:] {
+			if len(r) <= ti || len(r) <= si {
+				continue
+			}
+			id, status := r[ti], r[si]
+			i, seen := at[id]
+			if !seen {
+				at[id] = len(merged)
+				merged = append(merged, []string{id, status})
+				continue
+			}
+			if tempestFailed(status) && !tempestFailed(merged[i][1]) {
+				merged[i][1] = status
+			}
+		}
+	}
+	return merged
+}
+
+// tempestFailed says whether a subunit status is a failure.
+func tempestFailed(status string) bool {
+	switch status {
+	case "fail", "failure", "error", "xfail", "uxsuccess":
+		return true
+	}
+	return false
+}
+
+// keepTempestResults copies tempest's output and results of each run of
+// a provider to _artifacts/octavia-tempest-<provider>/<run> at the
+// repository's root (git ignores it), so that they outlive the test's
+// directory, a run cut short included.
 func keepTempestResults(t *testing.T, work, provider string) {
 	dir, err := filepath.Abs("../../_artifacts/octavia-tempest-" + provider)
 	if err == nil {
-		err = os.MkdirAll(dir, 0o755)
+		err = os.RemoveAll(dir)
 	}
-	if err == nil {
-		err = copyIfThere(work, dir, "run.txt", "results.csv")
+	for i := 0; err == nil && i < maxTempestSlots; i++ {
+		from := filepath.Join(work, fmt.Sprintf("%s-%d", provider, i))
+		if _, serr := os.Stat(from); serr != nil {
+			continue
+		}
+		to := filepath.Join(dir, strconv.Itoa(i))
+		if err = os.MkdirAll(to, 0o755); err == nil {
+			err = copyIfThere(from, to, "run.txt", "results.csv")
+		}
 	}
 	if err != nil {
 		t.Logf("tempest's results not kept: %v", err)
@@ -233,8 +380,9 @@ func runLogRows(log string) [][]string {
 // plugin makes real networks only with test_with_noop off, and then skips
 // every class unless compute and image are "available" too: its API tests
 // call neither. The CIDRs of the per-class subnets are the lab's test
-// ranges, inside Neutron only.
-func tempestConf(work, keystoneURL, provider, providers string) string {
+// ranges, inside Neutron only, three of each family for each of the runs
+// side by side (slot 0 to maxTempestSlots-1).
+func tempestConf(work, keystoneURL, provider, providers string, slot int) string {
 	return fmt.Sprintf(`[DEFAULT]
 log_dir = %[1]s/log
 [auth]
@@ -266,12 +414,12 @@ provider = %[8]s
 RBAC_test_type = advanced
 enabled_provider_drivers = %[7]s
 test_with_ipv6 = True
-vip_subnet_cidr = 198.18.230.0/24
-member_1_ipv4_subnet_cidr = 198.18.231.0/24
-member_2_ipv4_subnet_cidr = 198.18.232.0/24
-vip_ipv6_subnet_cidr = 2001:2:0:230::/64
-member_1_ipv6_subnet_cidr = 2001:2:0:231::/64
-member_2_ipv6_subnet_cidr = 2001:2:0:232::/64
+vip_subnet_cidr = 198.18.%[9]d.0/24
+member_1_ipv4_subnet_cidr = 198.18.%[10]d.0/24
+member_2_ipv4_subnet_cidr = 198.18.%[11]d.0/24
+vip_ipv6_subnet_cidr = 2001:2:0:%[9]d::/64
+member_1_ipv6_subnet_cidr = 2001:2:0:%[10]d::/64
+member_2_ipv6_subnet_cidr = 2001:2:0:%[11]d::/64
 build_interval = 0.5
 build_timeout = 180
 lb_build_interval = 0.5
@@ -280,7 +428,8 @@ check_interval = 0.5
 check_timeout = 120
 [enforce_scope]
 octavia = False
-`, work, keystoneURL, keystone.AdminUser, keystone.AdminPassword, keystone.AdminProject, keystone.Region, providers, provider)
+`, work, keystoneURL, keystone.AdminUser, keystone.AdminPassword, keystone.AdminProject, keystone.Region, providers, provider,
+		230+3*slot, 231+3*slot, 232+3*slot)
 }
 
 // tempestCounts counts subunit2csv's rows of the plugin's tests by module
@@ -322,9 +471,11 @@ func tempestCounts(rows [][]string) (map[string][3]int, []string) {
 			k = 0
 		case "skip":
 			k = 1
-		case "fail", "failure", "error", "xfail", "uxsuccess":
-			k = 2
-			failed = append(failed, id)
+		default:
+			if tempestFailed(r[si]) {
+				k = 2
+				failed = append(failed, id)
+			}
 		}
 		if k < 0 {
 			continue
