@@ -93,7 +93,7 @@ class Follower:
     """The agent's state: its position in flowlb's log, the load balancers
     waiting to settle, and the statistics last reported.
 
-    flowlb: a client.Client; lib: octavia-lib's DriverLibrary (the
+    flowlb: a client.Client; lib: driver._lib() (the
     reports); octavia: an OctaviaDB (the reads)."""
 
     def __init__(self, flowlb, lib, opts, octavia, clock=time.monotonic,

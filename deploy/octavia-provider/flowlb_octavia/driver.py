@@ -7,7 +7,8 @@ level. Each call is one request to flowlb's own Octavia API with the
 objects' Octavia ids (translate.py); flowlb answers at once with its
 objects PENDING_*, and a waiter then follows that one load balancer until
 flowlb settles it (every agent programmed it) and reports the statuses
-of its whole tree to Octavia's driver agent (status.py).
+of its whole tree to Octavia (status.py), with the driver agent's own
+code in this process (inprocess.py).
 """
 
 import re
@@ -25,6 +26,7 @@ from octavia_lib.api.drivers import provider_base
 
 from flowlb_octavia import client as flowlb_client
 from flowlb_octavia import config
+from flowlb_octavia import inprocess
 from flowlb_octavia import status
 from flowlb_octavia import translate
 
@@ -72,14 +74,19 @@ def _flowlb():
 
 
 def _lib():
+    """The driver library: done in this process inside Octavia
+    (inprocess.py), octavia-lib's through the driver agent elsewhere."""
     with _lock:
         lib = _backends.get('lib')
         if lib is None:
-            da = CONF.driver_agent
-            lib = driver_lib.DriverLibrary(
-                status_socket=da.status_socket_path,
-                stats_socket=da.stats_socket_path,
-                get_socket=da.get_socket_path)
+            if inprocess.available():
+                lib = inprocess.Library()
+            else:
+                da = CONF.driver_agent
+                lib = driver_lib.DriverLibrary(
+                    status_socket=da.status_socket_path,
+                    stats_socket=da.stats_socket_path,
+                    get_socket=da.get_socket_path)
             _backends['lib'] = lib
         return lib
 
@@ -168,13 +175,39 @@ _GETTERS = {
 }
 
 
+def _visible(kind, oid):
+    """Whether Octavia's database shows the object."""
+    lib = _lib()
+    if hasattr(lib, 'visible'):
+        return lib.visible(kind, oid)
+    return getattr(lib, _GETTERS[kind])(oid) is not None
+
+
+def _retried(deadline, what, fn, *args):
+    """fn(*args), tried again after a failure until the deadline: a
+    waiter that gave up on a question or a report would leave its load
+    balancer PENDING_* in Octavia until the provider agent's
+    resynchronisation (the driver library's calls time out after 5 s on
+    a loaded machine, a database call meets a deadlock)."""
+    delay = 0.05
+    while True:
+        try:
+            return fn(*args)
+        except Exception as e:
+            if time.monotonic() > deadline:
+                raise
+            LOG.warning('%s: %s; again in %.2f s', what, e, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
 def _wait_visible(kind, oid, deadline):
     """Waits until Octavia's database shows a created object: the driver
     is called inside Octavia's transaction, and a status for a row not
     yet committed would be lost."""
-    get = getattr(_lib(), _GETTERS[kind])
     delay = 0.05
-    while get(oid) is None:
+    while not _retried(deadline, 'is %s %s in Octavia' % (kind, oid),
+                       _visible, kind, oid):
         if time.monotonic() > deadline:
             raise TimeoutError('%s %s never appeared in Octavia' % (kind, oid))
         time.sleep(delay)
@@ -193,31 +226,36 @@ def _settle(lb_id, kind, oid, created, before, extra_paths, wait_for,
         c = _flowlb()
         delay = 0.05
         while True:
-            tree = c.get('/loadbalancers/%s/status' % lb_id)
+            tree = _retried(deadline, 'status of load balancer %s' % lb_id,
+                            c.get, '/loadbalancers/%s/status' % lb_id)
             if tree is None or status.settled(tree):
                 break
             if time.monotonic() > deadline:
                 LOG.error('flowlb did not settle load balancer %s after a '
                           'change of %s %s', lb_id, kind, oid)
-                _lib().update_loadbalancer_status(
-                    status.failed(kind, oid, lb_id))
+                _retried(deadline + 30, 'report of %s %s' % (kind, oid),
+                         _lib().update_loadbalancer_status,
+                         status.failed(kind, oid, lb_id))
                 return
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
         # Octavia commits its rows once the call returned, by the time
         # flowlb has programmed every node as a rule: asked only now,
-        # the driver agent (which forks for each question) is asked once.
+        # Octavia's database is asked once.
         if created:
             _wait_visible(kind, oid, deadline)
         for k, i in wait_for:
             _wait_visible(k, i, deadline)
         parents = {}
-        now = None if tree is None else _objects(lb_id, extra_paths,
-                                                 parents)
+        now = None if tree is None else _retried(
+            deadline, 'objects of load balancer %s' % lb_id,
+            _objects, lb_id, extra_paths, parents)
         for k, v in (before_parents or {}).items():
             parents.setdefault(k, v)
-        _lib().update_loadbalancer_status(status.report(
-            now, before, _scope(kind, oid, created, parents, covers)))
+        _retried(deadline, 'report of %s %s' % (kind, oid),
+                 _lib().update_loadbalancer_status, status.report(
+                     now, before, _scope(kind, oid, created, parents,
+                                         covers)))
     except Exception:
         LOG.exception('status of %s %s (load balancer %s) not reported',
                       kind, oid, lb_id)
@@ -260,7 +298,7 @@ class FlowlbProviderDriver(provider_base.ProviderDriver):
         self.name = 'flowlb'
 
     # The VIP port: Octavia's network driver makes it (octavia_owned, so
-    # that the driver agent deletes it when the load balancer is
+    # that Octavia's status update deletes it when the load balancer is
     # reported DELETED); flowlb takes it as the create's vip_port_id.
     def create_vip_port(self, loadbalancer_id, project_id, vip_dictionary,
                         additional_vip_dicts=None):
@@ -364,8 +402,7 @@ class FlowlbProviderDriver(provider_base.ProviderDriver):
         _call('PUT', '/pools/%s/members' % pool_id, {'members': [
             translate.body('member', m) for m in members]})
         # Octavia commits the whole list in one transaction: one new
-        # member visible, all are (each question forks the driver agent,
-        # and a batch may hold thousands).
+        # member visible, all are (a batch may hold thousands).
         new = [m.member_id for m in members
                if ('member', m.member_id) not in (before or {})]
         _after(lb_id, 'pool', pool_id, before=before,

@@ -291,6 +291,53 @@ class DriverTest(unittest.TestCase):
         self.assertEqual({LB}, {e['id'] for e in rep['loadbalancers']})
         self.assertEqual({LI}, {e['id'] for e in rep['listeners']})
 
+    def test_a_failed_question_or_report_is_tried_again(self):
+        # The driver agent's socket times out on a loaded machine; a
+        # waiter that gave up left the load balancer PENDING_CREATE
+        # until the agent's resynchronisation.
+        class Flaky(FakeLib):
+            def __init__(self):
+                super().__init__()
+                self.asked, self.tried = 0, 0
+
+            def visible(self, kind, oid):
+                self.asked += 1
+                if self.asked == 1:
+                    raise exceptions.DriverAgentTimeout()
+                return self.asked > 2
+
+            def update_loadbalancer_status(self, s):
+                self.tried += 1
+                if self.tried == 1:
+                    raise exceptions.UpdateStatusError()
+                super().update_loadbalancer_status(s)
+
+        self.lib = Flaky()
+        fake = FakeFlowlb([tree('ACTIVE', listener_tree())])
+        self.use(fake)
+        driver.FlowlbProviderDriver().loadbalancer_create(full_lb())
+        self.assertEqual((3, 2), (self.lib.asked, self.lib.tried))
+        self.assertEqual(1, len(self.lib.reports))
+        self.assertEqual('ACTIVE',
+                         self.lib.reports[0]['loadbalancers'][0][
+                             'provisioning_status'])
+
+    def test_a_report_failing_past_the_deadline_is_given_up(self):
+        class Refusing(FakeLib):
+            def update_loadbalancer_status(self, s):
+                raise exceptions.UpdateStatusError()
+
+        clock = iter(range(0, 10 ** 6, 100))
+        monotonic = driver.time.monotonic
+        driver.time.monotonic = lambda: next(clock)
+        try:
+            self.lib = Refusing()
+            self.use(FakeFlowlb([tree('ACTIVE', listener_tree())]))
+            with self.assertLogs(driver.LOG.logger, 'ERROR'):
+                driver.FlowlbProviderDriver().loadbalancer_create(full_lb())
+        finally:
+            driver.time.monotonic = monotonic
+
     def test_member_create_reports_it_and_its_parents_only(self):
         # Each object reported gets a new updated_at in Octavia; the
         # other member, the monitor and the pool without a listener are
