@@ -3,7 +3,8 @@
 # Go, gcc and git; with --test, what the tests need too: the openstack CLI
 # and the lab's Kubernetes control plane, built from source the first time
 # (minutes); with --openstack, the real Neutron on OVN of `make openstack`
-# (not part of `make test`). Idempotent: does nothing when all is present.
+# (not part of `make test`), and the Kubernetes binaries and
+# cloud-provider-openstack its CPO test runs. Idempotent: does nothing when all is present.
 set -euo pipefail
 
 test=false openstack=false
@@ -107,6 +108,13 @@ if $test; then
 	if command -v terraform >/dev/null 2>&1; then
 		"$(dirname "$0")/terraform-provider-bins.sh" >/dev/null
 	fi
+fi
+# cloud-provider-openstack through the real Octavia (TestRealOctaviaCPO)
+# on the lab's Kubernetes control plane and kube-proxy: the same cached
+# builds as --test's.
+if $openstack; then
+	"$(dirname "$0")/kube-bins.sh" >/dev/null
+	"$(dirname "$0")/cpo-bins.sh" >/dev/null
 fi
 # Terraform through the real Octavia (TestRealOctaviaClients) likewise.
 if $openstack && command -v terraform >/dev/null 2>&1; then

@@ -596,6 +596,12 @@ monitor-max-retries = 1
 `, keystoneURL, keystone.Region, e.tls.CACert, vipSubnet)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	runCPO(t, e, bin, conf)
+}
+
+// runCPO runs openstack-cloud-controller-manager's service controller in
+// the fabric with the cloud config conf, cluster name "lab".
+func runCPO(t *testing.T, e *kubeEnv, bin, conf string) {
 	kcfg := e.kc.State.LabKubeconfig
 	if _, err := e.lab.Fabric().Start("cpo", []string{bin, "--cloud-provider", "openstack", "--cloud-config", conf,
 		"--kubeconfig", kcfg, "--authentication-kubeconfig", kcfg, "--authorization-kubeconfig", kcfg,

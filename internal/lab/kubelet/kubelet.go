@@ -122,6 +122,12 @@ type Config struct {
 	// agent DaemonSet on eBPF finds its node's cgroup and bpffs where the
 	// manifests mount them.
 	HostPaths func(node int) map[string]string
+	// NodeIPs, by lab node, replace the IPv4 InternalIP a node reports
+	// (its fabric address otherwise): on the OpenStack test bed a node's
+	// address on the tenant network, where a cloud's load balancer finds
+	// its node ports (cloud-provider-openstack's members are the nodes'
+	// InternalIPs).
+	NodeIPs map[int]netip.Addr
 	// Timing (defaults: lease 40s renewed every 10s, status every 60s).
 	LeaseDuration   time.Duration
 	HeartbeatPeriod time.Duration

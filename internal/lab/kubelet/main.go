@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,6 +44,14 @@ func Main(args []string, stderr io.Writer) error {
 	fs.IntVar(&fd, "api-listen-fd", -1, "listening socket to forward to the API server")
 	fs.StringVar(&bin, "flowlb-bin", "", "flowlb binary that runs pods of flowlb's image (default: this executable)")
 	fs.IntVar(&zones, "zones", 0, "topology zones the nodes are dealt into (default: the lab's)")
+	nodeIPs := map[int]netip.Addr{}
+	fs.Func("node-ip", "N=ADDR: lab node N reports ADDR as its IPv4 InternalIP instead of its fabric address (repeatable)", func(v string) error {
+		n, a, err := parseNodeIP(v)
+		if err == nil {
+			nodeIPs[n] = a
+		}
+		return err
+	})
 	forwardOnly := fs.Bool("forward-only", false, "only forward the API listener to the API server: the nodes are real kubelets (lab up --kubelet real)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -74,6 +84,7 @@ func Main(args []string, stderr io.Writer) error {
 	cfg := Config{Lab: name, Client: client, Runtime: LabRuntime{Lab: l}, Zones: zones,
 		FlowlbBin: bin, VolumeDir: filepath.Join(l.KubeDir(), "volumes"), APIHost: lab.ControlAddr.String(), APIPort: lab.KubeAPIPort,
 		HostPaths: l.NodeHostPaths,
+		NodeIPs:   nodeIPs,
 		APIAddr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(lab.KubeAPIPort)),
 		Log:       slog.New(slog.NewTextHandler(stderr, nil))}
 	if fd >= 0 {
@@ -96,6 +107,21 @@ func Main(args []string, stderr io.Writer) error {
 		return err
 	}
 	return k.Run(ctx)
+}
+
+// parseNodeIP parses --node-ip's N=ADDR: a lab node (from 1) and an
+// IPv4 address.
+func parseNodeIP(v string) (int, netip.Addr, error) {
+	ns, as, ok := strings.Cut(v, "=")
+	n, err := strconv.Atoi(ns)
+	if !ok || err != nil || n < 1 {
+		return 0, netip.Addr{}, fmt.Errorf("--node-ip %q: want N=ADDR, N a lab node from 1", v)
+	}
+	a, err := netip.ParseAddr(as)
+	if err != nil || !a.Is4() {
+		return 0, netip.Addr{}, fmt.Errorf("--node-ip %q: want an IPv4 address after =", v)
+	}
+	return n, a, nil
 }
 
 // Cluster is a lab with a running Kubernetes control plane.

@@ -3,6 +3,7 @@ package kubelet
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -51,11 +52,15 @@ func nodeObject(labName string, i, zones int) *corev1.Node {
 }
 
 // nodeStatus is the status the kubelet reports for lab node i; ready
-// conditions keep their transition time while they hold.
-func nodeStatus(old corev1.NodeStatus, i int, now metav1.Time) corev1.NodeStatus {
+// conditions keep their transition time while they hold. Its IPv4
+// InternalIP is ip4 if valid (Config.NodeIPs), else its fabric address.
+func nodeStatus(old corev1.NodeStatus, i int, ip4 netip.Addr, now metav1.Time) corev1.NodeStatus {
 	st := *old.DeepCopy()
+	if !ip4.IsValid() {
+		ip4 = lab.NodeAddr(i)
+	}
 	st.Addresses = []corev1.NodeAddress{
-		{Type: corev1.NodeInternalIP, Address: lab.NodeAddr(i).String()},
+		{Type: corev1.NodeInternalIP, Address: ip4.String()},
 		{Type: corev1.NodeInternalIP, Address: lab.NodeAddr6(i).String()},
 		{Type: corev1.NodeHostName, Address: lab.NodeName(i)},
 	}
@@ -115,7 +120,7 @@ func (k *Kubelet) registerNode(ctx context.Context, i int) error {
 
 func (k *Kubelet) postNodeStatus(ctx context.Context, n *corev1.Node, i int) error {
 	n = n.DeepCopy()
-	n.Status = nodeStatus(n.Status, i, metav1.NewTime(time.Now()))
+	n.Status = nodeStatus(n.Status, i, k.cfg.NodeIPs[i], metav1.NewTime(time.Now()))
 	if _, err := k.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("node %s status: %w", n.Name, err)
 	}

@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 
 func labNode(i int, mod ...func(*corev1.Node)) *corev1.Node {
 	n := nodeObject("x", i, 3)
-	n.Status = nodeStatus(corev1.NodeStatus{}, i, metav1.Now())
+	n.Status = nodeStatus(corev1.NodeStatus{}, i, netip.Addr{}, metav1.Now())
 	for _, m := range mod {
 		m(n)
 	}
@@ -180,7 +181,7 @@ func TestNodeObjectAndStatus(t *testing.T) {
 		t.Errorf("no zones: %s", Zone(7, 0))
 	}
 	t0 := metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
-	st := nodeStatus(corev1.NodeStatus{}, 4, t0)
+	st := nodeStatus(corev1.NodeStatus{}, 4, netip.Addr{}, t0)
 	if len(st.Addresses) != 3 || st.Addresses[0].Type != corev1.NodeInternalIP || st.Addresses[0].Address != "198.18.0.4" ||
 		st.Addresses[1].Type != corev1.NodeInternalIP || st.Addresses[1].Address != "2001:2::4" {
 		t.Errorf("addresses %+v", st.Addresses)
@@ -188,11 +189,46 @@ func TestNodeObjectAndStatus(t *testing.T) {
 	if !nodeReady(&corev1.Node{Status: st}) {
 		t.Errorf("not ready: %+v", st.Conditions)
 	}
+	// A node with an address of its own (Config.NodeIPs) reports it
+	// in place of the fabric's IPv4 address, nothing else changed.
+	own := nodeStatus(corev1.NodeStatus{}, 4, netip.MustParseAddr("198.18.225.7"), t0)
+	if len(own.Addresses) != 3 || own.Addresses[0].Address != "198.18.225.7" || own.Addresses[1].Address != "2001:2::4" ||
+		own.Addresses[2].Type != corev1.NodeHostName || own.Addresses[2].Address != "n4" {
+		t.Errorf("addresses with a node IP: %+v", own.Addresses)
+	}
 	t1 := metav1.NewTime(t0.Add(time.Minute))
-	st = nodeStatus(st, 4, t1)
+	st = nodeStatus(st, 4, netip.Addr{}, t1)
 	for _, c := range st.Conditions {
 		if !c.LastTransitionTime.Equal(&t0) || !c.LastHeartbeatTime.Equal(&t1) {
 			t.Errorf("condition %s: transition %s heartbeat %s", c.Type, c.LastTransitionTime, c.LastHeartbeatTime)
+		}
+	}
+}
+
+func TestParseNodeIP(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		node int
+		addr string // "" : refused
+	}{
+		{"1=198.18.225.5", 1, "198.18.225.5"},
+		{"12=10.0.0.1", 12, "10.0.0.1"},
+		{"0=198.18.225.5", 0, ""},
+		{"n1=198.18.225.5", 0, ""},
+		{"198.18.225.5", 0, ""},
+		{"1=", 0, ""},
+		{"1=2001:2::5", 0, ""},
+		{"1=not-an-address", 0, ""},
+	} {
+		n, a, err := parseNodeIP(tc.in)
+		if tc.addr == "" {
+			if err == nil {
+				t.Errorf("parseNodeIP(%q) = %d, %s, want an error", tc.in, n, a)
+			}
+			continue
+		}
+		if err != nil || n != tc.node || a.String() != tc.addr {
+			t.Errorf("parseNodeIP(%q) = %d, %s, %v, want %d, %s", tc.in, n, a, err, tc.node, tc.addr)
 		}
 	}
 }
