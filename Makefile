@@ -93,7 +93,10 @@ unit-python:
 # on 2026-11-29, at load averages of 30-60 on 2 cores, TestCloud took 8
 # minutes and TestRealNeutronVIPAndFloatingIP 4 (the bed up in 1.7 to 7
 # minutes, Keystone's and Neutron's start the most of it; the first run
-# also makes the templates, openstack-lab.md, about 10 minutes more).
+# also makes the templates, openstack-lab.md, about 10 minutes more);
+# with the checks of the load balancer's security group,
+# TestRealNeutronVIPAndFloatingIP took 3.8 minutes on 2026-11-30 at load
+# averages of 12-27 (the bed up in 1.7).
 # TestRealOctaviaProvider (flowlb as a provider of the real Octavia) took
 # 6 to 6.5 minutes at load averages of 12-15, Octavia up in about 2 of
 # them (its database migrated at each start); 2.5 minutes on 2026-11-30

@@ -111,7 +111,7 @@ func (s *Service) commit(ctx context.Context, build func(tx store.Tx) (*Tree, er
 	if s.cfg.Written != nil && p.Change != 0 {
 		s.cfg.Written(Written{Entry: p.Change, Tree: tree, Began: began, FreshPorts: tree.freshPorts})
 	}
-	s.realize(p, tree.LB.Provider)
+	s.realize(p, tree.LB.Provider, tree)
 	return tree, nil
 }
 
@@ -166,16 +166,22 @@ const (
 )
 
 // realize hands a pending change to the LB's provider and completes the
-// tree when the provider reports back.
-func (s *Service) realize(p store.Pending, provider string) {
+// tree when the provider reports back. t is the change's tree: its VIP
+// ports' security group is brought to its listeners meanwhile, and a
+// failure there fails the change as the provider's would.
+func (s *Service) realize(p store.Pending, provider string, t *Tree) {
 	prov := s.providers[provider]
 	if prov == nil {
 		s.log.Error("load balancer names a provider that is not enabled", "loadbalancer", p.LoadBalancerID, "provider", provider)
 		return
 	}
 	s.inflight.Add(1)
+	group := s.syncVIPGroup(t)
 	prov.Realize(p.LoadBalancerID, p.Change, func(err error) {
 		defer s.inflight.Done()
+		if group != nil {
+			err = errors.Join(err, <-group)
+		}
 		// A completion that fails (database busy) is retried, and retried
 		// for as long as the database is unreachable: nobody else would
 		// complete it, since Resume takes over only the changes of
@@ -296,6 +302,9 @@ func (s *Service) purge(tx store.Tx, t *Tree) error {
 			}
 		}
 	}
+	if err := s.releaseVIPGroup(tx, t.LB); err != nil {
+		return err
+	}
 	return tx.Delete(store.KindLoadBalancer, t.LB.ID)
 }
 
@@ -321,7 +330,9 @@ func (s *Service) Resume(ctx context.Context) (int, error) {
 	if err != nil || len(taken) == 0 {
 		return 0, err
 	}
-	providers := map[string]string{}
+	// The trees as their changes committed them: the load balancers
+	// stay locked until the changes complete.
+	trees := map[string]*Tree{}
 	err = s.st.View(ctx, func(tx store.ReadTx) error {
 		for _, p := range taken {
 			rec, err := tx.Get(store.KindLoadBalancer, p.LoadBalancerID)
@@ -331,11 +342,11 @@ func (s *Service) Resume(ctx context.Context) (int, error) {
 			if err != nil {
 				return err
 			}
-			lb, err := decode[LoadBalancer](rec)
+			t, err := loadTreeOf(tx, rec, []store.Kind{store.KindListener})
 			if err != nil {
 				return err
 			}
-			providers[p.LoadBalancerID] = lb.Provider
+			trees[p.LoadBalancerID] = t
 		}
 		return nil
 	})
@@ -343,7 +354,7 @@ func (s *Service) Resume(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for _, p := range taken {
-		prov, ok := providers[p.LoadBalancerID]
+		t, ok := trees[p.LoadBalancerID]
 		if !ok {
 			// The load balancer is gone: nothing to realize, only the
 			// pending record to close.
@@ -353,7 +364,7 @@ func (s *Service) Resume(ctx context.Context) (int, error) {
 			continue
 		}
 		s.log.Info("resuming a pending change", "loadbalancer", p.LoadBalancerID, "change", p.Change)
-		s.realize(p, prov)
+		s.realize(p, t.LB.Provider, t)
 	}
 	return len(taken), nil
 }

@@ -139,7 +139,7 @@ func (s *Service) allocateVIPs(tx store.Tx, lb *LoadBalancer, req LoadBalancerCr
 	}
 	for _, av := range req.AdditionalVIPs {
 		v, err := s.vips.Allocate(tx, VIPRequest{ProjectID: lb.ProjectID, LoadBalancerID: lb.ID, SubnetID: av.SubnetID, Address: av.IPAddress, PortID: av.PortID,
-			VIPNetworkID: lb.VIPNetworkID, Token: token})
+			VIPNetworkID: lb.VIPNetworkID, VIPOwned: lb.OwnsVIPPort, Token: token})
 		if err != nil {
 			return err
 		}

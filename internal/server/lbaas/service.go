@@ -34,6 +34,10 @@ type VIPRequest struct {
 	// allocator that cannot tell a subnet's network (noop) takes it as
 	// the answer; one that can lets the domain compare.
 	VIPNetworkID string
+	// VIPOwned is set for an additional VIP whose load balancer's VIP
+	// port the allocator made: the additional VIP's port is protected
+	// as that one is (a real Neutron's group lb-<id>, VIPGroups).
+	VIPOwned bool
 }
 
 // VIP is an allocated address.

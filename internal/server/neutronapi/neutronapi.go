@@ -3,9 +3,10 @@
 // (internal/server/neutron): a VIP is a port of that Neutron, made, read and
 // deleted as Octavia's allowed-address-pairs network driver does (one
 // port per VIP, administratively down, device_id lb-<id>, with flowlb's
-// own device_owner), through gophercloud with a Keystone service user.
-// Networks, subnets, floating IPs and security groups are Neutron's; the
-// agents program the VIPs as with the embedded subset.
+// own device_owner, and a security group lb-<id> open on the listeners'
+// ports), through gophercloud with a Keystone service user. Networks,
+// subnets, floating IPs and security groups are Neutron's; the agents
+// program the VIPs as with the embedded subset.
 //
 // One flowlb data plane serves each VIP address once: an address Neutron
 // gives on one network while another load balancer holds it on another
@@ -19,6 +20,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
@@ -64,6 +66,9 @@ type Allocator struct {
 	net  *gophercloud.ServiceClient
 	mark string
 	log  *slog.Logger
+	// syncLocks serialize the group syncs of one load balancer (by a
+	// hash of its id) within the process (secgroup_io.go).
+	syncLocks [64]sync.Mutex
 }
 
 var (
@@ -200,12 +205,19 @@ func (a *Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error)
 		if r.SubnetID != "" || r.Address != "" {
 			opts.FixedIPs = []ports.IP{{SubnetID: r.SubnetID, IPAddress: r.Address}}
 		}
-		// Without port security: the VIP's virtual port would otherwise
-		// take the project's default group, which lets nothing in from
-		// other groups (Octavia makes a group lb-<id> open on the
-		// listeners' ports instead; not yet here).
-		noSecurity := false
-		create := tagged{portsecurity.PortCreateOptsExt{CreateOptsBuilder: opts, PortSecurityEnabled: &noSecurity}, []string{a.mark}}
+		// With port security and no group (not the project's default,
+		// which Neutron gives a port that names none): nothing reaches
+		// the VIP until the change's realization puts the load
+		// balancer's group lb-<id>, open on the listeners' ports, on it
+		// (secgroup_io.go), outside this transaction. An additional VIP
+		// beside a user's port (whose groups are the user's, and which
+		// flowlb does not sync) is made without port security: the VIP's
+		// virtual port would otherwise let nothing in.
+		secure := r.VIPNetworkID == "" || r.VIPOwned
+		if secure {
+			opts.SecurityGroups = &[]string{}
+		}
+		create := tagged{portsecurity.PortCreateOptsExt{CreateOptsBuilder: opts, PortSecurityEnabled: &secure}, []string{a.mark}}
 		if p, err = ports.Create(ctx, a.net, create).Extract(); err != nil {
 			return lbaas.VIP{}, neutronErr(err, "Network", networkID)
 		}

@@ -38,13 +38,61 @@ type fakeNeutron struct {
 	// caller sees no subnet, network or port, as Neutron answers a
 	// project that does not own them and has no share of them.
 	tokens map[string][]string
+
+	// groups and rules are the security groups (without their rules)
+	// and the rules, by id; calls lists every write to either, and to
+	// ports, in order ("POST security-group-rules", ...).
+	groups map[string]map[string]any
+	rules  map[string]map[string]any
+	gnext  int
+	calls  []string
+	// failRuleCreates fails that many rule creates (500);
+	// refuseRuleCreates refuses them all (403, a quota).
+	failRuleCreates   int
+	refuseRuleCreates bool
+	// refuseGroupCreates refuses group creates (409, the quota).
+	refuseGroupCreates bool
+	// dropGroupTags leaves a new group's tag out (a crash between the
+	// group's create and its tag).
+	dropGroupTags bool
+}
+
+// groupView is group g as Neutron shows it: with its rules.
+func (f *fakeNeutron) groupView(g map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range g {
+		out[k] = v
+	}
+	rs := []any{}
+	for _, r := range f.rules {
+		if r["security_group_id"] == g["id"] {
+			rs = append(rs, r)
+		}
+	}
+	out["security_group_rules"] = rs
+	return out
+}
+
+// ingress is group id's ingress rules as "IPv4 tcp 80 <remote>", sorted.
+func (f *fakeNeutron) ingress(id string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, r := range f.rules {
+		if r["security_group_id"] == id && r["direction"] == "ingress" {
+			remote, _ := r["remote_ip_prefix"].(string)
+			out = append(out, fmt.Sprintf("%v %v %v %s", r["ethertype"], r["protocol"], r["port_range_min"], remote))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 const strangerToken = "token-of-another-project"
 
 // matches says whether port p passes the filters of a port list's query.
 func matches(p map[string]any, q url.Values) bool {
-	for _, k := range []string{"name", "device_owner", "network_id"} {
+	for _, k := range []string{"name", "device_owner", "network_id", "device_id"} {
 		if v, ok := q[k]; ok && p[k] != v[0] {
 			return false
 		}
@@ -84,6 +132,12 @@ func (f *fakeNeutron) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.tokens[r.Method+" "+path] = append(f.tokens[r.Method+" "+path], tok)
 	if tok == strangerToken && r.Method == "GET" && strings.Contains(path, "/") {
 		notFound()
+		return
+	}
+	if r.Method != "GET" {
+		f.calls = append(f.calls, r.Method+" "+strings.SplitN(path, "/", 2)[0])
+	}
+	if f.serveGroups(r, path, reply, notFound) {
 		return
 	}
 	switch {
@@ -147,6 +201,20 @@ func (f *fakeNeutron) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p["tags"] = append(tags, tag)
 		f.tagCalls++
 		w.WriteHeader(201)
+	case r.Method == "PUT" && strings.HasPrefix(path, "ports/"):
+		p, ok := f.ports[strings.TrimPrefix(path, "ports/")]
+		if !ok {
+			notFound()
+			return
+		}
+		var in struct {
+			Port map[string]any `json:"port"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		for k, v := range in.Port {
+			p[k] = v
+		}
+		reply(200, map[string]any{"port": p})
 	case r.Method == "GET" && strings.HasPrefix(path, "ports/"):
 		p, ok := f.ports[strings.TrimPrefix(path, "ports/")]
 		if !ok {
@@ -168,9 +236,117 @@ func (f *fakeNeutron) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// serveGroups serves security groups and their rules; false: not theirs.
+func (f *fakeNeutron) serveGroups(r *http.Request, path string, reply func(int, any), notFound func()) bool {
+	switch {
+	case r.Method == "GET" && path == "security-groups":
+		out := []any{}
+		for _, g := range f.groups {
+			if matches(g, r.URL.Query()) {
+				out = append(out, f.groupView(g))
+			}
+		}
+		reply(200, map[string]any{"security_groups": out})
+	case r.Method == "POST" && path == "security-groups" && f.refuseGroupCreates:
+		reply(409, map[string]any{"NeutronError": map[string]any{"type": "OverQuota", "message": "Quota exceeded for resources: ['security_group']."}})
+	case r.Method == "POST" && path == "security-groups":
+		var in struct {
+			Group map[string]any `json:"security_group"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		f.gnext++
+		g := in.Group
+		g["id"] = fmt.Sprintf("sg-%d", f.gnext)
+		g["tags"] = []any{}
+		g["created_at"] = "2026-11-29T10:00:00Z"
+		f.groups[g["id"].(string)] = g
+		for _, e := range []string{"IPv4", "IPv6"} {
+			f.gnext++
+			id := fmt.Sprintf("rule-%d", f.gnext)
+			f.rules[id] = map[string]any{"id": id, "security_group_id": g["id"], "direction": "egress", "ethertype": e}
+		}
+		reply(201, map[string]any{"security_group": f.groupView(g)})
+	case r.Method == "PUT" && strings.HasPrefix(path, "security-groups/") && strings.Contains(path, "/tags/"):
+		id, tag, _ := strings.Cut(strings.TrimPrefix(path, "security-groups/"), "/tags/")
+		g, ok := f.groups[id]
+		if !ok {
+			notFound()
+			return true
+		}
+		if !f.dropGroupTags {
+			tags, _ := g["tags"].([]any)
+			g["tags"] = append(tags, tag)
+		}
+		reply(201, nil)
+	case r.Method == "DELETE" && strings.HasPrefix(path, "security-groups/"):
+		id := strings.TrimPrefix(path, "security-groups/")
+		if _, ok := f.groups[id]; !ok {
+			notFound()
+			return true
+		}
+		for _, p := range f.ports {
+			if gs, _ := p["security_groups"].([]any); slices.Contains(gs, any(id)) {
+				reply(409, map[string]any{"NeutronError": map[string]any{"type": "SecurityGroupInUse", "message": "in use"}})
+				return true
+			}
+		}
+		delete(f.groups, id)
+		for rid, rule := range f.rules {
+			if rule["security_group_id"] == id {
+				delete(f.rules, rid)
+			}
+		}
+		f.deletes = append(f.deletes, id)
+		reply(204, nil)
+	case r.Method == "POST" && path == "security-group-rules":
+		var in struct {
+			Rule map[string]any `json:"security_group_rule"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		switch {
+		case f.refuseRuleCreates:
+			reply(403, map[string]any{"NeutronError": map[string]any{"type": "OverQuota", "message": "Quota exceeded for resources: ['security_group_rule']."}})
+			return true
+		case f.failRuleCreates > 0:
+			f.failRuleCreates--
+			reply(500, map[string]any{"NeutronError": map[string]any{"type": "HTTPInternalServerError", "message": "down"}})
+			return true
+		}
+		if _, ok := f.groups[fmt.Sprint(in.Rule["security_group_id"])]; !ok {
+			notFound()
+			return true
+		}
+		for _, rule := range f.rules {
+			same := true
+			for _, k := range []string{"security_group_id", "direction", "ethertype", "protocol", "port_range_min", "port_range_max", "remote_ip_prefix"} {
+				same = same && fmt.Sprint(rule[k]) == fmt.Sprint(in.Rule[k])
+			}
+			if same {
+				reply(409, map[string]any{"NeutronError": map[string]any{"type": "SecurityGroupRuleExists", "message": "exists"}})
+				return true
+			}
+		}
+		f.gnext++
+		in.Rule["id"] = fmt.Sprintf("rule-%d", f.gnext)
+		f.rules[in.Rule["id"].(string)] = in.Rule
+		reply(201, map[string]any{"security_group_rule": in.Rule})
+	case r.Method == "DELETE" && strings.HasPrefix(path, "security-group-rules/"):
+		id := strings.TrimPrefix(path, "security-group-rules/")
+		if _, ok := f.rules[id]; !ok {
+			notFound()
+			return true
+		}
+		delete(f.rules, id)
+		reply(204, nil)
+	default:
+		return false
+	}
+	return true
+}
+
 func newFake(t *testing.T) (*fakeNeutron, *Allocator) {
 	t.Helper()
-	f := &fakeNeutron{ports: map[string]map[string]any{}}
+	f := &fakeNeutron{ports: map[string]map[string]any{}, groups: map[string]map[string]any{}, rules: map[string]map[string]any{}}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	a, err := New(context.Background(), Options{Endpoint: srv.URL, DeploymentID: "dep-a"})
@@ -213,13 +389,18 @@ func TestAllocateMakesVIPPort(t *testing.T) {
 	}
 	c := f.creates[0]
 	for k, w := range map[string]any{"name": "flowlb-lb-lb1", "network_id": netID, "admin_state_up": false,
-		"device_id": "lb-lb1", "device_owner": DeviceOwner, "project_id": "p1", "port_security_enabled": false} {
+		"device_id": "lb-lb1", "device_owner": DeviceOwner, "project_id": "p1", "port_security_enabled": true} {
 		if c[k] != w {
 			t.Errorf("port %s = %v, want %v", k, c[k], w)
 		}
 	}
-	if tags, _ := c["tags"].([]any); len(tags) != 1 || tags[0] != "flowlb-deployment=dep-a" {
-		t.Errorf("port tags %v, want the deployment's mark", c["tags"])
+	// Port security without any group (not the project's default):
+	// the load balancer's own group comes with the first sync.
+	if gs, ok := c["security_groups"].([]any); !ok || len(gs) != 0 {
+		t.Errorf("port security_groups %v, want [] given", c["security_groups"])
+	}
+	if len(f.groups) != 0 {
+		t.Errorf("groups %v made in the allocation", f.groups)
 	}
 	again, err := a.Allocate(fakeTx{}, req)
 	if err != nil || again != want || len(f.creates) != 1 {
@@ -233,6 +414,9 @@ func TestAllocateMakesVIPPort(t *testing.T) {
 	}
 	if err := a.Release(nil, v.PortID); err != nil {
 		t.Fatalf("release of a port already gone: %v", err)
+	}
+	if err := a.ReleaseVIPGroup(nil, "lb1"); err != nil {
+		t.Fatalf("release of a group never made: %v", err)
 	}
 }
 
@@ -254,6 +438,9 @@ func TestReleaseKeepsOthersPorts(t *testing.T) {
 	}
 	if len(f.deletes) != 0 {
 		t.Fatalf("deleted %v", f.deletes)
+	}
+	if len(f.groups) != 0 || len(f.calls) != 0 {
+		t.Fatalf("a user's port: groups %v made, writes %v; want nothing added", f.groups, f.calls)
 	}
 }
 
@@ -345,7 +532,7 @@ func TestAllocateRefusesOverlap(t *testing.T) {
 			t.Errorf("%q does not name %q", err, w)
 		}
 	}
-	if len(f.ports) != 0 || len(f.deletes) != 1 {
+	if len(f.ports) != 0 || !slices.Equal(f.deletes, []string{"port-1"}) {
 		t.Fatalf("ports %v, deleted %v: want the new port deleted", f.ports, f.deletes)
 	}
 }

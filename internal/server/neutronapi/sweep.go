@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -78,6 +79,24 @@ func Orphans(ps []ports.Port, live Live, mark string, now time.Time, grace time.
 	return out
 }
 
+// OrphanGroups are the groups of gs that may be deleted, by the rule of
+// Orphans: this deployment's, named for a load balancer (lb-<id>) that
+// does not exist, made more than grace before now.
+func OrphanGroups(gs []groups.SecGroup, live Live, mark string, now time.Time, grace time.Duration) []groups.SecGroup {
+	var out []groups.SecGroup
+	for _, g := range gs {
+		lbID, named := strings.CutPrefix(g.Name, "lb-")
+		if ours, _ := marks(g.Tags, mark); !ours || !named || lbID == "" || live.LoadBalancers[lbID] {
+			continue
+		}
+		if g.CreatedAt.IsZero() || now.Sub(g.CreatedAt) <= grace {
+			continue
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
 // SweepOptions tune the sweep.
 type SweepOptions struct {
 	// Every is the time between rounds; 0 sweeps never.
@@ -107,7 +126,7 @@ func NewSweeper(a *Allocator, st store.Store, o SweepOptions, reg prometheus.Reg
 	}
 	s := &Sweeper{a: a, st: st, o: o,
 		deleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_neutron_orphan_ports_deleted_total",
-			Help: "VIP ports of this deployment deleted from Neutron because no load balancer holds them."}),
+			Help: "VIP ports and security groups of this deployment deleted from Neutron because no load balancer holds them."}),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_neutron_orphan_sweep_failures_total",
 			Help: "Rounds of the orphan VIP port sweep skipped or cut short by an error of the store or of Neutron."}),
 	}
@@ -166,6 +185,16 @@ func (s *Sweeper) round(ctx context.Context, now time.Time) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("list VIP ports: %w", err)
 	}
+	lctx, cancel = context.WithTimeout(ctx, callTimeout)
+	gpages, err := groups.List(s.a.net, groups.ListOpts{Tags: s.a.mark}).AllPages(lctx)
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("list security groups: %w", err)
+	}
+	gs, err := groups.ExtractGroups(gpages)
+	if err != nil {
+		return 0, fmt.Errorf("list security groups: %w", err)
+	}
 	var live Live
 	if err := s.st.View(ctx, func(tx store.ReadTx) (err error) {
 		live, err = LiveOf(tx)
@@ -188,6 +217,27 @@ func (s *Sweeper) round(ctx context.Context, now time.Time) (int, error) {
 		s.deleted.Inc()
 		s.o.Log.Info("deleted an orphan VIP port: its load balancer does not exist", "port", p.ID, "name", p.Name,
 			"device_id", p.DeviceID, "created", p.CreatedAt, "mark", s.a.mark)
+	}
+	// The groups after the ports, which hold them: a group still on a
+	// port (someone else's) is refused by Neutron and kept for a later
+	// round.
+	for _, g := range OrphanGroups(gs, live, s.a.mark, now, s.o.Grace) {
+		dctx, cancel := context.WithTimeout(ctx, callTimeout)
+		err := groups.Delete(dctx, s.a.net, g.ID).ExtractErr()
+		cancel()
+		switch {
+		case gophercloud.ResponseCodeIs(err, http.StatusNotFound):
+			continue
+		case gophercloud.ResponseCodeIs(err, http.StatusConflict):
+			s.o.Log.Warn("orphan security group in use: kept", "group", g.ID, "name", g.Name, "err", err)
+			continue
+		case err != nil:
+			return deleted, errors.Join(fmt.Errorf("delete orphan security group %s", g.ID), err)
+		}
+		deleted++
+		s.deleted.Inc()
+		s.o.Log.Info("deleted an orphan security group: its load balancer does not exist", "group", g.ID, "name", g.Name,
+			"created", g.CreatedAt, "mark", s.a.mark)
 	}
 	return deleted, nil
 }

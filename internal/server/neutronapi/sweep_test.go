@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -51,6 +52,30 @@ func TestOrphans(t *testing.T) {
 	} {
 		got := Orphans([]ports.Port{tc.p}, live, mark, now, grace)
 		if (len(got) == 1) != tc.orphan {
+			t.Errorf("%s: orphans %v, want orphan %v", tc.name, got, tc.orphan)
+		}
+	}
+}
+
+func TestOrphanGroups(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	mark := Mark("a")
+	old := now.Add(-2 * time.Hour)
+	live := Live{LoadBalancers: map[string]bool{"lb1": true}}
+	for _, tc := range []struct {
+		name   string
+		g      groups.SecGroup
+		orphan bool
+	}{
+		{"ours, no load balancer, old", groups.SecGroup{Name: "lb-gone", Tags: []string{mark}, CreatedAt: old}, true},
+		{"ours, load balancer exists", groups.SecGroup{Name: "lb-lb1", Tags: []string{mark}, CreatedAt: old}, false},
+		{"young", groups.SecGroup{Name: "lb-gone", Tags: []string{mark}, CreatedAt: now.Add(-time.Minute)}, false},
+		{"another deployment's", groups.SecGroup{Name: "lb-gone", Tags: []string{Mark("b")}, CreatedAt: old}, false},
+		{"unmarked", groups.SecGroup{Name: "lb-gone", CreatedAt: old}, false},
+		{"not a load balancer's name", groups.SecGroup{Name: "default", Tags: []string{mark}, CreatedAt: old}, false},
+		{"no creation time", groups.SecGroup{Name: "lb-gone", Tags: []string{mark}}, false},
+	} {
+		if got := OrphanGroups([]groups.SecGroup{tc.g}, live, mark, now, time.Hour); (len(got) == 1) != tc.orphan {
 			t.Errorf("%s: orphans %v, want orphan %v", tc.name, got, tc.orphan)
 		}
 	}
@@ -101,6 +126,15 @@ func TestSweepRound(t *testing.T) {
 	add("p-theirs", "lb-gone", theirs, now.Add(-2*time.Hour))
 	add("p-live", "lb-live", ours, now.Add(-2*time.Hour))
 	add("p-unmarked", "lb-gone", nil, now.Add(-2*time.Hour))
+	group := func(id, name string, tags []any, created time.Time) {
+		f.groups[id] = map[string]any{"id": id, "name": name, "tags": tags, "created_at": created.Format("2006-01-02T15:04:05Z")}
+	}
+	group("sg-orphan", "lb-gone", ours, now.Add(-2*time.Hour))
+	group("sg-live", "lb-live", ours, now.Add(-2*time.Hour))
+	group("sg-young", "lb-creating", ours, now.Add(-time.Minute))
+	group("sg-theirs", "lb-gone", theirs, now.Add(-2*time.Hour))
+	group("sg-in-use", "lb-gone2", ours, now.Add(-2*time.Hour))
+	f.ports["vm"] = map[string]any{"id": "vm", "device_owner": "compute:nova", "security_groups": []any{"sg-in-use"}}
 
 	sw := NewSweeper(a, st, SweepOptions{Grace: time.Hour}, prometheus.NewRegistry())
 	sw.st = failingView{st}
@@ -118,19 +152,23 @@ func TestSweepRound(t *testing.T) {
 		t.Errorf("failed rounds %v, want 2", got)
 	}
 	n, err := sw.Round(context.Background(), now)
-	if err != nil || n != 2 {
-		t.Fatalf("round: %d deleted, %v; want 2", n, err)
+	if err != nil || n != 3 {
+		t.Fatalf("round: %d deleted, %v; want 3", n, err)
+	}
+	// The ports first, then the groups they held.
+	if !slices.Equal(f.deletes[2:], []string{"sg-orphan"}) {
+		t.Fatalf("deleted %v, want the orphan group after the ports", f.deletes)
 	}
 	slices.Sort(f.deletes)
-	if !slices.Equal(f.deletes, []string{"p-orphan", "p-orphan2"}) {
-		t.Fatalf("deleted %v, want the two orphans", f.deletes)
+	if !slices.Equal(f.deletes, []string{"p-orphan", "p-orphan2", "sg-orphan"}) {
+		t.Fatalf("deleted %v, want the two orphan ports and the orphan group", f.deletes)
 	}
 	q, _ := url.ParseQuery(f.lists[len(f.lists)-1])
 	if q.Get("device_owner") != DeviceOwner || q.Get("tags") != a.Mark() {
 		t.Errorf("list query %v: want device_owner and the mark filtered by Neutron", q)
 	}
-	if got := testutil.ToFloat64(sw.deleted); got != 2 {
-		t.Errorf("deleted counter %v, want 2", got)
+	if got := testutil.ToFloat64(sw.deleted); got != 3 {
+		t.Errorf("deleted counter %v, want 3", got)
 	}
 	if n, err := sw.Round(context.Background(), now); err != nil || n != 0 {
 		t.Fatalf("second round: %d, %v; want nothing left to delete", n, err)
