@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,17 +38,7 @@ import (
 // deleting the load balancer leaves nothing in Octavia, in flowlb or in
 // Neutron. The subtests share one bed and one Octavia.
 func TestRealOctaviaClients(t *testing.T) {
-	c, cloud, nodes, members := newRealNeutronCluster(t, "--auth", "keystone")
-	src, err := filepath.Abs("../../deploy/octavia-provider")
-	if err != nil {
-		t.Fatal(err)
-	}
-	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert, FlowlbKeystone: true})
-	// The test reads flowlb as the bed's admin.
-	if c.authToken, err = keystone.Token(context.Background(), cloud.HTTP, cloud.KeystoneURL, keystone.AdminUser,
-		keystone.AdminPassword, keystone.AdminProject); err != nil {
-		t.Fatal(err)
-	}
+	c, cloud, nodes, members, oct := newRealOctaviaCluster(t)
 	t.Logf("Octavia at %s", oct.URL)
 	for _, m := range members {
 		ln := openstack.Answer(t, m.NS, ":8080", m.Name)

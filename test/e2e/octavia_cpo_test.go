@@ -47,16 +47,7 @@ func TestRealOctaviaCPO(t *testing.T) {
 	kubetest.SkipUnlessKube(t)
 	cpo := cpoBinary(t)
 	t0 := time.Now()
-	c, cloud, nodes, _ := newRealNeutronCluster(t, "--auth", "keystone")
-	src, err := filepath.Abs("../../deploy/octavia-provider")
-	if err != nil {
-		t.Fatal(err)
-	}
-	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert, FlowlbKeystone: true})
-	if c.authToken, err = keystone.Token(context.Background(), cloud.HTTP, cloud.KeystoneURL, keystone.AdminUser,
-		keystone.AdminPassword, keystone.AdminProject); err != nil {
-		t.Fatal(err)
-	}
+	c, cloud, nodes, _, oct := newRealOctaviaCluster(t)
 	t.Logf("the bed, flowlb and Octavia up in %s", time.Since(t0).Round(time.Second))
 
 	// Kubernetes on the same lab: each node's InternalIP is its port's

@@ -23,6 +23,25 @@ import (
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
+// newRealOctaviaCluster is newRealNeutronCluster with flowlb under
+// Keystone and the bed's Octavia in front of it with provider flowlb
+// (deploy/octavia-provider, logged in as Octavia's service user); the
+// test reads flowlb as the bed's admin.
+func newRealOctaviaCluster(t *testing.T) (*cluster, *openstack.Cloud, []*openstack.VM, []*openstack.VM, *openstack.Octavia) {
+	t.Helper()
+	c, cloud, nodes, members := newRealNeutronCluster(t, "--auth", "keystone")
+	src, err := filepath.Abs("../../deploy/octavia-provider")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert, FlowlbKeystone: true})
+	if c.authToken, err = keystone.Token(context.Background(), cloud.HTTP, cloud.KeystoneURL, keystone.AdminUser,
+		keystone.AdminPassword, keystone.AdminProject); err != nil {
+		t.Fatal(err)
+	}
+	return c, cloud, nodes, members, oct
+}
+
 // TestRealOctaviaProvider: flowlb as a provider driver of the real
 // Octavia (Debian's Octavia 11 API under uwsgi and its driver agent,
 // deploy/octavia-provider installed with pip into a directory of the
@@ -47,18 +66,9 @@ import (
 // a crash of the driver agent or of octavia-api with a change in flight
 // (its status waiter lost), the load balancer as flowlb has it.
 func TestRealOctaviaProvider(t *testing.T) {
-	c, cloud, nodes, members := newRealNeutronCluster(t, "--auth", "keystone")
-	src, err := filepath.Abs("../../deploy/octavia-provider")
-	if err != nil {
-		t.Fatal(err)
-	}
-	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert, FlowlbKeystone: true})
+	c, cloud, nodes, members, oct := newRealOctaviaCluster(t)
 	lbc := oct.LoadBalancer
 	ctx := context.Background()
-	// The test reads flowlb as the bed's admin.
-	if c.authToken, err = keystone.Token(ctx, cloud.HTTP, cloud.KeystoneURL, keystone.AdminUser, keystone.AdminPassword, keystone.AdminProject); err != nil {
-		t.Fatal(err)
-	}
 	var answers []net.Listener
 	for _, m := range members {
 		ln := openstack.Answer(t, m.NS, ":8080", m.Name)
