@@ -175,6 +175,33 @@ _GETTERS = {
 }
 
 
+def _committed(lb_id):
+    """Whether Octavia's transaction of the change has committed (None:
+    the driver library cannot tell)."""
+    lib = _lib()
+    if hasattr(lib, 'committed'):
+        return lib.committed(lb_id)
+    return None
+
+
+def _wait_committed(lb_id, deadline):
+    """Waits until Octavia has committed the change's transaction: a
+    report applied before it would be lost (inprocess.py). With the
+    driver library, which cannot tell, a created object's visibility is
+    what the waiter waits for."""
+    delay = 0.05
+    while True:
+        done = _retried(deadline, 'is the change of load balancer %s '
+                        'committed' % lb_id, _committed, lb_id)
+        if done is None or done:
+            return done is not None
+        if time.monotonic() > deadline:
+            raise TimeoutError('Octavia never committed the change of load '
+                               'balancer %s' % lb_id)
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
 def _visible(kind, oid):
     """Whether Octavia's database shows the object."""
     lib = _lib()
@@ -241,11 +268,13 @@ def _settle(lb_id, kind, oid, created, before, extra_paths, wait_for,
             delay = min(delay * 2, 1.0)
         # Octavia commits its rows once the call returned, by the time
         # flowlb has programmed every node as a rule: asked only now,
-        # Octavia's database is asked once.
-        if created:
-            _wait_visible(kind, oid, deadline)
-        for k, i in wait_for:
-            _wait_visible(k, i, deadline)
+        # Octavia's database is asked once. The change's own objects are
+        # committed with the load balancer's PENDING_* status.
+        if not _wait_committed(lb_id, deadline):
+            if created:
+                _wait_visible(kind, oid, deadline)
+            for k, i in wait_for:
+                _wait_visible(k, i, deadline)
         parents = {}
         now = None if tree is None else _retried(
             deadline, 'objects of load balancer %s' % lb_id,

@@ -12,6 +12,12 @@ until the agent's resynchronisation. This class does the same work
 where the provider already is: reports with the driver agent's own code
 (DriverUpdater, as the forked listener runs it), and whether an object
 is in Octavia's database with a read of its id.
+
+A report must not reach Octavia's database before the change's own
+transaction has committed: DriverUpdater reads a listener (and other
+objects) before it updates it, sees the status from before the change
+(ACTIVE), finds nothing to change, and the change's PENDING_UPDATE then
+commits and stays. The driver waits for committed() first.
 """
 
 import copy
@@ -64,6 +70,21 @@ class Library:
                 model.id == oid).first() is not None
         finally:
             session.close()
+
+    def committed(self, lb_id):
+        """Whether Octavia's transaction of a change of the load
+        balancer has committed: its provisioning status, read now, is
+        PENDING_*. Octavia takes a change only of a load balancer that is
+        not PENDING_*, sets it PENDING_* in the change's transaction and
+        keeps it so until the change's report."""
+        model = self._models['loadbalancer']
+        session = self._session()
+        try:
+            st = session.query(model.provisioning_status).filter(
+                model.id == lb_id).scalar()
+        finally:
+            session.close()
+        return st is not None and st.startswith('PENDING_')
 
     def _update(self, method, report):
         """The driver agent's answer to a report (DriverUpdater's, which

@@ -322,6 +322,30 @@ class DriverTest(unittest.TestCase):
                          self.lib.reports[0]['loadbalancers'][0][
                              'provisioning_status'])
 
+    def test_report_waits_for_octavias_commit(self):
+        # A report applied before Octavia's transaction commits is lost:
+        # Octavia's repository reads the listener as ACTIVE, updates
+        # nothing, and the change's PENDING_UPDATE then commits and
+        # stays.
+        class Committing(FakeLib):
+            def __init__(self):
+                super().__init__()
+                self.asked = []
+
+            def committed(self, lb_id):
+                self.asked.append((lb_id, len(self.reports)))
+                return len(self.asked) >= 3
+
+        self.lib = Committing()
+        self.use(FakeFlowlb([tree('ACTIVE', listener_tree())]))
+        driver.FlowlbProviderDriver().listener_update(
+            dm.Listener(listener_id=LI, loadbalancer_id=LB),
+            dm.Listener(listener_id=LI, loadbalancer_id=LB, name='new'))
+        self.assertEqual([(LB, 0)] * 3, self.lib.asked)
+        self.assertEqual(1, len(self.lib.reports))
+        self.assertEqual('ACTIVE', self.lib.reports[0]['listeners'][0][
+            'provisioning_status'])
+
     def test_a_report_failing_past_the_deadline_is_given_up(self):
         class Refusing(FakeLib):
             def update_loadbalancer_status(self, s):
