@@ -110,7 +110,8 @@ unit-python:
 # lab's Kubernetes with kube-proxy) took 5 to 8 minutes on 2026-11-30 at
 # load averages of 5-40; it needs the kube gates too.
 # TestRealOctaviaTempest (octavia-tempest-plugin's API suite through that
-# Octavia, one test class at a time) takes the longest: see
+# Octavia with provider flowlb and, for the comparison, provider ovn, the
+# tests of each dealt to two runs side by side) takes the longest: see
 # docs/openstack-lab.md.
 openstack:
 	hack/install-deps.sh --openstack
@@ -118,7 +119,7 @@ openstack:
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 75m -v -run 'TestRealNeutronVIPAndFloatingIP$$|TestRealNeutronCallersToken$$|TestRealNeutronOrphanSweep$$|TestRealOctaviaProvider$$|TestRealOctaviaOVNProvider$$' ./test/e2e/
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestRealOctaviaClients$$' ./test/e2e/
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 40m -v -run 'TestRealOctaviaCPO$$' ./test/e2e/
-	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 180m -v -run 'TestRealOctaviaTempest$$' ./test/e2e/
+	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 FLOWLB_TEMPEST_PROVIDER=flowlb,ovn $(GO) test -count=1 -timeout 180m -v -run 'TestRealOctaviaTempest$$' ./test/e2e/
 
 # Kubernetes' own e2e tests (the pinned e2e.test: every [sig-network]
 # Services spec and every [sig-network] Conformance spec the bed can
