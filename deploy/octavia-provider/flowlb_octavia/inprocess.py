@@ -10,8 +10,8 @@ without an answer. On a loaded machine a call took 0.7 to 1.6 s, two
 per change, and a call that timed out left its load balancer PENDING_*
 until the agent's resynchronisation. This class does the same work
 where the provider already is: reports with the driver agent's own code
-(DriverUpdater, as the forked listener runs it), and whether an object
-is in Octavia's database with a read of its id.
+(DriverUpdater, as the forked listener runs it), and whether a change
+has committed with a read of its load balancer's status.
 
 A report must not reach Octavia's database before the change's own
 transaction has committed: DriverUpdater reads a listener (and other
@@ -25,18 +25,6 @@ import copy
 from octavia_lib.api.drivers import exceptions
 from octavia_lib.common import constants
 
-# The model of each kind of object (octavia.db.models).
-_MODELS = {
-    'loadbalancer': 'LoadBalancer',
-    'listener': 'Listener',
-    'pool': 'Pool',
-    'member': 'Member',
-    'healthmonitor': 'HealthMonitor',
-    'l7policy': 'L7Policy',
-    'l7rule': 'L7Rule',
-}
-
-
 def available():
     """Whether Octavia's own modules are here (they are inside Octavia's
     processes; the unit tests run without them)."""
@@ -49,7 +37,8 @@ def available():
 
 
 class Library:
-    """DriverLibrary's reports, and visible() in place of its get calls."""
+    """DriverLibrary's reports, and committed() in place of its get
+    calls."""
 
     def __init__(self):
         from octavia.api.drivers.driver_agent import driver_updater
@@ -58,18 +47,7 @@ class Library:
 
         self._updater = driver_updater.DriverUpdater
         self._session = db_api.get_session
-        self._models = {k: getattr(models, v) for k, v in _MODELS.items()}
-
-    def visible(self, kind, oid):
-        """Whether Octavia's database has the object (committed: each
-        read is a transaction of its own)."""
-        model = self._models[kind]
-        session = self._session()
-        try:
-            return session.query(model.id).filter(
-                model.id == oid).first() is not None
-        finally:
-            session.close()
+        self._lb = models.LoadBalancer
 
     def committed(self, lb_id):
         """Whether Octavia's transaction of a change of the load
@@ -77,7 +55,7 @@ class Library:
         PENDING_*. Octavia takes a change only of a load balancer that is
         not PENDING_*, sets it PENDING_* in the change's transaction and
         keeps it so until the change's report."""
-        model = self._models['loadbalancer']
+        model = self._lb
         session = self._session()
         try:
             st = session.query(model.provisioning_status).filter(

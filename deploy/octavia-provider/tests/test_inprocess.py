@@ -70,13 +70,6 @@ class LibraryTest(unittest.TestCase):
         finally:
             s.close()
 
-    def test_visible_once_committed(self):
-        lib = inprocess.Library()
-        self.assertFalse(lib.visible('loadbalancer', 'lb-a'))
-        self.add_lb('lb-a', 'PENDING_CREATE')
-        self.assertTrue(lib.visible('loadbalancer', 'lb-a'))
-        self.assertFalse(lib.visible('listener', 'lb-a'))
-
     def test_committed_once_pending(self):
         lib = inprocess.Library()
         self.assertFalse(lib.committed('lb-d'))
