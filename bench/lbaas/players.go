@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/bench/internal/benchkit"
-	"github.com/flowlb/flowlb/bench/internal/octavia"
+	"github.com/flowlb/flowlb/internal/lab/noopoctavia"
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
@@ -63,7 +63,7 @@ func newPlayers(ctx context.Context, names []string, cfg config) (_ *players, er
 			ps.players[name] = player{name, func(ctx context.Context) (*server, error) { return startFlowlb(ctx, cfg.flowlb, "") }}
 		case octaviaFlowlb:
 			fmt.Println("lbaas: starting MariaDB and RabbitMQ for Octavia with the flowlb provider")
-			stack, err := octavia.StartWithProvider(ctx, cfg.provider)
+			stack, err := noopoctavia.StartWithProvider(ctx, cfg.provider)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", name, err)
 			}
@@ -97,7 +97,7 @@ func newPlayers(ctx context.Context, names []string, cfg config) (_ *players, er
 			}}
 		case octaviaName:
 			fmt.Println("lbaas: starting MariaDB, RabbitMQ and Octavia")
-			stack, err := octavia.Start(ctx)
+			stack, err := noopoctavia.Start(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("octavia: %w", err)
 			}
@@ -131,7 +131,7 @@ func startFlowlb(ctx context.Context, bin, dsn string, extra ...string) (_ *serv
 	if err != nil {
 		return nil, err
 	}
-	ports, err := benchkit.FreePorts(2)
+	ports, err := testutil.FreePorts(2)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

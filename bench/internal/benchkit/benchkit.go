@@ -4,7 +4,7 @@ package benchkit
 
 import (
 	"fmt"
-	"net"
+
 	"os"
 	"runtime/pprof"
 	"strconv"
@@ -104,18 +104,4 @@ func (p *Postgres) Stop() {
 	if p.cluster != nil {
 		p.cluster.Stop()
 	}
-}
-
-// FreePorts returns n loopback TCP ports that were free a moment ago.
-func FreePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

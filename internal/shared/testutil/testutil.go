@@ -4,6 +4,7 @@
 package testutil
 
 import (
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -77,4 +78,18 @@ func (e *TimeoutError) Error() string {
 		return "not reached within " + e.Within.String()
 	}
 	return "not reached within " + e.Within.String() + " (last: " + e.Last + ")"
+}
+
+// FreePorts returns n loopback TCP ports that were free a moment ago.
+func FreePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }

@@ -1,4 +1,4 @@
-// Package octavia runs the real OpenStack Octavia from Debian's packages
+// Package noopoctavia runs the real OpenStack Octavia from Debian's packages
 // for a benchmark: its own MariaDB and RabbitMQ on loopback, in a
 // temporary directory, the API (uwsgi) and one worker with the no-op
 // amphora, compute and network drivers and the amphora provider, noauth.
@@ -14,7 +14,7 @@
 // Every process runs in its own process group, killed whole by Close
 // (and by the kernel when the caller dies first); Close removes the
 // directory.
-package octavia
+package noopoctavia
 
 import (
 	"bytes"
@@ -36,7 +36,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flowlb/flowlb/bench/internal/benchkit"
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
@@ -109,7 +108,7 @@ func start(ctx context.Context, provider string) (_ *Stack, err error) {
 			s.Close()
 		}
 	}()
-	ports, err := benchkit.FreePorts(5)
+	ports, err := testutil.FreePorts(5)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package octavia
+package noopoctavia
 
 import (
 	"strings"
