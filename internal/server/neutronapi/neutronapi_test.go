@@ -17,6 +17,10 @@ import (
 	"github.com/flowlb/flowlb/internal/server/store"
 )
 
+// serviceProject is the project of the server's service user, which
+// the fake gives what the caller makes without naming a project.
+const serviceProject = "service"
+
 // fakeNeutron serves the part of Neutron's API the allocator uses, from
 // memory: one network with one subnet, ports made on it.
 type fakeNeutron struct {
@@ -256,6 +260,9 @@ func (f *fakeNeutron) serveGroups(r *http.Request, path string, reply func(int, 
 		_ = json.NewDecoder(r.Body).Decode(&in)
 		f.gnext++
 		g := in.Group
+		if g["project_id"] == nil {
+			g["project_id"] = serviceProject // the caller's, as Neutron does
+		}
 		g["id"] = fmt.Sprintf("sg-%d", f.gnext)
 		g["tags"] = []any{}
 		g["created_at"] = "2026-11-29T10:00:00Z"

@@ -78,16 +78,20 @@ func (a *Allocator) markGroup(id string) error {
 }
 
 // ensureGroup returns the load balancer's group, made (with the service
-// user's credentials, in the load balancer's project, marked) if it has
+// user's credentials, in the service user's project, marked) if it has
 // none yet; made reports that this call made it. A new group has
-// Neutron's default egress rules and no ingress rule.
-func (a *Allocator) ensureGroup(lbID, projectID string) (g *groups.SecGroup, made bool, err error) {
+// Neutron's default egress rules and no ingress rule. The group is the
+// deployment's, not the user's, as Octavia's allowed-address-pairs
+// driver makes its lb-<id> groups: in the load balancer's project it
+// would count against that project's quota of groups (10 by Neutron's
+// default) and rules, so that a project's eleventh load balancer failed.
+func (a *Allocator) ensureGroup(lbID string) (g *groups.SecGroup, made bool, err error) {
 	if g, err = a.findGroup(lbID); g != nil || err != nil {
 		return g, false, err
 	}
 	ctx, cancel := callCtx()
 	defer cancel()
-	g, err = groups.Create(ctx, a.net, groups.CreateOpts{Name: GroupName(lbID), ProjectID: projectID,
+	g, err = groups.Create(ctx, a.net, groups.CreateOpts{Name: GroupName(lbID),
 		Description: "flowlb: the listeners of load balancer " + lbID}).Extract()
 	if err != nil {
 		return nil, false, groupErr(err, lbID)
@@ -167,7 +171,7 @@ func (a *Allocator) syncLocked(t *lbaas.Tree) error {
 }
 
 func (a *Allocator) syncOnce(t *lbaas.Tree) error {
-	g, _, err := a.ensureGroup(t.LB.ID, t.LB.ProjectID)
+	g, _, err := a.ensureGroup(t.LB.ID)
 	if err != nil {
 		return err
 	}

@@ -82,12 +82,13 @@ func TestSyncVIPGroup(t *testing.T) {
 			t.Fatalf("%s: %v", step.name, err)
 		}
 		if g == "" {
-			// The create's sync made the group, in the load balancer's
-			// project, marked, and put it on the port.
+			// The create's sync made the group, in the service user's
+			// project (not the load balancer's, whose quota it would
+			// use), marked, and put it on the port.
 			g = groupOf(t, f, "lb1")
 			f.mu.Lock()
 			grp, port := f.groups[g], f.ports[lb.VIPPortID]
-			if grp["project_id"] != "p1" || !slices.Equal(grp["tags"].([]any), []any{a.Mark()}) ||
+			if grp["project_id"] != serviceProject || !slices.Equal(grp["tags"].([]any), []any{a.Mark()}) ||
 				port["port_security_enabled"] != true || !slices.Equal(port["security_groups"].([]any), []any{g}) {
 				t.Errorf("group %v, port %v", grp, port)
 			}
