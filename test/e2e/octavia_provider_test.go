@@ -64,7 +64,9 @@ func newRealOctaviaCluster(t *testing.T) (*cluster, *openstack.Cloud, []*opensta
 // VIP sent no new connection to it, beside TestRealOctaviaOVNProvider's
 // figures) and listener statistics into Octavia's database, and after
 // a crash of the driver agent or of octavia-api with a change in flight
-// (its status waiter lost), the load balancer as flowlb has it.
+// (its status waiter lost), the load balancer as flowlb has it; after a
+// kill of flowlb's server with a change in flight, the change resumed
+// by the restarted server, ACTIVE in both.
 func TestRealOctaviaProvider(t *testing.T) {
 	c, cloud, nodes, members, oct := newRealOctaviaCluster(t)
 	lbc := oct.LoadBalancer
@@ -90,6 +92,14 @@ func TestRealOctaviaProvider(t *testing.T) {
 	if poolID == "" && len(lb.Pools) > 0 {
 		poolID = lb.Pools[0].ID
 	}
+
+	// Two load balancers made in flowlb alone: one with the provider's
+	// mark, as the orphan of a create Octavia rolled back after flowlb
+	// took it (Octavia does not have it), and one of flowlb's own API.
+	// The provider agent's sweep (orphan_grace 30 s on the bed) deletes
+	// the first, checked at the end, and never the second.
+	orphan := flowlbAlone(t, c, cloud.Tenant.SubnetID, "orphan", []string{"flowlb:octavia"})
+	own := flowlbAlone(t, c, cloud.Tenant.SubnetID, "own", []string{})
 
 	// flowlb holds the tree by Octavia's ids, on Octavia's VIP port.
 	code, body := c.call("GET", "/v2/lbaas/loadbalancers/"+lb.ID+"/status", nil)
@@ -250,6 +260,42 @@ func TestRealOctaviaProvider(t *testing.T) {
 		t.Fatalf("after octavia-api's restart: %v, want member %s ACTIVE", tree, m4.ID)
 	}
 
+	// flowlb's server is killed (SIGKILL) with a change in flight, its
+	// agents stopped so that the change cannot settle first: the
+	// restarted server resumes the change from its database, the agents
+	// ack it, and Octavia shows it ACTIVE (through the change's waiter,
+	// which outlives the server's absence, or the provider agent's
+	// resync): nothing is left PENDING_*.
+	for _, pid := range agents {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m5, err := pools.CreateMember(ctx, lbc, poolID, pools.CreateMemberOpts{Address: members[1].Addr.String(), ProtocolPort: 8083}).Extract()
+	if err != nil {
+		t.Fatalf("member create with flowlb's agents stopped: %v", err)
+	}
+	if st := octaviaProvisioning(t, lbc, lb.ID); st != "PENDING_UPDATE" {
+		t.Fatalf("load balancer %s with a change in flight: %s in Octavia, want PENDING_UPDATE", lb.ID, st)
+	}
+	if err := c.lab.Fabric().Kill("server", syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	resume()
+	if _, err := c.lab.Fabric().Restart("server"); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := time.Now()
+	if tree = waitOctaviaActive(t, lbc, lb.ID, 8); tree[m5.ID] != "ACTIVE" {
+		t.Fatalf("after flowlb's restart: %v, want member %s ACTIVE", tree, m5.ID)
+	}
+	t.Logf("flowlb's server killed with a change in flight: ACTIVE in Octavia %s after its restart",
+		time.Since(killedAt).Round(time.Millisecond))
+	code, body = c.call("GET", "/v2/lbaas/pools/"+poolID+"/members/"+m5.ID, nil)
+	if m, _ := body["member"].(map[string]any); code != 200 || m["provisioning_status"] != "ACTIVE" {
+		t.Fatalf("flowlb's member %s after the restart: %d %v, want ACTIVE", m5.ID, code, body)
+	}
+
 	// A batch update to m2 alone: Octavia deletes m1, flowlb follows.
 	if err := pools.BatchUpdateMembers(ctx, lbc, poolID, []pools.BatchUpdateMemberOpts{
 		{Address: members[1].Addr.String(), ProtocolPort: 8080}}).ExtractErr(); err != nil {
@@ -281,6 +327,21 @@ func TestRealOctaviaProvider(t *testing.T) {
 	if got := waitOctaviaActive(t, lbc, lb.ID, 5); len(got) != len(tree) {
 		t.Fatalf("after the refusal Octavia's tree is %v, was %v", got, tree)
 	}
+
+	testutil.Eventually(t, 3*time.Minute, "the orphan swept from flowlb", func() (bool, string) {
+		code, _ := c.call("GET", "/v2/lbaas/loadbalancers/"+orphan, nil)
+		return code == 404, fmt.Sprint(code)
+	})
+	if code, body := c.call("GET", "/v2/lbaas/loadbalancers/"+own, nil); code != 200 {
+		t.Fatalf("flowlb's own load balancer %s after the sweeps: %d %v, want it kept", own, code, body)
+	}
+	if code, body := c.call("DELETE", "/v2/lbaas/loadbalancers/"+own+"?cascade=true", nil); code != 204 {
+		t.Fatalf("delete flowlb's own load balancer: %d %v", code, body)
+	}
+	testutil.Eventually(t, 2*time.Minute, "flowlb's own load balancer deleted", func() (bool, string) {
+		code, _ := c.call("GET", "/v2/lbaas/loadbalancers/"+own, nil)
+		return code == 404, fmt.Sprint(code)
+	})
 
 	// Cascade delete: nothing left anywhere.
 	if err := loadbalancers.Delete(ctx, lbc, lb.ID, loadbalancers.DeleteOpts{Cascade: true}).ExtractErr(); err != nil {
@@ -393,4 +454,23 @@ func sameKeys(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// flowlbAlone creates a load balancer through flowlb's own API on subnet,
+// with tags, waits until it is ACTIVE and returns its id.
+func flowlbAlone(t *testing.T, c *cluster, subnet, name string, tags []string) string {
+	t.Helper()
+	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
+		"name": name, "vip_subnet_id": subnet, "tags": tags}})
+	lb, _ := body["loadbalancer"].(map[string]any)
+	id, _ := lb["id"].(string)
+	if code != 201 || id == "" {
+		t.Fatalf("create %s in flowlb: %d %v", name, code, body)
+	}
+	testutil.Eventually(t, 2*time.Minute, "flowlb's load balancer "+name+" ACTIVE", func() (bool, string) {
+		_, body := c.call("GET", "/v2/lbaas/loadbalancers/"+id, nil)
+		lb, _ := body["loadbalancer"].(map[string]any)
+		return lb != nil && lb["provisioning_status"] == "ACTIVE", fmt.Sprint(body)
+	})
+	return id
 }

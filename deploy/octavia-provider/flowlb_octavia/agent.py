@@ -28,6 +28,14 @@ the changes the driver reports itself:
 - **Reads.** Octavia's statuses are read from its database, read only,
   as the driver agent's own get calls read it: the driver library's get
   forks the driver agent's listener for each call.
+- **Orphans.** Every orphan_interval, the load balancers this provider
+  made in flowlb (tagged translate.MARK) that Octavia does not have, or
+  has DELETED, and that are older than orphan_grace are deleted from
+  flowlb (cascade): Octavia calls the provider inside its create's
+  transaction, so a create it rolls back afterwards (its database
+  failed, or the provider's answer came too late) leaves flowlb serving
+  a VIP whose port Octavia deleted. flowlb's own load balancers (no
+  mark) are never touched.
 - **Statistics.** Every stats_interval, each listener's counters summed
   over flowlb's nodes (GET /v2/flowlb/statistics), those that changed,
   as absolute values.
@@ -43,9 +51,11 @@ import urllib.parse
 from oslo_config import cfg
 from oslo_log import log as logging
 
+from flowlb_octavia import client
 from flowlb_octavia import config
 from flowlb_octavia import driver
 from flowlb_octavia import status
+from flowlb_octavia import translate
 
 LOG = logging.getLogger(__name__)
 CONF = config.register(cfg.CONF)
@@ -75,6 +85,20 @@ class OctaviaDB:
         if lb is None:
             return None, None
         return status.octavia_statuses(lb), lb.updated_at or lb.created_at
+
+    def absent(self, ids):
+        """Those of ids that Octavia has no load balancer of, or only a
+        DELETED one."""
+        from octavia.db import models
+
+        session = self._session()
+        present = set()
+        for i in range(0, len(ids), 500):
+            rows = session.query(models.LoadBalancer.id).filter(
+                models.LoadBalancer.id.in_(ids[i:i + 500]),
+                models.LoadBalancer.provisioning_status != 'DELETED').all()
+            present.update(r[0] for r in rows)
+        return [i for i in ids if i not in present]
 
     def pending(self, since):
         """The ids of flowlb's load balancers in PENDING_* or ERROR since
@@ -114,6 +138,7 @@ class Follower:
         now = clock()
         self.next_stats = now
         self.next_resync = now
+        self.next_sweep = now
 
     def grace(self):
         return datetime.timedelta(seconds=self.opts.resync_grace)
@@ -200,6 +225,48 @@ class Follower:
         for tree in self.statuses(ids):
             self.take(tree)
 
+    def marked(self):
+        """flowlb's load balancers this provider made: (id, created_at),
+        page after page."""
+        out, marker = [], None
+        while True:
+            q = [('tags', translate.MARK), ('fields', 'id'),
+                 ('fields', 'created_at'), ('limit', '1000')]
+            if marker:
+                q.append(('marker', marker))
+            got = self.flowlb.call(
+                'GET', '/loadbalancers?' + urllib.parse.urlencode(q))
+            out += [(lb['id'], lb.get('created_at'))
+                    for lb in got.get('loadbalancers') or []]
+            marker = None
+            for link in got.get('loadbalancers_links') or []:
+                if link.get('rel') == 'next':
+                    query = urllib.parse.urlparse(link['href']).query
+                    marker = (urllib.parse.parse_qs(query).get('marker') or
+                              [None])[0]
+            if not marker:
+                return out
+
+    def sweep(self):
+        """Deletes from flowlb the load balancers this provider made that
+        Octavia does not have (or has DELETED), older than
+        orphan_grace."""
+        cutoff = self.utcnow() - datetime.timedelta(
+            seconds=self.opts.orphan_grace)
+        old = [i for i, at in self.marked()
+               if at and _parse_time(at) < cutoff]
+        for lb_id in self.octavia_db.absent(old):
+            LOG.warning('load balancer %s is in flowlb (made by this '
+                        'provider) but not in Octavia: an orphan of a '
+                        'create Octavia rolled back; deleting it from '
+                        'flowlb', lb_id)
+            try:
+                self.flowlb.call('DELETE', '/loadbalancers/%s?cascade=true'
+                                 % lb_id, ok=(202, 204, 404))
+            except client.FlowlbError as e:
+                # In flight (409) or refused: the next sweep tries again.
+                LOG.warning('orphan %s not deleted yet: %s', lb_id, e)
+
     def statistics(self):
         got = self.flowlb.call('GET', '/flowlb/statistics')
         listeners = got['listeners']
@@ -223,11 +290,26 @@ class Follower:
         if now >= self.next_stats:
             self.next_stats = now + self.opts.stats_interval
             self.statistics()
-        due = [self.next_stats, self.next_resync]
+        if now >= self.next_sweep:
+            self.next_sweep = now + self.opts.orphan_interval
+            self.sweep()
+        due = [self.next_stats, self.next_resync, self.next_sweep]
         due += [at for at, _ in self.settling.values()]
         wait = min(self.opts.feed_wait, max(0.0, min(due) - self.clock()))
         while self.follow(wait):
             wait = 0
+
+
+def _parse_time(s):
+    """A time of flowlb's API (Octavia's format, UTC, with or without a
+    Z or fraction) as a naive UTC datetime."""
+    s = s.rstrip('Z')
+    for fmt in ('%Y-%m-%dT%H:%M:%S.%f', '%Y-%m-%dT%H:%M:%S'):
+        try:
+            return datetime.datetime.strptime(s, fmt)
+        except ValueError:
+            pass
+    raise ValueError('time %r' % s)
 
 
 def main(exit_event):

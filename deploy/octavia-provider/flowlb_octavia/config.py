@@ -28,6 +28,15 @@ OPTS = [
                       'PENDING_* in Octavia before the agent reports it '
                       'as flowlb has it (its own status waiter reports '
                       'it first).'),
+    cfg.FloatOpt('orphan_interval', default=600.0, min=1.0,
+                 help="Provider agent: seconds between two sweeps of "
+                      "flowlb's load balancers this provider made that "
+                      "Octavia does not have (or has DELETED)."),
+    cfg.FloatOpt('orphan_grace', default=600.0, min=0.0,
+                 help='Provider agent: the age (flowlb\'s created_at) '
+                      'below which such a load balancer is never swept: '
+                      "Octavia commits a create after the provider's "
+                      'call returns; keep it above the longest create.'),
     cfg.StrOpt('auth_url',
                help="Keystone of flowlb's service user; unset: flowlb "
                     "runs with --auth noauth and is reached without "

@@ -84,6 +84,19 @@ _ACCEPTED = {
                'compare_type', 'key', 'value', 'invert', 'tags'},
 }
 
+# MARK tags the load balancers this provider made in flowlb, so that the
+# provider agent tells them from those flowlb's own API made (by users or
+# kube-controller) when it deletes what Octavia does not have: the
+# orphans of a create Octavia rolled back after flowlb took it.
+MARK = 'flowlb:octavia'
+
+
+def marked(tags):
+    """tags with MARK added (once)."""
+    tags = list(tags or [])
+    return tags if MARK in tags else tags + [MARK]
+
+
 # Attributes that are fixed once created: an update leaves them out.
 _FIXED = {'id', 'project_id', 'loadbalancer_id', 'listener_id', 'pool_id',
           'protocol', 'protocol_port', 'address', 'subnet_id', 'type',
@@ -149,6 +162,9 @@ def body(kind, obj, nested=False, update=False):
                   if a in ('subnet_id', 'ip_address', 'port_id') and x}
                  for av in v]
         out[k] = v
+    if kind == 'loadbalancer' and (not update or 'tags' in out):
+        # A user's new tags replace the old ones: the mark stays.
+        out['tags'] = marked(out.get('tags'))
     return out
 
 

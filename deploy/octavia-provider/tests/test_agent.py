@@ -46,11 +46,32 @@ class FakeFlowlb:
         self.trees = {}
         self.stats = []
         self.asked = []
+        # The load balancers the provider made: (id, created_at), served
+        # two per page.
+        self.marked = []
+        self.deleted = []
 
-    def call(self, method, path, body=None):
+    def call(self, method, path, body=None, ok=None):
         self.asked.append(path)
         route, _, query = path.partition('?')
         q = urllib.parse.parse_qs(query)
+        if method == 'DELETE' and route.startswith('/loadbalancers/'):
+            assert q['cascade'] == ['true'], path
+            self.deleted.append(route.rpartition('/')[2])
+            return None
+        if route == '/loadbalancers':
+            assert q['tags'] == ['flowlb:octavia'], path
+            start = 0
+            if 'marker' in q:
+                start = [i for i, _ in self.marked].index(q['marker'][0]) + 1
+            page = self.marked[start:start + 2]
+            links = []
+            if start + 2 < len(self.marked):
+                links = [{'rel': 'next', 'href': 'https://flowlb/v2/lbaas/'
+                          'loadbalancers?limit=2&marker=' + page[-1][0]}]
+            return {'loadbalancers': [{'id': i, 'created_at': at}
+                                      for i, at in page],
+                    'loadbalancers_links': links}
         if route == '/flowlb/changes':
             if self.feeds:
                 return self.feeds.pop(0)
@@ -91,6 +112,10 @@ class FakeOctavia:
         lb, since = self.lbs.get(lb_id, (None, None))
         return status.octavia_statuses(lb), since
 
+    def absent(self, ids):
+        return [i for i in ids if i not in self.lbs or
+                self.lbs[i][0].provisioning_status == 'DELETED']
+
     def pending(self, before):
         return [i for i, (lb, since) in self.lbs.items()
                 if lb.provisioning_status in status.STALE_STATUSES and
@@ -102,6 +127,8 @@ class Opts:
     stats_interval = 10.0
     resync_interval = 60.0
     resync_grace = 30.0
+    orphan_interval = 600.0
+    orphan_grace = 600.0
 
 
 class Clock:
@@ -274,6 +301,33 @@ class AgentTest(unittest.TestCase):
         q = urllib.parse.parse_qs(self.flowlb.asked[-1].partition('?')[2])
         self.assertEqual('10.0', q['wait'][0],
                          'the log is followed until the statistics are due')
+
+
+    def test_orphans_swept(self):
+        # lb1 is Octavia's; lbgone was rolled back by Octavia, lbdel
+        # deleted there while flowlb kept it; lbnew is a create Octavia
+        # has not committed yet (younger than the grace).
+        self.octavia.put(octavia_lb('lbdel', prov='DELETED'))
+        old, new = '2026-11-30T11:40:00.000000', '2026-11-30T11:55:00Z'
+        self.flowlb.marked = [('lb1', old), ('lbgone', old),
+                              ('lbnew', new), ('lbdel', old)]
+        self.f.sweep()
+        self.assertEqual(['lbgone', 'lbdel'], self.flowlb.deleted)
+        self.assertEqual(2, sum(p.startswith('/loadbalancers?')
+                                for p in self.flowlb.asked),
+                         'both pages of the marked load balancers read')
+
+    def test_sweep_due_every_orphan_interval(self):
+        self.flowlb.marked = [('lbgone', '2026-11-30T11:00:00')]
+        self.f.step()
+        self.assertEqual(['lbgone'], self.flowlb.deleted)
+        self.flowlb.deleted = []
+        self.clock.t += 599
+        self.f.step()
+        self.assertEqual([], self.flowlb.deleted, 'not due yet')
+        self.clock.t += 1
+        self.f.step()
+        self.assertEqual(['lbgone'], self.flowlb.deleted)
 
 
 class OctaviaStatusesTest(unittest.TestCase):

@@ -70,7 +70,7 @@ class TranslateTest(unittest.TestCase):
             'id': LB, 'name': 'lb', 'project_id': 'p1',
             'vip_address': '198.18.225.5', 'vip_port_id': 'port-1',
             'vip_subnet_id': 'sub-1', 'vip_network_id': 'net-1',
-            'additional_vips': [],
+            'additional_vips': [], 'tags': ['flowlb:octavia'],
             'listeners': [{'id': LI, 'protocol': 'TCP', 'protocol_port': 80,
                            'default_pool': {'name': POOL}}],
             'pools': [
@@ -108,6 +108,28 @@ class TranslateTest(unittest.TestCase):
                          value='/a')
         self.assertEqual({'type': 'PATH', 'value': '/a'},
                          translate.body('l7rule', rule, update=True))
+
+    def test_load_balancer_marked(self):
+        # A create carries the mark (octavia-lib 3.1's load balancer has
+        # no tags; a dict with some stands for a later one's); an update
+        # that gives new tags keeps it; one that gives none sends none.
+        lb = dm.LoadBalancer(loadbalancer_id=LB, project_id='p1',
+                             vip_subnet_id='sub-1')
+        self.assertEqual(['flowlb:octavia'],
+                         translate.body('loadbalancer', lb)['tags'])
+        lb = {'loadbalancer_id': LB, 'tags': ['team-a']}
+        self.assertEqual(['team-a', 'flowlb:octavia'],
+                         translate.body('loadbalancer', lb)['tags'])
+        for tags, want in [(['b'], ['b', 'flowlb:octavia']),
+                           ([], ['flowlb:octavia']),
+                           (None, ['flowlb:octavia']),
+                           (['flowlb:octavia', 'c'], ['flowlb:octavia', 'c'])]:
+            new = {'loadbalancer_id': LB, 'tags': tags}
+            self.assertEqual({'tags': want},
+                             translate.body('loadbalancer', new, update=True))
+        new = dm.LoadBalancer(loadbalancer_id=LB, name='x')
+        self.assertEqual({'name': 'x'},
+                         translate.body('loadbalancer', new, update=True))
 
     def test_refusals(self):
         lb = full_lb()

@@ -478,6 +478,8 @@ ca_file = %[11]s
 stats_interval = 2
 resync_interval = 10
 resync_grace = 10
+orphan_interval = 10
+orphan_grace = 30
 %[14]s%[15]s`, lab.ControlAddr, OctaviaPort, o.URL, c.path("mysqld.sock"), c.KeystoneURL, auth, c.NeutronURL, keystone.Region,
 		o.Dir, opts.FlowlbURL, opts.FlowlbCA, drivers, agents, flowlbAuth, ovn)
 }
