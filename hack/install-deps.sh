@@ -48,6 +48,10 @@ if $openstack; then
 	# Octavia's API and driver agent with flowlb's provider driver,
 	# installed with pip into the test bed's directory.
 	packages+=(octavia-api octavia-driver-agent python3-pip)
+	# Barbican, the key manager Octavia reads TLS certificates from
+	# (TestRealOctaviaBarbican), and its client library, which Octavia's
+	# certificate manager uses.
+	packages+=(barbican-api python3-barbicanclient)
 	# ovn-octavia-provider beside flowlb's (TestRealOctaviaOVNProvider).
 	packages+=(python3-ovn-octavia-provider)
 	# octavia-tempest-plugin's API suite through that Octavia

@@ -407,7 +407,11 @@ func (c *Cloud) registerOctavia(o *Octavia) {
 // octaviaConf is octavia.conf: the options Octavia 11's API and driver
 // agent read with a third-party provider and no worker
 // (/work/shared/reference/real-openstack-lab.md), the provider's
-// [flowlb] section, and with opts.OVNProvider, ovn-octavia-provider
+// [flowlb] section, TLS certificates from the bed's Barbican (found in
+// Keystone's catalog; read as the [service_auth] user, which the
+// certificate's owner lets read it through Barbican's ACLs, and which
+// Octavia adds to those ACLs itself with the caller's token), and with
+// opts.OVNProvider, ovn-octavia-provider
 // beside it: its [ovn] section on the bed's OVN databases (it reaches
 // Neutron through [neutron] and [service_auth], as Octavia does).
 func (c *Cloud) octaviaConf(o *Octavia, opts OctaviaOptions) string {
@@ -458,6 +462,12 @@ www_authenticate_uri = %[5]s
 [neutron]
 endpoint = %[7]s
 region_name = %[8]s
+
+[certificates]
+cert_manager = barbican_cert_manager
+barbican_auth = barbican_acl_auth
+region_name = %[8]s
+endpoint_type = public
 
 [controller_worker]
 network_driver = allowed_address_pairs_driver

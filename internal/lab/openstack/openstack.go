@@ -1,5 +1,6 @@
 // Package openstack gives a root test a real OpenStack network service on
-// a lab (internal/lab): Debian's MariaDB, Keystone and Neutron with the
+// a lab (internal/lab): Debian's MariaDB, Keystone, Barbican (the key
+// manager) and Neutron with the
 // ML2/OVN mechanism driver in the lab's fabric namespace, OVN's central
 // databases and ovn-northd beside them, and every lab node a chassis
 // (ovsdb-server, ovs-vswitchd on the userspace datapath, ovn-controller;
@@ -78,7 +79,7 @@ const (
 
 var binaries = []string{"mariadb-install-db", "mysqld", "mariadb", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd",
 	"ovs-vsctl", "ovs-appctl", "ovn-northd", "ovn-controller", "ovn-sbctl", "ovn-nbctl", "neutron-server",
-	"neutron-db-manage", "ethtool", "ip"}
+	"neutron-db-manage", "ethtool", "ip", "barbican-wsgi-api"}
 
 // Missing reports what of the test bed is not installed (nil: all is).
 func Missing() error {
@@ -92,7 +93,7 @@ func Missing() error {
 		miss = append(miss, err.Error())
 	}
 	if len(miss) > 0 {
-		return fmt.Errorf("missing %s (hack/install-deps.sh --test: mariadb-server, keystone, neutron-server, ovn-central, ovn-host, openvswitch-switch)", strings.Join(miss, ", "))
+		return fmt.Errorf("missing %s (hack/install-deps.sh --openstack: mariadb-server, keystone, neutron-server, ovn-central, ovn-host, openvswitch-switch, barbican-api)", strings.Join(miss, ", "))
 	}
 	return nil
 }
@@ -125,8 +126,9 @@ type Cloud struct {
 	// HTTP reaches the services: it dials from the fabric namespace.
 	HTTP *http.Client
 	// KeystoneURL is the identity endpoint (no /v3), NeutronURL the
-	// network endpoint, both on the lab's control address.
-	KeystoneURL, NeutronURL string
+	// network endpoint, BarbicanURL the key-manager endpoint, all on the
+	// lab's control address.
+	KeystoneURL, NeutronURL, BarbicanURL string
 	// Network is an admin client of Neutron's API.
 	Network *gophercloud.ServiceClient
 	// AdminProjectID is the project the admin's resources are made in.
@@ -152,6 +154,8 @@ type Cloud struct {
 	ks    *keystone.Keystone
 	// serviceProjectID is the id of ServiceProject.
 	serviceProjectID string
+	// barbicanStarted is when Barbican's process started.
+	barbicanStarted time.Time
 }
 
 // Net is a network and its IPv4 subnet.
@@ -171,6 +175,7 @@ func Start(t testing.TB, l *lab.Lab) *Cloud {
 	c := &Cloud{Lab: l, Dir: dir, t: t, Gateway: 1,
 		KeystoneURL: fmt.Sprintf("http://%s:%d", lab.ControlAddr, KeystonePort),
 		NeutronURL:  fmt.Sprintf("http://%s:%d", lab.ControlAddr, NeutronPort),
+		BarbicanURL: fmt.Sprintf("http://%s:%d", lab.ControlAddr, BarbicanPort),
 		ExternalNS:  lab.Prefix(l.Name()) + "ext",
 		HTTP: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
 			DialContext: fabric.Dial, DisableKeepAlives: true}},
@@ -196,6 +201,7 @@ func Start(t testing.TB, l *lab.Lab) *Cloud {
 	// of Python start-up on a loaded machine): they start first, and
 	// the rest comes up meanwhile.
 	phase("Keystone start", func() { ks = c.startKeystone(); c.ks = ks })
+	phase("Barbican start", c.startBarbican)
 	phase("MariaDB", c.startMariaDB)
 	phase("Neutron start", c.startNeutron)
 	phase("OVN central", c.startOVNCentral)
@@ -205,11 +211,12 @@ func Start(t testing.TB, l *lab.Lab) *Cloud {
 		}
 	})
 	phase("Keystone", func() { c.setupKeystone(ks) })
+	phase("Barbican", c.waitBarbican)
 	phase("chassis in OVN", c.copyChassisIDs)
 	phase("Neutron API", func() { c.login(ks) })
 	phase("networks", c.makeNetworks)
 	phase("external namespace", c.plugExternal)
-	t.Logf("OpenStack (MariaDB, Keystone, Neutron ML2/OVN, %d chassis) up in %s", len(c.nodes), time.Since(t0).Round(time.Millisecond))
+	t.Logf("OpenStack (MariaDB, Keystone, Barbican, Neutron ML2/OVN, %d chassis) up in %s", len(c.nodes), time.Since(t0).Round(time.Millisecond))
 	return c
 }
 
@@ -353,7 +360,7 @@ func (c *Cloud) startKeystone() *keystone.Keystone {
 }
 
 // setupKeystone waits for Keystone and registers the service users and
-// the network endpoint.
+// the network and key-manager endpoints.
 func (c *Cloud) setupKeystone(ks *keystone.Keystone) {
 	c.t.Helper()
 	// Longer than ks.Wait: Neutron starts beside it.
@@ -376,7 +383,7 @@ func (c *Cloud) setupKeystone(ks *keystone.Keystone) {
 		c.t.Fatal(err)
 	}
 	c.serviceProjectID = pid
-	for _, u := range [][2]string{{"neutron", "neutronpw"}, {ServiceUser, ServicePassword}} {
+	for _, u := range [][2]string{{"neutron", "neutronpw"}, {ServiceUser, ServicePassword}, {BarbicanUser, BarbicanPassword}} {
 		uid, err := a.User(u[0], u[1], pid)
 		if err != nil {
 			c.t.Fatal(err)
@@ -386,6 +393,9 @@ func (c *Cloud) setupKeystone(ks *keystone.Keystone) {
 		}
 	}
 	if err := a.Endpoint("network", "neutron", c.NeutronURL); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := a.Endpoint("key-manager", "barbican", c.BarbicanURL); err != nil {
 		c.t.Fatal(err)
 	}
 }
