@@ -79,6 +79,10 @@ type OctaviaOptions struct {
 	// driver agent beside flowlb's: the same Octavia then serves both,
 	// for a comparison. flowlb stays the default provider.
 	OVNProvider bool
+	// APIProcesses is the number of uwsgi processes of Octavia's API
+	// (0: 2; Debian's octavia-api-uwsgi.ini has 8, which the providers'
+	// benchmark takes, as internal/lab/noopoctavia does).
+	APIProcesses int
 }
 
 // Octavia is Octavia's API and driver agent on the test bed, with the
@@ -201,7 +205,8 @@ func OVNProviderMissing() error {
 	return nil
 }
 
-// StartOctavia runs Octavia's API (uwsgi, two processes) and its driver
+// StartOctavia runs Octavia's API (uwsgi, two processes unless
+// opts.APIProcesses says otherwise) and its driver
 // agent in the fabric namespace, on a database of their own in the test
 // bed's MariaDB, with Keystone auth, the allowed-address-pairs network
 // driver on the test bed's Neutron (VIP ports there), no worker and no
@@ -256,12 +261,16 @@ func (c *Cloud) StartOctavia(opts OctaviaOptions) *Octavia {
 	c.registerOctavia(o)
 
 	env := []string{"PYTHONPATH=" + filepath.Join(o.Dir, "site")}
+	procs := opts.APIProcesses
+	if procs <= 0 {
+		procs = 2
+	}
 	// Threads enabled: the provider's status waiters are threads of the
 	// API's processes. Each response says "Connection: close": uwsgi's
 	// http-socket closes every connection after its response.
 	c.start(c.Lab.Fabric(), OctaviaAPI, env, "uwsgi", "--http-socket", fmt.Sprintf("%s:%d", lab.ControlAddr, OctaviaPort),
 		"--plugin", "python3", "--wsgi-file", "/usr/bin/octavia-wsgi", "--pyargv", "--config-file "+conf,
-		"--master", "--die-on-term", "--lazy-apps", "--enable-threads", "--thunder-lock", "--processes", "2", "--threads", "1",
+		"--master", "--die-on-term", "--lazy-apps", "--enable-threads", "--thunder-lock", "--processes", strconv.Itoa(procs), "--threads", "1",
 		"--buffer-size", "65535", "--add-header", "Connection: close", "--logto", filepath.Join(o.Dir, "api.log"))
 	c.start(c.Lab.Fabric(), OctaviaDriverAgent, env, "/usr/bin/python3", "/usr/bin/octavia-driver-agent",
 		"--config-file", conf, "--log-file", filepath.Join(o.Dir, "driver-agent.log"))
