@@ -87,7 +87,7 @@ func mustAddr(s string) *netlink.Addr {
 // echoTCP answers every TCP connection on addr with "hello from addr".
 func echoTCP(t *testing.T, addr string) net.Listener {
 	t.Helper()
-	ln, err := net.Listen("tcp4", addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func echoUDP(t *testing.T, addr string) net.PacketConn {
 // reach says what a TCP connection to addr, and a line over it, come to:
 // the answer, or "timeout" (no SYN-ACK, nor a reset), or the error.
 func reach(addr string) string {
-	c, err := net.DialTimeout("tcp4", addr, time.Second)
+	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
@@ -295,6 +295,44 @@ func TestClosedPortsKernel(t *testing.T) {
 		}
 		if got := fromClient(func() string { return reach(other) }); !strings.HasPrefix(got, other) {
 			t.Errorf("the VIP without a service: %q, want the node's listener to answer", got)
+		}
+	})
+}
+
+// TestClosedPortsIPv6Kernel: the same in the ip6 table, for a pod behind
+// a veth (podNetns): the listener's port reaches a backend, another port
+// of the VIP, where the node listens, gets no SYN-ACK, and the node itself
+// still reaches it.
+func TestClosedPortsIPv6Kernel(t *testing.T) {
+	inNetns(t, func(ns netns.NsHandle) {
+		setup6(t)
+		pod := podNetns(t, ns)
+		defer pod.Close()
+		defer serveAll6(t)()
+		lo, _ := netlink.LinkByName("lo")
+		addr6(t, lo, vip6, 128)
+		other := net.JoinHostPort(vip6, "9999")
+		defer echoTCP(t, other).Close()
+		dp, err := New(int(ns), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dp.Remove()
+		s := flows.Service{Key: vip6Key, Algorithm: flows.RoundRobin, OwnVIP: true,
+			Backends: []flows.Backend{{Address: netip.MustParseAddr(backends6[0]), Port: 8080, Weight: 1}}}
+		if err := dp.Sync(context.Background(), tableOf(s)); err != nil {
+			t.Fatal(err)
+		}
+		var listener, closed string
+		inside(t, pod, func() { listener, closed = backendOf(ask6(vip6Port, "")), reach(other) })
+		if listener != backends6[0] {
+			t.Errorf("pod to the listener's port: %q, want %s", listener, backends6[0])
+		}
+		if closed != "timeout" {
+			t.Errorf("pod to another port of the VIP: %q, want a timeout", closed)
+		}
+		if got := reach(other); got != other+" hi" {
+			t.Errorf("the node to another port of the VIP: %q, want its listener's answer", got)
 		}
 	})
 }
