@@ -22,7 +22,8 @@ import (
 // members with no conntrack entry to the VIP, while a socket of the test
 // process's own (no node cgroup) still goes through nftables. A member
 // the health monitor finds dead leaves the pinned map and gets no more
-// of the pod process's connections.
+// of the pod process's connections. The nftables table beside the
+// programs closes the VIP's ports no listener has (agent trace).
 func TestEBPFPodProcessTraffic(t *testing.T) {
 	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 2, dataplane: lab.DataplaneEBPF})
 	victim, client := c.lab.Pod(1, 1), c.lab.Pod(1, 2)
@@ -43,6 +44,16 @@ func TestEBPFPodProcessTraffic(t *testing.T) {
 	victimBackend := net.JoinHostPort(victim.Addr.String(), "8080") + " "
 	if d := dump(); !strings.Contains(d, vip+" TCP") || !strings.Contains(d, victimBackend) {
 		t.Fatalf("n1's pinned services map lacks %s or its member %s:\n%s", vip, victimBackend, d)
+	}
+
+	// The nftables table beside the programs, which all traffic from
+	// outside meets, closes the VIP's ports no listener has.
+	var tr bytes.Buffer
+	if err := n1.Run(context.Background(), nil, &tr, &tr, flowlb(t), "agent", "trace", "--src", client.Addr.String()+":4000", "--dst", net.JoinHostPort(vipAddr, "9999")); err != nil {
+		t.Fatalf("agent trace: %v\n%s", err, tr.String())
+	}
+	if !strings.Contains(tr.String(), "drop: VIP: no listener on this protocol and port") {
+		t.Errorf("n1's trace of the VIP's port 9999, no listener's:\n%s", tr.String())
 	}
 
 	flush := func() {

@@ -64,10 +64,11 @@ func newRealNeutronCluster(t *testing.T, extraArgs ...string) (*cluster, *openst
 // the rule's source, and the external namespace is refused (by the
 // agents as well: the traffic alone cannot tell who refused it), and
 // let in again when they name it; the group goes with the load
-// balancer. (Traffic to the VIP reaches a node through the node's own
-// port, whose groups OVN applies, not the VIP port's: a process on the
-// node listening on a port no listener has answers through the floating
-// IP; docs/operations.md.)
+// balancer. Traffic to the VIP reaches a node through the node's own
+// port, whose groups OVN applies, not the VIP port's, so the agents close
+// the VIP's ports no listener has: a process on the nodes listening on
+// 9999 answers the node itself on the VIP, not the external namespace
+// through the floating IP (docs/operations.md).
 //
 // The install step (docs/operations.md, "A real Neutron"): each node's
 // port allows the VIP as an address pair, the node holds the VIP on its
@@ -165,6 +166,23 @@ func TestRealNeutronVIPAndFloatingIP(t *testing.T) {
 		})
 	}
 	reachesMembers("external -> floating IP reaches both members")
+
+	// A process on the nodes listening on a port no listener has (9999):
+	// each node still reaches it on the VIP (the VIP is its own address),
+	// but not the external namespace through the floating IP: the agents
+	// close the VIP's other ports (without them it answers).
+	for _, n := range nodes {
+		openstack.Answer(t, c.lab.Node(n.Node).NS, ":9999", fmt.Sprintf("node %d on 9999", n.Node))
+	}
+	other := net.JoinHostPort(vip, "9999")
+	for _, n := range nodes {
+		if got, err := askIn(c.lab.Node(n.Node).NS, other); err != nil || got != fmt.Sprintf("node %d on 9999", n.Node) {
+			t.Errorf("node %d -> its own listener on the VIP's port 9999: %q, %v", n.Node, got, err)
+		}
+	}
+	if got, err := openstack.Ask(cloud.Dial, net.JoinHostPort(fip.FloatingIP.Address, "9999")); err == nil {
+		t.Errorf("external -> floating IP port 9999, no listener's: answered %q", got)
+	}
 
 	// A second listener puts its rule in the group, and takes it out
 	// when deleted.

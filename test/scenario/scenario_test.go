@@ -10,6 +10,7 @@
 package scenario
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,10 @@ import (
 	"rsc.io/script"
 	"rsc.io/script/scripttest"
 )
+
+// update rewrites, in each script, the files that `cmp stdout` compares
+// with what the command printed.
+var update = flag.Bool("update", false, "rewrite the files cmp stdout compares in testdata/*.txtar")
 
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txtar")
@@ -38,6 +43,9 @@ func TestScenarios(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if *update {
+				e.Cmds["cmp"] = updatingCmp(t, file, ar)
+			}
 			s, err := script.NewState(w.ctx, t.TempDir(), os.Environ())
 			if err != nil {
 				t.Fatal(err)
@@ -54,4 +62,20 @@ func TestScenarios(t *testing.T) {
 			scripttest.Run(t, e, s, file, strings.NewReader(string(ar.Comment)))
 		})
 	}
+}
+
+// updatingCmp is cmp stdout <file> that writes stdout into the script's
+// file of that name instead of comparing, and the script back.
+func updatingCmp(t *testing.T, file string, ar *txtar.Archive) script.Cmd {
+	return script.Command(script.CmdUsage{Summary: "update a file from stdout", Args: "stdout file"}, func(s *script.State, args ...string) (script.WaitFunc, error) {
+		if len(args) != 2 || args[0] != "stdout" {
+			t.Fatalf("update: cmp %v: only cmp stdout <file> is updated", args)
+		}
+		for i := range ar.Files {
+			if ar.Files[i].Name == args[1] {
+				ar.Files[i].Data = []byte(s.Stdout())
+			}
+		}
+		return nil, os.WriteFile(file, txtar.Format(ar), 0o644)
+	})
 }

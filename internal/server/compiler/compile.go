@@ -87,13 +87,16 @@ func Compile(t *lbaas.Tree) []flows.Service {
 			}
 			continue
 		}
-		for _, vip := range withExternalIPs(vips, l.Tags) {
+		for i, vip := range withExternalIPs(vips, l.Tags) {
 			// Only VIPs of the listener's address family can carry it.
 			if len(base.AllowedCIDRs) > 0 && !anyFamily(base.AllowedCIDRs, vip) {
 				continue
 			}
 			s := base
 			s.Key = flows.Key{VIP: vip, Protocol: proto, Port: uint16(l.ProtocolPort)}
+			// The load balancer's own addresses come first; the external
+			// IPs after them are borrowed, and may be a node's own.
+			s.OwnVIP = i < len(vips)
 			s.AllowedCIDRs = sameFamily(base.AllowedCIDRs, vip)
 			if t.Security != nil {
 				// The VIP port's security groups admit their sources, and
@@ -122,7 +125,8 @@ func nodePort(base flows.Service, vip netip.Addr, proto flows.Protocol, port int
 }
 
 // withExternalIPs adds to a load balancer's VIPs a listener's external IPs
-// (flows.TagExternalIPPrefix), once each and not again when one is a VIP.
+// (flows.TagExternalIPPrefix), after them, once each and not again when
+// one is a VIP.
 // A tag whose address does not parse names nothing.
 func withExternalIPs(vips []netip.Addr, tags []string) []netip.Addr {
 	out := vips

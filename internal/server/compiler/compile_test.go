@@ -302,3 +302,50 @@ func TestSeniority(t *testing.T) {
 		}
 	}
 }
+
+// A service is on the load balancer's own address (OwnVIP) for its VIP,
+// additional VIPs and their floating IPs; not for a listener's external
+// IPs, unless one is a VIP, nor for a node port.
+func TestCompileOwnVIP(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(t *lbaas.Tree)
+		want string
+	}{
+		{"VIP", nil, "198.19.0.10:80/TCP own"},
+		{"additional VIPs and floating IPs", func(t *lbaas.Tree) {
+			t.LB.AdditionalVIPs = []lbaas.AdditionalVIP{{IPAddress: "198.19.0.11"}, {IPAddress: "2001:2::10"}}
+			t.FloatingIPs = []*lbaas.FloatingIP{fip("f1", "198.19.128.7", "198.19.0.11")}
+		}, "198.19.0.10:80/TCP own; 198.19.0.11:80/TCP own; [2001:2::10]:80/TCP own; 198.19.128.7:80/TCP own"},
+		{"external IPs are borrowed, one equal to the VIP is the VIP", func(t *lbaas.Tree) {
+			t.Listeners[0].Tags = []string{flows.TagExternalIPPrefix + "198.19.200.1", flows.TagExternalIPPrefix + "198.19.0.10", flows.TagExternalIPPrefix + "2001:2::7"}
+			t.LB.AdditionalVIPs = []lbaas.AdditionalVIP{{IPAddress: "2001:2::10"}}
+		}, "198.19.0.10:80/TCP own; [2001:2::10]:80/TCP own; 198.19.200.1:80/TCP borrowed; [2001:2::7]:80/TCP borrowed"},
+		{"external IP of a listener, VIP of another", func(t *lbaas.Tree) {
+			t.Listeners[0].Tags = []string{flows.TagExternalIPPrefix + "198.19.200.1"}
+			t.Listeners = append(t.Listeners, &lbaas.Listener{Base: base("l2"), Protocol: "UDP", ProtocolPort: 53, ConnectionLimit: -1})
+		}, "198.19.0.10:80/TCP own; 198.19.200.1:80/TCP borrowed; 198.19.0.10:53/UDP own"},
+		{"node port", func(t *lbaas.Tree) {
+			t.Listeners[0].Tags = []string{flows.TagNodePort}
+			t.Members = append(t.Members, member("m6", "2001:2:0:11::2", 8080, 1))
+		}, "0.0.0.0:80/TCP borrowed; [::]:80/TCP borrowed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := sample()
+			if tc.edit != nil {
+				tc.edit(tr)
+			}
+			var parts []string
+			for _, s := range Compile(tr) {
+				own := "borrowed"
+				if s.OwnVIP {
+					own = "own"
+				}
+				parts = append(parts, s.Key.String()+" "+own)
+			}
+			if got := strings.Join(parts, "; "); got != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}

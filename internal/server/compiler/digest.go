@@ -139,6 +139,7 @@ func (e *encoder) service(s *flows.Service) {
 	e.bool(s.PreferClose)
 	e.uint(uint64(s.HealthCheckNodePort))
 	e.str(s.HealthCheckService)
+	e.bool(s.OwnVIP)
 }
 
 func (e *encoder) backend(b *flows.Backend) {

@@ -25,7 +25,7 @@ func fullOutput() Output {
 			Backends: []flows.Backend{{MemberID: "m1", Address: netip.MustParseAddr("198.18.17.2"), Port: 5353, Weight: 3, Node: "n1",
 				Zones: []string{"zone-a"}, ForNodes: []string{"n1"}, KeepClient: true, Terminating: true}},
 			LocalOnly: true, InternalLocal: true, PreferClose: true,
-			HealthCheckNodePort: 30500, HealthCheckService: "ns/web",
+			HealthCheckNodePort: 30500, HealthCheckService: "ns/web", OwnVIP: true,
 		}},
 		Probes: []flows.Probe{{MemberID: "m1", Address: netip.MustParseAddr("198.18.17.2"), Port: 5353, Type: flows.MonitorHTTP,
 			Delay: time.Second, Timeout: 2 * time.Second, MaxRetries: 3, MaxRetriesDown: 2, HTTPMethod: "GET", URLPath: "/",

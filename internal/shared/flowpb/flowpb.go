@@ -32,7 +32,7 @@ func ServiceToProto(s flows.Service) *agentv1.Service {
 	out := &agentv1.Service{
 		Key: KeyToProto(s.Key), LoadbalancerId: s.LoadBalancerID, ListenerId: s.ListenerID, PoolId: s.PoolID,
 		Algorithm: string(s.Algorithm), ConnectionLimit: int32(s.ConnectionLimit), LocalOnly: s.LocalOnly, InternalLocal: s.InternalLocal,
-		PreferClose: s.PreferClose, AllowNone: s.AllowNone,
+		PreferClose: s.PreferClose, AllowNone: s.AllowNone, OwnVip: s.OwnVIP,
 		HealthCheckNodePort: uint32(s.HealthCheckNodePort), HealthCheckService: s.HealthCheckService,
 	}
 	if s.Persistence != nil {
@@ -53,7 +53,7 @@ func ServiceFromProto(p *agentv1.Service) flows.Service {
 	s := flows.Service{
 		Key: KeyFromProto(p.GetKey()), LoadBalancerID: p.GetLoadbalancerId(), ListenerID: p.GetListenerId(), PoolID: p.GetPoolId(),
 		Algorithm: flows.Algorithm(p.GetAlgorithm()), ConnectionLimit: int(p.GetConnectionLimit()), LocalOnly: p.GetLocalOnly(), InternalLocal: p.GetInternalLocal(),
-		PreferClose: p.GetPreferClose(), AllowNone: p.GetAllowNone(),
+		PreferClose: p.GetPreferClose(), AllowNone: p.GetAllowNone(), OwnVIP: p.GetOwnVip(),
 		HealthCheckService: p.GetHealthCheckService(),
 	}
 	// A port beyond 16 bits is none rather than another port.

@@ -26,7 +26,7 @@ func fullService() flows.Service {
 		},
 		// Every field set for the wire tests, though AllowNone never
 		// comes with AllowedCIDRs from the compiler.
-		LocalOnly: true, InternalLocal: true, PreferClose: true, AllowNone: true,
+		LocalOnly: true, InternalLocal: true, PreferClose: true, AllowNone: true, OwnVIP: true,
 		HealthCheckNodePort: 30500, HealthCheckService: "ns/web",
 	}
 }

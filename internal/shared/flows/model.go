@@ -133,6 +133,13 @@ type Service struct {
 	// the backends, 503 otherwise (package kubehealth).
 	HealthCheckNodePort uint16
 	HealthCheckService  string
+	// OwnVIP: Key.VIP is the load balancer's own address (its VIP, an
+	// additional VIP or a floating IP of its VIP port), which nodes hold
+	// for it and on which only its listeners' ports are open: a new
+	// connection to another port of it is dropped. False for the
+	// addresses a listener borrows (its external IPs, which may be a
+	// node's own) and for node ports.
+	OwnVIP bool
 }
 
 // Equal reports whether two services are equal in every field (nil and
@@ -143,7 +150,7 @@ func (s Service) Equal(o Service) bool {
 		slices.Equal(s.AllowedCIDRs, o.AllowedCIDRs) && s.AllowNone == o.AllowNone && s.ConnectionLimit == o.ConnectionLimit &&
 		slices.EqualFunc(s.Backends, o.Backends, SameBackend) &&
 		s.LocalOnly == o.LocalOnly && s.InternalLocal == o.InternalLocal && s.PreferClose == o.PreferClose &&
-		s.HealthCheckNodePort == o.HealthCheckNodePort && s.HealthCheckService == o.HealthCheckService
+		s.HealthCheckNodePort == o.HealthCheckNodePort && s.HealthCheckService == o.HealthCheckService && s.OwnVIP == o.OwnVIP
 }
 
 func samePersistence(a, b *Persistence) bool {

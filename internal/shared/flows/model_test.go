@@ -35,6 +35,7 @@ func TestServiceEqual(t *testing.T) {
 		"Persistence":         func(s *Service) { s.Persistence = &Persistence{Type: "SOURCE_IP", Timeout: time.Second} },
 		"AllowedCIDRs":        func(s *Service) { s.AllowedCIDRs = nil },
 		"AllowNone":           func(s *Service) { s.AllowNone = true },
+		"OwnVIP":              func(s *Service) { s.OwnVIP = !s.OwnVIP },
 		"ConnectionLimit":     func(s *Service) { s.ConnectionLimit = -1 },
 		"Backends":            func(s *Service) { s.Backends[0].Zones = []string{"zone-b"} },
 		"LocalOnly":           func(s *Service) { s.LocalOnly = false },

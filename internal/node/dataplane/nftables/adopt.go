@@ -46,9 +46,12 @@ func (d *plane) adopt(uncounted bool) (bool, error) {
 	}
 	d.table, d.sets = t, setsByName(sets)
 	d.programmed, d.chains = programmed, chains
-	for _, e := range programmed {
+	for k, e := range programmed {
 		for a := range e.fp.backends(d.fam) {
 			d.refs[a]++
+		}
+		if e.fp.own() {
+			d.vipRefs[k.VIP]++
 		}
 		for _, c := range e.fp.chains() {
 			d.chainRefs[c]++

@@ -41,13 +41,13 @@ func tableOf(services ...flows.Service) flows.Table {
 // steps are the tables a data plane is synced to in turn: services come
 // and go, share backends, class chains are created, shared and removed.
 func steps() []flows.Table {
-	other := service("198.19.0.11", flows.TCP, 443, flows.SourceIP, b1, b3)
+	other := own(service("198.19.0.11", flows.TCP, 443, flows.SourceIP, b1, b3))
 	dns := service("198.19.0.53", flows.UDP, 53, flows.SourceIPPort, b1, b2, b3)
 	sticky := persistent(time.Minute)
 	return []flows.Table{
 		tableOf(web(flows.SourceIP, b1, b2), dns),
-		tableOf(edit(web(flows.SourceIP, b1, b2), sticky), edit(other, sticky), dns, edit(web6(flows.SourceIP, b6a, b6b), sticky)),
-		tableOf(edit(web(flows.SourceIP, b1, b2, b3), limited(10)), edit(other, sticky), service("198.19.0.53", flows.UDP, 53, flows.SourceIPPort, b3),
+		tableOf(edit(own(web(flows.SourceIP, b1, b2)), sticky), edit(other, sticky), dns, edit(own(web6(flows.SourceIP, b6a, b6b)), sticky)),
+		tableOf(edit(own(web(flows.SourceIP, b1, b2, b3)), limited(10)), edit(other, sticky), service("198.19.0.53", flows.UDP, 53, flows.SourceIPPort, b3),
 			edit(web6(flows.RoundRobin, b6b), limited(10))),
 		tableOf(edit(web(flows.RoundRobin, b2), func(s *flows.Service) { s.LocalOnly = true }), edit(other, limited(10)), web6(flows.RoundRobin)),
 		tableOf(edit(web(flows.RoundRobin), limited(20)), edit2(other, sticky, limited(10))),

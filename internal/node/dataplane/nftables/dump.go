@@ -41,6 +41,9 @@ type ServiceDump struct {
 	// connections from outside the pod networks keep the client's
 	// address (flows.Backend.KeepClient).
 	KeepClient []string
+	// OwnVIP: the key's address is a load balancer's own (ownSet), on
+	// which only its listeners' ports are open.
+	OwnVIP bool
 }
 
 // Dump describes every programmed service from its kernel elements,
@@ -78,6 +81,8 @@ func (f *family) describe(k flows.Key, fp footprint) ServiceDump {
 			s.InternalLocal, s.NoInternalLocal = true, true
 		case zoneOnSet:
 			s.Zonal = true
+		case ownSet:
+			s.OwnVIP = true
 		case aclOnSet:
 			s.AllowNone = true
 		case aclAllowSet:

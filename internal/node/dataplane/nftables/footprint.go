@@ -105,6 +105,10 @@ func footprintWith(s flows.Service, node, zone string, lazy bool) footprint {
 		f.add(elem{set: aclOnSet, key: kb})
 	}
 
+	if s.OwnVIP && !k.NodePort() {
+		f.add(elem{set: ownSet, key: kb})
+	}
+
 	var all, local []flows.Backend
 	for _, b := range s.Backends {
 		if familyOf(b.Address) != fam {
@@ -239,6 +243,17 @@ func (f footprint) backends(fam *family) map[netip.Addr]bool {
 		}
 	}
 	return out
+}
+
+// own reports whether a footprint is of a service on a load balancer's
+// own address (ownSet), which keeps that address in vipsSet.
+func (f footprint) own() bool {
+	for _, e := range f {
+		if e.set == ownSet {
+			return true
+		}
+	}
+	return false
 }
 
 // chains lists the class chains a footprint jumps to.

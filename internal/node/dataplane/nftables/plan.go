@@ -23,12 +23,15 @@ type state struct {
 	// the services that jump to each class chain.
 	refs      map[netip.Addr]int
 	chainRefs map[string]int
+	// vipRefs counts the programmed services on each load balancer's
+	// own address (ownSet), so that vipsSet changes in O(changes).
+	vipRefs map[netip.Addr]int
 	// chains are the class chains (persistence, limits) in the table.
 	chains map[string]bool
 }
 
 func newState(node string) state {
-	return state{node: node, programmed: map[flows.Key]entry{}, refs: map[netip.Addr]int{}, chainRefs: map[string]int{}, chains: map[string]bool{}}
+	return state{node: node, programmed: map[flows.Key]entry{}, refs: map[netip.Addr]int{}, chainRefs: map[string]int{}, chains: map[string]bool{}, vipRefs: map[netip.Addr]int{}}
 }
 
 // entry is a programmed service: what it was made from or, for a service
@@ -123,6 +126,7 @@ type tablePlan struct {
 	// counts before them are kept for String.
 	refs, refsBefore           map[netip.Addr]int
 	chainRefs, chainRefsBefore map[string]int
+	vipRefs, vipRefsBefore     map[netip.Addr]int
 	// lost are the UDP backends that left a service: their conntrack
 	// entries are forgotten once the change is in.
 	lost []lostBackend
@@ -159,7 +163,7 @@ func (p tablePlan) Empty() bool {
 // services, and no I/O. Services the table cannot carry (of the other
 // family, or not TCP, UDP or SCTP) are not programmed.
 func (st *state) plan(sc schema, upserts []flows.Service, deletes []flows.Key) (tablePlan, error) {
-	p := tablePlan{fam: sc.fam, services: changedServices(sc.fam, upserts, deletes), refs: map[netip.Addr]int{}, chainRefs: map[string]int{}}
+	p := tablePlan{fam: sc.fam, services: changedServices(sc.fam, upserts, deletes), refs: map[netip.Addr]int{}, chainRefs: map[string]int{}, vipRefs: map[netip.Addr]int{}}
 	adds, dels, destroys := map[string][]nftables.SetElement{}, map[string][]nftables.SetElement{}, map[string][]nftables.SetElement{}
 	keys := make([]flows.Key, 0, len(p.services))
 	for k := range p.services {
@@ -169,10 +173,14 @@ func (st *state) plan(sc schema, upserts []flows.Service, deletes []flows.Key) (
 	for _, k := range keys {
 		st.diffService(k, p.services[k], &p, adds, dels, destroys)
 	}
-	st.hairpinChanges(p.refs, adds, dels)
-	p.refsBefore, p.chainRefsBefore = map[netip.Addr]int{}, map[string]int{}
+	refChanges(st.refs, p.refs, hairpinSet, pair, adds, dels)
+	refChanges(st.vipRefs, p.vipRefs, vipsSet, netip.Addr.AsSlice, adds, dels)
+	p.refsBefore, p.chainRefsBefore, p.vipRefsBefore = map[netip.Addr]int{}, map[string]int{}, map[netip.Addr]int{}
 	for a := range p.refs {
 		p.refsBefore[a] = st.refs[a]
+	}
+	for a := range p.vipRefs {
+		p.vipRefsBefore[a] = st.vipRefs[a]
 	}
 	for c := range p.chainRefs {
 		p.chainRefsBefore[c] = st.chainRefs[c]
@@ -259,6 +267,12 @@ func (st *state) diffService(k flows.Key, nw *entry, p *tablePlan, adds, dels, d
 	for a := range newB {
 		p.refs[a]++
 	}
+	if oldFP.own() {
+		p.vipRefs[k.VIP]--
+	}
+	if newFP.own() {
+		p.vipRefs[k.VIP]++
+	}
 	for _, c := range oldFP.chains() {
 		p.chainRefs[c]--
 	}
@@ -279,21 +293,23 @@ func appendDoubling(s []nftables.SetElement, e nftables.SetElement) []nftables.S
 	return append(s, e)
 }
 
-// hairpinChanges adds "b . b" for a backend address that gains its first
-// service and removes it for one that loses its last.
-func (st *state) hairpinChanges(refs map[netip.Addr]int, adds, dels map[string][]nftables.SetElement) {
-	addrs := make([]netip.Addr, 0, len(refs))
-	for a := range refs {
+// refChanges adds an address's element (elemKey) to set when the address
+// gains its first service and removes it when it loses its last: "b . b"
+// in hairpin for a backend address (counts refs), the address in vips for
+// a load balancer's own (vipRefs); delta are the plan's changes to counts.
+func refChanges(counts, delta map[netip.Addr]int, set string, elemKey func(netip.Addr) []byte, adds, dels map[string][]nftables.SetElement) {
+	addrs := make([]netip.Addr, 0, len(delta))
+	for a := range delta {
 		addrs = append(addrs, a)
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	for _, a := range addrs {
-		before := st.refs[a]
-		switch after := before + refs[a]; {
+		before := counts[a]
+		switch after := before + delta[a]; {
 		case before == 0 && after > 0:
-			adds[hairpinSet] = append(adds[hairpinSet], nftables.SetElement{Key: pair(a)})
+			adds[set] = append(adds[set], nftables.SetElement{Key: elemKey(a)})
 		case before > 0 && after <= 0:
-			dels[hairpinSet] = append(dels[hairpinSet], nftables.SetElement{Key: pair(a)})
+			dels[set] = append(dels[set], nftables.SetElement{Key: elemKey(a)})
 		}
 	}
 }
@@ -341,6 +357,11 @@ func (st *state) commit(p tablePlan) {
 			delete(st.chainRefs, c)
 		}
 	}
+	for a, delta := range p.vipRefs {
+		if st.vipRefs[a] += delta; st.vipRefs[a] <= 0 {
+			delete(st.vipRefs, a)
+		}
+	}
 	for _, c := range p.newChains {
 		st.chains[c.chain.Name] = true
 	}
@@ -352,7 +373,7 @@ func (st *state) commit(p tablePlan) {
 // setOrder is the order element changes are sent in: the kernel checks
 // each message against what comes before it in the transaction.
 func setOrder() []string {
-	return append(append([]string{}, serviceSets...), hairpinSet)
+	return append(append([]string{}, serviceSets...), hairpinSet, vipsSet)
 }
 
 func compareKeys(a, b flows.Key) int {

@@ -58,6 +58,9 @@ func persistent(timeout time.Duration) func(*flows.Service) {
 	return func(s *flows.Service) { s.Persistence = &flows.Persistence{Type: "SOURCE_IP", Timeout: timeout} }
 }
 
+// own marks a service as on its load balancer's own address.
+func own(s flows.Service) flows.Service { s.OwnVIP = true; return s }
+
 func limited(n int) func(*flows.Service) { return func(s *flows.Service) { s.ConnectionLimit = n } }
 
 // planCase is a programmed state and a change.
@@ -138,6 +141,14 @@ func planCases() []planCase {
 			upserts: []flows.Service{nodePort(flows.TCP, 30080, flows.RoundRobin)}},
 		{name: "udp-backend-lost", before: []flows.Service{dns}, upserts: []flows.Service{service("198.19.0.53", flows.UDP, 53, flows.SourceIPPort, b1, b3)}},
 		{name: "no-op", before: []flows.Service{web(flows.SourceIP, b1, b2), dns}, upserts: []flows.Service{web(flows.SourceIP, b1, b2)}},
+		{name: "own-vip", upserts: []flows.Service{own(web(flows.SourceIP, b1)), own(service("198.19.0.10", flows.UDP, 53, flows.SourceIP))}},
+		{name: "own-vip-kept-while-shared", before: []flows.Service{own(web(flows.SourceIP, b1)), own(service("198.19.0.10", flows.UDP, 53, flows.SourceIP))},
+			deletes: []flows.Key{vipKey}},
+		{name: "own-vip-last-service-leaves", before: []flows.Service{own(web(flows.SourceIP, b1))}, deletes: []flows.Key{vipKey}},
+		{name: "own-vip-adopted-last-service-leaves", before: []flows.Service{own(web(flows.SourceIP, b1)), web6(flows.SourceIP, b6a)}, adopted: true,
+			deletes: []flows.Key{vipKey}},
+		{name: "own-vip-becomes-borrowed", before: []flows.Service{own(web(flows.SourceIP, b1))}, upserts: []flows.Service{web(flows.SourceIP, b1)}},
+		{name: "own-vip-node-port-is-not", upserts: []flows.Service{own(nodePort(flows.TCP, 30080, flows.RoundRobin, b1))}},
 		{name: "adopted-restated-is-empty", adopted: true,
 			before:  []flows.Service{edit(web(flows.SourceIPPort, b1, b2), persistent(time.Minute)), edit(dns, limited(10))},
 			upserts: []flows.Service{edit(web(flows.SourceIPPort, b1, b2), persistent(time.Minute)), edit(dns, limited(10))}},
@@ -213,7 +224,7 @@ func TestPlan(t *testing.T) {
 func checkKeys(t *testing.T, p tablePlan) {
 	t.Helper()
 	for _, c := range append(append([]setChange{}, p.deletes...), p.adds...) {
-		if c.set == hairpinSet {
+		if c.set == hairpinSet || c.set == vipsSet {
 			continue
 		}
 		for _, e := range c.elements {

@@ -86,6 +86,17 @@ func (p tablePlan) writeBookkeeping(b *strings.Builder) {
 		before := p.refsBefore[a]
 		fmt.Fprintf(b, "# backend %s: %d -> %d services\n", a, before, before+p.refs[a])
 	}
+	vips := make([]netip.Addr, 0, len(p.vipRefs))
+	for a, delta := range p.vipRefs {
+		if delta != 0 {
+			vips = append(vips, a)
+		}
+	}
+	slices.SortFunc(vips, netip.Addr.Compare)
+	for _, a := range vips {
+		before := p.vipRefsBefore[a]
+		fmt.Fprintf(b, "# vip %s: %d -> %d services\n", a, before, before+p.vipRefs[a])
+	}
 	var chains []string
 	for c, delta := range p.chainRefs {
 		if delta != 0 {
@@ -145,6 +156,7 @@ var setFields = map[string]struct{ key, data []field }{
 	hairpinSet:    {key: []field{fieldAddr, fieldAddr}},
 	podNetsSet:    {key: []field{fieldAddr}},
 	nodeAddrsSet:  {key: []field{fieldAddr}},
+	vipsSet:       {key: []field{fieldAddr}},
 }
 
 // elementString renders an element as nft writes it: fields joined by

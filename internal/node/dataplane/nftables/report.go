@@ -34,6 +34,9 @@ func WriteDump(w io.Writer, services []ServiceDump) {
 // dumpOptions lists what a service does besides picking a backend.
 func dumpOptions(s ServiceDump) []string {
 	var extra []string
+	if s.OwnVIP {
+		extra = append(extra, "own VIP: other ports closed")
+	}
 	if s.Persistence > 0 {
 		extra = append(extra, "persistence "+s.Persistence.String())
 	}

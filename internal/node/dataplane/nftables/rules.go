@@ -44,6 +44,7 @@ const (
 	reasonHairpin         = "hairpin"
 	reasonOutsidePodNets  = "client outside the pod networks"
 	reasonNotAService     = "not a service"
+	reasonNoListener      = "VIP: no listener on this protocol and port"
 	reasonNodePort        = "node port: masqueraded to the node"
 	reasonNodePortDrop    = "node port: dropped, as a refusal cannot come from the node's address"
 	reasonKeepClient      = "this node's local-only node port's endpoint: client address kept"
@@ -190,13 +191,16 @@ func filterChain(name string, hook *nftables.ChainHook, sc schema, counted bool)
 	if counted {
 		refused = append(count(sets[statsErrSet], regDaddr), refused...)
 	}
-	rules := []ruleSpec{
+	var rules []ruleSpec
+	if name == aclChain {
+		rules = append(rules, closedPorts(sc)...)
+	}
+	rules = append(rules,
 		rule(reasonACL, svcKey(), lookup(sets[aclOnSet], regDaddr),
 			f.saddr(f.regSlot),
 			one(&expr.Lookup{SourceRegister: regDaddr, SetName: aclAllowSet, SetID: sets[aclAllowSet].ID, Invert: true}),
 			refused),
-		rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), vmap(sets[limitsMap])),
-	}
+		rule("", ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), svcKey(), vmap(sets[limitsMap])))
 	if name == aclChain {
 		rules = append(rules,
 			rule(reasonNoLocal, svcKey(), lookup(sets[localNoneSet], regDaddr), f.fromOutside(podnets), refused),
@@ -220,6 +224,38 @@ func filterChain(name string, hook *nftables.ChainHook, sc schema, counted bool)
 		rules = append(rules, rule("", ctReply(), notLoopback(name), f.ctOrigKey(), lookup(sets[g], regDaddr), count(sets[statsOutSet], regDaddr)))
 	}
 	return chainSpec{chain: nftables.Chain{Name: name, Type: nftables.ChainTypeFilter, Hooknum: hook, Priority: nftables.ChainPriorityMangle}, rules: rules}
+}
+
+// closedPorts drop a new connection from outside (not on loopback) to a
+// load balancer's own address (vips) on a port none of its listeners has:
+// a key no pick set and not empty publishes, which every programmed
+// service is in. The nodes hold the VIPs as their own addresses, so that
+// without this any process of a node listening on another port would
+// answer on them; an amphora lets only its listeners' ports in. One rule
+// per protocol a service can have: ICMP passes (ping, neighbour
+// discovery, path MTU), and so do replies, the node's own connections
+// (output, and what loops back through lo) and the addresses a listener
+// borrows (external IPs, node ports), which are not in vips. No stats_err
+// count: the key is no service's.
+//
+//	ct state new  iiftype != loopback  meta l4proto tcp  ip daddr @vips
+//	  ip daddr . meta l4proto . th dport != @pick_random  (and pick_src, pick_srcport, empty)  drop
+func closedPorts(sc schema) []ruleSpec {
+	f, sets := sc.fam, sc.sets
+	notIn := func(set string) []expr.Any {
+		return one(&expr.Lookup{SourceRegister: regDaddr, SetName: set, SetID: sets[set].ID, Invert: true})
+	}
+	var rules []ruleSpec
+	for _, p := range pickProtos {
+		r := rule(reasonNoListener, ctBit(expr.CtKeySTATE, expr.CtStateBitNEW), notLoopback(aclChain), l4proto(p),
+			f.daddr(f.regScratch), lookup(sets[vipsSet], f.regScratch), f.svcKey())
+		for _, g := range serviceGates {
+			r.exprs = append(r.exprs, notIn(g)...)
+		}
+		r.exprs = append(r.exprs, &expr.Verdict{Kind: expr.VerdictDrop})
+		rules = append(rules, r)
+	}
+	return rules
 }
 
 // postroutingChain masquerades hairpin connections, and connections from

@@ -73,11 +73,20 @@ const (
 	nodePortsSet = "nodeports"
 	nodeAddrsSet = "nodeaddrs"
 
+	// ownSet holds the services on a load balancer's own address
+	// (flows.Service.OwnVIP); vipsSet holds those addresses, each while
+	// a service of ownSet has it. A new connection from outside to an
+	// address of vipsSet whose key publishes no service (in no pick set
+	// nor empty) is dropped: only a load balancer's listeners' ports
+	// are open on its VIPs, which the nodes hold as their own.
+	ownSet  = "own"
+	vipsSet = "vips"
+
 	// layoutMarker names the rule layout: a table without it (made by an
 	// agent with other rules) is rebuilt instead of adopted, unless its
 	// marker is one of rulesOnlyUpgrades. Bump it with any change to the
 	// rules of rules.go or to setSpecs.
-	layoutMarker = "layout_14"
+	layoutMarker = "layout_15"
 	// uncountedMarker marks a table built without the statistics rules
 	// (WithoutCounters); a table with it is rebuilt for an agent that
 	// counts, and one without it for an agent that does not.
@@ -163,6 +172,8 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 		{Table: t, Name: podNetsSet, Interval: true, KeyType: addr},
 		{Table: t, Name: nodePortsSet, Concatenation: true, KeyType: keyType},
 		{Table: t, Name: nodeAddrsSet, KeyType: addr},
+		{Table: t, Name: ownSet, Concatenation: true, KeyType: keyType},
+		{Table: t, Name: vipsSet, KeyType: addr},
 		{Table: t, Name: layoutMarker, KeyType: nftables.TypeInteger},
 	}
 	for _, name := range []string{rrSet, srcSet, srcPortSet} {
@@ -190,7 +201,7 @@ func setSpecs(t *nftables.Table) []*nftables.Set {
 const lazySetSize = 1 << 24
 
 // serviceSets are the sets whose elements belong to one service each.
-var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, zoneOnSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, keepClientSet, limitsMap, nodePortsSet,
+var serviceSets = []string{slotsMap, rrSet, srcSet, srcPortSet, localOnSet, localNoneSet, iLocalOnSet, iLocalNoneSet, zoneOnSet, emptySet, aclOnSet, aclAllowSet, persistMap, membersSet, keepClientSet, limitsMap, nodePortsSet, ownSet,
 	statsNewSet, statsInSet, statsOutSet, statsErrSet, memberNewSet, memberInSet, memberOutSet, boundSet}
 
 // algs are the algorithms in the flow model's fixed order, so that rules
@@ -215,5 +226,5 @@ func setsByName(sets []*nftables.Set) map[string]*nftables.Set {
 // flag (their elements written by the agent), and a set's flags cannot
 // change in place, so their tables are rebuilt (sameLayout compares the
 // flag); the counts the kernel held since the last read are lost with
-// them.
+// them, and layout_14 lacks the own and vips sets.
 var rulesOnlyUpgrades []string

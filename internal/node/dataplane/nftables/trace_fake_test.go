@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"reflect"
 	"testing"
 	"time"
 
@@ -384,5 +385,106 @@ func TestTraceNodePort(t *testing.T) {
 				t.Errorf("traced %+v\nwant   %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestTraceClosedPorts: on a load balancer's own VIP, a new connection
+// from outside to a protocol and port no listener has is dropped; its
+// listeners' ports, the node's own connections and the addresses a
+// listener borrows are not; the VIP is open again once its last service
+// has left.
+func TestTraceClosedPorts(t *testing.T) {
+	dp, _ := fakeDataplane(t)
+	vip, borrowed := "198.19.0.10", "198.19.200.1"
+	svcs := []flows.Service{
+		own(web(flows.SourceIP, b2)),
+		own(service(vip, flows.UDP, 53, flows.SourceIP)), // no backend
+		service(borrowed, flows.TCP, 80, flows.SourceIP, b2),
+		own(web6(flows.SourceIP, b6b)),
+	}
+	if err := dp.Apply(context.Background(), svcs, nil); err != nil {
+		t.Fatal(err)
+	}
+	pkt := func(dst string, proto flows.Protocol, port uint16) Packet {
+		src := outsider
+		if netip.MustParseAddr(dst).Is6() {
+			src = netip.MustParseAddr("2001:2:0:99::7")
+		}
+		return Packet{Src: src, SrcPort: 40001, Dst: netip.MustParseAddr(dst), Protocol: proto, DstPort: port}
+	}
+	closed := Verdict{Action: "drop", Reason: reasonNoListener}
+	open := Verdict{Action: "accept", Reason: reasonNotAService}
+	for _, tc := range []struct {
+		name   string
+		packet Packet
+		want   Verdict
+	}{
+		{"listener's port", pkt(vip, flows.TCP, 80), Verdict{Action: "dnat", Reason: reasonEveryBackend, Backend: addrPort(b2)}},
+		{"listener without a backend: refused", pkt(vip, flows.UDP, 53), Verdict{Action: "refuse", Reason: reasonNoBackend}},
+		{"TCP to another port", pkt(vip, flows.TCP, 9999), closed},
+		{"UDP to another port", pkt(vip, flows.UDP, 9999), closed},
+		{"SCTP to another port", pkt(vip, flows.SCTP, 9999), closed},
+		{"a listener's port of another protocol", pkt(vip, flows.UDP, 80), closed},
+		{"IPv6 VIP, another port", pkt("2001:2:0:100::10", flows.TCP, 22), closed},
+		{"from the node itself", fromNode(pkt(vip, flows.TCP, 9999)), open},
+		{"borrowed address", pkt(borrowed, flows.TCP, 22), open},
+		{"another address", pkt("198.19.0.77", flows.TCP, 9999), open},
+	} {
+		if got := dp.Trace(tc.packet, nil); !sameVerdict(got, tc.want) {
+			t.Errorf("%s: traced %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	// One service left on the VIP keeps it closed; none opens it.
+	if err := dp.Apply(context.Background(), nil, []flows.Key{svcs[0].Key}); err != nil {
+		t.Fatal(err)
+	}
+	if got := dp.Trace(pkt(vip, flows.TCP, 80), nil); !sameVerdict(got, closed) {
+		t.Errorf("the listener's port once its service left, beside another: %+v, want %+v", got, closed)
+	}
+	if err := dp.Apply(context.Background(), nil, []flows.Key{svcs[1].Key}); err != nil {
+		t.Fatal(err)
+	}
+	if got := dp.Trace(pkt(vip, flows.TCP, 9999), nil); !sameVerdict(got, open) {
+		t.Errorf("another port once the VIP has no service: %+v, want %+v", got, open)
+	}
+}
+
+// TestAdoptCountsOwnVIPs: an agent restarted on the table counts the
+// services on each own VIP from what it reads back, so that the VIP
+// stays closed while one is left and opens with the last.
+func TestAdoptCountsOwnVIPs(t *testing.T) {
+	dp, conn := fakeDataplane(t)
+	two := tableOf(own(web(flows.SourceIP, b1)), own(service("198.19.0.10", flows.UDP, 53, flows.SourceIP)),
+		service("198.19.200.1", flows.TCP, 80, flows.SourceIP, b1))
+	if err := dp.Sync(context.Background(), two); err != nil {
+		t.Fatal(err)
+	}
+	up, err := NewWithConn(conn, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := up.planes[0].vipRefs, dp.planes[0].vipRefs; !reflect.DeepEqual(got, want) || len(got) != 1 {
+		t.Fatalf("adopted VIP counts %v, want %v (one VIP)", got, want)
+	}
+	vips := func() int {
+		els, err := conn.GetSetElements(up.planes[0].sets[vipsSet])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(els)
+	}
+	delete(two.Services, web(flows.SourceIP).Key)
+	if err := up.Sync(context.Background(), two); err != nil {
+		t.Fatal(err)
+	}
+	if n := vips(); n != 1 {
+		t.Errorf("%d VIPs with a service left on it, want 1", n)
+	}
+	delete(two.Services, service("198.19.0.10", flows.UDP, 53, flows.SourceIP).Key)
+	if err := up.Sync(context.Background(), two); err != nil {
+		t.Fatal(err)
+	}
+	if n := vips(); n != 0 {
+		t.Errorf("%d VIPs with no service left, want 0", n)
 	}
 }

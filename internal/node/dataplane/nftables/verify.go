@@ -41,7 +41,7 @@ import (
 //     structure, and every element flowlb wrote, read and compared: the
 //     small sets whole (those that decide whether a service is looked up
 //     at all: the pick sets, local_*, empty, acl_*, persist, limits,
-//     nodeports, keep_client, hairpin and the node's sets), the large
+//     nodeports, keep_client, own, hairpin, vips and the node's sets), the large
 //     per-service ones by the keys flowlb programmed (keyedSets).
 //
 // The dynamic sets the packets write (affinity, conns_*) and the
@@ -299,7 +299,7 @@ func (d *Dataplane) verifyPlane(p *plane, s *suspects, full bool, detected time.
 // ones and the shared ones the data plane writes. Not the counter sets,
 // whose elements the packet path makes: a missing one is one no packet
 // made yet, and one made is no foreign change.
-var checkedSets = append(slices.DeleteFunc(slices.Clone(serviceSets), isLazySet), hairpinSet, podNetsSet, nodeAddrsSet)
+var checkedSets = append(slices.DeleteFunc(slices.Clone(serviceSets), isLazySet), hairpinSet, vipsSet, podNetsSet, nodeAddrsSet)
 
 // keyedSets are the large per-service sets a full check reads by the
 // keys flowlb programmed rather than whole: an element of theirs under
@@ -632,7 +632,7 @@ func sortedElems(m map[string]rawElem) []rawElem {
 }
 
 // expectedElements are the elements the plane programmed in the named
-// sets, by id: the services' footprints, the hairpin pairs, the pod
+// sets, by id: the services' footprints, the hairpin pairs, the VIPs, the pod
 // networks and node addresses given.
 func (p *plane) expectedElements(podNets []netip.Prefix, nodeAddrs []netip.Addr, sets map[string]bool) map[string]map[string]rawElem {
 	out := map[string]map[string]rawElem{}
@@ -659,6 +659,11 @@ func (p *plane) expectedElements(podNets []netip.Prefix, nodeAddrs []netip.Addr,
 			put(hairpinSet, rawElem{key: pair(a)})
 		}
 	}
+	if sets[vipsSet] {
+		for a := range p.vipRefs {
+			put(vipsSet, rawElem{key: a.AsSlice()})
+		}
+	}
 	if sets[podNetsSet] {
 		for _, el := range p.fam.intervals(podNets) {
 			put(podNetsSet, rawElem{key: el.Key, end: el.IntervalEnd})
@@ -673,7 +678,7 @@ func (p *plane) expectedElements(podNets []netip.Prefix, nodeAddrs []netip.Addr,
 }
 
 // expectedElement is the element the plane programmed in set under key
-// (a per-service set's, or the hairpin set's); fps caches the footprints
+// (a per-service set's, or the hairpin or vips set's); fps caches the footprints
 // computed.
 func (p *plane) expectedElement(set string, key []byte, fps map[string]footprint) (rawElem, bool) {
 	if set == hairpinSet {
@@ -684,6 +689,13 @@ func (p *plane) expectedElement(set string, key []byte, fps map[string]footprint
 		a, _ := netip.AddrFromSlice(key[:n])
 		if p.refs[a] > 0 && bytes.Equal(key, pair(a)) {
 			return rawElem{key: pair(a)}, true
+		}
+		return rawElem{}, false
+	}
+	if set == vipsSet {
+		a, ok := netip.AddrFromSlice(key)
+		if ok && p.vipRefs[a] > 0 {
+			return rawElem{key: a.AsSlice()}, true
 		}
 		return rawElem{}, false
 	}
@@ -903,6 +915,9 @@ func (d *Dataplane) rebuild(p *plane) error {
 	}
 	for _, a := range slices.SortedFunc(maps.Keys(p.refs), netip.Addr.Compare) {
 		adds[hairpinSet] = append(adds[hairpinSet], nftables.SetElement{Key: pair(a)})
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(p.vipRefs), netip.Addr.Compare) {
+		adds[vipsSet] = append(adds[vipsSet], nftables.SetElement{Key: a.AsSlice()})
 	}
 	for _, name := range append(setOrder(), nodeAddrsSet) {
 		if err := batched(adds[name], func(b []nftables.SetElement) error { return d.conn.SetAddElements(p.sets[name], b) }); err != nil {

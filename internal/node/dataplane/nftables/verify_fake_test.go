@@ -125,6 +125,19 @@ func TestVerifyRepairsFake(t *testing.T) {
 				_ = c.SetAddElements(v4.sets[persistMap], []nftables.SetElement{(elem{key: webKey, jump: lbChain}).element()})
 			})
 		}, map[string]int{dataplane.Element: 1}},
+		{"own element deleted", func() {
+			do(func() { _ = c.SetDeleteElements(v4.sets[ownSet], []nftables.SetElement{{Key: webKey}}) })
+		}, map[string]int{dataplane.Element: 1}},
+		{"VIP deleted", func() {
+			do(func() {
+				_ = c.SetDeleteElements(v4.sets[vipsSet], []nftables.SetElement{{Key: netip.MustParseAddr("198.19.0.11").AsSlice()}})
+			})
+		}, map[string]int{dataplane.Element: 1}},
+		{"another's VIP", func() {
+			do(func() {
+				_ = c.SetAddElements(v4.sets[vipsSet], []nftables.SetElement{{Key: netip.MustParseAddr("198.19.9.9").AsSlice()}})
+			})
+		}, map[string]int{dataplane.Element: 1}},
 		{"pod networks flushed", func() { do(func() { c.FlushSet(v4.sets[podNetsSet]) }) }, map[string]int{dataplane.Set: 1}},
 		{"slots flushed", func() { do(func() { c.FlushSet(v4.sets[slotsMap]) }) }, map[string]int{dataplane.Set: 1}},
 		{"a counter set deleted", func() {

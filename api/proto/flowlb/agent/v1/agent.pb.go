@@ -1527,8 +1527,12 @@ type Service struct {
 	// 200 while it holds one of the backends (spec.healthCheckNodePort).
 	HealthCheckNodePort uint32 `protobuf:"varint,14,opt,name=health_check_node_port,json=healthCheckNodePort,proto3" json:"health_check_node_port,omitempty"`
 	HealthCheckService  string `protobuf:"bytes,15,opt,name=health_check_service,json=healthCheckService,proto3" json:"health_check_service,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The VIP is the load balancer's own address: nodes drop a new
+	// connection to any other port of it. False for a listener's external
+	// IPs and node ports.
+	OwnVip        bool `protobuf:"varint,16,opt,name=own_vip,json=ownVip,proto3" json:"own_vip,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
@@ -1666,6 +1670,13 @@ func (x *Service) GetHealthCheckService() string {
 	return ""
 }
 
+func (x *Service) GetOwnVip() bool {
+	if x != nil {
+		return x.OwnVip
+	}
+	return false
+}
+
 var File_flowlb_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
@@ -1789,7 +1800,7 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\x04node\x18\x05 \x01(\tR\x04node\x12\x14\n" +
 	"\x05zones\x18\x06 \x03(\tR\x05zones\x12\x1b\n" +
 	"\tfor_nodes\x18\a \x03(\tR\bforNodes\x12 \n" +
-	"\vterminating\x18\b \x01(\bR\vterminating\"\xe4\x04\n" +
+	"\vterminating\x18\b \x01(\bR\vterminating\"\xfd\x04\n" +
 	"\aService\x12-\n" +
 	"\x03key\x18\x01 \x01(\v2\x1b.flowlb.agent.v1.ServiceKeyR\x03key\x12'\n" +
 	"\x0floadbalancer_id\x18\x02 \x01(\tR\x0eloadbalancerId\x12\x1f\n" +
@@ -1809,7 +1820,8 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"allow_none\x18\r \x01(\bR\tallowNone\x123\n" +
 	"\x16health_check_node_port\x18\x0e \x01(\rR\x13healthCheckNodePort\x120\n" +
-	"\x14health_check_service\x18\x0f \x01(\tR\x12healthCheckService2\x9b\x01\n" +
+	"\x14health_check_service\x18\x0f \x01(\tR\x12healthCheckService\x12\x17\n" +
+	"\aown_vip\x18\x10 \x01(\bR\x06ownVip2\x9b\x01\n" +
 	"\x05Agent\x12G\n" +
 	"\tSubscribe\x12\x1d.flowlb.agent.v1.AgentMessage\x1a\x17.flowlb.agent.v1.Update(\x010\x01\x12I\n" +
 	"\x06Enroll\x12\x1e.flowlb.agent.v1.EnrollRequest\x1a\x1f.flowlb.agent.v1.EnrollResponseB<Z:github.com/flowlb/flowlb/api/proto/flowlb/agent/v1;agentv1b\x06proto3"
