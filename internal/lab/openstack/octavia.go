@@ -247,7 +247,7 @@ func (c *Cloud) StartOctavia(opts OctaviaOptions) *Octavia {
 			return
 		}
 		for _, f := range []string{"api.log", "driver-agent.log"} {
-			out, _ := exec.Command("sh", "-c", fmt.Sprintf("grep -a -E 'WARNING|ERROR|Traceback|flowlb|ovn_octavia|ovsdbapp|lbaas/loadbalancers' %s | grep -v -e oslo_db -e password_hashing -e 'running uWSGI as root' -e 'octavia.api.app .-.' | tail -n 80",
+			out, _ := exec.Command("sh", "-c", fmt.Sprintf("grep -a -E 'WARNING|ERROR|Traceback|flowlb|ovn_octavia|ovsdbapp|lbaas/loadbalancers|bind|uWSGI is running|!!!|no app loaded|Address already in use' %s | grep -v -e oslo_db -e password_hashing -e 'running uWSGI as root' -e 'octavia.api.app .-.' | tail -n 80",
 				filepath.Join(o.Dir, f))).Output()
 			c.t.Logf("%s (warnings, errors and the providers' lines, last 80):\n%s", f, out)
 		}
