@@ -1,6 +1,7 @@
 package openstack
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -114,18 +115,12 @@ func (o *Octavia) Crash(name string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	// The parent first, then the children it had: uwsgi's master
+	// The parent first, then every descendant it had: uwsgi's master
 	// respawns a worker killed before it, and the new one, orphaned by
-	// the master's death, would keep the listening socket. The direct
-	// children are all (uwsgi's workers and the driver agent's
-	// multiprocessing children do not fork again).
-	out, _ := exec.Command("pgrep", "-P", fmt.Sprint(p.PID)).Output()
-	var kids []int
-	for _, f := range strings.Fields(string(out)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			kids = append(kids, pid)
-		}
-	}
+	// the master's death, would keep the listening socket; so would any
+	// process a worker forked (found by a later restart's bind(): Address
+	// already in use).
+	kids := descendants(p.PID)
 	if err := c.Lab.Fabric().Kill(name, syscall.SIGKILL); err != nil {
 		c.t.Fatal(err)
 	}
@@ -143,6 +138,34 @@ func (o *Octavia) Crash(name string) {
 		}
 		return len(left) == 0, fmt.Sprint(left)
 	})
+	if name != OctaviaAPI {
+		return
+	}
+	// Nothing may keep the API's port: a restart could not bind it.
+	testutil.Eventually(c.t, 10*time.Second, "Octavia's API port free", func() (bool, string) {
+		var out bytes.Buffer
+		err := c.Lab.Fabric().Run(context.Background(), nil, &out, &out, "ss", "-ltnpH", fmt.Sprintf("sport = :%d", OctaviaPort))
+		return err == nil && strings.TrimSpace(out.String()) == "", out.String() + fmt.Sprint(err)
+	})
+}
+
+// descendants lists the processes descended from pid (children first).
+func descendants(pid int) []int {
+	var out []int
+	for next := []int{pid}; len(next) > 0; {
+		var found []int
+		for _, p := range next {
+			b, _ := exec.Command("pgrep", "-P", fmt.Sprint(p)).Output()
+			for _, f := range strings.Fields(string(b)) {
+				if k, err := strconv.Atoi(f); err == nil {
+					found = append(found, k)
+				}
+			}
+		}
+		out = append(out, found...)
+		next = found
+	}
+	return out
 }
 
 // Restart starts a process Crash killed again, as StartOctavia started
