@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -33,6 +34,7 @@ const (
 	octaviaBenchEnv          = "FLOWLB_OCTAVIA_BENCH"
 	octaviaBenchRoundsEnv    = "FLOWLB_OCTAVIA_BENCH_ROUNDS"
 	octaviaBenchProvidersEnv = "FLOWLB_OCTAVIA_BENCH_PROVIDERS"
+	octaviaBenchDelayEnv     = "FLOWLB_OCTAVIA_BENCH_MONITOR_DELAY"
 )
 
 // The providers it knows: flowlb and ovn in the bed's Octavia (on its
@@ -47,13 +49,23 @@ type benchPlan struct {
 	sizes     []int
 	rounds    int
 	providers []string
+	// delay is the health monitors' delay in seconds.
+	delay int
 }
 
 // parseBenchPlan reads the benchmark's settings: sizes, a comma-separated
 // list of positive counts; rounds, a positive count ("" is 1); providers,
-// a comma-separated list of known providers, each once ("" is all).
-func parseBenchPlan(sizes, rounds, providers string) (benchPlan, error) {
-	var p benchPlan
+// a comma-separated list of known providers, each once ("" is all);
+// delay, the monitors' delay in seconds ("" is 5).
+func parseBenchPlan(sizes, rounds, providers, delay string) (benchPlan, error) {
+	p := benchPlan{delay: 5}
+	if delay != "" {
+		n, err := strconv.Atoi(delay)
+		if err != nil || n < 4 {
+			return p, fmt.Errorf("%s=%q: want seconds, at least 4 (the monitors' timeout is 3)", octaviaBenchDelayEnv, delay)
+		}
+		p.delay = n
+	}
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
@@ -131,12 +143,14 @@ type benchRow struct {
 //
 // It runs only when FLOWLB_OCTAVIA_BENCH lists sizes (e.g. 100,1000);
 // FLOWLB_OCTAVIA_BENCH_ROUNDS (default 1) and
-// FLOWLB_OCTAVIA_BENCH_PROVIDERS (default flowlb,ovn,amphora) shape it.
+// FLOWLB_OCTAVIA_BENCH_PROVIDERS (default flowlb,ovn,amphora) and
+// FLOWLB_OCTAVIA_BENCH_MONITOR_DELAY (seconds, default 5) shape it.
 func TestRealOctaviaProvidersBench(t *testing.T) {
 	if os.Getenv(octaviaBenchEnv) == "" {
 		t.Skipf("a benchmark of minutes to hours: %s=100[,1000] runs it (docs/benchmarks.md)", octaviaBenchEnv)
 	}
-	plan, err := parseBenchPlan(os.Getenv(octaviaBenchEnv), os.Getenv(octaviaBenchRoundsEnv), os.Getenv(octaviaBenchProvidersEnv))
+	plan, err := parseBenchPlan(os.Getenv(octaviaBenchEnv), os.Getenv(octaviaBenchRoundsEnv), os.Getenv(octaviaBenchProvidersEnv),
+		os.Getenv(octaviaBenchDelayEnv))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +216,7 @@ func TestRealOctaviaProvidersBench(t *testing.T) {
 			return loadbalancers.CreateOpts{Name: fmt.Sprintf("bench-%s-%d", name, i), VipSubnetID: subnet, Provider: provider,
 				Listeners: []listeners.CreateOpts{{Protocol: listeners.ProtocolTCP, ProtocolPort: 80,
 					DefaultPool: &pools.CreateOpts{Name: "p", Protocol: pools.ProtocolTCP, LBMethod: method, Members: ms,
-						Monitor: &monitors.CreateOpts{Type: monitors.TypeTCP, Delay: 5, Timeout: 3, MaxRetries: 3}}}}}
+						Monitor: &monitors.CreateOpts{Type: monitors.TypeTCP, Delay: plan.delay, Timeout: 3, MaxRetries: 3}}}}}
 		}
 	}
 	contenders := map[string]contender{
@@ -237,6 +251,7 @@ func TestRealOctaviaProvidersBench(t *testing.T) {
 				t.Logf("%s: %d fully populated load balancers, round %d", name, size, r+1)
 				ids, lat, active := createAndWait(t, k.lbc, size, k.opts)
 				row.active = active
+				bedSwitchesAlive(t, c)
 				row.p50, row.p99 = percentile(lat, 50), percentile(lat, 99)
 				t.Logf("%s: %d ACTIVE after %s (create p50 %s, p99 %s)", name, size, active.Round(time.Millisecond),
 					row.p50.Round(time.Millisecond), row.p99.Round(time.Millisecond))
@@ -249,6 +264,7 @@ func TestRealOctaviaProvidersBench(t *testing.T) {
 						t.Logf("%s: member death not measured: %s", name, row.deathNote)
 					}
 				}
+				bedSwitchesAlive(t, c)
 				row.gone = deleteAndWait(t, k.lbc, ids)
 				t.Logf("%s: %d deleted (cascade) and gone after %s", name, size, row.gone.Round(time.Millisecond))
 				rows = append(rows, row)
@@ -256,6 +272,25 @@ func TestRealOctaviaProvidersBench(t *testing.T) {
 		}
 	}
 	t.Logf("the real Octavia's providers side by side (%s):\n%s", time.Now().UTC().Format(time.RFC3339), benchTable(rows))
+}
+
+// bedSwitchesAlive fails the test if a chassis' ovs-vswitchd has died:
+// on the userspace datapath its death takes the node's networks with it
+// (the fabric too, on br-phy), so no figure after it means anything.
+// Debian's OVS 3.1.0 aborted so on this bed (2026-11-30), in its
+// userspace conntrack ("assertion conn->conn_type ==
+// CT_CONN_TYPE_DEFAULT failed in conn_update_state()") while 100 load
+// balancers' monitors probed 1,000 members every 5 s.
+func bedSwitchesAlive(t *testing.T, c *cluster) {
+	t.Helper()
+	for _, n := range c.lab.Nodes() {
+		if n.Running("vswitchd") {
+			continue
+		}
+		p, _ := n.Proc("vswitchd")
+		tail, _ := exec.Command("tail", "-n", "3", p.Log).Output()
+		t.Fatalf("%s's ovs-vswitchd died: the bed's networks are down, no later figure would mean anything; its log ends:\n%s", n.Name, tail)
+	}
 }
 
 // noopVIPSubnet is the VIP subnet of the amphora contender: its no-op
@@ -496,24 +531,27 @@ func benchTable(rows []benchRow) string {
 
 func TestParseBenchPlan(t *testing.T) {
 	for _, c := range []struct {
-		sizes, rounds, providers string
-		want                     benchPlan
-		err                      bool
+		sizes, rounds, providers, delay string
+		want                            benchPlan
+		err                             bool
 	}{
-		{"100", "", "", benchPlan{[]int{100}, 1, []string{"flowlb", "ovn", "amphora"}}, false},
-		{"100, 1000", "3", "ovn,flowlb", benchPlan{[]int{100, 1000}, 3, []string{"ovn", "flowlb"}}, false},
-		{"0", "", "", benchPlan{}, true},
-		{"100,x", "", "", benchPlan{}, true},
-		{"100", "0", "", benchPlan{}, true},
-		{"100", "", "flowlb,flowlb", benchPlan{}, true},
-		{"100", "", "octavia", benchPlan{}, true},
+		{"100", "", "", "", benchPlan{[]int{100}, 1, []string{"flowlb", "ovn", "amphora"}, 5}, false},
+		{"100, 1000", "3", "ovn,flowlb", "30", benchPlan{[]int{100, 1000}, 3, []string{"ovn", "flowlb"}, 30}, false},
+		{"0", "", "", "", benchPlan{}, true},
+		{"100,x", "", "", "", benchPlan{}, true},
+		{"100", "0", "", "", benchPlan{}, true},
+		{"100", "", "flowlb,flowlb", "", benchPlan{}, true},
+		{"100", "", "octavia", "", benchPlan{}, true},
+		{"100", "", "", "3", benchPlan{}, true},
+		{"100", "", "", "x", benchPlan{}, true},
 	} {
-		got, err := parseBenchPlan(c.sizes, c.rounds, c.providers)
+		got, err := parseBenchPlan(c.sizes, c.rounds, c.providers, c.delay)
 		if (err != nil) != c.err {
-			t.Errorf("parseBenchPlan(%q, %q, %q): error %v, want error %v", c.sizes, c.rounds, c.providers, err, c.err)
+			t.Errorf("parseBenchPlan(%q, %q, %q, %q): error %v, want error %v", c.sizes, c.rounds, c.providers, c.delay, err, c.err)
 			continue
 		}
-		if !c.err && (!slices.Equal(got.sizes, c.want.sizes) || got.rounds != c.want.rounds || !slices.Equal(got.providers, c.want.providers)) {
+		if !c.err && (!slices.Equal(got.sizes, c.want.sizes) || got.rounds != c.want.rounds || !slices.Equal(got.providers, c.want.providers) ||
+			got.delay != c.want.delay) {
 			t.Errorf("parseBenchPlan(%q, %q, %q) = %+v, want %+v", c.sizes, c.rounds, c.providers, got, c.want)
 		}
 	}
