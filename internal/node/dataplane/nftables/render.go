@@ -72,31 +72,25 @@ func (p tablePlan) String() string {
 	return b.String()
 }
 
-// writeBookkeeping renders the reference counts the plan changes, and the
-// conntrack entries it forgets, as comments.
-func (p tablePlan) writeBookkeeping(b *strings.Builder) {
-	addrs := make([]netip.Addr, 0, len(p.refs))
-	for a, delta := range p.refs {
-		if delta != 0 {
+// writeRefs renders the changed reference counts of addresses, sorted.
+func writeRefs(b *strings.Builder, what string, delta, before map[netip.Addr]int) {
+	addrs := make([]netip.Addr, 0, len(delta))
+	for a, d := range delta {
+		if d != 0 {
 			addrs = append(addrs, a)
 		}
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	for _, a := range addrs {
-		before := p.refsBefore[a]
-		fmt.Fprintf(b, "# backend %s: %d -> %d services\n", a, before, before+p.refs[a])
+		fmt.Fprintf(b, "# %s %s: %d -> %d services\n", what, a, before[a], before[a]+delta[a])
 	}
-	vips := make([]netip.Addr, 0, len(p.vipRefs))
-	for a, delta := range p.vipRefs {
-		if delta != 0 {
-			vips = append(vips, a)
-		}
-	}
-	slices.SortFunc(vips, netip.Addr.Compare)
-	for _, a := range vips {
-		before := p.vipRefsBefore[a]
-		fmt.Fprintf(b, "# vip %s: %d -> %d services\n", a, before, before+p.vipRefs[a])
-	}
+}
+
+// writeBookkeeping renders the reference counts the plan changes, and the
+// conntrack entries it forgets, as comments.
+func (p tablePlan) writeBookkeeping(b *strings.Builder) {
+	writeRefs(b, "backend", p.refs, p.refsBefore)
+	writeRefs(b, "vip", p.vipRefs, p.vipRefsBefore)
 	var chains []string
 	for c, delta := range p.chainRefs {
 		if delta != 0 {
