@@ -532,8 +532,14 @@ func (c *Cloud) startChassis(i int) {
 		args = append(args, "external_ids:"+id)
 	}
 	c.run(args...)
+	// --monitor, as Debian's ovs-ctl starts it: a daemon that aborts is
+	// started again (its flows come back from OVSDB and ovn-controller).
+	// Debian's 3.1.0 aborted so on this bed (2026-11-30, "assertion
+	// conn->conn_type == CT_CONN_TYPE_DEFAULT failed in
+	// conn_update_state()", its userspace conntrack) and took the node's
+	// networks with it; SwitchCrashes counts such aborts.
 	c.start(node, "vswitchd", env, "ovs-vswitchd", "unix:"+filepath.Join(d, "db.sock"), "--unixctl="+filepath.Join(d, "vswitchd.ctl"),
-		"--pidfile="+filepath.Join(d, "vswitchd.pid"), "--log-file="+filepath.Join(d, "vswitchd.log"))
+		"--pidfile="+filepath.Join(d, "vswitchd.pid"), "--log-file="+filepath.Join(d, "vswitchd.log"), "--monitor")
 	c.waitFile("ovs-vswitchd of "+node.Name, filepath.Join(d, "vswitchd.ctl"))
 	mac := c.sh(node, "ip -br link show dev eth0 | awk '{print $3}'")
 	c.run(append(vs, "add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev", "fail-mode=secure",
@@ -564,6 +570,18 @@ echo "$r6" | while read -r r; do [ -z "$r" ] || ip -6 route replace $r dev br-ph
 	c.start(node, "ovn-controller", env, "ovn-controller", "unix:"+filepath.Join(d, "db.sock"),
 		"--pidfile="+filepath.Join(d, "ovn-controller.pid"),
 		"--log-file="+filepath.Join(d, "ovn-controller.log"))
+}
+
+// SwitchCrashes counts the aborts of each chassis' ovs-vswitchd so far
+// (its log's EMER lines; --monitor started it again after each), by node
+// number.
+func (c *Cloud) SwitchCrashes() map[int]int {
+	out := map[int]int{}
+	for _, i := range c.nodes {
+		b, _ := os.ReadFile(c.path(fmt.Sprintf("c%d", i), "vswitchd.log"))
+		out[i] = strings.Count(string(b), "|EMER|")
+	}
+	return out
 }
 
 func (c *Cloud) vsctl(i int) []string {
