@@ -252,12 +252,19 @@ func (c *Cloud) start(host lab.Host, name string, env []string, argv ...string) 
 	}
 }
 
-// waitFile waits until a daemon has made its socket.
-func (c *Cloud) waitFile(what, p string) {
+// waitSocket waits until a daemon listens on its unix socket p.
+func (c *Cloud) waitSocket(what, p string) {
 	c.t.Helper()
+	// Until a connection is accepted, not until the file exists: the
+	// file comes with bind(), and a connect before listen() is refused
+	// (chassis 2's ovsdb-server, once, on a loaded machine).
 	testutil.Eventually(c.t, 30*time.Second, what, func() (bool, string) {
-		_, err := os.Stat(p)
-		return err == nil, fmt.Sprint(err)
+		conn, err := net.DialTimeout("unix", p, time.Second)
+		if err != nil {
+			return false, err.Error()
+		}
+		conn.Close()
+		return true, ""
 	})
 }
 
@@ -335,7 +342,7 @@ func (c *Cloud) startOVNCentral() {
 			"--remote=punix:"+c.path("ovn", db.name+".sock"), fmt.Sprintf("--remote=ptcp:%d:%s", db.port, lab.ControlAddr),
 			"--unixctl="+c.path("ovn", db.name+".ctl"), "--pidfile="+c.path("ovn", db.name+".pid"),
 			"--log-file="+c.path("ovn", db.name+".log"))
-		c.waitFile("OVN "+db.name+" database", c.path("ovn", db.name+".sock"))
+		c.waitSocket("OVN "+db.name+" database", c.path("ovn", db.name+".sock"))
 	}
 	c.start(c.Lab.Fabric(), "ovn-northd", env, "ovn-northd", "--ovnnb-db=unix:"+c.path("ovn", "nb.sock"),
 		"--ovnsb-db=unix:"+c.path("ovn", "sb.sock"), "--unixctl="+c.path("ovn", "northd.ctl"),
@@ -519,7 +526,7 @@ func (c *Cloud) startChassis(i int) {
 	c.run("ovsdb-tool", "create", filepath.Join(d, "conf.db"), "/usr/share/openvswitch/vswitch.ovsschema")
 	c.start(node, "ovsdb", env, "ovsdb-server", filepath.Join(d, "conf.db"), "--remote=punix:"+filepath.Join(d, "db.sock"),
 		"--unixctl="+filepath.Join(d, "ovsdb.ctl"), "--pidfile="+filepath.Join(d, "ovsdb.pid"), "--log-file="+filepath.Join(d, "ovsdb.log"))
-	c.waitFile("ovsdb-server of "+node.Name, filepath.Join(d, "db.sock"))
+	c.waitSocket("ovsdb-server of "+node.Name, filepath.Join(d, "db.sock"))
 	ids := []string{"system-id=" + node.Name, "hostname=" + node.Name,
 		fmt.Sprintf("ovn-remote=tcp:%s:6642", lab.ControlAddr), "ovn-encap-type=geneve",
 		"ovn-encap-ip=" + node.Addr.String(), "ovn-bridge-datapath-type=netdev"}
@@ -540,7 +547,7 @@ func (c *Cloud) startChassis(i int) {
 	// networks with it; SwitchCrashes counts such aborts.
 	c.start(node, "vswitchd", env, "ovs-vswitchd", "unix:"+filepath.Join(d, "db.sock"), "--unixctl="+filepath.Join(d, "vswitchd.ctl"),
 		"--pidfile="+filepath.Join(d, "vswitchd.pid"), "--log-file="+filepath.Join(d, "vswitchd.log"), "--monitor")
-	c.waitFile("ovs-vswitchd of "+node.Name, filepath.Join(d, "vswitchd.ctl"))
+	c.waitSocket("ovs-vswitchd of "+node.Name, filepath.Join(d, "vswitchd.ctl"))
 	mac := c.sh(node, "ip -br link show dev eth0 | awk '{print $3}'")
 	c.run(append(vs, "add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev", "fail-mode=secure",
 		"other-config:disable-in-band=true")...)
