@@ -304,33 +304,17 @@ func createAndWait(t *testing.T, lbc *gophercloud.ServiceClient, n int, opts fun
 	ctx := context.Background()
 	ids := make([]string, n)
 	lat := make([]time.Duration, n)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
 	t0 := time.Now()
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				t1 := time.Now()
-				lb, err := loadbalancers.Create(ctx, lbc, opts(i)).Extract()
-				lat[i] = time.Since(t1)
-				if err != nil {
-					errs <- fmt.Errorf("create %d: %w", i, err)
-					return
-				}
-				ids[i] = lb.ID
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := inParallel(n, func(i int) error {
+		t1 := time.Now()
+		lb, err := loadbalancers.Create(ctx, lbc, opts(i)).Extract()
+		lat[i] = time.Since(t1)
+		if err != nil {
+			return fmt.Errorf("create %d: %w", i, err)
+		}
+		ids[i] = lb.ID
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]bool{}
@@ -338,7 +322,7 @@ func createAndWait(t *testing.T, lbc *gophercloud.ServiceClient, n int, opts fun
 		want[id] = true
 	}
 	testutil.Eventually(t, 10*time.Minute+time.Duration(n)*3*time.Second, fmt.Sprintf("%d load balancers ACTIVE", n), func() (bool, string) {
-		active, failed, err := listStatuses(lbc, want)
+		active, _, failed, err := listStatuses(lbc, want)
 		switch {
 		case err != nil:
 			return false, err.Error()
@@ -350,27 +334,53 @@ func createAndWait(t *testing.T, lbc *gophercloud.ServiceClient, n int, opts fun
 	return ids, lat, time.Since(t0)
 }
 
+// inParallel calls do for 0..n-1 from 8 goroutines at once and returns
+// the first error; a goroutine stops at its error.
+func inParallel(n int, do func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				if err := do(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
 // listStatuses lists the load balancers and counts those of want that
-// are ACTIVE, naming one in ERROR, if any.
-func listStatuses(lbc *gophercloud.ServiceClient, want map[string]bool) (active int, failed string, err error) {
+// are listed and those that are ACTIVE, naming one in ERROR, if any.
+func listStatuses(lbc *gophercloud.ServiceClient, want map[string]bool) (active, listed int, failed string, err error) {
 	pages, err := loadbalancers.List(lbc, loadbalancers.ListOpts{}).AllPages(context.Background())
 	if err != nil {
-		return 0, "", err
+		return 0, 0, "", err
 	}
 	lbs, err := loadbalancers.ExtractLoadBalancers(pages)
 	if err != nil {
-		return 0, "", err
+		return 0, 0, "", err
 	}
 	for _, lb := range lbs {
-		switch {
-		case !want[lb.ID]:
-		case lb.ProvisioningStatus == "ACTIVE":
+		if !want[lb.ID] {
+			continue
+		}
+		listed++
+		switch lb.ProvisioningStatus {
+		case "ACTIVE":
 			active++
-		case lb.ProvisioningStatus == "ERROR":
+		case "ERROR":
 			failed = lb.ID
 		}
 	}
-	return active, failed, nil
+	return active, listed, failed, nil
 }
 
 // timeDeathAtAPI waits until member m of the load balancers lbs is
@@ -441,28 +451,12 @@ func deleteAndWait(t *testing.T, lbc *gophercloud.ServiceClient, ids []string) t
 	t.Helper()
 	ctx := context.Background()
 	t0 := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, len(ids))
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(ids) {
-					return
-				}
-				if err := loadbalancers.Delete(ctx, lbc, ids[i], loadbalancers.DeleteOpts{Cascade: true}).ExtractErr(); err != nil {
-					errs <- fmt.Errorf("delete %s: %w", ids[i], err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := inParallel(len(ids), func(i int) error {
+		if err := loadbalancers.Delete(ctx, lbc, ids[i], loadbalancers.DeleteOpts{Cascade: true}).ExtractErr(); err != nil {
+			return fmt.Errorf("delete %s: %w", ids[i], err)
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]bool{}
@@ -470,22 +464,12 @@ func deleteAndWait(t *testing.T, lbc *gophercloud.ServiceClient, ids []string) t
 		want[id] = true
 	}
 	testutil.Eventually(t, 10*time.Minute+time.Duration(len(ids))*3*time.Second, "the load balancers gone", func() (bool, string) {
-		pages, err := loadbalancers.List(lbc, loadbalancers.ListOpts{}).AllPages(ctx)
-		if err != nil {
+		_, left, failed, err := listStatuses(lbc, want)
+		switch {
+		case err != nil:
 			return false, err.Error()
-		}
-		lbs, err := loadbalancers.ExtractLoadBalancers(pages)
-		if err != nil {
-			return false, err.Error()
-		}
-		left := 0
-		for _, lb := range lbs {
-			if want[lb.ID] {
-				left++
-				if lb.ProvisioningStatus == "ERROR" {
-					t.Fatalf("load balancer %s went to ERROR while deleted", lb.ID)
-				}
-			}
+		case failed != "":
+			t.Fatalf("load balancer %s went to ERROR while deleted", failed)
 		}
 		return left == 0, fmt.Sprintf("%d left", left)
 	})
@@ -590,5 +574,29 @@ func TestPercentileAndBenchTable(t *testing.T) {
 		if !strings.Contains(got, want+"\n") {
 			t.Errorf("table lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+func TestInParallel(t *testing.T) {
+	var calls [100]atomic.Int32
+	if err := inParallel(len(calls), func(i int) error { calls[i].Add(1); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range calls {
+		if n := calls[i].Load(); n != 1 {
+			t.Fatalf("index %d called %d times, want once", i, n)
+		}
+	}
+	if err := inParallel(0, func(int) error { return fmt.Errorf("called") }); err != nil {
+		t.Fatalf("n=0: %v", err)
+	}
+	err := inParallel(50, func(i int) error {
+		if i == 7 {
+			return fmt.Errorf("index %d", i)
+		}
+		return nil
+	})
+	if err == nil || err.Error() != "index 7" {
+		t.Fatalf("an error: %v, want index 7", err)
 	}
 }
