@@ -294,7 +294,14 @@ func (h *Hub) readAgents(ctx context.Context) {
 				streaming = h.acks.streaming()
 			}
 			h.journal.noteChanges(ch, h.o.Replica, streaming, time.Now())
-			if ch.nodes {
+			switch {
+			case ch.nodes && ch.all != nil:
+				// A read of every agent: every owner is computed again.
+				h.probes.reassignAll()
+				if h.l2 != nil {
+					h.l2.reassignAll()
+				}
+			case ch.nodes:
 				h.probes.reassign("")
 				if h.l2 != nil {
 					h.l2.reassign("")
