@@ -108,7 +108,7 @@ type storm struct {
 const stormLimit = 3 * time.Minute
 
 // run measures one cluster of replicas servers on a fresh database.
-func run(ctx context.Context, dsn string, replicas, agents, changes, lbs int, kill, fixedHandshake, noResume bool, dbCPU func() (time.Duration, bool)) (result, error) {
+func run(ctx context.Context, dsn string, replicas, agents, changes, lbs, monitored int, kill, fixedHandshake, noResume bool, dbCPU func() (time.Duration, bool)) (result, error) {
 	res := result{replicas: replicas, agents: agents, changes: changes}
 	dir, err := os.MkdirTemp("", "flowlb-agentacks-")
 	if err != nil {
@@ -137,7 +137,7 @@ func run(ctx context.Context, dsn string, replicas, agents, changes, lbs int, ki
 		addrs = append(addrs, s.AgentAddr.String())
 	}
 	api := &client{base: "http://" + srvs[0].APIAddr.String()}
-	pools, lbIDs, err := api.createLBs(lbs)
+	pools, lbIDs, err := api.createLBs(lbs, monitored)
 	if err != nil {
 		return res, err
 	}
@@ -450,9 +450,11 @@ func (c *client) do(method, path string, body any, want int, out any) error {
 	return nil
 }
 
-// createLBs creates n load balancers (1 listener, 1 pool, 2 members),
-// waits until they are ACTIVE and returns their pools and ids.
-func (c *client) createLBs(n int) (pools, ids []string, err error) {
+// createLBs creates n load balancers (1 listener, 1 pool, 2 members;
+// with monitored > 0, a TCP health monitor on each pool and monitored
+// members spread over the pools), waits until they are ACTIVE and
+// returns their pools and ids.
+func (c *client) createLBs(n, monitored int) (pools, ids []string, err error) {
 	var nets struct {
 		Networks []struct {
 			Subnets []string `json:"subnets"`
@@ -465,13 +467,24 @@ func (c *client) createLBs(n int) (pools, ids []string, err error) {
 		return nil, nil, fmt.Errorf("default VIP network: %+v", nets)
 	}
 	for i := range n {
+		members := []any{
+			map[string]any{"address": fmt.Sprintf("198.18.1.%d", 2+i%250), "protocol_port": 8080},
+			map[string]any{"address": fmt.Sprintf("198.18.2.%d", 2+i%250), "protocol_port": 8080},
+		}
+		pool := map[string]any{"name": "pool", "protocol": "TCP", "lb_algorithm": "SOURCE_IP_PORT"}
+		if monitored > 0 {
+			// This load balancer's share of the monitored members.
+			members = nil
+			for j := i; j < monitored; j += n {
+				k := j / n
+				members = append(members, map[string]any{"address": fmt.Sprintf("198.18.%d.%d", 3+k/250, 2+k%250), "protocol_port": 8080})
+			}
+			pool["healthmonitor"] = map[string]any{"type": "TCP", "delay": 5, "timeout": 3, "max_retries": 3}
+		}
+		pool["members"] = members
 		body := map[string]any{"loadbalancer": map[string]any{
 			"name": fmt.Sprintf("bench-%d", i), "vip_subnet_id": nets.Networks[0].Subnets[0],
-			"listeners": []any{map[string]any{"protocol": "TCP", "protocol_port": 80,
-				"default_pool": map[string]any{"name": "pool", "protocol": "TCP", "lb_algorithm": "SOURCE_IP_PORT", "members": []any{
-					map[string]any{"address": fmt.Sprintf("198.18.1.%d", 2+i%250), "protocol_port": 8080},
-					map[string]any{"address": fmt.Sprintf("198.18.2.%d", 2+i%250), "protocol_port": 8080},
-				}}}},
+			"listeners": []any{map[string]any{"protocol": "TCP", "protocol_port": 80, "default_pool": pool}},
 		}}
 		var out struct {
 			LoadBalancer struct {
@@ -548,6 +561,7 @@ func main() {
 	pg := flag.String("postgres", "auto", `PostgreSQL DSN, or "auto" to start a throwaway cluster`)
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the servers' process to this file")
 	kill := flag.Bool("kill-replica", false, "then crash one replica (of 2 or more) and measure the agents' move and a change made meanwhile")
+	monitored := flag.Int("monitored", 0, "members with a TCP health monitor, spread over the load balancers (0: 2 unmonitored members each)")
 	fixedHandshake := flag.Bool("fixed-handshake", false, "the simulated agents wait 500 ms for every handshake, as the agent did before its wait grew after handshakes that got no answer")
 	noResume := flag.Bool("no-resume", false, "the simulated agents make a full TLS handshake every time, as agents did before the replicas resumed each other's sessions")
 	flag.Parse()
@@ -579,15 +593,15 @@ func main() {
 			pgs.Stop()
 			fatal(err)
 		}
-		r, err := run(ctx, dsn, k, *n, *changes, *lbs, *kill, *fixedHandshake, *noResume, pgs.CPUTime)
+		r, err := run(ctx, dsn, k, *n, *changes, *lbs, *monitored, *kill, *fixedHandshake, *noResume, pgs.CPUTime)
 		if err != nil {
 			pgs.Stop() // fatal exits without running the deferred Stop
 			fatal(err)
 		}
 		results = append(results, r)
 	}
-	fmt.Printf("%d simulated agents (mutual TLS, enrolled), %d changes one after the other (a member added), PostgreSQL, %d CPUs, %s\n",
-		*n, *changes, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"))
+	fmt.Printf("%d simulated agents (mutual TLS, enrolled), %d changes one after the other (a member added), %d monitored members, PostgreSQL, %d CPUs, %s\n",
+		*n, *changes, *monitored, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"))
 	fmt.Println("| replicas | agents | all acked p50 | all acked p99 | ACTIVE p50 | ACTIVE p99 | RSS / agent | heap / agent | CPU / change | less polls | PostgreSQL CPU / change |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {

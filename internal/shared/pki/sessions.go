@@ -116,10 +116,25 @@ const replicasServerName = "replicas.flowlb.invalid"
 // renewal is a full one, with the new certificate.
 type Sessions struct {
 	lru tls.ClientSessionCache
+
+	mu sync.Mutex
+	// failed counts, per cache key, the handshakes that failed in a row
+	// while the key had a session: crypto/tls drops a session after any
+	// failed handshake that offered it, and a handshake given up on
+	// because the replica was slow to answer (every agent of a replica
+	// that died, at once) is not the session's fault.
+	failed map[string]int
 }
 
+// keptFailures is how many handshakes in a row may fail with a session
+// before it is dropped: one that a replica refuses is not offered for
+// ever.
+const keptFailures = 3
+
 // NewSessions is an empty session cache for one node.
-func NewSessions() *Sessions { return &Sessions{lru: tls.NewLRUClientSessionCache(4)} }
+func NewSessions() *Sessions {
+	return &Sessions{lru: tls.NewLRUClientSessionCache(4), failed: map[string]int{}}
+}
 
 // sessionsOf is the cache of s that a Config presenting identity uses.
 type sessionsOf struct {
@@ -144,8 +159,21 @@ func (c sessionsOf) Get(k string) (*tls.ClientSessionState, bool) {
 	return c.s.lru.Get(k)
 }
 
+// Put keeps cs, or with nil (the handshake that offered the key's
+// session failed, or did not resume) drops the session once that
+// happened keptFailures times in a row.
 func (c sessionsOf) Put(k string, cs *tls.ClientSessionState) {
-	if k = c.key(k); k != "" {
-		c.s.lru.Put(k, cs)
+	if k = c.key(k); k == "" {
+		return
 	}
+	c.s.mu.Lock()
+	if cs == nil {
+		if c.s.failed[k]++; c.s.failed[k] < keptFailures {
+			c.s.mu.Unlock()
+			return
+		}
+	}
+	delete(c.s.failed, k)
+	c.s.mu.Unlock()
+	c.s.lru.Put(k, cs)
 }

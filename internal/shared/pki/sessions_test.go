@@ -96,6 +96,62 @@ func TestSessionsResumeAcrossReplicas(t *testing.T) {
 	}
 }
 
+// A session outlives a few handshakes that fail (a replica too slow to
+// answer), and is dropped after keptFailures of them in a row.
+func TestSessionKeptThroughFailedHandshakes(t *testing.T) {
+	ca := newCA(t)
+	a, err := ServerTLS(ca, "replica-a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := nodeCert(t, ca, "n1")
+	client := ClientTLS(ca.Pool(), func() *tls.Certificate { return id }, NewSessions())
+	fail := func() {
+		t.Helper()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				c.Close() // no answer to the hello
+			}
+		}()
+		raw, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		if err := tls.Client(raw, client).Handshake(); err == nil {
+			t.Fatal("a handshake with a closed connection passed")
+		}
+	}
+	resumes := func() bool {
+		t.Helper()
+		cs, serr, cerr := handshake(t, a, client)
+		if serr != nil || cerr != nil {
+			t.Fatalf("handshake %v / %v", serr, cerr)
+		}
+		return cs.DidResume
+	}
+	if resumes() {
+		t.Fatal("the first handshake resumed")
+	}
+	for range keptFailures - 1 {
+		fail()
+	}
+	if !resumes() {
+		t.Fatalf("the session was dropped after %d failed handshakes", keptFailures-1)
+	}
+	for range keptFailures {
+		fail()
+	}
+	if resumes() {
+		t.Fatalf("the session was kept after %d failed handshakes in a row", keptFailures)
+	}
+}
+
 // BenchmarkHandshake is a node's handshake with a replica, both sides in
 // this process over loopback TCP: full, as every reconnect was, and resumed
 // from a session made with another replica.
