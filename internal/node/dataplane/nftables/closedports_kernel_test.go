@@ -242,7 +242,16 @@ func TestClosedPortsKernel(t *testing.T) {
 			return out
 		}
 		other := closedVIP + ":9999"
-		if got := fromClient(func() string { return reach(other) }); got != other+" hi" {
+		// The client's first connection through a veth just made can
+		// miss reach's second on a loaded machine (its neighbour
+		// resolution, the links coming up): wait for the path first.
+		var got string
+		for end := time.Now().Add(10 * time.Second); ; {
+			if got = fromClient(func() string { return reach(other) }); got == other+" hi" || time.Now().After(end) {
+				break
+			}
+		}
+		if got != other+" hi" {
 			t.Fatalf("before any service, the node's listener on the VIP: %q, want it to answer", got)
 		}
 		// An established connection from before the VIP's service, which
