@@ -196,14 +196,14 @@ func expect(t *testing.T, c client.Client, name string, want state) {
 	})
 }
 
-// driftWithin waits for the data plane's drift signal.
-func driftWithin(t *testing.T, d *Dataplane, limit time.Duration) time.Duration {
+// driftWithin waits for the data plane's drift signal, up to limit after
+// start (when the change began), and returns how long it took.
+func driftWithin(t *testing.T, d *Dataplane, start time.Time, limit time.Duration) time.Duration {
 	t.Helper()
-	start := time.Now()
 	select {
 	case <-d.Drift():
 		return time.Since(start)
-	case <-time.After(limit):
+	case <-time.After(time.Until(start.Add(limit))):
 		t.Fatalf("no drift signal within %v", limit)
 		return 0
 	}
@@ -281,16 +281,18 @@ func exercise(t *testing.T, ep string, deleteRow func(name string)) {
 	}
 	lb := &lbs[0]
 	lb.Vips = map[string]string{"198.18.0.10:80": "198.18.9.9:80"}
+	start := time.Now()
 	ops, err := other.Where(lb).Update(lb, &lb.Vips)
 	transact(t, other, ops, err)
-	t.Logf("vips changed: heard after %v", driftWithin(t, d, time.Second))
+	t.Logf("vips changed: heard %v after the change began", driftWithin(t, d, start, time.Second))
 	verify(t, d, map[string]int{dataplane.OVNLoadBalancer: 1})
 	expect(t, other, "flowlb-lb1-tcp", want)
 	drain()
 
 	// Deleted by another: heard, written again and attached again.
+	start = time.Now()
 	deleteRow("flowlb-lb1-tcp")
-	t.Logf("row deleted: heard after %v", driftWithin(t, d, time.Second))
+	t.Logf("row deleted: heard %v after the change began", driftWithin(t, d, start, time.Second))
 	verify(t, d, map[string]int{dataplane.OVNLoadBalancer: 1, dataplane.OVNAttach: 2})
 	expect(t, other, "flowlb-lb1-tcp", want)
 	drain()
@@ -305,21 +307,23 @@ func exercise(t *testing.T, ep string, deleteRow func(name string)) {
 		t.Fatal(sws, err)
 	}
 	sw := &sws[0]
+	start = time.Now()
 	ops, err = other.Where(sw).Mutate(sw, model.Mutation{Field: &sw.LoadBalancer, Mutator: ovsdb.MutateOperationDelete, Value: []string{lbs[0].UUID}})
 	transact(t, other, ops, err)
-	t.Logf("detached: heard after %v", driftWithin(t, d, time.Second))
+	t.Logf("detached: heard %v after the change began", driftWithin(t, d, start, time.Second))
 	verify(t, d, map[string]int{dataplane.OVNAttach: 1})
 	expect(t, other, "flowlb-lb1-tcp", want)
 	drain()
 
 	// The second VIP's port appears: heard, attached.
+	start = time.Now()
 	ops, err = other.Create(&nbdb.LogicalSwitchPort{UUID: "vip2", Name: "vip2-port", Addresses: []string{"fa:16:3e:00:00:20 198.18.0.20"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	more, err := other.Where(sw).Mutate(sw, model.Mutation{Field: &sw.Ports, Mutator: ovsdb.MutateOperationInsert, Value: []string{"vip2"}})
 	transact(t, other, append(ops, more...), err)
-	t.Logf("port appeared: heard after %v", driftWithin(t, d, time.Second))
+	t.Logf("port appeared: heard %v after the change began", driftWithin(t, d, start, time.Second))
 	verify(t, d, map[string]int{dataplane.OVNAttach: 2})
 	expect(t, other, "flowlb-lb2-tcp", state{found: true, vips: map[string]string{"198.18.0.20:80": "198.18.1.1:8080"},
 		switches: []string{"net-a"}, routers: []string{"r1"}})
