@@ -27,6 +27,11 @@ type acks struct {
 	// are the other replicas' among them, by node.
 	cluster []store.AgentAck
 	remote  map[string]int64
+	// noProbes are the nodes whose agents take no probes and answer for
+	// no VIP: this replica's (localNoProbes, from their Hello) and the
+	// others' (remoteNoProbes, from the store).
+	localNoProbes  map[string]bool
+	remoteNoProbes map[string]bool
 	// low is the lowest revision any live agent acknowledged and atLow
 	// the number of nodes there, kept as acks come, so that an ack costs
 	// no walk over every agent; lowOK false: to be counted again.
@@ -57,6 +62,7 @@ type acks struct {
 func newAcks(replica string, timeout time.Duration) *acks {
 	return &acks{replica: replica, timeout: timeout,
 		local: map[*agent]bool{}, perNode: map[string]int{}, remote: map[string]int64{},
+		localNoProbes: map[string]bool{}, remoteNoProbes: map[string]bool{},
 		dirty: map[string]int64{}, gone: map[string]bool{}, flush: make(chan struct{}, 1),
 		waiting: map[*waiter]bool{}, readNow: make(chan struct{}, 1), settled: func(*waiter, time.Time) {}}
 }
@@ -82,6 +88,11 @@ func (a *acks) join(l *agent, acked int64) {
 	l.acked = acked
 	a.local[l] = true
 	a.perNode[l.node]++
+	if l.noProbes {
+		a.localNoProbes[l.node] = true
+	} else {
+		delete(a.localNoProbes, l.node)
+	}
 	a.lowOK = false
 	a.note(l.node, l.acked)
 }
@@ -98,6 +109,7 @@ func (a *acks) part(l *agent) bool {
 		return false
 	}
 	delete(a.perNode, l.node)
+	delete(a.localNoProbes, l.node)
 	a.leave(l.node)
 	return true
 }
@@ -131,12 +143,17 @@ func (a *acks) raise(l *agent, rev int64) (before, now int64) {
 // whether the other replicas' nodes changed.
 func (a *acks) setCluster(all []store.AgentAck) bool {
 	remote := make(map[string]int64, len(a.remote))
+	noProbes := map[string]bool{}
 	for _, c := range all {
 		if c.Replica != a.replica {
 			remote[c.Node] = c.Revision
+			if c.NoProbes {
+				noProbes[c.Node] = true
+			}
 		}
 	}
-	changed := len(remote) != len(a.remote)
+	changed := len(remote) != len(a.remote) || !maps.Equal(noProbes, a.remoteNoProbes)
+	a.remoteNoProbes = noProbes
 	for n := range remote {
 		if _, ok := a.remote[n]; !ok {
 			changed = true
@@ -175,7 +192,7 @@ func (a *acks) takeDirty() ([]store.AgentAck, []string) {
 	defer a.mu.Unlock()
 	var batch []store.AgentAck
 	for n, rev := range a.dirty {
-		batch = append(batch, store.AgentAck{Node: n, Revision: rev})
+		batch = append(batch, store.AgentAck{Node: n, Revision: rev, NoProbes: a.localNoProbes[n]})
 	}
 	var gone []string
 	for n := range a.gone {
@@ -279,11 +296,26 @@ func (a *acks) lowest() (int64, bool) {
 	return a.low, a.atLow > 0
 }
 
-// nodes lists the nodes with a live agent anywhere, sorted.
-func (a *acks) nodes() []string {
+// probers lists the nodes with a live agent anywhere that take probes
+// and L2 VIPs, sorted: all but those whose agents said they take none
+// (an OVN data plane's). A node streaming to this replica is as its
+// agent here says, whatever the store still has.
+func (a *acks) probers() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return slices.Sorted(maps.Keys(a.allRevisions()))
+	out := make([]string, 0, len(a.remote)+len(a.perNode))
+	for n := range a.allRevisions() {
+		if a.perNode[n] > 0 {
+			if a.localNoProbes[n] {
+				continue
+			}
+		} else if a.remoteNoProbes[n] {
+			continue
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // add registers a waiter whose revision is rev (0: not known yet), and

@@ -62,7 +62,7 @@ func (s *SQL) Replicas(ctx context.Context) ([]Replica, error) {
 	return out, unavailable(rows.Err())
 }
 
-// agentChunk bounds the rows of one statement (3 parameters a row).
+// agentChunk bounds the rows of one statement (4 parameters a row).
 const agentChunk = 1000
 
 // RecordAgents upserts a replica's agents' acknowledged revisions and
@@ -76,16 +76,16 @@ func (s *SQL) RecordAgents(ctx context.Context, replica string, acks []AgentAck,
 	for len(acks) > 0 {
 		n := min(len(acks), agentChunk)
 		var b strings.Builder
-		b.WriteString("INSERT INTO agent_acks (node, replica, revision) VALUES ")
-		args := make([]any, 0, 3*n)
+		b.WriteString("INSERT INTO agent_acks (node, replica, revision, no_probes) VALUES ")
+		args := make([]any, 0, 4*n)
 		for i, a := range acks[:n] {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?)")
-			args = append(args, a.Node, replica, a.Revision)
+			b.WriteString("(?, ?, ?, ?)")
+			args = append(args, a.Node, replica, a.Revision, a.NoProbes)
 		}
-		b.WriteString(" ON CONFLICT (node) DO UPDATE SET replica = excluded.replica, revision = excluded.revision")
+		b.WriteString(" ON CONFLICT (node) DO UPDATE SET replica = excluded.replica, revision = excluded.revision, no_probes = excluded.no_probes")
 		if _, err := tx.ExecContext(ctx, s.eng.rebind(b.String()), args...); err != nil {
 			return unavailable(fmt.Errorf("record agents: %w", err))
 		}
@@ -101,7 +101,7 @@ func (s *SQL) RecordAgents(ctx context.Context, replica string, acks []AgentAck,
 
 // Agents lists the agents of live replicas.
 func (s *SQL) Agents(ctx context.Context) ([]AgentAck, error) {
-	rows, err := s.reader.QueryContext(ctx, "SELECT node, replica, revision FROM agent_acks WHERE replica IN ("+s.liveReplicas()+") ORDER BY node")
+	rows, err := s.reader.QueryContext(ctx, "SELECT node, replica, revision, no_probes FROM agent_acks WHERE replica IN ("+s.liveReplicas()+") ORDER BY node")
 	if err != nil {
 		return nil, unavailable(fmt.Errorf("agents: %w", err))
 	}
@@ -109,7 +109,7 @@ func (s *SQL) Agents(ctx context.Context) ([]AgentAck, error) {
 	var out []AgentAck
 	for rows.Next() {
 		var a AgentAck
-		if err := rows.Scan(&a.Node, &a.Replica, &a.Revision); err != nil {
+		if err := rows.Scan(&a.Node, &a.Replica, &a.Revision, &a.NoProbes); err != nil {
 			return nil, unavailable(err)
 		}
 		out = append(out, a)

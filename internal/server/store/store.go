@@ -373,6 +373,9 @@ type AgentAck struct {
 	Node     string
 	Replica  string
 	Revision int64
+	// NoProbes: the agent takes no health probes and answers for no VIP
+	// (its Hello said so).
+	NoProbes bool
 }
 
 // Pending is a load balancer's change waiting to be realized, and the

@@ -32,7 +32,7 @@ import (
 	"github.com/ovn-org/libovsdb/ovsdb"
 
 	"github.com/flowlb/flowlb/internal/node/dataplane"
-	"github.com/flowlb/flowlb/internal/node/dataplane/ovn/nbdb"
+	"github.com/flowlb/flowlb/internal/node/ovn/nbdb"
 	"github.com/flowlb/flowlb/internal/shared/flows"
 )
 
@@ -59,9 +59,13 @@ type Dataplane struct {
 	// mu serialises the writes and guards what follows.
 	mu       sync.Mutex
 	services map[flows.Key]flows.Service
+	// written: a Sync or Apply came. Before it the data plane knows
+	// nothing of what is wanted, and checks nothing: the rows a previous
+	// agent wrote stay until the first snapshot says otherwise.
+	written  bool
 	refused  map[flows.Key]string   // logged, until the service changes or goes
 	missing  map[netip.Addr]bool    // VIPs with no switch port, logged once
-	missed   atomic.Int64           // times a VIP was found without a port
+	missed   atomic.Int64           // len(missing)
 	wanted   atomic.Pointer[wanted] // for the cache's handler, which must not take mu
 	drift    chan struct{}
 	detected atomic.Int64 // unix ns of the first change heard since the last check
@@ -146,8 +150,9 @@ func (d *Dataplane) Close() { d.c.Close() }
 // or their attachments, or a port took a VIP that had none.
 func (d *Dataplane) Drift() <-chan struct{} { return d.drift }
 
-// Missed counts the times a VIP was found with no switch port holding it.
-func (d *Dataplane) Missed() int64 { return d.missed.Load() }
+// Unattached counts the VIPs that no switch port holds: their rows are
+// written but attached to no switch or router.
+func (d *Dataplane) Unattached() int64 { return d.missed.Load() }
 
 // heard looks at a cache event (old or new nil for an insert or a
 // delete): flowlb's own writes leave what is wanted, another's may not.
@@ -225,6 +230,7 @@ func (d *Dataplane) Sync(ctx context.Context, t flows.Table) error {
 	if d.services == nil {
 		d.services = map[flows.Key]flows.Service{}
 	}
+	d.written = true
 	_, err := d.converge(ctx, nil)
 	return err
 }
@@ -239,6 +245,7 @@ func (d *Dataplane) Apply(ctx context.Context, upserts []flows.Service, deletes 
 	for _, s := range upserts {
 		d.services[s.Key] = s
 	}
+	d.written = true
 	_, err := d.converge(ctx, nil)
 	return err
 }
@@ -249,6 +256,9 @@ func (d *Dataplane) Verify(ctx context.Context) (dataplane.Check, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	check := dataplane.Check{Scope: Scope}
+	if !d.written {
+		return check, nil
+	}
 	_, err := d.converge(ctx, &check)
 	return check, err
 }
@@ -359,13 +369,13 @@ func (d *Dataplane) noteMissing(rows map[string]Row, att map[string]Attachment) 
 	for name, a := range att {
 		for _, v := range a.Missing {
 			missing[v] = true
-			d.missed.Add(1)
 			if !d.missing[v] {
 				d.log.Warn("no OVN switch port holds the VIP: its load balancer row is written but attached nowhere until one does", "vip", v, "row", name)
 			}
 		}
 	}
 	d.missing = missing
+	d.missed.Store(int64(len(missing)))
 	d.wanted.Store(&wanted{rows: rows, missing: missing})
 }
 

@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/flowlb/flowlb/internal/node/dataplane/ovn/nbdb"
+	"github.com/flowlb/flowlb/internal/node/ovn/nbdb"
 )
 
 // Topology is the part of the northbound database that says where a VIP

@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/flowlb/flowlb/internal/node/dataplane/ovn/nbdb"
+	"github.com/flowlb/flowlb/internal/node/ovn/nbdb"
 )
 
 // topo is a Neutron-like topology: network A (switch sA) with the VIP

@@ -6,7 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/flowlb/flowlb/internal/node/dataplane/ovn/nbdb"
+	"github.com/flowlb/flowlb/internal/node/ovn/nbdb"
 )
 
 func TestDiff(t *testing.T) {

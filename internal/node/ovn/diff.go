@@ -5,7 +5,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/flowlb/flowlb/internal/node/dataplane/ovn/nbdb"
+	"github.com/flowlb/flowlb/internal/node/ovn/nbdb"
 )
 
 // Ref names a row in a transaction: an existing row's UUID, or the
