@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -346,6 +347,8 @@ func TestRestartKeepsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	show := func(lbs []nbdb.LoadBalancer) string {
+		// The cache lists in no particular order.
+		slices.SortFunc(lbs, func(a, b nbdb.LoadBalancer) int { return strings.Compare(a.UUID, b.UUID) })
 		out := ""
 		for i := range lbs {
 			out += lbs[i].UUID + " " + fmt.Sprintf("%+v", rowOf(&lbs[i])) + "\n"
