@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/node/agent"
@@ -60,6 +61,9 @@ type childConfig struct {
 	// FixedHandshake: 500 ms for every handshake, as the agent did
 	// before its wait grew.
 	FixedHandshake bool
+	// NoResume: every handshake a full one, as before the replicas
+	// resumed each other's TLS sessions.
+	NoResume bool
 }
 
 // markerSeen is what the agents saw of one marker.
@@ -76,6 +80,10 @@ type childDump struct {
 	// ended at once).
 	Ended  int64 `json:"ended"`
 	Failed int64 `json:"failed"`
+	// Resumed and Full count the sessions that got an update, by their
+	// TLS handshake: a session resumed, or a full handshake.
+	Resumed int64 `json:"resumed"`
+	Full    int64 `json:"full"`
 	// Why, by the error's first words.
 	Why map[string]int64 `json:"why"`
 }
@@ -95,6 +103,8 @@ type simAgent struct {
 	// server is the one it enrolls with and subscribes to first.
 	server string
 	cert   *tls.Certificate
+	// sessions are its TLS sessions with the replicas (nil: none kept).
+	sessions *pki.Sessions
 	// services of every load balancer, as the last update sent them.
 	services map[string][]*agentv1.Service
 	seen     map[netip.Addr]bool
@@ -111,6 +121,22 @@ type recorder struct {
 	mu    sync.Mutex
 	seen  map[netip.Addr]*markerSeen
 	acked atomic.Int64 // agents that acknowledged their first update
+	// resumed and full: sessions that got an update, by handshake.
+	resumed, full atomic.Int64
+}
+
+// countHandshake counts a session that got its first update by how its
+// TLS handshake went.
+func (r *recorder) countHandshake(ctx context.Context) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return
+	}
+	if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && info.State.DidResume {
+		r.resumed.Add(1)
+	} else {
+		r.full.Add(1)
+	}
 }
 
 func (r *recorder) note(m netip.Addr, at time.Time) {
@@ -148,6 +174,9 @@ func runChild(cfgJSON string) error {
 	for i := range agents {
 		agents[i] = &simAgent{node: fmt.Sprintf("sim-%05d", i), server: cfg.Servers[i%len(cfg.Servers)],
 			services: map[string][]*agentv1.Service{}, seen: map[netip.Addr]bool{}}
+		if !cfg.NoResume {
+			agents[i].sessions = pki.NewSessions()
+		}
 	}
 	// Enrollment: a few at a time, as nodes booting would.
 	sem := make(chan struct{}, 16)
@@ -189,7 +218,8 @@ func runChild(cfgJSON string) error {
 			continue
 		}
 		rec.mu.Lock()
-		out := childDump{Markers: map[string]*markerSeen{}, Ended: ended.Load(), Failed: failed.Load(), Why: why.counts()}
+		out := childDump{Markers: map[string]*markerSeen{}, Ended: ended.Load(), Failed: failed.Load(), Why: why.counts(),
+			Resumed: rec.resumed.Load(), Full: rec.full.Load()}
 		for m, s := range rec.seen {
 			out.Markers[m.String()] = s
 		}
@@ -207,7 +237,7 @@ func runChild(cfgJSON string) error {
 // connection that presents none.
 func (a *simAgent) enroll(ctx context.Context, roots *x509.CertPool, token string) error {
 	conn, err := grpc.NewClient("passthrough:///"+a.server,
-		grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(roots, func() *tls.Certificate { return nil }))))
+		grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(roots, func() *tls.Certificate { return nil }, nil))))
 	if err != nil {
 		return err
 	}
@@ -334,7 +364,7 @@ func roundOrder(servers []string, lost string) []string {
 // second).
 func (a *simAgent) run(ctx context.Context, addr string, wait time.Duration, roots *x509.CertPool, rec *recorder) (useful, answered bool, err error) {
 	conn, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(roots, func() *tls.Certificate { return a.cert }))))
+		grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(roots, func() *tls.Certificate { return a.cert }, a.sessions))))
 	if err != nil {
 		return false, true, err
 	}
@@ -364,6 +394,9 @@ func (a *simAgent) run(ctx context.Context, addr string, wait time.Duration, roo
 		u, err := stream.Recv()
 		if err != nil {
 			return false, true, err
+		}
+		if !received {
+			rec.countHandshake(stream.Context())
 		}
 		received = true
 		fresh := a.apply(u)

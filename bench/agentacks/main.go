@@ -89,6 +89,9 @@ type storm struct {
 	sent          fanout.CatchUps
 	ended, failed int64
 	why           map[string]int64
+	// resumed and full are the sessions that got an update meanwhile,
+	// by their TLS handshake.
+	resumed, full int64
 	// acked and active are the change made during the storm's: from the
 	// API's answer until every agent acknowledged it, and until ACTIVE
 	// (0: not within a minute).
@@ -105,7 +108,7 @@ type storm struct {
 const stormLimit = 3 * time.Minute
 
 // run measures one cluster of replicas servers on a fresh database.
-func run(ctx context.Context, dsn string, replicas, agents, changes, lbs int, kill, fixedHandshake bool, dbCPU func() (time.Duration, bool)) (result, error) {
+func run(ctx context.Context, dsn string, replicas, agents, changes, lbs, monitored int, kill, fixedHandshake, noResume bool, dbCPU func() (time.Duration, bool)) (result, error) {
 	res := result{replicas: replicas, agents: agents, changes: changes}
 	dir, err := os.MkdirTemp("", "flowlb-agentacks-")
 	if err != nil {
@@ -134,13 +137,13 @@ func run(ctx context.Context, dsn string, replicas, agents, changes, lbs int, ki
 		addrs = append(addrs, s.AgentAddr.String())
 	}
 	api := &client{base: "http://" + srvs[0].APIAddr.String()}
-	pools, lbIDs, err := api.createLBs(lbs)
+	pools, lbIDs, err := api.createLBs(lbs, monitored)
 	if err != nil {
 		return res, err
 	}
 
 	rss0, heap0 := memory()
-	child, err := startChild(childConfig{Servers: addrs, CAFile: filepath.Join(dir, "agent-ca.crt"), Token: readToken(dir), N: agents, FixedHandshake: fixedHandshake})
+	child, err := startChild(childConfig{Servers: addrs, CAFile: filepath.Join(dir, "agent-ca.crt"), Token: readToken(dir), N: agents, FixedHandshake: fixedHandshake, NoResume: noResume})
 	if err != nil {
 		return res, err
 	}
@@ -316,6 +319,7 @@ func crashOne(srvs []*flowlbserver.Server, child *child, agents int, pool, lbID 
 		}
 	}
 	st.ended, st.failed = d.Ended-d0.Ended, d.Failed-d0.Failed
+	st.resumed, st.full = d.Resumed-d0.Resumed, d.Full-d0.Full
 	st.why = d.Why
 	for k, n := range d0.Why {
 		if st.why[k] -= n; st.why[k] == 0 {
@@ -446,9 +450,11 @@ func (c *client) do(method, path string, body any, want int, out any) error {
 	return nil
 }
 
-// createLBs creates n load balancers (1 listener, 1 pool, 2 members),
-// waits until they are ACTIVE and returns their pools and ids.
-func (c *client) createLBs(n int) (pools, ids []string, err error) {
+// createLBs creates n load balancers (1 listener, 1 pool, 2 members;
+// with monitored > 0, a TCP health monitor on each pool and monitored
+// members spread over the pools), waits until they are ACTIVE and
+// returns their pools and ids.
+func (c *client) createLBs(n, monitored int) (pools, ids []string, err error) {
 	var nets struct {
 		Networks []struct {
 			Subnets []string `json:"subnets"`
@@ -461,13 +467,24 @@ func (c *client) createLBs(n int) (pools, ids []string, err error) {
 		return nil, nil, fmt.Errorf("default VIP network: %+v", nets)
 	}
 	for i := range n {
+		members := []any{
+			map[string]any{"address": fmt.Sprintf("198.18.1.%d", 2+i%250), "protocol_port": 8080},
+			map[string]any{"address": fmt.Sprintf("198.18.2.%d", 2+i%250), "protocol_port": 8080},
+		}
+		pool := map[string]any{"name": "pool", "protocol": "TCP", "lb_algorithm": "SOURCE_IP_PORT"}
+		if monitored > 0 {
+			// This load balancer's share of the monitored members.
+			members = nil
+			for j := i; j < monitored; j += n {
+				k := j / n
+				members = append(members, map[string]any{"address": fmt.Sprintf("198.18.%d.%d", 3+k/250, 2+k%250), "protocol_port": 8080})
+			}
+			pool["healthmonitor"] = map[string]any{"type": "TCP", "delay": 5, "timeout": 3, "max_retries": 3}
+		}
+		pool["members"] = members
 		body := map[string]any{"loadbalancer": map[string]any{
 			"name": fmt.Sprintf("bench-%d", i), "vip_subnet_id": nets.Networks[0].Subnets[0],
-			"listeners": []any{map[string]any{"protocol": "TCP", "protocol_port": 80,
-				"default_pool": map[string]any{"name": "pool", "protocol": "TCP", "lb_algorithm": "SOURCE_IP_PORT", "members": []any{
-					map[string]any{"address": fmt.Sprintf("198.18.1.%d", 2+i%250), "protocol_port": 8080},
-					map[string]any{"address": fmt.Sprintf("198.18.2.%d", 2+i%250), "protocol_port": 8080},
-				}}}},
+			"listeners": []any{map[string]any{"protocol": "TCP", "protocol_port": 80, "default_pool": pool}},
 		}}
 		var out struct {
 			LoadBalancer struct {
@@ -544,7 +561,9 @@ func main() {
 	pg := flag.String("postgres", "auto", `PostgreSQL DSN, or "auto" to start a throwaway cluster`)
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the servers' process to this file")
 	kill := flag.Bool("kill-replica", false, "then crash one replica (of 2 or more) and measure the agents' move and a change made meanwhile")
+	monitored := flag.Int("monitored", 0, "members with a TCP health monitor, spread over the load balancers (0: 2 unmonitored members each)")
 	fixedHandshake := flag.Bool("fixed-handshake", false, "the simulated agents wait 500 ms for every handshake, as the agent did before its wait grew after handshakes that got no answer")
+	noResume := flag.Bool("no-resume", false, "the simulated agents make a full TLS handshake every time, as agents did before the replicas resumed each other's sessions")
 	flag.Parse()
 	if *childCfg != "" {
 		if err := runChild(*childCfg); err != nil {
@@ -574,15 +593,15 @@ func main() {
 			pgs.Stop()
 			fatal(err)
 		}
-		r, err := run(ctx, dsn, k, *n, *changes, *lbs, *kill, *fixedHandshake, pgs.CPUTime)
+		r, err := run(ctx, dsn, k, *n, *changes, *lbs, *monitored, *kill, *fixedHandshake, *noResume, pgs.CPUTime)
 		if err != nil {
 			pgs.Stop() // fatal exits without running the deferred Stop
 			fatal(err)
 		}
 		results = append(results, r)
 	}
-	fmt.Printf("%d simulated agents (mutual TLS, enrolled), %d changes one after the other (a member added), PostgreSQL, %d CPUs, %s\n",
-		*n, *changes, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"))
+	fmt.Printf("%d simulated agents (mutual TLS, enrolled), %d changes one after the other (a member added), %d monitored members, PostgreSQL, %d CPUs, %s\n",
+		*n, *changes, *monitored, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"))
 	fmt.Println("| replicas | agents | all acked p50 | all acked p99 | ACTIVE p50 | ACTIVE p99 | RSS / agent | heap / agent | CPU / change | less polls | PostgreSQL CPU / change |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
@@ -613,9 +632,12 @@ func main() {
 	if *fixedHandshake {
 		hs = "a fixed 500 ms (the agent's before its wait grew)"
 	}
+	if *noResume {
+		hs += ", every one a full TLS handshake"
+	}
 	fmt.Printf("One replica crashed; a change made through another at once; the agents' handshakes: %s\n", hs)
-	fmt.Println("| replicas | agents moved | back p50 | back p99 | back max | back within 10 s | not back in 3 min | sent nothing | sent entries (load balancers) | sent a snapshot | sessions ended / attempts failed | back at the API's answer | change: all acked | change: ACTIVE |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| replicas | agents moved | back p50 | back p99 | back max | back within 10 s | not back in 3 min | sent nothing | sent entries (load balancers) | sent a snapshot | sessions ended / attempts failed | sessions resumed / full handshakes | back at the API's answer | change: all acked | change: ACTIVE |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range storms {
 		st := r.storm
 		within := 0
@@ -638,9 +660,9 @@ func main() {
 		if st.active == 0 {
 			active = "not within 1 min"
 		}
-		fmt.Printf("| %d | %d | %.1f ms | %.1f ms | %.1f ms | %d | %d | %d | %d (%d) | %d | %d / %d | %d | %s | %s |\n", r.replicas, st.moved,
+		fmt.Printf("| %d | %d | %.1f ms | %.1f ms | %.1f ms | %d | %d | %d | %d (%d) | %d | %d / %d | %d / %d | %d | %s | %s |\n", r.replicas, st.moved,
 			benchkit.MS(quantile(back, 0.5)), benchkit.MS(quantile(back, 0.99)), benchkit.MS(slices.Max(back)), within, st.notBack,
-			st.sent.UpToDate, st.sent.Entries, st.sent.LoadBalancers, st.sent.Snapshots, st.ended, st.failed, st.wasAt, acked, active)
+			st.sent.UpToDate, st.sent.Entries, st.sent.LoadBalancers, st.sent.Snapshots, st.ended, st.failed, st.resumed, st.full, st.wasAt, acked, active)
 	}
 	for _, r := range storms {
 		for k, n := range r.storm.why {

@@ -43,7 +43,7 @@ func rawClient(t *testing.T, c *cluster, s *server.Server, cert *tls.Certificate
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
 	conn, err := grpc.NewClient("passthrough:///"+s.AgentAddr.String(),
-		grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(roots, func() *tls.Certificate { return cert }))))
+		grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(roots, func() *tls.Certificate { return cert }, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,12 @@ const (
 	octaviaBenchRoundsEnv    = "FLOWLB_OCTAVIA_BENCH_ROUNDS"
 	octaviaBenchProvidersEnv = "FLOWLB_OCTAVIA_BENCH_PROVIDERS"
 	octaviaBenchDelayEnv     = "FLOWLB_OCTAVIA_BENCH_MONITOR_DELAY"
+	// FLOWLB_OCTAVIA_BENCH_PORT_SECURITY=off takes port security and the
+	// security group off the nodes' and the members' ports, so that
+	// the health probes between them pass no stateful ACL: the bed's
+	// userspace conntrack (Debian's OVS 3.1.0) aborts under their churn
+	// (docs/openstack-lab.md).
+	octaviaBenchPortSecurityEnv = "FLOWLB_OCTAVIA_BENCH_PORT_SECURITY"
 )
 
 // The providers it knows: flowlb and ovn in the bed's Octavia (on its
@@ -150,7 +156,8 @@ type benchRow struct {
 // It runs only when FLOWLB_OCTAVIA_BENCH lists sizes (e.g. 100,1000);
 // FLOWLB_OCTAVIA_BENCH_ROUNDS (default 1) and
 // FLOWLB_OCTAVIA_BENCH_PROVIDERS (default flowlb,ovn,amphora) and
-// FLOWLB_OCTAVIA_BENCH_MONITOR_DELAY (seconds, default 5) shape it.
+// FLOWLB_OCTAVIA_BENCH_MONITOR_DELAY (seconds, default 5) and
+// FLOWLB_OCTAVIA_BENCH_PORT_SECURITY (on, the default, or off) shape it.
 func TestRealOctaviaProvidersBench(t *testing.T) {
 	if os.Getenv(octaviaBenchEnv) == "" {
 		t.Skipf("a benchmark of minutes to hours: %s=100[,1000] runs it (docs/benchmarks.md)", octaviaBenchEnv)
@@ -161,7 +168,20 @@ func TestRealOctaviaProvidersBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	c, cloud, _, members := newRealNeutronCluster(t, "--auth", "keystone")
+	portSecurity := os.Getenv(octaviaBenchPortSecurityEnv)
+	if portSecurity != "" && portSecurity != "on" && portSecurity != "off" {
+		t.Fatalf("%s=%q: want on or off", octaviaBenchPortSecurityEnv, portSecurity)
+	}
+	c, cloud, nodes, members := newRealNeutronCluster(t, "--auth", "keystone")
+	if portSecurity == "off" {
+		for _, vm := range append(slices.Clone(nodes), members...) {
+			if err := cloud.Call("PUT", "/ports/"+vm.PortID, map[string]any{"port": map[string]any{
+				"security_groups": []any{}, "port_security_enabled": false}}, nil); err != nil {
+				t.Fatalf("port security off on %s: %v", vm.Name, err)
+			}
+		}
+		t.Logf("port security off on the ports of %d nodes and %d members", len(nodes), len(members))
+	}
 	src, err := filepath.Abs("../../deploy/octavia-provider")
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,9 @@ import (
 type Identity struct {
 	dir   string
 	roots *x509.CertPool
+	// sessions are its TLS sessions with the replicas, resumed on any
+	// replica after a reconnect.
+	sessions *pki.Sessions
 
 	mu  sync.Mutex
 	cur *tls.Certificate
@@ -60,7 +63,7 @@ func LoadIdentity(dir string, caPEM []byte) (id *Identity, unusable error, err e
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, err
 	}
-	id = &Identity{dir: dir, roots: x509.NewCertPool()}
+	id = &Identity{dir: dir, roots: x509.NewCertPool(), sessions: pki.NewSessions()}
 	id.roots.AddCert(ca)
 	certFile, keyFile := filepath.Join(dir, identityCertFile), filepath.Join(dir, identityKeyFile)
 	c, err := tls.LoadX509KeyPair(certFile, keyFile)
@@ -93,7 +96,7 @@ func (id *Identity) current() *tls.Certificate {
 
 // credentials are the TLS of a connection to a replica.
 func (id *Identity) credentials() credentials.TransportCredentials {
-	return credentials.NewTLS(pki.ClientTLS(id.roots, id.presentable))
+	return credentials.NewTLS(pki.ClientTLS(id.roots, id.presentable, id.sessions))
 }
 
 // presentable is the certificate to show a replica: none once expired (or

@@ -22,14 +22,16 @@ type acks struct {
 	// perNode counts this replica's streams of each node (a reconnection
 	// may come before the old stream is torn down).
 	perNode map[string]int
-	// cluster are the agents of every live replica, as the store holds
-	// them; this replica's own rows there are older than local. remote
-	// are the other replicas' among them, by node.
-	cluster []store.AgentAck
-	remote  map[string]int64
+	// rows are the agents' rows of every replica, live or not, as the
+	// store holds them (folded from the changes read: readDone), and
+	// live the live replicas; this replica's own rows there are older
+	// than local. remote are the other live replicas' agents, by node.
+	rows   map[string]store.AgentAck
+	live   map[string]bool
+	remote map[string]int64
 	// noProbes are the nodes whose agents take no probes and answer for
 	// no VIP: this replica's (localNoProbes, from their Hello) and the
-	// others' (remoteNoProbes, from the store).
+	// other live replicas' (remoteNoProbes, from their rows).
 	localNoProbes  map[string]bool
 	remoteNoProbes map[string]bool
 	// low is the lowest revision any live agent acknowledged and atLow
@@ -61,7 +63,7 @@ type acks struct {
 
 func newAcks(replica string, timeout time.Duration) *acks {
 	return &acks{replica: replica, timeout: timeout,
-		local: map[*agent]bool{}, perNode: map[string]int{}, remote: map[string]int64{},
+		local: map[*agent]bool{}, perNode: map[string]int{}, rows: map[string]store.AgentAck{}, live: map[string]bool{}, remote: map[string]int64{},
 		localNoProbes: map[string]bool{}, remoteNoProbes: map[string]bool{},
 		dirty: map[string]int64{}, gone: map[string]bool{}, flush: make(chan struct{}, 1),
 		waiting: map[*waiter]bool{}, readNow: make(chan struct{}, 1), settled: func(*waiter, time.Time) {}}
@@ -139,29 +141,154 @@ func (a *acks) raise(l *agent, rev int64) (before, now int64) {
 	return before, rev
 }
 
-// setCluster takes the cluster's agents as the store has them; it reports
-// whether the other replicas' nodes changed.
-func (a *acks) setCluster(all []store.AgentAck) bool {
-	remote := make(map[string]int64, len(a.remote))
-	noProbes := map[string]bool{}
-	for _, c := range all {
-		if c.Replica != a.replica {
-			remote[c.Node] = c.Revision
-			if c.NoProbes {
-				noProbes[c.Node] = true
+// clusterChange is what a read of the agents changed in the other
+// replicas' live agents.
+type clusterChange struct {
+	// nodes: their set changed (a node joined or left them), or that of
+	// those among them that take probes (a node's no_probes changed).
+	nodes bool
+	// acked are the rows of the other live replicas' agents that are new
+	// or moved, left the nodes no longer among them.
+	acked []store.AgentAck
+	left  []string
+	// all, after a full read (or a change of the live replicas), are the
+	// rows of every live replica's agents, this replica's too.
+	all []store.AgentAck
+}
+
+// fold takes the agents' rows read from the store: every row (d.Full) or
+// the rows changed since the last read. Called with a.mu held.
+func (a *acks) fold(d store.AgentChanges) clusterChange {
+	live := make(map[string]bool, len(d.Live))
+	for _, r := range d.Live {
+		live[r] = true
+	}
+	liveChanged := !maps.Equal(live, a.live)
+	a.live = live
+	if d.Full {
+		a.rows = make(map[string]store.AgentAck, len(d.Acks))
+		for _, c := range d.Acks {
+			a.rows[c.Node] = c
+		}
+		return a.rebuild()
+	}
+	for _, g := range d.Gone {
+		delete(a.rows, g.Node)
+	}
+	for _, c := range d.Acks {
+		a.rows[c.Node] = c
+	}
+	if liveChanged {
+		return a.rebuild()
+	}
+	var ch clusterChange
+	for _, rs := range [][]store.AgentAck{d.Gone, d.Acks} {
+		for _, c := range rs {
+			a.refold(c.Node, &ch)
+		}
+	}
+	return ch
+}
+
+// remoteOf is a node's revision among the other live replicas' agents.
+// Called with a.mu held.
+func (a *acks) remoteOf(node string) (int64, bool) {
+	c, ok := a.rows[node]
+	if !ok || c.Replica == a.replica || !a.live[c.Replica] {
+		return 0, false
+	}
+	return c.Revision, true
+}
+
+// refold brings remote and remoteNoProbes up to date with node's row,
+// and the lowest revision with them. Called with a.mu held.
+func (a *acks) refold(node string, ch *clusterChange) {
+	old, had := a.remote[node]
+	rev, has := a.remoteOf(node)
+	wasNP, isNP := a.remoteNoProbes[node], has && a.rows[node].NoProbes
+	if wasNP != isNP {
+		// The node starts or stops taking probes: for their assignment
+		// it joins or leaves.
+		if isNP {
+			a.remoteNoProbes[node] = true
+		} else {
+			delete(a.remoteNoProbes, node)
+		}
+		ch.nodes = true
+	}
+	if had == has && old == rev {
+		return
+	}
+	if has {
+		a.remote[node] = rev
+		ch.acked = append(ch.acked, a.rows[node])
+	} else {
+		delete(a.remote, node)
+		ch.left = append(ch.left, node)
+	}
+	if had != has {
+		ch.nodes = true
+	}
+	switch {
+	case !a.lowOK:
+	case a.perNode[node] > 0:
+		a.lowOK = false // the node's revision is the highest of its streams' and its row's
+	case had && old == a.low && a.atLow == 1 && !(has && rev <= old):
+		a.lowOK = false // the last node at the lowest moves up or leaves
+	default:
+		if had && old == a.low {
+			a.atLow--
+		}
+		if has {
+			switch {
+			case a.atLow == 0 || rev < a.low:
+				a.low, a.atLow = rev, 1
+			case rev == a.low:
+				a.atLow++
 			}
 		}
 	}
-	changed := len(remote) != len(a.remote) || !maps.Equal(noProbes, a.remoteNoProbes)
-	a.remoteNoProbes = noProbes
-	for n := range remote {
+}
+
+// rebuild recomputes remote and remoteNoProbes from every row. Called
+// with a.mu held.
+func (a *acks) rebuild() clusterChange {
+	var ch clusterChange
+	remote := make(map[string]int64, len(a.remote))
+	noProbes := map[string]bool{}
+	for n, c := range a.rows {
+		if !a.live[c.Replica] {
+			continue
+		}
+		ch.all = append(ch.all, c)
+		if c.Replica == a.replica {
+			continue
+		}
+		remote[n] = c.Revision
+		if c.NoProbes {
+			noProbes[n] = true
+		}
+		if old, ok := a.remote[n]; !ok || old != c.Revision {
+			ch.acked = append(ch.acked, c)
+		}
 		if _, ok := a.remote[n]; !ok {
-			changed = true
-			break
+			ch.nodes = true
 		}
 	}
-	a.cluster, a.remote, a.lowOK = all, remote, false
-	return changed
+	for n := range a.remote {
+		if _, ok := remote[n]; !ok {
+			ch.left = append(ch.left, n)
+			ch.nodes = true
+		}
+	}
+	if !maps.Equal(noProbes, a.remoteNoProbes) {
+		ch.nodes = true
+	}
+	if ch.all == nil {
+		ch.all = []store.AgentAck{}
+	}
+	a.remote, a.remoteNoProbes, a.lowOK = remote, noProbes, false
+	return ch
 }
 
 // note records an agent's ack for the next flush. Called with a.mu held.
@@ -224,15 +351,16 @@ func (a *acks) startRead() int64 {
 	return a.readsStarted
 }
 
-// readDone takes the agents read by read number ticket; it reports
-// whether the other replicas' nodes changed.
-func (a *acks) readDone(ticket int64, all []store.AgentAck) bool {
+// readDone takes the agents' rows read by read number ticket (every row,
+// or those changed since the last read), and returns what changed in the
+// other replicas' agents.
+func (a *acks) readDone(ticket int64, d store.AgentChanges) clusterChange {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.readsDone = ticket
-	changed := a.setCluster(all)
+	ch := a.fold(d)
 	a.settleReady()
-	return changed
+	return ch
 }
 
 // revisions returns every live agent's acknowledged revision: this

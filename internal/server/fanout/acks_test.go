@@ -33,7 +33,7 @@ func TestLowestFollowsEveryStep(t *testing.T) {
 			for n := range rng.IntN(6) {
 				all = append(all, store.AgentAck{Node: fmt.Sprint("n", 4+n), Replica: "other", Revision: rng.Int64N(40)})
 			}
-			a.readDone(a.startRead(), all)
+			a.readDone(a.startRead(), store.AgentChanges{Full: true, Acks: all, Live: []string{"other"}})
 		case len(streams) > 0:
 			l := streams[rng.IntN(len(streams))]
 			a.raise(l, l.acked+rng.Int64N(3))
@@ -102,7 +102,7 @@ func TestWaitersSettle(t *testing.T) {
 		do   func()
 	}{
 		{"its revision is known", func() { a.tableAt(3, []store.LogEntry{{ID: 7, Revision: 3}}) }},
-		{"the agents were read", func() { a.readDone(a.startRead(), nil) }},
+		{"the agents were read", func() { a.readDone(a.startRead(), store.AgentChanges{Full: true}) }},
 		{"n1 acked", func() { a.raise(n1, 3) }},
 	}
 	for _, s := range steps {
@@ -129,7 +129,7 @@ func TestWaitersSettle(t *testing.T) {
 	b := newAcks("me", time.Hour)
 	w, done = newWaiter(9, 2)
 	b.add(w)
-	b.readDone(b.startRead(), nil)
+	b.readDone(b.startRead(), store.AgentChanges{Full: true})
 	select {
 	case <-done:
 		t.Fatal("settled before the table held it")

@@ -258,22 +258,50 @@ func (h *Hub) flushAcks(ctx context.Context) {
 	}
 }
 
-// readAgents reads the cluster's agents from the store when a replica
-// tells of news, when a change starts waiting, and every few polls
-// besides.
+// fullReadEvery is how often readAgents reads every agent's row, not only
+// those changed since its last read: a safety net under the changes.
+const fullReadEvery = 30 * time.Second
+
+// readAgents reads the agents' rows that changed since its last read
+// when a replica tells of news, when a change starts waiting, and every
+// few polls besides; every row at the start, after an error, and every
+// fullReadEvery.
 func (h *Hub) readAgents(ctx context.Context) {
 	news := h.st.Watch(store.TopicAgents)
 	tick := time.NewTicker(2 * h.o.Poll)
 	defer tick.Stop()
+	var since int64 // 0: a full read
+	var lastFull time.Time
 	for {
-		ticket := h.acks.startRead()
-		all, err := h.st.Agents(ctx)
-		if err != nil && ctx.Err() == nil {
-			h.log.Warn("reading the cluster's agents", "err", err)
+		if time.Since(lastFull) >= fullReadEvery {
+			since = 0
 		}
-		if err == nil {
-			h.journal.noteCluster(all, h.o.Replica, h.acks.streaming(), time.Now())
-			if h.acks.readDone(ticket, all) {
+		ticket := h.acks.startRead()
+		d, err := h.st.AgentsSince(ctx, since)
+		if err != nil {
+			since = 0
+			if ctx.Err() == nil {
+				h.log.Warn("reading the cluster's agents", "err", err)
+			}
+		} else {
+			if d.Full {
+				lastFull = time.Now()
+			}
+			since = d.Seq
+			ch := h.acks.readDone(ticket, d)
+			var streaming map[string]bool // only when a node may be forgotten
+			if ch.all != nil || len(ch.left) > 0 {
+				streaming = h.acks.streaming()
+			}
+			h.journal.noteChanges(ch, h.o.Replica, streaming, time.Now())
+			switch {
+			case ch.nodes && ch.all != nil:
+				// A read of every agent: every owner is computed again.
+				h.probes.reassignAll()
+				if h.l2 != nil {
+					h.l2.reassignAll()
+				}
+			case ch.nodes:
 				h.probes.reassign("")
 				if h.l2 != nil {
 					h.l2.reassign("")

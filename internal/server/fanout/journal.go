@@ -353,3 +353,27 @@ func (j *journal) noteCluster(all []store.AgentAck, replica string, streaming ma
 		}
 	}
 }
+
+// noteChanges records what a read of the agents changed (ch): after a
+// full read, as noteCluster; else the other replicas' agents' new acks,
+// and the nodes that left them forgotten but for those streaming to this
+// replica.
+func (j *journal) noteChanges(ch clusterChange, replica string, streaming map[string]bool, now time.Time) {
+	if ch.all != nil {
+		j.noteCluster(ch.all, replica, streaming, now)
+		return
+	}
+	if len(ch.acked) == 0 && len(ch.left) == 0 {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, c := range ch.acked {
+		j.ack(c.Node, c.Revision, now)
+	}
+	for _, n := range ch.left {
+		if !streaming[n] {
+			delete(j.progress, n)
+		}
+	}
+}

@@ -88,3 +88,26 @@ func TestJournalNoteCluster(t *testing.T) {
 		t.Error("a node streaming here, not yet in the store, was forgotten")
 	}
 }
+
+// A read of the changes records the other replicas' new acks and forgets
+// the nodes that left them, but for those streaming here.
+func TestJournalNoteChanges(t *testing.T) {
+	var j journal
+	now := time.Unix(2000, 0)
+	for _, n := range []string{"left", "moved", "kept"} {
+		j.acked(n, 5, now)
+	}
+	j.noteChanges(clusterChange{acked: []store.AgentAck{{Replica: "r2", Node: "remote", Revision: 7}}, left: []string{"left", "moved"}},
+		"r1", map[string]bool{"moved": true}, now.Add(time.Second))
+	if ps := j.progress["remote"]; len(ps) != 1 || ps[0].rev != 7 {
+		t.Errorf("remote node: %+v", ps)
+	}
+	if _, ok := j.progress["left"]; ok {
+		t.Error("a node that left the cluster is kept")
+	}
+	for _, n := range []string{"moved", "kept"} {
+		if _, ok := j.progress[n]; !ok {
+			t.Errorf("%s forgotten", n)
+		}
+	}
+}

@@ -27,6 +27,8 @@ type l2 struct {
 	byLB  map[string][]flows.Service
 	byVIP map[netip.Addr]map[string][]flows.Service
 	owner map[netip.Addr]string
+	// known are the nodes the owners were computed among, sorted.
+	known []string
 	nodes func() []string
 	send  func(nodes map[string]bool, lists map[string][]netip.Addr)
 }
@@ -82,6 +84,9 @@ func (l *l2) set(byLB map[string][]flows.Service) {
 	for v := range touchedVIPs {
 		l.assign(v, nodes, touched)
 	}
+	// The other VIPs follow the nodes too, so that every owner is
+	// computed among the same nodes (those just assigned are already).
+	l.follow(nodes, touched)
 	l.sendLists(touched)
 }
 
@@ -98,21 +103,18 @@ func (l *l2) load(byLB map[string][]flows.Service) {
 	l.set(all)
 }
 
-// reassign recomputes every owner after the set of agents changed and
-// sends the lists that changed, and node's whatever it is (a newcomer
-// always gets its list; "": none).
+// reassign moves the VIPs after the set of agents changed and sends the
+// lists that changed, and node's whatever it is (a newcomer always gets
+// its list; "": none). Only what the change can move is looked at
+// (follow).
 func (l *l2) reassign(node string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	touched := map[string]bool{}
 	// The cluster's nodes only when there is a VIP to assign (as
 	// probes.reassign).
-	var nodes []string
 	if len(l.byVIP) > 0 {
-		nodes = l.nodes()
-	}
-	for v := range l.byVIP {
-		l.assign(v, nodes, touched)
+		l.follow(l.nodes(), touched)
 	}
 	if node != "" {
 		touched[node] = true
@@ -120,14 +122,81 @@ func (l *l2) reassign(node string) {
 	l.sendLists(touched)
 }
 
-// assign recomputes v's owner among nodes, adding the nodes whose list
-// changed to touched. Called with l.mu held.
-func (l *l2) assign(v netip.Addr, nodes []string, touched map[string]bool) {
+// reassignAll recomputes every VIP's owner among the cluster's nodes, as
+// after a read of every agent, and sends the lists that changed.
+func (l *l2) reassignAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	touched := map[string]bool{}
+	if len(l.byVIP) > 0 {
+		nodes := l.nodes()
+		for v := range l.byVIP {
+			l.assign(v, nodes, touched)
+		}
+		l.known = nodes
+	}
+	l.sendLists(touched)
+}
+
+// follow moves the VIPs from the nodes their owners were computed among
+// (l.known) to nodes, adding the nodes whose lists changed to touched: a
+// VIP whose owner left, or that had none, is assigned among nodes; any
+// other is compared with the nodes that joined only (rendezvous hashing:
+// a newcomer can only take VIPs to itself). Called with l.mu held.
+func (l *l2) follow(nodes []string, touched map[string]bool) {
+	joined, left := diffSorted(l.known, nodes)
+	l.known = nodes
+	if len(joined) == 0 && len(left) == 0 {
+		return
+	}
+	isLeft := make(map[string]bool, len(left))
+	for _, n := range left {
+		isLeft[n] = true
+	}
+	for v := range l.byVIP {
+		cur := l.owner[v]
+		if isLeft[cur] {
+			l.assign(v, nodes, touched)
+			continue
+		}
+		if len(joined) == 0 {
+			continue
+		}
+		// No owner: none of the other nodes can serve it.
+		services := l.services(v)
+		best, bestScore := cur, uint64(0)
+		if cur != "" {
+			bestScore = vipScore(v, cur)
+		}
+		for _, n := range joined {
+			if !slices.ContainsFunc(services, func(s flows.Service) bool { return s.Servable(n) }) {
+				continue
+			}
+			if s := vipScore(v, n); best == "" || s > bestScore || s == bestScore && n < best {
+				best, bestScore = n, s
+			}
+		}
+		if best != cur {
+			touched[cur] = true
+			touched[best] = true
+			l.owner[v] = best
+		}
+	}
+}
+
+// services are v's services. Called with l.mu held.
+func (l *l2) services(v netip.Addr) []flows.Service {
 	var services []flows.Service
 	for _, ss := range l.byVIP[v] {
 		services = append(services, ss...)
 	}
-	own := l2Owner(v, services, nodes)
+	return services
+}
+
+// assign recomputes v's owner among nodes, adding the nodes whose list
+// changed to touched. Called with l.mu held.
+func (l *l2) assign(v netip.Addr, nodes []string, touched map[string]bool) {
+	own := l2Owner(v, l.services(v), nodes)
 	if prev := l.owner[v]; prev != own {
 		touched[prev] = true
 		touched[own] = true
@@ -181,14 +250,19 @@ func l2Owner(v netip.Addr, services []flows.Service, nodes []string) string {
 		if !slices.ContainsFunc(services, func(s flows.Service) bool { return s.Servable(n) }) {
 			continue
 		}
-		h := fnv.New64a()
-		b, _ := v.MarshalBinary()
-		h.Write(b)
-		h.Write([]byte{0})
-		h.Write([]byte(n))
-		if s := mix64(h.Sum64()); best == "" || s > bestScore {
+		if s := vipScore(v, n); best == "" || s > bestScore {
 			best, bestScore = n, s
 		}
 	}
 	return best
+}
+
+// vipScore is node's rendezvous hash for v.
+func vipScore(v netip.Addr, node string) uint64 {
+	h := fnv.New64a()
+	b, _ := v.MarshalBinary()
+	h.Write(b)
+	h.Write([]byte{0})
+	h.Write([]byte(node))
+	return mix64(h.Sum64())
 }

@@ -1,5 +1,7 @@
 package store
 
+import "context"
+
 // What the tests of package store_test look at inside a Grouped.
 
 // Waiting is how many changes wait in g's queue.
@@ -24,3 +26,17 @@ func (g *Grouped) Kept() int {
 
 // GroupedOf is the Grouped that runs s's changes (SQLite), or nil.
 func GroupedOf(s *SQL) *Grouped { return s.grouped }
+
+// PurgeAgentTombstones purges the agents' tombstones at or below seq, as
+// a writer does once they are far enough behind.
+func PurgeAgentTombstones(s *SQL, seq int64) error {
+	tx, err := s.writer.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := purgeAgentTombstones(context.Background(), tx, s.eng, seq); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

@@ -352,6 +352,11 @@ type Cluster interface {
 	RecordAgents(ctx context.Context, replica string, acks []AgentAck, gone []string) error
 	// Agents lists the agents connected to live replicas.
 	Agents(ctx context.Context) ([]AgentAck, error)
+	// AgentsSince reads the agents' rows, of every replica, live or not,
+	// that changed after sequence value since (an AgentChanges' Seq), and
+	// the live replicas. Since 0, or since older than the oldest change
+	// kept, it reads every row (Full).
+	AgentsSince(ctx context.Context, since int64) (AgentChanges, error)
 	// TakeOver gives replica the pending changes whose owners are not
 	// live replicas and returns them.
 	TakeOver(ctx context.Context, replica string) ([]Pending, error)
@@ -376,6 +381,22 @@ type AgentAck struct {
 	// NoProbes: the agent takes no health probes and answers for no VIP
 	// (its Hello said so).
 	NoProbes bool
+}
+
+// AgentChanges are the agents' rows changed after a sequence value.
+type AgentChanges struct {
+	// Full: Acks are every agent's row, and an agent not among them is
+	// gone; else Acks and Gone are only the rows that changed.
+	Full bool
+	// Seq is the sequence value read up to: the next read's since.
+	Seq int64
+	// Acks are agents' rows as they are now, Gone the agents that left
+	// the replica named (Revision: the last recorded).
+	Acks []AgentAck
+	Gone []AgentAck
+	// Live are the live replicas, sorted: the agents of the others are
+	// not live agents of the cluster.
+	Live []string
 }
 
 // Pending is a load balancer's change waiting to be realized, and the

@@ -31,7 +31,7 @@ func (s Service) String() string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{s.LocalOnly, "local-only"}, {s.InternalLocal, "internal-local"}, {s.PreferClose, "prefer-close"}} {
+	}{{s.LocalOnly, "local-only"}, {s.InternalLocal, "internal-local"}, {s.PreferClose, "prefer-close"}, {s.OwnVIP, "own-vip"}} {
 		if f.on {
 			b.WriteString(" " + f.name)
 		}

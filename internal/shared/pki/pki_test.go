@@ -180,7 +180,7 @@ func TestHandshakes(t *testing.T) {
 	n1 := nodeCert(t, ca, "n1")
 
 	// A node with its identity: the server reads the name.
-	cs, serr, cerr := handshake(t, srv, ClientTLS(ca.Pool(), func() *tls.Certificate { return n1 }))
+	cs, serr, cerr := handshake(t, srv, ClientTLS(ca.Pool(), func() *tls.Certificate { return n1 }, nil))
 	if serr != nil || cerr != nil {
 		t.Fatalf("handshake: %v / %v", serr, cerr)
 	}
@@ -189,7 +189,7 @@ func TestHandshakes(t *testing.T) {
 	}
 
 	// Enrollment: no identity yet; the handshake holds, the peer has none.
-	cs, serr, cerr = handshake(t, srv, ClientTLS(ca.Pool(), func() *tls.Certificate { return nil }))
+	cs, serr, cerr = handshake(t, srv, ClientTLS(ca.Pool(), func() *tls.Certificate { return nil }, nil))
 	if serr != nil || cerr != nil {
 		t.Fatalf("handshake without identity: %v / %v", serr, cerr)
 	}
@@ -199,20 +199,20 @@ func TestHandshakes(t *testing.T) {
 
 	// A node of another CA is refused by the server.
 	stranger := nodeCert(t, other, "n1")
-	if _, serr, _ = handshake(t, srv, ClientTLS(ca.Pool(), func() *tls.Certificate { return stranger })); serr == nil {
+	if _, serr, _ = handshake(t, srv, ClientTLS(ca.Pool(), func() *tls.Certificate { return stranger }, nil)); serr == nil {
 		t.Fatal("a certificate of another CA was accepted")
 	}
 
 	// A server of another CA is refused by the node.
 	fake, _ := ServerTLS(other, "replica-x", time.Hour)
-	if _, _, cerr = handshake(t, fake, ClientTLS(ca.Pool(), func() *tls.Certificate { return n1 })); cerr == nil {
+	if _, _, cerr = handshake(t, fake, ClientTLS(ca.Pool(), func() *tls.Certificate { return n1 }, nil)); cerr == nil {
 		t.Fatal("a server of another CA was trusted")
 	}
 
 	// A node's identity cannot serve as a server's: a replica that
 	// presents a node certificate is refused.
 	impostor := &tls.Config{Certificates: []tls.Certificate{*n1}, MinVersion: tls.VersionTLS13}
-	if _, _, cerr = handshake(t, impostor, ClientTLS(ca.Pool(), func() *tls.Certificate { return n1 })); cerr == nil {
+	if _, _, cerr = handshake(t, impostor, ClientTLS(ca.Pool(), func() *tls.Certificate { return n1 }, nil)); cerr == nil {
 		t.Fatal("a node certificate was trusted as a server")
 	}
 }

@@ -49,12 +49,18 @@ func ServerTLS(ca *CA, replica string, ttl time.Duration) (*tls.Config, error) {
 	if _, err := s.get(time.Now()); err != nil {
 		return nil, err
 	}
-	return &tls.Config{
+	t, err := newTickets(ca)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.get(time.Now()) },
 		ClientAuth:     tls.VerifyClientCertIfGiven,
 		ClientCAs:      ca.Pool(),
-	}, nil
+	}
+	t.install(cfg) // sessions resume on every replica of the CA (sessions.go)
+	return cfg, nil
 }
 
 // APITLS is the API's TLS when the server issues its certificate itself:
@@ -118,9 +124,11 @@ func (s *servingCert) get(now time.Time) (*tls.Certificate, error) {
 
 // ClientTLS is a node's TLS to the replicas: the server must hold a
 // server identity from the CA (whatever address it is reached at), and
-// the node presents its own identity, if it has one yet.
-func ClientTLS(roots *x509.CertPool, identity func() *tls.Certificate) *tls.Config {
-	return &tls.Config{
+// the node presents its own identity, if it has one yet. With sessions,
+// a handshake resumes the node's last session with any replica, made
+// with the identity it presents now (sessions.go).
+func ClientTLS(roots *x509.CertPool, identity func() *tls.Certificate, sessions *Sessions) *tls.Config {
+	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		// The chain and the role are checked in VerifyConnection; host
 		// names are not what identifies a replica.
@@ -136,6 +144,11 @@ func ClientTLS(roots *x509.CertPool, identity func() *tls.Certificate) *tls.Conf
 			return &tls.Certificate{}, nil // none yet: enrollment
 		},
 	}
+	if sessions != nil {
+		cfg.ServerName = replicasServerName
+		cfg.ClientSessionCache = sessionsOf{s: sessions, identity: identity}
+	}
+	return cfg
 }
 
 // VerifyPeer checks that the peer of a TLS connection holds an identity

@@ -203,6 +203,9 @@ func footprintSize(s flows.Service, lazy bool) int {
 	if s.Persistence != nil {
 		n += members
 	}
+	if s.OwnVIP {
+		n++ // ownSet
+	}
 	if lazy {
 		n += len(statsSets) + (len(memberSets)+1)*members
 	}

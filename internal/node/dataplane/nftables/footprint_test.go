@@ -67,7 +67,9 @@ func TestFootprintSize(t *testing.T) {
 	acl := plain
 	acl.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24"), netip.MustParsePrefix("198.18.5.0/24")}
 	acl.ConnectionLimit = 10
-	for name, s := range map[string]flows.Service{"plain": plain, "local-only": local, "persistent": persist, "ACL and limit": acl,
+	own := plain
+	own.OwnVIP = true
+	for name, s := range map[string]flows.Service{"plain": plain, "local-only": local, "persistent": persist, "ACL and limit": acl, "own VIP": own,
 		"no backend": {Key: vipKey}, "one backend": {Key: vipKey, Backends: backends(1, "n1")}, "many backends": {Key: vipKey, Backends: backends(250, "n1")}} {
 		for _, lazy := range []bool{false, true} {
 			got, size := len(footprintWith(s, "n1", "", lazy)), footprintSize(s, lazy)

@@ -14,8 +14,18 @@ import (
 type cluster struct {
 	cmu      sync.Mutex
 	replicas map[string]replica
-	acks     map[string]store.AgentAck
+	acks     map[string]agentRow
 	nodes    map[string]binding
+	// agentSeq numbers the writes of acks; tombstones are kept (one per
+	// node at most), so a reader is never too far behind.
+	agentSeq int64
+}
+
+// agentRow is an agent's row with the write that last changed it.
+type agentRow struct {
+	store.AgentAck
+	seq  int64
+	gone bool
 }
 
 type replica struct {
@@ -24,7 +34,7 @@ type replica struct {
 }
 
 func newCluster() cluster {
-	return cluster{replicas: map[string]replica{}, acks: map[string]store.AgentAck{}, nodes: map[string]binding{}}
+	return cluster{replicas: map[string]replica{}, acks: map[string]agentRow{}, nodes: map[string]binding{}}
 }
 
 func (c *cluster) live(id string) bool {
@@ -45,9 +55,11 @@ func (s *Store) Renew(_ context.Context, r store.Replica, ttl time.Duration) err
 func (s *Store) Retire(_ context.Context, id string) error {
 	s.cmu.Lock()
 	delete(s.replicas, id)
+	s.agentSeq++
 	for n, a := range s.acks {
-		if a.Replica == id {
-			delete(s.acks, n)
+		if a.Replica == id && !a.gone {
+			a.gone, a.seq = true, s.agentSeq
+			s.acks[n] = a
 		}
 	}
 	s.cmu.Unlock()
@@ -80,13 +92,15 @@ func (s *Store) Replicas(context.Context) ([]store.Replica, error) {
 func (s *Store) RecordAgents(_ context.Context, id string, acks []store.AgentAck, gone []string) error {
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
+	s.agentSeq++
 	for _, a := range acks {
 		a.Replica = id
-		s.acks[a.Node] = a
+		s.acks[a.Node] = agentRow{AgentAck: a, seq: s.agentSeq}
 	}
 	for _, n := range gone {
-		if s.acks[n].Replica == id {
-			delete(s.acks, n)
+		if a, ok := s.acks[n]; ok && a.Replica == id && !a.gone {
+			a.gone, a.seq = true, s.agentSeq
+			s.acks[n] = a
 		}
 	}
 	return nil
@@ -98,11 +112,36 @@ func (s *Store) Agents(context.Context) ([]store.AgentAck, error) {
 	defer s.cmu.Unlock()
 	var out []store.AgentAck
 	for _, a := range s.acks {
-		if s.live(a.Replica) {
-			out = append(out, a)
+		if !a.gone && s.live(a.Replica) {
+			out = append(out, a.AgentAck)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out, nil
+}
+
+// AgentsSince reads the agents' rows written after since (0: all).
+func (s *Store) AgentsSince(_ context.Context, since int64) (store.AgentChanges, error) {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	out := store.AgentChanges{Full: since == 0, Seq: max(since, s.agentSeq)}
+	for _, a := range s.acks {
+		switch {
+		case a.seq <= since:
+		case !a.gone:
+			out.Acks = append(out.Acks, a.AgentAck)
+		case since > 0:
+			out.Gone = append(out.Gone, a.AgentAck)
+		}
+	}
+	sort.Slice(out.Acks, func(i, j int) bool { return out.Acks[i].Node < out.Acks[j].Node })
+	sort.Slice(out.Gone, func(i, j int) bool { return out.Gone[i].Node < out.Gone[j].Node })
+	for id := range s.replicas {
+		if s.live(id) {
+			out.Live = append(out.Live, id)
+		}
+	}
+	sort.Strings(out.Live)
 	return out, nil
 }
 
