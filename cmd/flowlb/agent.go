@@ -64,6 +64,8 @@ type agentOptions struct {
 	dataplane string
 	cgroup    string
 	bpfPinDir string
+	// ovnNB: with --dataplane ovn, the northbound database.
+	ovnNB string
 }
 
 func init() { rootCmd.AddCommand(newAgentCmd()) }
@@ -99,13 +101,14 @@ func newAgentCmd() *cobra.Command {
 	f.IntVar(&o.announceTable, "announce-table", 200, "routing table of the announcement routes (protocol 249)")
 	f.StringVar(&o.l2Interface, "l2-interface", "", "interface on which this node answers ARP and IPv6 neighbour discovery for the external VIPs of the server's --l2-cidrs that the server gives it (one node per VIP, among those that can serve it), with a gratuitous ARP or unsolicited advertisement when it takes one (default: none)")
 	f.StringVar(&o.bgpConfig, "bgp-config", "", "YAML file of the agent's own BGP speaker (ASN, peers, next hops, ranges' communities): the VIPs of --announce-cidrs this node can serve are advertised to the peers instead of written to --announce-table (default: none)")
-	f.StringVar(&o.dataplane, "dataplane", "nftables", "data plane: nftables, or ebpf: connections that start on a local socket of --cgroup are balanced at connect() by cgroup eBPF programs (no NAT, no conntrack), and nftables stays for the rest (clients from outside, node ports, forwarded packets)")
+	f.StringVar(&o.dataplane, "dataplane", "nftables", "data plane: nftables, or ebpf: connections that start on a local socket of --cgroup are balanced at connect() by cgroup eBPF programs (no NAT, no conntrack), and nftables stays for the rest (clients from outside, node ports, forwarded packets); or ovn: no kernel, the load balancers' VIPs are written to OVN's northbound database (--ovn-nb) as Load_Balancer rows on the VIP's logical switch and its routers, for every VM of an ML2/OVN cloud; such an agent runs anywhere that reaches the database, takes no health probes and answers for no VIP")
+	f.StringVar(&o.ovnNB, "ovn-nb", "", "with --dataplane ovn: the OVN northbound database, tcp:IP:PORT, ssl:IP:PORT or unix:PATH (comma-separated for a clustered one)")
 	f.StringVar(&o.cgroup, "cgroup", "", "with --dataplane ebpf: the cgroup v2 directory whose processes (and those below it) are served (default: the cgroup v2 root, every process of the host)")
 	f.StringVar(&o.bpfPinDir, "bpf-pin-dir", "/sys/fs/bpf/flowlb", "with --dataplane ebpf: where the maps and links are pinned, so that balancing outlives the agent and a restarted agent adopts them; a bpffs is mounted on its parent if none is there")
 	config.HostDefault(f, "identity-dir", "/var/lib/flowlb/agent", "/var/lib/flowlb/agent as root, else ~/.local/share/flowlb/agent")
 	config.HostDefault(f, "node", "node-1", "the host name")
 	config.Check(f, "log-level", checkLogLevel)
-	config.OneOf(f, "dataplane", "nftables", "ebpf")
+	config.OneOf(f, "dataplane", "nftables", "ebpf", "ovn")
 	cmd.AddCommand(agentDumpCmd(), agentTraceCmd(), agentCleanupEBPFCmd())
 	return withConfig(cmd)
 }
@@ -193,6 +196,12 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		cfg.BGP = &c
 	}
 	cfg.EBPF = ebpfConfig(o)
+	if cfg.OVN, err = ovnConfig(o); err != nil {
+		return err
+	}
+	if cfg.OVN != nil {
+		cfg.HealthCheckNodePorts, cfg.StatsInterval = false, 0
+	}
 	cfg.L2Interface = o.l2Interface
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -226,6 +235,30 @@ func ebpfConfig(o agentOptions) *node.EBPF {
 		return nil
 	}
 	return &node.EBPF{Cgroup: o.cgroup, PinDir: o.bpfPinDir}
+}
+
+// ovnConfig is --dataplane ovn's configuration (nil: another data
+// plane), refusing the flags that only a kernel data plane serves.
+func ovnConfig(o agentOptions) (*node.OVN, error) {
+	if o.dataplane != "ovn" {
+		if o.ovnNB != "" {
+			return nil, errors.New("--ovn-nb is for --dataplane ovn")
+		}
+		return nil, nil
+	}
+	if o.ovnNB == "" {
+		return nil, errors.New("--dataplane ovn needs --ovn-nb")
+	}
+	for _, f := range []struct {
+		flag string
+		set  bool
+	}{{"--announce-cidrs", len(o.announce) > 0}, {"--bgp-config", o.bgpConfig != ""}, {"--l2-interface", o.l2Interface != ""},
+		{"--remove-on-delete", o.removeOnDelete != ""}, {"--healthz-bind-address", o.healthz != ""}} {
+		if f.set {
+			return nil, fmt.Errorf("%s is not for --dataplane ovn: that agent holds no VIP and programs no kernel", f.flag)
+		}
+	}
+	return &node.OVN{NB: o.ovnNB}, nil
 }
 
 // parsePrefixes parses a flag's CIDRs, masked if asked.

@@ -29,6 +29,7 @@ import (
 	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/node/kubehealth"
 	"github.com/flowlb/flowlb/internal/node/l2"
+	"github.com/flowlb/flowlb/internal/node/ovn"
 	"github.com/flowlb/flowlb/internal/shared/flows"
 	"github.com/flowlb/flowlb/internal/shared/httpserve"
 )
@@ -90,6 +91,10 @@ type Config struct {
 	// EBPF, if set, balances the connections of local sockets with the
 	// eBPF socket programs, beside nftables.
 	EBPF *EBPF
+	// OVN, if set, replaces the node's data planes: the services are
+	// written to OVN's northbound database as Load_Balancer rows, and the
+	// agent takes no probes, announces nothing and answers for no VIP.
+	OVN *OVN
 	// Kernel, if set, is the nftables kernel to program (nftfake in the
 	// scenarios); nil: this host's, through netlink. Observe, if set, is
 	// told every nftables plan and the kernel's answer.
@@ -115,6 +120,13 @@ type EBPF struct {
 	PinDir string
 }
 
+// OVN configures the OVN data plane.
+type OVN struct {
+	// NB is the northbound database: tcp:IP:PORT, ssl:IP:PORT or
+	// unix:PATH, comma-separated for a cluster.
+	NB string
+}
+
 // Node is a running agent process.
 type Node struct {
 	cfg     Config
@@ -122,6 +134,7 @@ type Node struct {
 	agent   *agent.Agent
 	dp      *nftables.Dataplane
 	sockets *ebpf.Dataplane // nil: nftables only
+	ovn     *ovn.Dataplane  // set: OVN's northbound database, and no nftables
 	removed bool            // the nftables table was removed (and closed)
 	done    chan struct{}
 	err     error
@@ -150,6 +163,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	reg := cfg.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
+	}
+	if cfg.OVN != nil {
+		return n.startOVN(ctx, reg)
 	}
 	if err := n.openDataplanes(); err != nil {
 		return nil, err
@@ -215,6 +231,39 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, err
 	}
 	if err := n.serveHTTP(reg, hc); err != nil {
+		return nil, err
+	}
+	go n.run(runCtx)
+	return n, nil
+}
+
+// startOVN runs the agent on OVN's northbound database alone: no
+// kernel, no announcements, no L2, no health probes (the servers are
+// told), no node ports.
+func (n *Node) startOVN(ctx context.Context, reg *prometheus.Registry) (*Node, error) {
+	cfg := n.cfg
+	d, err := ovn.New(ctx, ovn.Config{NB: cfg.OVN.NB}, n.log)
+	if err != nil {
+		return nil, err
+	}
+	n.ovn = d
+	n.undo = append(n.undo, d.Close)
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flowlb_agent_ovn_vips_unattached",
+		Help: "VIPs written to OVN whose address no logical switch port holds: their Load_Balancer rows are attached nowhere."},
+		func() float64 { return float64(d.Unattached()) })); err != nil {
+		return nil, err
+	}
+	n.announced, n.l2 = announce.NoneStatus, l2.NoneStatus
+	verifyEvery := cfg.VerifyInterval
+	if verifyEvery <= 0 {
+		verifyEvery = -1 // the agent's "never": the monitor's events still trigger checks
+	}
+	n.agent = agent.New(agent.Config{Servers: cfg.Servers, Token: cfg.Token, Identity: cfg.Identity, Node: cfg.Node,
+		MinInterval: cfg.MinSync, Metrics: reg, NoHealth: true, NoProbes: true,
+		Verifiers: []agent.Verifier{d}, VerifyInterval: verifyEvery}, d, n.log)
+	runCtx, stop := context.WithCancel(ctx)
+	n.undo = append(n.undo, stop)
+	if err := n.serveHTTP(reg, nil); err != nil {
 		return nil, err
 	}
 	go n.run(runCtx)
@@ -411,12 +460,12 @@ func (n *Node) run(ctx context.Context) {
 	defer close(n.done)
 	defer n.close()
 	n.log.Info("flowlb agent starting", "node", n.cfg.Node, "zone", n.cfg.Zone, "servers", n.cfg.Servers, "metrics", n.cfg.Metrics,
-		"announce", n.cfg.Announce, "ebpf", n.sockets != nil)
+		"announce", n.cfg.Announce, "ebpf", n.sockets != nil, "ovn", n.ovn != nil)
 	if err := n.agent.Run(ctx); err != nil && ctx.Err() == nil {
 		n.err = err
 		return
 	}
-	if n.cfg.RemoveOnStop == nil {
+	if n.cfg.RemoveOnStop == nil || n.dp == nil {
 		return
 	}
 	remove, err := n.cfg.RemoveOnStop()

@@ -26,6 +26,13 @@ import (
 // extraArgs go to the server after those (e.g. --auth keystone).
 func newRealNeutronCluster(t *testing.T, extraArgs ...string) (*cluster, *openstack.Cloud, []*openstack.VM, []*openstack.VM) {
 	t.Helper()
+	return newRealNeutronClusterWith(t, nil, extraArgs...)
+}
+
+// newRealNeutronClusterWith is newRealNeutronCluster, calling more (if
+// set) once the bed and its VMs are up, before the server starts.
+func newRealNeutronClusterWith(t *testing.T, more func(*openstack.Cloud), extraArgs ...string) (*cluster, *openstack.Cloud, []*openstack.VM, []*openstack.VM) {
+	t.Helper()
 	openstack.Require(t)
 	var cloud *openstack.Cloud
 	var nodes, members []*openstack.VM
@@ -38,6 +45,9 @@ func newRealNeutronCluster(t *testing.T, extraArgs ...string) (*cluster, *openst
 			for i := 1; i <= 2; i++ {
 				nodes = append(nodes, cloud.VM(lab.NodeName(i), i, openstack.VMOptions{InNode: true}))
 				members = append(members, cloud.VM(fmt.Sprintf("m%d", i), i, openstack.VMOptions{}))
+			}
+			if more != nil {
+				more(cloud)
 			}
 		}})
 	hc, err := c.lab.APIClient(c.lab.Node(1).Dial, 2*time.Minute)

@@ -82,6 +82,10 @@ type Config struct {
 	// NoHealth disables health probing (the server then sees no verdicts
 	// from this agent; another agent should probe).
 	NoHealth bool
+	// NoProbes tells the servers that this agent takes no health probes
+	// and answers for no VIP (an OVN data plane's agent, which may reach
+	// no member and holds no address): they give both to other agents.
+	NoProbes bool
 	// Verifiers check the kernel against what the data planes programmed
 	// and repair it (nil: the Programmer, if it is a Verifier).
 	Verifiers []Verifier

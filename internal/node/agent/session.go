@@ -169,7 +169,7 @@ func (a *Agent) hello(ctx context.Context, conn *grpc.ClientConn) (agentv1.Agent
 		return nil, nil, err
 	}
 	epoch, rev := a.Revision()
-	hello := &agentv1.Hello{Node: a.cfg.Node, LastRevision: rev, Epoch: epoch}
+	hello := &agentv1.Hello{Node: a.cfg.Node, LastRevision: rev, Epoch: epoch, NoProbes: a.cfg.NoProbes}
 	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: hello}}); err != nil {
 		return nil, nil, err
 	}

@@ -19,10 +19,16 @@ const (
 	Element    = "element"     // a set or map element added again, rewritten, or another's removed
 	EBPFMap    = "ebpf_map"    // an eBPF services map entry rewritten or removed
 	EBPFAttach = "ebpf_attach" // an eBPF program attached to the cgroup again
+	// OVNLoadBalancer: an OVN northbound Load_Balancer row of flowlb's
+	// written again, rewritten, or a stale or duplicate one removed.
+	OVNLoadBalancer = "ovn_load_balancer"
+	// OVNAttach: a Load_Balancer row attached again to (or detached
+	// from) a logical switch or router.
+	OVNAttach = "ovn_attach"
 )
 
 // Kinds lists the kinds of repair.
-var Kinds = []string{Table, Chain, Set, Element, EBPFMap, EBPFAttach}
+var Kinds = []string{Table, Chain, Set, Element, EBPFMap, EBPFAttach, OVNLoadBalancer, OVNAttach}
 
 // Check is what one verification of a data plane did.
 type Check struct {

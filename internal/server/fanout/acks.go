@@ -29,6 +29,11 @@ type acks struct {
 	rows   map[string]store.AgentAck
 	live   map[string]bool
 	remote map[string]int64
+	// noProbes are the nodes whose agents take no probes and answer for
+	// no VIP: this replica's (localNoProbes, from their Hello) and the
+	// other live replicas' (remoteNoProbes, from their rows).
+	localNoProbes  map[string]bool
+	remoteNoProbes map[string]bool
 	// low is the lowest revision any live agent acknowledged and atLow
 	// the number of nodes there, kept as acks come, so that an ack costs
 	// no walk over every agent; lowOK false: to be counted again.
@@ -59,6 +64,7 @@ type acks struct {
 func newAcks(replica string, timeout time.Duration) *acks {
 	return &acks{replica: replica, timeout: timeout,
 		local: map[*agent]bool{}, perNode: map[string]int{}, rows: map[string]store.AgentAck{}, live: map[string]bool{}, remote: map[string]int64{},
+		localNoProbes: map[string]bool{}, remoteNoProbes: map[string]bool{},
 		dirty: map[string]int64{}, gone: map[string]bool{}, flush: make(chan struct{}, 1),
 		waiting: map[*waiter]bool{}, readNow: make(chan struct{}, 1), settled: func(*waiter, time.Time) {}}
 }
@@ -84,6 +90,11 @@ func (a *acks) join(l *agent, acked int64) {
 	l.acked = acked
 	a.local[l] = true
 	a.perNode[l.node]++
+	if l.noProbes {
+		a.localNoProbes[l.node] = true
+	} else {
+		delete(a.localNoProbes, l.node)
+	}
 	a.lowOK = false
 	a.note(l.node, l.acked)
 }
@@ -100,6 +111,7 @@ func (a *acks) part(l *agent) bool {
 		return false
 	}
 	delete(a.perNode, l.node)
+	delete(a.localNoProbes, l.node)
 	a.leave(l.node)
 	return true
 }
@@ -132,7 +144,8 @@ func (a *acks) raise(l *agent, rev int64) (before, now int64) {
 // clusterChange is what a read of the agents changed in the other
 // replicas' live agents.
 type clusterChange struct {
-	// nodes: their set changed (a node joined or left them).
+	// nodes: their set changed (a node joined or left them), or that of
+	// those among them that take probes (a node's no_probes changed).
 	nodes bool
 	// acked are the rows of the other live replicas' agents that are new
 	// or moved, left the nodes no longer among them.
@@ -187,11 +200,22 @@ func (a *acks) remoteOf(node string) (int64, bool) {
 	return c.Revision, true
 }
 
-// refold brings remote up to date with node's row, and the lowest
-// revision with it. Called with a.mu held.
+// refold brings remote and remoteNoProbes up to date with node's row,
+// and the lowest revision with them. Called with a.mu held.
 func (a *acks) refold(node string, ch *clusterChange) {
 	old, had := a.remote[node]
 	rev, has := a.remoteOf(node)
+	wasNP, isNP := a.remoteNoProbes[node], has && a.rows[node].NoProbes
+	if wasNP != isNP {
+		// The node starts or stops taking probes: for their assignment
+		// it joins or leaves.
+		if isNP {
+			a.remoteNoProbes[node] = true
+		} else {
+			delete(a.remoteNoProbes, node)
+		}
+		ch.nodes = true
+	}
 	if had == has && old == rev {
 		return
 	}
@@ -226,10 +250,12 @@ func (a *acks) refold(node string, ch *clusterChange) {
 	}
 }
 
-// rebuild recomputes remote from every row. Called with a.mu held.
+// rebuild recomputes remote and remoteNoProbes from every row. Called
+// with a.mu held.
 func (a *acks) rebuild() clusterChange {
 	var ch clusterChange
 	remote := make(map[string]int64, len(a.remote))
+	noProbes := map[string]bool{}
 	for n, c := range a.rows {
 		if !a.live[c.Replica] {
 			continue
@@ -239,6 +265,9 @@ func (a *acks) rebuild() clusterChange {
 			continue
 		}
 		remote[n] = c.Revision
+		if c.NoProbes {
+			noProbes[n] = true
+		}
 		if old, ok := a.remote[n]; !ok || old != c.Revision {
 			ch.acked = append(ch.acked, c)
 		}
@@ -252,10 +281,13 @@ func (a *acks) rebuild() clusterChange {
 			ch.nodes = true
 		}
 	}
+	if !maps.Equal(noProbes, a.remoteNoProbes) {
+		ch.nodes = true
+	}
 	if ch.all == nil {
 		ch.all = []store.AgentAck{}
 	}
-	a.remote, a.lowOK = remote, false
+	a.remote, a.remoteNoProbes, a.lowOK = remote, noProbes, false
 	return ch
 }
 
@@ -287,7 +319,7 @@ func (a *acks) takeDirty() ([]store.AgentAck, []string) {
 	defer a.mu.Unlock()
 	var batch []store.AgentAck
 	for n, rev := range a.dirty {
-		batch = append(batch, store.AgentAck{Node: n, Revision: rev})
+		batch = append(batch, store.AgentAck{Node: n, Revision: rev, NoProbes: a.localNoProbes[n]})
 	}
 	var gone []string
 	for n := range a.gone {
@@ -392,11 +424,26 @@ func (a *acks) lowest() (int64, bool) {
 	return a.low, a.atLow > 0
 }
 
-// nodes lists the nodes with a live agent anywhere, sorted.
-func (a *acks) nodes() []string {
+// probers lists the nodes with a live agent anywhere that take probes
+// and L2 VIPs, sorted: all but those whose agents said they take none
+// (an OVN data plane's). A node streaming to this replica is as its
+// agent here says, whatever the store still has.
+func (a *acks) probers() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return slices.Sorted(maps.Keys(a.allRevisions()))
+	out := make([]string, 0, len(a.remote)+len(a.perNode))
+	for n := range a.allRevisions() {
+		if a.perNode[n] > 0 {
+			if a.localNoProbes[n] {
+				continue
+			}
+		} else if a.remoteNoProbes[n] {
+			continue
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // add registers a waiter whose revision is rev (0: not known yet), and

@@ -195,12 +195,20 @@ func serve(t testing.TB, w *world, id string, timeout time.Duration) (hub *fanou
 // serveWith is serve with the hub's metrics registered in reg.
 func serveWith(t testing.TB, w *world, id string, timeout time.Duration, reg prometheus.Registerer) (hub *fanout.Hub, addr string, stop func()) {
 	t.Helper()
+	return serveOpts(t, w, id, timeout, func(o *fanout.Options) { o.Registerer = reg })
+}
+
+// serveOpts is serve with options set by opt.
+func serveOpts(t testing.TB, w *world, id string, timeout time.Duration, opt func(*fanout.Options)) (hub *fanout.Hub, addr string, stop func()) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := w.st.Renew(ctx, store.Replica{ID: id}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	hub, err := fanout.NewHub(ctx, w.st, w.src, fanout.Options{Replica: id, Token: token, AckTimeout: timeout, Poll: 50 * time.Millisecond, Log: log, Registerer: reg})
+	o := fanout.Options{Replica: id, Token: token, AckTimeout: timeout, Poll: 50 * time.Millisecond, Log: log}
+	opt(&o)
+	hub, err := fanout.NewHub(ctx, w.st, w.src, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,11 +18,14 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 
 // Two replicas folding the changes they read from one store into what
 // they hold agree, after every step of a random run, with a full read:
-// the other live replicas' agents, the lowest revision, whether the
-// nodes changed, and which nodes left. The run has agents recording and
-// leaving on three replicas (one of them the reader's own), nodes moving
-// between replicas at lower revisions (a reconnect), a replica retired
-// and back, and agents streaming to the reader itself.
+// the other live replicas' agents and which of them take no probes, the
+// lowest revision, whether the nodes (or those that take probes)
+// changed, which nodes left, and the nodes that take probes. The run has
+// agents recording and leaving on three replicas (one of them the
+// reader's own), some of them taking no probes, nodes moving between
+// replicas at lower revisions (a reconnect), nodes that start or stop
+// taking probes and nothing else, a replica retired and back, and agents
+// streaming to the reader itself, some without probes, some flipping.
 func TestFoldFollowsTheStore(t *testing.T) {
 	ctx := context.Background()
 	engines := append([]storetest.Engine{{Name: "memstore", Store: memstore.New()}}, storetest.Engines(t)...)
@@ -46,14 +49,14 @@ func TestFoldFollowsTheStore(t *testing.T) {
 			if e.Name != "memstore" {
 				steps = 150
 			}
-			full := 0
+			full, mixed := 0, 0
 			for step := range steps {
-				switch op := rng.IntN(10); {
+				switch op := rng.IntN(12); {
 				case op < 5:
 					r := replicas[rng.IntN(3)]
 					var acks []store.AgentAck
 					for range rng.IntN(4) {
-						acks = append(acks, store.AgentAck{Node: fmt.Sprint("n", rng.IntN(12)), Revision: rng.Int64N(20)})
+						acks = append(acks, store.AgentAck{Node: fmt.Sprint("n", rng.IntN(12)), Revision: rng.Int64N(20), NoProbes: rng.IntN(4) == 0})
 					}
 					var gone []string
 					for range rng.IntN(3) {
@@ -77,9 +80,35 @@ func TestFoldFollowsTheStore(t *testing.T) {
 						rd.a.part(l)
 						delete(rd.local, n)
 					} else {
-						l := &agent{node: n}
+						l := &agent{node: n, noProbes: rng.IntN(3) == 0}
 						rd.local[n] = l
 						rd.a.join(l, rng.Int64N(20))
+					}
+				case op == 8:
+					// A live agent's row flips its flag and nothing else.
+					all, err := s.Agents(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(all) > 0 {
+						c := all[rng.IntN(len(all))]
+						c.NoProbes = !c.NoProbes
+						if err := s.RecordAgents(ctx, c.Replica, []store.AgentAck{c}, nil); err != nil {
+							t.Fatal(err)
+						}
+					}
+				case op == 9:
+					// A streaming agent reconnects with the other flag: the
+					// new stream comes before the old one goes.
+					rd := readers[rng.IntN(2)]
+					if len(rd.local) > 0 {
+						ns := slices.Sorted(maps.Keys(rd.local))
+						n := ns[rng.IntN(len(ns))]
+						l := rd.local[n]
+						nl := &agent{node: n, noProbes: !l.noProbes}
+						rd.a.join(nl, l.acked)
+						rd.a.part(l)
+						rd.local[n] = nl
 					}
 				}
 				for i, rd := range readers {
@@ -88,6 +117,7 @@ func TestFoldFollowsTheStore(t *testing.T) {
 						since = 0
 					}
 					before := maps.Clone(rd.a.remote)
+					beforeNP := maps.Clone(rd.a.remoteNoProbes)
 					d, err := s.AgentsSince(ctx, since)
 					if err != nil {
 						t.Fatal(err)
@@ -103,17 +133,40 @@ func TestFoldFollowsTheStore(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					want := map[string]int64{}
+					want, wantNP := map[string]int64{}, map[string]bool{}
 					for _, c := range all {
 						if c.Replica != rd.a.replica {
 							want[c.Node] = c.Revision
+							if c.NoProbes {
+								wantNP[c.Node] = true
+							}
 						}
 					}
 					if !maps.Equal(rd.a.remote, want) {
 						t.Fatalf("step %d, reader %d: holds %v, a full read %v", step, i, rd.a.remote, want)
 					}
-					if nodes := !slices.Equal(slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(want))); ch.nodes != nodes {
-						t.Fatalf("step %d, reader %d: nodes changed %v, from %v to %v", step, i, ch.nodes, before, want)
+					if !maps.Equal(rd.a.remoteNoProbes, wantNP) {
+						t.Fatalf("step %d, reader %d: holds %v without probes, a full read %v", step, i, rd.a.remoteNoProbes, wantNP)
+					}
+					nodes := !slices.Equal(slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(want))) || !maps.Equal(beforeNP, wantNP)
+					if ch.nodes != nodes {
+						t.Fatalf("step %d, reader %d: nodes changed %v, from %v (no probes %v) to %v (%v)", step, i, ch.nodes, before, beforeNP, want, wantNP)
+					}
+					// The nodes that take probes: a streaming node as its
+					// agent here says, any other as its row.
+					var probers []string
+					for n := range rd.a.revisions() {
+						if l, ok := rd.local[n]; ok && l.noProbes || !ok && wantNP[n] {
+							continue
+						}
+						probers = append(probers, n)
+					}
+					slices.Sort(probers)
+					if got := rd.a.probers(); !slices.Equal(got, probers) {
+						t.Fatalf("step %d, reader %d: probers %v, from scratch %v", step, i, got, probers)
+					}
+					if len(probers) > 0 && len(probers) < len(rd.a.revisions()) {
+						mixed++
 					}
 					for _, n := range ch.left {
 						if _, ok := want[n]; ok {
@@ -141,6 +194,9 @@ func TestFoldFollowsTheStore(t *testing.T) {
 			}
 			if full > steps/4 {
 				t.Errorf("%d full reads of %d", full, 2*steps)
+			}
+			if mixed < steps/4 {
+				t.Errorf("%d reads of %d with nodes both taking probes and not", mixed, 2*steps)
 			}
 		})
 	}
@@ -201,8 +257,8 @@ func TestFoldRemovedAndMovedBack(t *testing.T) {
 	if fmt.Sprint(ca.left, cb.left) != "[x] [x]" || !ca.nodes || !cb.nodes {
 		t.Fatalf("x left: %+v %+v", ca, cb)
 	}
-	if fmt.Sprint(a.nodes(), b.nodes()) != "[y] [y]" {
-		t.Fatalf("nodes %v %v", a.nodes(), b.nodes())
+	if fmt.Sprint(a.probers(), b.probers()) != "[y] [y]" {
+		t.Fatalf("nodes %v %v", a.probers(), b.probers())
 	}
 	// y reconnects to r2 from an older state: r1 waits for it at 4.
 	if err := s.RecordAgents(ctx, "r2", []store.AgentAck{{Node: "y", Revision: 4}}, nil); err != nil {
@@ -212,7 +268,7 @@ func TestFoldRemovedAndMovedBack(t *testing.T) {
 	a.mu.Lock()
 	low, _ := a.lowest()
 	a.mu.Unlock()
-	if low != 4 || ca.nodes || fmt.Sprint(ca.acked) != "[{y r2 4}]" {
+	if low != 4 || ca.nodes || fmt.Sprint(ca.acked) != "[{y r2 4 false}]" {
 		t.Fatalf("after y moved back: lowest %d, change %+v", low, ca)
 	}
 	// r2 holds y as its own: not among the others' agents.

@@ -220,6 +220,12 @@ func TestHealthAssignmentAndFlows(t *testing.T) {
 // rawSubscribe opens a stream as node and reads the first update.
 func rawSubscribe(t *testing.T, addr, node string) agentv1.Agent_SubscribeClient {
 	t.Helper()
+	return rawSubscribeHello(t, addr, &agentv1.Hello{Node: node})
+}
+
+// rawSubscribeHello opens a stream with hello and reads the first update.
+func rawSubscribeHello(t *testing.T, addr string, hello *agentv1.Hello) agentv1.Agent_SubscribeClient {
+	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +237,7 @@ func rawSubscribe(t *testing.T, addr, node string) agentv1.Agent_SubscribeClient
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{Node: node}}}); err != nil {
+	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: hello}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := stream.Recv(); err != nil {

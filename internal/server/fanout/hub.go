@@ -123,9 +123,9 @@ func NewHub(ctx context.Context, st store.Store, src TreeSource, o Options) (*Hu
 		streams: newStreams(epoch), acks: newAcks(o.Replica, o.AckTimeout),
 		verdicts: newVerdicts(healthQueue), stats: newStatsReports(statsQueue), journal: &journal{}, taken: &takenTimes{}, written: newWritten()}
 	h.served = newServed(epoch, h.streams)
-	h.probes = newProbes(h.acks.nodes, h.streams.sendProbes)
+	h.probes = newProbes(h.acks.probers, h.streams.sendProbes)
 	if len(o.L2Ranges) > 0 {
-		h.l2 = newL2(o.L2Ranges, h.acks.nodes, h.streams.sendL2)
+		h.l2 = newL2(o.L2Ranges, h.acks.probers, h.streams.sendL2)
 	}
 	h.m = newMetrics(h, o.Registerer)
 	h.acks.settled = func(w *waiter, now time.Time) {

@@ -52,6 +52,7 @@ func (h *Hub) Subscribe(stream agentv1.Agent_SubscribeServer) error {
 // attach registers a new agent with what it needs to catch up.
 func (h *Hub) attach(hello *agentv1.Hello) *agent {
 	a := newAgent(hello.GetNode(), sendQueue)
+	a.noProbes = hello.GetNoProbes()
 	acked, sent, size := h.served.join(a, hello.GetEpoch(), hello.GetLastRevision())
 	h.m.caughtUp(sent, size)
 	h.acks.join(a, acked)
@@ -63,7 +64,7 @@ func (h *Hub) attach(hello *agentv1.Hello) *agent {
 		h.l2.reassign(a.node)
 	}
 	h.m.agents.Set(float64(h.streams.count()))
-	h.log.Info("agent connected", "node", a.node, "last_revision", hello.GetLastRevision(), "revision", h.served.revision())
+	h.log.Info("agent connected", "node", a.node, "last_revision", hello.GetLastRevision(), "revision", h.served.revision(), "no_probes", a.noProbes)
 	return a
 }
 

@@ -28,6 +28,8 @@ type agent struct {
 	sent int64
 	// acked is the revision it acknowledged (acks' lock).
 	acked int64
+	// noProbes: it takes no probes and answers for no VIP (Hello).
+	noProbes bool
 }
 
 func newAgent(node string, queue int) *agent {

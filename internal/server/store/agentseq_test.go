@@ -14,7 +14,8 @@ import (
 // TestAgentsSince: a read from a sequence value returns only the rows
 // written after it, the agents that left as gone (not those that moved
 // on to another replica), a revision that moved back, a retired
-// replica's agents, and the live replicas; from 0 it reads every row.
+// replica's agents, each row's no_probes (a flip of it alone is a
+// change), and the live replicas; from 0 it reads every row.
 func TestAgentsSince(t *testing.T) {
 	ctx := context.Background()
 	engines := append([]storetest.Engine{{Name: "memstore", Store: memstore.New()}}, storetest.Engines(t)...)
@@ -51,31 +52,37 @@ func TestAgentsSince(t *testing.T) {
 			read("full=true acks=[] gone=[] live=[a b]")
 			record("a", []store.AgentAck{{Node: "n1", Revision: 5}, {Node: "n2", Revision: 6}}, nil)
 			// Nothing was ever written before: still from 0, a full read.
-			read("full=true acks=[{n1 a 5} {n2 a 6}] gone=[] live=[a b]")
+			read("full=true acks=[{n1 a 5 false} {n2 a 6 false}] gone=[] live=[a b]")
 			read("full=false acks=[] gone=[] live=[a b]")
-			record("b", []store.AgentAck{{Node: "n3", Revision: 4}, {Node: "n2", Revision: 7}}, nil)
-			read("full=false acks=[{n2 b 7} {n3 b 4}] gone=[] live=[a b]")
+			record("b", []store.AgentAck{{Node: "n3", Revision: 4, NoProbes: true}, {Node: "n2", Revision: 7}}, nil)
+			read("full=false acks=[{n2 b 7 false} {n3 b 4 true}] gone=[] live=[a b]")
 			// n2 moved to b: a forgetting it changes nothing.
 			record("a", nil, []string{"n2"})
 			read("full=false acks=[] gone=[] live=[a b]")
 			record("a", nil, []string{"n1"})
-			read("full=false acks=[] gone=[{n1 a 5}] live=[a b]")
+			read("full=false acks=[] gone=[{n1 a 5 false}] live=[a b]")
 			// n1 back, on b, at an older revision.
 			record("b", []store.AgentAck{{Node: "n1", Revision: 3}}, nil)
-			last := read("full=false acks=[{n1 b 3}] gone=[] live=[a b]")
+			last := read("full=false acks=[{n1 b 3 false}] gone=[] live=[a b]")
 			since = 0
-			if full := read("full=true acks=[{n1 b 3} {n2 b 7} {n3 b 4}] gone=[] live=[a b]"); full.Seq != last.Seq {
+			if full := read("full=true acks=[{n1 b 3 false} {n2 b 7 false} {n3 b 4 true}] gone=[] live=[a b]"); full.Seq != last.Seq {
 				t.Errorf("a full read reaches %d, the last delta %d", full.Seq, last.Seq)
 			}
 			if err := s.Retire(ctx, "b"); err != nil {
 				t.Fatal(err)
 			}
-			read("full=false acks=[] gone=[{n1 b 3} {n2 b 7} {n3 b 4}] live=[a]")
+			read("full=false acks=[] gone=[{n1 b 3 false} {n2 b 7 false} {n3 b 4 true}] live=[a]")
 			if got, _ := s.Agents(ctx); len(got) != 0 {
 				t.Errorf("agents once b retired: %v", got)
 			}
 			record("a", []store.AgentAck{{Node: "n3", Revision: 9}}, nil)
-			read("full=false acks=[{n3 a 9}] gone=[] live=[a]")
+			read("full=false acks=[{n3 a 9 false}] gone=[] live=[a]")
+			// Its flag alone flips: a changed row.
+			record("a", []store.AgentAck{{Node: "n3", Revision: 9, NoProbes: true}}, nil)
+			read("full=false acks=[{n3 a 9 true}] gone=[] live=[a]")
+			if got, _ := s.Agents(ctx); fmt.Sprint(got) != "[{n3 a 9 true}]" {
+				t.Errorf("agents once n3 took no probes: %v", got)
+			}
 		})
 	}
 }
@@ -101,7 +108,7 @@ func TestAgentsSincePurged(t *testing.T) {
 				t.Fatal(err)
 			}
 			gone, err := s.AgentsSince(ctx, before.Seq)
-			if err != nil || gone.Full || fmt.Sprint(gone.Gone) != "[{n1 a 1}]" {
+			if err != nil || gone.Full || fmt.Sprint(gone.Gone) != "[{n1 a 1 false}]" {
 				t.Fatalf("after n1 left: %+v %v", gone, err)
 			}
 			if err := s.RecordAgents(ctx, "a", []store.AgentAck{{Node: "n2", Revision: 2}}, nil); err != nil {
@@ -113,12 +120,12 @@ func TestAgentsSincePurged(t *testing.T) {
 			// The reader before the tombstone cannot learn of n1 leaving
 			// from the changes any more: it reads every row.
 			d, err := s.AgentsSince(ctx, before.Seq)
-			if err != nil || !d.Full || fmt.Sprint(d.Acks) != "[{n2 a 2}]" || d.Seq <= gone.Seq {
+			if err != nil || !d.Full || fmt.Sprint(d.Acks) != "[{n2 a 2 false}]" || d.Seq <= gone.Seq {
 				t.Errorf("from before the purge: %+v %v", d, err)
 			}
 			// The reader that saw it reads only n2's change.
 			d, err = s.AgentsSince(ctx, gone.Seq)
-			if err != nil || d.Full || fmt.Sprint(d.Acks) != "[{n2 a 2}]" || len(d.Gone) != 0 {
+			if err != nil || d.Full || fmt.Sprint(d.Acks) != "[{n2 a 2 false}]" || len(d.Gone) != 0 {
 				t.Errorf("from after the tombstone: %+v %v", d, err)
 			}
 			// Nothing left to purge: the horizon stays.

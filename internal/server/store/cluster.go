@@ -70,7 +70,7 @@ func (s *SQL) Replicas(ctx context.Context) ([]Replica, error) {
 	return out, unavailable(rows.Err())
 }
 
-// agentChunk bounds the rows of one statement (4 parameters a row).
+// agentChunk bounds the rows of one statement (5 parameters a row).
 const agentChunk = 1000
 
 // agentTombstones is how far (in agent_seq steps) a departed agent's
@@ -106,16 +106,16 @@ func (s *SQL) RecordAgents(ctx context.Context, replica string, acks []AgentAck,
 	for len(acks) > 0 {
 		n := min(len(acks), agentChunk)
 		var b strings.Builder
-		b.WriteString("INSERT INTO agent_acks (node, replica, revision, seq, gone) VALUES ")
-		args := make([]any, 0, 4*n)
+		b.WriteString("INSERT INTO agent_acks (node, replica, revision, no_probes, seq, gone) VALUES ")
+		args := make([]any, 0, 5*n)
 		for i, a := range acks[:n] {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?, ?, FALSE)")
-			args = append(args, a.Node, replica, a.Revision, seq)
+			b.WriteString("(?, ?, ?, ?, ?, FALSE)")
+			args = append(args, a.Node, replica, a.Revision, a.NoProbes, seq)
 		}
-		b.WriteString(" ON CONFLICT (node) DO UPDATE SET replica = excluded.replica, revision = excluded.revision, seq = excluded.seq, gone = FALSE")
+		b.WriteString(" ON CONFLICT (node) DO UPDATE SET replica = excluded.replica, revision = excluded.revision, no_probes = excluded.no_probes, seq = excluded.seq, gone = FALSE")
 		if _, err := tx.ExecContext(ctx, s.eng.rebind(b.String()), args...); err != nil {
 			return unavailable(fmt.Errorf("record agents: %w", err))
 		}
@@ -150,7 +150,7 @@ func purgeAgentTombstones(ctx context.Context, tx *sql.Tx, eng engine, seq int64
 
 // Agents lists the agents of live replicas.
 func (s *SQL) Agents(ctx context.Context) ([]AgentAck, error) {
-	rows, err := s.reader.QueryContext(ctx, "SELECT node, replica, revision FROM agent_acks WHERE NOT gone AND replica IN ("+s.liveReplicas()+") ORDER BY node")
+	rows, err := s.reader.QueryContext(ctx, "SELECT node, replica, revision, no_probes FROM agent_acks WHERE NOT gone AND replica IN ("+s.liveReplicas()+") ORDER BY node")
 	if err != nil {
 		return nil, unavailable(fmt.Errorf("agents: %w", err))
 	}
@@ -158,7 +158,7 @@ func (s *SQL) Agents(ctx context.Context) ([]AgentAck, error) {
 	var out []AgentAck
 	for rows.Next() {
 		var a AgentAck
-		if err := rows.Scan(&a.Node, &a.Replica, &a.Revision); err != nil {
+		if err := rows.Scan(&a.Node, &a.Replica, &a.Revision, &a.NoProbes); err != nil {
 			return nil, unavailable(err)
 		}
 		out = append(out, a)
@@ -216,7 +216,7 @@ func (s *SQL) AgentsSince(ctx context.Context, since int64) (AgentChanges, error
 // agentRows reads the rows of agent_acks past seq since, tombstones
 // apart, and sets Seq to the highest read.
 func (s *SQL) agentRows(ctx context.Context, since int64) (AgentChanges, error) {
-	q := "SELECT node, replica, revision, seq, gone FROM agent_acks"
+	q := "SELECT node, replica, revision, no_probes, seq, gone FROM agent_acks"
 	var args []any
 	if since > 0 {
 		q += " WHERE seq > ?"
@@ -232,7 +232,7 @@ func (s *SQL) agentRows(ctx context.Context, since int64) (AgentChanges, error) 
 		var a AgentAck
 		var seq int64
 		var gone bool
-		if err := rows.Scan(&a.Node, &a.Replica, &a.Revision, &seq, &gone); err != nil {
+		if err := rows.Scan(&a.Node, &a.Replica, &a.Revision, &a.NoProbes, &seq, &gone); err != nil {
 			return AgentChanges{}, unavailable(err)
 		}
 		out.Seq = max(out.Seq, seq)

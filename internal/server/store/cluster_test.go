@@ -113,7 +113,7 @@ func TestAgentsOfLiveReplicas(t *testing.T) {
 			if err := s.RecordAgents(ctx, "a", []store.AgentAck{{Node: "n1", Revision: 5}, {Node: "n2", Revision: 6}}, nil); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.RecordAgents(ctx, "b", []store.AgentAck{{Node: "n3", Revision: 4}, {Node: "n2", Revision: 7}}, nil); err != nil {
+			if err := s.RecordAgents(ctx, "b", []store.AgentAck{{Node: "n3", Revision: 4, NoProbes: true}, {Node: "n2", Revision: 7}}, nil); err != nil {
 				t.Fatal(err)
 			}
 			// n2 moved to b: a forgetting it must not drop b's.
@@ -121,14 +121,21 @@ func TestAgentsOfLiveReplicas(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, err := s.Agents(ctx)
-			if err != nil || fmt.Sprint(got) != "[{n1 a 5} {n2 b 7} {n3 b 4}]" {
+			if err != nil || fmt.Sprint(got) != "[{n1 a 5 false} {n2 b 7 false} {n3 b 4 true}]" {
 				t.Errorf("agents %v (%v)", got, err)
+			}
+			// The flag follows the agent's last record.
+			if err := s.RecordAgents(ctx, "b", []store.AgentAck{{Node: "n3", Revision: 5}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.Agents(ctx); err != nil || fmt.Sprint(got) != "[{n1 a 5 false} {n2 b 7 false} {n3 b 5 false}]" {
+				t.Errorf("agents once n3 took probes again %v (%v)", got, err)
 			}
 			if rs, _ := s.Replicas(ctx); len(rs) != 2 || rs[0].Tail != 7 {
 				t.Errorf("replicas %+v", rs)
 			}
 			time.Sleep(400 * time.Millisecond) // b's lease runs out
-			if got, _ := s.Agents(ctx); fmt.Sprint(got) != "[{n1 a 5}]" {
+			if got, _ := s.Agents(ctx); fmt.Sprint(got) != "[{n1 a 5 false}]" {
 				t.Errorf("agents once b's lease expired: %v", got)
 			}
 		})

@@ -378,6 +378,9 @@ type AgentAck struct {
 	Node     string
 	Replica  string
 	Revision int64
+	// NoProbes: the agent takes no health probes and answers for no VIP
+	// (its Hello said so).
+	NoProbes bool
 }
 
 // AgentChanges are the agents' rows changed after a sequence value.

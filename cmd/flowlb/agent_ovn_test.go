@@ -1,0 +1,37 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestOVNConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		o    agentOptions
+		nb   string // "" with no error: not the OVN data plane
+		err  string
+	}{
+		{"nftables", agentOptions{dataplane: "nftables"}, "", ""},
+		{"ovn", agentOptions{dataplane: "ovn", ovnNB: "tcp:198.18.0.250:6641"}, "tcp:198.18.0.250:6641", ""},
+		{"ovn without the database", agentOptions{dataplane: "ovn"}, "", "needs --ovn-nb"},
+		{"the database without ovn", agentOptions{dataplane: "ebpf", ovnNB: "unix:/run/ovn/ovnnb_db.sock"}, "", "--ovn-nb is for --dataplane ovn"},
+		{"announcing", agentOptions{dataplane: "ovn", ovnNB: "unix:/x", announce: []string{"198.18.0.0/24"}}, "", "--announce-cidrs is not for"},
+		{"L2", agentOptions{dataplane: "ovn", ovnNB: "unix:/x", l2Interface: "eth0"}, "", "--l2-interface is not for"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ovnConfig(tc.o)
+			switch {
+			case tc.err != "":
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want %q", err, tc.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case tc.nb == "" && c != nil, tc.nb != "" && (c == nil || c.NB != tc.nb):
+				t.Fatalf("config %+v, want NB %q", c, tc.nb)
+			}
+		})
+	}
+}
