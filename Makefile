@@ -119,7 +119,7 @@ unit-python:
 openstack:
 	hack/install-deps.sh --openstack
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestCloud$$' ./internal/lab/openstack/
-	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 75m -v -run 'TestRealNeutronVIPAndFloatingIP$$|TestRealNeutronCallersToken$$|TestRealNeutronOrphanSweep$$|TestRealOctaviaProvider$$|TestRealOctaviaOVNProvider$$' ./test/e2e/
+	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 75m -v -run 'TestRealNeutronVIPAndFloatingIP$$|TestRealNeutronCallersToken$$|TestRealNeutronOrphanSweep$$|TestRealOctaviaProvider$$|TestRealOctaviaOVNProvider$$|TestRealOVNDataPlane$$' ./test/e2e/
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestRealOctaviaClients$$' ./test/e2e/
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 $(GO) test -count=1 -timeout 30m -v -run 'TestRealOctaviaBarbican$$' ./test/e2e/
 	FLOWLB_REQUIRE_ROOT=1 FLOWLB_REQUIRE_OPENSTACK=1 FLOWLB_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 40m -v -run 'TestRealOctaviaCPO$$' ./test/e2e/

@@ -70,6 +70,16 @@ func Translate(services map[flows.Key]flows.Service) Plan {
 			p.Refused[k] = "no load balancer id"
 			continue
 		}
+		// What OVN's rows cannot enforce is not written: a client VM
+		// would reach the VIP past the listener's admission or limit.
+		if admits := s.AllowedCIDRs; s.AllowNone || len(admits) > 0 && !slices.ContainsFunc(admits, everyAddress) {
+			p.Refused[k] = "allowed_cidrs and security-group admission have no OVN counterpart here yet"
+			continue
+		}
+		if s.ConnectionLimit >= 0 {
+			p.Refused[k] = fmt.Sprintf("a connection limit (%d) has no OVN counterpart", s.ConnectionLimit)
+			continue
+		}
 		proto, ok := protocols[k.Protocol]
 		if !ok {
 			p.Refused[k] = fmt.Sprintf("protocol %q has no OVN load balancer", k.Protocol)
@@ -96,6 +106,10 @@ func Translate(services map[flows.Key]flows.Service) Plan {
 	}
 	return p
 }
+
+// everyAddress is a prefix that admits every source of its family (a
+// security group's rule from anywhere): no restriction to enforce.
+func everyAddress(p netip.Prefix) bool { return p.Bits() == 0 }
 
 var protocols = map[flows.Protocol]string{flows.TCP: "tcp", flows.UDP: "udp", flows.SCTP: "sctp"}
 

@@ -43,6 +43,14 @@ func TestTranslate(t *testing.T) {
 	clusterIP.OwnVIP = false
 	heavy := svc("198.18.0.30", 80, "lb3", be("198.18.1.1", 80, 256), be("198.18.1.2", 80, 1))
 	noID := svc("198.18.0.31", 80, "")
+	admitted := svc("198.18.0.32", 80, "lb4", be("198.18.1.1", 80, 1))
+	admitted.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}
+	none := svc("198.18.0.32", 81, "lb4", be("198.18.1.1", 80, 1))
+	none.AllowNone = true
+	limited := svc("198.18.0.32", 82, "lb4", be("198.18.1.1", 80, 1))
+	limited.ConnectionLimit = 100
+	anywhere := svc("198.18.0.33", 80, "lb5", be("198.18.1.1", 80, 1))
+	anywhere.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
 	tests := []struct {
 		name    string
 		in      map[flows.Key]flows.Service
@@ -83,6 +91,20 @@ func TestTranslate(t *testing.T) {
 				"flowlb-lb2-tcp-srcport": {Name: "flowlb-lb2-tcp-srcport", LoadBalancerID: "lb2", Protocol: "tcp", Vips: map[string]string{"198.18.0.20:80": "198.18.1.1:8080"},
 					SelectionFields: []string{"ip_dst", "ip_src", "tp_dst", "tp_src"}, Options: reject, ExternalIDs: ids("lb2", "tcp"), Addrs: []netip.Addr{netip.MustParseAddr("198.18.0.20")}},
 			},
+		},
+		{
+			name: "allowed_cidrs, admitting none and connection limits refused, not written unenforced",
+			in:   table(admitted, none, limited),
+			rows: map[string]Row{},
+			refused: map[flows.Key]string{admitted.Key: "allowed_cidrs", none.Key: "allowed_cidrs",
+				limited.Key: "a connection limit (100)"},
+		},
+		{
+			name: "a security group's rule from anywhere restricts nothing",
+			in:   table(anywhere),
+			rows: map[string]Row{"flowlb-lb5-tcp": {Name: "flowlb-lb5-tcp", LoadBalancerID: "lb5", Protocol: "tcp",
+				Vips: map[string]string{"198.18.0.33:80": "198.18.1.1:80"}, Options: reject, ExternalIDs: ids("lb5", "tcp"),
+				Addrs: []netip.Addr{netip.MustParseAddr("198.18.0.33")}}},
 		},
 		{
 			name: "node ports and borrowed addresses are skipped; weights beyond the bound and no id refused",
