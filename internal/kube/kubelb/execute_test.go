@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/flowlb/flowlb/internal/server/apitest"
 )
@@ -192,7 +193,15 @@ func TestDeferLeavesTheLastWait(t *testing.T) {
 		case !deferred && (res.Pending != "" || statusReads == 0):
 			t.Errorf("not deferred: pending %q, %d status reads", res.Pending, statusReads)
 		}
-		if status, gone, err := o.Status(ctx, lb.ID); err != nil || gone || status != "ACTIVE" {
+		// A deferred create returns before the change settles: its
+		// status reaches ACTIVE on its own, as the controller's next
+		// round reads it.
+		status, gone, err := o.Status(ctx, lb.ID)
+		for end := time.Now().Add(10 * time.Second); deferred && err == nil && !gone && status == "PENDING_CREATE" && time.Now().Before(end); {
+			time.Sleep(10 * time.Millisecond)
+			status, gone, err = o.Status(ctx, lb.ID)
+		}
+		if err != nil || gone || status != "ACTIVE" {
 			t.Errorf("status %q gone %v: %v", status, gone, err)
 		}
 		if err := o.Delete(ctx, lb.ID); err != nil {
