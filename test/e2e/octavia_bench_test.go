@@ -286,6 +286,8 @@ func TestRealOctaviaProvidersBench(t *testing.T) {
 						func() { servers[fmt.Sprint(members[0].Name, dying.ProtocolPort)].Close() })
 					if row.deathMeasured {
 						serve(members[0], dying.ProtocolPort)
+						t.Logf("%s: the member's server stopped -> ERROR at Octavia's API after %s (first load balancer) and %s (last)",
+							name, row.toError[0].Round(time.Millisecond), row.toError[1].Round(time.Millisecond))
 					} else {
 						t.Logf("%s: member death not measured: %s", name, row.deathNote)
 					}
