@@ -79,25 +79,23 @@ func Diff(rows map[string]Row, att map[string]Attachment, lbs []nbdb.LoadBalance
 		}
 		at := att[name]
 		for _, s := range switches {
-			attached := ref.UUID != "" && slices.Contains(s.LoadBalancer, ref.UUID)
-			want := slices.Contains(at.Switches, s.UUID)
-			switch {
-			case want && !attached:
-				a.SwitchAttach[s.UUID] = append(a.SwitchAttach[s.UUID], ref)
-			case !want && attached:
-				a.SwitchDetach[s.UUID] = append(a.SwitchDetach[s.UUID], ref)
-			}
+			attachment(s.UUID, s.LoadBalancer, slices.Contains(at.Switches, s.UUID), ref, a.SwitchAttach, a.SwitchDetach)
 		}
 		for _, lr := range routers {
-			attached := ref.UUID != "" && slices.Contains(lr.LoadBalancer, ref.UUID)
-			want := slices.Contains(at.Routers, lr.UUID)
-			switch {
-			case want && !attached:
-				a.RouterAttach[lr.UUID] = append(a.RouterAttach[lr.UUID], ref)
-			case !want && attached:
-				a.RouterDetach[lr.UUID] = append(a.RouterDetach[lr.UUID], ref)
-			}
+			attachment(lr.UUID, lr.LoadBalancer, slices.Contains(at.Routers, lr.UUID), ref, a.RouterAttach, a.RouterDetach)
 		}
 	}
 	return a
+}
+
+// attachment records that the switch or router id, whose load balancers
+// are holds, must take ref (want) or let it go.
+func attachment(id string, holds []string, want bool, ref Ref, attach, detach map[string][]Ref) {
+	attached := ref.UUID != "" && slices.Contains(holds, ref.UUID)
+	switch {
+	case want && !attached:
+		attach[id] = append(attach[id], ref)
+	case !want && attached:
+		detach[id] = append(detach[id], ref)
+	}
 }

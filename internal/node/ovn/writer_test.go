@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/ovn-org/libovsdb/client"
 	"github.com/ovn-org/libovsdb/model"
 	"github.com/ovn-org/libovsdb/ovsdb"
@@ -30,21 +29,7 @@ func nbClient(t *testing.T, ep string) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet := logr.Discard()
-	c, err := client.NewOVSDBClient(m, client.WithEndpoint(ep), client.WithLogger(&quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.MonitorAll(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return ovntest.ClientOf(t, ep, m)
 }
 
 func transact(t *testing.T, c client.Client, ops []ovsdb.Operation, err error) []ovsdb.OperationResult {

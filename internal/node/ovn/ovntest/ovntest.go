@@ -65,8 +65,15 @@ func Client(t testing.TB, ep string) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ClientOf(t, ep, full)
+}
+
+// ClientOf connects a client of model m to ep and monitors its tables,
+// until the test ends.
+func ClientOf(t testing.TB, ep string, m model.ClientDBModel) client.Client {
+	t.Helper()
 	quiet := logr.Discard()
-	c, err := client.NewOVSDBClient(full, client.WithEndpoint(ep), client.WithLogger(&quiet))
+	c, err := client.NewOVSDBClient(m, client.WithEndpoint(ep), client.WithLogger(&quiet))
 	if err != nil {
 		t.Fatal(err)
 	}
