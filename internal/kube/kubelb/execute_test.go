@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/internal/server/apitest"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 func TestExecutionResolvesReferences(t *testing.T) {
@@ -196,11 +197,12 @@ func TestDeferLeavesTheLastWait(t *testing.T) {
 		// A deferred create returns before the change settles: its
 		// status reaches ACTIVE on its own, as the controller's next
 		// round reads it.
-		status, gone, err := o.Status(ctx, lb.ID)
-		for end := time.Now().Add(10 * time.Second); deferred && err == nil && !gone && status == "PENDING_CREATE" && time.Now().Before(end); {
-			time.Sleep(10 * time.Millisecond)
+		var status string
+		var gone bool
+		_ = testutil.Wait(10*time.Second, func() (bool, string) {
 			status, gone, err = o.Status(ctx, lb.ID)
-		}
+			return !deferred || err != nil || gone || status != "PENDING_CREATE", status
+		})
 		if err != nil || gone || status != "ACTIVE" {
 			t.Errorf("status %q gone %v: %v", status, gone, err)
 		}

@@ -287,14 +287,15 @@ func TestKernelVIPToOwnLocalOnlyNodePort(t *testing.T) {
 				Upserts: []*agentv1.Service{flowpb.ServiceToProto(vip), flowpb.ServiceToProto(port)}}); err != nil {
 				t.Fatal(err)
 			}
-			got := fromClient("198.18.0.1:30080")
 			// The client's first connection through its veth, just made,
 			// can miss dialOnce's wait on a loaded machine (neighbour
 			// resolution): it is tried again on a timeout, never on a
 			// wrong answer.
-			for end := time.Now().Add(10 * time.Second); i == 0 && strings.Contains(got, "timeout") && time.Now().Before(end); {
+			var got string
+			_ = testutil.Wait(10*time.Second, func() (bool, string) {
 				got = fromClient("198.18.0.1:30080")
-			}
+				return i > 0 || !strings.Contains(got, "timeout"), got
+			})
 			if got != tc.want {
 				t.Errorf("externalTrafficPolicy %s: client -> node port: %q, want %q", tc.policy, got, tc.want)
 			}

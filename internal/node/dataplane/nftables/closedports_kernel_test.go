@@ -17,6 +17,7 @@ import (
 	xipv4 "golang.org/x/net/ipv4"
 
 	"github.com/flowlb/flowlb/internal/shared/flows"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
 // The closed-ports kernel test: a node namespace holding a load
@@ -246,11 +247,10 @@ func TestClosedPortsKernel(t *testing.T) {
 		// miss reach's second on a loaded machine (its neighbour
 		// resolution, the links coming up): wait for the path first.
 		var got string
-		for end := time.Now().Add(10 * time.Second); ; {
-			if got = fromClient(func() string { return reach(other) }); got == other+" hi" || time.Now().After(end) {
-				break
-			}
-		}
+		_ = testutil.Wait(10*time.Second, func() (bool, string) {
+			got = fromClient(func() string { return reach(other) })
+			return got == other+" hi", got
+		})
 		if got != other+" hi" {
 			t.Fatalf("before any service, the node's listener on the VIP: %q, want it to answer", got)
 		}
