@@ -93,8 +93,10 @@ func PrefixOf(n *net.IPNet) (netip.Prefix, bool) {
 	return netip.PrefixFrom(a.Unmap(), ones).Masked(), true
 }
 
-// announced reads every node's announcement table: prefix → nodes.
-func (a *Announcements) announced() map[netip.Prefix][]int {
+// ByNodes reads every node's announcement table: prefix → nodes. It is
+// what the nodes announce now; Routes is what the router has taken from
+// them, a moment later.
+func (a *Announcements) ByNodes() map[netip.Prefix][]int {
 	out := map[netip.Prefix][]int{}
 	for _, n := range a.lab.snapshot().Nodes {
 		h, err := Handle(NSName(a.lab.name, NodeName(n.Index)))
@@ -120,7 +122,7 @@ func (a *Announcements) announced() map[netip.Prefix][]int {
 
 // Sync makes the router's announced routes match the nodes' tables once.
 func (a *Announcements) Sync() error {
-	want := a.announced()
+	want := a.ByNodes()
 	h, err := Handle(NSName(a.lab.name, HostRouter))
 	if err != nil {
 		return err

@@ -189,14 +189,19 @@ func TestKubernetesKubeProxyBehaviours(t *testing.T) {
 		if len(pods) != 1 {
 			t.Fatalf("gate's ready pods %v, want one", pods)
 		}
+		// The router takes the route from the node's table a moment
+		// later, as a BGP session would: only the node's own table is
+		// bound to have it already.
 		p := netip.PrefixFrom(mustAddr(t, ing[0].IP), 32)
-		got, err := e.lab.Announcements(lab.AnnounceTable).Routes()
-		if err != nil {
-			t.Fatal(err)
+		want := []int{nodeOfPod(t, pods[0])}
+		ann := e.lab.Announcements(lab.AnnounceTable)
+		if got := ann.ByNodes(); !slices.Equal(got[p], want) {
+			t.Errorf("%s announced by nodes %v when the status named it, want the pod's node %v", p, got[p], want)
 		}
-		if !slices.Equal(got[p], []int{nodeOfPod(t, pods[0])}) {
-			t.Errorf("%s announced by nodes %v when the status named it, want the pod's node %d", p, got[p], nodeOfPod(t, pods[0]))
-		}
+		testutil.Eventually(t, 10*time.Second, "the router's route to the pod's node", func() (bool, string) {
+			got, err := ann.Routes()
+			return err == nil && slices.Equal(got[p], want), fmt.Sprintf("via %v (%v)", got[p], err)
+		})
 	})
 
 	t.Run("externalIPs", func(t *testing.T) {
