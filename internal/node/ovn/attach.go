@@ -28,9 +28,10 @@ type Attachment struct {
 
 // Attach finds each row's switches and routers, the way Neutron's
 // topology asks for them: the switch of the port that holds the VIP
-// (the VIP port, in its addresses or port_security), and every router
-// with a router port peered with that switch (a switch port of type
-// router, whose options:router-port names the router's port).
+// (the VIP port, in its addresses, port_security or Neutron's record of
+// its fixed IPs), and every router with a router port peered with that
+// switch (a switch port of type router, whose options:router-port names
+// the router's port).
 func Attach(t Topology, rows map[string]Row) map[string]Attachment {
 	portSwitch := map[string]string{} // switch port UUID -> switch UUID
 	for _, s := range t.Switches {
@@ -51,9 +52,9 @@ func Attach(t Topology, rows map[string]Row) map[string]Attachment {
 			}
 			continue
 		}
-		for _, a := range portAddrs(append(slices.Clone(p.Addresses), p.PortSecurity...)) {
-			if !slices.Contains(bySwitch[a.Unmap()], sw) {
-				bySwitch[a.Unmap()] = append(bySwitch[a.Unmap()], sw)
+		for _, a := range lspAddrs(&p) {
+			if !slices.Contains(bySwitch[a], sw) {
+				bySwitch[a] = append(bySwitch[a], sw)
 			}
 		}
 	}

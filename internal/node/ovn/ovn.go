@@ -62,13 +62,19 @@ type Dataplane struct {
 	// written: a Sync or Apply came. Before it the data plane knows
 	// nothing of what is wanted, and checks nothing: the rows a previous
 	// agent wrote stay until the first snapshot says otherwise.
-	written  bool
-	refused  map[flows.Key]string   // logged, until the service changes or goes
-	missing  map[netip.Addr]bool    // VIPs with no switch port, logged once
-	missed   atomic.Int64           // len(missing)
-	wanted   atomic.Pointer[wanted] // for the cache's handler, which must not take mu
-	drift    chan struct{}
-	detected atomic.Int64 // unix ns of the first change heard since the last check
+	written bool
+	refused map[flows.Key]string   // logged, until the service changes or goes
+	missing map[netip.Addr]bool    // VIPs with no switch port, logged once
+	missed  atomic.Int64           // len(missing)
+	wanted  atomic.Pointer[wanted] // for the cache's handler, which must not take mu
+	drift   chan struct{}
+	// floating gets a value when Neutron associates or releases a
+	// floating IP of a port: the rows follow it (follow), which is no
+	// repair.
+	floating  chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
+	detected  atomic.Int64 // unix ns of the first change heard since the last check
 }
 
 // wanted is what the cache's handler compares events with.
@@ -96,7 +102,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Dataplane, error) 
 		return nil, err
 	}
 	d := &Dataplane{c: c, log: log, timeout: cfg.timeout(), services: map[flows.Key]flows.Service{},
-		refused: map[flows.Key]string{}, missing: map[netip.Addr]bool{}, drift: make(chan struct{}, 1)}
+		refused: map[flows.Key]string{}, missing: map[netip.Addr]bool{}, drift: make(chan struct{}, 1),
+		floating: make(chan struct{}, 1), closed: make(chan struct{})}
 	d.wanted.Store(&wanted{rows: map[string]Row{}, missing: map[netip.Addr]bool{}})
 	cctx, cancel := context.WithTimeout(ctx, cfg.timeout())
 	defer cancel()
@@ -112,6 +119,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Dataplane, error) 
 		c.Close()
 		return nil, fmt.Errorf("ovn northbound %s: monitor: %w", cfg.NB, err)
 	}
+	go d.follow()
 	return d, nil
 }
 
@@ -144,7 +152,29 @@ func clientModel() (model.ClientDBModel, error) {
 }
 
 // Close disconnects from the database; the rows stay.
-func (d *Dataplane) Close() { d.c.Close() }
+func (d *Dataplane) Close() {
+	d.closeOnce.Do(func() { close(d.closed) })
+	d.c.Close()
+}
+
+// follow writes the rows again whenever a floating IP of a port came or
+// went, until Close. A write that fails is left to the next check.
+func (d *Dataplane) follow() {
+	for {
+		select {
+		case <-d.closed:
+			return
+		case <-d.floating:
+		}
+		d.mu.Lock()
+		if d.written {
+			if _, err := d.converge(context.Background(), nil); err != nil {
+				d.log.Warn("floating IPs: rows not written; the next check retries", "err", err)
+			}
+		}
+		d.mu.Unlock()
+	}
+}
 
 // Drift gets a value when another client changed one of flowlb's rows
 // or their attachments, or a port took a VIP that had none.
@@ -179,9 +209,16 @@ func (d *Dataplane) heard(table string, old, new model.Model) {
 		o, n := asRouter(old), asRouter(new)
 		foreign = o != nil && n != nil && lost(o.LoadBalancer, n.LoadBalancer)
 	case nbdb.LogicalSwitchPortTable:
-		if p, ok := new.(*nbdb.LogicalSwitchPort); ok && len(w.missing) > 0 {
-			for _, a := range portAddrs(append(slices.Clone(p.Addresses), p.PortSecurity...)) {
-				foreign = foreign || w.missing[a.Unmap()]
+		o, n := asPort(old), asPort(new)
+		if len(w.missing) > 0 {
+			for _, a := range lspAddrs(n) {
+				foreign = foreign || w.missing[a]
+			}
+		}
+		if o.ExternalIDs[NeutronFIPKey] != n.ExternalIDs[NeutronFIPKey] {
+			select {
+			case d.floating <- struct{}{}:
+			default:
 			}
 		}
 	}
@@ -197,6 +234,14 @@ func (d *Dataplane) heard(table string, old, new model.Model) {
 
 func asSwitch(m model.Model) *nbdb.LogicalSwitch { s, _ := m.(*nbdb.LogicalSwitch); return s }
 func asRouter(m model.Model) *nbdb.LogicalRouter { r, _ := m.(*nbdb.LogicalRouter); return r }
+
+// asPort is m as a switch port; a nil one (no port) reads as empty.
+func asPort(m model.Model) *nbdb.LogicalSwitchPort {
+	if p, ok := m.(*nbdb.LogicalSwitchPort); ok {
+		return p
+	}
+	return &nbdb.LogicalSwitchPort{}
+}
 
 // lost reports whether a load balancer left a switch's or router's list
 // (the data plane's own detaches are rare: a VIP that moved).
@@ -291,6 +336,7 @@ func (d *Dataplane) converge(ctx context.Context, check *dataplane.Check) (int, 
 	if err := d.c.WhereCache(func(lb *nbdb.LoadBalancer) bool { return lb.ExternalIDs[LoadBalancerKey] != "" }).List(ctx, &lbs); err != nil {
 		return 0, fmt.Errorf("ovn northbound: read the cache: %w", err)
 	}
+	plan.Rows = WithFloatingIPs(plan.Rows, floatingOf(topo.SwitchPorts))
 	att := Attach(topo, plan.Rows)
 	d.noteMissing(plan.Rows, att)
 	acts := Diff(plan.Rows, att, lbs, topo.Switches, topo.Routers)
