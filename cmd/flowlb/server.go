@@ -65,6 +65,7 @@ func serverFlags(f *pflag.FlagSet, o *server.Options, logLevel, agentSecret *str
 	f.StringVar(&o.NeutronRegion, "neutron-region", "", "with --network neutron-api, the region of the network endpoint in Keystone's catalog (default: any)")
 	f.StringVar(&o.NeutronEndpoint, "neutron-endpoint", "", "with --network neutron-api, the Neutron URL to use instead of the catalog's (e.g. http://10.0.0.5:9696)")
 	f.StringVar(&o.NeutronDeploymentID, "neutron-deployment-id", "", "with --network neutron-api, this deployment's name in the tag flowlb-deployment=<id> on the VIP ports it makes, which it alone deletes, reuses and sweeps (default: a random id made once and kept in the database; set it when two deployments' databases were copied from one another)")
+	f.StringVar(&o.NeutronVIPPorts, "neutron-vip-ports", "flowlb", "with --network neutron-api, how VIP ports are made: flowlb (named flowlb-lb-<id>, device_owner flowlb:vip) or ovn (named ovn-lb-vip-<id> with no device_owner, as ovn-octavia-provider makes them, so that Neutron's ML2/OVN leaves them without switch-port addresses and OVN's routers answer for the VIPs: for load balancers an agent --dataplane ovn serves)")
 	f.DurationVar(&o.NeutronSweepEvery, "neutron-orphan-sweep", 10*time.Minute, "with --network neutron-api, how often one replica deletes this deployment's VIP ports whose load balancer does not exist (left by a crash during a create); 0: never")
 	f.DurationVar(&o.NeutronOrphanGrace, "neutron-orphan-grace", time.Hour, "with --network neutron-api, the age (Neutron's created_at) below which a VIP port is never swept: longer than any create takes (at least 10m)")
 	f.StringVar(&o.VIPCIDR, "vip-cidr", "198.19.0.0/17", "CIDR of the default VIP subnet created at start (empty: none)")
@@ -96,6 +97,7 @@ func serverFlags(f *pflag.FlagSet, o *server.Options, logLevel, agentSecret *str
 	config.OneOf(f, "auth", "noauth", "keystone")
 	config.OneOf(f, "rbac", string(identity.Advanced), string(identity.KeystoneDefaultRoles))
 	config.OneOf(f, "network", "neutron", "neutron-api", "noop")
+	config.OneOf(f, "neutron-vip-ports", "flowlb", "ovn")
 	config.OneOf(f, "stats-metrics", "member", "listener", "loadbalancer", "none")
 	config.Check(f, "log-level", checkLogLevel)
 }

@@ -76,6 +76,9 @@ type Options struct {
 	// NeutronDeploymentID names this deployment in the mark on its VIP
 	// ports (empty: the id the database holds, made once).
 	NeutronDeploymentID string
+	// NeutronVIPPorts is how the VIP ports are made in Neutron
+	// (neutronapi.PortStyle; empty: flowlb's own).
+	NeutronVIPPorts string
 	// NeutronSweepEvery is the time between sweeps of orphan VIP ports
 	// (0: none); NeutronOrphanGrace the age below which a port is never
 	// an orphan (at least MinOrphanGrace).
@@ -418,11 +421,11 @@ func vipAllocator(ctx context.Context, st store.Store, o Options, log *slog.Logg
 		}
 		a, err := neutronapi.New(ctx, neutronapi.Options{AuthURL: authURL, User: kc.User, Password: kc.Password,
 			UserDomain: kc.UserDomain, Project: kc.Project, ProjectDomain: kc.ProjectDomain,
-			Region: o.NeutronRegion, Endpoint: o.NeutronEndpoint, DeploymentID: id, Log: log})
+			Region: o.NeutronRegion, Endpoint: o.NeutronEndpoint, DeploymentID: id, Ports: neutronapi.PortStyle(o.NeutronVIPPorts), Log: log})
 		if err != nil {
 			return nil, err
 		}
-		log.Info("VIPs from Neutron", "keystone", authURL, "user", kc.User, "region", o.NeutronRegion, "device_owner", neutronapi.DeviceOwner,
+		log.Info("VIPs from Neutron", "keystone", authURL, "user", kc.User, "region", o.NeutronRegion, "vip_ports", a.Style(),
 			"mark", a.Mark(), "orphan_sweep_every", o.NeutronSweepEvery, "orphan_grace", o.NeutronOrphanGrace)
 		return a, nil
 	}

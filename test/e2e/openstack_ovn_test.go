@@ -19,14 +19,26 @@ import (
 // with `--dataplane ovn` beside ovn-northd writes flowlb's load
 // balancers into OVN's northbound database, and a VM that runs no flowlb
 // agent (its own namespace on chassis 2) reaches the VIP through OVN
-// alone: answers from both members (VMs on chassis 1 and 2). A member
-// removed gets no more connections; a foreign `ovn-nbctl lb-del` is
-// undone by the agent; the load balancer's delete removes the row.
+// alone: answers from both members (VMs on chassis 1 and 2). The server
+// makes the VIP port as ovn-octavia-provider does (--neutron-vip-ports
+// ovn), so that Neutron writes no switch-port addresses for it. A
+// floating IP Neutron puts on the VIP port joins the row and reaches
+// both members from the external namespace. A member whose server stops
+// leaves the backends of the VIP and of the floating IP once the nodes'
+// monitors find it down; a member removed gets no more connections; a
+// foreign `ovn-nbctl lb-del` is undone by the agent; the load balancer's
+// delete removes the row.
+// The pool's health monitor in TestRealOVNDataPlane.
+const (
+	monitorDelay   = 2 // seconds
+	monitorRetries = 2
+)
+
 func TestRealOVNDataPlane(t *testing.T) {
 	var client *openstack.VM
 	c, cloud, _, members := newRealNeutronClusterWith(t, func(cloud *openstack.Cloud) {
 		client = cloud.VM("cl", 2, openstack.VMOptions{})
-	})
+	}, "--neutron-vip-ports", "ovn")
 	nb := "unix:" + filepath.Join(cloud.Dir, "ovn", "nb.sock")
 	nbctl := func(args ...string) (string, error) {
 		out, err := exec.Command("ovn-nbctl", append([]string{"--db=" + nb, "--timeout=10"}, args...)...).CombinedOutput()
@@ -58,16 +70,17 @@ func TestRealOVNDataPlane(t *testing.T) {
 	}()
 
 	var pool []any
+	listeners := map[string]net.Listener{}
 	for _, m := range members {
-		ln := openstack.Answer(t, m.NS, ":8080", m.Name)
-		defer ln.Close()
+		listeners[m.Name] = openstack.Answer(t, m.NS, ":8080", m.Name)
 		pool = append(pool, map[string]any{"address": m.Addr.String(), "protocol_port": 8080})
 	}
 	start := time.Now()
 	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
 		"name": "through-ovn", "vip_subnet_id": cloud.Tenant.SubnetID,
 		"listeners": []any{map[string]any{"protocol": "TCP", "protocol_port": 80, "default_pool": map[string]any{
-			"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "members": pool}}},
+			"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "members": pool,
+			"healthmonitor": map[string]any{"type": "TCP", "delay": monitorDelay, "timeout": 1, "max_retries": monitorRetries}}}},
 	}})
 	if code != 201 {
 		t.Fatalf("create: %d %v", code, body)
@@ -101,16 +114,12 @@ func TestRealOVNDataPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The install step of this slice: the VIP port's switch port must
-	// not answer ARP for the VIP with the port's own MAC (nothing is
-	// bound to it: the connections would end there). Neutron writes no
-	// addresses for ovn-octavia-provider's VIP ports (bug 1789686), but
-	// it does for flowlb's; until the server makes its VIP ports that
-	// way, the test clears them, and the logical router that holds the
-	// load balancer answers ARP for the VIP instead.
+	// Neutron wrote no addresses for the VIP port's switch port: the
+	// router that holds the load balancer answers ARP for the VIP, not
+	// a port nothing is bound to.
 	portID := lb["vip_port_id"].(string)
-	if out, err := nbctl("lsp-set-addresses", portID); err != nil {
-		t.Fatalf("clear the VIP port's addresses: %v %s", err, out)
+	if out, err := nbctl("lsp-get-addresses", portID); err != nil || out != "" {
+		t.Fatalf("the VIP port's switch-port addresses: %q, %v; want none", out, err)
 	}
 	defer func() {
 		if t.Failed() {
@@ -134,6 +143,74 @@ func TestRealOVNDataPlane(t *testing.T) {
 		return len(seen) == 2, fmt.Sprint(seen, err)
 	})
 	t.Logf("agent-less VM on chassis 2 -> VIP: %v", seen)
+
+	// A floating IP on the VIP port: Neutron records it on the port's
+	// switch port, and the agent adds it to the row with the VIP's
+	// backends (the router takes the connection through the row before
+	// its NAT would).
+	var fip struct {
+		FloatingIP struct {
+			ID      string `json:"id"`
+			Address string `json:"floating_ip_address"`
+		} `json:"floatingip"`
+	}
+	if err := cloud.Call("POST", "/floatingips", map[string]any{"floatingip": map[string]any{
+		"floating_network_id": cloud.External.NetworkID, "port_id": portID}}, &fip); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cloud.Call("DELETE", "/floatingips/"+fip.FloatingIP.ID, nil, nil) }()
+	start = time.Now()
+	testutil.Eventually(t, 30*time.Second, "the floating IP in the row", func() (bool, string) {
+		out, err := nbctl("--bare", "--columns=vips", "find", "load_balancer", "name="+row)
+		return err == nil && strings.Contains(out, fip.FloatingIP.Address+":80="), fmt.Sprint(out, err)
+	})
+	t.Logf("floating IP %s in the row %v after its create", fip.FloatingIP.Address, time.Since(start).Round(time.Millisecond))
+	faddr := net.JoinHostPort(fip.FloatingIP.Address, "80")
+	fseen := map[string]int{}
+	testutil.Eventually(t, 90*time.Second, "external -> floating IP reaches both members", func() (bool, string) {
+		got, err := openstack.Ask(cloud.Dial, faddr)
+		if err == nil {
+			fseen[got]++
+		}
+		return len(fseen) == 2, fmt.Sprint(fseen, err)
+	})
+	t.Logf("external -> floating IP: %v", fseen)
+
+	// A member's server stops: once the nodes' monitors find it down,
+	// neither the VIP nor the floating IP gives it a new connection.
+	listeners[members[1].Name].Close()
+	stopped := time.Now()
+	viaVIP := func() (string, error) { return askIn(client.NS, addr) }
+	viaFIP := func() (string, error) { return openstack.Ask(cloud.Dial, faddr) }
+	var lastBad time.Time
+	clean := 0
+	for clean < 40 && time.Since(stopped) < time.Minute {
+		for _, ask := range []func() (string, error){viaVIP, viaFIP} {
+			if got, err := ask(); err != nil || got != members[0].Name {
+				lastBad, clean = time.Now(), 0
+			} else {
+				clean++
+			}
+		}
+	}
+	if clean < 40 {
+		t.Fatalf("%s stopped: connections through the VIP and the floating IP still failed or reached it a minute later", members[1].Name)
+	}
+	left := time.Duration(0)
+	if !lastBad.IsZero() {
+		left = lastBad.Sub(stopped)
+	}
+	t.Logf("%s stopped: the last connection through the VIP or the floating IP that failed %v after (the monitor's delay × retries + 1 s: %v)",
+		members[1].Name, left.Round(time.Millisecond), time.Duration(monitorDelay*monitorRetries)*time.Second+time.Second)
+	listeners[members[1].Name] = openstack.Answer(t, members[1].NS, ":8080", members[1].Name)
+	back := map[string]int{}
+	testutil.Eventually(t, time.Minute, "both members through the VIP once the stopped one is back", func() (bool, string) {
+		got, err := askIn(client.NS, addr)
+		if err == nil {
+			back[got]++
+		}
+		return len(back) == 2, fmt.Sprint(back, err)
+	})
 
 	// A member removed: no more answers from it.
 	poolID := lb["pools"].([]any)[0].(map[string]any)["id"].(string)

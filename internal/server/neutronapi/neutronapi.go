@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,6 +43,41 @@ import (
 // user's).
 const DeviceOwner = "flowlb:vip"
 
+// PortStyle is how the VIP ports are made.
+type PortStyle string
+
+const (
+	// PortsFlowlb: named flowlb-lb-<id>, device_owner DeviceOwner.
+	PortsFlowlb PortStyle = "flowlb"
+	// PortsOVN: as ovn-octavia-provider makes them, named
+	// OVNPortPrefix<id> with no device_owner, which Neutron's ML2/OVN
+	// driver takes for a load balancer's VIP: it writes no addresses on
+	// the port's switch port, so that OVN's routers, not the unbound
+	// port, answer for the VIP and OVN's load balancers (flowlb agent
+	// --dataplane ovn) serve it. Such a port is flowlb's by its mark
+	// alone.
+	PortsOVN PortStyle = "ovn"
+)
+
+// OVNPortPrefix begins the names of PortsOVN's ports (Neutron's
+// LB_VIP_PORT_PREFIX).
+const OVNPortPrefix = "ovn-lb-vip-"
+
+// isVIPPort says whether p has the shape of a VIP port flowlb makes, in
+// either style (a deployment that changed styles still releases its
+// older ports), and whether it is flowlb's only if it carries a mark:
+// an unmarked port of device_owner DeviceOwner was made before the
+// marks, while an unmarked PortsOVN one may be ovn-octavia-provider's.
+func isVIPPort(p *ports.Port) (shape, needsMark bool) {
+	switch {
+	case p.DeviceOwner == DeviceOwner:
+		return true, false
+	case p.DeviceOwner == "" && strings.HasPrefix(p.Name, OVNPortPrefix) && strings.HasPrefix(p.DeviceID, "lb-"):
+		return true, true
+	}
+	return false, false
+}
+
 // callTimeout bounds one call to Neutron.
 const callTimeout = 30 * time.Second
 
@@ -57,15 +93,18 @@ type Options struct {
 	// DeploymentID names this flowlb deployment in the mark on its VIP
 	// ports (mark.go); required.
 	DeploymentID string
+	// Ports is how new VIP ports are made (default PortsFlowlb).
+	Ports PortStyle
 	// Log gets what the allocator keeps and why (default slog's).
 	Log *slog.Logger
 }
 
 // Allocator is a lbaas.VIPAllocator on a real Neutron.
 type Allocator struct {
-	net  *gophercloud.ServiceClient
-	mark string
-	log  *slog.Logger
+	net   *gophercloud.ServiceClient
+	mark  string
+	style PortStyle
+	log   *slog.Logger
 	// syncLocks serialize the group syncs of one load balancer (by a
 	// hash of its id) within the process (secgroup_io.go).
 	syncLocks [64]sync.Mutex
@@ -87,7 +126,14 @@ func New(ctx context.Context, o Options) (*Allocator, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	a := &Allocator{mark: Mark(o.DeploymentID), log: o.Log}
+	switch o.Ports {
+	case "":
+		o.Ports = PortsFlowlb
+	case PortsFlowlb, PortsOVN:
+	default:
+		return nil, fmt.Errorf("neutron-api: VIP port style %q: use %s or %s", o.Ports, PortsFlowlb, PortsOVN)
+	}
+	a := &Allocator{mark: Mark(o.DeploymentID), style: o.Ports, log: o.Log}
 	if o.AuthURL == "" {
 		if o.Endpoint == "" {
 			return nil, errors.New("neutron-api: a Keystone URL (or a Neutron endpoint) is needed")
@@ -127,17 +173,32 @@ func New(ctx context.Context, o Options) (*Allocator, error) {
 // Mark is the tag on the VIP ports this allocator makes.
 func (a *Allocator) Mark() string { return a.mark }
 
+// Style is how this allocator makes VIP ports.
+func (a *Allocator) Style() PortStyle { return a.style }
+
+// deviceOwner is the device_owner of the ports this allocator makes.
+func (a *Allocator) deviceOwner() string {
+	if a.style == PortsOVN {
+		return ""
+	}
+	return DeviceOwner
+}
+
 func callCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), callTimeout)
 }
 
 // portName names the port of a load balancer's VIP on subnet (primary:
 // "" subnet), so that a retried transaction finds the port it made.
-func portName(lbID, subnetID string, additional bool) string {
-	if additional {
-		return "flowlb-lb-" + lbID + "-" + subnetID
+func portName(style PortStyle, lbID, subnetID string, additional bool) string {
+	prefix := "flowlb-lb-"
+	if style == PortsOVN {
+		prefix = OVNPortPrefix
 	}
-	return "flowlb-lb-" + lbID
+	if additional {
+		return prefix + lbID + "-" + subnetID
+	}
+	return prefix + lbID
 }
 
 // as is the client for reads on a caller's behalf: with the caller's
@@ -185,7 +246,7 @@ func (a *Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error)
 	} else if _, err := networks.Get(ctx, caller, networkID).Extract(); err != nil {
 		return lbaas.VIP{}, neutronErr(err, "Network", networkID)
 	}
-	name := portName(r.LoadBalancerID, r.SubnetID, r.VIPNetworkID != "")
+	name := portName(a.style, r.LoadBalancerID, r.SubnetID, r.VIPNetworkID != "")
 	p, err := a.find(ctx, name, networkID)
 	if err != nil {
 		return lbaas.VIP{}, err
@@ -195,13 +256,13 @@ func (a *Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error)
 		// deployment (or a flowlb from before the marks) made it.
 		if ours, _ := marks(p.Tags, a.mark); !ours {
 			return lbaas.VIP{}, lbaas.Conflict("Neutron port %s (%s, device_owner %s) exists without this flowlb deployment's mark %q (tags %v): "+
-				"another flowlb deployment on this Neutron made it, and it is not reused", p.ID, name, DeviceOwner, a.mark, p.Tags)
+				"another flowlb deployment on this Neutron made it, and it is not reused", p.ID, name, p.DeviceOwner, a.mark, p.Tags)
 		}
 	}
 	if p == nil {
 		down := false
 		opts := ports.CreateOpts{Name: name, NetworkID: networkID, AdminStateUp: &down,
-			DeviceID: "lb-" + r.LoadBalancerID, DeviceOwner: DeviceOwner, ProjectID: r.ProjectID}
+			DeviceID: "lb-" + r.LoadBalancerID, DeviceOwner: a.deviceOwner(), ProjectID: r.ProjectID}
 		if r.SubnetID != "" || r.Address != "" {
 			opts.FixedIPs = []ports.IP{{SubnetID: r.SubnetID, IPAddress: r.Address}}
 		}
@@ -265,17 +326,22 @@ func (t tagged) ToPortCreateMap() (map[string]any, error) {
 	return m, nil
 }
 
-// find returns flowlb's port called name on networkID, nil if none.
+// find returns the VIP port called name on networkID, nil if none.
 func (a *Allocator) find(ctx context.Context, name, networkID string) (*ports.Port, error) {
-	pages, err := ports.List(a.net, ports.ListOpts{Name: name, NetworkID: networkID, DeviceOwner: DeviceOwner}).AllPages(ctx)
+	pages, err := ports.List(a.net, ports.ListOpts{Name: name, NetworkID: networkID, DeviceOwner: a.deviceOwner()}).AllPages(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list VIP ports: %w", err)
 	}
 	ps, err := ports.ExtractPorts(pages)
-	if err != nil || len(ps) == 0 {
+	if err != nil {
 		return nil, err
 	}
-	return &ps[0], nil
+	for i := range ps {
+		if shape, _ := isVIPPort(&ps[i]); shape {
+			return &ps[i], nil
+		}
+	}
+	return nil, nil
 }
 
 // vipOf is the VIP a port carries: its fixed IP on subnetID, or with
@@ -345,8 +411,8 @@ func Overlap(lb *lbaas.LoadBalancer, v lbaas.VIP) string {
 }
 
 // Release deletes the VIP port if this deployment made it; a port
-// already gone is released. A port of flowlb's device_owner without any
-// deployment's mark is one made before the marks, by this deployment
+// already gone is released. A port of flowlb's device_owner (not one of
+// PortsOVN's shape) without any deployment's mark is one made before the marks, by this deployment
 // since its load balancer names it, and is deleted too; one with another
 // deployment's mark is kept (the databases of two deployments were
 // copied from one another, or the id changed): deleting it could take a
@@ -364,11 +430,17 @@ func (a *Allocator) Release(_ store.Tx, portID string) error {
 	if err != nil {
 		return fmt.Errorf("read VIP port %s: %w", portID, err)
 	}
-	if p.DeviceOwner != DeviceOwner {
+	shape, needsMark := isVIPPort(p)
+	if !shape {
 		return nil
 	}
-	if ours, marked := marks(p.Tags, a.mark); marked && !ours {
+	ours, marked := marks(p.Tags, a.mark)
+	if marked && !ours {
 		a.log.Warn("VIP port kept: it carries another flowlb deployment's mark", "port", portID, "tags", p.Tags, "mark", a.mark)
+		return nil
+	}
+	if needsMark && !marked {
+		a.log.Warn("VIP port kept: named as a load balancer's VIP port but without this deployment's mark", "port", portID, "name", p.Name, "mark", a.mark)
 		return nil
 	}
 	if err := ports.Delete(ctx, a.net, portID).ExtractErr(); err != nil && !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {

@@ -30,6 +30,7 @@ type fakeNeutron struct {
 	creates []map[string]any
 	deletes []string
 	lists   []string // query strings of the port lists
+	url     string
 	// failList makes lists of ports fail (500).
 	failList bool
 	// dropCreateTags drops the tags of a create, as Neutron does without
@@ -356,6 +357,7 @@ func newFake(t *testing.T) (*fakeNeutron, *Allocator) {
 	f := &fakeNeutron{ports: map[string]map[string]any{}, groups: map[string]map[string]any{}, rules: map[string]map[string]any{}}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
+	f.url = srv.URL
 	a, err := New(context.Background(), Options{Endpoint: srv.URL, DeploymentID: "dep-a"})
 	if err != nil {
 		t.Fatal(err)
@@ -424,6 +426,53 @@ func TestAllocateMakesVIPPort(t *testing.T) {
 	}
 	if err := a.ReleaseVIPGroup(nil, "lb1"); err != nil {
 		t.Fatalf("release of a group never made: %v", err)
+	}
+}
+
+// TestAllocateOVNStyle: with PortsOVN the VIP port is named as
+// ovn-octavia-provider names its own, with no device_owner (Neutron's
+// ML2/OVN then writes no switch-port addresses for it); it is found
+// again by a retry and released by its mark. An unmarked port of that
+// shape (ovn-octavia-provider's) is kept, and an unknown style refused.
+func TestAllocateOVNStyle(t *testing.T) {
+	f, flowlbStyle := newFake(t)
+	a, err := New(context.Background(), Options{Endpoint: f.url, DeploymentID: "dep-a", Ports: PortsOVN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := lbaas.VIPRequest{ProjectID: "p1", LoadBalancerID: "lb1", SubnetID: subnetID}
+	v, err := a.Allocate(fakeTx{}, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.creates[0]
+	if c["name"] != OVNPortPrefix+"lb1" || c["device_id"] != "lb-lb1" {
+		t.Errorf("port name %v, device_id %v; want %slb1, lb-lb1", c["name"], c["device_id"], OVNPortPrefix)
+	}
+	if o, given := c["device_owner"]; given && o != "" {
+		t.Errorf("device_owner %v given, want none", o)
+	}
+	again, err := a.Allocate(fakeTx{}, req)
+	if err != nil || again != v || len(f.creates) != 1 {
+		t.Fatalf("retry: %+v %v, %d creates; want the same port", again, err, len(f.creates))
+	}
+	// A port of the older style, made before the deployment changed
+	// styles, is still released.
+	old, err := flowlbStyle.Allocate(fakeTx{}, lbaas.VIPRequest{ProjectID: "p1", LoadBalancerID: "lb0", SubnetID: subnetID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ports["provider"] = map[string]any{"id": "provider", "name": OVNPortPrefix + "lb9", "device_id": "lb-lb9", "network_id": netID}
+	for _, id := range []string{v.PortID, old.PortID, "provider"} {
+		if err := a.Release(nil, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, kept := f.ports["provider"]; !kept || len(f.ports) != 1 {
+		t.Fatalf("ports after release %v, want only the unmarked one of ovn-octavia-provider's shape", f.ports)
+	}
+	if _, err := New(context.Background(), Options{Endpoint: "http://127.0.0.1:1", DeploymentID: "dep-a", Ports: "amphora"}); err == nil {
+		t.Error("an unknown port style accepted")
 	}
 }
 

@@ -232,7 +232,7 @@ type vipPort struct {
 // load balancer, with port security on, where they are not so already.
 func (a *Allocator) securePorts(lbID, group string) error {
 	ctx, cancel := callCtx()
-	pages, err := ports.List(a.net, ports.ListOpts{DeviceID: "lb-" + lbID, DeviceOwner: DeviceOwner}).AllPages(ctx)
+	pages, err := ports.List(a.net, ports.ListOpts{DeviceID: "lb-" + lbID}).AllPages(ctx)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("list VIP ports: %w", err)
@@ -242,7 +242,8 @@ func (a *Allocator) securePorts(lbID, group string) error {
 		return fmt.Errorf("list VIP ports: %w", err)
 	}
 	for _, p := range ps {
-		if ours, marked := marks(p.Tags, a.mark); marked && !ours {
+		shape, needsMark := isVIPPort(&p.Port)
+		if ours, marked := marks(p.Tags, a.mark); !shape || marked && !ours || needsMark && !marked {
 			continue
 		}
 		if p.PortSecurityEnabled && slices.Equal(p.SecurityGroups, []string{group}) {

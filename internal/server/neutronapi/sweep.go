@@ -65,7 +65,10 @@ func Orphans(ps []ports.Port, live Live, mark string, now time.Time, grace time.
 	var out []ports.Port
 	for _, p := range ps {
 		lbID, named := strings.CutPrefix(p.DeviceID, "lb-")
-		if ours, _ := marks(p.Tags, mark); !ours || p.DeviceOwner != DeviceOwner || !named || lbID == "" {
+		if ours, _ := marks(p.Tags, mark); !ours || !named || lbID == "" {
+			continue
+		}
+		if shape, _ := isVIPPort(&p); !shape {
 			continue
 		}
 		if live.LoadBalancers[lbID] || live.Ports[p.ID] {
@@ -176,7 +179,7 @@ func (s *Sweeper) Round(ctx context.Context, now time.Time) (int, error) {
 
 func (s *Sweeper) round(ctx context.Context, now time.Time) (int, error) {
 	lctx, cancel := context.WithTimeout(ctx, callTimeout)
-	pages, err := ports.List(s.a.net, ports.ListOpts{DeviceOwner: DeviceOwner, Tags: s.a.mark}).AllPages(lctx)
+	pages, err := ports.List(s.a.net, ports.ListOpts{Tags: s.a.mark}).AllPages(lctx)
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("list VIP ports: %w", err)

@@ -49,6 +49,9 @@ func TestOrphans(t *testing.T) {
 		{"not a load balancer's device_id", port("p1", "compute-1", []string{mark}, old), false},
 		{"empty load balancer id", port("p1", "lb-", []string{mark}, old), false},
 		{"another device_owner", ports.Port{ID: "p1", DeviceID: "lb-gone", DeviceOwner: "compute:nova", Tags: []string{mark}, CreatedAt: old}, false},
+		{"ours as ovn-octavia-provider names it", ports.Port{ID: "p1", Name: OVNPortPrefix + "gone", DeviceID: "lb-gone", Tags: []string{mark}, CreatedAt: old}, true},
+		{"no device_owner and another name", ports.Port{ID: "p1", Name: "gone", DeviceID: "lb-gone", Tags: []string{mark}, CreatedAt: old}, false},
+		{"ovn-octavia-provider's own (no mark)", ports.Port{ID: "p1", Name: OVNPortPrefix + "gone", DeviceID: "lb-gone", CreatedAt: old}, false},
 	} {
 		got := Orphans([]ports.Port{tc.p}, live, mark, now, grace)
 		if (len(got) == 1) != tc.orphan {
@@ -164,8 +167,9 @@ func TestSweepRound(t *testing.T) {
 		t.Fatalf("deleted %v, want the two orphan ports and the orphan group", f.deletes)
 	}
 	q, _ := url.ParseQuery(f.lists[len(f.lists)-1])
-	if q.Get("device_owner") != DeviceOwner || q.Get("tags") != a.Mark() {
-		t.Errorf("list query %v: want device_owner and the mark filtered by Neutron", q)
+	// Not by device_owner: the ports of both styles are listed.
+	if q.Get("tags") != a.Mark() || q.Has("device_owner") {
+		t.Errorf("list query %v: want the mark filtered by Neutron, and no device_owner", q)
 	}
 	if got := testutil.ToFloat64(sw.deleted); got != 3 {
 		t.Errorf("deleted counter %v, want 3", got)
