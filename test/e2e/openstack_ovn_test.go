@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,11 @@ import (
 // with `--dataplane ovn` beside ovn-northd writes flowlb's load
 // balancers into OVN's northbound database, and a VM that runs no flowlb
 // agent (its own namespace on chassis 2) reaches the VIP through OVN
-// alone: answers from both members (VMs on chassis 1 and 2). The server
+// alone: answers from both members (VMs on chassis 1 and 2). VMs on
+// both chassis see each way of choosing a member the row can express:
+// SOURCE_IP and SOURCE_IP persistence keep a VM on one member,
+// SOURCE_IP_PORT spreads its connections, weights 3 and 1 are three
+// entries and one. The server
 // makes the VIP port as ovn-octavia-provider does (--neutron-vip-ports
 // ovn), so that Neutron writes no switch-port addresses for it. A
 // floating IP Neutron puts on the VIP port joins the row and reaches
@@ -35,9 +40,10 @@ const (
 )
 
 func TestRealOVNDataPlane(t *testing.T) {
-	var client *openstack.VM
+	var client, client1 *openstack.VM
 	c, cloud, _, members := newRealNeutronClusterWith(t, func(cloud *openstack.Cloud) {
 		client = cloud.VM("cl", 2, openstack.VMOptions{})
+		client1 = cloud.VM("cl1", 1, openstack.VMOptions{})
 	}, "--neutron-vip-ports", "ovn")
 	nb := "unix:" + filepath.Join(cloud.Dir, "ovn", "nb.sock")
 	nbctl := func(args ...string) (string, error) {
@@ -69,18 +75,36 @@ func TestRealOVNDataPlane(t *testing.T) {
 		}
 	}()
 
-	var pool []any
 	listeners := map[string]net.Listener{}
+	pool := func(weights ...int) []any {
+		var out []any
+		for i, m := range members {
+			out = append(out, map[string]any{"address": m.Addr.String(), "protocol_port": 8080, "weight": weights[i]})
+		}
+		return out
+	}
 	for _, m := range members {
 		listeners[m.Name] = openstack.Answer(t, m.NS, ":8080", m.Name)
-		pool = append(pool, map[string]any{"address": m.Addr.String(), "protocol_port": 8080})
 	}
+	// Port 80 for the member's death, removal and the repair; the
+	// others for each way of choosing a member OVN is given.
+	listener := func(port int, name, algorithm string, persistence map[string]any, weights ...int) map[string]any {
+		p := map[string]any{"name": name, "protocol": "TCP", "lb_algorithm": algorithm, "members": pool(weights...)}
+		if persistence != nil {
+			p["session_persistence"] = persistence
+		}
+		return map[string]any{"protocol": "TCP", "protocol_port": port, "default_pool": p}
+	}
+	main := listener(80, "p", "ROUND_ROBIN", nil, 1, 1)
+	main["default_pool"].(map[string]any)["healthmonitor"] = map[string]any{"type": "TCP", "delay": monitorDelay, "timeout": 1, "max_retries": monitorRetries}
 	start := time.Now()
 	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
 		"name": "through-ovn", "vip_subnet_id": cloud.Tenant.SubnetID,
-		"listeners": []any{map[string]any{"protocol": "TCP", "protocol_port": 80, "default_pool": map[string]any{
-			"name": "p", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "members": pool,
-			"healthmonitor": map[string]any{"type": "TCP", "delay": monitorDelay, "timeout": 1, "max_retries": monitorRetries}}}},
+		"listeners": []any{main,
+			listener(81, "src", "SOURCE_IP", nil, 1, 1),
+			listener(82, "srcport", "SOURCE_IP_PORT", nil, 1, 1),
+			listener(83, "sticky", "ROUND_ROBIN", map[string]any{"type": "SOURCE_IP"}, 1, 1),
+			listener(84, "weighted", "ROUND_ROBIN", nil, 3, 1)},
 	}})
 	if code != 201 {
 		t.Fatalf("create: %d %v", code, body)
@@ -143,6 +167,54 @@ func TestRealOVNDataPlane(t *testing.T) {
 		return len(seen) == 2, fmt.Sprint(seen, err)
 	})
 	t.Logf("agent-less VM on chassis 2 -> VIP: %v", seen)
+
+	// Every way of choosing a member, from VMs on both chassis.
+	for _, vm := range []*openstack.VM{client, client1} {
+		spread := func(port string, n int) map[string]int {
+			by := map[string]int{}
+			for range n {
+				got, err := askIn(vm.NS, net.JoinHostPort(vip, port))
+				if err != nil {
+					t.Fatalf("%s -> VIP port %s: %v", vm.Name, port, err)
+				}
+				by[got]++
+			}
+			return by
+		}
+		// The source address alone chooses (the algorithm, or the
+		// persistence): one member for every connection of a VM.
+		for _, port := range []string{"81", "83"} {
+			if by := spread(port, 12); len(by) != 1 {
+				t.Errorf("%s -> VIP port %s (by source address): %v, want one member", vm.Name, port, by)
+			}
+		}
+		// The source port too: both members from one VM (each missed
+		// by all of 24 connections 1 time in 8 million).
+		if by := spread("82", 24); len(by) != 2 {
+			t.Errorf("%s -> VIP port 82 (by source address and port): %v, want both members", vm.Name, by)
+		}
+		// Weights 3 and 1: m1 three times in the backend list. 40
+		// connections: m1 at most as often as m2 1 time in 10,000.
+		by := spread("84", 40)
+		if by[members[0].Name] <= by[members[1].Name] || by[members[1].Name] == 0 {
+			t.Errorf("%s -> VIP port 84 (weights 3 and 1): %v", vm.Name, by)
+		}
+		t.Logf("%s (chassis %d) -> weighted VIP port 84: %v", vm.Name, vm.Node, by)
+	}
+	out, err := nbctl("--bare", "--columns=vips", "find", "load_balancer", "name="+row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var weighted []string
+	for _, f := range strings.Fields(out) {
+		if backends, ok := strings.CutPrefix(f, vip+":84="); ok {
+			weighted = strings.Split(backends, ",")
+		}
+	}
+	m1, m2 := members[0].Addr.String()+":8080", members[1].Addr.String()+":8080"
+	if len(weighted) != 4 || slicesCount(weighted, m1) != 3 || slicesCount(weighted, m2) != 1 {
+		t.Errorf("the weighted VIP's backends in the row: %v (vips %q), want %s three times and %s once", weighted, out, m1, m2)
+	}
 
 	// A floating IP on the VIP port: Neutron records it on the port's
 	// switch port, and the agent adds it to the row with the VIP's
@@ -213,7 +285,11 @@ func TestRealOVNDataPlane(t *testing.T) {
 	})
 
 	// A member removed: no more answers from it.
-	poolID := lb["pools"].([]any)[0].(map[string]any)["id"].(string)
+	code, pbody := c.call("GET", "/v2/lbaas/pools?name=p&loadbalancer_id="+id, nil)
+	if code != 200 || len(pbody["pools"].([]any)) != 1 {
+		t.Fatalf("pool p: %d %v", code, pbody)
+	}
+	poolID := pbody["pools"].([]any)[0].(map[string]any)["id"].(string)
 	code, mbody := c.call("GET", "/v2/lbaas/pools/"+poolID+"/members", nil)
 	if code != 200 {
 		t.Fatalf("members: %d %v", code, mbody)
@@ -231,11 +307,14 @@ func TestRealOVNDataPlane(t *testing.T) {
 		t.Fatalf("member delete: %d %v", code, body)
 	}
 	waitActiveLong(c, id)
-	// A backend follows "=" or ",": one address may be the start of
-	// another's (198.18.225.2 of the VIP 198.18.225.228).
-	if out, _ := nbctl("--bare", "--columns=vips", "find", "load_balancer", "name="+row); strings.Contains(out, "="+members[1].Addr.String()+":") ||
-		strings.Contains(out, ","+members[1].Addr.String()+":") {
-		t.Fatalf("row still names the removed member at ACTIVE: %s", out)
+	// Port 80's entries, the VIP's and the floating IP's (the other
+	// listeners' pools keep the member).
+	out, _ = nbctl("--bare", "--columns=vips", "find", "load_balancer", "name="+row)
+	for _, f := range strings.Fields(out) {
+		vipPort, backends, _ := strings.Cut(f, "=")
+		if strings.HasSuffix(vipPort, ":80") && slices.Contains(strings.Split(backends, ","), m2) {
+			t.Fatalf("row still names the removed member at ACTIVE: %s", out)
+		}
 	}
 	after := map[string]int{}
 	for range 20 {
@@ -281,4 +360,15 @@ func TestRealOVNDataPlane(t *testing.T) {
 		got, err := askIn(client.NS, addr)
 		return err != nil, fmt.Sprint(got)
 	})
+}
+
+// slicesCount is how many elements of s equal v.
+func slicesCount(s []string, v string) int {
+	n := 0
+	for _, e := range s {
+		if e == v {
+			n++
+		}
+	}
+	return n
 }
