@@ -168,6 +168,7 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	}
 	s.Replica = o.ReplicaID
 	provider := flow.New(nil)
+	provider.OVN = o.NeutronVIPPorts == string(neutronapi.PortsOVN)
 	vips, err := vipAllocator(ctx, st, o, log)
 	if err != nil {
 		return nil, err

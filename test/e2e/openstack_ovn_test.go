@@ -138,6 +138,14 @@ func TestRealOVNDataPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// What OVN's rows cannot enforce is refused, not served to the
+	// nodes alone: the VMs would get past it.
+	code, body = c.call("POST", "/v2/lbaas/listeners", map[string]any{"listener": map[string]any{
+		"loadbalancer_id": id, "protocol": "TCP", "protocol_port": 85, "allowed_cidrs": []string{"198.18.0.0/16"}}})
+	if code != 501 || !strings.Contains(fmt.Sprint(body), "OVN data plane") {
+		t.Errorf("a listener with allowed_cidrs: %d %v, want 501 naming the OVN data plane", code, body)
+	}
+
 	// Neutron wrote no addresses for the VIP port's switch port: the
 	// router that holds the load balancer answers ARP for the VIP, not
 	// a port nothing is bound to.

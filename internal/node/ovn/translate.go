@@ -18,12 +18,6 @@ const (
 	ProtocolKey     = "flowlb:protocol"
 )
 
-// MaxReplicas bounds the backend entries a VIP's weights may need: OVN
-// has no weights, so a backend of weight w (divided by the weights'
-// greatest common divisor) is written w times, and a VIP that needs more
-// entries than this is refused.
-const MaxReplicas = 64
-
 // Row is one Load_Balancer row as flowlb wants it.
 type Row struct {
 	Name           string
@@ -131,16 +125,13 @@ func selection(s flows.Service) ([]string, string) {
 // backendList is a VIP's backends as OVN writes them, each repeated by
 // its weight over the weights' greatest common divisor, in address order.
 func backendList(bs []flows.Backend) (string, error) {
-	g := 0
-	for _, b := range bs {
-		g = gcd(g, max(b.Weight, 1))
+	weights := make([]int, len(bs))
+	for i, b := range bs {
+		weights[i] = b.Weight
 	}
-	total := 0
-	for _, b := range bs {
-		total += max(b.Weight, 1) / g
-	}
-	if total > MaxReplicas {
-		return "", fmt.Errorf("the weights need %d backend entries, more than %d (OVN has no weights)", total, MaxReplicas)
+	g, total := flows.WeightDivisor(weights), flows.WeightEntries(weights)
+	if total > flows.MaxWeightEntries {
+		return "", fmt.Errorf("the weights need %d backend entries, more than %d (OVN has no weights)", total, flows.MaxWeightEntries)
 	}
 	sorted := slices.Clone(bs)
 	slices.SortFunc(sorted, func(a, b flows.Backend) int {
@@ -156,13 +147,6 @@ func backendList(bs []flows.Backend) (string, error) {
 		}
 	}
 	return strings.Join(out, ","), nil
-}
-
-func gcd(a, b int) int {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
 }
 
 // hostPort is addr:port, with an IPv6 address in brackets.

@@ -44,3 +44,33 @@ func parse[T ~string](supported []T, name string) (T, bool) {
 	}
 	return "", false
 }
+
+// MaxWeightEntries bounds the entries a data plane without weights may
+// write for one VIP's backends (OVN's: a backend of weight w, divided by
+// the weights' greatest common divisor, is written w times).
+const MaxWeightEntries = 64
+
+// WeightDivisor is the greatest common divisor of the weights, each 0
+// counted as 1.
+func WeightDivisor(weights []int) int {
+	g := 0
+	for _, w := range weights {
+		for b := max(w, 1); b != 0; {
+			g, b = b, g%b
+		}
+	}
+	return g
+}
+
+// WeightEntries is how many backend entries the weights need written as
+// repetitions: the sum of each weight (0 counted as 1) over
+// WeightDivisor. For any subset of the weights it is at most the whole
+// set's, since the subset's divisor is a multiple of the set's.
+func WeightEntries(weights []int) int {
+	g := WeightDivisor(weights)
+	n := 0
+	for _, w := range weights {
+		n += max(w, 1) / g
+	}
+	return n
+}

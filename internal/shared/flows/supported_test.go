@@ -49,3 +49,23 @@ func wrap[T ~string](parse func(string) (T, bool)) func(string) (string, bool) {
 		return string(v), ok
 	}
 }
+
+func TestWeightEntries(t *testing.T) {
+	for _, tc := range []struct {
+		weights          []int
+		divisor, entries int
+	}{
+		{[]int{1, 1}, 1, 2},
+		{[]int{3, 1}, 1, 4},
+		{[]int{2, 4, 6}, 2, 6},
+		{[]int{0, 5}, 1, 6}, // 0 counts as 1
+		{[]int{10, 10, 10}, 10, 3},
+		{[]int{1, 100}, 1, 101},
+		{[]int{256}, 256, 1},
+		{nil, 0, 0},
+	} {
+		if d, n := WeightDivisor(tc.weights), WeightEntries(tc.weights); d != tc.divisor || n != tc.entries {
+			t.Errorf("%v: divisor %d, entries %d; want %d, %d", tc.weights, d, n, tc.divisor, tc.entries)
+		}
+	}
+}

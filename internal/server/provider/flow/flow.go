@@ -6,6 +6,9 @@
 package flow
 
 import (
+	"net/netip"
+	"slices"
+
 	"github.com/flowlb/flowlb/internal/server/lbaas"
 	"github.com/flowlb/flowlb/internal/shared/flows"
 )
@@ -30,6 +33,11 @@ func (Immediate) Realize(_ string, _ int64, done func(error)) { go done(nil) }
 // Provider is the flow provider.
 type Provider struct {
 	Realizer Realizer
+	// OVN: the cloud's VMs reach the VIPs through OVN's load balancers
+	// (agent --dataplane ovn, the server's --neutron-vip-ports ovn), so
+	// what those cannot enforce or express is refused rather than
+	// served to the nodes alone.
+	OVN bool
 }
 
 // New returns the flow provider realizing changes through r.
@@ -83,6 +91,11 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 	if len(t.L7Policies) > 0 {
 		return refuse("L7 policies are not supported.")
 	}
+	if p.OVN {
+		if err := checkOVN(t); err != nil {
+			return err
+		}
+	}
 	for _, pool := range t.Pools {
 		if !l4(pool.Protocol) {
 			return refuse("%s protocol pools are not supported; use TCP, UDP or SCTP.", pool.Protocol)
@@ -108,6 +121,44 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 		}
 	}
 	return nil
+}
+
+// checkOVN refuses what OVN's Load_Balancer rows cannot hold: a source
+// restriction or a connection limit (a VM would get past them), and
+// weights that need more than flows.MaxWeightEntries repetitions.
+func checkOVN(t *lbaas.Tree) error {
+	for _, l := range t.Listeners {
+		if len(l.AllowedCIDRs) > 0 && !slices.ContainsFunc(l.AllowedCIDRs, everySource) {
+			return refuse("allowed_cidrs are not supported with the OVN data plane: OVN's load balancers cannot enforce them for the cloud's VMs.")
+		}
+		if l.ConnectionLimit >= 0 {
+			return refuse("connection_limit is not supported with the OVN data plane: OVN's load balancers have no limit.")
+		}
+	}
+	for _, pool := range t.Pools {
+		var primaries, backups []int
+		for _, m := range t.PoolMembers(pool.ID) {
+			switch {
+			case m.Weight == 0:
+			case m.Backup:
+				backups = append(backups, m.Weight)
+			default:
+				primaries = append(primaries, m.Weight)
+			}
+		}
+		for _, ws := range [][]int{primaries, backups} {
+			if n := flows.WeightEntries(ws); n > flows.MaxWeightEntries {
+				return refuse("pool %s's member weights need %d backend entries with the OVN data plane, which has no weights and writes at most %d; use weights with a larger common divisor.", pool.ID, n, flows.MaxWeightEntries)
+			}
+		}
+	}
+	return nil
+}
+
+// everySource is an allowed CIDR that admits every source of its family.
+func everySource(cidr string) bool {
+	p, err := netip.ParsePrefix(cidr)
+	return err == nil && p.Bits() == 0
 }
 
 func (p *Provider) FlavorCapabilities() []lbaas.Capability { return nil }

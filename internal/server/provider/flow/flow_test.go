@@ -97,3 +97,62 @@ func TestProfilesTakeNoOptions(t *testing.T) {
 		t.Error("AZ data with an option accepted")
 	}
 }
+
+// TestCheckOVN: with the OVN data plane, what OVN's rows cannot enforce
+// or express is refused; the rest is as without it.
+func TestCheckOVN(t *testing.T) {
+	members := func(weights ...int) func(t *lbaas.Tree) {
+		return func(t *lbaas.Tree) {
+			for i, w := range weights {
+				t.Members = append(t.Members, &lbaas.Member{Base: lbaas.Base{ID: string(rune('a' + i))}, PoolID: "pool", Address: "198.18.1.2", Weight: w})
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		edit   func(t *lbaas.Tree)
+		refuse string
+	}{
+		{"plain TCP", nil, ""},
+		{"allowed CIDRs from anywhere", func(t *lbaas.Tree) { t.Listeners[0].AllowedCIDRs = []string{"0.0.0.0/0", "::/0"} }, ""},
+		{"allowed CIDRs", func(t *lbaas.Tree) { t.Listeners[0].AllowedCIDRs = []string{"198.18.0.0/16"} }, "allowed_cidrs are not supported with the OVN data plane"},
+		{"a connection limit", func(t *lbaas.Tree) { t.Listeners[0].ConnectionLimit = 100 }, "connection_limit is not supported with the OVN data plane"},
+		{"a limit of 0", func(t *lbaas.Tree) { t.Listeners[0].ConnectionLimit = 0 }, "connection_limit"},
+		{"weights 3 and 1", members(3, 1), ""},
+		{"weights 1 and 63: 64 entries", members(1, 63), ""},
+		{"weights 1 and 64: 65 entries", members(1, 64), "need 65 backend entries"},
+		{"weights 100 and 200: 3 entries", members(100, 200), ""},
+		{"a drained member's weight counts not", members(0, 100, 200), ""},
+		{"backups apart from primaries", func(t *lbaas.Tree) {
+			members(1, 40)(t)
+			members(1, 40)(t)
+			t.Members[2].Backup, t.Members[3].Backup = true, true
+		}, ""},
+		{"HTTP listener, as without OVN", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "HTTP" }, "HTTP protocol listeners"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New(Immediate{})
+			p.OVN = true
+			tr := tree(func(t *lbaas.Tree) {
+				t.Listeners[0].ConnectionLimit = -1
+				if tc.edit != nil {
+					tc.edit(t)
+				}
+			})
+			err := p.Check(tr)
+			if tc.refuse == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if err := New(Immediate{}).Check(tr); err != nil {
+					t.Fatalf("refused without OVN: %v", err)
+				}
+				return
+			}
+			var refused *lbaas.Error
+			if !errors.As(err, &refused) || !errors.Is(err, lbaas.ErrUnsupported) || !strings.Contains(refused.Detail, tc.refuse) {
+				t.Fatalf("got %v, want the provider's refusal saying %q", err, tc.refuse)
+			}
+		})
+	}
+}
