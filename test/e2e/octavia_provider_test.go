@@ -29,7 +29,14 @@ import (
 // test reads flowlb as the bed's admin.
 func newRealOctaviaCluster(t *testing.T) (*cluster, *openstack.Cloud, []*openstack.VM, []*openstack.VM, *openstack.Octavia) {
 	t.Helper()
-	c, cloud, nodes, members := newRealNeutronCluster(t, "--auth", "keystone")
+	return newRealOctaviaClusterWith(t, nil)
+}
+
+// newRealOctaviaClusterWith is newRealOctaviaCluster with more of the
+// cloud made before the server starts, and more server arguments.
+func newRealOctaviaClusterWith(t *testing.T, more func(*openstack.Cloud), extraArgs ...string) (*cluster, *openstack.Cloud, []*openstack.VM, []*openstack.VM, *openstack.Octavia) {
+	t.Helper()
+	c, cloud, nodes, members := newRealNeutronClusterWith(t, more, append([]string{"--auth", "keystone"}, extraArgs...)...)
 	src, err := filepath.Abs("../../deploy/octavia-provider")
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -11,9 +12,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
+
 	"github.com/flowlb/flowlb/internal/lab"
 	"github.com/flowlb/flowlb/internal/lab/openstack"
 	"github.com/flowlb/flowlb/internal/shared/testutil"
+)
+
+// The pool's health monitor in TestRealOVNDataPlane.
+const (
+	monitorDelay   = 2 // seconds
+	monitorRetries = 2
 )
 
 // TestRealOVNDataPlane: on the real OpenStack bed (ML2/OVN), an agent
@@ -33,47 +44,13 @@ import (
 // monitors find it down; a member removed gets no more connections; a
 // foreign `ovn-nbctl lb-del` is undone by the agent; the load balancer's
 // delete removes the row.
-// The pool's health monitor in TestRealOVNDataPlane.
-const (
-	monitorDelay   = 2 // seconds
-	monitorRetries = 2
-)
-
 func TestRealOVNDataPlane(t *testing.T) {
 	var client, client1 *openstack.VM
 	c, cloud, _, members := newRealNeutronClusterWith(t, func(cloud *openstack.Cloud) {
 		client = cloud.VM("cl", 2, openstack.VMOptions{})
 		client1 = cloud.VM("cl1", 1, openstack.VMOptions{})
 	}, "--neutron-vip-ports", "ovn")
-	nb := "unix:" + filepath.Join(cloud.Dir, "ovn", "nb.sock")
-	nbctl := func(args ...string) (string, error) {
-		out, err := exec.Command("ovn-nbctl", append([]string{"--db=" + nb, "--timeout=10"}, args...)...).CombinedOutput()
-		return strings.TrimSpace(string(out)), err
-	}
-
-	// The OVN agent, in the fabric beside ovn-northd.
-	if _, err := c.lab.Fabric().Start("ovn-agent", []string{flowlb(t), "agent", "--server", c.agentServers, "--token-file", c.token,
-		"--ca-file", c.caFile, "--identity-dir", filepath.Join(t.TempDir(), "identity"), "--node", "ovn",
-		"--dataplane", "ovn", "--ovn-nb", nb, "--metrics-listen", ""}); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 30*time.Second, "the OVN agent's hello, without probes", func() (bool, string) {
-		var logs strings.Builder
-		for _, p := range c.serverLogs() {
-			b, _ := os.ReadFile(p)
-			logs.Write(b)
-		}
-		return strings.Contains(logs.String(), `msg="agent connected" node=ovn `) &&
-			strings.Contains(logs.String(), "no_probes=true"), "not yet"
-	})
-	defer func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(c.lab.LogPath(lab.HostFabric, "ovn-agent"))
-			t.Logf("--- ovn agent\n%s", tail(string(b), 40))
-			out, _ := nbctl("lb-list")
-			t.Logf("--- lb-list\n%s", out)
-		}
-	}()
+	nbctl := startOVNAgent(t, c, cloud)
 
 	listeners := map[string]net.Listener{}
 	pool := func(weights ...int) []any {
@@ -370,6 +347,42 @@ func TestRealOVNDataPlane(t *testing.T) {
 	})
 }
 
+// startOVNAgent starts `flowlb agent --dataplane ovn` in the fabric beside
+// ovn-northd, waits for its hello without probes, and returns an
+// ovn-nbctl on the bed's northbound database. On failure the agent's log
+// and the load balancers are shown.
+func startOVNAgent(t *testing.T, c *cluster, cloud *openstack.Cloud) func(args ...string) (string, error) {
+	t.Helper()
+	nb := "unix:" + filepath.Join(cloud.Dir, "ovn", "nb.sock")
+	nbctl := func(args ...string) (string, error) {
+		out, err := exec.Command("ovn-nbctl", append([]string{"--db=" + nb, "--timeout=10"}, args...)...).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if _, err := c.lab.Fabric().Start("ovn-agent", []string{flowlb(t), "agent", "--server", c.agentServers, "--token-file", c.token,
+		"--ca-file", c.caFile, "--identity-dir", filepath.Join(t.TempDir(), "identity"), "--node", "ovn",
+		"--dataplane", "ovn", "--ovn-nb", nb, "--metrics-listen", ""}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(c.lab.LogPath(lab.HostFabric, "ovn-agent"))
+			t.Logf("--- ovn agent\n%s", tail(string(b), 40))
+			out, _ := nbctl("lb-list")
+			t.Logf("--- lb-list\n%s", out)
+		}
+	})
+	testutil.Eventually(t, 30*time.Second, "the OVN agent's hello, without probes", func() (bool, string) {
+		var logs strings.Builder
+		for _, p := range c.serverLogs() {
+			b, _ := os.ReadFile(p)
+			logs.Write(b)
+		}
+		return strings.Contains(logs.String(), `msg="agent connected" node=ovn `) &&
+			strings.Contains(logs.String(), "no_probes=true"), "not yet"
+	})
+	return nbctl
+}
+
 // slicesCount is how many elements of s equal v.
 func slicesCount(s []string, v string) int {
 	n := 0
@@ -379,4 +392,71 @@ func slicesCount(s []string, v string) int {
 		}
 	}
 	return n
+}
+
+// TestRealOctaviaOVNDataPlane: the OVN data plane through the real
+// Octavia with provider flowlb. Octavia asks the provider for the VIP
+// port (create_vip_port), and flowlb with --neutron-vip-ports ovn makes
+// it as ovn-octavia-provider does (ovn-lb-vip-<id>, no device_owner,
+// no switch-port addresses), not Octavia's network driver; a VM that
+// runs no agent reaches both members through OVN; the delete through
+// Octavia deletes the port (flowlb's, not Octavia's to delete) and the
+// row.
+func TestRealOctaviaOVNDataPlane(t *testing.T) {
+	var client *openstack.VM
+	c, cloud, _, members, oct := newRealOctaviaClusterWith(t, func(cloud *openstack.Cloud) {
+		client = cloud.VM("cl", 2, openstack.VMOptions{})
+	}, "--neutron-vip-ports", "ovn")
+	nbctl := startOVNAgent(t, c, cloud)
+	lbc := oct.LoadBalancer
+	ctx := context.Background()
+	var pool []pools.CreateMemberOpts
+	for _, m := range members {
+		openstack.Answer(t, m.NS, ":8080", m.Name)
+		pool = append(pool, pools.CreateMemberOpts{Address: m.Addr.String(), ProtocolPort: 8080})
+	}
+	start := time.Now()
+	lb, err := loadbalancers.Create(ctx, lbc, loadbalancers.CreateOpts{Name: "ovn-via-octavia", VipSubnetID: cloud.Tenant.SubnetID,
+		Provider: "flowlb", Listeners: []listeners.CreateOpts{{Protocol: listeners.ProtocolTCP, ProtocolPort: 80,
+			DefaultPool: &pools.CreateOpts{Name: "p", Protocol: pools.ProtocolTCP, LBMethod: pools.LBMethodRoundRobin, Members: pool}}}}).Extract()
+	if err != nil {
+		t.Fatalf("create through Octavia: %v", err)
+	}
+	waitOctaviaActive(t, lbc, lb.ID, 4)
+	t.Logf("ACTIVE in Octavia %v after the create", time.Since(start).Round(time.Millisecond))
+
+	var port struct {
+		Port struct {
+			Name        string `json:"name"`
+			DeviceOwner string `json:"device_owner"`
+			DeviceID    string `json:"device_id"`
+		} `json:"port"`
+	}
+	if err := cloud.Call("GET", "/ports/"+lb.VipPortID, nil, &port); err != nil ||
+		port.Port.Name != "ovn-lb-vip-"+lb.ID || port.Port.DeviceOwner != "" || port.Port.DeviceID != "lb-"+lb.ID {
+		t.Fatalf("VIP port %s in Neutron: %+v %v, want flowlb's ovn-lb-vip-%s", lb.VipPortID, port.Port, err, lb.ID)
+	}
+	if out, err := nbctl("lsp-get-addresses", lb.VipPortID); err != nil || out != "" {
+		t.Fatalf("the VIP port's switch-port addresses: %q, %v; want none", out, err)
+	}
+	addr := net.JoinHostPort(lb.VipAddress, "80")
+	seen := map[string]int{}
+	testutil.Eventually(t, 90*time.Second, "the agent-less VM -> VIP reaches both members", func() (bool, string) {
+		got, err := askIn(client.NS, addr)
+		if err == nil {
+			seen[got]++
+		}
+		return len(seen) == 2, fmt.Sprint(seen, err)
+	})
+	t.Logf("agent-less VM on chassis 2 -> VIP: %v, %v after the create", seen, time.Since(start).Round(time.Millisecond))
+
+	row := "flowlb-" + lb.ID + "-tcp"
+	if err := loadbalancers.Delete(ctx, lbc, lb.ID, loadbalancers.DeleteOpts{Cascade: true}).ExtractErr(); err != nil {
+		t.Fatalf("cascade delete through Octavia: %v", err)
+	}
+	testutil.Eventually(t, 2*time.Minute, "the VIP port and the row gone with the load balancer", func() (bool, string) {
+		perr := cloud.Call("GET", "/ports/"+lb.VipPortID, nil, nil)
+		out, err := nbctl("--bare", "--columns=name", "find", "load_balancer", "name="+row)
+		return perr != nil && strings.Contains(perr.Error(), "404") && err == nil && out == "", fmt.Sprintf("port: %v; row: %q %v", perr, out, err)
+	})
 }

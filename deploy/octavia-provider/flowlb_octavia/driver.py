@@ -108,15 +108,20 @@ def _call(method, path, body=None, missing_ok=False):
     except flowlb_client.FlowlbError as e:
         if missing_ok and e.code == 404:
             return None
-        msg = 'flowlb: %s' % _UNSUPPORTED_PREFIX.sub('', e.message)
-        if e.code in (400, 501):
-            raise translate.unsupported(msg)
-        raise exceptions.DriverError(user_fault_string=msg,
-                                     operator_fault_string=str(e))
+        raise _refusal(e)
     except requests.RequestException as e:
         msg = 'flowlb server unreachable: %s' % e
         raise exceptions.DriverError(user_fault_string=msg,
                                      operator_fault_string=msg)
+
+
+def _refusal(e):
+    """flowlb's refusal e as octavia-lib's exception."""
+    msg = 'flowlb: %s' % _UNSUPPORTED_PREFIX.sub('', e.message)
+    if e.code in (400, 501):
+        return translate.unsupported(msg)
+    return exceptions.DriverError(user_fault_string=msg,
+                                  operator_fault_string=str(e))
 
 
 def _lb_of_pool(pool_id):
@@ -326,14 +331,34 @@ class FlowlbProviderDriver(provider_base.ProviderDriver):
         super().__init__()
         self.name = 'flowlb'
 
-    # The VIP port: Octavia's network driver makes it (octavia_owned, so
-    # that Octavia's status update deletes it when the load balancer is
-    # reported DELETED); flowlb takes it as the create's vip_port_id.
+    # The VIP port: flowlb makes it when its VIPs must be made its own
+    # way (flowlb server --neutron-vip-ports ovn: ports that OVN's load
+    # balancers can serve), and deletes it with the load balancer;
+    # otherwise (flowlb's 501) Octavia's network driver makes it
+    # (octavia_owned, deleted by Octavia's status update when the load
+    # balancer is reported DELETED). Either way flowlb takes it as the
+    # create's vip_port_id. A port the user gave is the user's.
     def create_vip_port(self, loadbalancer_id, project_id, vip_dictionary,
                         additional_vip_dicts=None):
-        raise exceptions.NotImplementedError(
-            user_fault_string='flowlb uses the VIP port Octavia makes',
-            operator_fault_string='flowlb uses the VIP port Octavia makes')
+        msg = 'flowlb uses the VIP port Octavia makes'
+        if vip_dictionary.get('vip_port_id'):
+            raise exceptions.NotImplementedError(
+                user_fault_string=msg, operator_fault_string=msg)
+        body = translate.vip_ports_request(loadbalancer_id, project_id,
+                                           vip_dictionary,
+                                           additional_vip_dicts)
+        try:
+            got = _flowlb().call('POST', '/flowlb/vip_ports', body)
+        except flowlb_client.FlowlbError as e:
+            if e.code == 501:
+                raise exceptions.NotImplementedError(
+                    user_fault_string=msg, operator_fault_string=msg)
+            raise _refusal(e)
+        except requests.RequestException as e:
+            msg = 'flowlb server unreachable: %s' % e
+            raise exceptions.DriverError(user_fault_string=msg,
+                                         operator_fault_string=msg)
+        return translate.vip_ports_answer(got)
 
     # Load balancer
     def loadbalancer_create(self, loadbalancer):

@@ -250,3 +250,29 @@ def _list(v):
 
 def _id(kind, obj):
     return _get(obj, ID_KEYS[kind])
+
+
+def vip_ports_request(lb_id, project_id, vip, additional):
+    """The body of flowlb's POST /v2/flowlb/vip_ports from what
+    create_vip_port is given (octavia-lib's VIP dictionary and additional
+    VIP dictionaries)."""
+    body = {'loadbalancer_id': lb_id, 'project_id': project_id}
+    for k in ('vip_subnet_id', 'vip_network_id', 'vip_address'):
+        if vip.get(k):
+            body[k] = vip[k]
+    body['additional_vips'] = [
+        {k: av[k] for k in ('subnet_id', 'ip_address') if av.get(k)}
+        for av in additional or ()]
+    return body
+
+
+def vip_ports_answer(got):
+    """flowlb's answer as create_vip_port returns it: the VIP dictionary
+    (not Octavia's to delete) and the additional VIPs."""
+    vip = {k: got[k] for k in ('vip_port_id', 'vip_address',
+                               'vip_subnet_id', 'vip_network_id')}
+    vip['octavia_owned'] = False
+    additional = [{k: av[k] for k in ('subnet_id', 'ip_address', 'port_id',
+                                      'network_id')}
+                  for av in got.get('additional_vips') or ()]
+    return vip, additional

@@ -243,11 +243,14 @@ class FakeFlowlb:
         self.pools = list(pools)
         self.fail = fail
         self.calls = []
+        self.answers = {}
 
     def call(self, method, path, body=None):
         self.calls.append((method, path, body))
         if self.fail and method != 'GET':
             raise client.FlowlbError(*self.fail)
+        if (method, path) in self.answers:
+            return self.answers[(method, path)]
         if path == '/loadbalancers/%s/status' % LB:
             t = self.trees[0] if len(self.trees) == 1 else self.trees.pop(0)
             if t is None:
@@ -537,8 +540,49 @@ class DriverTest(unittest.TestCase):
         d = driver.FlowlbProviderDriver()
         with self.assertRaises(exceptions.NotImplementedError):
             d.loadbalancer_failover(LB)
+
+    def test_vip_port_octavias_unless_flowlb_makes_it(self):
+        d = driver.FlowlbProviderDriver()
+        # flowlb's 501: Octavia's network driver makes the port.
+        fake = FakeFlowlb([], fail=(501, 'flowlb uses the VIP port'))
+        self.use(fake)
         with self.assertRaises(exceptions.NotImplementedError):
-            d.create_vip_port(LB, 'p1', {})
+            d.create_vip_port(LB, 'p1', {'vip_subnet_id': 's1'})
+        self.assertEqual('/flowlb/vip_ports', fake.calls[0][1])
+        # A port the user gave: Octavia's to take, flowlb not asked.
+        fake = FakeFlowlb([])
+        self.use(fake)
+        with self.assertRaises(exceptions.NotImplementedError):
+            d.create_vip_port(LB, 'p1', {'vip_port_id': 'user-port'})
+        self.assertEqual([], fake.calls)
+        # Another refusal is the caller's, in flowlb's words.
+        self.use(FakeFlowlb([], fail=(400, 'Subnet s9 not found.')))
+        with self.assertRaises(exceptions.UnsupportedOptionError):
+            d.create_vip_port(LB, 'p1', {'vip_subnet_id': 's9'})
+
+    def test_vip_port_made_by_flowlb(self):
+        d = driver.FlowlbProviderDriver()
+        fake = FakeFlowlb([])
+        fake.answers[('POST', '/flowlb/vip_ports')] = {
+            'vip_port_id': 'port-1', 'vip_address': '198.18.225.9',
+            'vip_subnet_id': 's1', 'vip_network_id': 'n1',
+            'additional_vips': [{'subnet_id': 's2', 'ip_address': '2001:2::9',
+                                 'port_id': 'port-2', 'network_id': 'n1'}]}
+        self.use(fake)
+        vip, more = d.create_vip_port(
+            LB, 'p1', {'vip_subnet_id': 's1', 'vip_network_id': 'n1',
+                       'vip_address': None},
+            [{'subnet_id': 's2', 'ip_address': None}])
+        self.assertEqual(('POST', '/flowlb/vip_ports', {
+            'loadbalancer_id': LB, 'project_id': 'p1',
+            'vip_subnet_id': 's1', 'vip_network_id': 'n1',
+            'additional_vips': [{'subnet_id': 's2'}]}), fake.calls[0])
+        self.assertEqual({'vip_port_id': 'port-1',
+                          'vip_address': '198.18.225.9',
+                          'vip_subnet_id': 's1', 'vip_network_id': 'n1',
+                          'octavia_owned': False}, vip)
+        self.assertEqual([{'subnet_id': 's2', 'ip_address': '2001:2::9',
+                           'port_id': 'port-2', 'network_id': 'n1'}], more)
 
 
 if __name__ == '__main__':

@@ -111,10 +111,11 @@ type Allocator struct {
 }
 
 var (
-	_ lbaas.VIPAllocator = (*Allocator)(nil)
-	_ lbaas.SubnetLookup = (*Allocator)(nil)
-	_ lbaas.VIPSharing   = (*Allocator)(nil)
-	_ lbaas.PortSecurity = (*Allocator)(nil)
+	_ lbaas.VIPAllocator  = (*Allocator)(nil)
+	_ lbaas.SubnetLookup  = (*Allocator)(nil)
+	_ lbaas.VIPSharing    = (*Allocator)(nil)
+	_ lbaas.PortSecurity  = (*Allocator)(nil)
+	_ lbaas.VIPPortsAhead = (*Allocator)(nil)
 )
 
 // New logs in (or, with only Endpoint, does not) and returns the
@@ -176,6 +177,12 @@ func (a *Allocator) Mark() string { return a.mark }
 // Style is how this allocator makes VIP ports.
 func (a *Allocator) Style() PortStyle { return a.style }
 
+// MakesPortsAhead says whether another Octavia's provider driver should
+// have the VIP ports made here (lbaas.VIPPortsAhead): with PortsOVN,
+// since the ports Octavia's network driver makes get switch-port
+// addresses in ML2/OVN, which OVN's load balancers cannot serve.
+func (a *Allocator) MakesPortsAhead() bool { return a.style == PortsOVN }
+
 // deviceOwner is the device_owner of the ports this allocator makes.
 func (a *Allocator) deviceOwner() string {
 	if a.style == PortsOVN {
@@ -231,6 +238,11 @@ func (a *Allocator) Allocate(tx store.Tx, r lbaas.VIPRequest) (lbaas.VIP, error)
 		if err != nil {
 			return lbaas.VIP{}, err
 		}
+		// A port this deployment made for this load balancer ahead of
+		// its create (MakesPortsAhead) is its own: released with it.
+		shape, _ := isVIPPort(p)
+		ours, _ := marks(p.Tags, a.mark)
+		v.Owned = shape && ours && p.DeviceID == "lb-"+r.LoadBalancerID
 		return v, a.checkOverlap(tx, r.LoadBalancerID, v)
 	}
 	networkID := r.NetworkID

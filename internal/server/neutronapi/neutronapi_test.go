@@ -456,6 +456,19 @@ func TestAllocateOVNStyle(t *testing.T) {
 	if err != nil || again != v || len(f.creates) != 1 {
 		t.Fatalf("retry: %+v %v, %d creates; want the same port", again, err, len(f.creates))
 	}
+	// Made ahead of the create for another Octavia's provider driver,
+	// the port comes back as the create's vip_port_id: this load
+	// balancer's own, not another's.
+	if !a.MakesPortsAhead() || flowlbStyle.MakesPortsAhead() {
+		t.Error("ports made ahead with flowlb's style, or not with OVN's")
+	}
+	named, err := a.Allocate(fakeTx{}, lbaas.VIPRequest{ProjectID: "p1", LoadBalancerID: "lb1", PortID: v.PortID})
+	if err != nil || !named.Owned || named.PortID != v.PortID {
+		t.Fatalf("the port made ahead, named by the create: %+v %v; want it owned", named, err)
+	}
+	if other, err := a.Allocate(fakeTx{}, lbaas.VIPRequest{ProjectID: "p1", LoadBalancerID: "lb2", PortID: v.PortID}); err != nil || other.Owned {
+		t.Fatalf("lb1's port named by lb2's create: %+v %v; want it used, not owned", other, err)
+	}
 	// A port of the older style, made before the deployment changed
 	// styles, is still released.
 	old, err := flowlbStyle.Allocate(fakeTx{}, lbaas.VIPRequest{ProjectID: "p1", LoadBalancerID: "lb0", SubnetID: subnetID})

@@ -58,6 +58,7 @@ func (s *Server) feedRoutes() {
 	s.handle("GET /flowlb/changes", s.statusChanges)
 	s.handle("GET /flowlb/statuses", s.statusesOf)
 	s.handle("GET /flowlb/statistics", s.listenerStatistics)
+	s.vipPortRoutes()
 }
 
 // maxStatusIDs bounds the load balancers one GET /flowlb/statuses reads.
