@@ -191,30 +191,7 @@ func TestRealOctaviaProvidersBench(t *testing.T) {
 	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert,
 		FlowlbKeystone: true, OVNProvider: slices.Contains(plan.providers, "ovn"), APIProcesses: 8})
 
-	// The VIPs' subnet, on the tenant network's router; the admin's
-	// project may have as many ports as the largest size needs
-	// (Neutron's default quota is 500).
-	var netOut, subOut struct {
-		Network struct {
-			ID string `json:"id"`
-		} `json:"network"`
-		Subnet struct {
-			ID string `json:"id"`
-		} `json:"subnet"`
-	}
-	if err := cloud.Call("POST", "/networks", map[string]any{"network": map[string]any{"name": "bench"}}, &netOut); err != nil {
-		t.Fatal(err)
-	}
-	if err := cloud.Call("POST", "/subnets", map[string]any{"subnet": map[string]any{"name": "bench-v4", "network_id": netOut.Network.ID,
-		"ip_version": 4, "cidr": benchCIDR.String(), "enable_dhcp": false}}, &subOut); err != nil {
-		t.Fatal(err)
-	}
-	if err := cloud.Call("PUT", "/routers/"+cloud.RouterID+"/add_router_interface", map[string]any{"subnet_id": subOut.Subnet.ID}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := cloud.Call("PUT", "/quotas/"+cloud.AdminProjectID, map[string]any{"quota": map[string]any{"port": -1}}, nil); err != nil {
-		t.Fatal(err)
-	}
+	benchSubnet := newBenchSubnet(t, cloud)
 
 	// The members' servers: each member VM answers on every port.
 	servers := map[string]net.Listener{}
@@ -246,9 +223,9 @@ func TestRealOctaviaProvidersBench(t *testing.T) {
 		}
 	}
 	contenders := map[string]contender{
-		"flowlb": {lbc: oct.LoadBalancer, opts: full("flowlb", "flowlb", subOut.Subnet.ID, pools.LBMethodRoundRobin, bedMembers),
+		"flowlb": {lbc: oct.LoadBalancer, opts: full("flowlb", "flowlb", benchSubnet, pools.LBMethodRoundRobin, bedMembers),
 			fresh: func() {}, monitor: true},
-		"ovn": {lbc: oct.LoadBalancer, opts: full("ovn", "ovn", subOut.Subnet.ID, pools.LBMethodSourceIpPort, bedMembers),
+		"ovn": {lbc: oct.LoadBalancer, opts: full("ovn", "ovn", benchSubnet, pools.LBMethodSourceIpPort, bedMembers),
 			fresh: func() {}, monitor: true},
 	}
 	if slices.Contains(plan.providers, "amphora") {
@@ -300,6 +277,36 @@ func TestRealOctaviaProvidersBench(t *testing.T) {
 		}
 	}
 	t.Logf("the real Octavia's providers side by side (%s):\n%s", time.Now().UTC().Format(time.RFC3339), benchTable(rows))
+}
+
+// newBenchSubnet makes the VIPs' subnet (benchCIDR, on a network of its
+// own on the tenant network's router) and lets the admin's project have
+// as many ports as the largest size needs (Neutron's default quota is
+// 500); it returns the subnet's id.
+func newBenchSubnet(t *testing.T, cloud *openstack.Cloud) string {
+	t.Helper()
+	var netOut, subOut struct {
+		Network struct {
+			ID string `json:"id"`
+		} `json:"network"`
+		Subnet struct {
+			ID string `json:"id"`
+		} `json:"subnet"`
+	}
+	if err := cloud.Call("POST", "/networks", map[string]any{"network": map[string]any{"name": "bench"}}, &netOut); err != nil {
+		t.Fatal(err)
+	}
+	if err := cloud.Call("POST", "/subnets", map[string]any{"subnet": map[string]any{"name": "bench-v4", "network_id": netOut.Network.ID,
+		"ip_version": 4, "cidr": benchCIDR.String(), "enable_dhcp": false}}, &subOut); err != nil {
+		t.Fatal(err)
+	}
+	if err := cloud.Call("PUT", "/routers/"+cloud.RouterID+"/add_router_interface", map[string]any{"subnet_id": subOut.Subnet.ID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := cloud.Call("PUT", "/quotas/"+cloud.AdminProjectID, map[string]any{"quota": map[string]any{"port": -1, "floatingip": -1}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return subOut.Subnet.ID
 }
 
 // total sums a count per node.

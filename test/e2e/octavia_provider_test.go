@@ -29,19 +29,24 @@ import (
 // test reads flowlb as the bed's admin.
 func newRealOctaviaCluster(t *testing.T) (*cluster, *openstack.Cloud, []*openstack.VM, []*openstack.VM, *openstack.Octavia) {
 	t.Helper()
-	return newRealOctaviaClusterWith(t, nil)
+	return newRealOctaviaClusterWith(t, nil, nil)
 }
 
 // newRealOctaviaClusterWith is newRealOctaviaCluster with more of the
-// cloud made before the server starts, and more server arguments.
-func newRealOctaviaClusterWith(t *testing.T, more func(*openstack.Cloud), extraArgs ...string) (*cluster, *openstack.Cloud, []*openstack.VM, []*openstack.VM, *openstack.Octavia) {
+// cloud made before the server starts, Octavia's options changed by
+// octavia (nil: as they are), and more server arguments.
+func newRealOctaviaClusterWith(t *testing.T, more func(*openstack.Cloud), octavia func(*openstack.OctaviaOptions), extraArgs ...string) (*cluster, *openstack.Cloud, []*openstack.VM, []*openstack.VM, *openstack.Octavia) {
 	t.Helper()
 	c, cloud, nodes, members := newRealNeutronClusterWith(t, more, append([]string{"--auth", "keystone"}, extraArgs...)...)
 	src, err := filepath.Abs("../../deploy/octavia-provider")
 	if err != nil {
 		t.Fatal(err)
 	}
-	oct := cloud.StartOctavia(openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert, FlowlbKeystone: true})
+	oo := openstack.OctaviaOptions{ProviderSource: src, FlowlbURL: c.api, FlowlbCA: c.tls.CACert, FlowlbKeystone: true}
+	if octavia != nil {
+		octavia(&oo)
+	}
+	oct := cloud.StartOctavia(oo)
 	if c.authToken, err = keystone.Token(context.Background(), cloud.HTTP, cloud.KeystoneURL, keystone.AdminUser,
 		keystone.AdminPassword, keystone.AdminProject); err != nil {
 		t.Fatal(err)

@@ -406,7 +406,7 @@ func TestRealOctaviaOVNDataPlane(t *testing.T) {
 	var client *openstack.VM
 	c, cloud, _, members, oct := newRealOctaviaClusterWith(t, func(cloud *openstack.Cloud) {
 		client = cloud.VM("cl", 2, openstack.VMOptions{})
-	}, "--neutron-vip-ports", "ovn")
+	}, nil, "--neutron-vip-ports", "ovn")
 	nbctl := startOVNAgent(t, c, cloud)
 	lbc := oct.LoadBalancer
 	ctx := context.Background()

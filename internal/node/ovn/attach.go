@@ -27,11 +27,16 @@ type Attachment struct {
 }
 
 // Attach finds each row's switches and routers, the way Neutron's
-// topology asks for them: the switch of the port that holds the VIP
-// (the VIP port, in its addresses, port_security or Neutron's record of
-// its fixed IPs), and every router with a router port peered with that
-// switch (a switch port of type router, whose options:router-port names
-// the router's port).
+// topology asks for them, as ovn-octavia-provider attaches its own: the
+// switch of the port that holds the VIP (the VIP port, in its addresses,
+// port_security or Neutron's record of its fixed IPs), every router with
+// a router port peered with that switch (a switch port of type router,
+// whose options:router-port names the router's port), and every switch
+// peered with those routers but through their gateway ports (a port with
+// gateway_chassis or an ha_chassis_group: the external network's). A
+// distributed router balances only on its gateway chassis, so a VM on
+// another network behind the router is balanced by its own switch, on
+// its own chassis, before the router.
 func Attach(t Topology, rows map[string]Row) map[string]Attachment {
 	portSwitch := map[string]string{} // switch port UUID -> switch UUID
 	for _, s := range t.Switches {
@@ -59,14 +64,28 @@ func Attach(t Topology, rows map[string]Row) map[string]Attachment {
 		}
 	}
 	rpName := map[string]string{} // router port UUID -> name
+	gateway := map[string]bool{}  // router port name -> a gateway port
 	for _, p := range t.RouterPorts {
 		rpName[p.UUID] = p.Name
+		gateway[p.Name] = len(p.GatewayChassis) > 0 || p.HaChassisGroup != nil
 	}
 	routerOf := map[string]string{} // router port name -> router UUID
 	for _, r := range t.Routers {
 		for _, p := range r.Ports {
 			if n, ok := rpName[p]; ok {
 				routerOf[n] = r.UUID
+			}
+		}
+	}
+	// router UUID -> the switches peered with it, but for its gateway's
+	// (the external network: a connection from there to a floating IP
+	// is the router's to balance, on the gateway chassis, and balanced
+	// on the way in as well it would not come back the way it went).
+	switchesOf := map[string][]string{}
+	for sw, rps := range routerPorts {
+		for _, rp := range rps {
+			if lr, ok := routerOf[rp]; ok && !gateway[rp] && !slices.Contains(switchesOf[lr], sw) {
+				switchesOf[lr] = append(switchesOf[lr], sw)
 			}
 		}
 	}
@@ -86,6 +105,13 @@ func Attach(t Topology, rows map[string]Row) map[string]Attachment {
 					if lr, ok := routerOf[rp]; ok && !slices.Contains(at.Routers, lr) {
 						at.Routers = append(at.Routers, lr)
 					}
+				}
+			}
+		}
+		for _, lr := range at.Routers {
+			for _, sw := range switchesOf[lr] {
+				if !slices.Contains(at.Switches, sw) {
+					at.Switches = append(at.Switches, sw)
 				}
 			}
 		}

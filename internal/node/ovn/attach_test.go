@@ -11,7 +11,8 @@ import (
 
 // topo is a Neutron-like topology: network A (switch sA) with the VIP
 // port and a router port of router r1; network B (sB) with a port of
-// router r1 and one of r2; network C (sC) with no router.
+// router r1 and one of r2; network C (sC) with no router; the external
+// network (sExt) with r1's gateway port.
 func topo() Topology {
 	return Topology{
 		SwitchPorts: []nbdb.LogicalSwitchPort{
@@ -21,18 +22,21 @@ func topo() Topology {
 			{UUID: "pBrtr1", Type: "router", Options: map[string]string{"router-port": "lrp-b1"}},
 			{UUID: "pBrtr2", Type: "router", Options: map[string]string{"router-port": "lrp-b2"}},
 			{UUID: "pC", Addresses: []string{"fa:16:3e:00:00:03 198.18.0.30"}},
+			{UUID: "pExtrtr1", Type: "router", Options: map[string]string{"router-port": "lrp-gw1"}},
 			{UUID: "pOrphan", Addresses: []string{"fa:16:3e:00:00:04 198.18.0.40"}},
 		},
 		Switches: []nbdb.LogicalSwitch{
 			{UUID: "sA", Ports: []string{"pVIP", "pArtr1"}},
 			{UUID: "sB", Ports: []string{"pVIP6", "pBrtr1", "pBrtr2"}},
 			{UUID: "sC", Ports: []string{"pC"}},
+			{UUID: "sExt", Ports: []string{"pExtrtr1"}},
 		},
 		Routers: []nbdb.LogicalRouter{
-			{UUID: "r1", Ports: []string{"lrpA1", "lrpB1"}},
+			{UUID: "r1", Ports: []string{"lrpA1", "lrpB1", "lrpGW1"}},
 			{UUID: "r2", Ports: []string{"lrpB2"}},
 		},
-		RouterPorts: []nbdb.LogicalRouterPort{{UUID: "lrpA1", Name: "lrp-a1"}, {UUID: "lrpB1", Name: "lrp-b1"}, {UUID: "lrpB2", Name: "lrp-b2"}},
+		RouterPorts: []nbdb.LogicalRouterPort{{UUID: "lrpA1", Name: "lrp-a1"}, {UUID: "lrpB1", Name: "lrp-b1"}, {UUID: "lrpB2", Name: "lrp-b2"},
+			{UUID: "lrpGW1", Name: "lrp-gw1", GatewayChassis: []string{"gc1"}}},
 	}
 }
 
@@ -50,8 +54,11 @@ func TestAttach(t *testing.T) {
 		addrs []netip.Addr
 		want  Attachment
 	}{
-		{"the VIP port's switch and its router", addrs("198.18.0.10"), Attachment{Switches: []string{"sA"}, Routers: []string{"r1"}}},
-		{"IPv6 in port_security, two routers", addrs("2001:2::10"), Attachment{Switches: []string{"sB"}, Routers: []string{"r1", "r2"}}},
+		// r1's other switch, sB, balances its VMs before r1 (r2,
+		// behind sB only, is not attached: one hop from the VIP), but
+		// not the external network's, behind r1's gateway port.
+		{"the VIP port's switch, its router and the router's switches", addrs("198.18.0.10"), Attachment{Switches: []string{"sA", "sB"}, Routers: []string{"r1"}}},
+		{"IPv6 in port_security, two routers", addrs("2001:2::10"), Attachment{Switches: []string{"sA", "sB"}, Routers: []string{"r1", "r2"}}},
 		{"both families: the union", addrs("198.18.0.10", "2001:2::10"), Attachment{Switches: []string{"sA", "sB"}, Routers: []string{"r1", "r2"}}},
 		{"a switch with no router", addrs("198.18.0.30"), Attachment{Switches: []string{"sC"}}},
 		{"no port holds the VIP", addrs("198.18.0.50"), Attachment{Missing: addrs("198.18.0.50")}},

@@ -1,0 +1,411 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/monitors"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
+
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/lab/openstack"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
+)
+
+// ovnBenchEnv lists the sizes of TestRealOVNProvidersBench (e.g. 100).
+const ovnBenchEnv = "FLOWLB_OVN_BENCH"
+
+// The OVN benchmark's health monitor: a member that stops is due out of
+// every path after ovnBenchDelay × ovnBenchRetries + 1 s.
+const (
+	ovnBenchDelay   = 2 // seconds
+	ovnBenchRetries = 2
+)
+
+// ovnBenchRow is one provider's figures at one size.
+type ovnBenchRow struct {
+	provider string
+	size     int
+	// toTraffic: from each create call's start to the first answer
+	// from a member through its VIP, at a VM that runs no agent.
+	p50, p99, allTraffic time.Duration
+	// death: from a member's server stopping to the last failed
+	// connection, through the VIP (from the VM) and through a floating
+	// IP on the VIP port (from the external namespace); deathNote when
+	// a path did not settle.
+	deathVIP, deathFIP time.Duration
+	deathNote          string
+	// cps through the VIP and to a member directly, from the VM.
+	cpsVIP, cpsDirect float64
+}
+
+// TestRealOVNProvidersBench: flowlb on OVN (provider flowlb of the real
+// Octavia, its server making OVN's VIP ports, its OVN agent writing the
+// rows) and ovn-octavia-provider, side by side in one run on the bed,
+// alternately, size after size (FLOWLB_OVN_BENCH=100[,1000]): N
+// load balancers (a TCP listener, a pool of 10 members, SOURCE_IP_PORT,
+// which is ovn-octavia-provider's only algorithm, a TCP monitor) made by
+// 8 clients at once through Octavia, timed from each create call's start
+// until an agent-less VM gets an answer through its VIP; then, on the
+// first load balancer, a floating IP on its VIP port, one member's server
+// stopped, and the time until connections through the VIP and through
+// the floating IP stop failing (100 in a row on each path), against the
+// monitor's delay × retries + 1 s; the connections per second through
+// the VIP against those to a member directly; then a cascade delete.
+func TestRealOVNProvidersBench(t *testing.T) {
+	if os.Getenv(ovnBenchEnv) == "" {
+		t.Skipf("a benchmark of minutes: %s=100[,1000] runs it (docs/benchmarks.md)", ovnBenchEnv)
+	}
+	plan, err := parseBenchPlan(os.Getenv(ovnBenchEnv), "1", "flowlb,ovn", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var client *openstack.VM
+	c, cloud, _, members, oct := newRealOctaviaClusterWith(t, func(cloud *openstack.Cloud) {
+		client = cloud.VM("cl", 2, openstack.VMOptions{})
+	}, func(o *openstack.OctaviaOptions) {
+		// ovn-octavia-provider beside flowlb in the same Octavia, whose
+		// API has 8 processes, as Debian's uwsgi file has.
+		o.OVNProvider, o.APIProcesses = true, 8
+	}, "--neutron-vip-ports", "ovn")
+	nbctl := startOVNAgent(t, c, cloud)
+	lbc := oct.LoadBalancer
+	vipSubnet := newBenchSubnet(t, cloud)
+	// The VM routes the VIPs' network through the tenant network's
+	// router, as a VM with a default route through it would.
+	if err := lab.InNS(client.NS, func() error {
+		out, err := exec.Command("ip", "route", "add", benchCIDR.String(), "via", openstack.TenantGateway.String(), "dev", client.Dev).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("route to the VIPs' network in %s: %v", client.Name, err)
+	}
+
+	// Ten members: five ports on each member VM, each answering with
+	// its VM's name and port.
+	servers := map[string]net.Listener{}
+	serve := func(m *openstack.VM, port int) {
+		name := fmt.Sprintf("%s:%d", m.Name, port)
+		servers[name] = openstack.Answer(t, m.NS, fmt.Sprintf(":%d", port), name)
+	}
+	var ms []pools.CreateMemberOpts
+	for _, m := range members {
+		for _, port := range benchMemberPorts {
+			serve(m, port)
+			ms = append(ms, pools.CreateMemberOpts{Address: m.Addr.String(), ProtocolPort: port, SubnetID: cloud.Tenant.SubnetID})
+		}
+	}
+	dyingPort := benchMemberPorts[len(benchMemberPorts)-1]
+	dying := fmt.Sprintf("%s:%d", members[0].Name, dyingPort)
+	direct := net.JoinHostPort(members[1].Addr.String(), fmt.Sprint(benchMemberPorts[0]))
+	opts := func(provider string) func(int) loadbalancers.CreateOpts {
+		return func(i int) loadbalancers.CreateOpts {
+			return loadbalancers.CreateOpts{Name: fmt.Sprintf("ovnbench-%s-%d", provider, i), VipSubnetID: vipSubnet, Provider: provider,
+				Listeners: []listeners.CreateOpts{{Protocol: listeners.ProtocolTCP, ProtocolPort: 80,
+					DefaultPool: &pools.CreateOpts{Name: "p", Protocol: pools.ProtocolTCP, LBMethod: pools.LBMethodSourceIpPort, Members: ms,
+						Monitor: &monitors.CreateOpts{Type: monitors.TypeTCP, Delay: ovnBenchDelay, Timeout: 1, MaxRetries: ovnBenchRetries}}}}}
+		}
+	}
+
+	var rows []ovnBenchRow
+	for _, size := range plan.sizes {
+		for _, provider := range plan.providers {
+			row := ovnBenchRow{provider: provider, size: size}
+			t.Logf("%s: %d load balancers through Octavia, traffic from an agent-less VM", provider, size)
+			ids, vips, toTraffic, all := createUntilTraffic(t, lbc, client.NS, size, opts(provider))
+			row.p50, row.p99, row.allTraffic = percentile(toTraffic, 50), percentile(toTraffic, 99), all
+			t.Logf("%s: every VIP answered the VM %s after the first create (create -> traffic p50 %s, p99 %s)", provider,
+				all.Round(time.Millisecond), row.p50.Round(time.Millisecond), row.p99.Round(time.Millisecond))
+
+			lb, err := loadbalancers.Get(context.Background(), lbc, ids[0]).Extract()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fip struct {
+				FloatingIP struct {
+					ID      string `json:"id"`
+					Address string `json:"floating_ip_address"`
+				} `json:"floatingip"`
+			}
+			if err := cloud.Call("POST", "/floatingips", map[string]any{"floatingip": map[string]any{
+				"floating_network_id": cloud.External.NetworkID, "port_id": lb.VipPortID}}, &fip); err != nil {
+				t.Fatal(err)
+			}
+			viaVIP := func() error { _, err := askWithin(client.NS, net.JoinHostPort(vips[0], "80"), time.Second); return err }
+			faddr := net.JoinHostPort(fip.FloatingIP.Address, "80")
+			viaFIP := func() error {
+				_, err := openstack.Ask(cloud.Dial, faddr)
+				return err
+			}
+			fipErr := testutil.Wait(90*time.Second, func() (bool, string) {
+				err := viaFIP()
+				return err == nil, fmt.Sprint(err)
+			})
+			if os.Getenv("FLOWLB_OVN_BENCH_DUMP") != "" {
+				for _, args := range [][]string{{"list", "load_balancer"}, {"lr-nat-list", "neutron-" + cloud.RouterID}, {"list", "logical_router"}} {
+					out, err := nbctl(args...)
+					t.Logf("--- ovn-nbctl %s (%v)\n%s", strings.Join(args, " "), err, out)
+				}
+			}
+			if fipErr != nil {
+				t.Logf("%s: the floating IP %s on the VIP port of %s never answered: %v", provider, fip.FloatingIP.Address, ids[0], fipErr)
+				for _, args := range [][]string{{"lr-nat-list", "neutron-" + cloud.RouterID}, {"lr-lb-list", "neutron-" + cloud.RouterID}, {"lb-list"}} {
+					out, err := nbctl(args...)
+					t.Logf("--- ovn-nbctl %s (%v)\n%s", strings.Join(args, " "), err, out)
+				}
+			}
+			row.cpsVIP, row.cpsDirect = connectionRates(t, client.NS, net.JoinHostPort(vips[0], "80"), direct)
+			t.Logf("%s: %.0f connections/s through the VIP, %.0f to a member directly (ratio %.2f)", provider, row.cpsVIP, row.cpsDirect, row.cpsVIP/row.cpsDirect)
+
+			// The member's health is known before it dies: ONLINE at
+			// Octavia's API (a provider that does not apply the monitor
+			// never shows it).
+			online := waitMemberOnline(lbc, ids[0], members[0].Addr.String(), dyingPort, 2*time.Minute)
+			if online != nil {
+				t.Logf("%s: %s not ONLINE at Octavia's API before it was stopped: %v", provider, dying, online)
+			}
+			servers[dying].Close()
+			if fipErr != nil {
+				viaFIP = viaVIP // the death is timed through the VIP alone
+			}
+			row.deathVIP, row.deathFIP, row.deathNote = timeDeathOnPaths(viaVIP, viaFIP, 100, 90*time.Second)
+			if fipErr != nil {
+				row.deathFIP, row.deathNote = -1, row.deathNote+"; the floating IP never answered"
+			}
+			if online != nil {
+				row.deathNote += "; the member was not ONLINE at the API before it stopped"
+			}
+			t.Logf("%s: %s stopped: the last failed connection through the VIP %s after, through the floating IP %s after (%s; bound %d s)",
+				provider, dying, row.deathVIP.Round(time.Millisecond), row.deathFIP.Round(time.Millisecond), row.deathNote, ovnBenchDelay*ovnBenchRetries+1)
+			serve(members[0], dyingPort)
+			if err := cloud.Call("DELETE", "/floatingips/"+fip.FloatingIP.ID, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			gone := deleteAndWait(t, lbc, ids)
+			t.Logf("%s: %d deleted (cascade) and gone after %s", provider, size, gone.Round(time.Millisecond))
+			rows = append(rows, row)
+		}
+	}
+	t.Logf("flowlb on OVN and ovn-octavia-provider side by side (%s):\n%s", time.Now().UTC().Format(time.RFC3339), ovnBenchTable(rows))
+}
+
+// waitMemberOnline waits until the member address:port of the load
+// balancer's first pool is ONLINE at Octavia's API.
+func waitMemberOnline(lbc *gophercloud.ServiceClient, lbID, address string, port int, limit time.Duration) error {
+	ctx := context.Background()
+	return testutil.Wait(limit, func() (bool, string) {
+		lb, err := loadbalancers.Get(ctx, lbc, lbID).Extract()
+		if err != nil || len(lb.Pools) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		pages, err := pools.ListMembers(lbc, lb.Pools[0].ID, pools.ListMembersOpts{}).AllPages(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		ms, err := pools.ExtractMembers(pages)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, m := range ms {
+			if m.Address == address && m.ProtocolPort == port {
+				return m.OperatingStatus == "ONLINE", m.OperatingStatus
+			}
+		}
+		return false, "no such member"
+	})
+}
+
+// askWithin is askIn with a bound of d on the connection and the answer.
+func askWithin(ns, addr string, d time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	c, err := openstack.DialIn(ctx, ns, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(d))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+// createUntilTraffic creates n load balancers from 8 clients at once and
+// times, for each, from its create call's start until a connection from
+// the namespace ns through its VIP gets an answer (32 probers, each try
+// bounded by 1 s, again 100 ms after a failure). It returns the ids and
+// VIPs in the order of their numbers, each time, and the time from the
+// first create until every VIP answered. A VIP silent for 3 minutes and
+// a second per load balancer fails the test.
+func createUntilTraffic(t *testing.T, lbc *gophercloud.ServiceClient, ns string, n int, opts func(int) loadbalancers.CreateOpts) ([]string, []string, []time.Duration, time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	ids, vips := make([]string, n), make([]string, n)
+	toTraffic := make([]time.Duration, n)
+	type probe struct {
+		i     int
+		start time.Time
+	}
+	pending := make(chan probe, n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var last time.Time
+	deadline := time.Now().Add(3*time.Minute + time.Duration(n)*time.Second)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range pending {
+				for {
+					if _, err := askWithin(ns, net.JoinHostPort(vips[p.i], "80"), time.Second); err == nil {
+						now := time.Now()
+						mu.Lock()
+						toTraffic[p.i] = now.Sub(p.start)
+						last = now
+						mu.Unlock()
+						break
+					}
+					if time.Now().After(deadline) {
+						mu.Lock()
+						toTraffic[p.i] = -1
+						mu.Unlock()
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	t0 := time.Now()
+	err := inParallel(n, func(i int) error {
+		start := time.Now()
+		lb, err := loadbalancers.Create(ctx, lbc, opts(i)).Extract()
+		if err != nil {
+			return fmt.Errorf("create %d: %w", i, err)
+		}
+		ids[i], vips[i] = lb.ID, lb.VipAddress
+		pending <- probe{i, start}
+		return nil
+	})
+	close(pending)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range toTraffic {
+		if d < 0 {
+			t.Fatalf("load balancer %s (VIP %s) never answered the VM", ids[i], vips[i])
+		}
+	}
+	return ids, vips, toTraffic, last.Sub(t0)
+}
+
+// connectionRates counts connections per second (a connection, its
+// one-line answer, its close) from the namespace ns through the VIP and
+// to a member directly, alternately, three times 3 s each, and returns
+// the best of each.
+func connectionRates(t *testing.T, ns, vip, direct string) (float64, float64) {
+	t.Helper()
+	rate := func(addr string) float64 {
+		n, t0 := 0, time.Now()
+		for time.Since(t0) < 3*time.Second {
+			if _, err := askWithin(ns, addr, time.Second); err == nil {
+				n++
+			}
+		}
+		return float64(n) / time.Since(t0).Seconds()
+	}
+	var bestVIP, bestDirect float64
+	for range 3 {
+		bestVIP = max(bestVIP, rate(vip))
+		bestDirect = max(bestDirect, rate(direct))
+	}
+	return bestVIP, bestDirect
+}
+
+// timeDeathOnPaths connects alternately through a and b from the moment
+// a member's server stopped, and returns, for each path, how long after
+// that its last failed connection came, once each path has had run
+// connections in a row succeed; a path that does not settle within
+// limit is named in the note, with its share of failures over the last
+// 10 s.
+func timeDeathOnPaths(a, b func() error, run int, limit time.Duration) (time.Duration, time.Duration, string) {
+	stopped := time.Now()
+	type path struct {
+		ask      func() error
+		lastBad  time.Time
+		clean    int
+		tries    []time.Time // the last 10 s
+		failures []time.Time
+	}
+	ps := []*path{{ask: a}, {ask: b}}
+	for time.Since(stopped) < limit && (ps[0].clean < run || ps[1].clean < run) {
+		for _, p := range ps {
+			now := time.Now()
+			p.tries = append(p.tries, now)
+			if err := p.ask(); err != nil {
+				p.lastBad, p.clean = time.Now(), 0
+				p.failures = append(p.failures, now)
+			} else {
+				p.clean++
+			}
+		}
+	}
+	since := func(p *path) time.Duration {
+		if p.lastBad.IsZero() {
+			return 0
+		}
+		return p.lastBad.Sub(stopped)
+	}
+	var notes []string
+	for i, p := range ps {
+		if p.clean >= run {
+			continue
+		}
+		cut := time.Now().Add(-10 * time.Second)
+		recent := func(ts []time.Time) int {
+			return len(ts) - slices.IndexFunc(ts, func(x time.Time) bool { return x.After(cut) })
+		}
+		notes = append(notes, fmt.Sprintf("%s never settled within %s: %d of %d connections failed in the last 10 s",
+			[]string{"the VIP", "the floating IP"}[i], limit, recent(p.failures), recent(p.tries)))
+	}
+	note := "both settled"
+	if len(notes) > 0 {
+		note = strings.Join(notes, "; ")
+	}
+	return since(ps[0]), since(ps[1]), note
+}
+
+// ovnBenchTable renders the rows as a Markdown table, for
+// docs/benchmarks.md.
+func ovnBenchTable(rows []ovnBenchRow) string {
+	var b strings.Builder
+	b.WriteString("| provider | load balancers | create → traffic from a VM p50 / p99 | all answering | member death → no failure, through the VIP / the floating IP | connections/s through the VIP ÷ direct |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	sec := func(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
+	for _, r := range rows {
+		death := sec(r.deathVIP) + " / " + sec(r.deathFIP)
+		if r.deathFIP < 0 {
+			death = sec(r.deathVIP) + " / —"
+		}
+		if r.deathNote != "both settled" {
+			death += " (" + r.deathNote + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s / %s | %s | %s | %.0f ÷ %.0f = %.2f |\n", r.provider, r.size, sec(r.p50), sec(r.p99), sec(r.allTraffic),
+			death, r.cpsVIP, r.cpsDirect, r.cpsVIP/max(r.cpsDirect, 1))
+	}
+	return b.String()
+}
