@@ -136,18 +136,9 @@ func TestRealOVNProvidersBench(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var fip struct {
-				FloatingIP struct {
-					ID      string `json:"id"`
-					Address string `json:"floating_ip_address"`
-				} `json:"floatingip"`
-			}
-			if err := cloud.Call("POST", "/floatingips", map[string]any{"floatingip": map[string]any{
-				"floating_network_id": cloud.External.NetworkID, "port_id": lb.VipPortID}}, &fip); err != nil {
-				t.Fatal(err)
-			}
+			fipID, fipAddr := floatingIPOn(t, cloud, lb.VipPortID)
 			viaVIP := func() error { _, err := askWithin(client.NS, net.JoinHostPort(vips[0], "80"), time.Second); return err }
-			faddr := net.JoinHostPort(fip.FloatingIP.Address, "80")
+			faddr := net.JoinHostPort(fipAddr, "80")
 			viaFIP := func() error {
 				_, err := openstack.Ask(cloud.Dial, faddr)
 				return err
@@ -163,7 +154,7 @@ func TestRealOVNProvidersBench(t *testing.T) {
 				}
 			}
 			if fipErr != nil {
-				t.Logf("%s: the floating IP %s on the VIP port of %s never answered: %v", provider, fip.FloatingIP.Address, ids[0], fipErr)
+				t.Logf("%s: the floating IP %s on the VIP port of %s never answered: %v", provider, fipAddr, ids[0], fipErr)
 				for _, args := range [][]string{{"lr-nat-list", "neutron-" + cloud.RouterID}, {"lr-lb-list", "neutron-" + cloud.RouterID}, {"lb-list"}} {
 					out, err := nbctl(args...)
 					t.Logf("--- ovn-nbctl %s (%v)\n%s", strings.Join(args, " "), err, out)
@@ -202,7 +193,7 @@ func TestRealOVNProvidersBench(t *testing.T) {
 			t.Logf("%s: %s stopped: the last failed connection through the VIP %s after, through the floating IP %s after (%s; bound %d s)",
 				provider, dying, row.deathVIP.Round(time.Millisecond), row.deathFIP.Round(time.Millisecond), row.deathNote, ovnBenchDelay*ovnBenchRetries+1)
 			serve(members[0], dyingPort)
-			if err := cloud.Call("DELETE", "/floatingips/"+fip.FloatingIP.ID, nil, nil); err != nil {
+			if err := cloud.Call("DELETE", "/floatingips/"+fipID, nil, nil); err != nil {
 				t.Fatal(err)
 			}
 			gone := deleteAndWait(t, lbc, ids)
