@@ -137,20 +137,34 @@ func (s *Service) allocateVIPs(tx store.Tx, lb *LoadBalancer, req LoadBalancerCr
 			}
 		}
 	}
-	for _, av := range req.AdditionalVIPs {
-		v, err := s.vips.Allocate(tx, VIPRequest{ProjectID: lb.ProjectID, LoadBalancerID: lb.ID, SubnetID: av.SubnetID, Address: av.IPAddress, PortID: av.PortID,
-			VIPNetworkID: lb.VIPNetworkID, VIPOwned: lb.OwnsVIPPort, Token: token})
-		if err != nil {
-			return err
-		}
-		// Octavia's rule: every VIP of a load balancer is on one network
-		// (a port there carries them all); the families may differ.
-		if v.NetworkID != lb.VIPNetworkID {
-			return Validation("All VIP subnets must belong to the same network.")
-		}
+	more, err := s.allocateAdditional(tx, lb.ProjectID, lb.ID, VIP{NetworkID: lb.VIPNetworkID, Owned: lb.OwnsVIPPort}, req.AdditionalVIPs, token)
+	if err != nil {
+		return err
+	}
+	for _, v := range more {
 		lb.AdditionalVIPs = append(lb.AdditionalVIPs, AdditionalVIP{SubnetID: v.SubnetID, IPAddress: v.Address, PortID: v.PortID})
 	}
 	return nil
+}
+
+// allocateAdditional allocates the additional VIPs of a load balancer
+// whose VIP is vip; token is the caller's.
+func (s *Service) allocateAdditional(tx store.Tx, projectID, lbID string, vip VIP, avs []AdditionalVIP, token identity.Token) ([]VIP, error) {
+	var out []VIP
+	for _, av := range avs {
+		v, err := s.vips.Allocate(tx, VIPRequest{ProjectID: projectID, LoadBalancerID: lbID, SubnetID: av.SubnetID, Address: av.IPAddress, PortID: av.PortID,
+			VIPNetworkID: vip.NetworkID, VIPOwned: vip.Owned, Token: token})
+		if err != nil {
+			return out, err
+		}
+		// Octavia's rule: every VIP of a load balancer is on one network
+		// (a port there carries them all); the families may differ.
+		if v.NetworkID != vip.NetworkID {
+			return append(out, v), Validation("All VIP subnets must belong to the same network.")
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 var errNoAllocator = errors.New("no VIP allocator configured")

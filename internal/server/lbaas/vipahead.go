@@ -51,19 +51,9 @@ func (s *Service) MakeVIPPorts(ctx context.Context, r VIPPortsRequest) (VIP, []V
 		if err != nil {
 			return err
 		}
-		vip, more = v, nil
-		for _, av := range r.Additional {
-			a, err := s.vips.Allocate(tx, VIPRequest{ProjectID: r.ProjectID, LoadBalancerID: r.LoadBalancerID,
-				SubnetID: av.SubnetID, Address: av.IPAddress, VIPNetworkID: v.NetworkID, VIPOwned: v.Owned})
-			if err != nil {
-				return err
-			}
-			if a.NetworkID != v.NetworkID {
-				return Validation("All VIP subnets must belong to the same network.")
-			}
-			more = append(more, a)
-		}
-		return nil
+		vip = v
+		more, err = s.allocateAdditional(tx, r.ProjectID, r.LoadBalancerID, v, r.Additional, "")
+		return err
 	})
 	if err != nil {
 		// What was made goes again (the orphan sweep would take it
