@@ -140,6 +140,9 @@ type Service struct {
 	// addresses a listener borrows (its external IPs, which may be a
 	// node's own) and for node ports.
 	OwnVIP bool
+	// L7, when set, steers the service to the proxy on the client's own
+	// node, which routes each request (an HTTP listener).
+	L7 *L7
 }
 
 // Equal reports whether two services are equal in every field (nil and
@@ -150,7 +153,8 @@ func (s Service) Equal(o Service) bool {
 		slices.Equal(s.AllowedCIDRs, o.AllowedCIDRs) && s.AllowNone == o.AllowNone && s.ConnectionLimit == o.ConnectionLimit &&
 		slices.EqualFunc(s.Backends, o.Backends, SameBackend) &&
 		s.LocalOnly == o.LocalOnly && s.InternalLocal == o.InternalLocal && s.PreferClose == o.PreferClose &&
-		s.HealthCheckNodePort == o.HealthCheckNodePort && s.HealthCheckService == o.HealthCheckService && s.OwnVIP == o.OwnVIP
+		s.HealthCheckNodePort == o.HealthCheckNodePort && s.HealthCheckService == o.HealthCheckService && s.OwnVIP == o.OwnVIP &&
+		sameL7(s.L7, o.L7)
 }
 
 func samePersistence(a, b *Persistence) bool {

@@ -19,6 +19,7 @@ func fullService() Service {
 		},
 		LocalOnly: true, InternalLocal: true, PreferClose: true,
 		HealthCheckNodePort: 30500, HealthCheckService: "ns/web",
+		L7: fullL7(),
 	}
 }
 
@@ -43,6 +44,7 @@ func TestServiceEqual(t *testing.T) {
 		"PreferClose":         func(s *Service) { s.PreferClose = false },
 		"HealthCheckNodePort": func(s *Service) { s.HealthCheckNodePort++ },
 		"HealthCheckService":  func(s *Service) { s.HealthCheckService = "ns/other" },
+		"L7":                  func(s *Service) { s.L7 = nil },
 	}
 	fields := reflect.TypeFor[Service]()
 	for i := range fields.NumField() {

@@ -1,0 +1,318 @@
+package l7proxy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/shared/flows"
+)
+
+// echoMember is a member on loopback that answers with its name and what
+// it received of the request.
+type echoMember struct {
+	name string
+	srv  *httptest.Server
+}
+
+func startMember(t *testing.T, name string, extra http.HandlerFunc) *echoMember {
+	t.Helper()
+	m := &echoMember{name: name}
+	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if extra != nil {
+			extra(w, r)
+		}
+		fmt.Fprintf(w, "member=%s\nhost=%s\nuri=%s\nxff=%s\nport=%s\nproto=%s\ncookie=%s\n", name, r.Host, r.RequestURI,
+			strings.Join(r.Header.Values("X-Forwarded-For"), ","), r.Header.Get("X-Forwarded-Port"),
+			r.Header.Get("X-Forwarded-Proto"), r.Header.Get("Cookie"))
+	}))
+	t.Cleanup(m.srv.Close)
+	return m
+}
+
+func (m *echoMember) backend() flows.Backend {
+	ap := netip.MustParseAddrPort(strings.TrimPrefix(m.srv.URL, "http://"))
+	return flows.Backend{MemberID: m.name, Address: ap.Addr(), Port: ap.Port(), Weight: 1}
+}
+
+// startProxy serves a proxy on a loopback port, which is the listener's
+// address itself (nothing steers to it), and returns that address.
+func startProxy(t *testing.T) (*Proxy, netip.AddrPort) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{})
+	srv := p.Server()
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return p, netip.MustParseAddrPort(l.Addr().String())
+}
+
+type answer struct {
+	status int
+	header http.Header
+	fields map[string]string
+}
+
+func get(t *testing.T, c *http.Client, at netip.AddrPort, host, path string, header ...string) answer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+at.String()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := answer{status: resp.StatusCode, header: resp.Header, fields: map[string]string{}}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			a.fields[k] = v
+		}
+	}
+	return a
+}
+
+func noRedirects() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// TestProxyRoutes: requests through the proxy reach the pool their
+// policies choose, with the headers the listener inserts; redirects and
+// rejects are answered by the proxy.
+func TestProxyRoutes(t *testing.T) {
+	web1, web2 := startMember(t, "web1", nil), startMember(t, "web2", nil)
+	api := startMember(t, "api1", nil)
+	p, at := startProxy(t)
+	cfg := flows.L7{
+		DefaultPool: "web",
+		Pools: []flows.L7Pool{
+			{ID: "web", Algorithm: flows.RoundRobin, Backends: []flows.Backend{web1.backend(), web2.backend()}},
+			{ID: "api", Algorithm: flows.LeastConnections, Backends: []flows.Backend{api.backend()}},
+		},
+		Policies: []flows.L7Policy{
+			{ID: "api", Action: flows.L7RedirectToPool, Pool: "api", Rules: []flows.L7Rule{{Type: flows.RuleHostName, Compare: flows.CompareEqualTo, Value: "api.example"}}},
+			{ID: "deny", Action: flows.L7Reject, Rules: []flows.L7Rule{{Type: flows.RulePath, Compare: flows.CompareStartsWith, Value: "/private"}}},
+			{ID: "moved", Action: flows.L7RedirectPrefix, URL: "https://www.example", Code: 301, Rules: []flows.L7Rule{{Type: flows.RuleHostName, Compare: flows.CompareEqualTo, Value: "example"}}},
+		},
+		InsertHeaders: []string{"X-Forwarded-For", "X-Forwarded-Port", "X-Forwarded-Proto"},
+	}
+	if err := p.Set(map[netip.AddrPort]flows.L7{at: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	c := noRedirects()
+
+	seen := map[string]int{}
+	for range 4 {
+		a := get(t, c, at, "www.example", "/index.html?x=1")
+		if a.status != 200 || a.fields["host"] != "www.example" || a.fields["uri"] != "/index.html?x=1" {
+			t.Fatalf("default pool answered %+v", a)
+		}
+		seen[a.fields["member"]]++
+	}
+	if seen["web1"] != 2 || seen["web2"] != 2 {
+		t.Errorf("round robin over two members: %v", seen)
+	}
+
+	a := get(t, c, at, "api.example", "/v1", "X-Forwarded-For", "203.0.113.7")
+	if a.fields["member"] != "api1" {
+		t.Errorf("api host went to %q", a.fields["member"])
+	}
+	if want := "203.0.113.7,127.0.0.1"; a.fields["xff"] != want {
+		t.Errorf("X-Forwarded-For %q, want %q (the client's own kept, its address added)", a.fields["xff"], want)
+	}
+	if a.fields["port"] != fmt.Sprint(at.Port()) || a.fields["proto"] != "http" {
+		t.Errorf("X-Forwarded-Port %q, -Proto %q; want %d, http", a.fields["port"], a.fields["proto"], at.Port())
+	}
+
+	if a := get(t, c, at, "www.example", "/private/x"); a.status != http.StatusForbidden {
+		t.Errorf("reject: %d", a.status)
+	}
+	if a := get(t, c, at, "example", "/a?b=c"); a.status != http.StatusMovedPermanently || a.header.Get("Location") != "https://www.example/a?b=c" {
+		t.Errorf("redirect: %d to %q", a.status, a.header.Get("Location"))
+	}
+
+	// Without insert_headers the member sees the client's headers only.
+	cfg.InsertHeaders = nil
+	if err := p.Set(map[netip.AddrPort]flows.L7{at: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	if a := get(t, c, at, "www.example", "/", "X-Forwarded-For", "203.0.113.7"); a.fields["xff"] != "203.0.113.7" || a.fields["port"] != "" || a.fields["proto"] != "" {
+		t.Errorf("without insert_headers: xff %q port %q proto %q", a.fields["xff"], a.fields["port"], a.fields["proto"])
+	}
+}
+
+// TestProxySet: a configuration that cannot be served is refused and the
+// one in place keeps serving; a listener not configured answers 503.
+func TestProxySet(t *testing.T) {
+	m := startMember(t, "m1", nil)
+	p, at := startProxy(t)
+	c := noRedirects()
+	if a := get(t, c, at, "x", "/"); a.status != http.StatusServiceUnavailable {
+		t.Errorf("no listener: %d, want 503", a.status)
+	}
+	good := flows.L7{DefaultPool: "p", Pools: []flows.L7Pool{{ID: "p", Algorithm: flows.RoundRobin, Backends: []flows.Backend{m.backend()}}}}
+	if err := p.Set(map[netip.AddrPort]flows.L7{at: good}); err != nil {
+		t.Fatal(err)
+	}
+	bad := good
+	bad.Policies = []flows.L7Policy{{ID: "x", Action: flows.L7Reject, Rules: []flows.L7Rule{{Type: flows.RulePath, Compare: flows.CompareRegex, Value: "(?!a)"}}}}
+	err := p.Set(map[netip.AddrPort]flows.L7{at: bad})
+	if err == nil || !strings.Contains(err.Error(), at.String()) {
+		t.Fatalf("Set(bad) = %v, want an error naming %s", err, at)
+	}
+	if a := get(t, c, at, "x", "/"); a.fields["member"] != "m1" {
+		t.Errorf("after a refused Set: %+v", a)
+	}
+	if err := p.Set(nil); err != nil {
+		t.Fatal(err)
+	}
+	if a := get(t, c, at, "x", "/"); a.status != http.StatusServiceUnavailable {
+		t.Errorf("after removing the listener: %d, want 503", a.status)
+	}
+}
+
+// TestProxyCookiePersistence: HTTP_COOKIE puts the member in a cookie the
+// member never sees; APP_COOKIE adds a member cookie when the member sets
+// the application's.
+func TestProxyCookiePersistence(t *testing.T) {
+	setSession := func(w http.ResponseWriter, r *http.Request) {
+		if _, err := r.Cookie("sid"); err != nil {
+			http.SetCookie(w, &http.Cookie{Name: "sid", Value: "s-" + r.URL.Path})
+		}
+	}
+	m1, m2 := startMember(t, "m1", setSession), startMember(t, "m2", setSession)
+	p, at := startProxy(t)
+	pools := func(typ, name string) flows.L7 {
+		return flows.L7{DefaultPool: "p", Pools: []flows.L7Pool{{ID: "p", Algorithm: flows.RoundRobin,
+			Persistence: &flows.L7Persistence{Type: typ, CookieName: name}, Backends: []flows.Backend{m1.backend(), m2.backend()}}}}
+	}
+	c := noRedirects()
+
+	if err := p.Set(map[netip.AddrPort]flows.L7{at: pools(flows.PersistHTTPCookie, "")}); err != nil {
+		t.Fatal(err)
+	}
+	first := get(t, c, at, "x", "/")
+	cookie := ""
+	for _, sc := range (&http.Response{Header: first.header}).Cookies() {
+		if sc.Name == HTTPCookie {
+			cookie = sc.Name + "=" + sc.Value
+		}
+	}
+	if cookie != HTTPCookie+"="+first.fields["member"] || first.header.Get("Cache-Control") != "private" {
+		t.Fatalf("first answer from %s set %q, Cache-Control %q", first.fields["member"], cookie, first.header.Get("Cache-Control"))
+	}
+	for range 6 {
+		a := get(t, c, at, "x", "/", "Cookie", cookie+"; sid=keep")
+		if a.fields["member"] != first.fields["member"] || a.fields["cookie"] != "sid=keep" {
+			t.Fatalf("with %s: member %s saw cookies %q", cookie, a.fields["member"], a.fields["cookie"])
+		}
+		if a.header.Get("Set-Cookie") != "" {
+			t.Errorf("a kept member set a cookie again: %q", a.header.Get("Set-Cookie"))
+		}
+	}
+
+	if err := p.Set(map[netip.AddrPort]flows.L7{at: pools(flows.PersistAppCookie, "sid")}); err != nil {
+		t.Fatal(err)
+	}
+	first = get(t, c, at, "x", "/a")
+	var jar []string
+	for _, sc := range (&http.Response{Header: first.header}).Cookies() {
+		jar = append(jar, sc.Name+"="+sc.Value)
+	}
+	want := []string{"sid=s-/a", "sid" + appCookieSuffix + "=" + first.fields["member"]}
+	if strings.Join(jar, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("cookies set %v, want %v", jar, want)
+	}
+	for range 6 {
+		if a := get(t, c, at, "x", "/b", "Cookie", strings.Join(jar, "; ")); a.fields["member"] != first.fields["member"] {
+			t.Fatalf("with %v: member %s, want %s", jar, a.fields["member"], first.fields["member"])
+		}
+	}
+}
+
+// TestProxyMemberFailures: a member that refuses is 503, one that does
+// not answer within the listener's member timeout is 504, and a pool with
+// no member is 503.
+func TestProxyMemberFailures(t *testing.T) {
+	slow := startMember(t, "slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(2 * time.Second) })
+	gone := startMember(t, "gone", nil)
+	goneBackend := gone.backend()
+	gone.srv.Close()
+	p, at := startProxy(t)
+	cfg := flows.L7{
+		DefaultPool: "slow",
+		Pools: []flows.L7Pool{
+			{ID: "slow", Algorithm: flows.RoundRobin, Backends: []flows.Backend{slow.backend()}},
+			{ID: "gone", Algorithm: flows.RoundRobin, Backends: []flows.Backend{goneBackend}},
+			{ID: "none", Algorithm: flows.RoundRobin},
+		},
+		Policies: []flows.L7Policy{
+			{ID: "gone", Action: flows.L7RedirectToPool, Pool: "gone", Rules: []flows.L7Rule{{Type: flows.RulePath, Compare: flows.CompareEqualTo, Value: "/gone"}}},
+			{ID: "none", Action: flows.L7RedirectToPool, Pool: "none", Rules: []flows.L7Rule{{Type: flows.RulePath, Compare: flows.CompareEqualTo, Value: "/none"}}},
+		},
+		MemberTimeout: 300 * time.Millisecond,
+	}
+	if err := p.Set(map[netip.AddrPort]flows.L7{at: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	c := noRedirects()
+	for _, tc := range []struct {
+		path string
+		want int
+	}{{"/gone", http.StatusServiceUnavailable}, {"/none", http.StatusServiceUnavailable}, {"/", http.StatusGatewayTimeout}} {
+		if a := get(t, c, at, "x", tc.path); a.status != tc.want {
+			t.Errorf("%s: %d, want %d", tc.path, a.status, tc.want)
+		}
+	}
+}
+
+// TestOriginalDstWithoutNAT: a connection nothing translated reports its
+// own local address.
+func TestOriginalDstWithoutNAT(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	done := make(chan error, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer c.Close()
+		at, err := OriginalDst(c)
+		if err == nil && at.String() != l.Addr().String() {
+			err = errors.New("original destination " + at.String() + ", want " + l.Addr().String())
+		}
+		done <- err
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,177 @@
+package flows
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// L7 is what a node's proxy does with the requests of an HTTP listener:
+// the listener's L7 policies, in the order they are evaluated, and every
+// pool they or the listener name. A service with L7 set is steered to
+// the proxy on the client's own node instead of being balanced per
+// connection; its Backends are the default pool's, for the probes and
+// the statistics.
+type L7 struct {
+	// Policies are evaluated in order; the first whose rules all match
+	// decides. A policy with no rule never matches (Octavia's amphora
+	// skips it too).
+	Policies []L7Policy
+	// DefaultPool is the ID of the pool (in Pools) that takes the
+	// requests no policy decides, or "" when there is none: those get
+	// 503, as from an amphora without a default backend.
+	DefaultPool string
+	Pools       []L7Pool
+	// InsertHeaders are the request headers the proxy adds, by name
+	// (X-Forwarded-For, X-Forwarded-Port, X-Forwarded-Proto): those of
+	// the listener's insert_headers whose value is "true".
+	InsertHeaders []string
+	// ClientTimeout bounds a client's idle time between requests,
+	// ConnectTimeout a connection to a member, MemberTimeout the wait
+	// for a member's answer (the listener's timeout_client_data,
+	// timeout_member_connect, timeout_member_data); 0 is none.
+	ClientTimeout  time.Duration
+	ConnectTimeout time.Duration
+	MemberTimeout  time.Duration
+}
+
+// L7Action is what a matching policy does with a request.
+type L7Action string
+
+const (
+	L7Reject         L7Action = "REJECT"
+	L7RedirectToPool L7Action = "REDIRECT_TO_POOL"
+	L7RedirectToURL  L7Action = "REDIRECT_TO_URL"
+	L7RedirectPrefix L7Action = "REDIRECT_PREFIX"
+)
+
+// L7Policy is one L7 policy of a listener.
+type L7Policy struct {
+	ID     string
+	Action L7Action
+	// Pool is the pool's ID for REDIRECT_TO_POOL.
+	Pool string
+	// URL is the redirect_url of REDIRECT_TO_URL or the redirect_prefix
+	// of REDIRECT_PREFIX.
+	URL string
+	// Code is the redirect's HTTP status (301, 302, 303, 307 or 308).
+	Code  int
+	Rules []L7Rule
+}
+
+// L7RuleType is what part of a request a rule compares.
+type L7RuleType string
+
+const (
+	RuleHostName    L7RuleType = "HOST_NAME"
+	RulePath        L7RuleType = "PATH"
+	RuleFileType    L7RuleType = "FILE_TYPE"
+	RuleHeader      L7RuleType = "HEADER"
+	RuleCookie      L7RuleType = "COOKIE"
+	RuleSSLConnCert L7RuleType = "SSL_CONN_HAS_CERT"
+	RuleSSLVerify   L7RuleType = "SSL_VERIFY_RESULT"
+	RuleSSLDNField  L7RuleType = "SSL_DN_FIELD"
+)
+
+// L7Compare is how a rule compares.
+type L7Compare string
+
+const (
+	CompareRegex      L7Compare = "REGEX"
+	CompareStartsWith L7Compare = "STARTS_WITH"
+	CompareEndsWith   L7Compare = "ENDS_WITH"
+	CompareContains   L7Compare = "CONTAINS"
+	CompareEqualTo    L7Compare = "EQUAL_TO"
+)
+
+// L7Rule is one condition of a policy; a policy matches when all of its
+// rules do.
+type L7Rule struct {
+	Type    L7RuleType
+	Compare L7Compare
+	// Key names the header, the cookie or the distinguished name's field.
+	Key    string
+	Value  string
+	Invert bool
+}
+
+// LeastConnections sends a request to the member with the fewest the
+// node's proxy has open: per node, since nodes share no counters.
+const LeastConnections Algorithm = "LEAST_CONNECTIONS"
+
+// L7Pool is a pool an L7 listener's requests may go to.
+type L7Pool struct {
+	ID          string
+	Algorithm   Algorithm
+	Persistence *L7Persistence
+	// Backends are the usable members, as for a Service.
+	Backends []Backend
+}
+
+// L7Persistence keeps a client's requests on one member.
+type L7Persistence struct {
+	// Type is SOURCE_IP, HTTP_COOKIE or APP_COOKIE.
+	Type string
+	// CookieName is APP_COOKIE's cookie, the one the application sets.
+	CookieName string
+	// Timeout is SOURCE_IP's idle time before a client may move.
+	Timeout time.Duration
+}
+
+// Persistence types an L7 pool may have beside SOURCE_IP.
+const (
+	PersistSourceIP   = "SOURCE_IP"
+	PersistHTTPCookie = "HTTP_COOKIE"
+	PersistAppCookie  = "APP_COOKIE"
+)
+
+// Pool returns the pool named id, and whether there is one.
+func (l *L7) Pool(id string) (L7Pool, bool) {
+	i := slices.IndexFunc(l.Pools, func(p L7Pool) bool { return p.ID == id })
+	if i < 0 {
+		return L7Pool{}, false
+	}
+	return l.Pools[i], true
+}
+
+// sameL7 reports whether two L7 configurations are equal in every field
+// (nil and empty lists are equal).
+func sameL7(a, b *L7) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.EqualFunc(a.Policies, b.Policies, sameL7Policy) && a.DefaultPool == b.DefaultPool &&
+		slices.EqualFunc(a.Pools, b.Pools, sameL7Pool) && slices.Equal(a.InsertHeaders, b.InsertHeaders) &&
+		a.ClientTimeout == b.ClientTimeout && a.ConnectTimeout == b.ConnectTimeout && a.MemberTimeout == b.MemberTimeout
+}
+
+func sameL7Policy(a, b L7Policy) bool {
+	return a.ID == b.ID && a.Action == b.Action && a.Pool == b.Pool && a.URL == b.URL && a.Code == b.Code &&
+		slices.Equal(a.Rules, b.Rules)
+}
+
+func sameL7Pool(a, b L7Pool) bool {
+	return a.ID == b.ID && a.Algorithm == b.Algorithm && sameL7Persistence(a.Persistence, b.Persistence) &&
+		slices.EqualFunc(a.Backends, b.Backends, SameBackend)
+}
+
+func sameL7Persistence(a, b *L7Persistence) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// InsertHeaderNames returns, sorted, the names of the headers an
+// Octavia insert_headers map turns on ("true", any case), as L7 holds
+// them.
+func InsertHeaderNames(insert map[string]string) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(insert)) {
+		if strings.EqualFold(insert[k], "true") {
+			out = append(out, k)
+		}
+	}
+	return out
+}
