@@ -50,6 +50,12 @@ func Compile(t *lbaas.Tree) []flows.Service {
 	var out []flows.Service
 	for _, l := range t.Listeners {
 		proto, ok := flows.ParseProtocol(l.Protocol)
+		l7 := isL7(l.Protocol)
+		if l7 {
+			// The node's proxy takes the connection; the data plane
+			// sees TCP.
+			proto, ok = flows.TCP, true
+		}
 		if !ok || !live(l.Base) {
 			continue
 		}
@@ -79,6 +85,9 @@ func Compile(t *lbaas.Tree) []flows.Service {
 				base.Persistence = persistence(p)
 				base.Backends = backends(t.PoolMembers(p.ID))
 			}
+		}
+		if l7 {
+			base.L7 = l7Of(t, l)
 		}
 		if slices.Contains(l.Tags, flows.TagNodePort) {
 			out = append(out, nodePort(base, flows.NodePortVIP, proto, l.ProtocolPort))

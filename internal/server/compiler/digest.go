@@ -140,6 +140,49 @@ func (e *encoder) service(s *flows.Service) {
 	e.uint(uint64(s.HealthCheckNodePort))
 	e.str(s.HealthCheckService)
 	e.bool(s.OwnVIP)
+	e.bool(s.L7 != nil)
+	if s.L7 != nil {
+		e.l7(s.L7)
+	}
+}
+
+func (e *encoder) l7(l *flows.L7) {
+	e.int(len(l.Policies))
+	for _, p := range l.Policies {
+		e.str(p.ID)
+		e.str(string(p.Action))
+		e.str(p.Pool)
+		e.str(p.URL)
+		e.int(p.Code)
+		e.int(len(p.Rules))
+		for _, r := range p.Rules {
+			e.str(string(r.Type))
+			e.str(string(r.Compare))
+			e.str(r.Key)
+			e.str(r.Value)
+			e.bool(r.Invert)
+		}
+	}
+	e.str(l.DefaultPool)
+	e.int(len(l.Pools))
+	for _, p := range l.Pools {
+		e.str(p.ID)
+		e.str(string(p.Algorithm))
+		e.bool(p.Persistence != nil)
+		if sp := p.Persistence; sp != nil {
+			e.str(sp.Type)
+			e.str(sp.CookieName)
+			e.duration(sp.Timeout)
+		}
+		e.int(len(p.Backends))
+		for i := range p.Backends {
+			e.backend(&p.Backends[i])
+		}
+	}
+	e.strs(l.InsertHeaders)
+	e.duration(l.ClientTimeout)
+	e.duration(l.ConnectTimeout)
+	e.duration(l.MemberTimeout)
 }
 
 func (e *encoder) backend(b *flows.Backend) {

@@ -34,6 +34,7 @@ func ServiceToProto(s flows.Service) *agentv1.Service {
 		Algorithm: string(s.Algorithm), ConnectionLimit: int32(s.ConnectionLimit), LocalOnly: s.LocalOnly, InternalLocal: s.InternalLocal,
 		PreferClose: s.PreferClose, AllowNone: s.AllowNone, OwnVip: s.OwnVIP,
 		HealthCheckNodePort: uint32(s.HealthCheckNodePort), HealthCheckService: s.HealthCheckService,
+		L7: L7ToProto(s.L7),
 	}
 	if s.Persistence != nil {
 		out.PersistenceTimeoutMs = s.Persistence.Timeout.Milliseconds()
@@ -54,7 +55,7 @@ func ServiceFromProto(p *agentv1.Service) flows.Service {
 		Key: KeyFromProto(p.GetKey()), LoadBalancerID: p.GetLoadbalancerId(), ListenerID: p.GetListenerId(), PoolID: p.GetPoolId(),
 		Algorithm: flows.Algorithm(p.GetAlgorithm()), ConnectionLimit: int(p.GetConnectionLimit()), LocalOnly: p.GetLocalOnly(), InternalLocal: p.GetInternalLocal(),
 		PreferClose: p.GetPreferClose(), AllowNone: p.GetAllowNone(), OwnVIP: p.GetOwnVip(),
-		HealthCheckService: p.GetHealthCheckService(),
+		HealthCheckService: p.GetHealthCheckService(), L7: L7FromProto(p.GetL7()),
 	}
 	// A port beyond 16 bits is none rather than another port.
 	if hc := p.GetHealthCheckNodePort(); hc <= math.MaxUint16 {

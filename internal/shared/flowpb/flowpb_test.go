@@ -28,6 +28,23 @@ func fullService() flows.Service {
 		// comes with AllowedCIDRs from the compiler.
 		LocalOnly: true, InternalLocal: true, PreferClose: true, AllowNone: true, OwnVIP: true,
 		HealthCheckNodePort: 30500, HealthCheckService: "ns/web",
+		L7: &flows.L7{
+			Policies: []flows.L7Policy{
+				{ID: "p1", Action: flows.L7RedirectToPool, Pool: "api", Rules: []flows.L7Rule{
+					{Type: flows.RuleHeader, Compare: flows.CompareContains, Key: "X-A", Value: "b", Invert: true},
+					{Type: flows.RulePath, Compare: flows.CompareStartsWith, Value: "/api"},
+				}},
+				{ID: "p2", Action: flows.L7RedirectPrefix, URL: "https://example.org", Code: 308, Rules: []flows.L7Rule{{Type: flows.RuleHostName, Compare: flows.CompareEqualTo, Value: "a"}}},
+			},
+			DefaultPool: "p",
+			Pools: []flows.L7Pool{
+				{ID: "p", Algorithm: flows.RoundRobin, Persistence: &flows.L7Persistence{Type: "SOURCE_IP", Timeout: time.Minute},
+					Backends: []flows.Backend{{MemberID: "m3", Address: netip.MustParseAddr("2001:2::3"), Port: 80, Weight: 2, Node: "n2", Zones: []string{"z"}, ForNodes: []string{"n2"}, Terminating: true}}},
+				{ID: "api", Algorithm: flows.LeastConnections, Persistence: &flows.L7Persistence{Type: "APP_COOKIE", CookieName: "sid"}},
+			},
+			InsertHeaders: []string{"X-Forwarded-For", "X-Forwarded-Port"},
+			ClientTimeout: 50 * time.Second, ConnectTimeout: 5 * time.Second, MemberTimeout: time.Minute,
+		},
 	}
 }
 

@@ -1,0 +1,64 @@
+package flowpb
+
+import (
+	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/shared/flows"
+)
+
+// L7ToProto encodes an HTTP listener's L7 configuration; nil is none.
+func L7ToProto(l *flows.L7) *agentv1.L7 {
+	if l == nil {
+		return nil
+	}
+	out := &agentv1.L7{
+		DefaultPool: l.DefaultPool, InsertHeaders: l.InsertHeaders,
+		ClientTimeoutMs: l.ClientTimeout.Milliseconds(), ConnectTimeoutMs: l.ConnectTimeout.Milliseconds(), MemberTimeoutMs: l.MemberTimeout.Milliseconds(),
+	}
+	for _, p := range l.Policies {
+		pp := &agentv1.L7Policy{Id: p.ID, Action: string(p.Action), Pool: p.Pool, Url: p.URL, Code: int32(p.Code)}
+		for _, r := range p.Rules {
+			pp.Rules = append(pp.Rules, &agentv1.L7Rule{Type: string(r.Type), Compare: string(r.Compare), Key: r.Key, Value: r.Value, Invert: r.Invert})
+		}
+		out.Policies = append(out.Policies, pp)
+	}
+	for _, p := range l.Pools {
+		pp := &agentv1.L7Pool{Id: p.ID, Algorithm: string(p.Algorithm)}
+		if sp := p.Persistence; sp != nil {
+			pp.Persistence = &agentv1.L7Persistence{Type: sp.Type, CookieName: sp.CookieName, TimeoutMs: sp.Timeout.Milliseconds()}
+		}
+		for _, b := range p.Backends {
+			pp.Backends = append(pp.Backends, BackendToProto(b))
+		}
+		out.Pools = append(out.Pools, pp)
+	}
+	return out
+}
+
+// L7FromProto is the inverse of L7ToProto.
+func L7FromProto(p *agentv1.L7) *flows.L7 {
+	if p == nil {
+		return nil
+	}
+	out := &flows.L7{
+		DefaultPool: p.GetDefaultPool(), InsertHeaders: p.GetInsertHeaders(),
+		ClientTimeout: millis(p.GetClientTimeoutMs()), ConnectTimeout: millis(p.GetConnectTimeoutMs()), MemberTimeout: millis(p.GetMemberTimeoutMs()),
+	}
+	for _, pp := range p.GetPolicies() {
+		pol := flows.L7Policy{ID: pp.GetId(), Action: flows.L7Action(pp.GetAction()), Pool: pp.GetPool(), URL: pp.GetUrl(), Code: int(pp.GetCode())}
+		for _, r := range pp.GetRules() {
+			pol.Rules = append(pol.Rules, flows.L7Rule{Type: flows.L7RuleType(r.GetType()), Compare: flows.L7Compare(r.GetCompare()), Key: r.GetKey(), Value: r.GetValue(), Invert: r.GetInvert()})
+		}
+		out.Policies = append(out.Policies, pol)
+	}
+	for _, pp := range p.GetPools() {
+		pool := flows.L7Pool{ID: pp.GetId(), Algorithm: flows.Algorithm(pp.GetAlgorithm())}
+		if sp := pp.GetPersistence(); sp != nil {
+			pool.Persistence = &flows.L7Persistence{Type: sp.GetType(), CookieName: sp.GetCookieName(), Timeout: millis(sp.GetTimeoutMs())}
+		}
+		for _, b := range pp.GetBackends() {
+			pool.Backends = append(pool.Backends, BackendFromProto(b))
+		}
+		out.Pools = append(out.Pools, pool)
+	}
+	return out
+}
