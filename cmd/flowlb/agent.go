@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -66,6 +67,10 @@ type agentOptions struct {
 	bpfPinDir string
 	// ovnNB: with --dataplane ovn, the northbound database.
 	ovnNB string
+	// l7Ports: the L7 proxy's steering ports, FIRST-LAST (empty: no
+	// proxy); l7Addresses: the node's addresses steered to.
+	l7Ports     string
+	l7Addresses []string
 }
 
 func init() { rootCmd.AddCommand(newAgentCmd()) }
@@ -102,6 +107,8 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&o.l2Interface, "l2-interface", "", "interface on which this node answers ARP and IPv6 neighbour discovery for the external VIPs of the server's --l2-cidrs that the server gives it (one node per VIP, among those that can serve it), with a gratuitous ARP or unsolicited advertisement when it takes one (default: none)")
 	f.StringVar(&o.bgpConfig, "bgp-config", "", "YAML file of the agent's own BGP speaker (ASN, peers, next hops, ranges' communities): the VIPs of --announce-cidrs this node can serve are advertised to the peers instead of written to --announce-table (default: none)")
 	f.StringVar(&o.dataplane, "dataplane", "nftables", "data plane: nftables, or ebpf: connections that start on a local socket of --cgroup are balanced at connect() by cgroup eBPF programs (no NAT, no conntrack), and nftables stays for the rest (clients from outside, node ports, forwarded packets); or ovn: no kernel, the load balancers' VIPs are written to OVN's northbound database (--ovn-nb) as Load_Balancer rows on the VIP's logical switch and its routers, for every VM of an ML2/OVN cloud; such an agent runs anywhere that reaches the database, takes no health probes and answers for no VIP")
+	f.StringVar(&o.l7Ports, "l7-ports", "20000-29999", "FIRST-LAST: the ports of this node's L7 proxy for the server's HTTP listeners (server --l7), one per listener and VIP, opened on every address of the node while such a listener exists; the data planes steer a listener's connections to its port at the node's own address, so that the proxy of the client's node routes each request (empty: no proxy; the server must then not serve HTTP listeners)")
+	f.StringSliceVar(&o.l7Addresses, "l7-addresses", nil, "the node's addresses, at most one per family, to which the data planes steer HTTP listeners' connections (default: the first --nodeport-addresses address of each family)")
 	f.StringVar(&o.ovnNB, "ovn-nb", "", "with --dataplane ovn: the OVN northbound database, tcp:IP:PORT, ssl:IP:PORT or unix:PATH (comma-separated for a clustered one)")
 	f.StringVar(&o.cgroup, "cgroup", "", "with --dataplane ebpf: the cgroup v2 directory whose processes (and those below it) are served (default: the cgroup v2 root, every process of the host)")
 	f.StringVar(&o.bpfPinDir, "bpf-pin-dir", "/sys/fs/bpf/flowlb", "with --dataplane ebpf: where the maps and links are pinned, so that balancing outlives the agent and a restarted agent adopts them; a bpffs is mounted on its parent if none is there")
@@ -203,6 +210,11 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		cfg.HealthCheckNodePorts, cfg.StatsInterval = false, 0
 	}
 	cfg.L2Interface = o.l2Interface
+	if cfg.OVN == nil {
+		if cfg.L7, err = l7Config(o.l7Ports, o.l7Addresses); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if o.removeOnDelete != "" {
@@ -287,4 +299,37 @@ func agentCleanupEBPFCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&pins, "bpf-pin-dir", pins, "the agent's --bpf-pin-dir")
 	return cmd
+}
+
+// l7Config parses --l7-ports and --l7-addresses (empty ports: no proxy).
+func l7Config(ports string, addrs []string) (*node.L7, error) {
+	if ports == "" {
+		if len(addrs) > 0 {
+			return nil, errors.New("--l7-addresses needs --l7-ports")
+		}
+		return nil, nil
+	}
+	first, last, ok := strings.Cut(ports, "-")
+	f, ferr := strconv.ParseUint(first, 10, 16)
+	l, lerr := strconv.ParseUint(last, 10, 16)
+	if !ok || ferr != nil || lerr != nil || f == 0 || l < f {
+		return nil, fmt.Errorf("--l7-ports %q: want FIRST-LAST, two ports in order", ports)
+	}
+	out := &node.L7{FirstPort: uint16(f), LastPort: uint16(l)}
+	for _, s := range addrs {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("--l7-addresses: %w", err)
+		}
+		a = a.Unmap()
+		target := &out.Addresses.V6
+		if a.Is4() {
+			target = &out.Addresses.V4
+		}
+		if target.IsValid() {
+			return nil, fmt.Errorf("--l7-addresses: two addresses of one family (%s, %s)", *target, a)
+		}
+		*target = a
+	}
+	return out, nil
 }

@@ -9,6 +9,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -29,6 +30,8 @@ import (
 	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/node/kubehealth"
 	"github.com/flowlb/flowlb/internal/node/l2"
+	"github.com/flowlb/flowlb/internal/node/l7proxy"
+	"github.com/flowlb/flowlb/internal/node/l7steer"
 	"github.com/flowlb/flowlb/internal/node/ovn"
 	"github.com/flowlb/flowlb/internal/shared/flows"
 	"github.com/flowlb/flowlb/internal/shared/httpserve"
@@ -91,6 +94,9 @@ type Config struct {
 	// EBPF, if set, balances the connections of local sockets with the
 	// eBPF socket programs, beside nftables.
 	EBPF *EBPF
+	// L7, if set, serves HTTP listeners with the node's proxy, to which
+	// the data planes steer their connections.
+	L7 *L7
 	// OVN, if set, replaces the node's data planes: the services are
 	// written to OVN's northbound database as Load_Balancer rows, and the
 	// agent takes no probes, announces nothing and answers for no VIP.
@@ -118,6 +124,17 @@ type EBPF struct {
 	// PinDir is where the maps and links are pinned; a bpffs is mounted
 	// on its parent if none is there.
 	PinDir string
+}
+
+// L7 configures the node's L7 proxy.
+type L7 struct {
+	// FirstPort and LastPort bound the steering ports: one per L7
+	// listener and VIP, opened on every address of the node.
+	FirstPort, LastPort uint16
+	// Addresses are the node's addresses the data planes steer to, one
+	// per family; an invalid one is the first node-port address of its
+	// family at start.
+	Addresses l7steer.Addresses
 }
 
 // OVN configures the OVN data plane.
@@ -177,6 +194,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		prog = agent.Chain(n.dp, n.sockets)
 		verifiers = append(verifiers, n.sockets)
 		stats = agent.SumStats(n.dp, n.sockets)
+	}
+	if cfg.L7 != nil {
+		if prog, err = n.l7(*cfg.L7); err != nil {
+			return nil, err
+		}
 	}
 	if prog, err = n.announcer(prog, reg); err != nil {
 		return nil, err
@@ -337,6 +359,45 @@ func OpenSocketLB(c EBPF, node, zone string, log *slog.Logger) (*ebpf.Dataplane,
 	}
 	log.Info("eBPF socket load balancing attached", "cgroup", cg, "pins", c.PinDir)
 	return d, nil
+}
+
+// l7 starts the node's L7 proxy and puts it first among the data
+// planes, each packet data plane seeing the L7 services steered to it.
+func (n *Node) l7(cfg L7) (agent.Programmer, error) {
+	ports, err := l7steer.NewPorts(cfg.FirstPort, cfg.LastPort)
+	if err != nil {
+		return nil, err
+	}
+	addrs := cfg.Addresses
+	if !addrs.V4.IsValid() || !addrs.V6.IsValid() {
+		own := n.cfg.NodeAddresses
+		if own == nil {
+			found, err := agent.InterfaceAddresses()
+			if err != nil {
+				return nil, err
+			}
+			own = agent.NodePortAddresses(found, n.cfg.NodePortCIDRs)
+		}
+		for _, a := range own {
+			switch {
+			case a.Is4() && !addrs.V4.IsValid():
+				addrs.V4 = a
+			case a.Is6() && !a.IsLinkLocalUnicast() && !addrs.V6.IsValid():
+				addrs.V6 = a
+			}
+		}
+	}
+	if !addrs.V4.IsValid() && !addrs.V6.IsValid() {
+		return nil, errors.New("L7 proxy: the node has no address to steer HTTP listeners to")
+	}
+	proxy := l7proxy.New(l7proxy.Options{Log: n.log})
+	n.undo = append(n.undo, func() { _ = proxy.Close() })
+	n.log.Info("L7 proxy ready", "steering_ports", fmt.Sprintf("%d-%d", cfg.FirstPort, cfg.LastPort), "ipv4", addrs.V4, "ipv6", addrs.V6)
+	planes := []agent.Programmer{l7steer.NewProxyPlane(proxy, ports), l7steer.NewPackets(n.dp, ports, addrs)}
+	if n.sockets != nil {
+		planes = append(planes, l7steer.NewPackets(n.sockets, ports, addrs))
+	}
+	return agent.Chain(planes...), nil
 }
 
 // announcer wraps prog with the announcement of VIPs, if configured.

@@ -76,6 +76,9 @@ type Options struct {
 	// NeutronDeploymentID names this deployment in the mark on its VIP
 	// ports (empty: the id the database holds, made once).
 	NeutronDeploymentID string
+	// L7 serves HTTP listeners, their L7 policies and HTTP pools with
+	// every node's proxy (flow.Provider.L7).
+	L7 bool
 	// NeutronVIPPorts is how the VIP ports are made in Neutron
 	// (neutronapi.PortStyle; empty: flowlb's own).
 	NeutronVIPPorts string
@@ -169,6 +172,7 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	s.Replica = o.ReplicaID
 	provider := flow.New(nil)
 	provider.OVN = o.NeutronVIPPorts == string(neutronapi.PortsOVN)
+	provider.L7 = o.L7
 	vips, err := vipAllocator(ctx, st, o, log)
 	if err != nil {
 		return nil, err

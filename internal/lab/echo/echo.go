@@ -396,6 +396,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	line := s.reply(local, peer)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Flowlb-Pod", s.cfg.Name)
+	// What a proxy in the path said of the client, for the tests of
+	// L7 listeners' insert_headers.
+	if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+		w.Header().Set("X-Flowlb-Forwarded-For", strings.Join(xff, ", "))
+	}
 	if s.cfg.HealthFile != "" {
 		if _, err := os.Stat(s.cfg.HealthFile); err == nil {
 			w.WriteHeader(http.StatusInternalServerError)

@@ -279,5 +279,19 @@ func TestAutoPort(t *testing.T) {
 		if r, err := Parse(string(b)); err != nil || r.Addr != addr {
 			t.Errorf("http %d: body %q: %+v %v", i, b, r, err)
 		}
+		if got := resp.Header.Get("X-Flowlb-Forwarded-For"); got != "" {
+			t.Errorf("http %d: no proxy in the path, yet X-Flowlb-Forwarded-For %q", i, got)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+	req.Header.Add("X-Forwarded-For", "198.18.0.1")
+	req.Header.Add("X-Forwarded-For", "198.18.0.2")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Get("X-Flowlb-Forwarded-For"); got != "198.18.0.1, 198.18.0.2" {
+		t.Errorf("X-Flowlb-Forwarded-For %q, want the request's X-Forwarded-For lines joined", got)
 	}
 }

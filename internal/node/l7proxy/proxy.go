@@ -1,12 +1,12 @@
 // Package l7proxy is the node's HTTP proxy for L7 listeners: the data
-// plane steers a connection to an L7 listener's VIP and port to this
-// proxy on the client's own node, which applies the listener's L7
-// policies and the chosen pool's algorithm and persistence, and forwards
-// the request to the member directly. One proxy serves every L7
-// listener of the node, told apart by the address the client connected
-// to (the connection's original destination); its configuration is
-// replaced whole and atomically, so a request sees one revision, and
-// requests in flight finish on the one they started with.
+// plane steers a connection to an L7 listener's VIP and port to a port of
+// this proxy on the client's own node (the listener's steering port, one
+// per VIP and port), where the proxy applies the listener's L7 policies
+// and the chosen pool's algorithm and persistence, and forwards the
+// request to the member directly. One proxy, in the agent, serves every
+// L7 listener of the node; its configuration is replaced whole and
+// atomically, so a request sees one revision, and requests in flight
+// finish on the one they started with.
 package l7proxy
 
 import (
@@ -15,11 +15,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -29,28 +32,41 @@ import (
 
 // Options configure a Proxy.
 type Options struct {
-	// OriginalDst returns the address a client connected to, before the
-	// data plane steered it to the proxy; nil reads it from conntrack
-	// (SO_ORIGINAL_DST), falling back to the connection's local address.
-	OriginalDst func(net.Conn) (netip.AddrPort, error)
+	// Listen opens the socket of a steering port; nil listens on every
+	// address of the node ("[::]:port", both families).
+	Listen func(port uint16) (net.Listener, error)
 	// Dialer connects to members; nil is a net.Dialer.
 	Dialer *net.Dialer
 	Log    *slog.Logger
 }
 
+// Listener is an L7 listener as the node serves it at one of its
+// addresses.
+type Listener struct {
+	// VIP is the address and port clients connect to.
+	VIP    netip.AddrPort
+	Config flows.L7
+}
+
 // Proxy is the node's L7 proxy.
 type Proxy struct {
-	routes      atomic.Pointer[map[netip.AddrPort]*router]
-	originalDst func(net.Conn) (netip.AddrPort, error)
-	rp          *httputil.ReverseProxy
-	log         *slog.Logger
+	// routes are the compiled listeners by steering port.
+	routes atomic.Pointer[map[uint16]*router]
+	listen func(uint16) (net.Listener, error)
+	rp     *httputil.ReverseProxy
+	srv    *http.Server
+	log    *slog.Logger
+
+	mu     sync.Mutex // serializes Set and Close
+	socks  map[uint16]net.Listener
+	closed bool
 }
 
 // New returns a proxy with no listener.
 func New(o Options) *Proxy {
-	p := &Proxy{originalDst: o.OriginalDst, log: o.Log}
-	if p.originalDst == nil {
-		p.originalDst = OriginalDst
+	p := &Proxy{listen: o.Listen, log: o.Log, socks: map[uint16]net.Listener{}}
+	if p.listen == nil {
+		p.listen = func(port uint16) (net.Listener, error) { return net.Listen("tcp", ":"+strconv.Itoa(int(port))) }
 	}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -82,25 +98,90 @@ func New(o Options) *Proxy {
 		ErrorHandler:   p.proxyError,
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 	}
-	empty := map[netip.AddrPort]*router{}
+	p.srv = &http.Server{
+		Handler: p,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if sc, ok := c.(steeredConn); ok {
+				return context.WithValue(ctx, portKey{}, sc.port)
+			}
+			return ctx
+		},
+		ReadHeaderTimeout: time.Minute,
+		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	empty := map[uint16]*router{}
 	p.routes.Store(&empty)
 	return p
 }
 
-// Set replaces the proxy's whole configuration: each L7 listener by the
-// VIP and port clients connect to. When one cannot be served the error
-// names it and the configuration in place stays.
-func (p *Proxy) Set(listeners map[netip.AddrPort]flows.L7) error {
-	next := make(map[netip.AddrPort]*router, len(listeners))
-	for at, cfg := range listeners {
-		r, err := compile(cfg)
+// Set replaces the proxy's whole configuration: the listeners by
+// steering port. It opens the ports that are new and closes those no
+// longer listed (their established connections finish what they are
+// doing). When a listener cannot be served, or a port cannot be opened,
+// the error names it and the configuration in place stays whole.
+func (p *Proxy) Set(listeners map[uint16]Listener) error {
+	next := make(map[uint16]*router, len(listeners))
+	for port, l := range listeners {
+		r, err := compile(l.Config)
 		if err != nil {
-			return fmt.Errorf("L7 listener %s: %w", at, err)
+			return fmt.Errorf("L7 listener %s (port %d): %w", l.VIP, port, err)
 		}
-		next[at] = r
+		r.vip = l.VIP
+		next[port] = r
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("L7 proxy: closed")
+	}
+	opened := map[uint16]net.Listener{}
+	for _, port := range slices.Sorted(maps.Keys(next)) {
+		if _, open := p.socks[port]; open {
+			continue
+		}
+		l, err := p.listen(port)
+		if err != nil {
+			for _, o := range opened {
+				o.Close()
+			}
+			return fmt.Errorf("L7 listener %s: steering port %d: %w", next[port].vip, port, err)
+		}
+		opened[port] = steeredListener{Listener: l, port: port}
 	}
 	p.routes.Store(&next)
+	for port, l := range p.socks {
+		if _, keep := next[port]; !keep {
+			l.Close()
+			delete(p.socks, port)
+		}
+	}
+	for port, l := range opened {
+		p.socks[port] = l
+		go p.serve(l)
+	}
 	return nil
+}
+
+func (p *Proxy) serve(l net.Listener) {
+	if err := p.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+		p.log.Warn("L7 proxy: a steering port stopped", "at", l.Addr(), "err", err)
+	}
+}
+
+// Ports are the steering ports open now, sorted.
+func (p *Proxy) Ports() []uint16 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.socks))
+}
+
+// Close closes every port and connection.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	p.socks = map[uint16]net.Listener{}
+	return p.srv.Close()
 }
 
 // Check reports whether an L7 configuration can be served, without
@@ -110,30 +191,32 @@ func Check(cfg flows.L7) error {
 	return err
 }
 
-// Server returns an HTTP server for the proxy's listening sockets: it
-// records each connection's original destination for the handler.
-func (p *Proxy) Server() *http.Server {
-	return &http.Server{
-		Handler: p,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			at, err := p.originalDst(c)
-			if err != nil {
-				p.log.Debug("L7 proxy: no original destination", "client", c.RemoteAddr(), "err", err)
-			}
-			return context.WithValue(ctx, dstKey{}, at)
-		},
-		ReadHeaderTimeout: time.Minute,
-		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
-	}
+// steeredListener marks its connections with its steering port, which
+// names the listener they are for.
+type steeredListener struct {
+	net.Listener
+	port uint16
 }
 
-type dstKey struct{}
+func (l steeredListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return steeredConn{Conn: c, port: l.port}, nil
+}
+
+type steeredConn struct {
+	net.Conn
+	port uint16
+}
+
+type portKey struct{}
 
 // reqState is what the proxy decided for a request, carried to the
 // reverse proxy's hooks.
 type reqState struct {
 	route     *router
-	listener  netip.AddrPort
 	client    netip.Addr
 	pool      *pool
 	backend   *backend
@@ -149,10 +232,13 @@ func stateFrom(ctx context.Context) *reqState {
 
 // ServeHTTP routes one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	at, _ := req.Context().Value(dstKey{}).(netip.AddrPort)
-	r := (*p.routes.Load())[at]
+	port, _ := req.Context().Value(portKey{}).(uint16)
+	r := (*p.routes.Load())[port]
 	if r == nil {
-		http.Error(w, "no L7 listener at "+at.String(), http.StatusServiceUnavailable)
+		// The listener was removed while its client kept the
+		// connection open.
+		w.Header().Set("Connection", "close")
+		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 		return
 	}
 	d := r.decide(req)
@@ -171,7 +257,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 		return
 	}
-	st := &reqState{route: r, listener: at, client: client, pool: d.pool, backend: b, setCookie: setCookie}
+	st := &reqState{route: r, client: client, pool: d.pool, backend: b, setCookie: setCookie}
 	b.active.Add(1)
 	defer b.active.Add(-1)
 	p.rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), stateKey{}, st)))
@@ -207,7 +293,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 				pr.Out.Header.Add("X-Forwarded-For", st.client.String())
 			}
 		case "X-Forwarded-Port":
-			pr.Out.Header.Set("X-Forwarded-Port", strconv.Itoa(int(st.listener.Port())))
+			pr.Out.Header.Set("X-Forwarded-Port", strconv.Itoa(int(st.route.vip.Port())))
 		case "X-Forwarded-Proto":
 			proto := "http"
 			if pr.In.TLS != nil {

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,20 +44,45 @@ func (m *echoMember) backend() flows.Backend {
 	return flows.Backend{MemberID: m.name, Address: ap.Addr(), Port: ap.Port(), Weight: 1}
 }
 
-// startProxy serves a proxy on a loopback port, which is the listener's
-// address itself (nothing steers to it), and returns that address.
-func startProxy(t *testing.T) (*Proxy, netip.AddrPort) {
-	t.Helper()
+// loopbackPorts opens each steering port as a fresh port on loopback,
+// and tells where.
+type loopbackPorts struct {
+	mu sync.Mutex
+	at map[uint16]netip.AddrPort
+	// refuse makes opening this steering port fail.
+	refuse uint16
+}
+
+func (lp *loopbackPorts) listen(port uint16) (net.Listener, error) {
+	if port == lp.refuse {
+		return nil, errors.New("address already in use")
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	p := New(Options{})
-	srv := p.Server()
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return p, netip.MustParseAddrPort(l.Addr().String())
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	lp.at[port] = netip.MustParseAddrPort(l.Addr().String())
+	return l, nil
 }
+
+func (lp *loopbackPorts) addr(port uint16) netip.AddrPort {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	return lp.at[port]
+}
+
+// startProxy starts a proxy whose steering ports are on loopback.
+func startProxy(t *testing.T) (*Proxy, *loopbackPorts) {
+	t.Helper()
+	lp := &loopbackPorts{at: map[uint16]netip.AddrPort{}}
+	p := New(Options{Listen: lp.listen})
+	t.Cleanup(func() { p.Close() })
+	return p, lp
+}
+
+var vip = netip.MustParseAddrPort("198.18.100.1:80")
 
 type answer struct {
 	status int
@@ -101,7 +128,7 @@ func noRedirects() *http.Client {
 func TestProxyRoutes(t *testing.T) {
 	web1, web2 := startMember(t, "web1", nil), startMember(t, "web2", nil)
 	api := startMember(t, "api1", nil)
-	p, at := startProxy(t)
+	p, lp := startProxy(t)
 	cfg := flows.L7{
 		DefaultPool: "web",
 		Pools: []flows.L7Pool{
@@ -115,10 +142,11 @@ func TestProxyRoutes(t *testing.T) {
 		},
 		InsertHeaders: []string{"X-Forwarded-For", "X-Forwarded-Port", "X-Forwarded-Proto"},
 	}
-	if err := p.Set(map[netip.AddrPort]flows.L7{at: cfg}); err != nil {
+	if err := p.Set(map[uint16]Listener{1: {VIP: vip, Config: cfg}}); err != nil {
 		t.Fatal(err)
 	}
 	c := noRedirects()
+	at := lp.addr(1)
 
 	seen := map[string]int{}
 	for range 4 {
@@ -139,8 +167,8 @@ func TestProxyRoutes(t *testing.T) {
 	if want := "203.0.113.7,127.0.0.1"; a.fields["xff"] != want {
 		t.Errorf("X-Forwarded-For %q, want %q (the client's own kept, its address added)", a.fields["xff"], want)
 	}
-	if a.fields["port"] != fmt.Sprint(at.Port()) || a.fields["proto"] != "http" {
-		t.Errorf("X-Forwarded-Port %q, -Proto %q; want %d, http", a.fields["port"], a.fields["proto"], at.Port())
+	if a.fields["port"] != "80" || a.fields["proto"] != "http" {
+		t.Errorf("X-Forwarded-Port %q, -Proto %q; want the VIP's 80, http", a.fields["port"], a.fields["proto"])
 	}
 
 	if a := get(t, c, at, "www.example", "/private/x"); a.status != http.StatusForbidden {
@@ -152,7 +180,7 @@ func TestProxyRoutes(t *testing.T) {
 
 	// Without insert_headers the member sees the client's headers only.
 	cfg.InsertHeaders = nil
-	if err := p.Set(map[netip.AddrPort]flows.L7{at: cfg}); err != nil {
+	if err := p.Set(map[uint16]Listener{1: {VIP: vip, Config: cfg}}); err != nil {
 		t.Fatal(err)
 	}
 	if a := get(t, c, at, "www.example", "/", "X-Forwarded-For", "203.0.113.7"); a.fields["xff"] != "203.0.113.7" || a.fields["port"] != "" || a.fields["proto"] != "" {
@@ -160,33 +188,47 @@ func TestProxyRoutes(t *testing.T) {
 	}
 }
 
-// TestProxySet: a configuration that cannot be served is refused and the
-// one in place keeps serving; a listener not configured answers 503.
+// TestProxySet: a configuration that cannot be served, or a steering
+// port that cannot be opened, is refused and the one in place keeps
+// serving; a port no longer listed is closed.
 func TestProxySet(t *testing.T) {
 	m := startMember(t, "m1", nil)
-	p, at := startProxy(t)
+	p, lp := startProxy(t)
 	c := noRedirects()
-	if a := get(t, c, at, "x", "/"); a.status != http.StatusServiceUnavailable {
-		t.Errorf("no listener: %d, want 503", a.status)
-	}
 	good := flows.L7{DefaultPool: "p", Pools: []flows.L7Pool{{ID: "p", Algorithm: flows.RoundRobin, Backends: []flows.Backend{m.backend()}}}}
-	if err := p.Set(map[netip.AddrPort]flows.L7{at: good}); err != nil {
+	if err := p.Set(map[uint16]Listener{1: {VIP: vip, Config: good}}); err != nil {
 		t.Fatal(err)
 	}
+	at := lp.addr(1)
 	bad := good
 	bad.Policies = []flows.L7Policy{{ID: "x", Action: flows.L7Reject, Rules: []flows.L7Rule{{Type: flows.RulePath, Compare: flows.CompareRegex, Value: "(?!a)"}}}}
-	err := p.Set(map[netip.AddrPort]flows.L7{at: bad})
-	if err == nil || !strings.Contains(err.Error(), at.String()) {
-		t.Fatalf("Set(bad) = %v, want an error naming %s", err, at)
+	err := p.Set(map[uint16]Listener{1: {VIP: vip, Config: bad}})
+	if err == nil || !strings.Contains(err.Error(), vip.String()) {
+		t.Fatalf("Set(bad) = %v, want an error naming %s", err, vip)
+	}
+	lp.refuse = 3
+	err = p.Set(map[uint16]Listener{2: {VIP: vip, Config: good}, 3: {VIP: netip.MustParseAddrPort("198.18.100.2:80"), Config: good}})
+	if err == nil || !strings.Contains(err.Error(), "steering port 3") {
+		t.Fatalf("Set with a port that cannot open = %v", err)
+	}
+	if got := p.Ports(); !slices.Equal(got, []uint16{1}) {
+		t.Errorf("ports after refused changes: %v, want [1]", got)
 	}
 	if a := get(t, c, at, "x", "/"); a.fields["member"] != "m1" {
-		t.Errorf("after a refused Set: %+v", a)
+		t.Errorf("after refused changes: %+v", a)
 	}
-	if err := p.Set(nil); err != nil {
+	lp.refuse = 0
+	if err := p.Set(map[uint16]Listener{2: {VIP: vip, Config: good}}); err != nil {
 		t.Fatal(err)
 	}
-	if a := get(t, c, at, "x", "/"); a.status != http.StatusServiceUnavailable {
-		t.Errorf("after removing the listener: %d, want 503", a.status)
+	if a := get(t, c, lp.addr(2), "x", "/"); a.fields["member"] != "m1" {
+		t.Errorf("on the new port: %+v", a)
+	}
+	if _, err := net.DialTimeout("tcp", at.String(), time.Second); err == nil {
+		t.Error("the removed port still accepts connections")
+	}
+	if got := p.Ports(); !slices.Equal(got, []uint16{2}) {
+		t.Errorf("ports %v, want [2]", got)
 	}
 }
 
@@ -200,16 +242,17 @@ func TestProxyCookiePersistence(t *testing.T) {
 		}
 	}
 	m1, m2 := startMember(t, "m1", setSession), startMember(t, "m2", setSession)
-	p, at := startProxy(t)
+	p, lp := startProxy(t)
 	pools := func(typ, name string) flows.L7 {
 		return flows.L7{DefaultPool: "p", Pools: []flows.L7Pool{{ID: "p", Algorithm: flows.RoundRobin,
 			Persistence: &flows.L7Persistence{Type: typ, CookieName: name}, Backends: []flows.Backend{m1.backend(), m2.backend()}}}}
 	}
 	c := noRedirects()
 
-	if err := p.Set(map[netip.AddrPort]flows.L7{at: pools(flows.PersistHTTPCookie, "")}); err != nil {
+	if err := p.Set(map[uint16]Listener{1: {VIP: vip, Config: pools(flows.PersistHTTPCookie, "")}}); err != nil {
 		t.Fatal(err)
 	}
+	at := lp.addr(1)
 	first := get(t, c, at, "x", "/")
 	cookie := ""
 	for _, sc := range (&http.Response{Header: first.header}).Cookies() {
@@ -230,7 +273,7 @@ func TestProxyCookiePersistence(t *testing.T) {
 		}
 	}
 
-	if err := p.Set(map[netip.AddrPort]flows.L7{at: pools(flows.PersistAppCookie, "sid")}); err != nil {
+	if err := p.Set(map[uint16]Listener{1: {VIP: vip, Config: pools(flows.PersistAppCookie, "sid")}}); err != nil {
 		t.Fatal(err)
 	}
 	first = get(t, c, at, "x", "/a")
@@ -257,7 +300,7 @@ func TestProxyMemberFailures(t *testing.T) {
 	gone := startMember(t, "gone", nil)
 	goneBackend := gone.backend()
 	gone.srv.Close()
-	p, at := startProxy(t)
+	p, lp := startProxy(t)
 	cfg := flows.L7{
 		DefaultPool: "slow",
 		Pools: []flows.L7Pool{
@@ -271,9 +314,10 @@ func TestProxyMemberFailures(t *testing.T) {
 		},
 		MemberTimeout: 300 * time.Millisecond,
 	}
-	if err := p.Set(map[netip.AddrPort]flows.L7{at: cfg}); err != nil {
+	if err := p.Set(map[uint16]Listener{1: {VIP: vip, Config: cfg}}); err != nil {
 		t.Fatal(err)
 	}
+	at := lp.addr(1)
 	c := noRedirects()
 	for _, tc := range []struct {
 		path string
@@ -282,37 +326,5 @@ func TestProxyMemberFailures(t *testing.T) {
 		if a := get(t, c, at, "x", tc.path); a.status != tc.want {
 			t.Errorf("%s: %d, want %d", tc.path, a.status, tc.want)
 		}
-	}
-}
-
-// TestOriginalDstWithoutNAT: a connection nothing translated reports its
-// own local address.
-func TestOriginalDstWithoutNAT(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	done := make(chan error, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			done <- err
-			return
-		}
-		defer c.Close()
-		at, err := OriginalDst(c)
-		if err == nil && at.String() != l.Addr().String() {
-			err = errors.New("original destination " + at.String() + ", want " + l.Addr().String())
-		}
-		done <- err
-	}()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := <-done; err != nil {
-		t.Error(err)
 	}
 }

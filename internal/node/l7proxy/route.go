@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 
 	"github.com/flowlb/flowlb/internal/shared/flows"
 )
@@ -11,6 +12,8 @@ import (
 // router is one listener's L7 configuration ready to serve: its
 // policies compiled, its pools with their balancers.
 type router struct {
+	// vip is the address and port the listener's clients connect to.
+	vip         netip.AddrPort
 	policies    []policy
 	defaultPool *pool
 	insert      []string

@@ -6,8 +6,11 @@
 package flow
 
 import (
+	"net/http"
 	"net/netip"
+	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/flowlb/flowlb/internal/server/lbaas"
 	"github.com/flowlb/flowlb/internal/shared/flows"
@@ -38,6 +41,10 @@ type Provider struct {
 	// what those cannot enforce or express is refused rather than
 	// served to the nodes alone.
 	OVN bool
+	// L7: HTTP listeners are served by every node's proxy (the agents'
+	// internal/node/l7proxy), with their L7 policies, HTTP pools and
+	// insert_headers; off, they are refused as before.
+	L7 bool
 }
 
 // New returns the flow provider realizing changes through r.
@@ -78,18 +85,26 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 	// of its own family (internal/server/compiler), so an IPv4 and an IPv6
 	// member may share a pool, as under Octavia's amphora provider.
 	for _, l := range t.Listeners {
-		if !l4(l.Protocol) {
-			return refuse("%s protocol listeners are not supported; use TCP, UDP or SCTP.", l.Protocol)
+		if !l4(l.Protocol) && !p.http(l.Protocol) {
+			return refuse("%s protocol listeners are not supported; use %s.", l.Protocol, p.protocols())
 		}
 		if l.DefaultTLSContainerRef != nil || len(l.SNIContainerRefs) > 0 || l.ClientCATLSContainerRef != nil {
 			return refuse("TLS termination is not supported.")
 		}
-		if len(l.InsertHeaders) > 0 {
+		if len(l.InsertHeaders) > 0 && !p.http(l.Protocol) {
 			return refuse("insert_headers is not supported.")
 		}
+		for _, h := range flows.InsertHeaderNames(l.InsertHeaders) {
+			if !slices.Contains(insertable, http.CanonicalHeaderKey(h)) {
+				return refuse("insert_headers %s is not supported; %s are.", h, strings.Join(insertable, ", "))
+			}
+		}
 	}
-	if len(t.L7Policies) > 0 {
+	if len(t.L7Policies) > 0 && !p.L7 {
 		return refuse("L7 policies are not supported.")
+	}
+	if err := checkRules(t); err != nil {
+		return err
 	}
 	if p.OVN {
 		if err := checkOVN(t); err != nil {
@@ -97,14 +112,12 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 		}
 	}
 	for _, pool := range t.Pools {
-		if !l4(pool.Protocol) {
-			return refuse("%s protocol pools are not supported; use TCP, UDP or SCTP.", pool.Protocol)
-		}
-		if _, ok := flows.ParseAlgorithm(pool.LBAlgorithm); !ok {
-			return refuse("%s algorithm is not supported.", pool.LBAlgorithm)
-		}
-		if sp := pool.SessionPersistence; sp != nil && sp.Type != "SOURCE_IP" {
-			return refuse("%s session persistence is not supported; only SOURCE_IP is.", sp.Type)
+		if p.http(pool.Protocol) {
+			if err := checkHTTPPool(pool); err != nil {
+				return err
+			}
+		} else if err := checkL4Pool(pool); err != nil {
+			return err
 		}
 		if pool.TLSEnabled || pool.TLSContainerRef != nil || pool.CATLSContainerRef != nil {
 			return refuse("TLS to members is not supported.")
@@ -123,11 +136,67 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 	return nil
 }
 
+// http reports whether protocol is one the node's proxy serves.
+func (p *Provider) http(protocol string) bool { return p.L7 && protocol == "HTTP" }
+
+// protocols names the listener protocols served, for a refusal.
+func (p *Provider) protocols() string {
+	if p.L7 {
+		return "TCP, UDP, SCTP or HTTP"
+	}
+	return "TCP, UDP or SCTP"
+}
+
+// insertable are the headers the node's proxy inserts (the X-SSL-*
+// ones need TLS termination).
+var insertable = []string{"X-Forwarded-For", "X-Forwarded-Port", "X-Forwarded-Proto"}
+
+func checkL4Pool(pool *lbaas.Pool) error {
+	if !l4(pool.Protocol) {
+		return refuse("%s protocol pools are not supported; use TCP, UDP or SCTP.", pool.Protocol)
+	}
+	if _, ok := flows.ParseAlgorithm(pool.LBAlgorithm); !ok {
+		return refuse("%s algorithm is not supported.", pool.LBAlgorithm)
+	}
+	if sp := pool.SessionPersistence; sp != nil && sp.Type != "SOURCE_IP" {
+		return refuse("%s session persistence is not supported; only SOURCE_IP is.", sp.Type)
+	}
+	return nil
+}
+
+// httpAlgorithms are what the node's proxy balances HTTP pools with.
+var httpAlgorithms = []string{string(flows.RoundRobin), string(flows.LeastConnections), string(flows.SourceIP)}
+
+func checkHTTPPool(pool *lbaas.Pool) error {
+	if !slices.Contains(httpAlgorithms, pool.LBAlgorithm) {
+		return refuse("%s algorithm is not supported for HTTP pools; %s are.", pool.LBAlgorithm, strings.Join(httpAlgorithms, ", "))
+	}
+	return nil
+}
+
+// checkRules refuses a regular expression the node's proxy cannot
+// evaluate: Octavia checks them with Python's re, the proxy runs Go's
+// RE2, which lacks backreferences and lookaround.
+func checkRules(t *lbaas.Tree) error {
+	for _, r := range t.L7Rules {
+		if r.CompareType != string(flows.CompareRegex) {
+			continue
+		}
+		if _, err := regexp.Compile(r.Value); err != nil {
+			return refuse("L7 rule %s: the regular expression %q is not supported (RE2 syntax: no backreferences or lookaround): %v.", r.ID, r.Value, err)
+		}
+	}
+	return nil
+}
+
 // checkOVN refuses what OVN's Load_Balancer rows cannot hold: a source
 // restriction or a connection limit (a VM would get past them), and
 // weights that need more than flows.MaxWeightEntries repetitions.
 func checkOVN(t *lbaas.Tree) error {
 	for _, l := range t.Listeners {
+		if !l4(l.Protocol) {
+			return refuse("%s protocol listeners are not supported with the OVN data plane.", l.Protocol)
+		}
 		if len(l.AllowedCIDRs) > 0 && !slices.ContainsFunc(l.AllowedCIDRs, everySource) {
 			return refuse("allowed_cidrs are not supported with the OVN data plane: OVN's load balancers cannot enforce them for the cloud's VMs.")
 		}

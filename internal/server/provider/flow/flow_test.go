@@ -156,3 +156,74 @@ func TestCheckOVN(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckL7: with the node's proxy, HTTP listeners and pools, L7
+// policies and the X-Forwarded headers are served; what the proxy lacks
+// is refused, and without it all of them are as before.
+func TestCheckL7(t *testing.T) {
+	httpTree := func(edit func(t *lbaas.Tree)) func(t *lbaas.Tree) {
+		return func(t *lbaas.Tree) {
+			t.Listeners[0].Protocol, t.Pools[0].Protocol, t.Pools[0].LBAlgorithm = "HTTP", "HTTP", "ROUND_ROBIN"
+			if edit != nil {
+				edit(t)
+			}
+		}
+	}
+	rule := func(typ, cmp, value string) func(t *lbaas.Tree) {
+		return httpTree(func(t *lbaas.Tree) {
+			t.L7Policies = []*lbaas.L7Policy{{Base: lbaas.Base{ID: "p"}, ListenerID: "l", Action: "REJECT"}}
+			t.L7Rules = []*lbaas.L7Rule{{Base: lbaas.Base{ID: "r"}, L7PolicyID: "p", Type: typ, CompareType: cmp, Value: value}}
+		})
+	}
+	for _, tc := range []struct {
+		name   string
+		edit   func(t *lbaas.Tree)
+		refuse string
+	}{
+		{"HTTP listener and pool", httpTree(nil), ""},
+		{"least connections", httpTree(func(t *lbaas.Tree) { t.Pools[0].LBAlgorithm = "LEAST_CONNECTIONS" }), ""},
+		{"source IP", httpTree(func(t *lbaas.Tree) { t.Pools[0].LBAlgorithm = "SOURCE_IP" }), ""},
+		{"source IP and port", httpTree(func(t *lbaas.Tree) { t.Pools[0].LBAlgorithm = "SOURCE_IP_PORT" }), "SOURCE_IP_PORT algorithm is not supported for HTTP pools"},
+		{"cookie persistence", httpTree(func(t *lbaas.Tree) {
+			t.Pools[0].SessionPersistence = &lbaas.SessionPersistence{Type: "HTTP_COOKIE"}
+		}), ""},
+		{"app cookie persistence", httpTree(func(t *lbaas.Tree) {
+			t.Pools[0].SessionPersistence = &lbaas.SessionPersistence{Type: "APP_COOKIE", CookieName: sp("sid")}
+		}), ""},
+		{"X-Forwarded headers", httpTree(func(t *lbaas.Tree) {
+			t.Listeners[0].InsertHeaders = map[string]string{"X-Forwarded-For": "true", "X-Forwarded-Port": "true", "X-Forwarded-Proto": "true", "X-SSL-Client-CN": "false"}
+		}), ""},
+		{"X-SSL headers", httpTree(func(t *lbaas.Tree) { t.Listeners[0].InsertHeaders = map[string]string{"X-SSL-Client-CN": "true"} }), "insert_headers X-SSL-Client-CN is not supported"},
+		{"an L7 policy and rule", rule("PATH", "STARTS_WITH", "/api"), ""},
+		{"an RE2 regular expression", rule("HOST_NAME", "REGEX", `^(www|api)\.example\.com$`), ""},
+		{"lookaround", rule("PATH", "REGEX", `^/(?!admin)`), "regular expression"},
+		{"PROXY pool", httpTree(func(t *lbaas.Tree) { t.Pools[0].Protocol = "PROXY" }), "PROXY protocol pools"},
+		{"TLS to members", httpTree(func(t *lbaas.Tree) { t.Pools[0].TLSEnabled = true }), "TLS to members"},
+		{"TERMINATED_HTTPS", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "TERMINATED_HTTPS" }, "use TCP, UDP, SCTP or HTTP"},
+		{"HTTPS", func(t *lbaas.Tree) { t.Listeners[0].Protocol, t.Pools[0].Protocol = "HTTPS", "HTTPS" }, "HTTPS protocol listeners"},
+		{"an HTTP pool behind a TCP listener", func(t *lbaas.Tree) { t.Pools[0].Protocol, t.Pools[0].LBAlgorithm = "HTTP", "ROUND_ROBIN" }, "the protocols must match"},
+		{"TCP stays as it was", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New(Immediate{})
+			p.L7 = true
+			err := p.Check(tree(tc.edit))
+			if tc.refuse == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, lbaas.ErrUnsupported) || !strings.Contains(err.Error(), tc.refuse) {
+				t.Fatalf("got %v, want a refusal saying %q", err, tc.refuse)
+			}
+		})
+	}
+	// With OVN's data plane the VMs would bypass the proxies.
+	p := New(Immediate{})
+	p.L7, p.OVN = true, true
+	if err := p.Check(tree(httpTree(func(t *lbaas.Tree) { t.Listeners[0].ConnectionLimit = -1 }))); !errors.Is(err, lbaas.ErrUnsupported) ||
+		!strings.Contains(err.Error(), "with the OVN data plane") {
+		t.Errorf("HTTP with OVN: %v", err)
+	}
+}

@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/lab/echo"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
+)
+
+// httpFrom is a client in host's namespace that follows no redirect and
+// opens a new connection for every request, as new clients would.
+func httpFrom(host lab.Host) *http.Client {
+	return &http.Client{
+		Timeout:       5 * time.Second,
+		Transport:     &http.Transport{DialContext: host.Dial, DisableKeepAlives: true},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+type httpAnswer struct {
+	status   int
+	pod      string
+	peer     string
+	location string
+	xff      string
+}
+
+func getVia(t *testing.T, c *http.Client, vip, host, path string) httpAnswer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+vip+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET http://%s%s (Host %s): %v", vip, path, host, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	a := httpAnswer{status: resp.StatusCode, pod: resp.Header.Get("X-Flowlb-Pod"), location: resp.Header.Get("Location"),
+		xff: resp.Header.Get("X-Flowlb-Forwarded-For")}
+	if a.pod != "" {
+		r, err := echo.Parse(strings.TrimSpace(string(body)))
+		if err != nil {
+			t.Fatalf("answer %q: %v", body, err)
+		}
+		a.peer = r.Peer
+	}
+	return a
+}
+
+// TestHTTPListener: an HTTP listener is served by the proxy on the
+// client's own node: its L7 policies route by host to a second pool,
+// reject by path and redirect, the default pool takes the rest round
+// robin, and members see X-Forwarded-For with the client's own address
+// on a connection the proxy made. ACTIVE after each
+// change means every node's proxy serves it.
+func TestHTTPListener(t *testing.T) {
+	c := newClusterWith(t, 2, 3, "--l7")
+	web := []lab.Host{c.lab.Pod(1, 1), c.lab.Pod(2, 1)}
+	api := []lab.Host{c.lab.Pod(1, 2), c.lab.Pod(2, 2)}
+	members := func(pods []lab.Host) []any {
+		var out []any
+		for _, p := range pods {
+			out = append(out, map[string]any{"address": p.Addr.String(), "protocol_port": 80, "name": p.Name})
+		}
+		return out
+	}
+	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
+		"name": "l7", "vip_subnet_id": c.subnet("flowlb-vip-subnet"),
+		"listeners": []any{map[string]any{"name": "http", "protocol": "HTTP", "protocol_port": 80,
+			"insert_headers": map[string]any{"X-Forwarded-For": "true"},
+			"default_pool":   map[string]any{"name": "web", "protocol": "HTTP", "lb_algorithm": "ROUND_ROBIN", "members": members(web)}}},
+	}})
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, body)
+	}
+	lbID := body["loadbalancer"].(map[string]any)["id"].(string)
+	lb := c.waitActive(lbID)
+	listenerID := lb["listeners"].([]any)[0].(map[string]any)["id"].(string)
+	vip := net.JoinHostPort(lb["vip_address"].(string), "80")
+
+	// Before any policy: the default pool, from either node.
+	for _, from := range []lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3)} {
+		seen := map[string]int{}
+		for range 8 {
+			a := getVia(t, httpFrom(from), vip, "www.example", "/")
+			if a.status != 200 {
+				t.Fatalf("from %s: %+v", from.Name, a)
+			}
+			seen[a.pod]++
+			if a.xff != from.Addr.String() {
+				t.Errorf("from %s: the member saw X-Forwarded-For %q, want the client's %s", from.Name, a.xff, from.Addr)
+			}
+			// The proxy connects to the member: the connection is not
+			// the client's.
+			if peer, _, _ := net.SplitHostPort(a.peer); peer == from.Addr.String() {
+				t.Errorf("from %s: the member's connection came from the client itself", from.Name)
+			}
+		}
+		if seen[web[0].Name] != 4 || seen[web[1].Name] != 4 {
+			t.Errorf("from %s: round robin over the web pool gave %v", from.Name, seen)
+		}
+	}
+
+	// A second pool and three policies, each change ACTIVE before the next.
+	code, body = c.call("POST", "/v2/lbaas/pools", map[string]any{"pool": map[string]any{"name": "api", "loadbalancer_id": lbID,
+		"protocol": "HTTP", "lb_algorithm": "LEAST_CONNECTIONS"}})
+	if code != 201 {
+		t.Fatalf("pool: %d %v", code, body)
+	}
+	apiPool := body["pool"].(map[string]any)["id"].(string)
+	c.waitActive(lbID)
+	for _, m := range members(api) {
+		if code, body := c.call("POST", "/v2/lbaas/pools/"+apiPool+"/members", map[string]any{"member": m}); code != 201 {
+			t.Fatalf("member: %d %v", code, body)
+		}
+		c.waitActive(lbID)
+	}
+	for _, p := range []map[string]any{
+		{"name": "to-api", "action": "REDIRECT_TO_POOL", "redirect_pool_id": apiPool, "position": 1,
+			"rules": []any{map[string]any{"type": "HOST_NAME", "compare_type": "EQUAL_TO", "value": "api.example"}}},
+		{"name": "private", "action": "REJECT", "position": 1,
+			"rules": []any{map[string]any{"type": "PATH", "compare_type": "STARTS_WITH", "value": "/private"}}},
+		{"name": "moved", "action": "REDIRECT_PREFIX", "redirect_prefix": "https://www.example", "redirect_http_code": 301, "position": 3,
+			"rules": []any{map[string]any{"type": "HOST_NAME", "compare_type": "REGEX", "value": `^old\.`}}},
+	} {
+		p["listener_id"] = listenerID
+		if code, body := c.call("POST", "/v2/lbaas/l7policies", map[string]any{"l7policy": p}); code != 201 {
+			t.Fatalf("policy %s: %d %v", p["name"], code, body)
+		}
+		c.waitActive(lbID)
+	}
+
+	for _, from := range []lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3)} {
+		hc := httpFrom(from)
+		seen := map[string]bool{}
+		for range 6 {
+			a := getVia(t, hc, vip, "api.example", "/v1/items")
+			if a.status != 200 || (a.pod != api[0].Name && a.pod != api[1].Name) {
+				t.Fatalf("from %s, Host api.example: %+v, want a pod of the api pool", from.Name, a)
+			}
+			seen[a.pod] = true
+		}
+		if len(seen) != 2 {
+			t.Errorf("from %s: the idle api pool (least connections) answered only from %v", from.Name, seen)
+		}
+		if a := getVia(t, hc, vip, "api.example", "/private/keys"); a.status != http.StatusForbidden {
+			t.Errorf("from %s: the reject (position 1) gave %+v", from.Name, a)
+		}
+		if a := getVia(t, hc, vip, "old.example", "/a?b=c"); a.status != http.StatusMovedPermanently || a.location != "https://www.example/a?b=c" {
+			t.Errorf("from %s: the redirect gave %+v", from.Name, a)
+		}
+		if a := getVia(t, hc, vip, "www.example", "/"); a.status != 200 || (a.pod != web[0].Name && a.pod != web[1].Name) {
+			t.Errorf("from %s: the default pool gave %+v", from.Name, a)
+		}
+	}
+
+	// A TCP client that is not HTTP gets an HTTP error from the proxy,
+	// not a member.
+	if r, err := ask(c.lab.Pod(1, 3), vip); err == nil {
+		t.Errorf("a line-protocol client got a member's answer through an HTTP listener: %+v", r)
+	}
+
+	if code, _ := c.call("DELETE", "/v2/lbaas/loadbalancers/"+lbID+"?cascade=true", nil); code != 204 {
+		t.Fatalf("delete: %d", code)
+	}
+	testutil.Eventually(t, 10*time.Second, "LB deleted", func() (bool, string) {
+		code, _ := c.call("GET", "/v2/lbaas/loadbalancers/"+lbID, nil)
+		return code == 404, fmt.Sprintf("GET answers %d", code)
+	})
+	req, _ := http.NewRequest(http.MethodGet, "http://"+vip+"/", nil)
+	if resp, err := httpFrom(c.lab.Pod(2, 3)).Do(req); err == nil {
+		resp.Body.Close()
+		t.Errorf("the VIP still answers HTTP after the delete: %d", resp.StatusCode)
+	}
+}
