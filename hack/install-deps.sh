@@ -26,6 +26,7 @@ if $test; then
 	packages+=(keystone uwsgi uwsgi-plugin-python3)   # the Keystone of TestCloudProviderOpenStack
 	packages+=(clang llvm libbpf-dev)   # make generate-check rebuilds the eBPF data plane's objects
 	packages+=(iptables)  # kube-proxy's iptables mode, a contender of the benchmark suite (smoke run in the tests)
+	packages+=(haproxy)   # the amphora's proxy, beside the agents' L7 proxy in TestL7ProxyBench
 	packages+=(frr)       # the lab router's BGP speaker and BFD (TestBGPWithFRR, TestBGPAggregation, TestRoutingTableWithFRR)
 	# The real Octavia (no-op drivers) with its own MariaDB and RabbitMQ,
 	# a contender of the benchmark suite (bench/lbaas, smoke run in the

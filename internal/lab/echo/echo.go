@@ -409,7 +409,17 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	_, _ = w.Write([]byte(line))
+	// ?pad=N adds N bytes after the reply line: answers of a given size
+	// for the benchmarks.
+	if n, err := strconv.Atoi(r.URL.Query().Get("pad")); err == nil && n > 0 && n <= maxPad {
+		_, _ = w.Write(padding[:n])
+	}
 }
+
+// maxPad bounds ?pad; padding holds that many bytes.
+const maxPad = 1 << 20
+
+var padding = []byte(strings.Repeat("x", maxPad))
 
 // serveUDP reads the destination address of each datagram (IP_PKTINFO,
 // IPV6_PKTINFO) so a socket bound to the wildcard reports, and answers

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -293,5 +294,15 @@ func TestAutoPort(t *testing.T) {
 	resp.Body.Close()
 	if got := resp.Header.Get("X-Flowlb-Forwarded-For"); got != "198.18.0.1, 198.18.0.2" {
 		t.Errorf("X-Flowlb-Forwarded-For %q, want the request's X-Forwarded-For lines joined", got)
+	}
+	resp, err = hc.Get("http://" + addr + "/?pad=1024")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	line, pad, _ := strings.Cut(string(b), "\n")
+	if _, err := Parse(line); err != nil || pad != strings.Repeat("x", 1024) {
+		t.Errorf("?pad=1024: line %q (%v), then %d bytes", line, err, len(pad))
 	}
 }

@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/shared/testutil"
+)
+
+// Environment of TestL7ProxyBench.
+const (
+	l7BenchEnv        = "FLOWLB_L7_BENCH"         // set: run it
+	l7BenchRoundsEnv  = "FLOWLB_L7_BENCH_ROUNDS"  // rounds per mode (default 3)
+	l7BenchSecondsEnv = "FLOWLB_L7_BENCH_SECONDS" // seconds per measurement (default 10)
+	l7BenchConcEnv    = "FLOWLB_L7_BENCH_CLIENTS" // concurrent clients (default 16)
+)
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// loadResult is what one measurement saw.
+type loadResult struct {
+	ok, failed int
+	took       time.Duration
+	latencies  []time.Duration
+}
+
+func (r loadResult) rps() float64 { return float64(r.ok) / r.took.Seconds() }
+
+func (r loadResult) percentile(p float64) time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.latencies)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// httpLoad sends GETs to url from clients goroutines, each with its own
+// connection (kept alive, or a new one for every request), for d; an
+// answer counts when it is a 200 read to its end.
+func httpLoad(dial func(context.Context, string, string) (net.Conn, error), url string, clients int, keepAlive bool, d time.Duration) loadResult {
+	var mu sync.Mutex
+	out := loadResult{}
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			tr := &http.Transport{DialContext: dial, DisableKeepAlives: !keepAlive, MaxIdleConnsPerHost: 1}
+			defer tr.CloseIdleConnections()
+			hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+			var lat []time.Duration
+			ok, failed := 0, 0
+			for time.Now().Before(deadline) {
+				t0 := time.Now()
+				resp, err := hc.Get(url)
+				if err != nil {
+					failed++
+					continue
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 {
+					failed++
+					continue
+				}
+				ok++
+				lat = append(lat, time.Since(t0))
+			}
+			mu.Lock()
+			out.ok += ok
+			out.failed += failed
+			out.latencies = append(out.latencies, lat...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	out.took = time.Since(start)
+	return out
+}
+
+// haproxyConfig is the Amphora's way of one HTTP listener in front of
+// members, as Octavia's templates write it: HTTP mode, round robin,
+// X-Forwarded-For, keep-alive on both sides, its default timeouts. Its
+// maxconn is the amphora's 50,000 cut to 4,000: HAProxy raises its file
+// limit to about 2.5 times maxconn, and a process here may not pass the hard
+// limit (20,000, no CAP_SYS_RESOURCE); the benchmark opens far fewer.
+func haproxyConfig(bind string, members []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "global\n    maxconn 4000\n\ndefaults\n    retries 3\n    option redispatch\n    option splice-request\n    option splice-response\n    option http-keep-alive\n\n")
+	fmt.Fprintf(&b, "frontend listener\n    maxconn 4000\n    bind %s\n    mode http\n    default_backend pool\n    timeout client 50000\n\n", bind)
+	fmt.Fprintf(&b, "backend pool\n    mode http\n    balance roundrobin\n    option forwardfor\n    timeout check 10s\n    timeout connect 5000\n    timeout server 50000\n    fullconn 4000\n")
+	for i, m := range members {
+		fmt.Fprintf(&b, "    server member%d %s weight 1\n", i+1, m)
+	}
+	return b.String()
+}
+
+// TestL7ProxyBench compares an HTTP listener served by the proxy on the
+// client's node with the same members behind one HAProxy (Debian's, as
+// the amphora runs it) in a namespace of its own one hop away: requests
+// per second and latency with kept-alive and with new connections, 1 KiB
+// answers, the contenders alternating in one run.
+func TestL7ProxyBench(t *testing.T) {
+	if os.Getenv(l7BenchEnv) == "" {
+		t.Skip(l7BenchEnv + " not set")
+	}
+	if _, err := os.Stat("/usr/sbin/haproxy"); err != nil {
+		t.Skip("no /usr/sbin/haproxy (hack/install-deps.sh --test)")
+	}
+	rounds, secs, clients := envInt(l7BenchRoundsEnv, 3), envInt(l7BenchSecondsEnv, 10), envInt(l7BenchConcEnv, 16)
+	c := newClusterWith(t, 2, 3, "--l7")
+	client, amphora := c.lab.Pod(1, 3), c.lab.Pod(1, 2)
+	memberPods := []lab.Host{c.lab.Pod(2, 1), c.lab.Pod(2, 2)}
+	var members []any
+	var memberAddrs []string
+	for _, p := range memberPods {
+		members = append(members, map[string]any{"address": p.Addr.String(), "protocol_port": 80, "name": p.Name})
+		memberAddrs = append(memberAddrs, net.JoinHostPort(p.Addr.String(), "80"))
+	}
+	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
+		"name": "l7-bench", "vip_subnet_id": c.subnet("flowlb-vip-subnet"),
+		"listeners": []any{map[string]any{"protocol": "HTTP", "protocol_port": 80, "insert_headers": map[string]any{"X-Forwarded-For": "true"},
+			"default_pool": map[string]any{"name": "members", "protocol": "HTTP", "lb_algorithm": "ROUND_ROBIN", "members": members}}},
+	}})
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, body)
+	}
+	lb := c.waitActive(body["loadbalancer"].(map[string]any)["id"].(string))
+	flowlbURL := "http://" + net.JoinHostPort(lb["vip_address"].(string), "80") + "/?pad=1024"
+
+	haproxyAt := net.JoinHostPort(amphora.Addr.String(), "8000")
+	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(cfg, []byte(haproxyConfig(haproxyAt, memberAddrs)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := amphora.Start("haproxy", []string{"/usr/sbin/haproxy", "-db", "-f", cfg}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(c.lab.LogPath(amphora.Name, "haproxy"))
+			t.Logf("HAProxy's log:\n%s", b)
+		}
+	})
+	haproxyURL := "http://" + haproxyAt + "/?pad=1024"
+	probe := &http.Client{Transport: &http.Transport{DialContext: client.Dial, DisableKeepAlives: true}, Timeout: 2 * time.Second}
+	for _, u := range []string{flowlbURL, haproxyURL} {
+		testutil.Eventually(t, 20*time.Second, u+" answers", func() (bool, string) {
+			resp, err := probe.Get(u)
+			if err != nil {
+				return false, err.Error()
+			}
+			resp.Body.Close()
+			return resp.StatusCode == 200, resp.Status
+		})
+	}
+
+	type row struct {
+		mode, who string
+		results   []loadResult
+	}
+	var rows []*row
+	for _, keep := range []bool{true, false} {
+		mode := "keep-alive"
+		if !keep {
+			mode = "new connection per request"
+		}
+		fl, ha := &row{mode: mode, who: "flowlb proxy on the client's node"}, &row{mode: mode, who: "HAProxy one hop away"}
+		rows = append(rows, fl, ha)
+		for r := range rounds {
+			order := []*row{fl, ha}
+			if r%2 == 1 {
+				order = []*row{ha, fl}
+			}
+			for _, x := range order {
+				u := flowlbURL
+				if x == ha {
+					u = haproxyURL
+				}
+				res := httpLoad(client.Dial, u, clients, keep, time.Duration(secs)*time.Second)
+				x.results = append(x.results, res)
+				t.Logf("%s, round %d, %s: %.0f requests/s, p50 %v, p99 %v, %d failed", mode, r+1, x.who, res.rps(), res.percentile(0.5), res.percentile(0.99), res.failed)
+			}
+		}
+	}
+	median := func(rs []loadResult, f func(loadResult) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\n| %d clients, 1 KiB answers, median of %d rounds of %d s | requests/s | p50 | p99 | failed |\n|---|---|---|---|---|\n", clients, rounds, secs)
+	for _, r := range rows {
+		failed := 0
+		for _, x := range r.results {
+			failed += x.failed
+		}
+		fmt.Fprintf(&sb, "| %s: %s | %.0f | %.2f ms | %.2f ms | %d |\n", r.mode, r.who,
+			median(r.results, loadResult.rps),
+			median(r.results, func(x loadResult) float64 { return float64(x.percentile(0.5).Microseconds()) / 1000 }),
+			median(r.results, func(x loadResult) float64 { return float64(x.percentile(0.99).Microseconds()) / 1000 }), failed)
+	}
+	for i := 0; i+1 < len(rows); i += 2 {
+		fmt.Fprintf(&sb, "\n%s: flowlb ÷ HAProxy = %.2f (target ≥ 0.8)", rows[i].mode, median(rows[i].results, loadResult.rps)/median(rows[i+1].results, loadResult.rps))
+	}
+	t.Log(sb.String())
+}
