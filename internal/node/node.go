@@ -196,7 +196,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		stats = agent.SumStats(n.dp, n.sockets)
 	}
 	if cfg.L7 != nil {
-		if prog, err = n.l7(*cfg.L7); err != nil {
+		if prog, stats, err = n.l7(*cfg.L7); err != nil {
 			return nil, err
 		}
 	}
@@ -363,10 +363,10 @@ func OpenSocketLB(c EBPF, node, zone string, log *slog.Logger) (*ebpf.Dataplane,
 
 // l7 starts the node's L7 proxy and puts it first among the data
 // planes, each packet data plane seeing the L7 services steered to it.
-func (n *Node) l7(cfg L7) (agent.Programmer, error) {
+func (n *Node) l7(cfg L7) (agent.Programmer, agent.StatsReader, error) {
 	ports, err := l7steer.NewPorts(cfg.FirstPort, cfg.LastPort)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	addrs := cfg.Addresses
 	if !addrs.V4.IsValid() || !addrs.V6.IsValid() {
@@ -374,7 +374,7 @@ func (n *Node) l7(cfg L7) (agent.Programmer, error) {
 		if own == nil {
 			found, err := agent.InterfaceAddresses()
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			own = agent.NodePortAddresses(found, n.cfg.NodePortCIDRs)
 		}
@@ -388,16 +388,22 @@ func (n *Node) l7(cfg L7) (agent.Programmer, error) {
 		}
 	}
 	if !addrs.V4.IsValid() && !addrs.V6.IsValid() {
-		return nil, errors.New("L7 proxy: the node has no address to steer HTTP listeners to")
+		return nil, nil, errors.New("L7 proxy: the node has no address to steer HTTP listeners to")
 	}
 	proxy := l7proxy.New(l7proxy.Options{Log: n.log})
 	n.undo = append(n.undo, func() { _ = proxy.Close() })
 	n.log.Info("L7 proxy ready", "steering_ports", fmt.Sprintf("%d-%d", cfg.FirstPort, cfg.LastPort), "ipv4", addrs.V4, "ipv6", addrs.V6)
-	planes := []agent.Programmer{l7steer.NewProxyPlane(proxy, ports), l7steer.NewPackets(n.dp, ports, addrs)}
+	nft := l7steer.NewPackets(n.dp, ports, addrs)
+	planes := []agent.Programmer{l7steer.NewProxyPlane(proxy, ports), nft}
+	counters := []agent.StatsReader{nft, proxy}
 	if n.sockets != nil {
-		planes = append(planes, l7steer.NewPackets(n.sockets, ports, addrs))
+		sockets := l7steer.NewPackets(n.sockets, ports, addrs)
+		planes = append(planes, sockets)
+		counters = append(counters, sockets)
 	}
-	return agent.Chain(planes...), nil
+	// The packet data planes count the listeners' connections, the proxy
+	// the members' requests.
+	return agent.Chain(planes...), agent.SumStats(counters...), nil
 }
 
 // announcer wraps prog with the announcement of VIPs, if configured.

@@ -71,7 +71,7 @@ func TestRealOctaviaTempest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, cloud, _, _ := newRealNeutronCluster(t)
+	c, cloud, _, _ := newRealNeutronCluster(t, "--l7")
 	src, err := filepath.Abs("../../deploy/octavia-provider")
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"time"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
@@ -42,7 +43,7 @@ func mergeStats(pending map[flows.Key]pendingStats, read map[flows.Key]flows.Sta
 		p, had := out[k]
 		if s, ok := programmed[k]; ok {
 			p.service = flows.Service{Key: k, LoadBalancerID: s.LoadBalancerID, ListenerID: s.ListenerID,
-				Backends: memberOwners(s.Backends, p.service.Backends)}
+				Backends: memberOwners(backendsOf(s), p.service.Backends)}
 		} else if !had {
 			continue
 		}
@@ -55,6 +56,19 @@ func mergeStats(pending map[flows.Key]pendingStats, read map[flows.Key]flows.Sta
 		if p.IsZero() {
 			delete(out, k)
 		}
+	}
+	return out
+}
+
+// backendsOf are the members a service may send connections or requests
+// to: its backends, and those of every pool of its L7 configuration.
+func backendsOf(s flows.Service) []flows.Backend {
+	if s.L7 == nil {
+		return s.Backends
+	}
+	out := slices.Clone(s.Backends)
+	for _, p := range s.L7.Pools {
+		out = append(out, p.Backends...)
 	}
 	return out
 }

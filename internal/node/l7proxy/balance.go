@@ -29,6 +29,9 @@ type backend struct {
 	// active counts the node's requests to the member still open, for
 	// LEAST_CONNECTIONS.
 	active atomic.Int64
+	// counters: what the proxy counts for the member (nil in a
+	// configuration that is only checked).
+	counters *memberCounters
 }
 
 // pool chooses a member for each request.

@@ -60,11 +60,14 @@ type Proxy struct {
 	mu     sync.Mutex // serializes Set and Close
 	socks  map[uint16]net.Listener
 	closed bool
+
+	cmu      sync.Mutex
+	counters map[counterKey]*memberCounters
 }
 
 // New returns a proxy with no listener.
 func New(o Options) *Proxy {
-	p := &Proxy{listen: o.Listen, log: o.Log, socks: map[uint16]net.Listener{}}
+	p := &Proxy{listen: o.Listen, log: o.Log, socks: map[uint16]net.Listener{}, counters: map[counterKey]*memberCounters{}}
 	if p.listen == nil {
 		p.listen = func(port uint16) (net.Listener, error) { return net.Listen("tcp", ":"+strconv.Itoa(int(port))) }
 	}
@@ -127,6 +130,7 @@ func (p *Proxy) Set(listeners map[uint16]Listener) error {
 			return fmt.Errorf("L7 listener %s (port %d): %w", l.VIP, port, err)
 		}
 		r.vip = l.VIP
+		p.attach(r)
 		next[port] = r
 	}
 	p.mu.Lock()
@@ -260,6 +264,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	st := &reqState{route: r, client: client, pool: d.pool, backend: b, setCookie: setCookie}
 	b.active.Add(1)
 	defer b.active.Add(-1)
+	if c := b.counters; c != nil {
+		c.requests.Add(1)
+		if req.Body != nil && req.Body != http.NoBody {
+			req.Body = countingBody{ReadCloser: req.Body, n: &c.bytesIn}
+		}
+		w = countingWriter{ResponseWriter: w, n: &c.bytesOut}
+	}
 	p.rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), stateKey{}, st)))
 }
 

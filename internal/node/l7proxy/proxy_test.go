@@ -328,3 +328,65 @@ func TestProxyMemberFailures(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyStats: the proxy counts, per listener and member, the requests
+// it forwarded and their bodies' bytes, each read returning what came
+// since the previous one; a Set loses nothing counted, and a listener no
+// longer served is forgotten once read.
+func TestProxyStats(t *testing.T) {
+	m1, m2 := startMember(t, "m1", nil), startMember(t, "m2", nil)
+	p, lp := startProxy(t)
+	cfg := flows.L7{DefaultPool: "p", Pools: []flows.L7Pool{{ID: "p", Algorithm: flows.RoundRobin, Backends: []flows.Backend{m1.backend(), m2.backend()}}}}
+	if err := p.Set(map[uint16]Listener{1: {VIP: vip, Config: cfg}}); err != nil {
+		t.Fatal(err)
+	}
+	c := noRedirects()
+	at := lp.addr(1)
+	for range 4 {
+		get(t, c, at, "x", "/")
+	}
+	resp, err := c.Post("http://"+at.String()+"/", "text/plain", strings.NewReader("0123456789"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	// The same listener again: what was counted stays.
+	if err := p.Set(map[uint16]Listener{1: {VIP: vip, Config: cfg}}); err != nil {
+		t.Fatal(err)
+	}
+	read, err := p.ReadStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := flows.Key{VIP: vip.Addr(), Protocol: flows.TCP, Port: vip.Port()}
+	st := read[key]
+	if len(read) != 1 || len(st.Members) != 2 {
+		t.Fatalf("read %+v", read)
+	}
+	var requests, in, out uint64
+	for _, m := range []*echoMember{m1, m2} {
+		b := m.backend()
+		mc := st.Members[netip.AddrPortFrom(b.Address, b.Port)]
+		requests, in, out = requests+mc.Connections, in+mc.BytesIn, out+mc.BytesOut
+		if mc.Connections < 2 || mc.BytesOut == 0 {
+			t.Errorf("member %s: %+v", m.name, mc)
+		}
+	}
+	if requests != 5 || in != 10 || out < 5*50 {
+		t.Errorf("counted %d requests, %d bytes in, %d out; want 5, 10, at least 250", requests, in, out)
+	}
+	if again, _ := p.ReadStats(); len(again) != 0 {
+		t.Errorf("a second read without traffic: %+v", again)
+	}
+	get(t, c, at, "x", "/")
+	if err := p.Set(nil); err != nil {
+		t.Fatal(err)
+	}
+	if last, _ := p.ReadStats(); last[key].Members == nil {
+		t.Errorf("what was counted before the listener went is lost: %+v", last)
+	}
+	if len(p.counters) != 0 {
+		t.Errorf("%d counters kept for a listener no longer served", len(p.counters))
+	}
+}

@@ -16,6 +16,7 @@ type router struct {
 	vip         netip.AddrPort
 	policies    []policy
 	defaultPool *pool
+	pools       []*pool
 	insert      []string
 	cfg         flows.L7
 }
@@ -53,6 +54,7 @@ func compile(cfg flows.L7) (*router, error) {
 			return nil, fmt.Errorf("pool %s: %w", p.ID, err)
 		}
 		pools[p.ID] = bp
+		r.pools = append(r.pools, bp)
 	}
 	if cfg.DefaultPool != "" {
 		p, ok := pools[cfg.DefaultPool]

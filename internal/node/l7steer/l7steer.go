@@ -157,6 +157,39 @@ func (p *Packets) Apply(ctx context.Context, upserts []flows.Service, deletes []
 	return p.dp.Apply(ctx, out, deletes)
 }
 
+// StatsReader is a data plane that counts (agent.StatsReader).
+type StatsReader interface {
+	ReadStats() (map[flows.Key]flows.Stats, error)
+}
+
+// ReadStats is what the packet data plane counted, without its counts of
+// the steering backends: the proxy counts the members behind them.
+func (p *Packets) ReadStats() (map[flows.Key]flows.Stats, error) {
+	sr, ok := p.dp.(StatsReader)
+	if !ok {
+		return nil, nil
+	}
+	read, err := sr.ReadStats()
+	for k, st := range read {
+		for m := range st.Members {
+			if p.steering(m) {
+				delete(st.Members, m)
+			}
+		}
+		if len(st.Members) == 0 {
+			st.Members = nil
+		}
+		read[k] = st
+	}
+	return read, err
+}
+
+// steering reports whether a backend is one of the proxy's steering
+// ports.
+func (p *Packets) steering(b netip.AddrPort) bool {
+	return (b.Addr() == p.addrs.V4 || b.Addr() == p.addrs.V6) && b.Port() >= p.ports.first && b.Port() <= p.ports.last
+}
+
 // Proxy is what the proxy plane configures (l7proxy.Proxy).
 type Proxy interface {
 	Set(map[uint16]l7proxy.Listener) error

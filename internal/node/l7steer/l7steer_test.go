@@ -221,3 +221,39 @@ func TestProxyPlane(t *testing.T) {
 		t.Errorf("released ports were not reused: got %d", got)
 	}
 }
+
+// counting is a data plane that counts.
+type counting struct {
+	recorder
+	read map[flows.Key]flows.Stats
+}
+
+func (c *counting) ReadStats() (map[flows.Key]flows.Stats, error) { return c.read, nil }
+
+// TestPacketsStats: a packet data plane's counts of the steering
+// backends are left out (the proxy counts the members behind them), the
+// rest passes.
+func TestPacketsStats(t *testing.T) {
+	addrs := Addresses{V4: netip.MustParseAddr("198.18.0.5"), V6: netip.MustParseAddr("2001:2::5")}
+	web, plain := key("198.19.0.1", 80), key("198.19.0.1", 22)
+	member := netip.MustParseAddrPort("198.18.1.1:8080")
+	dp := &counting{read: map[flows.Key]flows.Stats{
+		web: {Counters: flows.Counters{Connections: 3, BytesIn: 300}, Active: 1, Members: map[netip.AddrPort]flows.Counters{
+			netip.MustParseAddrPort("198.18.0.5:20000"): {Connections: 3}}},
+		plain: {Counters: flows.Counters{Connections: 2}, Members: map[netip.AddrPort]flows.Counters{
+			member: {Connections: 2}, netip.MustParseAddrPort("198.18.0.5:19999"): {Connections: 1}}},
+	}}
+	got, err := NewPackets(dp, mustPorts(t, 20000, 20099), addrs).ReadStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := got[web]; st.Connections != 3 || st.BytesIn != 300 || st.Active != 1 || st.Members != nil {
+		t.Errorf("the L7 listener's counts: %+v", st)
+	}
+	if st := got[plain]; len(st.Members) != 2 || st.Members[member].Connections != 2 {
+		t.Errorf("an L4 service's members (one outside the steering range): %+v", st.Members)
+	}
+	if got, err := NewPackets(&recorder{}, mustPorts(t, 20000, 20099), addrs).ReadStats(); got != nil || err != nil {
+		t.Errorf("a data plane that does not count: %v, %v", got, err)
+	}
+}

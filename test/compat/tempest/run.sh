@@ -121,7 +121,7 @@ unset OS_AUTH_URL OS_USERNAME OS_PASSWORD OS_PROJECT_NAME OS_USER_DOMAIN_NAME OS
 echo "tempest: starting flowlb on $api (Keystone auth, $rbac RBAC, noop network)"
 "$bin" server --listen "127.0.0.1:$api_port" --agent-listen "127.0.0.1:$agent_port" --data-dir "$work/flowlb" \
 	--auth keystone --keystone-url "$ks" --keystone-user octavia --keystone-password octaviapw --keystone-project service \
-	--rbac "$rbac" --network noop --log-level warn 2>"$work/log/flowlb.log" &
+	--rbac "$rbac" --network noop --l7 --log-level warn 2>"$work/log/flowlb.log" &
 pids+=($!)
 for _ in $(seq 100); do curl -sf "$api/healthcheck" >/dev/null && break; sleep 0.1; done
 providers=$(curl -sf -H "X-Auth-Token: $(curl -si -X POST "$ks/v3/auth/tokens" -H 'Content-Type: application/json' \
