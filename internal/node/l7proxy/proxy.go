@@ -63,11 +63,17 @@ type Proxy struct {
 
 	cmu      sync.Mutex
 	counters map[counterKey]*memberCounters
+
+	// idle are the timers that close a client's connection when it has
+	// been idle for its listener's timeout_client_data.
+	imu  sync.Mutex
+	idle map[net.Conn]*time.Timer
 }
 
 // New returns a proxy with no listener.
 func New(o Options) *Proxy {
-	p := &Proxy{listen: o.Listen, log: o.Log, socks: map[uint16]net.Listener{}, counters: map[counterKey]*memberCounters{}}
+	p := &Proxy{listen: o.Listen, log: o.Log, socks: map[uint16]net.Listener{}, counters: map[counterKey]*memberCounters{},
+		idle: map[net.Conn]*time.Timer{}}
 	if p.listen == nil {
 		p.listen = func(port uint16) (net.Listener, error) { return net.Listen("tcp", ":"+strconv.Itoa(int(port))) }
 	}
@@ -109,6 +115,7 @@ func New(o Options) *Proxy {
 			}
 			return ctx
 		},
+		ConnState:         p.clientTimeout,
 		ReadHeaderTimeout: time.Minute,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 	}
@@ -186,6 +193,32 @@ func (p *Proxy) Close() error {
 	p.closed = true
 	p.socks = map[uint16]net.Listener{}
 	return p.srv.Close()
+}
+
+// clientTimeout closes a client's connection that waits for a request
+// longer than its listener's ClientTimeout (timeout_client_data), as
+// HAProxy's "timeout client" does: from its opening to the first
+// request, and between requests; a request being served stops the
+// clock.
+func (p *Proxy) clientTimeout(c net.Conn, state http.ConnState) {
+	p.imu.Lock()
+	defer p.imu.Unlock()
+	if t := p.idle[c]; t != nil {
+		t.Stop()
+		delete(p.idle, c)
+	}
+	if state != http.StateNew && state != http.StateIdle {
+		return
+	}
+	sc, ok := c.(steeredConn)
+	if !ok {
+		return
+	}
+	r := (*p.routes.Load())[sc.port]
+	if r == nil || r.cfg.ClientTimeout <= 0 {
+		return
+	}
+	p.idle[c] = time.AfterFunc(r.cfg.ClientTimeout, func() { c.Close() })
 }
 
 // Check reports whether an L7 configuration can be served, without

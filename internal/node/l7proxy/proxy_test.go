@@ -1,6 +1,7 @@
 package l7proxy
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -388,5 +389,52 @@ func TestProxyStats(t *testing.T) {
 	}
 	if len(p.counters) != 0 {
 		t.Errorf("%d counters kept for a listener no longer served", len(p.counters))
+	}
+}
+
+// TestProxyClientTimeout: a client that sends no request within its
+// listener's timeout_client_data is disconnected, before its first
+// request and between requests; a request that takes longer is not.
+func TestProxyClientTimeout(t *testing.T) {
+	slow := startMember(t, "slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(500 * time.Millisecond) })
+	p, lp := startProxy(t)
+	cfg := flows.L7{DefaultPool: "p", ClientTimeout: 200 * time.Millisecond,
+		Pools: []flows.L7Pool{{ID: "p", Algorithm: flows.RoundRobin, Backends: []flows.Backend{slow.backend()}}}}
+	if err := p.Set(map[uint16]Listener{1: {VIP: vip, Config: cfg}}); err != nil {
+		t.Fatal(err)
+	}
+	at := lp.addr(1).String()
+	closedWithin := func(c net.Conn, d time.Duration) bool {
+		c.SetReadDeadline(time.Now().Add(d))
+		_, err := c.Read(make([]byte, 1))
+		return errors.Is(err, io.EOF)
+	}
+	silent, err := net.Dial("tcp", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	if !closedWithin(silent, 2*time.Second) {
+		t.Error("a client that sent nothing stayed connected")
+	}
+
+	c, err := net.Dial("tcp", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("a request slower than the client timeout: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if !closedWithin(c, 2*time.Second) {
+		t.Error("an idle kept-alive client stayed connected")
 	}
 }
