@@ -126,7 +126,7 @@ func TestL7ProxyBench(t *testing.T) {
 		t.Skip("no /usr/sbin/haproxy (hack/install-deps.sh --test)")
 	}
 	rounds, secs, clients := envInt(l7BenchRoundsEnv, 3), envInt(l7BenchSecondsEnv, 10), envInt(l7BenchConcEnv, 16)
-	c := newClusterWith(t, 2, 3, "--l7")
+	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 3, serverArgs: []string{"--l7"}, agentArgs: []string{"--l7-ports", "20000-20099"}})
 	client, amphora := c.lab.Pod(1, 3), c.lab.Pod(1, 2)
 	memberPods := []lab.Host{c.lab.Pod(2, 1), c.lab.Pod(2, 2)}
 	var members []any

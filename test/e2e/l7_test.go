@@ -60,11 +60,12 @@ func getVia(t *testing.T, c *http.Client, vip, host, path string) httpAnswer {
 // TestHTTPListener: an HTTP listener is served by the proxy on the
 // client's own node: its L7 policies route by host to a second pool,
 // reject by path and redirect, the default pool takes the rest round
-// robin, and members see X-Forwarded-For with the client's own address
-// on a connection the proxy made. ACTIVE after each
+// robin, members see X-Forwarded-For with the client's own address on a
+// connection the proxy made, and a cookie pins a client to a member
+// through either node's proxy. ACTIVE after each
 // change means every node's proxy serves it.
 func TestHTTPListener(t *testing.T) {
-	c := newClusterWith(t, 2, 3, "--l7")
+	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 3, serverArgs: []string{"--l7"}, agentArgs: []string{"--l7-ports", "20000-20099"}})
 	web := []lab.Host{c.lab.Pod(1, 1), c.lab.Pod(2, 1)}
 	api := []lab.Host{c.lab.Pod(1, 2), c.lab.Pod(2, 2)}
 	members := func(pods []lab.Host) []any {
@@ -161,6 +162,43 @@ func TestHTTPListener(t *testing.T) {
 		}
 		if a := getVia(t, hc, vip, "www.example", "/"); a.status != 200 || (a.pod != web[0].Name && a.pod != web[1].Name) {
 			t.Errorf("from %s: the default pool gave %+v", from.Name, a)
+		}
+	}
+
+	// Cookie persistence holds across nodes: the cookie a client got
+	// through its node's proxy takes it to the same member through the
+	// other node's.
+	webPool := lb["pools"].([]any)[0].(map[string]any)["id"].(string)
+	if code, body := c.call("PUT", "/v2/lbaas/pools/"+webPool, map[string]any{"pool": map[string]any{
+		"session_persistence": map[string]any{"type": "HTTP_COOKIE"}}}); code != 200 {
+		t.Fatalf("persistence: %d %v", code, body)
+	}
+	c.waitActive(lbID)
+	first, err := httpFrom(c.lab.Pod(1, 3)).Get("http://" + vip + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Body.Close()
+	var srv *http.Cookie
+	for _, ck := range first.Cookies() {
+		if ck.Name == "SRV" {
+			srv = ck
+		}
+	}
+	pinned := first.Header.Get("X-Flowlb-Pod")
+	if srv == nil || pinned == "" {
+		t.Fatalf("no SRV cookie from the web pool: %v", first.Header)
+	}
+	for range 6 {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+vip+"/", nil)
+		req.AddCookie(&http.Cookie{Name: srv.Name, Value: srv.Value})
+		resp, err := httpFrom(c.lab.Pod(2, 3)).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("X-Flowlb-Pod"); got != pinned {
+			t.Fatalf("with %s=%s from the other node: answered by %s, want %s", srv.Name, srv.Value, got, pinned)
 		}
 	}
 
