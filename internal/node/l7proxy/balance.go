@@ -36,11 +36,14 @@ type backend struct {
 
 // pool chooses a member for each request.
 type pool struct {
-	id       string
-	alg      flows.Algorithm
-	persist  *flows.L7Persistence
-	backends []*backend
-	byID     map[string]*backend
+	id      string
+	alg     flows.Algorithm
+	persist *flows.L7Persistence
+	// proxyVersion is the PROXY header's version its members read (0:
+	// none).
+	proxyVersion byte
+	backends     []*backend
+	byID         map[string]*backend
 	// rotation is ROUND_ROBIN's order: backend indexes interleaved by
 	// weight (smooth weighted round robin), walked by next.
 	rotation []int
@@ -68,7 +71,10 @@ func newPool(p flows.L7Pool) (*pool, error) {
 			return nil, fmt.Errorf("session persistence %q is not supported", sp.Type)
 		}
 	}
-	out := &pool{id: p.ID, alg: p.Algorithm, persist: p.Persistence, byID: make(map[string]*backend, len(p.Backends))}
+	if p.ProxyProtocol < 0 || p.ProxyProtocol > 2 {
+		return nil, fmt.Errorf("PROXY protocol version %d", p.ProxyProtocol)
+	}
+	out := &pool{id: p.ID, alg: p.Algorithm, persist: p.Persistence, proxyVersion: byte(p.ProxyProtocol), byID: make(map[string]*backend, len(p.Backends))}
 	for _, b := range p.Backends {
 		if b.Weight < 1 {
 			continue

@@ -56,6 +56,7 @@ type Proxy struct {
 	rp     *httputil.ReverseProxy
 	srv    *http.Server
 	log    *slog.Logger
+	dial   func(context.Context, string, string) (net.Conn, error)
 
 	mu     sync.Mutex // serializes Set and Close
 	socks  map[uint16]net.Listener
@@ -65,15 +66,17 @@ type Proxy struct {
 	counters map[counterKey]*memberCounters
 
 	// idle are the timers that close a client's connection when it has
-	// been idle for its listener's timeout_client_data.
-	imu  sync.Mutex
-	idle map[net.Conn]*time.Timer
+	// been idle for its listener's timeout_client_data; clients, what
+	// the proxy keeps of each client connection.
+	imu     sync.Mutex
+	idle    map[net.Conn]*time.Timer
+	clients map[net.Conn]*clientConn
 }
 
 // New returns a proxy with no listener.
 func New(o Options) *Proxy {
 	p := &Proxy{listen: o.Listen, log: o.Log, socks: map[uint16]net.Listener{}, counters: map[counterKey]*memberCounters{},
-		idle: map[net.Conn]*time.Timer{}}
+		idle: map[net.Conn]*time.Timer{}, clients: map[net.Conn]*clientConn{}}
 	if p.listen == nil {
 		p.listen = func(port uint16) (net.Listener, error) { return net.Listen("tcp", ":"+strconv.Itoa(int(port))) }
 	}
@@ -84,15 +87,16 @@ func New(o Options) *Proxy {
 	if d == nil {
 		d = &net.Dialer{KeepAlive: 30 * time.Second}
 	}
+	p.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if st := stateFrom(ctx); st != nil && st.route.cfg.ConnectTimeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, st.route.cfg.ConnectTimeout)
+			defer cancel()
+		}
+		return d.DialContext(ctx, network, addr)
+	}
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if st := stateFrom(ctx); st != nil && st.route.cfg.ConnectTimeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, st.route.cfg.ConnectTimeout)
-				defer cancel()
-			}
-			return d.DialContext(ctx, network, addr)
-		},
+		DialContext:         p.dial,
 		MaxIdleConns:        4096,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
@@ -102,7 +106,7 @@ func New(o Options) *Proxy {
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
-		Transport:      memberTimeout{tr},
+		Transport:      memberTimeout{base: tr, dial: p.dial},
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.proxyError,
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
@@ -110,12 +114,17 @@ func New(o Options) *Proxy {
 	p.srv = &http.Server{
 		Handler: p,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			cc := &clientConn{conn: c}
+			p.imu.Lock()
+			p.clients[c] = cc
+			p.imu.Unlock()
+			ctx = context.WithValue(ctx, clientKey{}, cc)
 			if sc, ok := c.(steeredConn); ok {
 				return context.WithValue(ctx, portKey{}, sc.port)
 			}
 			return ctx
 		},
-		ConnState:         p.clientTimeout,
+		ConnState:         p.connState,
 		ReadHeaderTimeout: time.Minute,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 	}
@@ -195,17 +204,23 @@ func (p *Proxy) Close() error {
 	return p.srv.Close()
 }
 
-// clientTimeout closes a client's connection that waits for a request
+// connState closes a client's connection that waits for a request
 // longer than its listener's ClientTimeout (timeout_client_data), as
 // HAProxy's "timeout client" does: from its opening to the first
 // request, and between requests; a request being served stops the
 // clock.
-func (p *Proxy) clientTimeout(c net.Conn, state http.ConnState) {
+func (p *Proxy) connState(c net.Conn, state http.ConnState) {
 	p.imu.Lock()
 	defer p.imu.Unlock()
 	if t := p.idle[c]; t != nil {
 		t.Stop()
 		delete(p.idle, c)
+	}
+	if state == http.StateClosed || state == http.StateHijacked {
+		if cc := p.clients[c]; cc != nil {
+			cc.close()
+			delete(p.clients, c)
+		}
 	}
 	if state != http.StateNew && state != http.StateIdle {
 		return
@@ -411,17 +426,33 @@ func (p *Proxy) proxyError(w http.ResponseWriter, req *http.Request, err error) 
 }
 
 // memberTimeout bounds the wait for a member's answer by the listener's
-// timeout_member_data.
-type memberTimeout struct{ base http.RoundTripper }
+// timeout_member_data, and sends a request for a PROXY pool on the
+// client's own member connections.
+type memberTimeout struct {
+	base http.RoundTripper
+	dial func(context.Context, string, string) (net.Conn, error)
+}
 
 func (t memberTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := stateFrom(req.Context())
+	base := t.base
+	if st != nil && st.pool.proxyVersion != 0 {
+		cc := clientFrom(req.Context())
+		if cc == nil {
+			return nil, errors.New("a PROXY pool's request without its client connection")
+		}
+		tr, ok := cc.transport(st.pool.proxyVersion, st.route.vip, t.dial)
+		if !ok {
+			return nil, errors.New("the client's connection is closed")
+		}
+		base = tr
+	}
 	if st == nil || st.route.cfg.MemberTimeout <= 0 {
-		return t.base.RoundTrip(req)
+		return base.RoundTrip(req)
 	}
 	ctx, cancel := context.WithCancelCause(req.Context())
 	timer := time.AfterFunc(st.route.cfg.MemberTimeout, func() { cancel(errMemberTimeout) })
-	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	resp, err := base.RoundTrip(req.WithContext(ctx))
 	timer.Stop()
 	if err != nil {
 		if context.Cause(ctx) == errMemberTimeout {

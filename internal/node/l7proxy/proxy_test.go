@@ -12,8 +12,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pires/go-proxyproto"
 
 	"github.com/flowlb/flowlb/internal/shared/flows"
 )
@@ -436,5 +439,62 @@ func TestProxyClientTimeout(t *testing.T) {
 	}
 	if !closedWithin(c, 2*time.Second) {
 		t.Error("an idle kept-alive client stayed connected")
+	}
+}
+
+// TestProxyProtocolPools: a PROXY or PROXYV2 pool's members read a
+// header naming the client and the listener's VIP before the client's
+// requests, on member connections no other client's requests use.
+func TestProxyProtocolPools(t *testing.T) {
+	for _, version := range []int{1, 2} {
+		t.Run(fmt.Sprint("v", version), func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var accepted atomic.Int64
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+				fmt.Fprintf(w, "member=pp\npeer=%s\nvip=%s\n", r.RemoteAddr, local)
+			}), ConnState: func(_ net.Conn, s http.ConnState) {
+				if s == http.StateNew {
+					accepted.Add(1)
+				}
+			}}
+			go srv.Serve(&proxyproto.Listener{Listener: l})
+			t.Cleanup(func() { srv.Close() })
+			ap := netip.MustParseAddrPort(l.Addr().String())
+			p, lp := startProxy(t)
+			cfg := flows.L7{DefaultPool: "p", Pools: []flows.L7Pool{{ID: "p", Algorithm: flows.RoundRobin, ProxyProtocol: version,
+				Backends: []flows.Backend{{MemberID: "pp", Address: ap.Addr(), Port: ap.Port(), Weight: 1}}}}}
+			if err := p.Set(map[uint16]Listener{1: {VIP: vip, Config: cfg}}); err != nil {
+				t.Fatal(err)
+			}
+			at := lp.addr(1).String()
+			for i := range 2 {
+				c, err := net.Dial("tcp", at)
+				if err != nil {
+					t.Fatal(err)
+				}
+				br := bufio.NewReader(c)
+				for range 3 {
+					fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					want := fmt.Sprintf("member=pp\npeer=%s\nvip=%s\n", c.LocalAddr(), vip)
+					if string(body) != want {
+						t.Errorf("client %d: the member saw\n%s\nwant\n%s", i+1, body, want)
+					}
+				}
+				c.Close()
+			}
+			if n := accepted.Load(); n != 2 {
+				t.Errorf("the member accepted %d connections for two clients of three requests each, want 2", n)
+			}
+		})
 	}
 }

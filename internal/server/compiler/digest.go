@@ -178,6 +178,7 @@ func (e *encoder) l7(l *flows.L7) {
 		for i := range p.Backends {
 			e.backend(&p.Backends[i])
 		}
+		e.int(p.ProxyProtocol)
 	}
 	e.strs(l.InsertHeaders)
 	e.duration(l.ClientTimeout)

@@ -35,6 +35,7 @@ func l7Of(t *lbaas.Tree, l *lbaas.Listener) *flows.L7 {
 		if _, ok := cfg.Pool(id); !ok {
 			cfg.Pools = append(cfg.Pools, flows.L7Pool{
 				ID: p.ID, Algorithm: flows.Algorithm(p.LBAlgorithm), Persistence: l7Persistence(p), Backends: backends(t.PoolMembers(p.ID)),
+				ProxyProtocol: proxyProtocols[p.Protocol],
 			})
 		}
 		return true
@@ -78,6 +79,10 @@ func l7Of(t *lbaas.Tree, l *lbaas.Listener) *flows.L7 {
 	}
 	return cfg
 }
+
+// proxyProtocols are the PROXY protocol versions of the pool protocols
+// that send one.
+var proxyProtocols = map[string]int{"PROXY": 1, "PROXYV2": 2}
 
 // l7Persistence carries every persistence type Octavia has; the flow
 // provider refuses those the proxy lacks.

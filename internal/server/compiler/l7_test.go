@@ -21,7 +21,7 @@ func httpSample() *lbaas.Tree {
 	l.InsertHeaders = map[string]string{"X-Forwarded-For": "true", "X-Forwarded-Port": "false", "X-Forwarded-Proto": "True"}
 	l.TimeoutClientData, l.TimeoutMemberConnect, l.TimeoutMemberData = 50000, 5000, 0
 	t.Pools[0].Protocol = "HTTP"
-	t.Pools = append(t.Pools, &lbaas.Pool{Base: base("api"), Protocol: "HTTP", LBAlgorithm: "LEAST_CONNECTIONS",
+	t.Pools = append(t.Pools, &lbaas.Pool{Base: base("api"), Protocol: "PROXYV2", LBAlgorithm: "LEAST_CONNECTIONS",
 		SessionPersistence: &lbaas.SessionPersistence{Type: "APP_COOKIE", CookieName: ptr("sid")}})
 	api := &lbaas.Member{Base: base("a1"), PoolID: "api", Address: "2001:2::5", ProtocolPort: 80, Weight: 1}
 	t.Members = append(t.Members, api)
@@ -78,7 +78,7 @@ func TestL7Of(t *testing.T) {
 				{MemberID: "m1", Address: netip.MustParseAddr("198.18.17.2"), Port: 8080, Weight: 3},
 				{MemberID: "m2", Address: netip.MustParseAddr("198.18.18.2"), Port: 8080, Weight: 1},
 			}},
-			{ID: "api", Algorithm: flows.LeastConnections, Persistence: &flows.L7Persistence{Type: "APP_COOKIE", CookieName: "sid"},
+			{ID: "api", Algorithm: flows.LeastConnections, Persistence: &flows.L7Persistence{Type: "APP_COOKIE", CookieName: "sid"}, ProxyProtocol: 2,
 				Backends: []flows.Backend{{MemberID: "a1", Address: netip.MustParseAddr("2001:2::5"), Port: 80, Weight: 1}}},
 		},
 		InsertHeaders: []string{"X-Forwarded-For", "X-Forwarded-Proto"},

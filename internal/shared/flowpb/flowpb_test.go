@@ -40,7 +40,7 @@ func fullService() flows.Service {
 			Pools: []flows.L7Pool{
 				{ID: "p", Algorithm: flows.RoundRobin, Persistence: &flows.L7Persistence{Type: "SOURCE_IP", Timeout: time.Minute},
 					Backends: []flows.Backend{{MemberID: "m3", Address: netip.MustParseAddr("2001:2::3"), Port: 80, Weight: 2, Node: "n2", Zones: []string{"z"}, ForNodes: []string{"n2"}, Terminating: true}}},
-				{ID: "api", Algorithm: flows.LeastConnections, Persistence: &flows.L7Persistence{Type: "APP_COOKIE", CookieName: "sid"}},
+				{ID: "api", Algorithm: flows.LeastConnections, Persistence: &flows.L7Persistence{Type: "APP_COOKIE", CookieName: "sid"}, ProxyProtocol: 2},
 			},
 			InsertHeaders: []string{"X-Forwarded-For", "X-Forwarded-Port"},
 			ClientTimeout: 50 * time.Second, ConnectTimeout: 5 * time.Second, MemberTimeout: time.Minute,

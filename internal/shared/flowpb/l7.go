@@ -22,7 +22,7 @@ func L7ToProto(l *flows.L7) *agentv1.L7 {
 		out.Policies = append(out.Policies, pp)
 	}
 	for _, p := range l.Pools {
-		pp := &agentv1.L7Pool{Id: p.ID, Algorithm: string(p.Algorithm)}
+		pp := &agentv1.L7Pool{Id: p.ID, Algorithm: string(p.Algorithm), ProxyProtocol: int32(p.ProxyProtocol)}
 		if sp := p.Persistence; sp != nil {
 			pp.Persistence = &agentv1.L7Persistence{Type: sp.Type, CookieName: sp.CookieName, TimeoutMs: sp.Timeout.Milliseconds()}
 		}
@@ -51,7 +51,7 @@ func L7FromProto(p *agentv1.L7) *flows.L7 {
 		out.Policies = append(out.Policies, pol)
 	}
 	for _, pp := range p.GetPools() {
-		pool := flows.L7Pool{ID: pp.GetId(), Algorithm: flows.Algorithm(pp.GetAlgorithm())}
+		pool := flows.L7Pool{ID: pp.GetId(), Algorithm: flows.Algorithm(pp.GetAlgorithm()), ProxyProtocol: int(pp.GetProxyProtocol())}
 		if sp := pp.GetPersistence(); sp != nil {
 			pool.Persistence = &flows.L7Persistence{Type: sp.GetType(), CookieName: sp.GetCookieName(), Timeout: millis(sp.GetTimeoutMs())}
 		}

@@ -105,6 +105,11 @@ type L7Pool struct {
 	ID          string
 	Algorithm   Algorithm
 	Persistence *L7Persistence
+	// ProxyProtocol is the PROXY protocol version (1 or 2) a member
+	// reads before each connection's requests (PROXY and PROXYV2 pools;
+	// 0: none): it names the client, so a member connection serves one
+	// client only.
+	ProxyProtocol int
 	// Backends are the usable members, as for a Service.
 	Backends []Backend
 }
@@ -152,7 +157,7 @@ func sameL7Policy(a, b L7Policy) bool {
 }
 
 func sameL7Pool(a, b L7Pool) bool {
-	return a.ID == b.ID && a.Algorithm == b.Algorithm && sameL7Persistence(a.Persistence, b.Persistence) &&
+	return a.ID == b.ID && a.Algorithm == b.Algorithm && sameL7Persistence(a.Persistence, b.Persistence) && a.ProxyProtocol == b.ProxyProtocol &&
 		slices.EqualFunc(a.Backends, b.Backends, SameBackend)
 }
 

@@ -46,6 +46,7 @@ func TestSameL7(t *testing.T) {
 		"L7Pool.Algorithm":         func(l *L7) { l.Pools[0].Algorithm = SourceIP },
 		"L7Pool.Persistence":       func(l *L7) { l.Pools[0].Persistence = &L7Persistence{Type: PersistHTTPCookie} },
 		"L7Pool.Backends":          func(l *L7) { l.Pools[0].Backends[0].Weight = 2 },
+		"L7Pool.ProxyProtocol":     func(l *L7) { l.Pools[0].ProxyProtocol = 2 },
 		"L7Persistence.Type":       func(l *L7) { l.Pools[1].Persistence.Type = PersistHTTPCookie },
 		"L7Persistence.CookieName": func(l *L7) { l.Pools[1].Persistence.CookieName = "other" },
 		"L7Persistence.Timeout":    func(l *L7) { l.Pools[1].Persistence.Timeout = time.Minute },

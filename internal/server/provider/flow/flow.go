@@ -112,7 +112,7 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 		}
 	}
 	for _, pool := range t.Pools {
-		if p.http(pool.Protocol) {
+		if p.http(pool.Protocol) || p.proxied(pool.Protocol) {
 			if err := checkHTTPPool(pool); err != nil {
 				return err
 			}
@@ -128,7 +128,7 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 			}
 		}
 		for _, l := range t.ListenersOfPool(pool.ID) {
-			if l.Protocol != pool.Protocol {
+			if l.Protocol != pool.Protocol && !(p.http(l.Protocol) && p.proxied(pool.Protocol)) {
 				return refuse("a %s listener with a %s pool is not supported; the protocols must match.", l.Protocol, pool.Protocol)
 			}
 		}
@@ -138,6 +138,12 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 
 // http reports whether protocol is one the node's proxy serves.
 func (p *Provider) http(protocol string) bool { return p.L7 && protocol == "HTTP" }
+
+// proxied reports whether protocol is a pool protocol whose members the
+// node's proxy sends HTTP after a PROXY protocol header.
+func (p *Provider) proxied(protocol string) bool {
+	return p.L7 && (protocol == "PROXY" || protocol == "PROXYV2")
+}
 
 // protocols names the listener protocols served, for a refusal.
 func (p *Provider) protocols() string {

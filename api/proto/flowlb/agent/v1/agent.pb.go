@@ -1958,11 +1958,13 @@ func (x *L7Rule) GetInvert() bool {
 }
 
 type L7Pool struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Algorithm     string                 `protobuf:"bytes,2,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
-	Persistence   *L7Persistence         `protobuf:"bytes,3,opt,name=persistence,proto3" json:"persistence,omitempty"`
-	Backends      []*Backend             `protobuf:"bytes,4,rep,name=backends,proto3" json:"backends,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Algorithm   string                 `protobuf:"bytes,2,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	Persistence *L7Persistence         `protobuf:"bytes,3,opt,name=persistence,proto3" json:"persistence,omitempty"`
+	Backends    []*Backend             `protobuf:"bytes,4,rep,name=backends,proto3" json:"backends,omitempty"`
+	// The PROXY protocol version members read first (1 or 2; 0: none).
+	ProxyProtocol int32 `protobuf:"varint,5,opt,name=proxy_protocol,json=proxyProtocol,proto3" json:"proxy_protocol,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2023,6 +2025,13 @@ func (x *L7Pool) GetBackends() []*Backend {
 		return x.Backends
 	}
 	return nil
+}
+
+func (x *L7Pool) GetProxyProtocol() int32 {
+	if x != nil {
+		return x.ProxyProtocol
+	}
+	return 0
 }
 
 type L7Persistence struct {
@@ -2253,12 +2262,13 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\acompare\x18\x02 \x01(\tR\acompare\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\tR\x05value\x12\x16\n" +
-	"\x06invert\x18\x05 \x01(\bR\x06invert\"\xae\x01\n" +
+	"\x06invert\x18\x05 \x01(\bR\x06invert\"\xd5\x01\n" +
 	"\x06L7Pool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12@\n" +
 	"\vpersistence\x18\x03 \x01(\v2\x1e.flowlb.agent.v1.L7PersistenceR\vpersistence\x124\n" +
-	"\bbackends\x18\x04 \x03(\v2\x18.flowlb.agent.v1.BackendR\bbackends\"c\n" +
+	"\bbackends\x18\x04 \x03(\v2\x18.flowlb.agent.v1.BackendR\bbackends\x12%\n" +
+	"\x0eproxy_protocol\x18\x05 \x01(\x05R\rproxyProtocol\"c\n" +
 	"\rL7Persistence\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1f\n" +
 	"\vcookie_name\x18\x02 \x01(\tR\n" +
