@@ -11,6 +11,7 @@ package l7proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -119,8 +120,8 @@ func New(o Options) *Proxy {
 			p.clients[c] = cc
 			p.imu.Unlock()
 			ctx = context.WithValue(ctx, clientKey{}, cc)
-			if sc, ok := c.(steeredConn); ok {
-				return context.WithValue(ctx, portKey{}, sc.port)
+			if port, ok := portOf(c); ok {
+				return context.WithValue(ctx, portKey{}, port)
 			}
 			return ctx
 		},
@@ -166,7 +167,7 @@ func (p *Proxy) Set(listeners map[uint16]Listener) error {
 			}
 			return fmt.Errorf("L7 listener %s: steering port %d: %w", next[port].vip, port, err)
 		}
-		opened[port] = steeredListener{Listener: l, port: port}
+		opened[port] = steeredListener{Listener: l, port: port, proxy: p}
 	}
 	p.routes.Store(&next)
 	for port, l := range p.socks {
@@ -225,11 +226,11 @@ func (p *Proxy) connState(c net.Conn, state http.ConnState) {
 	if state != http.StateNew && state != http.StateIdle {
 		return
 	}
-	sc, ok := c.(steeredConn)
+	port, ok := portOf(c)
 	if !ok {
 		return
 	}
-	r := (*p.routes.Load())[sc.port]
+	r := (*p.routes.Load())[port]
 	if r == nil || r.cfg.ClientTimeout <= 0 {
 		return
 	}
@@ -244,10 +245,12 @@ func Check(cfg flows.L7) error {
 }
 
 // steeredListener marks its connections with its steering port, which
-// names the listener they are for.
+// names the listener they are for, and starts TLS on those of a listener
+// that terminates it.
 type steeredListener struct {
 	net.Listener
-	port uint16
+	port  uint16
+	proxy *Proxy
 }
 
 func (l steeredListener) Accept() (net.Conn, error) {
@@ -255,7 +258,21 @@ func (l steeredListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return steeredConn{Conn: c, port: l.port}, nil
+	sc := steeredConn{Conn: c, port: l.port}
+	if r := (*l.proxy.routes.Load())[l.port]; r != nil && r.tls != nil {
+		return tls.Server(sc, r.tls.config), nil
+	}
+	return sc, nil
+}
+
+// portOf is the steering port a client connection came to, under its
+// TLS if it has one.
+func portOf(c net.Conn) (uint16, bool) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	sc, ok := c.(steeredConn)
+	return sc.port, ok
 }
 
 type steeredConn struct {
@@ -292,6 +309,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Connection", "close")
 		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 		return
+	}
+	if req.TLS != nil && r.tls != nil {
+		// A certificate that did not verify ended the handshake.
+		req = req.WithContext(withVerifyResult(req.Context(), 0))
+		if r.tls.hsts != "" {
+			w = hstsWriter{ResponseWriter: w, value: r.tls.hsts}
+		}
 	}
 	d := r.decide(req)
 	if d.pool == nil {
@@ -359,6 +383,12 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 				proto = "https"
 			}
 			pr.Out.Header.Set("X-Forwarded-Proto", proto)
+		default:
+			if f := sslHeaders[http.CanonicalHeaderKey(h)]; f != nil && pr.In.TLS != nil {
+				if v := f(pr.In.TLS); v != "" {
+					pr.Out.Header.Set(h, v)
+				}
+			}
 		}
 	}
 	if sp := st.pool.persist; sp != nil && sp.Type == flows.PersistHTTPCookie {

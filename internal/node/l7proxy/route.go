@@ -18,7 +18,9 @@ type router struct {
 	defaultPool *pool
 	pools       []*pool
 	insert      []string
-	cfg         flows.L7
+	// tls terminates TLS before the requests (nil: plain HTTP).
+	tls *terminator
+	cfg flows.L7
 }
 
 type policy struct {
@@ -44,6 +46,13 @@ type decision struct {
 // cannot be served, and nothing of it is used.
 func compile(cfg flows.L7) (*router, error) {
 	r := &router{cfg: cfg, insert: cfg.InsertHeaders}
+	if cfg.TLS != nil {
+		t, err := compileTLS(*cfg.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("TLS: %w", err)
+		}
+		r.tls = t
+	}
 	pools := make(map[string]*pool, len(cfg.Pools))
 	for _, p := range cfg.Pools {
 		if _, dup := pools[p.ID]; dup {

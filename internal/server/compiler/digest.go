@@ -184,6 +184,22 @@ func (e *encoder) l7(l *flows.L7) {
 	e.duration(l.ClientTimeout)
 	e.duration(l.ConnectTimeout)
 	e.duration(l.MemberTimeout)
+	e.bool(l.TLS != nil)
+	if t := l.TLS; t != nil {
+		e.int(len(t.Certificates))
+		for _, c := range t.Certificates {
+			e.str(string(c.Chain))
+			e.str(string(c.Key))
+		}
+		e.str(t.ClientAuth)
+		e.str(string(t.ClientCA))
+		e.str(string(t.ClientCRL))
+		e.strs(t.ALPN)
+		e.strs(t.Versions)
+		e.int(t.HSTSMaxAge)
+		e.bool(t.HSTSIncludeSubdomains)
+		e.bool(t.HSTSPreload)
+	}
 }
 
 func (e *encoder) backend(b *flows.Backend) {

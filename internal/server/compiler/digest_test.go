@@ -37,6 +37,9 @@ func fullOutput() Output {
 					ProxyProtocol: 1}},
 				InsertHeaders: []string{"X-Forwarded-For"},
 				ClientTimeout: time.Second, ConnectTimeout: time.Second, MemberTimeout: time.Second,
+				TLS: &flows.L7TLS{Certificates: []flows.L7Certificate{{Chain: []byte("chain"), Key: []byte("key")}}, ClientAuth: "OPTIONAL",
+					ClientCA: []byte("ca"), ClientCRL: []byte("crl"), ALPN: []string{"h2"}, Versions: []string{"TLSv1.3"},
+					HSTSMaxAge: 10, HSTSIncludeSubdomains: true, HSTSPreload: true},
 			},
 		}},
 		Probes: []flows.Probe{{MemberID: "m1", Address: netip.MustParseAddr("198.18.17.2"), Port: 5353, Type: flows.MonitorHTTP,
@@ -53,6 +56,9 @@ func mutations(t *testing.T, path string, v reflect.Value) map[string]func() {
 	t.Helper()
 	out := map[string]func(){}
 	switch v.Interface().(type) {
+	case []byte:
+		out[path] = func() { v.SetBytes(append(slices.Clone(v.Bytes()), 'x')) }
+		return out
 	case netip.Addr:
 		out[path] = func() { v.Set(reflect.ValueOf(netip.MustParseAddr("2001:2::9"))) }
 		return out

@@ -44,6 +44,9 @@ func fullService() flows.Service {
 			},
 			InsertHeaders: []string{"X-Forwarded-For", "X-Forwarded-Port"},
 			ClientTimeout: 50 * time.Second, ConnectTimeout: 5 * time.Second, MemberTimeout: time.Minute,
+			TLS: &flows.L7TLS{Certificates: []flows.L7Certificate{{Chain: []byte("chain"), Key: []byte("key")}, {Chain: []byte("sni"), Key: []byte("k2")}},
+				ClientAuth: "MANDATORY", ClientCA: []byte("ca"), ClientCRL: []byte("crl"), ALPN: []string{"h2", "http/1.1"},
+				Versions: []string{"TLSv1.2", "TLSv1.3"}, HSTSMaxAge: 31536000, HSTSIncludeSubdomains: true, HSTSPreload: true},
 		},
 	}
 }

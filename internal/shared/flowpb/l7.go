@@ -14,6 +14,13 @@ func L7ToProto(l *flows.L7) *agentv1.L7 {
 		DefaultPool: l.DefaultPool, InsertHeaders: l.InsertHeaders,
 		ClientTimeoutMs: l.ClientTimeout.Milliseconds(), ConnectTimeoutMs: l.ConnectTimeout.Milliseconds(), MemberTimeoutMs: l.MemberTimeout.Milliseconds(),
 	}
+	if t := l.TLS; t != nil {
+		out.Tls = &agentv1.L7TLS{ClientAuth: t.ClientAuth, ClientCa: t.ClientCA, ClientCrl: t.ClientCRL, Alpn: t.ALPN, Versions: t.Versions,
+			HstsMaxAge: int32(t.HSTSMaxAge), HstsIncludeSubdomains: t.HSTSIncludeSubdomains, HstsPreload: t.HSTSPreload}
+		for _, c := range t.Certificates {
+			out.Tls.Certificates = append(out.Tls.Certificates, &agentv1.L7Certificate{Chain: c.Chain, Key: c.Key})
+		}
+	}
 	for _, p := range l.Policies {
 		pp := &agentv1.L7Policy{Id: p.ID, Action: string(p.Action), Pool: p.Pool, Url: p.URL, Code: int32(p.Code)}
 		for _, r := range p.Rules {
@@ -42,6 +49,13 @@ func L7FromProto(p *agentv1.L7) *flows.L7 {
 	out := &flows.L7{
 		DefaultPool: p.GetDefaultPool(), InsertHeaders: p.GetInsertHeaders(),
 		ClientTimeout: millis(p.GetClientTimeoutMs()), ConnectTimeout: millis(p.GetConnectTimeoutMs()), MemberTimeout: millis(p.GetMemberTimeoutMs()),
+	}
+	if t := p.GetTls(); t != nil {
+		out.TLS = &flows.L7TLS{ClientAuth: t.GetClientAuth(), ClientCA: t.GetClientCa(), ClientCRL: t.GetClientCrl(), ALPN: t.GetAlpn(),
+			Versions: t.GetVersions(), HSTSMaxAge: int(t.GetHstsMaxAge()), HSTSIncludeSubdomains: t.GetHstsIncludeSubdomains(), HSTSPreload: t.GetHstsPreload()}
+		for _, c := range t.GetCertificates() {
+			out.TLS.Certificates = append(out.TLS.Certificates, flows.L7Certificate{Chain: c.GetChain(), Key: c.GetKey()})
+		}
 	}
 	for _, pp := range p.GetPolicies() {
 		pol := flows.L7Policy{ID: pp.GetId(), Action: flows.L7Action(pp.GetAction()), Pool: pp.GetPool(), URL: pp.GetUrl(), Code: int(pp.GetCode())}

@@ -1,6 +1,7 @@
 package flows
 
 import (
+	"bytes"
 	"maps"
 	"slices"
 	"strings"
@@ -34,6 +35,39 @@ type L7 struct {
 	ClientTimeout  time.Duration
 	ConnectTimeout time.Duration
 	MemberTimeout  time.Duration
+	// TLS, when set, terminates TLS before the requests are routed (a
+	// TERMINATED_HTTPS listener).
+	TLS *L7TLS
+}
+
+// L7TLS is how a listener terminates TLS: its certificates and keys
+// (held in memory only, on the server and the nodes), how it asks for
+// and checks a client's certificate, and what it offers.
+type L7TLS struct {
+	// Certificates are the listener's: the default first, then the SNI
+	// ones; a client naming a server is given the first whose names
+	// cover it, else the default.
+	Certificates []L7Certificate
+	// ClientAuth is NONE, OPTIONAL or MANDATORY.
+	ClientAuth string
+	// ClientCA and ClientCRL are PEM: the CAs a client's certificate
+	// must chain to, and the revocation lists it is checked against.
+	ClientCA, ClientCRL []byte
+	// ALPN are the protocols offered, in order (h2, http/1.1).
+	ALPN []string
+	// Versions are the TLS versions accepted (TLSv1.2, TLSv1.3); none:
+	// the proxy's default, TLS 1.2 and 1.3.
+	Versions []string
+	// HSTSMaxAge, when at least 0, adds Strict-Transport-Security with
+	// that max-age, and includeSubDomains and preload as set.
+	HSTSMaxAge            int
+	HSTSIncludeSubdomains bool
+	HSTSPreload           bool
+}
+
+// L7Certificate is a certificate chain and its private key, PEM.
+type L7Certificate struct {
+	Chain, Key []byte
 }
 
 // L7Action is what a matching policy does with a request.
@@ -148,7 +182,19 @@ func sameL7(a, b *L7) bool {
 	}
 	return slices.EqualFunc(a.Policies, b.Policies, sameL7Policy) && a.DefaultPool == b.DefaultPool &&
 		slices.EqualFunc(a.Pools, b.Pools, sameL7Pool) && slices.Equal(a.InsertHeaders, b.InsertHeaders) &&
-		a.ClientTimeout == b.ClientTimeout && a.ConnectTimeout == b.ConnectTimeout && a.MemberTimeout == b.MemberTimeout
+		a.ClientTimeout == b.ClientTimeout && a.ConnectTimeout == b.ConnectTimeout && a.MemberTimeout == b.MemberTimeout &&
+		sameL7TLS(a.TLS, b.TLS)
+}
+
+func sameL7TLS(a, b *L7TLS) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.EqualFunc(a.Certificates, b.Certificates, func(x, y L7Certificate) bool {
+		return bytes.Equal(x.Chain, y.Chain) && bytes.Equal(x.Key, y.Key)
+	}) && a.ClientAuth == b.ClientAuth && bytes.Equal(a.ClientCA, b.ClientCA) && bytes.Equal(a.ClientCRL, b.ClientCRL) &&
+		slices.Equal(a.ALPN, b.ALPN) && slices.Equal(a.Versions, b.Versions) && a.HSTSMaxAge == b.HSTSMaxAge &&
+		a.HSTSIncludeSubdomains == b.HSTSIncludeSubdomains && a.HSTSPreload == b.HSTSPreload
 }
 
 func sameL7Policy(a, b L7Policy) bool {

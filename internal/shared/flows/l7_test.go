@@ -21,6 +21,9 @@ func fullL7() *L7 {
 		},
 		InsertHeaders: []string{"X-Forwarded-For"},
 		ClientTimeout: 50 * time.Second, ConnectTimeout: 5 * time.Second, MemberTimeout: 50 * time.Second,
+		TLS: &L7TLS{Certificates: []L7Certificate{{Chain: []byte("chain"), Key: []byte("key")}}, ClientAuth: "OPTIONAL",
+			ClientCA: []byte("ca"), ClientCRL: []byte("crl"), ALPN: []string{"h2"}, Versions: []string{"TLSv1.3"},
+			HSTSMaxAge: 10, HSTSIncludeSubdomains: true},
 	}
 }
 
@@ -29,29 +32,39 @@ func fullL7() *L7 {
 // each is named here.
 func TestSameL7(t *testing.T) {
 	changes := map[string]func(l *L7){
-		"L7.Policies":              func(l *L7) { l.Policies = l.Policies[:1] },
-		"L7.DefaultPool":           func(l *L7) { l.DefaultPool = "pool-b" },
-		"L7.Pools":                 func(l *L7) { l.Pools = l.Pools[:1] },
-		"L7.InsertHeaders":         func(l *L7) { l.InsertHeaders = nil },
-		"L7.ClientTimeout":         func(l *L7) { l.ClientTimeout++ },
-		"L7.ConnectTimeout":        func(l *L7) { l.ConnectTimeout++ },
-		"L7.MemberTimeout":         func(l *L7) { l.MemberTimeout++ },
-		"L7Policy.ID":              func(l *L7) { l.Policies[0].ID = "other" },
-		"L7Policy.Action":          func(l *L7) { l.Policies[0].Action = L7Reject },
-		"L7Policy.Pool":            func(l *L7) { l.Policies[0].Pool = "pool-a" },
-		"L7Policy.URL":             func(l *L7) { l.Policies[1].URL = "https://example.com/" },
-		"L7Policy.Code":            func(l *L7) { l.Policies[1].Code = 302 },
-		"L7Policy.Rules":           func(l *L7) { l.Policies[0].Rules[0].Invert = true },
-		"L7Pool.ID":                func(l *L7) { l.Pools[0].ID = "other" },
-		"L7Pool.Algorithm":         func(l *L7) { l.Pools[0].Algorithm = SourceIP },
-		"L7Pool.Persistence":       func(l *L7) { l.Pools[0].Persistence = &L7Persistence{Type: PersistHTTPCookie} },
-		"L7Pool.Backends":          func(l *L7) { l.Pools[0].Backends[0].Weight = 2 },
-		"L7Pool.ProxyProtocol":     func(l *L7) { l.Pools[0].ProxyProtocol = 2 },
-		"L7Persistence.Type":       func(l *L7) { l.Pools[1].Persistence.Type = PersistHTTPCookie },
-		"L7Persistence.CookieName": func(l *L7) { l.Pools[1].Persistence.CookieName = "other" },
-		"L7Persistence.Timeout":    func(l *L7) { l.Pools[1].Persistence.Timeout = time.Minute },
+		"L7.Policies":                 func(l *L7) { l.Policies = l.Policies[:1] },
+		"L7.DefaultPool":              func(l *L7) { l.DefaultPool = "pool-b" },
+		"L7.Pools":                    func(l *L7) { l.Pools = l.Pools[:1] },
+		"L7.InsertHeaders":            func(l *L7) { l.InsertHeaders = nil },
+		"L7.ClientTimeout":            func(l *L7) { l.ClientTimeout++ },
+		"L7.ConnectTimeout":           func(l *L7) { l.ConnectTimeout++ },
+		"L7.MemberTimeout":            func(l *L7) { l.MemberTimeout++ },
+		"L7.TLS":                      func(l *L7) { l.TLS = nil },
+		"L7TLS.Certificates":          func(l *L7) { l.TLS.Certificates[0].Key = []byte("other") },
+		"L7TLS.ClientAuth":            func(l *L7) { l.TLS.ClientAuth = "MANDATORY" },
+		"L7TLS.ClientCA":              func(l *L7) { l.TLS.ClientCA = nil },
+		"L7TLS.ClientCRL":             func(l *L7) { l.TLS.ClientCRL = []byte("crl2") },
+		"L7TLS.ALPN":                  func(l *L7) { l.TLS.ALPN = append(l.TLS.ALPN, "http/1.1") },
+		"L7TLS.Versions":              func(l *L7) { l.TLS.Versions = nil },
+		"L7TLS.HSTSMaxAge":            func(l *L7) { l.TLS.HSTSMaxAge = -1 },
+		"L7TLS.HSTSIncludeSubdomains": func(l *L7) { l.TLS.HSTSIncludeSubdomains = false },
+		"L7TLS.HSTSPreload":           func(l *L7) { l.TLS.HSTSPreload = true },
+		"L7Policy.ID":                 func(l *L7) { l.Policies[0].ID = "other" },
+		"L7Policy.Action":             func(l *L7) { l.Policies[0].Action = L7Reject },
+		"L7Policy.Pool":               func(l *L7) { l.Policies[0].Pool = "pool-a" },
+		"L7Policy.URL":                func(l *L7) { l.Policies[1].URL = "https://example.com/" },
+		"L7Policy.Code":               func(l *L7) { l.Policies[1].Code = 302 },
+		"L7Policy.Rules":              func(l *L7) { l.Policies[0].Rules[0].Invert = true },
+		"L7Pool.ID":                   func(l *L7) { l.Pools[0].ID = "other" },
+		"L7Pool.Algorithm":            func(l *L7) { l.Pools[0].Algorithm = SourceIP },
+		"L7Pool.Persistence":          func(l *L7) { l.Pools[0].Persistence = &L7Persistence{Type: PersistHTTPCookie} },
+		"L7Pool.Backends":             func(l *L7) { l.Pools[0].Backends[0].Weight = 2 },
+		"L7Pool.ProxyProtocol":        func(l *L7) { l.Pools[0].ProxyProtocol = 2 },
+		"L7Persistence.Type":          func(l *L7) { l.Pools[1].Persistence.Type = PersistHTTPCookie },
+		"L7Persistence.CookieName":    func(l *L7) { l.Pools[1].Persistence.CookieName = "other" },
+		"L7Persistence.Timeout":       func(l *L7) { l.Pools[1].Persistence.Timeout = time.Minute },
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[L7](), reflect.TypeFor[L7Policy](), reflect.TypeFor[L7Pool](), reflect.TypeFor[L7Persistence]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[L7](), reflect.TypeFor[L7Policy](), reflect.TypeFor[L7Pool](), reflect.TypeFor[L7Persistence](), reflect.TypeFor[L7TLS]()} {
 		for i := range typ.NumField() {
 			if name := typ.Name() + "." + typ.Field(i).Name; changes[name] == nil {
 				t.Errorf("field %s has no case here: make sameL7 compare it and add one", name)

@@ -1712,8 +1712,12 @@ type L7 struct {
 	ClientTimeoutMs  int64    `protobuf:"varint,5,opt,name=client_timeout_ms,json=clientTimeoutMs,proto3" json:"client_timeout_ms,omitempty"`
 	ConnectTimeoutMs int64    `protobuf:"varint,6,opt,name=connect_timeout_ms,json=connectTimeoutMs,proto3" json:"connect_timeout_ms,omitempty"`
 	MemberTimeoutMs  int64    `protobuf:"varint,7,opt,name=member_timeout_ms,json=memberTimeoutMs,proto3" json:"member_timeout_ms,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// TLS termination (TERMINATED_HTTPS); absent: plain HTTP. It carries
+	// private keys: the stream is mutual TLS, and agents keep them in
+	// memory only.
+	Tls           *L7TLS `protobuf:"bytes,8,opt,name=tls,proto3" json:"tls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *L7) Reset() {
@@ -1795,6 +1799,177 @@ func (x *L7) GetMemberTimeoutMs() int64 {
 	return 0
 }
 
+func (x *L7) GetTls() *L7TLS {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
+type L7TLS struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The default certificate first, then the SNI ones.
+	Certificates []*L7Certificate `protobuf:"bytes,1,rep,name=certificates,proto3" json:"certificates,omitempty"`
+	// NONE, OPTIONAL or MANDATORY.
+	ClientAuth string   `protobuf:"bytes,2,opt,name=client_auth,json=clientAuth,proto3" json:"client_auth,omitempty"`
+	ClientCa   []byte   `protobuf:"bytes,3,opt,name=client_ca,json=clientCa,proto3" json:"client_ca,omitempty"`
+	ClientCrl  []byte   `protobuf:"bytes,4,opt,name=client_crl,json=clientCrl,proto3" json:"client_crl,omitempty"`
+	Alpn       []string `protobuf:"bytes,5,rep,name=alpn,proto3" json:"alpn,omitempty"`
+	Versions   []string `protobuf:"bytes,6,rep,name=versions,proto3" json:"versions,omitempty"`
+	// Strict-Transport-Security's max-age; below 0: none.
+	HstsMaxAge            int32 `protobuf:"varint,7,opt,name=hsts_max_age,json=hstsMaxAge,proto3" json:"hsts_max_age,omitempty"`
+	HstsIncludeSubdomains bool  `protobuf:"varint,8,opt,name=hsts_include_subdomains,json=hstsIncludeSubdomains,proto3" json:"hsts_include_subdomains,omitempty"`
+	HstsPreload           bool  `protobuf:"varint,9,opt,name=hsts_preload,json=hstsPreload,proto3" json:"hsts_preload,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *L7TLS) Reset() {
+	*x = L7TLS{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *L7TLS) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*L7TLS) ProtoMessage() {}
+
+func (x *L7TLS) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use L7TLS.ProtoReflect.Descriptor instead.
+func (*L7TLS) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *L7TLS) GetCertificates() []*L7Certificate {
+	if x != nil {
+		return x.Certificates
+	}
+	return nil
+}
+
+func (x *L7TLS) GetClientAuth() string {
+	if x != nil {
+		return x.ClientAuth
+	}
+	return ""
+}
+
+func (x *L7TLS) GetClientCa() []byte {
+	if x != nil {
+		return x.ClientCa
+	}
+	return nil
+}
+
+func (x *L7TLS) GetClientCrl() []byte {
+	if x != nil {
+		return x.ClientCrl
+	}
+	return nil
+}
+
+func (x *L7TLS) GetAlpn() []string {
+	if x != nil {
+		return x.Alpn
+	}
+	return nil
+}
+
+func (x *L7TLS) GetVersions() []string {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *L7TLS) GetHstsMaxAge() int32 {
+	if x != nil {
+		return x.HstsMaxAge
+	}
+	return 0
+}
+
+func (x *L7TLS) GetHstsIncludeSubdomains() bool {
+	if x != nil {
+		return x.HstsIncludeSubdomains
+	}
+	return false
+}
+
+func (x *L7TLS) GetHstsPreload() bool {
+	if x != nil {
+		return x.HstsPreload
+	}
+	return false
+}
+
+type L7Certificate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PEM: the certificate and its intermediates, and the private key.
+	Chain         []byte `protobuf:"bytes,1,opt,name=chain,proto3" json:"chain,omitempty"`
+	Key           []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *L7Certificate) Reset() {
+	*x = L7Certificate{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *L7Certificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*L7Certificate) ProtoMessage() {}
+
+func (x *L7Certificate) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use L7Certificate.ProtoReflect.Descriptor instead.
+func (*L7Certificate) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *L7Certificate) GetChain() []byte {
+	if x != nil {
+		return x.Chain
+	}
+	return nil
+}
+
+func (x *L7Certificate) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
 type L7Policy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1811,7 +1986,7 @@ type L7Policy struct {
 
 func (x *L7Policy) Reset() {
 	*x = L7Policy{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +1998,7 @@ func (x *L7Policy) String() string {
 func (*L7Policy) ProtoMessage() {}
 
 func (x *L7Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2011,7 @@ func (x *L7Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use L7Policy.ProtoReflect.Descriptor instead.
 func (*L7Policy) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *L7Policy) GetId() string {
@@ -1894,7 +2069,7 @@ type L7Rule struct {
 
 func (x *L7Rule) Reset() {
 	*x = L7Rule{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2081,7 @@ func (x *L7Rule) String() string {
 func (*L7Rule) ProtoMessage() {}
 
 func (x *L7Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2094,7 @@ func (x *L7Rule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use L7Rule.ProtoReflect.Descriptor instead.
 func (*L7Rule) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *L7Rule) GetType() string {
@@ -1971,7 +2146,7 @@ type L7Pool struct {
 
 func (x *L7Pool) Reset() {
 	*x = L7Pool{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2158,7 @@ func (x *L7Pool) String() string {
 func (*L7Pool) ProtoMessage() {}
 
 func (x *L7Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2171,7 @@ func (x *L7Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use L7Pool.ProtoReflect.Descriptor instead.
 func (*L7Pool) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *L7Pool) GetId() string {
@@ -2046,7 +2221,7 @@ type L7Persistence struct {
 
 func (x *L7Persistence) Reset() {
 	*x = L7Persistence{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2233,7 @@ func (x *L7Persistence) String() string {
 func (*L7Persistence) ProtoMessage() {}
 
 func (x *L7Persistence) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2246,7 @@ func (x *L7Persistence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use L7Persistence.ProtoReflect.Descriptor instead.
 func (*L7Persistence) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *L7Persistence) GetType() string {
@@ -2241,7 +2416,7 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\x16health_check_node_port\x18\x0e \x01(\rR\x13healthCheckNodePort\x120\n" +
 	"\x14health_check_service\x18\x0f \x01(\tR\x12healthCheckService\x12\x17\n" +
 	"\aown_vip\x18\x10 \x01(\bR\x06ownVip\x12#\n" +
-	"\x02l7\x18\x11 \x01(\v2\x13.flowlb.agent.v1.L7R\x02l7\"\xba\x02\n" +
+	"\x02l7\x18\x11 \x01(\v2\x13.flowlb.agent.v1.L7R\x02l7\"\xe4\x02\n" +
 	"\x02L7\x125\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x19.flowlb.agent.v1.L7PolicyR\bpolicies\x12!\n" +
 	"\fdefault_pool\x18\x02 \x01(\tR\vdefaultPool\x12-\n" +
@@ -2249,7 +2424,24 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\x0einsert_headers\x18\x04 \x03(\tR\rinsertHeaders\x12*\n" +
 	"\x11client_timeout_ms\x18\x05 \x01(\x03R\x0fclientTimeoutMs\x12,\n" +
 	"\x12connect_timeout_ms\x18\x06 \x01(\x03R\x10connectTimeoutMs\x12*\n" +
-	"\x11member_timeout_ms\x18\a \x01(\x03R\x0fmemberTimeoutMs\"\x9b\x01\n" +
+	"\x11member_timeout_ms\x18\a \x01(\x03R\x0fmemberTimeoutMs\x12(\n" +
+	"\x03tls\x18\b \x01(\v2\x16.flowlb.agent.v1.L7TLSR\x03tls\"\xd5\x02\n" +
+	"\x05L7TLS\x12B\n" +
+	"\fcertificates\x18\x01 \x03(\v2\x1e.flowlb.agent.v1.L7CertificateR\fcertificates\x12\x1f\n" +
+	"\vclient_auth\x18\x02 \x01(\tR\n" +
+	"clientAuth\x12\x1b\n" +
+	"\tclient_ca\x18\x03 \x01(\fR\bclientCa\x12\x1d\n" +
+	"\n" +
+	"client_crl\x18\x04 \x01(\fR\tclientCrl\x12\x12\n" +
+	"\x04alpn\x18\x05 \x03(\tR\x04alpn\x12\x1a\n" +
+	"\bversions\x18\x06 \x03(\tR\bversions\x12 \n" +
+	"\fhsts_max_age\x18\a \x01(\x05R\n" +
+	"hstsMaxAge\x126\n" +
+	"\x17hsts_include_subdomains\x18\b \x01(\bR\x15hstsIncludeSubdomains\x12!\n" +
+	"\fhsts_preload\x18\t \x01(\bR\vhstsPreload\"7\n" +
+	"\rL7Certificate\x12\x14\n" +
+	"\x05chain\x18\x01 \x01(\fR\x05chain\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\"\x9b\x01\n" +
 	"\bL7Policy\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x12\n" +
@@ -2291,7 +2483,7 @@ func file_flowlb_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_flowlb_agent_v1_agent_proto_rawDescData
 }
 
-var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_flowlb_agent_v1_agent_proto_goTypes = []any{
 	(*EnrollRequest)(nil),        // 0: flowlb.agent.v1.EnrollRequest
 	(*EnrollResponse)(nil),       // 1: flowlb.agent.v1.EnrollResponse
@@ -2313,10 +2505,12 @@ var file_flowlb_agent_v1_agent_proto_goTypes = []any{
 	(*Backend)(nil),              // 17: flowlb.agent.v1.Backend
 	(*Service)(nil),              // 18: flowlb.agent.v1.Service
 	(*L7)(nil),                   // 19: flowlb.agent.v1.L7
-	(*L7Policy)(nil),             // 20: flowlb.agent.v1.L7Policy
-	(*L7Rule)(nil),               // 21: flowlb.agent.v1.L7Rule
-	(*L7Pool)(nil),               // 22: flowlb.agent.v1.L7Pool
-	(*L7Persistence)(nil),        // 23: flowlb.agent.v1.L7Persistence
+	(*L7TLS)(nil),                // 20: flowlb.agent.v1.L7TLS
+	(*L7Certificate)(nil),        // 21: flowlb.agent.v1.L7Certificate
+	(*L7Policy)(nil),             // 22: flowlb.agent.v1.L7Policy
+	(*L7Rule)(nil),               // 23: flowlb.agent.v1.L7Rule
+	(*L7Pool)(nil),               // 24: flowlb.agent.v1.L7Pool
+	(*L7Persistence)(nil),        // 25: flowlb.agent.v1.L7Persistence
 }
 var file_flowlb_agent_v1_agent_proto_depIdxs = []int32{
 	11, // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
@@ -2338,20 +2532,22 @@ var file_flowlb_agent_v1_agent_proto_depIdxs = []int32{
 	16, // 16: flowlb.agent.v1.Service.key:type_name -> flowlb.agent.v1.ServiceKey
 	17, // 17: flowlb.agent.v1.Service.backends:type_name -> flowlb.agent.v1.Backend
 	19, // 18: flowlb.agent.v1.Service.l7:type_name -> flowlb.agent.v1.L7
-	20, // 19: flowlb.agent.v1.L7.policies:type_name -> flowlb.agent.v1.L7Policy
-	22, // 20: flowlb.agent.v1.L7.pools:type_name -> flowlb.agent.v1.L7Pool
-	21, // 21: flowlb.agent.v1.L7Policy.rules:type_name -> flowlb.agent.v1.L7Rule
-	23, // 22: flowlb.agent.v1.L7Pool.persistence:type_name -> flowlb.agent.v1.L7Persistence
-	17, // 23: flowlb.agent.v1.L7Pool.backends:type_name -> flowlb.agent.v1.Backend
-	2,  // 24: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
-	0,  // 25: flowlb.agent.v1.Agent.Enroll:input_type -> flowlb.agent.v1.EnrollRequest
-	13, // 26: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
-	1,  // 27: flowlb.agent.v1.Agent.Enroll:output_type -> flowlb.agent.v1.EnrollResponse
-	26, // [26:28] is the sub-list for method output_type
-	24, // [24:26] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	22, // 19: flowlb.agent.v1.L7.policies:type_name -> flowlb.agent.v1.L7Policy
+	24, // 20: flowlb.agent.v1.L7.pools:type_name -> flowlb.agent.v1.L7Pool
+	20, // 21: flowlb.agent.v1.L7.tls:type_name -> flowlb.agent.v1.L7TLS
+	21, // 22: flowlb.agent.v1.L7TLS.certificates:type_name -> flowlb.agent.v1.L7Certificate
+	23, // 23: flowlb.agent.v1.L7Policy.rules:type_name -> flowlb.agent.v1.L7Rule
+	25, // 24: flowlb.agent.v1.L7Pool.persistence:type_name -> flowlb.agent.v1.L7Persistence
+	17, // 25: flowlb.agent.v1.L7Pool.backends:type_name -> flowlb.agent.v1.Backend
+	2,  // 26: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
+	0,  // 27: flowlb.agent.v1.Agent.Enroll:input_type -> flowlb.agent.v1.EnrollRequest
+	13, // 28: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
+	1,  // 29: flowlb.agent.v1.Agent.Enroll:output_type -> flowlb.agent.v1.EnrollResponse
+	28, // [28:30] is the sub-list for method output_type
+	26, // [26:28] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_flowlb_agent_v1_agent_proto_init() }
@@ -2373,7 +2569,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flowlb_agent_v1_agent_proto_rawDesc), len(file_flowlb_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
