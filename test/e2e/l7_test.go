@@ -221,3 +221,86 @@ func TestHTTPListener(t *testing.T) {
 		t.Errorf("the VIP still answers HTTP after the delete: %d", resp.StatusCode)
 	}
 }
+
+// TestHTTPListenerChangesUnderLoad: L7 policy changes reach every node's
+// proxy while clients on both nodes keep sending requests, and no
+// request fails: the proxy swaps a whole configuration at once, and
+// the data planes' steering does not change with the policies.
+func TestHTTPListenerChangesUnderLoad(t *testing.T) {
+	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 3, serverArgs: []string{"--l7"}, agentArgs: []string{"--l7-ports", "20000-20099"}})
+	var members []any
+	for _, p := range []lab.Host{c.lab.Pod(1, 1), c.lab.Pod(2, 1)} {
+		members = append(members, map[string]any{"address": p.Addr.String(), "protocol_port": 80, "name": p.Name})
+	}
+	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
+		"name": "l7-load", "vip_subnet_id": c.subnet("flowlb-vip-subnet"),
+		"listeners": []any{map[string]any{"name": "http", "protocol": "HTTP", "protocol_port": 80,
+			"default_pool": map[string]any{"name": "web", "protocol": "HTTP", "lb_algorithm": "ROUND_ROBIN", "members": members}}},
+	}})
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, body)
+	}
+	lbID := body["loadbalancer"].(map[string]any)["id"].(string)
+	lb := c.waitActive(lbID)
+	listenerID := lb["listeners"].([]any)[0].(map[string]any)["id"].(string)
+	vip := net.JoinHostPort(lb["vip_address"].(string), "80")
+
+	stop := make(chan struct{})
+	type tally struct{ ok, failed int }
+	results := make(chan tally, 2)
+	for _, from := range []lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3)} {
+		go func() {
+			var tl tally
+			hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: from.Dial}}
+			for {
+				select {
+				case <-stop:
+					results <- tl
+					return
+				default:
+				}
+				resp, err := hc.Get("http://" + vip + "/page")
+				if err != nil {
+					tl.failed++
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				// The policies below only ever redirect other paths.
+				if resp.StatusCode != 200 {
+					tl.failed++
+					continue
+				}
+				tl.ok++
+			}
+		}()
+	}
+	var policy string
+	for i := range 20 {
+		if policy == "" {
+			code, body := c.call("POST", "/v2/lbaas/l7policies", map[string]any{"l7policy": map[string]any{
+				"listener_id": listenerID, "action": "REDIRECT_TO_URL", "redirect_url": fmt.Sprintf("http://moved.example/%d", i),
+				"rules": []any{map[string]any{"type": "PATH", "compare_type": "STARTS_WITH", "value": "/old"}}}})
+			if code != 201 {
+				t.Fatalf("policy %d: %d %v", i, code, body)
+			}
+			policy = body["l7policy"].(map[string]any)["id"].(string)
+		} else {
+			if code, body := c.call("DELETE", "/v2/lbaas/l7policies/"+policy, nil); code != 204 {
+				t.Fatalf("policy delete %d: %d %v", i, code, body)
+			}
+			policy = ""
+		}
+		c.waitActive(lbID)
+	}
+	close(stop)
+	var total tally
+	for range 2 {
+		r := <-results
+		total.ok, total.failed = total.ok+r.ok, total.failed+r.failed
+	}
+	t.Logf("20 policy changes, each ACTIVE before the next: %d requests answered, %d failed", total.ok, total.failed)
+	if total.failed != 0 || total.ok < 100 {
+		t.Errorf("%d requests failed, %d answered, across 20 policy changes", total.failed, total.ok)
+	}
+}
