@@ -126,25 +126,15 @@ func TestL7ProxyBench(t *testing.T) {
 		t.Skip("no /usr/sbin/haproxy (hack/install-deps.sh --test)")
 	}
 	rounds, secs, clients := envInt(l7BenchRoundsEnv, 3), envInt(l7BenchSecondsEnv, 10), envInt(l7BenchConcEnv, 16)
-	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 3, serverArgs: []string{"--l7"}, agentArgs: []string{"--l7-ports", "20000-20099"}})
+	c := newL7Cluster(t)
 	client, amphora := c.lab.Pod(1, 3), c.lab.Pod(1, 2)
 	memberPods := []lab.Host{c.lab.Pod(2, 1), c.lab.Pod(2, 2)}
-	var members []any
 	var memberAddrs []string
 	for _, p := range memberPods {
-		members = append(members, map[string]any{"address": p.Addr.String(), "protocol_port": 80, "name": p.Name})
 		memberAddrs = append(memberAddrs, net.JoinHostPort(p.Addr.String(), "80"))
 	}
-	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
-		"name": "l7-bench", "vip_subnet_id": c.subnet("flowlb-vip-subnet"),
-		"listeners": []any{map[string]any{"protocol": "HTTP", "protocol_port": 80, "insert_headers": map[string]any{"X-Forwarded-For": "true"},
-			"default_pool": map[string]any{"name": "members", "protocol": "HTTP", "lb_algorithm": "ROUND_ROBIN", "members": members}}},
-	}})
-	if code != 201 {
-		t.Fatalf("create: %d %v", code, body)
-	}
-	lb := c.waitActive(body["loadbalancer"].(map[string]any)["id"].(string))
-	flowlbURL := "http://" + net.JoinHostPort(lb["vip_address"].(string), "80") + "/?pad=1024"
+	_, _, vip := c.createHTTPLB(map[string]any{"insert_headers": map[string]any{"X-Forwarded-For": "true"}}, httpMembers(memberPods))
+	flowlbURL := "http://" + vip + "/?pad=1024"
 
 	haproxyAt := net.JoinHostPort(amphora.Addr.String(), "8000")
 	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")

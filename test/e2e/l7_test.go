@@ -57,6 +57,41 @@ func getVia(t *testing.T, c *http.Client, vip, host, path string) httpAnswer {
 	return a
 }
 
+// newL7Cluster is a lab of two nodes of three pods whose server serves
+// HTTP listeners and whose agents run the L7 proxy.
+func newL7Cluster(t *testing.T) *cluster {
+	return newClusterOpts(t, clusterOptions{nodes: 2, pods: 3, serverArgs: []string{"--l7"}, agentArgs: []string{"--l7-ports", "20000-20099"}})
+}
+
+// httpMembers are pods as members on their HTTP port.
+func httpMembers(pods []lab.Host) []any {
+	var out []any
+	for _, p := range pods {
+		out = append(out, map[string]any{"address": p.Addr.String(), "protocol_port": 80, "name": p.Name})
+	}
+	return out
+}
+
+// createHTTPLB creates a load balancer with an HTTP listener on port 80
+// (listener's fields added) whose default pool, named web, has members,
+// round robin, and waits for it to be ACTIVE: the load balancer, its
+// listener's id and its VIP's address and port.
+func (c *cluster) createHTTPLB(listener map[string]any, members []any) (lb map[string]any, listenerID, vip string) {
+	c.t.Helper()
+	l := map[string]any{"name": "http", "protocol": "HTTP", "protocol_port": 80,
+		"default_pool": map[string]any{"name": "web", "protocol": "HTTP", "lb_algorithm": "ROUND_ROBIN", "members": members}}
+	for k, v := range listener {
+		l[k] = v
+	}
+	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
+		"name": "l7", "vip_subnet_id": c.subnet("flowlb-vip-subnet"), "listeners": []any{l}}})
+	if code != 201 {
+		c.t.Fatalf("create: %d %v", code, body)
+	}
+	lb = c.waitActive(body["loadbalancer"].(map[string]any)["id"].(string))
+	return lb, lb["listeners"].([]any)[0].(map[string]any)["id"].(string), net.JoinHostPort(lb["vip_address"].(string), "80")
+}
+
 // TestHTTPListener: an HTTP listener is served by the proxy on the
 // client's own node: its L7 policies route by host to a second pool,
 // reject by path and redirect, the default pool takes the rest round
@@ -65,29 +100,11 @@ func getVia(t *testing.T, c *http.Client, vip, host, path string) httpAnswer {
 // through either node's proxy. ACTIVE after each
 // change means every node's proxy serves it.
 func TestHTTPListener(t *testing.T) {
-	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 3, serverArgs: []string{"--l7"}, agentArgs: []string{"--l7-ports", "20000-20099"}})
+	c := newL7Cluster(t)
 	web := []lab.Host{c.lab.Pod(1, 1), c.lab.Pod(2, 1)}
 	api := []lab.Host{c.lab.Pod(1, 2), c.lab.Pod(2, 2)}
-	members := func(pods []lab.Host) []any {
-		var out []any
-		for _, p := range pods {
-			out = append(out, map[string]any{"address": p.Addr.String(), "protocol_port": 80, "name": p.Name})
-		}
-		return out
-	}
-	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
-		"name": "l7", "vip_subnet_id": c.subnet("flowlb-vip-subnet"),
-		"listeners": []any{map[string]any{"name": "http", "protocol": "HTTP", "protocol_port": 80,
-			"insert_headers": map[string]any{"X-Forwarded-For": "true"},
-			"default_pool":   map[string]any{"name": "web", "protocol": "HTTP", "lb_algorithm": "ROUND_ROBIN", "members": members(web)}}},
-	}})
-	if code != 201 {
-		t.Fatalf("create: %d %v", code, body)
-	}
-	lbID := body["loadbalancer"].(map[string]any)["id"].(string)
-	lb := c.waitActive(lbID)
-	listenerID := lb["listeners"].([]any)[0].(map[string]any)["id"].(string)
-	vip := net.JoinHostPort(lb["vip_address"].(string), "80")
+	lb, listenerID, vip := c.createHTTPLB(map[string]any{"insert_headers": map[string]any{"X-Forwarded-For": "true"}}, httpMembers(web))
+	lbID := lb["id"].(string)
 
 	// Before any policy: the default pool, from either node.
 	for _, from := range []lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3)} {
@@ -113,14 +130,14 @@ func TestHTTPListener(t *testing.T) {
 	}
 
 	// A second pool and three policies, each change ACTIVE before the next.
-	code, body = c.call("POST", "/v2/lbaas/pools", map[string]any{"pool": map[string]any{"name": "api", "loadbalancer_id": lbID,
+	code, body := c.call("POST", "/v2/lbaas/pools", map[string]any{"pool": map[string]any{"name": "api", "loadbalancer_id": lbID,
 		"protocol": "HTTP", "lb_algorithm": "LEAST_CONNECTIONS"}})
 	if code != 201 {
 		t.Fatalf("pool: %d %v", code, body)
 	}
 	apiPool := body["pool"].(map[string]any)["id"].(string)
 	c.waitActive(lbID)
-	for _, m := range members(api) {
+	for _, m := range httpMembers(api) {
 		if code, body := c.call("POST", "/v2/lbaas/pools/"+apiPool+"/members", map[string]any{"member": m}); code != 201 {
 			t.Fatalf("member: %d %v", code, body)
 		}
@@ -227,23 +244,9 @@ func TestHTTPListener(t *testing.T) {
 // request fails: the proxy swaps a whole configuration at once, and
 // the data planes' steering does not change with the policies.
 func TestHTTPListenerChangesUnderLoad(t *testing.T) {
-	c := newClusterOpts(t, clusterOptions{nodes: 2, pods: 3, serverArgs: []string{"--l7"}, agentArgs: []string{"--l7-ports", "20000-20099"}})
-	var members []any
-	for _, p := range []lab.Host{c.lab.Pod(1, 1), c.lab.Pod(2, 1)} {
-		members = append(members, map[string]any{"address": p.Addr.String(), "protocol_port": 80, "name": p.Name})
-	}
-	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
-		"name": "l7-load", "vip_subnet_id": c.subnet("flowlb-vip-subnet"),
-		"listeners": []any{map[string]any{"name": "http", "protocol": "HTTP", "protocol_port": 80,
-			"default_pool": map[string]any{"name": "web", "protocol": "HTTP", "lb_algorithm": "ROUND_ROBIN", "members": members}}},
-	}})
-	if code != 201 {
-		t.Fatalf("create: %d %v", code, body)
-	}
-	lbID := body["loadbalancer"].(map[string]any)["id"].(string)
-	lb := c.waitActive(lbID)
-	listenerID := lb["listeners"].([]any)[0].(map[string]any)["id"].(string)
-	vip := net.JoinHostPort(lb["vip_address"].(string), "80")
+	c := newL7Cluster(t)
+	lb, listenerID, vip := c.createHTTPLB(nil, httpMembers([]lab.Host{c.lab.Pod(1, 1), c.lab.Pod(2, 1)}))
+	lbID := lb["id"].(string)
 
 	stop := make(chan struct{})
 	type tally struct{ ok, failed int }
