@@ -1,0 +1,141 @@
+// Package tlscerts reads a TLS listener's certificates where Octavia
+// takes them from: Barbican, with the caller's Keystone token, a
+// reference naming either a secret that holds a PKCS12 bundle or
+// (Octavia's legacy form) a certificate container of a certificate, its
+// key and intermediates; and it checks them as Octavia does, with its
+// error texts. What it returns is key material: it is held in memory,
+// never logged.
+package tlscerts
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+
+	"software.sslmate.com/src/go-pkcs12"
+
+	"github.com/flowlb/flowlb/internal/shared/flows"
+)
+
+// Refusal is what Octavia says of a certificate it refuses, in its
+// words.
+type Refusal string
+
+func (r Refusal) Error() string { return string(r) }
+
+// Octavia's texts for what it refuses in a certificate.
+const (
+	ErrUnreadableCert Refusal = "Could not read X509 from PEM"
+	ErrMismatchedKey  Refusal = "Key and x509 certificate do not match"
+	ErrNoSubject      Refusal = "No CN or DNSName(s) found in certificate. The certificate is invalid."
+	ErrPKCS12         Refusal = "The PKCS12 bundle is unreadable. Please check the PKCS12 bundle validity. In addition, make sure it does not require a pass phrase. Error: "
+)
+
+// FromParts is a certificate, its private key and its intermediates
+// (PEM) as a listener's certificate: the chain leaf first, the key
+// checked against it, the leaf required to name a host (a CN or a DNS
+// name).
+func FromParts(cert, key, intermediates []byte) (flows.L7Certificate, error) {
+	leaf, err := firstCert(cert)
+	if err != nil {
+		return flows.L7Certificate{}, err
+	}
+	chain := pemCert(leaf.Raw)
+	rest := intermediates
+	for len(rest) > 0 {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type == "CERTIFICATE" {
+			chain = append(chain, pem.EncodeToMemory(b)...)
+		}
+	}
+	return checked(leaf, flows.L7Certificate{Chain: chain, Key: bytes.TrimSpace(key)})
+}
+
+// FromPKCS12 is a PKCS12 bundle without a pass phrase (Octavia's form of
+// a certificate in one Barbican secret) as a listener's certificate.
+func FromPKCS12(data []byte) (flows.L7Certificate, error) {
+	key, leaf, cas, err := pkcs12.DecodeChain(data, "")
+	if err != nil {
+		return flows.L7Certificate{}, fmt.Errorf("%w%v", ErrPKCS12, err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return flows.L7Certificate{}, fmt.Errorf("%w%v", ErrPKCS12, err)
+	}
+	chain := pemCert(leaf.Raw)
+	for _, c := range cas {
+		chain = append(chain, pemCert(c.Raw)...)
+	}
+	return checked(leaf, flows.L7Certificate{Chain: chain, Key: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})})
+}
+
+func checked(leaf *x509.Certificate, c flows.L7Certificate) (flows.L7Certificate, error) {
+	if leaf.Subject.CommonName == "" && len(leaf.DNSNames) == 0 {
+		return flows.L7Certificate{}, ErrNoSubject
+	}
+	if _, err := tls.X509KeyPair(c.Chain, c.Key); err != nil {
+		return flows.L7Certificate{}, ErrMismatchedKey
+	}
+	return c, nil
+}
+
+// CA is a client CA secret's payload: PEM certificates, at least one.
+func CA(data []byte) ([]byte, error) {
+	if _, err := firstCert(data); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// CRL is a client CRL secret's payload: PEM revocation lists.
+func CRL(data []byte) ([]byte, error) {
+	rest, found := data, false
+	for len(rest) > 0 {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type == "X509 CRL" {
+			if _, err := x509.ParseRevocationList(b.Bytes); err != nil {
+				return nil, fmt.Errorf("the client CRL does not parse: %w", err)
+			}
+			found = true
+		}
+	}
+	if !found {
+		return nil, errors.New("the client CRL holds no revocation list")
+	}
+	return data, nil
+}
+
+func firstCert(data []byte) (*x509.Certificate, error) {
+	rest := data
+	for len(rest) > 0 {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, ErrUnreadableCert
+		}
+		return c, nil
+	}
+	return nil, ErrUnreadableCert
+}
+
+func pemCert(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
