@@ -21,6 +21,9 @@ func (s *Service) CreateListener(ctx context.Context, req ListenerCreate) (*Tree
 	if err := checkOwner(ctx, req.Owner); err != nil {
 		return nil, nil, err
 	}
+	if err := s.checkTLS(ctx, &req.ListenerUpdate); err != nil {
+		return nil, nil, err
+	}
 	var out *Listener
 	t, err := s.lockedChange(ctx, req.LoadBalancerID, func(t *Tree, _ identity.Caller) error {
 		l, err := s.addListener(t, &req, s.newPools)
@@ -141,6 +144,9 @@ func compatible(listener, pool string) error {
 
 // UpdateListener changes a listener's mutable attributes.
 func (s *Service) UpdateListener(ctx context.Context, id string, req ListenerUpdate) (*Tree, *Listener, error) {
+	if err := s.checkTLS(ctx, &req); err != nil {
+		return nil, nil, err
+	}
 	var out *Listener
 	t, err := s.childChange(ctx, store.KindListener, id, func(t *Tree, _ identity.Caller) error {
 		l := t.listener(id)

@@ -20,6 +20,11 @@ func (s *Service) CreateLoadBalancer(ctx context.Context, req LoadBalancerCreate
 	if err != nil {
 		return nil, err
 	}
+	for i := range req.Listeners.Value {
+		if err := s.checkTLS(ctx, &req.Listeners.Value[i].ListenerUpdate); err != nil {
+			return nil, err
+		}
+	}
 	return s.commit(ctx, func(tx store.Tx) (*Tree, error) { return s.buildTree(tx, project, req, c) })
 }
 

@@ -80,6 +80,10 @@ type Config struct {
 	// entry, so that the fan-out sends no agent a second update per
 	// change for nothing. Nil: every completion is logged.
 	FlowsUnchanged func(lbID string, change int64, t *Tree) bool
+	// Certificates, when set, reads the certificates a listener's
+	// request names before the change (nil: none are read, and a
+	// provider that terminates no TLS refuses such listeners).
+	Certificates Certificates
 }
 
 // Written is a committed change's tree as its transaction wrote it.
