@@ -1,6 +1,7 @@
 package tlscerts
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -19,6 +20,9 @@ import (
 	"time"
 
 	"software.sslmate.com/src/go-pkcs12"
+
+	"github.com/flowlb/flowlb/internal/server/identity"
+	"github.com/flowlb/flowlb/internal/server/lbaas"
 )
 
 type issued struct {
@@ -137,7 +141,9 @@ func TestParseRef(t *testing.T) {
 // fakeBarbican serves secrets and containers to one token, and records
 // the ACLs it is asked to set.
 type fakeBarbican struct {
-	token      string
+	token string
+	// service is a second token it takes (the server's service user's).
+	service    string
 	secrets    map[string][]byte
 	containers map[string]map[string]string // name → secret id
 	mu         sync.Mutex
@@ -146,7 +152,7 @@ type fakeBarbican struct {
 }
 
 func (f *fakeBarbican) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("X-Auth-Token") != f.token {
+	if tok := r.Header.Get("X-Auth-Token"); tok != f.token && (f.service == "" || tok != f.service) {
 		http.Error(w, `{"code": 403}`, http.StatusForbidden)
 		return
 	}
@@ -215,5 +221,66 @@ func TestBarbican(t *testing.T) {
 	}
 	if len(f.acls) != 4 || !strings.HasPrefix(f.acls[0], "containers/tls ") || !strings.Contains(f.acls[0], `"users":["octavia-user-id"]`) {
 		t.Errorf("ACLs set: %v, want the container's and its three secrets' read ACL for the service user", f.acls)
+	}
+}
+
+// TestStore: the references a request names are read as its caller,
+// refused with Octavia's texts, and kept for the data plane, which reads
+// what it lacks as the service user.
+func TestStore(t *testing.T) {
+	a := issue(t, pkix.Name{CommonName: "www.example"})
+	other := issue(t, pkix.Name{CommonName: "other"})
+	pfx, _ := pkcs12.Modern.Encode(a.key, a.cert, nil, "")
+	mismatched, _ := pkcs12.Passwordless.Encode(other.key, a.cert, nil, "")
+	f := &fakeBarbican{token: "caller", service: "service",
+		secrets: map[string][]byte{"pfx": pfx, "mismatched": mismatched, "ca": a.caPEM, "notca": []byte("not PEM")}}
+	f.srv = httptest.NewServer(f)
+	defer f.srv.Close()
+	serviceAsked := 0
+	s := NewStore(&Barbican{HTTP: f.srv.Client(), ServiceUser: "svc"}, func(context.Context) (string, error) { serviceAsked++; return "service", nil })
+	ctx := identity.WithCaller(t.Context(), identity.Caller{ProjectID: "p", Token: "caller"})
+	ref := func(id string) string { return f.srv.URL + "/v1/secrets/" + id }
+
+	if err := s.CheckTLS(ctx, lbaas.TLSRefs{Certificates: []string{ref("pfx")}, ClientCA: ref("ca")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		refs lbaas.TLSRefs
+		want string
+	}{
+		{lbaas.TLSRefs{Certificates: []string{ref("pfx"), ref("gone"), ref("gone2")}}, "Could not retrieve certificate: ['" + ref("gone") + "', '" + ref("gone2") + "']"},
+		{lbaas.TLSRefs{Certificates: []string{ref("mismatched")}}, "Key and x509 certificate do not match"},
+		{lbaas.TLSRefs{Certificates: []string{ref("pfx")}, ClientCA: ref("notca")}, "The client authentication CA certificate is invalid."},
+		{lbaas.TLSRefs{Certificates: []string{ref("pfx")}, ClientCA: ref("ca"), ClientCRL: ref("gone")}, "Could not retrieve certificate: ['" + ref("gone") + "']"},
+	} {
+		err := s.CheckTLS(ctx, tc.refs)
+		var le *lbaas.Error
+		if !errors.As(err, &le) || !strings.Contains(le.Detail, tc.want) {
+			t.Errorf("CheckTLS(%+v) = %v, want %q", tc.refs, err, tc.want)
+		}
+	}
+	if err := s.CheckTLS(identity.WithCaller(t.Context(), identity.Caller{ProjectID: "p", Token: "stranger"}), lbaas.TLSRefs{Certificates: []string{ref("pfx")}}); err == nil {
+		t.Error("a caller whose token Barbican refuses read a certificate")
+	}
+
+	// The data plane gets what the API read without a service token.
+	if c, err := s.Certificate(t.Context(), ref("pfx")); err != nil || len(c.Key) == 0 || serviceAsked != 0 {
+		t.Errorf("a certificate read by the API: %v, service token asked %d times", err, serviceAsked)
+	}
+	if ca, err := s.Secret(t.Context(), ref("ca")); err != nil || string(ca) != string(a.caPEM) || serviceAsked != 0 {
+		t.Errorf("a CA read by the API: %v", err)
+	}
+	// What it lacks it reads as the service user, once.
+	fresh := NewStore(s.Barbican, s.ServiceToken)
+	for range 2 {
+		if _, err := fresh.Certificate(t.Context(), ref("pfx")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if serviceAsked != 1 {
+		t.Errorf("service token asked %d times for one certificate read twice, want 1", serviceAsked)
+	}
+	if _, err := fresh.Certificate(t.Context(), ref("gone")); err == nil {
+		t.Error("a missing certificate was served")
 	}
 }
