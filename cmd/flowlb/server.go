@@ -66,6 +66,7 @@ func serverFlags(f *pflag.FlagSet, o *server.Options, logLevel, agentSecret *str
 	f.StringVar(&o.NeutronEndpoint, "neutron-endpoint", "", "with --network neutron-api, the Neutron URL to use instead of the catalog's (e.g. http://10.0.0.5:9696)")
 	f.StringVar(&o.NeutronDeploymentID, "neutron-deployment-id", "", "with --network neutron-api, this deployment's name in the tag flowlb-deployment=<id> on the VIP ports it makes, which it alone deletes, reuses and sweeps (default: a random id made once and kept in the database; set it when two deployments' databases were copied from one another)")
 	f.BoolVar(&o.L7, "l7", false, "serve HTTP listeners, their L7 policies and HTTP pools (ROUND_ROBIN, LEAST_CONNECTIONS per node, SOURCE_IP; cookie persistence; X-Forwarded headers) with the proxy of every node's agent, to which the data planes steer the listeners' connections; every agent must run with --l7-ports (off: such listeners get Octavia's 501, as do TLS listeners either way)")
+	f.StringVar(&o.TLSCertificates, "tls-certificates", "none", "barbican: serve TERMINATED_HTTPS listeners (with --l7 and --auth keystone), reading their certificates from Barbican as Octavia does: with the caller's token when a listener names them (granting the service user read access), as the service user when the data plane needs them; keys are held in memory and reach the nodes only over the agents' mutual-TLS stream (none: such listeners get Octavia's 501)")
 	f.StringVar(&o.NeutronVIPPorts, "neutron-vip-ports", "flowlb", "with --network neutron-api, how VIP ports are made: flowlb (named flowlb-lb-<id>, device_owner flowlb:vip) or ovn (named ovn-lb-vip-<id> with no device_owner, as ovn-octavia-provider makes them, so that Neutron's ML2/OVN leaves them without switch-port addresses and OVN's routers answer for the VIPs: for load balancers an agent --dataplane ovn serves)")
 	f.DurationVar(&o.NeutronSweepEvery, "neutron-orphan-sweep", 10*time.Minute, "with --network neutron-api, how often one replica deletes this deployment's VIP ports whose load balancer does not exist (left by a crash during a create); 0: never")
 	f.DurationVar(&o.NeutronOrphanGrace, "neutron-orphan-grace", time.Hour, "with --network neutron-api, the age (Neutron's created_at) below which a VIP port is never swept: longer than any create takes (at least 10m)")
@@ -99,6 +100,7 @@ func serverFlags(f *pflag.FlagSet, o *server.Options, logLevel, agentSecret *str
 	config.OneOf(f, "rbac", string(identity.Advanced), string(identity.KeystoneDefaultRoles))
 	config.OneOf(f, "network", "neutron", "neutron-api", "noop")
 	config.OneOf(f, "neutron-vip-ports", "flowlb", "ovn")
+	config.OneOf(f, "tls-certificates", "none", "barbican")
 	config.OneOf(f, "stats-metrics", "member", "listener", "loadbalancer", "none")
 	config.Check(f, "log-level", checkLogLevel)
 }

@@ -92,7 +92,8 @@ func TestDashboardAcrossReplicas(t *testing.T) {
 }
 
 // fakeKeystone validates one user token ("user-token", project p1) and
-// issues it to alice; the service logs in as octavia.
+// issues it to alice; the service logs in as octavia (user u-octavia,
+// token svc).
 func fakeKeystone(t *testing.T) *httptest.Server {
 	ks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		exp := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
@@ -118,6 +119,10 @@ func fakeKeystone(t *testing.T) *httptest.Server {
 			w.WriteHeader(http.StatusCreated)
 			fmt.Fprintf(w, `{"token":{"expires_at":%q,"user":{"id":"u"},"project":{"id":"p1"},"roles":[{"name":"member"}]}}`, exp)
 		case http.MethodGet:
+			if r.Header.Get("X-Auth-Token") == "svc" && r.Header.Get("X-Subject-Token") == "svc" {
+				fmt.Fprintf(w, `{"token":{"expires_at":%q,"user":{"id":"u-octavia"},"project":{"id":"service"},"roles":[{"name":"admin"}]}}`, exp)
+				return
+			}
 			if r.Header.Get("X-Auth-Token") != "svc" || r.Header.Get("X-Subject-Token") != "user-token" {
 				w.WriteHeader(http.StatusNotFound)
 				return

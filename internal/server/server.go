@@ -40,6 +40,7 @@ import (
 	"github.com/flowlb/flowlb/internal/server/provider/flow"
 	"github.com/flowlb/flowlb/internal/server/replica"
 	"github.com/flowlb/flowlb/internal/server/store"
+	"github.com/flowlb/flowlb/internal/server/tlscerts"
 	"github.com/flowlb/flowlb/internal/shared/httpserve"
 	"github.com/flowlb/flowlb/internal/shared/pki"
 )
@@ -79,6 +80,10 @@ type Options struct {
 	// L7 serves HTTP listeners, their L7 policies and HTTP pools with
 	// every node's proxy (flow.Provider.L7).
 	L7 bool
+	// TLSCertificates is where TERMINATED_HTTPS listeners' certificates
+	// are read: "barbican" (with L7 and Keystone auth), or "none" or ""
+	// (such listeners are refused).
+	TLSCertificates string
 	// NeutronVIPPorts is how the VIP ports are made in Neutron
 	// (neutronapi.PortStyle; empty: flowlb's own).
 	NeutronVIPPorts string
@@ -125,6 +130,7 @@ type Server struct {
 	log        *slog.Logger
 	st         store.Store
 	svc        *lbaas.Service
+	certs      *tlscerts.Store // nil: no TLS listener is served
 	link       hubLink
 	rep        *replica.Replica
 	http       *http.Server
@@ -148,11 +154,15 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	if err != nil {
 		return nil, err
 	}
+	certs, err := tlsCertificates(o, keystone)
+	if err != nil {
+		return nil, err
+	}
 	st, dsn, err := openStore(ctx, o, log)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{log: log, st: st, served: make(chan error, 1), stopLoops: func() {}}
+	s := &Server{log: log, st: st, certs: certs, served: make(chan error, 1), stopLoops: func() {}}
 	// What is started by then is stopped if the rest fails.
 	defer func() {
 		if err != nil {
@@ -173,11 +183,12 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 	provider := flow.New(nil)
 	provider.OVN = o.NeutronVIPPorts == string(neutronapi.PortsOVN)
 	provider.L7 = o.L7
+	provider.TLS = s.certs != nil
 	vips, err := vipAllocator(ctx, st, o, log)
 	if err != nil {
 		return nil, err
 	}
-	if s.svc, err = newService(st, vips, provider, &s.link, o, log); err != nil {
+	if s.svc, err = newService(st, vips, provider, s.certs, &s.link, o, log); err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
@@ -439,13 +450,16 @@ func vipAllocator(ctx context.Context, st store.Store, o Options, log *slog.Logg
 
 // newService is the LBaaS domain with the flow provider and the VIP
 // allocation.
-func newService(st store.Store, vips lbaas.VIPAllocator, provider *flow.Provider, link *hubLink, o Options, log *slog.Logger) (*lbaas.Service, error) {
+func newService(st store.Store, vips lbaas.VIPAllocator, provider *flow.Provider, certs *tlscerts.Store, link *hubLink, o Options, log *slog.Logger) (*lbaas.Service, error) {
 	aliases, err := parseAliases(o.ProviderAliases)
 	if err != nil {
 		return nil, err
 	}
 	cfg := lbaas.Config{DefaultProvider: flow.Name, Replica: o.ReplicaID, ProviderAliases: aliases,
 		Written: link.written, FlowsUnchanged: link.flowsUnchanged}
+	if certs != nil {
+		cfg.Certificates = certs
+	}
 	if _, noop := vips.(neutron.NoopAllocator); noop {
 		// No VIP is on any network, so nothing is measured either.
 		cfg.Unmeasured = true
@@ -515,8 +529,12 @@ func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, src f
 	if err != nil {
 		return fmt.Errorf("agent stream TLS: %w", err)
 	}
-	hub, err := fanout.NewHub(ctx, s.st, src, fanout.Options{Replica: o.ReplicaID, Token: token,
-		Identities: ca, IdentityTTL: o.IdentityTTL, AckTimeout: o.AckTimeout, L2Ranges: l2, Registerer: reg, Log: s.log})
+	hubOpts := fanout.Options{Replica: o.ReplicaID, Token: token,
+		Identities: ca, IdentityTTL: o.IdentityTTL, AckTimeout: o.AckTimeout, L2Ranges: l2, Registerer: reg, Log: s.log}
+	if s.certs != nil {
+		hubOpts.Certificates = s.certs
+	}
+	hub, err := fanout.NewHub(ctx, s.st, src, hubOpts)
 	if err != nil {
 		return err
 	}
@@ -673,4 +691,25 @@ func authMiddleware(o Options, log *slog.Logger) (func(http.Handler) http.Handle
 	}
 	policy := identity.Policy{Personas: personas}
 	return func(h http.Handler) http.Handler { return identity.KeystoneAuth(k, policy, public, log, h) }, k, nil
+}
+
+// tlsCertificates is where TERMINATED_HTTPS listeners' certificates are
+// read (--tls-certificates): Barbican, with each caller's token and the
+// service user's, or nowhere.
+func tlsCertificates(o Options, k *identity.Keystone) (*tlscerts.Store, error) {
+	switch o.TLSCertificates {
+	case "", "none":
+		return nil, nil
+	case "barbican":
+	default:
+		return nil, fmt.Errorf("--tls-certificates %q: use barbican", o.TLSCertificates)
+	}
+	if k == nil {
+		return nil, errors.New("--tls-certificates barbican needs --auth keystone: certificates are read with the caller's token")
+	}
+	if !o.L7 {
+		return nil, errors.New("--tls-certificates needs --l7: the nodes' proxies terminate TLS")
+	}
+	b := &tlscerts.Barbican{HTTP: &http.Client{Timeout: 30 * time.Second}, ServiceUser: k.ServiceUserID}
+	return tlscerts.NewStore(b, k.ServiceToken), nil
 }

@@ -33,7 +33,11 @@ func live(b lbaas.Base) bool {
 // plane rejects its connections instead of letting them through to
 // nothing. A disabled load balancer or listener yields no service: it does
 // not listen at all, as in Octavia.
-func Compile(t *lbaas.Tree) []flows.Service {
+func Compile(t *lbaas.Tree) []flows.Service { return CompileWith(t, nil) }
+
+// CompileWith is Compile, with the certificates of TERMINATED_HTTPS
+// listeners from certs (nil: those listeners yield no service).
+func CompileWith(t *lbaas.Tree, certs Certificates) []flows.Service {
 	if t == nil || t.LB == nil || !live(t.LB.Base) {
 		return nil
 	}
@@ -50,7 +54,7 @@ func Compile(t *lbaas.Tree) []flows.Service {
 	var out []flows.Service
 	for _, l := range t.Listeners {
 		proto, ok := flows.ParseProtocol(l.Protocol)
-		l7 := isL7(l.Protocol)
+		l7 := isL7(l.Protocol) || (certs != nil && l.Protocol == terminatedHTTPS)
 		if l7 {
 			// The node's proxy takes the connection; the data plane
 			// sees TCP.
@@ -88,6 +92,12 @@ func Compile(t *lbaas.Tree) []flows.Service {
 		}
 		if l7 {
 			base.L7 = l7Of(t, l)
+			if l.Protocol == terminatedHTTPS {
+				if base.L7.TLS = tlsOf(l, certs); base.L7.TLS == nil {
+					// Fail closed: no connection without the certificates.
+					base.AllowNone = true
+				}
+			}
 		}
 		if slices.Contains(l.Tags, flows.TagNodePort) {
 			out = append(out, nodePort(base, flows.NodePortVIP, proto, l.ProtocolPort))

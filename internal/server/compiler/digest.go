@@ -19,7 +19,13 @@ type Output struct {
 }
 
 // Of compiles a tree: Compile and Probes.
-func Of(t *lbaas.Tree) Output { return Output{Services: Compile(t), Probes: Probes(t)} }
+func Of(t *lbaas.Tree) Output { return OfWith(t, nil) }
+
+// OfWith compiles a tree whose TLS listeners' certificates come from
+// certs (nil: such listeners are not served).
+func OfWith(t *lbaas.Tree, certs Certificates) Output {
+	return Output{Services: CompileWith(t, certs), Probes: Probes(t)}
+}
 
 // Digest names an Output: two outputs have one digest when every field of
 // every service and probe is equal, in the order compiled (nil and empty

@@ -54,6 +54,9 @@ type Options struct {
 	// VIP within them is given to one node that can serve it, which
 	// answers ARP and neighbour discovery for it (l2.go). None: no L2.
 	L2Ranges []netip.Prefix
+	// Certificates, when set, gives TERMINATED_HTTPS listeners their
+	// certificates (nil: such listeners are not served).
+	Certificates compiler.Certificates
 	// Registerer receives the hub's metrics (nil: none).
 	Registerer prometheus.Registerer
 	Log        *slog.Logger
@@ -172,7 +175,7 @@ func (h *Hub) load(ctx context.Context) error {
 	var cs []change
 	probed := map[string][]flows.Probe{}
 	for _, t := range compiler.BySeniority(trees) {
-		c, probes := compile(t, &lbInput{floatingIPs: t.FloatingIPs, security: t.Security, readEnd: readEnd})
+		c, probes := compile(t, &lbInput{floatingIPs: t.FloatingIPs, security: t.Security, readEnd: readEnd}, h.o.Certificates)
 		cs = append(cs, c)
 		probed[t.LB.ID] = probes
 	}

@@ -102,7 +102,7 @@ func (h *Hub) applyEntries(ctx context.Context, es []store.LogEntry) error {
 			probed[id] = nil
 			continue
 		}
-		c, probes := compile(t, in)
+		c, probes := compile(t, in, h.o.Certificates)
 		cs = append(cs, c)
 		probed[id] = probes
 	}
@@ -127,9 +127,10 @@ func (h *Hub) applyEntries(ctx context.Context, es []store.LogEntry) error {
 }
 
 // compile is a load balancer's change of a step and its probes: t
-// compiled, with in, what it was compiled from, and its digest.
-func compile(t *lbaas.Tree, in *lbInput) (change, []flows.Probe) {
-	out := compiler.Of(t)
+// compiled (its TLS listeners' certificates from certs), with in, what
+// it was compiled from, and its digest.
+func compile(t *lbaas.Tree, in *lbInput, certs compiler.Certificates) (change, []flows.Probe) {
+	out := compiler.OfWith(t, certs)
 	in.digest = out.Digest()
 	return change{lbID: t.LB.ID, seniority: compiler.SeniorityOf(t.LB), services: out.Services, input: in}, out.Probes
 }

@@ -179,5 +179,5 @@ func (h *Hub) FlowsUnchanged(lbID string, change int64, t *lbaas.Tree) bool {
 	if !ok {
 		return false
 	}
-	return compiler.Of(withNeutron(t, in)).Digest() == in.digest
+	return compiler.OfWith(withNeutron(t, in), h.o.Certificates).Digest() == in.digest
 }

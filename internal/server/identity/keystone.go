@@ -218,6 +218,24 @@ func (k *Keystone) service(ctx context.Context, refresh bool) (string, error) {
 	return tok, nil
 }
 
+// ServiceToken is a token of the server's service user, fetched when
+// there is none or it expires within a minute.
+func (k *Keystone) ServiceToken(ctx context.Context) (string, error) { return k.service(ctx, false) }
+
+// ServiceUserID is the Keystone id of the server's service user (what
+// Barbican's ACLs name).
+func (k *Keystone) ServiceUserID(ctx context.Context) (string, error) {
+	tok, err := k.service(ctx, false)
+	if err != nil {
+		return "", err
+	}
+	c, err := k.Validate(ctx, tok)
+	if err != nil {
+		return "", err
+	}
+	return c.UserID, nil
+}
+
 // ErrRefused is a password authentication Keystone refused.
 var ErrRefused = errors.New("keystone refused the credentials")
 

@@ -21,8 +21,9 @@ import (
 type Barbican struct {
 	// HTTP is the client of Barbican's API (nil: http.DefaultClient).
 	HTTP *http.Client
-	// ServiceUser is the Keystone user id of the server's service user.
-	ServiceUser string
+	// ServiceUser returns the Keystone user id of the server's service
+	// user.
+	ServiceUser func(ctx context.Context) (string, error)
 }
 
 // ref is a Barbican reference: the API's base URL, secrets or
@@ -128,10 +129,14 @@ func (b *Barbican) Grant(ctx context.Context, reference, token string) error {
 	if err != nil {
 		return err
 	}
-	if b.ServiceUser == "" {
+	if b.ServiceUser == nil {
 		return fmt.Errorf("no service user to grant %s to", reference)
 	}
-	users := []string{b.ServiceUser}
+	user, err := b.ServiceUser(ctx)
+	if err != nil {
+		return fmt.Errorf("the service user to grant %s to: %w", reference, err)
+	}
+	users := []string{user}
 	opts := acls.SetOpts{{Type: "read", Users: &users}}
 	c := b.client(r, token)
 	if r.kind == "secrets" {

@@ -195,7 +195,7 @@ func TestBarbican(t *testing.T) {
 		containers: map[string]map[string]string{"tls": {"certificate": "cert", "private_key": "key", "intermediates": "ca"}}}
 	f.srv = httptest.NewServer(f)
 	defer f.srv.Close()
-	b := &Barbican{HTTP: f.srv.Client(), ServiceUser: "octavia-user-id"}
+	b := &Barbican{HTTP: f.srv.Client(), ServiceUser: func(context.Context) (string, error) { return "octavia-user-id", nil }}
 	ctx := t.Context()
 
 	for _, ref := range []string{f.srv.URL + "/v1/secrets/pfx", f.srv.URL + "/v1/containers/tls"} {
@@ -237,7 +237,7 @@ func TestStore(t *testing.T) {
 	f.srv = httptest.NewServer(f)
 	defer f.srv.Close()
 	serviceAsked := 0
-	s := NewStore(&Barbican{HTTP: f.srv.Client(), ServiceUser: "svc"}, func(context.Context) (string, error) { serviceAsked++; return "service", nil })
+	s := NewStore(&Barbican{HTTP: f.srv.Client(), ServiceUser: func(context.Context) (string, error) { return "svc", nil }}, func(context.Context) (string, error) { serviceAsked++; return "service", nil })
 	ctx := identity.WithCaller(t.Context(), identity.Caller{ProjectID: "p", Token: "caller"})
 	ref := func(id string) string { return f.srv.URL + "/v1/secrets/" + id }
 

@@ -6,7 +6,6 @@
 package flow
 
 import (
-	"net/http"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -45,6 +44,9 @@ type Provider struct {
 	// internal/node/l7proxy), with their L7 policies, HTTP pools and
 	// insert_headers; off, they are refused as before.
 	L7 bool
+	// TLS: with L7, TERMINATED_HTTPS listeners are served too, their
+	// certificates read from Barbican (internal/server/tlscerts).
+	TLS bool
 }
 
 // New returns the flow provider realizing changes through r.
@@ -88,15 +90,25 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 		if !l4(l.Protocol) && !p.http(l.Protocol) {
 			return refuse("%s protocol listeners are not supported; use %s.", l.Protocol, p.protocols())
 		}
-		if l.DefaultTLSContainerRef != nil || len(l.SNIContainerRefs) > 0 || l.ClientCATLSContainerRef != nil {
+		terminates := l.Protocol == terminatedHTTPS
+		if !terminates && (l.DefaultTLSContainerRef != nil || len(l.SNIContainerRefs) > 0 || l.ClientCATLSContainerRef != nil) {
 			return refuse("TLS termination is not supported.")
 		}
 		if len(l.InsertHeaders) > 0 && !p.http(l.Protocol) {
 			return refuse("insert_headers is not supported.")
 		}
+		allowed := insertable
+		if terminates {
+			allowed = append(slices.Clone(insertable), sslInsertable...)
+		}
 		for _, h := range flows.InsertHeaderNames(l.InsertHeaders) {
-			if !slices.Contains(insertable, http.CanonicalHeaderKey(h)) {
-				return refuse("insert_headers %s is not supported; %s are.", h, strings.Join(insertable, ", "))
+			if !slices.ContainsFunc(allowed, func(a string) bool { return strings.EqualFold(a, h) }) {
+				return refuse("insert_headers %s is not supported; %s are.", h, strings.Join(allowed, ", "))
+			}
+		}
+		if terminates {
+			if err := checkTLSListener(l); err != nil {
+				return err
 			}
 		}
 	}
@@ -128,7 +140,7 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 			}
 		}
 		for _, l := range t.ListenersOfPool(pool.ID) {
-			if l.Protocol != pool.Protocol && !(p.http(l.Protocol) && p.proxied(pool.Protocol)) {
+			if l.Protocol != pool.Protocol && !(p.http(l.Protocol) && (p.proxied(pool.Protocol) || p.http(pool.Protocol))) {
 				return refuse("a %s listener with a %s pool is not supported; the protocols must match.", l.Protocol, pool.Protocol)
 			}
 		}
@@ -137,7 +149,42 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 }
 
 // http reports whether protocol is one the node's proxy serves.
-func (p *Provider) http(protocol string) bool { return p.L7 && protocol == "HTTP" }
+func (p *Provider) http(protocol string) bool {
+	return p.L7 && (protocol == "HTTP" || (p.TLS && protocol == terminatedHTTPS))
+}
+
+const terminatedHTTPS = "TERMINATED_HTTPS"
+
+// sslInsertable are the headers a TERMINATED_HTTPS listener's proxy
+// inserts beside the X-Forwarded ones.
+var sslInsertable = []string{"X-SSL-Client-Verify", "X-SSL-Client-Has-Cert", "X-SSL-Client-DN", "X-SSL-Client-CN", "X-SSL-Issuer",
+	"X-SSL-Client-SHA1", "X-SSL-Client-Not-Before", "X-SSL-Client-Not-After"}
+
+// tlsVersionOrder are the TLS versions the node's proxy (Go's TLS)
+// serves, oldest first: a listener's must be a run of them.
+var tlsVersionOrder = []string{"TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"}
+
+// checkTLSListener refuses what the node's proxy cannot terminate:
+// OpenSSL cipher strings, SSLv3, versions with a gap.
+func checkTLSListener(l *lbaas.Listener) error {
+	if l.TLSCiphers != nil && *l.TLSCiphers != "" {
+		return refuse("tls_ciphers is not supported: the proxy offers Go's TLS cipher suites.")
+	}
+	var idx []int
+	for _, v := range l.TLSVersions {
+		i := slices.Index(tlsVersionOrder, v)
+		if i < 0 {
+			return refuse("TLS version %s is not supported; %s are.", v, strings.Join(tlsVersionOrder, ", "))
+		}
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	if len(idx) > 0 && idx[len(idx)-1]-idx[0] != len(idx)-1 {
+		return refuse("TLS versions %s leave a gap; only a range of versions is supported.", strings.Join(l.TLSVersions, ", "))
+	}
+	return nil
+}
 
 // proxied reports whether protocol is a pool protocol whose members the
 // node's proxy sends HTTP after a PROXY protocol header.
@@ -147,6 +194,9 @@ func (p *Provider) proxied(protocol string) bool {
 
 // protocols names the listener protocols served, for a refusal.
 func (p *Provider) protocols() string {
+	if p.L7 && p.TLS {
+		return "TCP, UDP, SCTP, HTTP or TERMINATED_HTTPS"
+	}
 	if p.L7 {
 		return "TCP, UDP, SCTP or HTTP"
 	}

@@ -230,3 +230,60 @@ func TestCheckL7(t *testing.T) {
 		t.Errorf("HTTP with OVN: %v", err)
 	}
 }
+
+// TestCheckTLS: with certificates from Barbican, TERMINATED_HTTPS
+// listeners are served with HTTP pools, the X-SSL headers and a range of
+// TLS versions; what Go's TLS cannot offer is refused, and without the
+// certificates such listeners stay refused.
+func TestCheckTLS(t *testing.T) {
+	tlsTree := func(edit func(l *lbaas.Listener)) func(t *lbaas.Tree) {
+		return func(t *lbaas.Tree) {
+			l := t.Listeners[0]
+			l.Protocol, l.DefaultTLSContainerRef = "TERMINATED_HTTPS", sp("https://kms/v1/secrets/a")
+			t.Pools[0].Protocol, t.Pools[0].LBAlgorithm = "HTTP", "ROUND_ROBIN"
+			if edit != nil {
+				edit(l)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		edit   func(t *lbaas.Tree)
+		refuse string
+	}{
+		{"TERMINATED_HTTPS with an HTTP pool", tlsTree(nil), ""},
+		{"SNI, client CA, X-SSL headers, TLS 1.2 and 1.3", tlsTree(func(l *lbaas.Listener) {
+			l.SNIContainerRefs, l.ClientCATLSContainerRef = []string{"https://kms/v1/secrets/b"}, sp("https://kms/v1/secrets/ca")
+			l.InsertHeaders = map[string]string{"X-SSL-Client-CN": "true", "X-Forwarded-Proto": "true"}
+			l.TLSVersions = []string{"TLSv1.3", "TLSv1.2"}
+		}), ""},
+		{"SSLv3", tlsTree(func(l *lbaas.Listener) { l.TLSVersions = []string{"SSLv3", "TLSv1"} }), "TLS version SSLv3 is not supported"},
+		{"a gap", tlsTree(func(l *lbaas.Listener) { l.TLSVersions = []string{"TLSv1", "TLSv1.2"} }), "leave a gap"},
+		{"ciphers", tlsTree(func(l *lbaas.Listener) { l.TLSCiphers = sp("ECDHE-RSA-AES128-GCM-SHA256") }), "tls_ciphers is not supported"},
+		{"X-SSL on HTTP", func(t *lbaas.Tree) {
+			t.Listeners[0].Protocol, t.Pools[0].Protocol, t.Pools[0].LBAlgorithm = "HTTP", "HTTP", "ROUND_ROBIN"
+			t.Listeners[0].InsertHeaders = map[string]string{"X-SSL-Client-CN": "true"}
+		}, "insert_headers X-SSL-Client-CN is not supported"},
+		{"a TLS reference on a TCP listener", func(t *lbaas.Tree) { t.Listeners[0].DefaultTLSContainerRef = sp("x") }, "TLS termination is not supported"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New(Immediate{})
+			p.L7, p.TLS = true, true
+			err := p.Check(tree(tc.edit))
+			if tc.refuse == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, lbaas.ErrUnsupported) || !strings.Contains(err.Error(), tc.refuse) {
+				t.Fatalf("got %v, want a refusal saying %q", err, tc.refuse)
+			}
+		})
+	}
+	p := New(Immediate{})
+	p.L7 = true
+	if err := p.Check(tree(tlsTree(nil))); !errors.Is(err, lbaas.ErrUnsupported) || !strings.Contains(err.Error(), "TERMINATED_HTTPS protocol listeners are not supported") {
+		t.Errorf("without certificates: %v", err)
+	}
+}

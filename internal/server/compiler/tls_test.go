@@ -1,0 +1,74 @@
+package compiler
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/flowlb/flowlb/internal/server/lbaas"
+	"github.com/flowlb/flowlb/internal/shared/flows"
+)
+
+// fakeCerts serves certificates and secrets by reference.
+type fakeCerts map[string]string
+
+func (f fakeCerts) Certificate(_ context.Context, ref string) (flows.L7Certificate, error) {
+	if v, ok := f[ref]; ok {
+		return flows.L7Certificate{Chain: []byte(v + " chain"), Key: []byte(v + " key")}, nil
+	}
+	return flows.L7Certificate{}, errors.New("not found")
+}
+
+func (f fakeCerts) Secret(_ context.Context, ref string) ([]byte, error) {
+	if v, ok := f[ref]; ok {
+		return []byte(v), nil
+	}
+	return nil, errors.New("not found")
+}
+
+func tlsSample() *lbaas.Tree {
+	t := httpSample()
+	l := t.Listeners[0]
+	l.Protocol, l.ProtocolPort = "TERMINATED_HTTPS", 443
+	l.DefaultTLSContainerRef, l.SNIContainerRefs = ptr("ref-default"), []string{"ref-sni", "ref-default"}
+	l.ClientAuthentication, l.ClientCATLSContainerRef, l.ClientCRLContainerRef = "OPTIONAL", ptr("ref-ca"), ptr("ref-crl")
+	l.ALPNProtocols, l.TLSVersions, l.HSTSMaxAge, l.HSTSPreload = []string{"h2", "http/1.1"}, []string{"TLSv1.2", "TLSv1.3"}, ptr(3600), true
+	return t
+}
+
+// TestCompileTLS: a TERMINATED_HTTPS listener carries its certificates
+// (the default first, then the SNI ones, each once), its client CA and
+// CRL, ALPN, versions and HSTS; without a certificate it fails closed;
+// without a source of certificates it is not served.
+func TestCompileTLS(t *testing.T) {
+	certs := fakeCerts{"ref-default": "default", "ref-sni": "sni", "ref-ca": "ca pem", "ref-crl": "crl pem"}
+	ss := CompileWith(tlsSample(), certs)
+	if len(ss) != 1 || ss[0].L7 == nil || ss[0].AllowNone || ss[0].Key.Port != 443 || ss[0].Key.Protocol != flows.TCP {
+		t.Fatalf("services %+v", ss)
+	}
+	want := &flows.L7TLS{
+		Certificates: []flows.L7Certificate{{Chain: []byte("default chain"), Key: []byte("default key")}, {Chain: []byte("sni chain"), Key: []byte("sni key")}},
+		ClientAuth:   "OPTIONAL", ClientCA: []byte("ca pem"), ClientCRL: []byte("crl pem"),
+		ALPN: []string{"h2", "http/1.1"}, Versions: []string{"TLSv1.2", "TLSv1.3"}, HSTSMaxAge: 3600, HSTSPreload: true,
+	}
+	if !reflect.DeepEqual(ss[0].L7.TLS, want) {
+		t.Errorf("TLS\n got  %+v\n want %+v", ss[0].L7.TLS, want)
+	}
+	if len(ss[0].L7.Policies) == 0 {
+		t.Error("a TERMINATED_HTTPS listener lost its policies")
+	}
+
+	delete(certs, "ref-sni")
+	if ss := CompileWith(tlsSample(), certs); len(ss) != 1 || ss[0].L7.TLS != nil || !ss[0].AllowNone {
+		t.Errorf("a certificate missing: %+v, want the service refusing every connection", ss)
+	}
+	if ss := Compile(tlsSample()); len(ss) != 0 {
+		t.Errorf("without a source of certificates: %+v", ss)
+	}
+	noHSTS := tlsSample()
+	noHSTS.Listeners[0].HSTSMaxAge = nil
+	if ss := CompileWith(noHSTS, fakeCerts{"ref-default": "d", "ref-sni": "s", "ref-ca": "c", "ref-crl": "r"}); ss[0].L7.TLS.HSTSMaxAge != -1 {
+		t.Errorf("no hsts_max_age: %d, want -1", ss[0].L7.TLS.HSTSMaxAge)
+	}
+}
