@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,9 @@ type Options struct {
 	// are read: "barbican" (with L7 and Keystone auth), or "none" or ""
 	// (such listeners are refused).
 	TLSCertificates string
+	// TLSRefresh is how often the certificates in use are read again
+	// (0: DefaultTLSRefresh); a renewed one reaches the nodes then.
+	TLSRefresh time.Duration
 	// NeutronVIPPorts is how the VIP ports are made in Neutron
 	// (neutronapi.PortStyle; empty: flowlb's own).
 	NeutronVIPPorts string
@@ -210,6 +214,13 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (_ *Server, err err
 			Leads: s.rep.Leads, Log: log}, reg)
 		loops = append(loops, sw.Run)
 	}
+	if s.certs != nil {
+		every := o.TLSRefresh
+		if every <= 0 {
+			every = DefaultTLSRefresh
+		}
+		loops = append(loops, func(ctx context.Context) { s.refreshCertificates(ctx, every) })
+	}
 	s.stopLoops = runBackground(s.Hub, s.rep, loops...)
 	ln, err := s.apiServer(reg, authn, keystone, o)
 	if err != nil {
@@ -312,6 +323,66 @@ func runBackground(hub *fanout.Hub, rep *replica.Replica, more ...func(ctx conte
 		wg.Go(func() { fn(ctx) })
 	}
 	return func() { cancel(); wg.Wait() }
+}
+
+// DefaultTLSRefresh is how often the certificates in use are read again
+// from Barbican.
+const DefaultTLSRefresh = 5 * time.Minute
+
+// refreshCertificates reads the certificates in use again every
+// interval, and logs a change of each load balancer a renewed one
+// serves, so that the fan-out compiles it with the new one and the
+// nodes' proxies take it for their next connections.
+func (s *Server) refreshCertificates(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	// pending are renewed references whose load balancers were not yet
+	// logged: the store holds the new content already.
+	var pending []string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		renewed, err := s.certs.Refresh(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("reading the certificates in use again", "err", err)
+		}
+		changed := slices.Compact(slices.Sorted(slices.Values(append(pending, renewed...))))
+		if len(changed) == 0 {
+			continue
+		}
+		touched := 0
+		_, err = s.st.Update(ctx, func(tx store.Tx) error {
+			trees, err := lbaas.ReadFlowTrees(tx, nil, nil)
+			if err != nil {
+				return err
+			}
+			touched = 0
+			for id, t := range trees {
+				if slices.ContainsFunc(t.Listeners, func(l *lbaas.Listener) bool { return namesAny(l, changed) }) {
+					tx.Touch(id)
+					touched++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			pending = changed
+			s.log.Warn("renewed certificates not sent to the nodes; tried again at the next read", "err", err)
+			continue
+		}
+		pending = nil
+		s.log.Info("renewed certificates go to the nodes", "references", len(changed), "load_balancers", touched)
+	}
+}
+
+// namesAny reports whether a listener names one of refs.
+func namesAny(l *lbaas.Listener, refs []string) bool {
+	in := func(p *string) bool { return p != nil && slices.Contains(refs, *p) }
+	return in(l.DefaultTLSContainerRef) || in(l.ClientCATLSContainerRef) || in(l.ClientCRLContainerRef) ||
+		slices.ContainsFunc(l.SNIContainerRefs, func(r string) bool { return slices.Contains(refs, r) })
 }
 
 // activateOverdue makes ACTIVE, every ack timeout, the floating IPs whose

@@ -42,6 +42,8 @@ func (f *fakeBarbicanPFX) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/secrets/pfx/payload":
+		f.mu.Lock()
+		defer f.mu.Unlock()
 		w.Write(f.pfx)
 	case r.Method == http.MethodPatch && r.URL.Path == "/v1/secrets/pfx/acl":
 		b, _ := io.ReadAll(r.Body)
@@ -54,21 +56,30 @@ func (f *fakeBarbicanPFX) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// TestTerminatedHTTPS: with --tls-certificates barbican, a
-// TERMINATED_HTTPS listener's certificate is read from Barbican with the
-// caller's token (the service user granted read access) and reaches the
-// nodes' table with its key; a reference that cannot be read is
-// Octavia's 400 and changes nothing.
-func TestTerminatedHTTPS(t *testing.T) {
+// selfSignedPFX is a PKCS12 bundle of a new self-signed certificate for
+// www.example.
+func selfSignedPFX(t *testing.T) []byte {
+	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	der, _ := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "www.example"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}, &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "www.example"}}, &key.PublicKey, key)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "www.example"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	cert, _ := x509.ParseCertificate(der)
 	pfx, err := pkcs12.Modern.Encode(key, cert, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	kms := &fakeBarbicanPFX{pfx: pfx}
+	return pfx
+}
+
+// TestTerminatedHTTPS: with --tls-certificates barbican, a
+// TERMINATED_HTTPS listener's certificate is read from Barbican with the
+// caller's token (the service user granted read access) and reaches the
+// nodes' table with its key; a certificate renewed in Barbican reaches
+// it within the refresh interval; a reference that cannot be read is
+// Octavia's 400 and changes nothing.
+func TestTerminatedHTTPS(t *testing.T) {
+	kms := &fakeBarbicanPFX{pfx: selfSignedPFX(t)}
 	ksrv := httptest.NewServer(kms)
 	defer ksrv.Close()
 	ks := fakeKeystone(t)
@@ -76,7 +87,8 @@ func TestTerminatedHTTPS(t *testing.T) {
 	s, err := server.Start(context.Background(), server.Options{
 		Listen: "127.0.0.1:0", AgentListen: "127.0.0.1:0", DataDir: dir, AgentTokenFile: filepath.Join(dir, "agent-token"),
 		VIPCIDR: "198.19.0.0/24", AckTimeout: time.Second, ReplicaID: "tls", RBAC: "advanced", L7: true, TLSCertificates: "barbican",
-		Auth: "keystone", Keystone: identity.KeystoneConfig{URL: ks.URL, User: "octavia", Password: "pw", Project: "service"},
+		TLSRefresh: 200 * time.Millisecond,
+		Auth:       "keystone", Keystone: identity.KeystoneConfig{URL: ks.URL, User: "octavia", Password: "pw", Project: "service"},
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -115,16 +127,26 @@ func TestTerminatedHTTPS(t *testing.T) {
 		st, _ := got["loadbalancer"].(map[string]any)["provisioning_status"].(string)
 		return st == "ACTIVE", st
 	})
-	var found bool
-	for _, svc := range s.Hub.Table().Services {
-		if svc.LoadBalancerID == lbID && svc.Key.Port == 443 {
-			found = svc.L7 != nil && svc.L7.TLS != nil && len(svc.L7.TLS.Certificates) == 1 &&
-				strings.Contains(string(svc.L7.TLS.Certificates[0].Key), "PRIVATE KEY") && !svc.AllowNone
+	servedKey := func() string {
+		for _, svc := range s.Hub.Table().Services {
+			if svc.LoadBalancerID == lbID && svc.Key.Port == 443 && svc.L7 != nil && svc.L7.TLS != nil &&
+				len(svc.L7.TLS.Certificates) == 1 && !svc.AllowNone {
+				return string(svc.L7.TLS.Certificates[0].Key)
+			}
 		}
+		return ""
 	}
-	if !found {
-		t.Errorf("the nodes' table has no TLS service with the certificate: %+v", s.Hub.Table().Services)
+	first := servedKey()
+	if !strings.Contains(first, "PRIVATE KEY") {
+		t.Fatalf("the nodes' table has no TLS service with the certificate: %+v", s.Hub.Table().Services)
 	}
+	kms.mu.Lock()
+	kms.pfx = selfSignedPFX(t)
+	kms.mu.Unlock()
+	testutil.Eventually(t, 10*time.Second, "the renewed certificate in the nodes' table", func() (bool, string) {
+		k := servedKey()
+		return k != "" && k != first, "the first key still"
+	})
 	if len(kms.acls) == 0 || !strings.Contains(kms.acls[0], `"users":["u-octavia"]`) {
 		t.Errorf("ACLs set %v, want read access for the service user u-octavia", kms.acls)
 	}

@@ -1,10 +1,14 @@
 package tlscerts
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -176,4 +180,48 @@ func (s *Store) Secret(ctx context.Context, ref string) ([]byte, error) {
 	}
 	s.keepSecret(ref, d)
 	return d, nil
+}
+
+// Refresh reads again, as the service user, every reference the store
+// keeps, and returns those whose content changed (a certificate renewed
+// in Barbican); a reference that cannot be read keeps what it had.
+func (s *Store) Refresh(ctx context.Context) ([]string, error) {
+	token, err := s.ServiceToken(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	certRefs := slices.Collect(maps.Keys(s.certs))
+	secretRefs := slices.Collect(maps.Keys(s.secrets))
+	s.mu.Unlock()
+	var changed []string
+	var errs []error
+	for _, ref := range certRefs {
+		c, err := s.Barbican.Certificate(ctx, ref, token)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.mu.Lock()
+		if old := s.certs[ref]; !bytes.Equal(old.Chain, c.Chain) || !bytes.Equal(old.Key, c.Key) {
+			s.certs[ref] = c
+			changed = append(changed, ref)
+		}
+		s.mu.Unlock()
+	}
+	for _, ref := range secretRefs {
+		d, err := s.Barbican.Secret(ctx, ref, token)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.mu.Lock()
+		if !bytes.Equal(s.secrets[ref], d) {
+			s.secrets[ref] = d
+			changed = append(changed, ref)
+		}
+		s.mu.Unlock()
+	}
+	slices.Sort(changed)
+	return changed, errors.Join(errs...)
 }
