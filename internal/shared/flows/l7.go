@@ -2,6 +2,8 @@ package flows
 
 import (
 	"bytes"
+	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -65,10 +67,21 @@ type L7TLS struct {
 	HSTSPreload           bool
 }
 
-// L7Certificate is a certificate chain and its private key, PEM.
+// L7Certificate is a certificate chain and its private key, PEM. It
+// prints without its key, so that no log or dump shows one.
 type L7Certificate struct {
 	Chain, Key []byte
 }
+
+func (c L7Certificate) String() string {
+	return fmt.Sprintf("certificate chain of %d bytes, key of %d bytes (not shown)", len(c.Chain), len(c.Key))
+}
+
+// GoString is String, for %#v.
+func (c L7Certificate) GoString() string { return c.String() }
+
+// LogValue is String, for slog.
+func (c L7Certificate) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // L7Action is what a matching policy does with a request.
 type L7Action string

@@ -1,9 +1,11 @@
 package flows
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -114,5 +116,16 @@ func TestL7Pool(t *testing.T) {
 	}
 	if _, ok := l.Pool("none"); ok {
 		t.Error("Pool(none) found a pool")
+	}
+}
+
+// TestL7CertificatePrintsNoKey: no format, nested or not, shows a key.
+func TestL7CertificatePrintsNoKey(t *testing.T) {
+	l := fullL7()
+	l.TLS.Certificates[0].Key = []byte("-----BEGIN PRIVATE KEY----- secret")
+	for _, s := range []string{fmt.Sprint(l.TLS.Certificates[0]), fmt.Sprintf("%+v", *l.TLS), fmt.Sprintf("%#v", l.TLS.Certificates), fmt.Sprintf("%v", []L7Certificate{l.TLS.Certificates[0]})} {
+		if strings.Contains(s, "secret") || strings.Contains(s, "PRIVATE") {
+			t.Errorf("a key printed: %s", s)
+		}
 	}
 }
