@@ -196,7 +196,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		stats = agent.SumStats(n.dp, n.sockets)
 	}
 	if cfg.L7 != nil {
-		if prog, stats, err = n.l7(*cfg.L7); err != nil {
+		if prog, stats, err = n.l7(*cfg.L7, reg); err != nil {
 			return nil, err
 		}
 	}
@@ -363,7 +363,7 @@ func OpenSocketLB(c EBPF, node, zone string, log *slog.Logger) (*ebpf.Dataplane,
 
 // l7 starts the node's L7 proxy and puts it first among the data
 // planes, each packet data plane seeing the L7 services steered to it.
-func (n *Node) l7(cfg L7) (agent.Programmer, agent.StatsReader, error) {
+func (n *Node) l7(cfg L7, reg prometheus.Registerer) (agent.Programmer, agent.StatsReader, error) {
 	ports, err := l7steer.NewPorts(cfg.FirstPort, cfg.LastPort)
 	if err != nil {
 		return nil, nil, err
@@ -392,6 +392,9 @@ func (n *Node) l7(cfg L7) (agent.Programmer, agent.StatsReader, error) {
 	}
 	proxy := l7proxy.New(l7proxy.Options{Log: n.log})
 	n.undo = append(n.undo, func() { _ = proxy.Close() })
+	if err := reg.Register(proxy.Collector()); err != nil {
+		return nil, nil, fmt.Errorf("L7 proxy metrics: %w", err)
+	}
 	n.log.Info("L7 proxy ready", "steering_ports", fmt.Sprintf("%d-%d", cfg.FirstPort, cfg.LastPort), "ipv4", addrs.V4, "ipv6", addrs.V6)
 	nft := l7steer.NewPackets(n.dp, ports, addrs)
 	planes := []agent.Programmer{l7steer.NewProxyPlane(proxy, ports), nft}

@@ -58,6 +58,7 @@ type Proxy struct {
 	srv    *http.Server
 	log    *slog.Logger
 	dial   func(context.Context, string, string) (net.Conn, error)
+	m      *metrics
 
 	mu     sync.Mutex // serializes Set and Close
 	socks  map[uint16]net.Listener
@@ -77,7 +78,7 @@ type Proxy struct {
 // New returns a proxy with no listener.
 func New(o Options) *Proxy {
 	p := &Proxy{listen: o.Listen, log: o.Log, socks: map[uint16]net.Listener{}, counters: map[counterKey]*memberCounters{},
-		idle: map[net.Conn]*time.Timer{}, clients: map[net.Conn]*clientConn{}}
+		idle: map[net.Conn]*time.Timer{}, clients: map[net.Conn]*clientConn{}, m: newMetrics()}
 	if p.listen == nil {
 		p.listen = func(port uint16) (net.Listener, error) { return net.Listen("tcp", ":"+strconv.Itoa(int(port))) }
 	}
@@ -211,6 +212,12 @@ func (p *Proxy) Close() error {
 // request, and between requests; a request being served stops the
 // clock.
 func (p *Proxy) connState(c net.Conn, state http.ConnState) {
+	switch state {
+	case http.StateNew:
+		p.m.connections.Add(1)
+	case http.StateClosed, http.StateHijacked:
+		p.m.connections.Add(-1)
+	}
 	p.imu.Lock()
 	defer p.imu.Unlock()
 	if t := p.idle[c]; t != nil {
@@ -290,6 +297,8 @@ type reqState struct {
 	pool      *pool
 	backend   *backend
 	setCookie bool
+	// fromMember: the answer is the member's (ModifyResponse saw it).
+	fromMember bool
 }
 
 type stateKey struct{}
@@ -301,6 +310,10 @@ func stateFrom(ctx context.Context) *reqState {
 
 // ServeHTTP routes one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	sw := &statusWriter{ResponseWriter: w}
+	w = sw
+	var st *reqState
+	defer func() { p.m.answered(sw.status, st != nil && st.fromMember) }()
 	port, _ := req.Context().Value(portKey{}).(uint16)
 	r := (*p.routes.Load())[port]
 	if r == nil {
@@ -333,7 +346,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 		return
 	}
-	st := &reqState{route: r, client: client, pool: d.pool, backend: b, setCookie: setCookie}
+	st = &reqState{route: r, client: client, pool: d.pool, backend: b, setCookie: setCookie}
 	b.active.Add(1)
 	defer b.active.Add(-1)
 	if c := b.counters; c != nil {
@@ -410,6 +423,9 @@ func removeCookie(req *http.Request, name string) {
 
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	st := stateFrom(resp.Request.Context())
+	if st != nil {
+		st.fromMember = true
+	}
 	if st == nil || st.pool.persist == nil {
 		return nil
 	}

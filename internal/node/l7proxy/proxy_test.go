@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/pires/go-proxyproto"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flowlb/flowlb/internal/shared/flows"
 )
@@ -497,4 +499,57 @@ func TestProxyProtocolPools(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestProxyMetrics: answers are counted by class and by who gave them,
+// and the listeners and open connections are gauged.
+func TestProxyMetrics(t *testing.T) {
+	m := startMember(t, "m1", nil)
+	p, lp := startProxy(t)
+	cfg := flows.L7{DefaultPool: "p", Pools: []flows.L7Pool{{ID: "p", Algorithm: flows.RoundRobin, Backends: []flows.Backend{m.backend()}}, {ID: "empty", Algorithm: flows.RoundRobin}},
+		Policies: []flows.L7Policy{
+			{ID: "deny", Action: flows.L7Reject, Rules: []flows.L7Rule{{Type: flows.RulePath, Compare: flows.CompareEqualTo, Value: "/deny"}}},
+			{ID: "empty", Action: flows.L7RedirectToPool, Pool: "empty", Rules: []flows.L7Rule{{Type: flows.RulePath, Compare: flows.CompareEqualTo, Value: "/empty"}}},
+		}}
+	if err := p.Set(map[uint16]Listener{1: {VIP: vip, Config: cfg}}); err != nil {
+		t.Fatal(err)
+	}
+	c := noRedirects()
+	at := lp.addr(1)
+	for _, path := range []string{"/", "/", "/deny", "/empty"} {
+		get(t, c, at, "x", path)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(p.Collector())
+	want := `
+# HELP flowlb_agent_l7_listeners L7 listeners (VIP and port each) the node's proxy serves.
+# TYPE flowlb_agent_l7_listeners gauge
+flowlb_agent_l7_listeners 1
+# HELP flowlb_agent_l7_requests_total Requests the node's L7 proxy answered, by status class (2xx, 3xx, 4xx, 5xx) and by who answered: a member, or the proxy itself (a policy's redirect or reject, no member, a member that failed).
+# TYPE flowlb_agent_l7_requests_total counter
+flowlb_agent_l7_requests_total{by="member",class="2xx"} 2
+flowlb_agent_l7_requests_total{by="proxy",class="4xx"} 1
+flowlb_agent_l7_requests_total{by="proxy",class="5xx"} 1
+`
+	if err := promtest.GatherAndCompare(reg, strings.NewReader(want), "flowlb_agent_l7_requests_total", "flowlb_agent_l7_listeners"); err != nil {
+		t.Error(err)
+	}
+	if n := testutilGauge(t, reg, "flowlb_agent_l7_connections"); n < 1 {
+		t.Errorf("open connections %v with a kept-alive client", n)
+	}
+}
+
+func testutilGauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0
 }

@@ -1,0 +1,79 @@
+package l7proxy
+
+import (
+	"net/http"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the proxy's own: what it answered, and what it holds.
+type metrics struct {
+	answers     *prometheus.CounterVec
+	connections atomic.Int64
+}
+
+func newMetrics() *metrics {
+	return &metrics{answers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_agent_l7_requests_total",
+		Help: "Requests the node's L7 proxy answered, by status class (2xx, 3xx, 4xx, 5xx) and by who answered: a member, or the proxy itself (a policy's redirect or reject, no member, a member that failed)."},
+		[]string{"class", "by"})}
+}
+
+// answered counts one answer.
+func (m *metrics) answered(status int, byMember bool) {
+	by := "proxy"
+	if byMember {
+		by = "member"
+	}
+	class := "other"
+	if status >= 100 && status < 600 {
+		class = strconv.Itoa(status/100) + "xx"
+	}
+	m.answers.WithLabelValues(class, by).Inc()
+}
+
+// Collector is the proxy's metrics, for the agent's registry.
+func (p *Proxy) Collector() prometheus.Collector { return (*collector)(p) }
+
+type collector Proxy
+
+var (
+	connectionsDesc = prometheus.NewDesc("flowlb_agent_l7_connections", "Client connections open to the node's L7 proxy.", nil, nil)
+	listenersDesc   = prometheus.NewDesc("flowlb_agent_l7_listeners", "L7 listeners (VIP and port each) the node's proxy serves.", nil, nil)
+)
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	c.m.answers.Describe(ch)
+	ch <- connectionsDesc
+	ch <- listenersDesc
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	c.m.answers.Collect(ch)
+	ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.GaugeValue, float64(c.m.connections.Load()))
+	ch <- prometheus.MustNewConstMetric(listenersDesc, prometheus.GaugeValue, float64(len(*c.routes.Load())))
+}
+
+// statusWriter remembers the status of an answer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
