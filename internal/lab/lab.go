@@ -63,7 +63,7 @@ type Options struct {
 }
 
 // DefaultPorts are the echo server ports when Options.Ports is empty.
-var DefaultPorts = Ports{TCP: []int{8080}, UDP: []int{9090}, HTTP: []int{80}}
+var DefaultPorts = Ports{TCP: []int{8080}, UDP: []int{9090}, HTTP: []int{80}, ProxyHTTP: []int{81}}
 
 // Lab is a running lab. Its methods are safe for concurrent use and keep
 // the on-disk state current, so the CLI and tests can share a lab.

@@ -52,6 +52,9 @@ func (l *Lab) echoArgv(s *State, pod string) []string {
 	if len(s.Ports.HTTP) > 0 {
 		argv = append(argv, "--http", joinInts(s.Ports.HTTP))
 	}
+	if len(s.Ports.ProxyHTTP) > 0 {
+		argv = append(argv, "--proxy-http", joinInts(s.Ports.ProxyHTTP))
+	}
 	return argv
 }
 

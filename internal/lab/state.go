@@ -49,6 +49,8 @@ type Ports struct {
 	TCP  []int `json:"tcp"`
 	UDP  []int `json:"udp"`
 	HTTP []int `json:"http"`
+	// ProxyHTTP ports serve HTTP after a PROXY protocol header.
+	ProxyHTTP []int `json:"proxy_http,omitempty"`
 }
 
 // NodeState describes one node and its pods.

@@ -96,8 +96,9 @@ func (c *cluster) createHTTPLB(listener map[string]any, members []any) (lb map[s
 // client's own node: its L7 policies route by host to a second pool,
 // reject by path and redirect, the default pool takes the rest round
 // robin, members see X-Forwarded-For with the client's own address on a
-// connection the proxy made, and a cookie pins a client to a member
-// through either node's proxy. ACTIVE after each
+// connection the proxy made, a cookie pins a client to a member through
+// either node's proxy, and a PROXYV2 pool's member reads the client's
+// address from the header. ACTIVE after each
 // change means every node's proxy serves it.
 func TestHTTPListener(t *testing.T) {
 	c := newL7Cluster(t)
@@ -216,6 +217,34 @@ func TestHTTPListener(t *testing.T) {
 		resp.Body.Close()
 		if got := resp.Header.Get("X-Flowlb-Pod"); got != pinned {
 			t.Fatalf("with %s=%s from the other node: answered by %s, want %s", srv.Name, srv.Value, got, pinned)
+		}
+	}
+
+	// A PROXYV2 pool: its member reads the header the client's node's
+	// proxy writes, and sees the client's own address and the VIP.
+	code, body = c.call("POST", "/v2/lbaas/pools", map[string]any{"pool": map[string]any{"name": "proxied", "loadbalancer_id": lbID,
+		"protocol": "PROXYV2", "lb_algorithm": "ROUND_ROBIN", "members": []any{}}})
+	if code != 201 {
+		t.Fatalf("PROXYV2 pool: %d %v", code, body)
+	}
+	proxiedPool := body["pool"].(map[string]any)["id"].(string)
+	c.waitActive(lbID)
+	pp := c.lab.Pod(2, 2)
+	if code, body := c.call("POST", "/v2/lbaas/pools/"+proxiedPool+"/members", map[string]any{"member": map[string]any{
+		"address": pp.Addr.String(), "protocol_port": 81}}); code != 201 {
+		t.Fatalf("PROXYV2 member: %d %v", code, body)
+	}
+	c.waitActive(lbID)
+	if code, body := c.call("POST", "/v2/lbaas/l7policies", map[string]any{"l7policy": map[string]any{"listener_id": listenerID,
+		"action": "REDIRECT_TO_POOL", "redirect_pool_id": proxiedPool, "position": 1,
+		"rules": []any{map[string]any{"type": "PATH", "compare_type": "STARTS_WITH", "value": "/proxied"}}}}); code != 201 {
+		t.Fatalf("PROXYV2 policy: %d %v", code, body)
+	}
+	c.waitActive(lbID)
+	for _, from := range []lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3)} {
+		a := getVia(t, httpFrom(from), vip, "www.example", "/proxied/x")
+		if host, _, _ := net.SplitHostPort(a.peer); a.status != 200 || a.pod != pp.Name || host != from.Addr.String() {
+			t.Errorf("from %s through the PROXYV2 pool: %+v, want %s seeing the client's own address", from.Name, a, pp.Name)
 		}
 	}
 

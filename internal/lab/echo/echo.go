@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pires/go-proxyproto"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 )
@@ -29,6 +30,10 @@ type Config struct {
 	TCP  []int  // line protocol: every line read gets one reply line
 	UDP  []int  // every datagram gets one reply datagram
 	HTTP []int  // every request gets the reply line as body
+	// ProxyHTTP ports serve HTTP after a PROXY protocol header (v1 or
+	// v2, required), and answer with the addresses it names: the
+	// members of PROXY and PROXYV2 pools.
+	ProxyHTTP []int
 	// Auto ports speak both TCP protocols: a connection whose first line
 	// is an HTTP request line is served as HTTP, any other as the line
 	// protocol. Kubernetes pods in the lab listen this way on their
@@ -83,8 +88,10 @@ type Server struct {
 	cfg  Config
 	tcp  []net.Listener
 	http []net.Listener
-	auto []net.Listener
-	udp  []net.PacketConn
+	// proxied are the ProxyHTTP ports' listeners.
+	proxied []net.Listener
+	auto    []net.Listener
+	udp     []net.PacketConn
 }
 
 // Listen binds every socket; Serve then answers on them. Without Bind,
@@ -98,7 +105,7 @@ func Listen(cfg Config) (*Server, error) {
 	for _, set := range []struct {
 		ports []int
 		into  *[]net.Listener
-	}{{cfg.TCP, &s.tcp}, {cfg.HTTP, &s.http}, {cfg.Auto, &s.auto}} {
+	}{{cfg.TCP, &s.tcp}, {cfg.HTTP, &s.http}, {cfg.ProxyHTTP, &s.proxied}, {cfg.Auto, &s.auto}} {
 		for _, p := range set.ports {
 			err := cfg.bind(p, func(network, addr string) (int, error) {
 				ln, err := net.Listen("tcp"+network, addr)
@@ -151,7 +158,10 @@ func (cfg Config) bind(p int, listen func(network, addr string) (int, error)) er
 // TCPAddrs, UDPAddrs and HTTPAddrs are the bound addresses.
 func (s *Server) TCPAddrs() []string  { return addrs(s.tcp) }
 func (s *Server) HTTPAddrs() []string { return addrs(s.http) }
-func (s *Server) AutoAddrs() []string { return addrs(s.auto) }
+
+// ProxyHTTPAddrs are the bound addresses of the ProxyHTTP ports.
+func (s *Server) ProxyHTTPAddrs() []string { return addrs(s.proxied) }
+func (s *Server) AutoAddrs() []string      { return addrs(s.auto) }
 func (s *Server) UDPAddrs() []string {
 	var out []string
 	for _, pc := range s.udp {
@@ -174,6 +184,9 @@ func (s *Server) Close() {
 		l.Close()
 	}
 	for _, l := range s.http {
+		l.Close()
+	}
+	for _, l := range s.proxied {
 		l.Close()
 	}
 	for _, l := range s.auto {
@@ -210,6 +223,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		hs := &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second}
 		servers = append(servers, hs)
 		wg.Go(func() { _ = hs.Serve(ln) })
+	}
+	for _, ln := range s.proxied {
+		hs := &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second}
+		servers = append(servers, hs)
+		pl := &proxyproto.Listener{Listener: ln, ReadHeaderTimeout: 10 * time.Second,
+			Policy: func(net.Addr) (proxyproto.Policy, error) { return proxyproto.REQUIRE, nil }}
+		wg.Go(func() { _ = hs.Serve(pl) })
 	}
 	for _, ln := range s.auto {
 		hl := newConnListener(ln.Addr())

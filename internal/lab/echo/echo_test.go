@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pires/go-proxyproto"
+
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
@@ -304,5 +306,52 @@ func TestAutoPort(t *testing.T) {
 	line, pad, _ := strings.Cut(string(b), "\n")
 	if _, err := Parse(line); err != nil || pad != strings.Repeat("x", 1024) {
 		t.Errorf("?pad=1024: line %q (%v), then %d bytes", line, err, len(pad))
+	}
+}
+
+// TestProxyHTTPPort: a ProxyHTTP port reads the PROXY header first and
+// answers with the addresses it names; a client without one gets no
+// echo reply.
+func TestProxyHTTPPort(t *testing.T) {
+	s, err := Listen(Config{Name: "pp", Bind: "127.0.0.1", ProxyHTTP: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Serve(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	addr := s.ProxyHTTPAddrs()[0]
+	for _, v := range []byte{1, 2} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		src, dst := &net.TCPAddr{IP: net.ParseIP("198.18.1.2").To4(), Port: 1234}, &net.TCPAddr{IP: net.ParseIP("198.19.0.10").To4(), Port: 80}
+		if _, err := proxyproto.HeaderProxyFromAddrs(v, src, dst).WriteTo(c); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("v%d: %v", v, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		c.Close()
+		if r, err := Parse(string(b)); err != nil || r.Addr != "198.19.0.10:80" || r.Peer != "198.18.1.2:1234" {
+			t.Errorf("v%d: %q (%v), want the header's addresses", v, b, err)
+		}
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil && resp.StatusCode == http.StatusOK {
+		t.Errorf("a client without a PROXY header was answered: %d", resp.StatusCode)
 	}
 }

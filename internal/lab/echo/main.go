@@ -20,12 +20,13 @@ func Main(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg Config
-	var tcp, udp, httpPorts, auto string
+	var tcp, udp, httpPorts, proxyHTTP, auto string
 	fs.StringVar(&cfg.Name, "name", "", "name to answer with (the pod name)")
 	fs.StringVar(&cfg.Bind, "bind", "", "listen address (default: every address, IPv4 and IPv6)")
 	fs.StringVar(&tcp, "tcp", "8080", "TCP line-protocol ports, comma separated")
 	fs.StringVar(&udp, "udp", "9090", "UDP ports, comma separated")
 	fs.StringVar(&httpPorts, "http", "80", "HTTP ports, comma separated")
+	fs.StringVar(&proxyHTTP, "proxy-http", "", "HTTP ports that read a PROXY protocol header first (v1 or v2) and answer with the addresses it names")
 	fs.StringVar(&auto, "auto", "", "TCP ports serving HTTP or the line protocol, whichever the client speaks")
 	fs.StringVar(&cfg.HealthFile, "health-file", "", "answer HTTP 500 while this file exists")
 	fs.StringVar(&cfg.ReadyFile, "ready-file", "", "create this file once listening")
@@ -47,6 +48,9 @@ func Main(args []string, stderr io.Writer) error {
 		return err
 	}
 	if cfg.Auto, err = ParsePorts(auto); err != nil {
+		return err
+	}
+	if cfg.ProxyHTTP, err = ParsePorts(proxyHTTP); err != nil {
 		return err
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(stderr, nil))
