@@ -142,7 +142,14 @@ func New(o Options) *Proxy {
 // the error names it and the configuration in place stays whole.
 func (p *Proxy) Set(listeners map[uint16]Listener) error {
 	next := make(map[uint16]*router, len(listeners))
+	prev := *p.routes.Load()
 	for port, l := range listeners {
+		// A listener that did not change keeps its compiled routes, and
+		// with them its rotation and its members' open requests.
+		if r := prev[port]; r != nil && r.vip == l.VIP && r.cfg.Equal(&l.Config) {
+			next[port] = r
+			continue
+		}
 		r, err := compile(l.Config)
 		if err != nil {
 			return fmt.Errorf("L7 listener %s (port %d): %w", l.VIP, port, err)

@@ -553,3 +553,37 @@ func testutilGauge(t *testing.T, reg *prometheus.Registry, name string) float64 
 	t.Fatalf("no %s", name)
 	return 0
 }
+
+// TestProxySetKeepsUnchanged: a Set keeps the compiled routes of the
+// listeners it does not change (their rotation and open requests with
+// them) and compiles those it changes.
+func TestProxySetKeepsUnchanged(t *testing.T) {
+	p, _ := startProxy(t)
+	cfg := scaleConfig(3, 2)
+	if err := p.Set(cfg); err != nil {
+		t.Fatal(err)
+	}
+	before := *p.routes.Load()
+	changed := cfg[20001]
+	changed.Config.InsertHeaders = nil
+	cfg[20001] = changed
+	if err := p.Set(cfg); err != nil {
+		t.Fatal(err)
+	}
+	after := *p.routes.Load()
+	if after[20000] != before[20000] || after[20002] != before[20002] {
+		t.Error("an unchanged listener was compiled again")
+	}
+	if after[20001] == before[20001] || len(after[20001].insert) != 0 {
+		t.Error("a changed listener kept its old routes")
+	}
+	moved := cfg[20002]
+	moved.VIP = netip.MustParseAddrPort("198.18.250.1:8080")
+	cfg[20002] = moved
+	if err := p.Set(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if r := (*p.routes.Load())[20002]; r == after[20002] || r.vip != moved.VIP {
+		t.Error("a listener given another VIP kept its old routes")
+	}
+}

@@ -45,6 +45,9 @@ type decision struct {
 // compile prepares an L7 configuration; an error names the part that
 // cannot be served, and nothing of it is used.
 func compile(cfg flows.L7) (*router, error) {
+	// A copy of its own: the router is kept and compared with the next
+	// configuration, which must not be the same values changed.
+	cfg = cfg.Clone()
 	r := &router{cfg: cfg, insert: cfg.InsertHeaders}
 	if cfg.TLS != nil {
 		t, err := compileTLS(*cfg.TLS)

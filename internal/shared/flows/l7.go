@@ -187,6 +187,45 @@ func (l *L7) Pool(id string) (L7Pool, bool) {
 	return l.Pools[i], true
 }
 
+// Clone is a deep copy of l: nothing of it is shared with l.
+func (l L7) Clone() L7 {
+	out := l
+	out.Policies = make([]L7Policy, len(l.Policies))
+	for i, p := range l.Policies {
+		p.Rules = slices.Clone(p.Rules)
+		out.Policies[i] = p
+	}
+	out.Pools = make([]L7Pool, len(l.Pools))
+	for i, p := range l.Pools {
+		if p.Persistence != nil {
+			sp := *p.Persistence
+			p.Persistence = &sp
+		}
+		p.Backends = make([]Backend, len(p.Backends))
+		for j, b := range l.Pools[i].Backends {
+			b.Zones, b.ForNodes = slices.Clone(b.Zones), slices.Clone(b.ForNodes)
+			p.Backends[j] = b
+		}
+		out.Pools[i] = p
+	}
+	out.InsertHeaders = slices.Clone(l.InsertHeaders)
+	if l.TLS != nil {
+		t := *l.TLS
+		t.Certificates = make([]L7Certificate, len(l.TLS.Certificates))
+		for i, c := range l.TLS.Certificates {
+			t.Certificates[i] = L7Certificate{Chain: bytes.Clone(c.Chain), Key: bytes.Clone(c.Key)}
+		}
+		t.ClientCA, t.ClientCRL = bytes.Clone(t.ClientCA), bytes.Clone(t.ClientCRL)
+		t.ALPN, t.Versions = slices.Clone(t.ALPN), slices.Clone(t.Versions)
+		out.TLS = &t
+	}
+	return out
+}
+
+// Equal reports whether two L7 configurations are equal in every field
+// (nil and empty lists are equal).
+func (l *L7) Equal(o *L7) bool { return sameL7(l, o) }
+
 // sameL7 reports whether two L7 configurations are equal in every field
 // (nil and empty lists are equal).
 func sameL7(a, b *L7) bool {

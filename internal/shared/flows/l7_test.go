@@ -129,3 +129,25 @@ func TestL7CertificatePrintsNoKey(t *testing.T) {
 		}
 	}
 }
+
+// TestL7Clone: a clone is equal and shares nothing: a change to any field
+// of it leaves the original as it was.
+func TestL7Clone(t *testing.T) {
+	orig := fullL7()
+	c := orig.Clone()
+	if !sameL7(orig, &c) {
+		t.Fatal("a clone differs")
+	}
+	c.Policies[0].Rules[0].Value = "x"
+	c.Pools[0].Backends[0].Zones = append(c.Pools[0].Backends[0].Zones, "z")
+	c.Pools[0].Backends[0].Weight = 9
+	c.Pools[1].Persistence.CookieName = "x"
+	c.InsertHeaders[0] = "x"
+	c.TLS.Certificates[0].Key[0] = 'x'
+	c.TLS.ClientCA[0] = 'x'
+	c.TLS.ALPN[0] = "x"
+	c.TLS.ClientAuth = "x"
+	if !sameL7(orig, fullL7()) {
+		t.Error("changing the clone changed the original")
+	}
+}
