@@ -199,6 +199,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		if prog, stats, err = n.l7(*cfg.L7, reg); err != nil {
 			return nil, err
 		}
+	} else {
+		// No proxy: an HTTP listener is refused here, never balanced as
+		// TCP past its policies.
+		warn := func(k flows.Key) {
+			log.Warn("the server sends HTTP listeners but this agent runs no L7 proxy (--l7-ports): their connections are refused on this node", "first", k)
+		}
+		prog = l7steer.NewRefusing(n.dp, warn)
+		if n.sockets != nil {
+			prog = agent.Chain(prog, l7steer.NewRefusing(n.sockets, warn))
+		}
 	}
 	if prog, err = n.announcer(prog, reg); err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -334,5 +335,23 @@ func TestHTTPListenerChangesUnderLoad(t *testing.T) {
 	t.Logf("20 policy changes, each ACTIVE before the next: %d requests answered, %d failed", total.ok, total.failed)
 	if total.failed != 0 || total.ok < 100 {
 		t.Errorf("%d requests failed, %d answered, across 20 policy changes", total.failed, total.ok)
+	}
+}
+
+// TestHTTPListenerWithoutProxy: an agent run without the L7 proxy refuses
+// an HTTP listener's connections rather than balancing them as TCP past
+// the listener's policies.
+func TestHTTPListenerWithoutProxy(t *testing.T) {
+	c := newClusterOpts(t, clusterOptions{nodes: 1, pods: 2, serverArgs: []string{"--l7"}})
+	_, _, vip := c.createHTTPLB(nil, httpMembers([]lab.Host{c.lab.Pod(1, 1)}))
+	req, _ := http.NewRequest(http.MethodGet, "http://"+vip+"/", nil)
+	resp, err := httpFrom(c.lab.Pod(1, 2)).Do(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("an agent without the proxy let an HTTP listener's request through: %d", resp.StatusCode)
+	}
+	b, _ := os.ReadFile(c.lab.LogPath(c.lab.Node(1).Name, "agent"))
+	if !strings.Contains(string(b), "runs no L7 proxy") {
+		t.Error("the agent did not say why it refuses")
 	}
 }

@@ -271,3 +271,65 @@ func compareKeys(a, b flows.Key) int {
 	}
 	return int(a.Port) - int(b.Port)
 }
+
+// Refusing is a packet data plane of an agent without the proxy: an L7
+// service reaches it with no backend, so that its connections are
+// refused rather than balanced to the default pool's members as TCP,
+// past every policy (a server serving HTTP listeners to an agent run
+// without --l7-ports). The first such service is logged.
+type Refusing struct {
+	dp     Programmer
+	warned bool
+	warn   func(flows.Key)
+}
+
+// NewRefusing wraps dp; warn is told of the first L7 service refused.
+func NewRefusing(dp Programmer, warn func(flows.Key)) *Refusing {
+	return &Refusing{dp: dp, warn: warn}
+}
+
+func (r *Refusing) refuse(s flows.Service) flows.Service {
+	if s.L7 == nil {
+		return s
+	}
+	if !r.warned {
+		r.warned = true
+		r.warn(s.Key)
+	}
+	return Steer(s, netip.Addr{}, 0)
+}
+
+// Sync programs the whole table, L7 services refused.
+func (r *Refusing) Sync(ctx context.Context, t flows.Table) error {
+	hasL7 := false
+	for _, s := range t.Services {
+		if s.L7 != nil {
+			hasL7 = true
+			break
+		}
+	}
+	if !hasL7 {
+		return r.dp.Sync(ctx, t)
+	}
+	out := flows.Table{Revision: t.Revision, Services: make(map[flows.Key]flows.Service, len(t.Services))}
+	for k, s := range t.Services {
+		out.Services[k] = r.refuse(s)
+	}
+	return r.dp.Sync(ctx, out)
+}
+
+// Apply programs a change, L7 services refused.
+func (r *Refusing) Apply(ctx context.Context, upserts []flows.Service, deletes []flows.Key) error {
+	if !anyL7(upserts) {
+		return r.dp.Apply(ctx, upserts, deletes)
+	}
+	out := make([]flows.Service, len(upserts))
+	for i, s := range upserts {
+		out[i] = r.refuse(s)
+	}
+	return r.dp.Apply(ctx, out, deletes)
+}
+
+func anyL7(ss []flows.Service) bool {
+	return slices.ContainsFunc(ss, func(s flows.Service) bool { return s.L7 != nil })
+}

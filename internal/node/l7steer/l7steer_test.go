@@ -257,3 +257,29 @@ func TestPacketsStats(t *testing.T) {
 		t.Errorf("a data plane that does not count: %v, %v", got, err)
 	}
 }
+
+// TestRefusing: without the proxy an L7 service reaches the data plane
+// with no backend (its connections refused), logged once; L4 services
+// pass as they are.
+func TestRefusing(t *testing.T) {
+	rec := &recorder{}
+	var warned []flows.Key
+	r := NewRefusing(rec, func(k flows.Key) { warned = append(warned, k) })
+	plain, web := l4("198.19.0.1", 22), l7("198.19.0.1", 80)
+	if err := r.Sync(context.Background(), flows.Table{Services: map[flows.Key]flows.Service{plain.Key: plain, web.Key: web}}); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.syncs[0].Services
+	if !got[plain.Key].Equal(plain) {
+		t.Errorf("an L4 service changed: %+v", got[plain.Key])
+	}
+	if s := got[web.Key]; s.L7 != nil || len(s.Backends) != 0 {
+		t.Errorf("an L7 service without the proxy: %+v, want no backend", s)
+	}
+	if err := r.Apply(context.Background(), []flows.Service{l7("198.19.0.2", 80)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.upserts[0][0].Backends) != 0 || len(warned) != 1 || warned[0] != web.Key {
+		t.Errorf("upserted %+v, warned %v", rec.upserts[0], warned)
+	}
+}
