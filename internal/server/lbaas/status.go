@@ -24,6 +24,14 @@ func (s *Service) rollUp(t *Tree) {
 		}
 		t.setOperating(hm, st)
 	}
+	// So are an L7 policy's and rule's, as in Octavia: ONLINE when
+	// enabled.
+	for _, p := range t.L7Policies {
+		t.setOperating(p, configured(p.AdminStateUp))
+	}
+	for _, r := range t.L7Rules {
+		t.setOperating(r, configured(r.AdminStateUp))
+	}
 	if s.cfg.Unmeasured {
 		t.unmeasured()
 		return
@@ -34,6 +42,15 @@ func (s *Service) rollUp(t *Tree) {
 		lbStatus = Offline
 	}
 	t.setOperating(t.LB, lbStatus)
+}
+
+// configured is the operating status of an object whose status is its
+// configuration: ONLINE when enabled, OFFLINE when not.
+func configured(enabled bool) string {
+	if enabled {
+		return Online
+	}
+	return Offline
 }
 
 // setOperating changes an object's operating status and marks it dirty.
@@ -51,7 +68,7 @@ func (t *Tree) unmeasured() {
 		switch o.(type) {
 		case *Member:
 			t.setOperating(o, NoMonitor)
-		case *HealthMonitor:
+		case *HealthMonitor, *L7Policy, *L7Rule:
 		default:
 			t.setOperating(o, Offline)
 		}

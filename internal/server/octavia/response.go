@@ -244,6 +244,7 @@ type l7PolicyResponse[R any] struct {
 	CreatedAt          string   `json:"created_at"`
 	Description        string   `json:"description"`
 	ID                 string   `json:"id"`
+	ListenerID         string   `json:"listener_id" filter:"listener_id"`
 	Name               string   `json:"name"`
 	OperatingStatus    string   `json:"operating_status"`
 	Position           int      `json:"position"`
@@ -257,7 +258,6 @@ type l7PolicyResponse[R any] struct {
 	Tags               []string `json:"tags"`
 	TenantID           string   `json:"tenant_id"`
 	UpdatedAt          *string  `json:"updated_at"`
-	ListenerID         string   `json:"-" filter:"listener_id"`
 }
 
 // L7RuleResponse is Octavia's L7RuleResponse.
