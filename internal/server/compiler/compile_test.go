@@ -71,6 +71,7 @@ func TestCompile(t *testing.T) {
 		{"admin down LB does not listen", func(t *lbaas.Tree) { t.LB.AdminStateUp = false }, ""},
 		{"LB being deleted", func(t *lbaas.Tree) { t.LB.ProvisioningStatus = lbaas.PendingDelete }, ""},
 		{"TLS listeners not yet served", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "TERMINATED_HTTPS" }, ""},
+		{"HTTPS is passed through as TCP", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "HTTPS" }, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]"},
 		{"an HTTP listener is TCP to the data plane", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "HTTP" }, "TCP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]"},
 		{"UDP", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "UDP" }, "UDP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]"},
 		{"SCTP", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "SCTP" }, "SCTP 198.19.0.10:80 -> [198.18.17.2:8080/3 198.18.18.2:8080/1]"},

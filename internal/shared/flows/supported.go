@@ -21,8 +21,14 @@ var (
 func Protocols() []Protocol { return slices.Clone(protocols) }
 
 // ParseProtocol returns the flow protocol of an Octavia listener or pool
-// protocol, and whether a flow can carry it.
-func ParseProtocol(name string) (Protocol, bool) { return parse(protocols, name) }
+// protocol, and whether a flow can carry it. HTTPS is TLS passed through
+// to the members, a TCP flow, as the amphora serves it (in TCP mode).
+func ParseProtocol(name string) (Protocol, bool) {
+	if name == "HTTPS" {
+		return TCP, true
+	}
+	return parse(protocols, name)
+}
 
 // Algorithms are the pool algorithms the data plane implements.
 func Algorithms() []Algorithm { return slices.Clone(algorithms) }

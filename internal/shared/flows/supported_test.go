@@ -37,6 +37,9 @@ func TestParseSupported(t *testing.T) {
 	if len(Protocols()) != 3 || len(Algorithms()) != 3 || len(MonitorTypes()) != 6 {
 		t.Errorf("lists %v %v %v", Protocols(), Algorithms(), MonitorTypes())
 	}
+	if p, ok := ParseProtocol("HTTPS"); !ok || p != TCP {
+		t.Errorf("HTTPS (passed through) = %q, %v; want TCP", p, ok)
+	}
 	Protocols()[0] = "changed"
 	if _, ok := ParseProtocol("TCP"); !ok {
 		t.Error("a caller changed the supported list")

@@ -115,6 +115,11 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 	if len(t.L7Policies) > 0 && !p.L7 {
 		return refuse("L7 policies are not supported.")
 	}
+	for _, pol := range t.L7Policies {
+		if l := t.Listener(pol.ListenerID); l != nil && !p.http(l.Protocol) {
+			return refuse("L7 policies on %s listeners are not supported: their traffic is passed through to the members unread.", l.Protocol)
+		}
+	}
 	if err := checkRules(t); err != nil {
 		return err
 	}
@@ -140,12 +145,20 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 			}
 		}
 		for _, l := range t.ListenersOfPool(pool.ID) {
-			if l.Protocol != pool.Protocol && !(p.http(l.Protocol) && (p.proxied(pool.Protocol) || p.http(pool.Protocol))) {
+			if l.Protocol != pool.Protocol && !(p.http(l.Protocol) && (p.proxied(pool.Protocol) || p.http(pool.Protocol))) && !sameFlow(l.Protocol, pool.Protocol) {
 				return refuse("a %s listener with a %s pool is not supported; the protocols must match.", l.Protocol, pool.Protocol)
 			}
 		}
 	}
 	return nil
+}
+
+// sameFlow reports whether a listener and a pool protocol are one flow
+// protocol (HTTPS passed through, and TCP).
+func sameFlow(listener, pool string) bool {
+	a, ok := flows.ParseProtocol(listener)
+	b, ok2 := flows.ParseProtocol(pool)
+	return ok && ok2 && a == b
 }
 
 // http reports whether protocol is one the node's proxy serves.

@@ -203,7 +203,16 @@ func TestCheckL7(t *testing.T) {
 		{"PROXY pool, source IP and port", httpTree(func(t *lbaas.Tree) { t.Pools[0].Protocol, t.Pools[0].LBAlgorithm = "PROXY", "SOURCE_IP_PORT" }), "SOURCE_IP_PORT algorithm"},
 		{"TLS to members", httpTree(func(t *lbaas.Tree) { t.Pools[0].TLSEnabled = true }), "TLS to members"},
 		{"TERMINATED_HTTPS", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "TERMINATED_HTTPS" }, "use TCP, UDP, SCTP or HTTP"},
-		{"HTTPS", func(t *lbaas.Tree) { t.Listeners[0].Protocol, t.Pools[0].Protocol = "HTTPS", "HTTPS" }, "HTTPS protocol listeners"},
+		{"HTTPS passed through", func(t *lbaas.Tree) { t.Listeners[0].Protocol, t.Pools[0].Protocol = "HTTPS", "HTTPS" }, ""},
+		{"HTTPS to a TCP pool", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "HTTPS" }, ""},
+		{"an L7 policy on HTTPS", func(t *lbaas.Tree) {
+			t.Listeners[0].Protocol, t.Pools[0].Protocol = "HTTPS", "HTTPS"
+			t.L7Policies = []*lbaas.L7Policy{{Base: lbaas.Base{ID: "p"}, ListenerID: "l", Action: "REJECT"}}
+		}, "L7 policies on HTTPS listeners are not supported"},
+		{"HTTPS with cookies", func(t *lbaas.Tree) {
+			t.Listeners[0].Protocol, t.Pools[0].Protocol = "HTTPS", "HTTPS"
+			t.Pools[0].SessionPersistence = &lbaas.SessionPersistence{Type: "HTTP_COOKIE"}
+		}, "HTTP_COOKIE session persistence is not supported"},
 		{"an HTTP pool behind a TCP listener", func(t *lbaas.Tree) { t.Pools[0].Protocol, t.Pools[0].LBAlgorithm = "HTTP", "ROUND_ROBIN" }, "the protocols must match"},
 		{"TCP stays as it was", nil, ""},
 	} {
