@@ -56,7 +56,7 @@ type pool struct {
 
 func newPool(p flows.L7Pool) (*pool, error) {
 	switch p.Algorithm {
-	case flows.RoundRobin, flows.LeastConnections, flows.SourceIP:
+	case flows.RoundRobin, flows.LeastConnections, flows.SourceIP, flows.SourceIPPort:
 	default:
 		return nil, fmt.Errorf("algorithm %q is not supported for HTTP", p.Algorithm)
 	}
@@ -129,11 +129,13 @@ func smoothRotation(bs []*backend) []int {
 	return out
 }
 
-// pick returns the member for a request from client, and whether the
+// pick returns the member for a request from from (the client's address
+// and port), and whether the
 // response must set the member cookie (HTTP_COOKIE persistence, when the
 // request named no member it could keep). nil when the pool has no
 // member.
-func (p *pool) pick(req *http.Request, client netip.Addr) (*backend, bool) {
+func (p *pool) pick(req *http.Request, from netip.AddrPort) (*backend, bool) {
+	client := from.Addr()
 	if len(p.backends) == 0 {
 		return nil, false
 	}
@@ -143,7 +145,7 @@ func (p *pool) pick(req *http.Request, client netip.Addr) (*backend, bool) {
 			if b := p.named(req, HTTPCookie); b != nil {
 				return b, false
 			}
-			return p.choose(client), true
+			return p.choose(from), true
 		case flows.PersistAppCookie:
 			if b := p.named(req, sp.CookieName+appCookieSuffix); b != nil {
 				return b, false
@@ -151,12 +153,12 @@ func (p *pool) pick(req *http.Request, client netip.Addr) (*backend, bool) {
 			if c, err := req.Cookie(sp.CookieName); err == nil && c.Value != "" {
 				return p.hashed(c.Value), false
 			}
-			return p.choose(client), false
+			return p.choose(from), false
 		case flows.PersistSourceIP:
 			return p.hashed(client.String()), false
 		}
 	}
-	return p.choose(client), false
+	return p.choose(from), false
 }
 
 // named is the member a persistence cookie names, if it is still one of
@@ -170,10 +172,13 @@ func (p *pool) named(req *http.Request, cookie string) *backend {
 }
 
 // choose applies the pool's algorithm.
-func (p *pool) choose(client netip.Addr) *backend {
+func (p *pool) choose(from netip.AddrPort) *backend {
 	switch p.alg {
 	case flows.SourceIP:
-		return p.hashed(client.String())
+		return p.hashed(from.Addr().String())
+	case flows.SourceIPPort:
+		// Each client connection keeps one member, on every node.
+		return p.hashed(from.String())
 	case flows.LeastConnections:
 		return p.leastActive()
 	}

@@ -25,7 +25,7 @@ func mustPool(t *testing.T, p flows.L7Pool) *pool {
 	return bp
 }
 
-var client = netip.MustParseAddr("198.18.9.9")
+var client = netip.MustParseAddrPort("198.18.9.9:40000")
 
 // TestRoundRobinWeights: over one rotation each member gets its weight's
 // share, spread out rather than in runs.
@@ -115,7 +115,7 @@ func TestSourceIPSameOnEveryNode(t *testing.T) {
 		n1, n2 := mustPool(t, cfg), mustPool(t, cfg)
 		seen := map[string]int{}
 		for i := range 60 {
-			c := netip.AddrFrom4([4]byte{198, 18, 10, byte(i)})
+			c := netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 10, byte(i)}), 40000)
 			b1, _ := n1.pick(request(t, "/"), c)
 			b2, _ := n2.pick(request(t, "/"), c)
 			again, _ := n1.pick(request(t, "/"), c)
@@ -146,7 +146,7 @@ func TestHTTPCookie(t *testing.T) {
 	}
 	other := mustPool(t, cfg)
 	for range 5 {
-		got, set := other.pick(request(t, "/", "Cookie", c.String()), netip.MustParseAddr("198.18.77.1"))
+		got, set := other.pick(request(t, "/", "Cookie", c.String()), netip.MustParseAddrPort("198.18.77.1:40000"))
 		if got.MemberID != b.MemberID || set {
 			t.Fatalf("with %s: member %s (set %v), want %s", c, got.MemberID, set, b.MemberID)
 		}
@@ -173,7 +173,7 @@ func TestAppCookie(t *testing.T) {
 	for i := range 20 {
 		h := fmt.Sprintf("JSESSIONID=s%d", i)
 		b1, _ := n1.pick(request(t, "/", "Cookie", h), client)
-		b2, _ := n2.pick(request(t, "/", "Cookie", h), netip.MustParseAddr("198.18.77.1"))
+		b2, _ := n2.pick(request(t, "/", "Cookie", h), netip.MustParseAddrPort("198.18.77.1:40000"))
 		if b1.MemberID != b2.MemberID {
 			t.Errorf("%s went to %s and %s", h, b1.MemberID, b2.MemberID)
 		}
@@ -184,5 +184,26 @@ func TestEmptyPool(t *testing.T) {
 	p := mustPool(t, flows.L7Pool{ID: "p", Algorithm: flows.SourceIP})
 	if b, _ := p.pick(&http.Request{}, client); b != nil {
 		t.Errorf("an empty pool picked %v", b)
+	}
+}
+
+// TestSourceIPPort: SOURCE_IP_PORT keeps a client connection on one
+// member, the same on every node, and spreads connections.
+func TestSourceIPPort(t *testing.T) {
+	cfg := flows.L7Pool{ID: "p", Algorithm: flows.SourceIPPort, Backends: threeMembers()}
+	n1, n2 := mustPool(t, cfg), mustPool(t, cfg)
+	seen := map[string]bool{}
+	for port := range uint16(60) {
+		from := netip.AddrPortFrom(netip.MustParseAddr("198.18.10.1"), 40000+port)
+		b1, _ := n1.pick(request(t, "/"), from)
+		b2, _ := n2.pick(request(t, "/"), from)
+		again, _ := n1.pick(request(t, "/"), from)
+		if b1.MemberID != b2.MemberID || b1 != again {
+			t.Fatalf("connection %s went to %s, %s and %s", from, b1.MemberID, b2.MemberID, again.MemberID)
+		}
+		seen[b1.MemberID] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("60 connections of one client went to %v only", seen)
 	}
 }

@@ -347,8 +347,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, http.StatusText(d.status), d.status)
 		return
 	}
-	client := clientAddr(req)
-	b, setCookie := d.pool.pick(req, client)
+	from := clientAddrPort(req)
+	client := from.Addr()
+	b, setCookie := d.pool.pick(req, from)
 	if b == nil {
 		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 		return
@@ -366,12 +367,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	p.rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), stateKey{}, st)))
 }
 
-func clientAddr(req *http.Request) netip.Addr {
+// clientAddrPort is the client's address and port, an IPv4-mapped
+// address as the IPv4 one.
+func clientAddrPort(req *http.Request) netip.AddrPort {
 	ap, err := netip.ParseAddrPort(req.RemoteAddr)
 	if err != nil {
-		return netip.Addr{}
+		return netip.AddrPort{}
 	}
-	return ap.Addr().Unmap()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // forwardedHeaders are the headers ReverseProxy removes before Rewrite;

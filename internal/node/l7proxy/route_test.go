@@ -117,7 +117,7 @@ func TestCompileRefuses(t *testing.T) {
 		{"not a redirect code", func(c *flows.L7) { c.Policies[4].Code = 200 }, "not a redirect status"},
 		{"redirect without URL", func(c *flows.L7) { c.Policies[4].URL = "" }, "needs a URL"},
 		{"unknown action", func(c *flows.L7) { c.Policies[0].Action = "TARPIT" }, "unknown action"},
-		{"algorithm", func(c *flows.L7) { c.Pools[0].Algorithm = flows.SourceIPPort }, "SOURCE_IP_PORT"},
+		{"algorithm", func(c *flows.L7) { c.Pools[0].Algorithm = "WEIGHTED_RANDOM" }, "WEIGHTED_RANDOM"},
 		{"persistence", func(c *flows.L7) { c.Pools[0].Persistence = &flows.L7Persistence{Type: "JSESSION"} }, "JSESSION"},
 		{"app cookie without a name", func(c *flows.L7) { c.Pools[0].Persistence = &flows.L7Persistence{Type: flows.PersistAppCookie} }, "cookie name"},
 	} {

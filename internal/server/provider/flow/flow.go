@@ -234,7 +234,7 @@ func checkL4Pool(pool *lbaas.Pool) error {
 }
 
 // httpAlgorithms are what the node's proxy balances HTTP pools with.
-var httpAlgorithms = []string{string(flows.RoundRobin), string(flows.LeastConnections), string(flows.SourceIP)}
+var httpAlgorithms = []string{string(flows.RoundRobin), string(flows.LeastConnections), string(flows.SourceIP), string(flows.SourceIPPort)}
 
 func checkHTTPPool(pool *lbaas.Pool) error {
 	if !slices.Contains(httpAlgorithms, pool.LBAlgorithm) {

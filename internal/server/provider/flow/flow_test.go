@@ -183,7 +183,8 @@ func TestCheckL7(t *testing.T) {
 		{"HTTP listener and pool", httpTree(nil), ""},
 		{"least connections", httpTree(func(t *lbaas.Tree) { t.Pools[0].LBAlgorithm = "LEAST_CONNECTIONS" }), ""},
 		{"source IP", httpTree(func(t *lbaas.Tree) { t.Pools[0].LBAlgorithm = "SOURCE_IP" }), ""},
-		{"source IP and port", httpTree(func(t *lbaas.Tree) { t.Pools[0].LBAlgorithm = "SOURCE_IP_PORT" }), "SOURCE_IP_PORT algorithm is not supported for HTTP pools"},
+		{"source IP and port", httpTree(func(t *lbaas.Tree) { t.Pools[0].LBAlgorithm = "SOURCE_IP_PORT" }), ""},
+		{"another algorithm", httpTree(func(t *lbaas.Tree) { t.Pools[0].LBAlgorithm = "WEIGHTED_RANDOM" }), "WEIGHTED_RANDOM algorithm is not supported for HTTP pools"},
 		{"cookie persistence", httpTree(func(t *lbaas.Tree) {
 			t.Pools[0].SessionPersistence = &lbaas.SessionPersistence{Type: "HTTP_COOKIE"}
 		}), ""},
@@ -200,7 +201,7 @@ func TestCheckL7(t *testing.T) {
 		{"PROXY pool", httpTree(func(t *lbaas.Tree) { t.Pools[0].Protocol = "PROXY" }), ""},
 		{"PROXYV2 pool", httpTree(func(t *lbaas.Tree) { t.Pools[0].Protocol = "PROXYV2" }), ""},
 		{"PROXY pool behind a TCP listener", func(t *lbaas.Tree) { t.Pools[0].Protocol, t.Pools[0].LBAlgorithm = "PROXY", "ROUND_ROBIN" }, "the protocols must match"},
-		{"PROXY pool, source IP and port", httpTree(func(t *lbaas.Tree) { t.Pools[0].Protocol, t.Pools[0].LBAlgorithm = "PROXY", "SOURCE_IP_PORT" }), "SOURCE_IP_PORT algorithm"},
+		{"PROXY pool, source IP and port", httpTree(func(t *lbaas.Tree) { t.Pools[0].Protocol, t.Pools[0].LBAlgorithm = "PROXY", "SOURCE_IP_PORT" }), ""},
 		{"TLS to members", httpTree(func(t *lbaas.Tree) { t.Pools[0].TLSEnabled = true }), "TLS to members"},
 		{"TERMINATED_HTTPS", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "TERMINATED_HTTPS" }, "use TCP, UDP, SCTP or HTTP"},
 		{"HTTPS passed through", func(t *lbaas.Tree) { t.Listeners[0].Protocol, t.Pools[0].Protocol = "HTTPS", "HTTPS" }, ""},
