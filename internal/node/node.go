@@ -187,11 +187,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := n.openDataplanes(); err != nil {
 		return nil, err
 	}
-	var prog agent.Programmer = n.dp
+	var prog agent.Programmer
 	verifiers := []agent.Verifier{n.dp}
 	var stats agent.StatsReader = n.dp
 	if n.sockets != nil {
-		prog = agent.Chain(n.dp, n.sockets)
 		verifiers = append(verifiers, n.sockets)
 		stats = agent.SumStats(n.dp, n.sockets)
 	}

@@ -228,7 +228,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		hs := &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second}
 		servers = append(servers, hs)
 		pl := &proxyproto.Listener{Listener: ln, ReadHeaderTimeout: 10 * time.Second,
-			Policy: func(net.Addr) (proxyproto.Policy, error) { return proxyproto.REQUIRE, nil }}
+			ConnPolicy: func(proxyproto.ConnPolicyOptions) (proxyproto.Policy, error) { return proxyproto.REQUIRE, nil }}
 		wg.Go(func() { _ = hs.Serve(pl) })
 	}
 	for _, ln := range s.auto {
