@@ -220,16 +220,7 @@ func TestCheckL7(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := New(Immediate{})
 			p.L7 = true
-			err := p.Check(tree(tc.edit))
-			if tc.refuse == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if !errors.Is(err, lbaas.ErrUnsupported) || !strings.Contains(err.Error(), tc.refuse) {
-				t.Fatalf("got %v, want a refusal saying %q", err, tc.refuse)
-			}
+			wantChecked(t, p, tc.edit, tc.refuse)
 		})
 	}
 	// With OVN's data plane the VMs would bypass the proxies.
@@ -279,21 +270,28 @@ func TestCheckTLS(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := New(Immediate{})
 			p.L7, p.TLS = true, true
-			err := p.Check(tree(tc.edit))
-			if tc.refuse == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if !errors.Is(err, lbaas.ErrUnsupported) || !strings.Contains(err.Error(), tc.refuse) {
-				t.Fatalf("got %v, want a refusal saying %q", err, tc.refuse)
-			}
+			wantChecked(t, p, tc.edit, tc.refuse)
 		})
 	}
 	p := New(Immediate{})
 	p.L7 = true
 	if err := p.Check(tree(tlsTree(nil))); !errors.Is(err, lbaas.ErrUnsupported) || !strings.Contains(err.Error(), "TERMINATED_HTTPS protocol listeners are not supported") {
 		t.Errorf("without certificates: %v", err)
+	}
+}
+
+// wantChecked checks the tree edit makes: accepted when refuse is
+// empty, else the provider's refusal saying refuse.
+func wantChecked(t *testing.T, p *Provider, edit func(*lbaas.Tree), refuse string) {
+	t.Helper()
+	err := p.Check(tree(edit))
+	if refuse == "" {
+		if err != nil {
+			t.Fatalf("refused: %v", err)
+		}
+		return
+	}
+	if !errors.Is(err, lbaas.ErrUnsupported) || !strings.Contains(err.Error(), refuse) {
+		t.Fatalf("got %v, want a refusal saying %q", err, refuse)
 	}
 }
