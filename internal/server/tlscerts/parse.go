@@ -44,16 +44,8 @@ func FromParts(cert, key, intermediates []byte) (flows.L7Certificate, error) {
 		return flows.L7Certificate{}, err
 	}
 	chain := pemCert(leaf.Raw)
-	rest := intermediates
-	for len(rest) > 0 {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		if b.Type == "CERTIFICATE" {
-			chain = append(chain, pem.EncodeToMemory(b)...)
-		}
+	for _, der := range pemBlocks(intermediates, "CERTIFICATE") {
+		chain = append(chain, pemCert(der)...)
 	}
 	return checked(leaf, flows.L7Certificate{Chain: chain, Key: bytes.TrimSpace(key)})
 }
@@ -96,44 +88,43 @@ func CA(data []byte) ([]byte, error) {
 
 // CRL is a client CRL secret's payload: PEM revocation lists.
 func CRL(data []byte) ([]byte, error) {
-	rest, found := data, false
-	for len(rest) > 0 {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		if b.Type == "X509 CRL" {
-			if _, err := x509.ParseRevocationList(b.Bytes); err != nil {
-				return nil, fmt.Errorf("the client CRL does not parse: %w", err)
-			}
-			found = true
-		}
-	}
-	if !found {
+	lists := pemBlocks(data, "X509 CRL")
+	if len(lists) == 0 {
 		return nil, errors.New("the client CRL holds no revocation list")
+	}
+	for _, der := range lists {
+		if _, err := x509.ParseRevocationList(der); err != nil {
+			return nil, fmt.Errorf("the client CRL does not parse: %w", err)
+		}
 	}
 	return data, nil
 }
 
 func firstCert(data []byte) (*x509.Certificate, error) {
-	rest := data
-	for len(rest) > 0 {
+	certs := pemBlocks(data, "CERTIFICATE")
+	if len(certs) == 0 {
+		return nil, ErrUnreadableCert
+	}
+	c, err := x509.ParseCertificate(certs[0])
+	if err != nil {
+		return nil, ErrUnreadableCert
+	}
+	return c, nil
+}
+
+// pemBlocks are the contents of data's PEM blocks of a type, in order.
+func pemBlocks(data []byte, typ string) [][]byte {
+	var out [][]byte
+	for rest := data; len(rest) > 0; {
 		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
+		if b, rest = pem.Decode(rest); b == nil {
 			break
 		}
-		if b.Type != "CERTIFICATE" {
-			continue
+		if b.Type == typ {
+			out = append(out, b.Bytes)
 		}
-		c, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			return nil, ErrUnreadableCert
-		}
-		return c, nil
 	}
-	return nil, ErrUnreadableCert
+	return out
 }
 
 func pemCert(der []byte) []byte {
