@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/internal/shared/flows"
+	"github.com/flowlb/flowlb/internal/shared/httpserve"
 )
 
 // Options configure a Proxy.
@@ -317,10 +318,10 @@ func stateFrom(ctx context.Context) *reqState {
 
 // ServeHTTP routes one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &httpserve.StatusRecorder{ResponseWriter: w}
 	w = sw
 	var st *reqState
-	defer func() { p.m.answered(sw.status, st != nil && st.fromMember) }()
+	defer func() { p.m.answered(sw.Status, st != nil && st.fromMember) }()
 	port, _ := req.Context().Value(portKey{}).(uint16)
 	r := (*p.routes.Load())[port]
 	if r == nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flowlb/flowlb/internal/shared/httpserve"
 )
 
 // Middleware counts and times requests.
@@ -33,36 +35,17 @@ func New(reg prometheus.Registerer) *Middleware {
 	return m
 }
 
-type recorder struct {
-	http.ResponseWriter
-	code int
-}
-
-func (r *recorder) WriteHeader(code int) {
-	if r.code == 0 {
-		r.code = code
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.code == 0 {
-		r.code = http.StatusOK
-	}
-	return r.ResponseWriter.Write(b)
-}
-
 // Wrap instruments next.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &recorder{ResponseWriter: w}
+		rec := &httpserve.StatusRecorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r)
-		if rec.code == 0 {
-			rec.code = http.StatusOK
+		if rec.Status == 0 {
+			rec.Status = http.StatusOK
 		}
 		route := Template(r.URL.Path)
-		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(rec.code)).Inc()
+		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(rec.Status)).Inc()
 		m.latency.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
 	})
 }
