@@ -62,14 +62,7 @@ func startServer(t *testing.T, bind string) (*Server, Config) {
 	dir := t.TempDir()
 	cfg := Config{Name: "unit", Bind: bind, TCP: []int{0}, UDP: []int{0}, HTTP: []int{0},
 		HealthFile: filepath.Join(dir, "sick"), ReadyFile: filepath.Join(dir, "ready")}
-	s, err := Listen(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = s.Serve(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	s := serve(t, cfg)
 	testutil.Eventually(t, 2*time.Second, "the ready file", func() (bool, string) {
 		_, err := os.Stat(cfg.ReadyFile)
 		return err == nil, fmt.Sprint(err)
@@ -236,14 +229,7 @@ func TestIsHTTPRequestLine(t *testing.T) {
 // keep-alive), whichever the client speaks first.
 func TestAutoPort(t *testing.T) {
 	cfg := Config{Name: "auto", Bind: "127.0.0.1", Auto: []int{0}}
-	s, err := Listen(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = s.Serve(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	s := serve(t, cfg)
 	addr := s.AutoAddrs()[0]
 
 	c, err := net.Dial("tcp", addr)
@@ -313,14 +299,7 @@ func TestAutoPort(t *testing.T) {
 // answers with the addresses it names; a client without one gets no
 // echo reply.
 func TestProxyHTTPPort(t *testing.T) {
-	s, err := Listen(Config{Name: "pp", Bind: "127.0.0.1", ProxyHTTP: []int{0}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = s.Serve(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	s := serve(t, Config{Name: "pp", Bind: "127.0.0.1", ProxyHTTP: []int{0}})
 	addr := s.ProxyHTTPAddrs()[0]
 	for _, v := range []byte{1, 2} {
 		c, err := net.Dial("tcp", addr)
@@ -354,4 +333,18 @@ func TestProxyHTTPPort(t *testing.T) {
 	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil && resp.StatusCode == http.StatusOK {
 		t.Errorf("a client without a PROXY header was answered: %d", resp.StatusCode)
 	}
+}
+
+// serve binds and serves cfg until the test ends.
+func serve(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	s, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Serve(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
 }
