@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bufio"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -13,9 +14,19 @@ import (
 // machine-wide: other activity adds noise.
 func UnreclaimableSlab(t testing.TB) int64 {
 	t.Helper()
-	f, err := os.Open("/proc/meminfo")
+	v, err := ReadUnreclaimableSlab()
 	if err != nil {
 		t.Fatal(err)
+	}
+	return v
+}
+
+// ReadUnreclaimableSlab is UnreclaimableSlab for a goroutine that cannot
+// fail a test: the error says why there is no figure.
+func ReadUnreclaimableSlab() (int64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -23,11 +34,13 @@ func UnreclaimableSlab(t testing.TB) int64 {
 		if v, ok := strings.CutPrefix(sc.Text(), "SUnreclaim:"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			if err != nil {
-				t.Fatal(err)
+				return 0, err
 			}
-			return kb << 10
+			return kb << 10, nil
 		}
 	}
-	t.Fatal("no SUnreclaim in /proc/meminfo")
-	return 0
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("no SUnreclaim in /proc/meminfo")
 }

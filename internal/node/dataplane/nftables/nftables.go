@@ -49,17 +49,20 @@ type Dataplane struct {
 	// notifications' overflows seen, needFull says every element must be
 	// read (notifications were lost); the last check that completed saw
 	// generation verifiedGen.
-	probe       probe
-	reader      *kernelReader
-	watch       bool // a real kernel: notifications can be heard
-	self        uint32
-	mon         *monitor
-	monErr      error
-	drift       chan struct{}
-	covered     uint64
-	needFull    bool
-	verified    bool
-	verifiedGen uint32
+	probe    probe
+	reader   *kernelReader
+	watch    bool // a real kernel: notifications can be heard
+	self     uint32
+	mon      *monitor
+	monErr   error
+	drift    chan struct{}
+	covered  uint64
+	needFull bool
+	// whileUnheard runs while a large transaction's notifications are
+	// not heard, before it is sent (tests: a change of another's then).
+	whileUnheard func()
+	verified     bool
+	verifiedGen  uint32
 	// lastOps counts the element operations of the last Apply.
 	lastOps int
 	// conntrack forgets, after each Apply, the UDP flows to backends that
@@ -376,7 +379,7 @@ func (d *Dataplane) execute(p Plan) error {
 			return err
 		}
 	}
-	return d.conn.Flush()
+	return d.flush(p.elementOps())
 }
 
 // queue queues a plan of the plane's table.

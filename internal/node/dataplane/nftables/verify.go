@@ -868,7 +868,11 @@ func (d *Dataplane) repair(p *plane, r repairPlan) error {
 	for _, name := range r.dropSets {
 		d.conn.DelSet(&nftables.Set{Table: p.table, Name: name})
 	}
-	if err := d.conn.Flush(); err != nil {
+	added := 0
+	for _, els := range r.add {
+		added += len(els)
+	}
+	if err := d.flush(added); err != nil {
 		p.sets = before
 		return err
 	}
@@ -919,12 +923,14 @@ func (d *Dataplane) rebuild(p *plane) error {
 	for _, a := range slices.SortedFunc(maps.Keys(p.vipRefs), netip.Addr.Compare) {
 		adds[vipsSet] = append(adds[vipsSet], nftables.SetElement{Key: a.AsSlice()})
 	}
+	added := 0
 	for _, name := range append(setOrder(), nodeAddrsSet) {
 		if err := batched(adds[name], func(b []nftables.SetElement) error { return d.conn.SetAddElements(p.sets[name], b) }); err != nil {
 			return err
 		}
+		added += len(adds[name])
 	}
-	return d.conn.Flush()
+	return d.flush(added)
 }
 
 // podNetsOf are the pod networks of a family's table: those set, or the
