@@ -112,6 +112,7 @@ func New(o Options) *Proxy {
 		Transport:      memberTimeout{base: tr, dial: p.dial},
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.proxyError,
+		BufferPool:     copyBuffers{},
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 	}
 	p.srv = &http.Server{
@@ -532,3 +533,14 @@ func (c *cancelOnClose) Close() error {
 	c.cancel()
 	return err
 }
+
+// copyBuffers lends the reverse proxy its buffers for copying answers:
+// without a pool it allocates 32 KiB per request, most of what a
+// kept-alive request allocates, and the garbage collector's work grows
+// with the request rate.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
