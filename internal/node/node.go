@@ -116,6 +116,10 @@ type Config struct {
 // address added to the node serves node ports within that time.
 const addressInterval = 10 * time.Second
 
+// proxyDrain bounds how long a stopping agent waits for the L7 proxy's
+// requests in flight (systemd waits 90 s for a unit to stop).
+const proxyDrain = 15 * time.Second
+
 // EBPF configures the eBPF socket programs.
 type EBPF struct {
 	// Cgroup is the cgroup v2 directory whose processes are served
@@ -400,7 +404,17 @@ func (n *Node) l7(cfg L7, reg prometheus.Registerer) (agent.Programmer, agent.St
 		return nil, nil, errors.New("L7 proxy: the node has no address to steer HTTP listeners to")
 	}
 	proxy := l7proxy.New(l7proxy.Options{Log: n.log})
-	n.undo = append(n.undo, func() { _ = proxy.Close() })
+	n.undo = append(n.undo, func() {
+		// A stopping agent lets the requests in flight be answered; the
+		// kernel keeps steering to the ports, so new connections are
+		// refused until the next agent serves them.
+		ctx, cancel := context.WithTimeout(context.Background(), proxyDrain)
+		defer cancel()
+		if err := proxy.Drain(ctx); err != nil {
+			n.log.Warn("L7 proxy: requests still in flight when the agent stopped", "after", proxyDrain, "err", err)
+		}
+		_ = proxy.Close()
+	})
 	if err := reg.Register(proxy.Collector()); err != nil {
 		return nil, nil, fmt.Errorf("L7 proxy metrics: %w", err)
 	}

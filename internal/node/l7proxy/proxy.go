@@ -206,6 +206,20 @@ func (p *Proxy) Ports() []uint16 {
 	return slices.Sorted(maps.Keys(p.socks))
 }
 
+// Drain stops taking connections (the steering ports close, idle
+// kept-alive connections with them) and waits until the requests being
+// served are answered, or ctx ends; then Close ends what is left. What an
+// agent does when it stops: the kernel's steering stays, so a new
+// connection is refused until the next agent serves the ports, but no
+// request in flight is cut.
+func (p *Proxy) Drain(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	p.socks = map[uint16]net.Listener{}
+	p.mu.Unlock()
+	return p.srv.Shutdown(ctx)
+}
+
 // Close closes every port and connection.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
