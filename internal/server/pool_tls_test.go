@@ -38,8 +38,9 @@ func caAndCRL(t *testing.T) (ca, crl []byte) {
 
 // TestPoolTLS: with --tls-certificates barbican, a tls_enabled pool's
 // client certificate, CA and CRL are read from Barbican with the
-// caller's token and reach the nodes' table; an unreadable reference
-// and a CA that is no certificate are Octavia's 400s and change nothing.
+// caller's token and reach the nodes' table, the certificate renewed
+// within the refresh interval; an unreadable reference and a CA that is
+// no certificate are Octavia's 400s and change nothing.
 func TestPoolTLS(t *testing.T) {
 	ca, crl := caAndCRL(t)
 	kms := &fakeBarbicanPFX{pfx: selfSignedPFX(t), others: map[string][]byte{"ca": ca, "crl": crl, "junk": []byte("not a certificate")}}
@@ -78,7 +79,19 @@ func TestPoolTLS(t *testing.T) {
 	}
 	kms.mu.Lock()
 	acls := strings.Join(kms.acls, "\n")
+	kms.pfx = selfSignedPFX(t)
 	kms.mu.Unlock()
+	first := string(served.TLS.Certificate.Key)
+	testutil.Eventually(t, 10*time.Second, "the renewed client certificate in the nodes' table", func() (bool, string) {
+		for _, svc := range s.Hub.Table().Services {
+			if svc.LoadBalancerID == lbID && svc.L7 != nil && len(svc.L7.Pools) == 1 {
+				if tl := svc.L7.Pools[0].TLS; tl != nil && tl.Certificate != nil && string(tl.Certificate.Key) != first {
+					return true, ""
+				}
+			}
+		}
+		return false, "the first key still"
+	})
 	if n := strings.Count(acls, `"users":["u-octavia"]`); n < 3 {
 		t.Errorf("read access granted %d times, want 3 (certificate, CA, CRL): %s", n, acls)
 	}
