@@ -68,21 +68,19 @@ func compileMemberTLS(t flows.L7PoolTLS) (*memberTLS, error) {
 		// HAProxy's "crt" is.
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }
 	}
-	out := &memberTLS{config: cfg}
+	// HTTP/1.1 whatever ALPN says: a member that chooses no protocol
+	// speaks it, as HAProxy falls back to it.
+	out := &memberTLS{config: cfg, h1: true}
 	for _, p := range t.ALPN {
 		switch p {
 		case "h2":
 			out.h2 = true
 		case "http/1.1", "http/1.0":
-			out.h1 = true
 		default:
 			return nil, fmt.Errorf("ALPN protocol %q is not supported", p)
 		}
 	}
 	cfg.NextProtos = slices.Clone(t.ALPN)
-	if !out.h2 {
-		out.h1 = true
-	}
 	out.key = tlsKey(t)
 	return out, nil
 }

@@ -96,6 +96,8 @@ func TestMemberTLS(t *testing.T) {
 		{name: "h2 by ALPN", member: good, h2: true, tls: flows.L7PoolTLS{CA: membersCA.pem, ALPN: []string{"h2", "http/1.1"}}, status: 200, proto: "HTTP/2.0"},
 		{name: "http/1.1 by ALPN to an h2 member", member: good, h2: true, tls: flows.L7PoolTLS{ALPN: []string{"http/1.1"}}, status: 200, proto: "HTTP/1.1"},
 		{name: "no ALPN to an h2 member", member: good, h2: true, status: 200, proto: "HTTP/1.1"},
+		{name: "h2 alone by ALPN", member: good, h2: true, tls: flows.L7PoolTLS{ALPN: []string{"h2"}}, status: 200, proto: "HTTP/2.0"},
+		{name: "h2 alone by ALPN to an HTTP/1.1 member", member: good, tls: flows.L7PoolTLS{ALPN: []string{"h2"}}, status: 200, proto: "HTTP/1.1"},
 		{name: "TLS 1.3 only", member: good, tls: flows.L7PoolTLS{Versions: []string{"TLSv1.3"}}, status: 200, proto: "HTTP/1.1"},
 		{name: "PROXY header then TLS", member: good, proxied: true, tls: flows.L7PoolTLS{CA: membersCA.pem, Certificate: &client},
 			askClientCA: true, status: 200, proto: "HTTP/1.1", cn: "flowlb proxy"},
