@@ -219,6 +219,7 @@ func (p *Proxy) Close() error {
 	defer p.mu.Unlock()
 	p.closed = true
 	p.socks = map[uint16]net.Listener{}
+	p.dropTransports(nil)
 	return p.srv.Close()
 }
 
