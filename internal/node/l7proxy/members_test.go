@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pires/go-proxyproto"
 
@@ -214,5 +215,65 @@ func TestCompileMemberTLS(t *testing.T) {
 	if err := Check(flows.L7{Pools: []flows.L7Pool{{ID: "p", Algorithm: flows.RoundRobin, TLS: &flows.L7PoolTLS{CA: ca.pem, CRL: ca.crl(t), Certificate: &cert,
 		ALPN: []string{"h2", "http/1.1", "http/1.0"}, Versions: []string{"TLSv1.2", "TLSv1.3"}}}}}); err != nil {
 		t.Errorf("every field: %v", err)
+	}
+}
+
+// BenchmarkProxyMembers: one request through the proxy (a kept-alive
+// client connection) to a member on loopback in plain HTTP, over TLS
+// (HTTP/1.1, member verified against its CA) and over TLS in h2: what
+// TLS to members costs a request once its connection is open.
+func BenchmarkProxyMembers(b *testing.B) {
+	ca := newTestCA(b, "members CA")
+	cert := ca.issue(b, pkix.Name{CommonName: "member"}, false)
+	for _, bc := range []struct {
+		name string
+		tls  *flows.L7PoolTLS
+	}{
+		{"plain", nil},
+		{"tls", &flows.L7PoolTLS{CA: ca.pem}},
+		{"tls-h2", &flows.L7PoolTLS{CA: ca.pem, ALPN: []string{"h2"}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var backend flows.Backend
+			if bc.tls == nil {
+				m := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") }))
+				defer m.Close()
+				ap := netip.MustParseAddrPort(m.Listener.Addr().String())
+				backend = flows.Backend{MemberID: "m", Address: ap.Addr(), Port: ap.Port(), Weight: 1}
+			} else {
+				m := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") }))
+				pair, err := tls.X509KeyPair(cert.Chain, cert.Key)
+				if err != nil {
+					b.Fatal(err)
+				}
+				m.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+				m.EnableHTTP2 = true
+				m.StartTLS()
+				defer m.Close()
+				ap := netip.MustParseAddrPort(m.Listener.Addr().String())
+				backend = flows.Backend{MemberID: "m", Address: ap.Addr(), Port: ap.Port(), Weight: 1}
+			}
+			lp := &loopbackPorts{at: map[uint16]netip.AddrPort{}}
+			p := New(Options{Listen: lp.listen})
+			defer p.Close()
+			cfg := flows.L7{DefaultPool: "p", Pools: []flows.L7Pool{{ID: "p", Algorithm: flows.RoundRobin, Backends: []flows.Backend{backend}, TLS: bc.tls}}}
+			if err := p.Set(map[uint16]Listener{1: {VIP: vip, Config: cfg}}); err != nil {
+				b.Fatal(err)
+			}
+			c := &http.Client{Timeout: 10 * time.Second}
+			url := "http://" + lp.addr(1).String() + "/"
+			b.ResetTimer()
+			for range b.N {
+				resp, err := c.Get(url)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+			}
+		})
 	}
 }
