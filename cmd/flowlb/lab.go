@@ -75,7 +75,7 @@ func parseInts(s string) ([]int, error) {
 
 func labUpCmd(f *labFlags) *cobra.Command {
 	var o lab.Options
-	var tcp, udp, httpPorts string
+	var tcp, udp, httpPorts, httpsPorts string
 	var verbose, kube, withFlowlb bool
 	var kubeBin, nodeKind string
 	c := &cobra.Command{
@@ -91,6 +91,9 @@ func labUpCmd(f *labFlags) *cobra.Command {
 				return err
 			}
 			if o.Ports.HTTP, err = echo.ParsePorts(httpPorts); err != nil {
+				return err
+			}
+			if o.Ports.HTTPS, err = echo.ParsePorts(httpsPorts); err != nil {
 				return err
 			}
 			o.Name, o.StateRoot = f.name, f.stateDir
@@ -186,6 +189,7 @@ func labUpCmd(f *labFlags) *cobra.Command {
 	c.Flags().StringVar(&tcp, "tcp", "8080", "echo TCP ports, comma separated")
 	c.Flags().StringVar(&udp, "udp", "9090", "echo UDP ports, comma separated")
 	c.Flags().StringVar(&httpPorts, "http", "80", "echo HTTP ports, comma separated")
+	c.Flags().StringVar(&httpsPorts, "https", "443", "echo HTTPS ports (self-signed certificate, h2 or HTTP/1.1), comma separated")
 	c.Flags().BoolVar(&o.NoEcho, "no-echo", false, "start no echo servers")
 	c.Flags().StringVar(&o.Dataplane, "dataplane", lab.DataplaneNftables, "the agents' data plane: nftables, or ebpf (a cgroup per node holding its processes and pods, a bpffs for pins; start node I's agent with --dataplane ebpf --cgroup /sys/fs/cgroup/unified/flb-NAME/nI --bpf-pin-dir STATE-DIR/NAME/bpf/nI/flowlb)")
 	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "log progress")

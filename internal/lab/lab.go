@@ -27,7 +27,7 @@ type Options struct {
 	Name        string // short lab name, [a-z0-9]{1,8}
 	Nodes       int
 	PodsPerNode int
-	Ports       Ports // echo ports; defaults TCP 8080, UDP 9090, HTTP 80
+	Ports       Ports // echo ports; defaults TCP 8080, UDP 9090, HTTP 80, PROXY-HTTP 81, HTTPS 443
 	// Echo is the argv prefix that runs the echo server; the lab appends
 	// its flags. Default: this executable with "lab echo" (the flowlb
 	// binary). Tests pass their own re-exec command (see labtest).
@@ -63,7 +63,7 @@ type Options struct {
 }
 
 // DefaultPorts are the echo server ports when Options.Ports is empty.
-var DefaultPorts = Ports{TCP: []int{8080}, UDP: []int{9090}, HTTP: []int{80}, ProxyHTTP: []int{81}}
+var DefaultPorts = Ports{TCP: []int{8080}, UDP: []int{9090}, HTTP: []int{80}, ProxyHTTP: []int{81}, HTTPS: []int{443}}
 
 // Lab is a running lab. Its methods are safe for concurrent use and keep
 // the on-disk state current, so the CLI and tests can share a lab.

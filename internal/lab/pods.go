@@ -55,6 +55,9 @@ func (l *Lab) echoArgv(s *State, pod string) []string {
 	if len(s.Ports.ProxyHTTP) > 0 {
 		argv = append(argv, "--proxy-http", joinInts(s.Ports.ProxyHTTP))
 	}
+	if len(s.Ports.HTTPS) > 0 {
+		argv = append(argv, "--https", joinInts(s.Ports.HTTPS))
+	}
 	return argv
 }
 

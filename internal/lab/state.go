@@ -51,6 +51,8 @@ type Ports struct {
 	HTTP []int `json:"http"`
 	// ProxyHTTP ports serve HTTP after a PROXY protocol header.
 	ProxyHTTP []int `json:"proxy_http,omitempty"`
+	// HTTPS ports serve HTTP over TLS, with a self-signed certificate.
+	HTTPS []int `json:"https,omitempty"`
 }
 
 // NodeState describes one node and its pods.

@@ -135,7 +135,7 @@ func (st Status) Format(w io.Writer) {
 		ready = "NOT READY (building, or lab up crashed: run lab down)"
 	}
 	fmt.Fprintf(w, "lab %s: %s; state %s\n", st.Name, ready, st.Dir)
-	fmt.Fprintf(w, "echo ports: tcp %v udp %v http %v proxy-http %v; external VIPs %s and %s via nodes %v\n", st.Ports.TCP, st.Ports.UDP, st.Ports.HTTP, st.Ports.ProxyHTTP, ExternalVIPs, ExternalVIPs6, st.NextHops)
+	fmt.Fprintf(w, "echo ports: tcp %v udp %v http %v proxy-http %v https %v; external VIPs %s and %s via nodes %v\n", st.Ports.TCP, st.Ports.UDP, st.Ports.HTTP, st.Ports.ProxyHTTP, st.Ports.HTTPS, ExternalVIPs, ExternalVIPs6, st.NextHops)
 	if k := st.Kube; k != nil {
 		fmt.Fprintf(w, "kubernetes %s: kubeconfig %s (server %s)\n", k.Version, k.Kubeconfig, k.Server)
 		fmt.Fprintf(w, "  from lab namespaces: kubeconfig %s (server %s); service CIDRs %s, %s; %d pods\n", k.LabKubeconfig, k.LabServer, k.ServiceCIDR, k.ServiceCIDR6, k.Pods)

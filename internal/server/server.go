@@ -331,7 +331,7 @@ const DefaultTLSRefresh = 5 * time.Minute
 
 // refreshCertificates reads the certificates in use again every
 // interval, and logs a change of each load balancer a renewed one
-// serves, so that the fan-out compiles it with the new one and the
+// serves (a listener's or a pool's), so that the fan-out compiles it with the new one and the
 // nodes' proxies take it for their next connections.
 func (s *Server) refreshCertificates(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
@@ -361,7 +361,8 @@ func (s *Server) refreshCertificates(ctx context.Context, every time.Duration) {
 			}
 			touched = 0
 			for id, t := range trees {
-				if slices.ContainsFunc(t.Listeners, func(l *lbaas.Listener) bool { return namesAny(l, changed) }) {
+				if slices.ContainsFunc(t.Listeners, func(l *lbaas.Listener) bool { return namesAny(l, changed) }) ||
+					slices.ContainsFunc(t.Pools, func(p *lbaas.Pool) bool { return poolNamesAny(p, changed) }) {
 					tx.Touch(id)
 					touched++
 				}
@@ -383,6 +384,12 @@ func namesAny(l *lbaas.Listener, refs []string) bool {
 	in := func(p *string) bool { return p != nil && slices.Contains(refs, *p) }
 	return in(l.DefaultTLSContainerRef) || in(l.ClientCATLSContainerRef) || in(l.ClientCRLContainerRef) ||
 		slices.ContainsFunc(l.SNIContainerRefs, func(r string) bool { return slices.Contains(refs, r) })
+}
+
+// poolNamesAny reports whether a pool names one of refs.
+func poolNamesAny(p *lbaas.Pool, refs []string) bool {
+	in := func(r *string) bool { return r != nil && slices.Contains(refs, *r) }
+	return in(p.TLSContainerRef) || in(p.CATLSContainerRef) || in(p.CRLContainerRef)
 }
 
 // activateOverdue makes ACTIVE, every ack timeout, the floating IPs whose

@@ -27,12 +27,14 @@ import (
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
-// fakeBarbicanPFX serves one PKCS12 secret (id pfx) to alice's token and
-// the service's, and records the ACLs set.
+// fakeBarbicanPFX serves one PKCS12 secret (id pfx), and the payloads of
+// others by id, to alice's token and the service's, and records the
+// ACLs set.
 type fakeBarbicanPFX struct {
-	pfx  []byte
-	mu   sync.Mutex
-	acls []string
+	pfx    []byte
+	others map[string][]byte
+	mu     sync.Mutex
+	acls   []string
 }
 
 func (f *fakeBarbicanPFX) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -40,12 +42,19 @@ func (f *fakeBarbicanPFX) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusForbidden)
 		return
 	}
+	id, part, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1/secrets/"), "/")
+	f.mu.Lock()
+	other, known := f.others[id]
+	f.mu.Unlock()
+	known = known || id == "pfx"
 	switch {
-	case r.Method == http.MethodGet && r.URL.Path == "/v1/secrets/pfx/payload":
+	case r.Method == http.MethodGet && id == "pfx" && part == "payload":
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		w.Write(f.pfx)
-	case r.Method == http.MethodPatch && r.URL.Path == "/v1/secrets/pfx/acl":
+	case r.Method == http.MethodGet && known && part == "payload":
+		w.Write(other)
+	case r.Method == http.MethodPatch && known && part == "acl":
 		b, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
 		f.acls = append(f.acls, string(b))
@@ -56,32 +65,14 @@ func (f *fakeBarbicanPFX) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// selfSignedPFX is a PKCS12 bundle of a new self-signed certificate for
-// www.example.
-func selfSignedPFX(t *testing.T) []byte {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "www.example"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	cert, _ := x509.ParseCertificate(der)
-	pfx, err := pkcs12.Modern.Encode(key, cert, nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pfx
-}
+// apiCall is a call of the API as alice: its status and decoded body.
+type apiCall func(method, path string, body any) (int, map[string]any)
 
-// TestTerminatedHTTPS: with --tls-certificates barbican, a
-// TERMINATED_HTTPS listener's certificate is read from Barbican with the
-// caller's token (the service user granted read access) and reaches the
-// nodes' table with its key; a certificate renewed in Barbican reaches
-// it within the refresh interval; a reference that cannot be read is
-// Octavia's 400 and changes nothing.
-func TestTerminatedHTTPS(t *testing.T) {
-	kms := &fakeBarbicanPFX{pfx: selfSignedPFX(t)}
-	ksrv := httptest.NewServer(kms)
-	defer ksrv.Close()
+// barbicanServer starts a server that reads certificates from Barbican
+// (--tls-certificates barbican), with Keystone faked; it returns it, a
+// way to call its API and its VIP subnet.
+func barbicanServer(t *testing.T) (*server.Server, apiCall, string) {
+	t.Helper()
 	ks := fakeKeystone(t)
 	dir := t.TempDir()
 	s, err := server.Start(context.Background(), server.Options{
@@ -112,6 +103,36 @@ func TestTerminatedHTTPS(t *testing.T) {
 	if code, out := do("GET", "/v2.0/subnets?name=flowlb-vip-subnet", nil); code == 200 {
 		subnet = out["subnets"].([]any)[0].(map[string]any)["id"].(string)
 	}
+	return s, do, subnet
+}
+
+// selfSignedPFX is a PKCS12 bundle of a new self-signed certificate for
+// www.example.
+func selfSignedPFX(t *testing.T) []byte {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "www.example"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, _ := x509.ParseCertificate(der)
+	pfx, err := pkcs12.Modern.Encode(key, cert, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pfx
+}
+
+// TestTerminatedHTTPS: with --tls-certificates barbican, a
+// TERMINATED_HTTPS listener's certificate is read from Barbican with the
+// caller's token (the service user granted read access) and reaches the
+// nodes' table with its key; a certificate renewed in Barbican reaches
+// it within the refresh interval; a reference that cannot be read is
+// Octavia's 400 and changes nothing.
+func TestTerminatedHTTPS(t *testing.T) {
+	kms := &fakeBarbicanPFX{pfx: selfSignedPFX(t)}
+	ksrv := httptest.NewServer(kms)
+	defer ksrv.Close()
+	s, do, subnet := barbicanServer(t)
 	ref := ksrv.URL + "/v1/secrets/pfx"
 	code, out := do("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{"vip_subnet_id": subnet,
 		"listeners": []any{map[string]any{"protocol": "TERMINATED_HTTPS", "protocol_port": 443, "default_tls_container_ref": ref,

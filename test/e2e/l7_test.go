@@ -31,6 +31,8 @@ type httpAnswer struct {
 	peer     string
 	location string
 	xff      string
+	// proto is the HTTP version an HTTPS port was reached with.
+	proto string
 }
 
 func getVia(t *testing.T, c *http.Client, vip, host, path string) httpAnswer {
@@ -47,7 +49,7 @@ func getVia(t *testing.T, c *http.Client, vip, host, path string) httpAnswer {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	a := httpAnswer{status: resp.StatusCode, pod: resp.Header.Get("X-Flowlb-Pod"), location: resp.Header.Get("Location"),
-		xff: resp.Header.Get("X-Flowlb-Forwarded-For")}
+		xff: resp.Header.Get("X-Flowlb-Forwarded-For"), proto: resp.Header.Get("X-Flowlb-Proto")}
 	if a.pod != "" {
 		r, err := echo.Parse(strings.TrimSpace(string(body)))
 		if err != nil {
@@ -353,5 +355,58 @@ func TestHTTPListenerWithoutProxy(t *testing.T) {
 	b, _ := os.ReadFile(c.lab.LogPath(c.lab.Node(1).Name, "agent"))
 	if !strings.Contains(string(b), "runs no L7 proxy") {
 		t.Error("the agent did not say why it refuses")
+	}
+}
+
+// TestHTTPListenerTLSMembers: a pool with tls_enabled reaches the pods'
+// HTTPS port through either node's proxy, in HTTP/1.1 without ALPN and
+// in h2 once the pool's alpn_protocols offer it; the same pool without
+// TLS gets the pods' answer to plain HTTP on a TLS port; a CA reference
+// without a certificate manager is refused (501).
+func TestHTTPListenerTLSMembers(t *testing.T) {
+	c := newL7Cluster(t)
+	web := []lab.Host{c.lab.Pod(1, 1), c.lab.Pod(2, 1)}
+	var members []any
+	for _, p := range web {
+		members = append(members, map[string]any{"address": p.Addr.String(), "protocol_port": 443, "name": p.Name})
+	}
+	lb, _, vip := c.createHTTPLB(map[string]any{"default_pool": map[string]any{"name": "web", "protocol": "HTTP",
+		"lb_algorithm": "ROUND_ROBIN", "tls_enabled": true, "members": members}}, nil)
+	lbID := lb["id"].(string)
+	pool := lb["pools"].([]any)[0].(map[string]any)["id"].(string)
+	check := func(what string, status int, proto string) {
+		t.Helper()
+		for _, from := range []lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3)} {
+			seen := map[string]int{}
+			for range 4 {
+				a := getVia(t, httpFrom(from), vip, "www.example", "/")
+				if a.status != status || a.proto != proto {
+					t.Fatalf("%s, from %s: %+v, want status %d over %q", what, from.Name, a, status, proto)
+				}
+				seen[a.pod]++
+			}
+			if status == 200 && (seen[web[0].Name] != 2 || seen[web[1].Name] != 2) {
+				t.Errorf("%s, from %s: round robin gave %v", what, from.Name, seen)
+			}
+		}
+	}
+	check("tls_enabled", 200, "HTTP/1.1")
+
+	update := func(fields map[string]any) {
+		t.Helper()
+		if code, body := c.call("PUT", "/v2/lbaas/pools/"+pool, map[string]any{"pool": fields}); code != 200 {
+			t.Fatalf("update %v: %d %v", fields, code, body)
+		}
+		c.waitActive(lbID)
+	}
+	update(map[string]any{"alpn_protocols": []string{"h2", "http/1.1"}})
+	check("ALPN h2", 200, "HTTP/2.0")
+	update(map[string]any{"tls_enabled": false})
+	check("without TLS", http.StatusBadRequest, "")
+
+	code, body := c.call("POST", "/v2/lbaas/pools", map[string]any{"pool": map[string]any{"loadbalancer_id": lbID, "protocol": "HTTP",
+		"lb_algorithm": "ROUND_ROBIN", "tls_enabled": true, "ca_tls_container_ref": "https://barbican.example/v1/secrets/ca"}})
+	if msg, _ := body["faultstring"].(string); code != http.StatusNotImplemented || !strings.Contains(msg, "no certificate manager") {
+		t.Errorf("a CA reference without a certificate manager: %d %v", code, body)
 	}
 }

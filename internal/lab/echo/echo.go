@@ -7,9 +7,16 @@ package echo
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -34,6 +41,11 @@ type Config struct {
 	// v2, required), and answer with the addresses it names: the
 	// members of PROXY and PROXYV2 pools.
 	ProxyHTTP []int
+	// HTTPS ports serve HTTP over TLS (h2 or HTTP/1.1, by ALPN) with a
+	// self-signed certificate made at start, and say in their answer's
+	// headers the HTTP version and the client certificate's CN: the
+	// members of pools with tls_enabled.
+	HTTPS []int
 	// Auto ports speak both TCP protocols: a connection whose first line
 	// is an HTTP request line is served as HTTP, any other as the line
 	// protocol. Kubernetes pods in the lab listen this way on their
@@ -90,6 +102,7 @@ type Server struct {
 	http []net.Listener
 	// proxied are the ProxyHTTP ports' listeners.
 	proxied []net.Listener
+	https   []net.Listener
 	auto    []net.Listener
 	udp     []net.PacketConn
 }
@@ -105,7 +118,7 @@ func Listen(cfg Config) (*Server, error) {
 	for _, set := range []struct {
 		ports []int
 		into  *[]net.Listener
-	}{{cfg.TCP, &s.tcp}, {cfg.HTTP, &s.http}, {cfg.ProxyHTTP, &s.proxied}, {cfg.Auto, &s.auto}} {
+	}{{cfg.TCP, &s.tcp}, {cfg.HTTP, &s.http}, {cfg.ProxyHTTP, &s.proxied}, {cfg.HTTPS, &s.https}, {cfg.Auto, &s.auto}} {
 		for _, p := range set.ports {
 			err := cfg.bind(p, func(network, addr string) (int, error) {
 				ln, err := net.Listen("tcp"+network, addr)
@@ -161,7 +174,10 @@ func (s *Server) HTTPAddrs() []string { return addrs(s.http) }
 
 // ProxyHTTPAddrs are the bound addresses of the ProxyHTTP ports.
 func (s *Server) ProxyHTTPAddrs() []string { return addrs(s.proxied) }
-func (s *Server) AutoAddrs() []string      { return addrs(s.auto) }
+
+// HTTPSAddrs are the bound addresses of the HTTPS ports.
+func (s *Server) HTTPSAddrs() []string { return addrs(s.https) }
+func (s *Server) AutoAddrs() []string  { return addrs(s.auto) }
 func (s *Server) UDPAddrs() []string {
 	var out []string
 	for _, pc := range s.udp {
@@ -187,6 +203,9 @@ func (s *Server) Close() {
 		l.Close()
 	}
 	for _, l := range s.proxied {
+		l.Close()
+	}
+	for _, l := range s.https {
 		l.Close()
 	}
 	for _, l := range s.auto {
@@ -230,6 +249,19 @@ func (s *Server) Serve(ctx context.Context) error {
 		pl := &proxyproto.Listener{Listener: ln, ReadHeaderTimeout: 10 * time.Second,
 			ConnPolicy: func(proxyproto.ConnPolicyOptions) (proxyproto.Policy, error) { return proxyproto.REQUIRE, nil }}
 		wg.Go(func() { _ = hs.Serve(pl) })
+	}
+	if len(s.https) > 0 {
+		cert, err := selfSigned(s.cfg.Name)
+		if err != nil {
+			s.Close()
+			return err
+		}
+		for _, ln := range s.https {
+			hs := &http.Server{Handler: http.HandlerFunc(s.serveHTTP), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second,
+				TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert}}
+			servers = append(servers, hs)
+			wg.Go(func() { _ = hs.ServeTLS(ln, "", "") })
+		}
 	}
 	for _, ln := range s.auto {
 		hl := newConnListener(ln.Addr())
@@ -421,6 +453,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
 		w.Header().Set("X-Flowlb-Forwarded-For", strings.Join(xff, ", "))
 	}
+	// How a proxy reached an HTTPS port: the HTTP version and the
+	// certificate it presented.
+	if r.TLS != nil {
+		w.Header().Set("X-Flowlb-Proto", r.Proto)
+		if len(r.TLS.PeerCertificates) > 0 {
+			w.Header().Set("X-Flowlb-Client-CN", r.TLS.PeerCertificates[0].Subject.CommonName)
+		}
+	}
 	if s.cfg.HealthFile != "" {
 		if _, err := os.Stat(s.cfg.HealthFile); err == nil {
 			w.WriteHeader(http.StatusInternalServerError)
@@ -434,6 +474,22 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if n, err := strconv.Atoi(r.URL.Query().Get("pad")); err == nil && n > 0 && n <= maxPad {
 		_, _ = w.Write(padding[:n])
 	}
+}
+
+// selfSigned is a new self-signed certificate naming the server.
+func selfSigned(name string) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
 // maxPad bounds ?pad; padding holds that many bytes.

@@ -3,8 +3,15 @@ package echo
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -347,4 +354,53 @@ func serve(t *testing.T, cfg Config) *Server {
 	go func() { _ = s.Serve(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return s
+}
+
+// TestHTTPSPort: an HTTPS port answers over TLS, in h2 or HTTP/1.1 as
+// ALPN chose, with the client certificate's CN when one was sent.
+func TestHTTPSPort(t *testing.T) {
+	s := serve(t, Config{Name: "tls", Bind: "127.0.0.1", HTTPS: []int{0}})
+	addr := s.HTTPSAddrs()[0]
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "a proxy"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	for _, tc := range []struct {
+		name      string
+		h2        bool
+		cert      bool
+		proto, cn string
+	}{
+		{"HTTP/1.1", false, false, "HTTP/1.1", ""},
+		{"h2", true, false, "HTTP/2.0", ""},
+		{"a client certificate", false, true, "HTTP/1.1", "a proxy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &tls.Config{InsecureSkipVerify: true}
+			if tc.cert {
+				cfg.Certificates = []tls.Certificate{client}
+			}
+			var ps http.Protocols
+			ps.SetHTTP1(!tc.h2)
+			ps.SetHTTP2(tc.h2)
+			c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, Protocols: &ps}}
+			resp, err := c.Get("https://" + addr + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if r, err := Parse(string(b)); err != nil || r.Pod != "tls" || resp.Header.Get("X-Flowlb-Proto") != tc.proto ||
+				resp.Header.Get("X-Flowlb-Client-CN") != tc.cn {
+				t.Errorf("%q (%v), headers %v; want %s and client CN %q", b, err, resp.Header, tc.proto, tc.cn)
+			}
+			if len(resp.TLS.PeerCertificates) == 0 || resp.TLS.PeerCertificates[0].Subject.CommonName != "tls" {
+				t.Error("the server's certificate does not name it")
+			}
+		})
+	}
 }

@@ -20,13 +20,14 @@ func Main(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg Config
-	var tcp, udp, httpPorts, proxyHTTP, auto string
+	var tcp, udp, httpPorts, proxyHTTP, httpsPorts, auto string
 	fs.StringVar(&cfg.Name, "name", "", "name to answer with (the pod name)")
 	fs.StringVar(&cfg.Bind, "bind", "", "listen address (default: every address, IPv4 and IPv6)")
 	fs.StringVar(&tcp, "tcp", "8080", "TCP line-protocol ports, comma separated")
 	fs.StringVar(&udp, "udp", "9090", "UDP ports, comma separated")
 	fs.StringVar(&httpPorts, "http", "80", "HTTP ports, comma separated")
 	fs.StringVar(&proxyHTTP, "proxy-http", "", "HTTP ports that read a PROXY protocol header first (v1 or v2) and answer with the addresses it names")
+	fs.StringVar(&httpsPorts, "https", "", "HTTPS ports (a self-signed certificate made at start; h2 or HTTP/1.1), answering with the HTTP version and the client certificate's CN in headers")
 	fs.StringVar(&auto, "auto", "", "TCP ports serving HTTP or the line protocol, whichever the client speaks")
 	fs.StringVar(&cfg.HealthFile, "health-file", "", "answer HTTP 500 while this file exists")
 	fs.StringVar(&cfg.ReadyFile, "ready-file", "", "create this file once listening")
@@ -53,10 +54,13 @@ func Main(args []string, stderr io.Writer) error {
 	if cfg.ProxyHTTP, err = ParsePorts(proxyHTTP); err != nil {
 		return err
 	}
+	if cfg.HTTPS, err = ParsePorts(httpsPorts); err != nil {
+		return err
+	}
 	cfg.Log = slog.New(slog.NewTextHandler(stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	cfg.Log.Info("echo server starting", "name", cfg.Name, "tcp", cfg.TCP, "udp", cfg.UDP, "http", cfg.HTTP, "auto", cfg.Auto)
+	cfg.Log.Info("echo server starting", "name", cfg.Name, "tcp", cfg.TCP, "udp", cfg.UDP, "http", cfg.HTTP, "https", cfg.HTTPS, "auto", cfg.Auto)
 	return Run(ctx, cfg)
 }
 

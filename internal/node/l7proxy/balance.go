@@ -42,8 +42,12 @@ type pool struct {
 	// proxyVersion is the PROXY header's version its members read (0:
 	// none).
 	proxyVersion byte
-	backends     []*backend
-	byID         map[string]*backend
+	// tls is how the proxy speaks TLS to the members (nil: it does
+	// not), transport the proxy's transport for it.
+	tls       *memberTLS
+	transport http.RoundTripper
+	backends  []*backend
+	byID      map[string]*backend
 	// rotation is ROUND_ROBIN's order: backend indexes interleaved by
 	// weight (smooth weighted round robin), walked by next.
 	rotation []int
@@ -75,6 +79,13 @@ func newPool(p flows.L7Pool) (*pool, error) {
 		return nil, fmt.Errorf("PROXY protocol version %d", p.ProxyProtocol)
 	}
 	out := &pool{id: p.ID, alg: p.Algorithm, persist: p.Persistence, proxyVersion: byte(p.ProxyProtocol), byID: make(map[string]*backend, len(p.Backends))}
+	if p.TLS != nil {
+		m, err := compileMemberTLS(*p.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("TLS to members: %w", err)
+		}
+		out.tls = m
+	}
 	for _, b := range p.Backends {
 		if b.Weight < 1 {
 			continue

@@ -18,8 +18,15 @@ import (
 type clientConn struct {
 	conn       net.Conn
 	mu         sync.Mutex
-	transports map[byte]*http.Transport
+	transports map[proxiedKey]*http.Transport
 	closed     bool
+}
+
+// proxiedKey names a client's transport: the PROXY header's version and
+// the TLS spoken after it (nil: none).
+type proxiedKey struct {
+	version byte
+	tls     *memberTLS
 }
 
 type clientKey struct{}
@@ -30,14 +37,16 @@ func clientFrom(ctx context.Context) *clientConn {
 }
 
 // transport is the client's transport to members that read a PROXY
-// header of version v, naming the client and the listener's VIP.
-func (cc *clientConn) transport(v byte, vip netip.AddrPort, dial func(context.Context, string, string) (net.Conn, error)) (*http.Transport, bool) {
+// header of version v, naming the client and the listener's VIP, and
+// then speak TLS as m says (nil: no TLS).
+func (cc *clientConn) transport(v byte, m *memberTLS, vip netip.AddrPort, dial func(context.Context, string, string) (net.Conn, error)) (*http.Transport, bool) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	if cc.closed {
 		return nil, false
 	}
-	if t := cc.transports[v]; t != nil {
+	k := proxiedKey{version: v, tls: m}
+	if t := cc.transports[k]; t != nil {
 		return t, true
 	}
 	src := unmapped(cc.conn.RemoteAddr())
@@ -57,10 +66,13 @@ func (cc *clientConn) transport(v byte, vip netip.AddrPort, dial func(context.Co
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	if cc.transports == nil {
-		cc.transports = map[byte]*http.Transport{}
+	if m != nil {
+		m.configure(t)
 	}
-	cc.transports[v] = t
+	if cc.transports == nil {
+		cc.transports = map[proxiedKey]*http.Transport{}
+	}
+	cc.transports[k] = t
 	return t, true
 }
 

@@ -11,6 +11,7 @@ package l7proxy
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -68,6 +69,11 @@ type Proxy struct {
 	cmu      sync.Mutex
 	counters map[counterKey]*memberCounters
 
+	// transports are those of the pools that speak TLS to their
+	// members, by their TLS configuration (memberTLS.key).
+	tmu        sync.Mutex
+	transports map[[sha256.Size]byte]*http.Transport
+
 	// idle are the timers that close a client's connection when it has
 	// been idle for its listener's timeout_client_data; clients, what
 	// the proxy keeps of each client connection.
@@ -79,7 +85,8 @@ type Proxy struct {
 // New returns a proxy with no listener.
 func New(o Options) *Proxy {
 	p := &Proxy{listen: o.Listen, log: o.Log, socks: map[uint16]net.Listener{}, counters: map[counterKey]*memberCounters{},
-		idle: map[net.Conn]*time.Timer{}, clients: map[net.Conn]*clientConn{}, m: newMetrics()}
+		idle: map[net.Conn]*time.Timer{}, clients: map[net.Conn]*clientConn{}, m: newMetrics(),
+		transports: map[[sha256.Size]byte]*http.Transport{}}
 	if p.listen == nil {
 		p.listen = func(port uint16) (net.Listener, error) { return net.Listen("tcp", ":"+strconv.Itoa(int(port))) }
 	}
@@ -180,6 +187,7 @@ func (p *Proxy) Set(listeners map[uint16]Listener) error {
 		opened[port] = steeredListener{Listener: l, port: port, proxy: p}
 	}
 	p.routes.Store(&next)
+	p.dropTransports(next)
 	for port, l := range p.socks {
 		if _, keep := next[port]; !keep {
 			l.Close()
@@ -226,6 +234,7 @@ func (p *Proxy) Close() error {
 	defer p.mu.Unlock()
 	p.closed = true
 	p.socks = map[uint16]net.Listener{}
+	p.dropTransports(nil)
 	return p.srv.Close()
 }
 
@@ -401,6 +410,9 @@ var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Hos
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	st := stateFrom(pr.In.Context())
 	pr.Out.URL.Scheme = "http"
+	if st.pool.tls != nil {
+		pr.Out.URL.Scheme = "https"
+	}
 	pr.Out.URL.Host = st.backend.hostPort
 	pr.Out.Host = pr.In.Host
 	for _, h := range forwardedHeaders {
@@ -485,7 +497,9 @@ func (p *Proxy) proxyError(w http.ResponseWriter, req *http.Request, err error) 
 	switch {
 	case errors.Is(err, errMemberTimeout) || errors.Is(context.Cause(req.Context()), errMemberTimeout):
 		status = http.StatusGatewayTimeout
-	case errors.As(err, &op) && op.Op == "dial", errors.Is(err, syscall.ECONNREFUSED):
+	case errors.As(err, &op) && op.Op == "dial", errors.Is(err, syscall.ECONNREFUSED), tlsFailure(err):
+		// A member that cannot be reached, or whose TLS handshake
+		// failed (HAProxy's connection error: 503 too).
 		status = http.StatusServiceUnavailable
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody reads the answer.
@@ -498,8 +512,8 @@ func (p *Proxy) proxyError(w http.ResponseWriter, req *http.Request, err error) 
 }
 
 // memberTimeout bounds the wait for a member's answer by the listener's
-// timeout_member_data, and sends a request for a PROXY pool on the
-// client's own member connections.
+// timeout_member_data, sends a request for a TLS pool on its transport,
+// and one for a PROXY pool on the client's own member connections.
 type memberTimeout struct {
 	base http.RoundTripper
 	dial func(context.Context, string, string) (net.Conn, error)
@@ -508,12 +522,15 @@ type memberTimeout struct {
 func (t memberTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := stateFrom(req.Context())
 	base := t.base
+	if st != nil && st.pool.transport != nil {
+		base = st.pool.transport
+	}
 	if st != nil && st.pool.proxyVersion != 0 {
 		cc := clientFrom(req.Context())
 		if cc == nil {
 			return nil, errors.New("a PROXY pool's request without its client connection")
 		}
-		tr, ok := cc.transport(st.pool.proxyVersion, st.route.vip, t.dial)
+		tr, ok := cc.transport(st.pool.proxyVersion, st.pool.tls, st.route.vip, t.dial)
 		if !ok {
 			return nil, errors.New("the client's connection is closed")
 		}
@@ -558,3 +575,16 @@ var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); retu
 
 func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
 func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
+
+// tlsFailure reports whether err is a failed TLS handshake with a
+// member: its certificate refused, an alert it sent (one refusing the
+// proxy's certificate comes after TLS 1.3's handshake, with the
+// answer), or no TLS at all.
+func tlsFailure(err error) bool {
+	var alert tls.AlertError
+	var verify *tls.CertificateVerificationError
+	var header tls.RecordHeaderError
+	var op *net.OpError
+	return errors.Is(err, errMemberCert) || errors.As(err, &alert) || errors.As(err, &verify) || errors.As(err, &header) ||
+		errors.As(err, &op) && op.Op == "remote error"
+}

@@ -35,9 +35,13 @@ func (p *Proxy) countersFor(listener, member netip.AddrPort) *memberCounters {
 	return c
 }
 
-// attach gives every backend of r its counters.
+// attach gives every backend of r its counters, and every pool that
+// speaks TLS to its members its transport.
 func (p *Proxy) attach(r *router) {
 	for _, pl := range r.pools {
+		if pl.tls != nil {
+			pl.transport = p.memberTransport(pl.tls)
+		}
 		for _, b := range pl.backends {
 			b.counters = p.countersFor(r.vip, netip.AddrPortFrom(b.Address, b.Port))
 		}

@@ -48,21 +48,8 @@ func compileTLS(t flows.L7TLS) (*terminator, error) {
 		out.certs = append(out.certs, &pair)
 	}
 	cfg := &tls.Config{GetCertificate: out.certificate, NextProtos: t.ALPN, MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS13}
-	if len(t.Versions) > 0 {
-		var vs []uint16
-		for _, name := range t.Versions {
-			v, ok := tlsVersions[name]
-			if !ok {
-				return nil, fmt.Errorf("TLS version %q is not supported", name)
-			}
-			vs = append(vs, v)
-		}
-		slices.Sort(vs)
-		vs = slices.Compact(vs)
-		if int(vs[len(vs)-1]-vs[0]) != len(vs)-1 {
-			return nil, fmt.Errorf("TLS versions %v leave a gap: only a range is supported", t.Versions)
-		}
-		cfg.MinVersion, cfg.MaxVersion = vs[0], vs[len(vs)-1]
+	if err := versionRange(cfg, t.Versions); err != nil {
+		return nil, err
 	}
 	switch t.ClientAuth {
 	case "", "NONE":
@@ -105,6 +92,29 @@ func compileTLS(t flows.L7TLS) (*terminator, error) {
 	return out, nil
 }
 
+// versionRange sets cfg's versions to those named (Octavia's names), a
+// range without a gap; none leaves cfg's.
+func versionRange(cfg *tls.Config, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	var vs []uint16
+	for _, name := range names {
+		v, ok := tlsVersions[name]
+		if !ok {
+			return fmt.Errorf("TLS version %q is not supported", name)
+		}
+		vs = append(vs, v)
+	}
+	slices.Sort(vs)
+	vs = slices.Compact(vs)
+	if int(vs[len(vs)-1]-vs[0]) != len(vs)-1 {
+		return fmt.Errorf("TLS versions %v leave a gap: only a range is supported", names)
+	}
+	cfg.MinVersion, cfg.MaxVersion = vs[0], vs[len(vs)-1]
+	return nil
+}
+
 func parseCRLs(data []byte) ([]*x509.RevocationList, error) {
 	var out []*x509.RevocationList
 	for len(data) > 0 {
@@ -118,7 +128,7 @@ func parseCRLs(data []byte) ([]*x509.RevocationList, error) {
 		}
 		crl, err := x509.ParseRevocationList(b.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("client CRL: %w", err)
+			return nil, fmt.Errorf("CRL: %w", err)
 		}
 		out = append(out, crl)
 	}
@@ -153,28 +163,39 @@ func (t *terminator) verifyClient(raw [][]byte, _ [][]*x509.Certificate) error {
 		}
 		chain = append(chain, c)
 	}
+	return verifyChain(chain, t.roots, t.crls, x509.ExtKeyUsageClientAuth, "client")
+}
+
+// verifyChain verifies a peer's certificate chain (its own first)
+// against roots, for usage, without a host name, and its certificate
+// against the revocation lists of its issuer; whose names the peer in an
+// error.
+func verifyChain(chain []*x509.Certificate, roots *x509.CertPool, crls []*x509.RevocationList, usage x509.ExtKeyUsage, whose string) error {
+	if len(chain) == 0 {
+		return fmt.Errorf("the %s sent no certificate", whose)
+	}
 	inter := x509.NewCertPool()
 	for _, c := range chain[1:] {
 		inter.AddCert(c)
 	}
-	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: t.roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
 		return err
 	}
-	for _, crl := range t.crls {
-		if crl.CheckSignatureFrom(issuerOf(chain[0], t.roots, chain)) != nil {
+	for _, crl := range crls {
+		if crl.CheckSignatureFrom(issuerOf(chain[0], roots, chain)) != nil {
 			continue
 		}
 		for _, r := range crl.RevokedCertificateEntries {
 			if r.SerialNumber.Cmp(chain[0].SerialNumber) == 0 {
-				return fmt.Errorf("client certificate %s is revoked", chain[0].SerialNumber)
+				return fmt.Errorf("%s certificate %s is revoked", whose, chain[0].SerialNumber)
 			}
 		}
 	}
 	return nil
 }
 
-// issuerOf finds the certificate that issued c among the chain the
-// client sent and the client CAs; the CRL of that issuer applies.
+// issuerOf finds the certificate that issued c among the chain the peer
+// sent and the CAs; the CRL of that issuer applies.
 func issuerOf(c *x509.Certificate, roots *x509.CertPool, chain []*x509.Certificate) *x509.Certificate {
 	for _, cand := range chain[1:] {
 		if c.CheckSignatureFrom(cand) == nil {

@@ -28,7 +28,7 @@ type testCA struct {
 	serial int64
 }
 
-func newTestCA(t *testing.T, name string) *testCA {
+func newTestCA(t testing.TB, name string) *testCA {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, NotBefore: time.Now().Add(-time.Hour),
@@ -43,7 +43,7 @@ func newTestCA(t *testing.T, name string) *testCA {
 
 // issue returns a certificate (PEM chain, key) for names, or a client
 // certificate with that subject when client.
-func (ca *testCA) issue(t *testing.T, subject pkix.Name, client bool, names ...string) flows.L7Certificate {
+func (ca *testCA) issue(t testing.TB, subject pkix.Name, client bool, names ...string) flows.L7Certificate {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ca.serial++

@@ -91,7 +91,7 @@ func CompileWith(t *lbaas.Tree, certs Certificates) []flows.Service {
 			}
 		}
 		if l7 {
-			base.L7 = l7Of(t, l)
+			base.L7 = l7Of(t, l, certs)
 			if l.Protocol == terminatedHTTPS {
 				if base.L7.TLS = tlsOf(l, certs); base.L7.TLS == nil {
 					// Fail closed: no connection without the certificates.

@@ -185,6 +185,18 @@ func (e *encoder) l7(l *flows.L7) {
 			e.backend(&p.Backends[i])
 		}
 		e.int(p.ProxyProtocol)
+		e.bool(p.TLS != nil)
+		if t := p.TLS; t != nil {
+			e.str(string(t.CA))
+			e.str(string(t.CRL))
+			e.bool(t.Certificate != nil)
+			if c := t.Certificate; c != nil {
+				e.str(string(c.Chain))
+				e.str(string(c.Key))
+			}
+			e.strs(t.ALPN)
+			e.strs(t.Versions)
+		}
 	}
 	e.strs(l.InsertHeaders)
 	e.duration(l.ClientTimeout)

@@ -19,8 +19,11 @@ func isL7(protocol string) bool { return slices.Contains(L7Protocols, protocol) 
 // with none is left out, as the amphora skips it, and so is one that
 // redirects to a pool that is disabled or being deleted), and every live
 // pool they or the listener name. Members are chosen as for L4 (backends):
-// a proxy connects to either address family, so none is filtered.
-func l7Of(t *lbaas.Tree, l *lbaas.Listener) *flows.L7 {
+// a proxy connects to either address family, so none is filtered. A pool
+// with tls_enabled carries its TLS to the members, its certificates from
+// certs; one whose certificates cannot be had has no member, so that no
+// request goes to its members otherwise than as asked.
+func l7Of(t *lbaas.Tree, l *lbaas.Listener, certs Certificates) *flows.L7 {
 	cfg := &flows.L7{
 		InsertHeaders:  flows.InsertHeaderNames(l.InsertHeaders),
 		ClientTimeout:  millis(l.TimeoutClientData),
@@ -33,10 +36,19 @@ func l7Of(t *lbaas.Tree, l *lbaas.Listener) *flows.L7 {
 			return false
 		}
 		if _, ok := cfg.Pool(id); !ok {
-			cfg.Pools = append(cfg.Pools, flows.L7Pool{
+			lp := flows.L7Pool{
 				ID: p.ID, Algorithm: flows.Algorithm(p.LBAlgorithm), Persistence: l7Persistence(p), Backends: backends(t.PoolMembers(p.ID)),
 				ProxyProtocol: proxyProtocols[p.Protocol],
-			})
+			}
+			if p.TLSEnabled {
+				var ok bool
+				if lp.TLS, ok = poolTLSOf(p, certs); !ok {
+					// Fail closed: 503 rather than plain HTTP or an
+					// unverified member.
+					lp.Backends = nil
+				}
+			}
+			cfg.Pools = append(cfg.Pools, lp)
 		}
 		return true
 	}

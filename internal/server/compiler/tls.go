@@ -58,3 +58,45 @@ func tlsOf(l *lbaas.Listener, certs Certificates) *flows.L7TLS {
 	}
 	return out
 }
+
+// poolTLSOf is a tls_enabled pool's TLS to its members: the CA and CRL
+// its members' certificates are checked against, the certificate it
+// presents, its ALPN and versions; false when a reference it names
+// cannot be read (or there is nothing to read it from).
+func poolTLSOf(p *lbaas.Pool, certs Certificates) (*flows.L7PoolTLS, bool) {
+	out := &flows.L7PoolTLS{ALPN: p.ALPNProtocols, Versions: p.TLSVersions}
+	ref := func(r *string) string {
+		if r == nil {
+			return ""
+		}
+		return *r
+	}
+	cert, ca, crl := ref(p.TLSContainerRef), ref(p.CATLSContainerRef), ref(p.CRLContainerRef)
+	if cert == "" && ca == "" && crl == "" {
+		return out, true
+	}
+	if certs == nil {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), certsTimeout)
+	defer cancel()
+	if cert != "" {
+		c, err := certs.Certificate(ctx, cert)
+		if err != nil {
+			return nil, false
+		}
+		out.Certificate = &c
+	}
+	var err error
+	if ca != "" {
+		if out.CA, err = certs.Secret(ctx, ca); err != nil {
+			return nil, false
+		}
+	}
+	if crl != "" {
+		if out.CRL, err = certs.Secret(ctx, crl); err != nil {
+			return nil, false
+		}
+	}
+	return out, true
+}

@@ -72,3 +72,59 @@ func TestCompileTLS(t *testing.T) {
 		t.Errorf("no hsts_max_age: %d, want -1", ss[0].L7.TLS.HSTSMaxAge)
 	}
 }
+
+// TestCompilePoolTLS: a tls_enabled pool carries its TLS to the members,
+// its certificates read by reference; tls_enabled alone needs nothing
+// read; references on a pool without tls_enabled are not used; a
+// reference that cannot be read leaves the pool without members.
+func TestCompilePoolTLS(t *testing.T) {
+	certs := fakeCerts{"ref-client": "client", "ref-ca": "ca pem", "ref-crl": "crl pem"}
+	for _, tc := range []struct {
+		name   string
+		change func(p *lbaas.Pool)
+		certs  Certificates
+		want   *flows.L7PoolTLS
+		// members: whether the pool keeps its members.
+		members bool
+	}{
+		{"plain", func(p *lbaas.Pool) {}, certs, nil, true},
+		{"references without tls_enabled", func(p *lbaas.Pool) { p.CATLSContainerRef = ptr("ref-ca") }, nil, nil, true},
+		{"tls_enabled alone, no source of certificates", func(p *lbaas.Pool) {
+			p.TLSEnabled, p.ALPNProtocols, p.TLSVersions = true, []string{"h2"}, []string{"TLSv1.3"}
+		}, nil, &flows.L7PoolTLS{ALPN: []string{"h2"}, Versions: []string{"TLSv1.3"}}, true},
+		{"every reference", func(p *lbaas.Pool) {
+			p.TLSEnabled, p.TLSContainerRef, p.CATLSContainerRef, p.CRLContainerRef = true, ptr("ref-client"), ptr("ref-ca"), ptr("ref-crl")
+		}, certs, &flows.L7PoolTLS{CA: []byte("ca pem"), CRL: []byte("crl pem"),
+			Certificate: &flows.L7Certificate{Chain: []byte("client chain"), Key: []byte("client key")}}, true},
+		{"empty references", func(p *lbaas.Pool) { p.TLSEnabled, p.CATLSContainerRef = true, ptr("") }, nil, &flows.L7PoolTLS{}, true},
+		{"an unreadable CA", func(p *lbaas.Pool) { p.TLSEnabled, p.CATLSContainerRef = true, ptr("ref-gone") }, certs, nil, false},
+		{"an unreadable client certificate", func(p *lbaas.Pool) { p.TLSEnabled, p.TLSContainerRef = true, ptr("ref-gone") }, certs, nil, false},
+		{"an unreadable CRL", func(p *lbaas.Pool) {
+			p.TLSEnabled, p.CATLSContainerRef, p.CRLContainerRef = true, ptr("ref-ca"), ptr("ref-gone")
+		}, certs, nil, false},
+		{"references, no source of certificates", func(p *lbaas.Pool) { p.TLSEnabled, p.CATLSContainerRef = true, ptr("ref-ca") }, nil, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tree := httpSample()
+			tc.change(tree.Pools[0])
+			ss := CompileWith(tree, tc.certs)
+			if len(ss) != 1 || ss[0].L7 == nil {
+				t.Fatalf("services %+v", ss)
+			}
+			p, ok := ss[0].L7.Pool(tree.Pools[0].ID)
+			if !ok {
+				t.Fatalf("pool %s missing from %+v", tree.Pools[0].ID, ss[0].L7.Pools)
+			}
+			if !p.TLS.Equal(tc.want) {
+				t.Errorf("TLS %+v, want %+v", p.TLS, tc.want)
+			}
+			all := len(tree.PoolMembers(tree.Pools[0].ID))
+			if want := map[bool]int{true: all, false: 0}[tc.members]; len(p.Backends) != want {
+				t.Errorf("%d members, want %d", len(p.Backends), want)
+			}
+			if len(ss[0].Backends) != all {
+				t.Errorf("the service's own backends (probes, statistics): %d, want %d", len(ss[0].Backends), all)
+			}
+		})
+	}
+}

@@ -12,6 +12,11 @@ func (s *Service) CreatePolicy(ctx context.Context, req L7PolicyCreate) (*Tree, 
 	if err := checkOwner(ctx, req.Owner); err != nil {
 		return nil, nil, err
 	}
+	if req.RedirectPool != nil && req.RedirectPool.Def != nil {
+		if err := s.checkPoolTLS(ctx, nil, &req.RedirectPool.Def.PoolUpdate); err != nil {
+			return nil, nil, err
+		}
+	}
 	var out *L7Policy
 	t, err := s.childChange(ctx, store.KindListener, req.ListenerID, func(t *Tree, _ identity.Caller) error {
 		l := t.listener(req.ListenerID)

@@ -24,6 +24,9 @@ func (s *Service) CreateListener(ctx context.Context, req ListenerCreate) (*Tree
 	if err := s.checkTLS(ctx, &req.ListenerUpdate); err != nil {
 		return nil, nil, err
 	}
+	if err := s.checkPoolTLS(ctx, nil, nestedPools([]ListenerCreate{req}, nil)...); err != nil {
+		return nil, nil, err
+	}
 	var out *Listener
 	t, err := s.lockedChange(ctx, req.LoadBalancerID, func(t *Tree, _ identity.Caller) error {
 		l, err := s.addListener(t, &req, s.newPools)

@@ -25,6 +25,9 @@ func (s *Service) CreateLoadBalancer(ctx context.Context, req LoadBalancerCreate
 			return nil, err
 		}
 	}
+	if err := s.checkPoolTLS(ctx, nil, nestedPools(req.Listeners.Value, req.Pools.Value)...); err != nil {
+		return nil, err
+	}
 	return s.commit(ctx, func(tx store.Tx) (*Tree, error) { return s.buildTree(tx, project, req, c) })
 }
 

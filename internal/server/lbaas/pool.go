@@ -17,6 +17,9 @@ func (s *Service) CreatePool(ctx context.Context, req PoolCreate) (*Tree, *Pool,
 	if err := checkOwner(ctx, req.Owner); err != nil {
 		return nil, nil, err
 	}
+	if err := s.checkPoolTLS(ctx, nil, &req.PoolUpdate); err != nil {
+		return nil, nil, err
+	}
 	if listenerID != "" {
 		lid, err := s.lbOf(ctx, store.KindListener, listenerID)
 		if err != nil {
@@ -76,6 +79,9 @@ func (s *Service) buildPool(t *Tree, req *PoolCreate, listener *Listener) (*Pool
 	if err := checkPersistence(p); err != nil {
 		return nil, err
 	}
+	if err := checkPoolCRL(p, nil, nil); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -102,15 +108,31 @@ func checkPersistence(p *Pool) error {
 
 // UpdatePool changes a pool's mutable attributes.
 func (s *Service) UpdatePool(ctx context.Context, id string, req PoolUpdate) (*Tree, *Pool, error) {
+	var storedCA *string
+	if req.CRLContainerRef.Set && !req.CATLSContainerRef.Set && s.cfg.Certificates != nil {
+		// The CRL is checked against the CA the pool has.
+		if t, err := s.Tree(ctx, store.KindPool, id); err == nil {
+			if p := t.Pool(id); p != nil {
+				storedCA = p.CATLSContainerRef
+			}
+		}
+	}
+	if err := s.checkPoolTLS(ctx, storedCA, &req); err != nil {
+		return nil, nil, err
+	}
 	var out *Pool
 	t, err := s.childChange(ctx, store.KindPool, id, func(t *Tree, _ identity.Caller) error {
 		p := t.pool(id)
 		if p == nil {
 			return notFound(store.KindPool, id)
 		}
+		oldCA := p.CATLSContainerRef
 		req.apply(p)
 		p.Tags = nonNil(p.Tags)
 		if err := checkPersistence(p); err != nil {
+			return err
+		}
+		if err := checkPoolCRL(p, &req, oldCA); err != nil {
 			return err
 		}
 		s.touchUpdated(&p.Base)

@@ -39,7 +39,9 @@ func fullService() flows.Service {
 			DefaultPool: "p",
 			Pools: []flows.L7Pool{
 				{ID: "p", Algorithm: flows.RoundRobin, Persistence: &flows.L7Persistence{Type: "SOURCE_IP", Timeout: time.Minute},
-					Backends: []flows.Backend{{MemberID: "m3", Address: netip.MustParseAddr("2001:2::3"), Port: 80, Weight: 2, Node: "n2", Zones: []string{"z"}, ForNodes: []string{"n2"}, Terminating: true}}},
+					Backends: []flows.Backend{{MemberID: "m3", Address: netip.MustParseAddr("2001:2::3"), Port: 80, Weight: 2, Node: "n2", Zones: []string{"z"}, ForNodes: []string{"n2"}, Terminating: true}},
+					TLS: &flows.L7PoolTLS{CA: []byte("ca"), CRL: []byte("crl"), Certificate: &flows.L7Certificate{Chain: []byte("c"), Key: []byte("k")},
+						ALPN: []string{"h2"}, Versions: []string{"TLSv1.3"}}},
 				{ID: "api", Algorithm: flows.LeastConnections, Persistence: &flows.L7Persistence{Type: "APP_COOKIE", CookieName: "sid"}, ProxyProtocol: 2},
 			},
 			InsertHeaders: []string{"X-Forwarded-For", "X-Forwarded-Port"},

@@ -36,6 +36,12 @@ func L7ToProto(l *flows.L7) *agentv1.L7 {
 		for _, b := range p.Backends {
 			pp.Backends = append(pp.Backends, BackendToProto(b))
 		}
+		if t := p.TLS; t != nil {
+			pp.Tls = &agentv1.L7PoolTLS{Ca: t.CA, Crl: t.CRL, Alpn: t.ALPN, Versions: t.Versions}
+			if c := t.Certificate; c != nil {
+				pp.Tls.Certificate = &agentv1.L7Certificate{Chain: c.Chain, Key: c.Key}
+			}
+		}
 		out.Pools = append(out.Pools, pp)
 	}
 	return out
@@ -71,6 +77,12 @@ func L7FromProto(p *agentv1.L7) *flows.L7 {
 		}
 		for _, b := range pp.GetBackends() {
 			pool.Backends = append(pool.Backends, BackendFromProto(b))
+		}
+		if t := pp.GetTls(); t != nil {
+			pool.TLS = &flows.L7PoolTLS{CA: t.GetCa(), CRL: t.GetCrl(), ALPN: t.GetAlpn(), Versions: t.GetVersions()}
+			if c := t.GetCertificate(); c != nil {
+				pool.TLS.Certificate = &flows.L7Certificate{Chain: c.GetChain(), Key: c.GetKey()}
+			}
 		}
 		out.Pools = append(out.Pools, pool)
 	}

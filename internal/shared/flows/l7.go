@@ -159,6 +159,58 @@ type L7Pool struct {
 	ProxyProtocol int
 	// Backends are the usable members, as for a Service.
 	Backends []Backend
+	// TLS, when set, is how the proxy connects to the members: with TLS
+	// (a pool's tls_enabled), else in plain HTTP.
+	TLS *L7PoolTLS
+}
+
+// L7PoolTLS is how the proxy speaks TLS to a pool's members, as the
+// amphora's HAProxy does: the member's certificate verified against CA
+// when there is one (else not verified at all, HAProxy's "verify
+// none"), and checked against CRL; Certificate presented to the members
+// when set; only Versions (none: TLS 1.2 and 1.3); ALPN offered.
+type L7PoolTLS struct {
+	// CA and CRL are PEM: the CAs a member's certificate must chain to
+	// (ca_tls_container_ref) and the revocation lists it is checked
+	// against (crl_container_ref).
+	CA, CRL []byte
+	// Certificate is the client certificate and key (tls_container_ref).
+	Certificate *L7Certificate
+	// ALPN are the protocols offered to a member, in order (h2,
+	// http/1.1, http/1.0); none: HTTP/1.1 without ALPN.
+	ALPN []string
+	// Versions are the TLS versions the proxy accepts from a member
+	// (TLSv1.2, TLSv1.3).
+	Versions []string
+}
+
+// Clone is a deep copy of t.
+func (t *L7PoolTLS) Clone() *L7PoolTLS {
+	if t == nil {
+		return nil
+	}
+	out := &L7PoolTLS{CA: bytes.Clone(t.CA), CRL: bytes.Clone(t.CRL), ALPN: slices.Clone(t.ALPN), Versions: slices.Clone(t.Versions)}
+	if c := t.Certificate; c != nil {
+		out.Certificate = &L7Certificate{Chain: bytes.Clone(c.Chain), Key: bytes.Clone(c.Key)}
+	}
+	return out
+}
+
+// Equal reports whether two pools' TLS are equal in every field (nil
+// and empty lists are equal).
+func (t *L7PoolTLS) Equal(o *L7PoolTLS) bool {
+	if t == nil || o == nil {
+		return t == o
+	}
+	return bytes.Equal(t.CA, o.CA) && bytes.Equal(t.CRL, o.CRL) && sameCertificate(t.Certificate, o.Certificate) &&
+		slices.Equal(t.ALPN, o.ALPN) && slices.Equal(t.Versions, o.Versions)
+}
+
+func sameCertificate(a, b *L7Certificate) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return bytes.Equal(a.Chain, b.Chain) && bytes.Equal(a.Key, b.Key)
 }
 
 // L7Persistence keeps a client's requests on one member.
@@ -206,6 +258,7 @@ func (l L7) Clone() L7 {
 			b.Zones, b.ForNodes = slices.Clone(b.Zones), slices.Clone(b.ForNodes)
 			p.Backends[j] = b
 		}
+		p.TLS = p.TLS.Clone()
 		out.Pools[i] = p
 	}
 	out.InsertHeaders = slices.Clone(l.InsertHeaders)
@@ -256,7 +309,7 @@ func sameL7Policy(a, b L7Policy) bool {
 
 func sameL7Pool(a, b L7Pool) bool {
 	return a.ID == b.ID && a.Algorithm == b.Algorithm && sameL7Persistence(a.Persistence, b.Persistence) && a.ProxyProtocol == b.ProxyProtocol &&
-		slices.EqualFunc(a.Backends, b.Backends, SameBackend)
+		slices.EqualFunc(a.Backends, b.Backends, SameBackend) && a.TLS.Equal(b.TLS)
 }
 
 func sameL7Persistence(a, b *L7Persistence) bool {

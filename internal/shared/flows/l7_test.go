@@ -18,7 +18,9 @@ func fullL7() *L7 {
 		},
 		DefaultPool: "pool-a",
 		Pools: []L7Pool{
-			{ID: "pool-a", Algorithm: RoundRobin, Backends: []Backend{{MemberID: "m1", Address: netip.MustParseAddr("198.18.17.2"), Port: 80, Weight: 1}}},
+			{ID: "pool-a", Algorithm: RoundRobin, Backends: []Backend{{MemberID: "m1", Address: netip.MustParseAddr("198.18.17.2"), Port: 80, Weight: 1}},
+				TLS: &L7PoolTLS{CA: []byte("ca"), CRL: []byte("crl"), Certificate: &L7Certificate{Chain: []byte("chain"), Key: []byte("key")},
+					ALPN: []string{"h2", "http/1.1"}, Versions: []string{"TLSv1.2", "TLSv1.3"}}},
 			{ID: "pool-b", Algorithm: LeastConnections, Persistence: &L7Persistence{Type: PersistAppCookie, CookieName: "sid"}},
 		},
 		InsertHeaders: []string{"X-Forwarded-For"},
@@ -62,11 +64,17 @@ func TestSameL7(t *testing.T) {
 		"L7Pool.Persistence":          func(l *L7) { l.Pools[0].Persistence = &L7Persistence{Type: PersistHTTPCookie} },
 		"L7Pool.Backends":             func(l *L7) { l.Pools[0].Backends[0].Weight = 2 },
 		"L7Pool.ProxyProtocol":        func(l *L7) { l.Pools[0].ProxyProtocol = 2 },
+		"L7Pool.TLS":                  func(l *L7) { l.Pools[0].TLS = nil },
+		"L7PoolTLS.CA":                func(l *L7) { l.Pools[0].TLS.CA = nil },
+		"L7PoolTLS.CRL":               func(l *L7) { l.Pools[0].TLS.CRL = []byte("crl2") },
+		"L7PoolTLS.Certificate":       func(l *L7) { l.Pools[0].TLS.Certificate.Key = []byte("other") },
+		"L7PoolTLS.ALPN":              func(l *L7) { l.Pools[0].TLS.ALPN = l.Pools[0].TLS.ALPN[1:] },
+		"L7PoolTLS.Versions":          func(l *L7) { l.Pools[0].TLS.Versions = []string{"TLSv1.3"} },
 		"L7Persistence.Type":          func(l *L7) { l.Pools[1].Persistence.Type = PersistHTTPCookie },
 		"L7Persistence.CookieName":    func(l *L7) { l.Pools[1].Persistence.CookieName = "other" },
 		"L7Persistence.Timeout":       func(l *L7) { l.Pools[1].Persistence.Timeout = time.Minute },
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[L7](), reflect.TypeFor[L7Policy](), reflect.TypeFor[L7Pool](), reflect.TypeFor[L7Persistence](), reflect.TypeFor[L7TLS]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[L7](), reflect.TypeFor[L7Policy](), reflect.TypeFor[L7Pool](), reflect.TypeFor[L7Persistence](), reflect.TypeFor[L7TLS](), reflect.TypeFor[L7PoolTLS]()} {
 		for i := range typ.NumField() {
 			if name := typ.Name() + "." + typ.Field(i).Name; changes[name] == nil {
 				t.Errorf("field %s has no case here: make sameL7 compare it and add one", name)
@@ -123,7 +131,8 @@ func TestL7Pool(t *testing.T) {
 func TestL7CertificatePrintsNoKey(t *testing.T) {
 	l := fullL7()
 	l.TLS.Certificates[0].Key = []byte("-----BEGIN PRIVATE KEY----- secret")
-	for _, s := range []string{fmt.Sprint(l.TLS.Certificates[0]), fmt.Sprintf("%+v", *l.TLS), fmt.Sprintf("%#v", l.TLS.Certificates), fmt.Sprintf("%v", []L7Certificate{l.TLS.Certificates[0]})} {
+	l.Pools[0].TLS.Certificate.Key = []byte("-----BEGIN PRIVATE KEY----- secret")
+	for _, s := range []string{fmt.Sprint(l.TLS.Certificates[0]), fmt.Sprintf("%+v", *l.TLS), fmt.Sprintf("%+v", l.Pools), fmt.Sprintf("%#v", l.Pools[0].TLS), fmt.Sprintf("%#v", l.TLS.Certificates), fmt.Sprintf("%v", []L7Certificate{l.TLS.Certificates[0]})} {
 		if strings.Contains(s, "secret") || strings.Contains(s, "PRIVATE") {
 			t.Errorf("a key printed: %s", s)
 		}
@@ -147,6 +156,9 @@ func TestL7Clone(t *testing.T) {
 	c.TLS.ClientCA[0] = 'x'
 	c.TLS.ALPN[0] = "x"
 	c.TLS.ClientAuth = "x"
+	c.Pools[0].TLS.Certificate.Key[0] = 'x'
+	c.Pools[0].TLS.CA[0] = 'x'
+	c.Pools[0].TLS.ALPN[0] = "x"
 	if !sameL7(orig, fullL7()) {
 		t.Error("changing the clone changed the original")
 	}

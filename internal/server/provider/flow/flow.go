@@ -136,8 +136,8 @@ func (p *Provider) Check(t *lbaas.Tree) error {
 		} else if err := checkL4Pool(pool); err != nil {
 			return err
 		}
-		if pool.TLSEnabled || pool.TLSContainerRef != nil || pool.CATLSContainerRef != nil {
-			return refuse("TLS to members is not supported.")
+		if err := p.checkPoolTLS(pool); err != nil {
+			return err
 		}
 		if hm := t.PoolMonitor(pool.ID); hm != nil {
 			if _, ok := flows.ParseMonitorType(hm.Type); !ok {
@@ -178,13 +178,19 @@ var sslInsertable = []string{"X-SSL-Client-Verify", "X-SSL-Client-Has-Cert", "X-
 var tlsVersionOrder = []string{"TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"}
 
 // checkTLSListener refuses what the node's proxy cannot terminate:
-// OpenSSL cipher strings, SSLv3, versions with a gap.
+// OpenSSL cipher strings, SSLv3, versions with a gap (checkVersions).
 func checkTLSListener(l *lbaas.Listener) error {
 	if l.TLSCiphers != nil && *l.TLSCiphers != "" {
 		return refuse("tls_ciphers is not supported: the proxy offers Go's TLS cipher suites.")
 	}
+	return checkVersions(l.TLSVersions)
+}
+
+// checkVersions refuses TLS versions Go's TLS lacks, and versions with a
+// gap.
+func checkVersions(versions []string) error {
 	var idx []int
-	for _, v := range l.TLSVersions {
+	for _, v := range versions {
 		i := slices.Index(tlsVersionOrder, v)
 		if i < 0 {
 			return refuse("TLS version %s is not supported; %s are.", v, strings.Join(tlsVersionOrder, ", "))
@@ -194,10 +200,39 @@ func checkTLSListener(l *lbaas.Listener) error {
 	slices.Sort(idx)
 	idx = slices.Compact(idx)
 	if len(idx) > 0 && idx[len(idx)-1]-idx[0] != len(idx)-1 {
-		return refuse("TLS versions %s leave a gap; only a range of versions is supported.", strings.Join(l.TLSVersions, ", "))
+		return refuse("TLS versions %s leave a gap; only a range of versions is supported.", strings.Join(versions, ", "))
 	}
 	return nil
 }
+
+// checkPoolTLS refuses what the node's proxy cannot do of a pool's TLS
+// to its members: any on a pool it does not proxy, certificates without
+// a certificate manager to read them from (server --tls-certificates),
+// OpenSSL cipher strings, SSLv3, versions with a gap.
+func (p *Provider) checkPoolTLS(pool *lbaas.Pool) error {
+	refs := set(pool.TLSContainerRef) || set(pool.CATLSContainerRef) || set(pool.CRLContainerRef)
+	if !pool.TLSEnabled && !refs {
+		return nil
+	}
+	if !p.http(pool.Protocol) && !p.proxied(pool.Protocol) {
+		if p.L7 {
+			return refuse("TLS to members is not supported for %s pools; it is for HTTP, PROXY and PROXYV2 pools.", pool.Protocol)
+		}
+		return refuse("TLS to members is not supported.")
+	}
+	if refs && !p.TLS {
+		return refuse("TLS to members with certificates (tls_container_ref, ca_tls_container_ref, crl_container_ref) is not supported: no certificate manager is configured; tls_enabled alone is.")
+	}
+	if !pool.TLSEnabled {
+		return nil
+	}
+	if set(pool.TLSCiphers) {
+		return refuse("tls_ciphers is not supported: the proxy offers Go's TLS cipher suites.")
+	}
+	return checkVersions(pool.TLSVersions)
+}
+
+func set(s *string) bool { return s != nil && *s != "" }
 
 // proxied reports whether protocol is a pool protocol whose members the
 // node's proxy sends HTTP after a PROXY protocol header.

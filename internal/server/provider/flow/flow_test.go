@@ -202,7 +202,8 @@ func TestCheckL7(t *testing.T) {
 		{"PROXYV2 pool", httpTree(func(t *lbaas.Tree) { t.Pools[0].Protocol = "PROXYV2" }), ""},
 		{"PROXY pool behind a TCP listener", func(t *lbaas.Tree) { t.Pools[0].Protocol, t.Pools[0].LBAlgorithm = "PROXY", "ROUND_ROBIN" }, "the protocols must match"},
 		{"PROXY pool, source IP and port", httpTree(func(t *lbaas.Tree) { t.Pools[0].Protocol, t.Pools[0].LBAlgorithm = "PROXY", "SOURCE_IP_PORT" }), ""},
-		{"TLS to members", httpTree(func(t *lbaas.Tree) { t.Pools[0].TLSEnabled = true }), "TLS to members"},
+		{"TLS to members", httpTree(func(t *lbaas.Tree) { t.Pools[0].TLSEnabled = true }), ""},
+		{"TLS to members of a TCP pool", func(t *lbaas.Tree) { t.Pools[0].TLSEnabled = true }, "TLS to members is not supported for TCP pools"},
 		{"TERMINATED_HTTPS", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "TERMINATED_HTTPS" }, "use TCP, UDP, SCTP or HTTP"},
 		{"HTTPS passed through", func(t *lbaas.Tree) { t.Listeners[0].Protocol, t.Pools[0].Protocol = "HTTPS", "HTTPS" }, ""},
 		{"HTTPS to a TCP pool", func(t *lbaas.Tree) { t.Listeners[0].Protocol = "HTTPS" }, ""},
@@ -293,5 +294,54 @@ func wantChecked(t *testing.T, p *Provider, edit func(*lbaas.Tree), refuse strin
 	}
 	if !errors.Is(err, lbaas.ErrUnsupported) || !strings.Contains(err.Error(), refuse) {
 		t.Fatalf("got %v, want a refusal saying %q", err, refuse)
+	}
+}
+
+// TestCheckPoolTLS: TLS to the members of HTTP and PROXY pools is
+// served, tls_enabled alone without a certificate manager; certificates
+// need one; what Go's TLS cannot offer is refused.
+func TestCheckPoolTLS(t *testing.T) {
+	pool := func(edit func(p *lbaas.Pool)) func(t *lbaas.Tree) {
+		return func(t *lbaas.Tree) {
+			t.Listeners[0].Protocol = "HTTP"
+			p := t.Pools[0]
+			p.Protocol, p.LBAlgorithm, p.TLSEnabled = "HTTP", "ROUND_ROBIN", true
+			edit(p)
+		}
+	}
+	refs := func(p *lbaas.Pool) {
+		p.TLSContainerRef, p.CATLSContainerRef, p.CRLContainerRef = sp("https://kms/v1/secrets/c"), sp("https://kms/v1/secrets/ca"), sp("https://kms/v1/secrets/crl")
+	}
+	for _, tc := range []struct {
+		name      string
+		tls       bool // server --tls-certificates barbican
+		edit      func(t *lbaas.Tree)
+		refuse    string
+		refuseOff string // without --l7
+	}{
+		{"tls_enabled alone", false, pool(func(p *lbaas.Pool) {}), "", "HTTP protocol listeners are not supported"},
+		{"ALPN and versions", false, pool(func(p *lbaas.Pool) {
+			p.ALPNProtocols, p.TLSVersions = []string{"h2", "http/1.1"}, []string{"TLSv1.2", "TLSv1.3"}
+		}), "", "HTTP protocol listeners"},
+		{"PROXYV2 pool", false, pool(func(p *lbaas.Pool) { p.Protocol = "PROXYV2" }), "", "HTTP protocol listeners"},
+		{"every reference", true, pool(refs), "", "HTTP protocol listeners"},
+		{"a reference without a certificate manager", false, pool(func(p *lbaas.Pool) { p.CATLSContainerRef = sp("https://kms/v1/secrets/ca") }),
+			"no certificate manager is configured", "HTTP protocol listeners"},
+		{"a reference without tls_enabled, no certificate manager", false, pool(func(p *lbaas.Pool) { p.TLSEnabled, p.TLSContainerRef = false, sp("x") }),
+			"no certificate manager is configured", "HTTP protocol listeners"},
+		{"empty references", false, pool(func(p *lbaas.Pool) { p.TLSContainerRef, p.CATLSContainerRef = sp(""), sp("") }), "", "HTTP protocol listeners"},
+		{"ciphers", true, pool(func(p *lbaas.Pool) { p.TLSCiphers = sp("ECDHE-RSA-AES128-GCM-SHA256") }), "tls_ciphers is not supported", "HTTP protocol listeners"},
+		{"ciphers without tls_enabled", true, pool(func(p *lbaas.Pool) { p.TLSEnabled, p.TLSCiphers = false, sp("ECDHE-RSA-AES128-GCM-SHA256") }), "", "HTTP protocol listeners"},
+		{"SSLv3", true, pool(func(p *lbaas.Pool) { p.TLSVersions = []string{"SSLv3"} }), "TLS version SSLv3 is not supported", "HTTP protocol listeners"},
+		{"a gap", true, pool(func(p *lbaas.Pool) { p.TLSVersions = []string{"TLSv1.1", "TLSv1.3"} }), "leave a gap", "HTTP protocol listeners"},
+		{"a TCP pool", true, func(t *lbaas.Tree) { t.Pools[0].TLSEnabled = true }, "TLS to members is not supported for TCP pools", "TLS to members is not supported."},
+		{"a CA on a TCP pool", true, func(t *lbaas.Tree) { t.Pools[0].CATLSContainerRef = sp("x") }, "TLS to members is not supported for TCP pools", "TLS to members is not supported."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New(Immediate{})
+			p.L7, p.TLS = true, tc.tls
+			wantChecked(t, p, tc.edit, tc.refuse)
+			wantChecked(t, New(Immediate{}), tc.edit, tc.refuseOff)
+		})
 	}
 }

@@ -2140,6 +2140,9 @@ type L7Pool struct {
 	Backends    []*Backend             `protobuf:"bytes,4,rep,name=backends,proto3" json:"backends,omitempty"`
 	// The PROXY protocol version members read first (1 or 2; 0: none).
 	ProxyProtocol int32 `protobuf:"varint,5,opt,name=proxy_protocol,json=proxyProtocol,proto3" json:"proxy_protocol,omitempty"`
+	// TLS to the members (tls_enabled); absent: plain HTTP. It may carry
+	// a private key, as L7TLS does.
+	Tls           *L7PoolTLS `protobuf:"bytes,6,opt,name=tls,proto3" json:"tls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2209,6 +2212,92 @@ func (x *L7Pool) GetProxyProtocol() int32 {
 	return 0
 }
 
+func (x *L7Pool) GetTls() *L7PoolTLS {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
+type L7PoolTLS struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PEM: the CAs a member's certificate must chain to (none: not
+	// verified) and the revocation lists it is checked against.
+	Ca  []byte `protobuf:"bytes,1,opt,name=ca,proto3" json:"ca,omitempty"`
+	Crl []byte `protobuf:"bytes,2,opt,name=crl,proto3" json:"crl,omitempty"`
+	// The certificate presented to the members; absent: none.
+	Certificate   *L7Certificate `protobuf:"bytes,3,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	Alpn          []string       `protobuf:"bytes,4,rep,name=alpn,proto3" json:"alpn,omitempty"`
+	Versions      []string       `protobuf:"bytes,5,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *L7PoolTLS) Reset() {
+	*x = L7PoolTLS{}
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *L7PoolTLS) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*L7PoolTLS) ProtoMessage() {}
+
+func (x *L7PoolTLS) ProtoReflect() protoreflect.Message {
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use L7PoolTLS.ProtoReflect.Descriptor instead.
+func (*L7PoolTLS) Descriptor() ([]byte, []int) {
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *L7PoolTLS) GetCa() []byte {
+	if x != nil {
+		return x.Ca
+	}
+	return nil
+}
+
+func (x *L7PoolTLS) GetCrl() []byte {
+	if x != nil {
+		return x.Crl
+	}
+	return nil
+}
+
+func (x *L7PoolTLS) GetCertificate() *L7Certificate {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *L7PoolTLS) GetAlpn() []string {
+	if x != nil {
+		return x.Alpn
+	}
+	return nil
+}
+
+func (x *L7PoolTLS) GetVersions() []string {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
 type L7Persistence struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// SOURCE_IP, HTTP_COOKIE or APP_COOKIE.
@@ -2221,7 +2310,7 @@ type L7Persistence struct {
 
 func (x *L7Persistence) Reset() {
 	*x = L7Persistence{}
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2322,7 @@ func (x *L7Persistence) String() string {
 func (*L7Persistence) ProtoMessage() {}
 
 func (x *L7Persistence) ProtoReflect() protoreflect.Message {
-	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_flowlb_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2335,7 @@ func (x *L7Persistence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use L7Persistence.ProtoReflect.Descriptor instead.
 func (*L7Persistence) Descriptor() ([]byte, []int) {
-	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_flowlb_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *L7Persistence) GetType() string {
@@ -2454,13 +2543,20 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\acompare\x18\x02 \x01(\tR\acompare\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\tR\x05value\x12\x16\n" +
-	"\x06invert\x18\x05 \x01(\bR\x06invert\"\xd5\x01\n" +
+	"\x06invert\x18\x05 \x01(\bR\x06invert\"\x83\x02\n" +
 	"\x06L7Pool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12@\n" +
 	"\vpersistence\x18\x03 \x01(\v2\x1e.flowlb.agent.v1.L7PersistenceR\vpersistence\x124\n" +
 	"\bbackends\x18\x04 \x03(\v2\x18.flowlb.agent.v1.BackendR\bbackends\x12%\n" +
-	"\x0eproxy_protocol\x18\x05 \x01(\x05R\rproxyProtocol\"c\n" +
+	"\x0eproxy_protocol\x18\x05 \x01(\x05R\rproxyProtocol\x12,\n" +
+	"\x03tls\x18\x06 \x01(\v2\x1a.flowlb.agent.v1.L7PoolTLSR\x03tls\"\x9f\x01\n" +
+	"\tL7PoolTLS\x12\x0e\n" +
+	"\x02ca\x18\x01 \x01(\fR\x02ca\x12\x10\n" +
+	"\x03crl\x18\x02 \x01(\fR\x03crl\x12@\n" +
+	"\vcertificate\x18\x03 \x01(\v2\x1e.flowlb.agent.v1.L7CertificateR\vcertificate\x12\x12\n" +
+	"\x04alpn\x18\x04 \x03(\tR\x04alpn\x12\x1a\n" +
+	"\bversions\x18\x05 \x03(\tR\bversions\"c\n" +
 	"\rL7Persistence\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1f\n" +
 	"\vcookie_name\x18\x02 \x01(\tR\n" +
@@ -2483,7 +2579,7 @@ func file_flowlb_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_flowlb_agent_v1_agent_proto_rawDescData
 }
 
-var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_flowlb_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_flowlb_agent_v1_agent_proto_goTypes = []any{
 	(*EnrollRequest)(nil),        // 0: flowlb.agent.v1.EnrollRequest
 	(*EnrollResponse)(nil),       // 1: flowlb.agent.v1.EnrollResponse
@@ -2510,7 +2606,8 @@ var file_flowlb_agent_v1_agent_proto_goTypes = []any{
 	(*L7Policy)(nil),             // 22: flowlb.agent.v1.L7Policy
 	(*L7Rule)(nil),               // 23: flowlb.agent.v1.L7Rule
 	(*L7Pool)(nil),               // 24: flowlb.agent.v1.L7Pool
-	(*L7Persistence)(nil),        // 25: flowlb.agent.v1.L7Persistence
+	(*L7PoolTLS)(nil),            // 25: flowlb.agent.v1.L7PoolTLS
+	(*L7Persistence)(nil),        // 26: flowlb.agent.v1.L7Persistence
 }
 var file_flowlb_agent_v1_agent_proto_depIdxs = []int32{
 	11, // 0: flowlb.agent.v1.AgentMessage.hello:type_name -> flowlb.agent.v1.Hello
@@ -2537,17 +2634,19 @@ var file_flowlb_agent_v1_agent_proto_depIdxs = []int32{
 	20, // 21: flowlb.agent.v1.L7.tls:type_name -> flowlb.agent.v1.L7TLS
 	21, // 22: flowlb.agent.v1.L7TLS.certificates:type_name -> flowlb.agent.v1.L7Certificate
 	23, // 23: flowlb.agent.v1.L7Policy.rules:type_name -> flowlb.agent.v1.L7Rule
-	25, // 24: flowlb.agent.v1.L7Pool.persistence:type_name -> flowlb.agent.v1.L7Persistence
+	26, // 24: flowlb.agent.v1.L7Pool.persistence:type_name -> flowlb.agent.v1.L7Persistence
 	17, // 25: flowlb.agent.v1.L7Pool.backends:type_name -> flowlb.agent.v1.Backend
-	2,  // 26: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
-	0,  // 27: flowlb.agent.v1.Agent.Enroll:input_type -> flowlb.agent.v1.EnrollRequest
-	13, // 28: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
-	1,  // 29: flowlb.agent.v1.Agent.Enroll:output_type -> flowlb.agent.v1.EnrollResponse
-	28, // [28:30] is the sub-list for method output_type
-	26, // [26:28] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	25, // 26: flowlb.agent.v1.L7Pool.tls:type_name -> flowlb.agent.v1.L7PoolTLS
+	21, // 27: flowlb.agent.v1.L7PoolTLS.certificate:type_name -> flowlb.agent.v1.L7Certificate
+	2,  // 28: flowlb.agent.v1.Agent.Subscribe:input_type -> flowlb.agent.v1.AgentMessage
+	0,  // 29: flowlb.agent.v1.Agent.Enroll:input_type -> flowlb.agent.v1.EnrollRequest
+	13, // 30: flowlb.agent.v1.Agent.Subscribe:output_type -> flowlb.agent.v1.Update
+	1,  // 31: flowlb.agent.v1.Agent.Enroll:output_type -> flowlb.agent.v1.EnrollResponse
+	30, // [30:32] is the sub-list for method output_type
+	28, // [28:30] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_flowlb_agent_v1_agent_proto_init() }
@@ -2569,7 +2668,7 @@ func file_flowlb_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flowlb_agent_v1_agent_proto_rawDesc), len(file_flowlb_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
