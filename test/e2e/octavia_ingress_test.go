@@ -83,13 +83,16 @@ const (
 // TERMINATED_HTTPS listener on 443 whose certificates it stores in
 // Barbican (PKCS#12), a pool per Service with the nodes' node ports as
 // members, and a REDIRECT_TO_POOL policy per host and path (HOST_NAME
-// REGEX, PATH STARTS_WITH). The external client reaches each host's and
-// path's pods over HTTP and HTTPS, SNI picking each host's certificate;
+// REGEX, PATH STARTS_WITH), and (the Ingresses not internal) a floating
+// IP on the VIP port, the Ingress's address. The external client
+// reaches each host's and path's pods at it over HTTP and HTTPS
+// through each node, SNI picking each host's certificate;
 // an unknown host gets 503 (no default backend). A change of the plain
 // Ingress (a path dropped, a host moved to the other Service) replaces
 // and deletes policies and a pool, and the rest are renumbered from 1.
-// Deleting the Ingresses removes the load balancers from flowlb and the
-// certificates from Barbican; the controller logs no failure.
+// Deleting the Ingresses removes the load balancers and floating IPs
+// from flowlb and the certificates from Barbican; the controller logs
+// no failure.
 func TestOctaviaIngressController(t *testing.T) {
 	kubetest.SkipUnlessKube(t)
 	oic := oicBinary(t)
@@ -118,9 +121,11 @@ func TestOctaviaIngressController(t *testing.T) {
 	e := &kubeEnv{cluster: c, kc: kc, k: kc.Client, ctx: ctx}
 	startKubeProxies(t, e, "nftables")
 
-	_, body := e.call("GET", "/v2.0/subnets?name=flowlb-external-subnet", nil)
-	extSubnet := dig(body, "subnets")[0].(map[string]any)["id"].(string)
-	startIngressController(t, e, oic, extSubnet)
+	_, body := e.call("GET", "/v2.0/subnets?name=flowlb-vip-subnet", nil)
+	vipSubnet := dig(body, "subnets")[0].(map[string]any)["id"].(string)
+	_, body = e.call("GET", "/v2.0/networks?name=flowlb-external", nil)
+	extNet := dig(body, "networks")[0].(map[string]any)["id"].(string)
+	startIngressController(t, e, oic, vipSubnet, extNet)
 	t.Logf("set up in %s: the lab, Keystone, Barbican, flowlb (L7), Kubernetes, kube-proxy and octavia-ingress-controller",
 		time.Since(t0).Round(100*time.Millisecond))
 
@@ -167,10 +172,12 @@ func TestOctaviaIngressController(t *testing.T) {
 		})
 		addrs[name] = ip
 		lb := ingressDone(t, e, name)
-		t.Logf("%s: address %s in its status %s after its creation; load balancer %s, VIP %v, provider %v", name, ip,
+		t.Logf("%s: floating IP %s in its status %s after its creation; load balancer %s, VIP %v, provider %v", name, ip,
 			time.Since(created[name]).Round(time.Millisecond), lb["id"], lb["vip_address"], lb["provider"])
-		if ip != lb["vip_address"] {
-			t.Errorf("%s: address %s, want its load balancer's VIP %v (internal: no floating IP)", name, ip, lb["vip_address"])
+		f := ingressFIP(e, ip)
+		if f == nil || f["port_id"] != lb["vip_port_id"] || f["fixed_ip_address"] != lb["vip_address"] ||
+			!lab.ExternalVIPs.Contains(mustAddr(t, ip)) || lab.ExternalVIPs.Contains(mustAddr(t, lb["vip_address"].(string))) {
+			t.Errorf("%s: address %s, floating IP %v: want an external floating IP on the VIP port %v (%v)", name, ip, f, lb["vip_port_id"], lb["vip_address"])
 		}
 		port := 80
 		if name == "web-tls" {
@@ -311,7 +318,7 @@ func TestOctaviaIngressController(t *testing.T) {
 		}
 	}
 	t0 = time.Now()
-	testutil.Eventually(t, 2*time.Minute, "the load balancers, the listeners, pools and policies, and the certificates gone", func() (bool, string) {
+	testutil.Eventually(t, 2*time.Minute, "the load balancers, the listeners, pools and policies, the floating IPs and the certificates gone", func() (bool, string) {
 		var left []string
 		for _, name := range []string{"web", "web-tls"} {
 			if lbNamed(e, ingressLBName(name)) != nil {
@@ -327,9 +334,14 @@ func TestOctaviaIngressController(t *testing.T) {
 		if s := ingressSecrets(); len(s) != 0 {
 			left = append(left, fmt.Sprintf("secrets %v", s))
 		}
+		for _, a := range addrs {
+			if ingressFIP(e, a) != nil {
+				left = append(left, "floating IP "+a)
+			}
+		}
 		return len(left) == 0, strings.Join(left, ", ")
 	})
-	t.Logf("deleted: load balancers and certificates gone in %s", time.Since(t0).Round(time.Millisecond))
+	t.Logf("deleted: load balancers, floating IPs and certificates gone in %s", time.Since(t0).Round(time.Millisecond))
 
 	// Nothing failed on the way: the controller retries a failed step
 	// and logs it at ERROR (logrus) before it succeeds.
@@ -370,6 +382,15 @@ func ingressDone(t *testing.T, e *kubeEnv, name string) map[string]any {
 	return lb
 }
 
+// ingressFIP is the floating IP at addr, or nil.
+func ingressFIP(e *kubeEnv, addr string) map[string]any {
+	_, body := e.call("GET", "/v2.0/floatingips?floating_ip_address="+addr, nil)
+	if fs := dig(body, "floatingips"); len(fs) == 1 {
+		return fs[0].(map[string]any)
+	}
+	return nil
+}
+
 func tlsSecretName(host string) string { return "tls-" + strings.SplitN(host, ".", 2)[0] }
 
 // ingressLBName is the controller's name of Ingress name's load balancer
@@ -377,7 +398,8 @@ func tlsSecretName(host string) string { return "tls-" + strings.SplitN(host, ".
 func ingressLBName(name string) string { return "kube_ingress_lab_default_" + name }
 
 // ingressOf is Ingress name of class openstack (the controller takes
-// only the annotation): host A /api to Service two and / to one (the
+// only the annotation), with a floating IP (not internal): host A /api
+// to Service two and / to one (the
 // controller makes the policies in the Ingress's order, the first
 // matching wins), host B / to two; with TLS, a Secret per host.
 func ingressOf(name string, withTLS bool) *networkingv1.Ingress {
@@ -391,7 +413,7 @@ func ingressOf(name string, withTLS bool) *networkingv1.Ingress {
 			HTTP: &networkingv1.HTTPIngressRuleValue{Paths: paths}}}
 	}
 	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: name,
-		Annotations: map[string]string{"kubernetes.io/ingress.class": "openstack"}},
+		Annotations: map[string]string{"kubernetes.io/ingress.class": "openstack", "octavia.ingress.kubernetes.io/internal": "false"}},
 		Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{
 			rule(ingressHostA, path("/api", "two"), path("/", "one")),
 			rule(ingressHostB, path("/", "two")),
@@ -616,9 +638,9 @@ func startLabBarbican(t *testing.T, c *cluster, ks *keystone.Keystone) {
 
 // startIngressController runs octavia-ingress-controller in the fabric
 // as project k8s's user ingress, cluster name lab, its load balancers'
-// VIPs on subnet (the external one, which the client is routed to; no
-// floating IP: Ingresses are internal unless annotated otherwise).
-func startIngressController(t *testing.T, e *kubeEnv, bin, subnet string) {
+// VIPs on subnet and their floating IPs (for the Ingresses annotated
+// not internal) on the network floating.
+func startIngressController(t *testing.T, e *kubeEnv, bin, subnet, floating string) {
 	conf := filepath.Join(t.TempDir(), "ingress.yaml")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`cluster-name: lab
 kubernetes:
@@ -633,7 +655,8 @@ openstack:
   ca-file: %s
 octavia:
   subnet-id: %s
-`, e.kc.State.LabKubeconfig, keystoneURL, keystone.Region, e.tls.CACert, subnet)), 0o600); err != nil {
+  floating-network-id: %s
+`, e.kc.State.LabKubeconfig, keystoneURL, keystone.Region, e.tls.CACert, subnet, floating)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.lab.Fabric().Start("octavia-ingress-controller", []string{bin, "--config", conf, "--debug"}); err != nil {
