@@ -24,6 +24,7 @@ if $test; then
 	packages+=(systemd)   # systemd-analyze, -sysusers, -tmpfiles check deploy/systemd
 	packages+=(chromium)  # the dashboard's browser test (test/e2e, through chromedp)
 	packages+=(keystone uwsgi uwsgi-plugin-python3)   # the Keystone of TestCloudProviderOpenStack
+	packages+=(barbican-api)   # the key manager of TestOctaviaIngressController (up in about 2 s)
 	packages+=(clang llvm libbpf-dev)   # make generate-check rebuilds the eBPF data plane's objects
 	packages+=(iptables)  # kube-proxy's iptables mode, a contender of the benchmark suite (smoke run in the tests)
 	packages+=(haproxy)   # the amphora's proxy, beside the agents' L7 proxy in TestL7ProxyBench
@@ -93,11 +94,13 @@ go mod download
 # The lab's Kubernetes control plane: pinned binaries built once from the
 # Go module proxy and cached outside the repository (about 12 minutes the
 # first time), plus Debian's etcd and kubectl; and cloud-provider-openstack's
-# controller manager, built the same way, which TestCloudProviderOpenStack
-# runs against flowlb. The demo runs none of them.
+# controller manager and octavia-ingress-controller, built the same way,
+# which TestCloudProviderOpenStack and TestOctaviaIngressController run
+# against flowlb. The demo runs none of them.
 if $test; then
 	"$(dirname "$0")/kube-bins.sh" >/dev/null
 	"$(dirname "$0")/cpo-bins.sh" >/dev/null
+	"$(dirname "$0")/octavia-ingress-bins.sh" >/dev/null
 	# CoreDNS for the real nodes' cluster DNS, and the images those
 	# nodes import (agnhost's, pause, CoreDNS): no registry is reachable.
 	"$(dirname "$0")/coredns-bins.sh" >/dev/null

@@ -337,6 +337,22 @@ func (a *Admin) Project(name string) (string, error) {
 	return a.create("project", map[string]any{"name": name, "domain_id": "default"})
 }
 
+// ProjectID returns the id of project name (domain Default).
+func (a *Admin) ProjectID(name string) (string, error) {
+	var out struct {
+		Projects []struct {
+			ID string `json:"id"`
+		} `json:"projects"`
+	}
+	if err := a.call("GET", "/projects?domain_id=default&name="+url.QueryEscape(name), nil, &out); err != nil {
+		return "", err
+	}
+	if len(out.Projects) != 1 {
+		return "", fmt.Errorf("project %s: %d found", name, len(out.Projects))
+	}
+	return out.Projects[0].ID, nil
+}
+
 // User creates a user in domain Default whose default project is
 // projectID ("": none).
 func (a *Admin) User(name, password, projectID string) (string, error) {

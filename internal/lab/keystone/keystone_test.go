@@ -41,6 +41,12 @@ func TestKeystone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got, err := a.ProjectID("demo"); err != nil || got != pid {
+		t.Errorf("ProjectID(demo) = %q, %v; want %q", got, err, pid)
+	}
+	if got, err := a.ProjectID("nothere"); err == nil {
+		t.Errorf("ProjectID(nothere) = %q, want an error", got)
+	}
 	uid, err := a.User("alice", "alicepw", pid)
 	if err != nil {
 		t.Fatal(err)

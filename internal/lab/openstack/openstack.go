@@ -37,6 +37,7 @@ import (
 	gopenstack "github.com/gophercloud/gophercloud/v2/openstack"
 
 	"github.com/flowlb/flowlb/internal/lab"
+	"github.com/flowlb/flowlb/internal/lab/barbican"
 	"github.com/flowlb/flowlb/internal/lab/keystone"
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
@@ -154,8 +155,7 @@ type Cloud struct {
 	ks    *keystone.Keystone
 	// serviceProjectID is the id of ServiceProject.
 	serviceProjectID string
-	// barbicanStarted is when Barbican's process started.
-	barbicanStarted time.Time
+	barbican         *barbican.Barbican
 }
 
 // Net is a network and its IPv4 subnet.

@@ -149,7 +149,18 @@ func reposition(t *Tree, p *L7Policy) {
 	}
 }
 
-// DeletePolicy removes an L7 policy and its rules.
+// densePolicies numbers a listener's policies from 1 in their order.
+func (t *Tree) densePolicies(listenerID string) {
+	for i, p := range t.listenerPolicies(listenerID) {
+		if p.Position != i+1 {
+			p.Position = i + 1
+			t.markDirty(p)
+		}
+	}
+}
+
+// DeletePolicy removes an L7 policy and its rules; the listener's other
+// policies are renumbered once the provider has removed it (settle).
 func (s *Service) DeletePolicy(ctx context.Context, id string) error {
 	_, err := s.childChange(ctx, store.KindL7Policy, id, func(t *Tree, _ identity.Caller) error {
 		p := t.Policy(id)

@@ -282,6 +282,13 @@ func (s *Service) settle(t *Tree, perr error) {
 		}
 	}
 	t.remove(gone...)
+	// Octavia renumbers a listener's policies once one of them is
+	// deleted: positions stay dense from 1, in the same order.
+	for _, o := range gone {
+		if p, ok := o.(*L7Policy); ok && t.listener(p.ListenerID) != nil {
+			t.densePolicies(p.ListenerID)
+		}
+	}
 }
 
 // purge removes a deleted LB's whole tree and releases its VIP ports.

@@ -86,7 +86,8 @@ func TestFromParts(t *testing.T) {
 
 func TestFromPKCS12(t *testing.T) {
 	a := issue(t, pkix.Name{CommonName: "www.example"})
-	for _, enc := range []*pkcs12.Encoder{pkcs12.Passwordless, pkcs12.Modern} {
+	// LegacyRC2 is what octavia-ingress-controller stores in Barbican.
+	for _, enc := range []*pkcs12.Encoder{pkcs12.Passwordless, pkcs12.Modern, pkcs12.LegacyRC2, pkcs12.LegacyDES} {
 		pfx, err := enc.Encode(a.key, a.cert, []*x509.Certificate{a.ca}, "")
 		if err != nil {
 			t.Fatal(err)
