@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -56,6 +57,12 @@ func (r loadResult) percentile(p float64) time.Duration {
 // connection (kept alive, or a new one for every request), for d; an
 // answer counts when it is a 200 read to its end.
 func httpLoad(dial func(context.Context, string, string) (net.Conn, error), url string, clients int, keepAlive bool, d time.Duration) loadResult {
+	return httpsLoad(dial, url, nil, clients, keepAlive, d)
+}
+
+// httpsLoad is httpLoad with the clients' TLS configuration for an
+// https URL.
+func httpsLoad(dial func(context.Context, string, string) (net.Conn, error), url string, tlsConf *tls.Config, clients int, keepAlive bool, d time.Duration) loadResult {
 	var mu sync.Mutex
 	out := loadResult{}
 	deadline := time.Now().Add(d)
@@ -63,7 +70,7 @@ func httpLoad(dial func(context.Context, string, string) (net.Conn, error), url 
 	var wg sync.WaitGroup
 	for range clients {
 		wg.Go(func() {
-			tr := &http.Transport{DialContext: dial, DisableKeepAlives: !keepAlive, MaxIdleConnsPerHost: 1}
+			tr := &http.Transport{DialContext: dial, DisableKeepAlives: !keepAlive, MaxIdleConnsPerHost: 1, TLSClientConfig: tlsConf}
 			defer tr.CloseIdleConnections()
 			hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
 			var lat []time.Duration
@@ -163,17 +170,31 @@ func TestL7ProxyBench(t *testing.T) {
 		})
 	}
 
+	d := time.Duration(secs) * time.Second
+	versusHAProxy(t, rounds, fmt.Sprintf("%d clients, 1 KiB answers, median of %d rounds of %d s", clients, rounds, secs), flowlbURL, haproxyURL,
+		benchMode{"keep-alive", func(u string) loadResult { return httpLoad(client.Dial, u, clients, true, d) }},
+		benchMode{"new connection per request", func(u string) loadResult { return httpLoad(client.Dial, u, clients, false, d) }})
+}
+
+// benchMode is one way of loading a listener: name, and what loading the
+// URL measured.
+type benchMode struct {
+	name string
+	load func(url string) loadResult
+}
+
+// versusHAProxy measures each mode against flowlb's listener and
+// HAProxy's, alternating (the first of each round in turn), logs every
+// measurement and the table of medians with flowlb's ratio to HAProxy,
+// and returns how many requests failed in all.
+func versusHAProxy(t *testing.T, rounds int, title, flowlbURL, haproxyURL string, modes ...benchMode) (failed int) {
 	type row struct {
 		mode, who string
 		results   []loadResult
 	}
 	var rows []*row
-	for _, keep := range []bool{true, false} {
-		mode := "keep-alive"
-		if !keep {
-			mode = "new connection per request"
-		}
-		fl, ha := &row{mode: mode, who: "flowlb proxy on the client's node"}, &row{mode: mode, who: "HAProxy one hop away"}
+	for _, m := range modes {
+		fl, ha := &row{mode: m.name, who: "flowlb proxy on the client's node"}, &row{mode: m.name, who: "HAProxy one hop away"}
 		rows = append(rows, fl, ha)
 		for r := range rounds {
 			order := []*row{fl, ha}
@@ -185,9 +206,9 @@ func TestL7ProxyBench(t *testing.T) {
 				if x == ha {
 					u = haproxyURL
 				}
-				res := httpLoad(client.Dial, u, clients, keep, time.Duration(secs)*time.Second)
+				res := m.load(u)
 				x.results = append(x.results, res)
-				t.Logf("%s, round %d, %s: %.0f requests/s, p50 %v, p99 %v, %d failed", mode, r+1, x.who, res.rps(), res.percentile(0.5), res.percentile(0.99), res.failed)
+				t.Logf("%s, round %d, %s: %.0f requests/s, p50 %v, p99 %v, %d failed", m.name, r+1, x.who, res.rps(), res.percentile(0.5), res.percentile(0.99), res.failed)
 			}
 		}
 	}
@@ -200,19 +221,21 @@ func TestL7ProxyBench(t *testing.T) {
 		return v[len(v)/2]
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n| %d clients, 1 KiB answers, median of %d rounds of %d s | requests/s | p50 | p99 | failed |\n|---|---|---|---|---|\n", clients, rounds, secs)
+	fmt.Fprintf(&sb, "\n| %s | requests/s | p50 | p99 | failed |\n|---|---|---|---|---|\n", title)
 	for _, r := range rows {
-		failed := 0
+		f := 0
 		for _, x := range r.results {
-			failed += x.failed
+			f += x.failed
 		}
+		failed += f
 		fmt.Fprintf(&sb, "| %s: %s | %.0f | %.2f ms | %.2f ms | %d |\n", r.mode, r.who,
 			median(r.results, loadResult.rps),
 			median(r.results, func(x loadResult) float64 { return float64(x.percentile(0.5).Microseconds()) / 1000 }),
-			median(r.results, func(x loadResult) float64 { return float64(x.percentile(0.99).Microseconds()) / 1000 }), failed)
+			median(r.results, func(x loadResult) float64 { return float64(x.percentile(0.99).Microseconds()) / 1000 }), f)
 	}
 	for i := 0; i+1 < len(rows); i += 2 {
 		fmt.Fprintf(&sb, "\n%s: flowlb ÷ HAProxy = %.2f (target ≥ 0.8)", rows[i].mode, median(rows[i].results, loadResult.rps)/median(rows[i+1].results, loadResult.rps))
 	}
 	t.Log(sb.String())
+	return failed
 }

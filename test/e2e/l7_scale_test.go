@@ -111,36 +111,8 @@ func TestL7ChangesAtScale(t *testing.T) {
 	lb := body["loadbalancer"].(map[string]any)
 	listenerID := lb["listeners"].([]any)[0].(map[string]any)["id"].(string)
 	vip := lb["vip_address"].(string) + ":80"
-	stop := make(chan struct{})
-	type tally struct{ ok, failed int }
-	results := make(chan tally, 2)
 	clients := []lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3)}
-	for _, from := range clients {
-		go func() {
-			var tl tally
-			hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: from.Dial}}
-			for {
-				select {
-				case <-stop:
-					results <- tl
-					return
-				default:
-				}
-				resp, err := hc.Get("http://" + vip + "/page")
-				if err != nil {
-					tl.failed++
-					continue
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					tl.failed++
-					continue
-				}
-				tl.ok++
-			}
-		}()
-	}
+	finish := getsDuring(clients, "http://"+vip+"/page")
 
 	took := make([]time.Duration, 0, changes)
 	var policy string
@@ -182,17 +154,12 @@ func TestL7ChangesAtScale(t *testing.T) {
 			}
 		}
 	}
-	close(stop)
-	var total tally
-	for range clients {
-		r := <-results
-		total.ok, total.failed = total.ok+r.ok, total.failed+r.failed
-	}
+	answered, failed := finish()
 	slices.Sort(took)
 	pct := func(p float64) time.Duration { return took[min(len(took)-1, int(p*float64(len(took))))] }
 	t.Logf("%d policy changes with %d HTTP listeners on each of 2 nodes, each from its request to ACTIVE (every proxy acknowledged): p50 %s, p90 %s, p99 %s, max %s (target: 100 ms)",
 		changes, n, pct(0.5).Round(100*time.Microsecond), pct(0.9).Round(100*time.Microsecond), pct(0.99).Round(100*time.Microsecond), took[len(took)-1].Round(100*time.Microsecond))
-	t.Logf("requests through the changing listener meanwhile: %d answered, %d failed", total.ok, total.failed)
+	t.Logf("requests through the changing listener meanwhile: %d answered, %d failed", answered, failed)
 	for i := 1; i <= 2; i++ {
 		text, err := agentMetrics(c.lab.Node(i))
 		if err != nil {
@@ -203,8 +170,8 @@ func TestL7ChangesAtScale(t *testing.T) {
 		listeners, _ := metricValue(text, "flowlb_agent_l7_listeners")
 		t.Logf("agent %s with %d HTTP listeners: resident %.1f MiB, heap in use %.1f MiB, %.0f proxy listeners", lab.NodeName(i), n, rss/(1<<20), heap/(1<<20), listeners)
 	}
-	if total.failed != 0 || total.ok == 0 {
-		t.Errorf("%d requests failed, %d answered, across %d policy changes", total.failed, total.ok, changes)
+	if failed != 0 || answered == 0 {
+		t.Errorf("%d requests failed, %d answered, across %d policy changes", failed, answered, changes)
 	}
 }
 

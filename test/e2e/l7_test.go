@@ -280,36 +280,7 @@ func TestHTTPListenerChangesUnderLoad(t *testing.T) {
 	lb, listenerID, vip := c.createHTTPLB(nil, httpMembers([]lab.Host{c.lab.Pod(1, 1), c.lab.Pod(2, 1)}))
 	lbID := lb["id"].(string)
 
-	stop := make(chan struct{})
-	type tally struct{ ok, failed int }
-	results := make(chan tally, 2)
-	for _, from := range []lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3)} {
-		go func() {
-			var tl tally
-			hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: from.Dial}}
-			for {
-				select {
-				case <-stop:
-					results <- tl
-					return
-				default:
-				}
-				resp, err := hc.Get("http://" + vip + "/page")
-				if err != nil {
-					tl.failed++
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				// The policies below only ever redirect other paths.
-				if resp.StatusCode != 200 {
-					tl.failed++
-					continue
-				}
-				tl.ok++
-			}
-		}()
-	}
+	finish := getsDuring([]lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3)}, "http://"+vip+"/page")
 	var policy string
 	for i := range 20 {
 		if policy == "" {
@@ -328,15 +299,10 @@ func TestHTTPListenerChangesUnderLoad(t *testing.T) {
 		}
 		c.waitActive(lbID)
 	}
-	close(stop)
-	var total tally
-	for range 2 {
-		r := <-results
-		total.ok, total.failed = total.ok+r.ok, total.failed+r.failed
-	}
-	t.Logf("20 policy changes, each ACTIVE before the next: %d requests answered, %d failed", total.ok, total.failed)
-	if total.failed != 0 || total.ok < 100 {
-		t.Errorf("%d requests failed, %d answered, across 20 policy changes", total.failed, total.ok)
+	ok, failed := finish()
+	t.Logf("20 policy changes, each ACTIVE before the next: %d requests answered, %d failed", ok, failed)
+	if failed != 0 || ok < 100 {
+		t.Errorf("%d requests failed, %d answered, across 20 policy changes", failed, ok)
 	}
 }
 
@@ -408,5 +374,48 @@ func TestHTTPListenerTLSMembers(t *testing.T) {
 		"lb_algorithm": "ROUND_ROBIN", "tls_enabled": true, "ca_tls_container_ref": "https://barbican.example/v1/secrets/ca"}})
 	if msg, _ := body["faultstring"].(string); code != http.StatusNotImplemented || !strings.Contains(msg, "no certificate manager") {
 		t.Errorf("a CA reference without a certificate manager: %d %v", code, body)
+	}
+}
+
+// getsDuring sends GETs of url from each of clients, one after the
+// other, until finish is called, which says how many were answered 200
+// and how many failed.
+func getsDuring(clients []lab.Host, url string) (finish func() (ok, failed int)) {
+	stop := make(chan struct{})
+	type tally struct{ ok, failed int }
+	results := make(chan tally, len(clients))
+	for _, from := range clients {
+		go func() {
+			var tl tally
+			hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: from.Dial}}
+			for {
+				select {
+				case <-stop:
+					results <- tl
+					return
+				default:
+				}
+				resp, err := hc.Get(url)
+				if err != nil {
+					tl.failed++
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					tl.failed++
+					continue
+				}
+				tl.ok++
+			}
+		}()
+	}
+	return func() (ok, failed int) {
+		close(stop)
+		for range clients {
+			r := <-results
+			ok, failed = ok+r.ok, failed+r.failed
+		}
+		return ok, failed
 	}
 }
