@@ -112,26 +112,13 @@ func TestL7ChangesAtScale(t *testing.T) {
 	listenerID := lb["listeners"].([]any)[0].(map[string]any)["id"].(string)
 	vip := lb["vip_address"].(string) + ":80"
 	clients := []lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3)}
-	finish := getsDuring(clients, "http://"+vip+"/page")
+	finish, more := getsDuring(clients, "http://"+vip+"/page")
 
 	took := make([]time.Duration, 0, changes)
 	var policy string
 	for i := range changes {
 		start := time.Now()
-		if policy == "" {
-			code, body := c.call("POST", "/v2/lbaas/l7policies", map[string]any{"l7policy": map[string]any{
-				"listener_id": listenerID, "action": "REDIRECT_TO_URL", "redirect_url": fmt.Sprintf("http://moved.example/%d", i),
-				"rules": []any{map[string]any{"type": "PATH", "compare_type": "STARTS_WITH", "value": "/old"}}}})
-			if code != 201 {
-				t.Fatalf("policy %d: %d %v", i, code, body)
-			}
-			policy = body["l7policy"].(map[string]any)["id"].(string)
-		} else {
-			if code, body := c.call("DELETE", "/v2/lbaas/l7policies/"+policy, nil); code != 204 {
-				t.Fatalf("policy delete %d: %d %v", i, code, body)
-			}
-			policy = ""
-		}
+		policy = c.togglePolicy(listenerID, policy, i)
 		for {
 			_, body := c.call("GET", "/v2/lbaas/loadbalancers/"+lbID+"?fields=provisioning_status", nil)
 			if lb, _ := body["loadbalancer"].(map[string]any); lb != nil && lb["provisioning_status"] == "ACTIVE" {
@@ -153,6 +140,7 @@ func TestL7ChangesAtScale(t *testing.T) {
 				t.Fatalf("change %d ACTIVE, yet through %s's proxy /old answers %d with Location %q, want %q", i, from.Name, a.status, a.location, want)
 			}
 		}
+		more(2)
 	}
 	answered, failed := finish()
 	slices.Sort(took)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -280,24 +281,12 @@ func TestHTTPListenerChangesUnderLoad(t *testing.T) {
 	lb, listenerID, vip := c.createHTTPLB(nil, httpMembers([]lab.Host{c.lab.Pod(1, 1), c.lab.Pod(2, 1)}))
 	lbID := lb["id"].(string)
 
-	finish := getsDuring([]lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3)}, "http://"+vip+"/page")
+	finish, more := getsDuring([]lab.Host{c.lab.Pod(1, 3), c.lab.Pod(2, 3)}, "http://"+vip+"/page")
 	var policy string
 	for i := range 20 {
-		if policy == "" {
-			code, body := c.call("POST", "/v2/lbaas/l7policies", map[string]any{"l7policy": map[string]any{
-				"listener_id": listenerID, "action": "REDIRECT_TO_URL", "redirect_url": fmt.Sprintf("http://moved.example/%d", i),
-				"rules": []any{map[string]any{"type": "PATH", "compare_type": "STARTS_WITH", "value": "/old"}}}})
-			if code != 201 {
-				t.Fatalf("policy %d: %d %v", i, code, body)
-			}
-			policy = body["l7policy"].(map[string]any)["id"].(string)
-		} else {
-			if code, body := c.call("DELETE", "/v2/lbaas/l7policies/"+policy, nil); code != 204 {
-				t.Fatalf("policy delete %d: %d %v", i, code, body)
-			}
-			policy = ""
-		}
+		policy = c.togglePolicy(listenerID, policy, i)
 		c.waitActive(lbID)
+		more(5)
 	}
 	ok, failed := finish()
 	t.Logf("20 policy changes, each ACTIVE before the next: %d requests answered, %d failed", ok, failed)
@@ -379,9 +368,12 @@ func TestHTTPListenerTLSMembers(t *testing.T) {
 
 // getsDuring sends GETs of url from each of clients, one after the
 // other, until finish is called, which says how many were answered 200
-// and how many failed.
-func getsDuring(clients []lab.Host, url string) (finish func() (ok, failed int)) {
+// and how many failed; more waits until n more have been answered (at
+// most 10 s), so that a test's changes each meet requests however slow
+// the machine.
+func getsDuring(clients []lab.Host, url string) (finish func() (ok, failed int), more func(n int)) {
 	stop := make(chan struct{})
+	var answered atomic.Int64
 	type tally struct{ ok, failed int }
 	results := make(chan tally, len(clients))
 	for _, from := range clients {
@@ -407,8 +399,15 @@ func getsDuring(clients []lab.Host, url string) (finish func() (ok, failed int))
 					continue
 				}
 				tl.ok++
+				answered.Add(1)
 			}
 		}()
+	}
+	more = func(n int) {
+		want := answered.Load() + int64(n)
+		for deadline := time.Now().Add(10 * time.Second); answered.Load() < want && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	return func() (ok, failed int) {
 		close(stop)
@@ -417,5 +416,25 @@ func getsDuring(clients []lab.Host, url string) (finish func() (ok, failed int))
 			ok, failed = ok+r.ok, failed+r.failed
 		}
 		return ok, failed
+	}, more
+}
+
+// togglePolicy makes change i of a listener's policies: with none
+// (policy ""), an L7 policy redirecting /old to http://moved.example/i,
+// whose id it returns; with one, its deletion ("").
+func (c *cluster) togglePolicy(listenerID, policy string, i int) string {
+	c.t.Helper()
+	if policy != "" {
+		if code, body := c.call("DELETE", "/v2/lbaas/l7policies/"+policy, nil); code != 204 {
+			c.t.Fatalf("policy delete %d: %d %v", i, code, body)
+		}
+		return ""
 	}
+	code, body := c.call("POST", "/v2/lbaas/l7policies", map[string]any{"l7policy": map[string]any{
+		"listener_id": listenerID, "action": "REDIRECT_TO_URL", "redirect_url": fmt.Sprintf("http://moved.example/%d", i),
+		"rules": []any{map[string]any{"type": "PATH", "compare_type": "STARTS_WITH", "value": "/old"}}}})
+	if code != 201 {
+		c.t.Fatalf("policy %d: %d %v", i, code, body)
+	}
+	return body["l7policy"].(map[string]any)["id"].(string)
 }
