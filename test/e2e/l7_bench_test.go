@@ -120,6 +120,25 @@ func haproxyConfig(bind string, members []string) string {
 	return b.String()
 }
 
+// startHAProxy runs HAProxy with configuration conf in host's namespace
+// (the lab stops it), and shows its log if the test fails.
+func (c *cluster) startHAProxy(host lab.Host, conf string) {
+	c.t.Helper()
+	cfg := filepath.Join(c.t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := host.Start("haproxy", []string{"/usr/sbin/haproxy", "-db", "-f", cfg}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		if c.t.Failed() {
+			b, _ := os.ReadFile(c.lab.LogPath(host.Name, "haproxy"))
+			c.t.Logf("HAProxy's log:\n%s", b)
+		}
+	})
+}
+
 // TestL7ProxyBench compares an HTTP listener served by the proxy on the
 // client's node with the same members behind one HAProxy (Debian's, as
 // the amphora runs it) in a namespace of its own one hop away: requests
@@ -144,19 +163,7 @@ func TestL7ProxyBench(t *testing.T) {
 	flowlbURL := "http://" + vip + "/?pad=1024"
 
 	haproxyAt := net.JoinHostPort(amphora.Addr.String(), "8000")
-	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
-	if err := os.WriteFile(cfg, []byte(haproxyConfig(haproxyAt, memberAddrs)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := amphora.Start("haproxy", []string{"/usr/sbin/haproxy", "-db", "-f", cfg}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(c.lab.LogPath(amphora.Name, "haproxy"))
-			t.Logf("HAProxy's log:\n%s", b)
-		}
-	})
+	c.startHAProxy(amphora, haproxyConfig(haproxyAt, memberAddrs))
 	haproxyURL := "http://" + haproxyAt + "/?pad=1024"
 	probe := &http.Client{Transport: &http.Transport{DialContext: client.Dial, DisableKeepAlives: true}, Timeout: 2 * time.Second}
 	for _, u := range []string{flowlbURL, haproxyURL} {

@@ -124,23 +124,11 @@ func TestL7TLSBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	haproxyAt := net.JoinHostPort(amphora.Addr.String(), "8443")
-	cfg := filepath.Join(dir, "haproxy.cfg")
 	conf := strings.Replace(haproxyConfig(haproxyAt, memberAddrs), "    bind "+haproxyAt+"\n", "    bind "+haproxyAt+" ssl crt "+crt+"\n", 1)
 	if !strings.Contains(conf, " ssl crt ") {
 		t.Fatalf("HAProxy's bind line not found in:\n%s", conf)
 	}
-	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := amphora.Start("haproxy", []string{"/usr/sbin/haproxy", "-db", "-f", cfg}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(c.lab.LogPath(amphora.Name, "haproxy"))
-			t.Logf("HAProxy's log:\n%s", b)
-		}
-	})
+	c.startHAProxy(amphora, conf)
 	haproxyURL := "https://" + haproxyAt + "/?pad=1024"
 
 	roots := x509.NewCertPool()
