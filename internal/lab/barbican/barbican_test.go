@@ -6,11 +6,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/flowlb/flowlb/internal/lab/keystone"
 	"github.com/flowlb/flowlb/internal/shared/testutil"
@@ -53,22 +51,8 @@ func TestBarbican(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	argv, env := b.Argv()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	// Cleanups run last first: the logs are read once Barbican stopped.
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
 		if t.Failed() {
 			for _, p := range []string{b.LogPath(), b.APILogPath()} {
 				raw, _ := os.ReadFile(p)
@@ -76,6 +60,8 @@ func TestBarbican(t *testing.T) {
 			}
 		}
 	})
+	argv, env := b.Argv()
+	testutil.StartCommand(t, argv, env)
 	b.Wait(t, http.DefaultClient)
 
 	tok, err := keystone.Token(t.Context(), http.DefaultClient, ks.URL, "alice", "alicepw", "demo")

@@ -217,22 +217,7 @@ func (k *Keystone) KeystoneLogPath() string { return filepath.Join(k.dir, "log",
 func (k *Keystone) Start(t testing.TB) {
 	t.Helper()
 	argv, env := k.Argv()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
+	testutil.StartCommand(t, argv, env)
 	k.Wait(t, http.DefaultClient)
 }
 
