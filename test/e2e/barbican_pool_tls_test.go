@@ -16,7 +16,6 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2"
 	gopenstack "github.com/gophercloud/gophercloud/v2/openstack"
-	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/users"
 	"github.com/gophercloud/gophercloud/v2/openstack/keymanager/v1/acls"
 	"github.com/gophercloud/gophercloud/v2/openstack/keymanager/v1/containers"
 	"github.com/gophercloud/gophercloud/v2/openstack/keymanager/v1/secrets"
@@ -159,18 +158,7 @@ func TestRealBarbicanPoolTLS(t *testing.T) {
 
 	// flowlb's service user may read what the pool names (granted before
 	// reading, as Octavia's API does).
-	adminID, err := gopenstack.NewIdentityV3(cloud.Provider, gophercloud.EndpointOpts{Region: keystone.Region})
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, err := users.List(adminID, users.ListOpts{Name: openstack.ServiceUser}).AllPages(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	found, err := users.ExtractUsers(page)
-	if err != nil || len(found) != 1 {
-		t.Fatalf("flowlb's user in Keystone: %v %v", found, err)
-	}
+	serviceUser := userID(t, cloud, openstack.ServiceUser)
 	readers := func(ref string, container bool) []string {
 		t.Helper()
 		id := ref[strings.LastIndexByte(ref, '/')+1:]
@@ -189,8 +177,8 @@ func TestRealBarbicanPoolTLS(t *testing.T) {
 		ref       string
 		container bool
 	}{{cont.ContainerRef, true}, {certRef, false}, {keyRef, false}, {caRef, false}, {crlRef, false}} {
-		if got := readers(r.ref, r.container); !slices.Contains(got, found[0].ID) {
-			t.Errorf("%s: readers %v, want flowlb's service user %s", r.ref, got, found[0].ID)
+		if got := readers(r.ref, r.container); !slices.Contains(got, serviceUser) {
+			t.Errorf("%s: readers %v, want flowlb's service user %s", r.ref, got, serviceUser)
 		}
 	}
 }

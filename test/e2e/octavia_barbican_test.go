@@ -134,19 +134,7 @@ func TestRealOctaviaBarbican(t *testing.T) {
 
 	// Octavia's service user reads the container only once the owner
 	// lets it.
-	adminID, err := gopenstack.NewIdentityV3(cloud.Provider, gophercloud.EndpointOpts{Region: keystone.Region})
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, err := users.List(adminID, users.ListOpts{Name: openstack.OctaviaUser}).AllPages(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	found, err := users.ExtractUsers(page)
-	if err != nil || len(found) != 1 {
-		t.Fatalf("Octavia's user in Keystone: %v %v", found, err)
-	}
-	octaviaID := found[0].ID
+	octaviaID := userID(t, cloud, openstack.OctaviaUser)
 	okm, err := gopenstack.NewKeyManagerV1(login(t, cloud, openstack.OctaviaUser, openstack.OctaviaPassword, openstack.ServiceProject),
 		gophercloud.EndpointOpts{Region: keystone.Region})
 	if err != nil {
@@ -254,6 +242,25 @@ func login(t *testing.T, cloud *openstack.Cloud, user, password, project string)
 		t.Fatalf("log in as %s: %v", user, err)
 	}
 	return pc
+}
+
+// userID is the id of the bed's Keystone user named name, as its admin
+// finds it.
+func userID(t *testing.T, cloud *openstack.Cloud, name string) string {
+	t.Helper()
+	admin, err := gopenstack.NewIdentityV3(cloud.Provider, gophercloud.EndpointOpts{Region: keystone.Region})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := users.List(admin, users.ListOpts{Name: name}).AllPages(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, err := users.ExtractUsers(page)
+	if err != nil || len(found) != 1 {
+		t.Fatalf("user %s in Keystone: %v %v", name, found, err)
+	}
+	return found[0].ID
 }
 
 // selfSigned is a self-signed certificate for name and its RSA key, PEM.
