@@ -478,6 +478,26 @@ func startKeystoneKubeController(t *testing.T, e *kubeEnv) {
 	})
 }
 
+// startInFabric starts argv as the fabric's process name and stops it
+// when the test ends, before the test's directories go (cleanups run
+// last first; lab down would stop it only after), showing the last lines
+// of its logs if the test failed.
+func (c *cluster) startInFabric(t *testing.T, name string, argv, env []string, logs ...string) {
+	t.Helper()
+	if _, err := c.lab.Fabric().Start(name, argv, env...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer func() { _ = c.lab.Fabric().Stop(name) }()
+		if t.Failed() {
+			for _, p := range logs {
+				b, _ := os.ReadFile(p)
+				t.Logf("--- %s\n%s", p, tail(string(b), 20))
+			}
+		}
+	})
+}
+
 // startLabKeystone starts ks, prepared to listen at control:5000 and be
 // reached at keystoneURL, in the lab's fabric (before the
 // server, which validates tokens with it) and registers flowlb as its
@@ -486,20 +506,7 @@ func startKeystoneKubeController(t *testing.T, e *kubeEnv) {
 // kubeController, flowlb's kube-controller's user in that project).
 func startLabKeystone(t *testing.T, c *cluster, ks *keystone.Keystone, kubeController bool) *keystone.Keystone {
 	argv, env := ks.Argv()
-	if _, err := c.lab.Fabric().Start("keystone", argv, env...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Before the copy's directory goes (cleanups run last first);
-		// lab down would stop it only after.
-		defer func() { _ = c.lab.Fabric().Stop("keystone") }()
-		if t.Failed() {
-			for _, p := range []string{ks.LogPath(), ks.KeystoneLogPath()} {
-				b, _ := os.ReadFile(p)
-				t.Logf("--- %s\n%s", p, tail(string(b), 20))
-			}
-		}
-	})
+	c.startInFabric(t, "keystone", argv, env, ks.LogPath(), ks.KeystoneLogPath())
 	hc := &http.Client{Transport: &http.Transport{DialContext: c.lab.Node(1).Dial}, Timeout: 10 * time.Second}
 	ks.Wait(t, hc)
 	a, err := ks.Admin(t.Context(), hc)

@@ -612,18 +612,7 @@ func startLabBarbican(t *testing.T, c *cluster, ks *keystone.Keystone) {
 		t.Fatal(err)
 	}
 	argv, env := b.Argv()
-	if _, err := c.lab.Fabric().Start("barbican", argv, env...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		defer func() { _ = c.lab.Fabric().Stop("barbican") }()
-		if t.Failed() {
-			for _, p := range []string{b.LogPath(), b.APILogPath()} {
-				raw, _ := os.ReadFile(p)
-				t.Logf("--- %s\n%s", p, tail(string(raw), 20))
-			}
-		}
-	})
+	c.startInFabric(t, "barbican", argv, env, b.LogPath(), b.APILogPath())
 	hc := &http.Client{Transport: &http.Transport{DialContext: c.lab.Node(1).Dial}, Timeout: 10 * time.Second}
 	a, err := ks.Admin(t.Context(), hc)
 	if err != nil {
