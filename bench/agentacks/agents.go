@@ -24,6 +24,7 @@ import (
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
 	"github.com/flowlb/flowlb/internal/node/agent"
+	"github.com/flowlb/flowlb/internal/shared/agentgrpc"
 	"github.com/flowlb/flowlb/internal/shared/pki"
 )
 
@@ -363,8 +364,8 @@ func roundOrder(servers []string, lost string) []string {
 // useful as the real agent's (it was sent something, or lasted a
 // second).
 func (a *simAgent) run(ctx context.Context, addr string, wait time.Duration, roots *x509.CertPool, rec *recorder) (useful, answered bool, err error) {
-	conn, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(roots, func() *tls.Certificate { return a.cert }, a.sessions))))
+	conn, err := grpc.NewClient("passthrough:///"+addr, append(agentgrpc.DialOptions(),
+		grpc.WithTransportCredentials(credentials.NewTLS(pki.ClientTLS(roots, func() *tls.Certificate { return a.cert }, a.sessions))))...)
 	if err != nil {
 		return false, true, err
 	}

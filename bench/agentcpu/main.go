@@ -57,6 +57,7 @@ import (
 	"github.com/flowlb/flowlb/internal/node/dataplane/nftables"
 	"github.com/flowlb/flowlb/internal/node/dataplane/nftables/nftfake"
 	"github.com/flowlb/flowlb/internal/node/kubehealth"
+	"github.com/flowlb/flowlb/internal/shared/agentgrpc"
 	"github.com/flowlb/flowlb/internal/shared/flowpb"
 	"github.com/flowlb/flowlb/internal/shared/flows"
 )
@@ -210,7 +211,7 @@ func measure(path, kernel, mode, profile string, kubeHealth bool, snap *agentv1.
 	}
 	rep := &replica{sessions: make(chan agentv1.Agent_SubscribeServer, 1), acks: make(chan int64, 1024), done: make(chan struct{})}
 	// The agent pings every 10 s (as it pings a real replica).
-	srv := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
+	srv := grpc.NewServer(append(agentgrpc.ServerOptions(), grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))...)
 	agentv1.RegisterAgentServer(srv, rep)
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Stop()

@@ -42,6 +42,7 @@ import (
 	"github.com/flowlb/flowlb/internal/server/replica"
 	"github.com/flowlb/flowlb/internal/server/store"
 	"github.com/flowlb/flowlb/internal/server/tlscerts"
+	"github.com/flowlb/flowlb/internal/shared/agentgrpc"
 	"github.com/flowlb/flowlb/internal/shared/httpserve"
 	"github.com/flowlb/flowlb/internal/shared/pki"
 )
@@ -628,12 +629,12 @@ func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, src f
 		return fmt.Errorf("agent listener: %w", err)
 	}
 	s.AgentAddr = ln.Addr()
-	s.grpc = grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)),
+	s.grpc = grpc.NewServer(append(agentgrpc.ServerOptions(), grpc.Creds(credentials.NewTLS(serverTLS)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: agentPingMin, PermitWithoutStream: true}),
 		// An agent that vanished without closing its connection is let go.
 		grpc.KeepaliveParams(agentKeepalive(len(l2) > 0)),
 		// Agents send acks, health reports and certificate requests: small.
-		grpc.MaxRecvMsgSize(agentMaxMessage), grpc.MaxConcurrentStreams(agentMaxStreams))
+		grpc.MaxRecvMsgSize(agentMaxMessage), grpc.MaxConcurrentStreams(agentMaxStreams))...)
 	hub.Register(s.grpc)
 	go func() { _ = s.grpc.Serve(ln) }()
 	s.log.Info("agent stream listening", "address", s.AgentAddr.String())

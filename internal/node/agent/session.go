@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/flowlb/flowlb/api/proto/flowlb/agent/v1"
+	"github.com/flowlb/flowlb/internal/shared/agentgrpc"
 	"github.com/flowlb/flowlb/internal/shared/flowpb"
 	"github.com/flowlb/flowlb/internal/shared/flows"
 	"github.com/flowlb/flowlb/internal/shared/pki"
@@ -73,11 +74,11 @@ func (a *Agent) dial(addr string) (*grpc.ClientConn, error) {
 	if a.cfg.Identity != nil {
 		creds = a.cfg.Identity.credentials()
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
+	opts := append(agentgrpc.DialOptions(), grpc.WithTransportCredentials(creds),
 		// A replica that vanished without closing the stream (cut off,
 		// frozen) is noticed within serverPing+serverPingTimeout; gRPC
 		// allows no faster pings, and the server permits these.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: serverPing, Timeout: serverPingTimeout, PermitWithoutStream: true})}
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: serverPing, Timeout: serverPingTimeout, PermitWithoutStream: true}))
 	if a.cfg.Dialer != nil {
 		opts = append(opts, grpc.WithContextDialer(a.cfg.Dialer))
 	}
