@@ -213,6 +213,7 @@ func versusHAProxy(t *testing.T, rounds int, title, flowlbURL, haproxyURL string
 				if x == ha {
 					u = haproxyURL
 				}
+				t.Logf("%s, round %d, %s: measuring", m.name, r+1, x.who)
 				res := m.load(u)
 				x.results = append(x.results, res)
 				t.Logf("%s, round %d, %s: %.0f requests/s, p50 %v, p99 %v, %d failed", m.name, r+1, x.who, res.rps(), res.percentile(0.5), res.percentile(0.99), res.failed)
