@@ -152,3 +152,35 @@ func Served() []string {
 	slices.Sort(out)
 	return out
 }
+
+// NoSuiteError is a list that names no suite Go serves, for a listener
+// or pool that allows TLS 1.2 or older: OpenSSL's "no cipher match",
+// which keeps HAProxy from loading such a configuration.
+type NoSuiteError struct {
+	// Dropped are the list's names that are not served.
+	Dropped []string
+}
+
+func (e *NoSuiteError) Error() string {
+	return fmt.Sprintf("no cipher suite of TLS 1.2 and older that the proxy serves is named (%s are not)", strings.Join(e.Dropped, ", "))
+}
+
+// Suites are the suites a tls_ciphers gives Go's TLS for a listener or
+// pool with the TLS versions named (Octavia's names; none: TLS 1.2 and
+// 1.3): none when the list is empty or only TLS 1.3 is allowed (the
+// list does not apply, as in HAProxy, whatever it holds), else
+// Translate's, which must not be none (a *NoSuiteError), nor OpenSSL's
+// keywords (a *KeywordError).
+func Suites(list string, versions []string) ([]uint16, error) {
+	if list == "" || len(versions) > 0 && !slices.ContainsFunc(versions, func(v string) bool { return v != "TLSv1.3" }) {
+		return nil, nil
+	}
+	tr, err := Translate(list)
+	if err != nil {
+		return nil, err
+	}
+	if len(tr.Suites) == 0 {
+		return nil, &NoSuiteError{Dropped: append(tr.TLS13, tr.Dropped...)}
+	}
+	return tr.Suites, nil
+}

@@ -156,3 +156,40 @@ func TestNamesAreOpenSSLs(t *testing.T) {
 		}
 	}
 }
+
+func TestSuites(t *testing.T) {
+	gcm := []uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}
+	for _, c := range []struct {
+		name, list string
+		versions   []string
+		want       []uint16
+		err        string // "keyword", "nosuite" or ""
+	}{
+		{name: "unset", list: ""},
+		{name: "default versions", list: "ECDHE-RSA-AES128-GCM-SHA256", want: gcm},
+		{name: "tls 1.2 only", list: "ECDHE-RSA-AES128-GCM-SHA256", versions: []string{"TLSv1.2"}, want: gcm},
+		{name: "tls 1.2 and 1.3", list: "ECDHE-RSA-AES128-GCM-SHA256", versions: []string{"TLSv1.2", "TLSv1.3"}, want: gcm},
+		{name: "tls 1.3 only: not applied", list: "ECDHE-RSA-AES128-GCM-SHA256", versions: []string{"TLSv1.3"}},
+		{name: "nothing served, tls 1.3 only", list: "DHE-RSA-AES128-GCM-SHA256", versions: []string{"TLSv1.3"}},
+		{name: "nothing served", list: "DHE-RSA-AES128-GCM-SHA256:TLS_AES_128_GCM_SHA256", err: "nosuite"},
+		{name: "nothing served, tls 1.1", list: "DHE-RSA-AES128-GCM-SHA256", versions: []string{"TLSv1.1", "TLSv1.2", "TLSv1.3"}, err: "nosuite"},
+		{name: "keyword", list: "HIGH", err: "keyword"},
+		{name: "keyword, tls 1.3 only: not applied", list: "HIGH:!aNULL", versions: []string{"TLSv1.3"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := Suites(c.list, c.versions)
+			var ke *KeywordError
+			var ne *NoSuiteError
+			switch {
+			case c.err == "keyword" && !errors.As(err, &ke), c.err == "nosuite" && !errors.As(err, &ne), c.err == "" && err != nil:
+				t.Fatalf("Suites(%q, %v) error %v, want %s", c.list, c.versions, err, c.err)
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("Suites(%q, %v) = %v, want %v", c.list, c.versions, names(got), names(c.want))
+			}
+			if ne != nil && !slices.Contains(ne.Dropped, "DHE-RSA-AES128-GCM-SHA256") {
+				t.Errorf("NoSuiteError %v does not name the dropped suite", ne)
+			}
+		})
+	}
+}
