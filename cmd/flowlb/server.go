@@ -93,6 +93,7 @@ func serverFlags(f *pflag.FlagSet, o *server.Options, logLevel, agentSecret *str
 	f.DurationVar(&o.AckTimeout, "ack-timeout", 10*time.Second, "how long a change waits for every live agent of the cluster before it turns ACTIVE anyway")
 	f.StringVar(&o.StatsMetrics, "stats-metrics", "listener", "statistics series on /metrics: one per listener and one per member (member), one per listener, one per loadbalancer (fewer, for very large clouds) or none")
 	f.StringSliceVar(&o.ProviderAliases, "provider-alias", nil, "provider names clients may ask for and the provider that serves them, e.g. amphora=flow,ovn=flow (repeatable); such load balancers show the name they were created with")
+	f.StringVar(&o.TLSCipherProhibitList, "tls-cipher-prohibit-list", "", "OpenSSL cipher names, colon-separated, that no listener's or pool's tls_ciphers may name (Octavia's [api_settings] tls_cipher_prohibit_list; 400 naming them)")
 	f.StringVar(&o.ReplicaID, "replica-id", "", "this server's name among the replicas sharing the database (default: host name and a random suffix, new at every start)")
 	config.HostDefault(f, "data-dir", "/var/lib/flowlb", "/var/lib/flowlb as root, else ~/.local/share/flowlb")
 	config.SecretDSN(f, "database", "FLOWLB_DATABASE")

@@ -45,6 +45,7 @@ import (
 	"github.com/flowlb/flowlb/internal/shared/agentgrpc"
 	"github.com/flowlb/flowlb/internal/shared/httpserve"
 	"github.com/flowlb/flowlb/internal/shared/pki"
+	"github.com/flowlb/flowlb/internal/shared/tlsciphers"
 )
 
 // Options configure a server; cmd/flowlb's flags document each.
@@ -121,6 +122,9 @@ type Options struct {
 	// ProviderAliases are "name=provider" pairs: load balancers created
 	// with provider name are realized by provider (lbaas.Config).
 	ProviderAliases []string
+	// TLSCipherProhibitList are the cipher names, colon-separated, no
+	// tls_ciphers may name (lbaas.Config.TLSCipherProhibitList).
+	TLSCipherProhibitList string
 }
 
 // Server is a running server.
@@ -535,7 +539,7 @@ func newService(st store.Store, vips lbaas.VIPAllocator, provider *flow.Provider
 		return nil, err
 	}
 	cfg := lbaas.Config{DefaultProvider: flow.Name, Replica: o.ReplicaID, ProviderAliases: aliases,
-		Written: link.written, FlowsUnchanged: link.flowsUnchanged}
+		Written: link.written, FlowsUnchanged: link.flowsUnchanged, TLSCipherProhibitList: tlsciphers.Names(o.TLSCipherProhibitList)}
 	if certs != nil {
 		cfg.Certificates = certs
 	}

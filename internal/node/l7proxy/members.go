@@ -19,8 +19,9 @@ import (
 // HAProxy speaks it ("ssl" on the pool's servers): the member's
 // certificate verified against the pool's CA and CRL when it has a CA,
 // not at all when it has none ("verify none"); the pool's certificate
-// presented whenever a member asks; the pool's versions and ALPN. No
-// server name is checked or sent: members are addressed by IP.
+// presented whenever a member asks; the pool's versions, cipher suites
+// and ALPN. No server name is checked or sent: members are addressed by
+// IP.
 type memberTLS struct {
 	config *tls.Config
 	// h1, h2: the HTTP versions the proxy may speak to the members.
@@ -37,7 +38,9 @@ func compileMemberTLS(t flows.L7PoolTLS) (*memberTLS, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS13,
 		// Verified by VerifyConnection below (or not at all): Go's own
 		// check would ask for the member's name.
-		InsecureSkipVerify: true}
+		InsecureSkipVerify: true,
+		// Offered for TLS 1.2 and older (none: Go's defaults).
+		CipherSuites: slices.Clone(t.CipherSuites)}
 	if err := versionRange(cfg, t.Versions); err != nil {
 		return nil, err
 	}
@@ -106,6 +109,10 @@ func tlsKey(t flows.L7PoolTLS) [sha256.Size]byte {
 		for _, s := range l {
 			field([]byte(s))
 		}
+	}
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(t.CipherSuites))))
+	for _, id := range t.CipherSuites {
+		h.Write(binary.BigEndian.AppendUint16(nil, id))
 	}
 	var out [sha256.Size]byte
 	h.Sum(out[:0])

@@ -47,7 +47,10 @@ func compileTLS(t flows.L7TLS) (*terminator, error) {
 		}
 		out.certs = append(out.certs, &pair)
 	}
-	cfg := &tls.Config{GetCertificate: out.certificate, NextProtos: t.ALPN, MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS13}
+	// CipherSuites: those of TLS 1.2 and older (none: Go's defaults). Go
+	// picks among them by its own preference, not their order.
+	cfg := &tls.Config{GetCertificate: out.certificate, NextProtos: t.ALPN, MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS13,
+		CipherSuites: slices.Clone(t.CipherSuites)}
 	if err := versionRange(cfg, t.Versions); err != nil {
 		return nil, err
 	}

@@ -108,6 +108,13 @@ func (e *encoder) strs(ss []string) {
 
 func (e *encoder) duration(d time.Duration) { e.int(int(d)) }
 
+func (e *encoder) suites(ids []uint16) {
+	e.int(len(ids))
+	for _, id := range ids {
+		e.uint(uint64(id))
+	}
+}
+
 // addr writes an address as its bytes (none when invalid) and zone.
 func (e *encoder) addr(a netip.Addr) {
 	b := a.AsSlice()
@@ -196,6 +203,7 @@ func (e *encoder) l7(l *flows.L7) {
 			}
 			e.strs(t.ALPN)
 			e.strs(t.Versions)
+			e.suites(t.CipherSuites)
 		}
 	}
 	e.strs(l.InsertHeaders)
@@ -214,6 +222,7 @@ func (e *encoder) l7(l *flows.L7) {
 		e.str(string(t.ClientCRL))
 		e.strs(t.ALPN)
 		e.strs(t.Versions)
+		e.suites(t.CipherSuites)
 		e.int(t.HSTSMaxAge)
 		e.bool(t.HSTSIncludeSubdomains)
 		e.bool(t.HSTSPreload)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/server/lbaas"
 	"github.com/flowlb/flowlb/internal/shared/flows"
+	"github.com/flowlb/flowlb/internal/shared/tlsciphers"
 )
 
 const terminatedHTTPS = "TERMINATED_HTTPS"
@@ -21,15 +22,20 @@ type Certificates interface {
 const certsTimeout = 10 * time.Second
 
 // tlsOf is a TERMINATED_HTTPS listener's TLS: its default certificate,
-// then its SNI ones, its client CA and CRL, ALPN, versions and HSTS; nil
-// when a certificate cannot be had.
+// then its SNI ones, its client CA and CRL, ALPN, versions, cipher suites
+// and HSTS; nil when a certificate cannot be had, or its tls_ciphers
+// cannot be served (the flow provider refuses those).
 func tlsOf(l *lbaas.Listener, certs Certificates) *flows.L7TLS {
 	if certs == nil || l.DefaultTLSContainerRef == nil {
 		return nil
 	}
+	suites, err := tlsciphers.Suites(deref(l.TLSCiphers), l.TLSVersions)
+	if err != nil {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), certsTimeout)
 	defer cancel()
-	out := &flows.L7TLS{ClientAuth: l.ClientAuthentication, ALPN: l.ALPNProtocols, Versions: l.TLSVersions,
+	out := &flows.L7TLS{ClientAuth: l.ClientAuthentication, ALPN: l.ALPNProtocols, Versions: l.TLSVersions, CipherSuites: suites,
 		HSTSMaxAge: -1, HSTSIncludeSubdomains: l.HSTSIncludeSubdomains, HSTSPreload: l.HSTSPreload}
 	if l.HSTSMaxAge != nil {
 		out.HSTSMaxAge = *l.HSTSMaxAge
@@ -45,7 +51,6 @@ func tlsOf(l *lbaas.Listener, certs Certificates) *flows.L7TLS {
 		}
 		out.Certificates = append(out.Certificates, c)
 	}
-	var err error
 	if r := l.ClientCATLSContainerRef; r != nil && *r != "" {
 		if out.ClientCA, err = certs.Secret(ctx, *r); err != nil {
 			return nil
@@ -61,10 +66,15 @@ func tlsOf(l *lbaas.Listener, certs Certificates) *flows.L7TLS {
 
 // poolTLSOf is a tls_enabled pool's TLS to its members: the CA and CRL
 // its members' certificates are checked against, the certificate it
-// presents, its ALPN and versions; false when a reference it names
-// cannot be read (or there is nothing to read it from).
+// presents, its ALPN, versions and cipher suites; false when a
+// reference it names cannot be read (or there is nothing to read it
+// from), or its tls_ciphers cannot be served.
 func poolTLSOf(p *lbaas.Pool, certs Certificates) (*flows.L7PoolTLS, bool) {
-	out := &flows.L7PoolTLS{ALPN: p.ALPNProtocols, Versions: p.TLSVersions}
+	suites, err := tlsciphers.Suites(deref(p.TLSCiphers), p.TLSVersions)
+	if err != nil {
+		return nil, false
+	}
+	out := &flows.L7PoolTLS{ALPN: p.ALPNProtocols, Versions: p.TLSVersions, CipherSuites: suites}
 	ref := func(r *string) string {
 		if r == nil {
 			return ""
@@ -87,7 +97,6 @@ func poolTLSOf(p *lbaas.Pool, certs Certificates) (*flows.L7PoolTLS, bool) {
 		}
 		out.Certificate = &c
 	}
-	var err error
 	if ca != "" {
 		if out.CA, err = certs.Secret(ctx, ca); err != nil {
 			return nil, false

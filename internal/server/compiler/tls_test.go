@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"reflect"
 	"testing"
@@ -34,13 +35,15 @@ func tlsSample() *lbaas.Tree {
 	l.DefaultTLSContainerRef, l.SNIContainerRefs = ptr("ref-default"), []string{"ref-sni", "ref-default"}
 	l.ClientAuthentication, l.ClientCATLSContainerRef, l.ClientCRLContainerRef = "OPTIONAL", ptr("ref-ca"), ptr("ref-crl")
 	l.ALPNProtocols, l.TLSVersions, l.HSTSMaxAge, l.HSTSPreload = []string{"h2", "http/1.1"}, []string{"TLSv1.2", "TLSv1.3"}, ptr(3600), true
+	l.TLSCiphers = ptr("DHE-RSA-AES128-GCM-SHA256:ECDHE-RSA-CHACHA20-POLY1305:ECDHE-ECDSA-AES256-GCM-SHA384")
 	return t
 }
 
 // TestCompileTLS: a TERMINATED_HTTPS listener carries its certificates
 // (the default first, then the SNI ones, each once), its client CA and
-// CRL, ALPN, versions and HSTS; without a certificate it fails closed;
-// without a source of certificates it is not served.
+// CRL, ALPN, versions, cipher suites (in tls_ciphers' order) and HSTS;
+// without a certificate, or with tls_ciphers that cannot be served, it
+// fails closed; without a source of certificates it is not served.
 func TestCompileTLS(t *testing.T) {
 	certs := fakeCerts{"ref-default": "default", "ref-sni": "sni", "ref-ca": "ca pem", "ref-crl": "crl pem"}
 	ss := CompileWith(tlsSample(), certs)
@@ -51,6 +54,7 @@ func TestCompileTLS(t *testing.T) {
 		Certificates: []flows.L7Certificate{{Chain: []byte("default chain"), Key: []byte("default key")}, {Chain: []byte("sni chain"), Key: []byte("sni key")}},
 		ClientAuth:   "OPTIONAL", ClientCA: []byte("ca pem"), ClientCRL: []byte("crl pem"),
 		ALPN: []string{"h2", "http/1.1"}, Versions: []string{"TLSv1.2", "TLSv1.3"}, HSTSMaxAge: 3600, HSTSPreload: true,
+		CipherSuites: []uint16{tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384},
 	}
 	if !reflect.DeepEqual(ss[0].L7.TLS, want) {
 		t.Errorf("TLS\n got  %+v\n want %+v", ss[0].L7.TLS, want)
@@ -65,6 +69,22 @@ func TestCompileTLS(t *testing.T) {
 	}
 	if ss := Compile(tlsSample()); len(ss) != 0 {
 		t.Errorf("without a source of certificates: %+v", ss)
+	}
+	for list, closed := range map[string]bool{"HIGH:!aNULL": true, "DHE-RSA-AES128-GCM-SHA256": true, "": false} {
+		tree := tlsSample()
+		tree.Listeners[0].TLSCiphers = ptr(list)
+		ss := CompileWith(tree, fakeCerts{"ref-default": "d", "ref-sni": "s", "ref-ca": "c", "ref-crl": "r"})
+		if got := ss[0].L7.TLS == nil; got != closed || ss[0].AllowNone != closed {
+			t.Errorf("tls_ciphers %q: TLS %+v, refusing every connection %v; want closed %v", list, ss[0].L7.TLS, ss[0].AllowNone, closed)
+		}
+		if !closed && ss[0].L7.TLS.CipherSuites != nil {
+			t.Errorf("tls_ciphers %q: suites %v, want Go's defaults", list, ss[0].L7.TLS.CipherSuites)
+		}
+	}
+	only13 := tlsSample()
+	only13.Listeners[0].TLSVersions, only13.Listeners[0].TLSCiphers = []string{"TLSv1.3"}, ptr("HIGH")
+	if ss := CompileWith(only13, fakeCerts{"ref-default": "d", "ref-sni": "s", "ref-ca": "c", "ref-crl": "r"}); ss[0].L7.TLS == nil || ss[0].L7.TLS.CipherSuites != nil {
+		t.Errorf("TLS 1.3 only: %+v, want served with no suites (the list does not apply)", ss[0].L7.TLS)
 	}
 	noHSTS := tlsSample()
 	noHSTS.Listeners[0].HSTSMaxAge = nil
@@ -103,6 +123,15 @@ func TestCompilePoolTLS(t *testing.T) {
 			p.TLSEnabled, p.CATLSContainerRef, p.CRLContainerRef = true, ptr("ref-ca"), ptr("ref-gone")
 		}, certs, nil, false},
 		{"references, no source of certificates", func(p *lbaas.Pool) { p.TLSEnabled, p.CATLSContainerRef = true, ptr("ref-ca") }, nil, nil, false},
+		{"tls_ciphers", func(p *lbaas.Pool) {
+			p.TLSEnabled, p.TLSCiphers = true, ptr("AES128-SHA:ECDHE-RSA-AES128-GCM-SHA256:TLS_AES_128_GCM_SHA256")
+		}, nil,
+			&flows.L7PoolTLS{CipherSuites: []uint16{tls.TLS_RSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256}}, true},
+		{"tls_ciphers with TLS 1.3 only", func(p *lbaas.Pool) {
+			p.TLSEnabled, p.TLSVersions, p.TLSCiphers = true, []string{"TLSv1.3"}, ptr("DHE-RSA-AES128-GCM-SHA256")
+		}, nil, &flows.L7PoolTLS{Versions: []string{"TLSv1.3"}}, true},
+		{"tls_ciphers with no suite served", func(p *lbaas.Pool) { p.TLSEnabled, p.TLSCiphers = true, ptr("DHE-RSA-AES128-GCM-SHA256") }, nil, nil, false},
+		{"tls_ciphers with keywords", func(p *lbaas.Pool) { p.TLSEnabled, p.TLSCiphers = true, ptr("HIGH") }, nil, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tree := httpSample()

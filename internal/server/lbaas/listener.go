@@ -21,6 +21,9 @@ func (s *Service) CreateListener(ctx context.Context, req ListenerCreate) (*Tree
 	if err := checkOwner(ctx, req.Owner); err != nil {
 		return nil, nil, err
 	}
+	if err := s.checkCiphers(req.TLSCiphers); err != nil {
+		return nil, nil, err
+	}
 	if err := s.checkTLS(ctx, &req.ListenerUpdate); err != nil {
 		return nil, nil, err
 	}
@@ -76,6 +79,9 @@ func (s *Service) buildListener(t *Tree, req *ListenerCreate) (*Listener, error)
 		ALPNProtocols:        []string{},
 	}
 	if err := t.takeID(l, req.ID); err != nil {
+		return nil, err
+	}
+	if err := s.checkCiphers(req.TLSCiphers); err != nil {
 		return nil, err
 	}
 	req.ListenerUpdate.apply(l)
@@ -147,6 +153,9 @@ func compatible(listener, pool string) error {
 
 // UpdateListener changes a listener's mutable attributes.
 func (s *Service) UpdateListener(ctx context.Context, id string, req ListenerUpdate) (*Tree, *Listener, error) {
+	if err := s.checkCiphers(req.TLSCiphers); err != nil {
+		return nil, nil, err
+	}
 	if err := s.checkTLS(ctx, &req); err != nil {
 		return nil, nil, err
 	}

@@ -17,6 +17,9 @@ func (s *Service) CreatePool(ctx context.Context, req PoolCreate) (*Tree, *Pool,
 	if err := checkOwner(ctx, req.Owner); err != nil {
 		return nil, nil, err
 	}
+	if err := s.checkCiphers(req.TLSCiphers); err != nil {
+		return nil, nil, err
+	}
 	if err := s.checkPoolTLS(ctx, nil, &req.PoolUpdate); err != nil {
 		return nil, nil, err
 	}
@@ -51,6 +54,9 @@ func (s *Service) CreatePool(ctx context.Context, req PoolCreate) (*Tree, *Pool,
 func (s *Service) buildPool(t *Tree, req *PoolCreate, listener *Listener) (*Pool, error) {
 	p := &Pool{Base: s.newBase(t.LB.ProjectID), LoadBalancerID: t.LB.ID, Protocol: req.Protocol, TLSVersions: []string{}, ALPNProtocols: []string{}}
 	if err := t.takeID(p, req.ID); err != nil {
+		return nil, err
+	}
+	if err := s.checkCiphers(req.TLSCiphers); err != nil {
 		return nil, err
 	}
 	req.PoolUpdate.apply(p)
@@ -108,6 +114,9 @@ func checkPersistence(p *Pool) error {
 
 // UpdatePool changes a pool's mutable attributes.
 func (s *Service) UpdatePool(ctx context.Context, id string, req PoolUpdate) (*Tree, *Pool, error) {
+	if err := s.checkCiphers(req.TLSCiphers); err != nil {
+		return nil, nil, err
+	}
 	var storedCA *string
 	if req.CRLContainerRef.Set && !req.CATLSContainerRef.Set && s.cfg.Certificates != nil {
 		// The CRL is checked against the CA the pool has.

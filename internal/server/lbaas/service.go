@@ -84,6 +84,10 @@ type Config struct {
 	// request names before the change (nil: none are read, and a
 	// provider that terminates no TLS refuses such listeners).
 	Certificates Certificates
+	// TLSCipherProhibitList are the cipher names a listener's or pool's
+	// tls_ciphers may not name (Octavia's [api_settings]
+	// tls_cipher_prohibit_list).
+	TLSCipherProhibitList []string
 }
 
 // Written is a committed change's tree as its transaction wrote it.

@@ -41,14 +41,14 @@ func fullService() flows.Service {
 				{ID: "p", Algorithm: flows.RoundRobin, Persistence: &flows.L7Persistence{Type: "SOURCE_IP", Timeout: time.Minute},
 					Backends: []flows.Backend{{MemberID: "m3", Address: netip.MustParseAddr("2001:2::3"), Port: 80, Weight: 2, Node: "n2", Zones: []string{"z"}, ForNodes: []string{"n2"}, Terminating: true}},
 					TLS: &flows.L7PoolTLS{CA: []byte("ca"), CRL: []byte("crl"), Certificate: &flows.L7Certificate{Chain: []byte("c"), Key: []byte("k")},
-						ALPN: []string{"h2"}, Versions: []string{"TLSv1.3"}}},
+						ALPN: []string{"h2"}, Versions: []string{"TLSv1.3"}, CipherSuites: []uint16{0xc02f, 0x002f}}},
 				{ID: "api", Algorithm: flows.LeastConnections, Persistence: &flows.L7Persistence{Type: "APP_COOKIE", CookieName: "sid"}, ProxyProtocol: 2},
 			},
 			InsertHeaders: []string{"X-Forwarded-For", "X-Forwarded-Port"},
 			ClientTimeout: 50 * time.Second, ConnectTimeout: 5 * time.Second, MemberTimeout: time.Minute,
 			TLS: &flows.L7TLS{Certificates: []flows.L7Certificate{{Chain: []byte("chain"), Key: []byte("key")}, {Chain: []byte("sni"), Key: []byte("k2")}},
 				ClientAuth: "MANDATORY", ClientCA: []byte("ca"), ClientCRL: []byte("crl"), ALPN: []string{"h2", "http/1.1"},
-				Versions: []string{"TLSv1.2", "TLSv1.3"}, HSTSMaxAge: 31536000, HSTSIncludeSubdomains: true, HSTSPreload: true},
+				Versions: []string{"TLSv1.2", "TLSv1.3"}, CipherSuites: []uint16{0xcca9, 0xc02b}, HSTSMaxAge: 31536000, HSTSIncludeSubdomains: true, HSTSPreload: true},
 		},
 	}
 }

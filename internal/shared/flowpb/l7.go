@@ -16,7 +16,8 @@ func L7ToProto(l *flows.L7) *agentv1.L7 {
 	}
 	if t := l.TLS; t != nil {
 		out.Tls = &agentv1.L7TLS{ClientAuth: t.ClientAuth, ClientCa: t.ClientCA, ClientCrl: t.ClientCRL, Alpn: t.ALPN, Versions: t.Versions,
-			HstsMaxAge: int32(t.HSTSMaxAge), HstsIncludeSubdomains: t.HSTSIncludeSubdomains, HstsPreload: t.HSTSPreload}
+			HstsMaxAge: int32(t.HSTSMaxAge), HstsIncludeSubdomains: t.HSTSIncludeSubdomains, HstsPreload: t.HSTSPreload,
+			CipherSuites: suitesToProto(t.CipherSuites)}
 		for _, c := range t.Certificates {
 			out.Tls.Certificates = append(out.Tls.Certificates, &agentv1.L7Certificate{Chain: c.Chain, Key: c.Key})
 		}
@@ -37,7 +38,7 @@ func L7ToProto(l *flows.L7) *agentv1.L7 {
 			pp.Backends = append(pp.Backends, BackendToProto(b))
 		}
 		if t := p.TLS; t != nil {
-			pp.Tls = &agentv1.L7PoolTLS{Ca: t.CA, Crl: t.CRL, Alpn: t.ALPN, Versions: t.Versions}
+			pp.Tls = &agentv1.L7PoolTLS{Ca: t.CA, Crl: t.CRL, Alpn: t.ALPN, Versions: t.Versions, CipherSuites: suitesToProto(t.CipherSuites)}
 			if c := t.Certificate; c != nil {
 				pp.Tls.Certificate = &agentv1.L7Certificate{Chain: c.Chain, Key: c.Key}
 			}
@@ -58,7 +59,8 @@ func L7FromProto(p *agentv1.L7) *flows.L7 {
 	}
 	if t := p.GetTls(); t != nil {
 		out.TLS = &flows.L7TLS{ClientAuth: t.GetClientAuth(), ClientCA: t.GetClientCa(), ClientCRL: t.GetClientCrl(), ALPN: t.GetAlpn(),
-			Versions: t.GetVersions(), HSTSMaxAge: int(t.GetHstsMaxAge()), HSTSIncludeSubdomains: t.GetHstsIncludeSubdomains(), HSTSPreload: t.GetHstsPreload()}
+			Versions: t.GetVersions(), HSTSMaxAge: int(t.GetHstsMaxAge()), HSTSIncludeSubdomains: t.GetHstsIncludeSubdomains(), HSTSPreload: t.GetHstsPreload(),
+			CipherSuites: suitesFromProto(t.GetCipherSuites())}
 		for _, c := range t.GetCertificates() {
 			out.TLS.Certificates = append(out.TLS.Certificates, flows.L7Certificate{Chain: c.GetChain(), Key: c.GetKey()})
 		}
@@ -79,12 +81,33 @@ func L7FromProto(p *agentv1.L7) *flows.L7 {
 			pool.Backends = append(pool.Backends, BackendFromProto(b))
 		}
 		if t := pp.GetTls(); t != nil {
-			pool.TLS = &flows.L7PoolTLS{CA: t.GetCa(), CRL: t.GetCrl(), ALPN: t.GetAlpn(), Versions: t.GetVersions()}
+			pool.TLS = &flows.L7PoolTLS{CA: t.GetCa(), CRL: t.GetCrl(), ALPN: t.GetAlpn(), Versions: t.GetVersions(),
+				CipherSuites: suitesFromProto(t.GetCipherSuites())}
 			if c := t.GetCertificate(); c != nil {
 				pool.TLS.Certificate = &flows.L7Certificate{Chain: c.GetChain(), Key: c.GetKey()}
 			}
 		}
 		out.Pools = append(out.Pools, pool)
+	}
+	return out
+}
+
+func suitesToProto(ids []uint16) []uint32 {
+	var out []uint32
+	for _, id := range ids {
+		out = append(out, uint32(id))
+	}
+	return out
+}
+
+// suitesFromProto keeps the IDs a cipher suite's can be (16 bits); a
+// wider one names no suite and is left out.
+func suitesFromProto(ids []uint32) []uint16 {
+	var out []uint16
+	for _, id := range ids {
+		if id <= 0xffff {
+			out = append(out, uint16(id))
+		}
 	}
 	return out
 }

@@ -60,6 +60,10 @@ type L7TLS struct {
 	// Versions are the TLS versions accepted (TLSv1.2, TLSv1.3); none:
 	// the proxy's default, TLS 1.2 and 1.3.
 	Versions []string
+	// CipherSuites are the TLS 1.0-1.2 suites accepted, by Go's ID, in
+	// the order of the listener's tls_ciphers (tlsciphers.Translate);
+	// none: Go's defaults. TLS 1.3's are Go's, whatever these are.
+	CipherSuites []uint16
 	// HSTSMaxAge, when at least 0, adds Strict-Transport-Security with
 	// that max-age, and includeSubDomains and preload as set.
 	HSTSMaxAge            int
@@ -182,6 +186,9 @@ type L7PoolTLS struct {
 	// Versions are the TLS versions the proxy accepts from a member
 	// (TLSv1.2, TLSv1.3).
 	Versions []string
+	// CipherSuites are the TLS 1.0-1.2 suites offered to a member, as
+	// L7TLS's (the pool's tls_ciphers); none: Go's defaults.
+	CipherSuites []uint16
 }
 
 // Clone is a deep copy of t.
@@ -189,7 +196,8 @@ func (t *L7PoolTLS) Clone() *L7PoolTLS {
 	if t == nil {
 		return nil
 	}
-	out := &L7PoolTLS{CA: bytes.Clone(t.CA), CRL: bytes.Clone(t.CRL), ALPN: slices.Clone(t.ALPN), Versions: slices.Clone(t.Versions)}
+	out := &L7PoolTLS{CA: bytes.Clone(t.CA), CRL: bytes.Clone(t.CRL), ALPN: slices.Clone(t.ALPN), Versions: slices.Clone(t.Versions),
+		CipherSuites: slices.Clone(t.CipherSuites)}
 	if c := t.Certificate; c != nil {
 		out.Certificate = &L7Certificate{Chain: bytes.Clone(c.Chain), Key: bytes.Clone(c.Key)}
 	}
@@ -203,7 +211,7 @@ func (t *L7PoolTLS) Equal(o *L7PoolTLS) bool {
 		return t == o
 	}
 	return bytes.Equal(t.CA, o.CA) && bytes.Equal(t.CRL, o.CRL) && sameCertificate(t.Certificate, o.Certificate) &&
-		slices.Equal(t.ALPN, o.ALPN) && slices.Equal(t.Versions, o.Versions)
+		slices.Equal(t.ALPN, o.ALPN) && slices.Equal(t.Versions, o.Versions) && slices.Equal(t.CipherSuites, o.CipherSuites)
 }
 
 func sameCertificate(a, b *L7Certificate) bool {
@@ -269,7 +277,7 @@ func (l L7) Clone() L7 {
 			t.Certificates[i] = L7Certificate{Chain: bytes.Clone(c.Chain), Key: bytes.Clone(c.Key)}
 		}
 		t.ClientCA, t.ClientCRL = bytes.Clone(t.ClientCA), bytes.Clone(t.ClientCRL)
-		t.ALPN, t.Versions = slices.Clone(t.ALPN), slices.Clone(t.Versions)
+		t.ALPN, t.Versions, t.CipherSuites = slices.Clone(t.ALPN), slices.Clone(t.Versions), slices.Clone(t.CipherSuites)
 		out.TLS = &t
 	}
 	return out
@@ -298,7 +306,8 @@ func sameL7TLS(a, b *L7TLS) bool {
 	return slices.EqualFunc(a.Certificates, b.Certificates, func(x, y L7Certificate) bool {
 		return bytes.Equal(x.Chain, y.Chain) && bytes.Equal(x.Key, y.Key)
 	}) && a.ClientAuth == b.ClientAuth && bytes.Equal(a.ClientCA, b.ClientCA) && bytes.Equal(a.ClientCRL, b.ClientCRL) &&
-		slices.Equal(a.ALPN, b.ALPN) && slices.Equal(a.Versions, b.Versions) && a.HSTSMaxAge == b.HSTSMaxAge &&
+		slices.Equal(a.ALPN, b.ALPN) && slices.Equal(a.Versions, b.Versions) && slices.Equal(a.CipherSuites, b.CipherSuites) &&
+		a.HSTSMaxAge == b.HSTSMaxAge &&
 		a.HSTSIncludeSubdomains == b.HSTSIncludeSubdomains && a.HSTSPreload == b.HSTSPreload
 }
 

@@ -20,14 +20,14 @@ func fullL7() *L7 {
 		Pools: []L7Pool{
 			{ID: "pool-a", Algorithm: RoundRobin, Backends: []Backend{{MemberID: "m1", Address: netip.MustParseAddr("198.18.17.2"), Port: 80, Weight: 1}},
 				TLS: &L7PoolTLS{CA: []byte("ca"), CRL: []byte("crl"), Certificate: &L7Certificate{Chain: []byte("chain"), Key: []byte("key")},
-					ALPN: []string{"h2", "http/1.1"}, Versions: []string{"TLSv1.2", "TLSv1.3"}}},
+					ALPN: []string{"h2", "http/1.1"}, Versions: []string{"TLSv1.2", "TLSv1.3"}, CipherSuites: []uint16{0xc02f, 0xc030}}},
 			{ID: "pool-b", Algorithm: LeastConnections, Persistence: &L7Persistence{Type: PersistAppCookie, CookieName: "sid"}},
 		},
 		InsertHeaders: []string{"X-Forwarded-For"},
 		ClientTimeout: 50 * time.Second, ConnectTimeout: 5 * time.Second, MemberTimeout: 50 * time.Second,
 		TLS: &L7TLS{Certificates: []L7Certificate{{Chain: []byte("chain"), Key: []byte("key")}}, ClientAuth: "OPTIONAL",
 			ClientCA: []byte("ca"), ClientCRL: []byte("crl"), ALPN: []string{"h2"}, Versions: []string{"TLSv1.3"},
-			HSTSMaxAge: 10, HSTSIncludeSubdomains: true},
+			CipherSuites: []uint16{0xc02b, 0xc02f}, HSTSMaxAge: 10, HSTSIncludeSubdomains: true},
 	}
 }
 
@@ -50,6 +50,7 @@ func TestSameL7(t *testing.T) {
 		"L7TLS.ClientCRL":             func(l *L7) { l.TLS.ClientCRL = []byte("crl2") },
 		"L7TLS.ALPN":                  func(l *L7) { l.TLS.ALPN = append(l.TLS.ALPN, "http/1.1") },
 		"L7TLS.Versions":              func(l *L7) { l.TLS.Versions = nil },
+		"L7TLS.CipherSuites":          func(l *L7) { l.TLS.CipherSuites = []uint16{0xc02f, 0xc02b} },
 		"L7TLS.HSTSMaxAge":            func(l *L7) { l.TLS.HSTSMaxAge = -1 },
 		"L7TLS.HSTSIncludeSubdomains": func(l *L7) { l.TLS.HSTSIncludeSubdomains = false },
 		"L7TLS.HSTSPreload":           func(l *L7) { l.TLS.HSTSPreload = true },
@@ -70,6 +71,7 @@ func TestSameL7(t *testing.T) {
 		"L7PoolTLS.Certificate":       func(l *L7) { l.Pools[0].TLS.Certificate.Key = []byte("other") },
 		"L7PoolTLS.ALPN":              func(l *L7) { l.Pools[0].TLS.ALPN = l.Pools[0].TLS.ALPN[1:] },
 		"L7PoolTLS.Versions":          func(l *L7) { l.Pools[0].TLS.Versions = []string{"TLSv1.3"} },
+		"L7PoolTLS.CipherSuites":      func(l *L7) { l.Pools[0].TLS.CipherSuites = nil },
 		"L7Persistence.Type":          func(l *L7) { l.Pools[1].Persistence.Type = PersistHTTPCookie },
 		"L7Persistence.CookieName":    func(l *L7) { l.Pools[1].Persistence.CookieName = "other" },
 		"L7Persistence.Timeout":       func(l *L7) { l.Pools[1].Persistence.Timeout = time.Minute },

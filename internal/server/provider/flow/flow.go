@@ -6,6 +6,7 @@
 package flow
 
 import (
+	"errors"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/flowlb/flowlb/internal/server/lbaas"
 	"github.com/flowlb/flowlb/internal/shared/flows"
+	"github.com/flowlb/flowlb/internal/shared/tlsciphers"
 )
 
 // Name is the provider's name in the API.
@@ -178,12 +180,38 @@ var sslInsertable = []string{"X-SSL-Client-Verify", "X-SSL-Client-Has-Cert", "X-
 var tlsVersionOrder = []string{"TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"}
 
 // checkTLSListener refuses what the node's proxy cannot terminate:
-// OpenSSL cipher strings, SSLv3, versions with a gap (checkVersions).
+// SSLv3, versions with a gap (checkVersions), tls_ciphers it cannot
+// serve (checkCiphers).
 func checkTLSListener(l *lbaas.Listener) error {
-	if l.TLSCiphers != nil && *l.TLSCiphers != "" {
-		return refuse("tls_ciphers is not supported: the proxy offers Go's TLS cipher suites.")
+	if err := checkVersions(l.TLSVersions); err != nil {
+		return err
 	}
-	return checkVersions(l.TLSVersions)
+	return checkCiphers(l.TLSCiphers, l.TLSVersions)
+}
+
+// checkCiphers refuses a tls_ciphers the node's proxy cannot serve as
+// HAProxy would: OpenSSL's keywords and operators (501: valid for
+// Octavia, which hands them to OpenSSL, but Go's TLS has no such
+// selection to honour them exactly), and, where TLS 1.2 or older is
+// allowed, a list naming no suite Go serves (400: HAProxy would not load
+// it either, OpenSSL's "no cipher match"). Only TLS 1.3 allowed, the list
+// does not apply and anything is taken (tlsciphers.Suites).
+func checkCiphers(list *string, versions []string) error {
+	if !set(list) {
+		return nil
+	}
+	_, err := tlsciphers.Suites(*list, versions)
+	var kw *tlsciphers.KeywordError
+	var none *tlsciphers.NoSuiteError
+	switch {
+	case errors.As(err, &kw):
+		return refuse("tls_ciphers %s is not supported: OpenSSL's keywords and operators cannot be honoured by the proxy's TLS; name the cipher suites, among %s.",
+			kw.Element, strings.Join(tlsciphers.Served(), ", "))
+	case errors.As(err, &none):
+		return lbaas.Validation("tls_ciphers names no cipher suite of TLS 1.2 or older that the proxy serves (not served: %s); name one of %s, or allow TLS 1.3 only.",
+			strings.Join(none.Dropped, ", "), strings.Join(tlsciphers.Served(), ", "))
+	}
+	return err
 }
 
 // checkVersions refuses TLS versions Go's TLS lacks, and versions with a
@@ -208,7 +236,7 @@ func checkVersions(versions []string) error {
 // checkPoolTLS refuses what the node's proxy cannot do of a pool's TLS
 // to its members: any on a pool it does not proxy, certificates without
 // a certificate manager to read them from (server --tls-certificates),
-// OpenSSL cipher strings, SSLv3, versions with a gap.
+// SSLv3, versions with a gap, tls_ciphers it cannot serve.
 func (p *Provider) checkPoolTLS(pool *lbaas.Pool) error {
 	refs := set(pool.TLSContainerRef) || set(pool.CATLSContainerRef) || set(pool.CRLContainerRef)
 	if !pool.TLSEnabled && !refs {
@@ -226,10 +254,10 @@ func (p *Provider) checkPoolTLS(pool *lbaas.Pool) error {
 	if !pool.TLSEnabled {
 		return nil
 	}
-	if set(pool.TLSCiphers) {
-		return refuse("tls_ciphers is not supported: the proxy offers Go's TLS cipher suites.")
+	if err := checkVersions(pool.TLSVersions); err != nil {
+		return err
 	}
-	return checkVersions(pool.TLSVersions)
+	return checkCiphers(pool.TLSCiphers, pool.TLSVersions)
 }
 
 func set(s *string) bool { return s != nil && *s != "" }

@@ -261,7 +261,25 @@ func TestCheckTLS(t *testing.T) {
 		}), ""},
 		{"SSLv3", tlsTree(func(l *lbaas.Listener) { l.TLSVersions = []string{"SSLv3", "TLSv1"} }), "TLS version SSLv3 is not supported"},
 		{"a gap", tlsTree(func(l *lbaas.Listener) { l.TLSVersions = []string{"TLSv1", "TLSv1.2"} }), "leave a gap"},
-		{"ciphers", tlsTree(func(l *lbaas.Listener) { l.TLSCiphers = sp("ECDHE-RSA-AES128-GCM-SHA256") }), "tls_ciphers is not supported"},
+		{"ciphers", tlsTree(func(l *lbaas.Listener) { l.TLSCiphers = sp("ECDHE-RSA-AES128-GCM-SHA256") }), ""},
+		{"Octavia's default ciphers", tlsTree(func(l *lbaas.Listener) { l.TLSCiphers = sp(octaviaCiphers) }), ""},
+		{"ciphers, some not served", tlsTree(func(l *lbaas.Listener) {
+			l.TLSCiphers = sp("DHE-RSA-AES256-GCM-SHA384:NO-SUCH-CIPHER:DES-CBC3-SHA:AES128-SHA")
+		}), ""},
+		{"ciphers, none served", tlsTree(func(l *lbaas.Listener) { l.TLSCiphers = sp("DHE-RSA-AES256-GCM-SHA384:TLS_AES_128_GCM_SHA256") }),
+			"400: tls_ciphers names no cipher suite of TLS 1.2 or older that the proxy serves (not served: TLS_AES_128_GCM_SHA256, DHE-RSA-AES256-GCM-SHA384); name one of AES128-GCM-SHA256, AES128-SHA,"},
+		{"ciphers, none served, TLS 1.2 and 1.3", tlsTree(func(l *lbaas.Listener) {
+			l.TLSVersions, l.TLSCiphers = []string{"TLSv1.2", "TLSv1.3"}, sp("CAMELLIA256-SHA")
+		}), "400: tls_ciphers names no cipher suite"},
+		{"ciphers, none served, TLS 1.3 only", tlsTree(func(l *lbaas.Listener) {
+			l.TLSVersions, l.TLSCiphers = []string{"TLSv1.3"}, sp("CAMELLIA256-SHA")
+		}), ""},
+		{"OpenSSL keywords", tlsTree(func(l *lbaas.Listener) { l.TLSCiphers = sp("ECDHE-RSA-AES128-GCM-SHA256:HIGH:!aNULL") }),
+			"tls_ciphers HIGH is not supported: OpenSSL's keywords and operators"},
+		{"an OpenSSL operator", tlsTree(func(l *lbaas.Listener) { l.TLSCiphers = sp("ECDHE-RSA-AES128-GCM-SHA256:@STRENGTH") }), "tls_ciphers @STRENGTH is not supported"},
+		{"OpenSSL keywords, TLS 1.3 only", tlsTree(func(l *lbaas.Listener) { l.TLSVersions, l.TLSCiphers = []string{"TLSv1.3"}, sp("HIGH:!aNULL") }), ""},
+		{"SSLv3 before ciphers", tlsTree(func(l *lbaas.Listener) { l.TLSVersions, l.TLSCiphers = []string{"SSLv3"}, sp("HIGH") }),
+			"TLS version SSLv3 is not supported"},
 		{"X-SSL on HTTP", func(t *lbaas.Tree) {
 			t.Listeners[0].Protocol, t.Pools[0].Protocol, t.Pools[0].LBAlgorithm = "HTTP", "HTTP", "ROUND_ROBIN"
 			t.Listeners[0].InsertHeaders = map[string]string{"X-SSL-Client-CN": "true"}
@@ -282,7 +300,8 @@ func TestCheckTLS(t *testing.T) {
 }
 
 // wantChecked checks the tree edit makes: accepted when refuse is
-// empty, else the provider's refusal saying refuse.
+// empty, else the provider's refusal saying refuse: a 501, or a 400
+// when refuse begins with "400: ".
 func wantChecked(t *testing.T, p *Provider, edit func(*lbaas.Tree), refuse string) {
 	t.Helper()
 	err := p.Check(tree(edit))
@@ -292,10 +311,20 @@ func wantChecked(t *testing.T, p *Provider, edit func(*lbaas.Tree), refuse strin
 		}
 		return
 	}
-	if !errors.Is(err, lbaas.ErrUnsupported) || !strings.Contains(err.Error(), refuse) {
-		t.Fatalf("got %v, want a refusal saying %q", err, refuse)
+	kind := lbaas.ErrUnsupported
+	if m, ok := strings.CutPrefix(refuse, "400: "); ok {
+		kind, refuse = lbaas.ErrInvalid, m
+	}
+	if !errors.Is(err, kind) || !strings.Contains(err.Error(), refuse) {
+		t.Fatalf("got %v, want a refusal (%v) saying %q", err, kind, refuse)
 	}
 }
+
+// octaviaCiphers is Octavia's default_listener_ciphers and
+// default_pool_ciphers (CIPHERS_OWASP_SUITE_B) of its 11.0.0 (Zed).
+const octaviaCiphers = "TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256:DHE-RSA-AES256-GCM-SHA384:" +
+	"DHE-RSA-AES128-GCM-SHA256:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-SHA256:" +
+	"DHE-RSA-AES128-SHA256:ECDHE-RSA-AES256-SHA384:ECDHE-RSA-AES128-SHA256"
 
 // TestCheckPoolTLS: TLS to the members of HTTP and PROXY pools is
 // served, tls_enabled alone without a certificate manager; certificates
@@ -330,7 +359,15 @@ func TestCheckPoolTLS(t *testing.T) {
 		{"a reference without tls_enabled, no certificate manager", false, pool(func(p *lbaas.Pool) { p.TLSEnabled, p.TLSContainerRef = false, sp("x") }),
 			"no certificate manager is configured", "HTTP protocol listeners"},
 		{"empty references", false, pool(func(p *lbaas.Pool) { p.TLSContainerRef, p.CATLSContainerRef = sp(""), sp("") }), "", "HTTP protocol listeners"},
-		{"ciphers", true, pool(func(p *lbaas.Pool) { p.TLSCiphers = sp("ECDHE-RSA-AES128-GCM-SHA256") }), "tls_ciphers is not supported", "HTTP protocol listeners"},
+		{"ciphers", true, pool(func(p *lbaas.Pool) { p.TLSCiphers = sp("ECDHE-RSA-AES128-GCM-SHA256") }), "", "HTTP protocol listeners"},
+		{"ciphers, no certificate manager", false, pool(func(p *lbaas.Pool) { p.TLSCiphers = sp(octaviaCiphers) }), "", "HTTP protocol listeners"},
+		{"ciphers, none served", true, pool(func(p *lbaas.Pool) { p.TLSCiphers = sp("DHE-RSA-AES256-GCM-SHA384") }),
+			"400: tls_ciphers names no cipher suite of TLS 1.2 or older that the proxy serves (not served: DHE-RSA-AES256-GCM-SHA384)", "HTTP protocol listeners"},
+		{"ciphers, none served, TLS 1.3 only", true, pool(func(p *lbaas.Pool) {
+			p.TLSVersions, p.TLSCiphers = []string{"TLSv1.3"}, sp("DHE-RSA-AES256-GCM-SHA384")
+		}), "", "HTTP protocol listeners"},
+		{"OpenSSL keywords", true, pool(func(p *lbaas.Pool) { p.TLSCiphers = sp("DEFAULT:-AES128-SHA") }), "tls_ciphers DEFAULT is not supported", "HTTP protocol listeners"},
+		{"keywords without tls_enabled", true, pool(func(p *lbaas.Pool) { p.TLSEnabled, p.TLSCiphers = false, sp("DEFAULT") }), "", "HTTP protocol listeners"},
 		{"ciphers without tls_enabled", true, pool(func(p *lbaas.Pool) { p.TLSEnabled, p.TLSCiphers = false, sp("ECDHE-RSA-AES128-GCM-SHA256") }), "", "HTTP protocol listeners"},
 		{"SSLv3", true, pool(func(p *lbaas.Pool) { p.TLSVersions = []string{"SSLv3"} }), "TLS version SSLv3 is not supported", "HTTP protocol listeners"},
 		{"a gap", true, pool(func(p *lbaas.Pool) { p.TLSVersions = []string{"TLSv1.1", "TLSv1.3"} }), "leave a gap", "HTTP protocol listeners"},

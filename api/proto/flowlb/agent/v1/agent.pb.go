@@ -1820,8 +1820,11 @@ type L7TLS struct {
 	HstsMaxAge            int32 `protobuf:"varint,7,opt,name=hsts_max_age,json=hstsMaxAge,proto3" json:"hsts_max_age,omitempty"`
 	HstsIncludeSubdomains bool  `protobuf:"varint,8,opt,name=hsts_include_subdomains,json=hstsIncludeSubdomains,proto3" json:"hsts_include_subdomains,omitempty"`
 	HstsPreload           bool  `protobuf:"varint,9,opt,name=hsts_preload,json=hstsPreload,proto3" json:"hsts_preload,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The TLS 1.0-1.2 cipher suites accepted, by Go's (IANA's) ID, in
+	// order; none: the proxy's defaults.
+	CipherSuites  []uint32 `protobuf:"varint,10,rep,packed,name=cipher_suites,json=cipherSuites,proto3" json:"cipher_suites,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *L7TLS) Reset() {
@@ -1915,6 +1918,13 @@ func (x *L7TLS) GetHstsPreload() bool {
 		return x.HstsPreload
 	}
 	return false
+}
+
+func (x *L7TLS) GetCipherSuites() []uint32 {
+	if x != nil {
+		return x.CipherSuites
+	}
+	return nil
 }
 
 type L7Certificate struct {
@@ -2226,9 +2236,11 @@ type L7PoolTLS struct {
 	Ca  []byte `protobuf:"bytes,1,opt,name=ca,proto3" json:"ca,omitempty"`
 	Crl []byte `protobuf:"bytes,2,opt,name=crl,proto3" json:"crl,omitempty"`
 	// The certificate presented to the members; absent: none.
-	Certificate   *L7Certificate `protobuf:"bytes,3,opt,name=certificate,proto3" json:"certificate,omitempty"`
-	Alpn          []string       `protobuf:"bytes,4,rep,name=alpn,proto3" json:"alpn,omitempty"`
-	Versions      []string       `protobuf:"bytes,5,rep,name=versions,proto3" json:"versions,omitempty"`
+	Certificate *L7Certificate `protobuf:"bytes,3,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	Alpn        []string       `protobuf:"bytes,4,rep,name=alpn,proto3" json:"alpn,omitempty"`
+	Versions    []string       `protobuf:"bytes,5,rep,name=versions,proto3" json:"versions,omitempty"`
+	// The TLS 1.0-1.2 cipher suites offered, as L7TLS's.
+	CipherSuites  []uint32 `protobuf:"varint,6,rep,packed,name=cipher_suites,json=cipherSuites,proto3" json:"cipher_suites,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2294,6 +2306,13 @@ func (x *L7PoolTLS) GetAlpn() []string {
 func (x *L7PoolTLS) GetVersions() []string {
 	if x != nil {
 		return x.Versions
+	}
+	return nil
+}
+
+func (x *L7PoolTLS) GetCipherSuites() []uint32 {
+	if x != nil {
+		return x.CipherSuites
 	}
 	return nil
 }
@@ -2514,7 +2533,7 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\x11client_timeout_ms\x18\x05 \x01(\x03R\x0fclientTimeoutMs\x12,\n" +
 	"\x12connect_timeout_ms\x18\x06 \x01(\x03R\x10connectTimeoutMs\x12*\n" +
 	"\x11member_timeout_ms\x18\a \x01(\x03R\x0fmemberTimeoutMs\x12(\n" +
-	"\x03tls\x18\b \x01(\v2\x16.flowlb.agent.v1.L7TLSR\x03tls\"\xd5\x02\n" +
+	"\x03tls\x18\b \x01(\v2\x16.flowlb.agent.v1.L7TLSR\x03tls\"\xfa\x02\n" +
 	"\x05L7TLS\x12B\n" +
 	"\fcertificates\x18\x01 \x03(\v2\x1e.flowlb.agent.v1.L7CertificateR\fcertificates\x12\x1f\n" +
 	"\vclient_auth\x18\x02 \x01(\tR\n" +
@@ -2527,7 +2546,9 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\fhsts_max_age\x18\a \x01(\x05R\n" +
 	"hstsMaxAge\x126\n" +
 	"\x17hsts_include_subdomains\x18\b \x01(\bR\x15hstsIncludeSubdomains\x12!\n" +
-	"\fhsts_preload\x18\t \x01(\bR\vhstsPreload\"7\n" +
+	"\fhsts_preload\x18\t \x01(\bR\vhstsPreload\x12#\n" +
+	"\rcipher_suites\x18\n" +
+	" \x03(\rR\fcipherSuites\"7\n" +
 	"\rL7Certificate\x12\x14\n" +
 	"\x05chain\x18\x01 \x01(\fR\x05chain\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\"\x9b\x01\n" +
@@ -2550,13 +2571,14 @@ const file_flowlb_agent_v1_agent_proto_rawDesc = "" +
 	"\vpersistence\x18\x03 \x01(\v2\x1e.flowlb.agent.v1.L7PersistenceR\vpersistence\x124\n" +
 	"\bbackends\x18\x04 \x03(\v2\x18.flowlb.agent.v1.BackendR\bbackends\x12%\n" +
 	"\x0eproxy_protocol\x18\x05 \x01(\x05R\rproxyProtocol\x12,\n" +
-	"\x03tls\x18\x06 \x01(\v2\x1a.flowlb.agent.v1.L7PoolTLSR\x03tls\"\x9f\x01\n" +
+	"\x03tls\x18\x06 \x01(\v2\x1a.flowlb.agent.v1.L7PoolTLSR\x03tls\"\xc4\x01\n" +
 	"\tL7PoolTLS\x12\x0e\n" +
 	"\x02ca\x18\x01 \x01(\fR\x02ca\x12\x10\n" +
 	"\x03crl\x18\x02 \x01(\fR\x03crl\x12@\n" +
 	"\vcertificate\x18\x03 \x01(\v2\x1e.flowlb.agent.v1.L7CertificateR\vcertificate\x12\x12\n" +
 	"\x04alpn\x18\x04 \x03(\tR\x04alpn\x12\x1a\n" +
-	"\bversions\x18\x05 \x03(\tR\bversions\"c\n" +
+	"\bversions\x18\x05 \x03(\tR\bversions\x12#\n" +
+	"\rcipher_suites\x18\x06 \x03(\rR\fcipherSuites\"c\n" +
 	"\rL7Persistence\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1f\n" +
 	"\vcookie_name\x18\x02 \x01(\tR\n" +
