@@ -536,7 +536,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 			c.recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteLoadBalancerFailed", "deleting load balancer %s: %v", lbName, err)
 			return err
 		}
-		c.recorder.Eventf(svc, corev1.EventTypeNormal, "DeletedLoadBalancer", "deleted load balancer %s", lbName)
+		if c.normalEvents(svc) {
+			c.recorder.Eventf(svc, corev1.EventTypeNormal, "DeletedLoadBalancer", "deleted load balancer %s", lbName)
+		}
 		if err := c.setFinalizer(ctx, svc, false); err != nil {
 			return err
 		}
@@ -783,13 +785,26 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service, lbName str
 }
 
 // ensured says on the Service that its load balancer is ACTIVE, when the
-// reconcile changed it.
+// reconcile changed it: on a LoadBalancer Service (normalEvents).
 func (c *Controller) ensured(ctx context.Context, svc *corev1.Service, lbName string, a applied) {
 	if a.calls == 0 {
 		return
 	}
-	c.recorder.Eventf(svc, corev1.EventTypeNormal, "EnsuredLoadBalancer", "load balancer %s ACTIVE (%d API calls)", lbName, a.calls)
+	if c.normalEvents(svc) {
+		c.recorder.Eventf(svc, corev1.EventTypeNormal, "EnsuredLoadBalancer", "load balancer %s ACTIVE (%d API calls)", lbName, a.calls)
+	}
 	c.warnUnappliedTimeouts(ctx, svc, a.want)
+}
+
+// normalEvents says whether svc is told of its load balancer's progress
+// (made, deleted), and not only of what went wrong: a Service whose
+// external address is this controller's, as a cloud provider's service
+// controller tells it. A ClusterIP or NodePort Service is what kube-proxy
+// serves without a word, and each event is one more write to the
+// Kubernetes API and its etcd: with 1,000 Services created at once, as
+// many writes again as the Services' own.
+func (c *Controller) normalEvents(svc *corev1.Service) bool {
+	return kubelb.OwnsExternal(svc, c.opts)
 }
 
 // setIngressOf writes the Service's external addresses when it has them

@@ -221,6 +221,20 @@ func TestController(t *testing.T) {
 	if !strings.HasPrefix(ingress[0].IP, "198.19.1") || ingress[0].IPMode == nil || *ingress[0].IPMode != corev1.LoadBalancerIPModeVIP {
 		t.Errorf("ingress %+v, want an address of the external subnet with ipMode VIP", ingress[0])
 	}
+	// The LoadBalancer Service is told its load balancer is ACTIVE; the
+	// ClusterIP one, made before it, is not (no event: kube-proxy
+	// records none, and each is a write to the API). The recorder sends
+	// events in order, so web's would be there by now.
+	testutil.Eventually(t, within, "pub's EnsuredLoadBalancer", event(ctx, client, "pub", "EnsuredLoadBalancer", "ACTIVE"))
+	if evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == "web" {
+				t.Errorf("the ClusterIP Service has an event: %s: %s", e.Reason, e.Message)
+			}
+		}
+	}
 	// A LoadBalancer Service whose address is the controller's has the
 	// finalizer until its load balancer and address are released.
 	if got, _ := client.CoreV1().Services("default").Get(ctx, "pub", metav1.GetOptions{}); !slices.Equal(got.Finalizers, []string{Finalizer}) {
