@@ -187,10 +187,10 @@ fuzz:
 # per 100 load balancers on a 2-core machine, so about 20–30 minutes at
 # the default 100, 3 rounds), each into its own record under
 # $(BENCH_RAW): `make bench` takes about 45 minutes. The large sizes are
-# runs of their own, about an hour of the machine each (2026-11-28):
-# BENCH_SERVICES=10000 BENCH_ROUNDS=1 about 65 minutes (the record
-# kube-10000.json), BENCH_LBS=1000 BENCH_LB_ROUNDS=1 about an hour per
-# mode (Octavia's 1,000 full load balancers took 36 minutes to ACTIVE).
+# runs of their own: BENCH_SERVICES=10000 BENCH_ROUNDS=1 about 27 minutes
+# (the record kube-10000.json, 2026-12-01; 65 on 2026-11-28),
+# BENCH_LBS=1000 BENCH_LB_ROUNDS=1 about an hour per mode (Octavia's
+# 1,000 full load balancers took 36 minutes to ACTIVE).
 # bench-page
 # gathers the records there into bench/results/suite.json and generates
 # docs/images/bench and the page from them, so that one contest can be
