@@ -260,10 +260,10 @@ func TestACLOVSDBServer(t *testing.T) {
 	db := startOVNDB(t)
 	for _, c := range [][]string{
 		{"ls-add", "net-a"}, {"ls-add", "ext"}, {"lr-add", "r1"},
-		{"lsp-add", "net-a", "vip-port"}, {"lsp-set-addresses", "vip-port", "fa:16:3e:00:00:10 198.18.0.10"},
+		{"lsp-add", "net-a", "vip-port"}, {"lsp-set-addresses", "vip-port", "fa:16:3e:00:00:10 198.18.0.10 2001:2::10"},
 		{"set", "logical_switch_port", "vip-port", `external_ids:"neutron:port_fip"=198.19.0.50`},
-		{"lsp-add", "net-a", "cl-in"}, {"lsp-set-addresses", "cl-in", "fa:16:3e:00:00:20 198.18.0.20"},
-		{"lsp-add", "net-a", "cl-out"}, {"lsp-set-addresses", "cl-out", "fa:16:3e:00:00:21 198.18.0.21"},
+		{"lsp-add", "net-a", "cl-in"}, {"lsp-set-addresses", "cl-in", "fa:16:3e:00:00:20 198.18.0.20 2001:2::20"},
+		{"lsp-add", "net-a", "cl-out"}, {"lsp-set-addresses", "cl-out", "fa:16:3e:00:00:21 198.18.0.21 2001:2::21"},
 		{"lrp-add", "r1", "lrp-a", "fa:16:3e:00:00:01", "198.18.0.1/24"},
 		{"lsp-add", "net-a", "rtr-port"}, {"lsp-set-type", "rtr-port", "router"}, {"lsp-set-addresses", "rtr-port", "router"},
 		{"lsp-set-options", "rtr-port", "router-port=lrp-a"},
@@ -450,4 +450,40 @@ func TestACLOVSDBServer(t *testing.T) {
 	if got := db.nbctl(t, "--bare", "--columns=_uuid", "find", "acl", "priority=1100"); got != "" {
 		t.Fatalf("an acl row of flowlb's left: %q", got)
 	}
+
+	// IPv6: ip6 fields, the IPv4 prefix admitting nobody of this
+	// family (the floating IP, IPv4, is not guarded here).
+	web6 := svc("2001:2::10", 80, "lb1", be("2001:2::1:1", 8080, 1))
+	web6.AllowedCIDRs = prefixes("2001:2::20/128", "198.18.0.21/32")
+	if err := d.Apply(ctx, []flows.Service{web6}, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the IPv6 acl", wantOn(`from-lport  1100 (ip6.dst == 2001:2::10 && tcp.dst == 80 && ip6.src != 2001:2::20/128) drop`))
+	if _, err := exec.LookPath("ovn-trace"); err == nil && db.sb != "" {
+		eventually(t, "ovn-northd's IPv6 acl flows", func() error {
+			out, err := exec.Command("ovn-sbctl", "--db="+db.sb, "--timeout=5", "lflow-list", "net-a").CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "ip6.src != 2001:2::20/128") {
+				return fmt.Errorf("no IPv6 acl flow on net-a: %v %s", err, out)
+			}
+			return nil
+		})
+		for _, tc := range []struct {
+			in, srcMAC, src string
+			drop            bool
+		}{{"cl-out", "fa:16:3e:00:00:21", "2001:2::21", true}, {"cl-in", "fa:16:3e:00:00:20", "2001:2::20", false}} {
+			flow := fmt.Sprintf(`inport == "%s" && eth.src == %s && eth.dst == fa:16:3e:00:00:10 && ip6.src == %s && ip6.dst == 2001:2::10 && ip.ttl == 64 && tcp.src == 40000 && tcp.dst == 80`,
+				tc.in, tc.srcMAC, tc.src)
+			out, err := exec.Command("ovn-trace", "--db="+db.sb, "--ct=new", "--summary", "net-a", flow).CombinedOutput()
+			if err != nil {
+				t.Fatalf("ovn-trace %s: %v\n%s", flow, err, out)
+			}
+			if dropped(string(out)) != tc.drop {
+				t.Errorf("IPv6 from %s: dropped %v, want %v:\n%s", tc.src, dropped(string(out)), tc.drop, out)
+			}
+		}
+	}
+	if err := d.Apply(ctx, nil, []flows.Key{web6.Key}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the IPv6 acl gone with the service", wantOn(""))
 }
