@@ -2,8 +2,10 @@
 // writes flowlb's services as OVN northbound Load_Balancer rows, attached
 // to the logical switch of each VIP's port and to the logical routers on
 // that switch, so that any VM of an ML2/OVN cloud reaches the VIPs
-// through OVN's own distributed load balancing. Only rows whose
-// external_ids carry flowlb:load_balancer are read, written or deleted.
+// through OVN's own distributed load balancing; a listener's
+// allowed_cidrs become ACL rows on those switches and the external ones
+// behind the routers (acl.go). Only rows whose external_ids carry
+// flowlb:load_balancer are read, written or deleted.
 // It is an agent.Programmer, agent.Verifier and agent.Drifter: the
 // monitor cache hears of other clients' changes to flowlb's rows and
 // their attachments, and a check writes what differs.
@@ -310,7 +312,8 @@ func (d *Dataplane) Apply(ctx context.Context, upserts []flows.Service, deletes 
 }
 
 // Verify compares the database with what the data plane wrote and
-// writes again what differs: flowlb's rows, and their attachments.
+// writes again what differs: flowlb's rows, their attachments, and
+// flowlb's ACLs on their switches.
 func (d *Dataplane) Verify(ctx context.Context) (dataplane.Check, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
