@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,7 +45,11 @@ const (
 // leaves the backends of the VIP and of the floating IP once the nodes'
 // monitors find it down; a member removed gets no more connections; a
 // foreign `ovn-nbctl lb-del` is undone by the agent; the load balancer's
-// delete removes the row.
+// delete removes the row. A listener's allowed_cidrs hold through the
+// VIP and the floating IP (flowlb's ACLs on the tenant and external
+// switches): a VM inside them reaches it, one outside does not, and
+// so for the external client through the floating IP, before and
+// after the listener's prefixes change.
 func TestRealOVNDataPlane(t *testing.T) {
 	var client, client1 *openstack.VM
 	c, cloud, _, members := newRealNeutronClusterWith(t, func(cloud *openstack.Cloud) {
@@ -73,6 +79,9 @@ func TestRealOVNDataPlane(t *testing.T) {
 		return map[string]any{"protocol": "TCP", "protocol_port": port, "default_pool": p}
 	}
 	main := listener(80, "p", "ROUND_ROBIN", nil, 1, 1)
+	guarded := listener(85, "guarded", "ROUND_ROBIN", nil, 1, 1)
+	guarded["name"] = "guarded"
+	guarded["allowed_cidrs"] = []string{netip.PrefixFrom(client.Addr, 32).String()}
 	main["default_pool"].(map[string]any)["healthmonitor"] = map[string]any{"type": "TCP", "delay": monitorDelay, "timeout": 1, "max_retries": monitorRetries}
 	start := time.Now()
 	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
@@ -81,7 +90,8 @@ func TestRealOVNDataPlane(t *testing.T) {
 			listener(81, "src", "SOURCE_IP", nil, 1, 1),
 			listener(82, "srcport", "SOURCE_IP_PORT", nil, 1, 1),
 			listener(83, "sticky", "ROUND_ROBIN", map[string]any{"type": "SOURCE_IP"}, 1, 1),
-			listener(84, "weighted", "ROUND_ROBIN", nil, 3, 1)},
+			listener(84, "weighted", "ROUND_ROBIN", nil, 3, 1),
+			guarded},
 	}})
 	if code != 201 {
 		t.Fatalf("create: %d %v", code, body)
@@ -115,12 +125,19 @@ func TestRealOVNDataPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// What OVN's rows cannot enforce is refused, not served to the
-	// nodes alone: the VMs would get past it.
+	// What OVN cannot enforce is refused, not served to the nodes
+	// alone: the VMs would get past it.
 	code, body = c.call("POST", "/v2/lbaas/listeners", map[string]any{"listener": map[string]any{
-		"loadbalancer_id": id, "protocol": "TCP", "protocol_port": 85, "allowed_cidrs": []string{"198.18.0.0/16"}}})
+		"loadbalancer_id": id, "protocol": "TCP", "protocol_port": 86, "connection_limit": 10}})
 	if code != 501 || !strings.Contains(fmt.Sprint(body), "OVN data plane") {
-		t.Errorf("a listener with allowed_cidrs: %d %v, want 501 naming the OVN data plane", code, body)
+		t.Errorf("a listener with a connection limit: %d %v, want 501 naming the OVN data plane", code, body)
+	}
+	acl := func() string {
+		out, _ := nbctl("--bare", "--columns=match", "find", "acl", `external_ids:"flowlb:acl"="tcp/`+net.JoinHostPort(vip, "85")+`"`)
+		return out
+	}
+	if m := acl(); !strings.Contains(m, "tcp.dst == 85 && ip4.src != "+client.Addr.String()+"/32") {
+		t.Fatalf("listener 85's acl at ACTIVE: %q", m)
 	}
 
 	// Neutron wrote no addresses for the VIP port's switch port: the
@@ -215,6 +232,53 @@ func TestRealOVNDataPlane(t *testing.T) {
 		return len(fseen) == 2, fmt.Sprint(fseen, err)
 	})
 	t.Logf("external -> floating IP: %v", fseen)
+
+	// allowed_cidrs through the VIP and the floating IP: listener 85
+	// admits the VM cl alone, then cl1 and the external client.
+	guardedVIP, guardedFIP := net.JoinHostPort(vip, "85"), net.JoinHostPort(fipAddr, "85")
+	viaVM := func(vm *openstack.VM) func() (string, error) {
+		return func() (string, error) { return askIn(vm.NS, guardedVIP) }
+	}
+	viaExternal := func() (string, error) { return openstack.Ask(cloud.Dial, guardedFIP) }
+	testutil.Eventually(t, 30*time.Second, "the floating IP in listener 85's acl", func() (bool, string) {
+		m := acl()
+		return strings.Contains(m, fipAddr), m
+	})
+	admits := func(stage string, in, out map[string]func() (string, error)) {
+		t.Helper()
+		for name, ask := range in {
+			testutil.Eventually(t, time.Minute, stage+": "+name+" admitted", func() (bool, string) {
+				got, err := ask()
+				return err == nil, fmt.Sprint(got, err)
+			})
+		}
+		// Once those pass, the chassis have the acl: none of 3
+		// connections from outside the prefixes may be answered.
+		for name, ask := range out {
+			for range 3 {
+				if got, err := ask(); err == nil {
+					t.Errorf("%s: %s answered by %s, want no answer", stage, name, got)
+				}
+			}
+		}
+		t.Logf("%s: %v admitted, %v not", stage, slices.Sorted(maps.Keys(in)), slices.Sorted(maps.Keys(out)))
+	}
+	admits("allowed_cidrs "+client.Addr.String()+"/32",
+		map[string]func() (string, error){"cl -> VIP": viaVM(client)},
+		map[string]func() (string, error){"cl1 -> VIP": viaVM(client1), "external -> floating IP": viaExternal})
+	code, lbody := c.call("GET", "/v2/lbaas/listeners?name=guarded&loadbalancer_id="+id, nil)
+	if code != 200 || len(lbody["listeners"].([]any)) != 1 || lbody["listeners"].([]any)[0].(map[string]any)["protocol_port"] != 85.0 {
+		t.Fatalf("listener 85: %d %v", code, lbody)
+	}
+	guardedID := lbody["listeners"].([]any)[0].(map[string]any)["id"].(string)
+	wide := []string{netip.PrefixFrom(client1.Addr, 32).String(), netip.PrefixFrom(openstack.ExternalClientAddr, 32).String()}
+	if code, body := c.call("PUT", "/v2/lbaas/listeners/"+guardedID, map[string]any{"listener": map[string]any{"allowed_cidrs": wide}}); code != 200 {
+		t.Fatalf("listener 85's allowed_cidrs: %d %v", code, body)
+	}
+	waitActiveLong(c, id)
+	admits("allowed_cidrs "+strings.Join(wide, ","),
+		map[string]func() (string, error){"cl1 -> VIP": viaVM(client1), "external -> floating IP": viaExternal},
+		map[string]func() (string, error){"cl -> VIP": viaVM(client)})
 
 	// A member's server stops: once the nodes' monitors find it down,
 	// neither the VIP nor the floating IP gives it a new connection.
@@ -317,9 +381,10 @@ func TestRealOVNDataPlane(t *testing.T) {
 	if code != 204 {
 		t.Fatalf("delete: %d %v", code, body)
 	}
-	testutil.Eventually(t, 2*time.Minute, "the row gone with the load balancer", func() (bool, string) {
+	testutil.Eventually(t, 2*time.Minute, "the row and the acl gone with the load balancer", func() (bool, string) {
 		out, err := nbctl("--bare", "--columns=name", "find", "load_balancer", "name="+row)
-		return err == nil && out == "", fmt.Sprint(out, err)
+		acls, aerr := nbctl("--bare", "--columns=_uuid", "find", "acl", `external_ids:"flowlb:load_balancer"="`+id+`"`)
+		return err == nil && out == "" && aerr == nil && acls == "", fmt.Sprint(out, err, acls, aerr)
 	})
 	// The chassis drop the load balancer's flows after the row goes
 	// (ovn-northd, the southbound database, each ovn-controller): a

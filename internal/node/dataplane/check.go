@@ -25,10 +25,14 @@ const (
 	// OVNAttach: a Load_Balancer row attached again to (or detached
 	// from) a logical switch or router.
 	OVNAttach = "ovn_attach"
+	// OVNACL: an OVN northbound ACL of flowlb's (a listener's
+	// allowed_cidrs) written again, rewritten, or put back on (or taken
+	// off) a logical switch.
+	OVNACL = "ovn_acl"
 )
 
 // Kinds lists the kinds of repair.
-var Kinds = []string{Table, Chain, Set, Element, EBPFMap, EBPFAttach, OVNLoadBalancer, OVNAttach}
+var Kinds = []string{Table, Chain, Set, Element, EBPFMap, EBPFAttach, OVNLoadBalancer, OVNAttach, OVNACL}
 
 // Check is what one verification of a data plane did.
 type Check struct {

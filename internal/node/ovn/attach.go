@@ -19,11 +19,15 @@ type Topology struct {
 
 // Attachment is where a row belongs: the switches (UUIDs) with a port
 // holding one of its VIPs, and the routers with a port on those
-// switches; and its VIPs that no switch port holds.
+// switches; and its VIPs that no switch port holds. External are the
+// switches peered with those routers through their gateway ports (the
+// external networks, where a floating IP's clients come in): the row
+// is not attached there, but the guards of its VIPs are (acl.go).
 type Attachment struct {
 	Switches []string
 	Routers  []string
 	Missing  []netip.Addr
+	External []string
 }
 
 // Attach finds each row's switches and routers, the way Neutron's
@@ -81,11 +85,19 @@ func Attach(t Topology, rows map[string]Row) map[string]Attachment {
 	// (the external network: a connection from there to a floating IP
 	// is the router's to balance, on the gateway chassis, and balanced
 	// on the way in as well it would not come back the way it went).
-	switchesOf := map[string][]string{}
+	switchesOf, externalOf := map[string][]string{}, map[string][]string{}
 	for sw, rps := range routerPorts {
 		for _, rp := range rps {
-			if lr, ok := routerOf[rp]; ok && !gateway[rp] && !slices.Contains(switchesOf[lr], sw) {
-				switchesOf[lr] = append(switchesOf[lr], sw)
+			lr, ok := routerOf[rp]
+			if !ok {
+				continue
+			}
+			of := switchesOf
+			if gateway[rp] {
+				of = externalOf
+			}
+			if !slices.Contains(of[lr], sw) {
+				of[lr] = append(of[lr], sw)
 			}
 		}
 	}
@@ -115,8 +127,16 @@ func Attach(t Topology, rows map[string]Row) map[string]Attachment {
 				}
 			}
 		}
+		for _, lr := range at.Routers {
+			for _, sw := range externalOf[lr] {
+				if !slices.Contains(at.Switches, sw) && !slices.Contains(at.External, sw) {
+					at.External = append(at.External, sw)
+				}
+			}
+		}
 		slices.Sort(at.Switches)
 		slices.Sort(at.Routers)
+		slices.Sort(at.External)
 		out[name] = at
 	}
 	return out

@@ -56,10 +56,11 @@ func TestAttach(t *testing.T) {
 	}{
 		// r1's other switch, sB, balances its VMs before r1 (r2,
 		// behind sB only, is not attached: one hop from the VIP), but
-		// not the external network's, behind r1's gateway port.
-		{"the VIP port's switch, its router and the router's switches", addrs("198.18.0.10"), Attachment{Switches: []string{"sA", "sB"}, Routers: []string{"r1"}}},
-		{"IPv6 in port_security, two routers", addrs("2001:2::10"), Attachment{Switches: []string{"sA", "sB"}, Routers: []string{"r1", "r2"}}},
-		{"both families: the union", addrs("198.18.0.10", "2001:2::10"), Attachment{Switches: []string{"sA", "sB"}, Routers: []string{"r1", "r2"}}},
+		// not the external network's, behind r1's gateway port: that
+		// one is External, for the guards.
+		{"the VIP port's switch, its router and the router's switches", addrs("198.18.0.10"), Attachment{Switches: []string{"sA", "sB"}, Routers: []string{"r1"}, External: []string{"sExt"}}},
+		{"IPv6 in port_security, two routers", addrs("2001:2::10"), Attachment{Switches: []string{"sA", "sB"}, Routers: []string{"r1", "r2"}, External: []string{"sExt"}}},
+		{"both families: the union", addrs("198.18.0.10", "2001:2::10"), Attachment{Switches: []string{"sA", "sB"}, Routers: []string{"r1", "r2"}, External: []string{"sExt"}}},
 		{"a switch with no router", addrs("198.18.0.30"), Attachment{Switches: []string{"sC"}}},
 		{"no port holds the VIP", addrs("198.18.0.50"), Attachment{Missing: addrs("198.18.0.50")}},
 		{"a port on no switch", addrs("198.18.0.40"), Attachment{Missing: addrs("198.18.0.40")}},

@@ -30,11 +30,30 @@ type Actions struct {
 	// delete, by switch or router UUID.
 	SwitchAttach, SwitchDetach map[string][]Ref
 	RouterAttach, RouterDetach map[string][]Ref
+	// ACL rows to create and to rewrite, those no longer wanted (taken
+	// off their switches, which drops them), and the switches' acls
+	// sets: refs to insert and to delete, by switch UUID (a Create ref
+	// indexes ACLCreate).
+	ACLCreate            []ACLRow
+	ACLUpdate            []ACLUpdate
+	ACLStale             []string
+	ACLAttach, ACLDetach map[string][]Ref
 }
 
 // Empty reports whether there is nothing to write.
 func (a Actions) Empty() bool {
-	return len(a.Create)+len(a.Update)+len(a.Delete)+a.attachments() == 0
+	return len(a.Create)+len(a.Update)+len(a.Delete)+a.attachments()+len(a.ACLCreate)+len(a.ACLUpdate)+a.aclAttachments() == 0
+}
+
+// aclAttachments counts the ACLs put on switches and taken off.
+func (a Actions) aclAttachments() int {
+	n := 0
+	for _, m := range []map[string][]Ref{a.ACLAttach, a.ACLDetach} {
+		for _, refs := range m {
+			n += len(refs)
+		}
+	}
+	return n
 }
 
 // attachments counts the attachments inserted and removed.

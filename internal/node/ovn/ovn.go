@@ -2,8 +2,10 @@
 // writes flowlb's services as OVN northbound Load_Balancer rows, attached
 // to the logical switch of each VIP's port and to the logical routers on
 // that switch, so that any VM of an ML2/OVN cloud reaches the VIPs
-// through OVN's own distributed load balancing. Only rows whose
-// external_ids carry flowlb:load_balancer are read, written or deleted.
+// through OVN's own distributed load balancing; a listener's
+// allowed_cidrs become ACL rows on those switches and the external ones
+// behind the routers (acl.go). Only rows whose external_ids carry
+// flowlb:load_balancer are read, written or deleted.
 // It is an agent.Programmer, agent.Verifier and agent.Drifter: the
 // monitor cache hears of other clients' changes to flowlb's rows and
 // their attachments, and a check writes what differs.
@@ -80,6 +82,7 @@ type Dataplane struct {
 // wanted is what the cache's handler compares events with.
 type wanted struct {
 	rows    map[string]Row
+	acls    map[string]ACLRow
 	missing map[netip.Addr]bool
 }
 
@@ -104,7 +107,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Dataplane, error) 
 	d := &Dataplane{c: c, log: log, timeout: cfg.timeout(), services: map[flows.Key]flows.Service{},
 		refused: map[flows.Key]string{}, missing: map[netip.Addr]bool{}, drift: make(chan struct{}, 1),
 		floating: make(chan struct{}, 1), closed: make(chan struct{})}
-	d.wanted.Store(&wanted{rows: map[string]Row{}, missing: map[netip.Addr]bool{}})
+	d.wanted.Store(&wanted{rows: map[string]Row{}, acls: map[string]ACLRow{}, missing: map[netip.Addr]bool{}})
 	cctx, cancel := context.WithTimeout(ctx, cfg.timeout())
 	defer cancel()
 	if err := c.Connect(cctx); err != nil {
@@ -148,6 +151,7 @@ func clientModel() (model.ClientDBModel, error) {
 		nbdb.LogicalSwitchPortTable: &nbdb.LogicalSwitchPort{},
 		nbdb.LogicalRouterTable:     &nbdb.LogicalRouter{},
 		nbdb.LogicalRouterPortTable: &nbdb.LogicalRouterPort{},
+		nbdb.ACLTable:               &nbdb.ACL{},
 	})
 }
 
@@ -202,9 +206,21 @@ func (d *Dataplane) heard(table string, old, new model.Model) {
 				}
 			}
 		}
+	case nbdb.ACLTable:
+		for _, m := range []model.Model{old, new} {
+			if a, ok := m.(*nbdb.ACL); ok && isFlowlbACL(a) {
+				want, ok := w.acls[a.ExternalIDs[ACLKey]]
+				switch {
+				case m == new && !(ok && want.Equal(a)):
+					foreign = true // written otherwise than wanted
+				case m == old && new == nil && ok:
+					foreign = true // a wanted row dropped
+				}
+			}
+		}
 	case nbdb.LogicalSwitchTable:
 		o, n := asSwitch(old), asSwitch(new)
-		foreign = o != nil && n != nil && lost(o.LoadBalancer, n.LoadBalancer)
+		foreign = o != nil && n != nil && (lost(o.LoadBalancer, n.LoadBalancer) || lost(o.ACLs, n.ACLs))
 	case nbdb.LogicalRouterTable:
 		o, n := asRouter(old), asRouter(new)
 		foreign = o != nil && n != nil && lost(o.LoadBalancer, n.LoadBalancer)
@@ -296,7 +312,8 @@ func (d *Dataplane) Apply(ctx context.Context, upserts []flows.Service, deletes 
 }
 
 // Verify compares the database with what the data plane wrote and
-// writes again what differs: flowlb's rows, and their attachments.
+// writes again what differs: flowlb's rows, their attachments, and
+// flowlb's ACLs on their switches.
 func (d *Dataplane) Verify(ctx context.Context) (dataplane.Check, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -312,6 +329,7 @@ func (d *Dataplane) Verify(ctx context.Context) (dataplane.Check, error) {
 const (
 	RepairRow    = dataplane.OVNLoadBalancer
 	RepairAttach = dataplane.OVNAttach
+	RepairACL    = dataplane.OVNACL
 )
 
 // converge writes what differs between the database and the services
@@ -328,6 +346,7 @@ func (d *Dataplane) converge(ctx context.Context, check *dataplane.Check) (int, 
 	d.noteRefused(plan.Refused)
 	var topo Topology
 	var lbs []nbdb.LoadBalancer
+	var acls []nbdb.ACL
 	for _, l := range []any{&topo.SwitchPorts, &topo.Switches, &topo.Routers, &topo.RouterPorts} {
 		if err := d.c.List(ctx, l); err != nil {
 			return 0, fmt.Errorf("ovn northbound: read the cache: %w", err)
@@ -336,10 +355,16 @@ func (d *Dataplane) converge(ctx context.Context, check *dataplane.Check) (int, 
 	if err := d.c.WhereCache(func(lb *nbdb.LoadBalancer) bool { return lb.ExternalIDs[LoadBalancerKey] != "" }).List(ctx, &lbs); err != nil {
 		return 0, fmt.Errorf("ovn northbound: read the cache: %w", err)
 	}
-	plan.Rows = WithFloatingIPs(plan.Rows, floatingOf(topo.SwitchPorts))
+	if err := d.c.WhereCache(isFlowlbACL).List(ctx, &acls); err != nil {
+		return 0, fmt.Errorf("ovn northbound: read the cache: %w", err)
+	}
+	fips := floatingOf(topo.SwitchPorts)
+	plan.Rows = WithFloatingIPs(plan.Rows, fips)
 	att := Attach(topo, plan.Rows)
-	d.noteMissing(plan.Rows, att)
+	aclRows, aclOn := ACLs(plan.Guards, att, fips)
+	d.noteMissing(plan.Rows, aclRows, att)
 	acts := Diff(plan.Rows, att, lbs, topo.Switches, topo.Routers)
+	DiffACLs(&acts, aclRows, aclOn, acls, topo.Switches)
 	if acts.Empty() {
 		return 0, nil
 	}
@@ -365,6 +390,15 @@ func (d *Dataplane) converge(ctx context.Context, check *dataplane.Check) (int, 
 		if n := acts.attachments(); n > 0 {
 			check.Repair(RepairAttach, n, detected, fmt.Sprintf("%d load balancer attachments to switches and routers repaired", n))
 		}
+		for _, r := range acts.ACLCreate {
+			check.Repair(RepairACL, 1, detected, "ovn acl "+r.Key+" written again")
+		}
+		for _, u := range acts.ACLUpdate {
+			check.Repair(RepairACL, 1, detected, "ovn acl "+u.Row.Key+" rewritten")
+		}
+		if n := acts.aclAttachments(); n > 0 {
+			check.Repair(RepairACL, n, detected, fmt.Sprintf("%d acls put back on, or taken off, switches", n))
+		}
 	}
 	d.settle(ctx, acts, res)
 	return len(ops), nil
@@ -373,10 +407,14 @@ func (d *Dataplane) converge(ctx context.Context, check *dataplane.Check) (int, 
 // settle waits (briefly) until the cache shows the rows inserted and
 // not those deleted, so that the next check reads what was written.
 func (d *Dataplane) settle(ctx context.Context, acts Actions, res []ovsdb.OperationResult) {
-	var created []string
-	for i := range acts.Create {
+	var created, createdACLs []string
+	for i := range len(acts.Create) + len(acts.ACLCreate) {
 		if i < len(res) && res[i].UUID.GoUUID != "" {
-			created = append(created, res[i].UUID.GoUUID)
+			if i < len(acts.Create) {
+				created = append(created, res[i].UUID.GoUUID)
+			} else {
+				createdACLs = append(createdACLs, res[i].UUID.GoUUID)
+			}
 		}
 	}
 	done := func() bool {
@@ -385,8 +423,18 @@ func (d *Dataplane) settle(ctx context.Context, acts Actions, res []ovsdb.Operat
 				return false
 			}
 		}
+		for _, u := range createdACLs {
+			if err := d.c.Get(ctx, &nbdb.ACL{UUID: u}); err != nil {
+				return false
+			}
+		}
 		for _, u := range acts.Delete {
 			if err := d.c.Get(ctx, &nbdb.LoadBalancer{UUID: u}); err == nil {
+				return false
+			}
+		}
+		for _, u := range acts.ACLStale {
+			if err := d.c.Get(ctx, &nbdb.ACL{UUID: u}); err == nil {
 				return false
 			}
 		}
@@ -410,7 +458,7 @@ func (d *Dataplane) noteRefused(refused map[flows.Key]string) {
 
 // noteMissing logs each VIP without a switch port once, and counts every
 // time one is seen.
-func (d *Dataplane) noteMissing(rows map[string]Row, att map[string]Attachment) {
+func (d *Dataplane) noteMissing(rows map[string]Row, acls map[string]ACLRow, att map[string]Attachment) {
 	missing := map[netip.Addr]bool{}
 	for name, a := range att {
 		for _, v := range a.Missing {
@@ -422,12 +470,12 @@ func (d *Dataplane) noteMissing(rows map[string]Row, att map[string]Attachment) 
 	}
 	d.missing = missing
 	d.missed.Store(int64(len(missing)))
-	d.wanted.Store(&wanted{rows: rows, missing: missing})
+	d.wanted.Store(&wanted{rows: rows, acls: acls, missing: missing})
 }
 
 // ops turns actions into one transaction's operations: the inserts
-// first (their results' UUIDs are read in that order), then updates,
-// attachments and deletes.
+// first, load balancers then ACLs (their results' UUIDs are read in that
+// order), then updates, attachments and deletes.
 func (d *Dataplane) ops(a Actions) ([]ovsdb.Operation, error) {
 	var ops []ovsdb.Operation
 	add := func(o []ovsdb.Operation, err error) error {
@@ -441,10 +489,25 @@ func (d *Dataplane) ops(a Actions) ([]ovsdb.Operation, error) {
 			return nil, err
 		}
 	}
+	for i, r := range a.ACLCreate {
+		acl := aclRow(r)
+		acl.UUID = namedACLUUID(i)
+		if err := add(d.c.Create(acl)); err != nil {
+			return nil, err
+		}
+	}
 	for _, u := range a.Update {
 		lb := lbOf(u.Row)
 		lb.UUID = u.UUID
 		if err := add(d.c.Where(lb).Update(lb, &lb.Name, &lb.Vips, &lb.Protocol, &lb.SelectionFields, &lb.Options, &lb.ExternalIDs)); err != nil {
+			return nil, err
+		}
+	}
+	for _, u := range a.ACLUpdate {
+		acl := aclRow(u.Row)
+		acl.UUID = u.UUID
+		if err := add(d.c.Where(acl).Update(acl, &acl.Action, &acl.Direction, &acl.Match, &acl.Priority, &acl.ExternalIDs,
+			&acl.Name, &acl.Log, &acl.Label, &acl.Options, &acl.Meter, &acl.Severity)); err != nil {
 			return nil, err
 		}
 	}
@@ -453,6 +516,24 @@ func (d *Dataplane) ops(a Actions) ([]ovsdb.Operation, error) {
 			return r.UUID
 		}
 		return namedUUID(r.Create)
+	}
+	aclRef := func(r Ref) string {
+		if r.UUID != "" {
+			return r.UUID
+		}
+		return namedACLUUID(r.Create)
+	}
+	for _, sw := range slices.Sorted(maps.Keys(a.ACLAttach)) {
+		ls := &nbdb.LogicalSwitch{UUID: sw}
+		if err := add(d.c.Where(ls).Mutate(ls, mutation(&ls.ACLs, ovsdb.MutateOperationInsert, a.ACLAttach[sw], aclRef))); err != nil {
+			return nil, err
+		}
+	}
+	for _, sw := range slices.Sorted(maps.Keys(a.ACLDetach)) {
+		ls := &nbdb.LogicalSwitch{UUID: sw}
+		if err := add(d.c.Where(ls).Mutate(ls, mutation(&ls.ACLs, ovsdb.MutateOperationDelete, a.ACLDetach[sw], aclRef))); err != nil {
+			return nil, err
+		}
 	}
 	for _, sw := range slices.Sorted(maps.Keys(a.SwitchAttach)) {
 		ls := &nbdb.LogicalSwitch{UUID: sw}
@@ -498,6 +579,8 @@ func mutation(field *[]string, m ovsdb.Mutator, refs []Ref, ref func(Ref) string
 }
 
 func namedUUID(i int) string { return fmt.Sprintf("flowlb_new_%d", i) }
+
+func namedACLUUID(i int) string { return fmt.Sprintf("flowlb_acl_%d", i) }
 
 func lbOf(r Row) *nbdb.LoadBalancer {
 	proto := r.Protocol

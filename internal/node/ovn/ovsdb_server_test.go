@@ -249,3 +249,241 @@ func TestRepairOVSDBServer(t *testing.T) {
 		t.Errorf("the other load balancer changed: %s", got)
 	}
 }
+
+// TestACLOVSDBServer: a listener's allowed_cidrs as flowlb's ACL, on the
+// VIP's switch and on the external network behind the router's gateway
+// port, against a real ovsdb-server (and, when installed, ovn-northd
+// and ovn-trace: the match parsed, the packets dropped or let through):
+// written, rewritten when the prefixes change, repaired after another
+// client's acl-del, match change or detach, and gone with the service.
+func TestACLOVSDBServer(t *testing.T) {
+	db := startOVNDB(t)
+	for _, c := range [][]string{
+		{"ls-add", "net-a"}, {"ls-add", "ext"}, {"lr-add", "r1"},
+		{"lsp-add", "net-a", "vip-port"}, {"lsp-set-addresses", "vip-port", "fa:16:3e:00:00:10 198.18.0.10 2001:2::10"},
+		{"set", "logical_switch_port", "vip-port", `external_ids:"neutron:port_fip"=198.19.0.50`},
+		{"lsp-add", "net-a", "cl-in"}, {"lsp-set-addresses", "cl-in", "fa:16:3e:00:00:20 198.18.0.20 2001:2::20"},
+		{"lsp-add", "net-a", "cl-out"}, {"lsp-set-addresses", "cl-out", "fa:16:3e:00:00:21 198.18.0.21 2001:2::21"},
+		{"lrp-add", "r1", "lrp-a", "fa:16:3e:00:00:01", "198.18.0.1/24"},
+		{"lsp-add", "net-a", "rtr-port"}, {"lsp-set-type", "rtr-port", "router"}, {"lsp-set-addresses", "rtr-port", "router"},
+		{"lsp-set-options", "rtr-port", "router-port=lrp-a"},
+		{"lrp-add", "r1", "lrp-gw", "fa:16:3e:00:00:02", "198.19.0.1/24"}, {"lrp-set-gateway-chassis", "lrp-gw", "ch1", "1"},
+		{"lsp-add", "ext", "ext-rtr"}, {"lsp-set-type", "ext-rtr", "router"}, {"lsp-set-addresses", "ext-rtr", "router"},
+		{"lsp-set-options", "ext-rtr", "router-port=lrp-gw"},
+		{"lsp-add", "ext", "ln"}, {"lsp-set-type", "ln", "localnet"}, {"lsp-set-addresses", "ln", "unknown"},
+		{"lsp-set-options", "ln", "network_name=physnet1"},
+		{"acl-add", "net-a", "to-lport", "1002", "ip4.src == 198.18.5.5", "allow-related"}, // another's
+	} {
+		db.nbctl(t, c...)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d, err := New(ctx, Config{NB: db.nb}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	web := svc("198.18.0.10", 80, "lb1", be("198.18.1.1", 8080, 1))
+	web.AllowedCIDRs = prefixes("198.18.0.20/32", "2001:2::/64")
+	if err := d.Sync(ctx, flows.Table{Revision: 1, Services: table(web)}); err != nil {
+		t.Fatal(err)
+	}
+	acls := func(sw string) []string {
+		var out []string
+		for _, l := range strings.Split(db.nbctl(t, "acl-list", sw), "\n") {
+			if strings.Contains(l, "1100") {
+				out = append(out, strings.TrimSpace(l))
+			}
+		}
+		return out
+	}
+	wantOn := func(line string) func() error {
+		return func() error {
+			for _, sw := range []string{"net-a", "ext"} {
+				if got := acls(sw); line == "" && len(got) != 0 || line != "" && (len(got) != 1 || got[0] != line) {
+					return fmt.Errorf("%s's flowlb acls %q, want %q", sw, got, line)
+				}
+			}
+			if got := db.nbctl(t, "acl-list", "net-a"); !strings.Contains(got, "ip4.src == 198.18.5.5") {
+				return fmt.Errorf("the other acl gone: %s", got)
+			}
+			return nil
+		}
+	}
+	const first = `from-lport  1100 (ip4.dst == {198.18.0.10, 198.19.0.50} && tcp.dst == 80 && ip4.src != 198.18.0.20/32) drop`
+	eventually(t, "the acl on the VIP's switch and the external one", wantOn(first))
+	if got := db.nbctl(t, "--bare", "--columns=external_ids", "find", "acl", "priority=1100"); !strings.Contains(got, "flowlb:acl=tcp/198.18.0.10:80") ||
+		!strings.Contains(got, "flowlb:load_balancer=lb1") {
+		t.Fatalf("the acl's external ids: %q", got)
+	}
+
+	// What OVN makes of it: the match parses, a client outside the
+	// prefix is dropped on its own switch, as one from the external
+	// network (its localnet port) to the floating IP; those inside
+	// pass.
+	trace := func(sw, inport, srcMAC, dstMAC, src, dst string) string {
+		flow := fmt.Sprintf(`inport == "%s" && eth.src == %s && eth.dst == %s && ip4.src == %s && ip4.dst == %s && ip.ttl == 64 && tcp.src == 40000 && tcp.dst == 80`,
+			inport, srcMAC, dstMAC, src, dst)
+		out, err := exec.Command("ovn-trace", "--db="+db.sb, "--ct=new", "--summary", sw, flow).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ovn-trace %s: %v\n%s", flow, err, out)
+		}
+		if strings.Contains(string(out), "parse") || strings.Contains(string(out), "error") {
+			t.Fatalf("ovn-trace %s:\n%s", flow, out)
+		}
+		return string(out)
+	}
+	// dropped: the packet is output nowhere (a drop ACL's action is no
+	// action: the pipeline ends).
+	dropped := func(out string) bool { return !strings.Contains(out, "output;") }
+	if _, err := exec.LookPath("ovn-trace"); err == nil && db.sb != "" {
+		eventually(t, "ovn-northd's acl flows", func() error {
+			out, err := exec.Command("ovn-sbctl", "--db="+db.sb, "--timeout=5", "lflow-list", "ext").CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "ip4.src != 198.18.0.20/32") {
+				return fmt.Errorf("no acl flow on ext: %v %s", err, out)
+			}
+			return nil
+		})
+		for _, tc := range []struct {
+			name                     string
+			sw, in, srcMAC, src, dst string
+			drop                     bool
+		}{
+			{"a VM outside the prefix -> VIP", "net-a", "cl-out", "fa:16:3e:00:00:21", "198.18.0.21", "198.18.0.10", true},
+			{"a VM inside it -> VIP", "net-a", "cl-in", "fa:16:3e:00:00:20", "198.18.0.20", "198.18.0.10", false},
+			{"external, outside -> floating IP", "ext", "ln", "02:00:00:00:00:09", "198.18.9.9", "198.19.0.50", true},
+			{"external, inside -> floating IP", "ext", "ln", "02:00:00:00:00:09", "198.18.0.20", "198.19.0.50", false},
+		} {
+			dstMAC := "fa:16:3e:00:00:10"
+			if tc.sw == "ext" {
+				dstMAC = "fa:16:3e:00:00:02"
+			}
+			if out := trace(tc.sw, tc.in, tc.srcMAC, dstMAC, tc.src, tc.dst); dropped(out) != tc.drop {
+				t.Errorf("%s: dropped %v, want %v:\n%s", tc.name, dropped(out), tc.drop, out)
+			}
+		}
+	} else {
+		t.Log("ovn-northd or ovn-trace not installed: the logical flows are not traced")
+	}
+
+	// The prefixes change: the same row rewritten.
+	uuid := db.nbctl(t, "--bare", "--columns=_uuid", "find", "acl", "priority=1100")
+	web.AllowedCIDRs = prefixes("198.18.0.16/28", "198.18.0.20/32")
+	if err := d.Apply(ctx, []flows.Service{web}, nil); err != nil {
+		t.Fatal(err)
+	}
+	const second = `from-lport  1100 (ip4.dst == {198.18.0.10, 198.19.0.50} && tcp.dst == 80 && ip4.src != {198.18.0.16/28, 198.18.0.20/32}) drop`
+	eventually(t, "the acl rewritten", wantOn(second))
+	if got := db.nbctl(t, "--bare", "--columns=_uuid", "find", "acl", "priority=1100"); got != uuid {
+		t.Errorf("the acl %s replaced by %s, not rewritten", uuid, got)
+	}
+
+	// Another client's changes: repaired on the drift signal.
+	repairs := make(chan dataplane.Check, 16)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.Drift():
+				c, err := d.Verify(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				if c.Repairs() > 0 {
+					repairs <- c
+				}
+			}
+		}
+	}()
+	for _, tc := range []struct {
+		name   string
+		change func() []string
+	}{
+		{"acl-del of the external switch", func() []string { return []string{"acl-del", "ext"} }},
+		{"the match changed", func() []string {
+			u := db.nbctl(t, "--bare", "--columns=_uuid", "find", "acl", "priority=1100")
+			return []string{"set", "acl", u, `match="ip4.dst == 198.18.0.10"`}
+		}},
+		{"taken off the VIP's switch", func() []string {
+			u := db.nbctl(t, "--bare", "--columns=_uuid", "find", "acl", "priority=1100")
+			return []string{"remove", "logical_switch", "net-a", "acls", u}
+		}},
+	} {
+		change := tc.change()
+		start := time.Now()
+		db.nbctl(t, change...)
+		select {
+		case c := <-repairs:
+			if c.Repaired[dataplane.OVNACL] == 0 {
+				t.Errorf("%s: repaired %v, want %s", tc.name, c.Repaired, dataplane.OVNACL)
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("%s: not repaired within 1 s", tc.name)
+		}
+		if err := wantOn(second)(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		t.Logf("%s: repaired, as ovn-nbctl reads it, %v after the change began", tc.name, time.Since(start).Round(time.Millisecond))
+	}
+
+	// allowed_cidrs lifted: the acl goes, the row stays; then the
+	// service goes.
+	web.AllowedCIDRs = nil
+	if err := d.Apply(ctx, []flows.Service{web}, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the acl gone with allowed_cidrs", wantOn(""))
+	if got := db.nbctl(t, "--bare", "--columns=_uuid", "find", "acl", "priority=1100"); got != "" {
+		t.Fatalf("an acl row of flowlb's left: %q", got)
+	}
+	web.AllowNone = true
+	if err := d.Apply(ctx, []flows.Service{web}, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "admitting none", wantOn(`from-lport  1100 (ip4.dst == {198.18.0.10, 198.19.0.50} && tcp.dst == 80) drop`))
+	if err := d.Apply(ctx, nil, []flows.Key{web.Key}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the acl gone with the service", wantOn(""))
+	if got := db.nbctl(t, "--bare", "--columns=_uuid", "find", "acl", "priority=1100"); got != "" {
+		t.Fatalf("an acl row of flowlb's left: %q", got)
+	}
+
+	// IPv6: ip6 fields, the IPv4 prefix admitting nobody of this
+	// family (the floating IP, IPv4, is not guarded here).
+	web6 := svc("2001:2::10", 80, "lb1", be("2001:2::1:1", 8080, 1))
+	web6.AllowedCIDRs = prefixes("2001:2::20/128", "198.18.0.21/32")
+	if err := d.Apply(ctx, []flows.Service{web6}, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the IPv6 acl", wantOn(`from-lport  1100 (ip6.dst == 2001:2::10 && tcp.dst == 80 && ip6.src != 2001:2::20/128) drop`))
+	if _, err := exec.LookPath("ovn-trace"); err == nil && db.sb != "" {
+		eventually(t, "ovn-northd's IPv6 acl flows", func() error {
+			out, err := exec.Command("ovn-sbctl", "--db="+db.sb, "--timeout=5", "lflow-list", "net-a").CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "ip6.src != 2001:2::20/128") {
+				return fmt.Errorf("no IPv6 acl flow on net-a: %v %s", err, out)
+			}
+			return nil
+		})
+		for _, tc := range []struct {
+			in, srcMAC, src string
+			drop            bool
+		}{{"cl-out", "fa:16:3e:00:00:21", "2001:2::21", true}, {"cl-in", "fa:16:3e:00:00:20", "2001:2::20", false}} {
+			flow := fmt.Sprintf(`inport == "%s" && eth.src == %s && eth.dst == fa:16:3e:00:00:10 && ip6.src == %s && ip6.dst == 2001:2::10 && ip.ttl == 64 && tcp.src == 40000 && tcp.dst == 80`,
+				tc.in, tc.srcMAC, tc.src)
+			out, err := exec.Command("ovn-trace", "--db="+db.sb, "--ct=new", "--summary", "net-a", flow).CombinedOutput()
+			if err != nil {
+				t.Fatalf("ovn-trace %s: %v\n%s", flow, err, out)
+			}
+			if dropped(string(out)) != tc.drop {
+				t.Errorf("IPv6 from %s: dropped %v, want %v:\n%s", tc.src, dropped(string(out)), tc.drop, out)
+			}
+		}
+	}
+	if err := d.Apply(ctx, nil, []flows.Key{web6.Key}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the IPv6 acl gone with the service", wantOn(""))
+}

@@ -41,10 +41,12 @@ func (r Row) Equal(o Row) bool {
 		maps.Equal(r.ExternalIDs, o.ExternalIDs)
 }
 
-// Plan is the rows for a table of services, and the services that get
-// none, with the reason.
+// Plan is the rows for a table of services, the source restrictions of
+// those services that have one, and the services that get none, with
+// the reason.
 type Plan struct {
-	Rows    map[string]Row // by name
+	Rows    map[string]Row   // by name
+	Guards  map[string]Guard // by key
 	Refused map[flows.Key]string
 }
 
@@ -54,7 +56,7 @@ type Plan struct {
 // are not a load balancer's own VIP (node ports, Kubernetes cluster IPs)
 // are left out silently; those OVN cannot express, with a reason.
 func Translate(services map[flows.Key]flows.Service) Plan {
-	p := Plan{Rows: map[string]Row{}, Refused: map[flows.Key]string{}}
+	p := Plan{Rows: map[string]Row{}, Guards: map[string]Guard{}, Refused: map[flows.Key]string{}}
 	for _, k := range slices.SortedFunc(maps.Keys(services), compareKeys) {
 		s := services[k]
 		if !s.OwnVIP || k.NodePort() {
@@ -64,12 +66,8 @@ func Translate(services map[flows.Key]flows.Service) Plan {
 			p.Refused[k] = "no load balancer id"
 			continue
 		}
-		// What OVN's rows cannot enforce is not written: a client VM
-		// would reach the VIP past the listener's admission or limit.
-		if admits := s.AllowedCIDRs; s.AllowNone || len(admits) > 0 && !slices.ContainsFunc(admits, everyAddress) {
-			p.Refused[k] = "allowed_cidrs and security-group admission have no OVN counterpart here yet"
-			continue
-		}
+		// What OVN cannot enforce is not written: a client VM would
+		// reach the VIP past the listener's limit.
 		if s.ConnectionLimit >= 0 {
 			p.Refused[k] = fmt.Sprintf("a connection limit (%d) has no OVN counterpart", s.ConnectionLimit)
 			continue
@@ -97,13 +95,48 @@ func Translate(services map[flows.Key]flows.Service) Plan {
 			r.Addrs = append(r.Addrs, k.VIP)
 		}
 		p.Rows[name] = r
+		if admit, restricted := admitted(s); restricted {
+			g := Guard{LoadBalancerID: s.LoadBalancerID, Row: name, Protocol: proto, VIP: k.VIP.Unmap(), Port: k.Port, Admit: admit}
+			p.Guards[g.Key()] = g
+		}
 	}
 	return p
 }
 
-// everyAddress is a prefix that admits every source of its family (a
-// security group's rule from anywhere): no restriction to enforce.
-func everyAddress(p netip.Prefix) bool { return p.Bits() == 0 }
+// admitted is the sources a service admits, of its VIP's family, as the
+// nftables data plane reads allowed_cidrs: prefixes of the other family
+// admit nobody here, a prefix of length 0 admits every source (no
+// restriction), and a service with allowed CIDRs of the other family
+// only, or that admits none (AllowNone), admits no source at all.
+func admitted(s flows.Service) ([]netip.Prefix, bool) {
+	if !s.AllowNone && len(s.AllowedCIDRs) == 0 {
+		return nil, false
+	}
+	v4 := s.Key.VIP.Unmap().Is4()
+	var out []netip.Prefix
+	for _, p := range s.AllowedCIDRs {
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		p = p.Masked()
+		if !p.IsValid() || p.Addr().Is4() != v4 {
+			continue
+		}
+		if p.Bits() == 0 {
+			return nil, false
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return out, true
+}
 
 var protocols = map[flows.Protocol]string{flows.TCP: "tcp", flows.UDP: "udp", flows.SCTP: "sctp"}
 

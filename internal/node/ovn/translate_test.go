@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/flowlb/flowlb/internal/shared/flows"
 )
@@ -55,6 +56,7 @@ func TestTranslate(t *testing.T) {
 		name    string
 		in      map[flows.Key]flows.Service
 		rows    map[string]Row
+		guards  map[string]Guard
 		refused map[flows.Key]string // reasons' start
 	}{
 		{
@@ -93,11 +95,17 @@ func TestTranslate(t *testing.T) {
 			},
 		},
 		{
-			name: "allowed_cidrs, admitting none and connection limits refused, not written unenforced",
+			name: "allowed_cidrs and admitting none written with a guard each; a connection limit refused, not written unenforced",
 			in:   table(admitted, none, limited),
-			rows: map[string]Row{},
-			refused: map[flows.Key]string{admitted.Key: "allowed_cidrs", none.Key: "allowed_cidrs",
-				limited.Key: "a connection limit (100)"},
+			rows: map[string]Row{"flowlb-lb4-tcp": {Name: "flowlb-lb4-tcp", LoadBalancerID: "lb4", Protocol: "tcp",
+				Vips:    map[string]string{"198.18.0.32:80": "198.18.1.1:80", "198.18.0.32:81": "198.18.1.1:80"},
+				Options: reject, ExternalIDs: ids("lb4", "tcp"), Addrs: []netip.Addr{netip.MustParseAddr("198.18.0.32")}}},
+			guards: map[string]Guard{
+				"tcp/198.18.0.32:80": {LoadBalancerID: "lb4", Row: "flowlb-lb4-tcp", Protocol: "tcp", VIP: netip.MustParseAddr("198.18.0.32"), Port: 80,
+					Admit: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}},
+				"tcp/198.18.0.32:81": {LoadBalancerID: "lb4", Row: "flowlb-lb4-tcp", Protocol: "tcp", VIP: netip.MustParseAddr("198.18.0.32"), Port: 81},
+			},
+			refused: map[flows.Key]string{limited.Key: "a connection limit (100)"},
 		},
 		{
 			name: "a security group's rule from anywhere restricts nothing",
@@ -119,6 +127,10 @@ func TestTranslate(t *testing.T) {
 			p := Translate(tc.in)
 			if d := cmp.Diff(tc.rows, p.Rows); d != "" {
 				t.Errorf("rows (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.guards, p.Guards, cmpopts.EquateEmpty(), cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
+				cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); d != "" {
+				t.Errorf("guards (-want +got):\n%s", d)
 			}
 			if len(p.Refused) != len(tc.refused) {
 				t.Errorf("refused %v, want %v", p.Refused, tc.refused)

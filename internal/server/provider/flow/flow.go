@@ -7,7 +7,6 @@ package flow
 
 import (
 	"errors"
-	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -321,16 +320,14 @@ func checkRules(t *lbaas.Tree) error {
 	return nil
 }
 
-// checkOVN refuses what OVN's Load_Balancer rows cannot hold: a source
-// restriction or a connection limit (a VM would get past them), and
-// weights that need more than flows.MaxWeightEntries repetitions.
+// checkOVN refuses what OVN's Load_Balancer rows cannot hold: a
+// connection limit (a VM would get past it), and weights that need more
+// than flows.MaxWeightEntries repetitions. allowed_cidrs are held by the
+// agent's ACLs, on the VIP and its floating IPs.
 func checkOVN(t *lbaas.Tree) error {
 	for _, l := range t.Listeners {
 		if !l4(l.Protocol) {
 			return refuse("%s protocol listeners are not supported with the OVN data plane.", l.Protocol)
-		}
-		if len(l.AllowedCIDRs) > 0 && !slices.ContainsFunc(l.AllowedCIDRs, everySource) {
-			return refuse("allowed_cidrs are not supported with the OVN data plane: OVN's load balancers cannot enforce them for the cloud's VMs.")
 		}
 		if l.ConnectionLimit >= 0 {
 			return refuse("connection_limit is not supported with the OVN data plane: OVN's load balancers have no limit.")
@@ -354,12 +351,6 @@ func checkOVN(t *lbaas.Tree) error {
 		}
 	}
 	return nil
-}
-
-// everySource is an allowed CIDR that admits every source of its family.
-func everySource(cidr string) bool {
-	p, err := netip.ParsePrefix(cidr)
-	return err == nil && p.Bits() == 0
 }
 
 func (p *Provider) FlavorCapabilities() []lbaas.Capability { return nil }

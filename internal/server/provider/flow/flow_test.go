@@ -115,7 +115,7 @@ func TestCheckOVN(t *testing.T) {
 	}{
 		{"plain TCP", nil, ""},
 		{"allowed CIDRs from anywhere", func(t *lbaas.Tree) { t.Listeners[0].AllowedCIDRs = []string{"0.0.0.0/0", "::/0"} }, ""},
-		{"allowed CIDRs", func(t *lbaas.Tree) { t.Listeners[0].AllowedCIDRs = []string{"198.18.0.0/16"} }, "allowed_cidrs are not supported with the OVN data plane"},
+		{"allowed CIDRs: the agent's ACLs hold them", func(t *lbaas.Tree) { t.Listeners[0].AllowedCIDRs = []string{"198.18.0.0/16", "2001:2::/48"} }, ""},
 		{"a connection limit", func(t *lbaas.Tree) { t.Listeners[0].ConnectionLimit = 100 }, "connection_limit is not supported with the OVN data plane"},
 		{"a limit of 0", func(t *lbaas.Tree) { t.Listeners[0].ConnectionLimit = 0 }, "connection_limit"},
 		{"weights 3 and 1", members(3, 1), ""},
