@@ -205,28 +205,40 @@ func treesFrom(client *http.Client, srvs []*server) (written, read float64, ok b
 	return written, read, ok, nil
 }
 
-// countActive counts the load balancers the API lists as ACTIVE.
+// countActive counts the load balancers the API lists as ACTIVE, page
+// by page (the API answers at most 1,000 per page, as Octavia does).
 func countActive(client *http.Client, url string) (int, error) {
-	resp, err := client.Get(url + "?fields=provisioning_status")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	var list struct {
-		LBs []struct {
-			ProvisioningStatus string `json:"provisioning_status"`
-		} `json:"loadbalancers"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		return 0, err
-	}
-	active := 0
-	for _, lb := range list.LBs {
-		if lb.ProvisioningStatus == "ACTIVE" {
-			active++
+	active, marker := 0, ""
+	for {
+		page := url + "?fields=id&fields=provisioning_status&limit=1000"
+		if marker != "" {
+			page += "&marker=" + marker
 		}
+		resp, err := client.Get(page)
+		if err != nil {
+			return 0, err
+		}
+		var list struct {
+			LBs []struct {
+				ID                 string `json:"id"`
+				ProvisioningStatus string `json:"provisioning_status"`
+			} `json:"loadbalancers"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+		if err != nil {
+			return 0, err
+		}
+		for _, lb := range list.LBs {
+			if lb.ProvisioningStatus == "ACTIVE" {
+				active++
+			}
+		}
+		if len(list.LBs) < 1000 {
+			return active, nil
+		}
+		marker = list.LBs[len(list.LBs)-1].ID
 	}
-	return active, nil
 }
 
 func run(ctx context.Context, engine, dsn string, n, members, conc, replicas int, dbCPU func() (time.Duration, bool)) (result, error) {
