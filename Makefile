@@ -181,8 +181,11 @@ fuzz:
 	GO=$(GO) hack/fuzz.sh 100s
 
 # The benchmark suite (bench/suite, docs/bench-suite.md): bench-kube
-# runs the Kubernetes contests (flowlb vs kube-proxy, 12 minutes on 2026-11-24
-# at the default 1,000 Services, 3 rounds), bench-lbaas the LBaaS API
+# runs the Kubernetes contests (flowlb on its nftables and on its eBPF
+# data plane vs kube-proxy nftables and iptables, alternating; 12
+# minutes on 2026-11-24 for three contenders at the default 1,000
+# Services, 3 rounds, a third more with the fourth; BENCH_CONTENDERS
+# picks some, comma-separated), bench-lbaas the LBaaS API
 # contests (flowlb vs the real Octavia: its worker needs 1.5–6 minutes
 # per 100 load balancers on a 2-core machine, so about 20–30 minutes at
 # the default 100, 3 rounds), each into its own record under
@@ -199,6 +202,7 @@ fuzz:
 # so that the suite cannot rot (part of test).
 BENCH_SERVICES ?= 1000
 BENCH_ROUNDS ?= 3
+BENCH_CONTENDERS ?=
 BENCH_LBS ?= 100
 BENCH_LB_ROUNDS ?= 3
 BENCH_RAW ?= bench/results/raw
@@ -217,7 +221,8 @@ bench: bench-kube bench-lbaas bench-page
 bench-kube: deps-test
 	mkdir -p $(BENCH_RAW)
 	FLOWLB_BENCH_SERVICES=$(BENCH_SERVICES) FLOWLB_BENCH_ROUNDS=$(BENCH_ROUNDS) FLOWLB_BENCH_RECORD=$(abspath $(BENCH_RAW))/$(BENCH_KUBE_RECORD) \
-		FLOWLB_BENCH_COMMAND="make bench-kube BENCH_SERVICES=$(BENCH_SERVICES) BENCH_ROUNDS=$(BENCH_ROUNDS)" $(BENCH_KUBE)
+		$(if $(BENCH_CONTENDERS),FLOWLB_BENCH_CONTENDERS="$(BENCH_CONTENDERS)") \
+		FLOWLB_BENCH_COMMAND="make bench-kube BENCH_SERVICES=$(BENCH_SERVICES) BENCH_ROUNDS=$(BENCH_ROUNDS)$(if $(BENCH_CONTENDERS), BENCH_CONTENDERS='$(BENCH_CONTENDERS)')" $(BENCH_KUBE)
 
 bench-lbaas: deps-test build
 	mkdir -p $(BENCH_RAW)

@@ -41,9 +41,14 @@ import (
 )
 
 // The Kubernetes data-plane contenders: flowlb (server, agents,
-// kube-controller) and the real kube-proxy v1.34.4 in both its modes.
+// kube-controller) on the data plane FLOWLB_E2E_DATAPLANE names (nftables
+// by default), flowlb on the eBPF data plane whatever it names (a
+// contender of its own, so that both data planes are measured in one
+// run beside kube-proxy), and the real kube-proxy v1.34.4 in both its
+// modes.
 const (
-	contenderFlowlb    = results.Baseline
+	contenderFlowlb     = results.Baseline
+	contenderFlowlbEBPF = "flowlb eBPF"
 	contenderKPNFT     = "kube-proxy nftables"
 	contenderKPIPTable = "kube-proxy iptables"
 )
@@ -88,7 +93,7 @@ var (
 // of every node, and reads the per-node proxy's CPU time and peak memory.
 //
 // FLOWLB_BENCH_SERVICES (sizes, default 1000), FLOWLB_BENCH_ROUNDS
-// (default 3), FLOWLB_BENCH_CONTENDERS (default all three, comma
+// (default 3), FLOWLB_BENCH_CONTENDERS (default all four, comma
 // separated), FLOWLB_BENCH_RECORD (a JSON record for bench/suite),
 // FLOWLB_BENCH_COMMAND (the command line the record names),
 // FLOWLB_BENCH_PROFILE (a directory for CPU profiles of flowlb's server,
@@ -105,7 +110,7 @@ func BenchmarkKubeProxyVsFlowlb(b *testing.B) {
 	if err != nil || len(rounds) != 1 {
 		b.Fatalf("FLOWLB_BENCH_ROUNDS: one number (%v)", err)
 	}
-	contenders := []string{contenderFlowlb, contenderKPNFT, contenderKPIPTable}
+	contenders := []string{contenderFlowlb, contenderFlowlbEBPF, contenderKPNFT, contenderKPIPTable}
 	if v := os.Getenv("FLOWLB_BENCH_CONTENDERS"); v != "" {
 		contenders = strings.Split(v, ",")
 	}
@@ -144,7 +149,7 @@ func BenchmarkKubeProxyVsFlowlb(b *testing.B) {
 						add(contestEndpointChangeMax, m.changes[len(m.changes)-1].Seconds())
 					}
 					add(contestNodeKernel, m.nodeKernel)
-					if who == contenderFlowlb {
+					if isFlowlb(who) {
 						add(contestControlCPU, m.controlCPU)
 						add(contestControlRSS, m.controlRSS)
 					}
@@ -427,24 +432,34 @@ func (e *kubeEnv) nextReadyEndpoint(b *testing.B, name string, before []string, 
 	}
 }
 
+// isFlowlb says whether a contender is flowlb, on either data plane.
+func isFlowlb(who string) bool { return who == contenderFlowlb || who == contenderFlowlbEBPF }
+
 func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 	controllers := 0
-	if who == contenderFlowlb {
+	if isFlowlb(who) {
 		controllers = 1
 	}
 	o := kubeEnvOptions{nodes: 2, controllers: controllers}
-	if dir := os.Getenv("FLOWLB_BENCH_PROFILE"); dir != "" && who == contenderFlowlb {
+	if who == contenderFlowlbEBPF {
+		o.dataplane = "ebpf"
+	}
+	if dir := os.Getenv("FLOWLB_BENCH_PROFILE"); dir != "" && isFlowlb(who) {
 		// CPU profiles of the control side, written when the lab stops it.
-		o.serverArgs = []string{"--cpuprofile", filepath.Join(dir, fmt.Sprintf("server-%d.pprof", n))}
-		o.controllerArgs = []string{"--cpuprofile", filepath.Join(dir, fmt.Sprintf("kube-controller-%d.pprof", n))}
+		prefix := ""
+		if o.dataplane != "" {
+			prefix = o.dataplane + "-"
+		}
+		o.serverArgs = []string{"--cpuprofile", filepath.Join(dir, fmt.Sprintf("%sserver-%d.pprof", prefix, n))}
+		o.controllerArgs = []string{"--cpuprofile", filepath.Join(dir, fmt.Sprintf("%skube-controller-%d.pprof", prefix, n))}
 		o.agentArgsOf = func(i int) []string {
-			return []string{"--cpuprofile", filepath.Join(dir, fmt.Sprintf("agent-%d-node%d.pprof", n, i))}
+			return []string{"--cpuprofile", filepath.Join(dir, fmt.Sprintf("%sagent-%d-node%d.pprof", prefix, n, i))}
 		}
 	}
 	e := newKubeEnvOpts(b, o)
 	var proxy string
 	switch who {
-	case contenderFlowlb:
+	case contenderFlowlb, contenderFlowlbEBPF:
 		proxy = "agent"
 	case contenderKPNFT:
 		startKubeProxies(b, e, "nftables")
@@ -464,7 +479,7 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 	for _, h := range e.lab.Nodes() {
 		nodePIDs = append(nodePIDs, procPID(b, h, proxy))
 	}
-	if who == contenderFlowlb {
+	if isFlowlb(who) {
 		controlPIDs = []int{procPID(b, e.lab.Fabric(), "server"), procPID(b, e.lab.Fabric(), "kube-controller-1")}
 	}
 	nodeCPU0, controlCPU0 := cpuSeconds(b, nodePIDs), cpuSeconds(b, controlPIDs)
@@ -496,7 +511,7 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 	m.p50, m.p99 = lat[len(lat)/2], lat[(len(lat)*99+99)/100-1]
 	m.nodeCPU = (cpuSeconds(b, nodePIDs) - nodeCPU0) / float64(len(nodePIDs))
 	m.controlCPU = cpuSeconds(b, controlPIDs) - controlCPU0
-	if who == contenderFlowlb {
+	if isFlowlb(who) {
 		controllerStages(b, e, created, w)
 		e.apiTimes(n) // where the control side's time went
 		fmt.Printf("control side CPU: server %.2f s, kube-controller %.2f s (with the time before the Services)\n",
@@ -524,7 +539,7 @@ func measureKubeProgramming(b *testing.B, who string, n int) kubeProgramming {
 	m.conn = measureConnRates(b, e, 5)
 	fmt.Printf("%s: new connections/s through a Service ÷ direct %.3f (direct %.0f/s), through the Service p50 %s\n",
 		who, m.conn.ratio, m.conn.direct, m.conn.viaP50)
-	if who == contenderFlowlb {
+	if isFlowlb(who) {
 		// The control side's work that comes after the Services are
 		// forwarded (the endpoint changes above, and what the controller
 		// does later of its own) is not in controlCPU: this is the whole.
@@ -781,7 +796,7 @@ func programmedReader(b *testing.B, h lab.Host, who string) func() ([]string, er
 	// backend, written with its slots in one transaction), kube-proxy's
 	// service-ips map, the KUBE-SERVICES chain of iptables.
 	switch who {
-	case contenderFlowlb:
+	case contenderFlowlb, contenderFlowlbEBPF:
 		return func() ([]string, error) {
 			return setVIPs(h, "flowlb", nftables.PickSets...)
 		}

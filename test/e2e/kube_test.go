@@ -63,6 +63,8 @@ type kubeEnvOptions struct {
 	serverArgs, controllerArgs []string
 	// beforeServer: as clusterOptions.beforeServer.
 	beforeServer func(*cluster)
+	// dataplane: as clusterOptions.dataplane.
+	dataplane string
 }
 
 func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
@@ -75,7 +77,7 @@ func newKubeEnvOpts(t testing.TB, o kubeEnvOptions) *kubeEnv {
 		serverArgs = serverArgs[:2] // the external network flowlb-external holds the lab's external range
 	}
 	serverArgs = append(serverArgs, o.serverArgs...)
-	c := newClusterOpts(t, clusterOptions{nodes: o.nodes, pods: 1, zones: o.zones, agentArgs: o.agentArgs, agentArgsOf: o.agentArgsOf, serverArgs: serverArgs, beforeServer: o.beforeServer})
+	c := newClusterOpts(t, clusterOptions{nodes: o.nodes, pods: 1, zones: o.zones, agentArgs: o.agentArgs, agentArgsOf: o.agentArgsOf, serverArgs: serverArgs, beforeServer: o.beforeServer, dataplane: o.dataplane})
 	bin := flowlb(t)
 	kc, err := kubelet.Up(t.Context(), c.lab, lab.KubeOptions{Kubelet: []string{bin, "lab", "kubelet"}})
 	if err != nil {
