@@ -49,8 +49,8 @@ import (
 const (
 	contenderFlowlb     = results.Baseline
 	contenderFlowlbEBPF = "flowlb eBPF"
-	contenderKPNFT     = "kube-proxy nftables"
-	contenderKPIPTable = "kube-proxy iptables"
+	contenderKPNFT      = "kube-proxy nftables"
+	contenderKPIPTable  = "kube-proxy iptables"
 )
 
 // The contests BenchmarkKubeProxyVsFlowlb records.
