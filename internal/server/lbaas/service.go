@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
+	"github.com/flowlb/flowlb/internal/shared/ids"
 
 	"github.com/flowlb/flowlb/internal/server/identity"
 	"github.com/flowlb/flowlb/internal/server/store"
@@ -175,7 +175,7 @@ func (s *Service) Provider(name string) (Provider, error) {
 
 func (s *Service) timestamp() string { return s.now().UTC().Format(TimeFormat) }
 
-func newID() string { return uuid.NewString() }
+func newID() string { return ids.New() }
 
 // caller returns the request's principal; a context without one is a
 // programming error in the HTTP layer (an internal error, not a refusal).

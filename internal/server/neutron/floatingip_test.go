@@ -102,7 +102,7 @@ func TestFloatingIPs(t *testing.T) {
 			"?port_id=" + w.port + "&status=DOWN": nil,
 			"?id=" + id1:                          {id1},
 		} {
-			got := ids(a.must(p1, 200, "GET", fips+q, ""), "floatingips")
+			got := listedIDs(a.must(p1, 200, "GET", fips+q, ""), "floatingips")
 			sort.Strings(want)
 			if !slices.Equal(got, want) {
 				t.Errorf("GET %s: %v, want %v", q, got, want)
@@ -113,13 +113,13 @@ func TestFloatingIPs(t *testing.T) {
 		}
 
 		// Isolation: p2 sees none of it, the admin all.
-		if got := ids(a.must(p2, 200, "GET", fips, ""), "floatingips"); len(got) != 0 {
+		if got := listedIDs(a.must(p2, 200, "GET", fips, ""), "floatingips"); len(got) != 0 {
 			t.Fatalf("p2 lists p1's floating IPs: %v", got)
 		}
 		a.refusal(p2, 404, "FloatingIPNotFound", "Floating IP "+id1+" could not be found", "GET", fips+"/"+id1, "")
 		a.refusal(p2, 404, "FloatingIPNotFound", "Floating IP "+id1+" could not be found", "PUT", fips+"/"+id1, `{"floatingip": {"port_id": null}}`)
 		a.refusal(p2, 404, "FloatingIPNotFound", "Floating IP "+id1+" could not be found", "DELETE", fips+"/"+id1, "")
-		if got := ids(a.must(admin, 200, "GET", fips, ""), "floatingips"); len(got) != 2 {
+		if got := listedIDs(a.must(admin, 200, "GET", fips, ""), "floatingips"); len(got) != 2 {
 			t.Fatalf("admin lists %v", got)
 		}
 		// The floating IPs' own ports are the admin's to see only.

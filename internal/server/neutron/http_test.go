@@ -59,7 +59,7 @@ func (a *api) must(c identity.Caller, want int, method, path, body string) map[s
 
 func obj(m map[string]any, key string) map[string]any { v, _ := m[key].(map[string]any); return v }
 
-func ids(m map[string]any, key string) []string {
+func listedIDs(m map[string]any, key string) []string {
 	var out []string
 	for _, o := range m[key].([]any) {
 		out = append(out, o.(map[string]any)["id"].(string))
@@ -126,17 +126,17 @@ func TestHTTPCreateShowListDelete(t *testing.T) {
 	}
 
 	// Scoping: p1 sees the shared network and its subnets, not p2's network.
-	if got := ids(a.must(p1, 200, "GET", "/v2.0/networks", ""), "networks"); len(got) != 1 || got[0] != sid {
+	if got := listedIDs(a.must(p1, 200, "GET", "/v2.0/networks", ""), "networks"); len(got) != 1 || got[0] != sid {
 		t.Fatalf("p1 networks: %v", got)
 	}
 	_, out = a.do(p1, "GET", "/v2.0/networks/"+private["id"].(string), "")
 	if typ := neutronError(t, out); typ != "NetworkNotFound" {
 		t.Fatalf("p1 shows p2's network: %s", typ)
 	}
-	if got := ids(a.must(admin, 200, "GET", "/v2.0/networks", ""), "networks"); len(got) != 2 {
+	if got := listedIDs(a.must(admin, 200, "GET", "/v2.0/networks", ""), "networks"); len(got) != 2 {
 		t.Fatalf("admin networks: %v", got)
 	}
-	if got := ids(a.must(p1, 200, "GET", "/v2.0/subnets", ""), "subnets"); len(got) != 2 {
+	if got := listedIDs(a.must(p1, 200, "GET", "/v2.0/subnets", ""), "subnets"); len(got) != 2 {
 		t.Fatalf("p1 subnets: %v", got)
 	}
 
@@ -156,7 +156,7 @@ func TestHTTPCreateShowListDelete(t *testing.T) {
 	if typ := neutronError(t, out); typ != "IpAddressAlreadyAllocated" {
 		t.Fatalf("port on a taken address: %s", typ)
 	}
-	if got := ids(a.must(p2, 200, "GET", "/v2.0/ports", ""), "ports"); len(got) != 0 {
+	if got := listedIDs(a.must(p2, 200, "GET", "/v2.0/ports", ""), "ports"); len(got) != 0 {
 		t.Fatalf("p2 sees p1's ports: %v", got)
 	}
 
@@ -209,7 +209,7 @@ func TestHTTPListFilters(t *testing.T) {
 		{"?router:external=False", netIDs},
 	}
 	for _, tc := range cases {
-		got := ids(a.must(p1, 200, "GET", "/v2.0/networks"+tc.query, ""), "networks")
+		got := listedIDs(a.must(p1, 200, "GET", "/v2.0/networks"+tc.query, ""), "networks")
 		want := append([]string(nil), tc.want...)
 		sort.Strings(want)
 		if strings.Join(got, ",") != strings.Join(want, ",") {
@@ -229,15 +229,15 @@ func TestHTTPListFilters(t *testing.T) {
 	// The subnet look-up the CLI does, and the fixed_ips port filter.
 	sub := obj(a.must(admin, 201, "POST", "/v2.0/subnets", `{"subnet": {"network_id": "`+netIDs[0]+`", "cidr": "10.60.0.0/24"}}`), "subnet")
 	sid := sub["id"].(string)
-	if got := ids(a.must(p1, 200, "GET", "/v2.0/subnets?id="+sid, ""), "subnets"); len(got) != 1 || got[0] != sid {
+	if got := listedIDs(a.must(p1, 200, "GET", "/v2.0/subnets?id="+sid, ""), "subnets"); len(got) != 1 || got[0] != sid {
 		t.Fatalf("subnets?id=: %v", got)
 	}
 	port := obj(a.must(p1, 201, "POST", "/v2.0/ports", `{"port": {"network_id": "`+netIDs[0]+`", "fixed_ips": [{"subnet_id": "`+sid+`", "ip_address": "10.60.0.9"}]}}`), "port")
 	a.must(p1, 201, "POST", "/v2.0/ports", `{"port": {"network_id": "`+netIDs[0]+`"}}`)
-	if got := ids(a.must(p1, 200, "GET", "/v2.0/ports?fixed_ips=ip_address%3D10.60.0.9", ""), "ports"); len(got) != 1 || got[0] != port["id"] {
+	if got := listedIDs(a.must(p1, 200, "GET", "/v2.0/ports?fixed_ips=ip_address%3D10.60.0.9", ""), "ports"); len(got) != 1 || got[0] != port["id"] {
 		t.Fatalf("ports?fixed_ips=ip_address=: %v", got)
 	}
-	if got := ids(a.must(p1, 200, "GET", "/v2.0/ports?network_id="+netIDs[0], ""), "ports"); len(got) != 2 {
+	if got := listedIDs(a.must(p1, 200, "GET", "/v2.0/ports?network_id="+netIDs[0], ""), "ports"); len(got) != 2 {
 		t.Fatalf("ports?network_id=: %v", got)
 	}
 }
@@ -286,7 +286,7 @@ func TestHTTPVIPPortCannotBeDeletedDirectly(t *testing.T) {
 		t.Fatalf("delete VIP port: %s", typ)
 	}
 	// The IPAM bookkeeping never shows up as subnets.
-	if got := ids(a.must(admin, 200, "GET", "/v2.0/subnets", ""), "subnets"); len(got) != 1 || got[0] != s.ID {
+	if got := listedIDs(a.must(admin, 200, "GET", "/v2.0/subnets", ""), "subnets"); len(got) != 1 || got[0] != s.ID {
 		t.Fatalf("subnets: %v", got)
 	}
 	err = a.e.st.View(t.Context(), func(tx store.ReadTx) error {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/flowlb/flowlb/internal/shared/ids"
 	"github.com/google/uuid"
 
 	"github.com/flowlb/flowlb/internal/server/identity"
@@ -209,7 +210,7 @@ func createPort(tx store.Tx, a *allocator, net Network, p Port, fixed []FixedIP,
 	if err != nil {
 		return Port{}, err
 	}
-	p.ID = uuid.NewString()
+	p.ID = ids.New()
 	p.FixedIPs = ips
 	if p.MACAddress == "" {
 		p.MACAddress = newMAC()

@@ -82,7 +82,7 @@ func TestHTTPOverlappingSubnetOnAnotherNetwork(t *testing.T) {
 	if msg := obj(out, "NeutronError")["message"]; msg != otherNetworkOverlap("198.19.64.0/24", n2) {
 		t.Fatalf("message %q", msg)
 	}
-	if got := ids(a.must(admin, 200, "GET", "/v2.0/subnets", ""), "subnets"); len(got) != 1 {
+	if got := listedIDs(a.must(admin, 200, "GET", "/v2.0/subnets", ""), "subnets"); len(got) != 1 {
 		t.Fatalf("subnets %v, want the first only", got)
 	}
 	if typ := neutronError(t, a.must(admin, 404, "GET", "/v2.0/subnets/"+subnetSetLockID, "")); typ != "SubnetNotFound" {

@@ -48,7 +48,7 @@ func TestSecurityGroups(t *testing.T) {
 			t.Errorf("default group has %d rules", len(shapes))
 		}
 		// Asking again makes no second one.
-		if got := ids(a.must(p1, 200, "GET", sgs, ""), "security_groups"); !slices.Equal(got, []string{defID}) {
+		if got := listedIDs(a.must(p1, 200, "GET", sgs, ""), "security_groups"); !slices.Equal(got, []string{defID}) {
 			t.Fatalf("p1's groups again: %v", got)
 		}
 
@@ -113,7 +113,7 @@ func TestSecurityGroups(t *testing.T) {
 			"?protocol=tcp":             {r80ID},
 			"?remote_group_id=" + defID: nil, // the default group's own ingress rules also name it
 		} {
-			got := ids(a.must(p1, 200, "GET", rules+q, ""), "security_group_rules")
+			got := listedIDs(a.must(p1, 200, "GET", rules+q, ""), "security_group_rules")
 			if want == nil {
 				if len(got) != 3 {
 					t.Errorf("GET %s: %v", q, got)
@@ -125,7 +125,7 @@ func TestSecurityGroups(t *testing.T) {
 				t.Errorf("GET %s: %v, want %v", q, got, want)
 			}
 		}
-		if got := ids(a.must(p1, 200, "GET", sgs+"?name=web", ""), "security_groups"); !slices.Equal(got, []string{webID}) {
+		if got := listedIDs(a.must(p1, 200, "GET", sgs+"?name=web", ""), "security_groups"); !slices.Equal(got, []string{webID}) {
 			t.Errorf("by name: %v", got)
 		}
 		shown := obj(a.must(p1, 200, "GET", sgs+"/"+webID, ""), "security_group")
@@ -158,7 +158,7 @@ func TestSecurityGroups(t *testing.T) {
 		a.refusal(p2, 404, "SecurityGroupRuleNotFound", "Security group rule "+r80ID+" does not exist", "DELETE", rules+"/"+r80ID, "")
 		a.refusal(p2, 404, "SecurityGroupNotFound", "Security group "+webID+" does not exist", "POST", rules,
 			`{"security_group_rule": {"security_group_id": "`+webID+`", "direction": "ingress"}}`)
-		if got := ids(a.must(admin, 200, "GET", sgs+"?project_id=p1", ""), "security_groups"); len(got) != 2 {
+		if got := listedIDs(a.must(admin, 200, "GET", sgs+"?project_id=p1", ""), "security_groups"); len(got) != 2 {
 			t.Errorf("admin lists p1's groups: %v", got)
 		}
 
@@ -175,7 +175,7 @@ func TestSecurityGroups(t *testing.T) {
 		if !slices.Equal(anyStrings(got["security_groups"]), []string{defID, webID}) || got["revision_number"] != float64(2) {
 			t.Fatalf("updated port: %v", got)
 		}
-		if got := ids(a.must(p1, 200, "GET", "/v2.0/ports?security_groups="+webID, ""), "ports"); !slices.Equal(got, []string{portID}) {
+		if got := listedIDs(a.must(p1, 200, "GET", "/v2.0/ports?security_groups="+webID, ""), "ports"); !slices.Equal(got, []string{portID}) {
 			t.Errorf("ports by group: %v", got)
 		}
 		p2port := obj(a.must(p2, 201, "POST", "/v2.0/ports", `{"port": {"network_id": "`+net+`"}}`), "port")["id"].(string)
@@ -202,12 +202,12 @@ func TestSecurityGroups(t *testing.T) {
 		a.must(p1, 204, "DELETE", sgs+"/"+webID, "")
 		a.refusal(p1, 404, "SecurityGroupNotFound", "Security group "+webID+" does not exist", "GET", sgs+"/"+webID, "")
 		a.refusal(p1, 404, "SecurityGroupRuleNotFound", "Security group rule "+byWeb+" does not exist", "GET", rules+"/"+byWeb, "")
-		if got := ids(a.must(p1, 200, "GET", rules+"?security_group_id="+webID, ""), "security_group_rules"); len(got) != 0 {
+		if got := listedIDs(a.must(p1, 200, "GET", rules+"?security_group_id="+webID, ""), "security_group_rules"); len(got) != 0 {
 			t.Errorf("rules of a deleted group: %v", got)
 		}
 		// An admin may delete a default group; it comes back on next use.
 		a.must(admin, 204, "DELETE", sgs+"/"+defID, "")
-		if got := ids(a.must(p1, 200, "GET", sgs, ""), "security_groups"); !slices.Equal(got, []string{defID}) {
+		if got := listedIDs(a.must(p1, 200, "GET", sgs, ""), "security_groups"); !slices.Equal(got, []string{defID}) {
 			t.Errorf("default group after an admin deleted it: %v", got)
 		}
 	})
@@ -233,7 +233,7 @@ func TestVIPSecurity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defID := ids(a.must(p1, 200, "GET", sgs, ""), "security_groups")[0]
+		defID := listedIDs(a.must(p1, 200, "GET", sgs, ""), "security_groups")[0]
 		web := obj(a.must(p1, 201, "POST", sgs, `{"security_group": {"name": "web"}}`), "security_group")["id"].(string)
 		// A member port in the default group, the remote group of web's rule.
 		member := obj(a.must(p1, 201, "POST", "/v2.0/ports", `{"port": {"network_id": "`+n.ID+`", "fixed_ips": [{"ip_address": "198.19.0.50"}]}}`), "port")["id"].(string)
