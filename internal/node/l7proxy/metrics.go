@@ -10,13 +10,16 @@ import (
 // metrics are the proxy's own: what it answered, and what it holds.
 type metrics struct {
 	answers     *prometheus.CounterVec
+	handoffs    prometheus.Counter
 	connections atomic.Int64
 }
 
 func newMetrics() *metrics {
 	return &metrics{answers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowlb_agent_l7_requests_total",
 		Help: "Requests the node's L7 proxy answered, by status class (2xx, 3xx, 4xx, 5xx) and by who answered: a member, or the proxy itself (a policy's redirect or reject, no member, a member that failed)."},
-		[]string{"class", "by"})}
+		[]string{"class", "by"}),
+		handoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_agent_l7_handoffs_total",
+			Help: "Client connections the node's L7 proxy served with its net/http engine rather than its lean one: TLS, a protocol upgrade, a PROXY or TLS pool, a request the lean engine does not parse."})}
 }
 
 // answered counts one answer.
@@ -44,12 +47,14 @@ var (
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	c.m.answers.Describe(ch)
+	c.m.handoffs.Describe(ch)
 	ch <- connectionsDesc
 	ch <- listenersDesc
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.m.answers.Collect(ch)
+	c.m.handoffs.Collect(ch)
 	ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.GaugeValue, float64(c.m.connections.Load()))
 	ch <- prometheus.MustNewConstMetric(listenersDesc, prometheus.GaugeValue, float64(len(*c.routes.Load())))
 }
