@@ -159,7 +159,7 @@ func (p *Proxy) serveConn(c net.Conn) {
 	writerPool.Put(lc.bw)
 	p.m.connections.Add(-1)
 	if handoff {
-		if !deadlineZero(lc) {
+		if !lc.deadline.IsZero() {
 			c.SetReadDeadline(time.Time{})
 		}
 		p.handoff(c, replay)
@@ -167,8 +167,6 @@ func (p *Proxy) serveConn(c net.Conn) {
 	}
 	c.Close()
 }
-
-func deadlineZero(lc *leanConn) bool { return lc.deadline.IsZero() }
 
 // setReadDeadline sets the client connection's read deadline when it
 // changes.
@@ -764,6 +762,7 @@ func (lc *leanConn) forward(r *router, pl *pool, b *backend, setCookie bool) boo
 		if err == nil || mc.w.err != nil {
 			// A member that stopped reading may have answered already.
 			var head []byte
+			answered := false
 			head, err = readHead(mc.br, lc.mhead, maxResponseHead)
 			lc.mhead = head[:0]
 			if err == nil {
@@ -774,6 +773,7 @@ func (lc *leanConn) forward(r *router, pl *pool, b *backend, setCookie bool) boo
 					err = errBadResponse
 					break
 				}
+				answered = true
 				if lc.rs.status != http.StatusContinue && rq.minor == 1 {
 					// Informational answers (103 Early Hints) go on.
 					lc.writeResponseHead(pl, b, false, false, false, false)
@@ -788,7 +788,7 @@ func (lc *leanConn) forward(r *router, pl *pool, b *backend, setCookie bool) boo
 			if err == nil {
 				break
 			}
-			if reused && replayable && attempt == 0 && len(head) == 0 && !errors.Is(err, os.ErrDeadlineExceeded) {
+			if reused && replayable && attempt == 0 && !answered && len(head) == 0 && !errors.Is(err, os.ErrDeadlineExceeded) {
 				// The member closed the idle connection: once more on a
 				// new one, as net/http's transport retries.
 				mc.close()

@@ -77,14 +77,20 @@ func BenchmarkProxyAt1000Listeners(b *testing.B) {
 
 // BenchmarkProxyRequest: one kept-alive GET of a 1 KiB answer through
 // the proxy to a member on loopback, with X-Forwarded-For inserted, from
-// parallel clients: the proxy's CPU and allocations per request.
+// parallel clients: the proxy's CPU and allocations per request, with
+// each engine.
 func BenchmarkProxyRequest(b *testing.B) {
+	b.Run("lean", func(b *testing.B) { benchmarkProxyRequest(b, EngineLean) })
+	b.Run("nethttp", func(b *testing.B) { benchmarkProxyRequest(b, EngineNetHTTP) })
+}
+
+func benchmarkProxyRequest(b *testing.B, e Engine) {
 	body := strings.Repeat("x", 1024)
 	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, body) }))
 	defer member.Close()
 	ap := netip.MustParseAddrPort(strings.TrimPrefix(member.URL, "http://"))
 	lp := &loopbackPorts{at: map[uint16]netip.AddrPort{}}
-	p := New(Options{Listen: lp.listen})
+	p := New(Options{Listen: lp.listen, Engine: e})
 	defer p.Close()
 	if err := p.Set(map[uint16]Listener{20000: {VIP: netip.MustParseAddrPort("198.18.0.10:80"), Config: flows.L7{
 		DefaultPool:   "web",
