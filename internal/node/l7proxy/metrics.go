@@ -12,6 +12,9 @@ type metrics struct {
 	answers     *prometheus.CounterVec
 	handoffs    prometheus.Counter
 	connections atomic.Int64
+	// counted are answers' counters by status class (0: other) and by
+	// who answered (0: the proxy, 1: a member), made on first use.
+	counted [6][2]atomic.Pointer[prometheus.Counter]
 }
 
 func newMetrics() *metrics {
@@ -24,15 +27,28 @@ func newMetrics() *metrics {
 
 // answered counts one answer.
 func (m *metrics) answered(status int, byMember bool) {
-	by := "proxy"
-	if byMember {
-		by = "member"
-	}
-	class := "other"
+	class := 0
 	if status >= 100 && status < 600 {
-		class = strconv.Itoa(status/100) + "xx"
+		class = status / 100
 	}
-	m.answers.WithLabelValues(class, by).Inc()
+	by := 0
+	if byMember {
+		by = 1
+	}
+	// The counter of a class is looked up once: an answer is counted
+	// without a label lookup or an allocation.
+	slot := &m.counted[class][by]
+	c := slot.Load()
+	if c == nil {
+		name := "other"
+		if class > 0 {
+			name = strconv.Itoa(class) + "xx"
+		}
+		counter := m.answers.WithLabelValues(name, [2]string{"proxy", "member"}[by])
+		slot.Store(&counter)
+		c = &counter
+	}
+	(*c).Inc()
 }
 
 // Collector is the proxy's metrics, for the agent's registry.
