@@ -2,6 +2,7 @@ package l7proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -409,5 +410,91 @@ func testLeanRequestHead(t *testing.T) {
 	got = strings.Replace(got, "Accept-Encoding: gzip\r\n", "", 1)
 	if got != want {
 		t.Errorf("the member read\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestLeanLargeBodies: bodies larger than every buffer on the way reach
+// the member and the client whole, with or without a length, trailers
+// with them, and are counted in the member's statistics.
+func TestLeanLargeBodies(t *testing.T) { forEngines(t, testLeanLargeBodies) }
+
+func testLeanLargeBodies(t *testing.T) {
+	const size = 3<<20 + 17
+	m := startCountingMember(t, func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/trailer" {
+			w.Header().Set("Trailer", "X-Sum")
+		}
+		w.Header().Set("X-Got", fmt.Sprint(n))
+		if r.URL.Path == "/length" {
+			w.Header().Set("Content-Length", fmt.Sprint(size))
+		}
+		chunk := []byte(strings.Repeat("0123456789abcdef", 4096))
+		for left := size; left > 0; left -= len(chunk) {
+			w.Write(chunk[:min(left, len(chunk))])
+		}
+		if r.URL.Path == "/trailer" {
+			w.Header().Set("X-Sum", "done")
+		}
+	})
+	p, at := serveOne(t, m.backend(), flows.L7{})
+	c, br := dialRaw(t, at)
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	upload := strings.Repeat("u", size)
+	for _, tc := range []struct{ path, framing string }{{"/length", "length"}, {"/chunked", "chunked"}, {"/trailer", "chunked"}} {
+		go func() {
+			if tc.framing == "length" {
+				fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", tc.path, size, upload)
+				return
+			}
+			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", tc.path)
+			for off := 0; off < size; off += 100000 {
+				part := upload[off:min(off+100000, size)]
+				fmt.Fprintf(c, "%x\r\n%s\r\n", len(part), part)
+			}
+			io.WriteString(c, "0\r\n\r\n")
+		}()
+		resp, body := readAnswer(t, br, "POST")
+		if resp.StatusCode != 200 || resp.Header.Get("X-Got") != fmt.Sprint(size) || len(body) != size {
+			t.Errorf("%s: %d, the member got %s bytes, the client %d; want %d", tc.path, resp.StatusCode, resp.Header.Get("X-Got"), len(body), size)
+		}
+		if tc.path == "/trailer" && resp.Trailer.Get("X-Sum") != "done" {
+			t.Errorf("trailers %v", resp.Trailer)
+		}
+	}
+	read, err := p.ReadStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := m.backend()
+	got := read[flows.Key{VIP: vip.Addr(), Protocol: flows.TCP, Port: vip.Port()}].Members[netip.AddrPortFrom(b.Address, b.Port)]
+	if got.Connections != 3 || got.BytesIn != 3*size || got.BytesOut != 3*size {
+		t.Errorf("counted %+v, want 3 requests of %d bytes each way", got, size)
+	}
+}
+
+// TestLeanDrainIdle: a drain closes the kept-alive connections that wait
+// for a request, and ends without waiting for them.
+func TestLeanDrainIdle(t *testing.T) { forEngines(t, testLeanDrainIdle) }
+
+func testLeanDrainIdle(t *testing.T) {
+	m := startCountingMember(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	p, at := serveOne(t, m.backend(), flows.L7{})
+	c, br := dialRaw(t, at)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, body := readAnswer(t, br, "GET"); body != "ok" {
+		t.Fatalf("answer %q", body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := p.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the drain took %v with only an idle connection", took)
+	}
+	if !closedAfter(c, br) {
+		t.Error("the idle connection stayed open after the drain")
 	}
 }
