@@ -203,8 +203,8 @@ func (lc *leanConn) loop() (replay []byte, handoff bool) {
 			return nil, false
 		}
 		headUntil := idleUntil
-		if headUntil.IsZero() {
-			headUntil = time.Now().Add(headerTimeout)
+		if h := time.Now().Add(headerTimeout); headUntil.IsZero() || h.Before(headUntil) {
+			headUntil = h
 		}
 		lc.setReadDeadline(headUntil)
 		head, err := readHead(lc.br, lc.head, maxHead)
@@ -235,7 +235,10 @@ func (lc *leanConn) loop() (replay []byte, handoff bool) {
 			return lc.replay(head), true
 		}
 		if !keep {
-			lc.closeGracefully()
+			if lc.br.Buffered() > 0 || lc.rq.hasBody() {
+				// What the client sent may be unread.
+				lc.closeGracefully()
+			}
 			return nil, false
 		}
 		if !lc.state.CompareAndSwap(connActive, connIdle) || p.draining.Load() {
