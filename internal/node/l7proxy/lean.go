@@ -77,9 +77,12 @@ type leanConn struct {
 	rq               reqHead
 	rs               respHead
 	// req is the request as net/http would have made it, built only when
-	// a rule or a persistence cookie asks.
-	req   *http.Request
-	state atomic.Int32
+	// a rule or a persistence cookie asks; reqHeaders: with its headers.
+	req        *http.Request
+	reqHeaders bool
+	// remote is the client's address as net/http gives it.
+	remote string
+	state  atomic.Int32
 	// deadline is the read deadline set on c (zero: none).
 	deadline time.Time
 }
@@ -289,30 +292,38 @@ func (lc *leanConn) closeGracefully() {
 }
 
 // request is the request as the net/http engine makes it, for the rules
-// and the persistence cookies; false when net/url refuses its target
-// (net/http's to answer).
-func (lc *leanConn) request() (*http.Request, bool) {
-	if lc.req != nil {
-		return lc.req, true
-	}
-	u, err := url.ParseRequestURI(lc.rq.uri)
-	if err != nil {
-		return nil, false
-	}
-	h := make(http.Header, len(lc.rq.headers))
-	for _, f := range lc.rq.headers {
-		k := textproto.CanonicalMIMEHeaderKey(f.name)
-		if k == "Host" || k == "Transfer-Encoding" {
-			continue
+// and the persistence cookies: with its headers only when headers (the
+// rules of a listener that reads none need only its host and path);
+// false when net/url refuses its target (net/http's to answer).
+func (lc *leanConn) request(headers bool) (*http.Request, bool) {
+	if lc.req == nil {
+		u, err := url.ParseRequestURI(lc.rq.uri)
+		if err != nil {
+			return nil, false
 		}
-		h[k] = append(h[k], f.value)
+		proto := "HTTP/1.1"
+		if lc.rq.minor == 0 {
+			proto = "HTTP/1.0"
+		}
+		if lc.remote == "" {
+			lc.remote = lc.c.RemoteAddr().String()
+		}
+		lc.req = &http.Request{Method: lc.rq.method, URL: u, Proto: proto, ProtoMajor: 1, ProtoMinor: lc.rq.minor,
+			Host: lc.rq.host, RemoteAddr: lc.remote, RequestURI: lc.rq.uri}
+		lc.reqHeaders = false
 	}
-	proto := "HTTP/1.1"
-	if lc.rq.minor == 0 {
-		proto = "HTTP/1.0"
+	if headers && !lc.reqHeaders {
+		h := make(http.Header, len(lc.rq.headers))
+		lc.req.Header = h
+		for _, f := range lc.rq.headers {
+			k := textproto.CanonicalMIMEHeaderKey(f.name)
+			if k == "Host" || k == "Transfer-Encoding" {
+				continue
+			}
+			h[k] = append(h[k], f.value)
+		}
+		lc.reqHeaders = true
 	}
-	lc.req = &http.Request{Method: lc.rq.method, URL: u, Proto: proto, ProtoMajor: 1, ProtoMinor: lc.rq.minor, Header: h,
-		Host: lc.rq.host, RemoteAddr: lc.c.RemoteAddr().String(), RequestURI: lc.rq.uri}
 	return lc.req, true
 }
 
@@ -329,7 +340,7 @@ func (lc *leanConn) serveRequest(r *router) (keep, handoff bool) {
 	var d decision
 	switch {
 	case len(r.policies) > 0:
-		req, ok := lc.request()
+		req, ok := lc.request(r.readsHeaders)
 		if !ok {
 			return false, true
 		}
@@ -351,7 +362,7 @@ func (lc *leanConn) serveRequest(r *router) (keep, handoff bool) {
 	var req *http.Request
 	if pl.persist != nil && pl.persist.Type != flows.PersistSourceIP {
 		var ok bool
-		if req, ok = lc.request(); !ok {
+		if req, ok = lc.request(true); !ok {
 			return false, true
 		}
 	}

@@ -498,3 +498,33 @@ func testLeanDrainIdle(t *testing.T) {
 		t.Error("the idle connection stayed open after the drain")
 	}
 }
+
+// TestLeanRuleTypes: rules reading a header or a cookie decide as with
+// the net/http engine, beside one reading only the host.
+func TestLeanRuleTypes(t *testing.T) { forEngines(t, testLeanRuleTypes) }
+
+func testLeanRuleTypes(t *testing.T) {
+	m := startCountingMember(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "member") })
+	_, at := serveOne(t, m.backend(), flows.L7{Policies: []flows.L7Policy{
+		{ID: "h", Action: flows.L7Reject, Rules: []flows.L7Rule{{Type: flows.RuleHeader, Key: "X-Api", Compare: flows.CompareEqualTo, Value: "v2"}}},
+		{ID: "c", Action: flows.L7RedirectToURL, URL: "https://beta.example/", Rules: []flows.L7Rule{{Type: flows.RuleCookie, Key: "beta", Compare: flows.CompareStartsWith, Value: "y"}}},
+		{ID: "p", Action: flows.L7RedirectPrefix, URL: "https://www.example", Code: 308, Rules: []flows.L7Rule{
+			{Type: flows.RuleHostName, Compare: flows.CompareEqualTo, Value: "EXAMPLE"}, {Type: flows.RuleFileType, Compare: flows.CompareEqualTo, Value: "jpg"}}},
+	}})
+	c, br := dialRaw(t, at)
+	for _, tc := range []struct {
+		req, location string
+		status        int
+	}{
+		{"GET / HTTP/1.1\r\nHost: x\r\nX-Api: v1, v2\r\n\r\n", "", 403},
+		{"GET / HTTP/1.1\r\nHost: x\r\nX-Api: v1\r\nCookie: a=1; beta=yes\r\n\r\n", "https://beta.example/", 302},
+		{"GET /a/b.jpg?x=1 HTTP/1.1\r\nHost: example\r\n\r\n", "https://www.example/a/b.jpg?x=1", 308},
+		{"GET /a/b.png HTTP/1.1\r\nHost: example\r\nCookie: beta=no\r\n\r\n", "", 200},
+	} {
+		io.WriteString(c, tc.req)
+		resp, _ := readAnswer(t, br, "GET")
+		if resp.StatusCode != tc.status || resp.Header.Get("Location") != tc.location {
+			t.Errorf("%q: %d to %q, want %d to %q", tc.req, resp.StatusCode, resp.Header.Get("Location"), tc.status, tc.location)
+		}
+	}
+}
