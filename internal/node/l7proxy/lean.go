@@ -856,13 +856,15 @@ func (lc *leanConn) forward(r *router, pl *pool, b *backend, setCookie bool) boo
 		bytesOut.Add(uint64(n))
 	}
 	lc.p.m.answered(rs.status, true)
-	if err == nil {
-		err = lc.bw.Flush()
-	}
+	// The member connection is free once its answer is read, before the
+	// client can read the end of it.
 	if err != nil || rs.close || mode == untilEOF || b.idle == nil {
 		mc.close()
 	} else {
 		b.idle.put(mc)
+	}
+	if err == nil {
+		err = lc.bw.Flush()
 	}
 	return err == nil && !closeClient
 }
