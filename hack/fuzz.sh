@@ -18,6 +18,7 @@ targets=(
 	"./internal/server/compiler FuzzCompile"        # random trees -> flows, one owner per key
 	"./internal/node/dataplane/nftables FuzzPlan" # the pure nftables planner
 	"./internal/shared/flowpb FuzzUpdate"           # the agent protocol decoder
+	"./internal/node/l7proxy FuzzParseRequest"      # the lean HTTP/1.1 parser against net/http's
 )
 
 # deadline_race: the run failed only because -fuzztime's deadline reached

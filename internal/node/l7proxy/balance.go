@@ -32,6 +32,9 @@ type backend struct {
 	// counters: what the proxy counts for the member (nil in a
 	// configuration that is only checked).
 	counters *memberCounters
+	// idle are the lean engine's idle connections to the member (nil in
+	// a configuration that is only checked).
+	idle *memberIdle
 }
 
 // pool chooses a member for each request.

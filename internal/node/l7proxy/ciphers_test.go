@@ -58,7 +58,9 @@ func handshake(at netip.AddrPort, min, max uint16, suites ...uint16) (suite, ver
 // suites accepts a TLS 1.2 client offering one of them and ends the
 // handshake of one offering none; TLS 1.3 is not restricted by them;
 // without any, Go's defaults are accepted.
-func TestListenerCipherSuites(t *testing.T) {
+func TestListenerCipherSuites(t *testing.T) { forEngines(t, testListenerCipherSuites) }
+
+func testListenerCipherSuites(t *testing.T) {
 	ca := newTestCA(t, "server CA")
 	ecdsaCert, rsaCert := ca.issue(t, pkix.Name{CommonName: "www.example"}, false, "www.example"), ca.issueRSA(t, "www.example")
 	p, lp := startProxy(t)
@@ -121,7 +123,9 @@ func TestListenerCipherSuites(t *testing.T) {
 // TestMemberCipherSuites: a TLS pool offers its members only its cipher
 // suites: a member that accepts one of them is reached, one that accepts
 // none answers 503.
-func TestMemberCipherSuites(t *testing.T) {
+func TestMemberCipherSuites(t *testing.T) { forEngines(t, testMemberCipherSuites) }
+
+func testMemberCipherSuites(t *testing.T) {
 	ca := newTestCA(t, "members CA")
 	cert := ca.issue(t, pkix.Name{CommonName: "member"}, false)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -15,7 +15,9 @@ import (
 // TestProxyDrain: a proxy that drains refuses new connections at once,
 // and answers the request it was serving, which its member answers
 // after the drain began; the drain returns once it has.
-func TestProxyDrain(t *testing.T) {
+func TestProxyDrain(t *testing.T) { forEngines(t, testProxyDrain) }
+
+func testProxyDrain(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }

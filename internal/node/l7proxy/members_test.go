@@ -71,7 +71,9 @@ func (m *tlsMember) backend() flows.Backend {
 // another CA or revoked is refused (503); the pool's certificate is
 // presented to a member that asks for one; h2 is spoken when ALPN
 // offers it; member connections are kept alive, also to PROXY pools.
-func TestMemberTLS(t *testing.T) {
+func TestMemberTLS(t *testing.T) { forEngines(t, testMemberTLS) }
+
+func testMemberTLS(t *testing.T) {
 	membersCA, otherCA, clientCA := newTestCA(t, "members CA"), newTestCA(t, "other CA"), newTestCA(t, "client CA")
 	good := membersCA.issue(t, pkix.Name{CommonName: "member"}, false)
 	revoked := membersCA.issue(t, pkix.Name{CommonName: "revoked member"}, false)
@@ -143,7 +145,9 @@ func TestMemberTLS(t *testing.T) {
 // TestMemberTLSTransports: pools with one TLS share a transport, which
 // outlives a change of the listener's other fields (its member
 // connections stay open); a transport no pool uses is dropped.
-func TestMemberTLSTransports(t *testing.T) {
+func TestMemberTLSTransports(t *testing.T) { forEngines(t, testMemberTLSTransports) }
+
+func testMemberTLSTransports(t *testing.T) {
 	ca := newTestCA(t, "members CA")
 	m := startTLSMember(t, ca.issue(t, pkix.Name{CommonName: "member"}, false), nil, false, false)
 	p, lp := startProxy(t)

@@ -41,6 +41,9 @@ type Options struct {
 	// Dialer connects to members; nil is a net.Dialer.
 	Dialer *net.Dialer
 	Log    *slog.Logger
+	// Engine serves the client connections (the zero value: the lean
+	// engine, with net/http for what it does not take).
+	Engine Engine
 }
 
 // Listener is an L7 listener as the node serves it at one of its
@@ -60,7 +63,22 @@ type Proxy struct {
 	srv    *http.Server
 	log    *slog.Logger
 	dial   func(context.Context, string, string) (net.Conn, error)
+	dialer *net.Dialer
 	m      *metrics
+	engine Engine
+
+	// lean are the client connections the lean engine serves; draining
+	// is set when they are to close once answered. ho gives the net/http
+	// server those the lean engine passes on.
+	lmu      sync.Mutex
+	lean     map[*leanConn]struct{}
+	draining atomic.Bool
+	ho       *handoffListener
+	hoOnce   sync.Once
+	// memberConns are the lean engine's idle member connections, by
+	// member address.
+	mmu         sync.Mutex
+	memberConns map[string]*memberIdle
 
 	mu     sync.Mutex // serializes Set and Close
 	socks  map[uint16]net.Listener
@@ -86,7 +104,8 @@ type Proxy struct {
 func New(o Options) *Proxy {
 	p := &Proxy{listen: o.Listen, log: o.Log, socks: map[uint16]net.Listener{}, counters: map[counterKey]*memberCounters{},
 		idle: map[net.Conn]*time.Timer{}, clients: map[net.Conn]*clientConn{}, m: newMetrics(),
-		transports: map[[sha256.Size]byte]*http.Transport{}}
+		transports: map[[sha256.Size]byte]*http.Transport{}, engine: o.Engine, lean: map[*leanConn]struct{}{},
+		ho: newHandoffListener(), memberConns: map[string]*memberIdle{}}
 	if p.listen == nil {
 		p.listen = func(port uint16) (net.Listener, error) { return net.Listen("tcp", ":"+strconv.Itoa(int(port))) }
 	}
@@ -97,6 +116,7 @@ func New(o Options) *Proxy {
 	if d == nil {
 		d = &net.Dialer{KeepAlive: 30 * time.Second}
 	}
+	p.dialer = d
 	p.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if st := stateFrom(ctx); st != nil && st.route.cfg.ConnectTimeout > 0 {
 			var cancel context.CancelFunc
@@ -188,6 +208,7 @@ func (p *Proxy) Set(listeners map[uint16]Listener) error {
 	}
 	p.routes.Store(&next)
 	p.dropTransports(next)
+	p.dropMemberConns(next)
 	for port, l := range p.socks {
 		if _, keep := next[port]; !keep {
 			l.Close()
@@ -196,13 +217,21 @@ func (p *Proxy) Set(listeners map[uint16]Listener) error {
 	}
 	for port, l := range opened {
 		p.socks[port] = l
-		go p.serve(l)
+		go p.serve(l, p.engine == EngineNetHTTP)
 	}
 	return nil
 }
 
-func (p *Proxy) serve(l net.Listener) {
-	if err := p.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+// serve serves a steering port's connections, with net/http's server or
+// the lean engine.
+func (p *Proxy) serve(l net.Listener, netHTTP bool) {
+	var err error
+	if netHTTP {
+		err = p.srv.Serve(l)
+	} else {
+		err = p.serveLean(l)
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		p.log.Warn("L7 proxy: a steering port stopped", "at", l.Addr(), "err", err)
 	}
 }
@@ -223,9 +252,16 @@ func (p *Proxy) Ports() []uint16 {
 func (p *Proxy) Drain(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
+	for _, l := range p.socks {
+		l.Close()
+	}
 	p.socks = map[uint16]net.Listener{}
 	p.mu.Unlock()
-	return p.srv.Shutdown(ctx)
+	p.ho.Close()
+	leanErr := make(chan error, 1)
+	go func() { leanErr <- p.drainLean(ctx, false) }()
+	err := p.srv.Shutdown(ctx)
+	return errors.Join(err, <-leanErr)
 }
 
 // Close closes every port and connection.
@@ -233,8 +269,14 @@ func (p *Proxy) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
+	for _, l := range p.socks {
+		l.Close()
+	}
 	p.socks = map[uint16]net.Listener{}
 	p.dropTransports(nil)
+	p.ho.Close()
+	p.drainLean(context.Background(), true)
+	p.dropMemberConns(nil)
 	return p.srv.Close()
 }
 
@@ -309,6 +351,9 @@ func (l steeredListener) Accept() (net.Conn, error) {
 func portOf(c net.Conn) (uint16, bool) {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
+	}
+	if rc, ok := c.(*replayConn); ok {
+		c = rc.Conn
 	}
 	sc, ok := c.(steeredConn)
 	return sc.port, ok

@@ -79,11 +79,27 @@ func (lp *loopbackPorts) addr(port uint16) netip.AddrPort {
 	return lp.at[port]
 }
 
-// startProxy starts a proxy whose steering ports are on loopback.
+// forEngines runs a test with each engine: subtests "lean" and
+// "nethttp", in which startProxy starts a proxy of that engine.
+func forEngines(t *testing.T, test func(*testing.T)) {
+	t.Run("lean", test)
+	t.Run("nethttp", test)
+}
+
+// engineOf is the engine of the forEngines subtest t runs in.
+func engineOf(t testing.TB) Engine {
+	if strings.Contains(t.Name(), "/nethttp") {
+		return EngineNetHTTP
+	}
+	return EngineLean
+}
+
+// startProxy starts a proxy whose steering ports are on loopback, of
+// the engine of the forEngines subtest t runs in.
 func startProxy(t *testing.T) (*Proxy, *loopbackPorts) {
 	t.Helper()
 	lp := &loopbackPorts{at: map[uint16]netip.AddrPort{}}
-	p := New(Options{Listen: lp.listen})
+	p := New(Options{Listen: lp.listen, Engine: engineOf(t)})
 	t.Cleanup(func() { p.Close() })
 	return p, lp
 }
@@ -131,7 +147,9 @@ func noRedirects() *http.Client {
 // TestProxyRoutes: requests through the proxy reach the pool their
 // policies choose, with the headers the listener inserts; redirects and
 // rejects are answered by the proxy.
-func TestProxyRoutes(t *testing.T) {
+func TestProxyRoutes(t *testing.T) { forEngines(t, testProxyRoutes) }
+
+func testProxyRoutes(t *testing.T) {
 	web1, web2 := startMember(t, "web1", nil), startMember(t, "web2", nil)
 	api := startMember(t, "api1", nil)
 	p, lp := startProxy(t)
@@ -197,7 +215,9 @@ func TestProxyRoutes(t *testing.T) {
 // TestProxySet: a configuration that cannot be served, or a steering
 // port that cannot be opened, is refused and the one in place keeps
 // serving; a port no longer listed is closed.
-func TestProxySet(t *testing.T) {
+func TestProxySet(t *testing.T) { forEngines(t, testProxySet) }
+
+func testProxySet(t *testing.T) {
 	m := startMember(t, "m1", nil)
 	p, lp := startProxy(t)
 	c := noRedirects()
@@ -241,7 +261,9 @@ func TestProxySet(t *testing.T) {
 // TestProxyCookiePersistence: HTTP_COOKIE puts the member in a cookie the
 // member never sees; APP_COOKIE adds a member cookie when the member sets
 // the application's.
-func TestProxyCookiePersistence(t *testing.T) {
+func TestProxyCookiePersistence(t *testing.T) { forEngines(t, testProxyCookiePersistence) }
+
+func testProxyCookiePersistence(t *testing.T) {
 	setSession := func(w http.ResponseWriter, r *http.Request) {
 		if _, err := r.Cookie("sid"); err != nil {
 			http.SetCookie(w, &http.Cookie{Name: "sid", Value: "s-" + r.URL.Path})
@@ -301,7 +323,9 @@ func TestProxyCookiePersistence(t *testing.T) {
 // TestProxyMemberFailures: a member that refuses is 503, one that does
 // not answer within the listener's member timeout is 504, and a pool with
 // no member is 503.
-func TestProxyMemberFailures(t *testing.T) {
+func TestProxyMemberFailures(t *testing.T) { forEngines(t, testProxyMemberFailures) }
+
+func testProxyMemberFailures(t *testing.T) {
 	slow := startMember(t, "slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(2 * time.Second) })
 	gone := startMember(t, "gone", nil)
 	goneBackend := gone.backend()
@@ -339,7 +363,9 @@ func TestProxyMemberFailures(t *testing.T) {
 // it forwarded and their bodies' bytes, each read returning what came
 // since the previous one; a Set loses nothing counted, and a listener no
 // longer served is forgotten once read.
-func TestProxyStats(t *testing.T) {
+func TestProxyStats(t *testing.T) { forEngines(t, testProxyStats) }
+
+func testProxyStats(t *testing.T) {
 	m1, m2 := startMember(t, "m1", nil), startMember(t, "m2", nil)
 	p, lp := startProxy(t)
 	cfg := flows.L7{DefaultPool: "p", Pools: []flows.L7Pool{{ID: "p", Algorithm: flows.RoundRobin, Backends: []flows.Backend{m1.backend(), m2.backend()}}}}
@@ -400,7 +426,9 @@ func TestProxyStats(t *testing.T) {
 // TestProxyClientTimeout: a client that sends no request within its
 // listener's timeout_client_data is disconnected, before its first
 // request and between requests; a request that takes longer is not.
-func TestProxyClientTimeout(t *testing.T) {
+func TestProxyClientTimeout(t *testing.T) { forEngines(t, testProxyClientTimeout) }
+
+func testProxyClientTimeout(t *testing.T) {
 	slow := startMember(t, "slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(500 * time.Millisecond) })
 	p, lp := startProxy(t)
 	cfg := flows.L7{DefaultPool: "p", ClientTimeout: 200 * time.Millisecond,
@@ -447,7 +475,9 @@ func TestProxyClientTimeout(t *testing.T) {
 // TestProxyProtocolPools: a PROXY or PROXYV2 pool's members read a
 // header naming the client and the listener's VIP before the client's
 // requests, on member connections no other client's requests use.
-func TestProxyProtocolPools(t *testing.T) {
+func TestProxyProtocolPools(t *testing.T) { forEngines(t, testProxyProtocolPools) }
+
+func testProxyProtocolPools(t *testing.T) {
 	for _, version := range []int{1, 2} {
 		t.Run(fmt.Sprint("v", version), func(t *testing.T) {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -503,7 +533,9 @@ func TestProxyProtocolPools(t *testing.T) {
 
 // TestProxyMetrics: answers are counted by class and by who gave them,
 // and the listeners and open connections are gauged.
-func TestProxyMetrics(t *testing.T) {
+func TestProxyMetrics(t *testing.T) { forEngines(t, testProxyMetrics) }
+
+func testProxyMetrics(t *testing.T) {
 	m := startMember(t, "m1", nil)
 	p, lp := startProxy(t)
 	cfg := flows.L7{DefaultPool: "p", Pools: []flows.L7Pool{{ID: "p", Algorithm: flows.RoundRobin, Backends: []flows.Backend{m.backend()}}, {ID: "empty", Algorithm: flows.RoundRobin}},
@@ -557,7 +589,9 @@ func testutilGauge(t *testing.T, reg *prometheus.Registry, name string) float64 
 // TestProxySetKeepsUnchanged: a Set keeps the compiled routes of the
 // listeners it does not change (their rotation and open requests with
 // them) and compiles those it changes.
-func TestProxySetKeepsUnchanged(t *testing.T) {
+func TestProxySetKeepsUnchanged(t *testing.T) { forEngines(t, testProxySetKeepsUnchanged) }
+
+func testProxySetKeepsUnchanged(t *testing.T) {
 	p, _ := startProxy(t)
 	cfg := scaleConfig(3, 2)
 	if err := p.Set(cfg); err != nil {

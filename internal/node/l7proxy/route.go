@@ -21,6 +21,8 @@ type router struct {
 	// tls terminates TLS before the requests (nil: plain HTTP).
 	tls *terminator
 	cfg flows.L7
+	// readsHeaders: a rule reads a header or a cookie.
+	readsHeaders bool
 }
 
 type policy struct {
@@ -104,6 +106,7 @@ func compile(cfg flows.L7) (*router, error) {
 				return nil, fmt.Errorf("policy %s, rule %d: %w", p.ID, i+1, err)
 			}
 			cp.rules = append(cp.rules, cr)
+			r.readsHeaders = r.readsHeaders || cr.typ == flows.RuleHeader || cr.typ == flows.RuleCookie
 		}
 		r.policies = append(r.policies, cp)
 	}

@@ -77,20 +77,35 @@ func BenchmarkProxyAt1000Listeners(b *testing.B) {
 
 // BenchmarkProxyRequest: one kept-alive GET of a 1 KiB answer through
 // the proxy to a member on loopback, with X-Forwarded-For inserted, from
-// parallel clients: the proxy's CPU and allocations per request.
+// parallel clients: the proxy's CPU and allocations per request, with
+// each engine.
 func BenchmarkProxyRequest(b *testing.B) {
+	b.Run("lean", func(b *testing.B) { benchmarkProxyRequest(b, EngineLean, false) })
+	b.Run("nethttp", func(b *testing.B) { benchmarkProxyRequest(b, EngineNetHTTP, false) })
+	// A host-and-path policy that does not match, as an Ingress makes
+	// them: the lean engine builds the request its rules read.
+	b.Run("lean-rules", func(b *testing.B) { benchmarkProxyRequest(b, EngineLean, true) })
+}
+
+func benchmarkProxyRequest(b *testing.B, e Engine, rules bool) {
 	body := strings.Repeat("x", 1024)
 	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, body) }))
 	defer member.Close()
 	ap := netip.MustParseAddrPort(strings.TrimPrefix(member.URL, "http://"))
 	lp := &loopbackPorts{at: map[uint16]netip.AddrPort{}}
-	p := New(Options{Listen: lp.listen})
+	p := New(Options{Listen: lp.listen, Engine: e})
 	defer p.Close()
-	if err := p.Set(map[uint16]Listener{20000: {VIP: netip.MustParseAddrPort("198.18.0.10:80"), Config: flows.L7{
+	cfg := flows.L7{
 		DefaultPool:   "web",
 		Pools:         []flows.L7Pool{{ID: "web", Algorithm: flows.RoundRobin, Backends: []flows.Backend{{MemberID: "m", Address: ap.Addr(), Port: ap.Port(), Weight: 1}}}},
 		InsertHeaders: []string{"X-Forwarded-For"},
-	}}}); err != nil {
+	}
+	if rules {
+		cfg.Policies = []flows.L7Policy{{ID: "api", Action: flows.L7Reject, Rules: []flows.L7Rule{
+			{Type: flows.RuleHostName, Compare: flows.CompareEqualTo, Value: "api.example"},
+			{Type: flows.RulePath, Compare: flows.CompareStartsWith, Value: "/v1/"}}}}
+	}
+	if err := p.Set(map[uint16]Listener{20000: {VIP: netip.MustParseAddrPort("198.18.0.10:80"), Config: cfg}}); err != nil {
 		b.Fatal(err)
 	}
 	url := "http://" + lp.addr(20000).String() + "/page"

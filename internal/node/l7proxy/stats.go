@@ -44,6 +44,9 @@ func (p *Proxy) attach(r *router) {
 		}
 		for _, b := range pl.backends {
 			b.counters = p.countersFor(r.vip, netip.AddrPortFrom(b.Address, b.Port))
+			if pl.tls == nil && pl.proxyVersion == 0 {
+				b.idle = p.memberIdleFor(b.hostPort)
+			}
 		}
 	}
 }

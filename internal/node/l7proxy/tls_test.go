@@ -90,7 +90,9 @@ func clientPair(t *testing.T, c flows.L7Certificate) tls.Certificate {
 // by SNI, asks for and checks client certificates against its CAs and
 // revocation list, offers h2, inserts the X-SSL headers and HSTS, and its
 // requests are routed as HTTP's.
-func TestTLSTermination(t *testing.T) {
+func TestTLSTermination(t *testing.T) { forEngines(t, testTLSTermination) }
+
+func testTLSTermination(t *testing.T) {
 	serverCA, clientCA, otherCA := newTestCA(t, "server CA"), newTestCA(t, "client CA"), newTestCA(t, "other CA")
 	def := serverCA.issue(t, pkix.Name{CommonName: "www.example"}, false, "www.example")
 	sni := serverCA.issue(t, pkix.Name{CommonName: "api"}, false, "*.api.example")
