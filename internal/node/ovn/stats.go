@@ -385,21 +385,31 @@ func (s *ChassisStats) Unattributed() uint64 {
 }
 
 // ReadStats returns the connections each service and member got since
-// the previous read, summed over the bridges; on an error, what the
-// bridges read before it counted (those after it are read next time).
+// the previous read, summed over the bridges. A bridge that cannot be
+// read is logged and counted at its next read (its counters are
+// cumulative); the read fails only when no bridge could be read, so
+// that a chassis out of reach does not hold back the others' counts.
 func (s *ChassisStats) ReadStats() (map[flows.Key]flows.Stats, error) {
 	addrs := s.d.addresses()
 	out := map[flows.Key]flows.Stats{}
+	var errs []error
 	for _, b := range s.bridges {
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 		r, err := ReadBridge(ctx, s.run, b)
 		cancel()
 		if err != nil {
-			return out, err
+			errs = append(errs, fmt.Errorf("%s: %w", b, err))
+			continue
 		}
 		s.mu.Lock()
 		s.counter.Add(out, b, r, addrs)
 		s.mu.Unlock()
+	}
+	if len(errs) == len(s.bridges) && len(errs) > 0 {
+		return out, errors.Join(errs...)
+	}
+	for _, err := range errs {
+		s.d.log.Warn("OVS counters not read; counted at the next read", "err", err)
 	}
 	return out, nil
 }

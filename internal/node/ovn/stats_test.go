@@ -3,6 +3,8 @@ package ovn
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -176,7 +178,9 @@ func TestCounterAdd(t *testing.T) {
 func TestAddressesOf(t *testing.T) {
 	vip, vip2 := netip.MustParseAddr("198.18.44.100"), netip.MustParseAddr("198.18.44.101")
 	fip := netip.MustParseAddr("198.18.100.7")
-	k := func(a netip.Addr, p flows.Protocol, port uint16) flows.Key { return flows.Key{VIP: a, Protocol: p, Port: port} }
+	k := func(a netip.Addr, p flows.Protocol, port uint16) flows.Key {
+		return flows.Key{VIP: a, Protocol: p, Port: port}
+	}
 	services := map[flows.Key]flows.Service{
 		k(vip, flows.TCP, 80):  {OwnVIP: true},
 		k(vip, flows.UDP, 53):  {OwnVIP: true},
@@ -260,5 +264,64 @@ func TestReadBridge(t *testing.T) {
 				t.Errorf("flows %d, group stats %d; want 3 and 2", len(r.Flows), len(r.Stats))
 			}
 		})
+	}
+}
+
+func TestChassisStatsReadStats(t *testing.T) {
+	vip := netip.MustParseAddr("198.18.44.100")
+	k := flows.Key{VIP: vip, Protocol: flows.TCP, Port: 80}
+	d := &Dataplane{log: slog.New(slog.DiscardHandler), timeout: time.Second,
+		services: map[flows.Key]flows.Service{k: {Key: k, OwnVIP: true, LoadBalancerID: "lb1"}}}
+	// Each bridge's flow and group counters: n connections, all to the
+	// first backend; down: its commands fail.
+	type bridge struct {
+		n    uint64
+		down bool
+	}
+	bridges := map[string]*bridge{"unix:/a/br-int.mgmt": {}, "unix:/b/br-int.mgmt": {}}
+	run := func(_ context.Context, args ...string) (string, error) {
+		b := bridges[args[3]]
+		if b.down {
+			return "", errors.New("connection refused")
+		}
+		switch args[2] {
+		case "dump-groups":
+			return " group_id=1,type=select,selection_method=dp_hash,bucket=bucket_id:0,weight:100,actions=ct(commit,table=21,nat(dst=198.18.43.2:8080)),bucket=bucket_id:1,weight:100,actions=ct(commit,table=21,nat(dst=198.18.43.3:8080))\n", nil
+		case "dump-group-stats":
+			return fmt.Sprintf(" group_id=1,duration=10.0s,ref_count=1,packet_count=%d,byte_count=0,bucket0:packet_count=%d,byte_count=0,bucket1:packet_count=0,byte_count=0\n", b.n, b.n), nil
+		case "dump-flows":
+			return fmt.Sprintf(" cookie=0x1, duration=10.0s, table=20, n_packets=%d, n_bytes=0, idle_age=1, priority=120,ct_state=+new+trk,tcp,metadata=0x1,nw_dst=198.18.44.100,tp_dst=80 actions=group:1\n", b.n), nil
+		}
+		return "", errors.New("unexpected")
+	}
+	cs := d.Counting([]string{"unix:/a/br-int.mgmt", "unix:/b/br-int.mgmt"}, run)
+	m1 := netip.MustParseAddrPort("198.18.43.2:8080")
+	want := func(n uint64) map[flows.Key]flows.Stats {
+		if n == 0 {
+			return map[flows.Key]flows.Stats{}
+		}
+		return map[flows.Key]flows.Stats{k: {Counters: flows.Counters{Connections: n}, Members: map[netip.AddrPort]flows.Counters{m1: {Connections: n}}}}
+	}
+	for i, step := range []struct {
+		a, b         uint64
+		aDown, bDown bool
+		want         uint64
+		err          bool
+	}{
+		{a: 5, b: 7, want: 0},              // the baseline
+		{a: 8, b: 9, bDown: true, want: 3}, // b out of reach: a's alone, no error
+		{a: 8, b: 10, want: 3},             // b's since its baseline
+		{a: 9, b: 10, aDown: true, bDown: true, err: true},
+		{a: 10, b: 11, want: 3},
+	} {
+		bridges["unix:/a/br-int.mgmt"].n, bridges["unix:/a/br-int.mgmt"].down = step.a, step.aDown
+		bridges["unix:/b/br-int.mgmt"].n, bridges["unix:/b/br-int.mgmt"].down = step.b, step.bDown
+		got, err := cs.ReadStats()
+		if (err != nil) != step.err {
+			t.Fatalf("read %d: error %v, want one: %v", i, err, step.err)
+		}
+		if err == nil && !reflect.DeepEqual(got, want(step.want)) {
+			t.Errorf("read %d: got %+v, want %+v", i, got, want(step.want))
+		}
 	}
 }
