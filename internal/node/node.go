@@ -302,7 +302,7 @@ func (n *Node) startOVN(ctx context.Context, reg *prometheus.Registry) (*Node, e
 	if len(cfg.OVN.OpenFlow) > 0 && cfg.StatsInterval > 0 {
 		cs := d.Counting(cfg.OVN.OpenFlow, nil)
 		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "flowlb_agent_ovn_connections_unattributed_total",
-			Help: "New connections counted on the chassis whose member is unknown: OVN gave their backends' group to several listeners alike (same backends and hashing). They count for the listeners, not for the members."},
+			Help: "New connections counted on the chassis whose member is unknown: OVN gave their backends' group to several listeners alike (same backends and hashing), or to a listener and a load balancer not flowlb's. They count for the listeners, not for the members."},
 			func() float64 { return float64(cs.Unattributed()) })); err != nil {
 			return nil, err
 		}

@@ -23,10 +23,11 @@ import (
 // them to a select group with one bucket per backend, each bucket a
 // ct(commit, nat(dst=backend)). Established packets never reach the
 // group: the flow's n_packets and each bucket's packet_count count the
-// first packets of the connections (a retransmitted SYN before the
-// answer may count again), per VIP:port and per backend. A group is
-// shared by every VIP:port whose backends and hashing are the same, so
-// its buckets are a member's counts only when one service alone uses it.
+// first packets of the connections (a retransmitted SYN meets the
+// connection's conntrack entry and is not new), per VIP:port and per
+// backend. A group is shared by every VIP:port whose backends and
+// hashing are the same, so its buckets are a member's counts only when
+// one service alone uses it.
 // The userspace conntrack keeps no byte counters, and the flows of
 // established packets are per VIP and direction, not per backend: no
 // bytes are counted.
@@ -255,7 +256,8 @@ type BridgeCounts struct {
 type Counter struct {
 	prev map[string]map[string]counter // by bridge
 	// Unattributed counts the connections whose backend is known only
-	// to a group several services share (their members get none of it).
+	// to a group several services share, or a service and a load
+	// balancer not flowlb's (their members get none of it).
 	Unattributed uint64
 }
 
@@ -265,24 +267,25 @@ func NewCounter() *Counter { return &Counter{prev: map[string]map[string]counter
 // Add counts a bridge's read into out: connections by service (the
 // addresses maps a flow's destination to its service: the VIP's own and
 // its floating IPs'), and by backend when one service alone uses the
-// group.
+// group (no other service, and no load balancer that is not flowlb's).
 func (c *Counter) Add(out map[flows.Key]flows.Stats, bridge string, r BridgeCounts, addrs map[flows.Key]flows.Key) {
 	prev, seen := c.prev[bridge]
 	first := !seen
 	now := map[string]counter{}
 	users := map[uint32]map[flows.Key]bool{}
 	for _, f := range r.Flows {
+		if users[f.Group] == nil {
+			users[f.Group] = map[flows.Key]bool{}
+		}
+		// Another's load balancer (the zero key) may share the group.
 		k, ok := addrs[flows.Key{VIP: f.Dst, Protocol: f.Protocol, Port: f.Port}]
+		users[f.Group][k] = true
 		if !ok {
 			continue
 		}
 		id := "flow:" + f.ID
 		n := delta(prev, first, id, f.Packets, f.Duration)
 		now[id] = counter{f.Packets, f.Duration}
-		if users[f.Group] == nil {
-			users[f.Group] = map[flows.Key]bool{}
-		}
-		users[f.Group][k] = true
 		if n > 0 {
 			s := out[k]
 			s.Connections += n
@@ -291,8 +294,8 @@ func (c *Counter) Add(out map[flows.Key]flows.Stats, bridge string, r BridgeCoun
 	}
 	for g, by := range users {
 		st, ok := r.Stats[g]
-		if !ok {
-			continue
+		if !ok || (len(by) == 1 && by[flows.Key{}]) {
+			continue // not flowlb's
 		}
 		var only flows.Key
 		for k := range by {

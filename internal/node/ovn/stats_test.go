@@ -132,6 +132,12 @@ func TestCounterAdd(t *testing.T) {
 				{Flows: []LBFlow{flow(vip, 80, "t20", 1, 2, 2*s), flow(vip, 81, "t20", 1, 1, 2*s)}, Groups: group1, Stats: gs(2*s, 2, 1)}},
 			want:         map[flows.Key]flows.Stats{k80: conns(2, nil), k81: conns(1, nil)},
 			unattributed: 3},
+		{name: "a group shared with a load balancer not flowlb's counts for no member",
+			reads: []BridgeCounts{
+				{Flows: []LBFlow{flow(vip, 80, "t20", 1, 0, s), flow(netip.MustParseAddr("198.18.44.200"), 80, "t20", 1, 0, s)}, Groups: group1, Stats: gs(s, 0, 0)},
+				{Flows: []LBFlow{flow(vip, 80, "t20", 1, 2, 2*s), flow(netip.MustParseAddr("198.18.44.200"), 80, "t20", 1, 5, 2*s)}, Groups: group1, Stats: gs(2*s, 3, 4)}},
+			want:         map[flows.Key]flows.Stats{k80: conns(2, nil)},
+			unattributed: 7},
 		{name: "a flow and a group new since the last read count whole",
 			reads: []BridgeCounts{
 				{},
