@@ -67,6 +67,9 @@ type agentOptions struct {
 	bpfPinDir string
 	// ovnNB: with --dataplane ovn, the northbound database.
 	ovnNB string
+	// ovnOpenFlow: with --dataplane ovn, the chassis' integration
+	// bridges whose counters are read.
+	ovnOpenFlow []string
 	// l7Ports: the L7 proxy's steering ports, FIRST-LAST (empty: no
 	// proxy); l7Addresses: the node's addresses steered to.
 	l7Ports     string
@@ -110,6 +113,7 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&o.l7Ports, "l7-ports", "", "FIRST-LAST, e.g. 20000-29999: run this node's L7 proxy for the server's HTTP listeners (server --l7, which needs it on every agent), on these ports, one per listener and VIP, opened on every address of the node while such a listener exists; the data planes steer a listener's connections to its port at the node's own address, so that the proxy of the client's node routes each request (default: no proxy)")
 	f.StringSliceVar(&o.l7Addresses, "l7-addresses", nil, "the node's addresses, at most one per family, to which the data planes steer HTTP listeners' connections (default: the first --nodeport-addresses address of each family)")
 	f.StringVar(&o.ovnNB, "ovn-nb", "", "with --dataplane ovn: the OVN northbound database, tcp:IP:PORT, ssl:IP:PORT or unix:PATH (comma-separated for a clustered one)")
+	f.StringSliceVar(&o.ovnOpenFlow, "ovn-openflow", nil, "with --dataplane ovn: the chassis' integration bridges as ovs-ofctl reaches them (unix:/run/openvswitch/br-int.mgmt, tcp:IP:PORT; repeatable): every --stats-interval their load balancers' flows and groups are read with ovs-ofctl and the new connections of each listener and member reported (no bytes, no open connections); none: the OVN data plane reports no statistics")
 	f.StringVar(&o.cgroup, "cgroup", "", "with --dataplane ebpf: the cgroup v2 directory whose processes (and those below it) are served (default: the cgroup v2 root, every process of the host)")
 	f.StringVar(&o.bpfPinDir, "bpf-pin-dir", "/sys/fs/bpf/flowlb", "with --dataplane ebpf: where the maps and links are pinned, so that balancing outlives the agent and a restarted agent adopts them; a bpffs is mounted on its parent if none is there")
 	config.HostDefault(f, "identity-dir", "/var/lib/flowlb/agent", "/var/lib/flowlb/agent as root, else ~/.local/share/flowlb/agent")
@@ -207,7 +211,10 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		return err
 	}
 	if cfg.OVN != nil {
-		cfg.HealthCheckNodePorts, cfg.StatsInterval = false, 0
+		cfg.HealthCheckNodePorts = false
+		if len(cfg.OVN.OpenFlow) == 0 {
+			cfg.StatsInterval = 0
+		}
 	}
 	cfg.L2Interface = o.l2Interface
 	if cfg.OVN == nil {
@@ -253,8 +260,8 @@ func ebpfConfig(o agentOptions) *node.EBPF {
 // plane), refusing the flags that only a kernel data plane serves.
 func ovnConfig(o agentOptions) (*node.OVN, error) {
 	if o.dataplane != "ovn" {
-		if o.ovnNB != "" {
-			return nil, errors.New("--ovn-nb is for --dataplane ovn")
+		if o.ovnNB != "" || len(o.ovnOpenFlow) > 0 {
+			return nil, errors.New("--ovn-nb and --ovn-openflow are for --dataplane ovn")
 		}
 		return nil, nil
 	}
@@ -270,7 +277,7 @@ func ovnConfig(o agentOptions) (*node.OVN, error) {
 			return nil, fmt.Errorf("%s is not for --dataplane ovn: that agent holds no VIP and programs no kernel", f.flag)
 		}
 	}
-	return &node.OVN{NB: o.ovnNB}, nil
+	return &node.OVN{NB: o.ovnNB, OpenFlow: o.ovnOpenFlow}, nil
 }
 
 // parsePrefixes parses a flag's CIDRs, masked if asked.

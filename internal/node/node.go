@@ -146,6 +146,10 @@ type OVN struct {
 	// NB is the northbound database: tcp:IP:PORT, ssl:IP:PORT or
 	// unix:PATH, comma-separated for a cluster.
 	NB string
+	// OpenFlow are the chassis' integration bridges (ovs-ofctl targets)
+	// whose load-balancing counters are read every StatsInterval; none:
+	// no statistics.
+	OpenFlow []string
 }
 
 // Node is a running agent process.
@@ -293,8 +297,19 @@ func (n *Node) startOVN(ctx context.Context, reg *prometheus.Registry) (*Node, e
 	if verifyEvery <= 0 {
 		verifyEvery = -1 // the agent's "never": the monitor's events still trigger checks
 	}
+	var stats agent.StatsReader
+	statsEvery := time.Duration(0)
+	if len(cfg.OVN.OpenFlow) > 0 && cfg.StatsInterval > 0 {
+		cs := d.Counting(cfg.OVN.OpenFlow, nil)
+		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "flowlb_agent_ovn_connections_unattributed_total",
+			Help: "New connections counted on the chassis whose member is unknown: OVN gave their backends' group to several listeners alike (same backends and hashing), or to a listener and a load balancer not flowlb's. They count for the listeners, not for the members."},
+			func() float64 { return float64(cs.Unattributed()) })); err != nil {
+			return nil, err
+		}
+		stats, statsEvery = cs, cfg.StatsInterval
+	}
 	n.agent = agent.New(agent.Config{Servers: cfg.Servers, Token: cfg.Token, Identity: cfg.Identity, Node: cfg.Node,
-		MinInterval: cfg.MinSync, Metrics: reg, NoHealth: true, NoProbes: true,
+		MinInterval: cfg.MinSync, Metrics: reg, NoHealth: true, NoProbes: true, Stats: stats, StatsInterval: statsEvery,
 		Verifiers: []agent.Verifier{d}, VerifyInterval: verifyEvery}, d, n.log)
 	runCtx, stop := context.WithCancel(ctx)
 	n.undo = append(n.undo, stop)

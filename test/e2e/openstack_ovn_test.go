@@ -37,7 +37,10 @@ const (
 // both chassis see each way of choosing a member the row can express:
 // SOURCE_IP and SOURCE_IP persistence keep a VM on one member,
 // SOURCE_IP_PORT spreads its connections, weights 3 and 1 are three
-// entries and one. The server
+// entries and one; the weighted listener's connections, read by the
+// agent from both chassis' OVS groups and flows (--ovn-openflow), are
+// its statistics and its members' series, exactly, and so with the
+// floating IP's connections added. The server
 // makes the VIP port as ovn-octavia-provider does (--neutron-vip-ports
 // ovn), so that Neutron writes no switch-port addresses for it. A
 // floating IP Neutron puts on the VIP port joins the row and reaches
@@ -55,8 +58,8 @@ func TestRealOVNDataPlane(t *testing.T) {
 	c, cloud, _, members := newRealNeutronClusterWith(t, func(cloud *openstack.Cloud) {
 		client = cloud.VM("cl", 2, openstack.VMOptions{})
 		client1 = cloud.VM("cl1", 1, openstack.VMOptions{})
-	}, "--neutron-vip-ports", "ovn")
-	nbctl := startOVNAgent(t, c, cloud)
+	}, "--neutron-vip-ports", "ovn", "--stats-metrics", "member")
+	nbctl := startOVNAgent(t, c, cloud, true)
 
 	listeners := map[string]net.Listener{}
 	pool := func(weights ...int) []any {
@@ -163,6 +166,7 @@ func TestRealOVNDataPlane(t *testing.T) {
 	reachesBoth(t, "the agent-less VM on chassis 2 -> VIP", func() (string, error) { return askIn(client.NS, addr) })
 
 	// Every way of choosing a member, from VMs on both chassis.
+	weightedBy := map[string]int{}
 	for _, vm := range []*openstack.VM{client, client1} {
 		spread := func(port string, n int) map[string]int {
 			by := map[string]int{}
@@ -194,7 +198,11 @@ func TestRealOVNDataPlane(t *testing.T) {
 			t.Errorf("%s -> VIP port 84 (weights 3 and 1): %v", vm.Name, by)
 		}
 		t.Logf("%s (chassis %d) -> weighted VIP port 84: %v", vm.Name, vm.Node, by)
+		for m, n := range by {
+			weightedBy[m] += n
+		}
 	}
+	ovnStats(t, c, id, members, weightedBy)
 	out, err := nbctl("--bare", "--columns=vips", "find", "load_balancer", "name="+row)
 	if err != nil {
 		t.Fatal(err)
@@ -232,6 +240,16 @@ func TestRealOVNDataPlane(t *testing.T) {
 		return len(fseen) == 2, fmt.Sprint(fseen, err)
 	})
 	t.Logf("external -> floating IP: %v", fseen)
+	// The floating IP's connections count for the VIP's listener: the
+	// gateway chassis' router balances them, with a group of its own.
+	for range 12 {
+		got, err := openstack.Ask(cloud.Dial, net.JoinHostPort(fipAddr, "84"))
+		if err != nil {
+			t.Fatalf("external -> floating IP port 84: %v", err)
+		}
+		weightedBy[got]++
+	}
+	ovnStats(t, c, id, members, weightedBy)
 
 	// allowed_cidrs through the VIP and the floating IP: listener 85
 	// admits the VM cl alone, then cl1 and the external client.
@@ -395,20 +413,88 @@ func TestRealOVNDataPlane(t *testing.T) {
 	})
 }
 
+// ovnStats checks the statistics of listener 84 (weights 3 and 1, a
+// group of its own on each datapath): the connections made to it, and
+// each member's, as the answers named them (by member name), in the
+// listener's stats, the openstack CLI and the member series of the
+// server's /metrics. Open connections are not counted on OVN
+// (active_connections not checked).
+func ovnStats(t *testing.T, c *cluster, lbID string, members []*openstack.VM, by map[string]int) {
+	t.Helper()
+	code, lbody := c.call("GET", "/v2/lbaas/listeners?loadbalancer_id="+lbID, nil)
+	if code != 200 {
+		t.Fatalf("listeners: %d %v", code, lbody)
+	}
+	var l map[string]any
+	for _, x := range lbody["listeners"].([]any) {
+		if x.(map[string]any)["protocol_port"] == 84.0 {
+			l = x.(map[string]any)
+		}
+	}
+	if l == nil {
+		t.Fatalf("no listener on port 84: %v", lbody)
+	}
+	total := 0
+	for _, n := range by {
+		total += n
+	}
+	start := time.Now()
+	c.waitStats("/v2/lbaas/listeners/"+l["id"].(string)+"/stats", stats{conns: int64(total), active: -1})
+	t.Logf("listener 84's stats: %d connections (%v by member), there and held 1 s %v after the last connection", total, by, time.Since(start).Round(time.Millisecond))
+	got := c.openstack("loadbalancer", "listener", "stats", "show", l["id"].(string), "-f", "json")
+	if n, ok := got["total_connections"].(float64); !ok || int(n) != total {
+		t.Errorf("openstack loadbalancer listener stats show: %v, want total_connections %d", got, total)
+	}
+	code, pbody := c.call("GET", "/v2/lbaas/pools/"+l["default_pool_id"].(string)+"/members", nil)
+	if code != 200 {
+		t.Fatalf("members of the weighted pool: %d %v", code, pbody)
+	}
+	want := map[string]int{} // member id -> connections
+	for _, m := range pbody["members"].([]any) {
+		mm := m.(map[string]any)
+		for _, vm := range members {
+			if vm.Addr.String() == mm["address"] {
+				want[mm["id"].(string)] = by[vm.Name]
+			}
+		}
+	}
+	if len(want) != len(members) {
+		t.Fatalf("members of the weighted pool %v, want one for each of %d VMs", pbody, len(members))
+	}
+	testutil.Eventually(t, 15*time.Second, "the weighted pool's member series", func() (bool, string) {
+		metrics := c.serverMetrics()
+		for id, n := range want {
+			series := fmt.Sprintf(`flowlb_member_connections_total{loadbalancer=%q,member=%q}`, lbID, id)
+			if got := seriesValue(metrics, series); got != float64(n) {
+				return false, fmt.Sprintf("%s %v, want %d", series, got, n)
+			}
+		}
+		return true, ""
+	})
+}
+
 // startOVNAgent starts `flowlb agent --dataplane ovn` in the fabric beside
 // ovn-northd, waits for its hello without probes, and returns an
-// ovn-nbctl on the bed's northbound database. On failure the agent's log
-// and the load balancers are shown.
-func startOVNAgent(t *testing.T, c *cluster, cloud *openstack.Cloud) func(args ...string) (string, error) {
+// ovn-nbctl on the bed's northbound database; counting, the agent reads
+// every chassis' OVS counters each second (--ovn-openflow). On failure
+// the agent's log and the load balancers are shown.
+func startOVNAgent(t *testing.T, c *cluster, cloud *openstack.Cloud, counting bool) func(args ...string) (string, error) {
 	t.Helper()
 	nb := "unix:" + filepath.Join(cloud.Dir, "ovn", "nb.sock")
 	nbctl := func(args ...string) (string, error) {
 		out, err := exec.Command("ovn-nbctl", append([]string{"--db=" + nb, "--timeout=10"}, args...)...).CombinedOutput()
 		return strings.TrimSpace(string(out)), err
 	}
-	if _, err := c.lab.Fabric().Start("ovn-agent", []string{flowlb(t), "agent", "--server", c.agentServers, "--token-file", c.token,
+	argv := []string{flowlb(t), "agent", "--server", c.agentServers, "--token-file", c.token,
 		"--ca-file", c.caFile, "--identity-dir", filepath.Join(t.TempDir(), "identity"), "--node", "ovn",
-		"--dataplane", "ovn", "--ovn-nb", nb, "--metrics-listen", ""}); err != nil {
+		"--dataplane", "ovn", "--ovn-nb", nb, "--metrics-listen", ""}
+	if counting {
+		argv = append(argv, "--stats-interval", "1s")
+		for _, b := range cloud.IntegrationBridges() {
+			argv = append(argv, "--ovn-openflow", b)
+		}
+	}
+	if _, err := c.lab.Fabric().Start("ovn-agent", argv); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -472,7 +558,7 @@ func TestRealOctaviaOVNDataPlane(t *testing.T) {
 	c, cloud, _, members, oct := newRealOctaviaClusterWith(t, func(cloud *openstack.Cloud) {
 		client = cloud.VM("cl", 2, openstack.VMOptions{})
 	}, nil, "--neutron-vip-ports", "ovn")
-	nbctl := startOVNAgent(t, c, cloud)
+	nbctl := startOVNAgent(t, c, cloud, false)
 	lbc := oct.LoadBalancer
 	ctx := context.Background()
 	var pool []pools.CreateMemberOpts

@@ -82,7 +82,7 @@ func TestRealOVNProvidersBench(t *testing.T) {
 		// API has 8 processes, as Debian's uwsgi file has.
 		o.OVNProvider, o.APIProcesses = true, 8
 	}, "--neutron-vip-ports", "ovn")
-	nbctl := startOVNAgent(t, c, cloud)
+	nbctl := startOVNAgent(t, c, cloud, false)
 	lbc := oct.LoadBalancer
 	vipSubnet := newBenchSubnet(t, cloud)
 	// The VM routes the VIPs' network through the tenant network's

@@ -512,6 +512,16 @@ func cacheDir() (string, error) {
 // templateFormat changes whenever what the templates hold does.
 const templateFormat = "1"
 
+// IntegrationBridges are the chassis' br-int as ovs-ofctl reaches them:
+// the management socket in each chassis' run directory.
+func (c *Cloud) IntegrationBridges() []string {
+	var out []string
+	for _, i := range c.nodes {
+		out = append(out, "unix:"+filepath.Join(c.path(fmt.Sprintf("c%d", i)), "br-int.mgmt"))
+	}
+	return out
+}
+
 // startChassis makes node i a chassis: its eth0 moves into br-phy, which
 // carries the node's fabric addresses (and the Geneve tunnels), br-int is
 // OVN's integration bridge, and the gateway node has br-ex for physnet1.

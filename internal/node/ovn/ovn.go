@@ -65,11 +65,14 @@ type Dataplane struct {
 	// nothing of what is wanted, and checks nothing: the rows a previous
 	// agent wrote stay until the first snapshot says otherwise.
 	written bool
-	refused map[flows.Key]string   // logged, until the service changes or goes
-	missing map[netip.Addr]bool    // VIPs with no switch port, logged once
-	missed  atomic.Int64           // len(missing)
-	wanted  atomic.Pointer[wanted] // for the cache's handler, which must not take mu
-	drift   chan struct{}
+	refused map[flows.Key]string // logged, until the service changes or goes
+	missing map[netip.Addr]bool  // VIPs with no switch port, logged once
+	missed  atomic.Int64         // len(missing)
+	// fips are the floating IPs of the switch ports' addresses, as the
+	// last write found them.
+	fips   map[netip.Addr][]netip.Addr
+	wanted atomic.Pointer[wanted] // for the cache's handler, which must not take mu
+	drift  chan struct{}
 	// floating gets a value when Neutron associates or releases a
 	// floating IP of a port: the rows follow it (follow), which is no
 	// repair.
@@ -359,6 +362,7 @@ func (d *Dataplane) converge(ctx context.Context, check *dataplane.Check) (int, 
 		return 0, fmt.Errorf("ovn northbound: read the cache: %w", err)
 	}
 	fips := floatingOf(topo.SwitchPorts)
+	d.fips = fips
 	plan.Rows = WithFloatingIPs(plan.Rows, fips)
 	att := Attach(topo, plan.Rows)
 	aclRows, aclOn := ACLs(plan.Guards, att, fips)
