@@ -126,22 +126,15 @@ func parseRequest(s string, h *reqHead) verdict {
 	hosts, lengths, encodings := 0, 0, 0
 	keepAlive := false
 	for {
-		line, rest, ok = strings.Cut(rest, "\r\n")
-		if !ok {
-			return fallback
-		}
-		if line == "" {
-			break
-		}
-		colon := strings.IndexByte(line, ':')
-		if colon <= 0 || !isToken(line[:colon]) {
+		var name, value string
+		var more bool
+		if name, value, rest, more, ok = cutField(rest); !ok || more && !validValue(value) {
 			// Folded lines, spaces before the colon, a name that is no
 			// token: net/http's to judge.
 			return fallback
 		}
-		name, value := line[:colon], strings.Trim(line[colon+1:], " \t")
-		if !validValue(value) {
-			return fallback
+		if !more {
+			break
 		}
 		h.headers = append(h.headers, field{name: name, value: value, hop: true})
 		switch {
@@ -228,6 +221,22 @@ func parseRequest(s string, h *reqHead) verdict {
 		h.expect = false
 	}
 	return serve
+}
+
+// cutField cuts a head's next header line off rest: its name and value
+// (the value trimmed of spaces and tabs), or more false at the empty line
+// that ends the head; ok false when the line is no "token: value" line
+// ending in CRLF.
+func cutField(rest string) (name, value, after string, more, ok bool) {
+	line, after, ok := strings.Cut(rest, "\r\n")
+	if !ok || line == "" {
+		return "", "", after, false, ok
+	}
+	colon := strings.IndexByte(line, ':')
+	if colon <= 0 || !isToken(line[:colon]) {
+		return "", "", after, false, false
+	}
+	return line[:colon], strings.Trim(line[colon+1:], " \t"), after, true, true
 }
 
 func (h *reqHead) refuse(status int) verdict {
@@ -438,18 +447,14 @@ func parseResponse(s string, h *respHead) error {
 	h.status, h.reason = n, reason
 	lengths, keepAlive := 0, false
 	for {
-		line, rest, ok = strings.Cut(rest, "\r\n")
-		if !ok {
+		var name, value string
+		var more bool
+		if name, value, rest, more, ok = cutField(rest); !ok {
 			return errBadResponse
 		}
-		if line == "" {
+		if !more {
 			break
 		}
-		colon := strings.IndexByte(line, ':')
-		if colon <= 0 || !isToken(line[:colon]) {
-			return errBadResponse
-		}
-		name, value := line[:colon], strings.Trim(line[colon+1:], " \t")
 		switch {
 		case strings.EqualFold(name, "Content-Length"):
 			n, ok := contentLength(value)
