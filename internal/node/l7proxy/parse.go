@@ -160,20 +160,11 @@ func parseRequest(s string, h *reqHead) verdict {
 			}
 			continue
 		case strings.EqualFold(name, "Connection"):
-			for tok := range strings.SplitSeq(value, ",") {
-				tok = strings.Trim(tok, " \t")
-				switch {
-				case tok == "":
-				case strings.EqualFold(tok, "close"):
-					h.close = true
-				case strings.EqualFold(tok, "keep-alive"):
-					keepAlive = true
-				case strings.EqualFold(tok, "upgrade"):
-					// A protocol switch (WebSocket): net/http's.
-					return fallback
-				default:
-					h.dropped = append(h.dropped, tok)
-				}
+			var upgrade bool
+			h.dropped, upgrade = connectionTokens(value, h.dropped, &h.close, &keepAlive)
+			if upgrade {
+				// A protocol switch (WebSocket): net/http's.
+				return fallback
 			}
 			continue
 		case strings.EqualFold(name, "Expect"):
@@ -221,6 +212,27 @@ func parseRequest(s string, h *reqHead) verdict {
 		h.expect = false
 	}
 	return serve
+}
+
+// connectionTokens reads a Connection header's value: close and
+// keep-alive set *closeConn and *keepAlive; every other token names a
+// hop-by-hop header and is appended to dropped; upgrade reports whether
+// one of them was "upgrade" (a protocol switch).
+func connectionTokens(value string, dropped []string, closeConn, keepAlive *bool) (_ []string, upgrade bool) {
+	for tok := range strings.SplitSeq(value, ",") {
+		tok = strings.Trim(tok, " \t")
+		switch {
+		case tok == "":
+		case strings.EqualFold(tok, "close"):
+			*closeConn = true
+		case strings.EqualFold(tok, "keep-alive"):
+			*keepAlive = true
+		default:
+			upgrade = upgrade || strings.EqualFold(tok, "upgrade")
+			dropped = append(dropped, tok)
+		}
+	}
+	return dropped, upgrade
 }
 
 // cutField cuts a head's next header line off rest: its name and value
@@ -471,18 +483,7 @@ func parseResponse(s string, h *respHead) error {
 			h.chunked = true
 			continue
 		case strings.EqualFold(name, "Connection"):
-			for tok := range strings.SplitSeq(value, ",") {
-				tok = strings.Trim(tok, " \t")
-				switch {
-				case tok == "":
-				case strings.EqualFold(tok, "close"):
-					h.close = true
-				case strings.EqualFold(tok, "keep-alive"):
-					keepAlive = true
-				default:
-					h.dropped = append(h.dropped, tok)
-				}
-			}
+			h.dropped, _ = connectionTokens(value, h.dropped, &h.close, &keepAlive)
 			continue
 		}
 		if hopByHop(name) && !strings.EqualFold(name, "Trailer") {
