@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flowlb/flowlb/internal/server/store"
+	"github.com/flowlb/flowlb/internal/server/store/storetest"
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
@@ -227,5 +228,54 @@ func TestWrittenFreshPorts(t *testing.T) {
 		if got := freshPorts(tc.req); got != tc.want {
 			t.Errorf("%+v: fresh %v, want %v", tc.req, got, tc.want)
 		}
+	}
+}
+
+// changeCounter is a SQL store that counts the changes run through it.
+type changeCounter struct {
+	*store.SQL
+	changes atomic.Int64
+}
+
+func (c *changeCounter) Change(ctx context.Context, fn func(tx store.Tx) error) (store.Commit, error) {
+	c.changes.Add(1)
+	return c.SQL.Change(ctx, fn)
+}
+
+// TestCompletionsJoinTheChangesOnASingleWriter: on SQLite, whose one
+// writer takes a transaction at a time, a completion runs as one of the
+// store's changes, in the transaction that the creates and updates
+// waiting beside it share; on PostgreSQL, whose writers run in parallel,
+// completions keep their own groups. Either way every load balancer ends
+// ACTIVE.
+func TestCompletionsJoinTheChangesOnASingleWriter(t *testing.T) {
+	for _, eng := range storetest.Engines(t) {
+		t.Run(eng.Name, func(t *testing.T) {
+			cc := &changeCounter{SQL: eng.Store.(*store.SQL)}
+			e := newEnv(t, false, cc)
+			const n = 10
+			var ids []string
+			for range n {
+				tree, err := e.svc.CreateLoadBalancer(e.ctx, fullLB(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, tree.LB.ID)
+			}
+			created := cc.changes.Load()
+			e.prov.finish(nil)
+			for _, id := range ids {
+				if got := e.status(store.KindLoadBalancer, id); got != Active {
+					t.Fatalf("LB %s is %s, want ACTIVE", id, got)
+				}
+			}
+			want := int64(0)
+			if cc.SingleWriter() {
+				want = n
+			}
+			if got := cc.changes.Load() - created; got != want {
+				t.Errorf("%d completions ran as the store's changes, want %d", got, want)
+			}
+		})
 	}
 }

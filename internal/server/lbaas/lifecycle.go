@@ -221,7 +221,7 @@ func (s *Service) complete(ctx context.Context, p store.Pending, perr error) err
 // (taken first, so that a completion that returns early leaves nothing
 // kept), else from the tree read back.
 func (s *Service) completeIn(tx store.Tx, p store.Pending, perr error) error {
-	kept, fromBuilt := store.ChangesOf(s.st).Built(p)
+	kept, fromBuilt := store.ChangesOf(s.st).Built(tx, p)
 	t, _ := kept.(*Tree)
 	fromBuilt = fromBuilt && t != nil
 	rec, err := tx.GetForUpdate(store.KindLoadBalancer, p.LoadBalancerID)

@@ -34,11 +34,13 @@ type Changes interface {
 	Keep(p Pending, clone func() any)
 	// Built takes what Keep kept for p, if p is still its load balancer's
 	// last change: nothing was written to the load balancer since (a
-	// health verdict, for one, logs a change). Call it inside the
-	// completion's write transaction, which comes after every earlier
-	// write; false, and the completion reads what it needs. What was kept
-	// for p is given at most once, since a completion changes it.
-	Built(p Pending) (any, bool)
+	// health verdict, for one, logs a change), neither by an earlier
+	// transaction nor by a change before this one in tx, the write
+	// transaction the completion runs in (which comes after every
+	// earlier write); false, and the completion reads what it needs.
+	// What was kept for p is given at most once, since a completion
+	// changes it.
+	Built(tx Tx, p Pending) (any, bool)
 }
 
 // ChangesOf is how changes run on st: st's own way if it has one
@@ -61,7 +63,7 @@ func (a alone) Change(ctx context.Context, fn func(tx Tx) error) (Commit, error)
 
 func (alone) Keep(Pending, func() any) {}
 
-func (alone) Built(Pending) (any, bool) { return nil, false }
+func (alone) Built(Tx, Pending) (any, bool) { return nil, false }
 
 // maxGroup bounds the changes committed in one transaction, so that one
 // that fails, which has the group run again one by one, costs little.
@@ -190,9 +192,10 @@ func (g *Grouped) commitGroup(group []*queuedChange) {
 					err = fmt.Errorf("panic: %v", v) // each alone says whose
 				}
 			}()
+			// A retried transaction runs them all again.
+			touched := map[string]bool{}
 			for i, q := range live {
-				// A retried transaction runs them all again.
-				txs[i] = &changeTx{Tx: tx}
+				txs[i] = &changeTx{Tx: tx, group: touched}
 				if err := q.fn(txs[i]); err != nil {
 					return err
 				}
@@ -230,20 +233,25 @@ func (g *Grouped) update(ctx context.Context, fn func(tx Tx) error) (Commit, err
 }
 
 // changeTx is one change's part of a shared transaction: it notes the
-// load balancers the change touched, whose entries are its answer.
+// load balancers the change touched, whose entries are its answer, and
+// those that any change of the transaction touched so far (group), which
+// the changes after it did not see committed.
 type changeTx struct {
 	Tx
 	touched []string
+	group   map[string]bool
 }
 
 func (t *changeTx) Touch(lbID string) {
 	t.Tx.Touch(lbID)
 	t.touched = append(t.touched, lbID)
+	t.group[lbID] = true
 }
 
 func (t *changeTx) Pend(lbID, owner string) {
 	t.Tx.Pend(lbID, owner)
 	t.touched = append(t.touched, lbID)
+	t.group[lbID] = true
 }
 
 // own is the part of the shared transaction's commit c that is this
@@ -276,13 +284,18 @@ func (g *Grouped) Keep(p Pending, clone func() any) {
 }
 
 // Built takes what was kept for p, if nothing changed its load balancer
-// since p.
-func (g *Grouped) Built(p Pending) (any, bool) {
+// since p: no committed transaction (the store's last change), and no
+// change before this one in tx, whose entries are written only when tx
+// commits.
+func (g *Grouped) Built(tx Tx, p Pending) (any, bool) {
 	g.builtMu.Lock()
 	v, ok := g.built[p]
 	delete(g.built, p)
 	g.builtMu.Unlock()
 	if !ok || g.last == nil {
+		return nil, false
+	}
+	if ct, shared := tx.(*changeTx); shared && ct.group[p.LoadBalancerID] {
 		return nil, false
 	}
 	if c, ok := g.last.LastChange(p.LoadBalancerID); !ok || c != p.Change {

@@ -289,7 +289,7 @@ func TestBuiltWhileLastChange(t *testing.T) {
 			built := func(p store.Pending) (v any, ok bool) {
 				t.Helper()
 				if _, err := e.Store.Update(ctx, func(tx store.Tx) error {
-					v, ok = ch.Built(p)
+					v, ok = ch.Built(tx, p)
 					return nil
 				}); err != nil {
 					t.Fatal(err)
@@ -357,7 +357,7 @@ func TestChangesOfAWrapper(t *testing.T) {
 			}
 			p := store.Pending{LoadBalancerID: "w", Owner: "r1", Change: 1}
 			ch.Keep(p, func() any { t.Error("a wrapper's change copied"); return nil })
-			if _, ok := ch.Built(p); ok {
+			if _, ok := ch.Built(nil, p); ok {
 				t.Error("a wrapper's change kept")
 			}
 		})
@@ -372,4 +372,67 @@ type countingStore struct {
 func (c *countingStore) Update(ctx context.Context, fn func(tx store.Tx) error) (store.Commit, error) {
 	c.updates++
 	return c.Store.Update(ctx, fn)
+}
+
+// TestBuiltNotAfterAChangeOfTheSameTransaction: a completion that shares
+// its transaction with changes before it (SQLite groups every change
+// waiting for the writer) is not given the kept tree when one of those
+// changes touched its load balancer, whose entry is written only at the
+// commit; one that touched another load balancer does not count.
+func TestBuiltNotAfterAChangeOfTheSameTransaction(t *testing.T) {
+	for _, e := range storetest.Engines(t) {
+		if e.Name != "sqlite" {
+			continue
+		}
+		sq := e.Store.(*store.SQL)
+		ch := store.ChangesOf(sq)
+		ctx := context.Background()
+		create := func(lb string) store.Pending {
+			t.Helper()
+			c, err := ch.Change(ctx, func(tx store.Tx) error { tx.Pend(lb, "r1"); return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := store.Pending{LoadBalancerID: lb, Owner: "r1", Change: c.Changes[lb]}
+			ch.Keep(p, func() any { return "built " + lb })
+			return p
+		}
+		for _, tc := range []struct {
+			touched string
+			want    bool
+		}{{"x", false}, {"y", true}} {
+			p := create("x")
+			release, first := holdFirst(t, ch, "hold-"+tc.touched)
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				if _, err := ch.Change(ctx, func(tx store.Tx) error { tx.Touch(tc.touched); return nil }); err != nil {
+					t.Error(err)
+				}
+			})
+			testutil.Eventually(t, 5*time.Second, "change queued", func() (bool, string) {
+				return store.GroupedOf(sq).Waiting() == 1, fmt.Sprint(store.GroupedOf(sq).Waiting())
+			})
+			var got bool
+			before := store.GroupedOf(sq).Transactions()
+			wg.Go(func() {
+				if _, err := ch.Change(ctx, func(tx store.Tx) error { _, got = ch.Built(tx, p); return nil }); err != nil {
+					t.Error(err)
+				}
+			})
+			testutil.Eventually(t, 5*time.Second, "completion queued", func() (bool, string) {
+				return store.GroupedOf(sq).Waiting() == 2, fmt.Sprint(store.GroupedOf(sq).Waiting())
+			})
+			release()
+			wg.Wait()
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+			if n := store.GroupedOf(sq).Transactions() - before; n != 1 {
+				t.Fatalf("the two queued changes took %d transactions, want one shared", n)
+			}
+			if got != tc.want {
+				t.Errorf("kept tree given after a change of %s in the same transaction: %v, want %v", tc.touched, got, tc.want)
+			}
+		}
+	}
 }

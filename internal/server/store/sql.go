@@ -117,9 +117,9 @@ func (s *SQL) Keep(p Pending, clone func() any) {
 
 // Built gives back what Keep kept for p, while p is its load balancer's
 // last change (Changes).
-func (s *SQL) Built(p Pending) (any, bool) {
+func (s *SQL) Built(tx Tx, p Pending) (any, bool) {
 	if s.grouped != nil {
-		return s.grouped.Built(p)
+		return s.grouped.Built(tx, p)
 	}
 	return nil, false
 }
@@ -588,8 +588,11 @@ func (t *sqlTx) Update(r Record) error {
 
 // UpdateMany rewrites many rows in few statements: on SQLite an UPDATE …
 // FROM (VALUES …) per chunk, on PostgreSQL see pgUpdateMany. It sets only
-// data and name: SQLite rewrites the entries of every index over a column
-// an UPDATE sets, whether or not its value changes.
+// data and name. SQLite rewrites the entries of every index over a column
+// an UPDATE sets, whether or not its value changes: the data of all in
+// one statement, then the names that differ (a load balancer's name is
+// indexed, and a random page of that index per completion is what
+// setting it to the same value cost).
 func (t *sqlTx) UpdateMany(rs []Record) error {
 	if t.s.eng.name() == "postgres" {
 		return t.pgUpdateMany(rs)
@@ -598,23 +601,27 @@ func (t *sqlTx) UpdateMany(rs []Record) error {
 		n := min(len(rs), insertChunk)
 		chunk := rs[:n]
 		rs = rs[n:]
-		var b strings.Builder
-		b.WriteString("UPDATE objects SET name = v.column3, data = v.column4 FROM (VALUES ")
-		args := make([]any, 0, 4*len(chunk))
+		var values strings.Builder
+		args := make([]any, 0, 3*len(chunk))
 		for i, r := range chunk {
 			if i > 0 {
-				b.WriteString(", ")
+				values.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?, ?)")
-			args = append(args, string(r.Kind), r.ID, r.Name, string(r.Data))
+			values.WriteString("(?, ?, ?)")
+			args = append(args, string(r.Kind), r.ID, string(r.Data))
 		}
-		b.WriteString(") AS v WHERE objects.kind = v.column1 AND objects.id = v.column2")
-		res, err := t.tx.ExecContext(t.ctx, t.q(b.String()), args...)
+		res, err := t.tx.ExecContext(t.ctx, "UPDATE objects SET data = v.column3 FROM (VALUES "+values.String()+") AS v WHERE objects.kind = v.column1 AND objects.id = v.column2", args...)
 		if err != nil {
 			return fmt.Errorf("update %d records: %w", len(chunk), err)
 		}
 		if got, _ := res.RowsAffected(); got != int64(len(chunk)) {
 			return ErrNotFound
+		}
+		for i, r := range chunk {
+			args[3*i+2] = r.Name
+		}
+		if _, err := t.tx.ExecContext(t.ctx, "UPDATE objects SET name = v.column3 FROM (VALUES "+values.String()+") AS v WHERE objects.kind = v.column1 AND objects.id = v.column2 AND objects.name <> v.column3", args...); err != nil {
+			return fmt.Errorf("update the names of %d records: %w", len(chunk), err)
 		}
 	}
 	return nil
