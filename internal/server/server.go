@@ -617,6 +617,10 @@ func (s *Server) serveAgents(ctx context.Context, provider *flow.Provider, src f
 	if s.certs != nil {
 		hubOpts.Certificates = s.certs
 	}
+	// SQLite's one writer is this server: no other replica serves agents.
+	if sw, ok := s.st.(interface{ SingleWriter() bool }); ok && sw.SingleWriter() {
+		hubOpts.Alone = true
+	}
 	hub, err := fanout.NewHub(ctx, s.st, src, hubOpts)
 	if err != nil {
 		return err

@@ -56,6 +56,9 @@ type acks struct {
 	// only on a view of the agents read after it came.
 	readsStarted, readsDone int64
 	readNow                 chan struct{}
+	// alone: no other replica's agents exist (Options.Alone), so a
+	// waiter needs no read after it came.
+	alone bool
 	// settled is told of each waiter that settles (metrics, journal),
 	// under the lock: it must not call back.
 	settled func(w *waiter, now time.Time)
@@ -452,9 +455,11 @@ func (a *acks) add(w *waiter) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	w.read = a.readsStarted
-	select {
-	case a.readNow <- struct{}{}:
-	default:
+	if !a.alone {
+		select {
+		case a.readNow <- struct{}{}:
+		default:
+		}
 	}
 	a.waiting[w] = true
 	a.settleReady()
@@ -515,7 +520,8 @@ func (a *acks) settleReady() {
 	now := time.Now()
 	for w := range a.waiting {
 		expired := now.Sub(w.start) >= a.timeout
-		ready := w.rev != 0 && a.tableRev >= w.rev && a.readsDone > w.read && (!anyAgent || low >= w.rev)
+		read := a.alone || a.readsDone > w.read
+		ready := w.rev != 0 && a.tableRev >= w.rev && read && (!anyAgent || low >= w.rev)
 		if !ready && !expired {
 			continue
 		}

@@ -138,3 +138,40 @@ func TestWaitersSettle(t *testing.T) {
 	b.tableAt(2, nil)
 	settledWith(t, done)
 }
+
+// A replica alone on its database (SQLite) settles a waiter on its own
+// agents' acks, with no read of the cluster's agents after it came, and
+// asks for none; a replica that shares the database waits for one.
+func TestWaitersSettleAloneWithoutARead(t *testing.T) {
+	for _, alone := range []bool{true, false} {
+		a := newAcks("me", time.Hour)
+		a.alone = alone
+		n1 := &agent{node: "n1"}
+		a.join(n1, 0)
+		w, done := newWaiter(7, 0)
+		a.add(w)
+		select {
+		case <-a.readNow:
+			if alone {
+				t.Error("alone: a waiter asked for a read of the cluster's agents")
+			}
+		default:
+			if !alone {
+				t.Error("shared: a waiter asked for no read of the cluster's agents")
+			}
+		}
+		a.tableAt(3, []store.LogEntry{{ID: 7, Revision: 3}})
+		a.raise(n1, 3)
+		if alone {
+			settledWith(t, done)
+			continue
+		}
+		select {
+		case <-done:
+			t.Fatal("shared: settled before the cluster's agents were read")
+		case <-time.After(100 * time.Millisecond):
+		}
+		a.readDone(a.startRead(), store.AgentChanges{Full: true})
+		settledWith(t, done)
+	}
+}

@@ -50,6 +50,12 @@ type Options struct {
 	// Poll is how often the log and the agents are read when no
 	// notification comes (default 500 ms).
 	Poll time.Duration
+	// Alone says that no other replica shares the database (SQLite, whose
+	// one writer is this server): no agent streams to another replica, so
+	// a change waits for its own agents' acks only, not for a read of the
+	// cluster's agents after it came, which would read back this
+	// replica's own acks. The acks are still recorded and read as ever.
+	Alone bool
 	// L2Ranges are the external VIP ranges answered on flat networks: each
 	// VIP within them is given to one node that can serve it, which
 	// answers ARP and neighbour discovery for it (l2.go). None: no L2.
@@ -125,6 +131,7 @@ func NewHub(ctx context.Context, st store.Store, src TreeSource, o Options) (*Hu
 	h := &Hub{st: st, src: src, o: o, log: o.Log, epoch: epoch,
 		streams: newStreams(epoch), acks: newAcks(o.Replica, o.AckTimeout),
 		verdicts: newVerdicts(healthQueue), stats: newStatsReports(statsQueue), journal: &journal{}, taken: &takenTimes{}, written: newWritten()}
+	h.acks.alone = o.Alone
 	h.served = newServed(epoch, h.streams)
 	h.probes = newProbes(h.acks.probers, h.streams.sendProbes)
 	if len(o.L2Ranges) > 0 {
