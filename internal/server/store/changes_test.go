@@ -278,13 +278,7 @@ func TestBuiltWhileLastChange(t *testing.T) {
 			var clones int
 			create := func(lb string) store.Pending {
 				t.Helper()
-				c, err := ch.Change(ctx, func(tx store.Tx) error { tx.Pend(lb, "r1"); return nil })
-				if err != nil {
-					t.Fatal(err)
-				}
-				p := store.Pending{LoadBalancerID: lb, Owner: "r1", Change: c.Changes[lb]}
-				ch.Keep(p, func() any { clones++; return "built " + lb })
-				return p
+				return createKept(t, ch, lb, func() { clones++ })
 			}
 			built := func(p store.Pending) (v any, ok bool) {
 				t.Helper()
@@ -387,16 +381,7 @@ func TestBuiltNotAfterAChangeOfTheSameTransaction(t *testing.T) {
 		sq := e.Store.(*store.SQL)
 		ch := store.ChangesOf(sq)
 		ctx := context.Background()
-		create := func(lb string) store.Pending {
-			t.Helper()
-			c, err := ch.Change(ctx, func(tx store.Tx) error { tx.Pend(lb, "r1"); return nil })
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := store.Pending{LoadBalancerID: lb, Owner: "r1", Change: c.Changes[lb]}
-			ch.Keep(p, func() any { return "built " + lb })
-			return p
-		}
+		create := func(lb string) store.Pending { return createKept(t, ch, lb, func() {}) }
 		for _, tc := range []struct {
 			touched string
 			want    bool
@@ -435,4 +420,17 @@ func TestBuiltNotAfterAChangeOfTheSameTransaction(t *testing.T) {
 			}
 		}
 	}
+}
+
+// createKept commits a change pending on lb and offers its tree ("built
+// lb") for the completion; copied is called when the store keeps it.
+func createKept(t *testing.T, ch store.Changes, lb string, copied func()) store.Pending {
+	t.Helper()
+	c, err := ch.Change(context.Background(), func(tx store.Tx) error { tx.Pend(lb, "r1"); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := store.Pending{LoadBalancerID: lb, Owner: "r1", Change: c.Changes[lb]}
+	ch.Keep(p, func() any { copied(); return "built " + lb })
+	return p
 }
