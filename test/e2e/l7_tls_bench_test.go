@@ -28,7 +28,8 @@ import (
 // and requests over kept-alive TLS connections, 1 KiB answers, the
 // contenders alternating in one run. The clients offer X25519 only, the
 // key exchange both sides have (Debian 12's OpenSSL has no ML-KEM, which
-// Go would choose by default), and verify an RSA 2048 certificate.
+// Go would choose by default), and verify an RSA 2048 certificate. The
+// client's node's proxy is to serve them all with its lean engine.
 //
 //	FLOWLB_REQUIRE_ROOT=1 FLOWLB_L7_BENCH=1 go test -count=1 -timeout 30m -v -run 'TestL7TLSBench$' ./test/e2e/
 func TestL7TLSBench(t *testing.T) {
@@ -152,5 +153,17 @@ func TestL7TLSBench(t *testing.T) {
 		benchMode{"kept-alive TLS connections", func(u string) loadResult { return httpsLoad(client.Dial, u, tlsConf, clients, true, d) }})
 	if failed > 0 {
 		t.Errorf("%d requests failed", failed)
+	}
+	// The client's node's proxy served every request with its lean
+	// engine: HTTP/1.1 after each handshake, nothing handed to net/http.
+	m, err := agentMetrics(c.lab.Node(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := metricValue(m, `flowlb_agent_l7_requests_total{by="member",class="2xx"}`); !ok || v == 0 {
+		t.Errorf("the client's node's proxy counted %v answers of members (%v)", v, ok)
+	}
+	if v, ok := metricValue(m, "flowlb_agent_l7_handoffs_total"); !ok || v != 0 {
+		t.Errorf("flowlb_agent_l7_handoffs_total on the client's node: %v (%v), want 0", v, ok)
 	}
 }

@@ -31,9 +31,11 @@ const (
 	// connection's own goroutine: each request parsed from a reused
 	// buffer, written to a kept-alive member connection taken from the
 	// member's small pool, and its answer relayed, with no goroutine
-	// between. What it does not take (TLS, a protocol upgrade, a PROXY
-	// or TLS pool, a request net/http would judge differently) goes to
-	// the net/http engine, on the same connection, from that request on.
+	// between; on a TLS listener once the handshake is done, unless it
+	// agreed on h2. What it does not take (h2, a protocol upgrade, a
+	// PROXY or TLS pool, a request net/http would judge differently) goes
+	// to the net/http engine, on the same connection, from that request
+	// on.
 	EngineLean Engine = iota
 	// EngineNetHTTP serves every connection with net/http's server and
 	// httputil.ReverseProxy.
@@ -82,7 +84,21 @@ type leanConn struct {
 	reqHeaders bool
 	// remote is the client's address as net/http gives it.
 	remote string
-	state  atomic.Int32
+	// tls is the connection's TLS state once its handshake is done (nil:
+	// plain HTTP); verified: the context of a request on a listener
+	// that terminates TLS, with the client certificate's verification
+	// result, as the net/http engine gives its rules; hsts: the
+	// Strict-Transport-Security value of the request's answers ("":
+	// none).
+	tls      *tls.ConnectionState
+	verified context.Context
+	hsts     string
+	// sslFor is the listener whose X-SSL-* headers sslValues holds
+	// (sslFields): the connection's certificate does not change, so they
+	// are made once.
+	sslFor    *router
+	sslValues []field
+	state     atomic.Int32
 	// deadline is the read deadline set on c (zero: none).
 	deadline time.Time
 }
@@ -133,10 +149,6 @@ func (p *Proxy) serveLean(l net.Listener) error {
 }
 
 func (p *Proxy) serveConn(c net.Conn) {
-	if _, ok := c.(*tls.Conn); ok {
-		p.handoff(c, nil)
-		return
-	}
 	lc := &leanConn{p: p, c: c}
 	lc.port, _ = portOf(c)
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
@@ -149,6 +161,17 @@ func (p *Proxy) serveConn(c net.Conn) {
 		return
 	}
 	p.m.connections.Add(1)
+	if tc, ok := c.(*tls.Conn); ok {
+		other, ok := lc.handshake(tc)
+		if !ok || other {
+			p.removeLean(lc)
+			p.m.connections.Add(-1)
+			if ok {
+				p.handoff(c, nil)
+			}
+			return
+		}
+	}
 	lc.br = readerPool.Get().(*bufio.Reader)
 	lc.br.Reset(c)
 	lc.w.w = c
@@ -169,6 +192,55 @@ func (p *Proxy) serveConn(c net.Conn) {
 		return
 	}
 	c.Close()
+}
+
+// handshake does a TLS connection's handshake (the listener's
+// tls.Config chooses the certificate by SNI, verifies the client's and
+// agrees on ALPN), within the time the net/http engine allows it: its
+// ReadHeaderTimeout, and the listener's timeout_client_data, which
+// counts from the connection's opening there. other: the client and
+// the listener agreed by ALPN on a protocol other than HTTP/1.x, which
+// the net/http engine is to serve: h2 multiplexes its requests as frames
+// of concurrent streams, which the lean engine, reading one request at
+// a time from a byte stream, does not speak, and which net/http's HTTP/2
+// server does; a connection of any other protocol net/http's server
+// closes. ok false: the handshake failed and the connection is closed.
+func (lc *leanConn) handshake(tc *tls.Conn) (other, ok bool) {
+	until := time.Now().Add(headerTimeout)
+	if r := (*lc.p.routes.Load())[lc.port]; r != nil && r.cfg.ClientTimeout > 0 && r.cfg.ClientTimeout < headerTimeout {
+		until = time.Now().Add(r.cfg.ClientTimeout)
+	}
+	tc.SetDeadline(until)
+	if err := tc.Handshake(); err != nil {
+		var re tls.RecordHeaderError
+		if errors.As(err, &re) && re.Conn != nil && recordLooksLikeHTTP(re.RecordHeader) {
+			// As net/http's server answers plain HTTP on a TLS port.
+			io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+			re.Conn.Close()
+		}
+		lc.p.log.Debug("L7 proxy: TLS handshake", "from", lc.c.RemoteAddr(), "err", err)
+		tc.Close()
+		return false, false
+	}
+	tc.SetDeadline(time.Time{})
+	cs := tc.ConnectionState()
+	switch cs.NegotiatedProtocol {
+	case "", "http/1.1", "http/1.0":
+	default:
+		return true, true
+	}
+	lc.tls = &cs
+	return false, true
+}
+
+// recordLooksLikeHTTP reports whether a TLS record header that is not
+// one is the start of an HTTP request, as net/http's server tells.
+func recordLooksLikeHTTP(h [5]byte) bool {
+	switch string(h[:]) {
+	case "GET /", "HEAD ", "POST ", "PUT /", "OPTIO":
+		return true
+	}
+	return false
 }
 
 // setReadDeadline sets the client connection's read deadline when it
@@ -279,7 +351,16 @@ func (lc *leanConn) refuse(status int) {
 // read and dropped for a while, or the kernel would answer it with a
 // reset that can destroy the answer.
 func (lc *leanConn) closeGracefully() {
-	sc, ok := lc.c.(steeredConn)
+	c := lc.c
+	if tc, ok := c.(*tls.Conn); ok {
+		// TLS's close_notify first; what the client sends after it is
+		// dropped unread, below TLS.
+		if tc.CloseWrite() != nil {
+			return
+		}
+		c = tc.NetConn()
+	}
+	sc, ok := c.(steeredConn)
 	if !ok {
 		return
 	}
@@ -287,8 +368,8 @@ func (lc *leanConn) closeGracefully() {
 	if !ok || cw.CloseWrite() != nil {
 		return
 	}
-	lc.c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-	io.CopyN(io.Discard, lc.c, 256<<10)
+	c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	io.CopyN(io.Discard, c, 256<<10)
 }
 
 // request is the request as the net/http engine makes it, for the rules
@@ -309,7 +390,10 @@ func (lc *leanConn) request(headers bool) (*http.Request, bool) {
 			lc.remote = lc.c.RemoteAddr().String()
 		}
 		lc.req = &http.Request{Method: lc.rq.method, URL: u, Proto: proto, ProtoMajor: 1, ProtoMinor: lc.rq.minor,
-			Host: lc.rq.host, RemoteAddr: lc.remote, RequestURI: lc.rq.uri}
+			Host: lc.rq.host, RemoteAddr: lc.remote, RequestURI: lc.rq.uri, TLS: lc.tls}
+		if lc.verified != nil {
+			lc.req = lc.req.WithContext(lc.verified)
+		}
 		lc.reqHeaders = false
 	}
 	if headers && !lc.reqHeaders {
@@ -331,11 +415,18 @@ func (lc *leanConn) request(headers bool) (*http.Request, bool) {
 // next; handoff: the net/http engine is to answer it.
 func (lc *leanConn) serveRequest(r *router) (keep, handoff bool) {
 	lc.req = nil
+	lc.hsts = ""
 	if r == nil {
 		// The listener was removed while its client kept the connection
 		// open.
 		lc.answer(http.StatusServiceUnavailable, "", true, nil)
 		return false, false
+	}
+	lc.verified = nil
+	if lc.tls != nil && r.tls != nil {
+		// A certificate that did not verify ended the handshake.
+		lc.verified = verifiedContext
+		lc.hsts = r.tls.hsts
 	}
 	var d decision
 	switch {
@@ -419,6 +510,9 @@ func (lc *leanConn) answer(status int, location string, closeConn bool, n *atomi
 	} else {
 		body = http.StatusText(status) + "\n"
 		b = append(b, "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\n"...)
+	}
+	if lc.hsts != "" {
+		b = appendField(b, "Strict-Transport-Security", lc.hsts)
 	}
 	b = append(b, "Date: "...)
 	b = time.Now().UTC().AppendFormat(b, http.TimeFormat)
@@ -638,10 +732,11 @@ func (lc *leanConn) buildRequest(r *router, pl *pool, b *backend) []byte {
 		}
 	}
 	httpCookie := pl.persist != nil && pl.persist.Type == flows.PersistHTTPCookie && lc.req != nil
+	ssl := lc.sslFields(r)
 	for _, f := range rq.headers {
 		if f.hop || len(rq.dropped) > 0 && rq.dropsHeader(f.name) ||
 			xfPort && strings.EqualFold(f.name, "X-Forwarded-Port") || xfProto && strings.EqualFold(f.name, "X-Forwarded-Proto") ||
-			httpCookie && strings.EqualFold(f.name, "Cookie") {
+			httpCookie && strings.EqualFold(f.name, "Cookie") || len(ssl) > 0 && inserted(ssl, f.name) {
 			continue
 		}
 		out = appendField(out, f.name, f.value)
@@ -667,7 +762,16 @@ func (lc *leanConn) buildRequest(r *router, pl *pool, b *backend) []byte {
 			out = strconv.AppendUint(out, uint64(r.vip.Port()), 10)
 			out = append(out, "\r\n"...)
 		case strings.EqualFold(h, "X-Forwarded-Proto"):
-			out = append(out, "X-Forwarded-Proto: http\r\n"...)
+			if lc.tls != nil {
+				out = append(out, "X-Forwarded-Proto: https\r\n"...)
+			} else {
+				out = append(out, "X-Forwarded-Proto: http\r\n"...)
+			}
+		}
+	}
+	for _, f := range ssl {
+		if f.value != "" {
+			out = appendField(out, f.name, f.value)
 		}
 	}
 	switch {
@@ -683,6 +787,38 @@ func (lc *leanConn) buildRequest(r *router, pl *pool, b *backend) []byte {
 	out = append(out, "\r\n"...)
 	lc.out = out
 	return out
+}
+
+// sslFields are the X-SSL-* headers r inserts on a TLS connection, by
+// their canonical names as the net/http engine writes them, with their
+// values ("": the header is not sent); nil on plain HTTP. The
+// connection's TLS state does not change: they are made once per
+// connection and listener.
+func (lc *leanConn) sslFields(r *router) []field {
+	if lc.tls == nil || !r.insertsSSL {
+		return nil
+	}
+	if lc.sslFor != r {
+		lc.sslFor = r
+		lc.sslValues = lc.sslValues[:0]
+		for _, h := range r.insert {
+			k := http.CanonicalHeaderKey(h)
+			if f := sslHeaders[k]; f != nil {
+				lc.sslValues = append(lc.sslValues, field{name: k, value: f(lc.tls)})
+			}
+		}
+	}
+	return lc.sslValues
+}
+
+// inserted reports whether name is among fields' names.
+func inserted(fields []field, name string) bool {
+	for _, f := range fields {
+		if strings.EqualFold(f.name, name) {
+			return true
+		}
+	}
+	return false
 }
 
 func appendField(b []byte, name, value string) []byte {
@@ -963,10 +1099,16 @@ func (lc *leanConn) writeResponseHead(pl *pool, b *backend, setCookie, final, cl
 	}
 	for _, f := range rs.headers {
 		if len(rs.dropped) > 0 && dropped(rs.dropped, f.name) || !chunked && strings.EqualFold(f.name, "Trailer") ||
-			private && strings.EqualFold(f.name, "Cache-Control") {
+			private && strings.EqualFold(f.name, "Cache-Control") ||
+			lc.hsts != "" && strings.EqualFold(f.name, "Strict-Transport-Security") {
 			continue
 		}
 		out = appendField(out, f.name, f.value)
+	}
+	if lc.hsts != "" {
+		// The listener's, in place of the member's, on every answer, as
+		// the net/http engine's hstsWriter sets it.
+		out = appendField(out, "Strict-Transport-Security", lc.hsts)
 	}
 	if cookie != nil {
 		out = appendField(out, "Set-Cookie", cookie.String())
@@ -1032,7 +1174,14 @@ func (p *Proxy) handoff(c net.Conn, replay []byte) {
 	p.m.handoffs.Inc()
 	p.hoOnce.Do(func() { go p.serve(p.ho, true) })
 	if len(replay) > 0 {
-		c = &replayConn{Conn: c, buf: replay}
+		rc := &replayConn{Conn: c, buf: replay}
+		if tc, ok := c.(*tls.Conn); ok {
+			// net/http's server knows a TLS connection only as a
+			// *tls.Conn: its requests get the state from ConnContext.
+			cs := tc.ConnectionState()
+			rc.tls = &cs
+		}
+		c = rc
 	}
 	select {
 	case p.ho.ch <- c:
@@ -1041,10 +1190,12 @@ func (p *Proxy) handoff(c net.Conn, replay []byte) {
 	}
 }
 
-// replayConn is a connection whose first bytes were read already.
+// replayConn is a connection whose first bytes were read already; tls
+// is its TLS state when it is a TLS connection (nil: plain).
 type replayConn struct {
 	net.Conn
 	buf []byte
+	tls *tls.ConnectionState
 }
 
 func (c *replayConn) Read(b []byte) (int, error) {

@@ -22,7 +22,7 @@ func newMetrics() *metrics {
 		Help: "Requests the node's L7 proxy answered, by status class (2xx, 3xx, 4xx, 5xx) and by who answered: a member, or the proxy itself (a policy's redirect or reject, no member, a member that failed)."},
 		[]string{"class", "by"}),
 		handoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowlb_agent_l7_handoffs_total",
-			Help: "Client connections the node's L7 proxy served with its net/http engine rather than its lean one: TLS, a protocol upgrade, a PROXY or TLS pool, a request the lean engine does not parse."})}
+			Help: "Client connections the node's L7 proxy served with its net/http engine rather than its lean one: h2 agreed in a TLS handshake, a protocol upgrade, a PROXY or TLS pool, a request the lean engine does not parse."})}
 }
 
 // answered counts one answer.

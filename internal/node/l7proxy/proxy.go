@@ -150,6 +150,9 @@ func New(o Options) *Proxy {
 			p.clients[c] = cc
 			p.imu.Unlock()
 			ctx = context.WithValue(ctx, clientKey{}, cc)
+			if rc, ok := c.(*replayConn); ok && rc.tls != nil {
+				ctx = context.WithValue(ctx, tlsStateKey{}, rc.tls)
+			}
 			if port, ok := portOf(c); ok {
 				return context.WithValue(ctx, portKey{}, port)
 			}
@@ -349,14 +352,18 @@ func (l steeredListener) Accept() (net.Conn, error) {
 // portOf is the steering port a client connection came to, under its
 // TLS if it has one.
 func portOf(c net.Conn) (uint16, bool) {
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
+	for {
+		switch cc := c.(type) {
+		case steeredConn:
+			return cc.port, true
+		case *tls.Conn:
+			c = cc.NetConn()
+		case *replayConn:
+			c = cc.Conn
+		default:
+			return 0, false
+		}
 	}
-	if rc, ok := c.(*replayConn); ok {
-		c = rc.Conn
-	}
-	sc, ok := c.(steeredConn)
-	return sc.port, ok
 }
 
 type steeredConn struct {
@@ -365,6 +372,10 @@ type steeredConn struct {
 }
 
 type portKey struct{}
+
+// tlsStateKey holds the TLS state of a connection the lean engine handed
+// over after its handshake, which net/http's server does not see.
+type tlsStateKey struct{}
 
 // reqState is what the proxy decided for a request, carried to the
 // reverse proxy's hooks.
@@ -391,6 +402,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w = sw
 	var st *reqState
 	defer func() { p.m.answered(sw.Status, st != nil && st.fromMember) }()
+	if cs, ok := req.Context().Value(tlsStateKey{}).(*tls.ConnectionState); ok && req.TLS == nil {
+		req = req.WithContext(req.Context())
+		req.TLS = cs
+	}
 	port, _ := req.Context().Value(portKey{}).(uint16)
 	r := (*p.routes.Load())[port]
 	if r == nil {
@@ -481,8 +496,13 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 			pr.Out.Header.Set("X-Forwarded-Proto", proto)
 		default:
 			if f := sslHeaders[http.CanonicalHeaderKey(h)]; f != nil && pr.In.TLS != nil {
+				// The listener's value replaces the client's, as
+				// HAProxy's set-header does: a client without a
+				// certificate does not name one to the member.
 				if v := f(pr.In.TLS); v != "" {
 					pr.Out.Header.Set(h, v)
+				} else {
+					pr.Out.Header.Del(h)
 				}
 			}
 		}

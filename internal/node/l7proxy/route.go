@@ -23,6 +23,8 @@ type router struct {
 	cfg flows.L7
 	// readsHeaders: a rule reads a header or a cookie.
 	readsHeaders bool
+	// insertsSSL: insert names an X-SSL-* header.
+	insertsSSL bool
 }
 
 type policy struct {
@@ -51,6 +53,9 @@ func compile(cfg flows.L7) (*router, error) {
 	// configuration, which must not be the same values changed.
 	cfg = cfg.Clone()
 	r := &router{cfg: cfg, insert: cfg.InsertHeaders}
+	for _, h := range r.insert {
+		r.insertsSSL = r.insertsSSL || sslHeaders[http.CanonicalHeaderKey(h)] != nil
+	}
 	if cfg.TLS != nil {
 		t, err := compileTLS(*cfg.TLS)
 		if err != nil {
@@ -177,6 +182,11 @@ type verifyKey struct{}
 func withVerifyResult(ctx context.Context, result int) context.Context {
 	return context.WithValue(ctx, verifyKey{}, result)
 }
+
+// verifiedContext is the context of the lean engine's requests on a
+// listener that terminates TLS: a certificate that did not verify ended
+// the handshake.
+var verifiedContext = withVerifyResult(context.Background(), 0)
 
 func verifyResultOf(req *http.Request) (int, bool) {
 	v, ok := req.Context().Value(verifyKey{}).(int)

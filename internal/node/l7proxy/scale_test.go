@@ -1,6 +1,9 @@
 package l7proxy
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"io"
 	"net"
@@ -80,14 +83,23 @@ func BenchmarkProxyAt1000Listeners(b *testing.B) {
 // parallel clients: the proxy's CPU and allocations per request, with
 // each engine.
 func BenchmarkProxyRequest(b *testing.B) {
-	b.Run("lean", func(b *testing.B) { benchmarkProxyRequest(b, EngineLean, false) })
-	b.Run("nethttp", func(b *testing.B) { benchmarkProxyRequest(b, EngineNetHTTP, false) })
+	b.Run("lean", func(b *testing.B) { benchmarkProxyRequest(b, EngineLean, false, false) })
+	b.Run("nethttp", func(b *testing.B) { benchmarkProxyRequest(b, EngineNetHTTP, false, false) })
 	// A host-and-path policy that does not match, as an Ingress makes
 	// them: the lean engine builds the request its rules read.
-	b.Run("lean-rules", func(b *testing.B) { benchmarkProxyRequest(b, EngineLean, true) })
+	b.Run("lean-rules", func(b *testing.B) { benchmarkProxyRequest(b, EngineLean, true, false) })
 }
 
-func benchmarkProxyRequest(b *testing.B, e Engine, rules bool) {
+// BenchmarkProxyRequestTLS: BenchmarkProxyRequest on a TERMINATED_HTTPS
+// listener (an ECDSA P-256 certificate, HTTP/1.1 by ALPN), its
+// connections kept alive, so that the handshakes are a small part: with
+// each engine.
+func BenchmarkProxyRequestTLS(b *testing.B) {
+	b.Run("lean", func(b *testing.B) { benchmarkProxyRequest(b, EngineLean, false, true) })
+	b.Run("nethttp", func(b *testing.B) { benchmarkProxyRequest(b, EngineNetHTTP, false, true) })
+}
+
+func benchmarkProxyRequest(b *testing.B, e Engine, rules, terminate bool) {
 	body := strings.Repeat("x", 1024)
 	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, body) }))
 	defer member.Close()
@@ -105,11 +117,21 @@ func benchmarkProxyRequest(b *testing.B, e Engine, rules bool) {
 			{Type: flows.RuleHostName, Compare: flows.CompareEqualTo, Value: "api.example"},
 			{Type: flows.RulePath, Compare: flows.CompareStartsWith, Value: "/v1/"}}}}
 	}
+	scheme := "http"
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	if terminate {
+		ca := newTestCA(b, "ca")
+		cfg.TLS = &flows.L7TLS{Certificates: []flows.L7Certificate{ca.issue(b, pkix.Name{CommonName: "www.example"}, false, "www.example")},
+			ALPN: []string{"h2", "http/1.1"}, HSTSMaxAge: -1}
+		roots := x509.NewCertPool()
+		roots.AddCert(ca.cert)
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots, ServerName: "www.example", NextProtos: []string{"http/1.1"}}
+		scheme = "https"
+	}
 	if err := p.Set(map[uint16]Listener{20000: {VIP: netip.MustParseAddrPort("198.18.0.10:80"), Config: cfg}}); err != nil {
 		b.Fatal(err)
 	}
-	url := "http://" + lp.addr(20000).String() + "/page"
-	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	url := scheme + "://" + lp.addr(20000).String() + "/page"
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
 	b.ReportAllocs()
