@@ -27,6 +27,8 @@ func (k *keptCounter) Keep(p store.Pending, clone func() any) {
 	store.ChangesOf(k.Store).Keep(p, clone)
 }
 
+func (k *keptCounter) Shared() bool { return store.ChangesOf(k.Store).Shared() }
+
 func (k *keptCounter) Built(tx store.Tx, p store.Pending) (any, bool) {
 	v, ok := store.ChangesOf(k.Store).Built(tx, p)
 	if !ok || k.forget.Load() {

@@ -37,10 +37,6 @@ type completion struct {
 	done chan error
 }
 
-// singleWriter is what a store with one writer at a time says of itself
-// (store.SQL on SQLite).
-type singleWriter interface{ SingleWriter() bool }
-
 // completeGrouped completes p like complete, in a transaction shared with
 // the completions queued beside it. Where the database has one writer
 // (SQLite), that is the transaction of the store's changes (creates,
@@ -48,8 +44,8 @@ type singleWriter interface{ SingleWriter() bool }
 // and a create and the completions beside it write the same pages (the
 // newest rows, the change log), which one commit then writes once.
 func (s *Service) completeGrouped(ctx context.Context, p store.Pending, perr error) error {
-	if sw, ok := s.st.(singleWriter); ok && sw.SingleWriter() {
-		_, err := store.ChangesOf(s.st).Change(ctx, func(tx store.Tx) error { return s.completeIn(tx, p, perr) })
+	if ch := store.ChangesOf(s.st); ch.Shared() {
+		_, err := ch.Change(ctx, func(tx store.Tx) error { return s.completeIn(tx, p, perr) })
 		return err
 	}
 	c := &completion{p: p, perr: perr, done: make(chan error, 1)}

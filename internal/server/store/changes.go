@@ -41,6 +41,11 @@ type Changes interface {
 	// What was kept for p is given at most once, since a completion
 	// changes it.
 	Built(tx Tx, p Pending) (any, bool)
+	// Shared says whether Change commits the changes that arrive together
+	// in one transaction (a database with one writer): a caller that
+	// would otherwise group its own writes to save commits runs them as
+	// changes instead.
+	Shared() bool
 }
 
 // ChangesOf is how changes run on st: st's own way if it has one
@@ -64,6 +69,8 @@ func (a alone) Change(ctx context.Context, fn func(tx Tx) error) (Commit, error)
 func (alone) Keep(Pending, func() any) {}
 
 func (alone) Built(Tx, Pending) (any, bool) { return nil, false }
+
+func (alone) Shared() bool { return false }
 
 // maxGroup bounds the changes committed in one transaction, so that one
 // that fails, which has the group run again one by one, costs little.
@@ -265,6 +272,10 @@ func (t *changeTx) own(c Commit) Commit {
 	}
 	return out
 }
+
+// Shared: a Grouped commits the changes waiting together in one
+// transaction (Changes).
+func (g *Grouped) Shared() bool { return true }
 
 // Keep keeps clone() for p's completion, if the store can tell later
 // whether p is still its load balancer's last change.

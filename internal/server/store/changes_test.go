@@ -354,6 +354,13 @@ func TestChangesOfAWrapper(t *testing.T) {
 			if _, ok := ch.Built(nil, p); ok {
 				t.Error("a wrapper's change kept")
 			}
+			if ch.Shared() {
+				t.Error("a wrapper's changes said to share transactions")
+			}
+			// The store itself shares them where it has one writer.
+			if got, want := store.ChangesOf(e.Store).Shared(), e.Name == "sqlite"; got != want {
+				t.Errorf("%s: changes shared %v, want %v", e.Name, got, want)
+			}
 		})
 	}
 }

@@ -115,6 +115,10 @@ func (s *SQL) Keep(p Pending, clone func() any) {
 	}
 }
 
+// Shared: on SQLite the changes waiting for the writer share its
+// transaction (Changes).
+func (s *SQL) Shared() bool { return s.grouped != nil }
+
 // Built gives back what Keep kept for p, while p is its load balancer's
 // last change (Changes).
 func (s *SQL) Built(tx Tx, p Pending) (any, bool) {
