@@ -397,3 +397,72 @@ func TestProgrammingMetrics(t *testing.T) {
 		t.Errorf("lag by node after both acked: %v, want n1 and n2 at 0", lag)
 	}
 }
+
+// agentReads counts the reads of the cluster's agents.
+type agentReads struct {
+	store.Store
+	mu    sync.Mutex
+	reads int
+}
+
+func (s *agentReads) AgentsSince(ctx context.Context, since int64) (store.AgentChanges, error) {
+	s.mu.Lock()
+	s.reads++
+	s.mu.Unlock()
+	return s.Store.AgentsSince(ctx, since)
+}
+
+func (s *agentReads) take() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.reads
+	s.reads = 0
+	return n
+}
+
+// TestAloneReadsNoAgentsPerChange: a replica alone on its database
+// completes each change on its own agents' acks, and neither the change
+// nor the flush of the acks has it read the cluster's agents back, which
+// it still does every two polls; a replica that shares the database reads
+// them at least once per change. Both complete every change only once
+// both agents programmed it.
+func TestAloneReadsNoAgentsPerChange(t *testing.T) {
+	const changes = 30
+	for _, alone := range []bool{true, false} {
+		st := &agentReads{Store: memstore.New()}
+		w := newWorld(st, tree("a", "198.19.0.1", "198.18.17.2"))
+		hub, addr, _ := serveOpts(t, w, "r1", 5*time.Second, func(o *fanout.Options) {
+			o.Alone = alone
+			o.Poll = time.Second // reads every 2 s when nothing asks
+		})
+		r1, r2 := &recorder{}, &recorder{}
+		_, cancel1 := startAgent(t, addr, "n1", r1, nil)
+		defer cancel1()
+		_, cancel2 := startAgent(t, addr, "n2", r2, nil)
+		defer cancel2()
+		waitAgents(t, hub, 2, 5*time.Second)
+		st.take()
+		t0 := time.Now()
+		for i := range changes {
+			members := []string{"198.18.17.2"}
+			for j := range i % 5 {
+				members = append(members, fmt.Sprintf("198.18.17.%d", 3+j))
+			}
+			realize(t, hub, "a", w.set(t, "a", tree("a", "198.19.0.1", members...)))
+			for _, r := range []*recorder{r1, r2} {
+				if got := r.backends()["198.19.0.1"]; got != len(members) {
+					t.Fatalf("alone=%v: change %d completed before an agent programmed it: %d backends, want %d", alone, i, got, len(members))
+				}
+			}
+		}
+		reads, took := st.take(), time.Since(t0)
+		t.Logf("alone=%v: %d changes in %s, %d reads of the cluster's agents", alone, changes, took.Round(time.Millisecond), reads)
+		polls := int(took/(2*time.Second)) + 1
+		if alone && reads > polls {
+			t.Errorf("alone: %d reads of the cluster's agents for %d changes in %s, want at most the %d of the polls", reads, changes, took, polls)
+		}
+		if !alone && reads < changes {
+			t.Errorf("shared: %d reads of the cluster's agents for %d changes, want one for each at least", reads, changes)
+		}
+	}
+}

@@ -53,8 +53,9 @@ type Options struct {
 	// Alone says that no other replica shares the database (SQLite, whose
 	// one writer is this server): no agent streams to another replica, so
 	// a change waits for its own agents' acks only, not for a read of the
-	// cluster's agents after it came, which would read back this
-	// replica's own acks. The acks are still recorded and read as ever.
+	// cluster's agents after it came, and a flush of its acks wakes no
+	// read: either would only read back this replica's own acks. The acks
+	// are still recorded, and read every two polls.
 	Alone bool
 	// L2Ranges are the external VIP ranges answered on flat networks: each
 	// VIP within them is given to one node that can serve it, which
@@ -242,7 +243,7 @@ func (h *Hub) L2Owners() map[netip.Addr]string {
 func (h *Hub) Probers() map[string]string { return h.probes.owners() }
 
 // flushAcks writes this replica's agents' acks to the store as they come,
-// a batch at a time, and tells the other replicas.
+// a batch at a time, and tells the other replicas (none when Alone).
 func (h *Hub) flushAcks(ctx context.Context) {
 	for {
 		select {
@@ -264,7 +265,11 @@ func (h *Hub) flushAcks(ctx context.Context) {
 			}
 			continue
 		}
-		h.st.Notify(ctx, store.TopicAgents)
+		if !h.o.Alone {
+			// Alone, no other replica reads them, and this one's read
+			// would only find its own acks: its polls keep its view.
+			h.st.Notify(ctx, store.TopicAgents)
+		}
 	}
 }
 
