@@ -53,13 +53,22 @@ const (
 	memberIdleTimeout = 90 * time.Second
 )
 
-// Connection states, for Drain: an idle connection waits for a request
-// and may be closed; an active one is answered first.
+// Connection states, for Drain: a new connection (in its TLS handshake,
+// or waiting for its first request) is given newConnGrace from its
+// opening, since its client may be sending the request already and
+// would see it lost; an idle one waits for a further request and may be
+// closed; an active one is answered first.
 const (
-	connIdle int32 = iota
+	connNew int32 = iota
+	connIdle
 	connActive
 	connClosed
 )
+
+// newConnGrace is how long a drain waits for a new connection's first
+// request: net/http's Server.Shutdown waits as long for its StateNew
+// connections.
+const newConnGrace = 5 * time.Second
 
 // leanConn is one client connection the lean engine serves.
 type leanConn struct {
@@ -99,6 +108,8 @@ type leanConn struct {
 	sslFor    *router
 	sslValues []field
 	state     atomic.Int32
+	// opened is when the connection was accepted (newConnGrace).
+	opened time.Time
 	// deadline is the read deadline set on c (zero: none).
 	deadline time.Time
 }
@@ -149,7 +160,7 @@ func (p *Proxy) serveLean(l net.Listener) error {
 }
 
 func (p *Proxy) serveConn(c net.Conn) {
-	lc := &leanConn{p: p, c: c}
+	lc := &leanConn{p: p, c: c, opened: time.Now()}
 	lc.port, _ = portOf(c)
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		ap := ta.AddrPort()
@@ -274,7 +285,7 @@ func (lc *leanConn) loop() (replay []byte, handoff bool) {
 				return nil, false
 			}
 		}
-		if !lc.state.CompareAndSwap(connIdle, connActive) {
+		if !lc.state.CompareAndSwap(connIdle, connActive) && !lc.state.CompareAndSwap(connNew, connActive) {
 			return nil, false
 		}
 		headUntil := idleUntil
@@ -1225,21 +1236,25 @@ func (p *Proxy) removeLean(lc *leanConn) {
 	delete(p.lean, lc)
 }
 
-// drainLean closes the lean connections waiting for a request (all of
-// them with force), and waits until none is left or ctx ends.
+// drainLean closes the lean connections waiting for a further request,
+// and the new ones still without a request newConnGrace after their
+// opening (all of them with force), and waits until none is left or ctx
+// ends. A connection answers at most one more request once draining.
 func (p *Proxy) drainLean(ctx context.Context, force bool) error {
+	// Under lmu, so that addLean adds no connection after this.
 	p.lmu.Lock()
 	p.draining.Store(true)
-	for lc := range p.lean {
-		if force || lc.state.CompareAndSwap(connIdle, connClosed) {
-			lc.c.Close()
-		}
-	}
 	p.lmu.Unlock()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		p.lmu.Lock()
+		for lc := range p.lean {
+			if force || lc.state.CompareAndSwap(connIdle, connClosed) ||
+				time.Since(lc.opened) >= newConnGrace && lc.state.CompareAndSwap(connNew, connClosed) {
+				lc.c.Close()
+			}
+		}
 		n := len(p.lean)
 		p.lmu.Unlock()
 		if n == 0 || force {
