@@ -569,6 +569,54 @@ func testTakeOverCompletesOnce(t *testing.T, st store.Store) {
 	}
 }
 
+func TestResumeLeavesItsOwnChangesInFlight(t *testing.T) {
+	eachEngine(t, testResumeLeavesItsOwnChangesInFlight)
+}
+
+// testResumeLeavesItsOwnChangesInFlight: a replica whose lease lapsed
+// while its provider still had a change (a stalled database writer
+// delays the renewal) takes the change back on its next resume, as it
+// takes any dead owner's; it must not realize it a second time, since
+// its first completion is on the way. One whose changes are not in its
+// memory (a restart that keeps --replica-id) resumes them.
+func testResumeLeavesItsOwnChangesInFlight(t *testing.T, st store.Store) {
+	a := newReplica(t, st, "a")
+	if err := st.Renew(a.ctx, store.Replica{ID: "a"}, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := a.svc.CreateLoadBalancer(a.ctx, fullLB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // the lease lapses
+	if n, err := a.svc.Resume(a.ctx); n != 0 || err != nil {
+		t.Fatalf("a resumed %d of its own changes in flight (%v), want 0", n, err)
+	}
+	a.prov.mu.Lock()
+	queued := len(a.prov.queue)
+	a.prov.mu.Unlock()
+	if queued != 1 {
+		t.Fatalf("the provider holds %d realizations, want 1", queued)
+	}
+	a.prov.finish(nil)
+	if got := a.status(store.KindLoadBalancer, tree.LB.ID); got != Active {
+		t.Fatalf("after the first completion: %s, want ACTIVE", got)
+	}
+
+	// The same name after a restart: nothing in memory, so it resumes.
+	if _, err := a.svc.UpdateLoadBalancer(a.ctx, tree.LB.ID, LoadBalancerUpdate{Name: Some("before the restart")}); err != nil {
+		t.Fatal(err)
+	}
+	restarted := newReplica(t, st, "a")
+	if n, err := restarted.svc.Resume(restarted.ctx); n != 1 || err != nil {
+		t.Fatalf("the restarted a resumed %d changes (%v), want 1", n, err)
+	}
+	restarted.prov.finish(nil)
+	if got := restarted.status(store.KindLoadBalancer, tree.LB.ID); got != Active {
+		t.Fatalf("after the resumed completion: %s, want ACTIVE", got)
+	}
+}
+
 // newReplica is an env whose service is replica id of a cluster on st,
 // its provider completing only when told.
 func newReplica(t *testing.T, st store.Store, id string) *env {

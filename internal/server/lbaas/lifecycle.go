@@ -176,9 +176,17 @@ func (s *Service) realize(p store.Pending, provider string, t *Tree) {
 		return
 	}
 	s.inflight.Add(1)
+	s.realizingMu.Lock()
+	s.realizing[p] = struct{}{}
+	s.realizingMu.Unlock()
 	group := s.syncVIPGroup(t)
 	prov.Realize(p.LoadBalancerID, p.Change, func(err error) {
 		defer s.inflight.Done()
+		defer func() {
+			s.realizingMu.Lock()
+			delete(s.realizing, p)
+			s.realizingMu.Unlock()
+		}()
 		if group != nil {
 			err = errors.Join(err, <-group)
 		}
@@ -360,7 +368,15 @@ func (s *Service) Resume(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	resumed := 0
 	for _, p := range taken {
+		if s.isRealizing(p) {
+			// Its own change, taken back after this replica's lease
+			// lapsed (a stalled database writer, a starved process): its
+			// provider has it and its completion is on the way.
+			continue
+		}
+		resumed++
 		t, ok := trees[p.LoadBalancerID]
 		if !ok {
 			// The load balancer is gone: nothing to realize, only the
@@ -373,7 +389,16 @@ func (s *Service) Resume(ctx context.Context) (int, error) {
 		s.log.Info("resuming a pending change", "loadbalancer", p.LoadBalancerID, "change", p.Change)
 		s.realize(p, t.LB.Provider, t)
 	}
-	return len(taken), nil
+	return resumed, nil
+}
+
+// isRealizing says whether this process handed p to a provider and has
+// not completed it yet.
+func (s *Service) isRealizing(p store.Pending) bool {
+	s.realizingMu.Lock()
+	defer s.realizingMu.Unlock()
+	_, ok := s.realizing[p]
+	return ok
 }
 
 // lbOf returns the load balancer id of an object, for the lock.

@@ -121,13 +121,18 @@ type Service struct {
 
 	inflight    sync.WaitGroup
 	completions completionGroups
+	// realizing holds the changes this process handed to a provider and
+	// has not completed yet, so that Resume, when it takes back its own
+	// changes after its lease lapsed, does not realize them twice.
+	realizingMu sync.Mutex
+	realizing   map[store.Pending]struct{}
 	// logNews wakes the readers waiting for the change log to move.
 	logNews broadcast
 }
 
 // New builds a service; providers must include cfg.DefaultProvider.
 func New(st store.Store, vips VIPAllocator, providers []Provider, cfg Config, log *slog.Logger) (*Service, error) {
-	s := &Service{st: st, vips: vips, providers: map[string]Provider{}, cfg: cfg, log: log, now: time.Now}
+	s := &Service{st: st, vips: vips, providers: map[string]Provider{}, cfg: cfg, log: log, now: time.Now, realizing: map[store.Pending]struct{}{}}
 	for _, p := range providers {
 		s.providers[p.Name()] = p
 	}
