@@ -723,14 +723,37 @@ func (c *Cloud) stop() {
 	}
 }
 
-// logTails logs the end of every log of the test bed, for a failed test.
+// KeepLogsEnv names a directory where a failed test bed's logs are copied
+// whole before the bed is removed: the tails logTails prints seldom reach
+// back to a cause found minutes earlier.
+const KeepLogsEnv = "FLOWLB_KEEP_LOGS"
+
+// logTails logs the end of every log of the test bed, for a failed test,
+// and keeps them whole where KeepLogsEnv says.
 func (c *Cloud) logTails() {
 	logs, _ := filepath.Glob(filepath.Join(c.Dir, "*", "*.log"))
 	deeper, _ := filepath.Glob(filepath.Join(c.Dir, "*", "log", "*.log"))
 	logs = append(logs, deeper...)
 	more, _ := filepath.Glob(filepath.Join(c.Lab.Dir(), "logs", "*.log"))
+	keep := os.Getenv(KeepLogsEnv)
+	if keep != "" {
+		keep = filepath.Join(keep, strings.NewReplacer("/", "_", " ", "_").Replace(c.t.Name())+"-"+time.Now().UTC().Format("20060102T150405"))
+		c.t.Logf("keeping the test bed's logs in %s", keep)
+	}
 	for _, p := range append(logs, more...) {
 		b, _ := os.ReadFile(p)
+		if keep != "" {
+			rel, err := filepath.Rel(c.Dir, p)
+			if err != nil || strings.HasPrefix(rel, "..") {
+				rel = filepath.Join("lab", filepath.Base(p))
+			}
+			dst := filepath.Join(keep, rel)
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+				if err := os.WriteFile(dst, b, 0o644); err != nil {
+					c.t.Logf("keep %s: %v", p, err)
+				}
+			}
+		}
 		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 		if len(lines) > 12 {
 			lines = lines[len(lines)-12:]
