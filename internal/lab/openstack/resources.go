@@ -56,6 +56,14 @@ func (c *Cloud) create(kind string, fields map[string]any) map[string]any {
 // "lab" that lets in ICMP, TCP and UDP from anywhere.
 func (c *Cloud) makeNetworks() {
 	c.t.Helper()
+	// The service project holds a security group per load balancer (and
+	// Octavia's, its ports): Neutron's default quota of 10 groups would
+	// fail the eleventh. Octavia's installation guide lifts these
+	// quotas of its service project; so does the bed.
+	if err := c.Call("PUT", "/quotas/"+c.serviceProjectID, map[string]any{"quota": map[string]any{
+		"security_group": -1, "security_group_rule": -1, "port": -1}}, nil); err != nil {
+		c.t.Fatalf("the service project's quotas in Neutron: %v", err)
+	}
 	ext := c.create("network", map[string]any{"name": "ext", "router:external": true,
 		"provider:network_type": "flat", "provider:physical_network": Physnet})
 	c.AdminProjectID = ext["project_id"].(string)
