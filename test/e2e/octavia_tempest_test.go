@@ -37,10 +37,18 @@ import (
 // default), ovn (Debian's ovn-octavia-provider, enabled beside flowlb),
 // or both, for the comparison in one run on one Octavia. Each provider's
 // tests are dealt to FLOWLB_TEMPEST_SHARDS tempest runs (default 2) that
-// run at once. It fails on any failed test and logs the counts by
-// module.
+// run at once. FLOWLB_TEMPEST_DATAPLANE=ovn puts provider flowlb's load
+// balancers on the OVN data plane for VMs as well: the server makes the
+// VIP ports as ovn-octavia-provider does (--neutron-vip-ports ovn) and
+// an agent with --dataplane ovn writes the rows, so that ACTIVE waits
+// for OVN's northbound database too. It fails on any failed test and
+// logs the counts by module.
 func TestRealOctaviaTempest(t *testing.T) {
 	openstack.Require(t)
+	dataplane := cmp.Or(os.Getenv("FLOWLB_TEMPEST_DATAPLANE"), "nodes")
+	if dataplane != "nodes" && dataplane != "ovn" {
+		t.Fatalf("FLOWLB_TEMPEST_DATAPLANE=%s: nodes (the default) or ovn", dataplane)
+	}
 	providers := strings.Split(cmp.Or(os.Getenv("FLOWLB_TEMPEST_PROVIDER"), "flowlb"), ",")
 	for i, p := range providers {
 		if (p != "flowlb" && p != "ovn") || slices.Contains(providers[:i], p) {
@@ -71,7 +79,14 @@ func TestRealOctaviaTempest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, cloud, _, _ := newRealNeutronCluster(t, "--l7")
+	serverArgs := []string{"--l7"}
+	if dataplane == "ovn" {
+		serverArgs = append(serverArgs, "--neutron-vip-ports", "ovn")
+	}
+	c, cloud, _, _ := newRealNeutronCluster(t, serverArgs...)
+	if dataplane == "ovn" {
+		startOVNAgent(t, c, cloud, false)
+	}
 	src, err := filepath.Abs("../../deploy/octavia-provider")
 	if err != nil {
 		t.Fatal(err)
@@ -135,8 +150,8 @@ func TestRealOctaviaTempest(t *testing.T) {
 			runs = append(runs, s)
 		}
 	}
-	t.Logf("tempest: %d tests of %s through Octavia at %s, providers %s, %d runs each side by side",
-		len(ids), re, oct.URL, strings.Join(providers, ", "), shards)
+	t.Logf("tempest: %d tests of %s through Octavia at %s, providers %s (flowlb's data plane: %s), %d runs each side by side",
+		len(ids), re, oct.URL, strings.Join(providers, ", "), dataplane, shards)
 	// The whole suite through one provider, one test at a time, took 1.5
 	// to 3 hours on 2 loaded cores: the runs get what the test's -timeout
 	// leaves, less the time to count and report.
@@ -167,9 +182,13 @@ func TestRealOctaviaTempest(t *testing.T) {
 			}
 			tables = append(tables, shardRows(t, run, s.dir))
 		}
-		keepTempestResults(t, work, p)
+		kept := p
+		if p == "flowlb" && dataplane == "ovn" {
+			kept = "flowlb-ovn"
+		}
+		keepTempestResults(t, work, p, kept)
 		counts, failed := tempestCounts(mergeTempestRows(tables...))
-		t.Logf("tempest through Octavia (provider %s): %s, %s\n%s", p, took, re, formatCounts(counts))
+		t.Logf("tempest through Octavia (provider %s, %s data plane): %s, %s\n%s", p, dataplane, took, re, formatCounts(counts))
 		if len(failed) > 0 || len(runErrs) > 0 {
 			var details []string
 			for _, s := range runs {
@@ -292,11 +311,11 @@ func tempestFailed(status string) bool {
 }
 
 // keepTempestResults copies tempest's output and results of each run of
-// a provider to _artifacts/octavia-tempest-<provider>/<run> at the
+// a provider to _artifacts/octavia-tempest-<as>/<run> at the
 // repository's root (git ignores it), so that they outlive the test's
 // directory, a run cut short included.
-func keepTempestResults(t *testing.T, work, provider string) {
-	dir, err := filepath.Abs("../../_artifacts/octavia-tempest-" + provider)
+func keepTempestResults(t *testing.T, work, provider, as string) {
+	dir, err := filepath.Abs("../../_artifacts/octavia-tempest-" + as)
 	if err == nil {
 		err = os.RemoveAll(dir)
 	}
