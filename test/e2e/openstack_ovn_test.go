@@ -23,7 +23,8 @@ import (
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
-// The pool's health monitor in TestRealOVNDataPlane.
+// The pool's health monitor in TestRealOVNDataPlane, max_retries_down
+// as max_retries (Octavia's default for it is 3).
 const (
 	monitorDelay   = 2 // seconds
 	monitorRetries = 2
@@ -85,7 +86,7 @@ func TestRealOVNDataPlane(t *testing.T) {
 	guarded := listener(85, "guarded", "ROUND_ROBIN", nil, 1, 1)
 	guarded["name"] = "guarded"
 	guarded["allowed_cidrs"] = []string{netip.PrefixFrom(client.Addr, 32).String()}
-	main["default_pool"].(map[string]any)["healthmonitor"] = map[string]any{"type": "TCP", "delay": monitorDelay, "timeout": 1, "max_retries": monitorRetries}
+	main["default_pool"].(map[string]any)["healthmonitor"] = map[string]any{"type": "TCP", "delay": monitorDelay, "timeout": 1, "max_retries": monitorRetries, "max_retries_down": monitorRetries}
 	start := time.Now()
 	code, body := c.call("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{
 		"name": "through-ovn", "vip_subnet_id": cloud.Tenant.SubnetID,

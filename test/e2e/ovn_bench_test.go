@@ -33,7 +33,9 @@ import (
 const ovnBenchEnv = "FLOWLB_OVN_BENCH"
 
 // The OVN benchmark's health monitor: a member that stops is due out of
-// every path after ovnBenchDelay × ovnBenchRetries + 1 s.
+// every path after ovnBenchDelay × ovnBenchRetries + 1 s. The monitor
+// sets max_retries_down to ovnBenchRetries as well: left out, Octavia
+// makes it 3, and the bound would be a probe short.
 const (
 	ovnBenchDelay   = 2 // seconds
 	ovnBenchRetries = 2
@@ -208,7 +210,7 @@ func TestRealOVNProvidersBench(t *testing.T) {
 				t.Fatalf("load balancer %s without a pool", ids[0])
 			}
 			if _, err := monitors.Create(context.Background(), lbc, monitors.CreateOpts{PoolID: lb.Pools[0].ID, Type: monitors.TypeTCP,
-				Delay: ovnBenchDelay, Timeout: 1, MaxRetries: ovnBenchRetries}).Extract(); err != nil {
+				Delay: ovnBenchDelay, Timeout: 1, MaxRetries: ovnBenchRetries, MaxRetriesDown: ovnBenchRetries}).Extract(); err != nil {
 				t.Fatalf("%s: the monitor of %s: %v", provider, ids[0], err)
 			}
 			online := waitMemberOnline(lbc, ids[0], members[0].Addr.String(), dyingPort, 2*time.Minute)
