@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -85,5 +86,23 @@ octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.test_a[id-1]
 	counts, failed := tempestCounts(merged)
 	if counts["total"] != [3]int{2, 1, 1} || len(failed) != 1 || failed[0] != "octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.class" {
 		t.Fatalf("counts %v, failed %v", counts, failed)
+	}
+}
+
+func TestRetriableTests(t *testing.T) {
+	failed := []string{
+		"octavia_tempest_plugin.tests.api.v2.test_healthmonitor.HealthMonitorAPITest.test_SI_TLS_healthmonitor_list[id-1]",
+		"octavia_tempest_plugin.tests.api.v2.test_member.MemberAPITest1.class",
+		"octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.test_pool_list[id-2]",
+	}
+	tests, classes := retriableTests(failed)
+	if want := []string{failed[0], failed[2]}; !slices.Equal(tests, want) {
+		t.Errorf("tests %v, want %v", tests, want)
+	}
+	if want := []string{failed[1]}; !slices.Equal(classes, want) {
+		t.Errorf("classes %v, want %v", classes, want)
+	}
+	if tests, classes := retriableTests(nil); tests != nil || classes != nil {
+		t.Errorf("nothing failed: %v, %v", tests, classes)
 	}
 }
