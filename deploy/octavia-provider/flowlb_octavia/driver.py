@@ -11,6 +11,7 @@ of its whole tree to Octavia (status.py), with the driver agent's own
 code in this process (inprocess.py).
 """
 
+import logging as std_logging
 import re
 import threading
 import time
@@ -40,9 +41,56 @@ _executor = futures.ThreadPoolExecutor(max_workers=8,
                                        thread_name_prefix='flowlb-status')
 
 
+_logging_lock_checked = False
+
+
 def _submit(fn, *args):
     """Runs a status waiter in the background (tests run it inline)."""
+    global _logging_lock_checked
+    with _lock:
+        if not _logging_lock_checked:
+            _logging_lock_checked = True
+            if native_logging_lock():
+                LOG.info("logging's module lock was eventlet's in a process "
+                         "whose threads are native: made a native one")
     return _executor.submit(fn, *args)
+
+
+def _threads_patched():
+    try:
+        from eventlet import patcher
+    except ImportError:
+        return False
+    return patcher.is_monkey_patched('thread')
+
+
+def native_logging_lock(threads_patched=_threads_patched):
+    """Gives the logging module a native lock again where oslo_log made
+    it eventlet's, and says whether it did.
+
+    oslo_log.setup swaps logging's module lock for a green RLock whenever
+    eventlet has been imported, and Octavia's API process imports it
+    without patching threads. The waiters here are native threads: one
+    that waits for that lock while another thread holds it waits on
+    eventlet's hub of the wrong thread and is never woken
+    (greenlet.error: cannot switch to a different thread), and with it
+    Octavia's request that was logging (a cascade delete hung so). Where
+    threads are patched the green lock is right and is left. Called from
+    the request's thread before the first waiter starts, holding the old
+    lock while it is replaced, so that no thread is inside it then (one
+    already waiting for it at that instant would release the new one;
+    the window is once per process)."""
+    old = std_logging._lock
+    if old is None or not type(old).__module__.startswith('eventlet'):
+        return False
+    if threads_patched():
+        return False
+    old.acquire()
+    try:
+        std_logging._lock = threading.RLock()
+    finally:
+        old.release()
+    return True
 
 
 def set_backends(flowlb=None, lib=None):
