@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"errors"
+	"fmt"
+	"os/exec"
 	"reflect"
 	"slices"
 	"testing"
@@ -104,5 +107,36 @@ func TestRetriableTests(t *testing.T) {
 	}
 	if tests, classes := retriableTests(nil); tests != nil || classes != nil {
 		t.Errorf("nothing failed: %v, %v", tests, classes)
+	}
+}
+
+func TestRunFailed(t *testing.T) {
+	exitWith := func(code int) error {
+		err := exec.Command("sh", "-c", fmt.Sprintf("exit %d", code)).Run()
+		if err == nil {
+			t.Fatalf("sh -c 'exit %d' ran without error", code)
+		}
+		return err
+	}
+	header := []string{"test", "status"}
+	failedRows := [][]string{header, {"octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.test_pool_list[id-1]", "fail"}}
+	passedRows := [][]string{header, {"octavia_tempest_plugin.tests.api.v2.test_pool.PoolAPITest.test_pool_list[id-1]", "success"}}
+	for _, c := range []struct {
+		name   string
+		err    error
+		rows   [][]string
+		inTime bool
+		want   bool
+	}{
+		{"no error", nil, passedRows, true, false},
+		{"exit 1 with a failed test", exitWith(1), failedRows, true, false},
+		{"exit 1 without a failed test", exitWith(1), passedRows, true, true},
+		{"exit 2 with a failed test", exitWith(2), failedRows, true, true},
+		{"cut short with a failed test", exitWith(1), failedRows, false, true},
+		{"not an exit status", errors.New("no such file"), failedRows, true, true},
+	} {
+		if got := runFailed(c.err, c.rows, c.inTime); got != c.want {
+			t.Errorf("%s: runFailed = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
