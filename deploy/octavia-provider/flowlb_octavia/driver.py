@@ -64,6 +64,16 @@ def _threads_patched():
     return patcher.is_monkey_patched('thread')
 
 
+def _green(lock):
+    """Whether lock is eventlet's: eventlet.green.threading.RLock is
+    the threading module's pure-Python RLock (its type's module says
+    threading) around a lock of eventlet's own."""
+    for t in (type(lock), type(getattr(lock, '_block', None))):
+        if t.__module__.startswith('eventlet'):
+            return True
+    return False
+
+
 def native_logging_lock(threads_patched=_threads_patched):
     """Gives the logging module a native lock again where oslo_log made
     it eventlet's, and says whether it did.
@@ -81,7 +91,7 @@ def native_logging_lock(threads_patched=_threads_patched):
     already waiting for it at that instant would release the new one;
     the window is once per process)."""
     old = std_logging._lock
-    if old is None or not type(old).__module__.startswith('eventlet'):
+    if old is None or not _green(old):
         return False
     if threads_patched():
         return False

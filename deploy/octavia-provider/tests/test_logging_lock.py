@@ -56,6 +56,20 @@ class NativeLoggingLockTest(unittest.TestCase):
             self.assertFalse(t.is_alive())
         log.debug('still logs')
 
+    def test_eventlets_green_rlock_is_replaced(self):
+        # The lock oslo_log makes: eventlet.green.threading.RLock, whose
+        # type is threading's pure-Python RLock around eventlet's lock.
+        try:
+            from eventlet.green import threading as green_threading
+        except ImportError:
+            self.skipTest('no eventlet')
+        green = green_threading.RLock()
+        logging._lock = green
+        self.assertTrue(driver.native_logging_lock(lambda: False))
+        self.assertEqual(type(logging._lock), type(threading.RLock()))
+        self.assertTrue(green.acquire(blocking=False))
+        green.release()
+
     def test_green_lock_with_patched_threads_is_left(self):
         green = _GreenLock()
         logging._lock = green

@@ -23,6 +23,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	_ "embed"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -44,6 +45,13 @@ import (
 // uwsgi-plugin-python3).
 var Binaries = []string{"octavia-db-manage", "octavia-worker", "octavia-wsgi", "uwsgi",
 	"mariadb-install-db", "mysqld", "mariadb", "epmd", "/usr/lib/rabbitmq/bin/rabbitmq-server"}
+
+// workerLauncher runs octavia-worker with a native lock in the logging
+// module (see the file's docstring): without it, two load balancers
+// created at once can leave the worker hung for good.
+//
+//go:embed octavia_worker.py
+var workerLauncher []byte
 
 // Missing reports what of Binaries is not installed (nil: all is).
 func Missing() error {
@@ -284,7 +292,11 @@ func (s *Stack) Fresh(ctx context.Context) error {
 	if err := run(ctx, nil, "octavia-db-manage", "--config-file", conf, "upgrade", "head"); err != nil {
 		return err
 	}
-	if err := s.start(&s.octavia, db+"-worker.log", nil, "octavia-worker", "--config-file", conf); err != nil {
+	launcher := s.path("octavia_worker.py")
+	if err := os.WriteFile(launcher, workerLauncher, 0o600); err != nil {
+		return err
+	}
+	if err := s.start(&s.octavia, db+"-worker.log", nil, "/usr/bin/python3", launcher, "--config-file", conf); err != nil {
 		return err
 	}
 	if s.site != "" {
