@@ -283,11 +283,7 @@ func runAlone(t *testing.T, run func(time.Duration, string) (string, error), fro
 	if err != nil {
 		return nil, fmt.Errorf("%w\n%s", err, out)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "results.csv"))
-	if err != nil {
-		return nil, err
-	}
-	rows, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+	rows, err := readResultsCSV(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -296,6 +292,15 @@ func runAlone(t *testing.T, run func(time.Duration, string) (string, error), fro
 		return nil, fmt.Errorf("%d of %d tests have a result (%s/run.txt)", ran[0]+ran[1]+ran[2], len(tests), dir)
 	}
 	return failed, nil
+}
+
+// readResultsCSV reads the rows subunit2csv wrote to dir/results.csv.
+func readResultsCSV(dir string) ([][]string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "results.csv"))
+	if err != nil {
+		return nil, err
+	}
+	return csv.NewReader(bytes.NewReader(b)).ReadAll()
 }
 
 // maxTempestSlots is how many tempest runs tempestConf has subnets for.
@@ -308,11 +313,7 @@ func shardRows(t *testing.T, run func(time.Duration, string) (string, error), di
 	t.Helper()
 	out, err := run(5*time.Minute, fmt.Sprintf("cd %[1]s/ws && stestr last --subunit | subunit2csv --no-passthrough >%[1]s/results.csv", dir))
 	if err == nil {
-		b, err := os.ReadFile(filepath.Join(dir, "results.csv"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+		rows, err := readResultsCSV(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
