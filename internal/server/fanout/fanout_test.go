@@ -398,11 +398,27 @@ func TestProgrammingMetrics(t *testing.T) {
 	}
 }
 
-// agentReads counts the reads of the cluster's agents.
+// agentReads counts the reads of the cluster's agents and the writes of
+// this replica's.
 type agentReads struct {
 	store.Store
-	mu    sync.Mutex
-	reads int
+	mu            sync.Mutex
+	reads, writes int
+}
+
+func (s *agentReads) RecordAgents(ctx context.Context, replica string, acks []store.AgentAck, gone []string) error {
+	s.mu.Lock()
+	s.writes++
+	s.mu.Unlock()
+	return s.Store.RecordAgents(ctx, replica, acks, gone)
+}
+
+func (s *agentReads) takeWrites() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.writes
+	s.writes = 0
+	return n
 }
 
 func (s *agentReads) AgentsSince(ctx context.Context, since int64) (store.AgentChanges, error) {
@@ -423,9 +439,10 @@ func (s *agentReads) take() int {
 // TestAloneReadsNoAgentsPerChange: a replica alone on its database
 // completes each change on its own agents' acks, and neither the change
 // nor the flush of the acks has it read the cluster's agents back, which
-// it still does every two polls; a replica that shares the database reads
-// them at least once per change. Both complete every change only once
-// both agents programmed it.
+// it still does every two polls; it writes its agents' acks at most once
+// a poll, and the store has the last of them. A replica that shares the
+// database reads and writes them at least once per change. Both complete
+// every change only once both agents programmed it.
 func TestAloneReadsNoAgentsPerChange(t *testing.T) {
 	const changes = 30
 	for _, alone := range []bool{true, false} {
@@ -442,6 +459,7 @@ func TestAloneReadsNoAgentsPerChange(t *testing.T) {
 		defer cancel2()
 		waitAgents(t, hub, 2, 5*time.Second)
 		st.take()
+		st.takeWrites()
 		t0 := time.Now()
 		for i := range changes {
 			members := []string{"198.18.17.2"}
@@ -455,14 +473,38 @@ func TestAloneReadsNoAgentsPerChange(t *testing.T) {
 				}
 			}
 		}
-		reads, took := st.take(), time.Since(t0)
-		t.Logf("alone=%v: %d changes in %s, %d reads of the cluster's agents", alone, changes, took.Round(time.Millisecond), reads)
+		reads, writes, took := st.take(), st.takeWrites(), time.Since(t0)
+		t.Logf("alone=%v: %d changes in %s, %d reads of the cluster's agents, %d writes of its own", alone, changes, took.Round(time.Millisecond), reads, writes)
 		polls := int(took/(2*time.Second)) + 1
 		if alone && reads > polls {
 			t.Errorf("alone: %d reads of the cluster's agents for %d changes in %s, want at most the %d of the polls", reads, changes, took, polls)
 		}
+		if alone && writes > int(took/time.Second)+1 {
+			t.Errorf("alone: %d writes of the agents' acks for %d changes in %s, want at most one a poll", writes, changes, took)
+		}
 		if !alone && reads < changes {
 			t.Errorf("shared: %d reads of the cluster's agents for %d changes, want one for each at least", reads, changes)
 		}
+		if !alone && writes < changes {
+			t.Errorf("shared: %d writes of the agents' acks for %d changes, want one for each at least", writes, changes)
+		}
+		// The store gets the last acks within a poll.
+		last := hub.Agents()
+		testutil.Eventually(t, 3*time.Second, "the store has the agents' last acks", func() (bool, string) {
+			d, err := st.AgentsSince(context.Background(), 0)
+			if err != nil {
+				return false, err.Error()
+			}
+			got := map[string]int64{}
+			for _, r := range d.Acks {
+				got[r.Node] = r.Revision
+			}
+			for n, rev := range last {
+				if got[n] != rev {
+					return false, fmt.Sprintf("%s at %d in the store, %d acked", n, got[n], rev)
+				}
+			}
+			return true, ""
+		})
 	}
 }

@@ -55,7 +55,7 @@ type Options struct {
 	// a change waits for its own agents' acks only, not for a read of the
 	// cluster's agents after it came, and a flush of its acks wakes no
 	// read: either would only read back this replica's own acks. The acks
-	// are still recorded, and read every two polls.
+	// are still recorded, at most once a poll, and read every two polls.
 	Alone bool
 	// L2Ranges are the external VIP ranges answered on flat networks: each
 	// VIP within them is given to one node that can serve it, which
@@ -243,13 +243,28 @@ func (h *Hub) L2Owners() map[netip.Addr]string {
 func (h *Hub) Probers() map[string]string { return h.probes.owners() }
 
 // flushAcks writes this replica's agents' acks to the store as they come,
-// a batch at a time, and tells the other replicas (none when Alone).
+// a batch at a time, and tells the other replicas. Alone, no other
+// replica waits for them and no change waits on the store's copy (a
+// change settles on the acks in memory), so a batch is written at most
+// once a poll: a burst of changes costs a write transaction per poll,
+// not one per change (on SQLite each is a commit of its own).
 func (h *Hub) flushAcks(ctx context.Context) {
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-h.acks.flush:
+		}
+		if h.o.Alone {
+			if wait := h.o.Poll - time.Since(last); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+			last = time.Now()
 		}
 		batch, gone := h.acks.takeDirty()
 		if err := h.st.RecordAgents(ctx, h.o.Replica, batch, gone); err != nil {
