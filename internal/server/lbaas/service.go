@@ -258,19 +258,26 @@ func nonNil(xs []string) []string {
 	return xs
 }
 
-// CountByStatus counts objects by kind, provisioning and operating status.
+// treeKinds are the kinds of a load balancer's tree.
+var treeKinds = []store.Kind{store.KindLoadBalancer, store.KindListener, store.KindPool, store.KindMember,
+	store.KindHealthMonitor, store.KindL7Policy, store.KindL7Rule}
+
+// CountByStatus counts objects by kind, provisioning and operating
+// status. The store counts them (a scrape of the metrics decodes no
+// object: at 10,000 load balancers, reading every tree was seconds of
+// CPU per scrape).
 func (s *Service) CountByStatus(ctx context.Context) (map[[3]string]int, error) {
-	ctx = identity.WithCaller(ctx, identity.Caller{IsAdmin: true})
-	trees, err := s.Trees(ctx)
+	var groups []store.GroupCount
+	err := s.st.View(ctx, func(tx store.ReadTx) (err error) {
+		groups, err = tx.CountGrouped(treeKinds, []string{"provisioning_status", "operating_status"})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	out := map[[3]string]int{}
-	for _, t := range trees {
-		for _, o := range t.objects() {
-			b := o.base()
-			out[[3]string{string(o.kind()), b.ProvisioningStatus, b.OperatingStatus}]++
-		}
+	for _, g := range groups {
+		out[[3]string{string(g.Kind), g.Values[0], g.Values[1]}] += g.N
 	}
 	return out, nil
 }

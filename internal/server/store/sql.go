@@ -506,6 +506,51 @@ func (t *sqlTx) Count(kind Kind, f Filter) (int, error) {
 	return n, nil
 }
 
+func (t *sqlTx) CountGrouped(kinds []Kind, fields []string) ([]GroupCount, error) {
+	if len(kinds) == 0 {
+		return nil, nil
+	}
+	// The field names are arguments, never SQL: '$.name' for SQLite's
+	// json_extract, the bare key for PostgreSQL's ->>. Each is one parse
+	// of the document.
+	cols := make([]string, len(fields))
+	args := make([]any, len(fields))
+	for i, f := range fields {
+		if t.s.eng.name() == "postgres" {
+			cols[i] = "COALESCE(data::json->>?, '')"
+			args[i] = f
+		} else {
+			cols[i] = "COALESCE(json_extract(data, ?), '')"
+			args[i] = "$." + f
+		}
+	}
+	sel := strings.Join(append([]string{"kind"}, cols...), ", ")
+	group := make([]string, len(fields)+1)
+	for i := range group {
+		group[i] = strconv.Itoa(i + 1)
+	}
+	q := "SELECT " + sel + ", COUNT(*) FROM objects WHERE " + ofKinds(kinds) + " GROUP BY " + strings.Join(group, ", ")
+	rows, err := t.tx.QueryContext(t.ctx, t.q(q), args...)
+	if err != nil {
+		return nil, fmt.Errorf("count %v by %v: %w", kinds, fields, err)
+	}
+	defer rows.Close()
+	var out []GroupCount
+	for rows.Next() {
+		g := GroupCount{Values: make([]string, len(fields))}
+		dest := []any{&g.Kind}
+		for i := range g.Values {
+			dest = append(dest, &g.Values[i])
+		}
+		dest = append(dest, &g.N)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("count %v by %v: %w", kinds, fields, err)
+		}
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
 func (t *sqlTx) Insert(r Record) error {
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = time.Now()

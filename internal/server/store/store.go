@@ -212,12 +212,25 @@ type ReadTx interface {
 	// (created_at, id) across them.
 	ListKinds(kinds []Kind, f Filter) ([]Record, error)
 	Count(kind Kind, f Filter) (int, error)
+	// CountGrouped counts the records of the kinds by kind and by the
+	// values of the documents' top-level fields named (a field absent or
+	// null counts as "", a number as its text): a count of every object
+	// by status reads no document into the process.
+	CountGrouped(kinds []Kind, fields []string) ([]GroupCount, error)
 	// Claimed returns the keys held in a claim space from `from` on, in
 	// bytewise order, at most limit of them.
 	Claimed(space, from string, limit int) ([]string, error)
 	// CountClaimed counts the keys held in a claim space from `from` to
 	// `to`, both included.
 	CountClaimed(space, from, to string) (int, error)
+}
+
+// GroupCount is one group of CountGrouped: the records of Kind whose
+// fields have Values (in the order asked), N of them.
+type GroupCount struct {
+	Kind   Kind
+	Values []string
+	N      int
 }
 
 // Tx reads and writes documents.

@@ -7,9 +7,11 @@ package memstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -125,6 +127,43 @@ func (t *tx) ListKinds(kinds []store.Kind, f store.Filter) ([]store.Record, erro
 func (t *tx) Count(kind store.Kind, f store.Filter) (int, error) {
 	l, err := t.List(kind, f)
 	return len(l), err
+}
+
+func (t *tx) CountGrouped(kinds []store.Kind, fields []string) ([]store.GroupCount, error) {
+	recs, err := t.ListKinds(kinds, store.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]*store.GroupCount{}
+	var out []*store.GroupCount
+	for _, r := range recs {
+		var doc map[string]any
+		if err := json.Unmarshal(r.Data, &doc); err != nil {
+			return nil, fmt.Errorf("count %s %s: %w", r.Kind, r.ID, err)
+		}
+		g := store.GroupCount{Kind: r.Kind, Values: make([]string, len(fields))}
+		for i, f := range fields {
+			switch v := doc[f].(type) {
+			case nil:
+			case string:
+				g.Values[i] = v
+			default:
+				b, _ := json.Marshal(v)
+				g.Values[i] = string(b)
+			}
+		}
+		k := string(r.Kind) + "\x00" + strings.Join(g.Values, "\x00")
+		if counts[k] == nil {
+			counts[k] = &g
+			out = append(out, &g)
+		}
+		counts[k].N++
+	}
+	res := make([]store.GroupCount, len(out))
+	for i, g := range out {
+		res[i] = *g
+	}
+	return res, nil
 }
 
 func (t *tx) Insert(r store.Record) error {
