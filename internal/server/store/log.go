@@ -16,7 +16,10 @@ import (
 // follows revisions never skips an entry that was not yet visible: what a
 // reader has seen up to revision r is final. And no write transaction
 // locks a row that every other write locks: only the sequencer writes the
-// log's head.
+// log's head. That is PostgreSQL's case. On SQLite, whose one writer
+// holds its lock from the start of each write transaction, writes commit
+// in the order they run, so each numbers its own entries after the head
+// and moves it (logChanges): a commit is one transaction, not two.
 
 // sequenceBatch bounds the entries one sequencing transaction numbers.
 const sequenceBatch = 5000
@@ -25,8 +28,13 @@ const sequenceBatch = 5000
 // sequencer one at a time across replicas.
 const sequencerLock = 735302
 
-// Sequence numbers the committed entries without a revision.
+// Sequence numbers the committed entries without a revision. On SQLite,
+// once Open has numbered what it found, each write numbers its own
+// entries and there is nothing to do.
 func (s *SQL) Sequence(ctx context.Context) (int, error) {
+	if s.numbered {
+		return 0, nil
+	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, unavailable(fmt.Errorf("begin sequencing: %w", err))

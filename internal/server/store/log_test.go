@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -244,5 +245,59 @@ func TestLogCompaction(t *testing.T) {
 				t.Errorf("epoch %q, %v", ep, err)
 			}
 		})
+	}
+}
+
+// TestSQLiteNumbersOwnEntries: on SQLite a commit's entries have their
+// revisions when the commit returns, dense after the head, with no
+// sequencing left to do; an entry an older server left without a
+// revision is numbered when the store opens, before any new one.
+func TestSQLiteNumbersOwnEntries(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "flowlb.db")
+	s, err := store.Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Update(ctx, func(tx store.Tx) error { tx.Touch("b"); tx.Touch("a"); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lb := range []string{"a", "b"} {
+		if rev, err := s.EntryRevision(ctx, c.Changes[lb]); err != nil || rev == 0 {
+			t.Errorf("entry of %s: revision %d (%v) when the commit returned, want one", lb, rev, err)
+		}
+	}
+	if n, err := s.Sequence(ctx); err != nil || n != 0 {
+		t.Errorf("Sequence after a commit: %d (%v), want nothing to number", n, err)
+	}
+	if _, err := touch(ctx, s, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(logged(t, s, 0)); got != "[1:a 2:b 3:c]" {
+		t.Errorf("log %s, want [1:a 2:b 3:c]", got)
+	}
+	s.Close()
+
+	// An entry without a revision, as a server before self-numbering
+	// left one committed but not yet sequenced.
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO change_log (loadbalancer_id, at) VALUES ('old', 0)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err = store.Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := touch(ctx, s, "new"); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(logged(t, s, 3)); got != "[4:old 5:new]" {
+		t.Errorf("after reopening: log %s, want [4:old 5:new]", got)
 	}
 }

@@ -95,6 +95,11 @@ type SQL struct {
 	lastChange map[string]int64
 	// grouped runs the changes on SQLite, the one writer (changes.go).
 	grouped *Grouped
+	// numbered: each write transaction gives its change-log entries
+	// their revisions itself (SQLite, whose one writer commits in the
+	// order it writes), so that no sequencing transaction follows each
+	// commit; set once Open has numbered what an older server left.
+	numbered bool
 }
 
 // Change runs a change (Changes): on SQLite in a transaction shared with
@@ -223,6 +228,21 @@ func Open(ctx context.Context, dsn string, log *slog.Logger) (*SQL, error) {
 	if err := s.readEpoch(ctx); err != nil {
 		s.Close()
 		return nil, unavailable(err)
+	}
+	if s.eng.name() == "sqlite" {
+		// Entries an older server committed without revisions are
+		// numbered first, so that revisions keep the commits' order.
+		for {
+			n, err := s.Sequence(ctx)
+			if err != nil {
+				s.Close()
+				return nil, unavailable(err)
+			}
+			if n == 0 {
+				break
+			}
+		}
+		s.numbered = true
 	}
 	return s, nil
 }
@@ -763,7 +783,11 @@ func (s *SQL) Update(ctx context.Context, fn func(tx Tx) error) (Commit, error) 
 		c, err = s.update(ctx, fn)
 		if err == nil || !s.eng.isRetryable(err) {
 			if err == nil && len(c.Changes) > 0 {
-				s.Notify(ctx, TopicPending)
+				if s.numbered {
+					s.Notify(ctx, TopicLog)
+				} else {
+					s.Notify(ctx, TopicPending)
+				}
 			}
 			return c, unavailable(err)
 		}
@@ -812,9 +836,11 @@ func (s *SQL) update(ctx context.Context, fn func(tx Tx) error) (Commit, error) 
 	return c, nil
 }
 
-// logChanges writes the transaction's change-log entries, without
-// revisions (the sequencer gives them after commit, in commit order), and
-// the pending changes it leaves.
+// logChanges writes the transaction's change-log entries and the pending
+// changes it leaves. On PostgreSQL the entries have no revisions yet (the
+// sequencer gives them after commit, in commit order); on SQLite the
+// transaction numbers them after the log's head, which it moves (its
+// IMMEDIATE transaction holds the one writer's lock from the start).
 func (t *sqlTx) logChanges() (Commit, error) {
 	c := Commit{Changes: map[string]int64{}}
 	if len(t.touched) == 0 {
@@ -825,16 +851,32 @@ func (t *sqlTx) logChanges() (Commit, error) {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	var head int64
+	if t.s.numbered {
+		if err := t.tx.QueryRowContext(t.ctx, "SELECT head FROM log_head WHERE id = 1").Scan(&head); err != nil {
+			return c, fmt.Errorf("log head: %w", err)
+		}
+	}
 	var b strings.Builder
-	b.WriteString("INSERT INTO change_log (loadbalancer_id, at) VALUES ")
-	args := make([]any, 0, 2*len(ids))
+	args := make([]any, 0, 3*len(ids))
 	at := time.Now().UnixMicro()
+	if t.s.numbered {
+		b.WriteString("INSERT INTO change_log (loadbalancer_id, at, revision) VALUES ")
+	} else {
+		b.WriteString("INSERT INTO change_log (loadbalancer_id, at) VALUES ")
+	}
 	for i, id := range ids {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?)")
-		args = append(args, id, at)
+		if t.s.numbered {
+			// Ids grow in the order of the values: revisions follow them.
+			b.WriteString("(?, ?, ?)")
+			args = append(args, id, at, head+int64(i)+1)
+		} else {
+			b.WriteString("(?, ?)")
+			args = append(args, id, at)
+		}
 	}
 	b.WriteString(" RETURNING id, loadbalancer_id")
 	rows, err := t.tx.QueryContext(t.ctx, t.q(b.String()), args...)
@@ -852,6 +894,11 @@ func (t *sqlTx) logChanges() (Commit, error) {
 	}
 	if err := rows.Close(); err != nil {
 		return c, fmt.Errorf("log changes: %w", err)
+	}
+	if t.s.numbered {
+		if _, err := t.tx.ExecContext(t.ctx, "UPDATE log_head SET head = ? WHERE id = 1", head+int64(len(ids))); err != nil {
+			return c, fmt.Errorf("advance log head: %w", err)
+		}
 	}
 	t.s.noteChanges(c.Changes)
 	for lb, owner := range t.pend {
