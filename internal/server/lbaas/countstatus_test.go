@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/flowlb/flowlb/internal/server/identity"
 	"github.com/flowlb/flowlb/internal/server/store"
 )
 
@@ -46,7 +45,7 @@ func TestCountByStatusMatchesTrees(t *testing.T) {
 		if !maps.Equal(got, want) {
 			t.Errorf("counted by the store:\n%v\nfrom the trees:\n%v", got, want)
 		}
-		// Seven kinds, and load balancers in three provisioning statuses.
+		// Five kinds, and load balancers in three provisioning statuses.
 		lbs := 0
 		for k := range want {
 			if k[0] == "loadbalancer" {
@@ -85,12 +84,8 @@ func BenchmarkCountByStatus(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	prov := &manualProvider{auto: true}
-	svc, err := New(st, &fakeVIPs{}, []Provider{prov}, Config{DefaultProvider: "fake"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cctx := identity.WithCaller(ctx, identity.Caller{ProjectID: "p1", IsAdmin: true})
+	e := newEnv(b, true, st)
+	svc, cctx := e.svc, e.ctx
 	const n = 2000
 	for range n {
 		if _, err := svc.CreateLoadBalancer(cctx, fullLB(b)); err != nil {

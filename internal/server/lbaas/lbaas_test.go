@@ -94,7 +94,7 @@ func (f *fakeVIPs) Release(_ store.Tx, portID string) error {
 }
 
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	svc  *Service
 	prov *manualProvider
 	vips *fakeVIPs
@@ -102,7 +102,7 @@ type env struct {
 	st   store.Store
 }
 
-func newEnv(t *testing.T, auto bool, st store.Store) *env {
+func newEnv(t testing.TB, auto bool, st store.Store) *env {
 	t.Helper()
 	prov := &manualProvider{auto: auto}
 	vips := &fakeVIPs{}

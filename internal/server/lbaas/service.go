@@ -258,9 +258,9 @@ func nonNil(xs []string) []string {
 	return xs
 }
 
-// treeKinds are the kinds of a load balancer's tree.
-var treeKinds = []store.Kind{store.KindLoadBalancer, store.KindListener, store.KindPool, store.KindMember,
-	store.KindHealthMonitor, store.KindL7Policy, store.KindL7Rule}
+// statusKinds are the kinds that have provisioning and operating
+// statuses: a tree's LBaaS objects.
+var statusKinds = append([]store.Kind{store.KindLoadBalancer}, lbaasChildKinds...)
 
 // CountByStatus counts objects by kind, provisioning and operating
 // status. The store counts them (a scrape of the metrics decodes no
@@ -269,7 +269,7 @@ var treeKinds = []store.Kind{store.KindLoadBalancer, store.KindListener, store.K
 func (s *Service) CountByStatus(ctx context.Context) (map[[3]string]int, error) {
 	var groups []store.GroupCount
 	err := s.st.View(ctx, func(tx store.ReadTx) (err error) {
-		groups, err = tx.CountGrouped(treeKinds, []string{"provisioning_status", "operating_status"})
+		groups, err = tx.CountGrouped(statusKinds, []string{"provisioning_status", "operating_status"})
 		return err
 	})
 	if err != nil {

@@ -121,10 +121,13 @@ func loadChildren(tx store.ReadTx, f store.Filter, trees map[string]*Tree) error
 	return loadChildrenOf(tx, f, trees, nil)
 }
 
-// childKinds are the kinds of a tree's descendants, in the order a tree
-// holds them.
-var childKinds = []store.Kind{store.KindListener, store.KindPool, store.KindMember, store.KindHealthMonitor,
-	store.KindL7Policy, store.KindL7Rule, store.KindFloatingIP}
+// lbaasChildKinds are the kinds of a tree's LBaaS descendants, in the
+// order a tree holds them; childKinds adds its Neutron part.
+var (
+	lbaasChildKinds = []store.Kind{store.KindListener, store.KindPool, store.KindMember, store.KindHealthMonitor,
+		store.KindL7Policy, store.KindL7Rule}
+	childKinds = append(slices.Clone(lbaasChildKinds), store.KindFloatingIP)
+)
 
 // loadChildrenOf is loadChildren for the given kinds only (all when nil),
 // read in one query: the fan-out and every completion load a tree, and on
