@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
@@ -94,6 +95,9 @@ type Controller struct {
 	// goes, is looked up only if it is here: an unserved Service
 	// (ExternalName, headless, another proxy's) costs no API read.
 	made map[string]bool
+	// namesChecked: the API said it refuses a load balancer's create
+	// whose name is in use (apply).
+	namesChecked atomic.Bool
 	// listed are this cluster's load balancers by Service key as the
 	// list at start found them, for restoring what each Service's
 	// annotation says was applied (restored); each is dropped once used.
@@ -561,6 +565,9 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 	if err := c.setFinalizer(ctx, svc, wantsFinalizer(svc, c.opts)); err != nil {
 		return err
 	}
+	// Known not to have a load balancer: none at the start's list, none
+	// applied since, and no other controller's finalizer on it.
+	absent := !c.isMade(key) && !slices.Contains(svc.Finalizers, Finalizer)
 	c.noteMade(key, true)
 	opts := c.opts
 	if kubelb.SourceRestricted(svc) {
@@ -606,7 +613,7 @@ func (c *Controller) reconcile(ctx context.Context, key string) error {
 			}
 		}
 	}
-	a, err = c.ensure(ctx, svc, lbName, want)
+	a, err = c.ensure(ctx, svc, lbName, want, absent && !known)
 	if err != nil {
 		c.forget(key)
 		return err
@@ -746,8 +753,8 @@ func (c *Controller) activeTimeout() time.Duration {
 // IP) and returns what was applied: the Service's external addresses
 // (the floating IP, else the external VIPs', one per family) and the
 // load balancer still to become ACTIVE, if any.
-func (c *Controller) ensure(ctx context.Context, svc *corev1.Service, lbName string, want *kubelb.LB) (applied, error) {
-	vip, calls, err := c.apply(ctx, svc, want)
+func (c *Controller) ensure(ctx context.Context, svc *corev1.Service, lbName string, want *kubelb.LB, absent bool) (applied, error) {
+	vip, calls, err := c.apply(ctx, svc, want, absent)
 	if gophercloud.ResponseCodeIs(err, http.StatusNotImplemented) {
 		// The provider refuses an option (Octavia's 501): retrying cannot
 		// help, a change to the Service can.
@@ -1002,7 +1009,29 @@ func sliceWaitLeft(svc *corev1.Service, slices int, born time.Time, isNew bool, 
 // and is to have none (the Service opted out or stopped being a
 // LoadBalancer) first has its floating IPs released: the tag that says it
 // had them goes with the change.
-func (c *Controller) apply(ctx context.Context, svc *corev1.Service, want *kubelb.LB) (kubelb.Result, int, error) {
+//
+// One absent (the caller knows of none) is created without a list by
+// name first once the API has said it refuses a create whose name is in
+// use (kubelb.ErrNameTaken): a Service made now costs one call, not two.
+// Refused, the name is someone's (another controller's, or a create whose
+// answer was lost), and is read as for any Service.
+func (c *Controller) apply(ctx context.Context, svc *corev1.Service, want *kubelb.LB, absent bool) (kubelb.Result, int, error) {
+	if absent && c.namesChecked.Load() {
+		vip, calls, err := c.octavia.Sync(ctx, &kubelb.Actual{}, want)
+		if !errors.Is(err, kubelb.ErrNameTaken) {
+			return vip, calls, err
+		}
+		c.log.Info("the name of a new Service's load balancer is taken; reading it", "loadbalancer", want.Name)
+	}
+	vip, calls, err := c.load(ctx, svc, want)
+	if vip.NameChecked {
+		c.namesChecked.Store(true)
+	}
+	return vip, calls, err
+}
+
+// load is apply for a load balancer that may exist: found by name first.
+func (c *Controller) load(ctx context.Context, svc *corev1.Service, want *kubelb.LB) (kubelb.Result, int, error) {
 	actual, err := c.octavia.Load(ctx, want)
 	if err != nil {
 		return kubelb.Result{}, 0, err

@@ -452,3 +452,97 @@ func TestRecordWaitsForDelay(t *testing.T) {
 		t.Fatalf("written already: %v, %d updates", err, updates())
 	}
 }
+
+// TestNewServiceIsOneCall: once the API has said it refuses a create
+// whose name is in use, a Service made while the controller runs costs
+// one call, its load balancer's create, and no list by name; a name that
+// is taken (another controller's load balancer, or one of this cluster's
+// whose create answer was lost) is refused and read as before: the
+// other's left alone, this cluster's adopted, and no second load
+// balancer of either name made.
+func TestNewServiceIsOneCall(t *testing.T) {
+	api := apitest.New(t)
+	front := newCounter(t, api)
+	o := &kubelb.Octavia{Client: apitest.NoAuthClient(front.URL), Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	client := fake.NewClientset(svc("first", corev1.ServiceTypeClusterIP, "198.19.64.10"), epSlice("first", "198.18.17.2"))
+	h := &harness{t: t, api: api, o: &kubelb.Octavia{Client: api.Client}, client: client}
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.auditEvery = 1 << 40
+	c.sliceGrace = 0
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 1) }()
+	testutil.Eventually(t, within, "first's LB", h.memberCount("first", 1))
+	if !c.namesChecked.Load() {
+		t.Fatal("the API's answer to the first create did not say it checks names")
+	}
+	byName := func(calls []string) (lists, creates int) {
+		for _, call := range calls {
+			switch {
+			case strings.HasPrefix(call, "GET /v2.0/lbaas/loadbalancers?") && strings.Contains(call, "name="):
+				lists++
+			case strings.HasPrefix(call, "POST /v2.0/lbaas/loadbalancers?"):
+				creates++
+			}
+		}
+		return lists, creates
+	}
+	add := func(name, ip, pod string) {
+		t.Helper()
+		if _, err := client.CoreV1().Services("default").Create(ctx, svc(name, corev1.ServiceTypeClusterIP, ip), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.DiscoveryV1().EndpointSlices("default").Create(ctx, epSlice(name, pod), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(name string) int {
+		t.Helper()
+		var out struct {
+			LBs []kubelb.ActualLB `json:"loadbalancers"`
+		}
+		if _, err := api.Client.Get(ctx, api.Client.ServiceURL("lbaas", "loadbalancers")+"?name="+kubelb.Name("lab", "default", name), &out, nil); err != nil {
+			t.Fatal(err)
+		}
+		return len(out.LBs)
+	}
+
+	calls := front.since()
+	add("second", "198.19.64.11", "198.18.17.3")
+	testutil.Eventually(t, within, "second's LB", h.memberCount("second", 1))
+	if lists, creates := byName(calls()); lists != 0 || creates != 1 {
+		t.Errorf("a new Service: %d lists by name and %d creates, want 0 and 1: %q", lists, creates, calls())
+	}
+
+	// Another controller's load balancer of the name a Service's gets.
+	foreign := api.Client.ServiceURL("lbaas", "loadbalancers")
+	body := map[string]any{"loadbalancer": map[string]any{"name": kubelb.Name("lab", "default", "third"), "vip_subnet_id": api.ExternalSubnet}}
+	if _, err := api.Client.Post(ctx, foreign, body, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// One of this cluster's, made before this Service was seen (as a
+	// create whose answer was lost would leave it).
+	body = map[string]any{"loadbalancer": map[string]any{"name": kubelb.Name("lab", "default", "fourth"), "vip_subnet_id": api.ClusterSubnet,
+		"tags": []string{kubelb.TagCluster + "lab", kubelb.TagService + "default/fourth"}}}
+	if _, err := api.Client.Post(ctx, foreign, body, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	calls = front.since()
+	add("third", "198.19.64.12", "198.18.17.4")
+	add("fourth", "198.19.64.13", "198.18.17.5")
+	testutil.Eventually(t, within, "third's warning", event(ctx, client, "third", "SyncLoadBalancerFailed", "left alone"))
+	testutil.Eventually(t, within, "fourth's LB adopted with its pod", h.memberCount("fourth", 1))
+	if lists, creates := byName(calls()); lists < 2 || creates < 2 {
+		t.Errorf("taken names: %d lists by name and %d creates, want the refused creates and then a list each: %q", lists, creates, calls())
+	}
+	for _, n := range []string{"third", "fourth"} {
+		if got := count(n); got != 1 {
+			t.Errorf("%d load balancers named for %s, want 1", got, n)
+		}
+	}
+	if got := h.members("third"); len(got) != 0 {
+		t.Errorf("the other controller's load balancer was given members %v", got)
+	}
+}

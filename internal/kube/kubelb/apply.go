@@ -47,6 +47,11 @@ type Result struct {
 	// UpdatedAt, when the plan was empty, is the load balancer's
 	// updated_at as read ACTIVE before its children were (Actual).
 	UpdatedAt string
+	// NameChecked: the plan created the load balancer and the API said
+	// it refuses a create whose name is in use (ErrNameTaken), so that a
+	// load balancer known not to exist may be created without a list by
+	// name first (Sync with an empty Actual).
+	NameChecked bool
 }
 
 // IngressIPs are the addresses of lb's external VIPs (VIP.External) once
@@ -82,7 +87,9 @@ func (o *Octavia) Apply(ctx context.Context, want *LB) (vip Result, calls int, e
 }
 
 // Sync is Apply with what Octavia holds already loaded, for a caller that
-// acts on it first.
+// acts on it first. An empty actual creates the load balancer; where the
+// API checks names (Result.NameChecked) that fails with ErrNameTaken if
+// one of its name exists, which the caller then loads.
 func (o *Octavia) Sync(ctx context.Context, actual *Actual, want *LB) (vip Result, calls int, err error) {
 	e := o.execution()
 	if err := e.run(ctx, Plan(actual, want)); err != nil {
@@ -115,6 +122,7 @@ func (o *Octavia) Sync(ctx context.Context, actual *Actual, want *LB) (vip Resul
 		}
 	}
 	vip.Pending = e.pending
+	vip.NameChecked = e.nameChecked
 	return vip, e.calls, nil
 }
 

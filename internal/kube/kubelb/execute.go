@@ -2,12 +2,15 @@ package kubelb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"regexp"
 
 	"github.com/gophercloud/gophercloud/v2"
+
+	"github.com/flowlb/flowlb/internal/shared/octaviaext"
 )
 
 // execution sends the calls of a plan in order: it resolves their
@@ -22,7 +25,15 @@ type execution struct {
 	listeners []ActualListener
 	calls     int    // calls sent, the failed one included
 	pending   string // with Defer, the load balancer the last call left to wait for
+	// nameChecked: the API answered the load balancer's create saying it
+	// refuses a name in use (octaviaext.UniqueName).
+	nameChecked bool
 }
+
+// ErrNameTaken: the API refused a load balancer's create because a load
+// balancer of its name exists (flowlb's octaviaext.UniqueName); nothing
+// was created.
+var ErrNameTaken = errors.New("a load balancer of this name exists")
 
 func (o *Octavia) execution() *execution {
 	return &execution{Octavia: o, ids: map[Ref]string{}}
@@ -73,7 +84,7 @@ func (e *execution) call(ctx context.Context, c Call) error {
 		into = &out
 	}
 	e.calls++
-	err = e.send(ctx, c.Method, e.Client.ServiceURL(path), body, into)
+	err = e.send(ctx, c.Method, e.Client.ServiceURL(path), body, into, c.Creates == RefLoadBalancer)
 	if c.Method == http.MethodDelete && c.Await == AwaitGone && gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
 		return nil // already gone
 	}
@@ -89,11 +100,29 @@ func (e *execution) call(ctx context.Context, c Call) error {
 }
 
 // send makes one request, expecting Octavia's success codes for method.
-func (e *execution) send(ctx context.Context, method, u string, body, into any) error {
+// A load balancer's create (lbCreate) is conditional on its name where
+// the API offers it: flowlb refuses a second load balancer of one name
+// (ErrNameTaken), so that a caller may create without listing the name
+// first; a real Octavia ignores the header and says nothing of it.
+func (e *execution) send(ctx context.Context, method, u string, body, into any, lbCreate bool) error {
 	var err error
 	switch method {
 	case http.MethodPost:
-		_, err = e.Client.Post(ctx, u, body, into, &gophercloud.RequestOpts{OkCodes: []int{201}})
+		opts := &gophercloud.RequestOpts{OkCodes: []int{201}}
+		if lbCreate {
+			opts.MoreHeaders = map[string]string{octaviaext.UniqueName: octaviaext.Requested}
+		}
+		var resp *http.Response
+		resp, err = e.Client.Post(ctx, u, body, into, opts)
+		if lbCreate {
+			var refused gophercloud.ErrUnexpectedResponseCode
+			switch {
+			case err == nil:
+				e.nameChecked = resp.Header.Get(octaviaext.UniqueName) == octaviaext.Checked
+			case errors.As(err, &refused) && refused.Actual == http.StatusConflict && refused.ResponseHeader.Get(octaviaext.UniqueName) == octaviaext.Taken:
+				err = fmt.Errorf("%w: %w", ErrNameTaken, err)
+			}
+		}
 	case http.MethodPut:
 		_, err = e.Client.Put(ctx, u, body, into, &gophercloud.RequestOpts{OkCodes: []int{200, 202}})
 	case http.MethodDelete:

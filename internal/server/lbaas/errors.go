@@ -39,6 +39,9 @@ type Error struct {
 	// Validation marks the refusals the API reports as a validation
 	// failure of the request as a whole rather than of one attribute.
 	Validation bool
+	// NameTaken marks the refusal of a create conditional on its name
+	// (NameTaken).
+	NameTaken bool
 
 	sentinel bool
 }
@@ -93,6 +96,12 @@ func Validation(format string, args ...any) *Error {
 // Conflict is the refusal of a change that clashes with the current state.
 func Conflict(format string, args ...any) *Error {
 	return &Error{Kind: KindConflict, Detail: fmt.Sprintf(format, args...)}
+}
+
+// NameTaken refuses a create conditional on its name (UniqueName) whose
+// name load balancer id has.
+func NameTaken(name, id string) *Error {
+	return &Error{Kind: KindConflict, Detail: fmt.Sprintf("Load balancer name %s is in use by load balancer %s.", name, id), NameTaken: true}
 }
 
 // Forbidden is the refusal by policy.

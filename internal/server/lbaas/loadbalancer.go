@@ -3,6 +3,8 @@ package lbaas
 import (
 	"context"
 	"errors"
+	"hash/fnv"
+	"strconv"
 
 	"github.com/flowlb/flowlb/internal/server/identity"
 	"github.com/flowlb/flowlb/internal/server/store"
@@ -43,6 +45,11 @@ func (s *Service) buildTree(tx store.Tx, project string, req LoadBalancerCreate,
 	t.created = map[string]bool{lb.ID: true}
 	req.LoadBalancerUpdate.apply(lb)
 	lb.Tags, lb.VIPSGIDs = nonNil(lb.Tags), nonNil(lb.VIPSGIDs)
+	if req.UniqueName {
+		if err := nameFree(tx, lb.Name); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.chooseProvider(tx, lb); err != nil {
 		return nil, err
 	}
@@ -53,6 +60,32 @@ func (s *Service) buildTree(tx store.Tx, project string, req LoadBalancerCreate,
 		return nil, err
 	}
 	return t, nil
+}
+
+// nameLocks is how many locks the conditional creates' names hash to:
+// creates of one name serialise on PostgreSQL (SQLite has one writer),
+// and the locks table keeps a row per lock, not per name.
+const nameLocks = 256
+
+// nameFree refuses a create conditional on its name when a load balancer
+// of that name exists in any project. An empty name is not checked.
+func nameFree(tx store.Tx, name string) error {
+	if name == "" {
+		return nil
+	}
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	if err := tx.Lock("loadbalancer-name/" + strconv.Itoa(int(h.Sum32()%nameLocks))); err != nil {
+		return err
+	}
+	recs, err := tx.List(store.KindLoadBalancer, store.Filter{Name: name})
+	if err != nil {
+		return err
+	}
+	if len(recs) > 0 {
+		return NameTaken(name, recs[0].ID)
+	}
+	return nil
 }
 
 // freshPorts reports whether a create allocates every VIP port rather

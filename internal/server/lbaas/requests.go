@@ -93,6 +93,10 @@ type LoadBalancerCreate struct {
 	AvailabilityZone *string               `json:"availability_zone"`
 	Listeners        Opt[[]ListenerCreate] `json:"listeners"`
 	Pools            Opt[[]NestedPool]     `json:"pools"`
+	// UniqueName makes the create conditional on its name: refused
+	// (NameTaken) when a load balancer of that name exists. Set from the
+	// request's header (octaviaext.UniqueName), never from its body.
+	UniqueName bool `json:"-"`
 }
 
 // FullyPopulated reports whether the create named listeners or pools, so

@@ -1,11 +1,13 @@
 package octavia
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 
 	"github.com/flowlb/flowlb/internal/server/lbaas"
 	"github.com/flowlb/flowlb/internal/server/store"
+	"github.com/flowlb/flowlb/internal/shared/octaviaext"
 )
 
 // The load balancer tree's routes: each is its domain call and its
@@ -94,7 +96,16 @@ func (s *Server) createLB(decoder requestDecoder[lbaas.LoadBalancerCreate]) http
 			s.fail(w, r, err)
 			return
 		}
+		req.UniqueName = r.Header.Get(octaviaext.UniqueName) == octaviaext.Requested
 		t, err := s.svc.CreateLoadBalancer(r.Context(), req)
+		if req.UniqueName {
+			var e *lbaas.Error
+			if errors.As(err, &e) && e.NameTaken {
+				w.Header().Set(octaviaext.UniqueName, octaviaext.Taken)
+			} else if err == nil {
+				w.Header().Set(octaviaext.UniqueName, octaviaext.Checked)
+			}
+		}
 		if err != nil {
 			s.fail(w, r, err)
 			return

@@ -22,6 +22,7 @@ import (
 	"github.com/flowlb/flowlb/internal/server/provider/flow"
 	"github.com/flowlb/flowlb/internal/server/store"
 	"github.com/flowlb/flowlb/internal/server/store/memstore"
+	"github.com/flowlb/flowlb/internal/shared/octaviaext"
 	"github.com/flowlb/flowlb/internal/shared/testutil"
 )
 
@@ -420,5 +421,69 @@ func TestNamedIDsOnTheWire(t *testing.T) {
 	code, body = a.do("POST", "/v2/lbaas/loadbalancers", map[string]any{"loadbalancer": map[string]any{"id": "lb-1", "vip_subnet_id": subnetID}})
 	if code != 400 || !strings.Contains(fmt.Sprint(body["faultstring"]), "id") {
 		t.Fatalf("a named id that is no UUID: %d %v, want 400", code, body)
+	}
+}
+
+// TestCreateUniqueName: a create conditional on its name is refused with
+// 409 while a load balancer of that name exists, in any project, and
+// changes nothing; one of a free name is answered as checked; a plain
+// create of a taken name is not refused (Octavia allows duplicates).
+func TestCreateUniqueName(t *testing.T) {
+	a := newAPI(t)
+	create := func(project, name string, unique bool) (int, string, map[string]any) {
+		t.Helper()
+		b, _ := json.Marshal(map[string]any{"loadbalancer": map[string]any{"name": name, "vip_subnet_id": subnetID}})
+		req, _ := http.NewRequest("POST", a.srv.URL+"/v2/lbaas/loadbalancers", bytes.NewReader(b))
+		req.Header.Set("X-Project-Id", project)
+		if unique {
+			req.Header.Set(octaviaext.UniqueName, octaviaext.Requested)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out := map[string]any{}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, resp.Header.Get(octaviaext.UniqueName), out
+	}
+	count := func(name string) int {
+		t.Helper()
+		code, body := a.do("GET", "/v2/lbaas/loadbalancers?name="+name, nil)
+		if code != 200 {
+			t.Fatalf("list: %d %v", code, body)
+		}
+		return len(body["loadbalancers"].([]any))
+	}
+
+	code, hdr, body := create("p1", "svc-a", true)
+	if code != 201 || hdr != octaviaext.Checked {
+		t.Fatalf("first conditional create: %d, header %q, %v", code, hdr, body)
+	}
+	first := body["loadbalancer"].(map[string]any)["id"].(string)
+	for _, project := range []string{"p1", "p2"} {
+		code, hdr, body = create(project, "svc-a", true)
+		if code != 409 || hdr != octaviaext.Taken {
+			t.Fatalf("conditional create of a taken name from %s: %d, header %q, %v", project, code, hdr, body)
+		}
+		if msg, _ := body["faultstring"].(string); !strings.Contains(msg, first) {
+			t.Errorf("refusal %q does not name the load balancer that has the name (%s)", msg, first)
+		}
+	}
+	if n := count("svc-a"); n != 1 {
+		t.Fatalf("%d load balancers named svc-a after the refusals, want 1", n)
+	}
+	code, hdr, body = create("p1", "svc-a", false)
+	if code != 201 || hdr != "" {
+		t.Fatalf("plain create of a taken name: %d, header %q, %v", code, hdr, body)
+	}
+	if n := count("svc-a"); n != 2 {
+		t.Fatalf("%d load balancers named svc-a, want 2", n)
+	}
+	code, hdr, _ = create("p1", "svc-b", true)
+	if code != 201 || hdr != octaviaext.Checked {
+		t.Fatalf("conditional create of another name: %d, header %q", code, hdr)
 	}
 }
