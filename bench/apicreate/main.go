@@ -138,12 +138,18 @@ func startReplicas(ctx context.Context, dsn, dir string, n int) ([]*server, erro
 	return srvs, nil
 }
 
+// every, when set, paces the creates: create i is sent no sooner than
+// i×every after the first, as Services come from the Kubernetes API one
+// at a time rather than back to back.
+var every time.Duration
+
 // createAll posts every body from conc clients, client w to urls[w mod
 // len(urls)], and returns each create's latency and the number of failures.
 func createAll(client *http.Client, urls []string, bodies [][]byte, conc int) ([]time.Duration, int64) {
 	lat := make([]time.Duration, len(bodies))
 	var errs, next atomic.Int64
 	var wg sync.WaitGroup
+	start := time.Now()
 	for w := 0; w < conc; w++ {
 		url := urls[w%len(urls)]
 		wg.Add(1)
@@ -153,6 +159,9 @@ func createAll(client *http.Client, urls []string, bodies [][]byte, conc int) ([
 				i := int(next.Add(1)) - 1
 				if i >= len(bodies) {
 					return
+				}
+				if every > 0 {
+					time.Sleep(time.Until(start.Add(time.Duration(i) * every)))
 				}
 				t0 := time.Now()
 				resp, err := client.Post(url, "application/json", bytes.NewReader(bodies[i]))
@@ -303,6 +312,7 @@ func main() {
 	n := flag.Int("n", 1000, "load balancers to create")
 	members := flag.Int("members", 10, "members per pool")
 	conc := flag.Int("c", 8, "concurrent clients")
+	flag.DurationVar(&every, "every", 0, "pace the creates: one every this long (0: back to back)")
 	replicaList := flag.String("replicas", "1,3", "PostgreSQL runs: servers sharing the database, comma-separated (one fresh database each); the clients are spread over the servers")
 	sqlite := flag.Bool("sqlite", true, "measure the embedded SQLite store")
 	pg := flag.String("postgres", "", `PostgreSQL DSN to measure, or "auto" to start a throwaway cluster`)
