@@ -125,6 +125,19 @@ func notLists(calls []string) []string {
 	return out
 }
 
+// countedController is a controller of cluster "lab" over client, on a
+// fresh API whose calls it makes through a counting front; its audits run
+// only when the test runs them.
+func countedController(t *testing.T, client *fake.Clientset) (*Controller, *counter, *harness) {
+	api := apitest.New(t)
+	front := newCounter(t, api)
+	o := &kubelb.Octavia{Client: apitest.NoAuthClient(front.URL), Poll: 5 * time.Millisecond}
+	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
+	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.auditEvery = 1 << 40
+	return c, front, &harness{t: t, api: api, o: &kubelb.Octavia{Client: api.Client}, client: client}
+}
+
 // pool is the one pool of name's load balancer, as the API has it.
 func (h *harness) pool(name string) (id, algorithm string) {
 	h.t.Helper()
@@ -178,16 +191,10 @@ func (h *harness) algorithm(name, want string) func() (bool, string) {
 // the read before a batch member update, which would otherwise stamp
 // over it.
 func TestResyncReadsNothing(t *testing.T) {
-	api := apitest.New(t)
-	front := newCounter(t, api)
-	o := &kubelb.Octavia{Client: apitest.NoAuthClient(front.URL), Poll: 5 * time.Millisecond}
-	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	client := fake.NewClientset(svc("web", corev1.ServiceTypeClusterIP, "198.19.64.10"), epSlice("web", "198.18.17.2", "198.18.18.2"))
-	h := &harness{t: t, api: api, o: &kubelb.Octavia{Client: api.Client}, client: client}
-	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	c.auditEvery = 1 << 40 // the test runs each audit itself
+	c, front, h := countedController(t, client)
 	clock := newClock()
 	c.now = clock.now
 	done := make(chan error, 1)
@@ -461,16 +468,11 @@ func TestRecordWaitsForDelay(t *testing.T) {
 // other's left alone, this cluster's adopted, and no second load
 // balancer of either name made.
 func TestNewServiceIsOneCall(t *testing.T) {
-	api := apitest.New(t)
-	front := newCounter(t, api)
-	o := &kubelb.Octavia{Client: apitest.NoAuthClient(front.URL), Poll: 5 * time.Millisecond}
-	opts := kubelb.Options{Cluster: "lab", ClusterIPSubnet: api.ClusterSubnet, ExternalSubnet: api.ExternalSubnet}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	client := fake.NewClientset(svc("first", corev1.ServiceTypeClusterIP, "198.19.64.10"), epSlice("first", "198.18.17.2"))
-	h := &harness{t: t, api: api, o: &kubelb.Octavia{Client: api.Client}, client: client}
-	c := New(client, o, &kubelb.Neutron{Client: o.Client}, opts, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	c.auditEvery = 1 << 40
+	c, front, h := countedController(t, client)
+	api := h.api
 	c.sliceGrace = 0
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, 1) }()
