@@ -40,7 +40,7 @@ type Error struct {
 	// failure of the request as a whole rather than of one attribute.
 	Validation bool
 	// NameTaken marks the refusal of a create conditional on its name
-	// (NameTaken).
+	// (the constructor NameTaken).
 	NameTaken bool
 
 	sentinel bool
@@ -98,8 +98,8 @@ func Conflict(format string, args ...any) *Error {
 	return &Error{Kind: KindConflict, Detail: fmt.Sprintf(format, args...)}
 }
 
-// NameTaken refuses a create conditional on its name (UniqueName) whose
-// name load balancer id has.
+// NameTaken refuses a create conditional on its name
+// (LoadBalancerCreate.UniqueName): load balancer id has that name.
 func NameTaken(name, id string) *Error {
 	return &Error{Kind: KindConflict, Detail: fmt.Sprintf("Load balancer name %s is in use by load balancer %s.", name, id), NameTaken: true}
 }
